@@ -1,0 +1,1 @@
+//! Shared helpers for the system tests (loop devices, sanlock processes, temp areas).
