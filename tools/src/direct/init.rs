@@ -1,0 +1,219 @@
+//! `lockd direct init`: format a lockspace or a resource lease area exactly as
+//! `sanlock direct init` does, refusing to overwrite a valid area without `--force`.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use disk_format::area::{format_lockspace_area, format_resource_area, ResourceInit};
+use disk_format::leader::{
+    LeaderExpect, LeaderKind, LeaderRecord, DELTA_DISK_MAGIC, PAXOS_DISK_MAGIC,
+};
+use disk_format::rindex::{RindexHeader, RINDEX_DISK_MAGIC};
+use disk_format::Geometry;
+
+use super::resolve_geometry;
+use crate::disk::DirectDisk;
+use crate::spec::{LockspaceSpec, ResourceSpec};
+use crate::sys;
+
+/// Arguments of `lockd direct init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Lockspace to format: NAME:0:PATH:OFFSET.
+    #[arg(
+        short = 's',
+        long = "lockspace",
+        conflicts_with = "resource",
+        required_unless_present = "resource"
+    )]
+    pub lockspace: Option<String>,
+    /// Resource lease to format: LOCKSPACE:NAME:PATH:OFFSET.
+    #[arg(short = 'r', long = "resource")]
+    pub resource: Option<String>,
+    /// Sector size: 512 or 4096 (default: the device's logical sector size, 512 for files).
+    #[arg(short = 'Z', long = "sector-size")]
+    pub sector_size: Option<u32>,
+    /// Area size: 1M, 2M, 4M or 8M (default: 1M for 512-byte sectors, 8M for 4096).
+    #[arg(short = 'A', long = "align")]
+    pub align: Option<String>,
+    /// io_timeout in seconds recorded in a lockspace's host records (default 10).
+    #[arg(short = 'o', long = "io-timeout")]
+    pub io_timeout_s: Option<u16>,
+    /// Number of host slots a resource uses (default: the geometry's max_hosts).
+    #[arg(short = 'N', long = "num-hosts")]
+    pub num_hosts: Option<u64>,
+    /// Write a deliberately invalid (PAXOS_DISK_CLEAR) resource leader.
+    #[arg(long = "clear", short = 'z')]
+    pub clear: bool,
+    /// Overwrite an area that already holds a valid lockspace, resource or rindex.
+    #[arg(long)]
+    pub force: bool,
+}
+
+pub fn run(args: &InitArgs) -> Result<()> {
+    if let Some(text) = &args.lockspace {
+        let spec = LockspaceSpec::parse(text)?;
+        init_lockspace(args, &spec)
+    } else if let Some(text) = &args.resource {
+        let spec = ResourceSpec::parse(text)?;
+        init_resource(args, &spec)
+    } else {
+        bail!("give -s LOCKSPACE or -r RESOURCE")
+    }
+}
+
+fn open_checked(
+    path: &std::path::Path,
+    offset: u64,
+    geometry_of: impl Fn(&DirectDisk) -> Result<Geometry>,
+) -> Result<(DirectDisk, Geometry)> {
+    let disk = DirectDisk::open(path, true)?;
+    let geometry = geometry_of(&disk)?;
+    if offset % geometry.sector_bytes() != 0 || offset % u64::from(disk.sector_size()) != 0 {
+        bail!(
+            "{}: offset {offset} is not a multiple of the {}-byte sector size",
+            path.display(),
+            geometry.sector_bytes()
+        );
+    }
+    if offset % geometry.align_bytes() != 0 {
+        eprintln!(
+            "lockd: warning: offset {offset} is not a multiple of the align size {} \
+             ({} bytes); other hosts expect areas at align-size boundaries",
+            geometry.align_size.label(),
+            geometry.align_bytes()
+        );
+    }
+    if disk.is_block_device() && offset + geometry.align_bytes() > disk.size() {
+        bail!(
+            "{}: a {}-byte area at offset {offset} goes past the end of the device ({} bytes)",
+            path.display(),
+            geometry.align_bytes(),
+            disk.size()
+        );
+    }
+    Ok((disk, geometry))
+}
+
+/// Describes a valid record already at `offset`, if any.
+fn existing_area(disk: &DirectDisk, offset: u64) -> Result<Option<String>> {
+    let probe = disk.sector_size().max(512) as usize;
+    if offset + probe as u64 > disk.size() {
+        return Ok(None);
+    }
+    let buf = disk.read(offset, probe)?;
+    let bytes = buf.as_slice();
+    let leader = LeaderRecord::decode(bytes).context("decoding the existing leader")?;
+    let none = LeaderExpect::default();
+    let found = match leader.magic {
+        DELTA_DISK_MAGIC if leader.verify(LeaderKind::Delta, &none).is_ok() => {
+            Some(format!("lockspace {:?}", leader.space_name.to_text()))
+        }
+        PAXOS_DISK_MAGIC if leader.verify(LeaderKind::Paxos, &none).is_ok() => Some(format!(
+            "resource {:?} of lockspace {:?} (lver {}, owner {})",
+            leader.resource_name.to_text(),
+            leader.space_name.to_text(),
+            leader.lver,
+            if leader.is_held() {
+                leader.owner_id.to_string()
+            } else {
+                "none".into()
+            }
+        )),
+        RINDEX_DISK_MAGIC => {
+            let h = RindexHeader::decode(bytes).context("decoding the existing rindex")?;
+            h.verify(None, Some(offset)).ok().map(|_| {
+                format!(
+                    "resource index of lockspace {:?}",
+                    h.lockspace_name.to_text()
+                )
+            })
+        }
+        _ => None,
+    };
+    Ok(found)
+}
+
+fn refuse_if_in_use(disk: &DirectDisk, offset: u64, force: bool) -> Result<()> {
+    if let Some(what) = existing_area(disk, offset)? {
+        if !force {
+            bail!(
+                "{}:{offset} already holds a valid {what}; formatting would destroy it \
+                 (pass --force if that is really meant)",
+                disk.path().display()
+            );
+        }
+        eprintln!(
+            "lockd: warning: overwriting {what} at {}:{offset} (--force)",
+            disk.path().display()
+        );
+    }
+    Ok(())
+}
+
+fn init_lockspace(args: &InitArgs, spec: &LockspaceSpec) -> Result<()> {
+    if args.clear {
+        bail!("--clear applies to resources only");
+    }
+    if args.num_hosts.is_some() {
+        eprintln!("lockd: note: -N/--num-hosts applies to resources; a lockspace always has max_hosts slots");
+    }
+    let io_timeout_s = args
+        .io_timeout_s
+        .unwrap_or(disk_format::area::DEFAULT_IO_TIMEOUT_S);
+    if io_timeout_s == 0 || io_timeout_s > 255 {
+        bail!("io_timeout {io_timeout_s} is out of range (1..=255 seconds)");
+    }
+    let (disk, geometry) = open_checked(&spec.path, spec.offset, |d| {
+        resolve_geometry(d, args.sector_size, args.align.as_deref())
+    })?;
+    refuse_if_in_use(&disk, spec.offset, args.force)?;
+    let format = format_lockspace_area(geometry, &spec.name, io_timeout_s);
+    let unit = geometry.sector_size.bytes();
+    disk.write(spec.offset, &format.area, unit)?;
+    disk.write(spec.offset, &format.first_sector, unit)?;
+    println!(
+        "initialized lockspace {:?} at {}:{} ({}, max_hosts {}, io_timeout {}s)",
+        spec.name.to_text(),
+        spec.path.display(),
+        spec.offset,
+        geometry.label(),
+        geometry.max_hosts(),
+        io_timeout_s
+    );
+    Ok(())
+}
+
+fn init_resource(args: &InitArgs, spec: &ResourceSpec) -> Result<()> {
+    if args.io_timeout_s.is_some() {
+        eprintln!(
+            "lockd: note: -o/--io-timeout applies to lockspaces; resource leaders record none"
+        );
+    }
+    if spec.lver.is_some() || spec.shared {
+        bail!("a resource to format takes no :LVER or :SH suffix");
+    }
+    let (disk, geometry) = open_checked(&spec.path, spec.offset, |d| {
+        resolve_geometry(d, args.sector_size, args.align.as_deref())
+    })?;
+    refuse_if_in_use(&disk, spec.offset, args.force)?;
+    let init = ResourceInit {
+        geometry,
+        space_name: spec.lockspace,
+        resource_name: spec.name,
+        num_hosts: args.num_hosts.unwrap_or(0),
+        clear_at_monotime_s: args.clear.then(sys::monotonic_seconds),
+    };
+    let area = format_resource_area(&init);
+    disk.write(spec.offset, &area, geometry.sector_size.bytes())?;
+    println!(
+        "initialized {}resource {:?} in lockspace {:?} at {}:{} ({}, max_hosts {})",
+        if args.clear { "cleared " } else { "" },
+        spec.name.to_text(),
+        spec.lockspace.to_text(),
+        spec.path.display(),
+        spec.offset,
+        geometry.label(),
+        geometry.max_hosts()
+    );
+    Ok(())
+}

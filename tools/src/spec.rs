@@ -1,0 +1,187 @@
+//! sanlock's colon-separated argument forms:
+//! `LOCKSPACE = name:host_id:path:offset`, `RESOURCE = ls:res:path:offset[:lver|:SH]`,
+//! and dump's `path[:offset[:size]]`. A `\:` inside a path is a literal colon.
+//! Offsets and sizes are bytes, or a number with a `K`/`M`/`G` suffix (binary units).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use disk_format::Name;
+
+/// A parsed `-s LOCKSPACE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockspaceSpec {
+    pub name: Name,
+    pub host_id: u64,
+    pub path: PathBuf,
+    pub offset: u64,
+}
+
+/// A parsed `-r RESOURCE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceSpec {
+    pub lockspace: Name,
+    pub name: Name,
+    pub path: PathBuf,
+    pub offset: u64,
+    pub lver: Option<u64>,
+    pub shared: bool,
+}
+
+/// A parsed dump target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AreaSpec {
+    pub path: PathBuf,
+    pub offset: u64,
+    pub size: Option<u64>,
+}
+
+/// Splits on colons not preceded by a backslash, removing the escapes.
+fn split_fields(text: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&':') => {
+                fields.last_mut().expect("fields is never empty").push(':');
+                chars.next();
+            }
+            ':' => fields.push(String::new()),
+            _ => fields.last_mut().expect("fields is never empty").push(c),
+        }
+    }
+    fields
+}
+
+/// Parses a byte count with an optional binary suffix.
+pub fn parse_bytes(text: &str) -> Result<u64> {
+    let t = text.trim();
+    let (digits, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1u64 << 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1u64 << 30),
+        _ => (t, 1),
+    };
+    let n: u64 = digits
+        .parse()
+        .with_context(|| format!("{text:?} is not a byte count"))?;
+    n.checked_mul(mult)
+        .with_context(|| format!("{text:?} is too large"))
+}
+
+fn name(text: &str, what: &str) -> Result<Name> {
+    Name::new(text).with_context(|| format!("invalid {what} name"))
+}
+
+impl LockspaceSpec {
+    pub fn parse(text: &str) -> Result<LockspaceSpec> {
+        let f = split_fields(text);
+        if f.len() != 4 {
+            bail!("lockspace {text:?} must be NAME:HOST_ID:PATH:OFFSET");
+        }
+        if f[2].is_empty() {
+            bail!("lockspace {text:?} has an empty path");
+        }
+        Ok(LockspaceSpec {
+            name: name(&f[0], "lockspace")?,
+            host_id: f[1]
+                .parse()
+                .with_context(|| format!("host_id {:?} is not a number", f[1]))?,
+            path: PathBuf::from(&f[2]),
+            offset: parse_bytes(&f[3])?,
+        })
+    }
+}
+
+impl ResourceSpec {
+    pub fn parse(text: &str) -> Result<ResourceSpec> {
+        let f = split_fields(text);
+        if f.len() != 4 && f.len() != 5 {
+            bail!("resource {text:?} must be LOCKSPACE:NAME:PATH:OFFSET[:LVER|:SH]");
+        }
+        if f[2].is_empty() {
+            bail!("resource {text:?} has an empty path");
+        }
+        let (lver, shared) = match f.get(4).map(String::as_str) {
+            None | Some("") => (None, false),
+            Some("SH") => (None, true),
+            Some(v) => (
+                Some(
+                    v.parse()
+                        .with_context(|| format!("lver {v:?} is not a number"))?,
+                ),
+                false,
+            ),
+        };
+        Ok(ResourceSpec {
+            lockspace: name(&f[0], "lockspace")?,
+            name: name(&f[1], "resource")?,
+            path: PathBuf::from(&f[2]),
+            offset: parse_bytes(&f[3])?,
+            lver,
+            shared,
+        })
+    }
+}
+
+impl AreaSpec {
+    pub fn parse(text: &str) -> Result<AreaSpec> {
+        let f = split_fields(text);
+        if f.is_empty() || f[0].is_empty() || f.len() > 3 {
+            bail!("{text:?} must be PATH[:OFFSET[:SIZE]]");
+        }
+        let offset = match f.get(1) {
+            Some(s) if !s.is_empty() => parse_bytes(s)?,
+            _ => 0,
+        };
+        let size = match f.get(2) {
+            Some(s) if !s.is_empty() => Some(parse_bytes(s)?),
+            _ => None,
+        };
+        Ok(AreaSpec {
+            path: PathBuf::from(&f[0]),
+            offset,
+            size,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lockspace_forms() {
+        let s = LockspaceSpec::parse("ls:2:/dev/x\\:y:1M").unwrap();
+        assert_eq!(s.name.to_text(), "ls");
+        assert_eq!(s.host_id, 2);
+        assert_eq!(s.path, PathBuf::from("/dev/x:y"));
+        assert_eq!(s.offset, 1 << 20);
+        assert!(LockspaceSpec::parse("ls:0:/x").is_err());
+        assert!(LockspaceSpec::parse("ls:a:/x:0").is_err());
+        assert!(LockspaceSpec::parse(&format!("{}:0:/x:0", "n".repeat(49))).is_err());
+    }
+
+    #[test]
+    fn resource_forms() {
+        let r = ResourceSpec::parse("ls:res:/f:1048576").unwrap();
+        assert_eq!((r.lver, r.shared), (None, false));
+        let r = ResourceSpec::parse("ls:res:/f:0:SH").unwrap();
+        assert!(r.shared);
+        let r = ResourceSpec::parse("ls:res:/f:0:7").unwrap();
+        assert_eq!(r.lver, Some(7));
+        assert!(ResourceSpec::parse("ls:res:/f:0:x").is_err());
+        assert!(ResourceSpec::parse("ls:res::0").is_err());
+    }
+
+    #[test]
+    fn area_forms() {
+        let a = AreaSpec::parse("/f").unwrap();
+        assert_eq!((a.offset, a.size), (0, None));
+        let a = AreaSpec::parse("/f:2M:1M").unwrap();
+        assert_eq!((a.offset, a.size), (2 << 20, Some(1 << 20)));
+        assert!(AreaSpec::parse("").is_err());
+        assert!(parse_bytes("12Q").is_err());
+        assert!(parse_bytes("99999999999999999999G").is_err());
+    }
+}
