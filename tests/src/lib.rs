@@ -1,1 +1,229 @@
-//! Shared helpers for the system tests (loop devices, sanlock processes, temp areas).
+//! Shared helpers for system tests: scratch space on a filesystem that supports
+//! O_DIRECT, loop devices, and real sanlock processes.
+//!
+//! Every helper that needs something from the machine (root, a command, a loop device)
+//! fails the test with a message naming what is missing: a silent skip would be a pass
+//! that never happened. Everything attached or started is detached or stopped on drop,
+//! by device name or PID.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub use tempfile::TempDir;
+
+/// Fails the test unless running as root.
+pub fn require_root(why: &str) {
+    let out = Command::new("id").arg("-u").output().expect("run id -u");
+    let uid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(uid, "0", "this test needs root ({why}); CI runs as root");
+}
+
+/// Fails the test unless `cmd` is on PATH.
+pub fn require_command(cmd: &str, package: &str) -> PathBuf {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {cmd}"))
+        .output()
+        .expect("run sh");
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        out.status.success() && !path.is_empty(),
+        "this test needs `{cmd}` (apt-get install {package}); .ci/run installs it"
+    );
+    PathBuf::from(path)
+}
+
+/// A scratch directory under /var/tmp (ext4 here: O_DIRECT works; /tmp may be tmpfs).
+pub fn scratch_dir() -> TempDir {
+    tempfile::Builder::new()
+        .prefix("lockd-test-")
+        .tempdir_in("/var/tmp")
+        .expect("create a scratch dir in /var/tmp")
+}
+
+/// Creates a sparse file of `bytes` bytes.
+pub fn sparse_file(dir: &Path, name: &str, bytes: u64) -> PathBuf {
+    let path = dir.join(name);
+    let f = fs::File::create(&path).expect("create scratch file");
+    f.set_len(bytes).expect("size scratch file");
+    path
+}
+
+/// Runs a command and returns its output; panics with the command line if it cannot start.
+pub fn run<I, S>(program: impl AsRef<OsStr>, args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let program = program.as_ref();
+    let args: Vec<_> = args
+        .into_iter()
+        .map(|a| a.as_ref().to_os_string())
+        .collect();
+    Command::new(program)
+        .args(&args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program:?} {args:?}: {e}"))
+}
+
+/// Runs a command that must succeed; returns stdout.
+pub fn run_ok<I, S>(program: impl AsRef<OsStr>, args: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let program = program.as_ref().to_os_string();
+    let args: Vec<_> = args
+        .into_iter()
+        .map(|a| a.as_ref().to_os_string())
+        .collect();
+    let out = run(&program, &args);
+    assert!(
+        out.status.success(),
+        "{program:?} {args:?} failed ({}):\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Reads a whole file (through the page cache; callers compare formatted bytes).
+pub fn read_bytes(path: &Path, offset: u64, len: usize) -> Vec<u8> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = fs::File::open(path).expect("open for compare");
+    f.seek(SeekFrom::Start(offset)).expect("seek");
+    let mut buf = vec![0u8; len];
+    f.read_exact(&mut buf).expect("read for compare");
+    buf
+}
+
+/// A loop device over a file, detached on drop.
+pub struct LoopDevice {
+    pub device: PathBuf,
+}
+
+impl LoopDevice {
+    /// Attaches `file` with the given logical sector size (512 or 4096).
+    pub fn attach(file: &Path, sector_size: u32) -> LoopDevice {
+        require_root("losetup");
+        require_command("losetup", "mount");
+        let out = run(
+            "losetup",
+            [
+                OsStr::new("-f"),
+                OsStr::new("--show"),
+                OsStr::new("--direct-io=on"),
+                OsStr::new("--sector-size"),
+                OsStr::new(&sector_size.to_string()),
+                file.as_os_str(),
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "losetup failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let device = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        LoopDevice { device }
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
+    }
+}
+
+/// A real `sanlock daemon -D -w 0` in a private run dir, stopped by PID on drop.
+pub struct SanlockDaemon {
+    pub run_dir: TempDir,
+    child: Child,
+    log: PathBuf,
+}
+
+impl SanlockDaemon {
+    /// Starts the daemon with host name `host_name` and waits for its socket.
+    pub fn start(host_name: &str) -> SanlockDaemon {
+        require_root("the sanlock daemon");
+        let sanlock = require_command("sanlock", "sanlock");
+        let run_dir = scratch_dir();
+        let log = run_dir.path().join("daemon.log");
+        let log_file = fs::File::create(&log).expect("create sanlock log");
+        let child = Command::new(sanlock)
+            .args([
+                "daemon", "-D", "-w", "0", "-U", "root", "-G", "root", "-e", host_name,
+            ])
+            .env("SANLOCK_RUN_DIR", run_dir.path())
+            .env("SANLOCK_PRIVILEGED", "0")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("dup log"))
+            .stderr(log_file)
+            .spawn()
+            .expect("start sanlock daemon");
+        let d = SanlockDaemon {
+            run_dir,
+            child,
+            log,
+        };
+        let sock = d.run_dir.path().join("sanlock.sock");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !sock.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "sanlock daemon did not create {} within 10 s; log:\n{}",
+                sock.display(),
+                d.log_text()
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+        d
+    }
+
+    /// Runs `sanlock client ARGS` against this daemon; returns (status ok, stdout+stderr).
+    pub fn client(&self, args: &[&str]) -> (bool, String) {
+        let out = Command::new("sanlock")
+            .arg("client")
+            .args(args)
+            .env("SANLOCK_RUN_DIR", self.run_dir.path())
+            .env("SANLOCK_PRIVILEGED", "0")
+            .output()
+            .expect("run sanlock client");
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for SanlockDaemon {
+    fn drop(&mut self) {
+        // SIGKILL by PID: the test's lockspace dies with it, which is what a crash does.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Writes `data` at `offset` through the page cache and syncs (for corrupting test areas).
+pub fn poke(path: &Path, offset: u64, data: &[u8]) {
+    use std::io::{Seek, SeekFrom};
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open to poke");
+    f.seek(SeekFrom::Start(offset)).expect("seek");
+    f.write_all(data).expect("poke");
+    f.sync_all().expect("sync");
+}

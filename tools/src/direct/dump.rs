@@ -133,6 +133,16 @@ pub fn run(args: &DumpArgs) -> Result<()> {
     } else {
         print_table(&spec, &areas);
     }
+    let damaged: Vec<String> = areas
+        .iter()
+        .filter_map(|a| match a {
+            Area::Damaged { offset, error } => Some(format!("offset {offset}: {error}")),
+            _ => None,
+        })
+        .collect();
+    if let Some(first) = damaged.first() {
+        bail!("{} damaged area(s); first at {first}", damaged.len());
+    }
     Ok(())
 }
 

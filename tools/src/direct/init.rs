@@ -75,20 +75,20 @@ fn open_checked(
             geometry.sector_bytes()
         );
     }
-    if offset % geometry.align_bytes() != 0 {
-        eprintln!(
-            "lockd: warning: offset {offset} is not a multiple of the align size {} \
-             ({} bytes); other hosts expect areas at align-size boundaries",
-            geometry.align_size.label(),
-            geometry.align_bytes()
-        );
-    }
     if disk.is_block_device() && offset + geometry.align_bytes() > disk.size() {
         bail!(
             "{}: a {}-byte area at offset {offset} goes past the end of the device ({} bytes)",
             path.display(),
             geometry.align_bytes(),
             disk.size()
+        );
+    }
+    if offset % geometry.align_bytes() != 0 {
+        eprintln!(
+            "lockd: warning: offset {offset} is not a multiple of the align size {} \
+             ({} bytes); other hosts expect areas at align-size boundaries",
+            geometry.align_size.label(),
+            geometry.align_bytes()
         );
     }
     Ok((disk, geometry))
