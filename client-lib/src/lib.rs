@@ -1,2 +1,21 @@
 //! The sanlock client protocol: wire codec shared by the lockd daemon and its clients.
+//!
+//! - [`proto`]: command numbers, flags and limits (`sanlock_sock.h` and friends);
+//! - [`wire`]: native-endian encode/decode of every struct sent on the socket;
+//! - [`client`]: a small blocking client.
+//!
+//! Invariant: nothing here panics on bytes received from a peer; every decoder returns a
+//! [`WireError`] naming what was short, oversized or invalid.
 #![forbid(unsafe_code)]
+
+pub mod client;
+pub mod error;
+pub mod proto;
+pub mod wire;
+
+pub use client::{default_run_dir, Client, StateRecord};
+pub use error::{describe_rv, ClientError, WireError};
+pub use wire::{
+    Disk, EventCb, Header, Host, HostEvent, Lockspace, Options, PathField, Resource, ResourceHead,
+    State,
+};

@@ -1,0 +1,354 @@
+//! A small blocking client for the lockd (or sanlock) daemon socket.
+//!
+//! One `Client` is one connection. Requests are written whole; replies are read with
+//! bounded lengths (never more than [`MAX_CLIENT_MSG`] per message), so a misbehaving
+//! daemon cannot make the client allocate without limit.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use disk_format::Name;
+
+use crate::error::{ClientError, WireError};
+use crate::proto::*;
+use crate::wire::*;
+
+/// The run dir clients use: `$SANLOCK_RUN_DIR`, else `$LOCKD_RUN_DIR`, else `/run/lockd`.
+pub fn default_run_dir() -> PathBuf {
+    for var in ["SANLOCK_RUN_DIR", "LOCKD_RUN_DIR"] {
+        if let Some(v) = std::env::var_os(var) {
+            if !v.is_empty() {
+                return PathBuf::from(v);
+            }
+        }
+    }
+    PathBuf::from("/run/lockd")
+}
+
+/// One record of a STATUS / HOST_STATUS / RENEWAL reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateRecord {
+    pub state: State,
+    /// The state text without its NUL.
+    pub text: String,
+    /// For lockspace records: the sanlk_lockspace that follows.
+    pub lockspace: Option<Lockspace>,
+    /// For resource records: the sanlk_resource (+ disks) that follows.
+    pub resource: Option<Resource>,
+}
+
+/// A connection to the daemon.
+#[derive(Debug)]
+pub struct Client {
+    stream: UnixStream,
+}
+
+impl Client {
+    /// Connects to `<run_dir>/sanlock.sock`.
+    pub fn connect(run_dir: &Path) -> Result<Client, ClientError> {
+        let path = run_dir.join(SOCKET_NAME);
+        let stream = UnixStream::connect(&path).map_err(|source| ClientError::Connect {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(Client { stream })
+    }
+
+    /// Wraps an already connected stream.
+    pub fn from_stream(stream: UnixStream) -> Client {
+        Client { stream }
+    }
+
+    /// The underlying stream (e.g. to keep a registered connection alive).
+    pub fn stream(&self) -> &UnixStream {
+        &self.stream
+    }
+
+    /// Bounds how long any single read may block.
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> Result<(), ClientError> {
+        self.stream.set_read_timeout(t)?;
+        Ok(())
+    }
+
+    /// Sends a header (length computed from `payload`) and the payload.
+    pub fn send(
+        &mut self,
+        cmd: u32,
+        cmd_flags: u32,
+        data: u32,
+        data2: u32,
+        payload: &[u8],
+    ) -> Result<(), ClientError> {
+        let h = Header::request(cmd, cmd_flags, payload.len(), data, data2);
+        let mut msg = Vec::with_capacity(HEADER_LEN + payload.len());
+        msg.extend_from_slice(&h.encode());
+        msg.extend_from_slice(payload);
+        self.stream.write_all(&msg)?;
+        Ok(())
+    }
+
+    /// Reads exactly `n` bytes (n ≤ MAX_CLIENT_MSG).
+    pub fn recv_exact(&mut self, n: usize) -> Result<Vec<u8>, ClientError> {
+        if n > MAX_CLIENT_MSG as usize {
+            return Err(WireError::Oversized {
+                length: u32::try_from(n).unwrap_or(u32::MAX),
+                max: MAX_CLIENT_MSG,
+            }
+            .into());
+        }
+        let mut buf = vec![0u8; n];
+        let mut got = 0;
+        while got < n {
+            match self.stream.read(&mut buf[got..]) {
+                Ok(0) => return Err(ClientError::Closed),
+                Ok(k) => got += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(buf)
+    }
+
+    /// Reads one reply header and checks its magic.
+    pub fn recv_header(&mut self) -> Result<Header, ClientError> {
+        let b = self.recv_exact(HEADER_LEN)?;
+        let h = Header::decode(&b)?;
+        if h.magic != SM_MAGIC {
+            return Err(WireError::BadMagic { magic: h.magic }.into());
+        }
+        h.payload_len(MAX_CLIENT_MSG)?;
+        Ok(h)
+    }
+
+    /// Reads a reply header and the payload its length claims.
+    pub fn recv_reply(&mut self) -> Result<(Header, Vec<u8>), ClientError> {
+        let h = self.recv_header()?;
+        let n = h.payload_len(MAX_CLIENT_MSG)?;
+        let payload = self.recv_exact(n)?;
+        Ok((h, payload))
+    }
+
+    /// Sends a command and returns its result code (header.data) and the whole reply.
+    pub fn call(
+        &mut self,
+        cmd: u32,
+        cmd_flags: u32,
+        data: u32,
+        data2: u32,
+        payload: &[u8],
+    ) -> Result<(Header, Vec<u8>), ClientError> {
+        self.send(cmd, cmd_flags, data, data2, payload)?;
+        self.recv_reply()
+    }
+
+    fn call_ok(
+        &mut self,
+        cmd: u32,
+        cmd_flags: u32,
+        data: u32,
+        data2: u32,
+        payload: &[u8],
+    ) -> Result<(Header, Vec<u8>), ClientError> {
+        let (h, p) = self.call(cmd, cmd_flags, data, data2, payload)?;
+        if h.result() < 0 {
+            return Err(ClientError::Result { rv: h.result() });
+        }
+        Ok((h, p))
+    }
+
+    /// VERSION: the daemon's combined version number (e.g. 0x03080500).
+    pub fn version(&mut self) -> Result<u32, ClientError> {
+        let (h, _) = self.call_ok(SM_CMD_VERSION, 0, 0, 0, &[])?;
+        Ok(h.data2)
+    }
+
+    /// REGISTER: this connection becomes a registered client (no reply is sent).
+    pub fn register(&mut self) -> Result<(), ClientError> {
+        self.send(SM_CMD_REGISTER, 0, 0, 0, &[])
+    }
+
+    /// ADD_LOCKSPACE; `io_timeout` 0 = daemon default.
+    pub fn add_lockspace(
+        &mut self,
+        ls: &Lockspace,
+        io_timeout: u32,
+        flags: u32,
+    ) -> Result<i32, ClientError> {
+        let (h, _) = self.call(SM_CMD_ADD_LOCKSPACE, flags, io_timeout, 0, &ls.encode())?;
+        Ok(h.result())
+    }
+
+    /// INQ_LOCKSPACE: 0 joined, -EINPROGRESS, -ENOENT.
+    pub fn inq_lockspace(&mut self, ls: &Lockspace, flags: u32) -> Result<i32, ClientError> {
+        let (h, _) = self.call(SM_CMD_INQ_LOCKSPACE, flags, 0, 0, &ls.encode())?;
+        Ok(h.result())
+    }
+
+    /// REM_LOCKSPACE.
+    pub fn rem_lockspace(&mut self, ls: &Lockspace, flags: u32) -> Result<i32, ClientError> {
+        let (h, _) = self.call(SM_CMD_REM_LOCKSPACE, flags, 0, 0, &ls.encode())?;
+        Ok(h.result())
+    }
+
+    /// ACQUIRE for `target` (-1 = this registered connection, else a pid).
+    pub fn acquire(
+        &mut self,
+        target: i32,
+        flags: u32,
+        resources: &[Resource],
+        owner_name: Option<Name>,
+    ) -> Result<i32, ClientError> {
+        let mut p = Vec::new();
+        for r in resources {
+            r.encode_into(&mut p);
+        }
+        Options {
+            owner_name: owner_name.unwrap_or(Name::EMPTY),
+            flags: 0,
+            len: 0,
+        }
+        .encode_into(&mut p);
+        let count = u32::try_from(resources.len()).unwrap_or(u32::MAX);
+        let (h, _) = self.call(SM_CMD_ACQUIRE, flags, count, target as u32, &p)?;
+        Ok(h.result())
+    }
+
+    /// RELEASE for `target`; resources are sent without disks.
+    pub fn release(
+        &mut self,
+        target: i32,
+        flags: u32,
+        resources: &[ResourceHead],
+    ) -> Result<i32, ClientError> {
+        let mut p = Vec::new();
+        for r in resources {
+            let mut head = r.clone();
+            head.num_disks = 0;
+            head.encode_into(&mut p);
+        }
+        let count = u32::try_from(resources.len()).unwrap_or(u32::MAX);
+        let (h, _) = self.call(SM_CMD_RELEASE, flags, count, target as u32, &p)?;
+        Ok(h.result())
+    }
+
+    /// INQUIRE for `target`: (result, resource count, state string).
+    pub fn inquire(&mut self, target: i32) -> Result<(i32, u32, String), ClientError> {
+        let (h, p) = self.call(SM_CMD_INQUIRE, 0, 0, target as u32, &[])?;
+        Ok((h.result(), h.data2, c_field_text(&p)))
+    }
+
+    /// GET_LOCKSPACES.
+    pub fn get_lockspaces(&mut self) -> Result<Vec<Lockspace>, ClientError> {
+        let (h, p) = self.call_ok(SM_CMD_GET_LOCKSPACES, 0, 0, 0, &[])?;
+        let n = (h.data2 as usize).min(p.len() / LOCKSPACE_LEN);
+        p.chunks_exact(LOCKSPACE_LEN)
+            .take(n)
+            .map(|c| Lockspace::decode(c).map_err(ClientError::from))
+            .collect()
+    }
+
+    /// GET_HOSTS of lockspace `name` (host_id 0 = all).
+    pub fn get_hosts(&mut self, name: Name, host_id: u64) -> Result<Vec<Host>, ClientError> {
+        let ls = Lockspace {
+            name,
+            host_id,
+            flags: 0,
+            pad: 0,
+            host_id_disk: Disk::default(),
+        };
+        let (h, p) = self.call_ok(SM_CMD_GET_HOSTS, 0, 0, 0, &ls.encode())?;
+        let n = (h.data2 as usize).min(p.len() / HOST_LEN);
+        p.chunks_exact(HOST_LEN)
+            .take(n)
+            .map(|c| Host::decode(c).map_err(ClientError::from))
+            .collect()
+    }
+
+    /// STATUS at `depth` (1 daemon … 4 resources): records until the daemon closes.
+    pub fn status(mut self, depth: u32) -> Result<Vec<StateRecord>, ClientError> {
+        self.send(SM_CMD_STATUS, 0, depth, 0, &[])?;
+        let h = self.recv_header()?;
+        if h.result() < 0 {
+            return Err(ClientError::Result { rv: h.result() });
+        }
+        self.read_state_records()
+    }
+
+    /// HOST_STATUS of one lockspace.
+    pub fn host_status(mut self, name: Name) -> Result<Vec<StateRecord>, ClientError> {
+        let ls = Lockspace {
+            name,
+            host_id: 0,
+            flags: 0,
+            pad: 0,
+            host_id_disk: Disk::default(),
+        };
+        self.send(SM_CMD_HOST_STATUS, 0, 0, 0, &ls.encode())?;
+        let h = self.recv_header()?;
+        if h.result() < 0 {
+            return Err(ClientError::Result { rv: h.result() });
+        }
+        self.read_state_records()
+    }
+
+    fn read_state_records(&mut self) -> Result<Vec<StateRecord>, ClientError> {
+        let mut out = Vec::new();
+        loop {
+            let b = match self.recv_exact(STATE_LEN) {
+                Ok(b) => b,
+                Err(ClientError::Closed) => return Ok(out),
+                Err(e) => return Err(e),
+            };
+            let state = State::decode(&b)?;
+            if state.str_len as usize > SANLK_STATE_MAXSTR {
+                return Err(WireError::Oversized {
+                    length: state.str_len,
+                    max: SANLK_STATE_MAXSTR as u32,
+                }
+                .into());
+            }
+            let text = c_field_text(&self.recv_exact(state.str_len as usize)?);
+            let mut rec = StateRecord {
+                state,
+                text,
+                lockspace: None,
+                resource: None,
+            };
+            match rec.state.kind {
+                SANLK_STATE_LOCKSPACE => {
+                    rec.lockspace = Some(Lockspace::decode(&self.recv_exact(LOCKSPACE_LEN)?)?);
+                }
+                SANLK_STATE_RESOURCE => {
+                    let head = ResourceHead::decode(&self.recv_exact(RESOURCE_LEN)?)?;
+                    if head.num_disks > SANLK_MAX_DISKS {
+                        return Err(WireError::TooMany {
+                            what: "disks",
+                            count: head.num_disks,
+                            max: SANLK_MAX_DISKS,
+                        }
+                        .into());
+                    }
+                    let mut disks = Vec::new();
+                    for _ in 0..head.num_disks {
+                        disks.push(Disk::decode(&self.recv_exact(DISK_LEN)?)?);
+                    }
+                    rec.resource = Some(Resource { head, disks });
+                }
+                _ => {}
+            }
+            out.push(rec);
+        }
+    }
+
+    /// SHUTDOWN (`wait` = SHUTDOWN_WAIT, which replies when the daemon exits).
+    pub fn shutdown(&mut self, force: bool, wait: bool) -> Result<i32, ClientError> {
+        if wait {
+            let (h, _) = self.call(SM_CMD_SHUTDOWN_WAIT, 0, u32::from(force), 0, &[])?;
+            return Ok(h.result());
+        }
+        self.send(SM_CMD_SHUTDOWN, 0, u32::from(force), 0, &[])?;
+        Ok(0)
+    }
+}
