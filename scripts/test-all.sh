@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Sets up and runs every lockd test: format and lints, unit and property tests, system
+# tests against the real sanlock on files and loop devices, the deterministic simulator,
+# and a short fuzzing pass over every on-disk decoder. Run as root (loop devices, the
+# sanlock daemon). Exits non-zero on the first failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+bash scripts/setup.sh
+
+step() { printf '\n=== %s ===\n' "$*"; }
+
+step "format"
+cargo fmt --all -- --check
+
+step "clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "unit, property and system tests"
+cargo test --workspace
+
+if [ -f lease-core/src/bin/lockd-sim.rs ]; then
+    step "deterministic simulation"
+    bash scripts/sim.sh
+fi
+
+step "fuzz smoke run"
+bash scripts/fuzz-smoke.sh 10
+
+step "leftovers"
+if [ -n "$(losetup -a)" ]; then
+    echo "loop devices left attached:"; losetup -a
+    exit 1
+fi
+echo "all tests passed"
