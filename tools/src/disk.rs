@@ -169,10 +169,10 @@ impl DirectDisk {
 
     fn check(&self, offset: u64, len: usize, io_unit: u32) -> Result<(), DiskError> {
         let unit = u64::from(io_unit.max(self.sector_size));
-        if offset % unit != 0 || len as u64 % unit != 0 {
+        if !offset.is_multiple_of(unit) || !(len as u64).is_multiple_of(unit) {
             return Err(DiskError::Unaligned {
                 path: self.path.clone(),
-                offset: if offset % unit != 0 {
+                offset: if !offset.is_multiple_of(unit) {
                     offset
                 } else {
                     len as u64

@@ -68,7 +68,9 @@ fn open_checked(
 ) -> Result<(DirectDisk, Geometry)> {
     let disk = DirectDisk::open(path, true)?;
     let geometry = geometry_of(&disk)?;
-    if offset % geometry.sector_bytes() != 0 || offset % u64::from(disk.sector_size()) != 0 {
+    if !offset.is_multiple_of(geometry.sector_bytes())
+        || !offset.is_multiple_of(u64::from(disk.sector_size()))
+    {
         bail!(
             "{}: offset {offset} is not a multiple of the {}-byte sector size",
             path.display(),
@@ -83,7 +85,7 @@ fn open_checked(
             disk.size()
         );
     }
-    if offset % geometry.align_bytes() != 0 {
+    if !offset.is_multiple_of(geometry.align_bytes()) {
         eprintln!(
             "lockd: warning: offset {offset} is not a multiple of the align size {} \
              ({} bytes); other hosts expect areas at align-size boundaries",
