@@ -1,6 +1,7 @@
 //! `lockd`: the command-line tool of lockd.
 #![deny(unsafe_code)]
 
+mod client;
 mod direct;
 mod disk;
 mod spec;
@@ -23,6 +24,30 @@ enum Command {
     /// Read and write lease areas on storage directly, without a daemon.
     #[command(subcommand)]
     Direct(DirectCommand),
+    /// Join a lockspace (acquire a host_id lease).
+    AddLockspace(client::lockspace::AddArgs),
+    /// Leave a lockspace.
+    RemLockspace(client::lockspace::RemArgs),
+    /// Ask whether a lockspace is joined.
+    InqLockspace(client::lockspace::InqArgs),
+    /// List joined lockspaces (and their hosts with --hosts).
+    Gets(client::lockspace::GetsArgs),
+    /// Show every host of a lockspace and its state (LIVE, FAIL, DEAD, …).
+    HostStatus(client::lockspace::HostStatusArgs),
+    /// Acquire resource leases for a pid, or for the life of a command (`-- CMD ARGS`).
+    Acquire(client::resource::AcquireArgs),
+    /// Release resource leases of a pid.
+    Release(client::resource::ReleaseArgs),
+    /// List the leases a pid holds.
+    Inquire(client::resource::InquireArgs),
+    /// Convert a held lease between shared and exclusive.
+    Convert(client::resource::ConvertArgs),
+    /// Show daemon, clients, lockspaces and resources.
+    Status(client::daemon_cmds::StatusArgs),
+    /// Show the daemon's version.
+    Version(client::daemon_cmds::VersionArgs),
+    /// Stop the daemon.
+    Shutdown(client::daemon_cmds::ShutdownArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -41,6 +66,18 @@ fn main() -> ExitCode {
         Command::Direct(DirectCommand::Init(a)) => direct::init::run(a),
         Command::Direct(DirectCommand::Dump(a)) => direct::dump::run(a),
         Command::Direct(DirectCommand::ReadLeader(a)) => direct::read_leader::run(a),
+        Command::AddLockspace(a) => client::lockspace::add(a),
+        Command::RemLockspace(a) => client::lockspace::rem(a),
+        Command::InqLockspace(a) => client::lockspace::inq(a),
+        Command::Gets(a) => client::lockspace::gets(a),
+        Command::HostStatus(a) => client::lockspace::host_status(a),
+        Command::Acquire(a) => client::resource::acquire(a),
+        Command::Release(a) => client::resource::release(a),
+        Command::Inquire(a) => client::resource::inquire(a),
+        Command::Convert(a) => client::resource::convert(a),
+        Command::Status(a) => client::daemon_cmds::status(a),
+        Command::Version(a) => client::daemon_cmds::version(a),
+        Command::Shutdown(a) => client::daemon_cmds::shutdown(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -35,3 +35,19 @@ pub fn monotonic_seconds() -> u64 {
     assert_eq!(rc, 0, "CLOCK_MONOTONIC is always available on Linux");
     u64::try_from(ts.tv_sec).unwrap_or(0)
 }
+
+/// Clears FD_CLOEXEC so `fd` survives exec (the registered connection of `lockd acquire
+/// -- COMMAND` must stay open in COMMAND).
+pub fn clear_cloexec(fd: std::os::fd::RawFd) -> io::Result<()> {
+    // SAFETY: F_GETFD/F_SETFD take and return plain integers; an invalid fd yields EBADF.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    let rc = unsafe { libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1,0 +1,155 @@
+//! Daemon-wide commands: status, version, shutdown.
+
+use anyhow::Result;
+use clap::Args;
+use client_lib::proto::{
+    SANLK_STATE_CLIENT, SANLK_STATE_DAEMON, SANLK_STATE_HOST, SANLK_STATE_LOCKSPACE,
+    SANLK_STATE_RENEWAL, SANLK_STATE_RESOURCE,
+};
+use client_lib::StateRecord;
+use serde_json::json;
+
+use super::{check_rv, print_json, Conn};
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Include the daemon's detail strings for every record.
+    #[arg(short = 'D', long = "details")]
+    pub details: bool,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Debug, Args)]
+pub struct VersionArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Debug, Args)]
+pub struct ShutdownArgs {
+    /// Shut down even with lockspaces joined (their holders are killed).
+    #[arg(short = 'f', long)]
+    pub force: bool,
+    /// Wait until the daemon has exited.
+    #[arg(short = 'w', long)]
+    pub wait: bool,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+fn kind_name(kind: u32) -> &'static str {
+    match kind {
+        SANLK_STATE_DAEMON => "daemon",
+        SANLK_STATE_CLIENT => "client",
+        SANLK_STATE_LOCKSPACE => "lockspace",
+        SANLK_STATE_RESOURCE => "resource",
+        SANLK_STATE_HOST => "host",
+        SANLK_STATE_RENEWAL => "renewal",
+        _ => "other",
+    }
+}
+
+fn record_json(r: &StateRecord) -> serde_json::Value {
+    let mut v = json!({
+        "kind": kind_name(r.state.kind),
+        "name": r.state.name.to_text(),
+        "data32": r.state.data32 as i32,
+        "data64": r.state.data64,
+        "detail": r.text,
+    });
+    if let Some(ls) = &r.lockspace {
+        v["lockspace"] = json!({"name": ls.name.to_text(), "host_id": ls.host_id, "path": ls.host_id_disk.path.to_text(), "offset": ls.host_id_disk.offset});
+    }
+    if let Some(res) = &r.resource {
+        v["resource"] = json!({
+            "lockspace": res.head.lockspace_name.to_text(),
+            "name": res.head.name.to_text(),
+            "lver": res.head.lver,
+            "flags": res.head.flags,
+            "disks": res.disks.iter().map(|d| json!({"path": d.path.to_text(), "offset": d.offset})).collect::<Vec<_>>(),
+        });
+    }
+    v
+}
+
+pub fn status(a: &StatusArgs) -> Result<()> {
+    let records = a.conn.connect()?.status(4)?;
+    if a.conn.json {
+        print_json(&serde_json::Value::Array(
+            records.iter().map(record_json).collect(),
+        ));
+        return Ok(());
+    }
+    for r in &records {
+        let line = match r.state.kind {
+            SANLK_STATE_DAEMON => format!("daemon {}", r.state.name),
+            SANLK_STATE_CLIENT => format!("p {} {}", r.state.data32 as i32, r.state.name),
+            SANLK_STATE_LOCKSPACE => match &r.lockspace {
+                Some(ls) => format!(
+                    "s {}:{}:{}:{}",
+                    ls.name,
+                    ls.host_id,
+                    ls.host_id_disk.path.to_text(),
+                    ls.host_id_disk.offset
+                ),
+                None => format!("s {}", r.state.name),
+            },
+            SANLK_STATE_RESOURCE => match &r.resource {
+                Some(res) => {
+                    let disk = res
+                        .disks
+                        .first()
+                        .map(|d| format!("{}:{}", d.path.to_text(), d.offset))
+                        .unwrap_or_default();
+                    format!(
+                        "r {}:{}:{}:{} p {}",
+                        res.head.lockspace_name, res.head.name, disk, res.head.lver, r.state.data32
+                    )
+                }
+                None => format!("r {}", r.state.name),
+            },
+            k => format!("{} {}", kind_name(k), r.state.name),
+        };
+        println!("{line}");
+        if a.details && !r.text.is_empty() {
+            println!("    {}", r.text);
+        }
+    }
+    Ok(())
+}
+
+pub fn version(a: &VersionArgs) -> Result<()> {
+    let v = a.conn.connect()?.version()?;
+    let text = format!("{}.{}.{}", v >> 24, (v >> 16) & 0xff, (v >> 8) & 0xff);
+    if a.conn.json {
+        print_json(
+            &json!({"client": env!("CARGO_PKG_VERSION"), "daemon_protocol_version": text, "raw": v}),
+        );
+    } else {
+        println!(
+            "lockd {} (daemon reports sanlock-compatible version {text}, 0x{v:08x})",
+            env!("CARGO_PKG_VERSION")
+        );
+    }
+    Ok(())
+}
+
+pub fn shutdown(a: &ShutdownArgs) -> Result<()> {
+    let rv = a.conn.connect()?.shutdown(a.force, a.wait)?;
+    if a.conn.json {
+        print_json(&json!({"op": "shutdown", "result": rv}));
+    }
+    check_rv("shutdown", rv)?;
+    if !a.conn.json {
+        println!(
+            "{}",
+            if a.wait {
+                "daemon exited"
+            } else {
+                "shutdown requested"
+            }
+        );
+    }
+    Ok(())
+}

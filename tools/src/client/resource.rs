@@ -1,0 +1,234 @@
+//! Resource commands: acquire (for a pid, or for the life of a command), release,
+//! inquire and convert.
+//!
+//! `lockd acquire -r RES … -- COMMAND ARGS` registers with the daemon, takes the leases
+//! on that registration, then execs COMMAND in the same process: the registered pid *is*
+//! the command, so the daemon's kill escalation reaches it, and the leases are released
+//! when it exits (its registered connection closes).
+
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use client_lib::proto::{
+    SANLK_ACQUIRE_OWNER_NOWAIT, SANLK_KILLPATH_PID, SANLK_REL_ALL, SANLK_RES_SHARED,
+    SM_CMD_CONVERT, SM_CMD_KILLPATH,
+};
+use client_lib::ResourceHead;
+use disk_format::Name;
+use serde_json::json;
+
+use super::{check_rv, print_json, wire_resource, Conn};
+use crate::sys;
+
+#[derive(Debug, Args)]
+pub struct AcquireArgs {
+    /// LOCKSPACE:NAME:PATH:OFFSET[:LVER|:SH] (repeat for up to 8 resources).
+    #[arg(short = 'r', long = "resource", required = true)]
+    pub resources: Vec<String>,
+    /// Acquire for this registered pid.
+    #[arg(short = 'p', long = "pid", conflicts_with = "command")]
+    pub pid: Option<i32>,
+    /// Fail at once (SANLK_ACQUIRE_OWNED_RETRY) instead of waiting on an owner whose
+    /// liveness is not yet known.
+    #[arg(long)]
+    pub nowait: bool,
+    /// Owner name recorded by the daemon (shown in status).
+    #[arg(long = "owner-name")]
+    pub owner_name: Option<String>,
+    /// Program the daemon runs (instead of SIGTERM) when the lease must be given up.
+    #[arg(long)]
+    pub killpath: Option<String>,
+    /// Arguments for the killpath program.
+    #[arg(long = "killpath-args", default_value = "")]
+    pub killpath_args: String,
+    /// Command to run while holding the leases (after `--`).
+    #[arg(last = true)]
+    pub command: Vec<String>,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// LOCKSPACE:NAME:PATH:OFFSET (repeatable).
+    #[arg(short = 'r', long = "resource")]
+    pub resources: Vec<String>,
+    /// Registered pid holding the leases.
+    #[arg(short = 'p', long = "pid")]
+    pub pid: i32,
+    /// Release every lease of the pid.
+    #[arg(long)]
+    pub all: bool,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Debug, Args)]
+pub struct InquireArgs {
+    /// Registered pid.
+    #[arg(short = 'p', long = "pid")]
+    pub pid: i32,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// LOCKSPACE:NAME:PATH:OFFSET[:SH] — `:SH` converts to shared, without it to exclusive.
+    #[arg(short = 'r', long = "resource")]
+    pub resource: String,
+    /// Registered pid holding the lease.
+    #[arg(short = 'p', long = "pid")]
+    pub pid: i32,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+fn owner_name(a: &AcquireArgs) -> Result<Option<Name>> {
+    a.owner_name
+        .as_deref()
+        .map(Name::new)
+        .transpose()
+        .context("invalid owner name")
+}
+
+pub fn acquire(a: &AcquireArgs) -> Result<()> {
+    let resources = a
+        .resources
+        .iter()
+        .map(|t| wire_resource(t))
+        .collect::<Result<Vec<_>>>()?;
+    if resources.len() > 8 {
+        bail!(
+            "at most 8 resources per acquire ({} given)",
+            resources.len()
+        );
+    }
+    let flags = if a.nowait {
+        SANLK_ACQUIRE_OWNER_NOWAIT
+    } else {
+        0
+    };
+    let names: Vec<String> = resources
+        .iter()
+        .map(|r| format!("{}:{}", r.head.lockspace_name, r.head.name))
+        .collect();
+    if let Some(pid) = a.pid {
+        let rv = a
+            .conn
+            .connect()?
+            .acquire(pid, flags, &resources, owner_name(a)?)?;
+        if a.conn.json {
+            print_json(&json!({"op": "acquire", "pid": pid, "resources": names, "result": rv}));
+        }
+        check_rv(&format!("acquire {} for pid {pid}", names.join(" ")), rv)?;
+        if !a.conn.json {
+            println!("acquired {} for pid {pid}", names.join(" "));
+        }
+        return Ok(());
+    }
+    let Some((program, args)) = a.command.split_first() else {
+        bail!("give -p PID, or a command to run while holding the leases after `--`");
+    };
+    // Register this process, then take the leases on the registered connection.
+    let mut client = a.conn.connect()?;
+    client.register()?;
+    if let Some(path) = &a.killpath {
+        let mut payload = vec![0u8; 256];
+        let (p, g) = (path.as_bytes(), a.killpath_args.as_bytes());
+        if p.len() >= 128 || g.len() >= 128 {
+            bail!("killpath and its arguments must each be under 128 bytes");
+        }
+        payload[..p.len()].copy_from_slice(p);
+        payload[128..128 + g.len()].copy_from_slice(g);
+        let (h, _) = client.call(SM_CMD_KILLPATH, SANLK_KILLPATH_PID, 0, u32::MAX, &payload)?;
+        check_rv("killpath", h.result())?;
+    }
+    let rv = client.acquire(-1, flags, &resources, owner_name(a)?)?;
+    check_rv(&format!("acquire {}", names.join(" ")), rv)?;
+    if !a.conn.json {
+        eprintln!(
+            "lockd: holding {} while running {program} (pid {})",
+            names.join(" "),
+            std::process::id()
+        );
+    }
+    // The registered connection must survive exec: the daemon releases the leases when
+    // it closes, i.e. when the command exits.
+    sys::clear_cloexec(client.stream().as_raw_fd())?;
+    let err = Command::new(program).args(args).exec();
+    bail!("cannot run {program}: {err}")
+}
+
+pub fn release(a: &ReleaseArgs) -> Result<()> {
+    let heads: Vec<ResourceHead> = a
+        .resources
+        .iter()
+        .map(|t| wire_resource(t).map(|r| r.head))
+        .collect::<Result<_>>()?;
+    if heads.is_empty() && !a.all {
+        bail!("give -r RESOURCE (repeatable) or --all");
+    }
+    let flags = if a.all { SANLK_REL_ALL } else { 0 };
+    let rv = a.conn.connect()?.release(a.pid, flags, &heads)?;
+    if a.conn.json {
+        print_json(&json!({"op": "release", "pid": a.pid, "all": a.all, "result": rv}));
+    }
+    check_rv(&format!("release for pid {}", a.pid), rv)?;
+    if !a.conn.json {
+        println!("released for pid {}", a.pid);
+    }
+    Ok(())
+}
+
+pub fn inquire(a: &InquireArgs) -> Result<()> {
+    let (rv, count, state) = a.conn.connect()?.inquire(a.pid)?;
+    if a.conn.json {
+        let list: Vec<&str> = state.split_whitespace().collect();
+        print_json(&json!({"pid": a.pid, "result": rv, "count": count, "resources": list}));
+    }
+    check_rv(&format!("inquire pid {}", a.pid), rv)?;
+    if !a.conn.json {
+        if count == 0 {
+            println!("pid {} holds no leases", a.pid);
+        }
+        for r in state.split_whitespace() {
+            println!("{r}");
+        }
+    }
+    Ok(())
+}
+
+pub fn convert(a: &ConvertArgs) -> Result<()> {
+    let r = wire_resource(&a.resource)?;
+    let mut head = r.head.clone();
+    head.num_disks = 0;
+    let mut payload = Vec::new();
+    head.encode_into(&mut payload);
+    let (h, _) = a
+        .conn
+        .connect()?
+        .call(SM_CMD_CONVERT, 0, 0, a.pid as u32, &payload)?;
+    let mode = if r.head.flags & SANLK_RES_SHARED != 0 {
+        "shared"
+    } else {
+        "exclusive"
+    };
+    if a.conn.json {
+        print_json(&json!({"op": "convert", "pid": a.pid, "mode": mode, "result": h.result()}));
+    }
+    check_rv(
+        &format!("convert {}:{} to {mode}", head.lockspace_name, head.name),
+        h.result(),
+    )?;
+    if !a.conn.json {
+        println!(
+            "converted {}:{} to {mode} for pid {}",
+            head.lockspace_name, head.name, a.pid
+        );
+    }
+    Ok(())
+}
