@@ -297,7 +297,10 @@ pub fn open_one(spec: &DeviceSpec) -> Result<Box<dyn Watchdog>, DeviceError> {
 /// Make sure an open device uses exactly `want` seconds: GETTIMEOUT, and if
 /// different SETTIMEOUT + GETTIMEOUT, which must read back `want`. On error the
 /// device is magic-closed (it was never in service).
-pub fn ensure_timeout(mut dev: Box<dyn Watchdog>, want: u32) -> Result<Box<dyn Watchdog>, DeviceError> {
+pub fn ensure_timeout(
+    mut dev: Box<dyn Watchdog>,
+    want: u32,
+) -> Result<Box<dyn Watchdog>, DeviceError> {
     let res = (|| {
         let cur = dev.get_timeout()?;
         if cur == i64::from(want) {
@@ -399,7 +402,9 @@ mod tests {
     fn a_regular_file_is_not_a_watchdog() {
         let f = tempfile::NamedTempFile::new().unwrap();
         let c = vec![DeviceSpec::Linux(f.path().to_path_buf())];
-        let e = open_with_timeout(&c, 60).err().expect("ioctl on a file fails");
+        let e = open_with_timeout(&c, 60)
+            .err()
+            .expect("ioctl on a file fails");
         assert!(e.to_string().contains("WDIOC_GETTIMEOUT"), "{e}");
     }
 }

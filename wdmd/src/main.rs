@@ -1,0 +1,164 @@
+//! `wdmd`: the watchdog multiplexing daemon.
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use wdmd::daemon::{self, Config, Exit};
+use wdmd::device::DeviceSpec;
+use wdmd::proto;
+
+/// Watchdog multiplexer compatible with sanlock's wdmd (socket protocol of libwdmd).
+#[derive(Debug, Parser)]
+#[command(name = "wdmd", version)]
+struct Args {
+    /// Print the daemon's debug state (DUMP_DEBUG) and exit.
+    #[arg(short = 'd', long = "dump")]
+    dump: bool,
+    /// Print the path of a working watchdog device (disarmed again) and exit.
+    #[arg(short = 'p', long = "probe")]
+    probe: bool,
+    /// Stay in the foreground and log to stderr.
+    #[arg(short = 'D')]
+    foreground: bool,
+    /// Watchdog device to try first; `emu:/path/to/sock` for wdmd-emulator.
+    #[arg(short = 'w', value_name = "PATH")]
+    device: Option<String>,
+    /// Allow test scripts (0 or 1).
+    #[arg(short = 'S', value_name = "0|1", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    allow_scripts: u8,
+    /// Scripts directory.
+    #[arg(short = 's', value_name = "DIR", default_value = daemon::DEFAULT_SCRIPTS_DIR)]
+    scripts_dir: PathBuf,
+    /// Kill unfinished scripts after this many seconds (0 = never).
+    #[arg(short = 'k', value_name = "SEC", default_value_t = 0)]
+    kill_script_sec: u64,
+    /// Group owning the socket (default: sanlock, if that group exists).
+    #[arg(short = 'G', value_name = "GROUP")]
+    group: Option<String>,
+    /// Fire timeout for sanlock 3.8 clients and --probe (3.9 clients send their own).
+    #[arg(long = "fire-timeout", value_name = "SEC", default_value_t = daemon::DEFAULT_FIRE_TIMEOUT,
+          value_parser = clap::value_parser!(u32).range(1..=3600))]
+    fire_timeout: u32,
+    /// Run directory for the socket and pid file (libwdmd clients only use /run/wdmd).
+    #[arg(long = "run-dir", env = "WDMD_RUN_DIR", value_name = "DIR", default_value = proto::DEFAULT_RUN_DIR)]
+    run_dir: PathBuf,
+    /// Start-up guard marker (default /dev/shm/wdmd, or RUN_DIR/wdmd.shm for another run dir).
+    #[arg(long = "marker", value_name = "PATH")]
+    marker: Option<PathBuf>,
+}
+
+fn group_gid(name: &str) -> Result<Option<u32>> {
+    let text = std::fs::read_to_string("/etc/group").context("cannot read /etc/group")?;
+    for l in text.lines() {
+        let f: Vec<&str> = l.split(':').collect();
+        if f.len() >= 3 && f[0] == name {
+            return Ok(Some(f[2].parse().with_context(|| {
+                format!("bad gid for group {name} in /etc/group")
+            })?));
+        }
+    }
+    Ok(None)
+}
+
+fn config(a: &Args) -> Result<Config> {
+    let mut cfg = Config::new(a.run_dir.clone());
+    if let Some(m) = &a.marker {
+        cfg.marker = m.clone();
+    }
+    cfg.device = a.device.as_deref().map(DeviceSpec::parse);
+    cfg.fire_timeout = a.fire_timeout;
+    cfg.allow_scripts = a.allow_scripts == 1;
+    cfg.scripts_dir = a.scripts_dir.clone();
+    cfg.kill_script_sec = a.kill_script_sec;
+    cfg.socket_gid = match &a.group {
+        Some(g) => match g.parse::<u32>() {
+            Ok(n) => Some(n),
+            Err(_) => Some(group_gid(g)?.with_context(|| format!("unknown group {g}"))?),
+        },
+        None => group_gid("sanlock").unwrap_or(None),
+    };
+    Ok(cfg)
+}
+
+/// Start a detached copy of ourselves with -D, logging to RUN_DIR/wdmd.log,
+/// and wait until its socket is up.
+fn daemonize(a: &Args) -> Result<ExitCode> {
+    std::fs::create_dir_all(&a.run_dir)
+        .with_context(|| format!("cannot create {}", a.run_dir.display()))?;
+    let log_path = a.run_dir.join("wdmd.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("cannot open {}", log_path.display()))?;
+    let exe = std::env::current_exe().context("cannot find own executable")?;
+    let mut cmd = Command::new(exe);
+    cmd.args(std::env::args_os().skip(1))
+        .arg("-D")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = cmd.spawn().context("cannot start the daemon process")?;
+    let sock = a.run_dir.join(proto::SOCKET_NAME);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        if let Some(st) = child.try_wait()? {
+            bail!(
+                "wdmd exited during start-up ({st}); see {}",
+                log_path.display()
+            );
+        }
+        if wdmd::client::WdmdClient::connect(&a.run_dir).is_ok() {
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!(
+        "wdmd did not open {} within 10 s; see {}",
+        sock.display(),
+        log_path.display()
+    )
+}
+
+fn main() -> ExitCode {
+    let a = Args::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match real_main(&a) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("wdmd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main(a: &Args) -> Result<ExitCode> {
+    if a.dump {
+        let text = wdmd::client::dump_debug(&a.run_dir)?;
+        print!("{text}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let cfg = config(a)?;
+    if a.probe {
+        let path = daemon::probe(&cfg)?;
+        println!("{path}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !a.foreground {
+        return daemonize(a);
+    }
+    match daemon::run(cfg, || {})? {
+        Exit::Clean => Ok(ExitCode::SUCCESS),
+        Exit::Unclean => Ok(ExitCode::FAILURE),
+    }
+}
