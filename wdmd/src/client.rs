@@ -23,7 +23,7 @@ pub use crate::sys::monotime;
 #[derive(Debug, Error)]
 pub enum ClientError {
     /// connect(2) failed.
-    #[error("cannot connect to wdmd at {path}: {source}")]
+    #[error("cannot connect to wdmd at {path}")]
     Connect {
         /// Socket path.
         path: String,
@@ -31,7 +31,7 @@ pub enum ClientError {
         source: io::Error,
     },
     /// send/recv failed or the connection closed.
-    #[error("wdmd {op}: {source}")]
+    #[error("wdmd {op}")]
     Io {
         /// Command.
         op: &'static str,

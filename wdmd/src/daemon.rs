@@ -108,8 +108,14 @@ pub enum DaemonError {
         /// Marker path.
         path: String,
     },
+    /// `--probe` while a wdmd runs or after an unclean exit.
+    #[error("cannot probe watchdog devices while wdmd is in use or was not cleanly stopped (marker {path} exists)")]
+    ProbeInUse {
+        /// Marker path.
+        path: String,
+    },
     /// File system or socket setup failure.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Io {
         /// What was being done.
         what: String,
@@ -230,13 +236,11 @@ impl Drop for PidFile {
 
 /// `--probe` with the start-up guard (refused while a wdmd uses the device).
 pub fn probe(cfg: &Config) -> Result<String, DaemonError> {
+    if let Some(dir) = cfg.marker.parent() {
+        std::fs::create_dir_all(dir).map_err(io_err(format!("cannot create {}", dir.display())))?;
+    }
     let marker = Marker::create(&cfg.marker).map_err(|e| match e {
-        DaemonError::NotCleanlyStopped { path } => DaemonError::Io {
-            what: format!(
-                "cannot probe watchdog devices while wdmd is in use (marker {path} exists)"
-            ),
-            source: io::Error::from(ErrorKind::AlreadyExists),
-        },
+        DaemonError::NotCleanlyStopped { path } => DaemonError::ProbeInUse { path },
         other => other,
     })?;
     let res = device::probe(
@@ -288,7 +292,7 @@ impl State {
         match dev.keepalive() {
             Ok(()) => self.last_keepalive = sys::monotime(),
             Err(e) => {
-                tracing::error!("keepalive failed, closing device: {e}");
+                tracing::error!("keepalive failed, closing device: {}", crate::Chain(&e));
                 self.close_unclean();
             }
         }
@@ -307,7 +311,7 @@ impl State {
             let name = dev.path();
             match dev.close_magic() {
                 Ok(()) => tracing::info!("{name} closed cleanly (magic close)"),
-                Err(e) => tracing::error!("{name} magic close failed: {e}"),
+                Err(e) => tracing::error!("{name} magic close failed: {}", crate::Chain(&e)),
             }
         }
     }
@@ -340,7 +344,7 @@ impl State {
                 tracing::warn!("{} reopen", d.path());
                 self.dev = Some(d);
             }
-            Err(e) => tracing::error!("reopen failed: {e}"),
+            Err(e) => tracing::error!("reopen failed: {}", crate::Chain(&e)),
         }
     }
 
@@ -541,7 +545,10 @@ fn handle(
             // device with the configured timeout, as 3.8's wdmd had it open from start.
             if h.expire_time != 0 && !st.test_loop_enable {
                 if let Err(e) = st.enable(cfg, cfg.fire_timeout) {
-                    tracing::error!("ci {id} armed but the watchdog cannot be opened: {e}");
+                    tracing::error!(
+                        "ci {id} armed but the watchdog cannot be opened: {}",
+                        crate::Chain(&e)
+                    );
                 }
             }
             None
@@ -567,7 +574,11 @@ fn handle(
                 match st.enable(cfg, h.fire_timeout) {
                     Ok(w) => w,
                     Err(e) => {
-                        tracing::error!("open_watchdog fire_timeout {}: {e}", h.fire_timeout);
+                        tracing::error!(
+                            "open_watchdog fire_timeout {}: {}",
+                            h.fire_timeout,
+                            crate::Chain(&e)
+                        );
                         0
                     }
                 }

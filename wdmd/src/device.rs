@@ -22,7 +22,7 @@ pub const EMU_PREFIX: &str = "emu:";
 #[derive(Debug, Error)]
 pub enum DeviceError {
     /// open(2) or connect(2) failed.
-    #[error("cannot open watchdog {path}: {source}")]
+    #[error("cannot open watchdog {path}")]
     Open {
         /// Device path.
         path: String,
@@ -30,7 +30,7 @@ pub enum DeviceError {
         source: io::Error,
     },
     /// An ioctl or emulator request failed.
-    #[error("watchdog {path}: {op} failed: {source}")]
+    #[error("watchdog {path}: {op} failed")]
     Op {
         /// Device path.
         path: String,
@@ -321,7 +321,7 @@ pub fn ensure_timeout(
         Ok(()) => Ok(dev),
         Err(e) => {
             if let Err(ce) = dev.close_magic() {
-                tracing::error!("{ce}");
+                tracing::error!("{}", crate::Chain(&ce));
             }
             Err(e)
         }
@@ -338,7 +338,7 @@ pub fn open_with_timeout(
         match open_one(c).and_then(|d| ensure_timeout(d, want)) {
             Ok(d) => return Ok(d),
             Err(e) => {
-                tracing::debug!("watchdog candidate {}: {e}", c.display());
+                tracing::debug!("watchdog candidate {}: {}", c.display(), crate::Chain(&e));
                 last = Some(e);
             }
         }
@@ -391,10 +391,10 @@ mod tests {
     fn missing_devices_give_a_clear_error() {
         let c = vec![DeviceSpec::Linux("/nonexistent/watchdog".into())];
         let e = open_with_timeout(&c, 60).err().expect("must fail");
-        let msg = e.to_string();
+        let msg = crate::Chain(&e).to_string();
         assert!(msg.contains("/nonexistent/watchdog"), "{msg}");
         let c = vec![DeviceSpec::Emulated("/nonexistent/emu.sock".into())];
-        let e = probe(&c, 60).err().expect("must fail");
+        let e = probe(&c, 60).expect_err("must fail");
         assert!(e.to_string().contains("emu:/nonexistent/emu.sock"), "{e}");
     }
 
@@ -405,6 +405,9 @@ mod tests {
         let e = open_with_timeout(&c, 60)
             .err()
             .expect("ioctl on a file fails");
-        assert!(e.to_string().contains("WDIOC_GETTIMEOUT"), "{e}");
+        assert!(
+            crate::Chain(&e).to_string().contains("WDIOC_GETTIMEOUT"),
+            "{e}"
+        );
     }
 }

@@ -33,7 +33,7 @@ use crate::sys;
 #[derive(Debug, Error)]
 pub enum EmuError {
     /// Socket setup failed.
-    #[error("emulator socket {path}: {source}")]
+    #[error("emulator socket {path}")]
     Socket {
         /// Socket path.
         path: String,
@@ -41,7 +41,7 @@ pub enum EmuError {
         source: io::Error,
     },
     /// The state file cannot be written.
-    #[error("emulator state file {path}: {source}")]
+    #[error("emulator state file {path}")]
     State {
         /// File path.
         path: String,
@@ -49,7 +49,7 @@ pub enum EmuError {
         source: io::Error,
     },
     /// A kill target could not be resolved at start.
-    #[error("kill target {what}: {source}")]
+    #[error("kill target {what}")]
     Target {
         /// Description.
         what: String,
@@ -171,7 +171,7 @@ impl Emulator {
                 },
             });
         }
-        if let Some(own) = pidns_of(sys::getpid()).ok() {
+        if let Ok(own) = pidns_of(sys::getpid()) {
             if targets
                 .iter()
                 .any(|t| matches!(t, Resolved::Ns { ns, .. } if *ns == own))

@@ -18,3 +18,19 @@ pub mod scripts;
 mod sys;
 
 pub use sys::{monotime, monotime_f64};
+
+/// Displays an error with its `source()` chain, `a: b: c` (error messages in
+/// this crate do not repeat their source, so logs use this).
+pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut s = self.0.source();
+        while let Some(e) = s {
+            write!(f, ": {e}")?;
+            s = e.source();
+        }
+        Ok(())
+    }
+}
