@@ -18,9 +18,9 @@ const PAGE: usize = 4096;
 /// Errors from direct disk access, each naming the path.
 #[derive(Debug, Error)]
 pub enum DiskError {
-    #[error("{path}: cannot open: {source}")]
+    #[error("{path}: cannot open")]
     Open { path: PathBuf, source: io::Error },
-    #[error("{path}: {what}: {source}")]
+    #[error("{path}: {what}")]
     Io {
         path: PathBuf,
         what: String,

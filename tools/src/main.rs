@@ -61,6 +61,7 @@ enum DirectCommand {
 }
 
 fn main() -> ExitCode {
+    sys::restore_default_sigpipe();
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Direct(DirectCommand::Init(a)) => direct::init::run(a),

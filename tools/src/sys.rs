@@ -51,3 +51,12 @@ pub fn clear_cloexec(fd: std::os::fd::RawFd) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Restores the default SIGPIPE action, so `lockd … | head` ends quietly like other Unix
+/// tools instead of failing on a closed stdout.
+pub fn restore_default_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL installs no handler code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
