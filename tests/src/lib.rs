@@ -6,6 +6,8 @@
 //! that never happened. Everything attached or started is detached or stopped on drop,
 //! by device name or PID.
 
+pub mod witness;
+
 use std::ffi::OsStr;
 use std::fs;
 use std::io::{Read, Write};

@@ -13,8 +13,8 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use client_lib::proto::{
-    SANLK_ACQUIRE_OWNER_NOWAIT, SANLK_KILLPATH_PID, SANLK_REL_ALL, SANLK_RES_SHARED,
-    SM_CMD_CONVERT, SM_CMD_KILLPATH,
+    SANLK_ACQUIRE_OWNER_NOWAIT, SANLK_KILLPATH_PID, SANLK_REL_ALL, SANLK_RESTRICT_SIGKILL,
+    SANLK_RESTRICT_SIGTERM, SANLK_RES_SHARED, SM_CMD_CONVERT, SM_CMD_KILLPATH, SM_CMD_RESTRICT,
 };
 use client_lib::ResourceHead;
 use disk_format::Name;
@@ -44,6 +44,10 @@ pub struct AcquireArgs {
     /// Arguments for the killpath program.
     #[arg(long = "killpath-args", default_value = "")]
     pub killpath_args: String,
+    /// Forbid the daemon a signal when it must stop the command: `sigkill` (it then uses
+    /// SIGTERM), `sigterm` (it then uses SIGKILL). Only with a command.
+    #[arg(long, value_parser = ["sigkill", "sigterm"])]
+    pub restrict: Option<String>,
     /// Command to run while holding the leases (after `--`).
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -149,6 +153,15 @@ pub fn acquire(a: &AcquireArgs) -> Result<()> {
     }
     let rv = client.acquire(-1, flags, &resources, owner_name(a)?)?;
     check_rv(&format!("acquire {}", names.join(" ")), rv)?;
+    if let Some(which) = &a.restrict {
+        let flag = if which == "sigkill" {
+            SANLK_RESTRICT_SIGKILL
+        } else {
+            SANLK_RESTRICT_SIGTERM
+        };
+        let (h, _) = client.call(SM_CMD_RESTRICT, flag, 0, u32::MAX, &[])?;
+        check_rv("restrict", h.result())?;
+    }
     if !a.conn.json {
         eprintln!(
             "lockd: holding {} while running {program} (pid {})",

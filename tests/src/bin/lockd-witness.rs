@@ -1,0 +1,132 @@
+//! `lockd-witness`: the lease holder used by the system tests, and its checker.
+//!
+//! ```text
+//! lockd-witness hold  --log L --host H --res R [--ignore-term] [--heartbeat-ms 100]
+//! lockd-witness note  --log L --host H --res R --what EVENT
+//! lockd-witness check --log L
+//! ```
+//! `hold` runs as the registered holder (`lockd acquire -r R -- lockd-witness hold …`):
+//! it asks the daemon which lver it holds (INQUIRE of its own pid), logs `start`, then a
+//! heartbeat until SIGTERM (logged as `sigterm`, then `end` and exit — unless
+//! `--ignore-term`, when it keeps holding). `note` appends one event (a killpath program
+//! uses it). `check` runs the witness checker and exits 1 on any violation.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use lockd_system_tests::witness;
+
+fn opt(args: &[String], flag: &str) -> Option<String> {
+    let i = args.iter().position(|a| a == flag)?;
+    args.get(i + 1).cloned()
+}
+
+fn req(args: &[String], flag: &str) -> Result<String> {
+    opt(args, flag).with_context(|| format!("missing {flag} VALUE"))
+}
+
+/// The lver of `res` held by this pid, from the daemon (the state string's last field).
+fn held_lver(res: &str) -> Result<u64> {
+    let run_dir = client_lib::default_run_dir();
+    let pid = std::process::id() as i32;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut c = client_lib::Client::connect(&run_dir)?;
+        let (rv, _, state) = c.inquire(pid)?;
+        if rv == 0 {
+            for entry in state.split_whitespace() {
+                let fields: Vec<&str> = entry.split(':').collect();
+                if fields.len() >= 5 && fields[1] == res {
+                    if let Ok(lver) = fields[fields.len() - 1].parse() {
+                        return Ok(lver);
+                    }
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("pid {pid} does not hold {res} (inquire: rv {rv}, state {state:?})");
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn hold(args: &[String]) -> Result<()> {
+    let log = PathBuf::from(req(args, "--log")?);
+    let host = req(args, "--host")?;
+    let res = req(args, "--res")?;
+    let ignore_term = args.iter().any(|a| a == "--ignore-term");
+    let beat = Duration::from_millis(opt(args, "--heartbeat-ms").map_or(Ok(100), |v| v.parse())?);
+    let term = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, term.clone())?;
+    let lver = held_lver(&res)?;
+    witness::append(&log, &host, &res, "start", &format!("lver={lver}"))?;
+    loop {
+        if term.swap(false, Ordering::SeqCst) {
+            witness::append(&log, &host, &res, "sigterm", "")?;
+            if !ignore_term {
+                witness::append(&log, &host, &res, "end", "")?;
+                return Ok(());
+            }
+        }
+        witness::append(&log, &host, &res, "alive", "")?;
+        thread::sleep(beat);
+    }
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("hold") => hold(&args),
+        Some("note") => {
+            let log = PathBuf::from(req(&args, "--log")?);
+            witness::append(
+                &log,
+                &req(&args, "--host")?,
+                &req(&args, "--res")?,
+                &req(&args, "--what")?,
+                "",
+            )?;
+            Ok(())
+        }
+        Some("check") => {
+            let log = PathBuf::from(req(&args, "--log")?);
+            let text =
+                std::fs::read_to_string(&log).with_context(|| format!("read {}", log.display()))?;
+            let events = witness::parse(&text).map_err(anyhow::Error::msg)?;
+            let report = witness::check(&events);
+            for t in &report.tenures {
+                println!(
+                    "{} {}/{} lver {} held {:.3}s{}",
+                    t.res,
+                    t.host,
+                    t.pid,
+                    t.lver,
+                    (t.last_alive_ns - t.start_ns) as f64 / 1e9,
+                    if t.ended_cleanly {
+                        ""
+                    } else {
+                        " (no clean end)"
+                    }
+                );
+            }
+            for v in report.overlaps.iter().chain(&report.lver_violations) {
+                println!("VIOLATION {v}");
+            }
+            println!(
+                "tenures={} overlaps={} lver_violations={}",
+                report.tenures.len(),
+                report.overlaps.len(),
+                report.lver_violations.len()
+            );
+            if !report.ok() {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        _ => bail!("usage: lockd-witness hold|note|check --log L …"),
+    }
+}
