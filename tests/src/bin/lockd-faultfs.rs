@@ -115,7 +115,7 @@ impl FaultFs {
     }
 
     fn aligned(offset: u64, len: usize) -> bool {
-        offset % 512 == 0 && len % 512 == 0
+        offset.is_multiple_of(512) && len.is_multiple_of(512)
     }
 }
 
