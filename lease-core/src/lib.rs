@@ -1,2 +1,30 @@
-//! Delta leases and disk Paxos (sanlock-compatible), with no I/O and no clock of its own.
+//! Delta leases and disk Paxos (sanlock 3.8/3.9 compatible), with no I/O and no clock of
+//! its own.
+//!
+//! The algorithms are `async fn`s over two traits, [`Disk`] and [`Clock`]. The daemon runs
+//! them on real disks with [`exec::block_on`]; the deterministic simulator ([`sim`], binary
+//! `lockd-sim`) runs many hosts' futures on one thread over one in-memory image.
+//!
+//! - [`timeouts`]: every formula tying io_timeout and the watchdog together.
+//! - [`delta`]: host_id leases — [`delta::acquire`], [`delta::renew`], [`delta::release`].
+//! - [`monitor`]: [`HostMonitor`] turns renewal reads into UNKNOWN/FREE/LIVE/FAIL/DEAD.
+//! - [`paxos`]: resource leases — [`paxos::acquire`], [`paxos::release`],
+//!   [`paxos::convert`], [`paxos::request`], [`paxos::examine`], [`paxos::read_owners`].
+//! - Errors are [`LeaseError`]; [`LeaseError::sanlk_code`] gives sanlock's result code.
 #![forbid(unsafe_code)]
+
+pub mod delta;
+pub mod error;
+pub mod exec;
+pub mod io;
+pub mod monitor;
+pub mod paxos;
+pub mod sim;
+pub mod timeouts;
+
+pub use delta::{DeltaState, LockspaceParams, RenewInput};
+pub use error::{IoOp, LeaseError};
+pub use io::{Clock, Disk, IoError};
+pub use monitor::{HostMonitor, HostObservation, HostObserver, HostState, Notification};
+pub use paxos::{AcquireOptions, HostContext, Mode, ResourceParams, Token};
+pub use timeouts::Timeouts;

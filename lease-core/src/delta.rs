@@ -1,0 +1,404 @@
+//! Delta leases: a host's claim on its host_id in a lockspace (sanlock `delta_lease.c`).
+//!
+//! A delta lease is one sector per host_id. The owner proves it is alive by rewriting its
+//! sector with a new timestamp every 2·io_timeout; everyone else only watches whether the
+//! record changes. Acquiring waits long enough that any previous owner has either shown
+//! itself (the record changed → [`LeaseError::HostIdBusy`]) or been reset by its watchdog.
+
+use disk_format::leader::{LeaderExpect, DELTA_DISK_MAGIC, LEADER_RECORD_LEN, VERSION_MAJOR_MASK};
+use disk_format::{DeltaSector, FormatError, Geometry, LeaderKind, LeaderRecord, Name};
+
+use crate::error::{IoOp, LeaseError};
+use crate::io::{Clock, Disk};
+use crate::timeouts::{
+    delta_acquire_held_wait, delta_short_delay, host_dead_seconds, renewal_write_timeout,
+};
+
+/// Everything that identifies our delta lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockspaceParams {
+    /// Lockspace name.
+    pub space_name: Name,
+    /// Byte offset of the lockspace area on its disk.
+    pub disk_offset: u64,
+    /// Sector and align size of the lockspace (see [`read_lockspace_geometry`]).
+    pub geometry: Geometry,
+    /// Our host_id (1..=max_hosts).
+    pub host_id: u64,
+    /// Our unique host name (`our_host_name`), written into the record.
+    pub host_name: Name,
+    /// Our io_timeout D in seconds (written to disk as `io_timeout & 0xff`).
+    pub io_timeout: u16,
+    /// Watchdog fire timeout W in seconds; the same on every host.
+    pub watchdog_fire: u64,
+    /// True when `host_name` is stable across restarts of this host (3.9: from
+    /// product_uuid or configuration). Enables the no-delay re-acquire of our own cleanly
+    /// released lease.
+    pub stable_host_name: bool,
+    /// How many host sectors a renewal reads and monitors; `None` reads the whole area as
+    /// sanlock does. Hosts beyond this count are not observed.
+    pub monitor_hosts: Option<u64>,
+}
+
+impl LockspaceParams {
+    fn check(&self) -> Result<(), LeaseError> {
+        let max = self.geometry.max_hosts();
+        if self.host_id == 0 || self.host_id > max {
+            return Err(LeaseError::InvalidHostId {
+                host_id: self.host_id,
+                max_hosts: max,
+            });
+        }
+        if self.io_timeout == 0 {
+            return Err(LeaseError::Invalid("io_timeout must be at least 1 second"));
+        }
+        Ok(())
+    }
+
+    fn io_ms(&self) -> u64 {
+        u64::from(self.io_timeout) * 1000
+    }
+
+    fn sector_offset(&self) -> u64 {
+        self.disk_offset + (self.host_id - 1) * self.geometry.sector_bytes()
+    }
+
+    /// Byte offset of `host_id`'s delta sector on the disk.
+    pub fn host_sector_offset(&self, host_id: u64) -> Option<u64> {
+        disk_format::area::delta_sector_offset(self.geometry, host_id).map(|o| o + self.disk_offset)
+    }
+
+    fn expect(&self) -> LeaderExpect<'_> {
+        LeaderExpect {
+            sector_size: Some(self.geometry.sector_size.bytes()),
+            space_name: Some(&self.space_name),
+            resource_name: None,
+        }
+    }
+
+    fn monitored_sectors(&self) -> u64 {
+        let max = self.geometry.max_hosts();
+        match self.monitor_hosts {
+            Some(n) => n.clamp(self.host_id, max),
+            None => self.geometry.sectors_per_area(),
+        }
+    }
+}
+
+/// Which waits an acquire used (sanlock 3.9 logs the same distinction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcquirePath {
+    /// Free, our own stable name: write and done.
+    NoDelay,
+    /// Free, or held under our own name: write, wait 2D, verify.
+    ShortDelay,
+    /// Held under another name: wait max(8D+W, 8D), re-check, write, wait 2D, verify.
+    LongDelay,
+}
+
+/// Our delta lease while we hold it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeltaState {
+    /// The record we last wrote successfully.
+    pub leader: LeaderRecord,
+    /// Our clock (ms) when the timestamp of `leader` was taken: the last success.
+    pub last_success_ms: u64,
+    /// False after a failed renewal: the disk may hold either our previous or our attempted
+    /// record, so the next renewal skips the whole-record comparison.
+    pub last_renewal_ok: bool,
+    /// How the lease was acquired.
+    pub path: AcquirePath,
+}
+
+impl DeltaState {
+    /// Our host generation (owner_generation of the delta lease).
+    pub fn generation(&self) -> u64 {
+        self.leader.owner_generation
+    }
+}
+
+/// The event triple a renewal writes into write_id / write_generation / write_timestamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EventFields {
+    /// Target host's generation.
+    pub target_generation: u64,
+    /// Event value.
+    pub event: u64,
+    /// Event data.
+    pub data: u64,
+}
+
+/// What a renewal writes besides the timestamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenewInput {
+    /// Event fields.
+    pub event: EventFields,
+    /// The notification bitmap (bit h-1 for host_id h).
+    pub bitmap: [u8; disk_format::delta::HOSTID_BITMAP_SIZE],
+}
+
+impl Default for RenewInput {
+    fn default() -> Self {
+        RenewInput {
+            event: EventFields::default(),
+            bitmap: [0; disk_format::delta::HOSTID_BITMAP_SIZE],
+        }
+    }
+}
+
+/// The lockspace as read by a renewal: `sectors[i]` is host_id i+1 (`None` if it did not
+/// decode as a delta lease of this lockspace).
+#[derive(Debug, Clone)]
+pub struct LockspaceSnapshot {
+    /// Our clock (s) when the read completed.
+    pub read_at_s: u64,
+    /// One entry per monitored host_id.
+    pub sectors: Vec<Option<DeltaSector>>,
+}
+
+/// Reads the first delta record of the lockspace at `disk_offset` and derives its geometry
+/// (sanlock `delta_read_lockspace_sizes`).
+pub async fn read_lockspace_geometry<D: Disk>(
+    disk: &D,
+    disk_offset: u64,
+    io_timeout: u16,
+) -> Result<(Geometry, LeaderRecord), LeaseError> {
+    let buf = disk
+        .read(disk_offset, 4096, u64::from(io_timeout.max(1)) * 1000)
+        .await
+        .map_err(|e| LeaseError::io(IoOp::LeaderRead, e))?;
+    let leader = LeaderRecord::decode(&buf[..LEADER_RECORD_LEN])?;
+    if leader.magic != DELTA_DISK_MAGIC {
+        return Err(FormatError::Magic {
+            record: "delta lease",
+            found: leader.magic,
+            expected: DELTA_DISK_MAGIC,
+        }
+        .into());
+    }
+    if leader.version & VERSION_MAJOR_MASK
+        != disk_format::leader::DELTA_DISK_VERSION & VERSION_MAJOR_MASK
+    {
+        return Err(FormatError::Version {
+            record: "delta lease",
+            found: leader.version,
+            expected_major: disk_format::leader::DELTA_DISK_VERSION >> 16,
+        }
+        .into());
+    }
+    let g = Geometry::from_leader(leader.sector_size, leader.flags)?;
+    Ok((g, leader))
+}
+
+/// Reads and verifies one host's delta lease record.
+pub async fn read_host_record<D: Disk>(
+    disk: &D,
+    p: &LockspaceParams,
+    host_id: u64,
+) -> Result<LeaderRecord, LeaseError> {
+    let off = p
+        .host_sector_offset(host_id)
+        .ok_or(LeaseError::InvalidHostId {
+            host_id,
+            max_hosts: p.geometry.max_hosts(),
+        })?;
+    let buf = disk
+        .read(off, p.geometry.sector_bytes() as usize, p.io_ms())
+        .await
+        .map_err(|e| LeaseError::io(IoOp::LeaderRead, e))?;
+    let leader = LeaderRecord::decode(&buf)?;
+    leader.verify(LeaderKind::Delta, &p.expect())?;
+    Ok(leader)
+}
+
+async fn write_own<D: Disk>(
+    disk: &D,
+    p: &LockspaceParams,
+    sector: &DeltaSector,
+    timeout_ms: u64,
+) -> Result<(), LeaseError> {
+    let mut buf = vec![0u8; p.geometry.sector_bytes() as usize];
+    sector.encode_into(&mut buf);
+    disk.write(p.sector_offset(), &buf, timeout_ms)
+        .await
+        .map_err(|e| LeaseError::io(IoOp::LeaderWrite, e))
+}
+
+/// Acquires our host_id's delta lease (sanlock `delta_lease_acquire`, 3.9 waits).
+///
+/// 1. Read our sector and verify it.
+/// 2. Choose the waits from (free?, our name?, stable name?) — see [`AcquirePath`]. The long
+///    path waits max(8D+W, 8D) with D the *previous owner's* io_timeout, then re-reads: any
+///    change other than becoming free means a live owner → [`LeaseError::HostIdBusy`].
+/// 3. Write the record: timestamp now, our io_timeout, owner_id, generation + 1, our name.
+/// 4. Unless no-delay: wait 2D (previous owner's D), re-read, and require exactly our
+///    record, else [`LeaseError::HostIdBusy`].
+pub async fn acquire<D: Disk, C: Clock>(
+    disk: &D,
+    clock: &C,
+    p: &LockspaceParams,
+) -> Result<DeltaState, LeaseError> {
+    p.check()?;
+    let mut leader = read_host_record(disk, p, p.host_id).await?;
+    let other_io = if leader.io_timeout != 0 {
+        u64::from(leader.io_timeout)
+    } else {
+        u64::from(p.io_timeout)
+    };
+    let free = leader.timestamp == 0;
+    let same_name = leader.resource_name.same_as(&p.host_name);
+    let path = match (free, same_name) {
+        (true, true) if p.stable_host_name => AcquirePath::NoDelay,
+        (true, _) | (false, true) => AcquirePath::ShortDelay,
+        (false, false) => AcquirePath::LongDelay,
+    };
+    if path == AcquirePath::LongDelay {
+        let wait = delta_acquire_held_wait(other_io, p.watchdog_fire);
+        let before = leader;
+        for _ in 0..wait {
+            clock.sleep_ms(1000).await;
+        }
+        leader = read_host_record(disk, p, p.host_id).await?;
+        if leader != before && leader.timestamp != 0 {
+            return Err(LeaseError::HostIdBusy);
+        }
+    }
+    let now_ms = clock.now_ms();
+    let mut new = leader;
+    new.timestamp = (now_ms / 1000).max(1);
+    new.io_timeout = p.io_timeout & 0xff;
+    new.owner_id = p.host_id;
+    new.owner_generation = leader.owner_generation.wrapping_add(1);
+    new.resource_name = p.host_name;
+    new.seal();
+    write_own(disk, p, &DeltaSector::from_leader(new), p.io_ms()).await?;
+    if path != AcquirePath::NoDelay {
+        for _ in 0..delta_short_delay(other_io) {
+            clock.sleep_ms(1000).await;
+        }
+        let check = read_host_record(disk, p, p.host_id).await?;
+        if check.encode() != new.encode() {
+            return Err(LeaseError::HostIdBusy);
+        }
+    }
+    Ok(DeltaState {
+        leader: new,
+        last_success_ms: now_ms,
+        last_renewal_ok: true,
+        path,
+    })
+}
+
+/// Renews our delta lease (sanlock `delta_lease_renew`).
+///
+/// Reads the monitored part of the lockspace in one I/O (timeout D), verifies our record
+/// (corrupt results fail the lockspace: see [`LeaseError::is_corrupt`]), requires owner,
+/// generation and name to be ours ([`LeaseError::RenewOwner`]) and, when the previous
+/// renewal succeeded, the whole record to equal our last write ([`LeaseError::RenewDiff`]);
+/// then writes our sector with a new timestamp, the event fields and the bitmap, with the
+/// long write timeout host_dead_seconds. On success `state` is updated and the snapshot is
+/// returned for [`crate::HostMonitor::observe`].
+pub async fn renew<D: Disk, C: Clock>(
+    disk: &D,
+    clock: &C,
+    p: &LockspaceParams,
+    state: &mut DeltaState,
+    input: &RenewInput,
+) -> Result<LockspaceSnapshot, LeaseError> {
+    p.check()?;
+    let sector = p.geometry.sector_bytes() as usize;
+    let count = p.monitored_sectors() as usize;
+    let buf = match disk.read(p.disk_offset, count * sector, p.io_ms()).await {
+        Ok(b) => b,
+        Err(e) => {
+            state.last_renewal_ok = false;
+            return Err(LeaseError::io(IoOp::LeaderRead, e));
+        }
+    };
+    let read_at_s = clock.now_s();
+    if buf.len() < count * sector {
+        state.last_renewal_ok = false;
+        return Err(LeaseError::io(IoOp::LeaderRead, crate::io::IoError::Failed));
+    }
+    let own_at = (p.host_id - 1) as usize * sector;
+    let own = LeaderRecord::decode(&buf[own_at..own_at + sector])?;
+    own.verify(LeaderKind::Delta, &p.expect())?;
+    if own.owner_id != p.host_id
+        || own.owner_generation != state.leader.owner_generation
+        || !own.resource_name.same_as(&p.host_name)
+    {
+        return Err(LeaseError::RenewOwner);
+    }
+    if state.last_renewal_ok && own.encode() != state.leader.encode() {
+        return Err(LeaseError::RenewDiff);
+    }
+    let now_ms = clock.now_ms();
+    let mut new = state.leader;
+    new.timestamp = (now_ms / 1000).max(1);
+    new.io_timeout = p.io_timeout & 0xff;
+    new.write_id = input.event.target_generation;
+    new.write_generation = input.event.event;
+    new.write_timestamp = input.event.data;
+    new.seal();
+    let out = DeltaSector {
+        leader: new,
+        bitmap: input.bitmap,
+    };
+    let wt = renewal_write_timeout(u64::from(p.io_timeout), p.watchdog_fire) * 1000;
+    if let Err(e) = write_own(disk, p, &out, wt).await {
+        state.last_renewal_ok = false;
+        return Err(e);
+    }
+    state.leader = new;
+    state.last_success_ms = now_ms;
+    state.last_renewal_ok = true;
+    let expect = p.expect();
+    let sectors = (0..count)
+        .map(|i| {
+            let s = DeltaSector::decode(&buf[i * sector..(i + 1) * sector]).ok()?;
+            let l = &s.leader;
+            // Monitoring checks only magic and lockspace name, not the checksum.
+            if l.magic != DELTA_DISK_MAGIC || !l.space_name.same_as(expect.space_name?) {
+                return None;
+            }
+            Some(s)
+        })
+        .collect();
+    Ok(LockspaceSnapshot { read_at_s, sectors })
+}
+
+/// Releases our delta lease: rewrites our last record with timestamp 0 (bitmap cleared).
+///
+/// Done only when the last renewal succeeded — otherwise the disk may hold a record we
+/// did not expect, and others must wait host_dead_seconds instead. Returns whether the
+/// release was written.
+pub async fn release<D: Disk>(
+    disk: &D,
+    p: &LockspaceParams,
+    state: &DeltaState,
+) -> Result<bool, LeaseError> {
+    p.check()?;
+    if !state.last_renewal_ok {
+        return Ok(false);
+    }
+    let mut new = state.leader;
+    new.timestamp = 0;
+    new.seal();
+    write_own(disk, p, &DeltaSector::from_leader(new), p.io_ms()).await?;
+    Ok(true)
+}
+
+/// How long after `state.last_success_ms` the lockspace fails (8D), in ms — the wdmd expiry.
+pub fn fail_deadline_ms(p: &LockspaceParams, state: &DeltaState) -> u64 {
+    state.last_success_ms + crate::timeouts::id_renewal_fail_seconds(u64::from(p.io_timeout)) * 1000
+}
+
+/// host_dead_seconds for a host whose record shows `io_timeout` (ours when 0).
+pub fn other_host_dead_seconds(p: &LockspaceParams, io_timeout: u16) -> u64 {
+    let io = if io_timeout == 0 {
+        p.io_timeout
+    } else {
+        io_timeout
+    };
+    host_dead_seconds(u64::from(io), p.watchdog_fire)
+}

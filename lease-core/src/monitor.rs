@@ -1,0 +1,345 @@
+//! Observation of other hosts' delta leases, and the host states sanlock reports.
+//!
+//! Each successful renewal read hands the whole lockspace to [`HostMonitor::observe`]. A
+//! host is judged only from *our own* clock: when did we last see its (owner, generation,
+//! timestamp) change. Timestamps written by other hosts are never compared with ours.
+
+use std::collections::BTreeMap;
+
+use disk_format::{DeltaSector, Name};
+
+use crate::timeouts::{host_dead_seconds, id_renewal_fail_seconds};
+
+/// sanlock's host states (`SANLK_HOST_*`), with their numeric values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HostState {
+    /// Seen, but not seen renewing yet, and not long enough to call it failed.
+    Unknown = 1,
+    /// The delta lease is free (timestamp 0).
+    Free = 2,
+    /// Renewed within id_renewal_fail seconds (or it is us).
+    Live = 3,
+    /// Not renewed for more than id_renewal_fail, not yet host_dead.
+    Fail = 4,
+    /// Not renewed for more than host_dead seconds: its watchdog has fired.
+    Dead = 5,
+}
+
+/// What we know about one host_id's delta lease. Times are our monotonic seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostObservation {
+    /// owner_id in the record.
+    pub owner_id: u64,
+    /// owner_generation in the record.
+    pub owner_generation: u64,
+    /// timestamp in the record (the owner's clock; only compared for change).
+    pub timestamp: u64,
+    /// The owner's io_timeout from the record (0 if never written).
+    pub io_timeout: u16,
+    /// The owner's host name.
+    pub host_name: Name,
+    /// When we first read this record.
+    pub first_check_s: u64,
+    /// When we last read this record.
+    pub last_check_s: u64,
+    /// When a read last found (owner, generation, timestamp) changed; 0 = never.
+    pub last_live_s: u64,
+}
+
+impl HostObservation {
+    /// True when our latest read saw the record change (sanlock: last_check == last_live).
+    pub fn changed_at_last_check(&self) -> bool {
+        self.last_live_s != 0 && self.last_live_s == self.last_check_s
+    }
+}
+
+/// A request/event notification found in another host's delta lease: its bitmap has our
+/// bit set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Notification {
+    /// The host whose bitmap names us.
+    pub from_host_id: u64,
+    /// Its generation.
+    pub from_generation: u64,
+    /// write_id: the target generation of the event.
+    pub target_generation: u64,
+    /// write_generation: the event value (0 = no event, only an examine request).
+    pub event: u64,
+    /// write_timestamp: the event data.
+    pub data: u64,
+}
+
+/// Source of host observations for paxos acquire (owner liveness) and shared-holder
+/// liveness. Implemented by [`HostMonitor`] and by the usual shared wrappers around it.
+pub trait HostObserver {
+    /// Our observation of `host_id`'s delta lease, if our monitor has read it.
+    fn observation(&self, host_id: u64) -> Option<HostObservation>;
+}
+
+/// Per-lockspace record of every other host's delta lease.
+#[derive(Debug, Clone)]
+pub struct HostMonitor {
+    our_host_id: u64,
+    watchdog_fire: u64,
+    hosts: BTreeMap<u64, HostObservation>,
+    checks: u64,
+}
+
+impl HostMonitor {
+    /// A monitor for the lockspace in which we are `our_host_id`.
+    pub fn new(our_host_id: u64, watchdog_fire: u64) -> HostMonitor {
+        HostMonitor {
+            our_host_id,
+            watchdog_fire,
+            hosts: BTreeMap::new(),
+            checks: 0,
+        }
+    }
+
+    /// Number of lockspace reads observed so far.
+    pub fn checks(&self) -> u64 {
+        self.checks
+    }
+
+    /// Records one lockspace read made at our time `now_s`: `sectors[i]` is host_id i+1's
+    /// sector, `None` when it did not decode. Returns the notifications addressed to us.
+    pub fn observe(&mut self, now_s: u64, sectors: &[Option<DeltaSector>]) -> Vec<Notification> {
+        self.checks += 1;
+        let mut notes = Vec::new();
+        for (i, sector) in sectors.iter().enumerate() {
+            let host_id = i as u64 + 1;
+            let Some(sector) = sector else { continue };
+            if host_id == self.our_host_id {
+                continue;
+            }
+            let l = &sector.leader;
+            match self.hosts.get_mut(&host_id) {
+                None => {
+                    self.hosts.insert(
+                        host_id,
+                        HostObservation {
+                            owner_id: l.owner_id,
+                            owner_generation: l.owner_generation,
+                            timestamp: l.timestamp,
+                            io_timeout: l.io_timeout,
+                            host_name: l.resource_name,
+                            first_check_s: now_s,
+                            last_check_s: now_s,
+                            last_live_s: 0,
+                        },
+                    );
+                }
+                Some(h) => {
+                    if h.owner_id != l.owner_id
+                        || h.owner_generation != l.owner_generation
+                        || h.timestamp != l.timestamp
+                    {
+                        h.owner_id = l.owner_id;
+                        h.owner_generation = l.owner_generation;
+                        h.timestamp = l.timestamp;
+                        h.io_timeout = l.io_timeout;
+                        h.host_name = l.resource_name;
+                        h.last_live_s = now_s;
+                    }
+                    h.last_check_s = now_s;
+                }
+            }
+            if l.timestamp != 0 && sector.host_bit(self.our_host_id) {
+                notes.push(Notification {
+                    from_host_id: host_id,
+                    from_generation: l.owner_generation,
+                    target_generation: l.write_id,
+                    event: l.write_generation,
+                    data: l.write_timestamp,
+                });
+            }
+        }
+        notes
+    }
+
+    /// State of `host_id` at our time `now_s` (sanlock 3.8 `get_host_flag`), or `None`
+    /// before the first lockspace read (sanlock answers `-EAGAIN` then).
+    pub fn state(&self, host_id: u64, now_s: u64) -> Option<HostState> {
+        if self.checks == 0 {
+            return None;
+        }
+        if host_id == self.our_host_id {
+            return Some(HostState::Live);
+        }
+        let h = self.hosts.get(&host_id)?;
+        Some(self.state_of(h, now_s))
+    }
+
+    fn state_of(&self, h: &HostObservation, now_s: u64) -> HostState {
+        if h.timestamp == 0 {
+            return HostState::Free;
+        }
+        let io = u64::from(h.io_timeout);
+        let fail = id_renewal_fail_seconds(io);
+        let dead = host_dead_seconds(io, self.watchdog_fire);
+        let last = if h.last_live_s != 0 {
+            h.last_live_s
+        } else {
+            h.first_check_s
+        };
+        let age = now_s.saturating_sub(last);
+        if h.last_live_s == 0 && age <= fail {
+            HostState::Unknown
+        } else if age <= fail {
+            HostState::Live
+        } else if age > dead {
+            HostState::Dead
+        } else {
+            HostState::Fail
+        }
+    }
+
+    /// Every observed host (not us) with its state, ordered by host_id.
+    pub fn hosts(&self, now_s: u64) -> Vec<(u64, HostObservation, HostState)> {
+        self.hosts
+            .iter()
+            .map(|(&id, h)| (id, *h, self.state_of(h, now_s)))
+            .collect()
+    }
+
+    /// sanlock's `host_live()` for a shared holder with mode-block generation `gen`:
+    /// unknown/unchecked → alive; free or newer generation → dead; no change seen for
+    /// host_dead seconds (since first check when never changed) → dead.
+    pub fn shared_holder_live(obs: Option<HostObservation>, gen: u64, now_s: u64, w: u64) -> bool {
+        let Some(h) = obs else { return true };
+        if h.last_check_s == 0 {
+            return true;
+        }
+        if h.timestamp == 0 {
+            return false;
+        }
+        if h.owner_generation > gen {
+            return false;
+        }
+        let dead = host_dead_seconds(u64::from(h.io_timeout), w);
+        if h.last_live_s == 0 {
+            return now_s.saturating_sub(h.first_check_s) <= dead;
+        }
+        now_s.saturating_sub(h.last_live_s) <= dead
+    }
+}
+
+impl HostObserver for HostMonitor {
+    fn observation(&self, host_id: u64) -> Option<HostObservation> {
+        self.hosts.get(&host_id).copied()
+    }
+}
+
+impl<T: HostObserver + ?Sized> HostObserver for &T {
+    fn observation(&self, host_id: u64) -> Option<HostObservation> {
+        (**self).observation(host_id)
+    }
+}
+
+impl<T: HostObserver + ?Sized> HostObserver for std::rc::Rc<T> {
+    fn observation(&self, host_id: u64) -> Option<HostObservation> {
+        (**self).observation(host_id)
+    }
+}
+
+impl<T: HostObserver + ?Sized> HostObserver for std::sync::Arc<T> {
+    fn observation(&self, host_id: u64) -> Option<HostObservation> {
+        (**self).observation(host_id)
+    }
+}
+
+impl<T: HostObserver> HostObserver for std::cell::RefCell<T> {
+    fn observation(&self, host_id: u64) -> Option<HostObservation> {
+        self.borrow().observation(host_id)
+    }
+}
+
+impl<T: HostObserver> HostObserver for std::sync::Mutex<T> {
+    fn observation(&self, host_id: u64) -> Option<HostObservation> {
+        match self.lock() {
+            Ok(g) => g.observation(host_id),
+            Err(poisoned) => poisoned.into_inner().observation(host_id),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use disk_format::LeaderRecord;
+
+    fn sector(owner: u64, gen: u64, ts: u64, io: u16) -> Option<DeltaSector> {
+        Some(DeltaSector::from_leader(LeaderRecord {
+            owner_id: owner,
+            owner_generation: gen,
+            timestamp: ts,
+            io_timeout: io,
+            ..LeaderRecord::ZERO
+        }))
+    }
+
+    #[test]
+    fn states_walk() {
+        // D = 1 → fail 8, dead 8 + 10 = 18 with W = 10.
+        let mut m = HostMonitor::new(1, 10);
+        assert_eq!(m.state(2, 100), None);
+        m.observe(
+            100,
+            &[sector(1, 1, 5, 1), sector(2, 3, 50, 1), sector(0, 0, 0, 1)],
+        );
+        assert_eq!(m.state(1, 100), Some(HostState::Live));
+        assert_eq!(m.state(2, 100), Some(HostState::Unknown));
+        assert_eq!(m.state(3, 100), Some(HostState::Free));
+        assert_eq!(m.state(2, 109), Some(HostState::Fail));
+        assert_eq!(m.state(2, 119), Some(HostState::Dead));
+        m.observe(102, &[sector(1, 1, 7, 1), sector(2, 3, 52, 1)]);
+        let o = m.observation(2).unwrap();
+        assert!(o.changed_at_last_check());
+        assert_eq!(m.state(2, 110), Some(HostState::Live));
+        assert_eq!(m.state(2, 111), Some(HostState::Fail));
+        assert_eq!(m.state(2, 121), Some(HostState::Dead));
+        m.observe(104, &[sector(1, 1, 9, 1), sector(2, 3, 52, 1)]);
+        assert!(!m.observation(2).unwrap().changed_at_last_check());
+        assert_eq!(m.observation(2).unwrap().last_live_s, 102);
+    }
+
+    #[test]
+    fn notifications_need_our_bit() {
+        let mut m = HostMonitor::new(2, 60);
+        let mut s = sector(3, 4, 10, 10).unwrap();
+        s.leader.write_id = 9;
+        s.leader.write_generation = 0x55;
+        s.leader.write_timestamp = 0x66;
+        assert!(m.observe(1, &[None, None, Some(s)]).is_empty());
+        s.set_host_bit(2, true);
+        let n = m.observe(2, &[None, None, Some(s)]);
+        assert_eq!(
+            n,
+            vec![Notification {
+                from_host_id: 3,
+                from_generation: 4,
+                target_generation: 9,
+                event: 0x55,
+                data: 0x66
+            }]
+        );
+    }
+
+    #[test]
+    fn shared_holder_liveness() {
+        let mut m = HostMonitor::new(1, 10);
+        assert!(HostMonitor::shared_holder_live(None, 1, 0, 10));
+        m.observe(100, &[None, sector(2, 3, 50, 1)]);
+        let o = m.observation(2);
+        assert!(HostMonitor::shared_holder_live(o, 3, 110, 10));
+        assert!(!HostMonitor::shared_holder_live(o, 3, 119, 10));
+        assert!(!HostMonitor::shared_holder_live(o, 2, 100, 10));
+        m.observe(101, &[None, sector(0, 3, 0, 1)]);
+        assert!(!HostMonitor::shared_holder_live(
+            m.observation(2),
+            3,
+            101,
+            10
+        ));
+    }
+}

@@ -1,0 +1,1255 @@
+//! Disk Paxos resource leases (sanlock `paxos_lease.c` + the disk parts of `resource.c`).
+//!
+//! One ballot instance decides the owner of each lease version (`lver`). A host proposes
+//! itself for `leader.lver + 1`; phase 1 claims a ballot number (`mbal`) in its own dblock
+//! and reads everyone's, phase 2 writes the chosen input with `bal = mbal` and reads again;
+//! surviving both phases without meeting a larger mbal or a newer lver means the value is
+//! chosen, and the leader record is written as a cache of the result. Ownership is
+//! `(host_id, generation)`; the owner's delta-lease renewals keep the lease alive, so a held
+//! lease costs no I/O.
+
+use disk_format::area::{ballot_read_sectors, lvb_inside_area, lvb_offset, REQUEST_SECTOR};
+use disk_format::dblock::{
+    decode_dblock_sector, encode_dblock_sector, DBLOCK_FL_RELEASED, MBLOCK_SHARED,
+};
+use disk_format::leader::{LeaderExpect, LFL_SHORT_HOLD};
+use disk_format::{
+    FormatError, Geometry, LeaderKind, LeaderRecord, ModeBlock, Name, PaxosDblock, RequestRecord,
+};
+
+use crate::delta::{read_host_record, LockspaceParams};
+use crate::error::{IoOp, LeaseError};
+use crate::io::{Clock, Disk};
+use crate::monitor::{HostMonitor, HostObserver};
+use crate::timeouts::host_dead_seconds;
+
+/// Identifies one resource lease area.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceParams {
+    /// Lockspace name (must match the leader).
+    pub space_name: Name,
+    /// Resource name (must match the leader).
+    pub resource_name: Name,
+    /// Byte offset of the lease area on its disk.
+    pub disk_offset: u64,
+    /// Expected geometry (normally the lockspace's). If the leader records another one,
+    /// acquire restarts with the leader's, as sanlock does.
+    pub geometry: Geometry,
+    /// Our io_timeout (seconds): the timeout of every I/O here.
+    pub io_timeout: u16,
+    /// How many dblocks the first read should cover; 0 reads the whole area as sanlock
+    /// does. Reads are extended when the leader's num_hosts is larger.
+    pub num_hosts_hint: u64,
+}
+
+impl ResourceParams {
+    fn io_ms(&self) -> u64 {
+        u64::from(self.io_timeout.max(1)) * 1000
+    }
+}
+
+/// Lease mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Exclusive (the default).
+    Exclusive,
+    /// Shared (`SANLK_RES_SHARED`).
+    Shared,
+}
+
+/// Deliberate algorithm bugs, used only by the simulator to prove that its checker can fail.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlantedBug {
+    /// Commit after phase 1 without running phase 2.
+    SkipPhase2,
+    /// Take a lease whose owner merely looks dead, without waiting host_dead_seconds.
+    NoHostDeadWait,
+}
+
+/// Options of an acquire (the sanlock acquire flags that reach the disk algorithm).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireOptions {
+    /// Exclusive or shared.
+    pub mode: Mode,
+    /// `SANLK_ACQUIRE_OWNER_NOWAIT`: fail with [`LeaseError::OwnedRetry`] instead of
+    /// waiting for an owner whose liveness is not known.
+    pub owner_nowait: bool,
+    /// `SANLK_RES_LVER`: require this lver on disk.
+    pub lver: Option<u64>,
+    /// `SANLK_ACQUIRE_LVB`: read the lock value block.
+    pub lvb: bool,
+    /// `SANLK_RES_NUM_HOSTS`: commit this num_hosts in the leader.
+    pub new_num_hosts: Option<u64>,
+    /// Retries of a shared acquire that meets a SHORT_HOLD owner (sanlock `sh_retries`, 8).
+    pub sh_retries: u32,
+    /// Simulator only.
+    #[doc(hidden)]
+    pub planted_bug: Option<PlantedBug>,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        AcquireOptions {
+            mode: Mode::Exclusive,
+            owner_nowait: false,
+            lver: None,
+            lvb: false,
+            new_num_hosts: None,
+            sh_retries: 8,
+            planted_bug: None,
+        }
+    }
+}
+
+/// Who we are in the lockspace, and how to judge other hosts.
+pub struct HostContext<'a, L, O> {
+    /// The disk holding the lockspace (to read an owner's delta lease).
+    pub lockspace_disk: &'a L,
+    /// Our lockspace (host_id, W, offsets).
+    pub lockspace: &'a LockspaceParams,
+    /// Our current host generation (from our delta lease).
+    pub generation: u64,
+    /// Our host monitor.
+    pub observer: &'a O,
+}
+
+/// A held resource lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Token {
+    /// The lease area (with the geometry actually used).
+    pub resource: ResourceParams,
+    /// Our host_id.
+    pub host_id: u64,
+    /// Our generation when acquired.
+    pub generation: u64,
+    /// Current mode.
+    pub mode: Mode,
+    /// The leader as committed by our acquire (its lver is the lease version we hold).
+    pub leader: LeaderRecord,
+    /// Our last ballot dblock.
+    pub dblock: PaxosDblock,
+    /// The LVB, when acquired with `lvb`.
+    pub lvb: Option<Vec<u8>>,
+    /// True when the LVB was changed and must be written at exclusive release.
+    pub lvb_dirty: bool,
+}
+
+impl Token {
+    /// The lease version we hold.
+    pub fn lver(&self) -> u64 {
+        self.leader.lver
+    }
+
+    /// The LVB contents, if acquired with `lvb`.
+    pub fn lvb(&self) -> Option<&[u8]> {
+        self.lvb.as_deref()
+    }
+
+    /// Replaces the LVB contents (written back at exclusive release or ex→sh convert).
+    pub fn set_lvb(&mut self, data: &[u8]) -> Result<(), LeaseError> {
+        let sector = self.resource.geometry.sector_bytes() as usize;
+        if data.len() > sector {
+            return Err(LeaseError::LvbTooBig);
+        }
+        let lvb = self
+            .lvb
+            .as_mut()
+            .ok_or(LeaseError::Invalid("resource was not acquired with an LVB"))?;
+        lvb.fill(0);
+        lvb[..data.len()].copy_from_slice(data);
+        self.lvb_dirty = true;
+        Ok(())
+    }
+}
+
+/// One holder reported by [`read_owners`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    /// host_id.
+    pub host_id: u64,
+    /// generation.
+    pub generation: u64,
+    /// Exclusive (the leader owner) or shared (a SHARED mode block).
+    pub mode: Mode,
+}
+
+/// Outcome of [`request`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestOutcome {
+    /// The lver written to the request record.
+    pub lver: u64,
+    /// The current owner, whose bit the caller should set in its delta-lease bitmap for
+    /// set_bitmap_seconds so that the owner examines the lease.
+    pub owner_id: Option<u64>,
+}
+
+/// Which lver a request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestLver {
+    /// A specific lver (0 with force mode 0 clears the request record).
+    Exact(u64),
+    /// `SANLK_REQUEST_NEXT_LVER`: the current lver + 1.
+    Next,
+}
+
+// ----------------------------------------------------------------------------------------
+// Reading
+
+struct Area {
+    leader: LeaderRecord,
+    geometry: Geometry,
+    max_mbal: u64,
+}
+
+fn expect<'a>(res: &'a ResourceParams) -> LeaderExpect<'a> {
+    LeaderExpect {
+        sector_size: None,
+        space_name: Some(&res.space_name),
+        resource_name: Some(&res.resource_name),
+    }
+}
+
+async fn read_leader_at<D: Disk>(
+    disk: &D,
+    res: &ResourceParams,
+    g: Geometry,
+) -> Result<LeaderRecord, LeaseError> {
+    let buf = disk
+        .read(res.disk_offset, g.sector_bytes() as usize, res.io_ms())
+        .await
+        .map_err(|e| LeaseError::io(IoOp::LeaderRead, e))?;
+    let leader = LeaderRecord::decode(&buf)?;
+    leader.verify(LeaderKind::Paxos, &expect(res))?;
+    Ok(leader)
+}
+
+/// Reads and verifies the leader record of a resource.
+pub async fn read_leader<D: Disk>(
+    disk: &D,
+    res: &ResourceParams,
+) -> Result<LeaderRecord, LeaseError> {
+    read_leader_at(disk, res, res.geometry).await
+}
+
+fn check_num_hosts(leader: &LeaderRecord, host_id: u64) -> Result<(), LeaseError> {
+    if leader.num_hosts < host_id || leader.max_hosts == 0 || leader.num_hosts > leader.max_hosts {
+        return Err(FormatError::NumHosts {
+            num_hosts: leader.num_hosts,
+            host_id,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+fn ballot_bytes(g: Geometry, num_hosts: u64) -> usize {
+    let sectors = ballot_read_sectors(num_hosts).min(g.sectors_per_area());
+    (sectors * g.sector_bytes()) as usize
+}
+
+/// Step A: the whole lease (leader + every dblock), restarting with the leader's geometry
+/// if it differs from the expected one.
+async fn read_area<D: Disk>(
+    disk: &D,
+    res: &ResourceParams,
+    host_id: u64,
+) -> Result<Area, LeaseError> {
+    let mut g = res.geometry;
+    for _ in 0..2 {
+        let hint = if res.num_hosts_hint == 0 {
+            g.max_hosts()
+        } else {
+            res.num_hosts_hint
+        };
+        let mut buf = disk
+            .read(res.disk_offset, ballot_bytes(g, hint), res.io_ms())
+            .await
+            .map_err(|e| LeaseError::io(IoOp::LeaderRead, e))?;
+        let leader = LeaderRecord::decode(&buf)?;
+        leader.verify(LeaderKind::Paxos, &expect(res))?;
+        let lg = Geometry::from_leader(leader.sector_size, leader.flags)?;
+        if lg != g {
+            g = lg;
+            continue;
+        }
+        check_num_hosts(&leader, host_id)?;
+        let need = ballot_bytes(g, leader.num_hosts);
+        if buf.len() < need {
+            buf = disk
+                .read(res.disk_offset, need, res.io_ms())
+                .await
+                .map_err(|e| LeaseError::io(IoOp::DblockRead, e))?;
+        }
+        let sector = g.sector_bytes() as usize;
+        let mut max_mbal = 0;
+        for q in 0..leader.num_hosts as usize {
+            let at = (2 + q) * sector;
+            if at + sector > buf.len() {
+                break;
+            }
+            let (d, _) = decode_dblock_sector(&buf[at..at + sector])?;
+            d.verify()?;
+            max_mbal = max_mbal.max(d.mbal);
+        }
+        return Ok(Area {
+            leader,
+            geometry: g,
+            max_mbal,
+        });
+    }
+    Err(FormatError::SectorSize {
+        record: "paxos leader",
+        found: g.sector_size.bytes(),
+        expected: res.geometry.sector_size.bytes(),
+    }
+    .into())
+}
+
+fn slot_offset(res: &ResourceParams, g: Geometry, host_id: u64) -> u64 {
+    res.disk_offset + disk_format::area::dblock_sector(host_id) * g.sector_bytes()
+}
+
+async fn write_slot<D: Disk>(
+    disk: &D,
+    res: &ResourceParams,
+    g: Geometry,
+    host_id: u64,
+    dblock: &PaxosDblock,
+    mode: &ModeBlock,
+) -> Result<(), LeaseError> {
+    let mut buf = vec![0u8; g.sector_bytes() as usize];
+    encode_dblock_sector(dblock, mode, &mut buf);
+    disk.write(slot_offset(res, g, host_id), &buf, res.io_ms())
+        .await
+        .map_err(|e| LeaseError::io(IoOp::DblockWrite, e))
+}
+
+async fn write_leader<D: Disk>(
+    disk: &D,
+    res: &ResourceParams,
+    g: Geometry,
+    leader: &LeaderRecord,
+) -> Result<(), LeaseError> {
+    let mut buf = vec![0u8; g.sector_bytes() as usize];
+    leader.encode_into(&mut buf);
+    disk.write(res.disk_offset, &buf, res.io_ms())
+        .await
+        .map_err(|e| LeaseError::io(IoOp::LeaderWrite, e))
+}
+
+// ----------------------------------------------------------------------------------------
+// The ballot
+
+struct BallotCtx<'a> {
+    res: &'a ResourceParams,
+    g: Geometry,
+    host_id: u64,
+    generation: u64,
+    num_hosts: u64,
+    /// Our mode block during the ballot: SHARED when converting sh→ex, else zero.
+    our_mode: ModeBlock,
+    bug: Option<PlantedBug>,
+}
+
+struct BallotResult {
+    dblock: PaxosDblock,
+    /// Other hosts with a SHARED mode block seen in phase 1.
+    shared: Vec<u64>,
+}
+
+enum BallotError {
+    /// Abort (larger mbal / newer lver): back off and retry.
+    Abort,
+    /// Failure; `phase2` tells whether we might have been chosen.
+    Fail { err: LeaseError, phase2: bool },
+}
+
+/// Reads all dblocks and applies the abort rules; returns the accepted dblock with the
+/// largest bal (phase 1) and the shared holders.
+async fn ballot_read<D: Disk>(
+    disk: &D,
+    c: &BallotCtx<'_>,
+    ours: &PaxosDblock,
+    shared: Option<&mut Vec<u64>>,
+) -> Result<Option<PaxosDblock>, LeaseError> {
+    let buf = disk
+        .read(
+            c.res.disk_offset,
+            ballot_bytes(c.g, c.num_hosts),
+            c.res.io_ms(),
+        )
+        .await
+        .map_err(|e| LeaseError::io(IoOp::DblockRead, e))?;
+    let sector = c.g.sector_bytes() as usize;
+    let mut bk_max: Option<PaxosDblock> = None;
+    let mut shared = shared;
+    for q in 0..c.num_hosts as usize {
+        let at = (2 + q) * sector;
+        if at + sector > buf.len() {
+            break;
+        }
+        let Ok((bk, mb)) = decode_dblock_sector(&buf[at..at + sector]) else {
+            continue;
+        };
+        if bk.verify().is_err() {
+            continue;
+        }
+        if let Some(list) = shared.as_deref_mut() {
+            let h = q as u64 + 1;
+            if mb.is_shared() && h != c.host_id {
+                list.push(h);
+            }
+        }
+        if bk.lver < ours.lver {
+            continue;
+        }
+        if bk.lver > ours.lver {
+            return Err(LeaseError::DblockLver);
+        }
+        if bk.mbal > ours.mbal {
+            return Err(LeaseError::DblockMbal);
+        }
+        if bk.inp == 0 || bk.bal == 0 {
+            continue;
+        }
+        if bk_max.is_none_or(|m| bk.bal > m.bal) {
+            bk_max = Some(bk);
+        }
+    }
+    Ok(bk_max)
+}
+
+async fn run_ballot<D: Disk, C: Clock>(
+    disk: &D,
+    clock: &C,
+    c: &BallotCtx<'_>,
+    next_lver: u64,
+    our_mbal: u64,
+) -> Result<BallotResult, BallotError> {
+    let fail = |err, phase2| BallotError::Fail { err, phase2 };
+    let mut dblock = PaxosDblock {
+        mbal: our_mbal,
+        lver: next_lver,
+        ..Default::default()
+    };
+    dblock.seal();
+    // Phase 1.
+    write_slot(disk, c.res, c.g, c.host_id, &dblock, &c.our_mode)
+        .await
+        .map_err(|e| fail(e, false))?;
+    let mut shared = Vec::new();
+    let bk_max = match ballot_read(disk, c, &dblock, Some(&mut shared)).await {
+        Ok(b) => b,
+        Err(LeaseError::DblockLver | LeaseError::DblockMbal) => return Err(BallotError::Abort),
+        Err(e) => return Err(fail(e, false)),
+    };
+    match bk_max {
+        Some(bk) => {
+            dblock.inp = bk.inp;
+            dblock.inp2 = bk.inp2;
+            dblock.inp3 = bk.inp3;
+        }
+        None => {
+            dblock.inp = c.host_id;
+            dblock.inp2 = c.generation;
+            dblock.inp3 = clock.now_s().max(1);
+        }
+    }
+    dblock.bal = dblock.mbal;
+    dblock.seal();
+    if c.bug == Some(PlantedBug::SkipPhase2) {
+        return Ok(BallotResult { dblock, shared });
+    }
+    // Phase 2.
+    write_slot(disk, c.res, c.g, c.host_id, &dblock, &c.our_mode)
+        .await
+        .map_err(|e| fail(e, true))?;
+    match ballot_read(disk, c, &dblock, None).await {
+        Ok(_) => Ok(BallotResult { dblock, shared }),
+        Err(LeaseError::DblockLver | LeaseError::DblockMbal) => Err(BallotError::Abort),
+        Err(e) => Err(fail(e, true)),
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// Acquire
+
+struct Committed {
+    leader: LeaderRecord,
+    dblock: PaxosDblock,
+    geometry: Geometry,
+    shared: Vec<u64>,
+}
+
+struct AcquireFail {
+    err: LeaseError,
+    /// The leader that made us fail (for the SHORT_HOLD retry decision).
+    leader: Option<LeaderRecord>,
+}
+
+impl From<LeaseError> for AcquireFail {
+    fn from(err: LeaseError) -> Self {
+        AcquireFail { err, leader: None }
+    }
+}
+
+enum OwnerVerdict {
+    Run,
+    Restart,
+}
+
+/// Step B for a lease owned by another host: wait until its owner is shown alive
+/// (IDLIVE), dead (host_dead_seconds without change, from our own observations), gone
+/// (delta lease free or re-acquired), or the leader changes (restart).
+async fn wait_for_owner<D: Disk, C: Clock, L: Disk, O: HostObserver>(
+    disk: &D,
+    clock: &C,
+    host: &HostContext<'_, L, O>,
+    res: &ResourceParams,
+    g: Geometry,
+    cur: &LeaderRecord,
+    opts: &AcquireOptions,
+) -> Result<OwnerVerdict, AcquireFail> {
+    if !host.lockspace.space_name.same_as(&cur.space_name) {
+        return Err(LeaseError::AcquireLockspace.into());
+    }
+    let w = host.lockspace.watchdog_fire;
+    let hs = host
+        .observer
+        .observation(cur.owner_id)
+        .filter(|h| h.owner_id == cur.owner_id && h.owner_generation == cur.owner_generation);
+    let (wait_start, mut last_timestamp) = match hs {
+        Some(h) if h.last_check_s != 0 && h.last_live_s != 0 => (h.last_live_s, h.timestamp),
+        _ => (clock.now_s(), 0),
+    };
+    loop {
+        let owner_delta = read_host_record(host.lockspace_disk, host.lockspace, cur.owner_id)
+            .await
+            .map_err(|e| AcquireFail {
+                err: e,
+                leader: Some(*cur),
+            })?;
+        if owner_delta.timestamp == 0 {
+            return Ok(OwnerVerdict::Run);
+        }
+        if owner_delta.owner_id != cur.owner_id
+            || owner_delta.owner_generation > cur.owner_generation
+        {
+            return Ok(OwnerVerdict::Run);
+        }
+        if last_timestamp == 0 {
+            last_timestamp = owner_delta.timestamp;
+        } else {
+            let seen_change = host
+                .observer
+                .observation(cur.owner_id)
+                .filter(|h| h.owner_id == cur.owner_id)
+                .is_some_and(|h| h.changed_at_last_check());
+            let alive = owner_delta.timestamp != last_timestamp
+                || (seen_change && opts.planted_bug != Some(PlantedBug::NoHostDeadWait));
+            if alive {
+                if cur.write_id != cur.owner_id {
+                    let off = slot_offset(res, g, cur.owner_id);
+                    if let Ok(buf) = disk.read(off, g.sector_bytes() as usize, res.io_ms()).await {
+                        if let Ok((d, _)) = decode_dblock_sector(&buf) {
+                            if d.is_released() {
+                                return Ok(OwnerVerdict::Run);
+                            }
+                        }
+                    }
+                }
+                return Err(AcquireFail {
+                    err: LeaseError::IdLive {
+                        owner_id: cur.owner_id,
+                        owner_generation: cur.owner_generation,
+                    },
+                    leader: Some(*cur),
+                });
+            }
+            if opts.planted_bug == Some(PlantedBug::NoHostDeadWait) {
+                return Ok(OwnerVerdict::Run);
+            }
+            let owner_io = match hs {
+                Some(h) if h.io_timeout != 0 => h.io_timeout,
+                _ if owner_delta.io_timeout != 0 => owner_delta.io_timeout,
+                _ => host.lockspace.io_timeout,
+            };
+            let dead = host_dead_seconds(u64::from(owner_io), w);
+            if clock.now_s().saturating_sub(wait_start) > dead {
+                return Ok(OwnerVerdict::Run);
+            }
+            if opts.owner_nowait {
+                return Err(AcquireFail {
+                    err: LeaseError::OwnedRetry {
+                        owner_id: cur.owner_id,
+                    },
+                    leader: Some(*cur),
+                });
+            }
+        }
+        clock.sleep_ms(1000).await;
+        let tmp = read_leader_at(disk, res, g).await?;
+        if tmp != *cur {
+            return Ok(OwnerVerdict::Restart);
+        }
+    }
+}
+
+/// Best-effort undo after a failure that may have left us chosen: mark our dblock released
+/// and clear the leader if it names us and we wrote it.
+async fn retract<D: Disk, C: Clock>(
+    disk: &D,
+    clock: &C,
+    c: &BallotCtx<'_>,
+    dblock: &PaxosDblock,
+    next_lver: u64,
+) {
+    let mut d = *dblock;
+    d.flags |= DBLOCK_FL_RELEASED;
+    if write_slot(disk, c.res, c.g, c.host_id, &d, &c.our_mode)
+        .await
+        .is_err()
+    {
+        return;
+    }
+    if let Ok(leader) = read_leader_at(disk, c.res, c.g).await {
+        if leader.write_id == c.host_id
+            && leader.owner_id == c.host_id
+            && leader.owner_generation == c.generation
+            && leader.lver == next_lver
+            && leader.timestamp != 0
+        {
+            let mut l = leader;
+            l.timestamp = 0;
+            l.write_id = c.host_id;
+            l.write_generation = c.generation;
+            l.write_timestamp = clock.now_s();
+            l.flags &= !LFL_SHORT_HOLD;
+            l.seal();
+            let _ = write_leader(disk, c.res, c.g, &l).await;
+        }
+    }
+}
+
+/// sanlock `paxos_lease_acquire`: steps A–E, returning the committed leader.
+async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
+    disk: &D,
+    clock: &C,
+    host: &HostContext<'_, L, O>,
+    res: &ResourceParams,
+    opts: &AcquireOptions,
+    our_mode: ModeBlock,
+    shared_acquire: bool,
+) -> Result<Committed, AcquireFail> {
+    let host_id = host.lockspace.host_id;
+    let gen = host.generation;
+    'restart: loop {
+        // Step A.
+        let area = read_area(disk, res, host_id).await?;
+        let cur = area.leader;
+        let g = area.geometry;
+        // Step B.
+        if let Some(want) = opts.lver {
+            if cur.lver != want {
+                return Err(LeaseError::AcquireLver {
+                    on_disk: cur.lver,
+                    requested: want,
+                }
+                .into());
+            }
+        }
+        let ours = cur.owner_id == host_id && cur.owner_generation <= gen;
+        if cur.timestamp != 0 && !ours {
+            match wait_for_owner(disk, clock, host, res, g, &cur, opts).await? {
+                OwnerVerdict::Run => {}
+                OwnerVerdict::Restart => continue 'restart,
+            }
+        }
+        // Step C.
+        let next_lver = cur.lver + 1;
+        let mut our_mbal = if area.max_mbal == 0 {
+            host_id
+        } else {
+            area.max_mbal - area.max_mbal % cur.max_hosts + cur.max_hosts + host_id
+        };
+        let ctx = BallotCtx {
+            res,
+            g,
+            host_id,
+            generation: gen,
+            num_hosts: cur.num_hosts,
+            our_mode,
+            bug: opts.planted_bug,
+        };
+        let mut first = true;
+        let mut last_dblock = PaxosDblock::default();
+        // Step D.
+        let ballot = loop {
+            let tmp = if first {
+                cur
+            } else {
+                read_leader_at(disk, res, g).await?
+            };
+            first = false;
+            if tmp.lver == next_lver {
+                if tmp.owner_id == host_id && tmp.owner_generation == gen {
+                    return Ok(Committed {
+                        leader: tmp,
+                        dblock: last_dblock,
+                        geometry: g,
+                        shared: Vec::new(),
+                    });
+                }
+                return Err(AcquireFail {
+                    err: LeaseError::Owned {
+                        owner_id: tmp.owner_id,
+                        owner_generation: tmp.owner_generation,
+                    },
+                    leader: Some(tmp),
+                });
+            }
+            if tmp.lver > next_lver || tmp != cur {
+                continue 'restart;
+            }
+            match run_ballot(disk, clock, &ctx, next_lver, our_mbal).await {
+                Ok(b) => break b,
+                Err(BallotError::Abort) => {
+                    clock.sleep_ms(clock.random_below(1000)).await;
+                    our_mbal += cur.max_hosts;
+                }
+                Err(BallotError::Fail { err, phase2 }) => {
+                    if phase2 {
+                        last_dblock.mbal = our_mbal;
+                        last_dblock.lver = next_lver;
+                        last_dblock.seal();
+                        retract(disk, clock, &ctx, &last_dblock, next_lver).await;
+                    }
+                    return Err(err.into());
+                }
+            }
+            last_dblock = PaxosDblock {
+                mbal: our_mbal,
+                lver: next_lver,
+                ..Default::default()
+            };
+        };
+        // Step E: commit.
+        let d = ballot.dblock;
+        let mut new = cur;
+        new.lver = d.lver;
+        new.owner_id = d.inp;
+        new.owner_generation = d.inp2;
+        new.timestamp = d.inp3;
+        new.write_id = host_id;
+        new.write_generation = gen;
+        new.write_timestamp = clock.now_s();
+        if let Some(n) = opts.new_num_hosts {
+            new.num_hosts = n;
+        }
+        if new.owner_id == host_id {
+            if shared_acquire {
+                new.flags |= LFL_SHORT_HOLD;
+            } else {
+                new.flags &= !LFL_SHORT_HOLD;
+            }
+        }
+        new.seal();
+        if let Err(e) = write_leader(disk, res, g, &new).await {
+            retract(disk, clock, &ctx, &d, next_lver).await;
+            return Err(e.into());
+        }
+        if new.owner_id != host_id {
+            return Err(AcquireFail {
+                err: LeaseError::Other {
+                    owner_id: new.owner_id,
+                    owner_generation: new.owner_generation,
+                },
+                leader: Some(new),
+            });
+        }
+        return Ok(Committed {
+            leader: new,
+            dblock: d,
+            geometry: g,
+            shared: ballot.shared,
+        });
+    }
+}
+
+/// Clears the slots of dead shared holders; returns how many are alive.
+async fn clear_dead_shared<D: Disk, C: Clock, O: HostObserver>(
+    disk: &D,
+    clock: &C,
+    res: &ResourceParams,
+    g: Geometry,
+    observer: &O,
+    w: u64,
+    holders: &[u64],
+) -> Result<usize, LeaseError> {
+    let mut live = 0;
+    for &h in holders {
+        let buf = disk
+            .read(
+                slot_offset(res, g, h),
+                g.sector_bytes() as usize,
+                res.io_ms(),
+            )
+            .await
+            .map_err(|e| LeaseError::io(IoOp::DblockRead, e))?;
+        let (_, mb) = decode_dblock_sector(&buf)?;
+        if !mb.is_shared() || mb.generation == 0 {
+            continue;
+        }
+        if HostMonitor::shared_holder_live(observer.observation(h), mb.generation, clock.now_s(), w)
+        {
+            live += 1;
+            continue;
+        }
+        let zero = vec![0u8; g.sector_bytes() as usize];
+        disk.write(slot_offset(res, g, h), &zero, res.io_ms())
+            .await
+            .map_err(|e| LeaseError::io(IoOp::DblockWrite, e))?;
+    }
+    Ok(live)
+}
+
+/// Clears the leader if we wrote it and it still is exactly `last` (sanlock
+/// `paxos_lease_release`). Returns the leader written, or `None` when another host was the
+/// writer (then our RELEASED dblock flag is what frees the lease).
+async fn release_leader<D: Disk, C: Clock>(
+    disk: &D,
+    clock: &C,
+    res: &ResourceParams,
+    g: Geometry,
+    host_id: u64,
+    generation: u64,
+    last: &LeaderRecord,
+) -> Result<Option<LeaderRecord>, LeaseError> {
+    let leader = read_leader_at(disk, res, g).await?;
+    if leader.write_id != host_id {
+        return Ok(None);
+    }
+    if leader.lver != last.lver {
+        return Err(LeaseError::ReleaseLver);
+    }
+    if leader.timestamp == 0
+        || leader.owner_id != host_id
+        || leader.owner_generation != generation
+        || leader.encode() != last.encode()
+    {
+        return Err(LeaseError::ReleaseOwner);
+    }
+    let mut l = leader;
+    l.timestamp = 0;
+    l.write_id = host_id;
+    l.write_generation = generation;
+    l.write_timestamp = clock.now_s();
+    l.flags &= !LFL_SHORT_HOLD;
+    l.seal();
+    write_leader(disk, res, g, &l).await?;
+    Ok(Some(l))
+}
+
+async fn read_lvb<D: Disk>(
+    disk: &D,
+    res: &ResourceParams,
+    g: Geometry,
+) -> Result<Vec<u8>, LeaseError> {
+    disk.read(
+        res.disk_offset + lvb_offset(g),
+        g.sector_bytes() as usize,
+        res.io_ms(),
+    )
+    .await
+    .map_err(|e| LeaseError::io(IoOp::Other, e))
+}
+
+async fn write_lvb<D: Disk>(disk: &D, token: &Token) -> Result<(), LeaseError> {
+    let Some(lvb) = &token.lvb else { return Ok(()) };
+    let g = token.resource.geometry;
+    disk.write(
+        token.resource.disk_offset + lvb_offset(g),
+        lvb,
+        token.resource.io_ms(),
+    )
+    .await
+    .map_err(|e| LeaseError::io(IoOp::Other, e))
+}
+
+/// Acquires a resource lease (sanlock `acquire_token` disk path).
+///
+/// Exclusive: a ballot for `lver + 1`; then, if the ballot saw SHARED mode blocks of other
+/// hosts, dead holders' slots are cleared and any live one makes us release and return
+/// [`LeaseError::Again`]. Shared: an exclusive ballot with `LFL_SHORT_HOLD`, then our slot
+/// gets a SHARED mode block (dblock marked RELEASED) and the leader is released; a
+/// SHORT_HOLD owner is retried `sh_retries` times with random 0–1 s sleeps before
+/// [`LeaseError::ShRetry`].
+///
+/// Errors: [`LeaseError::IdLive`] (owner alive), [`LeaseError::OwnedRetry`] (with
+/// `owner_nowait`), [`LeaseError::Owned`] / [`LeaseError::Other`] (someone else won),
+/// [`LeaseError::AcquireLver`], [`LeaseError::LvbUnsupported`] (LVB on a geometry whose LVB
+/// sector is outside the area), I/O and format errors.
+pub async fn acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
+    disk: &D,
+    clock: &C,
+    host: &HostContext<'_, L, O>,
+    res: &ResourceParams,
+    opts: &AcquireOptions,
+) -> Result<Token, LeaseError> {
+    if opts.lvb && !lvb_inside_area(res.geometry) {
+        return Err(LeaseError::LvbUnsupported);
+    }
+    let host_id = host.lockspace.host_id;
+    let gen = host.generation;
+    let shared = opts.mode == Mode::Shared;
+    let mut retries = 0;
+    let c = loop {
+        match paxos_acquire(disk, clock, host, res, opts, ModeBlock::default(), shared).await {
+            Ok(c) => break c,
+            Err(f) => {
+                let short = f.leader.is_some_and(|l| l.flags & LFL_SHORT_HOLD != 0);
+                let contended = matches!(
+                    f.err,
+                    LeaseError::IdLive { .. } | LeaseError::Owned { .. } | LeaseError::Other { .. }
+                );
+                if shared && short && contended {
+                    if retries < opts.sh_retries {
+                        retries += 1;
+                        clock.sleep_ms(clock.random_below(1000)).await;
+                        continue;
+                    }
+                    return Err(LeaseError::ShRetry);
+                }
+                return Err(f.err);
+            }
+        }
+    };
+    let g = c.geometry;
+    if opts.lvb && !lvb_inside_area(g) {
+        return Err(LeaseError::LvbUnsupported);
+    }
+    let mut resource = res.clone();
+    resource.geometry = g;
+    let mut token = Token {
+        resource,
+        host_id,
+        generation: gen,
+        mode: opts.mode,
+        leader: c.leader,
+        dblock: c.dblock,
+        lvb: None,
+        lvb_dirty: false,
+    };
+    if shared {
+        let mut d = c.dblock;
+        d.flags = DBLOCK_FL_RELEASED;
+        let mb = ModeBlock {
+            flags: MBLOCK_SHARED,
+            pad: 0,
+            generation: gen,
+        };
+        let step = async {
+            write_slot(disk, &token.resource, g, host_id, &d, &mb).await?;
+            release_leader(disk, clock, &token.resource, g, host_id, gen, &c.leader).await
+        };
+        if let Err(e) = step.await {
+            // Undo: neither shared nor owner.
+            let mut exc = token.clone();
+            exc.mode = Mode::Exclusive;
+            let _ = release(disk, clock, &exc).await;
+            return Err(e);
+        }
+        token.dblock = d;
+    } else if !c.shared.is_empty() {
+        let live = clear_dead_shared(
+            disk,
+            clock,
+            &token.resource,
+            g,
+            host.observer,
+            host.lockspace.watchdog_fire,
+            &c.shared,
+        )
+        .await;
+        match live {
+            Ok(0) => {}
+            Ok(_) => {
+                release(disk, clock, &token).await?;
+                return Err(LeaseError::Again);
+            }
+            Err(e) => {
+                let _ = release(disk, clock, &token).await;
+                return Err(e);
+            }
+        }
+    }
+    if opts.lvb {
+        match read_lvb(disk, &token.resource, g).await {
+            Ok(b) => token.lvb = Some(b),
+            Err(_) => token.lvb = Some(vec![0; g.sector_bytes() as usize]),
+        }
+    }
+    Ok(token)
+}
+
+/// Releases a lease (sanlock `_release_token` + `paxos_lease_release`).
+///
+/// Exclusive: write the LVB if changed; rewrite our slot with the RELEASED flag and a zero
+/// mode block; re-read the leader and clear it (timestamp 0, SHORT_HOLD off) only if we
+/// wrote it — if another host committed us as owner, the RELEASED flag alone frees the
+/// lease, so a newer leader is never clobbered. Shared: rewrite our slot without the
+/// SHARED mode block.
+pub async fn release<D: Disk, C: Clock>(
+    disk: &D,
+    clock: &C,
+    token: &Token,
+) -> Result<(), LeaseError> {
+    let g = token.resource.geometry;
+    let mut d = token.dblock;
+    d.flags |= DBLOCK_FL_RELEASED;
+    match token.mode {
+        Mode::Shared => {
+            write_slot(
+                disk,
+                &token.resource,
+                g,
+                token.host_id,
+                &d,
+                &ModeBlock::default(),
+            )
+            .await
+        }
+        Mode::Exclusive => {
+            if token.lvb_dirty {
+                write_lvb(disk, token).await?;
+            }
+            write_slot(
+                disk,
+                &token.resource,
+                g,
+                token.host_id,
+                &d,
+                &ModeBlock::default(),
+            )
+            .await?;
+            release_leader(
+                disk,
+                clock,
+                &token.resource,
+                g,
+                token.host_id,
+                token.generation,
+                &token.leader,
+            )
+            .await?;
+            Ok(())
+        }
+    }
+}
+
+/// Converts a held lease between modes (sanlock `convert_token`).
+///
+/// ex→sh: write the LVB if changed, write our SHARED mode block (dblock RELEASED), release
+/// the leader. sh→ex: a ballot that keeps our SHARED mode block, then live shared holders
+/// make it release the leader and return [`LeaseError::Again`] (we stay shared); otherwise
+/// our mode block is cleared. [`LeaseError::Already`] when already in `to`.
+pub async fn convert<D: Disk, C: Clock, L: Disk, O: HostObserver>(
+    disk: &D,
+    clock: &C,
+    host: &HostContext<'_, L, O>,
+    token: &mut Token,
+    to: Mode,
+    owner_nowait: bool,
+) -> Result<(), LeaseError> {
+    if token.mode == to {
+        return Err(LeaseError::Already);
+    }
+    let g = token.resource.geometry;
+    let host_id = token.host_id;
+    let gen = token.generation;
+    let our_sh = ModeBlock {
+        flags: MBLOCK_SHARED,
+        pad: 0,
+        generation: gen,
+    };
+    match to {
+        Mode::Shared => {
+            if token.lvb_dirty {
+                write_lvb(disk, token).await?;
+                token.lvb_dirty = false;
+            }
+            let mut d = token.dblock;
+            d.flags = DBLOCK_FL_RELEASED;
+            write_slot(disk, &token.resource, g, host_id, &d, &our_sh).await?;
+            release_leader(disk, clock, &token.resource, g, host_id, gen, &token.leader).await?;
+            token.dblock = d;
+            token.mode = Mode::Shared;
+            Ok(())
+        }
+        Mode::Exclusive => {
+            let opts = AcquireOptions {
+                owner_nowait,
+                ..AcquireOptions::default()
+            };
+            let c = paxos_acquire(disk, clock, host, &token.resource, &opts, our_sh, false)
+                .await
+                .map_err(|f| f.err)?;
+            let live = clear_dead_shared(
+                disk,
+                clock,
+                &token.resource,
+                g,
+                host.observer,
+                host.lockspace.watchdog_fire,
+                &c.shared,
+            )
+            .await;
+            let live = match live {
+                Ok(n) => n,
+                Err(e) => {
+                    let _ =
+                        release_leader(disk, clock, &token.resource, g, host_id, gen, &c.leader)
+                            .await;
+                    return Err(e);
+                }
+            };
+            if live > 0 {
+                release_leader(disk, clock, &token.resource, g, host_id, gen, &c.leader).await?;
+                return Err(LeaseError::Again);
+            }
+            token.leader = c.leader;
+            token.dblock = c.dblock;
+            token.mode = Mode::Exclusive;
+            // We hold ex now; failing to clear our SHARED mode block only leaves a stale
+            // marker that our release clears.
+            let _ = write_slot(
+                disk,
+                &token.resource,
+                g,
+                host_id,
+                &c.dblock,
+                &ModeBlock::default(),
+            )
+            .await;
+            Ok(())
+        }
+    }
+}
+
+async fn read_request<D: Disk>(
+    disk: &D,
+    res: &ResourceParams,
+    g: Geometry,
+) -> Result<RequestRecord, LeaseError> {
+    let buf = disk
+        .read(
+            res.disk_offset + REQUEST_SECTOR * g.sector_bytes(),
+            g.sector_bytes() as usize,
+            res.io_ms(),
+        )
+        .await
+        .map_err(|e| LeaseError::io(IoOp::Other, e))?;
+    let rr = RequestRecord::decode(&buf)?;
+    rr.verify()?;
+    Ok(rr)
+}
+
+/// Writes a request for the lease (sanlock `request_token`): the requested lver must be
+/// above the held one ([`LeaseError::RequestOld`]) and not below a recorded request
+/// ([`LeaseError::RequestLver`]). `Exact(0)` with force mode 0 clears the record.
+pub async fn request<D: Disk>(
+    disk: &D,
+    res: &ResourceParams,
+    lver: RequestLver,
+    force_mode: u32,
+) -> Result<RequestOutcome, LeaseError> {
+    let g = res.geometry;
+    let leader = read_leader_at(disk, res, g).await?;
+    let owner_id = (leader.timestamp != 0).then_some(leader.owner_id);
+    let off = res.disk_offset + REQUEST_SECTOR * g.sector_bytes();
+    let write = |rr: RequestRecord| async move {
+        let mut buf = vec![0u8; g.sector_bytes() as usize];
+        rr.encode_into(&mut buf);
+        disk.write(off, &buf, res.io_ms())
+            .await
+            .map_err(|e| LeaseError::io(IoOp::Other, e))
+    };
+    let want = match lver {
+        RequestLver::Exact(0) if force_mode == 0 => {
+            write(RequestRecord::FRESH).await?;
+            return Ok(RequestOutcome { lver: 0, owner_id });
+        }
+        RequestLver::Exact(v) => v,
+        RequestLver::Next => leader.lver + 1,
+    };
+    if want <= leader.lver {
+        return Err(LeaseError::RequestOld);
+    }
+    let rr = read_request(disk, res, g).await?;
+    if want < rr.lver {
+        return Err(LeaseError::RequestLver);
+    }
+    write(RequestRecord {
+        lver: want,
+        force_mode,
+        ..RequestRecord::FRESH
+    })
+    .await?;
+    Ok(RequestOutcome {
+        lver: want,
+        owner_id,
+    })
+}
+
+/// Examines a held lease for a request against it: returns the force mode
+/// (`REQ_FORCE`/`REQ_GRACEFUL`) when the request record asks for an lver above ours.
+pub async fn examine<D: Disk>(disk: &D, token: &Token) -> Result<Option<u32>, LeaseError> {
+    let rr = read_request(disk, &token.resource, token.resource.geometry).await?;
+    if rr.force_mode != 0 && rr.lver > token.lver() {
+        return Ok(Some(rr.force_mode));
+    }
+    Ok(None)
+}
+
+/// The current holders of a lease (sanlock `read_resource_owners`): the leader owner when
+/// held, plus every slot with a SHARED mode block.
+pub async fn read_owners<D: Disk>(
+    disk: &D,
+    res: &ResourceParams,
+) -> Result<(LeaderRecord, Vec<Owner>), LeaseError> {
+    let leader = read_leader_at(disk, res, res.geometry).await?;
+    let g = Geometry::from_leader(leader.sector_size, leader.flags)?;
+    let buf = disk
+        .read(
+            res.disk_offset,
+            ballot_bytes(g, leader.num_hosts),
+            res.io_ms(),
+        )
+        .await
+        .map_err(|e| LeaseError::io(IoOp::DblockRead, e))?;
+    let mut owners = Vec::new();
+    if leader.timestamp != 0 {
+        owners.push(Owner {
+            host_id: leader.owner_id,
+            generation: leader.owner_generation,
+            mode: Mode::Exclusive,
+        });
+    }
+    let sector = g.sector_bytes() as usize;
+    for q in 0..leader.num_hosts as usize {
+        let at = (2 + q) * sector;
+        if at + sector > buf.len() {
+            break;
+        }
+        let (_, mb) = decode_dblock_sector(&buf[at..at + sector])?;
+        if mb.is_shared() {
+            owners.push(Owner {
+                host_id: q as u64 + 1,
+                generation: mb.generation,
+                mode: Mode::Shared,
+            });
+        }
+    }
+    Ok((leader, owners))
+}

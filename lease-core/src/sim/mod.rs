@@ -1,0 +1,1 @@
+//! The deterministic multi-host simulator (see `docs/algorithms.md`).
