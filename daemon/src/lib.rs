@@ -1,1 +1,186 @@
-//! The lockd daemon.
+//! The lockd daemon: a sanlock-protocol server granting shared-storage leases.
+//!
+//! `run(config)` owns the process: it forks the helper (before any thread), takes the
+//! pid-file lock in the run dir, binds `sanlock.sock` (mode 0660), then runs the listener,
+//! the once-a-second monitor, and one renewal thread per lockspace until shutdown.
+//!
+//! All `unsafe` lives in [`sys`]; the rest of the crate denies it.
+#![deny(unsafe_code)]
+
+pub mod admin;
+pub mod cmd;
+pub mod config;
+pub mod diskio;
+pub mod helper;
+pub mod kill;
+pub mod lc;
+pub mod lockspace;
+pub mod notify;
+pub mod observability;
+pub mod paxos;
+pub mod server;
+pub mod state;
+#[allow(unsafe_code)]
+pub mod sys;
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use thiserror::Error;
+use tracing::{error, info, warn};
+
+pub use config::{Config, DaemonArgs};
+use observability::LogRing;
+use state::{lock, Daemon};
+
+/// Name of the pid file in the run dir.
+pub const PID_FILE: &str = "lockd.pid";
+
+/// Why the daemon could not start or run.
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    #[error("cannot create run dir {path}: {source}")]
+    RunDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("another lockd daemon is running with run dir {path} (pid file locked)")]
+    AlreadyRunning { path: PathBuf },
+    #[error("pid file {path}: {source}")]
+    PidFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot bind socket in {path}: {source}")]
+    Socket {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start helper process: {0}")]
+    Helper(std::io::Error),
+    #[error("watchdog (-w 1) is not supported yet by lockd; run with -w 0")]
+    WatchdogUnsupported,
+    #[error("cannot start thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Waits until every lockspace has been removed.
+pub fn wait_spaces_gone(d: &Daemon) {
+    while !lock(&d.spaces).is_empty() {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Runs the daemon until SHUTDOWN or SIGTERM/SIGINT. Must be called while the process is
+/// single-threaded (it forks the helper first), with tracing already set up via
+/// [`observability::init`] using `ring`.
+pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
+    if cfg.use_watchdog {
+        return Err(DaemonError::WatchdogUnsupported);
+    }
+    // The helper is forked first, while we are single-threaded.
+    let helper = helper::Helper::start().map_err(DaemonError::Helper)?;
+    sys::ignore_sigpipe();
+    sys::block_signals();
+    std::fs::create_dir_all(&cfg.run_dir).map_err(|source| DaemonError::RunDir {
+        path: cfg.run_dir.clone(),
+        source,
+    })?;
+    let pid_path = cfg.run_dir.join(PID_FILE);
+    let mut pid_file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .open(&pid_path)
+        .map_err(|source| DaemonError::PidFile {
+            path: pid_path.clone(),
+            source,
+        })?;
+    if sys::lock_file(&pid_file).is_err() {
+        let _ = sys::kill(helper.pid, libc::SIGKILL);
+        return Err(DaemonError::AlreadyRunning { path: cfg.run_dir });
+    }
+    let _ = pid_file.set_len(0);
+    let _ = writeln!(pid_file, "{}", std::process::id());
+    let listener = server::bind(&cfg.run_dir).map_err(|source| DaemonError::Socket {
+        path: cfg.run_dir.clone(),
+        source,
+    })?;
+    warn!("watchdog is OFF (-w 0): lease holders are not fenced by a hardware watchdog");
+    info!(
+        run_dir = %cfg.run_dir.display(),
+        host_name = %cfg.host_name,
+        io_timeout = cfg.io_timeout_s,
+        helper_pid = helper.pid,
+        "lockd daemon started"
+    );
+    let d = Arc::new(Daemon::new(cfg, Some(helper), ring));
+    let d_listen = d.clone();
+    let listener_clone = listener.try_clone().map_err(|source| DaemonError::Socket {
+        path: d.cfg.run_dir.clone(),
+        source,
+    })?;
+    std::thread::Builder::new()
+        .name("lockd-listen".into())
+        .spawn(move || server::listen_loop(d_listen, listener))
+        .map_err(DaemonError::Thread)?;
+    let d_mon = d.clone();
+    let monitor = std::thread::Builder::new()
+        .name("lockd-monitor".into())
+        .spawn(move || kill::monitor_loop(&d_mon))
+        .map_err(DaemonError::Thread)?;
+    let d_sig = d.clone();
+    std::thread::Builder::new()
+        .name("lockd-signal".into())
+        .spawn(move || loop {
+            let sig = sys::wait_signal();
+            if sig == libc::SIGTERM || sig == libc::SIGINT {
+                info!(sig, "signal: shutting down (lockspaces are removed first)");
+                lockspace::stop_all(&d_sig);
+                d_sig.request_shutdown();
+                return;
+            }
+        })
+        .map_err(DaemonError::Thread)?;
+    d.notifier
+        .notify("READY=1\nSTATUS=lockd running; watchdog off (-w 0)");
+
+    // Wait for shutdown, then for lockspaces to go (their threads release delta leases).
+    {
+        let mut done = lock(&d.shutdown_mutex);
+        while !*done {
+            done = match d.shutdown_cond.wait(done) {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+        }
+    }
+    d.notifier.notify("STOPPING=1\nSTATUS=lockd stopping");
+    wait_spaces_gone(&d);
+    let _ = monitor.join();
+    // Wake the listener so it sees the shutdown flag, then close client connections.
+    let _ =
+        std::os::unix::net::UnixStream::connect(d.cfg.run_dir.join(client_lib::proto::SOCKET_NAME));
+    drop(listener_clone);
+    for c in lock(&d.clients).slots.values() {
+        if let Some(s) = &c.stream {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+    let _ = std::fs::remove_file(d.cfg.run_dir.join(client_lib::proto::SOCKET_NAME));
+    if let Some(h) = d.helper.as_ref() {
+        let _ = sys::kill(h.pid, libc::SIGTERM);
+    }
+    info!("lockd daemon stopped");
+    if lock(&d.resources).is_empty() {
+        Ok(())
+    } else {
+        error!("exiting with resources still recorded");
+        Ok(())
+    }
+}

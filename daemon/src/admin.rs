@@ -1,0 +1,255 @@
+//! Commands that read or format lease areas without holding anything: ALIGN,
+//! WRITE/READ_LOCKSPACE, WRITE/READ_RESOURCE, READ_RESOURCE_OWNERS. They run on the
+//! connection's thread with O_DIRECT I/O and sanlock's timeouts.
+
+use std::path::Path;
+use std::time::Duration;
+
+use client_lib::proto::*;
+use client_lib::wire;
+use disk_format::area::{format_lockspace_area, format_resource_area, ResourceInit};
+use disk_format::leader::{LEADER_RECORD_LEN, PAXOS_DISK_MAGIC};
+use disk_format::{Geometry, LeaderKind, LeaderRecord, SectorSize};
+use lease_core::exec::block_on;
+use lease_core::paxos::{self, Mode, ResourceParams};
+use tracing::{info, warn};
+
+use crate::diskio::Disk;
+use crate::lc::BlockingDisk;
+use crate::state::Daemon;
+
+/// sanlock's write_init_io_timeout: formatting writes get 60 s.
+const WRITE_INIT_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn open(disk: &wire::Disk) -> Result<Disk, i32> {
+    let path = disk.path.to_text();
+    if path.is_empty() {
+        return Err(-libc::EINVAL);
+    }
+    Disk::open(Path::new(&path)).map_err(|e| {
+        warn!(error = %e, "cannot open disk");
+        e.rv()
+    })
+}
+
+/// The geometry from API flags, else sanlock's default for the device's sector size.
+fn geometry_for(disk: &Disk, flags: u32) -> Result<Geometry, i32> {
+    match Geometry::from_api_flags(flags) {
+        Ok(Some(g)) => Ok(g),
+        Ok(None) => {
+            let ss = SectorSize::from_bytes(disk.sector_size()).ok_or(-libc::EINVAL)?;
+            Ok(Geometry::default_for(ss))
+        }
+        Err(_) => Err(-libc::EINVAL),
+    }
+}
+
+/// ALIGN: the default area size for the disk (1 MiB for 512-byte sectors, 8 MiB for 4K).
+pub fn align(disk: &wire::Disk) -> i32 {
+    match open(disk) {
+        Ok(d) => match SectorSize::from_bytes(d.sector_size()) {
+            Some(ss) => Geometry::default_for(ss).align_bytes() as i32,
+            None => -libc::EINVAL,
+        },
+        Err(rv) => rv,
+    }
+}
+
+/// WRITE_LOCKSPACE: format a lockspace area (two-step, as sanlock).
+pub fn write_lockspace(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> i32 {
+    if ls.name.is_empty() {
+        return -libc::EINVAL;
+    }
+    let disk = match open(&ls.host_id_disk) {
+        Ok(d) => d,
+        Err(rv) => return rv,
+    };
+    let g = match geometry_for(&disk, ls.flags) {
+        Ok(g) => g,
+        Err(rv) => return rv,
+    };
+    let io = if io_timeout == 0 {
+        d.cfg.io_timeout_s
+    } else {
+        io_timeout
+    };
+    let f = format_lockspace_area(g, &ls.name, io.min(255) as u16);
+    let off = ls.host_id_disk.offset;
+    if off % g.sector_bytes() != 0 {
+        return -libc::EINVAL;
+    }
+    if let Err(e) = disk.write(off, &f.area, WRITE_INIT_TIMEOUT) {
+        return e.rv();
+    }
+    if let Err(e) = disk.write(off, &f.first_sector, WRITE_INIT_TIMEOUT) {
+        return e.rv();
+    }
+    info!(ls = %ls.name, offset = off, "lockspace area written");
+    0
+}
+
+fn read_leader_sector(disk: &Disk, offset: u64, timeout: Duration) -> Result<LeaderRecord, i32> {
+    // 4 KiB covers the first sector of either sector size (files are always readable
+    // in 512-byte units; 4K devices need 4 KiB).
+    let len = if disk.sector_size() == 4096 {
+        4096
+    } else {
+        512
+    };
+    let buf = disk.read(offset, len, timeout).map_err(|e| e.rv())?;
+    LeaderRecord::decode(&buf.as_slice()[..LEADER_RECORD_LEN]).map_err(|e| e.sanlk_code())
+}
+
+/// READ_LOCKSPACE: fills name and geometry flags from the host's delta record; returns
+/// (result, io_timeout).
+pub fn read_lockspace(d: &Daemon, ls: &mut wire::Lockspace) -> (i32, u32) {
+    let disk = match open(&ls.host_id_disk) {
+        Ok(d) => d,
+        Err(rv) => return (rv, 0),
+    };
+    let timeout = Duration::from_secs(u64::from(d.cfg.io_timeout_s));
+    let first = match read_leader_sector(&disk, ls.host_id_disk.offset, timeout) {
+        Ok(l) => l,
+        Err(rv) => return (rv, 0),
+    };
+    if first
+        .verify(LeaderKind::Delta, &Default::default())
+        .is_err()
+    {
+        return (disk_format::rv::SANLK_LEADER_MAGIC, 0);
+    }
+    let g = match Geometry::from_leader(first.sector_size, first.flags) {
+        Ok(g) => g,
+        Err(e) => return (e.sanlk_code(), 0),
+    };
+    let host_id = ls.host_id.max(1);
+    if host_id > g.max_hosts() {
+        return (-libc::EINVAL, 0);
+    }
+    let rec = if host_id == 1 {
+        first
+    } else {
+        let off = ls.host_id_disk.offset + (host_id - 1) * g.sector_bytes();
+        match read_leader_sector(&disk, off, timeout) {
+            Ok(l) => l,
+            Err(rv) => return (rv, 0),
+        }
+    };
+    if let Err(e) = rec.verify(LeaderKind::Delta, &Default::default()) {
+        return (e.sanlk_code(), 0);
+    }
+    ls.name = rec.space_name;
+    ls.flags = (ls.flags & !0x3F0) | g.api_flags();
+    (0, u32::from(rec.io_timeout))
+}
+
+/// WRITE_RESOURCE: format a resource area. `num_hosts` comes from header.data (quirk).
+pub fn write_resource(d: &Daemon, res: &wire::Resource, num_hosts: u32, clear: bool) -> i32 {
+    let _ = d;
+    if res.head.name.is_empty() || res.head.lockspace_name.is_empty() || res.disks.len() != 1 {
+        return -libc::EINVAL;
+    }
+    let disk = match open(&res.disks[0]) {
+        Ok(d) => d,
+        Err(rv) => return rv,
+    };
+    let g = match geometry_for(&disk, res.head.flags) {
+        Ok(g) => g,
+        Err(rv) => return rv,
+    };
+    let off = res.disks[0].offset;
+    if off % g.sector_bytes() != 0 {
+        return -libc::EINVAL;
+    }
+    // lvmlockd probes the end of the device: a write past it must fail with -ENOSPC.
+    if disk.size() != 0 && off + g.align_bytes() > disk.size() {
+        return -libc::ENOSPC;
+    }
+    let area = format_resource_area(&ResourceInit {
+        geometry: g,
+        space_name: res.head.lockspace_name,
+        resource_name: res.head.name,
+        num_hosts: u64::from(num_hosts),
+        clear_at_monotime_s: clear.then(crate::sys::monotime),
+    });
+    match disk.write(off, &area, WRITE_INIT_TIMEOUT) {
+        Ok(()) => 0,
+        Err(e) => e.rv(),
+    }
+}
+
+/// READ_RESOURCE: fills names, lver and geometry flags from the leader.
+pub fn read_resource(d: &Daemon, res: &mut wire::Resource) -> i32 {
+    let Some(wd) = res.disks.first() else {
+        return -libc::EINVAL;
+    };
+    let disk = match open(wd) {
+        Ok(d) => d,
+        Err(rv) => return rv,
+    };
+    let timeout = Duration::from_secs(u64::from(d.cfg.io_timeout_s));
+    let leader = match read_leader_sector(&disk, wd.offset, timeout) {
+        Ok(l) => l,
+        Err(rv) => return rv,
+    };
+    if leader.magic != PAXOS_DISK_MAGIC {
+        return disk_format::rv::SANLK_LEADER_MAGIC;
+    }
+    if let Err(e) = leader.verify(LeaderKind::Paxos, &Default::default()) {
+        return e.sanlk_code();
+    }
+    let g = match Geometry::from_leader(leader.sector_size, leader.flags) {
+        Ok(g) => g,
+        Err(e) => return e.sanlk_code(),
+    };
+    res.head.lockspace_name = leader.space_name;
+    res.head.name = leader.resource_name;
+    res.head.lver = leader.lver;
+    res.head.flags = (res.head.flags & !0x3F0) | g.api_flags();
+    0
+}
+
+/// READ_RESOURCE_OWNERS: the resource (names, lver, SHARED flag) and its holders.
+pub fn read_resource_owners(
+    d: &Daemon,
+    res: &wire::Resource,
+) -> Result<(wire::ResourceHead, Vec<wire::Host>), i32> {
+    let wd = res.disks.first().ok_or(-libc::EINVAL)?;
+    let disk = open(wd)?;
+    let timeout = Duration::from_secs(u64::from(d.cfg.io_timeout_s));
+    let first = read_leader_sector(&disk, wd.offset, timeout)?;
+    let g = Geometry::from_leader(first.sector_size, first.flags).map_err(|e| e.sanlk_code())?;
+    let params = ResourceParams {
+        space_name: res.head.lockspace_name,
+        resource_name: res.head.name,
+        disk_offset: wd.offset,
+        geometry: g,
+        io_timeout: d.cfg.io_timeout_s as u16,
+        num_hosts_hint: 0,
+    };
+    let bd = BlockingDisk::new(disk);
+    let (leader, owners) =
+        block_on(paxos::read_owners(&bd, &params)).map_err(|e| e.sanlk_code())?;
+    let mut head = res.head.clone();
+    head.lver = leader.lver;
+    head.flags = (head.flags & !0x3F0) | g.api_flags();
+    if owners.iter().any(|o| o.mode == Mode::Shared) {
+        head.flags |= SANLK_RES_SHARED;
+    }
+    head.num_disks = 0;
+    let hosts = owners
+        .iter()
+        .map(|o| wire::Host {
+            host_id: o.host_id,
+            generation: o.generation,
+            timestamp: if o.mode == Mode::Exclusive {
+                leader.timestamp
+            } else {
+                0
+            },
+            io_timeout: 0,
+            flags: 0,
+        })
+        .collect();
+    Ok((head, hosts))
+}

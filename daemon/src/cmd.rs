@@ -1,0 +1,952 @@
+//! Command handlers: one function per SM_CMD, replying with sanlock's result codes.
+//!
+//! Every handler reads exactly the structs sanlock reads for that command, and answers
+//! with sanlock's reply shape. Errors never escape as panics: a short payload is
+//! `-ENOTCONN`, a bad field `-EINVAL`, a missing lockspace `-ENOSPC`/`-ENOENT`.
+
+use std::sync::Arc;
+
+use client_lib::proto::*;
+use client_lib::wire::{self, Header, State};
+use disk_format::Name;
+use tracing::{debug, info, info_span, warn};
+
+use crate::server::{After, Conn, RecvError};
+use crate::state::{lock, Daemon, KillPath, LocalRes, Token};
+use crate::{admin, lockspace, paxos, sys};
+
+const ENOTCONN: i32 = -libc::ENOTCONN;
+
+/// Runs one command read from `conn`.
+pub fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
+    debug!(
+        ci = conn.ci,
+        cmd = cmd_name(h.cmd),
+        flags = h.cmd_flags,
+        data = h.data,
+        data2 = h.data2,
+        "command"
+    );
+    match h.cmd {
+        SM_CMD_REGISTER => {
+            register(d, conn);
+            After::Keep
+        }
+        SM_CMD_RESTRICT => {
+            if let Some(c) = lock(&d.clients).slots.get_mut(&conn.ci) {
+                c.restricted = h.cmd_flags;
+            }
+            info!(
+                ci = conn.ci,
+                pid = conn.cred.pid,
+                flags = h.cmd_flags,
+                "restrict"
+            );
+            conn.reply(h, 0);
+            After::Keep
+        }
+        SM_CMD_VERSION => {
+            let r = Header {
+                magic: SM_MAGIC,
+                version: SM_PROTO,
+                cmd: SM_CMD_VERSION,
+                cmd_flags: 0,
+                length: wire::HEADER_LEN as u32,
+                seq: 0,
+                data: 0,
+                data2: SANLOCK_VERSION_COMBINED,
+            };
+            conn.send(&r.encode());
+            After::Keep
+        }
+        SM_CMD_SHUTDOWN => {
+            shutdown(d, h.data != 0);
+            After::Close
+        }
+        SM_CMD_STATUS => {
+            status(d, conn, h);
+            After::Close
+        }
+        SM_CMD_HOST_STATUS => {
+            host_status(d, conn, h);
+            After::Close
+        }
+        SM_CMD_RENEWAL => {
+            renewal(d, conn, h);
+            After::Close
+        }
+        SM_CMD_LOG_DUMP => {
+            let text = d.log.dump();
+            let mut r = h.result_reply(0);
+            r.data = u32::try_from(text.len()).unwrap_or(0);
+            let mut msg = r.encode().to_vec();
+            msg.extend_from_slice(&text);
+            conn.send(&msg);
+            After::Close
+        }
+        SM_CMD_GET_LOCKSPACES => {
+            let list = lockspace::get_lockspaces(d);
+            let mut p = Vec::new();
+            for ls in &list {
+                ls.encode_into(&mut p);
+            }
+            conn.reply_with(h, 0, list.len() as u32, &p);
+            After::Close
+        }
+        SM_CMD_GET_HOSTS => {
+            get_hosts(d, conn, h);
+            After::Close
+        }
+        SM_CMD_SET_CONFIG => {
+            let rv = match conn.recv_lockspace() {
+                Ok(ls) => lockspace::set_config(d, &ls.name, h.data),
+                Err(_) => ENOTCONN,
+            };
+            conn.reply(h, rv);
+            After::Close
+        }
+        SM_CMD_REG_EVENT | SM_CMD_END_EVENT => {
+            // Host events are not implemented: answer instead of leaving the client hanging.
+            conn.drain(h, 0);
+            conn.reply(h, -libc::EOPNOTSUPP);
+            After::Close
+        }
+        SM_CMD_ADD_LOCKSPACE => {
+            let rv = match conn.recv_lockspace() {
+                Ok(ls) => lockspace::add(d, &ls, h.data, h.cmd_flags),
+                Err(_) => ENOTCONN,
+            };
+            conn.reply(h, rv);
+            After::Keep
+        }
+        SM_CMD_INQ_LOCKSPACE => {
+            let rv = match conn.recv_lockspace() {
+                Ok(ls) => lockspace::inq(d, &ls, h.cmd_flags),
+                Err(_) => ENOTCONN,
+            };
+            conn.reply(h, rv);
+            After::Keep
+        }
+        SM_CMD_REM_LOCKSPACE => {
+            let rv = match conn.recv_lockspace() {
+                Ok(ls) => lockspace::rem(d, &ls, h.cmd_flags),
+                Err(_) => ENOTCONN,
+            };
+            conn.reply(h, rv);
+            After::Keep
+        }
+        SM_CMD_ALIGN => {
+            let rv = match conn.recv_payload(wire::DISK_LEN) {
+                Ok(b) => match wire::Disk::decode(&b) {
+                    Ok(disk) => admin::align(&disk),
+                    Err(_) => -libc::EINVAL,
+                },
+                Err(_) => ENOTCONN,
+            };
+            conn.reply(h, rv);
+            After::Keep
+        }
+        SM_CMD_WRITE_LOCKSPACE => {
+            let rv = match conn.recv_lockspace() {
+                Ok(ls) => admin::write_lockspace(d, &ls, h.data2),
+                Err(_) => ENOTCONN,
+            };
+            conn.reply(h, rv);
+            After::Keep
+        }
+        SM_CMD_READ_LOCKSPACE => {
+            match conn.recv_lockspace() {
+                Ok(mut ls) => {
+                    let (rv, io_timeout) = admin::read_lockspace(d, &mut ls);
+                    conn.reply_with(h, rv, io_timeout, &ls.encode());
+                }
+                Err(_) => conn.reply(h, ENOTCONN),
+            }
+            After::Keep
+        }
+        SM_CMD_WRITE_RESOURCE => {
+            let rv = match conn.recv_resource() {
+                Ok(Ok(res)) => {
+                    admin::write_resource(d, &res, h.data, h.cmd_flags & SANLK_WRITE_CLEAR != 0)
+                }
+                Ok(Err(rv)) => {
+                    conn.drain(h, wire::RESOURCE_LEN);
+                    rv
+                }
+                Err(_) => ENOTCONN,
+            };
+            conn.reply(h, rv);
+            After::Keep
+        }
+        SM_CMD_READ_RESOURCE => {
+            match conn.recv_resource() {
+                Ok(Ok(mut res)) => {
+                    let rv = admin::read_resource(d, &mut res);
+                    let mut p = Vec::new();
+                    res.head.encode_into(&mut p);
+                    conn.reply_with(h, rv, 0, &p);
+                }
+                Ok(Err(rv)) => {
+                    conn.drain(h, wire::RESOURCE_LEN);
+                    conn.reply(h, rv);
+                }
+                Err(_) => conn.reply(h, ENOTCONN),
+            }
+            After::Keep
+        }
+        SM_CMD_READ_RESOURCE_OWNERS => {
+            match conn.recv_resource() {
+                Ok(Ok(res)) => match admin::read_resource_owners(d, &res) {
+                    Ok((head, hosts)) => {
+                        let mut p = Vec::new();
+                        head.encode_into(&mut p);
+                        for host in &hosts {
+                            host.encode_into(&mut p);
+                        }
+                        conn.reply_with(h, 0, hosts.len() as u32, &p);
+                    }
+                    Err(rv) => conn.reply(h, rv),
+                },
+                Ok(Err(rv)) => {
+                    conn.drain(h, wire::RESOURCE_LEN);
+                    conn.reply(h, rv);
+                }
+                Err(_) => conn.reply(h, ENOTCONN),
+            }
+            After::Keep
+        }
+        SM_CMD_SHUTDOWN_WAIT => {
+            let force = h.data != 0;
+            if !force && !lock(&d.spaces).is_empty() {
+                conn.reply(h, -libc::EBUSY);
+                return After::Keep;
+            }
+            shutdown(d, force);
+            // Reply when the daemon exits: `run` closes remaining connections after
+            // the last lockspace is gone, and this reply goes first.
+            let mut done = lock(&d.shutdown_mutex);
+            while !*done {
+                done = match d.shutdown_cond.wait(done) {
+                    Ok(g) => g,
+                    Err(p) => p.into_inner(),
+                };
+            }
+            drop(done);
+            crate::wait_spaces_gone(d);
+            conn.reply(h, 0);
+            After::Close
+        }
+        SM_CMD_EXAMINE_LOCKSPACE
+        | SM_CMD_EXAMINE_RESOURCE
+        | SM_CMD_REQUEST
+        | SM_CMD_SET_LVB
+        | SM_CMD_GET_LVB
+        | SM_CMD_SET_EVENT
+        | SM_CMD_FORMAT_RINDEX
+        | SM_CMD_UPDATE_RINDEX
+        | SM_CMD_LOOKUP_RINDEX
+        | SM_CMD_CREATE_RESOURCE
+        | SM_CMD_DELETE_RESOURCE
+        | SM_CMD_REBUILD_RINDEX => {
+            conn.drain(h, 0);
+            conn.reply(h, -libc::EOPNOTSUPP);
+            After::Keep
+        }
+        SM_CMD_ACQUIRE | SM_CMD_RELEASE | SM_CMD_INQUIRE | SM_CMD_CONVERT | SM_CMD_KILLPATH => {
+            registered_cmd(d, conn, h);
+            After::Keep
+        }
+        _ => {
+            // Unknown command: sanlock ignores it (no reply, connection stays open).
+            debug!(ci = conn.ci, cmd = h.cmd, "ignoring unknown command");
+            conn.drain(h, 0);
+            After::Keep
+        }
+    }
+}
+
+fn register(d: &Arc<Daemon>, conn: &Conn) {
+    let mut clients = lock(&d.clients);
+    if let Some(c) = clients.slots.get_mut(&conn.ci) {
+        c.registered = true;
+        c.pid = conn.cred.pid;
+        c.uid = conn.cred.uid;
+        c.owner_name = Name::from_field(conn.cred.pid.to_string().as_bytes());
+    }
+    info!(ci = conn.ci, pid = conn.cred.pid, "client registered");
+}
+
+fn shutdown(d: &Arc<Daemon>, force: bool) {
+    if !force && !lock(&d.spaces).is_empty() {
+        info!("shutdown ignored: lockspaces exist");
+        return;
+    }
+    info!(force, "shutdown requested");
+    if force {
+        lockspace::stop_all(d);
+    }
+    d.request_shutdown();
+}
+
+/// Runs when a connection thread ends: a registered client's death releases its leases.
+pub fn connection_closed(d: &Arc<Daemon>, ci: u32) {
+    let (registered, tokens) = {
+        let mut clients = lock(&d.clients);
+        let Some(c) = clients.slots.get_mut(&ci) else {
+            return;
+        };
+        if !c.registered {
+            clients.slots.remove(&ci);
+            return;
+        }
+        c.pid_dead = true;
+        if c.cmd_active != 0 {
+            // The active command (from another connection) frees the client when done.
+            return;
+        }
+        let tokens = std::mem::take(&mut c.tokens);
+        let pid = c.pid;
+        clients.slots.remove(&ci);
+        info!(
+            ci,
+            pid,
+            tokens = tokens.len(),
+            "client connection closed: releasing its leases"
+        );
+        (true, tokens)
+    };
+    if registered && !tokens.is_empty() {
+        let d2 = d.clone();
+        // Asynchronous, as sanlock: the release I/O must not hold up anything else.
+        let _ = std::thread::Builder::new()
+            .name("lockd-release".into())
+            .spawn(move || release_tokens(&d2, ci, tokens));
+    }
+}
+
+/// Releases tokens of client `ci` (local bookkeeping, then disk for the last holder).
+pub fn release_tokens(d: &Arc<Daemon>, ci: u32, tokens: Vec<Token>) -> i32 {
+    let mut result = 0;
+    for t in tokens {
+        let span = info_span!("resource", ls = %t.ls, res = %t.name);
+        let _g = span.enter();
+        let to_disk = {
+            let mut res = lock(&d.resources);
+            let Some(lr) = res.get_mut(&t.key()) else {
+                continue;
+            };
+            lr.holders.retain(|&h| h != ci);
+            if lr.holders.is_empty() {
+                lr.busy = true;
+                Some(lr.clone())
+            } else {
+                None
+            }
+        };
+        if let Some(lr) = to_disk {
+            let space = d.find_space(&t.ls);
+            let rv = paxos::release(d, space.as_deref(), &lr);
+            if rv < 0 {
+                warn!(rv, "release on disk failed");
+                result = rv;
+            } else {
+                info!("released");
+            }
+            lock(&d.resources).remove(&t.key());
+        }
+    }
+    result
+}
+
+/// Resolves the target of a registered-client command, marks it active, runs it, and
+/// cleans up a client that died meanwhile.
+fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
+    let target = match resolve_target(d, conn, h) {
+        Ok(ci) => ci,
+        Err(rv) => {
+            conn.drain(h, 0);
+            conn.reply(h, rv);
+            return;
+        }
+    };
+    let (rv, data2, payload) = match h.cmd {
+        SM_CMD_ACQUIRE => (acquire(d, conn, h, target), 0, Vec::new()),
+        SM_CMD_RELEASE => (release(d, conn, h, target), 0, Vec::new()),
+        SM_CMD_INQUIRE => inquire(d, target),
+        SM_CMD_CONVERT => (convert(d, conn, h, target), 0, Vec::new()),
+        SM_CMD_KILLPATH => (killpath(d, conn, h, target), 0, Vec::new()),
+        _ => (-libc::EINVAL, 0, Vec::new()),
+    };
+    // Clear cmd_active; if the client died meanwhile, release what it holds now.
+    let dead_tokens = {
+        let mut clients = lock(&d.clients);
+        match clients.slots.get_mut(&target) {
+            Some(c) => {
+                c.cmd_active = 0;
+                if c.pid_dead {
+                    let t = std::mem::take(&mut c.tokens);
+                    clients.slots.remove(&target);
+                    Some(t)
+                } else {
+                    None
+                }
+            }
+            None => None,
+        }
+    };
+    if let Some(tokens) = dead_tokens {
+        release_tokens(d, target, tokens);
+    }
+    conn.reply_with(h, rv, data2, &payload);
+}
+
+fn resolve_target(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> Result<u32, i32> {
+    let mut clients = lock(&d.clients);
+    let by_id = h.cmd_flags & SANLK_FOR_CLIENT_ID != 0 && h.cmd != SM_CMD_KILLPATH;
+    let ci = if by_id {
+        if clients.slots.contains_key(&h.data2) {
+            h.data2
+        } else {
+            return Err(-libc::ESRCH);
+        }
+    } else if h.data2_signed() == -1 {
+        conn.ci
+    } else {
+        clients.by_pid(h.data2_signed()).ok_or(-libc::ESRCH)?
+    };
+    let Some(c) = clients.slots.get_mut(&ci) else {
+        return Err(-libc::ESRCH);
+    };
+    if !c.registered || c.pid <= 0 || c.pid_dead {
+        return Err(-libc::EBUSY);
+    }
+    if c.kill_count > 0 && h.cmd == SM_CMD_ACQUIRE {
+        return Err(-libc::EBUSY);
+    }
+    if c.cmd_active != 0 {
+        return Err(-libc::EBUSY);
+    }
+    // A process may act on another uid's leases only as root.
+    if conn.cred.uid != 0 && conn.cred.uid != c.uid {
+        return Err(-libc::EPERM);
+    }
+    c.cmd_active = h.cmd;
+    Ok(ci)
+}
+
+fn recv_err(e: RecvError) -> i32 {
+    match e {
+        RecvError::Closed | RecvError::Short => ENOTCONN,
+    }
+}
+
+fn acquire(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
+    let count = h.data;
+    if count > SANLK_MAX_RESOURCES {
+        conn.drain(h, 0);
+        return -libc::E2BIG;
+    }
+    let mut wanted = Vec::new();
+    for i in 0..count {
+        match conn.recv_resource() {
+            Ok(Ok(r)) => wanted.push(r),
+            Ok(Err(rv)) => {
+                conn.drain(h, (i as usize + 1) * wire::RESOURCE_LEN);
+                return rv;
+            }
+            Err(e) => return recv_err(e),
+        }
+    }
+    let opt = match conn.recv_payload(wire::OPTIONS_LEN) {
+        Ok(b) => match wire::Options::decode(&b) {
+            Ok(o) => o,
+            Err(_) => return ENOTCONN,
+        },
+        Err(e) => return recv_err(e),
+    };
+    if opt.len > 0 {
+        // The options string is never sent by libsanlock; tolerate one that is.
+        if conn.recv_payload(opt.len.min(4096) as usize).is_err() {
+            return ENOTCONN;
+        }
+    }
+    if !opt.owner_name.is_empty() {
+        if let Some(c) = lock(&d.clients).slots.get_mut(&target) {
+            c.owner_name = opt.owner_name;
+        }
+    }
+    if h.cmd_flags & (SANLK_ACQUIRE_ORPHAN | SANLK_ACQUIRE_ORPHAN_ONLY) != 0 {
+        return -libc::EOPNOTSUPP;
+    }
+    let mut done: Vec<Token> = Vec::new();
+    for r in &wanted {
+        let span = info_span!("resource", ls = %r.head.lockspace_name, res = %r.head.name);
+        let _g = span.enter();
+        match acquire_one(d, target, r, h.cmd_flags) {
+            Ok(t) => done.push(t),
+            Err(rv) => {
+                info!(rv, "acquire failed; undoing this request's other acquires");
+                release_tokens(d, target, done);
+                return rv;
+            }
+        }
+    }
+    let mut clients = lock(&d.clients);
+    match clients.slots.get_mut(&target) {
+        Some(c) => {
+            c.tokens.extend(done);
+            0
+        }
+        None => {
+            drop(clients);
+            release_tokens(d, target, done);
+            -libc::ESTALE
+        }
+    }
+}
+
+fn acquire_one(d: &Arc<Daemon>, ci: u32, r: &wire::Resource, cmd_flags: u32) -> Result<Token, i32> {
+    let shared = r.head.flags & SANLK_RES_SHARED != 0;
+    let key = (r.head.lockspace_name, r.head.name);
+    let space = lockspace::joined(d, &r.head.lockspace_name)?;
+    // Already held by this client?
+    if let Some(c) = lock(&d.clients).slots.get(&ci) {
+        if c.tokens.iter().any(|t| t.key() == key) {
+            return Err(-libc::EEXIST);
+        }
+    }
+    let token = Token {
+        token_id: d
+            .next_token_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        ls: r.head.lockspace_name,
+        name: r.head.name,
+        disks: r.disks.clone(),
+        shared,
+        persistent: r.head.flags & SANLK_RES_PERSISTENT != 0,
+        lver: 0,
+    };
+    {
+        let mut res = lock(&d.resources);
+        if let Some(lr) = res.get_mut(&key) {
+            if lr.busy {
+                return Err(-libc::EAGAIN);
+            }
+            if shared && lr.shared {
+                // Another local process holds it shared: share without disk I/O.
+                lr.holders.push(ci);
+                return Ok(Token {
+                    lver: lr.held.lver(),
+                    ..token
+                });
+            }
+            return Err(-libc::EEXIST);
+        }
+        res.insert(
+            key,
+            LocalRes {
+                ls: key.0,
+                name: key.1,
+                disks: r.disks.clone(),
+                shared,
+                holders: Vec::new(),
+                busy: true,
+                held: paxos::Held::default(),
+            },
+        );
+    }
+    let want_lver = if r.head.flags & SANLK_RES_LVER != 0 {
+        Some(r.head.lver)
+    } else {
+        None
+    };
+    let result = paxos::acquire(d, &space, r, shared, want_lver, cmd_flags);
+    let mut res = lock(&d.resources);
+    match result {
+        Ok(held) => {
+            let lver = held.lver();
+            if let Some(lr) = res.get_mut(&key) {
+                lr.held = held;
+                lr.busy = false;
+                lr.holders.push(ci);
+            }
+            info!(lver, shared, "acquired");
+            Ok(Token { lver, ..token })
+        }
+        Err(rv) => {
+            res.remove(&key);
+            Err(rv)
+        }
+    }
+}
+
+fn release(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
+    if h.cmd_flags & SANLK_REL_ALL != 0 {
+        conn.drain(h, 0);
+        let tokens = lock(&d.clients)
+            .slots
+            .get_mut(&target)
+            .map(|c| std::mem::take(&mut c.tokens))
+            .unwrap_or_default();
+        return release_tokens(d, target, tokens);
+    }
+    if h.cmd_flags & (SANLK_REL_ORPHAN | SANLK_REL_RENAME) != 0 {
+        conn.drain(h, 0);
+        return -libc::EOPNOTSUPP;
+    }
+    let count = h.data;
+    if count > SANLK_MAX_RESOURCES {
+        conn.drain(h, 0);
+        return -libc::E2BIG;
+    }
+    let mut names = Vec::new();
+    for _ in 0..count {
+        match conn.recv_resource_head() {
+            Ok(r) => names.push((r.lockspace_name, r.name)),
+            Err(e) => return recv_err(e),
+        }
+    }
+    // Resources may be sent with disks by some clients; drop whatever the length claims.
+    conn.drain(h, count as usize * wire::RESOURCE_LEN);
+    let mut picked = Vec::new();
+    {
+        let mut clients = lock(&d.clients);
+        let Some(c) = clients.slots.get_mut(&target) else {
+            return -libc::ESRCH;
+        };
+        for key in &names {
+            match c.tokens.iter().position(|t| t.key() == *key) {
+                Some(i) => picked.push(c.tokens.remove(i)),
+                None => {
+                    // Put back what we took: release is all-or-nothing on lookup.
+                    c.tokens.append(&mut picked);
+                    return -libc::ENOENT;
+                }
+            }
+        }
+    }
+    release_tokens(d, target, picked)
+}
+
+/// sanlock's INQUIRE state string for one token.
+pub fn token_state_string(t: &Token) -> String {
+    let mut s = format!("{}:{}", t.ls, t.name);
+    for disk in &t.disks {
+        s.push(':');
+        for c in disk.path.to_text().chars() {
+            if c == ' ' || c == ':' {
+                s.push('\\');
+            }
+            s.push(c);
+        }
+        s.push_str(&format!(":{}", disk.offset));
+    }
+    if t.shared {
+        s.push_str(":SH");
+    } else {
+        s.push_str(&format!(":{}", t.lver));
+    }
+    s
+}
+
+fn inquire(d: &Arc<Daemon>, target: u32) -> (i32, u32, Vec<u8>) {
+    let clients = lock(&d.clients);
+    let Some(c) = clients.slots.get(&target) else {
+        return (-libc::ESRCH, 0, Vec::new());
+    };
+    if c.tokens.is_empty() {
+        return (0, 0, Vec::new());
+    }
+    let state: Vec<String> = c.tokens.iter().map(token_state_string).collect();
+    let mut p = state.join(" ").into_bytes();
+    p.push(0);
+    (0, c.tokens.len() as u32, p)
+}
+
+fn convert(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
+    let head = match conn.recv_resource_head() {
+        Ok(r) => r,
+        Err(e) => return recv_err(e),
+    };
+    conn.drain(h, wire::RESOURCE_LEN);
+    let to_shared = head.flags & SANLK_RES_SHARED != 0;
+    let key = (head.lockspace_name, head.name);
+    let token = {
+        let clients = lock(&d.clients);
+        let Some(c) = clients.slots.get(&target) else {
+            return -libc::ESRCH;
+        };
+        match c.tokens.iter().find(|t| t.key() == key) {
+            Some(t) => t.clone(),
+            None => return -libc::ENOENT,
+        }
+    };
+    if token.shared == to_shared {
+        return -libc::EALREADY;
+    }
+    let space = match lockspace::joined(d, &key.0) {
+        Ok(s) => s,
+        Err(rv) => return rv,
+    };
+    let lr = {
+        let mut res = lock(&d.resources);
+        let Some(lr) = res.get_mut(&key) else {
+            return -libc::ENOENT;
+        };
+        if lr.busy {
+            return -libc::EAGAIN;
+        }
+        if !to_shared && lr.holders.len() > 1 {
+            // Other local processes share it; they would lose their lease.
+            return -libc::EAGAIN;
+        }
+        lr.busy = true;
+        lr.clone()
+    };
+    let span = info_span!("resource", ls = %key.0, res = %key.1);
+    let _g = span.enter();
+    let result = paxos::convert(d, &space, &lr, to_shared, h.cmd_flags);
+    let mut res = lock(&d.resources);
+    let rv = match result {
+        Ok(held) => {
+            if let Some(lr) = res.get_mut(&key) {
+                lr.held = held;
+                lr.shared = to_shared;
+            }
+            info!(to_shared, "converted");
+            0
+        }
+        Err(rv) => rv,
+    };
+    if let Some(lr) = res.get_mut(&key) {
+        lr.busy = false;
+    }
+    drop(res);
+    if rv == 0 {
+        let lver = lock(&d.resources)
+            .get(&key)
+            .map(|l| l.held.lver())
+            .unwrap_or(0);
+        if let Some(c) = lock(&d.clients).slots.get_mut(&target) {
+            if let Some(t) = c.tokens.iter_mut().find(|t| t.key() == key) {
+                t.shared = to_shared;
+                t.lver = lver;
+            }
+        }
+    }
+    rv
+}
+
+fn killpath(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
+    let b = match conn.recv_payload(SANLK_HELPER_PATH_LEN + SANLK_HELPER_ARGS_LEN) {
+        Ok(b) => b,
+        Err(e) => return recv_err(e),
+    };
+    if target != conn.ci {
+        return -libc::EINVAL;
+    }
+    let path = wire::c_field_text(&b[..SANLK_HELPER_PATH_LEN]);
+    let args = wire::c_field_text(&b[SANLK_HELPER_PATH_LEN..]);
+    if let Some(c) = lock(&d.clients).slots.get_mut(&target) {
+        info!(pid = c.pid, path = %path, args = %args, "killpath set");
+        c.killpath = Some(KillPath {
+            path,
+            args,
+            with_pid: h.cmd_flags & SANLK_KILLPATH_PID != 0,
+        });
+    }
+    0
+}
+
+fn get_hosts(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
+    let ls = match conn.recv_lockspace() {
+        Ok(ls) => ls,
+        Err(_) => return conn.reply(h, ENOTCONN),
+    };
+    match lockspace::get_hosts(d, &ls.name, ls.host_id) {
+        Ok(hosts) => {
+            let mut p = Vec::new();
+            for host in &hosts {
+                host.encode_into(&mut p);
+            }
+            conn.reply_with(h, 0, hosts.len() as u32, &p);
+        }
+        Err(rv) => conn.reply(h, rv),
+    }
+}
+
+fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
+    let mut out = h.result_reply(0).encode().to_vec();
+    let depth = h.data;
+    let helper_pid = d.helper.as_ref().map_or(0, |x| x.pid);
+    let daemon_text = format!(
+        "our_host_name={} use_watchdog={} watchdog=off high_priority=0 mlock_level=0 \
+         quiet_fail=1 debug_renew=0 debug_clients=0 debug_cmds=0x0 renewal_history_size=180 \
+         gid={} uid={} sh_retries={} max_sectors_kb_ignore=1 max_sectors_kb_align=0 \
+         max_sectors_kb_num=0 max_worker_threads=0 write_init_io_timeout=60 use_aio=0 \
+         io_timeout={} watchdog_fire_timeout={} kill_grace_seconds={} helper_pid={} \
+         helper_kill_fd=-1 helper_full_count={} helper_last_status=0 monotime={} \
+         version_str=lockd-{} version_num=3.8.5 version_hex={:08x} smproto_hex={:08x}",
+        d.cfg.host_name,
+        u8::from(d.cfg.use_watchdog),
+        0,
+        sys::geteuid(),
+        d.cfg.sh_retries,
+        d.cfg.io_timeout_s,
+        d.cfg.watchdog_fire_timeout_s,
+        d.cfg.kill_grace_s,
+        helper_pid,
+        d.helper.as_ref().map_or(0, |x| x.full_count()),
+        sys::monotime(),
+        env!("CARGO_PKG_VERSION"),
+        SANLOCK_VERSION_COMBINED,
+        SM_PROTO,
+    );
+    State::encode_with_text(
+        SANLK_STATE_DAEMON,
+        0,
+        0,
+        d.cfg.host_name,
+        &daemon_text,
+        &mut out,
+    );
+    if depth != SANLK_STATE_DAEMON {
+        let clients = lock(&d.clients);
+        let mut cis: Vec<_> = clients.slots.keys().copied().collect();
+        cis.sort_unstable();
+        for ci in cis {
+            let c = &clients.slots[&ci];
+            let text = format!(
+                "ci={} fd={} pid={} flags={:x} restricted={:x} cmd_active={} cmd_last={} \
+                 pid_dead={} kill_count={} kill_last={} suspend=0 need_free=0",
+                c.ci,
+                c.fd,
+                if c.registered { c.pid } else { -1 },
+                u32::from(c.killpath.as_ref().is_some_and(|k| k.with_pid)),
+                c.restricted,
+                c.cmd_active,
+                c.cmd_last,
+                u8::from(c.pid_dead),
+                c.kill_count,
+                c.kill_last,
+            );
+            let name = if c.registered {
+                c.owner_name
+            } else {
+                Name::from_field(format!("cmd{}", c.cmd_last).as_bytes())
+            };
+            let pid = if c.registered { c.pid } else { -1 };
+            State::encode_with_text(SANLK_STATE_CLIENT, pid as u32, 0, name, &text, &mut out);
+        }
+    }
+    if depth != SANLK_STATE_DAEMON && depth != SANLK_STATE_CLIENT {
+        for (space, list) in lockspace::status_list(d) {
+            let text = space.status_text(list);
+            State::encode_with_text(
+                SANLK_STATE_LOCKSPACE,
+                0,
+                space.host_id,
+                space.name,
+                &text,
+                &mut out,
+            );
+            space.wire_lockspace(0).encode_into(&mut out);
+        }
+    }
+    if depth != SANLK_STATE_DAEMON && depth != SANLK_STATE_CLIENT && depth != SANLK_STATE_LOCKSPACE
+    {
+        let clients = lock(&d.clients);
+        let res = lock(&d.resources);
+        for c in clients.slots.values() {
+            for t in &c.tokens {
+                let lr = res.get(&t.key());
+                let text = format!(
+                    "list=held flags={:x} sector_size={} align_size={} lver={} reused=0 res_id=0 token_id={}",
+                    if t.shared { SANLK_RES_SHARED } else { 0 },
+                    lr.map_or(0, |l| l.held.sector_size()),
+                    lr.map_or(0, |l| l.held.align_size()),
+                    t.lver,
+                    t.token_id,
+                );
+                State::encode_with_text(
+                    SANLK_STATE_RESOURCE,
+                    c.pid as u32,
+                    t.lver,
+                    t.name,
+                    &text,
+                    &mut out,
+                );
+                wire::Resource {
+                    head: wire::ResourceHead {
+                        lockspace_name: t.ls,
+                        name: t.name,
+                        lver: t.lver,
+                        data64: 0,
+                        data32: 0,
+                        unused: 0,
+                        flags: if t.shared { SANLK_RES_SHARED } else { 0 },
+                        num_disks: t.disks.len() as u32,
+                    },
+                    disks: t.disks.clone(),
+                }
+                .encode_into(&mut out);
+            }
+        }
+    }
+    conn.send(&out);
+}
+
+fn host_status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
+    let ls = match conn.recv_lockspace() {
+        Ok(ls) => ls,
+        Err(_) => return conn.reply(h, ENOTCONN),
+    };
+    let Some(space) = d.find_space(&ls.name) else {
+        return conn.reply(h, -libc::ENOSPC);
+    };
+    let mut out = h.result_reply(0).encode().to_vec();
+    space.host_state_records(&mut out);
+    conn.send(&out);
+}
+
+fn renewal(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
+    let ls = match conn.recv_lockspace() {
+        Ok(ls) => ls,
+        Err(_) => return conn.reply(h, ENOTCONN),
+    };
+    let Some(space) = d.find_space(&ls.name) else {
+        return conn.reply(h, -libc::ENOSPC);
+    };
+    let mut r = h.result_reply(0);
+    r.data2 = space.io_timeout;
+    let mut out = r.encode().to_vec();
+    space.renewal_records(&mut out);
+    conn.send(&out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_string_matches_sanlock_format() {
+        let t = Token {
+            token_id: 1,
+            ls: Name::new("ls").unwrap(),
+            name: Name::new("res").unwrap(),
+            disks: vec![wire::Disk::new("/var/tmp/a b:c", 1048576).unwrap()],
+            shared: false,
+            persistent: false,
+            lver: 3,
+        };
+        assert_eq!(
+            token_state_string(&t),
+            "ls:res:/var/tmp/a\\ b\\:c:1048576:3"
+        );
+        let sh = Token { shared: true, ..t };
+        assert_eq!(
+            token_state_string(&sh),
+            "ls:res:/var/tmp/a\\ b\\:c:1048576:SH"
+        );
+    }
+}

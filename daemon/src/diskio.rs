@@ -1,0 +1,346 @@
+//! Lease storage I/O: O_DIRECT | O_SYNC, page-aligned buffers, and a timeout on every I/O.
+//!
+//! Engine: each I/O runs on its own short-lived worker thread doing one `pread`/`pwrite`
+//! (positioned, so workers never share a file offset). The caller waits on a channel
+//! with a deadline. Invariants:
+//! - the buffer is *moved* into the worker and comes back only through the completion,
+//!   so a timed-out I/O's buffer can never be reused (or freed) before the kernel is done
+//!   with it — on timeout the caller gets a [`Pending`] it may keep waiting on, or drop,
+//!   in which case the worker frees the buffer after the I/O completes;
+//! - every offset and length is a multiple of the sector size (checked before submit);
+//! - at most `MAX_INFLIGHT` I/Os per disk are outstanding; beyond that submission fails
+//!   at once (a hung device must not grow threads without bound).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::sys;
+
+const PAGE: usize = 4096;
+/// Outstanding I/Os allowed per open disk.
+pub const MAX_INFLIGHT: usize = 64;
+
+/// I/O errors, mapped to sanlock codes at the protocol edge.
+#[derive(Debug, Error)]
+pub enum IoError {
+    #[error("{path}: cannot open: {source}")]
+    Open { path: PathBuf, source: io::Error },
+    #[error("{path}: {op} at {offset}: {source}")]
+    Failed {
+        path: PathBuf,
+        op: &'static str,
+        offset: u64,
+        source: io::Error,
+    },
+    #[error("{path}: {op} at {offset} timed out after {timeout_ms} ms")]
+    Timeout {
+        path: PathBuf,
+        op: &'static str,
+        offset: u64,
+        timeout_ms: u64,
+    },
+    #[error("{path}: offset {offset} / length {len} not aligned to {sector_size}")]
+    Unaligned {
+        path: PathBuf,
+        offset: u64,
+        len: usize,
+        sector_size: u32,
+    },
+    #[error("{path}: too many outstanding i/os ({max})")]
+    Busy { path: PathBuf, max: usize },
+}
+
+impl IoError {
+    /// Negative result code for clients (sanlock uses -EIO style codes and AIO_TIMEOUT).
+    pub fn rv(&self) -> i32 {
+        match self {
+            IoError::Open { source, .. } | IoError::Failed { source, .. } => {
+                -source.raw_os_error().unwrap_or(libc::EIO)
+            }
+            IoError::Timeout { .. } => disk_format::rv::SANLK_AIO_TIMEOUT,
+            IoError::Unaligned { .. } => -libc::EINVAL,
+            IoError::Busy { .. } => disk_format::rv::SANLK_AIO_TIMEOUT,
+        }
+    }
+}
+
+/// A page-aligned, zero-initialised buffer (made without `unsafe` by over-allocating).
+pub struct AlignedBuf {
+    storage: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    pub fn zeroed(len: usize) -> AlignedBuf {
+        let storage = vec![0u8; len + PAGE];
+        let start = storage.as_ptr().align_offset(PAGE);
+        assert!(start < PAGE, "align_offset of a u8 pointer is computable");
+        AlignedBuf {
+            storage,
+            start,
+            len,
+        }
+    }
+
+    pub fn copy_of(data: &[u8]) -> AlignedBuf {
+        let mut b = AlignedBuf::zeroed(data.len());
+        b.as_mut_slice().copy_from_slice(data);
+        b
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.storage[self.start..self.start + self.len]
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.storage[self.start..self.start + self.len]
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// An open lease device or file.
+#[derive(Clone)]
+pub struct Disk {
+    inner: Arc<DiskInner>,
+}
+
+struct DiskInner {
+    path: PathBuf,
+    file: File,
+    sector_size: u32,
+    size: u64,
+    inflight: AtomicUsize,
+}
+
+type Completion = (io::Result<()>, AlignedBuf);
+
+/// An I/O that did not finish within its timeout; its buffer stays with the worker.
+pub struct Pending {
+    rx: Receiver<Completion>,
+    disk: Disk,
+    op: &'static str,
+    offset: u64,
+}
+
+impl Pending {
+    /// Waits up to `timeout` more for the I/O.
+    pub fn wait(self, timeout: Duration) -> Result<Result<AlignedBuf, IoError>, Pending> {
+        match self.rx.recv_timeout(timeout) {
+            Ok((Ok(()), buf)) => Ok(Ok(buf)),
+            Ok((Err(source), _buf)) => Ok(Err(IoError::Failed {
+                path: self.disk.inner.path.clone(),
+                op: self.op,
+                offset: self.offset,
+                source,
+            })),
+            Err(RecvTimeoutError::Timeout) => Err(self),
+            Err(RecvTimeoutError::Disconnected) => Ok(Err(IoError::Failed {
+                path: self.disk.inner.path.clone(),
+                op: self.op,
+                offset: self.offset,
+                source: io::Error::other("i/o worker vanished"),
+            })),
+        }
+    }
+}
+
+impl Disk {
+    /// Opens read-write with O_DIRECT | O_SYNC.
+    pub fn open(path: &Path) -> Result<Disk, IoError> {
+        let open_err = |source| IoError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT | libc::O_SYNC)
+            .open(path)
+            .map_err(open_err)?;
+        let meta = file.metadata().map_err(open_err)?;
+        let (sector_size, size) = if meta.file_type().is_block_device() {
+            (sys::block_logical_sector_size(&file).map_err(open_err)?, {
+                use std::io::{Seek, SeekFrom};
+                (&file).seek(SeekFrom::End(0)).map_err(open_err)?
+            })
+        } else {
+            (512, meta.len())
+        };
+        Ok(Disk {
+            inner: Arc::new(DiskInner {
+                path: path.to_path_buf(),
+                file,
+                sector_size,
+                size,
+                inflight: AtomicUsize::new(0),
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Logical sector size (512 for regular files).
+    pub fn sector_size(&self) -> u32 {
+        self.inner.sector_size
+    }
+
+    /// Bytes on the device (or file length at open).
+    pub fn size(&self) -> u64 {
+        self.inner.size
+    }
+
+    fn check(&self, offset: u64, len: usize) -> Result<(), IoError> {
+        let ss = u64::from(self.inner.sector_size.min(512));
+        if offset % ss != 0 || len as u64 % ss != 0 || len == 0 {
+            return Err(IoError::Unaligned {
+                path: self.inner.path.clone(),
+                offset,
+                len,
+                sector_size: self.inner.sector_size,
+            });
+        }
+        Ok(())
+    }
+
+    fn submit(&self, op: &'static str, offset: u64, buf: AlignedBuf) -> Result<Pending, IoError> {
+        self.check(offset, buf.len())?;
+        let n = self.inner.inflight.fetch_add(1, Ordering::SeqCst);
+        if n >= MAX_INFLIGHT {
+            self.inner.inflight.fetch_sub(1, Ordering::SeqCst);
+            return Err(IoError::Busy {
+                path: self.inner.path.clone(),
+                max: MAX_INFLIGHT,
+            });
+        }
+        let (tx, rx) = mpsc::sync_channel::<Completion>(1);
+        let disk = self.clone();
+        let worker = disk.clone();
+        let spawned = std::thread::Builder::new()
+            .name("lockd-io".into())
+            .spawn(move || {
+                let mut buf = buf;
+                let res = if op == "read" {
+                    worker.inner.file.read_exact_at(buf.as_mut_slice(), offset)
+                } else {
+                    worker.inner.file.write_all_at(buf.as_slice(), offset)
+                };
+                worker.inner.inflight.fetch_sub(1, Ordering::SeqCst);
+                // If the submitter gave up, the send fails and the buffer is dropped here,
+                // after the kernel finished with it.
+                let _ = tx.send((res, buf));
+            });
+        if let Err(source) = spawned {
+            self.inner.inflight.fetch_sub(1, Ordering::SeqCst);
+            return Err(IoError::Failed {
+                path: self.inner.path.clone(),
+                op,
+                offset,
+                source,
+            });
+        }
+        Ok(Pending {
+            rx,
+            disk,
+            op,
+            offset,
+        })
+    }
+
+    /// Starts a read of `len` bytes at `offset`.
+    pub fn submit_read(&self, offset: u64, len: usize) -> Result<Pending, IoError> {
+        self.submit("read", offset, AlignedBuf::zeroed(len))
+    }
+
+    fn finish(pending: Pending, timeout: Duration) -> Result<AlignedBuf, IoError> {
+        let (path, op, offset) = (pending.disk.inner.path.clone(), pending.op, pending.offset);
+        match pending.wait(timeout) {
+            Ok(r) => r,
+            Err(_still_pending) => Err(IoError::Timeout {
+                path,
+                op,
+                offset,
+                timeout_ms: timeout.as_millis() as u64,
+            }),
+        }
+    }
+
+    /// Reads `len` bytes at `offset` within `timeout`.
+    pub fn read(&self, offset: u64, len: usize, timeout: Duration) -> Result<AlignedBuf, IoError> {
+        Disk::finish(self.submit_read(offset, len)?, timeout)
+    }
+
+    /// Writes `data` (whole sectors) at `offset` within `timeout`.
+    pub fn write(&self, offset: u64, data: &[u8], timeout: Duration) -> Result<(), IoError> {
+        let pending = self.submit("write", offset, AlignedBuf::copy_of(data))?;
+        Disk::finish(pending, timeout).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(len: u64) -> (tempfile::TempDir, PathBuf) {
+        // O_DIRECT does not work on tmpfs; /var/tmp is a real filesystem here.
+        let dir = tempfile::Builder::new()
+            .prefix("lockd-diskio")
+            .tempdir_in("/var/tmp")
+            .expect("create scratch dir under /var/tmp");
+        let path = dir.path().join("disk");
+        let f = File::create(&path).unwrap();
+        f.set_len(len).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn direct_read_write_round_trip() {
+        let (_d, path) = scratch(1 << 20);
+        let disk = Disk::open(&path).unwrap();
+        assert_eq!(disk.sector_size(), 512);
+        let data: Vec<u8> = (0..1024u32).map(|i| (i % 251) as u8).collect();
+        disk.write(4096, &data, Duration::from_secs(5)).unwrap();
+        let back = disk.read(4096, 1024, Duration::from_secs(5)).unwrap();
+        assert_eq!(back.as_slice(), &data[..]);
+        assert_eq!(back.as_slice().as_ptr() as usize % PAGE, 0);
+    }
+
+    #[test]
+    fn rejects_unaligned() {
+        let (_d, path) = scratch(1 << 20);
+        let disk = Disk::open(&path).unwrap();
+        assert!(matches!(
+            disk.read(100, 512, Duration::from_secs(1)),
+            Err(IoError::Unaligned { .. })
+        ));
+        assert!(matches!(
+            disk.write(0, &[0u8; 100], Duration::from_secs(1)),
+            Err(IoError::Unaligned { .. })
+        ));
+    }
+
+    #[test]
+    fn read_past_end_fails() {
+        let (_d, path) = scratch(1 << 20);
+        let disk = Disk::open(&path).unwrap();
+        let e = disk.read(1 << 20, 512, Duration::from_secs(5)).unwrap_err();
+        assert!(matches!(e, IoError::Failed { .. }), "{e}");
+    }
+}

@@ -1,0 +1,161 @@
+//! Kill escalation for holders of leases in a failed or removed lockspace
+//! (sanlock `kill_pids`), carried out by the helper so the daemon never blocks.
+//!
+//! Per client, at most one order per second, at most `KILL_COUNT_MAX` orders:
+//! - lockspace removed / forced shutdown: SIGKILL at once;
+//! - failed lockspace, while now < last_success + id_renewal_fail + kill_grace: the
+//!   client's killpath once (if set and grace > 0), else SIGTERM;
+//! - afterwards: SIGKILL;
+//! - RESTRICT_SIGKILL turns SIGKILL into SIGTERM; RESTRICT_SIGTERM turns SIGTERM into
+//!   SIGKILL.
+
+use std::sync::Arc;
+
+use client_lib::proto::{SANLK_RESTRICT_SIGKILL, SANLK_RESTRICT_SIGTERM};
+use lease_core::timeouts;
+use tracing::{error, warn};
+
+use crate::lockspace::{self, Space};
+use crate::state::{lock, Daemon};
+use crate::sys;
+
+/// sanlock's kill_count_max.
+pub const KILL_COUNT_MAX: u32 = 100;
+
+/// What to do to one client now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillAction {
+    RunKillpath,
+    Signal(i32),
+    Nothing,
+}
+
+/// Decides the next kill action (pure; unit-tested).
+pub fn decide(
+    kill_now: bool,
+    now: u64,
+    last_success: u64,
+    fail_s: u64,
+    grace_s: u64,
+    has_killpath: bool,
+    kill_count: u32,
+    restricted: u32,
+) -> KillAction {
+    let in_grace = !kill_now && now < last_success + fail_s + grace_s;
+    let sig = if in_grace {
+        if has_killpath && grace_s > 0 {
+            return if kill_count == 0 {
+                KillAction::RunKillpath
+            } else {
+                KillAction::Nothing
+            };
+        }
+        libc::SIGTERM
+    } else {
+        libc::SIGKILL
+    };
+    let sig = match sig {
+        libc::SIGKILL if restricted & SANLK_RESTRICT_SIGKILL != 0 => libc::SIGTERM,
+        libc::SIGTERM if restricted & SANLK_RESTRICT_SIGTERM != 0 => libc::SIGKILL,
+        s => s,
+    };
+    KillAction::Signal(sig)
+}
+
+/// One pass of escalation over the holders of `space`.
+pub fn kill_holders(d: &Arc<Daemon>, space: &Space) {
+    let now = sys::monotime();
+    let (kill_now, last_success) = {
+        let st = lock(&space.st);
+        (st.kill_now, st.last_success_s)
+    };
+    let fail_s = timeouts::id_renewal_fail_seconds(u64::from(space.io_timeout));
+    let grace_s = u64::from(d.cfg.kill_grace_s);
+    let Some(helper) = d.helper.as_ref() else {
+        return;
+    };
+    let mut clients = lock(&d.clients);
+    for c in clients.slots.values_mut() {
+        if c.pid_dead || c.pid <= 0 || !c.tokens.iter().any(|t| t.ls.same_as(&space.name)) {
+            continue;
+        }
+        if c.kill_count >= KILL_COUNT_MAX {
+            if c.kill_count == KILL_COUNT_MAX {
+                error!(pid = c.pid, ls = %space.name, "client is stuck: kill attempts exhausted");
+                c.kill_count += 1;
+            }
+            continue;
+        }
+        if c.kill_count > 0 && now < c.kill_last + 1 {
+            continue;
+        }
+        let action = decide(
+            kill_now,
+            now,
+            last_success,
+            fail_s,
+            grace_s,
+            c.killpath.is_some(),
+            c.kill_count,
+            c.restricted,
+        );
+        match action {
+            KillAction::Nothing => continue,
+            KillAction::RunKillpath => {
+                if let Some(kp) = &c.killpath {
+                    warn!(pid = c.pid, ls = %space.name, path = %kp.path, "running killpath");
+                    helper.run_path(&kp.path, &kp.args, c.pid, kp.with_pid);
+                }
+            }
+            KillAction::Signal(sig) => {
+                warn!(pid = c.pid, ls = %space.name, sig, "killing lease holder");
+                helper.kill(c.pid, sig);
+            }
+        }
+        c.kill_count += 1;
+        c.kill_last = now;
+    }
+}
+
+/// The daemon's once-a-second loop: our-lease checks and kill escalation.
+pub fn monitor_loop(d: &Arc<Daemon>) {
+    while !d.is_shutting_down() || !lock(&d.spaces).is_empty() {
+        for space in lockspace::check_our_leases(d) {
+            kill_holders(d, &space);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escalation_schedule() {
+        // Failed lockspace, D=1: fail 8 s, grace 40 s; last success at 100.
+        let f = |now, kp, count, restricted| decide(false, now, 100, 8, 40, kp, count, restricted);
+        assert_eq!(f(108, false, 0, 0), KillAction::Signal(libc::SIGTERM));
+        assert_eq!(f(108, true, 0, 0), KillAction::RunKillpath);
+        assert_eq!(f(109, true, 1, 0), KillAction::Nothing);
+        assert_eq!(f(148, true, 5, 0), KillAction::Signal(libc::SIGKILL));
+        assert_eq!(
+            f(148, false, 5, SANLK_RESTRICT_SIGKILL),
+            KillAction::Signal(libc::SIGTERM)
+        );
+        assert_eq!(
+            f(110, false, 0, SANLK_RESTRICT_SIGTERM),
+            KillAction::Signal(libc::SIGKILL)
+        );
+        // Removal: SIGKILL at once, even with a killpath.
+        assert_eq!(
+            decide(true, 101, 100, 8, 40, true, 0, 0),
+            KillAction::Signal(libc::SIGKILL)
+        );
+        // Grace 0: no killpath, SIGTERM until fail, then SIGKILL.
+        assert_eq!(
+            decide(false, 108, 100, 8, 0, true, 0, 0),
+            KillAction::Signal(libc::SIGKILL)
+        );
+    }
+}

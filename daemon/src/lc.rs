@@ -1,0 +1,126 @@
+//! Glue between lease-core's async algorithms and the daemon's blocking world: a
+//! [`lease_core::io::Disk`] over [`crate::diskio::Disk`], a [`lease_core::io::Clock`] over
+//! CLOCK_MONOTONIC. The futures are driven with `lease_core::exec::block_on`; they never
+//! return Pending because our I/O and sleeps complete before the future is returned.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::io::{Clock, Disk as LcDisk, IoError as LcIoError};
+
+use crate::diskio::{Disk, IoError};
+use crate::sys;
+
+/// A lease disk for lease-core; `abort` makes every later I/O fail at once (used to cut
+/// short an add_lockspace that is being removed).
+#[derive(Clone)]
+pub struct BlockingDisk {
+    pub disk: Disk,
+    pub abort: Arc<AtomicBool>,
+}
+
+impl BlockingDisk {
+    pub fn new(disk: Disk) -> BlockingDisk {
+        BlockingDisk {
+            disk,
+            abort: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    fn map(e: &IoError) -> LcIoError {
+        match e {
+            IoError::Timeout { .. } | IoError::Busy { .. } => LcIoError::TimedOut,
+            _ => LcIoError::Failed,
+        }
+    }
+}
+
+impl LcDisk for BlockingDisk {
+    fn read(
+        &self,
+        offset: u64,
+        len: usize,
+        timeout_ms: u64,
+    ) -> impl Future<Output = Result<Vec<u8>, LcIoError>> {
+        let r = if self.abort.load(Ordering::SeqCst) {
+            Err(LcIoError::Failed)
+        } else {
+            self.disk
+                .read(offset, len, Duration::from_millis(timeout_ms))
+                .map(|b| b.as_slice().to_vec())
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "disk read failed");
+                    BlockingDisk::map(&e)
+                })
+        };
+        std::future::ready(r)
+    }
+
+    fn write(
+        &self,
+        offset: u64,
+        data: &[u8],
+        timeout_ms: u64,
+    ) -> impl Future<Output = Result<(), LcIoError>> {
+        let r = if self.abort.load(Ordering::SeqCst) {
+            Err(LcIoError::Failed)
+        } else {
+            self.disk
+                .write(offset, data, Duration::from_millis(timeout_ms))
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "disk write failed");
+                    BlockingDisk::map(&e)
+                })
+        };
+        std::future::ready(r)
+    }
+}
+
+/// CLOCK_MONOTONIC; sleeps end early when `abort` is set.
+#[derive(Clone)]
+pub struct SystemClock {
+    pub abort: Arc<AtomicBool>,
+    seed: Arc<AtomicU64>,
+}
+
+impl SystemClock {
+    pub fn new(abort: Arc<AtomicBool>) -> SystemClock {
+        let seed =
+            sys::monotime_ms() ^ (u64::from(std::process::id()) << 32) ^ 0x9E37_79B9_7F4A_7C15;
+        SystemClock {
+            abort,
+            seed: Arc::new(AtomicU64::new(seed)),
+        }
+    }
+}
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        sys::monotime_ms()
+    }
+
+    fn sleep_ms(&self, ms: u64) -> impl Future<Output = ()> {
+        let mut left = ms;
+        while left > 0 && !self.abort.load(Ordering::SeqCst) {
+            let step = left.min(100);
+            std::thread::sleep(Duration::from_millis(step));
+            left -= step;
+        }
+        std::future::ready(())
+    }
+
+    fn random_below(&self, n: u64) -> u64 {
+        if n == 0 {
+            return 0;
+        }
+        // xorshift64*: back-off jitter only, not security.
+        let mut x = self.seed.load(Ordering::Relaxed);
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.seed.store(x, Ordering::Relaxed);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}

@@ -1,0 +1,720 @@
+//! Lockspaces: join (delta acquire), renewal on a dedicated thread, host monitoring,
+//! failure detection and removal.
+//!
+//! Each lockspace has its own thread that does nothing but delta-lease I/O, so client
+//! traffic never delays a renewal. The daemon's monitor thread (every second, independent
+//! of the renewal thread, so a renewal stuck in I/O is still noticed) checks our lease
+//! against id_renewal_fail and drives kill escalation for failed or removed lockspaces.
+//! The delta lease is released on disk only after a successful last renewal.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use client_lib::proto::*;
+use client_lib::wire::{self, State};
+use disk_format::{Geometry, Name};
+use lease_core::delta::{self, DeltaState, LockspaceParams, RenewInput};
+use lease_core::monitor::{HostMonitor, HostState};
+use lease_core::timeouts;
+use tracing::{error, info, info_span, warn};
+
+use crate::diskio::Disk;
+use crate::lc::{BlockingDisk, SystemClock};
+use crate::state::{lock, Daemon};
+use crate::sys;
+use lease_core::exec::block_on;
+
+/// Renewal history kept per lockspace (sanlock's renewal_history_size).
+const RENEWAL_HISTORY: usize = 180;
+
+/// Where a lockspace is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Adding,
+    Joined,
+    Removing,
+}
+
+/// One renewal, for RENEWAL.
+#[derive(Debug, Clone, Copy)]
+pub struct RenewalRec {
+    pub timestamp: u64,
+    pub read_ms: u64,
+    pub write_ms: u64,
+}
+
+/// Mutable lockspace state (under `Space::st`).
+#[derive(Debug)]
+pub struct SpaceSt {
+    pub phase: Phase,
+    pub add_result: Option<i32>,
+    pub geometry: Option<Geometry>,
+    pub host_generation: u64,
+    pub last_success_s: u64,
+    pub last_renewal_ok: bool,
+    pub corrupt_result: i32,
+    pub renew_fail: bool,
+    /// Our lease is lost (failed renewals, corruption, or removal): holders are killed.
+    pub space_dead: bool,
+    /// Set by rem_lockspace / forced shutdown: kill with SIGKILL at once.
+    pub kill_now: bool,
+    pub acquire_last_result: i32,
+    pub renewal_last_result: i32,
+    pub acquire_last_attempt: u64,
+    pub acquire_last_success: u64,
+    pub renewal_last_attempt: u64,
+    pub renewal_last_success: u64,
+    pub external_used: bool,
+    pub used_by_orphans: bool,
+    pub renewals: VecDeque<RenewalRec>,
+    pub gone: bool,
+}
+
+/// One lockspace.
+pub struct Space {
+    pub space_id: u32,
+    pub name: Name,
+    pub host_id: u64,
+    pub path: String,
+    pub offset: u64,
+    pub io_timeout: u32,
+    pub st: Mutex<SpaceSt>,
+    pub cond: Condvar,
+    pub stop: Arc<AtomicBool>,
+    pub monitor: Arc<Mutex<HostMonitor>>,
+    pub disk: Mutex<Option<BlockingDisk>>,
+    pub params: Mutex<Option<LockspaceParams>>,
+}
+
+impl Space {
+    pub fn snapshot_phase(&self) -> Phase {
+        lock(&self.st).phase
+    }
+
+    pub fn wire_lockspace(&self, flags: u32) -> wire::Lockspace {
+        let mut ls = wire::Lockspace {
+            name: self.name,
+            host_id: self.host_id,
+            flags,
+            pad: 0,
+            host_id_disk: wire::Disk::default(),
+        };
+        if let Ok(disk) = wire::Disk::new(&self.path, self.offset) {
+            ls.host_id_disk = disk;
+        }
+        ls
+    }
+
+    /// The lockspace's geometry, once joined.
+    pub fn geometry(&self) -> Option<Geometry> {
+        lock(&self.st).geometry
+    }
+
+    pub fn generation(&self) -> u64 {
+        lock(&self.st).host_generation
+    }
+
+    pub fn is_dead(&self) -> bool {
+        lock(&self.st).space_dead
+    }
+
+    /// sanlock's lockspace state text.
+    pub fn status_text(&self, list: &str) -> String {
+        let st = lock(&self.st);
+        format!(
+            "list={} space_id={} io_timeout={} sector_size={} align_size={} host_generation={} \
+             renew_fail={} space_dead={} killing_pids={} used_retries=0 external_used={} \
+             used_by_orphans={} renewal_read_extend_sec={} set_max_sectors_kb=0 corrupt_result={} \
+             acquire_last_result={} renewal_last_result={} acquire_last_attempt={} \
+             acquire_last_success={} renewal_last_attempt={} renewal_last_success={}",
+            list,
+            self.space_id,
+            self.io_timeout,
+            st.geometry.map_or(0, |g| g.sector_bytes()),
+            st.geometry.map_or(0, |g| g.align_bytes()),
+            st.host_generation,
+            u8::from(st.renew_fail),
+            u8::from(st.space_dead),
+            u8::from(st.space_dead),
+            u8::from(st.external_used),
+            u8::from(st.used_by_orphans),
+            self.io_timeout,
+            st.corrupt_result,
+            st.acquire_last_result,
+            st.renewal_last_result,
+            st.acquire_last_attempt,
+            st.acquire_last_success,
+            st.renewal_last_attempt,
+            st.renewal_last_success,
+        )
+    }
+
+    /// HOST_STATUS records: every host we have observed, plus ourselves.
+    pub fn host_state_records(&self, out: &mut Vec<u8>) {
+        let now = sys::monotime();
+        let (gen, last) = {
+            let st = lock(&self.st);
+            (st.host_generation, st.last_success_s)
+        };
+        let mon = lock(&self.monitor);
+        let mut rows: Vec<(u64, String, u64)> = Vec::new();
+        for (id, obs, _state) in mon.hosts(now) {
+            if obs.last_live_s == 0 && obs.owner_id == 0 {
+                continue;
+            }
+            rows.push((
+                id,
+                format!(
+                    "last_check={} last_live={} last_req=0 owner_id={} owner_generation={} \
+                     timestamp={} io_timeout={} owner_name={}",
+                    obs.last_check_s,
+                    obs.last_live_s,
+                    obs.owner_id,
+                    obs.owner_generation,
+                    obs.timestamp,
+                    obs.io_timeout,
+                    obs.host_name
+                ),
+                obs.timestamp,
+            ));
+        }
+        if gen != 0 {
+            rows.push((
+                self.host_id,
+                format!(
+                    "last_check={last} last_live={last} last_req=0 owner_id={} owner_generation={gen} \
+                     timestamp={last} io_timeout={} owner_name=",
+                    self.host_id, self.io_timeout
+                ),
+                last,
+            ));
+        }
+        rows.sort_by_key(|r| r.0);
+        for (id, text, ts) in rows {
+            State::encode_with_text(SANLK_STATE_HOST, id as u32, ts, Name::EMPTY, &text, out);
+        }
+    }
+
+    /// RENEWAL records, oldest first.
+    pub fn renewal_records(&self, out: &mut Vec<u8>) {
+        let st = lock(&self.st);
+        for r in &st.renewals {
+            let text = format!(
+                "timestamp={} read_ms={} write_ms={} next_timeouts=0 next_errors=0",
+                r.timestamp, r.read_ms, r.write_ms
+            );
+            State::encode_with_text(SANLK_STATE_RENEWAL, 0, r.timestamp, Name::EMPTY, &text, out);
+        }
+    }
+}
+
+fn new_space(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> Space {
+    Space {
+        space_id: d.next_space_id.fetch_add(1, Ordering::Relaxed),
+        name: ls.name,
+        host_id: ls.host_id,
+        path: ls.host_id_disk.path.to_text(),
+        offset: ls.host_id_disk.offset,
+        io_timeout,
+        st: Mutex::new(SpaceSt {
+            phase: Phase::Adding,
+            add_result: None,
+            geometry: None,
+            host_generation: 0,
+            last_success_s: 0,
+            last_renewal_ok: false,
+            corrupt_result: 0,
+            renew_fail: false,
+            space_dead: false,
+            kill_now: false,
+            acquire_last_result: 0,
+            renewal_last_result: 0,
+            acquire_last_attempt: 0,
+            acquire_last_success: 0,
+            renewal_last_attempt: 0,
+            renewal_last_success: 0,
+            external_used: false,
+            used_by_orphans: false,
+            renewals: VecDeque::new(),
+            gone: false,
+        }),
+        cond: Condvar::new(),
+        stop: Arc::new(AtomicBool::new(false)),
+        monitor: Arc::new(Mutex::new(HostMonitor::new(
+            ls.host_id,
+            u64::from(d.cfg.watchdog_fire_timeout_s),
+        ))),
+        disk: Mutex::new(None),
+        params: Mutex::new(None),
+    }
+}
+
+/// ADD_LOCKSPACE.
+pub fn add(d: &Arc<Daemon>, ls: &wire::Lockspace, io_timeout: u32, flags: u32) -> i32 {
+    if ls.name.is_empty() || ls.host_id == 0 || ls.host_id_disk.path.as_bytes().is_empty() {
+        return -libc::EINVAL;
+    }
+    if d.is_shutting_down() {
+        return -libc::EAGAIN;
+    }
+    let io_timeout = if io_timeout == 0 {
+        d.cfg.io_timeout_s
+    } else {
+        io_timeout.min(255)
+    };
+    let space = {
+        let mut spaces = lock(&d.spaces);
+        let path = ls.host_id_disk.path.to_text();
+        for s in spaces.iter() {
+            let same_disk = s.path == path && s.offset == ls.host_id_disk.offset;
+            if s.name.same_as(&ls.name) {
+                if lock(&s.st).phase == Phase::Removing {
+                    return -libc::EAGAIN;
+                }
+                if same_disk && s.host_id == ls.host_id {
+                    return -libc::EEXIST;
+                }
+                return -libc::EINVAL;
+            }
+            if same_disk {
+                return -libc::EINVAL;
+            }
+        }
+        let s = Arc::new(new_space(d, ls, io_timeout));
+        spaces.push(s.clone());
+        s
+    };
+    let d2 = d.clone();
+    let s2 = space.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("lockd-ls{}", space.space_id))
+        .spawn(move || space_thread(&d2, &s2));
+    if let Err(e) = spawned {
+        error!(error = %e, "cannot start lockspace thread");
+        lock(&d.spaces).retain(|s| !Arc::ptr_eq(s, &space));
+        return -libc::ENOMEM;
+    }
+    if flags & SANLK_ADD_ASYNC != 0 {
+        return 0;
+    }
+    wait_add_result(&space)
+}
+
+fn wait_add_result(space: &Space) -> i32 {
+    let mut st = lock(&space.st);
+    loop {
+        if let Some(rv) = st.add_result {
+            return rv;
+        }
+        st = match space.cond.wait(st) {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+    }
+}
+
+/// INQ_LOCKSPACE.
+pub fn inq(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> i32 {
+    let Some(space) = d.find_space(&ls.name) else {
+        return -libc::ENOENT;
+    };
+    let phase = space.snapshot_phase();
+    match phase {
+        Phase::Joined => 0,
+        Phase::Adding if flags & SANLK_INQ_WAIT != 0 => {
+            if wait_add_result(&space) == 0 {
+                0
+            } else {
+                -libc::ENOENT
+            }
+        }
+        Phase::Removing if flags & SANLK_INQ_WAIT != 0 => {
+            wait_gone(&space);
+            -libc::ENOENT
+        }
+        Phase::Adding | Phase::Removing => -libc::EINPROGRESS,
+    }
+}
+
+fn wait_gone(space: &Space) {
+    let mut st = lock(&space.st);
+    while !st.gone {
+        st = match space.cond.wait(st) {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+    }
+}
+
+/// True when some client holds a resource in this lockspace.
+pub fn space_in_use(d: &Daemon, name: &Name) -> bool {
+    lock(&d.resources).keys().any(|(ls, _)| ls.same_as(name))
+}
+
+/// REM_LOCKSPACE.
+pub fn rem(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> i32 {
+    let Some(space) = d.find_space(&ls.name) else {
+        return -libc::ENOENT;
+    };
+    if flags & SANLK_REM_UNUSED != 0 && space_in_use(d, &ls.name) {
+        return -libc::EBUSY;
+    }
+    {
+        let mut st = lock(&space.st);
+        if st.phase == Phase::Removing {
+            return -libc::EINPROGRESS;
+        }
+        st.phase = Phase::Removing;
+        st.kill_now = true;
+    }
+    space.stop.store(true, Ordering::SeqCst);
+    info!(ls = %ls.name, "removing lockspace");
+    if flags & SANLK_REM_ASYNC != 0 {
+        return 0;
+    }
+    wait_gone(&space);
+    0
+}
+
+/// Stops every lockspace (forced shutdown).
+pub fn stop_all(d: &Arc<Daemon>) {
+    let spaces: Vec<_> = lock(&d.spaces).clone();
+    for s in spaces {
+        {
+            let mut st = lock(&s.st);
+            st.phase = Phase::Removing;
+            st.kill_now = true;
+        }
+        s.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A joined, live lockspace for resource operations (`-ENOSPC` otherwise, as sanlock).
+pub fn joined(d: &Daemon, name: &Name) -> Result<Arc<Space>, i32> {
+    let space = d.find_space(name).ok_or(-libc::ENOSPC)?;
+    let st = lock(&space.st);
+    if st.phase != Phase::Joined || st.space_dead {
+        return Err(-libc::ENOSPC);
+    }
+    drop(st);
+    Ok(space)
+}
+
+/// GET_LOCKSPACES.
+pub fn get_lockspaces(d: &Daemon) -> Vec<wire::Lockspace> {
+    lock(&d.spaces)
+        .iter()
+        .map(|s| {
+            let flags = match s.snapshot_phase() {
+                Phase::Adding => SANLK_LSF_ADD,
+                Phase::Removing => SANLK_LSF_REM,
+                Phase::Joined => 0,
+            };
+            s.wire_lockspace(flags)
+        })
+        .collect()
+}
+
+/// Lockspaces with their STATUS list name.
+pub fn status_list(d: &Daemon) -> Vec<(Arc<Space>, &'static str)> {
+    lock(&d.spaces)
+        .iter()
+        .map(|s| {
+            let list = match s.snapshot_phase() {
+                Phase::Adding => "add",
+                Phase::Removing => "rem",
+                Phase::Joined => "spaces",
+            };
+            (s.clone(), list)
+        })
+        .collect()
+}
+
+/// SET_CONFIG.
+pub fn set_config(d: &Daemon, name: &Name, data: u32) -> i32 {
+    let Some(space) = d.find_space(name) else {
+        return -libc::ENOENT;
+    };
+    let mut st = lock(&space.st);
+    match data {
+        0x1 => st.external_used = true,
+        0x2 => st.external_used = false,
+        0x4 => st.used_by_orphans = true,
+        0x8 => st.used_by_orphans = false,
+        _ => return -libc::EINVAL,
+    }
+    0
+}
+
+/// GET_HOSTS: `host_id` 0 = every host whose record has a timestamp.
+pub fn get_hosts(d: &Daemon, name: &Name, host_id: u64) -> Result<Vec<wire::Host>, i32> {
+    let space = d.find_space(name).ok_or(-libc::ENOENT)?;
+    let now = sys::monotime();
+    let (gen, last) = {
+        let st = lock(&space.st);
+        (st.host_generation, st.last_success_s)
+    };
+    let mon = lock(&space.monitor);
+    if mon.checks() == 0 {
+        return Err(-libc::EAGAIN);
+    }
+    let mut hosts = Vec::new();
+    for (id, obs, state) in mon.hosts(now) {
+        if host_id != 0 && id != host_id {
+            continue;
+        }
+        if host_id == 0 && obs.timestamp == 0 {
+            continue;
+        }
+        hosts.push(wire::Host {
+            host_id: id,
+            generation: obs.owner_generation,
+            timestamp: obs.timestamp,
+            io_timeout: u32::from(obs.io_timeout),
+            flags: state as u32,
+        });
+    }
+    if host_id == 0 || host_id == space.host_id {
+        hosts.push(wire::Host {
+            host_id: space.host_id,
+            generation: gen,
+            timestamp: last,
+            io_timeout: space.io_timeout,
+            flags: HostState::Live as u32,
+        });
+    }
+    hosts.sort_by_key(|h| h.host_id);
+    Ok(hosts)
+}
+
+fn finish_add(space: &Space, rv: i32) {
+    let mut st = lock(&space.st);
+    st.add_result = Some(rv);
+    st.acquire_last_result = rv;
+    if rv == 0 {
+        st.phase = Phase::Joined;
+        st.acquire_last_success = sys::monotime();
+    }
+    space.cond.notify_all();
+}
+
+fn mark_gone(d: &Daemon, space: &Arc<Space>) {
+    lock(&d.spaces).retain(|s| !Arc::ptr_eq(s, space));
+    let mut st = lock(&space.st);
+    st.gone = true;
+    if st.add_result.is_none() {
+        st.add_result = Some(-libc::ENOENT);
+    }
+    space.cond.notify_all();
+}
+
+/// Opens the disk and joins (delta acquire). Returns the params and state on success.
+fn join(d: &Daemon, space: &Space) -> Result<(BlockingDisk, LockspaceParams, DeltaState), i32> {
+    let disk = Disk::open(std::path::Path::new(&space.path)).map_err(|e| {
+        warn!(error = %e, "cannot open lockspace disk");
+        e.rv()
+    })?;
+    let bdisk = BlockingDisk::new(disk);
+    let abort = space.stop.clone();
+    let bdisk = BlockingDisk {
+        abort: abort.clone(),
+        ..bdisk
+    };
+    let clock = SystemClock::new(abort);
+    let io = space.io_timeout as u16;
+    let (geometry, _first) = block_on(delta::read_lockspace_geometry(&bdisk, space.offset, io))
+        .map_err(|e| {
+            warn!(error = %e, "cannot read lockspace");
+            e.sanlk_code()
+        })?;
+    if space.host_id > geometry.max_hosts() {
+        return Err(disk_format::rv::SANLK_ADDLS_INVALID_HOSTID);
+    }
+    lock(&space.st).geometry = Some(geometry);
+    let params = LockspaceParams {
+        space_name: space.name,
+        disk_offset: space.offset,
+        geometry,
+        host_id: space.host_id,
+        host_name: d.cfg.host_name,
+        io_timeout: io,
+        watchdog_fire: u64::from(d.cfg.watchdog_fire_timeout_s),
+        stable_host_name: true,
+        monitor_hosts: None,
+    };
+    lock(&space.st).acquire_last_attempt = sys::monotime();
+    let state = block_on(delta::acquire(&bdisk, &clock, &params)).map_err(|e| {
+        warn!(error = %e, "delta lease acquire failed");
+        e.sanlk_code()
+    })?;
+    Ok((bdisk, params, state))
+}
+
+fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
+    let span = info_span!("lockspace", ls = %space.name, host_id = space.host_id);
+    let _g = span.enter();
+    info!(path = %space.path, offset = space.offset, io_timeout = space.io_timeout, "joining lockspace");
+    let (bdisk, params, mut state) = match join(d, space) {
+        Ok(v) => v,
+        Err(rv) => {
+            warn!(rv, "add_lockspace failed");
+            finish_add(space, rv);
+            mark_gone(d, space);
+            return;
+        }
+    };
+    *lock(&space.disk) = Some(BlockingDisk {
+        disk: bdisk.disk.clone(),
+        abort: Arc::new(AtomicBool::new(false)),
+    });
+    *lock(&space.params) = Some(params.clone());
+    {
+        let mut st = lock(&space.st);
+        st.host_generation = state.generation();
+        st.last_success_s = state.last_success_ms / 1000;
+        st.last_renewal_ok = true;
+        st.renewal_last_success = st.last_success_s;
+    }
+    if space.stop.load(Ordering::SeqCst) {
+        finish_add(space, -libc::ENOENT);
+    } else {
+        info!(generation = state.generation(), path = ?state.path, "lockspace joined");
+        finish_add(space, 0);
+        d.notifier.notify(&format!(
+            "STATUS=joined lockspace {} (watchdog off)",
+            space.name
+        ));
+    }
+    // Renewals must keep going while lease holders are being killed; the abort flag only
+    // cut short the join, so give renewals a disk that is not aborted.
+    let run_disk = BlockingDisk {
+        disk: bdisk.disk.clone(),
+        abort: Arc::new(AtomicBool::new(false)),
+    };
+    let clock = SystemClock::new(Arc::new(AtomicBool::new(false)));
+    renew_loop(d, space, &run_disk, &clock, &params, &mut state);
+    let (dead, ok) = {
+        let st = lock(&space.st);
+        (st.space_dead && !st.kill_now, st.last_renewal_ok)
+    };
+    if !dead && ok && state.last_renewal_ok {
+        match block_on(delta::release(&run_disk, &params, &state)) {
+            Ok(true) => info!("delta lease released"),
+            Ok(false) => warn!("delta lease left on disk (last renewal failed)"),
+            Err(e) => warn!(error = %e, "delta lease release failed"),
+        }
+    } else {
+        warn!("delta lease not released: last renewal did not succeed");
+    }
+    mark_gone(d, space);
+    info!("lockspace removed");
+}
+
+fn renew_loop(
+    d: &Arc<Daemon>,
+    space: &Space,
+    disk: &BlockingDisk,
+    clock: &SystemClock,
+    params: &LockspaceParams,
+    state: &mut DeltaState,
+) {
+    let io = u64::from(space.io_timeout);
+    let renewal_ms = timeouts::id_renewal_seconds(io) * 1000;
+    let mut next_attempt_ms = state.last_success_ms + renewal_ms;
+    loop {
+        if space.stop.load(Ordering::SeqCst) && !space_in_use(d, &space.name) {
+            return;
+        }
+        let corrupt = lock(&space.st).corrupt_result != 0;
+        let now_ms = sys::monotime_ms();
+        if corrupt || now_ms < next_attempt_ms {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        let t0 = sys::monotime_ms();
+        lock(&space.st).renewal_last_attempt = t0 / 1000;
+        let result = block_on(delta::renew(
+            disk,
+            clock,
+            params,
+            state,
+            &RenewInput::default(),
+        ));
+        let t1 = sys::monotime_ms();
+        match result {
+            Ok(snap) => {
+                lock(&space.monitor).observe(snap.read_at_s, &snap.sectors);
+                let mut st = lock(&space.st);
+                st.last_success_s = state.last_success_ms / 1000;
+                st.last_renewal_ok = true;
+                st.renewal_last_result = 1;
+                st.renewal_last_success = st.last_success_s;
+                st.renew_fail = false;
+                st.renewals.push_back(RenewalRec {
+                    timestamp: state.leader.timestamp,
+                    read_ms: t1.saturating_sub(t0),
+                    write_ms: 0,
+                });
+                while st.renewals.len() > RENEWAL_HISTORY {
+                    st.renewals.pop_front();
+                }
+                next_attempt_ms = state.last_success_ms + renewal_ms;
+            }
+            Err(e) => {
+                let code = e.sanlk_code();
+                warn!(error = %e, rv = code, "renewal failed");
+                let mut st = lock(&space.st);
+                st.renewal_last_result = code;
+                st.last_renewal_ok = false;
+                st.renew_fail = true;
+                if e.is_corrupt() {
+                    st.corrupt_result = code;
+                }
+                // sanlock retries a failed renewal after 500 ms.
+                next_attempt_ms = sys::monotime_ms() + 500;
+            }
+        }
+    }
+}
+
+/// Once a second: check each lockspace's own lease (sanlock `check_our_lease`) and mark it
+/// dead at id_renewal_fail or on a corrupt result. Returns the lockspaces whose holders
+/// must be killed.
+pub fn check_our_leases(d: &Daemon) -> Vec<Arc<Space>> {
+    let now = sys::monotime();
+    let spaces: Vec<_> = lock(&d.spaces).clone();
+    let mut dead = Vec::new();
+    for s in spaces {
+        let mut st = lock(&s.st);
+        if st.phase == Phase::Adding {
+            continue;
+        }
+        let io = u64::from(s.io_timeout);
+        let fail = timeouts::id_renewal_fail_seconds(io);
+        let warn_s = timeouts::id_renewal_warn_seconds(io);
+        let age = now.saturating_sub(st.last_success_s);
+        if !st.space_dead && (st.corrupt_result != 0 || age >= fail) {
+            error!(ls = %s.name, age, corrupt = st.corrupt_result,
+                   "lockspace failed: our delta lease is lost; killing lease holders");
+            st.space_dead = true;
+        } else if !st.space_dead && age >= warn_s {
+            warn!(ls = %s.name, age, "renewals failing; lockspace will fail at {fail} s");
+        }
+        if st.space_dead || st.kill_now {
+            dead.push(s.clone());
+        }
+    }
+    dead
+}
+
+/// Last successful renewal (monotime s) of a lockspace.
+pub fn last_success(space: &Space) -> u64 {
+    lock(&space.st).last_success_s
+}
+
+/// Geometry-independent read of the lockspace area on an already-joined disk.
+pub fn space_disk(space: &Space) -> Option<BlockingDisk> {
+    lock(&space.disk).clone()
+}

@@ -1,0 +1,171 @@
+//! Resource leases on disk through lease-core's disk Paxos: acquire, release, convert.
+//!
+//! Runs on the calling connection's thread (a paxos acquire may wait up to host_dead
+//! seconds for a dead owner); never while holding a daemon lock.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use client_lib::proto::*;
+use client_lib::wire;
+use lease_core::exec::block_on;
+use lease_core::paxos::{self, AcquireOptions, HostContext, Mode, ResourceParams, Token};
+use tracing::warn;
+
+use crate::diskio::Disk;
+use crate::lc::{BlockingDisk, SystemClock};
+use crate::lockspace::{self, Space};
+use crate::state::{lock, Daemon, LocalRes};
+
+/// The on-disk state of a held resource.
+#[derive(Debug, Clone, Default)]
+pub struct Held {
+    pub token: Option<Token>,
+}
+
+impl Held {
+    pub fn lver(&self) -> u64 {
+        self.token.as_ref().map_or(0, Token::lver)
+    }
+
+    pub fn sector_size(&self) -> u64 {
+        self.token
+            .as_ref()
+            .map_or(0, |t| t.resource.geometry.sector_bytes())
+    }
+
+    pub fn align_size(&self) -> u64 {
+        self.token
+            .as_ref()
+            .map_or(0, |t| t.resource.geometry.align_bytes())
+    }
+}
+
+fn open(path: &str) -> Result<BlockingDisk, i32> {
+    Disk::open(Path::new(path))
+        .map(BlockingDisk::new)
+        .map_err(|e| {
+            warn!(error = %e, "cannot open resource disk");
+            e.rv()
+        })
+}
+
+fn clock() -> SystemClock {
+    SystemClock::new(Arc::new(AtomicBool::new(false)))
+}
+
+/// Runs `f` with our lockspace context (disk, params, generation, host monitor).
+fn with_host<T>(
+    space: &Space,
+    f: impl FnOnce(&HostContext<'_, BlockingDisk, std::sync::Mutex<lease_core::HostMonitor>>) -> T,
+) -> Result<T, i32> {
+    let ls_disk = lockspace::space_disk(space).ok_or(-libc::ENOSPC)?;
+    let params = lock(&space.params).clone().ok_or(-libc::ENOSPC)?;
+    let host = HostContext {
+        lockspace_disk: &ls_disk,
+        lockspace: &params,
+        generation: space.generation(),
+        observer: &*space.monitor,
+    };
+    Ok(f(&host))
+}
+
+/// Acquires one resource for this host.
+pub fn acquire(
+    d: &Daemon,
+    space: &Space,
+    r: &wire::Resource,
+    shared: bool,
+    want_lver: Option<u64>,
+    cmd_flags: u32,
+) -> Result<Held, i32> {
+    if r.disks.len() != 1 {
+        // Multi-disk (majority) leases are not supported by lockd.
+        return Err(-libc::EOPNOTSUPP);
+    }
+    let geometry = space.geometry().ok_or(-libc::ENOSPC)?;
+    let disk = open(&r.disks[0].path.to_text())?;
+    let res = ResourceParams {
+        space_name: r.head.lockspace_name,
+        resource_name: r.head.name,
+        disk_offset: r.disks[0].offset,
+        geometry,
+        io_timeout: space.io_timeout as u16,
+        num_hosts_hint: 0,
+    };
+    let opts = AcquireOptions {
+        mode: if shared {
+            Mode::Shared
+        } else {
+            Mode::Exclusive
+        },
+        owner_nowait: cmd_flags & SANLK_ACQUIRE_OWNER_NOWAIT != 0,
+        lver: want_lver,
+        lvb: cmd_flags & SANLK_ACQUIRE_LVB != 0,
+        new_num_hosts: (r.head.flags & SANLK_RES_NUM_HOSTS != 0)
+            .then_some(u64::from(r.head.data32)),
+        sh_retries: d.cfg.sh_retries,
+        ..AcquireOptions::default()
+    };
+    let c = clock();
+    let out = with_host(space, |host| {
+        block_on(paxos::acquire(&disk, &c, host, &res, &opts))
+    })?;
+    match out {
+        Ok(token) => Ok(Held { token: Some(token) }),
+        Err(e) => {
+            warn!(error = %e, rv = e.sanlk_code(), "paxos acquire failed");
+            Err(e.sanlk_code())
+        }
+    }
+}
+
+/// Releases a resource on disk. No I/O when our lockspace lease is lost (the lease then
+/// expires with our host_id, as in sanlock).
+pub fn release(_d: &Daemon, space: Option<&Space>, lr: &LocalRes) -> i32 {
+    let Some(token) = lr.held.token.as_ref() else {
+        return 0;
+    };
+    match space {
+        Some(s) if !s.is_dead() => {}
+        _ => {
+            warn!("lockspace lost: resource left to expire with our host_id");
+            return 0;
+        }
+    }
+    let disk = match open(&lr.disks[0].path.to_text()) {
+        Ok(d) => d,
+        Err(rv) => return rv,
+    };
+    match block_on(paxos::release(&disk, &clock(), token)) {
+        Ok(()) => 0,
+        Err(e) => e.sanlk_code(),
+    }
+}
+
+/// Converts a held resource between shared and exclusive.
+pub fn convert(
+    _d: &Daemon,
+    space: &Space,
+    lr: &LocalRes,
+    to_shared: bool,
+    cmd_flags: u32,
+) -> Result<Held, i32> {
+    let mut token = lr.held.token.clone().ok_or(-libc::ENOENT)?;
+    let disk = open(&lr.disks[0].path.to_text())?;
+    let to = if to_shared {
+        Mode::Shared
+    } else {
+        Mode::Exclusive
+    };
+    let nowait = cmd_flags & SANLK_ACQUIRE_OWNER_NOWAIT != 0;
+    let c = clock();
+    let out = with_host(space, |host| {
+        block_on(paxos::convert(&disk, &c, host, &mut token, to, nowait))
+    })?;
+    match out {
+        Ok(()) => Ok(Held { token: Some(token) }),
+        Err(e) => Err(e.sanlk_code()),
+    }
+}

@@ -1,0 +1,266 @@
+//! The socket server: one listener thread, one thread per connection.
+//!
+//! A connection thread reads one 32-byte header at a time and runs the command to the
+//! end before reading the next, so a registered client's commands are serialised exactly
+//! as sanlock serialises them (it suspends the fd while a command runs). Payload structs
+//! are read by size, as sanlock reads them (the header's length is only a bound), each
+//! payload read with a timeout so a client that stalls mid-message only blocks its own
+//! connection. Nothing a peer sends can panic a thread: every decode returns an error
+//! that becomes `-ENOTCONN`/`-EINVAL` at the edge.
+
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use client_lib::proto::*;
+use client_lib::wire::{self, Header, HEADER_LEN};
+use tracing::{debug, info, warn};
+
+use crate::state::{lock, Daemon};
+use crate::sys::{self, PeerCred};
+
+/// How long a payload may take to arrive once its header did.
+const PAYLOAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Binds `<run_dir>/sanlock.sock` with mode 0660.
+pub fn bind(run_dir: &Path) -> io::Result<UnixListener> {
+    let path = run_dir.join(SOCKET_NAME);
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let l = UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))?;
+    Ok(l)
+}
+
+/// Accepts connections until shutdown.
+pub fn listen_loop(d: Arc<Daemon>, listener: UnixListener) {
+    for conn in listener.incoming() {
+        if d.is_shutting_down() {
+            break;
+        }
+        let stream = match conn {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(error = %e, "accept failed");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        let cred = match sys::peer_cred(&stream) {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "SO_PEERCRED failed; closing connection");
+                continue;
+            }
+        };
+        let clone = stream.try_clone().ok();
+        let ci = lock(&d.clients).add(stream.as_raw_fd(), cred.pid, cred.uid, clone);
+        let Some(ci) = ci else {
+            warn!(pid = cred.pid, "client slots full; closing connection");
+            continue;
+        };
+        let d2 = d.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("lockd-conn{ci}"))
+            .spawn(move || {
+                let mut conn = Conn { stream, ci, cred };
+                conn_loop(&d2, &mut conn);
+                crate::cmd::connection_closed(&d2, ci);
+            });
+        if let Err(e) = spawned {
+            warn!(error = %e, "cannot start connection thread");
+            lock(&d.clients).slots.remove(&ci);
+        }
+    }
+    info!("listener stopped");
+}
+
+/// One client connection.
+pub struct Conn {
+    pub stream: UnixStream,
+    pub ci: u32,
+    pub cred: PeerCred,
+}
+
+/// Why a read of a request failed.
+#[derive(Debug)]
+pub enum RecvError {
+    /// Peer closed or the read failed: the connection is finished.
+    Closed,
+    /// Payload did not arrive in time or was short.
+    Short,
+}
+
+impl Conn {
+    fn read_full(&mut self, buf: &mut [u8]) -> Result<(), RecvError> {
+        let mut got = 0;
+        while got < buf.len() {
+            match self.stream.read(&mut buf[got..]) {
+                Ok(0) => return Err(RecvError::Closed),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::TimedOut =>
+                {
+                    return Err(RecvError::Short)
+                }
+                Err(_) => return Err(RecvError::Closed),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `n` payload bytes (n ≤ MAX_CLIENT_MSG) with the payload timeout.
+    pub fn recv_payload(&mut self, n: usize) -> Result<Vec<u8>, RecvError> {
+        if n > MAX_CLIENT_MSG as usize {
+            return Err(RecvError::Short);
+        }
+        let _ = self.stream.set_read_timeout(Some(PAYLOAD_TIMEOUT));
+        let mut buf = vec![0u8; n];
+        let r = self.read_full(&mut buf);
+        let _ = self.stream.set_read_timeout(None);
+        r.map(|()| buf)
+    }
+
+    pub fn recv_lockspace(&mut self) -> Result<wire::Lockspace, RecvError> {
+        let b = self.recv_payload(wire::LOCKSPACE_LEN)?;
+        wire::Lockspace::decode(&b).map_err(|_| RecvError::Short)
+    }
+
+    pub fn recv_resource_head(&mut self) -> Result<wire::ResourceHead, RecvError> {
+        let b = self.recv_payload(wire::RESOURCE_LEN)?;
+        wire::ResourceHead::decode(&b).map_err(|_| RecvError::Short)
+    }
+
+    /// A resource and its disks; `Ok(Err(rv))` when num_disks is out of range
+    /// (-ERANGE), in which case the disks are not read.
+    pub fn recv_resource(&mut self) -> Result<Result<wire::Resource, i32>, RecvError> {
+        let head = self.recv_resource_head()?;
+        if head.num_disks == 0 || head.num_disks > SANLK_MAX_DISKS {
+            return Ok(Err(-libc::ERANGE));
+        }
+        let b = self.recv_payload(head.num_disks as usize * wire::DISK_LEN)?;
+        let disks = b
+            .chunks_exact(wire::DISK_LEN)
+            .map(wire::Disk::decode)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| RecvError::Short)?;
+        Ok(Ok(wire::Resource { head, disks }))
+    }
+
+    /// Reads and drops what is left of a message whose handling failed early, bounded by
+    /// the header's length and by a short timeout.
+    pub fn drain(&mut self, h: &Header, already: usize) {
+        let Ok(total) = h.payload_len(MAX_CLIENT_MSG) else {
+            return;
+        };
+        let left = total.saturating_sub(already);
+        if left == 0 {
+            return;
+        }
+        let _ = self
+            .stream
+            .set_read_timeout(Some(Duration::from_millis(200)));
+        let mut buf = vec![0u8; left.min(64 * 1024)];
+        let mut remaining = left;
+        while remaining > 0 {
+            let n = remaining.min(buf.len());
+            match self.stream.read(&mut buf[..n]) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => remaining -= k,
+            }
+        }
+        let _ = self.stream.set_read_timeout(None);
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        if let Err(e) = self.stream.write_all(bytes) {
+            debug!(ci = self.ci, error = %e, "send to client failed");
+        }
+    }
+
+    /// sanlock's `send_result`: request header, version SM_PROTO, length 32,
+    /// data = result, data2 = 0.
+    pub fn reply(&mut self, h: &Header, result: i32) {
+        self.send(&h.result_reply(result).encode());
+    }
+
+    /// A reply header with data/data2 and a payload.
+    pub fn reply_with(&mut self, h: &Header, result: i32, data2: u32, payload: &[u8]) {
+        let mut r = h.result_reply(result);
+        r.data2 = data2;
+        r.length = u32::try_from(HEADER_LEN + payload.len()).unwrap_or(u32::MAX);
+        let mut msg = Vec::with_capacity(HEADER_LEN + payload.len());
+        msg.extend_from_slice(&r.encode());
+        msg.extend_from_slice(payload);
+        self.send(&msg);
+    }
+}
+
+/// What the dispatcher wants done with the connection after a command.
+pub enum After {
+    Keep,
+    Close,
+}
+
+fn conn_loop(d: &Arc<Daemon>, conn: &mut Conn) {
+    let mut hb = [0u8; HEADER_LEN];
+    loop {
+        if conn.read_full(&mut hb).is_err() {
+            return;
+        }
+        if d.is_shutting_down() {
+            return;
+        }
+        let Ok(h) = Header::decode(&hb) else { return };
+        if h.magic != SM_MAGIC {
+            // sanlock ignores such a message: no reply, connection left open.
+            debug!(
+                ci = conn.ci,
+                magic = h.magic,
+                "ignoring message with bad magic"
+            );
+            continue;
+        }
+        let restricted = lock(&d.clients)
+            .slots
+            .get(&conn.ci)
+            .map(|c| c.restricted)
+            .unwrap_or(0);
+        if restricted & SANLK_RESTRICT_ALL != 0 {
+            debug!(
+                ci = conn.ci,
+                cmd = h.cmd,
+                "ignoring message on restricted connection"
+            );
+            conn.drain(&h, 0);
+            continue;
+        }
+        if h.version != 0
+            && h.cmd != SM_CMD_VERSION
+            && (h.version & 0xFFFF_0000) > (SM_PROTO & 0xFFFF_0000)
+        {
+            debug!(
+                ci = conn.ci,
+                version = h.version,
+                "ignoring message of newer protocol"
+            );
+            continue;
+        }
+        if let Some(c) = lock(&d.clients).slots.get_mut(&conn.ci) {
+            c.cmd_last = h.cmd;
+        }
+        match crate::cmd::dispatch(d, conn, &h) {
+            After::Keep => {}
+            After::Close => return,
+        }
+    }
+}

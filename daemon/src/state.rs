@@ -1,0 +1,201 @@
+//! Shared daemon state: clients (connections), lockspaces and locally held resources.
+//!
+//! Lock order (never take an earlier lock while holding a later one):
+//! `clients` → `spaces` → `resources` → `Space::st`. Disk I/O is never done while holding
+//! any of these locks.
+
+use std::collections::HashMap;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use client_lib::wire;
+use disk_format::Name;
+
+use crate::config::Config;
+use crate::helper::Helper;
+use crate::lockspace::Space;
+use crate::notify::Notifier;
+use crate::observability::LogRing;
+
+/// Most client slots (sanlock's CLIENT_NALLOC).
+pub const MAX_CLIENTS: usize = 1024;
+
+/// Locks a mutex, recovering the data if a panicking thread poisoned it (the state is
+/// plain data, consistent at every unlock).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// One resource held by one client.
+#[derive(Debug, Clone)]
+pub struct Token {
+    pub token_id: u32,
+    pub ls: Name,
+    pub name: Name,
+    pub disks: Vec<wire::Disk>,
+    pub shared: bool,
+    pub persistent: bool,
+    pub lver: u64,
+}
+
+impl Token {
+    pub fn key(&self) -> (Name, Name) {
+        (self.ls, self.name)
+    }
+}
+
+/// A killpath registered with KILLPATH.
+#[derive(Debug, Clone, Default)]
+pub struct KillPath {
+    pub path: String,
+    pub args: String,
+    pub with_pid: bool,
+}
+
+/// One connection slot.
+#[derive(Debug)]
+pub struct Client {
+    pub ci: u32,
+    pub fd: i32,
+    pub pid: i32,
+    pub uid: u32,
+    pub registered: bool,
+    pub restricted: u32,
+    pub cmd_active: u32,
+    pub cmd_last: u32,
+    pub pid_dead: bool,
+    pub killpath: Option<KillPath>,
+    pub tokens: Vec<Token>,
+    pub owner_name: Name,
+    pub kill_count: u32,
+    pub kill_last: u64,
+    /// A clone of the connection, to shut it down at daemon exit.
+    pub stream: Option<UnixStream>,
+}
+
+/// All connection slots.
+#[derive(Debug, Default)]
+pub struct Clients {
+    pub slots: HashMap<u32, Client>,
+    next_ci: u32,
+}
+
+impl Clients {
+    /// Adds a slot; None when all MAX_CLIENTS are used.
+    pub fn add(&mut self, fd: i32, pid: i32, uid: u32, stream: Option<UnixStream>) -> Option<u32> {
+        if self.slots.len() >= MAX_CLIENTS {
+            return None;
+        }
+        // Lowest free index, like sanlock's slot array (ci values stay small).
+        let mut ci = 0;
+        while self.slots.contains_key(&ci) {
+            ci += 1;
+        }
+        self.next_ci = self.next_ci.max(ci + 1);
+        self.slots.insert(
+            ci,
+            Client {
+                ci,
+                fd,
+                pid,
+                uid,
+                registered: false,
+                restricted: 0,
+                cmd_active: 0,
+                cmd_last: 0,
+                pid_dead: false,
+                killpath: None,
+                tokens: Vec::new(),
+                owner_name: Name::EMPTY,
+                kill_count: 0,
+                kill_last: 0,
+                stream,
+            },
+        );
+        Some(ci)
+    }
+
+    /// The live registered client with this pid.
+    pub fn by_pid(&self, pid: i32) -> Option<u32> {
+        self.slots
+            .values()
+            .find(|c| c.registered && c.pid == pid && !c.pid_dead)
+            .map(|c| c.ci)
+    }
+}
+
+/// How a resource is held locally.
+#[derive(Debug, Clone)]
+pub struct LocalRes {
+    pub ls: Name,
+    pub name: Name,
+    pub disks: Vec<wire::Disk>,
+    pub shared: bool,
+    /// Client slots holding it (several only for shared).
+    pub holders: Vec<u32>,
+    /// Being acquired or released on disk: other local requests get -EAGAIN.
+    pub busy: bool,
+    /// The on-disk state needed to release or convert.
+    pub held: crate::paxos::Held,
+}
+
+/// Everything the daemon's threads share.
+pub struct Daemon {
+    pub cfg: Config,
+    pub helper: Option<Helper>,
+    pub notifier: Notifier,
+    pub log: Arc<LogRing>,
+    pub clients: Mutex<Clients>,
+    pub spaces: Mutex<Vec<Arc<Space>>>,
+    pub resources: Mutex<HashMap<(Name, Name), LocalRes>>,
+    pub shutdown: AtomicBool,
+    pub shutdown_cond: Condvar,
+    pub shutdown_mutex: Mutex<bool>,
+    pub next_space_id: AtomicU32,
+    pub next_token_id: AtomicU32,
+    pub started_monotime: u64,
+}
+
+impl Daemon {
+    pub fn new(cfg: Config, helper: Option<Helper>, log: Arc<LogRing>) -> Daemon {
+        Daemon {
+            cfg,
+            helper,
+            notifier: Notifier::from_env(),
+            log,
+            clients: Mutex::new(Clients::default()),
+            spaces: Mutex::new(Vec::new()),
+            resources: Mutex::new(HashMap::new()),
+            shutdown: AtomicBool::new(false),
+            shutdown_cond: Condvar::new(),
+            shutdown_mutex: Mutex::new(false),
+            next_space_id: AtomicU32::new(1),
+            next_token_id: AtomicU32::new(1),
+            started_monotime: crate::sys::monotime(),
+        }
+    }
+
+    /// The lockspace with this name, in any phase.
+    pub fn find_space(&self, name: &Name) -> Option<Arc<Space>> {
+        lock(&self.spaces)
+            .iter()
+            .find(|s| s.name.same_as(name))
+            .cloned()
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutdown.load(Ordering::SeqCst)
+    }
+
+    /// Asks every thread to stop; `run` returns once the listener has closed.
+    pub fn request_shutdown(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        let mut done = lock(&self.shutdown_mutex);
+        *done = true;
+        self.shutdown_cond.notify_all();
+    }
+}

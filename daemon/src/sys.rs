@@ -1,0 +1,233 @@
+//! The only module of the daemon that may use `unsafe`: thin wrappers over the syscalls
+//! std does not expose. Every block has a SAFETY comment; nothing here keeps state.
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+/// Whole seconds of CLOCK_MONOTONIC, the time base of every on-disk timestamp.
+pub fn monotime() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a pointer to a live local.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(rc, 0, "CLOCK_MONOTONIC is always available on Linux");
+    u64::try_from(ts.tv_sec).unwrap_or(0)
+}
+
+/// Milliseconds of CLOCK_MONOTONIC, for latency measurements.
+pub fn monotime_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: as in `monotime`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(rc, 0, "CLOCK_MONOTONIC is always available on Linux");
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1000
+        + u64::try_from(ts.tv_nsec).unwrap_or(0) / 1_000_000
+}
+
+/// Credentials of the peer of a Unix stream, as recorded at connect time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCred {
+    pub pid: i32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// `SO_PEERCRED` of a connected Unix stream.
+pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`, a live local of exactly
+    // that size; the fd is owned by `stream` and open for the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(PeerCred {
+        pid: cred.pid,
+        uid: cred.uid,
+        gid: cred.gid,
+    })
+}
+
+/// Takes a non-blocking exclusive POSIX write lock on the whole file (`F_SETLK`), as
+/// sanlock locks its pid file. Fails with EAGAIN/EACCES when another process holds it.
+pub fn lock_file(file: &File) -> io::Result<()> {
+    // SAFETY: an all-zero flock is a valid value of this plain C struct.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = 0;
+    fl.l_len = 0;
+    // SAFETY: fcntl(F_SETLK) reads the flock through a pointer to a live local; the fd is
+    // owned by `file` and open.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sends `sig` to `pid`. `pid` must be positive (never a process group or "all").
+pub fn kill(pid: i32, sig: i32) -> io::Result<()> {
+    if pid <= 0 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: kill has no memory effects; pid > 0 addresses exactly one process.
+    let rc = unsafe { libc::kill(pid, sig) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// True when a process with this pid exists (kill(pid, 0)).
+pub fn pid_exists(pid: i32) -> bool {
+    match kill(pid, 0) {
+        Ok(()) => true,
+        Err(e) => e.raw_os_error() == Some(libc::EPERM),
+    }
+}
+
+/// Effective uid of this process.
+pub fn geteuid() -> u32 {
+    // SAFETY: geteuid cannot fail and has no memory effects.
+    unsafe { libc::geteuid() }
+}
+
+/// Result of [`fork`].
+pub enum Forked {
+    Child,
+    Parent { child_pid: i32 },
+}
+
+/// fork(2). Must be called while the process has a single thread (the daemon forks its
+/// helper before starting any thread), so the child may run ordinary Rust code.
+pub fn fork() -> io::Result<Forked> {
+    // SAFETY: the caller guarantees the process is single-threaded, so the child inherits
+    // a consistent copy of every lock and allocator state.
+    let rc = unsafe { libc::fork() };
+    match rc {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Forked::Child),
+        pid => Ok(Forked::Parent { child_pid: pid }),
+    }
+}
+
+/// Number of threads of this process (from /proc), to assert the fork precondition.
+pub fn thread_count() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .unwrap_or(1)
+}
+
+/// In the helper child: die with SIGKILL when the parent (daemon) dies, and let the
+/// kernel reap the programs it starts (SIGCHLD ignored).
+pub fn helper_child_setup() {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a process attribute.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+    }
+    // SAFETY: setting SIGCHLD to SIG_IGN installs no Rust handler; children are reaped by
+    // the kernel automatically.
+    unsafe {
+        libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+    }
+}
+
+/// Makes an fd non-blocking.
+pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: F_GETFL/F_SETFL only change file status flags of an fd we own.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    let rc = unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Logical sector size of a block device (`BLKSSZGET`).
+pub fn block_logical_sector_size(file: &File) -> io::Result<u32> {
+    let mut size: libc::c_int = 0;
+    // SAFETY: BLKSSZGET writes one c_int through a pointer to a live local.
+    let rc = unsafe {
+        libc::ioctl(
+            file.as_raw_fd(),
+            libc::BLKSSZGET,
+            &mut size as *mut libc::c_int,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    u32::try_from(size).map_err(|_| io::Error::other("negative sector size"))
+}
+
+/// Blocks SIGTERM/SIGINT/SIGHUP in the calling thread (and threads it later starts), so
+/// a dedicated thread can take them with [`wait_signal`].
+pub fn block_signals() {
+    // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise it; pthread_sigmask
+    // only changes this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Waits for one of the signals blocked by [`block_signals`]; returns its number.
+pub fn wait_signal() -> i32 {
+    // SAFETY: as in block_signals; sigwait writes one c_int into a live local.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        let mut sig: libc::c_int = 0;
+        if libc::sigwait(&set, &mut sig) != 0 {
+            return 0;
+        }
+        sig
+    }
+}
+
+/// Ignores SIGPIPE so writes to closed sockets return EPIPE instead of killing us.
+pub fn ignore_sigpipe() {
+    // SAFETY: SIG_IGN installs no handler code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
