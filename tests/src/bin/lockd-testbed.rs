@@ -1,0 +1,366 @@
+//! `lockd-testbed SCENARIO`: runs one fencing scenario end to end on simulated hosts and
+//! checks its timeline.
+//!
+//! ```text
+//! lockd-testbed [--kind lockd|sanlock] [--io-timeout D] [--fire-timeout W] [--kill-grace G] SCENARIO
+//! SCENARIO: kill-daemon | sigstop-daemon | stall-io | eio | kill-wdmd | kill-client | stubborn-holder
+//! ```
+//! Host 1 holds a resource through a witness holder; host 2 keeps trying to take it. The
+//! fault hits host 1 at t=0. The run ends with
+//! `scenario=S last_renewal_s=… recovery_s=… watchdog_fire_s=… takeover_s=… host_dead_s=… overlaps=N`
+//! (seconds since the fault; `none` for what did not happen) and exits 0 only when the
+//! timeline holds:
+//! * recovery (host 1's holder gets killpath or SIGTERM) at last_renewal + 8·D, when the
+//!   daemon is alive to do it;
+//! * the watchdog fires no later than last_renewal + host_dead (8·D + W), when it fires;
+//! * host 2 takes over no sooner than last_renewal + host_dead and within
+//!   host_dead + 2·D + 1 s (kill-client: within 2·D + 2 s, no reset);
+//! * the witness finds no overlap and increasing lver.
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use lockd_system_tests::testbed::{self, wall_s, Bed, HolderOpts, HostKind, Proc};
+use lockd_system_tests::witness;
+
+const SCENARIOS: [&str; 7] = [
+    "kill-daemon",
+    "sigstop-daemon",
+    "stall-io",
+    "eio",
+    "kill-wdmd",
+    "kill-client",
+    "stubborn-holder",
+];
+
+struct Opts {
+    kind: HostKind,
+    io_timeout_s: u64,
+    fire_timeout_s: u64,
+    scenario: String,
+}
+
+fn parse_args(args: &[String]) -> Result<Opts> {
+    let mut o = Opts {
+        kind: HostKind::Lockd,
+        io_timeout_s: 1,
+        fire_timeout_s: 5,
+        scenario: String::new(),
+    };
+    let mut i = 1;
+    while i < args.len() {
+        let a = args[i].as_str();
+        let val = || {
+            args.get(i + 1)
+                .cloned()
+                .with_context(|| format!("{a} needs a value"))
+        };
+        match a {
+            "--kind" => {
+                o.kind = match val()?.as_str() {
+                    "lockd" => HostKind::Lockd,
+                    "sanlock" => HostKind::Sanlock,
+                    k => bail!("unknown --kind {k}"),
+                };
+                i += 1;
+            }
+            "--io-timeout" => {
+                o.io_timeout_s = val()?.parse()?;
+                i += 1;
+            }
+            "--fire-timeout" => {
+                o.fire_timeout_s = val()?.parse()?;
+                i += 1;
+            }
+            s if SCENARIOS.contains(&s) => o.scenario = s.to_string(),
+            s => bail!("unknown argument {s:?}; scenarios: {}", SCENARIOS.join(" ")),
+        }
+        i += 1;
+    }
+    if o.scenario.is_empty() {
+        bail!("give a scenario: {}", SCENARIOS.join(" "));
+    }
+    Ok(o)
+}
+
+fn signal(pid: u32, sig: &str) -> Result<()> {
+    let st = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()?;
+    if !st.success() {
+        bail!("kill -{sig} {pid} failed");
+    }
+    Ok(())
+}
+
+/// Events of `host` for `res` in the witness log, as (wall seconds, event).
+fn witness_events(bed: &Bed, host: &str) -> Vec<(f64, String)> {
+    let text = std::fs::read_to_string(&bed.log).unwrap_or_default();
+    witness::parse(&text)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.host == host)
+        .map(|e| (e.t_ns as f64 / 1e9, e.event))
+        .collect()
+}
+
+fn fmt(v: Option<f64>) -> String {
+    v.map_or("none".to_string(), |x| format!("{x:.2}"))
+}
+
+fn run(o: &Opts) -> Result<bool> {
+    let d = o.io_timeout_s as f64;
+    let w = o.fire_timeout_s as f64;
+    let mut bed = Bed::new(o.io_timeout_s, o.fire_timeout_s, &["res"])?;
+    eprintln!("testbed: {} in {}", o.scenario, bed.dir.display());
+    bed.start_host(1, o.kind)?;
+    bed.start_host(2, o.kind)?;
+    bed.join(1)?;
+    bed.join(2)?;
+
+    let stubborn = o.scenario == "stubborn-holder";
+    let holder_opts = HolderOpts {
+        killpath: true,
+        ignore_term: stubborn,
+        restrict: stubborn.then(|| "sigkill".to_string()),
+        ..HolderOpts::default()
+    };
+    let holder = bed.start_holder(1, "res", 1, &holder_opts)?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !witness_events(&bed, "host1")
+        .iter()
+        .any(|(_, e)| e == "start")
+    {
+        if Instant::now() > deadline {
+            bail!("host1 never took the lease; see {}", bed.dir.display());
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+
+    // Watch host 1's renewals on the backing image.
+    let last_change = Arc::new(Mutex::new(wall_s()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let image_bed_ts = {
+        let last_change = last_change.clone();
+        let stop = stop.clone();
+        let image = bed.image.clone();
+        thread::spawn(move || {
+            let read_ts = || -> Option<u64> {
+                use std::os::unix::fs::{FileExt, OpenOptionsExt};
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(&image)
+                    .ok()?;
+                let mut v = vec![0u8; 8192];
+                let s = v.as_ptr().align_offset(4096);
+                f.read_exact_at(&mut v[s..s + 512], 0).ok()?;
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&v[s + 152..s + 160]);
+                Some(u64::from_le_bytes(b))
+            };
+            let mut prev = read_ts();
+            while !stop.load(Ordering::Relaxed) {
+                let now = read_ts();
+                if now != prev {
+                    *last_change.lock().unwrap_or_else(|p| p.into_inner()) = wall_s();
+                    prev = now;
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    // Let two renewals pass so the watcher has seen host 1 renew.
+    thread::sleep(Duration::from_secs_f64(2.0 * 2.0 * d + 0.5));
+
+    // Host 2's contender: retry the acquire until a witness on host 2 starts.
+    let contender_done = Arc::new(AtomicBool::new(false));
+    let contender_proc: Arc<Mutex<Option<Proc>>> = Arc::new(Mutex::new(None));
+
+    let t0 = wall_s();
+    match o.scenario.as_str() {
+        "kill-daemon" => signal(bed.daemon_pid(1).context("host1 daemon")?, "KILL")?,
+        "sigstop-daemon" => signal(bed.daemon_pid(1).context("host1 daemon")?, "STOP")?,
+        "stall-io" | "stubborn-holder" => bed.fault(1, "stall")?,
+        "eio" => bed.fault(1, "eio")?,
+        "kill-wdmd" => signal(bed.wdmd_pid(1).context("host1 wdmd")?, "KILL")?,
+        "kill-client" => {
+            let pid = testbed::children_of(holder.pid())
+                .first()
+                .copied()
+                .unwrap_or(holder.pid());
+            signal(pid, "KILL")?;
+        }
+        s => bail!("scenario {s} not handled"),
+    }
+    let host_dead = 8.0 * d + w;
+    let limit = Instant::now() + Duration::from_secs_f64(host_dead + 2.0 * d + 30.0);
+    let mut takeover = None;
+    let mut attempt: Option<Proc> = None;
+    while Instant::now() < limit {
+        if let Some((t, _)) = witness_events(&bed, "host2")
+            .into_iter()
+            .find(|(_, e)| e == "start")
+        {
+            takeover = Some(t);
+            break;
+        }
+        let finished = match attempt.as_mut() {
+            None => true,
+            Some(p) => p.child.try_wait()?.is_some(),
+        };
+        if finished {
+            attempt = Some(bed.start_holder(2, "res", 1, &HolderOpts::default())?);
+        }
+        thread::sleep(Duration::from_millis(250));
+    }
+    contender_done.store(true, Ordering::Relaxed);
+    *contender_proc.lock().unwrap_or_else(|p| p.into_inner()) = attempt;
+    // Give a reset a moment to be recorded if it is due.
+    thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let _ = image_bed_ts.join();
+
+    let last_renewal = *last_change.lock().unwrap_or_else(|p| p.into_inner()) - t0;
+    let h1 = witness_events(&bed, "host1");
+    let recovery = h1
+        .iter()
+        .filter(|(t, e)| *t >= t0 && (e == "killpath" || e == "sigterm"))
+        .map(|(t, _)| t - t0)
+        .fold(None, |acc: Option<f64>, x| {
+            Some(acc.map_or(x, |a| a.min(x)))
+        });
+    let fired = bed.watchdog_fired_at(1).map(|t| t - t0);
+    let takeover = takeover.map(|t| t - t0);
+    let dead_at = last_renewal + host_dead;
+    let report = witness::check(
+        &witness::parse(&std::fs::read_to_string(&bed.log)?).map_err(anyhow::Error::msg)?,
+    );
+    println!(
+        "scenario={} last_renewal_s={:.2} recovery_s={} watchdog_fire_s={} takeover_s={} host_dead_s={:.2} overlaps={}",
+        o.scenario,
+        last_renewal,
+        fmt(recovery),
+        fmt(fired),
+        fmt(takeover),
+        dead_at,
+        report.overlaps.len() + report.lver_violations.len()
+    );
+
+    let mut ok = true;
+    let mut fail = |why: String| {
+        eprintln!("TIMELINE VIOLATION: {why}");
+        ok = false;
+    };
+    if !report.ok() {
+        fail(format!(
+            "witness: {:?} {:?}",
+            report.overlaps, report.lver_violations
+        ));
+    }
+    let Some(take) = takeover else {
+        fail("host 2 never took the lease".into());
+        return Ok(false);
+    };
+    let slack = 0.6;
+    match o.scenario.as_str() {
+        "kill-client" => {
+            if fired.is_some() {
+                fail("the watchdog fired although only a client died".into());
+            }
+            if take > 2.0 * d + 2.0 {
+                fail(format!(
+                    "takeover {take:.2}s after a client death (limit {:.1})",
+                    2.0 * d + 2.0
+                ));
+            }
+        }
+        _ => {
+            if take + slack < dead_at {
+                fail(format!(
+                    "takeover at {take:.2}s, before host_dead at {dead_at:.2}s"
+                ));
+            }
+            if take > dead_at + 2.0 * d + 1.0 + slack {
+                fail(format!(
+                    "takeover at {take:.2}s, later than host_dead + 2D + 1 = {:.2}s",
+                    dead_at + 2.0 * d + 1.0
+                ));
+            }
+            if let Some(f) = fired {
+                if f > dead_at + slack {
+                    fail(format!(
+                        "watchdog fired at {f:.2}s, after host_dead {dead_at:.2}s"
+                    ));
+                }
+            }
+        }
+    }
+    let recovery_expected = matches!(o.scenario.as_str(), "stall-io" | "eio" | "stubborn-holder");
+    if recovery_expected {
+        match recovery {
+            None => fail("host 1's holder got neither killpath nor SIGTERM".into()),
+            Some(r) => {
+                let due = last_renewal + 8.0 * d;
+                if r + slack < due || r > due + 1.0 + slack {
+                    fail(format!(
+                        "recovery at {r:.2}s, expected at last_renewal + 8D = {due:.2}s"
+                    ));
+                }
+            }
+        }
+    }
+    if matches!(
+        o.scenario.as_str(),
+        "kill-daemon" | "sigstop-daemon" | "kill-wdmd" | "stubborn-holder"
+    ) && fired.is_none()
+    {
+        fail("host 1 needed a reset but its watchdog never fired".into());
+    }
+    if stubborn && bed.host_alive(1) {
+        fail("the stubborn holder's host was not reset".into());
+    }
+    drop(holder);
+    Ok(ok)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("host-init") {
+        if args.len() != 7 {
+            eprintln!("usage: lockd-testbed host-init DIR KIND NAME IO_TIMEOUT FIRE_TIMEOUT");
+            return ExitCode::FAILURE;
+        }
+        let r = testbed::host_init(
+            std::path::Path::new(&args[2]),
+            &args[3],
+            &args[4],
+            &args[5],
+            &args[6],
+        );
+        if let Err(e) = r {
+            eprintln!("host-init: {e:#}");
+        }
+        return ExitCode::FAILURE;
+    }
+    let o = match parse_args(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("lockd-testbed: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&o) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("lockd-testbed: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
