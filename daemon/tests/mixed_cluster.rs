@@ -1,0 +1,202 @@
+//! A real sanlock 3.8 daemon (host 1) and lockd (host 2) share one lockspace on a loop
+//! device: each sees the other LIVE, and a resource lease passes between them with the
+//! right contention errors both ways.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+
+use common::*;
+
+const RES_OFF: u64 = 1 << 20;
+
+/// A real `sanlock daemon -D -w 0` with a private run dir, stopped by PID on drop.
+struct SanlockDaemon {
+    child: Child,
+    run_dir: std::path::PathBuf,
+}
+
+impl SanlockDaemon {
+    fn start(s: &Scratch, host_name: &str) -> SanlockDaemon {
+        require_tool("sanlock", "sanlock");
+        let run_dir = s.dir.join("run-sanlock");
+        std::fs::create_dir_all(&run_dir).expect("sanlock run dir");
+        let log = std::fs::File::create(s.dir.join("sanlock.log")).expect("sanlock log");
+        let child = Command::new("sanlock")
+            .args(["daemon", "-D", "-w", "0", "-e", host_name])
+            .env("SANLOCK_RUN_DIR", &run_dir)
+            .env("SANLOCK_PRIVILEGED", "0")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup"))
+            .stderr(log)
+            .spawn()
+            .expect("start sanlock daemon");
+        let sock = run_dir.join("sanlock.sock");
+        assert!(
+            wait_for(10, || std::os::unix::net::UnixStream::connect(&sock)
+                .is_ok()),
+            "sanlock daemon socket never appeared"
+        );
+        SanlockDaemon { child, run_dir }
+    }
+
+    fn python(&self, script: &str) -> String {
+        let out = run(Command::new(PYTHON)
+            .args(["-c", script])
+            .env("SANLOCK_RUN_DIR", &self.run_dir));
+        assert!(
+            out.status.success(),
+            "python client (sanlock side) failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn client(&self, args: &[&str]) -> String {
+        stdout(&run(Command::new("sanlock")
+            .arg("client")
+            .args(args)
+            .env("SANLOCK_RUN_DIR", &self.run_dir)))
+    }
+}
+
+impl Drop for SanlockDaemon {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        if !wait_for(10, || matches!(self.child.try_wait(), Ok(Some(_)))) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+fn acquire_script(dev: &str) -> String {
+    // Acquire r1 (exclusive), print the outcome, release, exit.
+    [
+        "import sanlock".to_string(),
+        format!("D = b'{dev}'"),
+        "fd = sanlock.register()".to_string(),
+        "try:".to_string(),
+        format!("    sanlock.acquire(b'ls', b'r1', [(D, {RES_OFF})], slkfd=fd)"),
+        "    print('ok')".to_string(),
+        format!("    sanlock.release(b'ls', b'r1', [(D, {RES_OFF})], slkfd=fd)"),
+        "except sanlock.SanlockException as e:".to_string(),
+        "    print('err', e.errno)".to_string(),
+    ]
+    .join("\n")
+}
+
+fn hold_script(dev: &str) -> String {
+    format!(
+        "import sanlock, sys\nD=b'{dev}'\nfd = sanlock.register()\n\
+         sanlock.acquire(b'ls', b'r1', [(D, {RES_OFF})], slkfd=fd)\nprint('held', flush=True)\n\
+         sys.stdin.readline()\n\
+         sanlock.release(b'ls', b'r1', [(D, {RES_OFF})], slkfd=fd)\nprint('released', flush=True)\n"
+    )
+}
+
+#[test]
+fn sanlock_and_lockd_share_a_lockspace() {
+    require_python_sanlock();
+    let s = Scratch::new("mixed");
+    let file = s.file("backing", 8);
+    let lo = Loop::attach(&file);
+    let dev = lo.dev.display().to_string();
+    init_lockspace("ls", &lo.dev, 0);
+    init_resource("ls", "r1", &lo.dev, RES_OFF);
+
+    let sl = SanlockDaemon::start(&s, "hostB");
+    let lk = LockdDaemon::start(&s, "hostA", &[]);
+    let add = |host: u64| {
+        format!("import sanlock\nsanlock.add_lockspace(b'ls', {host}, b'{dev}', 0, iotimeout=1)\nprint('joined')\n")
+    };
+    let t = {
+        let script = add(1);
+        let run_dir = sl.run_dir.clone();
+        std::thread::spawn(move || {
+            run(Command::new(PYTHON)
+                .args(["-c", &script])
+                .env("SANLOCK_RUN_DIR", run_dir))
+        })
+    };
+    assert_eq!(lk.python(&add(2)).trim(), "joined");
+    let out = t.join().expect("join thread");
+    assert!(out.status.success(), "sanlock add_lockspace: {out:?}");
+
+    // Each sees the other LIVE (after two renewals of the other host).
+    let sanlock_sees_lockd = wait_for(30, || {
+        sl.client(&["gets", "-h", "1"])
+            .lines()
+            .any(|l| l.starts_with("h 2 ") && l.contains("LIVE"))
+    });
+    assert!(
+        sanlock_sees_lockd,
+        "sanlock never saw lockd LIVE: {}",
+        sl.client(&["gets", "-h", "1"])
+    );
+    let lockd_sees_sanlock = wait_for(30, || {
+        lk.python(
+            "import sanlock\nprint([(h['host_id'], h['flags']) for h in sanlock.get_hosts(b'ls')])",
+        )
+        .contains("(1, 3)")
+    });
+    assert!(lockd_sees_sanlock, "lockd never saw sanlock LIVE");
+    let gets = lk.sanlock_client(&["gets", "-h", "1"]);
+    assert!(stdout(&gets).contains("h 1 gen 1"), "{}", stdout(&gets));
+
+    // sanlock's client holds r1: lockd's client gets IDLIVE (-243), and vice versa.
+    let mut holder = {
+        let mut c = Command::new(PYTHON)
+            .args(["-u", "-c", &hold_script(&dev)])
+            .env("SANLOCK_RUN_DIR", &sl.run_dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("sanlock-side holder");
+        let mut out = std::io::BufReader::new(c.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut out, &mut line).expect("read");
+        assert_eq!(line.trim(), "held");
+        (c, out)
+    };
+    assert_eq!(lk.python(&acquire_script(&dev)).trim(), "err -243");
+    {
+        use std::io::Write;
+        let stdin = holder.0.stdin.as_mut().expect("stdin");
+        writeln!(stdin).expect("tell holder to release");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut holder.1, &mut line).expect("read");
+        assert_eq!(line.trim(), "released");
+        let _ = holder.0.wait();
+    }
+    // Now lockd's client takes it, and sanlock's client is refused.
+    let mut lholder = lk.python_child(&format!(
+        "import sanlock, time\nD=b'{dev}'\nfd = sanlock.register()\n\
+         sanlock.acquire(b'ls', b'r1', [(D, {RES_OFF})], slkfd=fd)\nprint('held')\ntime.sleep(600)\n"
+    ));
+    assert_eq!(lholder.line(), "held");
+    assert_eq!(sl.python(&acquire_script(&dev)).trim(), "err -243");
+    let owners = sl.python(&format!(
+        "import sanlock\nprint([o['host_id'] for o in sanlock.read_resource_owners(b'ls', b'r1', [(b'{dev}', {RES_OFF})])])"
+    ));
+    assert_eq!(owners.trim(), "[2]");
+    // lockd's holder dies; sanlock's client can then take the lease.
+    lholder.kill9();
+    assert!(
+        wait_for(10, || sl.python(&acquire_script(&dev)).trim() == "ok"),
+        "sanlock could not take the lease after lockd's holder died"
+    );
+
+    // Leave cleanly: both remove the lockspace (delta leases released on disk).
+    lk.python(&format!(
+        "import sanlock\nsanlock.rem_lockspace(b'ls', 2, b'{dev}', 0)"
+    ));
+    sl.python(&format!(
+        "import sanlock\nsanlock.rem_lockspace(b'ls', 1, b'{dev}', 0)"
+    ));
+    drop(lk);
+    drop(sl);
+    drop(lo);
+}
