@@ -202,25 +202,43 @@ impl HostMonitor {
             .collect()
     }
 
-    /// sanlock's `host_live()` for a shared holder with mode-block generation `gen`:
-    /// unknown/unchecked → alive; free or newer generation → dead; no change seen for
-    /// host_dead seconds (since first check when never changed) → dead.
-    pub fn shared_holder_live(obs: Option<HostObservation>, gen: u64, now_s: u64, w: u64) -> bool {
+    /// Is a shared holder (mode-block generation `gen`) alive? `delta` is its delta lease as
+    /// just read from disk, `obs` our monitor's record of it.
+    ///
+    /// sanlock's `host_live()`, made safe against a stale monitor: a free record on disk
+    /// (the holder left cleanly, after releasing its leases) or a newer generation (it
+    /// restarted) is dead; an unknown or stale observation (another generation or a free
+    /// record our monitor has not re-read yet) is alive; otherwise dead only when no change
+    /// was seen for host_dead_seconds of the holder's io_timeout.
+    pub fn shared_holder_live(
+        obs: Option<HostObservation>,
+        delta: &disk_format::LeaderRecord,
+        gen: u64,
+        now_s: u64,
+        w: u64,
+    ) -> bool {
+        if delta.timestamp == 0 || delta.owner_generation > gen {
+            return false;
+        }
         let Some(h) = obs else { return true };
-        if h.last_check_s == 0 {
+        if h.last_check_s == 0 || h.timestamp == 0 || h.owner_generation != delta.owner_generation {
             return true;
         }
-        if h.timestamp == 0 {
-            return false;
+        if h.timestamp != delta.timestamp {
+            return true;
         }
-        if h.owner_generation > gen {
-            return false;
-        }
-        let dead = host_dead_seconds(u64::from(h.io_timeout), w);
-        if h.last_live_s == 0 {
-            return now_s.saturating_sub(h.first_check_s) <= dead;
-        }
-        now_s.saturating_sub(h.last_live_s) <= dead
+        let io = if h.io_timeout != 0 {
+            h.io_timeout
+        } else {
+            delta.io_timeout
+        };
+        let dead = host_dead_seconds(u64::from(io), w);
+        let last = if h.last_live_s == 0 {
+            h.first_check_s
+        } else {
+            h.last_live_s
+        };
+        now_s.saturating_sub(last) <= dead
     }
 }
 
@@ -328,17 +346,37 @@ mod tests {
     #[test]
     fn shared_holder_liveness() {
         let mut m = HostMonitor::new(1, 10);
-        assert!(HostMonitor::shared_holder_live(None, 1, 0, 10));
+        let rec = |gen, ts| LeaderRecord {
+            owner_id: 2,
+            owner_generation: gen,
+            timestamp: ts,
+            io_timeout: 1,
+            ..LeaderRecord::ZERO
+        };
+        // Unknown to the monitor: alive, unless the disk says free or newer generation.
+        assert!(HostMonitor::shared_holder_live(None, &rec(3, 50), 3, 0, 10));
+        assert!(!HostMonitor::shared_holder_live(None, &rec(3, 0), 3, 0, 10));
+        assert!(!HostMonitor::shared_holder_live(
+            None,
+            &rec(4, 50),
+            3,
+            0,
+            10
+        ));
         m.observe(100, &[None, sector(2, 3, 50, 1)]);
         let o = m.observation(2);
-        assert!(HostMonitor::shared_holder_live(o, 3, 110, 10));
-        assert!(!HostMonitor::shared_holder_live(o, 3, 119, 10));
-        assert!(!HostMonitor::shared_holder_live(o, 2, 100, 10));
-        m.observe(101, &[None, sector(0, 3, 0, 1)]);
-        assert!(!HostMonitor::shared_holder_live(
+        // Never seen changing: dead only after host_dead (8 + 10) since the first check.
+        assert!(HostMonitor::shared_holder_live(o, &rec(3, 50), 3, 118, 10));
+        assert!(!HostMonitor::shared_holder_live(o, &rec(3, 50), 3, 119, 10));
+        // The disk moved on since our monitor looked: alive.
+        assert!(HostMonitor::shared_holder_live(o, &rec(3, 52), 3, 119, 10));
+        // Monitor saw it free, disk shows it re-joined: alive (stale monitor).
+        m.observe(101, &[None, sector(2, 3, 0, 1)]);
+        assert!(HostMonitor::shared_holder_live(
             m.observation(2),
+            &rec(3, 60),
             3,
-            101,
+            500,
             10
         ));
     }

@@ -354,8 +354,6 @@ struct BallotCtx<'a> {
 
 struct BallotResult {
     dblock: PaxosDblock,
-    /// Other hosts with a SHARED mode block seen in phase 1.
-    shared: Vec<u64>,
 }
 
 enum BallotError {
@@ -397,7 +395,7 @@ async fn ballot_read<D: Disk>(
         }
         if let Some(list) = shared.as_deref_mut() {
             let h = q as u64 + 1;
-            if mb.is_shared() && h != c.host_id {
+            if mb.is_shared() && h != c.host_id && !list.contains(&h) {
                 list.push(h);
             }
         }
@@ -426,6 +424,7 @@ async fn run_ballot<D: Disk, C: Clock>(
     c: &BallotCtx<'_>,
     next_lver: u64,
     our_mbal: u64,
+    shared: &mut Vec<u64>,
 ) -> Result<BallotResult, BallotError> {
     let fail = |err, phase2| BallotError::Fail { err, phase2 };
     let mut dblock = PaxosDblock {
@@ -438,8 +437,7 @@ async fn run_ballot<D: Disk, C: Clock>(
     write_slot(disk, c.res, c.g, c.host_id, &dblock, &c.our_mode)
         .await
         .map_err(|e| fail(e, false))?;
-    let mut shared = Vec::new();
-    let bk_max = match ballot_read(disk, c, &dblock, Some(&mut shared)).await {
+    let bk_max = match ballot_read(disk, c, &dblock, Some(shared)).await {
         Ok(b) => b,
         Err(LeaseError::DblockLver | LeaseError::DblockMbal) => return Err(BallotError::Abort),
         Err(e) => return Err(fail(e, false)),
@@ -459,14 +457,14 @@ async fn run_ballot<D: Disk, C: Clock>(
     dblock.bal = dblock.mbal;
     dblock.seal();
     if c.bug == Some(PlantedBug::SkipPhase2) {
-        return Ok(BallotResult { dblock, shared });
+        return Ok(BallotResult { dblock });
     }
     // Phase 2.
     write_slot(disk, c.res, c.g, c.host_id, &dblock, &c.our_mode)
         .await
         .map_err(|e| fail(e, true))?;
     match ballot_read(disk, c, &dblock, None).await {
-        Ok(_) => Ok(BallotResult { dblock, shared }),
+        Ok(_) => Ok(BallotResult { dblock }),
         Err(LeaseError::DblockLver | LeaseError::DblockMbal) => Err(BallotError::Abort),
         Err(e) => Err(fail(e, true)),
     }
@@ -546,8 +544,7 @@ async fn wait_for_owner<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                 .observation(cur.owner_id)
                 .filter(|h| h.owner_id == cur.owner_id)
                 .is_some_and(|h| h.changed_at_last_check());
-            let alive = owner_delta.timestamp != last_timestamp
-                || (seen_change && opts.planted_bug != Some(PlantedBug::NoHostDeadWait));
+            let alive = owner_delta.timestamp != last_timestamp || seen_change;
             if alive {
                 if cur.write_id != cur.owner_id {
                     let off = slot_offset(res, g, cur.owner_id);
@@ -683,6 +680,8 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             bug: opts.planted_bug,
         };
         let mut first = true;
+        // Shared holders seen by any phase 1 of this acquire (sanlock's shared_count).
+        let mut seen_shared: Vec<u64> = Vec::new();
         let mut last_dblock = PaxosDblock::default();
         // Step D.
         let ballot = loop {
@@ -698,7 +697,7 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                         leader: tmp,
                         dblock: last_dblock,
                         geometry: g,
-                        shared: Vec::new(),
+                        shared: seen_shared,
                     });
                 }
                 return Err(AcquireFail {
@@ -712,7 +711,7 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             if tmp.lver > next_lver || tmp != cur {
                 continue 'restart;
             }
-            match run_ballot(disk, clock, &ctx, next_lver, our_mbal).await {
+            match run_ballot(disk, clock, &ctx, next_lver, our_mbal, &mut seen_shared).await {
                 Ok(b) => break b,
                 Err(BallotError::Abort) => {
                     clock.sleep_ms(clock.random_below(1000)).await;
@@ -733,6 +732,7 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                 lver: next_lver,
                 ..Default::default()
             };
+            last_dblock.seal();
         };
         // Step E: commit.
         let d = ballot.dblock;
@@ -772,19 +772,18 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             leader: new,
             dblock: d,
             geometry: g,
-            shared: ballot.shared,
+            shared: seen_shared,
         });
     }
 }
 
 /// Clears the slots of dead shared holders; returns how many are alive.
-async fn clear_dead_shared<D: Disk, C: Clock, O: HostObserver>(
+async fn clear_dead_shared<D: Disk, C: Clock, L: Disk, O: HostObserver>(
     disk: &D,
     clock: &C,
+    host: &HostContext<'_, L, O>,
     res: &ResourceParams,
     g: Geometry,
-    observer: &O,
-    w: u64,
     holders: &[u64],
 ) -> Result<usize, LeaseError> {
     let mut live = 0;
@@ -801,8 +800,15 @@ async fn clear_dead_shared<D: Disk, C: Clock, O: HostObserver>(
         if !mb.is_shared() || mb.generation == 0 {
             continue;
         }
-        if HostMonitor::shared_holder_live(observer.observation(h), mb.generation, clock.now_s(), w)
-        {
+        let delta = read_host_record(host.lockspace_disk, host.lockspace, h).await?;
+        let alive = HostMonitor::shared_holder_live(
+            host.observer.observation(h),
+            &delta,
+            mb.generation,
+            clock.now_s(),
+            host.lockspace.watchdog_fire,
+        );
+        if alive {
             live += 1;
             continue;
         }
@@ -962,16 +968,7 @@ pub async fn acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
         }
         token.dblock = d;
     } else if !c.shared.is_empty() {
-        let live = clear_dead_shared(
-            disk,
-            clock,
-            &token.resource,
-            g,
-            host.observer,
-            host.lockspace.watchdog_fire,
-            &c.shared,
-        )
-        .await;
+        let live = clear_dead_shared(disk, clock, host, &token.resource, g, &c.shared).await;
         match live {
             Ok(0) => {}
             Ok(_) => {
@@ -1095,16 +1092,7 @@ pub async fn convert<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             let c = paxos_acquire(disk, clock, host, &token.resource, &opts, our_sh, false)
                 .await
                 .map_err(|f| f.err)?;
-            let live = clear_dead_shared(
-                disk,
-                clock,
-                &token.resource,
-                g,
-                host.observer,
-                host.lockspace.watchdog_fire,
-                &c.shared,
-            )
-            .await;
+            let live = clear_dead_shared(disk, clock, host, &token.resource, g, &c.shared).await;
             let live = match live {
                 Ok(n) => n,
                 Err(e) => {

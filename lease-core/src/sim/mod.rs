@@ -1,1 +1,450 @@
-//! The deterministic multi-host simulator (see `docs/algorithms.md`).
+//! The deterministic multi-host simulator behind `lockd-sim` (see `docs/algorithms.md`).
+//!
+//! One seed = one run: 2–16 hosts share one in-memory disk image holding a lockspace and a
+//! few resource leases. Every host runs the real [`crate::delta`] and [`crate::paxos`] code
+//! as futures over [`world::SimDisk`] and [`world::SimClock`]; a single-threaded executor
+//! advances virtual time from event to event, so a run is a pure function of its seed and
+//! its configuration, and takes milliseconds of wall time.
+
+pub mod checker;
+mod host;
+pub mod rng;
+mod world;
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Waker};
+
+use disk_format::area::{format_lockspace_area, format_resource_area, ResourceInit};
+use disk_format::{Geometry, Name};
+
+use self::checker::Holder;
+use self::host::{lockspace_task, resource_params, worker_task, HostCtx};
+use self::rng::Rng;
+pub use self::world::Stats;
+use self::world::{Ev, SimClock, SimDisk, World};
+use crate::delta::LockspaceParams;
+use crate::monitor::HostMonitor;
+use crate::paxos::PlantedBug;
+use crate::timeouts;
+
+/// Clock rate bound: every host clock runs within ±this many parts per million.
+pub const CLOCK_PPM_BOUND: i64 = 1_000;
+
+/// What one simulation run looks like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimConfig {
+    /// Number of hosts (2..=16).
+    pub hosts: usize,
+    /// Virtual seconds to simulate.
+    pub duration_s: u64,
+    /// A deliberately broken algorithm, to prove the checker can fail.
+    pub planted_bug: Option<PlantedBug>,
+    /// Record a human-readable trace of leases and faults.
+    pub trace: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            hosts: 4,
+            duration_s: 600,
+            planted_bug: None,
+            trace: false,
+        }
+    }
+}
+
+/// Result of one seed.
+#[derive(Debug, Clone)]
+pub struct SimReport {
+    /// The seed.
+    pub seed: u64,
+    /// Counters.
+    pub stats: Stats,
+    /// Invariant violations (empty = pass).
+    pub violations: Vec<String>,
+    /// The trace, when asked for.
+    pub trace: Vec<String>,
+}
+
+/// Names a planted bug on the command line.
+pub fn parse_planted_bug(name: &str) -> Option<PlantedBug> {
+    match name {
+        "skip-phase2" => Some(PlantedBug::SkipPhase2),
+        "no-host-dead-wait" => Some(PlantedBug::NoHostDeadWait),
+        _ => None,
+    }
+}
+
+type Task = Pin<Box<dyn Future<Output = ()>>>;
+
+struct Slot {
+    host: usize,
+    fut: Option<Task>,
+}
+
+struct HostPlan {
+    host_id: u64,
+    io_timeout: u16,
+    stable_name: bool,
+}
+
+struct Runner {
+    world: Rc<World>,
+    cfg: SimConfig,
+    geometry: Geometry,
+    space: Name,
+    watchdog_fire: u64,
+    plans: Vec<HostPlan>,
+    resources: usize,
+    num_hosts: u64,
+    tasks: Vec<Slot>,
+    ctxs: Vec<Option<Rc<HostCtx>>>,
+    /// Hosts whose lockspace failed: tasks stopped, waiting for their watchdog.
+    doomed: Vec<bool>,
+}
+
+/// Runs one seed.
+pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
+    let mut rng = Rng::new(seed);
+    let hosts = cfg.hosts.clamp(2, 16);
+    let geometry = Geometry::ALL[0];
+    let resources = rng.range(2, 3) as usize;
+    let watchdog_fire = [10, 20, 30, 60][rng.below(4) as usize];
+    let plans: Vec<HostPlan> = (0..hosts)
+        .map(|i| HostPlan {
+            host_id: i as u64 + 1,
+            io_timeout: rng.range(1, 3) as u16,
+            stable_name: rng.below(2) == 0,
+        })
+        .collect();
+    let disk_bytes = (resources + 1) * geometry.align_bytes() as usize;
+    let world = Rc::new(World::new(rng.next_u64(), disk_bytes, hosts));
+    if cfg.trace {
+        *world.trace.borrow_mut() = Some(Vec::new());
+    }
+    let space = Name::new("simls").unwrap_or(Name::EMPTY);
+    let num_hosts = 16;
+    {
+        let mut disk = world.disk.borrow_mut();
+        let f = format_lockspace_area(geometry, &space, plans[0].io_timeout);
+        disk[..f.area.len()].copy_from_slice(&f.area);
+        disk[..f.first_sector.len()].copy_from_slice(&f.first_sector);
+        for r in 0..resources {
+            let area = format_resource_area(&ResourceInit {
+                geometry,
+                space_name: space,
+                resource_name: Name::new(&format!("res{r}")).unwrap_or(Name::EMPTY),
+                num_hosts,
+                clear_at_monotime_s: None,
+            });
+            let off = (r + 1) * geometry.align_bytes() as usize;
+            disk[off..off + area.len()].copy_from_slice(&area);
+        }
+    }
+    let mut runner = Runner {
+        world: world.clone(),
+        cfg: SimConfig { hosts, ..*cfg },
+        geometry,
+        space,
+        watchdog_fire,
+        plans,
+        resources,
+        num_hosts,
+        tasks: Vec::new(),
+        ctxs: (0..hosts).map(|_| None).collect(),
+        doomed: vec![false; hosts],
+    };
+    runner.schedule_faults(&mut rng);
+    for h in 0..hosts {
+        world.schedule(rng.range(0, 3_000), Ev::Start(h));
+    }
+    runner.run();
+    let stats = world.stats.borrow().clone();
+    let violations = world.checker.borrow().violations().to_vec();
+    let trace = world.trace.borrow_mut().take().unwrap_or_default();
+    SimReport {
+        seed,
+        stats,
+        violations,
+        trace,
+    }
+}
+
+impl Runner {
+    fn schedule_faults(&self, rng: &mut Rng) {
+        let end = self.cfg.duration_s * 1000;
+        for h in 0..self.cfg.hosts {
+            for _ in 0..rng.range(0, 2) {
+                self.world.schedule(rng.range(10_000, end), Ev::Crash(h));
+            }
+            for _ in 0..rng.range(1, 5) {
+                let dur = rng.log_range(1_000, 150_000);
+                self.world
+                    .schedule(rng.range(5_000, end), Ev::Pause(h, dur));
+            }
+            for _ in 0..rng.range(0, 2) {
+                let dur = rng.log_range(2_000, 60_000);
+                self.world
+                    .schedule(rng.range(5_000, end), Ev::Storm(h, dur));
+            }
+            if rng.below(3) == 0 {
+                self.world.schedule(rng.range(20_000, end), Ev::Leave(h));
+            }
+        }
+    }
+
+    fn run(&mut self) {
+        let end = self.cfg.duration_s * 1000;
+        while let Some((at, ev)) = self.world.pop() {
+            if at > end {
+                break;
+            }
+            self.world.stats.borrow_mut().events += 1;
+            match ev {
+                Ev::Wake(t) => self.wake(t),
+                Ev::Land { offset, data } => {
+                    let mut disk = self.world.disk.borrow_mut();
+                    let o = offset as usize;
+                    disk[o..o + data.len()].copy_from_slice(&data);
+                }
+                Ev::WdTick(h, inc) => self.wd_tick(h, inc),
+                Ev::WdFire(h, seq) => {
+                    let fire = {
+                        let hosts = self.world.hosts.borrow();
+                        hosts[h].up && hosts[h].wd_armed && hosts[h].wd_pet_seq == seq
+                    };
+                    if fire {
+                        self.world.log(|| format!("host{h} WATCHDOG reset"));
+                        self.world.stats.borrow_mut().watchdog_resets += 1;
+                        self.reset(h);
+                    }
+                }
+                Ev::Crash(h) => {
+                    if self.world.hosts.borrow()[h].up {
+                        self.world.log(|| format!("host{h} CRASH"));
+                        self.world.fault();
+                        self.reset(h);
+                    }
+                }
+                Ev::Pause(h, dur) => {
+                    self.world.log(|| format!("host{h} PAUSE {dur} ms"));
+                    self.world.fault();
+                    let mut hosts = self.world.hosts.borrow_mut();
+                    hosts[h].paused_until = hosts[h].paused_until.max(at + dur);
+                }
+                Ev::Storm(h, dur) => {
+                    self.world.log(|| format!("host{h} I/O STORM {dur} ms"));
+                    self.world.fault();
+                    let mut hosts = self.world.hosts.borrow_mut();
+                    hosts[h].storm_until = hosts[h].storm_until.max(at + dur);
+                }
+                Ev::Leave(h) => {
+                    if let Some(ctx) = &self.ctxs[h] {
+                        if ctx.joined.get() && !self.doomed[h] {
+                            self.world.fault();
+                            ctx.leaving.set(true);
+                        }
+                    }
+                }
+                Ev::Start(h) => self.start(h),
+            }
+        }
+    }
+
+    fn host_paused(&self, h: usize) -> Option<u64> {
+        let until = self.world.hosts.borrow()[h].paused_until;
+        (until > self.world.now()).then_some(until)
+    }
+
+    fn wake(&mut self, t: usize) {
+        let Some(slot) = self.tasks.get_mut(t) else {
+            return;
+        };
+        let h = slot.host;
+        let Some(mut fut) = slot.fut.take() else {
+            return;
+        };
+        if let Some(until) = self.host_paused(h) {
+            self.tasks[t].fut = Some(fut);
+            self.world.schedule(until, Ev::Wake(t));
+            return;
+        }
+        self.world.set_current(t);
+        let mut cx = Context::from_waker(Waker::noop());
+        if fut.as_mut().poll(&mut cx).is_pending() {
+            self.tasks[t].fut = Some(fut);
+        }
+        self.world.set_current(usize::MAX);
+        let Some(ctx) = self.ctxs[h].clone() else {
+            return;
+        };
+        if ctx.failed.get() && !self.doomed[h] {
+            // The lockspace failed: clients are killed, leases stay held on disk until
+            // the watchdog resets the host.
+            self.doomed[h] = true;
+            self.world
+                .log(|| format!("host{h} lockspace FAILED, waiting for watchdog"));
+            self.drop_tasks(h);
+        } else if ctx.left.get() {
+            self.drop_tasks(h);
+            self.ctxs[h] = None;
+            self.world.hosts.borrow_mut()[h].up = false;
+            let at = self.world.now() + self.world.range(1_000, 20_000);
+            self.world.schedule(at, Ev::Start(h));
+        }
+    }
+
+    fn drop_tasks(&mut self, h: usize) {
+        for s in self.tasks.iter_mut().filter(|s| s.host == h) {
+            s.fut = None;
+        }
+    }
+
+    fn spawn(&mut self, host: usize, fut: Task) {
+        let id = self.tasks.len();
+        self.tasks.push(Slot {
+            host,
+            fut: Some(fut),
+        });
+        self.world.schedule(self.world.now(), Ev::Wake(id));
+    }
+
+    fn reset(&mut self, h: usize) {
+        let inc = {
+            let mut hosts = self.world.hosts.borrow_mut();
+            let rt = &mut hosts[h];
+            rt.up = false;
+            rt.wd_armed = false;
+            rt.incarnation
+        };
+        self.world.checker.borrow_mut().reset(Holder {
+            host: h,
+            incarnation: inc,
+        });
+        self.drop_tasks(h);
+        self.ctxs[h] = None;
+        self.doomed[h] = false;
+        // Down long enough for any write it issued to have landed or been dropped.
+        let at = self.world.now() + self.world.range(20_000, 60_000);
+        self.world.schedule(at, Ev::Start(h));
+    }
+
+    fn start(&mut self, h: usize) {
+        let w = self.world.clone();
+        let inc = {
+            let mut hosts = w.hosts.borrow_mut();
+            let rt = &mut hosts[h];
+            if rt.up {
+                return;
+            }
+            rt.up = true;
+            rt.incarnation += 1;
+            rt.wd_armed = false;
+            rt.wd_pet_seq += 1;
+            rt.clock_offset_ms = w.range(1_000_000, 100_000_000);
+            rt.ppm = w.range(0, 2 * CLOCK_PPM_BOUND as u64) as i64 - CLOCK_PPM_BOUND;
+            rt.incarnation
+        };
+        self.doomed[h] = false;
+        let plan = &self.plans[h];
+        let name = if plan.stable_name {
+            format!("host{}.stable", h + 1)
+        } else {
+            format!("host{}.{:016x}", h + 1, w.rand(u64::MAX))
+        };
+        let params = LockspaceParams {
+            space_name: self.space,
+            disk_offset: 0,
+            geometry: self.geometry,
+            host_id: plan.host_id,
+            host_name: Name::new(&name).unwrap_or(Name::EMPTY),
+            io_timeout: plan.io_timeout,
+            watchdog_fire: self.watchdog_fire,
+            stable_host_name: plan.stable_name,
+            monitor_hosts: Some(self.cfg.hosts as u64),
+        };
+        let resources = (0..self.resources)
+            .map(|r| {
+                resource_params(
+                    self.geometry,
+                    &self.space,
+                    r,
+                    plan.io_timeout,
+                    self.num_hosts,
+                )
+            })
+            .collect();
+        let ctx = Rc::new(HostCtx {
+            world: w.clone(),
+            holder: Holder {
+                host: h,
+                incarnation: inc,
+            },
+            params,
+            disk: SimDisk {
+                world: w.clone(),
+                host: h,
+            },
+            clock: SimClock {
+                world: w.clone(),
+                host: h,
+            },
+            monitor: RefCell::new(HostMonitor::new(plan.host_id, self.watchdog_fire)),
+            generation: Cell::new(0),
+            last_success_ms: Cell::new(0),
+            joined: Cell::new(false),
+            leaving: Cell::new(false),
+            left: Cell::new(false),
+            failed: Cell::new(false),
+            active_workers: Cell::new(0),
+            busy: RefCell::new(vec![false; self.resources]),
+            resources,
+            bug: self.cfg.planted_bug,
+        });
+        self.world
+            .log(|| format!("host{h} START incarnation {inc} name {name}"));
+        self.ctxs[h] = Some(ctx.clone());
+        self.spawn(h, Box::pin(lockspace_task(ctx.clone())));
+        for _ in 0..2 {
+            self.spawn(h, Box::pin(worker_task(ctx.clone())));
+        }
+        w.schedule(w.now(), Ev::WdTick(h, inc));
+    }
+
+    /// wdmd: pet the watchdog while the lockspace's expiry is more than one test interval
+    /// away; the device fires W seconds after the last pet.
+    fn wd_tick(&mut self, h: usize, inc: u64) {
+        let w = self.world.clone();
+        {
+            let hosts = w.hosts.borrow();
+            if !hosts[h].up || hosts[h].incarnation != inc {
+                return;
+            }
+        }
+        if let Some(until) = self.host_paused(h) {
+            w.schedule(until, Ev::WdTick(h, inc));
+            return;
+        }
+        let interval_ms = timeouts::wdmd_test_interval(self.watchdog_fire) * 1000;
+        let local = w.local_now(h);
+        let pet = {
+            let hosts = w.hosts.borrow();
+            let rt = &hosts[h];
+            !rt.wd_armed || local + interval_ms < rt.wd_expire_local_ms
+        };
+        if pet {
+            let seq = {
+                let mut hosts = w.hosts.borrow_mut();
+                hosts[h].wd_pet_seq += 1;
+                hosts[h].wd_pet_seq
+            };
+            w.schedule(w.now() + self.watchdog_fire * 1000, Ev::WdFire(h, seq));
+        }
+        let next = w.now() + w.global_dur(h, interval_ms);
+        w.schedule(next, Ev::WdTick(h, inc));
+    }
+}

@@ -1,0 +1,276 @@
+//! The programs a simulated host runs: its lockspace thread (join, renew, leave) and
+//! client workers that acquire, hold, convert and release resource leases.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use disk_format::Geometry;
+
+use super::checker::Holder;
+use super::world::{SimClock, SimDisk, World};
+use crate::delta::{self, LockspaceParams, RenewInput};
+use crate::io::Clock;
+use crate::monitor::HostMonitor;
+use crate::paxos::{self, AcquireOptions, HostContext, Mode, PlantedBug, ResourceParams};
+use crate::timeouts;
+
+/// State shared by the tasks of one incarnation of one host (its "memory").
+pub(crate) struct HostCtx {
+    pub world: Rc<World>,
+    pub holder: Holder,
+    pub params: LockspaceParams,
+    pub disk: SimDisk,
+    pub clock: SimClock,
+    pub monitor: RefCell<HostMonitor>,
+    pub generation: Cell<u64>,
+    pub last_success_ms: Cell<u64>,
+    pub joined: Cell<bool>,
+    pub leaving: Cell<bool>,
+    pub left: Cell<bool>,
+    pub failed: Cell<bool>,
+    pub active_workers: Cell<usize>,
+    pub busy: RefCell<Vec<bool>>,
+    pub resources: Vec<ResourceParams>,
+    pub bug: Option<PlantedBug>,
+}
+
+impl HostCtx {
+    fn io(&self) -> u64 {
+        u64::from(self.params.io_timeout)
+    }
+
+    /// True while renewals are recent enough that sanlock would let clients acquire.
+    fn lockspace_ok(&self) -> bool {
+        self.joined.get()
+            && !self.failed.get()
+            && self.clock.now_ms()
+                < self.last_success_ms.get() + timeouts::id_renewal_fail_seconds(self.io()) * 1000
+    }
+
+    fn arm_watchdog(&self, timestamp_s: u64) {
+        let mut hosts = self.world.hosts.borrow_mut();
+        let h = &mut hosts[self.holder.host];
+        h.wd_armed = true;
+        h.wd_expire_local_ms = (timestamp_s + timeouts::id_renewal_fail_seconds(self.io())) * 1000;
+    }
+}
+
+/// The lockspace thread: acquire our host_id, renew every 2D, fail after 8D without a
+/// successful renewal (or at once on a corrupt result), leave cleanly when asked.
+pub(crate) async fn lockspace_task(ctx: Rc<HostCtx>) {
+    let st = loop {
+        match delta::acquire(&ctx.disk, &ctx.clock, &ctx.params).await {
+            Ok(st) => break st,
+            Err(_) => {
+                let ms = ctx.world.range(500, 5_000);
+                ctx.clock.sleep_ms(ms).await;
+            }
+        }
+    };
+    let mut st = st;
+    ctx.world.checker.borrow_mut().host_id_acquired(
+        ctx.world.now(),
+        ctx.holder,
+        ctx.params.host_id,
+    );
+    ctx.world.stats.borrow_mut().joins += 1;
+    ctx.world.log(|| {
+        format!(
+            "host{} JOINED host_id {} gen {} via {:?}",
+            ctx.holder.host,
+            ctx.params.host_id,
+            st.generation(),
+            st.path
+        )
+    });
+    ctx.generation.set(st.generation());
+    ctx.last_success_ms.set(st.last_success_ms);
+    ctx.arm_watchdog(st.leader.timestamp);
+    ctx.joined.set(true);
+    let renew_ms = timeouts::id_renewal_seconds(ctx.io()) * 1000;
+    let fail_ms = timeouts::id_renewal_fail_seconds(ctx.io()) * 1000;
+    loop {
+        let now = ctx.clock.now_ms();
+        let due = st.last_success_ms + renew_ms;
+        if now < due {
+            ctx.clock.sleep_ms(due - now).await;
+        }
+        if ctx.leaving.get() && ctx.active_workers.get() == 0 {
+            ctx.world
+                .checker
+                .borrow_mut()
+                .host_id_released(ctx.holder, ctx.params.host_id);
+            let _ = delta::release(&ctx.disk, &ctx.params, &st).await;
+            ctx.world.hosts.borrow_mut()[ctx.holder.host].wd_armed = false;
+            ctx.left.set(true);
+            return;
+        }
+        match delta::renew(
+            &ctx.disk,
+            &ctx.clock,
+            &ctx.params,
+            &mut st,
+            &RenewInput::default(),
+        )
+        .await
+        {
+            Ok(snap) => {
+                ctx.monitor
+                    .borrow_mut()
+                    .observe(snap.read_at_s, &snap.sectors);
+                ctx.last_success_ms.set(st.last_success_ms);
+                ctx.arm_watchdog(st.leader.timestamp);
+            }
+            Err(e) if e.is_corrupt() => {
+                ctx.failed.set(true);
+                return;
+            }
+            Err(_) => ctx.clock.sleep_ms(500).await,
+        }
+        if ctx.clock.now_ms() >= st.last_success_ms + fail_ms {
+            ctx.failed.set(true);
+            return;
+        }
+    }
+}
+
+/// A client: repeatedly pick a resource, acquire it (ex or sh, sometimes with
+/// OWNER_NOWAIT or an LVB), hold it, maybe convert, release.
+pub(crate) async fn worker_task(ctx: Rc<HostCtx>) {
+    ctx.active_workers.set(ctx.active_workers.get() + 1);
+    worker_loop(&ctx).await;
+    ctx.active_workers.set(ctx.active_workers.get() - 1);
+}
+
+async fn worker_loop(ctx: &Rc<HostCtx>) {
+    let w = &ctx.world;
+    loop {
+        let pause = w.range(50, 2_000);
+        ctx.clock.sleep_ms(pause).await;
+        if ctx.leaving.get() {
+            return;
+        }
+        if !ctx.lockspace_ok() {
+            continue;
+        }
+        let r = w.rand(ctx.resources.len() as u64) as usize;
+        if ctx.busy.borrow()[r] {
+            continue;
+        }
+        ctx.busy.borrow_mut()[r] = true;
+        one_cycle(ctx, r).await;
+        ctx.busy.borrow_mut()[r] = false;
+    }
+}
+
+async fn one_cycle(ctx: &Rc<HostCtx>, r: usize) {
+    let w = &ctx.world;
+    let res = &ctx.resources[r];
+    let mode = if w.rand(100) < 30 {
+        Mode::Shared
+    } else {
+        Mode::Exclusive
+    };
+    let opts = AcquireOptions {
+        mode,
+        owner_nowait: w.rand(100) < 20,
+        lvb: w.rand(100) < 20,
+        planted_bug: ctx.bug,
+        ..AcquireOptions::default()
+    };
+    let host = HostContext {
+        lockspace_disk: &ctx.disk,
+        lockspace: &ctx.params,
+        generation: ctx.generation.get(),
+        observer: &ctx.monitor,
+    };
+    let mut token = match paxos::acquire(&ctx.disk, &ctx.clock, &host, res, &opts).await {
+        Ok(t) => t,
+        Err(e) => {
+            w.log(|| format!("host{} acquire res{r} {mode:?} -> {e}", ctx.holder.host));
+            *w.stats
+                .borrow_mut()
+                .acquire_errors
+                .entry(e.sanlk_code())
+                .or_default() += 1;
+            return;
+        }
+    };
+    w.checker
+        .borrow_mut()
+        .acquired(w.now(), ctx.holder, r, token.mode, token.lver());
+    w.stats.borrow_mut().acquisitions += 1;
+    w.log(|| {
+        format!(
+            "host{} ACQUIRED res{r} {:?} lver {} gen {}",
+            ctx.holder.host,
+            token.mode,
+            token.lver(),
+            token.generation
+        )
+    });
+    let hold = w.range(100, 8_000);
+    ctx.clock.sleep_ms(hold).await;
+    if token.lvb.is_some() && token.mode == Mode::Exclusive {
+        let data = w.range(1, u64::MAX - 1).to_le_bytes();
+        let _ = token.set_lvb(&data);
+    }
+    if w.rand(100) < 15 && ctx.lockspace_ok() && !ctx.leaving.get() {
+        let to = match token.mode {
+            Mode::Exclusive => Mode::Shared,
+            Mode::Shared => Mode::Exclusive,
+        };
+        if to == Mode::Shared {
+            // A downgrade takes effect when asked for.
+            w.checker
+                .borrow_mut()
+                .converted(w.now(), ctx.holder, r, to, token.lver());
+        }
+        let r_conv = paxos::convert(&ctx.disk, &ctx.clock, &host, &mut token, to, true).await;
+        w.log(|| {
+            format!(
+                "host{} convert res{r} -> {to:?}: {r_conv:?}",
+                ctx.holder.host
+            )
+        });
+        if r_conv.is_ok() && to == Mode::Exclusive {
+            w.checker
+                .borrow_mut()
+                .converted(w.now(), ctx.holder, r, token.mode, token.lver());
+        }
+        if r_conv.is_ok() {
+            let hold = w.range(100, 4_000);
+            ctx.clock.sleep_ms(hold).await;
+        }
+    }
+    w.checker.borrow_mut().released(ctx.holder, r);
+    w.log(|| format!("host{} RELEASE res{r} {:?}", ctx.holder.host, token.mode));
+    for _ in 0..3 {
+        match paxos::release(&ctx.disk, &ctx.clock, &token).await {
+            Ok(()) => break,
+            Err(e) if matches!(e, crate::LeaseError::Io { .. }) => {
+                ctx.clock.sleep_ms(ctx.io() * 1000).await;
+            }
+            Err(_) => break,
+        }
+    }
+}
+
+/// Parameters of one simulated lockspace and its resources.
+pub(crate) fn resource_params(
+    geometry: Geometry,
+    space: &disk_format::Name,
+    index: usize,
+    io_timeout: u16,
+    num_hosts: u64,
+) -> ResourceParams {
+    ResourceParams {
+        space_name: *space,
+        resource_name: disk_format::Name::new(&format!("res{index}"))
+            .unwrap_or(disk_format::Name::EMPTY),
+        disk_offset: (index as u64 + 1) * geometry.align_bytes(),
+        geometry,
+        io_timeout,
+        num_hosts_hint: num_hosts,
+    }
+}
