@@ -133,6 +133,9 @@ pub struct Token {
     pub lvb: Option<Vec<u8>>,
     /// True when the LVB was changed and must be written at exclusive release.
     pub lvb_dirty: bool,
+    /// Set when a convert failed half-way: the disk may show us as owner and/or shared
+    /// holder, so release clears both (sanlock `R_ERASE_ALL`).
+    pub erase_all: bool,
 }
 
 impl Token {
@@ -946,6 +949,7 @@ pub async fn acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
         dblock: c.dblock,
         lvb: None,
         lvb_dirty: false,
+        erase_all: false,
     };
     if shared {
         let mut d = c.dblock;
@@ -1005,6 +1009,31 @@ pub async fn release<D: Disk, C: Clock>(
     let g = token.resource.geometry;
     let mut d = token.dblock;
     d.flags |= DBLOCK_FL_RELEASED;
+    if token.erase_all {
+        write_slot(
+            disk,
+            &token.resource,
+            g,
+            token.host_id,
+            &d,
+            &ModeBlock::default(),
+        )
+        .await?;
+        return match release_leader(
+            disk,
+            clock,
+            &token.resource,
+            g,
+            token.host_id,
+            token.generation,
+            &token.leader,
+        )
+        .await
+        {
+            Ok(_) | Err(LeaseError::ReleaseOwner | LeaseError::ReleaseLver) => Ok(()),
+            Err(e) => Err(e),
+        };
+    }
     match token.mode {
         Mode::Shared => {
             write_slot(
@@ -1048,7 +1077,8 @@ pub async fn release<D: Disk, C: Clock>(
 /// Converts a held lease between modes (sanlock `convert_token`).
 ///
 /// ex→sh: write the LVB if changed, write our SHARED mode block (dblock RELEASED), release
-/// the leader. sh→ex: a ballot that keeps our SHARED mode block, then live shared holders
+/// the leader. The token is shared from the call on: if this fails half-way the token
+/// stays `Shared` with `erase_all` set, so that its release clears owner and mode block. sh→ex: a ballot that keeps our SHARED mode block, then live shared holders
 /// make it release the leader and return [`LeaseError::Again`] (we stay shared); otherwise
 /// our mode block is cleared. [`LeaseError::Already`] when already in `to`.
 pub async fn convert<D: Disk, C: Clock, L: Disk, O: HostObserver>(
@@ -1072,17 +1102,31 @@ pub async fn convert<D: Disk, C: Clock, L: Disk, O: HostObserver>(
     };
     match to {
         Mode::Shared => {
-            if token.lvb_dirty {
-                write_lvb(disk, token).await?;
-                token.lvb_dirty = false;
-            }
+            // From here on the lease is at most shared, whatever happens on disk.
+            token.mode = Mode::Shared;
+            let lvb_ok = if token.lvb_dirty {
+                write_lvb(disk, token).await
+            } else {
+                Ok(())
+            };
+            token.lvb_dirty = false;
             let mut d = token.dblock;
             d.flags = DBLOCK_FL_RELEASED;
-            write_slot(disk, &token.resource, g, host_id, &d, &our_sh).await?;
-            release_leader(disk, clock, &token.resource, g, host_id, gen, &token.leader).await?;
-            token.dblock = d;
-            token.mode = Mode::Shared;
-            Ok(())
+            let step = async {
+                lvb_ok?;
+                write_slot(disk, &token.resource, g, host_id, &d, &our_sh).await?;
+                release_leader(disk, clock, &token.resource, g, host_id, gen, &token.leader).await
+            };
+            match step.await {
+                Ok(_) => {
+                    token.dblock = d;
+                    Ok(())
+                }
+                Err(e) => {
+                    token.erase_all = true;
+                    Err(e)
+                }
+            }
         }
         Mode::Exclusive => {
             let opts = AcquireOptions {
@@ -1096,14 +1140,24 @@ pub async fn convert<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             let live = match live {
                 Ok(n) => n,
                 Err(e) => {
-                    let _ =
-                        release_leader(disk, clock, &token.resource, g, host_id, gen, &c.leader)
-                            .await;
+                    if release_leader(disk, clock, &token.resource, g, host_id, gen, &c.leader)
+                        .await
+                        .is_err()
+                    {
+                        token.leader = c.leader;
+                        token.erase_all = true;
+                    }
                     return Err(e);
                 }
             };
             if live > 0 {
-                release_leader(disk, clock, &token.resource, g, host_id, gen, &c.leader).await?;
+                if let Err(e) =
+                    release_leader(disk, clock, &token.resource, g, host_id, gen, &c.leader).await
+                {
+                    token.leader = c.leader;
+                    token.erase_all = true;
+                    return Err(e);
+                }
                 return Err(LeaseError::Again);
             }
             token.leader = c.leader;
