@@ -153,6 +153,15 @@ pub struct LockdDaemon {
 
 impl LockdDaemon {
     pub fn start(scratch: &Scratch, host_name: &str, extra_env: &[(&str, &str)]) -> LockdDaemon {
+        LockdDaemon::start_args(scratch, host_name, &[], extra_env)
+    }
+
+    pub fn start_args(
+        scratch: &Scratch,
+        host_name: &str,
+        extra_args: &[&str],
+        extra_env: &[(&str, &str)],
+    ) -> LockdDaemon {
         let run_dir = scratch.dir.join(format!("run-{host_name}"));
         let log = scratch.dir.join(format!("lockd-{host_name}.log"));
         let logf = std::fs::File::create(&log).expect("create daemon log");
@@ -160,6 +169,7 @@ impl LockdDaemon {
         cmd.args(["-D", "-w", "0", "-e", host_name, "-o", "1", "--run-dir"])
             .arg(&run_dir)
             .args(["-c", "/dev/null"])
+            .args(extra_args)
             .env("LOCKD_LOG", "debug")
             .stdin(Stdio::null())
             .stdout(logf.try_clone().expect("dup log"))
