@@ -75,7 +75,7 @@ pub fn write_lockspace(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> i32
     };
     let f = format_lockspace_area(g, &ls.name, io.min(255) as u16);
     let off = ls.host_id_disk.offset;
-    if off % g.sector_bytes() != 0 {
+    if !off.is_multiple_of(g.sector_bytes()) {
         return -libc::EINVAL;
     }
     if let Err(e) = disk.write(off, &f.area, WRITE_INIT_TIMEOUT) {
@@ -158,7 +158,7 @@ pub fn write_resource(d: &Daemon, res: &wire::Resource, num_hosts: u32, clear: b
         Err(rv) => return rv,
     };
     let off = res.disks[0].offset;
-    if off % g.sector_bytes() != 0 {
+    if !off.is_multiple_of(g.sector_bytes()) {
         return -libc::EINVAL;
     }
     // lvmlockd probes the end of the device: a write past it must fail with -ENOSPC.

@@ -73,6 +73,7 @@ impl IoError {
 }
 
 /// A page-aligned, zero-initialised buffer (made without `unsafe` by over-allocating).
+#[derive(Debug)]
 pub struct AlignedBuf {
     storage: Vec<u8>,
     start: usize,
@@ -209,7 +210,7 @@ impl Disk {
 
     fn check(&self, offset: u64, len: usize) -> Result<(), IoError> {
         let ss = u64::from(self.inner.sector_size.min(512));
-        if offset % ss != 0 || len as u64 % ss != 0 || len == 0 {
+        if !offset.is_multiple_of(ss) || !(len as u64).is_multiple_of(ss) || len == 0 {
             return Err(IoError::Unaligned {
                 path: self.inner.path.clone(),
                 offset,

@@ -30,17 +30,32 @@ pub enum KillAction {
     Nothing,
 }
 
+/// Everything the kill decision depends on.
+#[derive(Debug, Clone, Copy)]
+pub struct KillInput {
+    /// Removal or forced shutdown: SIGKILL at once.
+    pub kill_now: bool,
+    pub now: u64,
+    pub last_success: u64,
+    pub fail_s: u64,
+    pub grace_s: u64,
+    pub has_killpath: bool,
+    pub kill_count: u32,
+    pub restricted: u32,
+}
+
 /// Decides the next kill action (pure; unit-tested).
-pub fn decide(
-    kill_now: bool,
-    now: u64,
-    last_success: u64,
-    fail_s: u64,
-    grace_s: u64,
-    has_killpath: bool,
-    kill_count: u32,
-    restricted: u32,
-) -> KillAction {
+pub fn decide(k: KillInput) -> KillAction {
+    let KillInput {
+        kill_now,
+        now,
+        last_success,
+        fail_s,
+        grace_s,
+        has_killpath,
+        kill_count,
+        restricted,
+    } = k;
     let in_grace = !kill_now && now < last_success + fail_s + grace_s;
     let sig = if in_grace {
         if has_killpath && grace_s > 0 {
@@ -89,16 +104,16 @@ pub fn kill_holders(d: &Arc<Daemon>, space: &Space) {
         if c.kill_count > 0 && now < c.kill_last + 1 {
             continue;
         }
-        let action = decide(
+        let action = decide(KillInput {
             kill_now,
             now,
             last_success,
             fail_s,
             grace_s,
-            c.killpath.is_some(),
-            c.kill_count,
-            c.restricted,
-        );
+            has_killpath: c.killpath.is_some(),
+            kill_count: c.kill_count,
+            restricted: c.restricted,
+        });
         match action {
             KillAction::Nothing => continue,
             KillAction::RunKillpath => {
@@ -134,7 +149,17 @@ mod tests {
     #[test]
     fn escalation_schedule() {
         // Failed lockspace, D=1: fail 8 s, grace 40 s; last success at 100.
-        let f = |now, kp, count, restricted| decide(false, now, 100, 8, 40, kp, count, restricted);
+        let k = |kill_now, now, grace_s, has_killpath, kill_count, restricted| KillInput {
+            kill_now,
+            now,
+            last_success: 100,
+            fail_s: 8,
+            grace_s,
+            has_killpath,
+            kill_count,
+            restricted,
+        };
+        let f = |now, kp, count, restricted| decide(k(false, now, 40, kp, count, restricted));
         assert_eq!(f(108, false, 0, 0), KillAction::Signal(libc::SIGTERM));
         assert_eq!(f(108, true, 0, 0), KillAction::RunKillpath);
         assert_eq!(f(109, true, 1, 0), KillAction::Nothing);
@@ -149,12 +174,12 @@ mod tests {
         );
         // Removal: SIGKILL at once, even with a killpath.
         assert_eq!(
-            decide(true, 101, 100, 8, 40, true, 0, 0),
+            decide(k(true, 101, 40, true, 0, 0)),
             KillAction::Signal(libc::SIGKILL)
         );
         // Grace 0: no killpath, SIGTERM until fail, then SIGKILL.
         assert_eq!(
-            decide(false, 108, 100, 8, 0, true, 0, 0),
+            decide(k(false, 108, 0, true, 0, 0)),
             KillAction::Signal(libc::SIGKILL)
         );
     }

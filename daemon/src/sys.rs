@@ -1,6 +1,5 @@
 //! The only module of the daemon that may use `unsafe`: thin wrappers over the syscalls
 //! std does not expose. Every block has a SAFETY comment; nothing here keeps state.
-#![allow(unsafe_code)]
 
 use std::fs::File;
 use std::io;
