@@ -190,7 +190,11 @@ impl Bed {
         let tmp = tempfile::Builder::new()
             .prefix("lockd-testbed-")
             .tempdir_in("/var/tmp")?;
-        let dir = tmp.path().to_path_buf();
+        let (dir, tmp) = if std::env::var_os("LOCKD_TESTBED_KEEP").is_some() {
+            (tmp.keep(), None)
+        } else {
+            (tmp.path().to_path_buf(), Some(tmp))
+        };
         let image = dir.join("shared.img");
         let f = File::create(&image)?;
         f.set_len(((resources.len() as u64) + 2) << 20)?;
@@ -223,11 +227,7 @@ impl Bed {
         Ok(Bed {
             log: dir.join("witness.log"),
             dir,
-            _tmp: if std::env::var_os("LOCKD_TESTBED_KEEP").is_some() {
-                None
-            } else {
-                Some(tmp)
-            },
+            _tmp: tmp,
             image,
             io_timeout_s,
             fire_timeout_s,

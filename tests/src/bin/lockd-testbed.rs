@@ -81,6 +81,23 @@ fn parse_args(args: &[String]) -> Result<Opts> {
         }
         i += 1;
     }
+    // wdmd tests every `interval` seconds and counts a client as failing one interval
+    // before its expiry (last renewal + 8·D): 8·D must leave room for a keepalive.
+    let interval = match o.fire_timeout_s {
+        w if w >= 60 => 10,
+        w if w >= 30 => 5,
+        w if w >= 10 => 2,
+        _ => 1,
+    };
+    if 8 * o.io_timeout_s <= interval + 1 {
+        bail!(
+            "io_timeout {} is too short for fire timeout {} (wdmd tests every {interval}s and would \
+             never pet the watchdog): use io_timeout >= {}",
+            o.io_timeout_s,
+            o.fire_timeout_s,
+            (interval + 2).div_ceil(8)
+        );
+    }
     if o.scenario.is_empty() {
         bail!("give a scenario: {}", SCENARIOS.join(" "));
     }
@@ -179,9 +196,6 @@ fn run(o: &Opts) -> Result<bool> {
     thread::sleep(Duration::from_secs_f64(2.0 * 2.0 * d + 0.5));
 
     // Host 2's contender: retry the acquire until a witness on host 2 starts.
-    let contender_done = Arc::new(AtomicBool::new(false));
-    let contender_proc: Arc<Mutex<Option<Proc>>> = Arc::new(Mutex::new(None));
-
     let t0 = wall_s();
     match o.scenario.as_str() {
         "kill-daemon" => signal(bed.daemon_pid(1).context("host1 daemon")?, "KILL")?,
@@ -219,8 +233,7 @@ fn run(o: &Opts) -> Result<bool> {
         }
         thread::sleep(Duration::from_millis(250));
     }
-    contender_done.store(true, Ordering::Relaxed);
-    *contender_proc.lock().unwrap_or_else(|p| p.into_inner()) = attempt;
+    drop(attempt);
     // Give a reset a moment to be recorded if it is due.
     thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);
