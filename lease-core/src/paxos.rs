@@ -605,14 +605,6 @@ async fn retract<D: Disk, C: Clock>(
     dblock: &PaxosDblock,
     next_lver: u64,
 ) {
-    let mut d = *dblock;
-    d.flags |= DBLOCK_FL_RELEASED;
-    if write_slot(disk, c.res, c.g, c.host_id, &d, &c.our_mode)
-        .await
-        .is_err()
-    {
-        return;
-    }
     if let Ok(leader) = read_leader_at(disk, c.res, c.g).await {
         if leader.write_id == c.host_id
             && leader.owner_id == c.host_id
@@ -630,6 +622,10 @@ async fn retract<D: Disk, C: Clock>(
             let _ = write_leader(disk, c.res, c.g, &l).await;
         }
     }
+    // The RELEASED flag only after the leader write has completed: see `release`.
+    let mut d = *dblock;
+    d.flags |= DBLOCK_FL_RELEASED;
+    let _ = write_slot(disk, c.res, c.g, c.host_id, &d, &c.our_mode).await;
 }
 
 /// sanlock `paxos_lease_acquire`: steps A–E, returning the committed leader.
@@ -860,6 +856,35 @@ async fn release_leader<D: Disk, C: Clock>(
     Ok(Some(l))
 }
 
+/// Clears the leader if it is ours ([`release_leader`]), and only then writes our slot with
+/// the RELEASED flag and `mode`.
+///
+/// sanlock writes the RELEASED flag first. But the flag lets other hosts ballot for the
+/// next lver while our leader write may still be in flight, and a late-landing leader
+/// write then takes the lease back to an older lver (found by the simulator). Writing the
+/// flag after the leader write completed closes that window; the on-disk states are the
+/// same ones sanlock produces.
+#[allow(clippy::too_many_arguments)]
+async fn release_then_flag<D: Disk, C: Clock>(
+    disk: &D,
+    clock: &C,
+    res: &ResourceParams,
+    g: Geometry,
+    host_id: u64,
+    generation: u64,
+    last: &LeaderRecord,
+    dblock: &PaxosDblock,
+    mode: &ModeBlock,
+) -> Result<Option<LeaderRecord>, LeaseError> {
+    let cleared = release_leader(disk, clock, res, g, host_id, generation, last).await;
+    let mut d = *dblock;
+    d.flags |= DBLOCK_FL_RELEASED;
+    let flagged = write_slot(disk, res, g, host_id, &d, mode).await;
+    let cleared = cleared?;
+    flagged?;
+    Ok(cleared)
+}
+
 async fn read_lvb<D: Disk>(
     disk: &D,
     res: &ResourceParams,
@@ -952,8 +977,7 @@ pub async fn acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
         erase_all: false,
     };
     if shared {
-        let mut d = c.dblock;
-        d.flags = DBLOCK_FL_RELEASED;
+        let d = c.dblock;
         let mb = ModeBlock {
             flags: MBLOCK_SHARED,
             pad: 0,
@@ -961,7 +985,18 @@ pub async fn acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
         };
         let step = async {
             write_slot(disk, &token.resource, g, host_id, &d, &mb).await?;
-            release_leader(disk, clock, &token.resource, g, host_id, gen, &c.leader).await
+            release_then_flag(
+                disk,
+                clock,
+                &token.resource,
+                g,
+                host_id,
+                gen,
+                &c.leader,
+                &d,
+                &mb,
+            )
+            .await
         };
         if let Err(e) = step.await {
             // Undo: neither shared nor owner.
@@ -970,7 +1005,7 @@ pub async fn acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             let _ = release(disk, clock, &exc).await;
             return Err(e);
         }
-        token.dblock = d;
+        token.dblock.flags |= DBLOCK_FL_RELEASED;
     } else if !c.shared.is_empty() {
         let live = clear_dead_shared(disk, clock, host, &token.resource, g, &c.shared).await;
         match live {
@@ -1009,66 +1044,23 @@ pub async fn release<D: Disk, C: Clock>(
     let g = token.resource.geometry;
     let mut d = token.dblock;
     d.flags |= DBLOCK_FL_RELEASED;
+    let zero = ModeBlock::default();
+    let res = &token.resource;
+    let (id, gen) = (token.host_id, token.generation);
     if token.erase_all {
-        write_slot(
-            disk,
-            &token.resource,
-            g,
-            token.host_id,
-            &d,
-            &ModeBlock::default(),
-        )
-        .await?;
-        return match release_leader(
-            disk,
-            clock,
-            &token.resource,
-            g,
-            token.host_id,
-            token.generation,
-            &token.leader,
-        )
-        .await
+        return match release_then_flag(disk, clock, res, g, id, gen, &token.leader, &d, &zero).await
         {
             Ok(_) | Err(LeaseError::ReleaseOwner | LeaseError::ReleaseLver) => Ok(()),
             Err(e) => Err(e),
         };
     }
     match token.mode {
-        Mode::Shared => {
-            write_slot(
-                disk,
-                &token.resource,
-                g,
-                token.host_id,
-                &d,
-                &ModeBlock::default(),
-            )
-            .await
-        }
+        Mode::Shared => write_slot(disk, res, g, id, &d, &zero).await,
         Mode::Exclusive => {
             if token.lvb_dirty {
                 write_lvb(disk, token).await?;
             }
-            write_slot(
-                disk,
-                &token.resource,
-                g,
-                token.host_id,
-                &d,
-                &ModeBlock::default(),
-            )
-            .await?;
-            release_leader(
-                disk,
-                clock,
-                &token.resource,
-                g,
-                token.host_id,
-                token.generation,
-                &token.leader,
-            )
-            .await?;
+            release_then_flag(disk, clock, res, g, id, gen, &token.leader, &d, &zero).await?;
             Ok(())
         }
     }
@@ -1110,16 +1102,27 @@ pub async fn convert<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                 Ok(())
             };
             token.lvb_dirty = false;
-            let mut d = token.dblock;
-            d.flags = DBLOCK_FL_RELEASED;
+            let d = token.dblock;
             let step = async {
                 lvb_ok?;
                 write_slot(disk, &token.resource, g, host_id, &d, &our_sh).await?;
-                release_leader(disk, clock, &token.resource, g, host_id, gen, &token.leader).await
+                let last = &token.leader;
+                release_then_flag(
+                    disk,
+                    clock,
+                    &token.resource,
+                    g,
+                    host_id,
+                    gen,
+                    last,
+                    &d,
+                    &our_sh,
+                )
+                .await
             };
             match step.await {
                 Ok(_) => {
-                    token.dblock = d;
+                    token.dblock.flags |= DBLOCK_FL_RELEASED;
                     Ok(())
                 }
                 Err(e) => {

@@ -267,7 +267,8 @@ impl SimDisk {
         let latency = if storm {
             rng.range(500, 6_000)
         } else if p < 940 {
-            rng.range(0, 5)
+            // At least 1 ms: a write lands (an event) before its completion is seen.
+            rng.range(1, 5)
         } else if p < 990 {
             rng.range(5, 1_500)
         } else {
