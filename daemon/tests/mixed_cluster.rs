@@ -97,18 +97,8 @@ fn hold_script(dev: &str) -> String {
     )
 }
 
-#[test]
-fn sanlock_and_lockd_share_a_lockspace() {
-    require_python_sanlock();
-    let s = Scratch::new("mixed");
-    let file = s.file("backing", 8);
-    let lo = Loop::attach(&file);
-    let dev = lo.dev.display().to_string();
-    init_lockspace("ls", &lo.dev, 0);
-    init_resource("ls", "r1", &lo.dev, RES_OFF);
-
-    let sl = SanlockDaemon::start(&s, "hostB");
-    let lk = LockdDaemon::start(&s, "hostA", &[]);
+/// Both daemons join lockspace `ls` on `dev` (sanlock host 1, lockd host 2) in parallel.
+fn join_both(sl: &SanlockDaemon, lk: &LockdDaemon, dev: &str) {
     let add = |host: u64| {
         format!("import sanlock\nsanlock.add_lockspace(b'ls', {host}, b'{dev}', 0, iotimeout=1)\nprint('joined')\n")
     };
@@ -124,6 +114,21 @@ fn sanlock_and_lockd_share_a_lockspace() {
     assert_eq!(lk.python(&add(2)).trim(), "joined");
     let out = t.join().expect("join thread");
     assert!(out.status.success(), "sanlock add_lockspace: {out:?}");
+}
+
+#[test]
+fn sanlock_and_lockd_share_a_lockspace() {
+    require_python_sanlock();
+    let s = Scratch::new("mixed");
+    let file = s.file("backing", 8);
+    let lo = Loop::attach(&file);
+    let dev = lo.dev.display().to_string();
+    init_lockspace("ls", &lo.dev, 0);
+    init_resource("ls", "r1", &lo.dev, RES_OFF);
+
+    let sl = SanlockDaemon::start(&s, "hostB");
+    let lk = LockdDaemon::start(&s, "hostA", &[]);
+    join_both(&sl, &lk, &dev);
 
     // Each sees the other LIVE (after two renewals of the other host).
     let sanlock_sees_lockd = wait_for(30, || {
@@ -197,6 +202,112 @@ fn sanlock_and_lockd_share_a_lockspace() {
         "import sanlock\nsanlock.rem_lockspace(b'ls', 1, b'{dev}', 0)"
     ));
     drop(lk);
+    drop(sl);
+    drop(lo);
+}
+
+/// host_dead_seconds with io_timeout 1 and sanlock's fixed watchdog fire timeout 60.
+const HOST_DEAD_S: f64 = 8.0 + 60.0;
+
+/// Acquires r1 through `run_dir`'s daemon the way lvmlockd does: retry while the result
+/// is IDLIVE (-243: the owner looked alive at its last check), at most 120 s. Returns the
+/// final outcome and the seconds since the call.
+fn timed_acquire(run_dir: &std::path::Path, dev: &str) -> (String, f64) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let out = run(Command::new(PYTHON)
+            .args(["-c", &acquire_script(dev)])
+            .env("SANLOCK_RUN_DIR", run_dir));
+        let outcome = stdout(&out).trim().to_string();
+        if outcome != "err -243" || t0.elapsed().as_secs() > 120 {
+            return (outcome, t0.elapsed().as_secs_f64());
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
+#[test]
+fn dead_host_lease_is_taken_after_host_dead_seconds() {
+    require_python_sanlock();
+    let s = Scratch::new("hostdead");
+    let file = s.file("backing", 8);
+    let lo = Loop::attach(&file);
+    let dev = lo.dev.display().to_string();
+    init_lockspace("ls", &lo.dev, 0);
+    init_resource("ls", "r1", &lo.dev, RES_OFF);
+    let mut sl = SanlockDaemon::start(&s, "hostB");
+    let mut lk = LockdDaemon::start(&s, "hostA", &[]);
+    join_both(&sl, &lk, &dev);
+    assert!(
+        wait_for(30, || sl
+            .client(&["gets", "-h", "1"])
+            .lines()
+            .any(|l| l.starts_with("h 2 ") && l.contains("LIVE"))),
+        "sanlock never saw lockd LIVE"
+    );
+
+    // 1. sanlock's client holds r1; sanlock dies with SIGKILL; lockd takes r1 only after
+    //    host_dead_seconds, and not much later.
+    let mut holder = Command::new(PYTHON)
+        .args(["-u", "-c", &hold_script(&dev)])
+        .env("SANLOCK_RUN_DIR", &sl.run_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sanlock-side holder");
+    let mut hout = std::io::BufReader::new(holder.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut hout, &mut line).expect("read");
+    assert_eq!(line.trim(), "held");
+    let _ = sl.child.kill();
+    let _ = sl.child.wait();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let (outcome, secs) = timed_acquire(&lk.run_dir, &dev);
+    eprintln!("lockd took the dead sanlock host's lease after {secs:.1} s");
+    assert_eq!(outcome, "ok", "lockd could not take the dead host's lease");
+    assert!(
+        secs >= HOST_DEAD_S - 2.0 - 1.0 && secs <= HOST_DEAD_S + 2.0 + 1.0 + 2.0,
+        "lockd took the lease after {secs:.1} s (host_dead {HOST_DEAD_S} s)"
+    );
+    drop(sl);
+
+    // 2. A new sanlock joins as host 1 again; lockd's client holds r1; lockd dies with
+    //    SIGKILL; sanlock takes r1 after host_dead_seconds.
+    let sl = SanlockDaemon::start(&s, "hostC");
+    let rejoin = run(Command::new(PYTHON)
+        .args([
+            "-c",
+            &format!("import sanlock\nsanlock.add_lockspace(b'ls', 3, b'{dev}', 0, iotimeout=1)"),
+        ])
+        .env("SANLOCK_RUN_DIR", &sl.run_dir));
+    assert!(rejoin.status.success(), "sanlock rejoin: {rejoin:?}");
+    assert!(
+        wait_for(30, || sl
+            .client(&["gets", "-h", "1"])
+            .lines()
+            .any(|l| l.starts_with("h 2 ") && l.contains("LIVE"))),
+        "new sanlock never saw lockd LIVE"
+    );
+    let mut lholder = lk.python_child(&format!(
+        "import sanlock, time\nD=b'{dev}'\nfd = sanlock.register()\n\
+         sanlock.acquire(b'ls', b'r1', [(D, {RES_OFF})], slkfd=fd)\nprint('held')\ntime.sleep(600)\n"
+    ));
+    assert_eq!(lholder.line(), "held");
+    let _ = lk.child.kill();
+    let _ = lk.child.wait();
+    lholder.kill9();
+    let (outcome, secs) = timed_acquire(&sl.run_dir, &dev);
+    eprintln!("sanlock took the dead lockd host's lease after {secs:.1} s");
+    assert_eq!(
+        outcome, "ok",
+        "sanlock could not take the dead lockd host's lease"
+    );
+    assert!(
+        secs >= HOST_DEAD_S - 2.0 - 1.0 && secs <= HOST_DEAD_S + 2.0 + 1.0 + 2.0,
+        "sanlock took the lease after {secs:.1} s (host_dead {HOST_DEAD_S} s)"
+    );
+    lk.stop();
     drop(sl);
     drop(lo);
 }
