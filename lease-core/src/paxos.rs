@@ -203,6 +203,8 @@ struct Area {
     leader: LeaderRecord,
     geometry: Geometry,
     max_mbal: u64,
+    /// Our own slot's dblock as read.
+    own: PaxosDblock,
 }
 
 fn expect<'a>(res: &'a ResourceParams) -> LeaderExpect<'a> {
@@ -286,6 +288,7 @@ async fn read_area<D: Disk>(
         }
         let sector = g.sector_bytes() as usize;
         let mut max_mbal = 0;
+        let mut own = PaxosDblock::default();
         for q in 0..leader.num_hosts as usize {
             let at = (2 + q) * sector;
             if at + sector > buf.len() {
@@ -294,11 +297,15 @@ async fn read_area<D: Disk>(
             let (d, _) = decode_dblock_sector(&buf[at..at + sector])?;
             d.verify()?;
             max_mbal = max_mbal.max(d.mbal);
+            if q as u64 + 1 == host_id {
+                own = d;
+            }
         }
         return Ok(Area {
             leader,
             geometry: g,
             max_mbal,
+            own,
         });
     }
     Err(FormatError::SectorSize {
@@ -357,6 +364,14 @@ struct BallotCtx<'a> {
 
 struct BallotResult {
     dblock: PaxosDblock,
+}
+
+/// Our slot's contents across the ballots of one acquire, and the inputs we proposed.
+struct Slot {
+    /// What our slot holds (last written, or as read in step A).
+    last: PaxosDblock,
+    /// Fresh inputs (inp, inp2, inp3) proposed by this acquire.
+    proposed: Vec<(u64, u64, u64)>,
 }
 
 enum BallotError {
@@ -428,6 +443,7 @@ async fn run_ballot<D: Disk, C: Clock>(
     next_lver: u64,
     our_mbal: u64,
     shared: &mut Vec<u64>,
+    slot: &mut Slot,
 ) -> Result<BallotResult, BallotError> {
     let fail = |err, phase2| BallotError::Fail { err, phase2 };
     let mut dblock = PaxosDblock {
@@ -435,11 +451,22 @@ async fn run_ballot<D: Disk, C: Clock>(
         lver: next_lver,
         ..Default::default()
     };
+    // Unlike sanlock, which zeroes bal and inp here, keep a value our slot already
+    // accepted for this lver (as Disk Paxos does): it may have been chosen, and a ballot
+    // that forgets it can choose another value for the same lver after a leader write
+    // landed late and took the leader back to an older lver (found by the simulator).
+    let prev = slot.last;
+    if prev.lver == next_lver && prev.bal != 0 && prev.inp != 0 {
+        dblock.bal = prev.bal;
+        dblock.inp = prev.inp;
+        dblock.inp2 = prev.inp2;
+        dblock.inp3 = prev.inp3;
+    }
     dblock.seal();
     // Phase 1.
-    write_slot(disk, c.res, c.g, c.host_id, &dblock, &c.our_mode)
-        .await
-        .map_err(|e| fail(e, false))?;
+    let w = write_slot(disk, c.res, c.g, c.host_id, &dblock, &c.our_mode).await;
+    slot.last = dblock;
+    w.map_err(|e| fail(e, false))?;
     let bk_max = match ballot_read(disk, c, &dblock, Some(shared)).await {
         Ok(b) => b,
         Err(LeaseError::DblockLver | LeaseError::DblockMbal) => return Err(BallotError::Abort),
@@ -455,6 +482,7 @@ async fn run_ballot<D: Disk, C: Clock>(
             dblock.inp = c.host_id;
             dblock.inp2 = c.generation;
             dblock.inp3 = clock.now_s().max(1);
+            slot.proposed.push((dblock.inp, dblock.inp2, dblock.inp3));
         }
     }
     dblock.bal = dblock.mbal;
@@ -463,9 +491,9 @@ async fn run_ballot<D: Disk, C: Clock>(
         return Ok(BallotResult { dblock });
     }
     // Phase 2.
-    write_slot(disk, c.res, c.g, c.host_id, &dblock, &c.our_mode)
-        .await
-        .map_err(|e| fail(e, true))?;
+    let w = write_slot(disk, c.res, c.g, c.host_id, &dblock, &c.our_mode).await;
+    slot.last = dblock;
+    w.map_err(|e| fail(e, true))?;
     match ballot_read(disk, c, &dblock, None).await {
         Ok(_) => Ok(BallotResult { dblock }),
         Err(LeaseError::DblockLver | LeaseError::DblockMbal) => Err(BallotError::Abort),
@@ -640,6 +668,12 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
 ) -> Result<Committed, AcquireFail> {
     let host_id = host.lockspace.host_id;
     let gen = host.generation;
+    let mut slot = Slot {
+        last: PaxosDblock::default(),
+        proposed: Vec::new(),
+    };
+    // Shared holders seen by any phase 1 of this acquire (sanlock's shared_count).
+    let mut seen_shared: Vec<u64> = Vec::new();
     'restart: loop {
         // Step A.
         let area = read_area(disk, res, host_id).await?;
@@ -679,9 +713,7 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             bug: opts.planted_bug,
         };
         let mut first = true;
-        // Shared holders seen by any phase 1 of this acquire (sanlock's shared_count).
-        let mut seen_shared: Vec<u64> = Vec::new();
-        let mut last_dblock = PaxosDblock::default();
+        slot.last = area.own;
         // Step D.
         let ballot = loop {
             let tmp = if first {
@@ -692,9 +724,17 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             first = false;
             if tmp.lver == next_lver {
                 if tmp.owner_id == host_id && tmp.owner_generation == gen {
+                    let ours_now = slot
+                        .proposed
+                        .iter()
+                        .any(|p| (p.1, p.2) == (tmp.owner_generation, tmp.timestamp));
+                    if !ours_now {
+                        // An earlier acquire's decision: take a fresh lease version.
+                        continue 'restart;
+                    }
                     return Ok(Committed {
                         leader: tmp,
-                        dblock: last_dblock,
+                        dblock: slot.last,
                         geometry: g,
                         shared: seen_shared,
                     });
@@ -710,7 +750,17 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             if tmp.lver > next_lver || tmp != cur {
                 continue 'restart;
             }
-            match run_ballot(disk, clock, &ctx, next_lver, our_mbal, &mut seen_shared).await {
+            let r = run_ballot(
+                disk,
+                clock,
+                &ctx,
+                next_lver,
+                our_mbal,
+                &mut seen_shared,
+                &mut slot,
+            )
+            .await;
+            match r {
                 Ok(b) => break b,
                 Err(BallotError::Abort) => {
                     clock.sleep_ms(clock.random_below(1000)).await;
@@ -718,20 +768,11 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                 }
                 Err(BallotError::Fail { err, phase2 }) => {
                     if phase2 {
-                        last_dblock.mbal = our_mbal;
-                        last_dblock.lver = next_lver;
-                        last_dblock.seal();
-                        retract(disk, clock, &ctx, &last_dblock, next_lver).await;
+                        retract(disk, clock, &ctx, &slot.last, next_lver).await;
                     }
                     return Err(err.into());
                 }
             }
-            last_dblock = PaxosDblock {
-                mbal: our_mbal,
-                lver: next_lver,
-                ..Default::default()
-            };
-            last_dblock.seal();
         };
         // Step E: commit.
         let d = ballot.dblock;
@@ -757,6 +798,11 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
         if let Err(e) = write_leader(disk, res, g, &new).await {
             retract(disk, clock, &ctx, &d, next_lver).await;
             return Err(e.into());
+        }
+        if new.owner_id == host_id && !slot.proposed.contains(&(d.inp, d.inp2, d.inp3)) {
+            // We completed an earlier acquire's decision (the leader had fallen behind):
+            // committed, now take a fresh lease version.
+            continue 'restart;
         }
         if new.owner_id != host_id {
             return Err(AcquireFail {
