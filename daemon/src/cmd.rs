@@ -236,11 +236,24 @@ pub fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
             conn.reply(h, 0);
             After::Close
         }
+        SM_CMD_SET_LVB => {
+            let rv = set_lvb(d, conn, h);
+            conn.reply(h, rv);
+            After::Keep
+        }
+        SM_CMD_GET_LVB => {
+            match conn.recv_resource_head() {
+                Ok(r) => match get_lvb(d, &r, h.data2 as usize) {
+                    Ok(lvb) => conn.reply_with(h, 0, 0, &lvb),
+                    Err(rv) => conn.reply(h, rv),
+                },
+                Err(_) => conn.reply(h, ENOTCONN),
+            }
+            After::Keep
+        }
         SM_CMD_EXAMINE_LOCKSPACE
         | SM_CMD_EXAMINE_RESOURCE
         | SM_CMD_REQUEST
-        | SM_CMD_SET_LVB
-        | SM_CMD_GET_LVB
         | SM_CMD_SET_EVENT
         | SM_CMD_FORMAT_RINDEX
         | SM_CMD_UPDATE_RINDEX
@@ -263,6 +276,46 @@ pub fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
             After::Keep
         }
     }
+}
+
+fn set_lvb(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> i32 {
+    let r = match conn.recv_resource_head() {
+        Ok(r) => r,
+        Err(e) => return recv_err(e),
+    };
+    let len = (h.length as usize).saturating_sub(wire::HEADER_LEN + wire::RESOURCE_LEN);
+    if len > 4096 {
+        conn.drain(h, wire::RESOURCE_LEN);
+        return -libc::E2BIG;
+    }
+    let data = match conn.recv_payload(len) {
+        Ok(b) => b,
+        Err(e) => return recv_err(e),
+    };
+    let mut res = lock(&d.resources);
+    let Some(lr) = res.get_mut(&(r.lockspace_name, r.name)) else {
+        return -libc::ENOENT;
+    };
+    let Some(token) = lr.held.token.as_mut() else {
+        return -libc::ENOENT;
+    };
+    match token.set_lvb(&data) {
+        Ok(()) => 0,
+        Err(e) => e.sanlk_code(),
+    }
+}
+
+fn get_lvb(d: &Arc<Daemon>, r: &wire::ResourceHead, want: usize) -> Result<Vec<u8>, i32> {
+    let res = lock(&d.resources);
+    let lr = res.get(&(r.lockspace_name, r.name)).ok_or(-libc::ENOENT)?;
+    let token = lr.held.token.as_ref().ok_or(-libc::ENOENT)?;
+    let lvb = token.lvb().ok_or(-libc::EINVAL)?;
+    let n = if want == 0 {
+        lvb.len()
+    } else {
+        want.min(lvb.len())
+    };
+    Ok(lvb[..n].to_vec())
 }
 
 fn register(d: &Arc<Daemon>, conn: &Conn) {
@@ -833,7 +886,7 @@ fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
             let name = if c.registered {
                 c.owner_name
             } else {
-                Name::from_field(format!("cmd{}", c.cmd_last).as_bytes())
+                Name::from_field(conn_owner_name(c.cmd_last).as_bytes())
             };
             let pid = if c.registered { c.pid } else { -1 };
             State::encode_with_text(SANLK_STATE_CLIENT, pid as u32, 0, name, &text, &mut out);
@@ -894,6 +947,24 @@ fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
         }
     }
     conn.send(&out);
+}
+
+/// The name sanlock gives an unregistered connection in STATUS, from its last command.
+fn conn_owner_name(cmd: u32) -> String {
+    match cmd {
+        SM_CMD_SHUTDOWN => "shutdown".into(),
+        SM_CMD_STATUS => "status".into(),
+        SM_CMD_HOST_STATUS => "host_status".into(),
+        SM_CMD_RENEWAL => "renewal".into(),
+        SM_CMD_LOG_DUMP => "log_dump".into(),
+        SM_CMD_GET_LOCKSPACES => "get_lockspaces".into(),
+        SM_CMD_GET_HOSTS => "get_hosts".into(),
+        SM_CMD_REG_EVENT => "reg_event".into(),
+        SM_CMD_END_EVENT => "end_event".into(),
+        SM_CMD_SET_CONFIG => "set_config".into(),
+        0 => "client".into(),
+        n => format!("cmd{n}"),
+    }
 }
 
 fn host_status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {

@@ -221,3 +221,40 @@ fn python_client_on_loop_device() {
     assert_eq!(out.lines().collect::<Vec<_>>(), vec!["2", "ok"], "{out}");
     drop(d);
 }
+
+#[test]
+fn lvb_and_requested_version() {
+    let (s, disk) = setup("lvb");
+    let d = LockdDaemon::start(&s, "hostA", &[]);
+    let out = d.python(&format!(
+        "{}\
+fd = sanlock.register()
+sanlock.acquire(b'ls1', b'res1', [(D, {RES_OFF})], slkfd=fd, lvb=True)
+sanlock.set_lvb(b'ls1', b'res1', [(D, {RES_OFF})], b'hello lvb')
+print(sanlock.get_lvb(b'ls1', b'res1', [(D, {RES_OFF})], 9))
+sanlock.release(b'ls1', b'res1', [(D, {RES_OFF})], slkfd=fd)
+sanlock.acquire(b'ls1', b'res1', [(D, {RES_OFF})], slkfd=fd, lvb=True)
+print(sanlock.get_lvb(b'ls1', b'res1', [(D, {RES_OFF})], 9))
+v = sanlock.inquire(slkfd=fd)[0]['version']
+sanlock.release(b'ls1', b'res1', [(D, {RES_OFF})], slkfd=fd)
+try:
+    sanlock.acquire(b'ls1', b'res1', [(D, {RES_OFF})], slkfd=fd, version=v + 5)
+    print('acquired')
+except sanlock.SanlockException as e:
+    print('errno', e.errno)
+sanlock.acquire(b'ls1', b'res1', [(D, {RES_OFF})], slkfd=fd, version=v)
+print('version ok', sanlock.inquire(slkfd=fd)[0]['version'] == v + 1)
+",
+        join_script(&disk)
+    ));
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        vec![
+            "b'hello lvb'",
+            "b'hello lvb'",
+            "errno -240",
+            "version ok True"
+        ],
+        "{out}"
+    );
+}
