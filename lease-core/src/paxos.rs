@@ -665,6 +665,7 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
     opts: &AcquireOptions,
     our_mode: ModeBlock,
     shared_acquire: bool,
+    slot_out: &mut Option<PaxosDblock>,
 ) -> Result<Committed, AcquireFail> {
     let host_id = host.lockspace.host_id;
     let gen = host.generation;
@@ -760,6 +761,7 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                 &mut slot,
             )
             .await;
+            *slot_out = Some(slot.last);
             match r {
                 Ok(b) => break b,
                 Err(BallotError::Abort) => {
@@ -985,7 +987,19 @@ pub async fn acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
     let shared = opts.mode == Mode::Shared;
     let mut retries = 0;
     let c = loop {
-        match paxos_acquire(disk, clock, host, res, opts, ModeBlock::default(), shared).await {
+        let mut slot = None;
+        match paxos_acquire(
+            disk,
+            clock,
+            host,
+            res,
+            opts,
+            ModeBlock::default(),
+            shared,
+            &mut slot,
+        )
+        .await
+        {
             Ok(c) => break c,
             Err(f) => {
                 let short = f.leader.is_some_and(|l| l.flags & LFL_SHORT_HOLD != 0);
@@ -1182,9 +1196,25 @@ pub async fn convert<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                 owner_nowait,
                 ..AcquireOptions::default()
             };
-            let c = paxos_acquire(disk, clock, host, &token.resource, &opts, our_sh, false)
-                .await
-                .map_err(|f| f.err)?;
+            let mut slot = None;
+            let r = paxos_acquire(
+                disk,
+                clock,
+                host,
+                &token.resource,
+                &opts,
+                our_sh,
+                false,
+                &mut slot,
+            )
+            .await;
+            // Our slot now holds the ballot's dblock: any later write of our slot (the
+            // shared release) must keep it, or an accepted value could be forgotten.
+            if let Some(d) = slot {
+                token.dblock = d;
+            }
+            let c = r.map_err(|f| f.err)?;
+            token.dblock = c.dblock;
             let live = clear_dead_shared(disk, clock, host, &token.resource, g, &c.shared).await;
             let live = match live {
                 Ok(n) => n,
