@@ -771,6 +771,14 @@ pub fn run(cfg: Config, ready: impl FnOnce()) -> Result<Exit, DaemonError> {
     let _ = std::fs::remove_file(cfg.socket_path());
     let mut st = shared.lock();
     let armed = st.clients.values().filter(|c| c.expire != 0).count();
+    if armed == 0 && st.test_loop_enable && st.dev.is_none() {
+        // Closed unclean by an earlier failure but nothing is armed any more:
+        // reopen so the exit can disarm the timer with the magic close.
+        st.reopen();
+        if st.dev.is_some() {
+            st.resetting = false;
+        }
+    }
     if armed == 0 && !st.resetting {
         st.close_magic();
         marker.remove();

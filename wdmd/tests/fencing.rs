@@ -516,3 +516,37 @@ fn state_has(p: &Path, ev: &str) -> bool {
         .map(|v| v.iter().any(|e| e.event == ev))
         .unwrap_or(false)
 }
+
+/// A client fails (device closed unclean), then disarms: the failure is over,
+/// so a SIGTERM reopens the device and magic-closes it; nothing fires.
+#[test]
+fn disarm_after_failure_then_sigterm_is_clean() {
+    let w = 3;
+    let mut bed = Bed::new();
+    bed.start_wdmd(60);
+    let mut c = bed.client();
+    assert_eq!(
+        c.open_watchdog(w, Duration::from_secs(5)).unwrap(),
+        OpenWatchdog::Granted(w)
+    );
+    c.register("lockd_ls6:1").unwrap();
+    c.refcount_set().unwrap();
+    let now = monotime();
+    c.test_live(now.saturating_sub(10), now).unwrap();
+    wait_for("unclean close", Duration::from_secs(5), || {
+        bed.event("unclean-close").is_some()
+    });
+    c.test_live(0, 0).unwrap();
+    c.refcount_clear().unwrap();
+    c.status().unwrap();
+    bed.signal_wdmd("TERM");
+    let st = wait_exit(bed.wdmd.as_mut().unwrap(), Duration::from_secs(5)).expect("wdmd exits");
+    assert!(st.success(), "{st:?}\n{}", bed.wdmd_log());
+    wait_for("magic close", Duration::from_secs(2), || {
+        bed.event("magic-close").is_some()
+    });
+    assert_eq!(bed.events().iter().filter(|e| e.event == "open").count(), 2);
+    std::thread::sleep(Duration::from_secs(u64::from(w) + 1));
+    assert!(bed.event("fire").is_none(), "{:#?}", bed.events());
+    assert!(bed.victim_alive());
+}
