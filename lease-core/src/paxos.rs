@@ -205,6 +205,8 @@ struct Area {
     max_mbal: u64,
     /// Our own slot's dblock as read.
     own: PaxosDblock,
+    /// Largest lver in any valid dblock.
+    max_lver: u64,
 }
 
 fn expect<'a>(res: &'a ResourceParams) -> LeaderExpect<'a> {
@@ -289,6 +291,7 @@ async fn read_area<D: Disk>(
         let sector = g.sector_bytes() as usize;
         let mut max_mbal = 0;
         let mut own = PaxosDblock::default();
+        let mut max_lver = 0;
         for q in 0..leader.num_hosts as usize {
             let at = (2 + q) * sector;
             if at + sector > buf.len() {
@@ -297,6 +300,7 @@ async fn read_area<D: Disk>(
             let (d, _) = decode_dblock_sector(&buf[at..at + sector])?;
             d.verify()?;
             max_mbal = max_mbal.max(d.mbal);
+            max_lver = max_lver.max(d.lver);
             if q as u64 + 1 == host_id {
                 own = d;
             }
@@ -306,6 +310,7 @@ async fn read_area<D: Disk>(
             geometry: g,
             max_mbal,
             own,
+            max_lver,
         });
     }
     Err(FormatError::SectorSize {
@@ -691,14 +696,21 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             }
         }
         let ours = cur.owner_id == host_id && cur.owner_generation <= gen;
-        if cur.timestamp != 0 && !ours {
+        // A dblock two or more versions ahead of the leader proves that the leader fell
+        // behind: a commit written for an older version landed after newer ones (a race
+        // sanlock's leader cache has with slow writes). Someone saw the leader at
+        // `max_lver - 1`, so every version before that has ended; run the newest
+        // instance again, which adopts its decision if one was made, and so repair
+        // the leader instead of trusting the stale owner in it.
+        let stale = area.max_lver >= cur.lver + 2;
+        if cur.timestamp != 0 && !ours && !stale {
             match wait_for_owner(disk, clock, host, res, g, &cur, opts).await? {
                 OwnerVerdict::Run => {}
                 OwnerVerdict::Restart => continue 'restart,
             }
         }
         // Step C.
-        let next_lver = cur.lver + 1;
+        let next_lver = if stale { area.max_lver } else { cur.lver + 1 };
         let mut our_mbal = if area.max_mbal == 0 {
             host_id
         } else {
