@@ -22,6 +22,13 @@ pub mod paxos;
 pub mod sim;
 pub mod timeouts;
 
+#[cfg(test)]
+mod tests_delta;
+#[cfg(test)]
+mod tests_paxos;
+#[cfg(test)]
+mod testutil;
+
 pub use delta::{DeltaState, LockspaceParams, RenewInput};
 pub use error::{IoOp, LeaseError};
 pub use io::{Clock, Disk, IoError};

@@ -662,6 +662,7 @@ async fn retract<D: Disk, C: Clock>(
 }
 
 /// sanlock `paxos_lease_acquire`: steps A–E, returning the committed leader.
+#[allow(clippy::too_many_arguments)]
 async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
     disk: &D,
     clock: &C,

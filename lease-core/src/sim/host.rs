@@ -248,7 +248,7 @@ async fn one_cycle(ctx: &Rc<HostCtx>, r: usize) {
     for _ in 0..3 {
         match paxos::release(&ctx.disk, &ctx.clock, &token).await {
             Ok(()) => break,
-            Err(e) if matches!(e, crate::LeaseError::Io { .. }) => {
+            Err(crate::LeaseError::Io { .. }) => {
                 ctx.clock.sleep_ms(ctx.io() * 1000).await;
             }
             Err(_) => break,

@@ -1,0 +1,188 @@
+//! Branch tests of the delta-lease algorithm over an instant in-memory disk.
+
+use disk_format::{DeltaSector, LeaderRecord, Name};
+
+use crate::delta::{self, AcquirePath, RenewInput};
+use crate::error::LeaseError;
+use crate::exec::block_on;
+use crate::io::Clock;
+use crate::testutil::{ls_params, MemDisk, TestClock};
+
+fn record(d: &MemDisk, host_id: u64) -> LeaderRecord {
+    LeaderRecord::decode(&d.get((host_id - 1) * 512, 512)).unwrap()
+}
+
+#[test]
+fn fresh_acquire_short_delay_then_release_and_no_delay() {
+    let d = MemDisk::formatted();
+    let c = TestClock::at_s(100);
+    let p = ls_params(1, "hostA");
+    let st = block_on(delta::acquire(&d, &c, &p)).unwrap();
+    assert_eq!(st.path, AcquirePath::ShortDelay);
+    // 2D of the previous owner's io_timeout (1 s in the formatted record).
+    assert_eq!(c.slept_ms.get(), 2000);
+    let r = record(&d, 1);
+    assert_eq!(r.owner_id, 1);
+    assert_eq!(r.owner_generation, 1);
+    assert_eq!(r.timestamp, 100);
+    assert_eq!(r.resource_name, Name::new("hostA").unwrap());
+    assert_eq!(r, st.leader);
+    assert!(block_on(delta::release(&d, &p, &st)).unwrap());
+    assert_eq!(record(&d, 1).timestamp, 0);
+    // Our own cleanly released lease with a stable name: no delay at all.
+    let st2 = block_on(delta::acquire(&d, &c, &p)).unwrap();
+    assert_eq!(st2.path, AcquirePath::NoDelay);
+    assert_eq!(c.slept_ms.get(), 2000);
+    assert_eq!(st2.generation(), 2);
+    // The same without a stable name: the short delay again.
+    block_on(delta::release(&d, &p, &st2)).unwrap();
+    let mut p2 = p.clone();
+    p2.stable_host_name = false;
+    let st3 = block_on(delta::acquire(&d, &c, &p2)).unwrap();
+    assert_eq!(st3.path, AcquirePath::ShortDelay);
+    assert_eq!(st3.generation(), 3);
+}
+
+#[test]
+fn held_by_other_name_waits_host_dead_then_takes_it() {
+    let d = MemDisk::formatted();
+    let c = TestClock::at_s(100);
+    block_on(delta::acquire(&d, &c, &ls_params(1, "old"))).unwrap();
+    let before = c.slept_ms.get();
+    let st = block_on(delta::acquire(&d, &c, &ls_params(1, "new"))).unwrap();
+    assert_eq!(st.path, AcquirePath::LongDelay);
+    // max(8D + W, 8D) = 8 + 10 with D = 1, then the 2D verify wait.
+    assert_eq!(c.slept_ms.get() - before, 18_000 + 2_000);
+    assert_eq!(st.generation(), 2);
+}
+
+#[test]
+fn held_by_live_owner_is_busy() {
+    let d = MemDisk::formatted();
+    let c = TestClock::at_s(100);
+    let old = block_on(delta::acquire(&d, &c, &ls_params(1, "old"))).unwrap();
+    // The owner renews while we wait: the record changes after our first read.
+    let mut renewed = old.leader;
+    renewed.timestamp += 20;
+    renewed.seal();
+    let mut sector = vec![0u8; 512];
+    DeltaSector::from_leader(renewed).encode_into(&mut sector);
+    d.inject_after(1, 0, sector);
+    let err = block_on(delta::acquire(&d, &c, &ls_params(1, "new"))).unwrap_err();
+    assert_eq!(err, LeaseError::HostIdBusy);
+    assert_eq!(err.sanlk_code(), -262);
+}
+
+#[test]
+fn competitor_during_verify_is_busy() {
+    let d = MemDisk::formatted();
+    let c = TestClock::at_s(100);
+    let mut theirs = record(&d, 1);
+    theirs.owner_id = 1;
+    theirs.owner_generation = 1;
+    theirs.timestamp = 7;
+    theirs.resource_name = Name::new("other").unwrap();
+    theirs.seal();
+    let mut sector = vec![0u8; 512];
+    DeltaSector::from_leader(theirs).encode_into(&mut sector);
+    // Read (op 1), our write (op 2), then the other host's write lands.
+    d.inject_after(2, 0, sector);
+    let err = block_on(delta::acquire(&d, &c, &ls_params(1, "hostA"))).unwrap_err();
+    assert_eq!(err, LeaseError::HostIdBusy);
+}
+
+#[test]
+fn renew_writes_timestamp_event_bitmap_and_sees_others() {
+    let d = MemDisk::formatted();
+    let c = TestClock::at_s(100);
+    let pa = ls_params(1, "hostA");
+    let pb = ls_params(2, "hostB");
+    let mut a = block_on(delta::acquire(&d, &c, &pa)).unwrap();
+    block_on(delta::acquire(&d, &c, &pb)).unwrap();
+    c.now_ms.set(c.now_ms.get() + 5_000);
+    let mut input = RenewInput::default();
+    input.event.target_generation = 7;
+    input.event.event = 0x55;
+    input.event.data = 0x66;
+    input.bitmap[0] = 0x02;
+    let snap = block_on(delta::renew(&d, &c, &pa, &mut a, &input)).unwrap();
+    let r = record(&d, 1);
+    assert_eq!(r.timestamp, c.now_s());
+    assert_eq!(
+        (r.write_id, r.write_generation, r.write_timestamp),
+        (7, 0x55, 0x66)
+    );
+    assert_eq!(d.get(256, 1), vec![0x02]);
+    assert_eq!(snap.sectors.len(), 8);
+    let b = snap.sectors[1].unwrap();
+    assert_eq!(b.leader.owner_id, 2);
+    assert!(
+        snap.sectors[2].is_some(),
+        "free sectors of the lockspace decode"
+    );
+    assert!(a.last_renewal_ok);
+}
+
+#[test]
+fn renew_detects_owner_change_and_diff() {
+    let d = MemDisk::formatted();
+    let c = TestClock::at_s(100);
+    let p = ls_params(1, "hostA");
+    let mut st = block_on(delta::acquire(&d, &c, &p)).unwrap();
+    // Same owner, same generation, other timestamp: RENEW_DIFF.
+    let mut changed = st.leader;
+    changed.timestamp += 1;
+    changed.seal();
+    let mut sector = vec![0u8; 512];
+    DeltaSector::from_leader(changed).encode_into(&mut sector);
+    d.put(0, &sector);
+    let e = block_on(delta::renew(&d, &c, &p, &mut st, &RenewInput::default())).unwrap_err();
+    assert_eq!(e, LeaseError::RenewDiff);
+    assert!(e.is_corrupt());
+    // Another host name took it: RENEW_OWNER.
+    changed.resource_name = Name::new("thief").unwrap();
+    changed.owner_generation += 1;
+    changed.seal();
+    DeltaSector::from_leader(changed).encode_into(&mut sector);
+    d.put(0, &sector);
+    let e = block_on(delta::renew(&d, &c, &p, &mut st, &RenewInput::default())).unwrap_err();
+    assert_eq!(e.sanlk_code(), -260);
+    // A corrupted record: checksum error.
+    let mut raw = d.get(0, 512);
+    raw[160] ^= 1;
+    d.put(0, &raw);
+    let e = block_on(delta::renew(&d, &c, &p, &mut st, &RenewInput::default())).unwrap_err();
+    assert_eq!(e.sanlk_code(), -229);
+    assert!(c.now_ms() > 0);
+}
+
+#[test]
+fn failed_renewal_skips_release_and_bad_host_id_is_rejected() {
+    let d = MemDisk::formatted();
+    let c = TestClock::at_s(100);
+    let p = ls_params(1, "hostA");
+    let mut st = block_on(delta::acquire(&d, &c, &p)).unwrap();
+    d.fail_writes_at.borrow_mut().push(0);
+    let e = block_on(delta::renew(&d, &c, &p, &mut st, &RenewInput::default())).unwrap_err();
+    assert_eq!(e.sanlk_code(), -221);
+    assert!(!st.last_renewal_ok);
+    assert!(!block_on(delta::release(&d, &p, &st)).unwrap());
+    assert_ne!(record(&d, 1).timestamp, 0);
+    let e = block_on(delta::acquire(&d, &c, &ls_params(2001, "x"))).unwrap_err();
+    assert_eq!(e.sanlk_code(), -231);
+}
+
+#[test]
+fn geometry_is_read_from_the_first_record() {
+    let d = MemDisk::formatted();
+    let (g, l) = block_on(delta::read_lockspace_geometry(&d, 0, 1)).unwrap();
+    assert_eq!(g, disk_format::Geometry::ALL[0]);
+    assert_eq!(l.space_name, Name::new("ls").unwrap());
+    let e = block_on(delta::read_lockspace_geometry(
+        &d,
+        crate::testutil::RES_OFFSET,
+        1,
+    ))
+    .unwrap_err();
+    assert_eq!(e.sanlk_code(), -223);
+}
