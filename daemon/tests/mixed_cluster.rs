@@ -209,6 +209,12 @@ fn sanlock_and_lockd_share_a_lockspace() {
 /// host_dead_seconds with io_timeout 1 and sanlock's fixed watchdog fire timeout 60.
 const HOST_DEAD_S: f64 = 8.0 + 60.0;
 
+/// When a dead host's lease may be taken, in seconds after the kill: not before
+/// host_dead minus the up-to-2·io_timeout since its last renewal (and 1 s of rounding),
+/// not after host_dead + 2·io_timeout + 1 s (plus 2 s for the test's 1 s retry loop).
+const TAKEOVER_WINDOW_S: std::ops::RangeInclusive<f64> =
+    (HOST_DEAD_S - 2.0 - 1.0)..=(HOST_DEAD_S + 2.0 + 1.0 + 2.0);
+
 /// Acquires r1 through `run_dir`'s daemon the way lvmlockd does: retry while the result
 /// is IDLIVE (-243: the owner looked alive at its last check), at most 120 s. Returns the
 /// final outcome and the seconds since the call.
@@ -267,7 +273,7 @@ fn dead_host_lease_is_taken_after_host_dead_seconds() {
     eprintln!("lockd took the dead sanlock host's lease after {secs:.1} s");
     assert_eq!(outcome, "ok", "lockd could not take the dead host's lease");
     assert!(
-        secs >= HOST_DEAD_S - 2.0 - 1.0 && secs <= HOST_DEAD_S + 2.0 + 1.0 + 2.0,
+        TAKEOVER_WINDOW_S.contains(&secs),
         "lockd took the lease after {secs:.1} s (host_dead {HOST_DEAD_S} s)"
     );
     drop(sl);
@@ -304,7 +310,7 @@ fn dead_host_lease_is_taken_after_host_dead_seconds() {
         "sanlock could not take the dead lockd host's lease"
     );
     assert!(
-        secs >= HOST_DEAD_S - 2.0 - 1.0 && secs <= HOST_DEAD_S + 2.0 + 1.0 + 2.0,
+        TAKEOVER_WINDOW_S.contains(&secs),
         "sanlock took the lease after {secs:.1} s (host_dead {HOST_DEAD_S} s)"
     );
     lk.stop();
