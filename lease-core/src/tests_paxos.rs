@@ -1,1 +1,483 @@
+//! Branch tests of disk Paxos over an instant in-memory disk: free lease, held by a live
+//! host, held by a dead host, OWNER_NOWAIT, ballot collisions, lver mismatch, shared
+//! holders live and dead, SHORT_HOLD retries, converts, release rules, request/examine
+//! and the LVB.
 
+use std::cell::RefCell;
+
+use disk_format::area::{dblock_sector, LVB_SECTOR};
+use disk_format::dblock::{decode_dblock_sector, encode_dblock_sector, MBLOCK_SHARED};
+use disk_format::leader::LFL_SHORT_HOLD;
+use disk_format::request::REQ_FORCE;
+use disk_format::{Geometry, LeaderRecord, ModeBlock, PaxosDblock};
+
+use crate::delta::{self, DeltaState, LockspaceParams, RenewInput};
+use crate::error::LeaseError;
+use crate::exec::block_on;
+use crate::io::Clock;
+use crate::monitor::{HostMonitor, HostObserver};
+use crate::paxos::{
+    self, AcquireOptions, HostContext, Mode, PlantedBug, RequestLver, ResourceParams,
+};
+use crate::testutil::{ls_params, res_params, MemDisk, TestClock, RES_OFFSET};
+
+/// One simulated host: its lockspace membership and monitor.
+struct Host {
+    p: LockspaceParams,
+    st: DeltaState,
+    mon: RefCell<HostMonitor>,
+}
+
+impl Host {
+    fn join(d: &MemDisk, c: &TestClock, id: u64) -> Host {
+        let p = ls_params(id, &format!("host{id}"));
+        let st = block_on(delta::acquire(d, c, &p)).unwrap();
+        Host {
+            mon: RefCell::new(HostMonitor::new(id, p.watchdog_fire)),
+            p,
+            st,
+        }
+    }
+
+    /// Renews and feeds the monitor, as the lockspace thread does.
+    fn renew(&mut self, d: &MemDisk, c: &TestClock) {
+        let snap = block_on(delta::renew(
+            d,
+            c,
+            &self.p,
+            &mut self.st,
+            &RenewInput::default(),
+        ))
+        .unwrap();
+        self.mon.borrow_mut().observe(snap.read_at_s, &snap.sectors);
+    }
+
+    fn ctx<'a>(&'a self, d: &'a MemDisk) -> HostContext<'a, MemDisk, RefCell<HostMonitor>> {
+        HostContext {
+            lockspace_disk: d,
+            lockspace: &self.p,
+            generation: self.st.generation(),
+            observer: &self.mon,
+        }
+    }
+
+    fn acquire(
+        &self,
+        d: &MemDisk,
+        c: &TestClock,
+        opts: &AcquireOptions,
+    ) -> Result<paxos::Token, LeaseError> {
+        block_on(paxos::acquire(d, c, &self.ctx(d), &res_params(), opts))
+    }
+}
+
+fn ex() -> AcquireOptions {
+    AcquireOptions::default()
+}
+
+fn sh() -> AcquireOptions {
+    AcquireOptions {
+        mode: Mode::Shared,
+        ..AcquireOptions::default()
+    }
+}
+
+fn leader(d: &MemDisk) -> LeaderRecord {
+    LeaderRecord::decode(&d.get(RES_OFFSET, 512)).unwrap()
+}
+
+fn slot(d: &MemDisk, host_id: u64) -> (PaxosDblock, ModeBlock) {
+    decode_dblock_sector(&d.get(RES_OFFSET + dblock_sector(host_id) * 512, 512)).unwrap()
+}
+
+fn advance(c: &TestClock, s: u64) {
+    c.now_ms.set(c.now_ms.get() + s * 1000);
+}
+
+/// Host A (1) and B (2) in the lockspace, each having watched the other renew once.
+fn two_hosts() -> (MemDisk, TestClock, Host, Host) {
+    let d = MemDisk::formatted();
+    let c = TestClock::at_s(1000);
+    let mut a = Host::join(&d, &c, 1);
+    let mut b = Host::join(&d, &c, 2);
+    for _ in 0..2 {
+        advance(&c, 2);
+        a.renew(&d, &c);
+        b.renew(&d, &c);
+    }
+    (d, c, a, b)
+}
+
+#[test]
+fn free_lease_acquire_and_release() {
+    let (d, c, a, _b) = two_hosts();
+    let t = a.acquire(&d, &c, &ex()).unwrap();
+    assert_eq!(t.lver(), 1);
+    let l = leader(&d);
+    assert_eq!((l.lver, l.owner_id, l.owner_generation), (1, 1, 1));
+    assert_eq!(l.write_id, 1);
+    assert_ne!(l.timestamp, 0);
+    assert_eq!(l.flags & LFL_SHORT_HOLD, 0);
+    let (db, _) = slot(&d, 1);
+    assert_eq!((db.mbal, db.bal, db.inp, db.lver), (1, 1, 1, 1));
+    block_on(paxos::release(&d, &c, &t)).unwrap();
+    let l = leader(&d);
+    assert_eq!(l.timestamp, 0);
+    assert_eq!(l.lver, 1);
+    assert!(slot(&d, 1).0.is_released());
+    // Acquiring again takes the next version, with mbal above the largest seen.
+    let t2 = a.acquire(&d, &c, &ex()).unwrap();
+    assert_eq!(t2.lver(), 2);
+    assert_eq!(t2.dblock.mbal, 2001);
+}
+
+#[test]
+fn held_by_live_host_is_idlive() {
+    let (d, c, mut a, mut b) = two_hosts();
+    b.acquire(&d, &c, &ex()).unwrap();
+    advance(&c, 2);
+    b.renew(&d, &c);
+    a.renew(&d, &c);
+    let e = a.acquire(&d, &c, &ex()).unwrap_err();
+    assert_eq!(
+        e,
+        LeaseError::IdLive {
+            owner_id: 2,
+            owner_generation: 1
+        }
+    );
+    assert_eq!(e.sanlk_code(), -243);
+    assert_eq!(leader(&d).owner_id, 2);
+}
+
+#[test]
+fn owner_nowait_before_liveness_is_known() {
+    let d = MemDisk::formatted();
+    let c = TestClock::at_s(1000);
+    let a = Host::join(&d, &c, 1);
+    let b = Host::join(&d, &c, 2);
+    b.acquire(&d, &c, &ex()).unwrap();
+    let opts = AcquireOptions {
+        owner_nowait: true,
+        ..ex()
+    };
+    let e = a.acquire(&d, &c, &opts).unwrap_err();
+    assert_eq!(e.sanlk_code(), -247);
+}
+
+#[test]
+fn held_by_dead_host_waits_host_dead_then_takes_it() {
+    let (d, c, mut a, b) = two_hosts();
+    b.acquire(&d, &c, &ex()).unwrap();
+    // B stops renewing; A keeps watching for a while.
+    for _ in 0..3 {
+        advance(&c, 2);
+        a.renew(&d, &c);
+    }
+    let last_live = a.mon.borrow().observation(2).unwrap().last_live_s;
+    let slept = c.slept_ms.get();
+    let t = a.acquire(&d, &c, &ex()).unwrap();
+    // host_dead = 8D + W = 18 s after the last change A saw.
+    assert!(c.now_s() - last_live > 18);
+    assert!(c.slept_ms.get() - slept >= 10_000, "it waited");
+    assert_eq!(t.lver(), 2);
+    assert_eq!(leader(&d).owner_id, 1);
+}
+
+#[test]
+fn planted_no_host_dead_wait_takes_a_live_looking_owner_early() {
+    let (d, c, mut a, b) = two_hosts();
+    b.acquire(&d, &c, &ex()).unwrap();
+    // B misses one renewal (a pause): A's monitor sees no change at its last check.
+    for _ in 0..2 {
+        advance(&c, 2);
+        a.renew(&d, &c);
+    }
+    let opts = AcquireOptions {
+        planted_bug: Some(PlantedBug::NoHostDeadWait),
+        ..ex()
+    };
+    let slept = c.slept_ms.get();
+    a.acquire(&d, &c, &opts).unwrap();
+    assert!(c.slept_ms.get() - slept <= 1_000);
+}
+
+#[test]
+fn owner_with_newer_generation_is_gone() {
+    let (d, c, a, b) = two_hosts();
+    b.acquire(&d, &c, &ex()).unwrap();
+    // B restarts: its host_id is re-acquired with generation 2.
+    block_on(delta::release(&d, &b.p, &b.st)).unwrap();
+    block_on(delta::acquire(&d, &c, &b.p)).unwrap();
+    let slept = c.slept_ms.get();
+    let t = a.acquire(&d, &c, &ex()).unwrap();
+    assert_eq!(t.lver(), 2);
+    assert_eq!(c.slept_ms.get(), slept);
+}
+
+#[test]
+fn ballot_collision_backs_off_with_a_larger_mbal() {
+    let (d, c, a, _b) = two_hosts();
+    // Host 2 writes phase 1 with mbal 2 right after our phase-1 write.
+    let mut theirs = PaxosDblock {
+        mbal: 2,
+        lver: 1,
+        ..Default::default()
+    };
+    theirs.seal();
+    let mut sector = vec![0u8; 512];
+    encode_dblock_sector(&theirs, &ModeBlock::default(), &mut sector);
+    d.inject_after(2, RES_OFFSET + dblock_sector(2) * 512, sector);
+    let t = a.acquire(&d, &c, &ex()).unwrap();
+    assert_eq!(t.dblock.mbal, 1 + 2000);
+    assert_eq!(t.lver(), 1);
+    assert_eq!(leader(&d).owner_id, 1);
+}
+
+#[test]
+fn ballot_collision_adopts_an_accepted_value() {
+    let (d, c, a, _b) = two_hosts();
+    // Host 2 has already accepted itself at a larger ballot.
+    let mut theirs = PaxosDblock {
+        mbal: 2,
+        bal: 2,
+        inp: 2,
+        inp2: 1,
+        inp3: 77,
+        lver: 1,
+        ..Default::default()
+    };
+    theirs.seal();
+    let mut sector = vec![0u8; 512];
+    encode_dblock_sector(&theirs, &ModeBlock::default(), &mut sector);
+    d.inject_after(2, RES_OFFSET + dblock_sector(2) * 512, sector);
+    let e = a.acquire(&d, &c, &ex()).unwrap_err();
+    assert_eq!(
+        e,
+        LeaseError::Other {
+            owner_id: 2,
+            owner_generation: 1
+        }
+    );
+    let l = leader(&d);
+    assert_eq!((l.lver, l.owner_id, l.timestamp, l.write_id), (1, 2, 77, 1));
+}
+
+#[test]
+fn planted_skip_phase2_commits_after_phase_one() {
+    let (d, c, a, _b) = two_hosts();
+    let opts = AcquireOptions {
+        planted_bug: Some(PlantedBug::SkipPhase2),
+        ..ex()
+    };
+    let ops = d.ops();
+    a.acquire(&d, &c, &opts).unwrap();
+    // read area, phase-1 write and read, commit: no phase 2.
+    assert_eq!(d.ops() - ops, 4);
+    assert_eq!(slot(&d, 1).0.bal, 0);
+}
+
+#[test]
+fn lver_mismatch() {
+    let (d, c, a, _b) = two_hosts();
+    let opts = AcquireOptions {
+        lver: Some(3),
+        ..ex()
+    };
+    let e = a.acquire(&d, &c, &opts).unwrap_err();
+    assert_eq!(
+        e,
+        LeaseError::AcquireLver {
+            on_disk: 0,
+            requested: 3
+        }
+    );
+    assert_eq!(e.sanlk_code(), -240);
+    let ok = AcquireOptions {
+        lver: Some(0),
+        ..ex()
+    };
+    let t = a.acquire(&d, &c, &ok).unwrap();
+    // The leader moving on under a holder makes its release fail.
+    let mut l = leader(&d);
+    l.lver = 9;
+    l.seal();
+    d.put(RES_OFFSET, &l.encode());
+    let e = block_on(paxos::release(&d, &c, &t)).unwrap_err();
+    assert_eq!(e, LeaseError::ReleaseLver);
+}
+
+#[test]
+fn shared_holders_live_block_exclusive_and_dead_ones_are_cleared() {
+    let (d, c, mut a, mut b) = two_hosts();
+    let ta = a.acquire(&d, &c, &sh()).unwrap();
+    assert_eq!(ta.mode, Mode::Shared);
+    assert_eq!(
+        leader(&d).timestamp,
+        0,
+        "the leader is released after a shared acquire"
+    );
+    let (db, mb) = slot(&d, 1);
+    assert!(db.is_released());
+    assert_eq!((mb.flags, mb.generation), (MBLOCK_SHARED, 1));
+    // A second shared holder is fine.
+    let tb = b.acquire(&d, &c, &sh()).unwrap();
+    let (_, owners) = block_on(paxos::read_owners(&d, &res_params())).unwrap();
+    assert_eq!(owners.len(), 2);
+    block_on(paxos::release(&d, &c, &tb)).unwrap();
+    // A is alive: B cannot have it exclusive.
+    advance(&c, 2);
+    a.renew(&d, &c);
+    b.renew(&d, &c);
+    let e = b.acquire(&d, &c, &ex()).unwrap_err();
+    assert_eq!(e, LeaseError::Again);
+    assert_eq!(e.sanlk_code(), -11);
+    assert!(slot(&d, 1).1.is_shared());
+    assert_eq!(leader(&d).timestamp, 0);
+    // A's host dies and restarts (new generation): its shared lease is gone.
+    block_on(delta::acquire(&d, &c, &ls_params(1, "host1-reborn"))).unwrap_or_else(|_| {
+        panic!("re-acquire of host 1");
+    });
+    let t = b.acquire(&d, &c, &ex()).unwrap();
+    assert_eq!(t.mode, Mode::Exclusive);
+    assert!(!slot(&d, 1).1.is_shared(), "dead holder's slot cleared");
+    drop(ta);
+}
+
+#[test]
+fn shared_acquire_retries_a_short_hold_then_gives_up() {
+    let (d, c, mut a, mut b) = two_hosts();
+    a.acquire(&d, &c, &ex()).unwrap();
+    let mut l = leader(&d);
+    l.flags |= LFL_SHORT_HOLD;
+    l.seal();
+    d.put(RES_OFFSET, &l.encode());
+    advance(&c, 2);
+    a.renew(&d, &c);
+    b.renew(&d, &c);
+    let opts = AcquireOptions {
+        sh_retries: 2,
+        ..sh()
+    };
+    let e = b.acquire(&d, &c, &opts).unwrap_err();
+    assert_eq!(e, LeaseError::ShRetry);
+    assert_eq!(e.sanlk_code(), -246);
+}
+
+#[test]
+fn convert_both_ways() {
+    let (d, c, a, _b) = two_hosts();
+    let mut t = a.acquire(&d, &c, &ex()).unwrap();
+    let e = block_on(paxos::convert(
+        &d,
+        &c,
+        &a.ctx(&d),
+        &mut t,
+        Mode::Exclusive,
+        false,
+    ));
+    assert_eq!(e.unwrap_err().sanlk_code(), -114);
+    block_on(paxos::convert(
+        &d,
+        &c,
+        &a.ctx(&d),
+        &mut t,
+        Mode::Shared,
+        false,
+    ))
+    .unwrap();
+    assert_eq!(t.mode, Mode::Shared);
+    assert_eq!(leader(&d).timestamp, 0);
+    assert!(slot(&d, 1).1.is_shared());
+    block_on(paxos::convert(
+        &d,
+        &c,
+        &a.ctx(&d),
+        &mut t,
+        Mode::Exclusive,
+        false,
+    ))
+    .unwrap();
+    assert_eq!(t.mode, Mode::Exclusive);
+    assert_eq!(t.lver(), 2);
+    assert!(!slot(&d, 1).1.is_shared());
+    let l = leader(&d);
+    assert_eq!((l.lver, l.owner_id), (2, 1));
+    assert_ne!(l.timestamp, 0);
+}
+
+#[test]
+fn release_leaves_a_leader_written_by_another_host() {
+    let (d, c, mut a, mut b) = two_hosts();
+    let t = a.acquire(&d, &c, &ex()).unwrap();
+    // Host 2 finished the same ballot and rewrote the leader with itself as writer.
+    let mut l = leader(&d);
+    l.write_id = 2;
+    l.seal();
+    d.put(RES_OFFSET, &l.encode());
+    block_on(paxos::release(&d, &c, &t)).unwrap();
+    assert_eq!(leader(&d), l, "leader untouched");
+    assert!(slot(&d, 1).0.is_released());
+    // B sees A alive, but A's dblock says RELEASED: B may run a ballot.
+    advance(&c, 2);
+    a.renew(&d, &c);
+    b.renew(&d, &c);
+    let tb = b.acquire(&d, &c, &ex()).unwrap();
+    assert_eq!(tb.lver(), 2);
+}
+
+#[test]
+fn request_and_examine() {
+    let (d, c, a, _b) = two_hosts();
+    let t = a.acquire(&d, &c, &ex()).unwrap();
+    let res = res_params();
+    assert_eq!(block_on(paxos::examine(&d, &t)).unwrap(), None);
+    let out = block_on(paxos::request(&d, &res, RequestLver::Next, REQ_FORCE)).unwrap();
+    assert_eq!(out.lver, 2);
+    assert_eq!(out.owner_id, Some(1));
+    assert_eq!(block_on(paxos::examine(&d, &t)).unwrap(), Some(REQ_FORCE));
+    let e = block_on(paxos::request(&d, &res, RequestLver::Exact(1), REQ_FORCE)).unwrap_err();
+    assert_eq!(e.sanlk_code(), -272);
+    block_on(paxos::request(&d, &res, RequestLver::Exact(5), REQ_FORCE)).unwrap();
+    let e = block_on(paxos::request(&d, &res, RequestLver::Exact(3), REQ_FORCE)).unwrap_err();
+    assert_eq!(e.sanlk_code(), -273);
+    block_on(paxos::request(&d, &res, RequestLver::Exact(0), 0)).unwrap();
+    assert_eq!(block_on(paxos::examine(&d, &t)).unwrap(), None);
+}
+
+#[test]
+fn lvb_round_trip_and_unsafe_geometry_refused() {
+    let (d, c, a, _b) = two_hosts();
+    let opts = AcquireOptions { lvb: true, ..ex() };
+    let mut t = a.acquire(&d, &c, &opts).unwrap();
+    assert_eq!(t.lvb().unwrap(), &[0u8; 512][..]);
+    assert_eq!(t.set_lvb(&[0u8; 513]).unwrap_err().sanlk_code(), -7);
+    t.set_lvb(b"hello").unwrap();
+    block_on(paxos::release(&d, &c, &t)).unwrap();
+    assert_eq!(d.get(RES_OFFSET + LVB_SECTOR * 512, 5), b"hello".to_vec());
+    let t2 = a.acquire(&d, &c, &opts).unwrap();
+    assert_eq!(&t2.lvb().unwrap()[..5], b"hello");
+    let four_k = ResourceParams {
+        geometry: Geometry::ALL[1],
+        ..res_params()
+    };
+    let ops = d.ops();
+    let e = block_on(paxos::acquire(&d, &c, &a.ctx(&d), &four_k, &opts)).unwrap_err();
+    assert_eq!(e, LeaseError::LvbUnsupported);
+    assert_eq!(d.ops(), ops, "refused before any I/O");
+}
+
+#[test]
+fn corrupt_dblock_and_wrong_names_fail() {
+    let (d, c, a, _b) = two_hosts();
+    let mut raw = d.get(RES_OFFSET + dblock_sector(3) * 512, 512);
+    raw[0] = 9;
+    d.put(RES_OFFSET + dblock_sector(3) * 512, &raw);
+    assert_eq!(a.acquire(&d, &c, &ex()).unwrap_err().sanlk_code(), -214);
+    let wrong = ResourceParams {
+        resource_name: disk_format::Name::new("other").unwrap(),
+        ..res_params()
+    };
+    let e = block_on(paxos::acquire(&d, &c, &a.ctx(&d), &wrong, &ex())).unwrap_err();
+    assert_eq!(e.sanlk_code(), -227);
+}

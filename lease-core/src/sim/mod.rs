@@ -448,3 +448,43 @@ impl Runner {
         w.schedule(next, Ev::WdTick(h, inc));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn short() -> SimConfig {
+        SimConfig {
+            duration_s: 200,
+            ..SimConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_seed_replays_exactly() {
+        let a = run_seed(7, &short());
+        let b = run_seed(7, &short());
+        assert_eq!(a.stats.events, b.stats.events);
+        assert_eq!(a.stats.acquisitions, b.stats.acquisitions);
+        assert_eq!(a.violations, b.violations);
+        assert!(a.stats.acquisitions > 0);
+        assert!(a.stats.faults > 0);
+    }
+
+    #[test]
+    fn clean_seeds_pass_and_planted_bugs_are_caught() {
+        for seed in 1..=10 {
+            let r = run_seed(seed, &short());
+            assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        }
+        for bug in ["skip-phase2", "no-host-dead-wait"] {
+            let cfg = SimConfig {
+                planted_bug: parse_planted_bug(bug),
+                ..short()
+            };
+            let caught = (1..=10).any(|seed| !run_seed(seed, &cfg).violations.is_empty());
+            assert!(caught, "{bug} was not caught");
+        }
+        assert_eq!(parse_planted_bug("nope"), None);
+    }
+}
