@@ -251,10 +251,46 @@ pub fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
             }
             After::Keep
         }
-        SM_CMD_EXAMINE_LOCKSPACE
-        | SM_CMD_EXAMINE_RESOURCE
-        | SM_CMD_REQUEST
-        | SM_CMD_SET_EVENT
+        SM_CMD_REQUEST => {
+            let rv = match conn.recv_resource() {
+                Ok(Ok(res)) => request(d, &res, h),
+                Ok(Err(rv)) => {
+                    conn.drain(h, wire::RESOURCE_LEN);
+                    rv
+                }
+                Err(_) => ENOTCONN,
+            };
+            conn.reply(h, rv);
+            After::Keep
+        }
+        SM_CMD_EXAMINE_LOCKSPACE | SM_CMD_EXAMINE_RESOURCE => {
+            let len = if h.cmd == SM_CMD_EXAMINE_LOCKSPACE {
+                wire::LOCKSPACE_LEN
+            } else {
+                wire::RESOURCE_LEN
+            };
+            let rv = match conn.recv_payload(len) {
+                Ok(b) => {
+                    let ls = disk_format::Name::from_field(&b[..48]);
+                    if d.find_space(&ls).is_some() {
+                        let d2 = d.clone();
+                        let _ = std::thread::Builder::new()
+                            .name("lockd-examine".into())
+                            .spawn(move || crate::kill::examine_lockspace(&d2, &ls));
+                        0
+                    } else {
+                        -libc::ENOENT
+                    }
+                }
+                Err(_) => ENOTCONN,
+            };
+            if h.cmd == SM_CMD_EXAMINE_RESOURCE {
+                conn.drain(h, len);
+            }
+            conn.reply(h, rv);
+            After::Keep
+        }
+        SM_CMD_SET_EVENT
         | SM_CMD_FORMAT_RINDEX
         | SM_CMD_UPDATE_RINDEX
         | SM_CMD_LOOKUP_RINDEX
@@ -275,6 +311,31 @@ pub fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
             conn.drain(h, 0);
             After::Keep
         }
+    }
+}
+
+/// REQUEST: ask the holder of a lease to give it up (force mode in header.data).
+fn request(d: &Arc<Daemon>, r: &wire::Resource, h: &Header) -> i32 {
+    let space = d.find_space(&r.head.lockspace_name);
+    if space.as_ref().is_some_and(|s| s.is_dead()) {
+        return -libc::ENOSPC;
+    }
+    let span = info_span!("resource", ls = %r.head.lockspace_name, res = %r.head.name);
+    let _g = span.enter();
+    let force_mode = h.data;
+    let next = h.cmd_flags & SANLK_REQUEST_NEXT_LVER != 0;
+    match paxos::request(space.as_deref(), r, force_mode, next) {
+        Ok(owner) => {
+            info!(force_mode, owner = ?owner, "request written");
+            if r.head.lver == 0 && force_mode == 0 && !next {
+                return 0;
+            }
+            if let (Some(owner), Some(space)) = (owner, space) {
+                space.set_host_bit(owner);
+            }
+            0
+        }
+        Err(rv) => rv,
     }
 }
 

@@ -132,6 +132,53 @@ pub fn kill_holders(d: &Arc<Daemon>, space: &Space) {
     }
 }
 
+/// Reads the request record of every resource we hold in lockspace `ls` and acts on
+/// requests for a newer lver: FORCE → SIGKILL the holders (SIGTERM if SIGKILL is
+/// restricted); GRACEFUL → their killpath, else SIGTERM (SIGKILL if SIGTERM is restricted).
+pub fn examine_lockspace(d: &Arc<Daemon>, ls: &disk_format::Name) {
+    let held: Vec<_> = lock(&d.resources)
+        .values()
+        .filter(|r| r.ls.same_as(ls) && !r.busy)
+        .cloned()
+        .collect();
+    for lr in held {
+        let mode = crate::paxos::examine(&lr);
+        let Some(force_mode) = mode else { continue };
+        let span = tracing::info_span!("resource", ls = %lr.ls, res = %lr.name);
+        let _g = span.enter();
+        warn!(force_mode, "lease requested by another host");
+        let Some(helper) = d.helper.as_ref() else {
+            return;
+        };
+        let clients = lock(&d.clients);
+        for ci in &lr.holders {
+            let Some(c) = clients.slots.get(ci) else {
+                continue;
+            };
+            if c.pid <= 0 || c.pid_dead {
+                continue;
+            }
+            if force_mode == client_lib::proto::SANLK_REQ_FORCE {
+                let sig = if c.restricted & SANLK_RESTRICT_SIGKILL != 0 {
+                    libc::SIGTERM
+                } else {
+                    libc::SIGKILL
+                };
+                helper.kill(c.pid, sig);
+            } else if let Some(kp) = &c.killpath {
+                helper.run_path(&kp.path, &kp.args, c.pid, kp.with_pid);
+            } else {
+                let sig = if c.restricted & SANLK_RESTRICT_SIGTERM != 0 {
+                    libc::SIGKILL
+                } else {
+                    libc::SIGTERM
+                };
+                helper.kill(c.pid, sig);
+            }
+        }
+    }
+}
+
 /// The daemon's once-a-second loop: our-lease checks and kill escalation.
 pub fn monitor_loop(d: &Arc<Daemon>) {
     while !d.is_shutting_down() || !lock(&d.spaces).is_empty() {

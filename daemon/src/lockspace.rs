@@ -86,6 +86,10 @@ pub struct Space {
     pub monitor: Arc<Mutex<HostMonitor>>,
     pub disk: Mutex<Option<BlockingDisk>>,
     pub params: Mutex<Option<LockspaceParams>>,
+    /// Hosts whose bit we set in our delta-lease bitmap (REQUEST), until our time (s).
+    pub bitmap_until: Mutex<std::collections::HashMap<u64, u64>>,
+    /// When we last examined our resources because of a host's bitmap (per host).
+    pub last_examine: Mutex<std::collections::HashMap<u64, u64>>,
 }
 
 impl Space {
@@ -248,6 +252,31 @@ fn new_space(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> Space {
         ))),
         disk: Mutex::new(None),
         params: Mutex::new(None),
+        bitmap_until: Mutex::new(std::collections::HashMap::new()),
+        last_examine: Mutex::new(std::collections::HashMap::new()),
+    }
+}
+
+impl Space {
+    /// Sets `host_id`'s bit in our bitmap for set_bitmap_seconds (REQUEST), so that host
+    /// examines its leases at its next look at our delta lease.
+    pub fn set_host_bit(&self, host_id: u64) {
+        let until = sys::monotime() + timeouts::set_bitmap_seconds(u64::from(self.io_timeout));
+        lock(&self.bitmap_until).insert(host_id, until);
+    }
+
+    fn renew_input(&self) -> RenewInput {
+        let now = sys::monotime();
+        let mut input = RenewInput::default();
+        let mut bits = lock(&self.bitmap_until);
+        bits.retain(|_, until| *until >= now);
+        for &host_id in bits.keys() {
+            if (1..=2048).contains(&host_id) {
+                let i = (host_id - 1) as usize;
+                input.bitmap[i / 8] |= 1 << (i % 8);
+            }
+        }
+        input
     }
 }
 
@@ -635,17 +664,13 @@ fn renew_loop(
         }
         let t0 = sys::monotime_ms();
         lock(&space.st).renewal_last_attempt = t0 / 1000;
-        let result = block_on(delta::renew(
-            disk,
-            clock,
-            params,
-            state,
-            &RenewInput::default(),
-        ));
+        let input = space.renew_input();
+        let result = block_on(delta::renew(disk, clock, params, state, &input));
         let t1 = sys::monotime_ms();
         match result {
             Ok(snap) => {
-                lock(&space.monitor).observe(snap.read_at_s, &snap.sectors);
+                let notes = lock(&space.monitor).observe(snap.read_at_s, &snap.sectors);
+                request_examine(d, space, &notes);
                 let mut st = lock(&space.st);
                 st.last_success_s = state.last_success_ms / 1000;
                 st.last_renewal_ok = true;
@@ -676,6 +701,31 @@ fn renew_loop(
                 next_attempt_ms = sys::monotime_ms() + 500;
             }
         }
+    }
+}
+
+/// Another host set our bit: examine our leases in this lockspace (at most once per
+/// set_bitmap_seconds per requesting host), on a separate thread so renewals go on.
+fn request_examine(d: &Arc<Daemon>, space: &Space, notes: &[lease_core::Notification]) {
+    let now = sys::monotime();
+    let period = timeouts::set_bitmap_seconds(u64::from(space.io_timeout));
+    let mut due = false;
+    {
+        let mut last = lock(&space.last_examine);
+        for n in notes {
+            let prev = last.get(&n.from_host_id).copied();
+            if prev.is_none_or(|t| now >= t + period) {
+                last.insert(n.from_host_id, now);
+                due = true;
+            }
+        }
+    }
+    if due {
+        let d2 = d.clone();
+        let name = space.name;
+        let _ = std::thread::Builder::new()
+            .name("lockd-examine".into())
+            .spawn(move || crate::kill::examine_lockspace(&d2, &name));
     }
 }
 

@@ -169,3 +169,51 @@ pub fn convert(
         Err(e) => Err(e.sanlk_code()),
     }
 }
+
+/// Reads a held resource's request record: `Some(force_mode)` when another host asks for a
+/// newer lver with a non-zero force mode.
+pub fn examine(lr: &LocalRes) -> Option<u32> {
+    let token = lr.held.token.as_ref()?;
+    let disk = open(&lr.disks[0].path.to_text()).ok()?;
+    match block_on(paxos::examine(&disk, token)) {
+        Ok(m) => m,
+        Err(e) => {
+            warn!(error = %e, "examine failed");
+            None
+        }
+    }
+}
+
+/// REQUEST: writes the request record and returns the owner to notify (if any).
+pub fn request(
+    space: Option<&Space>,
+    r: &wire::Resource,
+    force_mode: u32,
+    next_lver: bool,
+) -> Result<Option<u64>, i32> {
+    if r.disks.len() != 1 {
+        return Err(-libc::EOPNOTSUPP);
+    }
+    let geometry = match space.and_then(Space::geometry) {
+        Some(g) => g,
+        None => disk_format::Geometry::default_for(disk_format::SectorSize::B512),
+    };
+    let disk = open(&r.disks[0].path.to_text())?;
+    let res = ResourceParams {
+        space_name: r.head.lockspace_name,
+        resource_name: r.head.name,
+        disk_offset: r.disks[0].offset,
+        geometry,
+        io_timeout: space.map_or(10, |s| s.io_timeout as u16),
+        num_hosts_hint: 0,
+    };
+    let lver = if next_lver {
+        paxos::RequestLver::Next
+    } else {
+        paxos::RequestLver::Exact(r.head.lver)
+    };
+    match block_on(paxos::request(&disk, &res, lver, force_mode)) {
+        Ok(out) => Ok(out.owner_id),
+        Err(e) => Err(e.sanlk_code()),
+    }
+}

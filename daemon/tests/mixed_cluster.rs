@@ -317,3 +317,90 @@ fn dead_host_lease_is_taken_after_host_dead_seconds() {
     drop(sl);
     drop(lo);
 }
+
+/// Starts a holder of r1 through `run_dir`'s daemon; returns it once it holds the lease.
+fn start_holder(run_dir: &std::path::Path, dev: &str) -> std::process::Child {
+    let mut c = Command::new(PYTHON)
+        .args([
+            "-u",
+            "-c",
+            &format!(
+                "import sanlock, time\nD=b'{dev}'\nfd = sanlock.register()\n\
+                 sanlock.acquire(b'ls', b'r1', [(D, {RES_OFF})], slkfd=fd)\nprint('held')\ntime.sleep(600)\n"
+            ),
+        ])
+        .env("SANLOCK_RUN_DIR", run_dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("holder");
+    let mut out = std::io::BufReader::new(c.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).expect("read");
+    assert_eq!(line.trim(), "held");
+    c
+}
+
+fn request_force(run_dir: &std::path::Path, dev: &str) {
+    let out = run(Command::new(PYTHON)
+        .args([
+            "-c",
+            &format!(
+                "import sanlock\nsanlock.request(b'ls', b'r1', [(b'{dev}', {RES_OFF})], action=sanlock.REQ_FORCE)"
+            ),
+        ])
+        .env("SANLOCK_RUN_DIR", run_dir));
+    assert!(out.status.success(), "request failed: {out:?}");
+}
+
+fn wait_killed(c: &mut std::process::Child, secs: u64) -> bool {
+    wait_for(secs, || matches!(c.try_wait(), Ok(Some(_))))
+}
+
+#[test]
+fn forced_requests_cross_between_sanlock_and_lockd() {
+    require_python_sanlock();
+    let s = Scratch::new("request");
+    let file = s.file("backing", 8);
+    let lo = Loop::attach(&file);
+    let dev = lo.dev.display().to_string();
+    init_lockspace("ls", &lo.dev, 0);
+    init_resource("ls", "r1", &lo.dev, RES_OFF);
+    let sl = SanlockDaemon::start(&s, "hostB");
+    let lk = LockdDaemon::start(&s, "hostA", &[]);
+    join_both(&sl, &lk, &dev);
+
+    // lockd's client holds r1; sanlock's side asks with REQ_FORCE: lockd sees its bit in
+    // sanlock's delta lease, reads the request record and SIGKILLs the holder.
+    let mut holder = start_holder(&lk.run_dir, &dev);
+    request_force(&sl.run_dir, &dev);
+    assert!(
+        wait_killed(&mut holder, 20),
+        "lockd did not kill its holder on a forced request; log:\n{}",
+        tail(&lk.log_text(), 30)
+    );
+    assert!(
+        wait_for(20, || sl.python(&acquire_script(&dev)).trim() == "ok"),
+        "sanlock could not take r1 after the forced request"
+    );
+
+    // And the other way: sanlock's holder, lockd's request.
+    let mut holder = start_holder(&sl.run_dir, &dev);
+    request_force(&lk.run_dir, &dev);
+    assert!(
+        wait_killed(&mut holder, 20),
+        "sanlock did not kill its holder on lockd's request"
+    );
+    assert!(
+        wait_for(20, || lk.python(&acquire_script(&dev)).trim() == "ok"),
+        "lockd could not take r1 after its forced request"
+    );
+    lk.python(&format!(
+        "import sanlock\nsanlock.rem_lockspace(b'ls', 2, b'{dev}', 0)"
+    ));
+    sl.python(&format!(
+        "import sanlock\nsanlock.rem_lockspace(b'ls', 1, b'{dev}', 0)"
+    ));
+    drop(lk);
+    drop(sl);
+    drop(lo);
+}
