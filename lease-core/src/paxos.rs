@@ -240,7 +240,11 @@ pub async fn read_leader<D: Disk>(
 }
 
 fn check_num_hosts(leader: &LeaderRecord, host_id: u64) -> Result<(), LeaseError> {
-    if leader.num_hosts < host_id || leader.max_hosts == 0 || leader.num_hosts > leader.max_hosts {
+    if leader.num_hosts < host_id
+        || leader.max_hosts == 0
+        || leader.max_hosts > 2000
+        || leader.num_hosts > leader.max_hosts
+    {
         return Err(FormatError::NumHosts {
             num_hosts: leader.num_hosts,
             host_id,
@@ -251,7 +255,7 @@ fn check_num_hosts(leader: &LeaderRecord, host_id: u64) -> Result<(), LeaseError
 }
 
 fn ballot_bytes(g: Geometry, num_hosts: u64) -> usize {
-    let sectors = ballot_read_sectors(num_hosts).min(g.sectors_per_area());
+    let sectors = ballot_read_sectors(num_hosts.min(g.max_hosts())).min(g.sectors_per_area());
     (sectors * g.sector_bytes()) as usize
 }
 
@@ -703,7 +707,7 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
         // `max_lver - 1`, so every version before that has ended; run the newest
         // instance again, which adopts its decision if one was made, and so repair
         // the leader instead of trusting the stale owner in it.
-        let stale = area.max_lver >= cur.lver + 2;
+        let stale = area.max_lver >= cur.lver.saturating_add(2);
         if cur.timestamp != 0 && !ours && !stale {
             match wait_for_owner(disk, clock, host, res, g, &cur, opts).await? {
                 OwnerVerdict::Run => {}
@@ -711,11 +715,19 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             }
         }
         // Step C.
-        let next_lver = if stale { area.max_lver } else { cur.lver + 1 };
+        let next_lver = if stale {
+            area.max_lver
+        } else {
+            cur.lver
+                .checked_add(1)
+                .ok_or(LeaseError::Invalid("lease version exhausted"))?
+        };
         let mut our_mbal = if area.max_mbal == 0 {
             host_id
         } else {
-            area.max_mbal - area.max_mbal % cur.max_hosts + cur.max_hosts + host_id
+            (area.max_mbal - area.max_mbal % cur.max_hosts)
+                .checked_add(cur.max_hosts + host_id)
+                .ok_or(LeaseError::Invalid("ballot numbers exhausted"))?
         };
         let ctx = BallotCtx {
             res,
@@ -779,7 +791,9 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                 Ok(b) => break b,
                 Err(BallotError::Abort) => {
                     clock.sleep_ms(clock.random_below(1000)).await;
-                    our_mbal += cur.max_hosts;
+                    our_mbal = our_mbal
+                        .checked_add(cur.max_hosts)
+                        .ok_or(LeaseError::Invalid("ballot numbers exhausted"))?;
                 }
                 Err(BallotError::Fail { err, phase2 }) => {
                     if phase2 {
@@ -1315,7 +1329,10 @@ pub async fn request<D: Disk>(
             return Ok(RequestOutcome { lver: 0, owner_id });
         }
         RequestLver::Exact(v) => v,
-        RequestLver::Next => leader.lver + 1,
+        RequestLver::Next => leader
+            .lver
+            .checked_add(1)
+            .ok_or(LeaseError::Invalid("lease version exhausted"))?,
     };
     if want <= leader.lver {
         return Err(LeaseError::RequestOld);
