@@ -13,6 +13,7 @@ use crate::io::Clock;
 use crate::monitor::HostMonitor;
 use crate::paxos::{self, AcquireOptions, HostContext, Mode, PlantedBug, ResourceParams};
 use crate::timeouts;
+use disk_format::request::REQ_FORCE;
 
 /// State shared by the tasks of one incarnation of one host (its "memory").
 pub(crate) struct HostCtx {
@@ -32,6 +33,10 @@ pub(crate) struct HostCtx {
     pub busy: RefCell<Vec<bool>>,
     pub resources: Vec<ResourceParams>,
     pub bug: Option<PlantedBug>,
+    /// Hosts whose bit we set in our delta-lease bitmap (requests), until our time (ms).
+    pub requests: RefCell<Vec<(u64, u64)>>,
+    /// Bumped when a renewal finds our bit in another host's bitmap.
+    pub examine_seq: Cell<u64>,
 }
 
 impl HostCtx {
@@ -105,19 +110,27 @@ pub(crate) async fn lockspace_task(ctx: Rc<HostCtx>) {
             ctx.left.set(true);
             return;
         }
-        match delta::renew(
-            &ctx.disk,
-            &ctx.clock,
-            &ctx.params,
-            &mut st,
-            &RenewInput::default(),
-        )
-        .await
+        let mut input = RenewInput::default();
         {
+            let now = ctx.clock.now_ms();
+            let mut reqs = ctx.requests.borrow_mut();
+            reqs.retain(|&(_, until)| until > now);
+            for &(h, _) in reqs.iter() {
+                let i = (h - 1) as usize;
+                if let Some(b) = input.bitmap.get_mut(i / 8) {
+                    *b |= 1 << (i % 8);
+                }
+            }
+        }
+        match delta::renew(&ctx.disk, &ctx.clock, &ctx.params, &mut st, &input).await {
             Ok(snap) => {
-                ctx.monitor
+                let notes = ctx
+                    .monitor
                     .borrow_mut()
                     .observe(snap.read_at_s, &snap.sectors);
+                if !notes.is_empty() {
+                    ctx.examine_seq.set(ctx.examine_seq.get() + 1);
+                }
                 ctx.last_success_ms.set(st.last_success_ms);
                 ctx.arm_watchdog(st.leader.timestamp);
             }
@@ -188,6 +201,11 @@ async fn one_cycle(ctx: &Rc<HostCtx>, r: usize) {
         Ok(t) => t,
         Err(e) => {
             w.log(|| format!("host{} acquire res{r} {mode:?} -> {e}", ctx.holder.host));
+            if let crate::LeaseError::IdLive { .. } = e {
+                if w.rand(100) < 25 {
+                    request_lease(ctx, res).await;
+                }
+            }
             *w.stats
                 .borrow_mut()
                 .acquire_errors
@@ -210,7 +228,7 @@ async fn one_cycle(ctx: &Rc<HostCtx>, r: usize) {
         )
     });
     let hold = w.range(100, 8_000);
-    ctx.clock.sleep_ms(hold).await;
+    hold_lease(ctx, &token, hold).await;
     if token.lvb.is_some() && token.mode == Mode::Exclusive {
         let data = w.range(1, u64::MAX - 1).to_le_bytes();
         let _ = token.set_lvb(&data);
@@ -252,6 +270,48 @@ async fn one_cycle(ctx: &Rc<HostCtx>, r: usize) {
                 ctx.clock.sleep_ms(ctx.io() * 1000).await;
             }
             Err(_) => break,
+        }
+    }
+}
+
+/// Asks the owner of a lease to give it up: a forced request, then our bitmap names the
+/// owner for set_bitmap_seconds.
+async fn request_lease(ctx: &Rc<HostCtx>, res: &ResourceParams) {
+    let w = &ctx.world;
+    let out = paxos::request(&ctx.disk, res, paxos::RequestLver::Next, REQ_FORCE).await;
+    w.log(|| {
+        format!(
+            "host{} request {:?}: {out:?}",
+            ctx.holder.host,
+            res.resource_name.to_text()
+        )
+    });
+    if let Ok(paxos::RequestOutcome {
+        owner_id: Some(owner),
+        ..
+    }) = out
+    {
+        let until = ctx.clock.now_ms() + timeouts::set_bitmap_seconds(ctx.io()) * 1000;
+        ctx.requests.borrow_mut().push((owner, until));
+        w.stats.borrow_mut().requests += 1;
+    }
+}
+
+/// Holds a lease for `ms`, examining it whenever a renewal brought a notification; a
+/// forced request for a newer version ends the hold early (the "client" is killed).
+async fn hold_lease(ctx: &Rc<HostCtx>, token: &paxos::Token, ms: u64) {
+    let start = ctx.clock.now_ms();
+    let mut seen = ctx.examine_seq.get();
+    while ctx.clock.now_ms() < start + ms {
+        ctx.clock.sleep_ms(500).await;
+        if ctx.examine_seq.get() != seen {
+            seen = ctx.examine_seq.get();
+            if let Ok(Some(_)) = paxos::examine(&ctx.disk, token).await {
+                ctx.world.stats.borrow_mut().forced_releases += 1;
+                ctx.world
+                    .log(|| format!("host{} examine: forced release", ctx.holder.host));
+                return;
+            }
         }
     }
 }

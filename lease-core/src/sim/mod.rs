@@ -404,6 +404,8 @@ impl Runner {
             busy: RefCell::new(vec![false; self.resources]),
             resources,
             bug: self.cfg.planted_bug,
+            requests: RefCell::new(Vec::new()),
+            examine_seq: Cell::new(0),
         });
         self.world
             .log(|| format!("host{h} START incarnation {inc} name {name}"));

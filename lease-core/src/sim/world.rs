@@ -88,6 +88,10 @@ pub struct Stats {
     pub faults: u64,
     /// Watchdog resets.
     pub watchdog_resets: u64,
+    /// Forced requests written (owner's bit set in our bitmap).
+    pub requests: u64,
+    /// Holds ended early because examine found a forced request.
+    pub forced_releases: u64,
     /// Successful delta acquisitions.
     pub joins: u64,
     /// Failed acquire attempts, by sanlock code.
