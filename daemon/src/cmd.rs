@@ -105,11 +105,38 @@ pub fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
             conn.reply(h, rv);
             After::Close
         }
-        SM_CMD_REG_EVENT | SM_CMD_END_EVENT => {
-            // Host events are not implemented: answer instead of leaving the client hanging.
-            conn.drain(h, 0);
-            conn.reply(h, -libc::EOPNOTSUPP);
+        SM_CMD_REG_EVENT => {
+            let rv = match (
+                conn.recv_lockspace(),
+                conn.recv_payload(wire::HOST_EVENT_LEN),
+            ) {
+                (Ok(ls), Ok(_unused)) => lockspace::reg_event(d, &ls, &conn.stream),
+                _ => ENOTCONN,
+            };
+            conn.reply(h, rv);
             After::Close
+        }
+        SM_CMD_END_EVENT => {
+            let rv = match conn.recv_lockspace() {
+                Ok(ls) => lockspace::end_event(d, &ls),
+                Err(_) => ENOTCONN,
+            };
+            conn.reply(h, rv);
+            After::Close
+        }
+        SM_CMD_SET_EVENT => {
+            let rv = match (
+                conn.recv_lockspace(),
+                conn.recv_payload(wire::HOST_EVENT_LEN),
+            ) {
+                (Ok(ls), Ok(b)) => match wire::HostEvent::decode(&b) {
+                    Ok(he) => lockspace::set_event(d, &ls, &he, h.cmd_flags),
+                    Err(_) => -libc::EINVAL,
+                },
+                _ => ENOTCONN,
+            };
+            conn.reply(h, rv);
+            After::Keep
         }
         SM_CMD_ADD_LOCKSPACE => {
             let rv = match conn.recv_lockspace() {
@@ -290,8 +317,7 @@ pub fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
             conn.reply(h, rv);
             After::Keep
         }
-        SM_CMD_SET_EVENT
-        | SM_CMD_FORMAT_RINDEX
+        SM_CMD_FORMAT_RINDEX
         | SM_CMD_UPDATE_RINDEX
         | SM_CMD_LOOKUP_RINDEX
         | SM_CMD_CREATE_RESOURCE

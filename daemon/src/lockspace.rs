@@ -90,7 +90,14 @@ pub struct Space {
     pub bitmap_until: Mutex<std::collections::HashMap<u64, u64>>,
     /// When we last examined our resources because of a host's bitmap (per host).
     pub last_examine: Mutex<std::collections::HashMap<u64, u64>>,
+    /// The host event our renewals carry (SET_EVENT), and when it was set.
+    pub host_event: Mutex<(wire::HostEvent, u64)>,
+    /// Connections registered with REG_EVENT (at most MAX_EVENT_FDS).
+    pub event_fds: Mutex<Vec<std::os::unix::net::UnixStream>>,
 }
+
+/// Event listeners per lockspace (sanlock's MAX_EVENT_FDS).
+pub const MAX_EVENT_FDS: usize = 32;
 
 impl Space {
     pub fn snapshot_phase(&self) -> Phase {
@@ -254,6 +261,8 @@ fn new_space(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> Space {
         params: Mutex::new(None),
         bitmap_until: Mutex::new(std::collections::HashMap::new()),
         last_examine: Mutex::new(std::collections::HashMap::new()),
+        host_event: Mutex::new((wire::HostEvent::default(), 0)),
+        event_fds: Mutex::new(Vec::new()),
     }
 }
 
@@ -268,6 +277,12 @@ impl Space {
     fn renew_input(&self) -> RenewInput {
         let now = sys::monotime();
         let mut input = RenewInput::default();
+        let he = lock(&self.host_event).0;
+        input.event = lease_core::delta::EventFields {
+            target_generation: he.generation,
+            event: he.event,
+            data: he.data,
+        };
         let mut bits = lock(&self.bitmap_until);
         bits.retain(|_, until| *until >= now);
         for &host_id in bits.keys() {
@@ -671,6 +686,7 @@ fn renew_loop(
             Ok(snap) => {
                 let notes = lock(&space.monitor).observe(snap.read_at_s, &snap.sectors);
                 request_examine(d, space, &notes);
+                deliver_events(space, &notes);
                 let mut st = lock(&space.st);
                 st.last_success_s = state.last_success_ms / 1000;
                 st.last_renewal_ok = true;
@@ -702,6 +718,147 @@ fn renew_loop(
             }
         }
     }
+}
+
+/// Host events addressed to us (our bit set, non-zero event) go to every REG_EVENT fd;
+/// a fd that cannot take the record without blocking is dropped, as sanlock does.
+fn deliver_events(space: &Space, notes: &[lease_core::Notification]) {
+    use std::io::Write;
+    let mut fds = lock(&space.event_fds);
+    for n in notes.iter().filter(|n| n.event != 0) {
+        let cb = wire::EventCb {
+            header: wire::Header {
+                magic: SM_MAGIC,
+                version: SM_CB_PROTO,
+                cmd: SM_CB_GET_EVENT,
+                cmd_flags: 0,
+                length: wire::EVENT_CB_LEN as u32,
+                seq: 0,
+                data: 0,
+                data2: 0,
+            },
+            event: wire::HostEvent {
+                host_id: space.host_id,
+                generation: n.target_generation,
+                event: n.event,
+                data: n.data,
+            },
+            from_host_id: n.from_host_id,
+            from_generation: n.from_generation,
+        }
+        .encode();
+        info!(
+            from = n.from_host_id,
+            event = n.event,
+            data = n.data,
+            "host event"
+        );
+        fds.retain_mut(|s| s.write_all(&cb).is_ok());
+    }
+}
+
+/// SET_EVENT: the event our renewals carry, and whose bits they set.
+pub fn set_event(d: &Daemon, ls: &wire::Lockspace, he: &wire::HostEvent, flags: u32) -> i32 {
+    const CUR_GENERATION: u32 = 0x1;
+    const CLEAR_HOSTID: u32 = 0x2;
+    const CLEAR_EVENT: u32 = 0x4;
+    const REPLACE_EVENT: u32 = 0x8;
+    const ALL_HOSTS: u32 = 0x10;
+    if ls.name.is_empty() || he.host_id == 0 || he.host_id > 2000 {
+        return -libc::EINVAL;
+    }
+    let Some(space) = d.find_space(&ls.name) else {
+        return -libc::ENOENT;
+    };
+    let max_hosts = space.geometry().map_or(2000, Geometry::max_hosts);
+    if he.host_id > max_hosts {
+        return -libc::EINVAL;
+    }
+    let mut he = *he;
+    if he.generation == 0 && flags & CUR_GENERATION != 0 {
+        if let Some(o) = lease_core::HostObserver::observation(&*space.monitor, he.host_id) {
+            he.generation = o.owner_generation;
+        }
+    }
+    let now = sys::monotime();
+    let period = timeouts::set_bitmap_seconds(u64::from(space.io_timeout));
+    let mut cur = lock(&space.host_event);
+    if flags & CLEAR_EVENT != 0 {
+        *cur = (wire::HostEvent::default(), now);
+        return 0;
+    }
+    if flags & CLEAR_HOSTID != 0 {
+        lock(&space.bitmap_until).remove(&he.host_id);
+        return 0;
+    }
+    if flags & REPLACE_EVENT == 0
+        && now.saturating_sub(cur.1) < period
+        && cur.0.event != 0
+        && he.event != 0
+        && cur.0.event != he.event
+    {
+        return -libc::EBUSY;
+    }
+    *cur = (he, now);
+    drop(cur);
+    let mut bits = lock(&space.bitmap_until);
+    if flags & ALL_HOSTS != 0 {
+        for id in 1..=max_hosts {
+            bits.insert(id, now + period);
+        }
+    } else {
+        bits.insert(he.host_id, now + period);
+    }
+    0
+}
+
+/// Drops event fds whose client ended (wrote u32 1) or closed (sanlock `_clean_event_fds`).
+fn clean_event_fds(space: &Space) -> usize {
+    use std::io::Read;
+    let mut fds = lock(&space.event_fds);
+    let before = fds.len();
+    fds.retain_mut(|s| {
+        let mut end = [0u8; 4];
+        match s.read(&mut end) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
+            Ok(4) => u32::from_ne_bytes(end) != 1,
+            _ => false,
+        }
+    });
+    before - fds.len()
+}
+
+/// REG_EVENT: keep a duplicate of this connection to send host events on.
+pub fn reg_event(d: &Daemon, ls: &wire::Lockspace, stream: &std::os::unix::net::UnixStream) -> i32 {
+    if ls.name.is_empty() {
+        return -libc::EINVAL;
+    }
+    let Some(space) = d.find_space(&ls.name) else {
+        return -libc::ENOENT;
+    };
+    if lock(&space.event_fds).len() >= MAX_EVENT_FDS && clean_event_fds(&space) == 0 {
+        return -libc::ENOCSI;
+    }
+    let Ok(dup) = stream.try_clone() else {
+        return -libc::ENOMEM;
+    };
+    if dup.set_nonblocking(true).is_err() {
+        return -libc::EINVAL;
+    }
+    lock(&space.event_fds).push(dup);
+    0
+}
+
+/// END_EVENT.
+pub fn end_event(d: &Daemon, ls: &wire::Lockspace) -> i32 {
+    if ls.name.is_empty() {
+        return -libc::EINVAL;
+    }
+    let Some(space) = d.find_space(&ls.name) else {
+        return -libc::ENOENT;
+    };
+    clean_event_fds(&space);
+    0
 }
 
 /// Another host set our bit: examine our leases in this lockspace (at most once per

@@ -404,3 +404,115 @@ fn forced_requests_cross_between_sanlock_and_lockd() {
     drop(sl);
     drop(lo);
 }
+
+/// Listens for host events on `run_dir`'s daemon; prints each as `ev HOST GEN EVENT DATA FROM`.
+fn event_listener(run_dir: &std::path::Path) -> PyChildOut {
+    let mut c = Command::new(PYTHON)
+        .args([
+            "-u",
+            "-c",
+            &[
+                "import sanlock, select",
+                "fd = sanlock.reg_event(b'ls')",
+                "print('ready')",
+                "while True:",
+                "    select.select([fd], [], [])",
+                "    for e in sanlock.get_event(fd):",
+                "        print('ev', e['host_id'], e['generation'], e['event'], e['data'], e['from_host_id'])",
+            ]
+            .join("\n"),
+        ])
+        .env("SANLOCK_RUN_DIR", run_dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("event listener");
+    let out = std::io::BufReader::new(c.stdout.take().expect("stdout"));
+    let mut l = PyChildOut { child: c, out };
+    assert_eq!(l.line(), "ready");
+    l
+}
+
+struct PyChildOut {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl PyChildOut {
+    fn line(&mut self) -> String {
+        let mut s = String::new();
+        std::io::BufRead::read_line(&mut self.out, &mut s).expect("read");
+        s.trim().to_string()
+    }
+}
+
+impl Drop for PyChildOut {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn host_events_cross_between_sanlock_and_lockd() {
+    require_python_sanlock();
+    let s = Scratch::new("events");
+    let file = s.file("backing", 8);
+    let lo = Loop::attach(&file);
+    let dev = lo.dev.display().to_string();
+    init_lockspace("ls", &lo.dev, 0);
+    let sl = SanlockDaemon::start(&s, "hostB");
+    let lk = LockdDaemon::start(&s, "hostA", &[]);
+    join_both(&sl, &lk, &dev);
+    assert!(
+        wait_for(30, || sl
+            .client(&["gets", "-h", "1"])
+            .lines()
+            .any(|l| l.starts_with("h 2 ") && l.contains("LIVE"))),
+        "sanlock never saw lockd LIVE"
+    );
+
+    // sanlock (host 1) → lockd (host 2).
+    let mut on_lockd = event_listener(&lk.run_dir);
+    sl.python("import sanlock\nsanlock.set_event(b'ls', 2, 0, 77, data=5, flags=1)");
+    let got = on_lockd.line();
+    assert!(got.starts_with("ev 2 1 77 5 1"), "lockd delivered {got:?}");
+
+    // lockd (host 2) → sanlock (host 1).
+    let mut on_sanlock = event_listener(&sl.run_dir);
+    lk.python("import sanlock\nsanlock.set_event(b'ls', 1, 0, 88, data=6, flags=1)");
+    let got = on_sanlock.line();
+    assert!(
+        got.starts_with("ev 1 1 88 6 2"),
+        "sanlock delivered {got:?}"
+    );
+    // A different event within set_bitmap_seconds: -EBUSY unless REPLACE_EVENT (8).
+    let out = lk.python(
+        &[
+            "import sanlock",
+            "try:",
+            "    sanlock.set_event(b'ls', 1, 0, 99)",
+            "    print('set')",
+            "except sanlock.SanlockException as e:",
+            "    print('errno', e.errno)",
+            "sanlock.set_event(b'ls', 1, 0, 99, flags=8)",
+            "print('replaced')",
+        ]
+        .join("\n"),
+    );
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        vec!["errno 16", "replaced"],
+        "{out}"
+    );
+    drop(on_lockd);
+    drop(on_sanlock);
+    lk.python(&format!(
+        "import sanlock\nsanlock.rem_lockspace(b'ls', 2, b'{dev}', 0)"
+    ));
+    sl.python(&format!(
+        "import sanlock\nsanlock.rem_lockspace(b'ls', 1, b'{dev}', 0)"
+    ));
+    drop(lk);
+    drop(sl);
+    drop(lo);
+}
