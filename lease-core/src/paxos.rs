@@ -995,6 +995,11 @@ async fn write_lvb<D: Disk>(disk: &D, token: &Token) -> Result<(), LeaseError> {
 /// SHORT_HOLD owner is retried `sh_retries` times with random 0–1 s sleeps before
 /// [`LeaseError::ShRetry`].
 ///
+/// Stricter than sanlock where its leader cache can fall behind under slow writes (see
+/// `docs/algorithms.md`): phase 1 keeps our slot's accepted value for the same lver, a
+/// leader behind the dblocks is repaired by balloting the newest lver, and a decision of
+/// an earlier acquire of ours is committed but never returned as a new holding.
+///
 /// Errors: [`LeaseError::IdLive`] (owner alive), [`LeaseError::OwnedRetry`] (with
 /// `owner_nowait`), [`LeaseError::Owned`] / [`LeaseError::Other`] (someone else won),
 /// [`LeaseError::AcquireLver`], [`LeaseError::LvbUnsupported`] (LVB on a geometry whose LVB
@@ -1118,11 +1123,16 @@ pub async fn acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
 
 /// Releases a lease (sanlock `_release_token` + `paxos_lease_release`).
 ///
-/// Exclusive: write the LVB if changed; rewrite our slot with the RELEASED flag and a zero
-/// mode block; re-read the leader and clear it (timestamp 0, SHORT_HOLD off) only if we
-/// wrote it — if another host committed us as owner, the RELEASED flag alone frees the
-/// lease, so a newer leader is never clobbered. Shared: rewrite our slot without the
-/// SHARED mode block.
+/// Exclusive: write the LVB if changed; re-read the leader and clear it (timestamp 0,
+/// SHORT_HOLD off) only if we wrote it and it is unchanged; then rewrite our slot with the
+/// RELEASED flag and a zero mode block. If another host committed us as owner, the
+/// RELEASED flag alone frees the lease, so a newer leader is never clobbered; writing the
+/// flag only after the leader write completed means nobody ballots past a leader write of
+/// ours that is still in flight (sanlock writes the flag first). Shared: rewrite our slot
+/// without the SHARED mode block. A token with `erase_all` gets both treatments.
+///
+/// Errors: [`LeaseError::ReleaseLver`] / [`LeaseError::ReleaseOwner`] when the leader
+/// changed under us (the slot is still marked released), I/O errors (retry later).
 pub async fn release<D: Disk, C: Clock>(
     disk: &D,
     clock: &C,

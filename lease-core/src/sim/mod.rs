@@ -2,7 +2,7 @@
 //!
 //! One seed = one run: 2–16 hosts share one in-memory disk image holding a lockspace and a
 //! few resource leases. Every host runs the real [`crate::delta`] and [`crate::paxos`] code
-//! as futures over [`world::SimDisk`] and [`world::SimClock`]; a single-threaded executor
+//! as futures over a simulated disk and clock; a single-threaded executor
 //! advances virtual time from event to event, so a run is a pure function of its seed and
 //! its configuration, and takes milliseconds of wall time.
 
