@@ -550,3 +550,108 @@ fn disarm_after_failure_then_sigterm_is_clean() {
     assert!(bed.event("fire").is_none(), "{:#?}", bed.events());
     assert!(bed.victim_alive());
 }
+
+/// The emulator resets a whole simulated host living in its own PID namespace
+/// (`unshare -pf`), wdmd included: every process of the namespace is killed.
+#[test]
+fn reset_kills_a_whole_pid_namespace_including_wdmd() {
+    let dir = tempfile::Builder::new()
+        .prefix("wdmd-pidns-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let d = dir.path();
+    let go = d.join("go");
+    let run = d.join("run");
+    let script = format!(
+        "while [ ! -e {go} ]; do sleep 0.05; done\n\
+         {wdmd} -D --run-dir {run} -w emu:{sock} 2>{log} &\n\
+         sleep 1000 &\n\
+         wait\n",
+        go = go.display(),
+        wdmd = WDMD,
+        run = run.display(),
+        sock = d.join("emu.sock").display(),
+        log = d.join("wdmd.log").display(),
+    );
+    let mut host = Command::new("unshare")
+        .args(["-pf", "sh", "-c", &script])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("unshare");
+    // The namespace's init is unshare's child.
+    let children = format!("/proc/{0}/task/{0}/children", host.id());
+    let mut init = 0;
+    wait_for("namespace init", Duration::from_secs(5), || {
+        init = std::fs::read_to_string(&children)
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|p| p.parse().ok()))
+            .unwrap_or(0);
+        init > 0
+    });
+    // If an assertion fails, still end the simulated host (its init's death
+    // kills the whole namespace).
+    struct KillOnDrop(i32);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            // Never "kill -9 0" (that is our own process group).
+            if self.0 > 1 {
+                let _ = Command::new("kill")
+                    .arg("-9")
+                    .arg(self.0.to_string())
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+    }
+    let mut guard = KillOnDrop(init);
+    let state = d.join("emu.state");
+    let mut emu = Command::new(EMU)
+        .arg("--socket")
+        .arg(d.join("emu.sock"))
+        .arg("--state")
+        .arg(&state)
+        .arg("--kill")
+        .arg(format!("pidns:{init}"))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("emu", Duration::from_secs(5), || state_has(&state, "start"));
+    std::fs::write(&go, "").unwrap();
+    wait_for("wdmd in namespace", Duration::from_secs(10), || {
+        WdmdClient::connect(&run).is_ok()
+    });
+    let ns_pids = |init: i32| -> Vec<i32> {
+        let ns = std::fs::read_link(format!("/proc/{init}/ns/pid")).ok();
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|p| ns.is_some() && std::fs::read_link(format!("/proc/{p}/ns/pid")).ok() == ns)
+            .collect()
+    };
+    let before = ns_pids(init);
+    assert!(before.len() >= 3, "init, wdmd, sleep: {before:?}");
+    let mut c = WdmdClient::connect(&run).unwrap();
+    assert_eq!(
+        c.open_watchdog(3, Duration::from_secs(5)).unwrap(),
+        OpenWatchdog::Granted(3)
+    );
+    c.register("lockd_ns:1").unwrap();
+    c.refcount_set().unwrap();
+    let now = monotime();
+    c.test_live(now, now + 2).unwrap();
+    let st = wait_exit(&mut host, Duration::from_secs(15)).expect("host reset");
+    assert!(!st.success());
+    guard.0 = 0; // the namespace is gone; don't signal a recycled pid
+    assert!(state_has(&state, "fire"));
+    for p in before {
+        assert!(
+            !Path::new(&format!("/proc/{p}")).exists()
+                || std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .map(|s| s.contains(") Z "))
+                    .unwrap_or(true),
+            "pid {p} survived the reset"
+        );
+    }
+    let _ = emu.kill();
+    let _ = emu.wait();
+}
