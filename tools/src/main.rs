@@ -24,6 +24,8 @@ enum Command {
     /// Read and write lease areas on storage directly, without a daemon.
     #[command(subcommand)]
     Direct(DirectCommand),
+    /// Run the lockd daemon (in the foreground; as `lockd-daemon`).
+    Daemon(lockd_daemon::DaemonArgs),
     /// Join a lockspace (acquire a host_id lease).
     AddLockspace(client::lockspace::AddArgs),
     /// Leave a lockspace.
@@ -60,10 +62,32 @@ enum DirectCommand {
     ReadLeader(direct::read_leader::ReadLeaderArgs),
 }
 
+/// `lockd daemon`: the same entry point as the `lockd-daemon` binary.
+fn run_daemon(args: &lockd_daemon::DaemonArgs) -> ExitCode {
+    let ring = std::sync::Arc::new(lockd_daemon::observability::LogRing::default());
+    lockd_daemon::observability::init(ring.clone());
+    let run_dir_env = std::env::var_os("LOCKD_RUN_DIR").map(Into::into);
+    let cfg = match lockd_daemon::Config::resolve(args, run_dir_env) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("lockd: error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match lockd_daemon::run(cfg, ring) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lockd: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     sys::restore_default_sigpipe();
     let cli = Cli::parse();
     let result = match &cli.command {
+        Command::Daemon(args) => return run_daemon(args),
         Command::Direct(DirectCommand::Init(a)) => direct::init::run(a),
         Command::Direct(DirectCommand::Dump(a)) => direct::dump::run(a),
         Command::Direct(DirectCommand::ReadLeader(a)) => direct::read_leader::run(a),
