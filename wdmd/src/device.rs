@@ -50,11 +50,12 @@ pub enum DeviceError {
         got: i64,
     },
     /// No candidate device could be opened.
-    #[error("no usable watchdog device (tried {tried}): {last}")]
+    #[error("no usable watchdog device (tried {tried})")]
     NoDevice {
         /// Comma separated list of tried paths.
         tried: String,
         /// The last error.
+        #[source]
         last: Box<DeviceError>,
     },
 }
