@@ -121,7 +121,7 @@ def bench_daemon(label, start_cmd, dev, base, cycles, lockd):
         add_s = time.monotonic() - t0
         rows = {}
         for n in CLIENT_COUNTS:
-            rows[n] = run_clients(env, ls, dev, base, n, max(1, cycles // n) if n > 8 else cycles)
+            rows[n] = run_clients(env, ls, dev, base, n, cycles if n <= 8 else max(5, cycles // 8))
         subprocess.run(["/usr/bin/python3", "-c",
                         f"import sanlock; sanlock.rem_lockspace({ls.encode()!r}, 1, {dev!r}, {base})"],
                        env=env, check=True)
