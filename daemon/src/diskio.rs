@@ -1,7 +1,10 @@
 //! Lease storage I/O: O_DIRECT | O_SYNC, page-aligned buffers, and a timeout on every I/O.
 //!
-//! Engine: each I/O runs on its own short-lived worker thread doing one `pread`/`pwrite`
-//! (positioned, so workers never share a file offset). The caller waits on a channel
+//! Engines: io_uring (default where available): each I/O is a READ/WRITE linked to a
+//! LINK_TIMEOUT on a ring driven by one thread (see `sys::uring`); lockspaces get a ring
+//! of their own so client I/O never queues in front of renewals, resource I/O shares one.
+//! Fallback (or `LOCKD_IO_ENGINE=threads`): each I/O runs on its own short-lived worker
+//! thread doing one positioned `pread`/`pwrite`. Either way the caller waits on a channel
 //! with a deadline. Invariants:
 //! - the buffer is *moved* into the worker and comes back only through the completion,
 //!   so a timed-out I/O's buffer can never be reused (or freed) before the kernel is done
@@ -17,12 +20,13 @@ use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use thiserror::Error;
 
 use crate::sys;
+use crate::sys::uring::{Op, UringEngine};
 
 const PAGE: usize = 4096;
 /// Outstanding I/Os allowed per open disk.
@@ -127,9 +131,38 @@ struct DiskInner {
     sector_size: u32,
     size: u64,
     inflight: AtomicUsize,
+    engine: Option<Arc<UringEngine>>,
 }
 
-type Completion = (io::Result<()>, AlignedBuf);
+/// Which I/O engine a disk uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    /// One worker thread per I/O.
+    Threads,
+    /// The shared io_uring ring (resource I/O).
+    SharedRing,
+    /// A ring of its own (a lockspace's renewals).
+    OwnRing,
+}
+
+fn threads_forced() -> bool {
+    std::env::var("LOCKD_IO_ENGINE").is_ok_and(|v| v == "threads")
+}
+
+fn shared_ring() -> Option<Arc<UringEngine>> {
+    static SHARED: OnceLock<Option<Arc<UringEngine>>> = OnceLock::new();
+    SHARED
+        .get_or_init(|| match UringEngine::new("shared") {
+            Ok(e) => Some(Arc::new(e)),
+            Err(e) => {
+                tracing::warn!(error = %e, "io_uring unavailable; using worker threads for i/o");
+                None
+            }
+        })
+        .clone()
+}
+
+type Completion = crate::sys::uring::Completion;
 
 /// An I/O that did not finish within its timeout; its buffer stays with the worker.
 pub struct Pending {
@@ -162,8 +195,26 @@ impl Pending {
 }
 
 impl Disk {
-    /// Opens read-write with O_DIRECT | O_SYNC.
+    /// Opens read-write with O_DIRECT | O_SYNC, on the shared ring (or worker threads).
     pub fn open(path: &Path) -> Result<Disk, IoError> {
+        Disk::open_with(path, EngineKind::SharedRing)
+    }
+
+    /// Opens with a chosen engine; ring engines fall back to worker threads when io_uring
+    /// is unavailable or `LOCKD_IO_ENGINE=threads`.
+    pub fn open_with(path: &Path, kind: EngineKind) -> Result<Disk, IoError> {
+        let engine = if threads_forced() {
+            None
+        } else {
+            match kind {
+                EngineKind::Threads => None,
+                EngineKind::SharedRing => shared_ring(),
+                EngineKind::OwnRing => match UringEngine::new("ls") {
+                    Ok(e) => Some(Arc::new(e)),
+                    Err(_) => None,
+                },
+            }
+        };
         let open_err = |source| IoError::Open {
             path: path.to_path_buf(),
             source,
@@ -190,8 +241,14 @@ impl Disk {
                 sector_size,
                 size,
                 inflight: AtomicUsize::new(0),
+                engine,
             }),
         })
+    }
+
+    /// True when this disk's I/O goes through an io_uring ring.
+    pub fn uses_io_uring(&self) -> bool {
+        self.inner.engine.is_some()
     }
 
     pub fn path(&self) -> &Path {
@@ -221,8 +278,32 @@ impl Disk {
         Ok(())
     }
 
-    fn submit(&self, op: &'static str, offset: u64, buf: AlignedBuf) -> Result<Pending, IoError> {
+    fn submit(
+        &self,
+        op: &'static str,
+        offset: u64,
+        buf: AlignedBuf,
+        timeout: Duration,
+    ) -> Result<Pending, IoError> {
         self.check(offset, buf.len())?;
+        if let Some(engine) = &self.inner.engine {
+            use std::os::fd::AsRawFd;
+            let kind = if op == "read" { Op::Read } else { Op::Write };
+            let rx = engine
+                .submit(kind, self.inner.file.as_raw_fd(), offset, buf, timeout)
+                .map_err(|source| IoError::Failed {
+                    path: self.inner.path.clone(),
+                    op,
+                    offset,
+                    source,
+                })?;
+            return Ok(Pending {
+                rx,
+                disk: self.clone(),
+                op,
+                offset,
+            });
+        }
         let n = self.inner.inflight.fetch_add(1, Ordering::SeqCst);
         if n >= MAX_INFLIGHT {
             self.inner.inflight.fetch_sub(1, Ordering::SeqCst);
@@ -266,13 +347,27 @@ impl Disk {
     }
 
     /// Starts a read of `len` bytes at `offset`.
-    pub fn submit_read(&self, offset: u64, len: usize) -> Result<Pending, IoError> {
-        self.submit("read", offset, AlignedBuf::zeroed(len))
+    pub fn submit_read(
+        &self,
+        offset: u64,
+        len: usize,
+        timeout: Duration,
+    ) -> Result<Pending, IoError> {
+        self.submit("read", offset, AlignedBuf::zeroed(len), timeout)
     }
 
     fn finish(pending: Pending, timeout: Duration) -> Result<AlignedBuf, IoError> {
         let (path, op, offset) = (pending.disk.inner.path.clone(), pending.op, pending.offset);
-        match pending.wait(timeout) {
+        // A ring cancels the I/O itself at `timeout`; allow it a moment to report that.
+        match pending.wait(timeout + Duration::from_millis(200)) {
+            Ok(Err(IoError::Failed { source, .. })) if source.kind() == io::ErrorKind::TimedOut => {
+                Err(IoError::Timeout {
+                    path,
+                    op,
+                    offset,
+                    timeout_ms: timeout.as_millis() as u64,
+                })
+            }
             Ok(r) => r,
             Err(_still_pending) => Err(IoError::Timeout {
                 path,
@@ -285,12 +380,12 @@ impl Disk {
 
     /// Reads `len` bytes at `offset` within `timeout`.
     pub fn read(&self, offset: u64, len: usize, timeout: Duration) -> Result<AlignedBuf, IoError> {
-        Disk::finish(self.submit_read(offset, len)?, timeout)
+        Disk::finish(self.submit_read(offset, len, timeout)?, timeout)
     }
 
     /// Writes `data` (whole sectors) at `offset` within `timeout`.
     pub fn write(&self, offset: u64, data: &[u8], timeout: Duration) -> Result<(), IoError> {
-        let pending = self.submit("write", offset, AlignedBuf::copy_of(data))?;
+        let pending = self.submit("write", offset, AlignedBuf::copy_of(data), timeout)?;
         Disk::finish(pending, timeout).map(|_| ())
     }
 }
@@ -312,9 +407,45 @@ mod tests {
     }
 
     #[test]
-    fn direct_read_write_round_trip() {
+    fn direct_read_write_round_trip_threads() {
+        round_trip(EngineKind::Threads);
+    }
+
+    #[test]
+    fn direct_read_write_round_trip_uring() {
         let (_d, path) = scratch(1 << 20);
-        let disk = Disk::open(&path).unwrap();
+        let disk = Disk::open_with(&path, EngineKind::OwnRing).unwrap();
+        assert!(
+            disk.uses_io_uring(),
+            "io_uring must be available on the test machine (kernel.io_uring_disabled = 0)"
+        );
+        round_trip(EngineKind::OwnRing);
+    }
+
+    #[test]
+    fn uring_many_concurrent_ios() {
+        let (_d, path) = scratch(1 << 20);
+        let disk = Disk::open_with(&path, EngineKind::OwnRing).unwrap();
+        let handles: Vec<_> = (0..32u64)
+            .map(|i| {
+                let disk = disk.clone();
+                std::thread::spawn(move || {
+                    let data = vec![i as u8; 4096];
+                    disk.write(i * 4096, &data, Duration::from_secs(5)).unwrap();
+                    let back = disk.read(i * 4096, 4096, Duration::from_secs(5)).unwrap();
+                    assert_eq!(back.as_slice(), &data[..]);
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    }
+
+    fn round_trip(kind: EngineKind) {
+        let (_d, path) = scratch(1 << 20);
+        let disk = Disk::open_with(&path, kind).unwrap();
+        assert_eq!(disk.uses_io_uring(), kind != EngineKind::Threads);
         assert_eq!(disk.sector_size(), 512);
         let data: Vec<u8> = (0..1024u32).map(|i| (i % 251) as u8).collect();
         disk.write(4096, &data, Duration::from_secs(5)).unwrap();
@@ -339,9 +470,11 @@ mod tests {
 
     #[test]
     fn read_past_end_fails() {
-        let (_d, path) = scratch(1 << 20);
-        let disk = Disk::open(&path).unwrap();
-        let e = disk.read(1 << 20, 512, Duration::from_secs(5)).unwrap_err();
-        assert!(matches!(e, IoError::Failed { .. }), "{e}");
+        for kind in [EngineKind::Threads, EngineKind::OwnRing] {
+            let (_d, path) = scratch(1 << 20);
+            let disk = Disk::open_with(&path, kind).unwrap();
+            let e = disk.read(1 << 20, 512, Duration::from_secs(5)).unwrap_err();
+            assert!(matches!(e, IoError::Failed { .. }), "{kind:?}: {e}");
+        }
     }
 }

@@ -20,7 +20,7 @@ use lease_core::monitor::{HostMonitor, HostState};
 use lease_core::timeouts;
 use tracing::{error, info, info_span, warn};
 
-use crate::diskio::Disk;
+use crate::diskio::{Disk, EngineKind};
 use crate::lc::{BlockingDisk, SystemClock};
 use crate::state::{lock, Daemon};
 use crate::sys;
@@ -556,10 +556,12 @@ fn mark_gone(d: &Daemon, space: &Arc<Space>) {
 
 /// Opens the disk and joins (delta acquire). Returns the params and state on success.
 fn join(d: &Daemon, space: &Space) -> Result<(BlockingDisk, LockspaceParams, DeltaState), i32> {
-    let disk = Disk::open(std::path::Path::new(&space.path)).map_err(|e| {
-        warn!(error = %e, "cannot open lockspace disk");
-        e.rv()
-    })?;
+    // A ring of its own: client-driven I/O never queues in front of renewals.
+    let disk =
+        Disk::open_with(std::path::Path::new(&space.path), EngineKind::OwnRing).map_err(|e| {
+            warn!(error = %e, "cannot open lockspace disk");
+            e.rv()
+        })?;
     let bdisk = BlockingDisk::new(disk);
     let abort = space.stop.clone();
     let bdisk = BlockingDisk {

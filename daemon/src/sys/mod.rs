@@ -1,10 +1,13 @@
 //! The only module of the daemon that may use `unsafe`: thin wrappers over the syscalls
-//! std does not expose. Every block has a SAFETY comment; nothing here keeps state.
+//! std does not expose, and the io_uring engine ([`uring`]). Every unsafe block has a
+//! SAFETY comment.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
+
+pub mod uring;
 
 /// Whole seconds of CLOCK_MONOTONIC, the time base of every on-disk timestamp.
 pub fn monotime() -> u64 {

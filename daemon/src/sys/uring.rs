@@ -1,0 +1,289 @@
+//! io_uring engine: each I/O is a READ/WRITE SQE linked to a LINK_TIMEOUT, so the kernel
+//! cancels it when its deadline passes. One thread owns the ring; callers hand it
+//! requests over a channel and wait on a per-request completion channel.
+//!
+//! Buffer invariant: the request's buffer is stored in the ring thread's slot table from
+//! submission until the I/O's own CQE arrives (completion, error or cancellation); only
+//! then is it handed back (or dropped if the caller gave up). A timed-out I/O whose
+//! cancellation the device ignores keeps its slot — and its buffer — until it completes.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
+use std::time::Duration;
+
+use io_uring::{opcode, squeue, types, IoUring};
+
+use crate::diskio::AlignedBuf;
+
+const RING_ENTRIES: u32 = 256;
+const TIMEOUT_BIT: u64 = 1 << 63;
+
+/// What a caller gets back: the I/O result and its buffer.
+pub type Completion = (io::Result<()>, AlignedBuf);
+
+/// Read or write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Read,
+    Write,
+}
+
+struct Req {
+    op: Op,
+    fd: RawFd,
+    offset: u64,
+    buf: AlignedBuf,
+    timeout: Duration,
+    reply: SyncSender<Completion>,
+}
+
+struct Slot {
+    buf: AlignedBuf,
+    len: usize,
+    reply: SyncSender<Completion>,
+    // Kept alive until the SQEs are submitted (the kernel copies it at prep time).
+    _ts: Box<types::Timespec>,
+}
+
+/// A ring and the thread that drives it. Dropping the engine lets the thread finish the
+/// I/Os in flight and exit.
+pub struct UringEngine {
+    tx: std::sync::Mutex<Sender<Req>>,
+}
+
+impl UringEngine {
+    /// Creates a ring (fails where io_uring is unavailable) and starts its thread.
+    pub fn new(name: &str) -> io::Result<UringEngine> {
+        let ring = IoUring::new(RING_ENTRIES)?;
+        let (tx, rx) = mpsc::channel::<Req>();
+        std::thread::Builder::new()
+            .name(format!("lockd-uring-{name}"))
+            .spawn(move || ring_loop(ring, rx))?;
+        Ok(UringEngine {
+            tx: std::sync::Mutex::new(tx),
+        })
+    }
+
+    /// Submits one I/O; the returned channel yields its completion.
+    /// `fd` must stay open until the completion arrives (the caller's `Disk` is kept alive
+    /// by the pending request).
+    pub fn submit(
+        &self,
+        op: Op,
+        fd: RawFd,
+        offset: u64,
+        buf: AlignedBuf,
+        timeout: Duration,
+    ) -> io::Result<Receiver<Completion>> {
+        let (reply, rx) = mpsc::sync_channel(1);
+        let tx = crate::state::lock(&self.tx);
+        tx.send(Req {
+            op,
+            fd,
+            offset,
+            buf,
+            timeout,
+            reply,
+        })
+        .map_err(|_| io::Error::other("io_uring thread has stopped"))?;
+        Ok(rx)
+    }
+}
+
+fn push(
+    ring: &mut IoUring,
+    id: u64,
+    req: &Req,
+    slot_buf: &mut AlignedBuf,
+    ts: &types::Timespec,
+) -> io::Result<()> {
+    let len =
+        u32::try_from(slot_buf.len()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let io = match req.op {
+        Op::Read => opcode::Read::new(types::Fd(req.fd), slot_buf.as_mut_slice().as_mut_ptr(), len)
+            .offset(req.offset)
+            .build(),
+        Op::Write => opcode::Write::new(types::Fd(req.fd), slot_buf.as_slice().as_ptr(), len)
+            .offset(req.offset)
+            .build(),
+    }
+    .user_data(id)
+    .flags(squeue::Flags::IO_LINK);
+    let to = opcode::LinkTimeout::new(ts)
+        .build()
+        .user_data(id | TIMEOUT_BIT);
+    let mut sq = ring.submission();
+    if sq.capacity() - sq.len() < 2 {
+        return Err(io::Error::from_raw_os_error(libc::EBUSY));
+    }
+    // SAFETY: the buffer pointer stays valid until the I/O's CQE: the buffer's heap
+    // allocation is owned by the slot table entry created right after this push and is
+    // only released when that CQE is reaped. The timespec is boxed in the same slot and
+    // outlives the submit that copies it. Both entries are pushed together (capacity
+    // checked above), so the link is never split.
+    unsafe {
+        sq.push_multiple(&[io, to])
+            .map_err(|_| io::Error::from_raw_os_error(libc::EBUSY))?;
+    }
+    Ok(())
+}
+
+fn ring_loop(mut ring: IoUring, rx: Receiver<Req>) {
+    let mut slots: HashMap<u64, Slot> = HashMap::new();
+    let mut next_id: u64 = 1;
+    let mut closed = false;
+    loop {
+        // Take new requests: block when idle, poll while I/Os are in flight.
+        loop {
+            let req = if slots.is_empty() && !closed {
+                match rx.recv() {
+                    Ok(r) => r,
+                    Err(_) => {
+                        closed = true;
+                        break;
+                    }
+                }
+            } else {
+                match rx.try_recv() {
+                    Ok(r) => r,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        closed = true;
+                        break;
+                    }
+                }
+            };
+            let id = next_id;
+            next_id = (next_id + 1) & !TIMEOUT_BIT;
+            let ts = Box::new(
+                types::Timespec::new()
+                    .sec(req.timeout.as_secs())
+                    .nsec(req.timeout.subsec_nanos()),
+            );
+            let mut req = req;
+            let mut buf = std::mem::replace(&mut req.buf, AlignedBuf::zeroed(0));
+            match push(&mut ring, id, &req, &mut buf, &ts) {
+                Ok(()) => {
+                    let len = buf.len();
+                    slots.insert(
+                        id,
+                        Slot {
+                            buf,
+                            len,
+                            reply: req.reply,
+                            _ts: ts,
+                        },
+                    );
+                }
+                Err(e) => {
+                    let _ = req.reply.send((Err(e), buf));
+                }
+            }
+            if slots.len() >= (RING_ENTRIES / 2) as usize {
+                break;
+            }
+        }
+        if closed && slots.is_empty() {
+            return;
+        }
+        let wait = types::Timespec::new().nsec(1_000_000);
+        let args = types::SubmitArgs::new().timespec(&wait);
+        match ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                ) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "io_uring submit failed");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        let done: Vec<(u64, i32)> = ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        for (ud, res) in done {
+            if ud & TIMEOUT_BIT != 0 {
+                continue;
+            }
+            let Some(slot) = slots.remove(&ud) else {
+                continue;
+            };
+            let result = if res < 0 {
+                let errno = -res;
+                if errno == libc::ECANCELED || errno == libc::ETIME {
+                    Err(io::Error::from(io::ErrorKind::TimedOut))
+                } else {
+                    Err(io::Error::from_raw_os_error(errno))
+                }
+            } else if res as usize != slot.len {
+                Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("short i/o: {res} of {} bytes", slot.len),
+                ))
+            } else {
+                Ok(())
+            };
+            // The caller may have given up; then the buffer is dropped here, after the
+            // kernel is done with it.
+            let _ = slot.reply.send((result, slot.buf));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn linked_timeout_cancels_a_stuck_read_and_returns_its_buffer() {
+        // A read from an empty pipe never completes by itself: the linked timeout must
+        // cancel it, and the buffer must come back with the cancellation.
+        let (reader, _writer) = std::io::pipe().unwrap();
+        let engine = UringEngine::new("test").unwrap();
+        let t0 = std::time::Instant::now();
+        let rx = engine
+            .submit(
+                Op::Read,
+                reader.as_raw_fd(),
+                0,
+                AlignedBuf::zeroed(512),
+                Duration::from_millis(200),
+            )
+            .unwrap();
+        let (res, buf) = rx.recv_timeout(Duration::from_secs(5)).expect("completion");
+        let e = res.expect_err("stuck read must time out");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        assert_eq!(buf.len(), 512);
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(190) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
+    }
+
+    #[test]
+    fn completed_read_beats_its_timeout() {
+        use std::io::Write;
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        writer.write_all(&[7u8; 512]).unwrap();
+        let engine = UringEngine::new("test").unwrap();
+        let rx = engine
+            .submit(
+                Op::Read,
+                reader.as_raw_fd(),
+                0,
+                AlignedBuf::zeroed(512),
+                Duration::from_secs(5),
+            )
+            .unwrap();
+        let (res, buf) = rx.recv_timeout(Duration::from_secs(5)).expect("completion");
+        res.expect("read");
+        assert!(buf.as_slice().iter().all(|&b| b == 7));
+    }
+}
