@@ -56,6 +56,8 @@ pub struct FileConfig {
     pub watchdog_fire_timeout: Option<u32>,
     pub kill_grace_seconds: Option<u32>,
     pub sh_retries: Option<u32>,
+    /// Reserved for the wdmd integration (accepted, not used while the watchdog is off).
+    pub wdmd_run_dir: Option<PathBuf>,
 }
 
 /// Configuration errors.

@@ -140,10 +140,18 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
         .spawn(move || loop {
             let sig = sys::wait_signal();
             if sig == libc::SIGTERM || sig == libc::SIGINT {
-                info!(sig, "signal: shutting down (lockspaces are removed first)");
-                lockspace::stop_all(&d_sig);
-                d_sig.request_shutdown();
-                return;
+                // As sanlock: a signal is a non-forced shutdown, ignored while lockspaces
+                // exist (stopping would have to kill every lease holder). Use a forced
+                // SHUTDOWN (`lockd shutdown -f`, `sanlock client shutdown -f 1`) for that.
+                if lock(&d_sig.spaces).is_empty() {
+                    info!(sig, "signal: shutting down");
+                    d_sig.request_shutdown();
+                    return;
+                }
+                warn!(
+                    sig,
+                    "signal: shutdown ignored, lockspaces exist (use a forced shutdown)"
+                );
             }
         })
         .map_err(DaemonError::Thread)?;

@@ -229,6 +229,40 @@ fn other_uid_cannot_touch_our_leases() {
 }
 
 #[test]
+fn sigterm_is_ignored_while_lockspaces_exist() {
+    require_tool("sanlock", "sanlock");
+    let s = Scratch::new("sigterm");
+    let disk = s.file("disk", 4);
+    init_lockspace("ls1", &disk, 0);
+    let mut d = LockdDaemon::start(&s, "hostA", &[]);
+    let mut c = Client::connect(&d.run_dir).unwrap();
+    let ls = client_lib::Lockspace::new(
+        disk_format::Name::new("ls1").unwrap(),
+        1,
+        &disk.display().to_string(),
+        0,
+    )
+    .unwrap();
+    assert_eq!(c.add_lockspace(&ls, 1, 0).unwrap(), 0);
+    let pid = d.pid().to_string();
+    let term = || Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(term().success());
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        matches!(d.child.try_wait(), Ok(None)),
+        "SIGTERM must not stop a daemon with lockspaces"
+    );
+    assert!(d.log_text().contains("shutdown ignored"));
+    let mut c = Client::connect(&d.run_dir).unwrap();
+    assert_eq!(c.rem_lockspace(&ls, 0).unwrap(), 0);
+    assert!(term().success());
+    assert!(
+        wait_for(10, || matches!(d.child.try_wait(), Ok(Some(_)))),
+        "SIGTERM without lockspaces must stop it"
+    );
+}
+
+#[test]
 fn sd_notify_ready_and_status() {
     let s = Scratch::new("notify");
     let sock_path = s.dir.join("notify.sock");

@@ -252,14 +252,15 @@ impl LockdDaemon {
         PyChild { child, stdout }
     }
 
-    /// Stops the daemon: SIGTERM, then SIGKILL after 20 s.
+    /// Stops the daemon: a forced SHUTDOWN (removes lockspaces, SIGKILLs holders), then
+    /// SIGKILL by PID after 20 s.
     pub fn stop(&mut self) {
         if let Ok(Some(_)) = self.child.try_wait() {
             return;
         }
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        if let Ok(mut c) = client_lib::Client::connect(&self.run_dir) {
+            let _ = c.shutdown(true, false);
+        }
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
