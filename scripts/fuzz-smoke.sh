@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# Runs every cargo-fuzz target of disk-format for N seconds (default 10). cargo-fuzz
-# needs nightly features; RUSTC_BOOTSTRAP=1 enables them on the stable toolchain.
+# Runs every cargo-fuzz target (disk-format, client-lib, wdmd decoders) for N seconds
+# each (default 10). cargo-fuzz needs nightly features; RUSTC_BOOTSTRAP=1 enables them
+# on the stable toolchain. A build failure or a crash fails the script.
 set -euo pipefail
-cd "$(dirname "$0")/../disk-format"
+cd "$(dirname "$0")/.."
 secs="${1:-10}"
 export PATH="$HOME/.cargo/bin:$PATH"
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked --quiet
 fi
 export RUSTC_BOOTSTRAP=1
-for target in $(cargo fuzz list); do
-    echo "fuzz: $target for ${secs}s"
-    cargo fuzz run "$target" -- -max_total_time="$secs" 2>&1 | grep -E '^(Done|==|SUMMARY|.*panicked)' || true
-    # libFuzzer exits non-zero on a crash; re-check explicitly.
-    test ! -d "fuzz/artifacts/$target" || [ -z "$(ls -A "fuzz/artifacts/$target")" ] || {
-        echo "fuzz: $target found a crash:"; ls "fuzz/artifacts/$target"; exit 1; }
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+for crate in disk-format client-lib wdmd; do
+    for target in $(cd "$crate" && cargo fuzz list); do
+        if ! (cd "$crate" && cargo fuzz run "$target" -- -max_total_time="$secs") >"$log" 2>&1; then
+            echo "fuzz: $crate/$target FAILED:"
+            tail -n 40 "$log"
+            exit 1
+        fi
+        echo "fuzz: $crate/$target: $(grep -E '^Done' "$log" | tail -n 1)"
+    done
 done

@@ -1,0 +1,39 @@
+//! A byte stream as the daemon reads it: header, then the payload its length claims,
+//! decoded as each command's structs. Lengths that lie must give errors, never panics.
+#![no_main]
+use client_lib::wire::{Header, Lockspace, Options, Resource, ResourceHead};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let mut rest = data;
+    while rest.len() >= 32 {
+        let Ok(h) = Header::decode(rest) else { return };
+        rest = &rest[32..];
+        let Ok(n) = h.payload_len(1 << 20) else { return };
+        let payload = &rest[..n.min(rest.len())];
+        rest = &rest[n.min(rest.len())..];
+        match h.cmd {
+            2 | 3 | 13 | 15 | 16 | 18 | 20 | 22 | 23 | 30 | 31 | 32 | 33 | 34 => {
+                let _ = Lockspace::decode(payload);
+            }
+            7 => {
+                let mut p = payload;
+                for _ in 0..h.data.min(8) {
+                    match Resource::decode_prefix(p, 4) {
+                        Ok((_, used)) => p = &p[used.min(p.len())..],
+                        Err(_) => break,
+                    }
+                }
+                let _ = Options::decode(p);
+            }
+            8 | 27 => {
+                for chunk in payload.chunks(128).take(8) {
+                    let _ = ResourceHead::decode(chunk);
+                }
+            }
+            _ => {
+                let _ = Resource::decode(payload, 4);
+            }
+        }
+    }
+});
