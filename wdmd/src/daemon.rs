@@ -260,6 +260,8 @@ struct ClientEntry {
     renewal: u64,
     expire: u64,
     dead: bool,
+    /// REFCOUNT_SET could not open the device (3.8-style client): STATUS says 0.
+    open_failed: bool,
 }
 
 struct State {
@@ -452,6 +454,7 @@ fn serve_connection(shared: Arc<Shared>, mut stream: UnixStream) {
                 renewal: 0,
                 expire: 0,
                 dead: false,
+                open_failed: false,
             },
         );
         id
@@ -526,8 +529,23 @@ fn handle(
             None
         }
         Cmd::RefcountSet | Cmd::RefcountClear => {
+            let set = h.cmd == Cmd::RefcountSet;
+            // A sanlock 3.8 client (no OPEN_WATCHDOG) goes REGISTER, REFCOUNT_SET,
+            // STATUS, TEST_LIVE: open the device now with the configured timeout
+            // so that STATUS can report a failure (fire_timeout 0) before it arms.
+            let mut open_failed = false;
+            if set && !st.test_loop_enable {
+                if let Err(e) = st.enable(cfg, cfg.fire_timeout) {
+                    tracing::error!(
+                        "ci {id} refcount_set: cannot open the watchdog: {}",
+                        crate::Chain(&e)
+                    );
+                    open_failed = true;
+                }
+            }
             if let Some(c) = st.clients.get_mut(&id) {
-                c.refcount = h.cmd == Cmd::RefcountSet;
+                c.refcount = set;
+                c.open_failed = open_failed;
             }
             None
         }
@@ -556,7 +574,12 @@ fn handle(
         Cmd::Status => {
             let mut r = h.clone();
             r.test_interval = u32::try_from(st.test_interval).unwrap_or(u32::MAX);
-            r.fire_timeout = st.fire_timeout;
+            let failed = st.clients.get(&id).is_some_and(|c| c.open_failed);
+            r.fire_timeout = if failed && !st.test_loop_enable {
+                0
+            } else {
+                st.fire_timeout
+            };
             r.last_keepalive = st.last_keepalive;
             Some(r.encode().to_vec())
         }

@@ -86,8 +86,13 @@ impl DeviceSpec {
         }
     }
 
-    /// The candidate list: the given spec, then the default device paths.
+    /// The candidate list: the given spec, then the default device paths. An
+    /// emulated device is never followed by the real ones: a simulated host
+    /// must not arm the machine's watchdog.
     pub fn candidates(option: Option<&DeviceSpec>) -> Vec<DeviceSpec> {
+        if let Some(e @ DeviceSpec::Emulated(_)) = option {
+            return vec![e.clone()];
+        }
         let mut v: Vec<DeviceSpec> = option.into_iter().cloned().collect();
         for d in DEFAULT_DEVICES {
             let s = DeviceSpec::Linux(PathBuf::from(d));
@@ -386,6 +391,10 @@ mod tests {
         assert_eq!(c.len(), 3);
         assert_eq!(c[0], DeviceSpec::Linux("/dev/watchdog1".into()));
         assert_eq!(DeviceSpec::candidates(None).len(), 3);
+        assert_eq!(
+            DeviceSpec::candidates(Some(&DeviceSpec::parse("emu:/x"))),
+            vec![DeviceSpec::Emulated("/x".into())]
+        );
     }
 
     #[test]

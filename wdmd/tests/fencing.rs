@@ -656,3 +656,32 @@ fn reset_kills_a_whole_pid_namespace_including_wdmd() {
     let _ = emu.kill();
     let _ = emu.wait();
 }
+
+/// A 3.8-style client when the device cannot be opened: STATUS reports
+/// fire_timeout 0 (sanlock then fails the lockspace instead of running
+/// unprotected). An emulated -w never falls back to /dev/watchdog*.
+#[test]
+fn status_reports_zero_when_the_device_cannot_be_opened() {
+    let mut bed = Bed::new();
+    let mut cmd = Command::new(WDMD);
+    cmd.arg("-D")
+        .arg("--run-dir")
+        .arg(bed.run_dir())
+        .arg("-w")
+        .arg(format!(
+            "emu:{}",
+            bed.dir.path().join("missing.sock").display()
+        ));
+    bed.start_wdmd_with(cmd);
+    let mut c = bed.client();
+    c.register("sanlock_ls7:1").unwrap();
+    c.refcount_set().unwrap();
+    assert_eq!(c.status().unwrap().fire_timeout, 0);
+    let mut other = bed.client();
+    assert_eq!(
+        other.open_watchdog(3, Duration::from_secs(5)).unwrap(),
+        OpenWatchdog::Refused
+    );
+    assert!(bed.wdmd_log().contains("cannot open the watchdog"));
+    assert!(bed.event("open").is_none());
+}
