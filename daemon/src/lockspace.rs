@@ -196,8 +196,13 @@ impl Space {
                 self.host_id,
                 format!(
                     "last_check={last} last_live={last} last_req=0 owner_id={} owner_generation={gen} \
-                     timestamp={last} io_timeout={} owner_name=",
-                    self.host_id, self.io_timeout
+                     timestamp={last} io_timeout={} owner_name={}",
+                    self.host_id,
+                    self.io_timeout,
+                    lock(&self.params)
+                        .as_ref()
+                        .map(|p| p.host_name.to_text())
+                        .unwrap_or_default()
                 ),
                 last,
             ));
