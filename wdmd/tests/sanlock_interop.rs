@@ -16,7 +16,7 @@ const EMU: &str = env!("CARGO_BIN_EXE_wdmd-emulator");
 
 const SCRIPT: &str = r#"
 set -u
-D="$1"; WDMD="$2"; EMU="$3"
+D="$1"; WDMD="$2"; EMU="$3"; DEV="$4"
 mount -t tmpfs tmpfs /run || exit 90
 mount -t tmpfs tmpfs /dev/shm || exit 91
 mkdir -p /run/wdmd "$D/sanlock-run"
@@ -26,7 +26,7 @@ sanlock direct init -s ls1:0:$D/disk:0 >/dev/null || exit 92
 EMUPID=$!
 for i in $(seq 100); do grep -q '^start' "$D/emu.state" 2>/dev/null && break; sleep 0.05; done
 # Default run dir /run/wdmd and default marker /dev/shm/wdmd, as in production.
-"$WDMD" -D -w "emu:$D/emu.sock" >/dev/null 2>"$D/wdmd.log" &
+"$WDMD" -D -w "emu:$D/$DEV" >/dev/null 2>"$D/wdmd.log" &
 WDPID=$!
 for i in $(seq 100); do [ -S /run/wdmd/wdmd.sock ] && break; sleep 0.05; done
 export SANLOCK_PRIVILEGED=0 SANLOCK_RUN_DIR="$D/sanlock-run"
@@ -64,17 +64,35 @@ fn value<'a>(out: &'a str, key: &str) -> Option<&'a str> {
     out.lines().find_map(|l| l.strip_prefix(key).map(str::trim))
 }
 
-#[test]
-fn real_sanlock_daemon_arms_a_lockspace_through_this_wdmd() {
+struct Run {
+    dir: tempfile::TempDir,
+    text: String,
+    ctx: String,
+}
+
+/// Run the script in a private mount namespace; `dev` is the emulator socket
+/// name wdmd is given (a missing one simulates a host without a device).
+fn run(dev: &str) -> Run {
     let dir = tempfile::Builder::new()
         .prefix("wdmd-sanlock-")
         .tempdir_in("/var/tmp")
         .expect("tempdir");
-    let out = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c", SCRIPT, "sh"])
+    let out = Command::new("timeout")
+        .args([
+            "150",
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            SCRIPT,
+            "sh",
+        ])
         .arg(dir.path())
         .arg(WDMD)
         .arg(EMU)
+        .arg(dev)
         .output()
         .expect("unshare (util-linux) must be installed");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -87,6 +105,12 @@ fn real_sanlock_daemon_arms_a_lockspace_through_this_wdmd() {
         logs("add.out")
     );
     assert_eq!(out.status.code(), Some(0), "{ctx}");
+    Run { dir, text, ctx }
+}
+
+#[test]
+fn real_sanlock_daemon_arms_a_lockspace_through_this_wdmd() {
+    let Run { dir, text, ctx } = run("emu.sock");
     assert_eq!(value(&text, "ADD_RC"), Some("0"), "{ctx}");
     let sanlock_pid: i32 = value(&text, "SANLOCK_PID")
         .and_then(|p| p.parse().ok())
@@ -124,4 +148,27 @@ fn real_sanlock_daemon_arms_a_lockspace_through_this_wdmd() {
     assert!(ev.iter().any(|e| e.event == "open"), "{ctx}");
     assert!(ev.iter().any(|e| e.event == "magic-close"), "{ctx}");
     assert!(!ev.iter().any(|e| e.event == "fire"), "{ctx}");
+}
+
+/// No usable device: wdmd answers STATUS with fire_timeout 0 and the real
+/// sanlock refuses the lockspace instead of running without a watchdog.
+#[test]
+fn real_sanlock_refuses_the_lockspace_when_wdmd_has_no_device() {
+    let Run {
+        dir: _dir,
+        text,
+        ctx,
+    } = run("missing.sock");
+    let rc: i32 = value(&text, "ADD_RC")
+        .and_then(|v| v.parse().ok())
+        .expect("rc");
+    assert_ne!(rc, 0, "add_lockspace must fail\n{ctx}");
+    assert!(ctx.contains("cannot open the watchdog"), "{ctx}");
+    assert!(ctx.contains("wdmd invalid fire_timeout 0 vs 60"), "{ctx}");
+    let dump = section(&text, "DUMP_BEGIN", "DUMP_END");
+    assert!(
+        !parse_dump_clients(dump).iter().any(|c| c.expire != 0),
+        "nothing may be armed\n{ctx}"
+    );
+    assert_eq!(value(&text, "WDMD_RC"), Some("0"), "{ctx}");
 }
