@@ -23,6 +23,7 @@ pub const DEFAULT_KILL_GRACE_S: u32 = 40;
 #[derive(Debug, Clone, Default, Args)]
 pub struct DaemonArgs {
     /// Stay in the foreground and log to stderr.
+    /// (Without -D the daemon detaches and logs to --log-file.)
     #[arg(short = 'D', long = "foreground")]
     pub foreground: bool,
     /// Use the watchdog (1) or not (0). lockd has no watchdog integration yet: 1 fails.
@@ -43,6 +44,9 @@ pub struct DaemonArgs {
     /// TOML config file (default /etc/lockd/lockd.toml; missing file = defaults).
     #[arg(short = 'c', long = "config")]
     pub config: Option<PathBuf>,
+    /// Log file when running in the background (without -D).
+    #[arg(long = "log-file")]
+    pub log_file: Option<PathBuf>,
 }
 
 /// The TOML file (every key optional).
@@ -58,6 +62,7 @@ pub struct FileConfig {
     pub sh_retries: Option<u32>,
     /// Reserved for the wdmd integration (accepted, not used while the watchdog is off).
     pub wdmd_run_dir: Option<PathBuf>,
+    pub log_file: Option<PathBuf>,
 }
 
 /// Configuration errors.
@@ -88,7 +93,12 @@ pub struct Config {
     pub watchdog_fire_timeout_s: u32,
     pub kill_grace_s: u32,
     pub sh_retries: u32,
+    /// Where the log goes when the daemon runs in the background.
+    pub log_file: PathBuf,
 }
+
+/// Default log file in the background.
+pub const DEFAULT_LOG_FILE: &str = "/var/log/lockd.log";
 
 impl Config {
     /// Command line over the TOML file over defaults; `env_run_dir` is `$LOCKD_RUN_DIR`.
@@ -153,6 +163,11 @@ impl Config {
                 .unwrap_or(DEFAULT_WATCHDOG_FIRE_TIMEOUT_S),
             kill_grace_s,
             sh_retries: file.sh_retries.unwrap_or(8),
+            log_file: args
+                .log_file
+                .clone()
+                .or(file.log_file.clone())
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_LOG_FILE)),
         })
     }
 }

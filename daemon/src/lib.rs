@@ -65,6 +65,31 @@ pub enum DaemonError {
     WatchdogUnsupported,
     #[error("cannot start thread: {0}")]
     Thread(std::io::Error),
+    #[error("log file {path}: {source}")]
+    LogFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Forks into the background (the parent exits 0), as sanlock does without -D.
+fn daemonize(log_file: &std::path::Path) -> Result<(), DaemonError> {
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o640)
+        .open(log_file)
+        .map_err(|source| DaemonError::LogFile {
+            path: log_file.to_path_buf(),
+            source,
+        })?;
+    match sys::fork().map_err(DaemonError::Helper)? {
+        sys::Forked::Parent { .. } => std::process::exit(0),
+        sys::Forked::Child => sys::detach(&log).map_err(|source| DaemonError::LogFile {
+            path: log_file.to_path_buf(),
+            source,
+        }),
+    }
 }
 
 /// Waits until every lockspace has been removed.
@@ -80,6 +105,9 @@ pub fn wait_spaces_gone(d: &Daemon) {
 pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
     if cfg.use_watchdog {
         return Err(DaemonError::WatchdogUnsupported);
+    }
+    if !cfg.foreground {
+        daemonize(&cfg.log_file)?;
     }
     // The helper is forked first, while we are single-threaded.
     let helper = helper::Helper::start().map_err(DaemonError::Helper)?;

@@ -24,9 +24,6 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if !cfg.foreground {
-        tracing::info!("daemonizing is not implemented; running in the foreground (as -D)");
-    }
     match lockd_daemon::run(cfg, ring) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

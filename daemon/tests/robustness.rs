@@ -288,3 +288,49 @@ fn sd_notify_ready_and_status() {
     let n = listener.recv(&mut buf).expect("stopping message");
     assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"));
 }
+
+#[test]
+fn without_foreground_flag_the_daemon_detaches_and_logs_to_a_file() {
+    let s = Scratch::new("detach");
+    let run_dir = s.dir.join("run");
+    let log = s.dir.join("lockd.log");
+    let t0 = std::time::Instant::now();
+    let out = run(Command::new(DAEMON)
+        .args(["-w", "0", "-e", "hostA", "-c", "/dev/null", "--run-dir"])
+        .arg(&run_dir)
+        .arg("--log-file")
+        .arg(&log));
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "the parent must return at once"
+    );
+    let sock = run_dir.join("sanlock.sock");
+    assert!(
+        wait_for(10, || UnixStream::connect(&sock).is_ok()),
+        "detached daemon never listened"
+    );
+    let pid = std::fs::read_to_string(run_dir.join("lockd.pid"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut c = Client::connect(&run_dir).unwrap();
+    assert_eq!(c.version().unwrap(), 0x0308_0500);
+    assert!(c.shutdown(true, false).is_ok());
+    let gone = wait_for(10, || {
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+    });
+    if !gone {
+        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    }
+    assert!(gone, "detached daemon did not exit on forced shutdown");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("lockd daemon started") && text.contains("watchdog is OFF"),
+        "{text}"
+    );
+    assert!(
+        !text.contains('\u{1b}'),
+        "no terminal colours in the log file"
+    );
+}

@@ -135,6 +135,26 @@ pub fn fork() -> io::Result<Forked> {
     }
 }
 
+/// Detaches from the terminal after a fork: new session, stdin from /dev/null, stdout and
+/// stderr appended to `log`. Must run in the (single-threaded) child.
+pub fn detach(log: &File) -> io::Result<()> {
+    let null = std::fs::OpenOptions::new().read(true).open("/dev/null")?;
+    // SAFETY: setsid and dup2 only change process attributes and the fd table; both
+    // source fds are open for the duration of the calls.
+    unsafe {
+        if libc::setsid() < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::dup2(null.as_raw_fd(), 0) < 0
+            || libc::dup2(log.as_raw_fd(), 1) < 0
+            || libc::dup2(log.as_raw_fd(), 2) < 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// Number of threads of this process (from /proc), to assert the fork precondition.
 pub fn thread_count() -> usize {
     std::fs::read_dir("/proc/self/task")
