@@ -342,6 +342,101 @@ impl Client {
         }
     }
 
+    /// CONVERT a held resource of `target` to shared (`SANLK_RES_SHARED` in
+    /// `res.flags`) or exclusive.
+    pub fn convert(
+        &mut self,
+        target: i32,
+        flags: u32,
+        res: &ResourceHead,
+    ) -> Result<i32, ClientError> {
+        let mut head = res.clone();
+        head.num_disks = 0;
+        let mut p = Vec::new();
+        head.encode_into(&mut p);
+        let (h, _) = self.call(SM_CMD_CONVERT, flags, 0, target as u32, &p)?;
+        Ok(h.result())
+    }
+
+    /// KILLPATH for this registered connection (`with_pid` appends the pid).
+    pub fn killpath(&mut self, path: &str, args: &str, with_pid: bool) -> Result<i32, ClientError> {
+        if path.len() >= SANLK_HELPER_PATH_LEN || args.len() >= SANLK_HELPER_ARGS_LEN {
+            return Err(WireError::BadField {
+                what: "killpath",
+                why: "path and args must each be shorter than 128 bytes",
+            }
+            .into());
+        }
+        let mut p = vec![0u8; SANLK_HELPER_PATH_LEN + SANLK_HELPER_ARGS_LEN];
+        p[..path.len()].copy_from_slice(path.as_bytes());
+        p[SANLK_HELPER_PATH_LEN..SANLK_HELPER_PATH_LEN + args.len()]
+            .copy_from_slice(args.as_bytes());
+        let flags = if with_pid { SANLK_KILLPATH_PID } else { 0 };
+        let (h, _) = self.call(SM_CMD_KILLPATH, flags, 0, u32::MAX, &p)?;
+        Ok(h.result())
+    }
+
+    /// RESTRICT this registered connection (`SANLK_RESTRICT_*`).
+    pub fn restrict(&mut self, flags: u32) -> Result<i32, ClientError> {
+        let (h, _) = self.call(SM_CMD_RESTRICT, flags, 0, u32::MAX, &[])?;
+        Ok(h.result())
+    }
+
+    /// READ_RESOURCE_OWNERS: the resource as on disk (lver, SHARED flag) and its holders.
+    pub fn read_resource_owners(
+        &mut self,
+        res: &Resource,
+    ) -> Result<(ResourceHead, Vec<Host>), ClientError> {
+        let (h, p) = self.call_ok(SM_CMD_READ_RESOURCE_OWNERS, 0, 0, 0, &res.encode())?;
+        if p.len() < RESOURCE_LEN {
+            return Err(WireError::Short {
+                what: "read_resource_owners reply",
+                need: RESOURCE_LEN,
+                got: p.len(),
+            }
+            .into());
+        }
+        let head = ResourceHead::decode(&p[..RESOURCE_LEN])?;
+        let n = (h.data2 as usize).min((p.len() - RESOURCE_LEN) / HOST_LEN);
+        let hosts = p[RESOURCE_LEN..]
+            .chunks_exact(HOST_LEN)
+            .take(n)
+            .map(Host::decode)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((head, hosts))
+    }
+
+    /// WRITE_LOCKSPACE: format a lockspace area (geometry from `ls.flags`, or the default).
+    pub fn write_lockspace(&mut self, ls: &Lockspace, io_timeout: u32) -> Result<i32, ClientError> {
+        let (h, _) = self.call(SM_CMD_WRITE_LOCKSPACE, 0, 0, io_timeout, &ls.encode())?;
+        Ok(h.result())
+    }
+
+    /// WRITE_RESOURCE: format a resource area (`num_hosts` 0 = max).
+    pub fn write_resource(
+        &mut self,
+        res: &Resource,
+        num_hosts: u32,
+        clear: bool,
+    ) -> Result<i32, ClientError> {
+        let flags = if clear { SANLK_WRITE_CLEAR } else { 0 };
+        let (h, _) = self.call(SM_CMD_WRITE_RESOURCE, flags, num_hosts, 0, &res.encode())?;
+        Ok(h.result())
+    }
+
+    /// READ_LOCKSPACE: the lockspace's name and geometry flags, and its io_timeout.
+    pub fn read_lockspace(&mut self, ls: &Lockspace) -> Result<(Lockspace, u32), ClientError> {
+        let (h, p) = self.call_ok(SM_CMD_READ_LOCKSPACE, 0, 0, 0, &ls.encode())?;
+        let out = Lockspace::decode(p.get(..LOCKSPACE_LEN).unwrap_or(&p))?;
+        Ok((out, h.data2))
+    }
+
+    /// READ_RESOURCE: names, lver and geometry flags from the leader.
+    pub fn read_resource(&mut self, res: &Resource) -> Result<ResourceHead, ClientError> {
+        let (_, p) = self.call_ok(SM_CMD_READ_RESOURCE, 0, 0, 0, &res.encode())?;
+        Ok(ResourceHead::decode(p.get(..RESOURCE_LEN).unwrap_or(&p))?)
+    }
+
     /// SHUTDOWN (`wait` = SHUTDOWN_WAIT, which replies when the daemon exits).
     pub fn shutdown(&mut self, force: bool, wait: bool) -> Result<i32, ClientError> {
         if wait {
