@@ -319,13 +319,13 @@ pub fn add(d: &Arc<Daemon>, ls: &wire::Lockspace, io_timeout: u32, flags: u32) -
         for s in spaces.iter() {
             let same_disk = s.path == path && s.offset == ls.host_id_disk.offset;
             if s.name.same_as(&ls.name) {
-                if lock(&s.st).phase == Phase::Removing {
-                    return -libc::EAGAIN;
-                }
-                if same_disk && s.host_id == ls.host_id {
-                    return -libc::EEXIST;
-                }
-                return -libc::EINVAL;
+                let identical = same_disk && s.host_id == ls.host_id;
+                return match lock(&s.st).phase {
+                    Phase::Removing => -libc::EAGAIN,
+                    Phase::Adding if identical => -libc::EINPROGRESS,
+                    Phase::Joined if identical => -libc::EEXIST,
+                    _ => -libc::EINVAL,
+                };
             }
             if same_disk {
                 return -libc::EINVAL;

@@ -25,6 +25,7 @@ sanlock.write_resource(b'fmt', b'res', [(D, 1048576)])\n\
 print(sanlock.read_resource(D, 1048576))\n\
 sanlock.add_lockspace(b'fmt', 4, D, 0, iotimeout=1, wait=False)\n\
 print('inq-now', sanlock.inq_lockspace(b'fmt', 4, D, 0))\n\
+try:\n    sanlock.add_lockspace(b'fmt', 4, D, 0, iotimeout=1)\nexcept sanlock.SanlockException as e:\n    print('again', e.errno)\n\
 print('inq-wait', sanlock.inq_lockspace(b'fmt', 4, D, 0, wait=True))\n\
 print([l['flags'] for l in sanlock.get_lockspaces()])\n",
         disk.display()
@@ -36,8 +37,12 @@ print([l['flags'] for l in sanlock.get_lockspaces()])\n",
         "{out}"
     );
     assert_eq!(lines[2], "inq-now None", "{out}");
-    assert_eq!(lines[3], "inq-wait True", "{out}");
-    assert_eq!(lines[4], "[0]", "{out}");
+    assert_eq!(
+        lines[3], "again 115",
+        "a second add while adding: -EINPROGRESS; {out}"
+    );
+    assert_eq!(lines[4], "inq-wait True", "{out}");
+    assert_eq!(lines[5], "[0]", "{out}");
     // The real sanlock reads what lockd wrote.
     let rl = run(std::process::Command::new("sanlock")
         .args(["direct", "read_leader", "-r"])
