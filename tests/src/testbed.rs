@@ -591,7 +591,9 @@ pub fn host_init(
                 ),
             )?;
             let mut c = Command::new(&lockd_daemon);
-            c.args(["-D", "-w", "1", "-e", name, "-o", io_timeout_s])
+            // A short kill grace so that SIGKILL (after the killpath or SIGTERM at
+            // last_renewal + 8·D) comes before the short test watchdog fires.
+            c.args(["-D", "-w", "1", "-e", name, "-o", io_timeout_s, "-g", "2"])
                 .arg("--run-dir")
                 .arg(&run)
                 .arg("--config")

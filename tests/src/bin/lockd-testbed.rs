@@ -141,8 +141,10 @@ fn run(o: &Opts) -> Result<bool> {
     bed.join(2)?;
 
     let stubborn = o.scenario == "stubborn-holder";
+    // eio uses a holder without killpath, so recovery is a SIGTERM; the others register a
+    // killpath, which lockd runs instead of SIGTERM within the kill grace.
     let holder_opts = HolderOpts {
-        killpath: true,
+        killpath: o.scenario != "eio",
         ignore_term: stubborn,
         restrict: stubborn.then(|| "sigkill".to_string()),
         ..HolderOpts::default()
