@@ -47,6 +47,9 @@ pub struct DaemonArgs {
     /// Log file when running in the background (without -D).
     #[arg(long = "log-file")]
     pub log_file: Option<PathBuf>,
+    /// Group owning the socket (name or gid); default `sanlock` if that group exists.
+    #[arg(short = 'G', long = "socket-group")]
+    pub socket_group: Option<String>,
 }
 
 /// The TOML file (every key optional).
@@ -63,6 +66,7 @@ pub struct FileConfig {
     /// Reserved for the wdmd integration (accepted, not used while the watchdog is off).
     pub wdmd_run_dir: Option<PathBuf>,
     pub log_file: Option<PathBuf>,
+    pub socket_group: Option<String>,
 }
 
 /// Configuration errors.
@@ -95,6 +99,8 @@ pub struct Config {
     pub sh_retries: u32,
     /// Where the log goes when the daemon runs in the background.
     pub log_file: PathBuf,
+    /// gid given to the socket (mode 0660), so members of that group can connect.
+    pub socket_gid: Option<u32>,
 }
 
 /// Default log file in the background.
@@ -168,8 +174,32 @@ impl Config {
                 .clone()
                 .or(file.log_file.clone())
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_LOG_FILE)),
+            socket_gid: match args.socket_group.clone().or(file.socket_group.clone()) {
+                Some(g) => Some(group_to_gid(&g).ok_or(ConfigError::Invalid {
+                    what: "socket group",
+                    why: format!("{g}: no such group"),
+                })?),
+                // As sanlock: the `sanlock` group owns the socket when it exists, so
+                // clients already set up for sanlock can connect.
+                None => group_to_gid("sanlock"),
+            },
         })
     }
+}
+
+/// A group name (from /etc/group) or a numeric gid.
+pub fn group_to_gid(group: &str) -> Option<u32> {
+    if let Ok(n) = group.parse::<u32>() {
+        return Some(n);
+    }
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.split(':');
+        let name = f.next()?;
+        let _pw = f.next()?;
+        let gid = f.next()?;
+        (name == group).then(|| gid.parse().ok()).flatten()
+    })
 }
 
 fn load_file(path: &Path, required: bool) -> Result<FileConfig, ConfigError> {
@@ -243,6 +273,13 @@ mod tests {
         assert_eq!(long.len(), 48);
         assert_eq!(host_name_from("", ""), "lockd-host");
         assert_eq!(derived_host_name(), derived_host_name());
+    }
+
+    #[test]
+    fn groups() {
+        assert_eq!(group_to_gid("0"), Some(0));
+        assert_eq!(group_to_gid("root"), Some(0));
+        assert_eq!(group_to_gid("no-such-group-lockd"), None);
     }
 
     #[test]

@@ -135,10 +135,11 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
     }
     let _ = pid_file.set_len(0);
     let _ = writeln!(pid_file, "{}", std::process::id());
-    let listener = server::bind(&cfg.run_dir).map_err(|source| DaemonError::Socket {
-        path: cfg.run_dir.clone(),
-        source,
-    })?;
+    let listener =
+        server::bind(&cfg.run_dir, cfg.socket_gid).map_err(|source| DaemonError::Socket {
+            path: cfg.run_dir.clone(),
+            source,
+        })?;
     warn!("watchdog is OFF (-w 0): lease holders are not fenced by a hardware watchdog");
     info!(
         run_dir = %cfg.run_dir.display(),

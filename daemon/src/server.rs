@@ -26,8 +26,8 @@ use crate::sys::{self, PeerCred};
 /// How long a payload may take to arrive once its header did.
 const PAYLOAD_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Binds `<run_dir>/sanlock.sock` with mode 0660.
-pub fn bind(run_dir: &Path) -> io::Result<UnixListener> {
+/// Binds `<run_dir>/sanlock.sock` with mode 0660 (group `gid` when given).
+pub fn bind(run_dir: &Path, gid: Option<u32>) -> io::Result<UnixListener> {
     let path = run_dir.join(SOCKET_NAME);
     match std::fs::remove_file(&path) {
         Ok(()) => {}
@@ -36,6 +36,9 @@ pub fn bind(run_dir: &Path) -> io::Result<UnixListener> {
     }
     let l = UnixListener::bind(&path)?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))?;
+    if let Some(gid) = gid {
+        std::os::unix::fs::chown(&path, None, Some(gid))?;
+    }
     Ok(l)
 }
 

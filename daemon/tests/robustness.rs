@@ -180,6 +180,11 @@ fn one_daemon_per_run_dir() {
     let mode = std::fs::metadata(d.run_dir.join("sanlock.sock")).unwrap();
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(mode.permissions().mode() & 0o777, 0o660);
+    // The `sanlock` group (Debian's sanlock package creates it) owns the socket, as with
+    // sanlock, so clients set up for sanlock can connect.
+    use std::os::unix::fs::MetadataExt;
+    let want_gid = lockd_daemon::config::group_to_gid("sanlock").unwrap_or(0);
+    assert_eq!(mode.gid(), want_gid);
     // -w 1 is refused loudly (no wdmd integration yet).
     let out = run(Command::new(DAEMON)
         .args(["-D", "-w", "1", "-c", "/dev/null", "--run-dir"])
