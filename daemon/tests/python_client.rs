@@ -258,3 +258,67 @@ print('version ok', sanlock.inquire(slkfd=fd)[0]['version'] == v + 1)
         "{out}"
     );
 }
+
+#[test]
+fn local_contention_keeps_mutual_exclusion() {
+    // 8 processes race for one exclusive lease 25 times each; a holder proves exclusivity
+    // by creating a marker file with O_EXCL while it holds the lease.
+    let (s, disk) = setup("contend");
+    let d = LockdDaemon::start(&s, "hostA", &[]);
+    d.python(&join_script(&disk));
+    let marker = s.dir.join("held.marker");
+    let worker = [
+        "import sanlock, os, sys, errno".to_string(),
+        format!("D = b'{}'", disk.display()),
+        format!("M = '{}'", marker.display()),
+        "fd = sanlock.register()".to_string(),
+        "wins = 0".to_string(),
+        "for i in range(25):".to_string(),
+        "    try:".to_string(),
+        format!("        sanlock.acquire(b'ls1', b'res1', [(D, {RES_OFF})], slkfd=fd)"),
+        "    except sanlock.SanlockException as e:".to_string(),
+        "        if e.errno in (errno.EEXIST, errno.EAGAIN):".to_string(),
+        "            continue".to_string(),
+        "        raise".to_string(),
+        "    m = os.open(M, os.O_CREAT | os.O_EXCL | os.O_WRONLY)".to_string(),
+        "    os.close(m)".to_string(),
+        "    os.unlink(M)".to_string(),
+        format!("    sanlock.release(b'ls1', b'res1', [(D, {RES_OFF})], slkfd=fd)"),
+        "    wins += 1".to_string(),
+        "print(wins)".to_string(),
+    ]
+    .join("\n");
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            std::process::Command::new(PYTHON)
+                .args(["-c", &worker])
+                .env("SANLOCK_RUN_DIR", &d.run_dir)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("worker")
+        })
+        .collect();
+    let mut total = 0;
+    for c in children {
+        let out = c.wait_with_output().expect("worker output");
+        assert!(
+            out.status.success(),
+            "worker failed (mutual exclusion broken or unexpected error): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        total += String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<u32>()
+            .expect("count");
+    }
+    assert!(total > 0, "nobody ever acquired the lease");
+    // Nothing is left held, on disk or in the daemon.
+    let owners = d.python(&format!(
+        "import sanlock\nprint(len(sanlock.read_resource_owners(b'ls1', b'res1', [(b'{}', {RES_OFF})])))",
+        disk.display()
+    ));
+    assert_eq!(owners.trim(), "0");
+    let st = stdout(&d.sanlock_client(&["status"]));
+    assert!(!st.contains("\nr "), "{st}");
+}
