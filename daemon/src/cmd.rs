@@ -460,12 +460,18 @@ pub fn connection_closed(d: &Arc<Daemon>, ci: u32) {
         // Asynchronous, as sanlock: the release I/O must not hold up anything else.
         let _ = std::thread::Builder::new()
             .name("lockd-release".into())
-            .spawn(move || release_tokens(&d2, ci, tokens));
+            .spawn(move || release_tokens_as(&d2, ci, tokens, true));
     }
 }
 
 /// Releases tokens of client `ci` (local bookkeeping, then disk for the last holder).
 pub fn release_tokens(d: &Arc<Daemon>, ci: u32, tokens: Vec<Token>) -> i32 {
+    release_tokens_as(d, ci, tokens, false)
+}
+
+/// As [`release_tokens`]; when the holder died (`dying`), a persistent lease whose last
+/// local holder it was becomes an orphan instead of being released (sanlock §2.9).
+pub fn release_tokens_as(d: &Arc<Daemon>, ci: u32, tokens: Vec<Token>, dying: bool) -> i32 {
     let mut result = 0;
     for t in tokens {
         let span = info_span!("resource", ls = %t.ls, res = %t.name);
@@ -476,23 +482,67 @@ pub fn release_tokens(d: &Arc<Daemon>, ci: u32, tokens: Vec<Token>) -> i32 {
                 continue;
             };
             lr.holders.retain(|&h| h != ci);
-            if lr.holders.is_empty() {
+            if !lr.holders.is_empty() {
+                None
+            } else if dying && t.persistent {
+                info!("holder exited: persistent lease kept as an orphan");
+                lr.orphan = true;
+                None
+            } else {
                 lr.busy = true;
                 Some(lr.clone())
-            } else {
-                None
             }
         };
         if let Some(lr) = to_disk {
-            let space = d.find_space(&t.ls);
-            let rv = paxos::release(d, space.as_deref(), &lr);
+            let rv = release_on_disk(d, &lr);
             if rv < 0 {
-                warn!(rv, "release on disk failed");
                 result = rv;
-            } else {
-                info!("released");
             }
-            lock(&d.resources).remove(&t.key());
+        }
+    }
+    result
+}
+
+fn release_on_disk(d: &Arc<Daemon>, lr: &LocalRes) -> i32 {
+    let space = d.find_space(&lr.ls);
+    let rv = paxos::release(d, space.as_deref(), lr);
+    if rv < 0 {
+        warn!(rv, "release on disk failed");
+    } else {
+        info!("released");
+    }
+    lock(&d.resources).remove(&(lr.ls, lr.name));
+    rv
+}
+
+/// Releases orphans of lockspace `ls`: the one named `name`, or all when `name` is empty.
+/// -ENOENT when a named resource is not an orphan.
+pub fn release_orphans(d: &Arc<Daemon>, ls: &Name, name: &Name) -> i32 {
+    let picked: Vec<LocalRes> = {
+        let mut res = lock(&d.resources);
+        let mut v = Vec::new();
+        for lr in res.values_mut() {
+            if lr.orphan
+                && !lr.busy
+                && lr.ls.same_as(ls)
+                && (name.is_empty() || lr.name.same_as(name))
+            {
+                lr.busy = true;
+                v.push(lr.clone());
+            }
+        }
+        v
+    };
+    if picked.is_empty() && !name.is_empty() {
+        return -libc::ENOENT;
+    }
+    let mut result = 0;
+    for lr in picked {
+        let span = info_span!("resource", ls = %lr.ls, res = %lr.name);
+        let _g = span.enter();
+        let rv = release_on_disk(d, &lr);
+        if rv < 0 {
+            result = rv;
         }
     }
     result
@@ -535,7 +585,7 @@ fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
         }
     };
     if let Some(tokens) = dead_tokens {
-        release_tokens(d, target, tokens);
+        release_tokens_as(d, target, tokens, true);
     }
     conn.reply_with(h, rv, data2, &payload);
 }
@@ -615,9 +665,6 @@ fn acquire(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
             c.owner_name = opt.owner_name;
         }
     }
-    if h.cmd_flags & (SANLK_ACQUIRE_ORPHAN | SANLK_ACQUIRE_ORPHAN_ONLY) != 0 {
-        return -libc::EOPNOTSUPP;
-    }
     let mut done: Vec<Token> = Vec::new();
     for r in &wanted {
         let span = info_span!("resource", ls = %r.head.lockspace_name, res = %r.head.name);
@@ -672,6 +719,21 @@ fn acquire_one(d: &Arc<Daemon>, ci: u32, r: &wire::Resource, cmd_flags: u32) -> 
             if lr.busy {
                 return Err(-libc::EAGAIN);
             }
+            if lr.orphan {
+                // Adopt an orphan only when asked to, and only in its mode.
+                if cmd_flags & (SANLK_ACQUIRE_ORPHAN | SANLK_ACQUIRE_ORPHAN_ONLY) == 0
+                    || lr.shared != shared
+                {
+                    return Err(-libc::EUCLEAN);
+                }
+                lr.orphan = false;
+                lr.holders.push(ci);
+                info!("orphan adopted");
+                return Ok(Token {
+                    lver: lr.held.lver(),
+                    ..token
+                });
+            }
             if shared && lr.shared {
                 // Another local process holds it shared: share without disk I/O.
                 lr.holders.push(ci);
@@ -682,6 +744,9 @@ fn acquire_one(d: &Arc<Daemon>, ci: u32, r: &wire::Resource, cmd_flags: u32) -> 
             }
             return Err(-libc::EEXIST);
         }
+        if cmd_flags & SANLK_ACQUIRE_ORPHAN_ONLY != 0 {
+            return Err(-libc::ENOENT);
+        }
         res.insert(
             key,
             LocalRes {
@@ -691,6 +756,7 @@ fn acquire_one(d: &Arc<Daemon>, ci: u32, r: &wire::Resource, cmd_flags: u32) -> 
                 shared,
                 holders: Vec::new(),
                 busy: true,
+                orphan: false,
                 held: paxos::Held::default(),
             },
         );
@@ -730,7 +796,15 @@ fn release(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
             .unwrap_or_default();
         return release_tokens(d, target, tokens);
     }
-    if h.cmd_flags & (SANLK_REL_ORPHAN | SANLK_REL_RENAME) != 0 {
+    if h.cmd_flags & SANLK_REL_ORPHAN != 0 {
+        let r = match conn.recv_resource_head() {
+            Ok(r) => r,
+            Err(e) => return recv_err(e),
+        };
+        conn.drain(h, wire::RESOURCE_LEN);
+        return release_orphans(d, &r.lockspace_name, &r.name);
+    }
+    if h.cmd_flags & SANLK_REL_RENAME != 0 {
         conn.drain(h, 0);
         return -libc::EOPNOTSUPP;
     }
@@ -1031,6 +1105,30 @@ fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
                 }
                 .encode_into(&mut out);
             }
+        }
+        for lr in res.values().filter(|r| r.orphan) {
+            let lver = lr.held.lver();
+            let text = format!(
+                "list=orphan flags={:x} sector_size={} align_size={} lver={lver} reused=0 res_id=0 token_id=0",
+                if lr.shared { SANLK_RES_SHARED } else { 0 },
+                lr.held.sector_size(),
+                lr.held.align_size(),
+            );
+            State::encode_with_text(SANLK_STATE_RESOURCE, 0, lver, lr.name, &text, &mut out);
+            wire::Resource {
+                head: wire::ResourceHead {
+                    lockspace_name: lr.ls,
+                    name: lr.name,
+                    lver,
+                    data64: 0,
+                    data32: 0,
+                    unused: 0,
+                    flags: SANLK_RES_PERSISTENT | if lr.shared { SANLK_RES_SHARED } else { 0 },
+                    num_disks: lr.disks.len() as u32,
+                },
+                disks: lr.disks.clone(),
+            }
+            .encode_into(&mut out);
         }
     }
     conn.send(&out);

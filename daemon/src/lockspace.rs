@@ -410,6 +410,16 @@ pub fn rem(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> i32 {
     if flags & SANLK_REM_UNUSED != 0 && space_in_use(d, &ls.name) {
         return -libc::EBUSY;
     }
+    let has_orphans = lock(&d.resources)
+        .values()
+        .any(|r| r.orphan && r.ls.same_as(&ls.name));
+    if has_orphans {
+        if lock(&space.st).used_by_orphans {
+            return -libc::EBUSY;
+        }
+        // Orphans have no process to kill: release them now so removal can finish.
+        crate::cmd::release_orphans(d, &ls.name, &Name::EMPTY);
+    }
     {
         let mut st = lock(&space.st);
         if st.phase == Phase::Removing {

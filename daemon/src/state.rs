@@ -139,6 +139,9 @@ pub struct LocalRes {
     pub holders: Vec<u32>,
     /// Being acquired or released on disk: other local requests get -EAGAIN.
     pub busy: bool,
+    /// A persistent lease whose holder exited: held on disk, adoptable with
+    /// ACQUIRE_ORPHAN, released with REL_ORPHAN or at lockspace removal.
+    pub orphan: bool,
     /// The on-disk state needed to release or convert.
     pub held: crate::paxos::Held,
 }

@@ -94,3 +94,108 @@ fn client_lib_drives_the_daemon() {
     assert_eq!(c.rem_lockspace(&ls, 0).unwrap(), 0);
     assert_eq!(c.inq_lockspace(&ls, 0).unwrap(), -libc::ENOENT);
 }
+
+#[test]
+fn persistent_leases_become_orphans() {
+    require_tool("sanlock", "sanlock");
+    let s = Scratch::new("orphans");
+    let disk = s.file("disk", 4);
+    let path = disk.display().to_string();
+    init_lockspace("orph", &disk, 0);
+    init_resource("orph", "p", &disk, 1 << 20);
+    let d = LockdDaemon::start(&s, "hostA", &[]);
+    let ls_name = Name::new("orph").unwrap();
+    let ls = Lockspace::new(ls_name, 1, &path, 0).unwrap();
+    let mut c = Client::connect(&d.run_dir).unwrap();
+    assert_eq!(c.add_lockspace(&ls, 1, 0).unwrap(), 0);
+    let res = Resource {
+        head: ResourceHead {
+            lockspace_name: ls_name,
+            name: Name::new("p").unwrap(),
+            lver: 0,
+            data64: 0,
+            data32: 0,
+            unused: 0,
+            flags: SANLK_RES_PERSISTENT,
+            num_disks: 1,
+        },
+        disks: vec![Disk::new(&path, 1 << 20).unwrap()],
+    };
+    let owners = |c: &mut Client| c.read_resource_owners(&res).unwrap().1.len();
+    {
+        let mut holder = Client::connect(&d.run_dir).unwrap();
+        holder.register().unwrap();
+        assert_eq!(
+            holder
+                .acquire(-1, 0, std::slice::from_ref(&res), None)
+                .unwrap(),
+            0
+        );
+    } // the holder's connection closes: the lease becomes an orphan, still held on disk
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(owners(&mut c), 1, "an orphan stays held on disk");
+    let st = stdout(&d.sanlock_client(&["status"]));
+    assert!(st.contains("r orph:p:"), "orphan listed in status: {st}");
+
+    let mut next = Client::connect(&d.run_dir).unwrap();
+    next.register().unwrap();
+    // An ordinary acquire of an orphan: -EUCLEAN; ORPHAN in the wrong mode: -EUCLEAN.
+    assert_eq!(
+        next.acquire(-1, 0, std::slice::from_ref(&res), None)
+            .unwrap(),
+        -libc::EUCLEAN
+    );
+    let mut sh = res.clone();
+    sh.head.flags |= SANLK_RES_SHARED;
+    assert_eq!(
+        next.acquire(-1, SANLK_ACQUIRE_ORPHAN, std::slice::from_ref(&sh), None)
+            .unwrap(),
+        -libc::EUCLEAN
+    );
+    // Adopt it, exit again, then release the orphan by name.
+    assert_eq!(
+        next.acquire(-1, SANLK_ACQUIRE_ORPHAN, std::slice::from_ref(&res), None)
+            .unwrap(),
+        0
+    );
+    let (_, count, _) = next.inquire(-1).unwrap();
+    assert_eq!(count, 1);
+    drop(next);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(owners(&mut c), 1);
+    let mut rel = Client::connect(&d.run_dir).unwrap();
+    rel.register().unwrap();
+    let mut p = Vec::new();
+    res.head.encode_into(&mut p);
+    let (h, _) = rel
+        .call(SM_CMD_RELEASE, SANLK_REL_ORPHAN, 1, u32::MAX, &p)
+        .unwrap();
+    assert_eq!(h.result(), 0);
+    assert_eq!(owners(&mut c), 0, "released orphan is free on disk");
+    // ORPHAN_ONLY with no orphan: -ENOENT.
+    assert_eq!(
+        rel.acquire(
+            -1,
+            SANLK_ACQUIRE_ORPHAN_ONLY,
+            std::slice::from_ref(&res),
+            None
+        )
+        .unwrap(),
+        -libc::ENOENT
+    );
+    // A new orphan does not block removal: it is released with the lockspace.
+    {
+        let mut holder = Client::connect(&d.run_dir).unwrap();
+        holder.register().unwrap();
+        assert_eq!(
+            holder
+                .acquire(-1, 0, std::slice::from_ref(&res), None)
+                .unwrap(),
+            0
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(c.rem_lockspace(&ls, 0).unwrap(), 0);
+    let mut c2 = Client::connect(&d.run_dir).unwrap();
+    assert_eq!(owners(&mut c2), 0);
+}
