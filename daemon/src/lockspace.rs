@@ -577,13 +577,12 @@ fn join(d: &Daemon, space: &Space) -> Result<(BlockingDisk, LockspaceParams, Del
             warn!(error = %e, "cannot open lockspace disk");
             e.rv()
         })?;
-    let bdisk = BlockingDisk::new(disk);
-    let abort = space.stop.clone();
+    // Joining aborts (every I/O fails, sleeps end) as soon as removal is requested.
     let bdisk = BlockingDisk {
-        abort: abort.clone(),
-        ..bdisk
+        disk,
+        abort: space.stop.clone(),
     };
-    let clock = SystemClock::new(abort);
+    let clock = SystemClock::new(space.stop.clone());
     let io = space.io_timeout as u16;
     let (geometry, _first) = block_on(delta::read_lockspace_geometry(&bdisk, space.offset, io))
         .map_err(|e| {
