@@ -687,9 +687,13 @@ fn renew_loop(
         if space.stop.load(Ordering::SeqCst) && !space_in_use(d, &space.name) {
             return;
         }
-        let corrupt = lock(&space.st).corrupt_result != 0;
+        // A lost lease is not renewed again: other hosts must see it expire.
+        let lost = {
+            let st = lock(&space.st);
+            st.corrupt_result != 0 || (st.space_dead && !st.kill_now)
+        };
         let now_ms = sys::monotime_ms();
-        if corrupt || now_ms < next_attempt_ms {
+        if lost || now_ms < next_attempt_ms {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         }
@@ -905,7 +909,7 @@ fn request_examine(d: &Arc<Daemon>, space: &Space, notes: &[lease_core::Notifica
 /// Once a second: check each lockspace's own lease (sanlock `check_our_lease`) and mark it
 /// dead at id_renewal_fail or on a corrupt result. Returns the lockspaces whose holders
 /// must be killed.
-pub fn check_our_leases(d: &Daemon) -> Vec<Arc<Space>> {
+pub fn check_our_leases(d: &Arc<Daemon>) -> Vec<Arc<Space>> {
     let now = sys::monotime();
     let spaces: Vec<_> = lock(&d.spaces).clone();
     let mut dead = Vec::new();
@@ -927,6 +931,25 @@ pub fn check_our_leases(d: &Daemon) -> Vec<Arc<Space>> {
         }
         if st.space_dead || st.kill_now {
             dead.push(s.clone());
+        }
+        // A failed lockspace goes away once its lease holders are gone (sanlock frees it);
+        // its delta lease is left on disk to expire.
+        if st.space_dead && !st.kill_now && st.phase == Phase::Joined {
+            let used_by_orphans = st.used_by_orphans;
+            drop(st);
+            let (holders, total) = {
+                let res = lock(&d.resources);
+                let mine: Vec<_> = res.values().filter(|r| r.ls.same_as(&s.name)).collect();
+                (mine.iter().filter(|r| !r.orphan).count(), mine.len())
+            };
+            if holders == 0 && total > 0 && !used_by_orphans {
+                crate::cmd::release_orphans(d, &s.name, &Name::EMPTY);
+            }
+            if !space_in_use(d, &s.name) {
+                warn!(ls = %s.name, "failed lockspace removed: no lease holders left");
+                lock(&s.st).phase = Phase::Removing;
+                s.stop.store(true, Ordering::SeqCst);
+            }
         }
     }
     dead
