@@ -22,8 +22,7 @@ pub const DEFAULT_KILL_GRACE_S: u32 = 40;
 /// Command-line options of `lockd daemon` / `lockd-daemon` (sanlock's letters).
 #[derive(Debug, Clone, Default, Args)]
 pub struct DaemonArgs {
-    /// Stay in the foreground and log to stderr.
-    /// (Without -D the daemon detaches and logs to --log-file.)
+    /// Stay in the foreground, logging to stderr (without it: detach, log to --log-file).
     #[arg(short = 'D', long = "foreground")]
     pub foreground: bool,
     /// Use the watchdog (1) or not (0). lockd has no watchdog integration yet: 1 fails.
