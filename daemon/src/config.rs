@@ -16,6 +16,8 @@ pub const DEFAULT_RUN_DIR: &str = "/run/lockd";
 pub const DEFAULT_IO_TIMEOUT_S: u32 = 10;
 /// Default watchdog fire timeout (seconds), as sanlock; must match on all hosts.
 pub const DEFAULT_WATCHDOG_FIRE_TIMEOUT_S: u32 = 60;
+/// wdmd's default run dir (its socket path is fixed there for sanlock).
+pub const DEFAULT_WDMD_RUN_DIR: &str = "/run/wdmd";
 /// Default kill grace (seconds), as sanlock.
 pub const DEFAULT_KILL_GRACE_S: u32 = 40;
 
@@ -25,7 +27,7 @@ pub struct DaemonArgs {
     /// Stay in the foreground, logging to stderr (without it: detach, log to --log-file).
     #[arg(short = 'D', long = "foreground")]
     pub foreground: bool,
-    /// Use the watchdog (1) or not (0). lockd has no watchdog integration yet: 1 fails.
+    /// Use the watchdog through wdmd (1, the default, as sanlock) or not (0).
     #[arg(short = 'w', long = "use-watchdog")]
     pub use_watchdog: Option<u8>,
     /// Host name written into delta leases (stable across restarts).
@@ -62,7 +64,7 @@ pub struct FileConfig {
     pub watchdog_fire_timeout: Option<u32>,
     pub kill_grace_seconds: Option<u32>,
     pub sh_retries: Option<u32>,
-    /// Reserved for the wdmd integration (accepted, not used while the watchdog is off).
+    /// wdmd's run dir (its socket); default /run/wdmd, or `$WDMD_RUN_DIR`.
     pub wdmd_run_dir: Option<PathBuf>,
     pub log_file: Option<PathBuf>,
     pub socket_group: Option<String>,
@@ -94,6 +96,8 @@ pub struct Config {
     pub host_name: Name,
     pub io_timeout_s: u32,
     pub watchdog_fire_timeout_s: u32,
+    /// Where wdmd's socket is (one connection per lockspace when `use_watchdog`).
+    pub wdmd_run_dir: PathBuf,
     pub kill_grace_s: u32,
     pub sh_retries: u32,
     /// Where the log goes when the daemon runs in the background.
@@ -127,7 +131,7 @@ impl Config {
                     why: format!("{n} (use 0 or 1)"),
                 })
             }
-            None => file.use_watchdog.unwrap_or(false),
+            None => file.use_watchdog.unwrap_or(true),
         };
         let io_timeout_s = args
             .io_timeout
@@ -166,6 +170,11 @@ impl Config {
             watchdog_fire_timeout_s: file
                 .watchdog_fire_timeout
                 .unwrap_or(DEFAULT_WATCHDOG_FIRE_TIMEOUT_S),
+            wdmd_run_dir: file
+                .wdmd_run_dir
+                .clone()
+                .or_else(|| std::env::var_os("WDMD_RUN_DIR").filter(|v| !v.is_empty()).map(PathBuf::from))
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_WDMD_RUN_DIR)),
             kill_grace_s,
             sh_retries: file.sh_retries.unwrap_or(8),
             log_file: args

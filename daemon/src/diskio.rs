@@ -26,7 +26,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::sys;
-use crate::sys::uring::{Op, UringEngine};
+use crate::sys::uring::{Op, Target, UringEngine};
 
 const PAGE: usize = 4096;
 /// Outstanding I/Os allowed per open disk.
@@ -127,10 +127,10 @@ pub struct Disk {
 
 struct DiskInner {
     path: PathBuf,
-    file: File,
+    file: Arc<File>,
     sector_size: u32,
     size: u64,
-    inflight: AtomicUsize,
+    inflight: Arc<AtomicUsize>,
     engine: Option<Arc<UringEngine>>,
 }
 
@@ -237,10 +237,10 @@ impl Disk {
         Ok(Disk {
             inner: Arc::new(DiskInner {
                 path: path.to_path_buf(),
-                file,
+                file: Arc::new(file),
                 sector_size,
                 size,
-                inflight: AtomicUsize::new(0),
+                inflight: Arc::new(AtomicUsize::new(0)),
                 engine,
             }),
         })
@@ -286,11 +286,22 @@ impl Disk {
         timeout: Duration,
     ) -> Result<Pending, IoError> {
         self.check(offset, buf.len())?;
+        let n = self.inner.inflight.fetch_add(1, Ordering::SeqCst);
+        if n >= MAX_INFLIGHT {
+            self.inner.inflight.fetch_sub(1, Ordering::SeqCst);
+            return Err(IoError::Busy {
+                path: self.inner.path.clone(),
+                max: MAX_INFLIGHT,
+            });
+        }
         if let Some(engine) = &self.inner.engine {
-            use std::os::fd::AsRawFd;
             let kind = if op == "read" { Op::Read } else { Op::Write };
+            let target = Target {
+                file: self.inner.file.clone(),
+                inflight: self.inner.inflight.clone(),
+            };
             let rx = engine
-                .submit(kind, self.inner.file.as_raw_fd(), offset, buf, timeout)
+                .submit(kind, target, offset, buf, timeout)
                 .map_err(|source| IoError::Failed {
                     path: self.inner.path.clone(),
                     op,
@@ -302,14 +313,6 @@ impl Disk {
                 disk: self.clone(),
                 op,
                 offset,
-            });
-        }
-        let n = self.inner.inflight.fetch_add(1, Ordering::SeqCst);
-        if n >= MAX_INFLIGHT {
-            self.inner.inflight.fetch_sub(1, Ordering::SeqCst);
-            return Err(IoError::Busy {
-                path: self.inner.path.clone(),
-                max: MAX_INFLIGHT,
             });
         }
         let (tx, rx) = mpsc::sync_channel::<Completion>(1);

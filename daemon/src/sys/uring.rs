@@ -8,9 +8,12 @@
 //! cancellation the device ignores keeps its slot — and its buffer — until it completes.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use io_uring::{opcode, squeue, types, IoUring};
@@ -30,9 +33,19 @@ pub enum Op {
     Write,
 }
 
+/// Where an I/O goes and what it holds on to until it completes.
+pub struct Target {
+    /// The open file; held until the I/O's completion so its fd number can never be
+    /// closed and reused while the I/O is queued or in flight.
+    pub file: Arc<File>,
+    /// The disk's in-flight counter, incremented by the caller, decremented here at the
+    /// I/O's completion.
+    pub inflight: Arc<AtomicUsize>,
+}
+
 struct Req {
     op: Op,
-    fd: RawFd,
+    target: Target,
     offset: u64,
     buf: AlignedBuf,
     timeout: Duration,
@@ -43,6 +56,7 @@ struct Slot {
     buf: AlignedBuf,
     len: usize,
     reply: SyncSender<Completion>,
+    target: Target,
     // Kept alive until the SQEs are submitted (the kernel copies it at prep time).
     _ts: Box<types::Timespec>,
 }
@@ -66,13 +80,12 @@ impl UringEngine {
         })
     }
 
-    /// Submits one I/O; the returned channel yields its completion.
-    /// `fd` must stay open until the completion arrives (the caller's `Disk` is kept alive
-    /// by the pending request).
+    /// Submits one I/O; the returned channel yields its completion. The target's file
+    /// and in-flight count are held until then.
     pub fn submit(
         &self,
         op: Op,
-        fd: RawFd,
+        target: Target,
         offset: u64,
         buf: AlignedBuf,
         timeout: Duration,
@@ -81,13 +94,16 @@ impl UringEngine {
         let tx = crate::state::lock(&self.tx);
         tx.send(Req {
             op,
-            fd,
+            target,
             offset,
             buf,
             timeout,
             reply,
         })
-        .map_err(|_| io::Error::other("io_uring thread has stopped"))?;
+        .map_err(|e| {
+            e.0.target.inflight.fetch_sub(1, Ordering::SeqCst);
+            io::Error::other("io_uring thread has stopped")
+        })?;
         Ok(rx)
     }
 }
@@ -101,11 +117,12 @@ fn push(
 ) -> io::Result<()> {
     let len =
         u32::try_from(slot_buf.len()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let fd = types::Fd(req.target.file.as_raw_fd());
     let io = match req.op {
-        Op::Read => opcode::Read::new(types::Fd(req.fd), slot_buf.as_mut_slice().as_mut_ptr(), len)
+        Op::Read => opcode::Read::new(fd, slot_buf.as_mut_slice().as_mut_ptr(), len)
             .offset(req.offset)
             .build(),
-        Op::Write => opcode::Write::new(types::Fd(req.fd), slot_buf.as_slice().as_ptr(), len)
+        Op::Write => opcode::Write::new(fd, slot_buf.as_slice().as_ptr(), len)
             .offset(req.offset)
             .build(),
     }
@@ -173,11 +190,13 @@ fn ring_loop(mut ring: IoUring, rx: Receiver<Req>) {
                             buf,
                             len,
                             reply: req.reply,
+                            target: req.target,
                             _ts: ts,
                         },
                     );
                 }
                 Err(e) => {
+                    req.target.inflight.fetch_sub(1, Ordering::SeqCst);
                     let _ = req.reply.send((Err(e), buf));
                 }
             }
@@ -229,8 +248,10 @@ fn ring_loop(mut ring: IoUring, rx: Receiver<Req>) {
                 Ok(())
             };
             // The caller may have given up; then the buffer is dropped here, after the
-            // kernel is done with it.
+            // kernel is done with it (and only now may the file be closed).
+            slot.target.inflight.fetch_sub(1, Ordering::SeqCst);
             let _ = slot.reply.send((result, slot.buf));
+            drop(slot.target);
         }
     }
 }
@@ -238,7 +259,6 @@ fn ring_loop(mut ring: IoUring, rx: Receiver<Req>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::AsRawFd;
 
     #[test]
     fn linked_timeout_cancels_a_stuck_read_and_returns_its_buffer() {
@@ -246,11 +266,16 @@ mod tests {
         // cancel it, and the buffer must come back with the cancellation.
         let (reader, _writer) = std::io::pipe().unwrap();
         let engine = UringEngine::new("test").unwrap();
+        let inflight = Arc::new(AtomicUsize::new(1));
+        let target = Target {
+            file: Arc::new(File::from(std::os::fd::OwnedFd::from(reader))),
+            inflight: inflight.clone(),
+        };
         let t0 = std::time::Instant::now();
         let rx = engine
             .submit(
                 Op::Read,
-                reader.as_raw_fd(),
+                target,
                 0,
                 AlignedBuf::zeroed(512),
                 Duration::from_millis(200),
@@ -273,10 +298,14 @@ mod tests {
         let (reader, mut writer) = std::io::pipe().unwrap();
         writer.write_all(&[7u8; 512]).unwrap();
         let engine = UringEngine::new("test").unwrap();
+        let target = Target {
+            file: Arc::new(File::from(std::os::fd::OwnedFd::from(reader))),
+            inflight: Arc::new(AtomicUsize::new(1)),
+        };
         let rx = engine
             .submit(
                 Op::Read,
-                reader.as_raw_fd(),
+                target,
                 0,
                 AlignedBuf::zeroed(512),
                 Duration::from_secs(5),
