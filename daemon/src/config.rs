@@ -173,7 +173,11 @@ impl Config {
             wdmd_run_dir: file
                 .wdmd_run_dir
                 .clone()
-                .or_else(|| std::env::var_os("WDMD_RUN_DIR").filter(|v| !v.is_empty()).map(PathBuf::from))
+                .or_else(|| {
+                    std::env::var_os("WDMD_RUN_DIR")
+                        .filter(|v| !v.is_empty())
+                        .map(PathBuf::from)
+                })
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_WDMD_RUN_DIR)),
             kill_grace_s,
             sh_retries: file.sh_retries.unwrap_or(8),
@@ -307,7 +311,9 @@ mod tests {
         assert_eq!(c.io_timeout_s, 3);
         assert_eq!(c.host_name.to_text(), "fromfile");
         assert_eq!(c.run_dir, PathBuf::from("/env"));
-        assert!(!c.use_watchdog);
+        // As sanlock: the watchdog is on unless turned off.
+        assert!(c.use_watchdog);
+        assert_eq!(c.wdmd_run_dir, PathBuf::from(DEFAULT_WDMD_RUN_DIR));
         args.io_timeout = Some(1);
         args.host_name = Some("cli".into());
         args.run_dir = Some(PathBuf::from("/cli"));
