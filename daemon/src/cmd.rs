@@ -994,7 +994,7 @@ fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
     let depth = h.data;
     let helper_pid = d.helper.as_ref().map_or(0, |x| x.pid);
     let daemon_text = format!(
-        "our_host_name={} use_watchdog={} watchdog=off high_priority=0 mlock_level=0 \
+        "our_host_name={} use_watchdog={} watchdog={} high_priority=0 mlock_level=0 \
          quiet_fail=1 debug_renew=0 debug_clients=0 debug_cmds=0x0 renewal_history_size=180 \
          gid={} uid={} sh_retries={} max_sectors_kb_ignore=1 max_sectors_kb_align=0 \
          max_sectors_kb_num=0 max_worker_threads=0 write_init_io_timeout=60 use_aio=0 \
@@ -1003,6 +1003,7 @@ fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
          version_str=lockd-{} version_num=3.8.5 version_hex={:08x} smproto_hex={:08x}",
         d.cfg.host_name,
         u8::from(d.cfg.use_watchdog),
+        if d.cfg.use_watchdog { "wdmd" } else { "off" },
         0,
         sys::geteuid(),
         d.cfg.sh_retries,

@@ -22,6 +22,7 @@ pub mod server;
 pub mod state;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod watchdog;
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -61,8 +62,6 @@ pub enum DaemonError {
     },
     #[error("cannot start helper process: {0}")]
     Helper(std::io::Error),
-    #[error("watchdog (-w 1) is not supported yet by lockd; run with -w 0")]
-    WatchdogUnsupported,
     #[error("cannot start thread: {0}")]
     Thread(std::io::Error),
     #[error("log file {path}: {source}")]
@@ -103,9 +102,6 @@ pub fn wait_spaces_gone(d: &Daemon) {
 /// single-threaded (it forks the helper first), with tracing already set up via
 /// [`observability::init`] using `ring`.
 pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
-    if cfg.use_watchdog {
-        return Err(DaemonError::WatchdogUnsupported);
-    }
     if !cfg.foreground {
         daemonize(&cfg.log_file)?;
     }
@@ -140,7 +136,15 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
             path: cfg.run_dir.clone(),
             source,
         })?;
-    warn!("watchdog is OFF (-w 0): lease holders are not fenced by a hardware watchdog");
+    if cfg.use_watchdog {
+        info!(
+            wdmd_run_dir = %cfg.wdmd_run_dir.display(),
+            fire_timeout = cfg.watchdog_fire_timeout_s,
+            "watchdog on: every lockspace is armed in wdmd"
+        );
+    } else {
+        warn!("watchdog is OFF (-w 0): lease holders are not fenced by a hardware watchdog");
+    }
     info!(
         run_dir = %cfg.run_dir.display(),
         host_name = %cfg.host_name,
@@ -184,8 +188,11 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
             }
         })
         .map_err(DaemonError::Thread)?;
-    d.notifier
-        .notify("READY=1\nSTATUS=lockd running; watchdog off (-w 0)");
+    d.notifier.notify(if d.cfg.use_watchdog {
+        "READY=1\nSTATUS=lockd running; watchdog on"
+    } else {
+        "READY=1\nSTATUS=lockd running; watchdog off (-w 0)"
+    });
 
     // Wait for shutdown, then for lockspaces to go (their threads release delta leases).
     {

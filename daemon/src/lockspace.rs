@@ -24,6 +24,7 @@ use crate::diskio::{Disk, EngineKind};
 use crate::lc::{BlockingDisk, SystemClock};
 use crate::state::{lock, Daemon};
 use crate::sys;
+use crate::watchdog::LockspaceWatchdog;
 use lease_core::exec::block_on;
 
 /// Renewal history kept per lockspace (sanlock's renewal_history_size).
@@ -569,8 +570,28 @@ fn mark_gone(d: &Daemon, space: &Arc<Space>) {
     space.cond.notify_all();
 }
 
-/// Opens the disk and joins (delta acquire). Returns the params and state on success.
-fn join(d: &Daemon, space: &Space) -> Result<(BlockingDisk, LockspaceParams, DeltaState), i32> {
+/// What a successful join hands to the renewal loop.
+type Joined = (
+    BlockingDisk,
+    LockspaceParams,
+    DeltaState,
+    Option<LockspaceWatchdog>,
+);
+
+/// Opens the disk and joins (delta acquire). With the watchdog on, the wdmd link is opened
+/// before the acquire and armed right after it — before the lockspace is reported joined,
+/// so no client can hold a lease in it unprotected.
+fn join(d: &Daemon, space: &Space) -> Result<Joined, i32> {
+    let mut wd = if d.cfg.use_watchdog {
+        let w = LockspaceWatchdog::open(&d.cfg.wdmd_run_dir, d.cfg.watchdog_fire_timeout_s)
+            .map_err(|e| {
+                warn!(error = %e, "cannot use the watchdog; not joining");
+                e.sanlk_code()
+            })?;
+        Some(w)
+    } else {
+        None
+    };
     // A ring of its own: client-driven I/O never queues in front of renewals.
     let disk =
         Disk::open_with(std::path::Path::new(&space.path), EngineKind::OwnRing).map_err(|e| {
@@ -609,14 +630,26 @@ fn join(d: &Daemon, space: &Space) -> Result<(BlockingDisk, LockspaceParams, Del
         warn!(error = %e, "delta lease acquire failed");
         e.sanlk_code()
     })?;
-    Ok((bdisk, params, state))
+    if let Some(w) = wd.as_mut() {
+        let renewal_s = state.last_success_ms / 1000;
+        let expire_s = delta::fail_deadline_ms(&params, &state) / 1000;
+        if let Err(e) = w.arm(&space.name.to_text(), space.host_id, renewal_s, expire_s) {
+            warn!(error = %e, "cannot arm the watchdog; leaving the lockspace");
+            if let Err(re) = block_on(delta::release(&bdisk, &params, &state)) {
+                warn!(error = %re, "delta lease release after a watchdog failure failed");
+            }
+            return Err(e.sanlk_code());
+        }
+        info!(renewal_s, expire_s, "watchdog armed");
+    }
+    Ok((bdisk, params, state, wd))
 }
 
 fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
     let span = info_span!("lockspace", ls = %space.name, host_id = space.host_id);
     let _g = span.enter();
     info!(path = %space.path, offset = space.offset, io_timeout = space.io_timeout, "joining lockspace");
-    let (bdisk, params, mut state) = match join(d, space) {
+    let (bdisk, params, mut state, mut wd) = match join(d, space) {
         Ok(v) => v,
         Err(rv) => {
             warn!(rv, "add_lockspace failed");
@@ -643,8 +676,9 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
         info!(generation = state.generation(), path = ?state.path, "lockspace joined");
         finish_add(space, 0);
         d.notifier.notify(&format!(
-            "STATUS=joined lockspace {} (watchdog off)",
-            space.name
+            "STATUS=joined lockspace {} (watchdog {})",
+            space.name,
+            if wd.is_some() { "armed" } else { "off" }
         ));
     }
     // Renewals must keep going while lease holders are being killed; the abort flag only
@@ -654,7 +688,17 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
         abort: Arc::new(AtomicBool::new(false)),
     };
     let clock = SystemClock::new(Arc::new(AtomicBool::new(false)));
-    renew_loop(d, space, &run_disk, &clock, &params, &mut state);
+    renew_loop(d, space, &run_disk, &clock, &params, &mut state, &mut wd);
+    // No holder is left (renew_loop returns only then): the lockspace no longer needs
+    // the watchdog.
+    if let Some(w) = wd.take() {
+        match w.disarm() {
+            Ok(()) => info!("watchdog disarmed"),
+            Err(e) => {
+                warn!(error = %e, "watchdog disarm failed; wdmd keeps testing the last expiry")
+            }
+        }
+    }
     let (dead, ok) = {
         let st = lock(&space.st);
         (st.space_dead && !st.kill_now, st.last_renewal_ok)
@@ -679,6 +723,7 @@ fn renew_loop(
     clock: &SystemClock,
     params: &LockspaceParams,
     state: &mut DeltaState,
+    wd: &mut Option<LockspaceWatchdog>,
 ) {
     let io = u64::from(space.io_timeout);
     let renewal_ms = timeouts::id_renewal_seconds(io) * 1000;
@@ -704,6 +749,15 @@ fn renew_loop(
         let t1 = sys::monotime_ms();
         match result {
             Ok(snap) => {
+                if let Some(w) = wd.as_mut() {
+                    let renewal_s = state.last_success_ms / 1000;
+                    let expire_s = delta::fail_deadline_ms(params, state) / 1000;
+                    if let Err(e) = w.renewed(renewal_s, expire_s) {
+                        // wdmd is gone or broken: the device will fire on its own; keep
+                        // renewing so the lease stays valid until then.
+                        error!(error = %e, "cannot extend the watchdog expiry");
+                    }
+                }
                 let notes = lock(&space.monitor).observe(snap.read_at_s, &snap.sectors);
                 request_examine(d, space, &notes);
                 deliver_events(space, &notes);

@@ -185,12 +185,6 @@ fn one_daemon_per_run_dir() {
     use std::os::unix::fs::MetadataExt;
     let want_gid = lockd_daemon::config::group_to_gid("sanlock").unwrap_or(0);
     assert_eq!(mode.gid(), want_gid);
-    // -w 1 is refused loudly (no wdmd integration yet).
-    let out = run(Command::new(DAEMON)
-        .args(["-D", "-w", "1", "-c", "/dev/null", "--run-dir"])
-        .arg(s.dir.join("run-w1")));
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("watchdog"));
 }
 
 #[test]

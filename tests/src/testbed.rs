@@ -419,10 +419,7 @@ impl Bed {
         if let Some(r) = &opts.restrict {
             cmd.args(["--restrict", r]);
         }
-        let killpath_args = format!(
-            "note --log {log} --host {} --res {res} --what killpath",
-            h.name
-        );
+        let killpath_args = format!("note {log} {} {res} killpath", h.name);
         if opts.killpath {
             cmd.arg("--killpath")
                 .arg(&self.programs.witness)
@@ -472,11 +469,13 @@ impl Bed {
             .find(|&p| comm(p) == "wdmd")
     }
 
-    /// True while host `index`'s namespace init is alive (not reset).
+    /// True while host `index`'s namespace init runs. A reset init that is still
+    /// waiting for its namespace to empty (a process stuck in I/O) has already released
+    /// its memory, so its cmdline reads empty: that counts as reset.
     pub fn host_alive(&self, index: u32) -> bool {
         let pid = self.host(index).init_pid;
-        fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| !s.contains(") Z "))
+        fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| !c.is_empty())
             .unwrap_or(false)
     }
 

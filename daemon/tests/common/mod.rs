@@ -166,9 +166,16 @@ impl LockdDaemon {
         let log = scratch.dir.join(format!("lockd-{host_name}.log"));
         let logf = std::fs::File::create(&log).expect("create daemon log");
         let mut cmd = Command::new(DAEMON);
-        cmd.args(["-D", "-w", "0", "-e", host_name, "-o", "1", "--run-dir"])
+        // -w 0 unless the test chooses the watchdog itself; -c /dev/null unless it gives a
+        // config of its own.
+        if !extra_args.contains(&"-w") {
+            cmd.args(["-w", "0"]);
+        }
+        if !extra_args.contains(&"-c") {
+            cmd.args(["-c", "/dev/null"]);
+        }
+        cmd.args(["-D", "-e", host_name, "-o", "1", "--run-dir"])
             .arg(&run_dir)
-            .args(["-c", "/dev/null"])
             .args(extra_args)
             .env("LOCKD_LOG", "debug")
             .stdin(Stdio::null())

@@ -218,7 +218,15 @@ fn run(o: &Opts) -> Result<bool> {
     let limit = Instant::now() + Duration::from_secs_f64(host_dead + 2.0 * d + 30.0);
     let mut takeover = None;
     let mut attempt: Option<Proc> = None;
+    let mut reset_handled = false;
     while Instant::now() < limit {
+        // A hardware reset ends the host's in-flight I/O too; the emulator can only kill
+        // processes, so fail host 1's storage path once its watchdog has fired (a process
+        // stuck in a stalled request could not die otherwise).
+        if !reset_handled && bed.watchdog_fired_at(1).is_some() {
+            let _ = bed.fault(1, "eio");
+            reset_handled = true;
+        }
         if let Some((t, _)) = witness_events(&bed, "host2")
             .into_iter()
             .find(|(_, e)| e == "start")
@@ -338,7 +346,13 @@ fn run(o: &Opts) -> Result<bool> {
         fail("host 1 needed a reset but its watchdog never fired".into());
     }
     if stubborn && bed.host_alive(1) {
-        fail("the stubborn holder's host was not reset".into());
+        let pid = bed.host(1).init_pid;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        fail(format!("the stubborn holder's host was not reset (init {pid}: {stat})"));
+    }
+    if let Some(secs) = std::env::var("LOCKD_TESTBED_PAUSE_S").ok().and_then(|v| v.parse().ok()) {
+        eprintln!("testbed: pausing {secs}s before teardown (LOCKD_TESTBED_PAUSE_S)");
+        thread::sleep(Duration::from_secs(secs));
     }
     drop(holder);
     Ok(ok)

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! lockd-witness hold  --log L --host H --res R [--ignore-term] [--heartbeat-ms 100]
-//! lockd-witness note  --log L --host H --res R --what EVENT
+//! lockd-witness note  LOG HOST RES EVENT [PID]   (positional: a killpath gets at most 8 args)
 //! lockd-witness check --log L
 //! ```
 //! `hold` runs as the registered holder (`lockd acquire -r R -- lockd-witness hold …`):
@@ -82,14 +82,19 @@ fn main() -> Result<()> {
     match args.get(1).map(String::as_str) {
         Some("hold") => hold(&args),
         Some("note") => {
-            let log = PathBuf::from(req(&args, "--log")?);
-            witness::append(
-                &log,
-                &req(&args, "--host")?,
-                &req(&args, "--res")?,
-                &req(&args, "--what")?,
-                "",
-            )?;
+            // Positional, because sanlock's killpath passes at most 8 arguments (and
+            // appends the holder's pid, which is recorded).
+            let field = |i: usize| args.get(i).cloned();
+            let (Some(log), Some(host), Some(res), Some(what)) =
+                (field(2), field(3), field(4), field(5))
+            else {
+                bail!("usage: lockd-witness note LOG HOST RES EVENT [PID]");
+            };
+            let extra = args
+                .get(6)
+                .map(|p| format!("holder={p}"))
+                .unwrap_or_default();
+            witness::append(std::path::Path::new(&log), &host, &res, &what, &extra)?;
             Ok(())
         }
         Some("check") => {
