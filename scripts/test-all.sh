@@ -18,12 +18,14 @@ step "clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
 step "unit, property and system tests"
+cargo build --workspace --bins
 cargo test --workspace
 
-if [ -f lease-core/src/bin/lockd-sim.rs ]; then
-    step "deterministic simulation"
-    bash scripts/sim.sh
-fi
+step "deterministic simulation (lease-core)"
+bash scripts/sim.sh
+
+step "fencing scenarios on the multi-host test bed"
+bash scripts/testbed.sh
 
 step "fuzz smoke run"
 bash scripts/fuzz-smoke.sh 10
