@@ -24,7 +24,7 @@ enum Command {
     /// Read and write lease areas on storage directly, without a daemon.
     #[command(subcommand)]
     Direct(DirectCommand),
-    /// Run the lockd daemon (in the foreground; as `lockd-daemon`).
+    /// Run the lockd daemon (as `lockd-daemon`; -D keeps it in the foreground).
     Daemon(lockd_daemon::DaemonArgs),
     /// Join a lockspace (acquire a host_id lease).
     AddLockspace(client::lockspace::AddArgs),
