@@ -348,9 +348,14 @@ fn run(o: &Opts) -> Result<bool> {
     if stubborn && bed.host_alive(1) {
         let pid = bed.host(1).init_pid;
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        fail(format!("the stubborn holder's host was not reset (init {pid}: {stat})"));
+        fail(format!(
+            "the stubborn holder's host was not reset (init {pid}: {stat})"
+        ));
     }
-    if let Some(secs) = std::env::var("LOCKD_TESTBED_PAUSE_S").ok().and_then(|v| v.parse().ok()) {
+    if let Some(secs) = std::env::var("LOCKD_TESTBED_PAUSE_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         eprintln!("testbed: pausing {secs}s before teardown (LOCKD_TESTBED_PAUSE_S)");
         thread::sleep(Duration::from_secs(secs));
     }
