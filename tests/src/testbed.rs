@@ -33,6 +33,10 @@ use anyhow::{bail, Context, Result};
 
 use crate::witness;
 
+/// Kill grace of lockd hosts: SIGKILL follows the killpath or SIGTERM after this many
+/// seconds, before the short test watchdog (W = 5) would fire.
+pub const KILL_GRACE_S: u64 = 2;
+
 /// Which daemon a simulated host runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HostKind {
@@ -592,7 +596,8 @@ pub fn host_init(
             let mut c = Command::new(&lockd_daemon);
             // A short kill grace so that SIGKILL (after the killpath or SIGTERM at
             // last_renewal + 8·D) comes before the short test watchdog fires.
-            c.args(["-D", "-w", "1", "-e", name, "-o", io_timeout_s, "-g", "2"])
+            c.args(["-D", "-w", "1", "-e", name, "-o", io_timeout_s, "-g"])
+                .arg(KILL_GRACE_S.to_string())
                 .arg("--run-dir")
                 .arg(&run)
                 .arg("--config")

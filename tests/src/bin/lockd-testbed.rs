@@ -338,6 +338,20 @@ fn run(o: &Opts) -> Result<bool> {
             }
         }
     }
+    // The escalation ends the holder: SIGTERM (eio) or the killpath then SIGKILL after the
+    // grace (stall-io). Its heartbeat must stop by then — or by the reset if that came first.
+    if matches!(o.scenario.as_str(), "stall-io" | "eio") && o.kind == HostKind::Lockd {
+        let last_alive = h1.iter().map(|(t, _)| t - t0).fold(f64::MIN, f64::max);
+        let mut limit = last_renewal + 8.0 * d + testbed::KILL_GRACE_S as f64 + 1.0 + slack;
+        if let Some(f) = fired {
+            limit = limit.min(f + slack);
+        }
+        if last_alive > limit {
+            fail(format!(
+                "host 1's holder was still alive at {last_alive:.2}s; SIGKILL was due by {limit:.2}s"
+            ));
+        }
+    }
     if matches!(
         o.scenario.as_str(),
         "kill-daemon" | "sigstop-daemon" | "kill-wdmd" | "stubborn-holder"
