@@ -44,6 +44,14 @@ enum Command {
     Inquire(client::resource::InquireArgs),
     /// Convert a held lease between shared and exclusive.
     Convert(client::resource::ConvertArgs),
+    /// Ask the holder of a lease (on any host) to give it up at a newer version.
+    Request(client::admin::RequestArgs),
+    /// Make the daemon look at request records now.
+    Examine(client::admin::ExamineArgs),
+    /// Send a host event to other hosts of a lockspace.
+    SetEvent(client::admin::SetEventArgs),
+    /// Change a lockspace's settings (used, used-by-orphans).
+    SetConfig(client::admin::SetConfigArgs),
     /// Show daemon, clients, lockspaces and resources.
     Status(client::daemon_cmds::StatusArgs),
     /// Show the daemon's version.
@@ -100,6 +108,10 @@ fn main() -> ExitCode {
         Command::Release(a) => client::resource::release(a),
         Command::Inquire(a) => client::resource::inquire(a),
         Command::Convert(a) => client::resource::convert(a),
+        Command::Request(a) => client::admin::request(a),
+        Command::Examine(a) => client::admin::examine(a),
+        Command::SetEvent(a) => client::admin::set_event(a),
+        Command::SetConfig(a) => client::admin::set_config(a),
         Command::Status(a) => client::daemon_cmds::status(a),
         Command::Version(a) => client::daemon_cmds::version(a),
         Command::Shutdown(a) => client::daemon_cmds::shutdown(a),

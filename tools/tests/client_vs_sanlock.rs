@@ -180,3 +180,96 @@ fn lockd_cli_drives_a_real_sanlock_daemon() {
         "rem-lockspace released the delta lease"
     );
 }
+
+#[test]
+fn lockd_request_examine_and_events_against_a_real_sanlock_daemon() {
+    let dir = scratch_dir();
+    let img = sparse_file(dir.path(), "req.img", 3 << 20);
+    let p = img.display().to_string();
+    run_ok(
+        LOCKD,
+        ["direct", "init", "-s", &format!("rq:0:{p}:0"), "-o", "1"],
+    );
+    run_ok(LOCKD, ["direct", "init", "-r", &format!("rq:vm1:{p}:1M")]);
+    let daemon = SanlockDaemon::start("req-host");
+    lockd_ok(
+        &daemon,
+        &["add-lockspace", "-s", &format!("rq:1:{p}:0"), "-o", "1"],
+    );
+    let res = format!("rq:vm1:{p}:1M");
+    let mut holder = Holder(
+        Command::new(LOCKD)
+            .args(["acquire", "-r", &res, "--", "/bin/sleep", "60"])
+            .env("LOCKD_RUN_DIR", daemon.run_dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn holder"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !lockd(&daemon, &["inquire", "-p", &holder.0.id().to_string()])
+        .1
+        .contains("rq:vm1")
+    {
+        assert!(Instant::now() < deadline, "holder never got vm1");
+        thread::sleep(Duration::from_millis(200));
+    }
+    // A request without a version is refused before anything is sent.
+    let (ok, _, err) = lockd(&daemon, &["request", "-r", &res, "-f", "force"]);
+    assert!(!ok && err.contains(":LVER"), "{err}");
+    // An old version is refused by the daemon (SANLK_REQUEST_OLD).
+    let (ok, _, err) = lockd(
+        &daemon,
+        &["request", "-r", &format!("{res}:1"), "-f", "force"],
+    );
+    assert!(!ok && err.contains("-272"), "{err}");
+    lockd_ok(
+        &daemon,
+        &["request", "-r", &format!("{res}:2"), "-f", "force"],
+    );
+    let dump: serde_json::Value =
+        serde_json::from_str(&run_ok(LOCKD, ["direct", "dump", &p, "--json"])).unwrap();
+    assert_eq!(dump[1]["request"]["lver"], 2);
+    assert_eq!(dump[1]["request"]["force_mode"], 1);
+    // Examining the resource acts on the FORCE request: the holder is SIGKILLed.
+    lockd_ok(&daemon, &["examine", "-r", &res]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(st) = holder.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "FORCE request did not kill the holder"
+        );
+        thread::sleep(Duration::from_millis(100));
+    };
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "killed by SIGKILL: {status:?}");
+
+    lockd_ok(
+        &daemon,
+        &[
+            "set-event",
+            "-s",
+            "rq",
+            "-i",
+            "1",
+            "--cur-generation",
+            "-e",
+            "7",
+            "-d",
+            "9",
+        ],
+    );
+    lockd_ok(
+        &daemon,
+        &["set-config", "-s", "rq", "--used-by-orphans", "1"],
+    );
+    let (ok, _, err) = lockd(&daemon, &["set-config", "-s", "nosuchls", "--used", "1"]);
+    assert!(
+        !ok && err.contains("(-2)"),
+        "unknown lockspace is ENOENT: {err}"
+    );
+    lockd_ok(&daemon, &["shutdown", "--force", "--wait"]);
+}

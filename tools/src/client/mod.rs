@@ -5,6 +5,7 @@
 //! Output is for people by default and JSON with `--json`. A failed command prints one
 //! line naming the operation and the result code (`SANLK_*` name or errno) and exits 1.
 
+pub mod admin;
 pub mod daemon_cmds;
 pub mod lockspace;
 pub mod resource;
