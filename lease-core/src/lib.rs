@@ -19,6 +19,7 @@ pub mod exec;
 pub mod io;
 pub mod monitor;
 pub mod paxos;
+pub mod rindex;
 pub mod sim;
 pub mod timeouts;
 
