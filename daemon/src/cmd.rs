@@ -472,6 +472,18 @@ pub fn release_tokens(d: &Arc<Daemon>, ci: u32, tokens: Vec<Token>) -> i32 {
 /// As [`release_tokens`]; when the holder died (`dying`), a persistent lease whose last
 /// local holder it was becomes an orphan instead of being released (sanlock §2.9).
 pub fn release_tokens_as(d: &Arc<Daemon>, ci: u32, tokens: Vec<Token>, dying: bool) -> i32 {
+    release_tokens_with(d, ci, tokens, dying, None)
+}
+
+/// The release path shared by all callers; `rename` renames leaders we clear on disk
+/// (`SANLK_REL_RENAME`).
+fn release_tokens_with(
+    d: &Arc<Daemon>,
+    ci: u32,
+    tokens: Vec<Token>,
+    dying: bool,
+    rename: Option<&Name>,
+) -> i32 {
     let mut result = 0;
     for t in tokens {
         let span = info_span!("resource", ls = %t.ls, res = %t.name);
@@ -494,7 +506,7 @@ pub fn release_tokens_as(d: &Arc<Daemon>, ci: u32, tokens: Vec<Token>, dying: bo
             }
         };
         if let Some(lr) = to_disk {
-            let rv = release_on_disk(d, &lr);
+            let rv = release_on_disk(d, &lr, rename);
             if rv < 0 {
                 result = rv;
             }
@@ -503,9 +515,9 @@ pub fn release_tokens_as(d: &Arc<Daemon>, ci: u32, tokens: Vec<Token>, dying: bo
     result
 }
 
-fn release_on_disk(d: &Arc<Daemon>, lr: &LocalRes) -> i32 {
+fn release_on_disk(d: &Arc<Daemon>, lr: &LocalRes, rename: Option<&Name>) -> i32 {
     let space = d.find_space(&lr.ls);
-    let rv = paxos::release(d, space.as_deref(), lr);
+    let rv = paxos::release(d, space.as_deref(), lr, rename);
     if rv < 0 {
         warn!(rv, "release on disk failed");
     } else {
@@ -540,7 +552,7 @@ pub fn release_orphans(d: &Arc<Daemon>, ls: &Name, name: &Name) -> i32 {
     for lr in picked {
         let span = info_span!("resource", ls = %lr.ls, res = %lr.name);
         let _g = span.enter();
-        let rv = release_on_disk(d, &lr);
+        let rv = release_on_disk(d, &lr, None);
         if rv < 0 {
             result = rv;
         }
@@ -805,8 +817,7 @@ fn release(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
         return release_orphans(d, &r.lockspace_name, &r.name);
     }
     if h.cmd_flags & SANLK_REL_RENAME != 0 {
-        conn.drain(h, 0);
-        return -libc::EOPNOTSUPP;
+        return release_renamed(d, conn, h, target);
     }
     let count = h.data;
     if count > SANLK_MAX_RESOURCES {
@@ -840,6 +851,38 @@ fn release(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
         }
     }
     release_tokens(d, target, picked)
+}
+
+/// RELEASE with `SANLK_REL_RENAME`: two resources follow, the held one and one carrying
+/// its new name; the lease is released and, where this host clears the leader, the leader
+/// is written with the new name (lvmlockd does this at vgremove). A lease the client does
+/// not hold gives -1, as sanlock answers.
+fn release_renamed(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
+    let mut heads = Vec::with_capacity(2);
+    for _ in 0..2 {
+        match conn.recv_resource_head() {
+            Ok(r) => heads.push(r),
+            Err(e) => return recv_err(e),
+        }
+    }
+    conn.drain(h, 2 * wire::RESOURCE_LEN);
+    let (old, new) = (&heads[0], &heads[1]);
+    if new.name.is_empty() {
+        return -libc::EINVAL;
+    }
+    let key = (old.lockspace_name, old.name);
+    let picked = {
+        let mut clients = lock(&d.clients);
+        let Some(c) = clients.slots.get_mut(&target) else {
+            return -libc::ESRCH;
+        };
+        match c.tokens.iter().position(|t| t.key() == key) {
+            Some(i) => c.tokens.remove(i),
+            None => return -1,
+        }
+    };
+    info!(res = %old.name, new_name = %new.name, "release with rename");
+    release_tokens_with(d, target, vec![picked], false, Some(&new.name))
 }
 
 /// sanlock's INQUIRE state string for one token.

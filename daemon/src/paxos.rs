@@ -123,7 +123,12 @@ pub fn acquire(
 
 /// Releases a resource on disk. No I/O when our lockspace lease is lost (the lease then
 /// expires with our host_id, as in sanlock).
-pub fn release(_d: &Daemon, space: Option<&Space>, lr: &LocalRes) -> i32 {
+pub fn release(
+    _d: &Daemon,
+    space: Option<&Space>,
+    lr: &LocalRes,
+    rename: Option<&disk_format::Name>,
+) -> i32 {
     let Some(token) = lr.held.token.as_ref() else {
         return 0;
     };
@@ -138,7 +143,7 @@ pub fn release(_d: &Daemon, space: Option<&Space>, lr: &LocalRes) -> i32 {
         Ok(d) => d,
         Err(rv) => return rv,
     };
-    match block_on(paxos::release(&disk, &clock(), token)) {
+    match block_on(paxos::release_renamed(&disk, &clock(), token, rename)) {
         Ok(()) => 0,
         Err(e) => e.sanlk_code(),
     }

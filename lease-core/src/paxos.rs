@@ -905,6 +905,7 @@ async fn release_leader<D: Disk, C: Clock>(
     host_id: u64,
     generation: u64,
     last: &LeaderRecord,
+    rename: Option<&Name>,
 ) -> Result<Option<LeaderRecord>, LeaseError> {
     let leader = read_leader_at(disk, res, g).await?;
     if leader.write_id != host_id {
@@ -926,6 +927,9 @@ async fn release_leader<D: Disk, C: Clock>(
     l.write_generation = generation;
     l.write_timestamp = clock.now_s();
     l.flags &= !LFL_SHORT_HOLD;
+    if let Some(name) = rename {
+        l.resource_name = *name;
+    }
     l.seal();
     write_leader(disk, res, g, &l).await?;
     Ok(Some(l))
@@ -950,8 +954,9 @@ async fn release_then_flag<D: Disk, C: Clock>(
     last: &LeaderRecord,
     dblock: &PaxosDblock,
     mode: &ModeBlock,
+    rename: Option<&Name>,
 ) -> Result<Option<LeaderRecord>, LeaseError> {
-    let cleared = release_leader(disk, clock, res, g, host_id, generation, last).await;
+    let cleared = release_leader(disk, clock, res, g, host_id, generation, last, rename).await;
     let mut d = *dblock;
     d.flags |= DBLOCK_FL_RELEASED;
     let flagged = write_slot(disk, res, g, host_id, &d, mode).await;
@@ -1087,6 +1092,7 @@ pub async fn acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                 &c.leader,
                 &d,
                 &mb,
+                None,
             )
             .await
         };
@@ -1138,14 +1144,28 @@ pub async fn release<D: Disk, C: Clock>(
     clock: &C,
     token: &Token,
 ) -> Result<(), LeaseError> {
+    release_renamed(disk, clock, token, None).await
+}
+
+/// [`release`], and when the leader is cleared by us (exclusive or half-converted token)
+/// it is written with resource name `rename` (sanlock `SANLK_REL_RENAME`; lvmlockd renames
+/// a freed lease at vgremove). A shared release, or a leader last written by another host,
+/// keeps its name, exactly as sanlock does.
+pub async fn release_renamed<D: Disk, C: Clock>(
+    disk: &D,
+    clock: &C,
+    token: &Token,
+    rename: Option<&Name>,
+) -> Result<(), LeaseError> {
     let g = token.resource.geometry;
     let mut d = token.dblock;
     d.flags |= DBLOCK_FL_RELEASED;
     let zero = ModeBlock::default();
     let res = &token.resource;
     let (id, gen) = (token.host_id, token.generation);
+    let last = &token.leader;
     if token.erase_all {
-        return match release_then_flag(disk, clock, res, g, id, gen, &token.leader, &d, &zero).await
+        return match release_then_flag(disk, clock, res, g, id, gen, last, &d, &zero, rename).await
         {
             Ok(_) | Err(LeaseError::ReleaseOwner | LeaseError::ReleaseLver) => Ok(()),
             Err(e) => Err(e),
@@ -1157,7 +1177,7 @@ pub async fn release<D: Disk, C: Clock>(
             if token.lvb_dirty {
                 write_lvb(disk, token).await?;
             }
-            release_then_flag(disk, clock, res, g, id, gen, &token.leader, &d, &zero).await?;
+            release_then_flag(disk, clock, res, g, id, gen, last, &d, &zero, rename).await?;
             Ok(())
         }
     }
@@ -1214,6 +1234,7 @@ pub async fn convert<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                     last,
                     &d,
                     &our_sh,
+                    None,
                 )
                 .await
             };
@@ -1256,9 +1277,18 @@ pub async fn convert<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             let live = match live {
                 Ok(n) => n,
                 Err(e) => {
-                    if release_leader(disk, clock, &token.resource, g, host_id, gen, &c.leader)
-                        .await
-                        .is_err()
+                    if release_leader(
+                        disk,
+                        clock,
+                        &token.resource,
+                        g,
+                        host_id,
+                        gen,
+                        &c.leader,
+                        None,
+                    )
+                    .await
+                    .is_err()
                     {
                         token.leader = c.leader;
                         token.erase_all = true;
@@ -1267,8 +1297,17 @@ pub async fn convert<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                 }
             };
             if live > 0 {
-                if let Err(e) =
-                    release_leader(disk, clock, &token.resource, g, host_id, gen, &c.leader).await
+                if let Err(e) = release_leader(
+                    disk,
+                    clock,
+                    &token.resource,
+                    g,
+                    host_id,
+                    gen,
+                    &c.leader,
+                    None,
+                )
+                .await
                 {
                     token.leader = c.leader;
                     token.erase_all = true;

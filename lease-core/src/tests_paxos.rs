@@ -427,6 +427,33 @@ fn release_leaves_a_leader_written_by_another_host() {
 }
 
 #[test]
+fn release_renamed_renames_only_a_leader_we_clear() {
+    let (d, c, a, _b) = two_hosts();
+    let new_name = disk_format::Name::new("#unused").unwrap();
+    // Exclusive: the cleared leader carries the new name (lvmlockd's vgremove).
+    let t = a.acquire(&d, &c, &ex()).unwrap();
+    block_on(paxos::release_renamed(&d, &c, &t, Some(&new_name))).unwrap();
+    let l = leader(&d);
+    assert_eq!(l.resource_name, new_name);
+    assert_eq!((l.timestamp, l.lver), (0, 1));
+    assert_eq!(
+        l.checksum,
+        l.computed_checksum(),
+        "renamed leader is sealed"
+    );
+    // Shared: the leader is not ours to rewrite, so the name stays.
+    let res = res_params();
+    let mut ctx_res = res.clone();
+    ctx_res.resource_name = new_name;
+    let host = a.ctx(&d);
+    let ts = block_on(paxos::acquire(&d, &c, &host, &ctx_res, &sh())).unwrap();
+    let before = leader(&d);
+    let other = disk_format::Name::new("other").unwrap();
+    block_on(paxos::release_renamed(&d, &c, &ts, Some(&other))).unwrap();
+    assert_eq!(leader(&d).resource_name, before.resource_name);
+}
+
+#[test]
 fn request_and_examine() {
     let (d, c, a, _b) = two_hosts();
     let t = a.acquire(&d, &c, &ex()).unwrap();
