@@ -897,6 +897,7 @@ async fn clear_dead_shared<D: Disk, C: Clock, L: Disk, O: HostObserver>(
 /// Clears the leader if we wrote it and it still is exactly `last` (sanlock
 /// `paxos_lease_release`). Returns the leader written, or `None` when another host was the
 /// writer (then our RELEASED dblock flag is what frees the lease).
+#[allow(clippy::too_many_arguments)]
 async fn release_leader<D: Disk, C: Clock>(
     disk: &D,
     clock: &C,
