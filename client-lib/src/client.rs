@@ -437,6 +437,87 @@ impl Client {
         Ok(ResourceHead::decode(p.get(..RESOURCE_LEN).unwrap_or(&p))?)
     }
 
+    /// FORMAT_RINDEX (geometry from `rx.flags`, else the device default).
+    pub fn format_rindex(&mut self, rx: &Rindex, flags: u32) -> Result<i32, ClientError> {
+        let mut p = Vec::with_capacity(RINDEX_LEN);
+        rx.encode_into(&mut p);
+        let (h, _) = self.call(SM_CMD_FORMAT_RINDEX, flags, 0, 0, &p)?;
+        Ok(h.result())
+    }
+
+    /// REBUILD_RINDEX (`SANLK_RX_NO_LOCKSPACE` in `flags` skips the lockspace and lease).
+    pub fn rebuild_rindex(&mut self, rx: &Rindex, flags: u32) -> Result<i32, ClientError> {
+        let mut p = Vec::with_capacity(RINDEX_LEN);
+        rx.encode_into(&mut p);
+        let (h, _) = self.call(SM_CMD_REBUILD_RINDEX, flags, 0, 0, &p)?;
+        Ok(h.result())
+    }
+
+    /// One of the entry commands (LOOKUP/UPDATE_RINDEX, CREATE/DELETE_RESOURCE): the result
+    /// and the `sanlk_rentry` the daemon replies (all zero when it sent none).
+    pub fn rindex_entry_call(
+        &mut self,
+        cmd: u32,
+        flags: u32,
+        rx: &Rindex,
+        re: &Rentry,
+        data: u32,
+        data2: u32,
+    ) -> Result<(i32, Rentry), ClientError> {
+        let mut p = Vec::with_capacity(RINDEX_LEN + RENTRY_LEN);
+        rx.encode_into(&mut p);
+        p.extend_from_slice(&re.encode());
+        let (h, reply) = self.call(cmd, flags, data, data2, &p)?;
+        let out = match reply.get(..RENTRY_LEN) {
+            Some(b) => Rentry::decode(b)?,
+            None => Rentry::new(Name::EMPTY, 0),
+        };
+        Ok((h.result(), out))
+    }
+
+    /// LOOKUP_RINDEX: by name, by offset, both, or neither (the first free slot).
+    pub fn lookup_rindex(
+        &mut self,
+        rx: &Rindex,
+        flags: u32,
+        re: &Rentry,
+    ) -> Result<(i32, Rentry), ClientError> {
+        self.rindex_entry_call(SM_CMD_LOOKUP_RINDEX, flags, rx, re, 0, 0)
+    }
+
+    /// UPDATE_RINDEX with `SANLK_RXUP_ADD` or `SANLK_RXUP_REM` in `flags`.
+    pub fn update_rindex(
+        &mut self,
+        rx: &Rindex,
+        flags: u32,
+        re: &Rentry,
+    ) -> Result<(i32, Rentry), ClientError> {
+        self.rindex_entry_call(SM_CMD_UPDATE_RINDEX, flags, rx, re, 0, 0)
+    }
+
+    /// CREATE_RESOURCE: a new lease named `re.name` in the first free slot; the reply
+    /// carries its offset.
+    pub fn create_resource(
+        &mut self,
+        rx: &Rindex,
+        flags: u32,
+        re: &Rentry,
+        max_hosts: u32,
+        num_hosts: u32,
+    ) -> Result<(i32, Rentry), ClientError> {
+        self.rindex_entry_call(SM_CMD_CREATE_RESOURCE, flags, rx, re, max_hosts, num_hosts)
+    }
+
+    /// DELETE_RESOURCE: clears the entry and the lease named `re.name`.
+    pub fn delete_resource(
+        &mut self,
+        rx: &Rindex,
+        flags: u32,
+        re: &Rentry,
+    ) -> Result<(i32, Rentry), ClientError> {
+        self.rindex_entry_call(SM_CMD_DELETE_RESOURCE, flags, rx, re, 0, 0)
+    }
+
     /// SHUTDOWN (`wait` = SHUTDOWN_WAIT, which replies when the daemon exits).
     pub fn shutdown(&mut self, force: bool, wait: bool) -> Result<i32, ClientError> {
         if wait {

@@ -16,6 +16,6 @@ pub mod wire;
 pub use client::{default_run_dir, Client, StateRecord};
 pub use error::{describe_rv, ClientError, WireError};
 pub use wire::{
-    Disk, EventCb, Header, Host, HostEvent, Lockspace, Options, PathField, Resource, ResourceHead,
-    State,
+    Disk, EventCb, Header, Host, HostEvent, Lockspace, Options, PathField, Rentry, Resource,
+    ResourceHead, Rindex, State,
 };

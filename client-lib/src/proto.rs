@@ -143,6 +143,13 @@ pub const SANLK_FOR_CLIENT_ID: u32 = 0x10;
 // RELEASE cmd_flags.
 pub const SANLK_REL_ALL: u32 = 0x1;
 pub const SANLK_REL_RENAME: u32 = 0x2;
+
+/// rindex commands: do the operation without the lockspace (lookup, update, rebuild).
+pub const SANLK_RX_NO_LOCKSPACE: u32 = 0x1;
+/// UPDATE_RINDEX: add an entry.
+pub const SANLK_RXUP_ADD: u32 = 0x0001_0000;
+/// UPDATE_RINDEX: remove an entry.
+pub const SANLK_RXUP_REM: u32 = 0x0002_0000;
 pub const SANLK_REL_ORPHAN: u32 = 0x4;
 
 // RESTRICT cmd_flags.

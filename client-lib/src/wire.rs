@@ -12,6 +12,8 @@
 //! sanlk_host_event 32: host_id@0 generation@8 event@16 data@24
 //! sanlk_state      80: type@0 flags@4 data32@8 pad@12 data64@16 name[48]@24 str_len@72 pad@76
 //! event_cb         80: sm_header@0 sanlk_host_event@32 from_host_id@64 from_generation@72
+//! sanlk_rindex   1104: flags@0 max_resources@4 unused u64@8 lockspace_name[48]@16 disk@64
+//! sanlk_rentry     64: name[48]@0 offset u64@48 flags@56 unused@60
 //! ```
 //! Invariants: decoding reads only inside the given slice and never panics; every decoder
 //! requires exactly its fixed size (or at least, for `decode_prefix` forms) and reports
@@ -31,6 +33,8 @@ pub const HOST_LEN: usize = 32;
 pub const HOST_EVENT_LEN: usize = 32;
 pub const STATE_LEN: usize = 80;
 pub const EVENT_CB_LEN: usize = 80;
+pub const RINDEX_LEN: usize = 1104;
+pub const RENTRY_LEN: usize = 64;
 
 fn get_u32(b: &[u8], off: usize) -> u32 {
     let mut a = [0u8; 4];
@@ -413,6 +417,91 @@ impl Lockspace {
     }
 }
 
+/// `struct sanlk_rindex`: where a resource index lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rindex {
+    /// `SANLK_RIF_*` sector/align flags (format only).
+    pub flags: u32,
+    /// Slots to format (0 = sanlock's default).
+    pub max_resources: u32,
+    pub unused: u64,
+    pub lockspace_name: Name,
+    pub disk: Disk,
+}
+
+impl Rindex {
+    pub fn new(lockspace_name: Name, path: &str, offset: u64) -> Result<Rindex, WireError> {
+        Ok(Rindex {
+            flags: 0,
+            max_resources: 0,
+            unused: 0,
+            lockspace_name,
+            disk: Disk::new(path, offset)?,
+        })
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Rindex, WireError> {
+        exact(b, RINDEX_LEN, "sanlk_rindex")?;
+        Ok(Rindex {
+            flags: get_u32(b, 0),
+            max_resources: get_u32(b, 4),
+            unused: get_u64(b, 8),
+            lockspace_name: Name::from_field(&b[16..64]),
+            disk: Disk::decode(&b[64..])?,
+        })
+    }
+
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.resize(start + 64, 0);
+        let b = &mut out[start..];
+        put_u32(b, 0, self.flags);
+        put_u32(b, 4, self.max_resources);
+        put_u64(b, 8, self.unused);
+        b[16..64].copy_from_slice(&self.lockspace_name.0);
+        self.disk.encode_into(out);
+    }
+}
+
+/// `struct sanlk_rentry`: one resource of an index (empty name = none / free).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rentry {
+    pub name: Name,
+    pub offset: u64,
+    pub flags: u32,
+    pub unused: u32,
+}
+
+impl Rentry {
+    pub fn new(name: Name, offset: u64) -> Rentry {
+        Rentry {
+            name,
+            offset,
+            flags: 0,
+            unused: 0,
+        }
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Rentry, WireError> {
+        exact(b, RENTRY_LEN, "sanlk_rentry")?;
+        Ok(Rentry {
+            name: Name::from_field(&b[0..48]),
+            offset: get_u64(b, 48),
+            flags: get_u32(b, 56),
+            unused: get_u32(b, 60),
+        })
+    }
+
+    pub fn encode(&self) -> [u8; RENTRY_LEN] {
+        let mut b = [0u8; RENTRY_LEN];
+        b[0..48].copy_from_slice(&self.name.0);
+        put_u64(&mut b, 48, self.offset);
+        put_u32(&mut b, 56, self.flags);
+        put_u32(&mut b, 60, self.unused);
+        b
+    }
+}
+
 /// `struct sanlk_options` (the trailing `str[]` is never sent).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
@@ -668,6 +757,30 @@ mod tests {
             ..Header::default()
         };
         assert_eq!(h.payload_len(1 << 20).unwrap(), 0);
+    }
+
+    #[test]
+    fn rindex_and_rentry_golden_offsets() {
+        let mut rx = Rindex::new(name("ls1"), "/dev/sdb", 4 << 20).unwrap();
+        rx.flags = 0x110;
+        rx.max_resources = 100;
+        let mut b = Vec::new();
+        rx.encode_into(&mut b);
+        assert_eq!(b.len(), RINDEX_LEN);
+        assert_eq!(&b[0..4], &0x110u32.to_le_bytes());
+        assert_eq!(&b[4..8], &100u32.to_le_bytes());
+        assert_eq!(&b[16..20], b"ls1\0");
+        assert_eq!(&b[64..73], b"/dev/sdb\0");
+        assert_eq!(&b[64 + 1024..64 + 1032], &(4u64 << 20).to_le_bytes());
+        assert_eq!(Rindex::decode(&b).unwrap(), rx);
+        assert!(Rindex::decode(&b[..RINDEX_LEN - 1]).is_err());
+        let re = Rentry::new(name("r7"), 9 << 20);
+        let e = re.encode();
+        assert_eq!(&e[0..3], b"r7\0");
+        assert_eq!(&e[48..56], &(9u64 << 20).to_le_bytes());
+        assert_eq!(&e[56..64], &[0u8; 8]);
+        assert_eq!(Rentry::decode(&e).unwrap(), re);
+        assert!(Rentry::decode(&e[..63]).is_err());
     }
 
     #[test]

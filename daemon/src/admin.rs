@@ -21,7 +21,7 @@ use crate::state::Daemon;
 /// sanlock's write_init_io_timeout: formatting writes get 60 s.
 const WRITE_INIT_TIMEOUT: Duration = Duration::from_secs(60);
 
-fn open(disk: &wire::Disk) -> Result<Disk, i32> {
+pub(crate) fn open(disk: &wire::Disk) -> Result<Disk, i32> {
     let path = disk.path.to_text();
     if path.is_empty() {
         return Err(-libc::EINVAL);
@@ -33,7 +33,7 @@ fn open(disk: &wire::Disk) -> Result<Disk, i32> {
 }
 
 /// The geometry from API flags, else sanlock's default for the device's sector size.
-fn geometry_for(disk: &Disk, flags: u32) -> Result<Geometry, i32> {
+pub(crate) fn geometry_for(disk: &Disk, flags: u32) -> Result<Geometry, i32> {
     match Geometry::from_api_flags(flags) {
         Ok(Some(g)) => Ok(g),
         Ok(None) => {

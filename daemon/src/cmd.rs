@@ -323,8 +323,7 @@ pub fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
         | SM_CMD_CREATE_RESOURCE
         | SM_CMD_DELETE_RESOURCE
         | SM_CMD_REBUILD_RINDEX => {
-            conn.drain(h, 0);
-            conn.reply(h, -libc::EOPNOTSUPP);
+            crate::rindex::handle(d, conn, h);
             After::Keep
         }
         SM_CMD_ACQUIRE | SM_CMD_RELEASE | SM_CMD_INQUIRE | SM_CMD_CONVERT | SM_CMD_KILLPATH => {

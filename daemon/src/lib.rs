@@ -18,6 +18,7 @@ pub mod lockspace;
 pub mod notify;
 pub mod observability;
 pub mod paxos;
+pub mod rindex;
 pub mod server;
 pub mod state;
 #[allow(unsafe_code)]

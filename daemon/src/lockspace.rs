@@ -95,6 +95,8 @@ pub struct Space {
     pub host_event: Mutex<(wire::HostEvent, u64)>,
     /// Connections registered with REG_EVENT (at most MAX_EVENT_FDS).
     pub event_fds: Mutex<Vec<std::os::unix::net::UnixStream>>,
+    /// A rindex operation runs in this lockspace (sanlock allows one at a time).
+    pub rindex_busy: AtomicBool,
 }
 
 /// Event listeners per lockspace (sanlock's MAX_EVENT_FDS).
@@ -269,6 +271,7 @@ fn new_space(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> Space {
         last_examine: Mutex::new(std::collections::HashMap::new()),
         host_event: Mutex::new((wire::HostEvent::default(), 0)),
         event_fds: Mutex::new(Vec::new()),
+        rindex_busy: AtomicBool::new(false),
     }
 }
 

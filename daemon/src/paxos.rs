@@ -51,12 +51,12 @@ fn open(path: &str) -> Result<BlockingDisk, i32> {
         })
 }
 
-fn clock() -> SystemClock {
+pub(crate) fn clock() -> SystemClock {
     SystemClock::new(Arc::new(AtomicBool::new(false)))
 }
 
 /// Runs `f` with our lockspace context (disk, params, generation, host monitor).
-fn with_host<T>(
+pub(crate) fn with_host<T>(
     space: &Space,
     f: impl FnOnce(&HostContext<'_, BlockingDisk, std::sync::Mutex<lease_core::HostMonitor>>) -> T,
 ) -> Result<T, i32> {

@@ -52,6 +52,9 @@ enum Command {
     SetEvent(client::admin::SetEventArgs),
     /// Change a lockspace's settings (used, used-by-orphans).
     SetConfig(client::admin::SetConfigArgs),
+    /// Resource index through the daemon: format, create, delete, lookup, update, rebuild.
+    #[command(subcommand)]
+    Rindex(client::rindex::RindexCommand),
     /// Show daemon, clients, lockspaces and resources.
     Status(client::daemon_cmds::StatusArgs),
     /// Show the daemon's version.
@@ -112,6 +115,7 @@ fn main() -> ExitCode {
         Command::Examine(a) => client::admin::examine(a),
         Command::SetEvent(a) => client::admin::set_event(a),
         Command::SetConfig(a) => client::admin::set_config(a),
+        Command::Rindex(c) => client::rindex::run(c),
         Command::Status(a) => client::daemon_cmds::status(a),
         Command::Version(a) => client::daemon_cmds::version(a),
         Command::Shutdown(a) => client::daemon_cmds::shutdown(a),

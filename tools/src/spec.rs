@@ -28,6 +28,21 @@ pub struct ResourceSpec {
     pub shared: bool,
 }
 
+/// A parsed `LOCKSPACE:PATH:OFFSET` (sanlock's RINDEX form; OFFSET takes a suffix).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RindexSpec {
+    pub lockspace: Name,
+    pub path: PathBuf,
+    pub offset: u64,
+}
+
+/// A parsed `NAME[:OFFSET]` (sanlock's `-e` argument); an empty NAME or `-` means none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RentrySpec {
+    pub name: Name,
+    pub offset: u64,
+}
+
 /// A parsed dump target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AreaSpec {
@@ -124,6 +139,38 @@ impl ResourceSpec {
     }
 }
 
+impl RindexSpec {
+    pub fn parse(text: &str) -> Result<RindexSpec> {
+        let f = split_fields(text);
+        if f.len() != 3 || f.iter().any(String::is_empty) {
+            bail!("{text:?} must be LOCKSPACE:PATH:OFFSET");
+        }
+        Ok(RindexSpec {
+            lockspace: name(&f[0], "lockspace")?,
+            path: PathBuf::from(&f[1]),
+            offset: parse_bytes(&f[2])?,
+        })
+    }
+}
+
+impl RentrySpec {
+    pub fn parse(text: &str) -> Result<RentrySpec> {
+        let f = split_fields(text);
+        if f.len() > 2 {
+            bail!("{text:?} must be NAME[:OFFSET]");
+        }
+        let name = match f[0].as_str() {
+            "" | "-" => Name::EMPTY,
+            n => name(n, "resource")?,
+        };
+        let offset = match f.get(1) {
+            Some(s) if !s.is_empty() => parse_bytes(s)?,
+            _ => 0,
+        };
+        Ok(RentrySpec { name, offset })
+    }
+}
+
 impl AreaSpec {
     pub fn parse(text: &str) -> Result<AreaSpec> {
         let f = split_fields(text);
@@ -143,6 +190,26 @@ impl AreaSpec {
             offset,
             size,
         })
+    }
+}
+
+#[cfg(test)]
+mod rindex_spec_tests {
+    use super::*;
+
+    #[test]
+    fn rindex_and_rentry_forms() {
+        let r = RindexSpec::parse("vg1:/dev/vg1/lvmlock:1M").unwrap();
+        assert_eq!(r.lockspace.to_text(), "vg1");
+        assert_eq!(r.offset, 1 << 20);
+        assert!(RindexSpec::parse("vg1:/dev/x").is_err());
+        assert!(RindexSpec::parse(&format!("{}:/d:0", "n".repeat(49))).is_err());
+        let e = RentrySpec::parse("lv1:5M").unwrap();
+        assert_eq!((e.name.to_text().as_str(), e.offset), ("lv1", 5 << 20));
+        assert_eq!(RentrySpec::parse("lv1").unwrap().offset, 0);
+        assert!(RentrySpec::parse(":3145728").unwrap().name.is_empty());
+        assert!(RentrySpec::parse("a:1:2").is_err());
+        assert!(RentrySpec::parse("a:xyz").is_err());
     }
 }
 

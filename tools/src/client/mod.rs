@@ -9,6 +9,7 @@ pub mod admin;
 pub mod daemon_cmds;
 pub mod lockspace;
 pub mod resource;
+pub mod rindex;
 
 use std::path::PathBuf;
 
