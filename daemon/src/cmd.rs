@@ -832,7 +832,10 @@ fn release(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
     }
     // Resources may be sent with disks by some clients; drop whatever the length claims.
     conn.drain(h, count as usize * wire::RESOURCE_LEN);
+    // As sanlock: every named lease the client holds is released; one it does not hold
+    // makes the result -1 without stopping the others.
     let mut picked = Vec::new();
+    let mut missing = false;
     {
         let mut clients = lock(&d.clients);
         let Some(c) = clients.slots.get_mut(&target) else {
@@ -841,15 +844,18 @@ fn release(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
         for key in &names {
             match c.tokens.iter().position(|t| t.key() == *key) {
                 Some(i) => picked.push(c.tokens.remove(i)),
-                None => {
-                    // Put back what we took: release is all-or-nothing on lookup.
-                    c.tokens.append(&mut picked);
-                    return -libc::ENOENT;
-                }
+                None => missing = true,
             }
         }
     }
-    release_tokens(d, target, picked)
+    let rv = release_tokens(d, target, picked);
+    if rv < 0 {
+        rv
+    } else if missing {
+        -1
+    } else {
+        0
+    }
 }
 
 /// RELEASE with `SANLK_REL_RENAME`: two resources follow, the held one and one carrying
