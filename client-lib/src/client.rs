@@ -437,6 +437,27 @@ impl Client {
         Ok(ResourceHead::decode(p.get(..RESOURCE_LEN).unwrap_or(&p))?)
     }
 
+    /// GET_LVB of a lease held on this host: (result, up to `size` LVB bytes; 0 = the
+    /// sector size). On failure sanlock's header still claims `size` payload bytes but
+    /// sends none (as libsanlock, the payload is read only on success).
+    pub fn get_lvb(
+        &mut self,
+        res: &ResourceHead,
+        size: u32,
+    ) -> Result<(i32, Vec<u8>), ClientError> {
+        let mut head = res.clone();
+        head.num_disks = 0;
+        let mut p = Vec::with_capacity(RESOURCE_LEN);
+        head.encode_into(&mut p);
+        self.send(SM_CMD_GET_LVB, 0, 0, size, &p)?;
+        let h = self.recv_header()?;
+        if h.result() < 0 {
+            return Ok((h.result(), Vec::new()));
+        }
+        let n = h.payload_len(MAX_CLIENT_MSG)?;
+        Ok((h.result(), self.recv_exact(n)?))
+    }
+
     /// FORMAT_RINDEX (geometry from `rx.flags`, else the device default).
     pub fn format_rindex(&mut self, rx: &Rindex, flags: u32) -> Result<i32, ClientError> {
         let mut p = Vec::with_capacity(RINDEX_LEN);

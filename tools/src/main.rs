@@ -52,6 +52,9 @@ enum Command {
     SetEvent(client::admin::SetEventArgs),
     /// Change a lockspace's settings (used, used-by-orphans).
     SetConfig(client::admin::SetConfigArgs),
+    /// Read or set the value block (LVB) of a lease held with `acquire --lvb`.
+    #[command(subcommand)]
+    Lvb(client::lvb::LvbCommand),
     /// Resource index through the daemon: format, create, delete, lookup, update, rebuild.
     #[command(subcommand)]
     Rindex(client::rindex::RindexCommand),
@@ -116,6 +119,7 @@ fn main() -> ExitCode {
         Command::SetEvent(a) => client::admin::set_event(a),
         Command::SetConfig(a) => client::admin::set_config(a),
         Command::Rindex(c) => client::rindex::run(c),
+        Command::Lvb(c) => client::lvb::run(c),
         Command::Status(a) => client::daemon_cmds::status(a),
         Command::Version(a) => client::daemon_cmds::version(a),
         Command::Shutdown(a) => client::daemon_cmds::shutdown(a),

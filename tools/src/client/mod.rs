@@ -8,6 +8,7 @@
 pub mod admin;
 pub mod daemon_cmds;
 pub mod lockspace;
+pub mod lvb;
 pub mod resource;
 pub mod rindex;
 

@@ -13,8 +13,9 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use client_lib::proto::{
-    SANLK_ACQUIRE_OWNER_NOWAIT, SANLK_KILLPATH_PID, SANLK_REL_ALL, SANLK_RESTRICT_SIGKILL,
-    SANLK_RESTRICT_SIGTERM, SANLK_RES_SHARED, SM_CMD_CONVERT, SM_CMD_KILLPATH, SM_CMD_RESTRICT,
+    SANLK_ACQUIRE_LVB, SANLK_ACQUIRE_OWNER_NOWAIT, SANLK_KILLPATH_PID, SANLK_REL_ALL,
+    SANLK_RESTRICT_SIGKILL, SANLK_RESTRICT_SIGTERM, SANLK_RES_SHARED, SM_CMD_CONVERT,
+    SM_CMD_KILLPATH, SM_CMD_RESTRICT,
 };
 use client_lib::ResourceHead;
 use disk_format::Name;
@@ -35,6 +36,10 @@ pub struct AcquireArgs {
     /// liveness is not yet known.
     #[arg(long)]
     pub nowait: bool,
+    /// Read the lease value block at acquire and write it back at release
+    /// (`SANLK_ACQUIRE_LVB`); read and set it with `lockd lvb`.
+    #[arg(long)]
+    pub lvb: bool,
     /// Owner name recorded by the daemon (shown in status).
     #[arg(long = "owner-name")]
     pub owner_name: Option<String>,
@@ -111,11 +116,14 @@ pub fn acquire(a: &AcquireArgs) -> Result<()> {
             resources.len()
         );
     }
-    let flags = if a.nowait {
+    let mut flags = if a.nowait {
         SANLK_ACQUIRE_OWNER_NOWAIT
     } else {
         0
     };
+    if a.lvb {
+        flags |= SANLK_ACQUIRE_LVB;
+    }
     let names: Vec<String> = resources
         .iter()
         .map(|r| format!("{}:{}", r.head.lockspace_name, r.head.name))
