@@ -74,6 +74,14 @@ enum DirectCommand {
     Dump(direct::dump::DumpArgs),
     /// Print and verify one leader record.
     ReadLeader(direct::read_leader::ReadLeaderArgs),
+    /// Format a resource index (-x LOCKSPACE:PATH:OFFSET).
+    Format(direct::rindex::FormatArgs),
+    /// Look up a resource index entry by name, by offset, or the first free slot.
+    Lookup(direct::rindex::LookupArgs),
+    /// Add or (-z 1) remove a resource index entry, without the index lease.
+    Update(direct::rindex::UpdateArgs),
+    /// Rebuild a resource index from the leases on disk, without the index lease.
+    Rebuild(direct::rindex::RebuildArgs),
 }
 
 /// `lockd daemon`: the same entry point as the `lockd-daemon` binary.
@@ -105,6 +113,10 @@ fn main() -> ExitCode {
         Command::Direct(DirectCommand::Init(a)) => direct::init::run(a),
         Command::Direct(DirectCommand::Dump(a)) => direct::dump::run(a),
         Command::Direct(DirectCommand::ReadLeader(a)) => direct::read_leader::run(a),
+        Command::Direct(DirectCommand::Format(a)) => direct::rindex::format(a),
+        Command::Direct(DirectCommand::Lookup(a)) => direct::rindex::lookup(a),
+        Command::Direct(DirectCommand::Update(a)) => direct::rindex::update(a),
+        Command::Direct(DirectCommand::Rebuild(a)) => direct::rindex::rebuild(a),
         Command::AddLockspace(a) => client::lockspace::add(a),
         Command::RemLockspace(a) => client::lockspace::rem(a),
         Command::InqLockspace(a) => client::lockspace::inq(a),

@@ -4,6 +4,7 @@
 pub mod dump;
 pub mod init;
 pub mod read_leader;
+pub mod rindex;
 
 use anyhow::{bail, Result};
 use disk_format::{AlignSize, Geometry, SectorSize};

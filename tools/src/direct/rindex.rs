@@ -1,0 +1,229 @@
+//! `lockd direct format|lookup|update|rebuild -x LOCKSPACE:PATH:OFFSET`: the resource
+//! index on storage without a daemon, as `sanlock direct` does it (lease-core `rindex`).
+//!
+//! Without a daemon there is no lockspace and no host_id, so nothing here takes the
+//! index's internal lease: update and rebuild are only safe while no host uses the index
+//! (sanlock's direct commands have the same rule). A refused operation writes nothing.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Result};
+use clap::Args;
+use client_lib::describe_rv;
+use lease_core::exec::block_on;
+use lease_core::rindex::{self, Rentry, RindexError, RindexParams, UpdateOp};
+use lockd_daemon::lc::BlockingDisk;
+use serde_json::json;
+
+use crate::disk::DirectDisk;
+use crate::spec::{RentrySpec, RindexSpec};
+
+/// io_timeout of direct index I/O (sanlock's default).
+const IO_TIMEOUT_S: u16 = 10;
+
+#[derive(Debug, Args)]
+pub struct FormatArgs {
+    /// The index: LOCKSPACE:PATH:OFFSET (OFFSET takes K/M/G).
+    #[arg(short = 'x', long = "rindex")]
+    pub rindex: String,
+    /// Sector size (512 or 4096); default from the device.
+    #[arg(short = 'Z', long = "sector-size")]
+    pub sector_size: Option<u32>,
+    /// Align size (1M, 2M, 4M, 8M); default from the sector size.
+    #[arg(short = 'A', long = "align-size")]
+    pub align_size: Option<String>,
+    /// Number of slots (0 = 4096, capped by the geometry).
+    #[arg(long = "max-resources", default_value_t = 0)]
+    pub max_resources: u32,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LookupArgs {
+    /// The index: LOCKSPACE:PATH:OFFSET.
+    #[arg(short = 'x', long = "rindex")]
+    pub rindex: String,
+    /// NAME, :OFFSET or NAME:OFFSET; without it, the first free slot.
+    #[arg(short = 'e', long = "entry")]
+    pub entry: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct UpdateArgs {
+    /// The index: LOCKSPACE:PATH:OFFSET.
+    #[arg(short = 'x', long = "rindex")]
+    pub rindex: String,
+    /// NAME:OFFSET to add; with -z 1, [NAME]:OFFSET to remove.
+    #[arg(short = 'e', long = "entry")]
+    pub entry: String,
+    /// 1 removes the entry (sanlock's -z).
+    #[arg(short = 'z', long = "clear", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub clear: u8,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RebuildArgs {
+    /// The index: LOCKSPACE:PATH:OFFSET.
+    #[arg(short = 'x', long = "rindex")]
+    pub rindex: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn open(path: &Path) -> Result<BlockingDisk> {
+    let disk = lockd_daemon::diskio::Disk::open(path).map_err(|e| anyhow!("{e}"))?;
+    Ok(BlockingDisk::new(disk))
+}
+
+fn params(s: &RindexSpec) -> RindexParams {
+    RindexParams {
+        space_name: s.lockspace,
+        disk_offset: s.offset,
+        io_timeout: IO_TIMEOUT_S,
+    }
+}
+
+/// "OP: what (SANLK_NAME, code)": one line, as the other direct commands fail.
+fn fail(op: &str, e: &RindexError) -> anyhow::Error {
+    let rv = e.sanlk_code();
+    anyhow!("{op}: {e} ({}, {rv})", describe_rv(rv))
+}
+
+fn print_entry(json: bool, op: &str, e: &Rentry) {
+    if json {
+        println!(
+            "{}",
+            json!({ "op": op, "name": e.name.to_text(), "offset": e.offset })
+        );
+    } else {
+        let name = if e.name.is_empty() {
+            "-".to_string()
+        } else {
+            e.name.to_text()
+        };
+        println!("name {name} offset {}", e.offset);
+    }
+}
+
+pub fn format(a: &FormatArgs) -> Result<()> {
+    let s = RindexSpec::parse(&a.rindex)?;
+    let geometry = {
+        let probe = DirectDisk::open(&s.path, false)?;
+        super::resolve_geometry(&probe, a.sector_size, a.align_size.as_deref())?
+    };
+    let disk = open(&s.path)?;
+    let rx = block_on(rindex::format(
+        &disk,
+        &params(&s),
+        geometry,
+        a.max_resources,
+    ))
+    .map_err(|e| fail("format", &e))?;
+    if a.json {
+        println!(
+            "{}",
+            json!({
+                "op": "format",
+                "sector_size": geometry.sector_bytes(),
+                "align_size": geometry.align_bytes(),
+                "max_resources": rx.max_resources,
+                "first_resource_offset": rx.slot_offset(0),
+            })
+        );
+    } else {
+        println!(
+            "formatted resource index of {} at {}:{} ({}/{}, {} resources from offset {})",
+            s.lockspace,
+            s.path.display(),
+            s.offset,
+            geometry.sector_bytes(),
+            geometry.align_size.label(),
+            rx.max_resources,
+            rx.slot_offset(0)
+        );
+    }
+    Ok(())
+}
+
+pub fn lookup(a: &LookupArgs) -> Result<()> {
+    let s = RindexSpec::parse(&a.rindex)?;
+    let e = match &a.entry {
+        Some(t) => RentrySpec::parse(t)?,
+        None => RentrySpec::parse("")?,
+    };
+    let disk = open(&s.path)?;
+    let name = (!e.name.is_empty()).then_some(&e.name);
+    let found = block_on(rindex::lookup(&disk, &params(&s), name, e.offset))
+        .map_err(|err| fail("lookup", &err))?;
+    print_entry(a.json, "lookup", &found);
+    Ok(())
+}
+
+pub fn update(a: &UpdateArgs) -> Result<()> {
+    let s = RindexSpec::parse(&a.rindex)?;
+    let e = RentrySpec::parse(&a.entry)?;
+    let op = if a.clear == 1 {
+        UpdateOp::Remove { offset: e.offset }
+    } else {
+        UpdateOp::Add {
+            name: e.name,
+            offset: e.offset,
+        }
+    };
+    let disk = open(&s.path)?;
+    let out =
+        block_on(rindex::update(&disk, &params(&s), op)).map_err(|err| fail("update", &err))?;
+    let shown = if a.clear == 1 {
+        Rentry {
+            name: e.name,
+            offset: e.offset,
+        }
+    } else {
+        out
+    };
+    if a.json {
+        print_entry(true, if a.clear == 1 { "remove" } else { "add" }, &shown);
+    } else {
+        println!(
+            "{} {} at offset {}",
+            if a.clear == 1 { "removed" } else { "added" },
+            if shown.name.is_empty() {
+                "-".to_string()
+            } else {
+                shown.name.to_text()
+            },
+            shown.offset
+        );
+    }
+    Ok(())
+}
+
+pub fn rebuild(a: &RebuildArgs) -> Result<()> {
+    let s = RindexSpec::parse(&a.rindex)?;
+    let disk = open(&s.path)?;
+    let device_len = disk.disk.size();
+    let found = block_on(rindex::rebuild_unlocked(&disk, &params(&s), device_len))
+        .map_err(|e| fail("rebuild", &e))?;
+    if a.json {
+        let entries: Vec<_> = found
+            .iter()
+            .map(|e| json!({ "name": e.name.to_text(), "offset": e.offset }))
+            .collect();
+        println!("{}", json!({ "op": "rebuild", "entries": entries }));
+    } else {
+        println!("rebuilt: {} resources indexed", found.len());
+        for e in &found {
+            print_entry(false, "rebuild", e);
+        }
+    }
+    Ok(())
+}
