@@ -10,6 +10,9 @@ use lockd_system_tests::{require_command, scratch_dir, sparse_file, LoopDevice};
 const LOCKD: &str = env!("CARGO_BIN_EXE_lockd");
 const MIB: u64 = 1 << 20;
 
+/// Builds a command line for one image.
+type ArgsFor = Box<dyn Fn(&PathBuf) -> Vec<String>>;
+
 /// (ok, stdout+stderr)
 fn tool(bin: &str, args: &[&str]) -> (bool, String) {
     let out = Command::new(bin)
@@ -220,7 +223,7 @@ fn bad_input_gets_sanlock_codes_and_leaves_the_file_alone() {
     }
     let wrong_ls = |p: &PathBuf| format!("other:{}:{MIB}", p.display());
     let not_formatted = |p: &PathBuf| format!("ls1:{}:{}", p.display(), 6 * MIB);
-    let cases: Vec<(&str, Box<dyn Fn(&PathBuf) -> Vec<String>>)> = vec![
+    let cases: Vec<(&str, ArgsFor)> = vec![
         (
             "lookup, other lockspace",
             Box::new(move |p| {
