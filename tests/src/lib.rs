@@ -220,6 +220,68 @@ impl Drop for SanlockDaemon {
     }
 }
 
+/// A `lockd daemon -D -w 0` started from the given `lockd` binary with its own run dir
+/// under `dir`; stopped on drop with a forced shutdown, then SIGKILL by PID.
+pub struct LockdProc {
+    pub run_dir: PathBuf,
+    child: Child,
+}
+
+impl LockdProc {
+    pub fn start(lockd_bin: &str, dir: &Path, host_name: &str) -> LockdProc {
+        let run_dir = dir.join(format!("run-{host_name}"));
+        let log = fs::File::create(dir.join(format!("{host_name}.log"))).expect("lockd log");
+        let child = Command::new(lockd_bin)
+            .args([
+                "daemon",
+                "-D",
+                "-w",
+                "0",
+                "-c",
+                "/dev/null",
+                "-o",
+                "1",
+                "-e",
+                host_name,
+            ])
+            .arg("--run-dir")
+            .arg(&run_dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup log"))
+            .stderr(log)
+            .spawn()
+            .expect("start lockd daemon");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(run_dir.join("sanlock.sock")).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "lockd daemon socket never appeared in {}",
+                run_dir.display()
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+        LockdProc { run_dir, child }
+    }
+}
+
+impl Drop for LockdProc {
+    fn drop(&mut self) {
+        // SIGTERM is ignored while lockspaces exist: ask for a forced shutdown first.
+        if let Ok(mut c) = client_lib::Client::connect(&self.run_dir) {
+            let _ = c.shutdown(true, false);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Writes `data` at `offset` through the page cache and syncs (for corrupting test areas).
 pub fn poke(path: &Path, offset: u64, data: &[u8]) {
     use std::io::{Seek, SeekFrom};

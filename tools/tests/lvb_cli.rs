@@ -4,69 +4,12 @@
 //! with sanlock's code.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use lockd_system_tests::{run_ok, scratch_dir, sparse_file, SanlockDaemon};
+use lockd_system_tests::{run_ok, scratch_dir, sparse_file, LockdProc, SanlockDaemon};
 
 const LOCKD: &str = env!("CARGO_BIN_EXE_lockd");
-
-/// A `lockd daemon` stopped by PID on drop.
-struct LockdDaemon {
-    child: Child,
-    run_dir: PathBuf,
-}
-
-impl LockdDaemon {
-    fn start(dir: &Path) -> LockdDaemon {
-        let run_dir = dir.join("run-lockd");
-        let log = std::fs::File::create(dir.join("lockd.log")).expect("log");
-        let child = Command::new(LOCKD)
-            .args([
-                "daemon",
-                "-D",
-                "-w",
-                "0",
-                "-c",
-                "/dev/null",
-                "-e",
-                "lvb-cli",
-                "-o",
-                "1",
-            ])
-            .arg("--run-dir")
-            .arg(&run_dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("dup"))
-            .stderr(log)
-            .spawn()
-            .expect("start lockd daemon");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::os::unix::net::UnixStream::connect(run_dir.join("sanlock.sock")).is_err() {
-            assert!(Instant::now() < deadline, "lockd socket never appeared");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        LockdDaemon { child, run_dir }
-    }
-}
-
-impl Drop for LockdDaemon {
-    fn drop(&mut self) {
-        // A forced shutdown (SIGTERM is ignored while lockspaces exist), then SIGKILL.
-        if let Ok(mut c) = client_lib::Client::connect(&self.run_dir) {
-            let _ = c.shutdown(true, false);
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn lockd(run_dir: &Path, args: &[&str]) -> (bool, String) {
     let out = Command::new(LOCKD)
@@ -159,7 +102,7 @@ fn formatted_image(dir: &Path, name: &str) -> PathBuf {
 #[test]
 fn lvb_cli_against_lockd_and_sanlock() {
     let dir = scratch_dir();
-    let lk = LockdDaemon::start(dir.path());
+    let lk = LockdProc::start(LOCKD, dir.path(), "lvb-cli");
     exercise(
         &lk.run_dir,
         &formatted_image(dir.path(), "lockd.img"),
