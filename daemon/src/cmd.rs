@@ -527,7 +527,7 @@ fn release_on_disk(d: &Arc<Daemon>, lr: &LocalRes, rename: Option<&Name>) -> i32
 }
 
 /// Releases orphans of lockspace `ls`: the one named `name`, or all when `name` is empty.
-/// -ENOENT when a named resource is not an orphan.
+/// Returns how many were released (0 when none matched, as sanlock), or a release error.
 pub fn release_orphans(d: &Arc<Daemon>, ls: &Name, name: &Name) -> i32 {
     let picked: Vec<LocalRes> = {
         let mut res = lock(&d.resources);
@@ -544,10 +544,8 @@ pub fn release_orphans(d: &Arc<Daemon>, ls: &Name, name: &Name) -> i32 {
         }
         v
     };
-    if picked.is_empty() && !name.is_empty() {
-        return -libc::ENOENT;
-    }
-    let mut result = 0;
+    // As sanlock: the result is the number of orphans released (0 when none matched).
+    let mut result = i32::try_from(picked.len()).unwrap_or(i32::MAX);
     for lr in picked {
         let span = info_span!("resource", ls = %lr.ls, res = %lr.name);
         let _g = span.enter();

@@ -109,7 +109,10 @@ fn four_k_sector_lockspaces_and_resources() {
         "LVB on 4K/1M"
     );
     assert_eq!(lines[3], "[1]", "shared owner");
-    assert_eq!(lines[4], "2", "the shared acquire balloted lver 1, so exclusive is 2");
+    assert_eq!(
+        lines[4], "2",
+        "the shared acquire balloted lver 1, so exclusive is 2"
+    );
     let lvb_off = 8 * MIB + disk_format::area::lvb_offset(disk_format::Geometry::ALL[4]);
     let bytes = std::fs::read(&file).expect("read backing file");
     assert!(

@@ -248,15 +248,7 @@ impl LockdDaemon {
 
     /// Starts a long-running python client; its stdout lines can be read with `PyChild`.
     pub fn python_child(&self, script: &str) -> PyChild {
-        let mut child = Command::new(PYTHON)
-            .args(["-u", "-c", script])
-            .env("SANLOCK_RUN_DIR", &self.run_dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start python client");
-        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        PyChild { child, stdout }
+        PyChild::spawn(script, &self.run_dir)
     }
 
     /// Stops the daemon: a forced SHUTDOWN (removes lockspaces, SIGKILLs holders), then
@@ -293,6 +285,19 @@ pub struct PyChild {
 }
 
 impl PyChild {
+    /// Starts a long-running python client of the daemon whose run dir is `run_dir`.
+    pub fn spawn(script: &str, run_dir: &Path) -> PyChild {
+        let mut child = Command::new(PYTHON)
+            .args(["-u", "-c", script])
+            .env("SANLOCK_RUN_DIR", run_dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start python client");
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        PyChild { child, stdout }
+    }
+
     /// Next line of output (panics at EOF).
     pub fn line(&mut self) -> String {
         let mut s = String::new();
