@@ -1,7 +1,9 @@
 //! A byte stream as the daemon reads it: header, then the payload its length claims,
 //! decoded as each command's structs. Lengths that lie must give errors, never panics.
 #![no_main]
-use client_lib::wire::{Header, Lockspace, Options, Resource, ResourceHead};
+use client_lib::wire::{
+    Header, Lockspace, Options, Rentry, Resource, ResourceHead, Rindex, RENTRY_LEN, RINDEX_LEN,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -25,6 +27,14 @@ fuzz_target!(|data: &[u8]| {
                     }
                 }
                 let _ = Options::decode(p);
+            }
+            35..=40 => {
+                if let Some(b) = payload.get(..RINDEX_LEN) {
+                    let _ = Rindex::decode(b);
+                }
+                if let Some(b) = payload.get(RINDEX_LEN..RINDEX_LEN + RENTRY_LEN) {
+                    let _ = Rentry::decode(b);
+                }
             }
             8 | 27 => {
                 for chunk in payload.chunks(128).take(8) {

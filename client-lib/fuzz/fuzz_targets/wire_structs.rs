@@ -1,7 +1,10 @@
 //! Every sanlock wire struct decoder on arbitrary bytes: no panics; what decodes
 //! re-encodes to the same bytes where the struct has a fixed layout.
 #![no_main]
-use client_lib::wire::{Disk, EventCb, Header, Host, HostEvent, Lockspace, Options, Resource, ResourceHead, State};
+use client_lib::wire::{
+    Disk, EventCb, Header, Host, HostEvent, Lockspace, Options, Rentry, Resource, ResourceHead,
+    Rindex, State, RENTRY_LEN, RINDEX_LEN,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -21,4 +24,16 @@ fuzz_target!(|data: &[u8]| {
     let _ = HostEvent::decode(data);
     let _ = State::decode(data);
     let _ = EventCb::decode(data);
+    let _ = Rindex::decode(data);
+    if let Some(b) = data.get(..RINDEX_LEN) {
+        let rx = Rindex::decode(b).expect("exact length decodes");
+        let mut out = Vec::new();
+        rx.encode_into(&mut out);
+        assert_eq!(out.len(), RINDEX_LEN);
+    }
+    let _ = Rentry::decode(data);
+    if let Some(b) = data.get(..RENTRY_LEN) {
+        let re = Rentry::decode(b).expect("exact length decodes");
+        assert_eq!(&re.encode()[..], b);
+    }
 });
