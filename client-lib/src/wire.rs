@@ -270,6 +270,21 @@ pub struct ResourceHead {
 }
 
 impl ResourceHead {
+    /// A head naming a lease only (no disks, lver 0, no flags): what RELEASE, SET/GET_LVB
+    /// and REL_ORPHAN send.
+    pub fn named(lockspace_name: Name, name: Name) -> ResourceHead {
+        ResourceHead {
+            lockspace_name,
+            name,
+            lver: 0,
+            data64: 0,
+            data32: 0,
+            unused: 0,
+            flags: 0,
+            num_disks: 0,
+        }
+    }
+
     pub fn decode(b: &[u8]) -> Result<ResourceHead, WireError> {
         exact(b, RESOURCE_LEN, "sanlk_resource")?;
         Ok(ResourceHead {

@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use client_lib::proto::{SANLK_REL_ORPHAN, SM_CMD_RELEASE};
 use client_lib::{Client, ResourceHead};
@@ -14,18 +13,6 @@ use common::*;
 use disk_format::Name;
 
 const RES_OFF: u64 = 1 << 20;
-
-fn py(run_dir: &Path, script: &str) -> String {
-    let out = run(Command::new(PYTHON)
-        .args(["-c", script])
-        .env("SANLOCK_RUN_DIR", run_dir));
-    assert!(
-        out.status.success(),
-        "python failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 fn lease_area(disk: &Path) -> Vec<u8> {
     let b = std::fs::read(disk).expect("read disk");
@@ -39,7 +26,7 @@ fn refusals(
     holder_py: impl Fn(&str) -> PyChild,
 ) -> Vec<(String, String)> {
     let d = disk.display().to_string();
-    py(
+    python_in(
         run_dir,
         &format!("import sanlock\nsanlock.add_lockspace(b'ls', 1, b'{d}', 0, iotimeout=1)"),
     );
@@ -51,7 +38,7 @@ fn refusals(
     let before = lease_area(disk);
     let mut rows = Vec::new();
     let request = |version: u64| {
-        py(
+        python_in(
             run_dir,
             &format!(
                 "import sanlock\ntry:\n    sanlock.request(b'ls', b'r1', [(b'{d}', {RES_OFF})], action=sanlock.REQ_FORCE, version={version})\n    print('ok')\n\
@@ -65,16 +52,7 @@ fn refusals(
     for name in ["r1", "nosuch"] {
         let mut c = Client::connect(run_dir).unwrap();
         c.register().unwrap();
-        let head = ResourceHead {
-            lockspace_name: Name::new("ls").unwrap(),
-            name: Name::new(name).unwrap(),
-            lver: 0,
-            data64: 0,
-            data32: 0,
-            unused: 0,
-            flags: 0,
-            num_disks: 0,
-        };
+        let head = ResourceHead::named(Name::new("ls").unwrap(), Name::new(name).unwrap());
         let mut p = Vec::new();
         head.encode_into(&mut p);
         let (h, _) = c
@@ -85,7 +63,7 @@ fn refusals(
     // Event listeners: register until the table is full.
     rows.push((
         "reg_event until refused".to_string(),
-        py(
+        python_in(
             run_dir,
             concat!(
                 "import sanlock\n",
@@ -107,7 +85,7 @@ fn refusals(
     );
     holder.kill9();
     std::thread::sleep(std::time::Duration::from_millis(500));
-    py(
+    python_in(
         run_dir,
         &format!("import sanlock\nsanlock.rem_lockspace(b'ls', 1, b'{d}', 0)"),
     );

@@ -5,23 +5,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::*;
 
 const RES_OFF: u64 = 1 << 20;
-
-fn python(run_dir: &Path, script: &str) -> String {
-    let out = run(Command::new(PYTHON)
-        .args(["-c", script])
-        .env("SANLOCK_RUN_DIR", run_dir));
-    assert!(
-        out.status.success(),
-        "python client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 /// Acquires r1 with the LVB, prints the LVB read, sets `new` (unless empty), releases.
 fn swap_lvb(run_dir: &Path, disk: &Path, new: &str) -> String {
@@ -35,7 +22,7 @@ fn swap_lvb(run_dir: &Path, disk: &Path, new: &str) -> String {
          sanlock.release(b'ls', b'r1', D, slkfd=fd)\n",
         disk = disk.display().to_string(),
     );
-    python(run_dir, &script)
+    python_in(run_dir, &script)
 }
 
 /// Holds r1 with the LVB and tries an LVB one byte over the 4 KiB limit: the errno.
@@ -50,7 +37,7 @@ fn too_large(run_dir: &Path, disk: &Path) -> String {
          sanlock.release(b'ls', b'r1', D, slkfd=fd)\n",
         disk = disk.display().to_string(),
     );
-    python(run_dir, &script)
+    python_in(run_dir, &script)
 }
 
 fn lvb_sector(disk: &Path) -> Vec<u8> {
@@ -79,9 +66,9 @@ fn lvb_written_by_one_kind_of_host_is_read_by_the_other() {
     };
     let t = {
         let (dir, script) = (sl_dir.clone(), add(1));
-        std::thread::spawn(move || python(&dir, &script))
+        std::thread::spawn(move || python_in(&dir, &script))
     };
-    assert_eq!(python(&lk_dir, &add(2)), "joined");
+    assert_eq!(python_in(&lk_dir, &add(2)), "joined");
     assert_eq!(t.join().expect("sanlock join"), "joined");
 
     // sanlock writes, lockd reads and writes, sanlock reads.
@@ -104,6 +91,6 @@ fn lvb_written_by_one_kind_of_host_is_read_by_the_other() {
             disk.display().to_string()
         )
     };
-    assert_eq!(python(&lk_dir, &rem(2)), "left");
-    assert_eq!(python(&sl_dir, &rem(1)), "left");
+    assert_eq!(python_in(&lk_dir, &rem(2)), "left");
+    assert_eq!(python_in(&sl_dir, &rem(1)), "left");
 }

@@ -28,14 +28,8 @@ struct Outcome {
 
 fn head(ls: Name, name: &str) -> ResourceHead {
     ResourceHead {
-        lockspace_name: ls,
-        name: Name::new(name).unwrap(),
-        lver: 0,
-        data64: 0,
-        data32: 0,
-        unused: 0,
-        flags: 0,
         num_disks: 1,
+        ..ResourceHead::named(ls, Name::new(name).unwrap())
     }
 }
 

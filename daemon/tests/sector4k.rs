@@ -6,24 +6,9 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::*;
 
 const MIB: u64 = 1 << 20;
-
-fn py(run_dir: &std::path::Path, script: &str) -> String {
-    let out = run(Command::new(PYTHON)
-        .args(["-c", script])
-        .env("SANLOCK_RUN_DIR", run_dir));
-    assert!(
-        out.status.success(),
-        "python client failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        script
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 #[test]
 fn four_k_sector_lockspaces_and_resources() {
@@ -52,7 +37,7 @@ fn four_k_sector_lockspaces_and_resources() {
         o1 = 32 * MIB,
         r1 = 33 * MIB,
     );
-    let out = py(&dir, &setup);
+    let out = python_in(&dir, &setup);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], (8 * MIB).to_string(), "ALIGN of a 4K device");
     assert_eq!(lines[1], "[('iotimeout', 1), ('lockspace', b'k8')]");
@@ -99,7 +84,7 @@ fn four_k_sector_lockspaces_and_resources() {
         o1 = 32 * MIB,
         r1 = 33 * MIB,
     );
-    let out = py(&dir, &cycle);
+    let out = python_in(&dir, &cycle);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], "1", "first lver");
     assert_eq!(lines[1], "b'four-k'", "LVB kept across release on 4K/8M");
@@ -123,7 +108,7 @@ fn four_k_sector_lockspaces_and_resources() {
     // A real sanlock host joins the 4K/8M lockspace as host 2.
     let sl = lockd_system_tests::SanlockDaemon::start("k4-sanlock");
     let sl_dir = sl.run_dir.path().to_path_buf();
-    py(
+    python_in(
         &sl_dir,
         &format!("import sanlock\nsanlock.add_lockspace(b'k8', 2, b'{dev}', 0, iotimeout=1)"),
     );
@@ -143,7 +128,7 @@ fn four_k_sector_lockspaces_and_resources() {
         a8 = 8 * MIB
     ));
     assert_eq!(holder.line(), "held");
-    let refused = py(
+    let refused = python_in(
         &sl_dir,
         &format!(
             "import sanlock\nfd = sanlock.register()\n\
@@ -154,12 +139,12 @@ fn four_k_sector_lockspaces_and_resources() {
     );
     assert_eq!(refused, "err -243", "sanlock host vs lockd holder (IDLIVE)");
     holder.kill9();
-    py(
+    python_in(
         &sl_dir,
         &format!("import sanlock\nsanlock.rem_lockspace(b'k8', 2, b'{dev}', 0)"),
     );
     drop(sl);
-    py(
+    python_in(
         &dir,
         &format!(
             "import sanlock\nsanlock.rem_lockspace(b'k8', 1, b'{dev}', 0)\n\

@@ -220,6 +220,19 @@ impl Drop for SanlockDaemon {
     }
 }
 
+/// Runs the `lockd` CLI (`lockd_bin`) against the daemon whose run dir is `run_dir`;
+/// returns (exit status ok, stdout followed by stderr).
+pub fn lockd_cli(lockd_bin: &str, run_dir: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(lockd_bin)
+        .args(args)
+        .env("LOCKD_RUN_DIR", run_dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {lockd_bin}: {e}"));
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
 /// A `lockd daemon -D -w 0` started from the given `lockd` binary with its own run dir
 /// under `dir`; stopped on drop with a forced shutdown, then SIGKILL by PID.
 pub struct LockdProc {

@@ -4,22 +4,14 @@
 //! with sanlock's code.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
-use lockd_system_tests::{run_ok, scratch_dir, sparse_file, LockdProc, SanlockDaemon};
+use lockd_system_tests::{lockd_cli, run_ok, scratch_dir, sparse_file, LockdProc, SanlockDaemon};
 
 const LOCKD: &str = env!("CARGO_BIN_EXE_lockd");
 
 fn lockd(run_dir: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(LOCKD)
-        .args(args)
-        .env("LOCKD_RUN_DIR", run_dir)
-        .output()
-        .expect("run lockd");
-    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), text)
+    lockd_cli(LOCKD, run_dir, args)
 }
 
 fn lockd_until_not_eagain(run_dir: &Path, args: &[&str]) -> (bool, String) {

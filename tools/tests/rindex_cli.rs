@@ -2,22 +2,14 @@
 //! and a real sanlock 3.8 daemon's — with the same outputs and codes from both.
 
 use std::path::Path;
-use std::process::Command;
 
-use lockd_system_tests::{run_ok, scratch_dir, sparse_file, LockdProc, SanlockDaemon};
+use lockd_system_tests::{lockd_cli, run_ok, scratch_dir, sparse_file, LockdProc, SanlockDaemon};
 
 const LOCKD: &str = env!("CARGO_BIN_EXE_lockd");
 const MIB: u64 = 1 << 20;
 
 fn lockd(run_dir: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(LOCKD)
-        .args(args)
-        .env("LOCKD_RUN_DIR", run_dir)
-        .output()
-        .expect("run lockd");
-    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), text)
+    lockd_cli(LOCKD, run_dir, args)
 }
 
 fn json(run_dir: &Path, args: &[&str]) -> serde_json::Value {

@@ -278,6 +278,22 @@ impl Drop for LockdDaemon {
     }
 }
 
+/// Runs a python3-sanlock script against the daemon whose run dir is `run_dir` (lockd's
+/// or sanlock's); returns its trimmed stdout, panics with its stderr on failure.
+pub fn python_in(run_dir: &Path, script: &str) -> String {
+    let out = run(Command::new(PYTHON)
+        .args(["-c", script])
+        .env("SANLOCK_RUN_DIR", run_dir));
+    assert!(
+        out.status.success(),
+        "python client failed: {}
+script:
+{script}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// A python client process, killed (by PID) on drop.
 pub struct PyChild {
     pub child: Child,

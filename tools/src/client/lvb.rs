@@ -65,16 +65,10 @@ fn head(text: &str) -> Result<client_lib::ResourceHead> {
     let Some((ls, name)) = text.split_once(':') else {
         bail!("resource {text:?} must be LOCKSPACE:NAME[:PATH:OFFSET]");
     };
-    Ok(client_lib::ResourceHead {
-        lockspace_name: Name::new(ls).context("invalid lockspace name")?,
-        name: Name::new(name).context("invalid resource name")?,
-        lver: 0,
-        data64: 0,
-        data32: 0,
-        unused: 0,
-        flags: 0,
-        num_disks: 0,
-    })
+    Ok(client_lib::ResourceHead::named(
+        Name::new(ls).context("invalid lockspace name")?,
+        Name::new(name).context("invalid resource name")?,
+    ))
 }
 
 fn parse_hex(text: &str) -> Result<Vec<u8>> {
