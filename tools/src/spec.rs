@@ -36,7 +36,8 @@ pub struct RindexSpec {
     pub offset: u64,
 }
 
-/// A parsed `NAME[:OFFSET]` (sanlock's `-e` argument); an empty NAME or `-` means none.
+/// A parsed `NAME[:OFFSET]` (sanlock's `-e` argument); an empty NAME means none. `-` is
+/// a name like any other, as for sanlock (only its output prints `-` for "no name").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RentrySpec {
     pub name: Name,
@@ -160,7 +161,7 @@ impl RentrySpec {
             bail!("{text:?} must be NAME[:OFFSET]");
         }
         let name = match f[0].as_str() {
-            "" | "-" => Name::EMPTY,
+            "" => Name::EMPTY,
             n => name(n, "resource")?,
         };
         let offset = match f.get(1) {
@@ -208,6 +209,7 @@ mod rindex_spec_tests {
         assert_eq!((e.name.to_text().as_str(), e.offset), ("lv1", 5 << 20));
         assert_eq!(RentrySpec::parse("lv1").unwrap().offset, 0);
         assert!(RentrySpec::parse(":3145728").unwrap().name.is_empty());
+        assert_eq!(RentrySpec::parse("-").unwrap().name.to_text(), "-");
         assert!(RentrySpec::parse("a:1:2").is_err());
         assert!(RentrySpec::parse("a:xyz").is_err());
     }

@@ -79,8 +79,10 @@ pub struct RebuildArgs {
     pub json: bool,
 }
 
-fn open(path: &Path) -> Result<BlockingDisk> {
-    let disk = lockd_daemon::diskio::Disk::open(path).map_err(|e| anyhow!("{e}"))?;
+/// Opens the index's device for O_DIRECT I/O; failure carries the errno, as sanlock's.
+fn open(op: &str, path: &Path) -> Result<BlockingDisk> {
+    let disk = lockd_daemon::diskio::Disk::open(path)
+        .map_err(|e| coded(op, format!("{}: cannot open", path.display()), e.rv()))?;
     Ok(BlockingDisk::new(disk))
 }
 
@@ -93,9 +95,20 @@ fn params(s: &RindexSpec) -> RindexParams {
 }
 
 /// "OP: what (SANLK_NAME, code)": one line, as the other direct commands fail.
+fn coded(op: &str, what: impl std::fmt::Display, rv: i32) -> anyhow::Error {
+    anyhow!("{op}: {what} ({}, {rv})", describe_rv(rv))
+}
+
 fn fail(op: &str, e: &RindexError) -> anyhow::Error {
-    let rv = e.sanlk_code();
-    anyhow!("{op}: {e} ({}, {rv})", describe_rv(rv))
+    coded(op, e, e.sanlk_code())
+}
+
+/// The -x and -e arguments, parsed; a malformed one (e.g. a name over 48 bytes, which
+/// sanlock would silently truncate) fails like an index error, with -EINVAL's code.
+fn parse_args(op: &str, rindex: &str, entry: Option<&str>) -> Result<(RindexSpec, RentrySpec)> {
+    let parsed =
+        RindexSpec::parse(rindex).and_then(|s| Ok((s, RentrySpec::parse(entry.unwrap_or(""))?)));
+    parsed.map_err(|e| coded(op, format!("{e:#}"), -libc::EINVAL))
 }
 
 fn print_entry(json: bool, op: &str, e: &Rentry) {
@@ -115,12 +128,13 @@ fn print_entry(json: bool, op: &str, e: &Rentry) {
 }
 
 pub fn format(a: &FormatArgs) -> Result<()> {
-    let s = RindexSpec::parse(&a.rindex)?;
+    let (s, _) = parse_args("format", &a.rindex, None)?;
+    let disk = open("format", &s.path)?;
     let geometry = {
         let probe = DirectDisk::open(&s.path, false)?;
-        super::resolve_geometry(&probe, a.sector_size, a.align_size.as_deref())?
+        super::resolve_geometry(&probe, a.sector_size, a.align_size.as_deref())
+            .map_err(|e| coded("format", format!("{e:#}"), -libc::EINVAL))?
     };
-    let disk = open(&s.path)?;
     let rx = block_on(rindex::format(
         &disk,
         &params(&s),
@@ -155,12 +169,8 @@ pub fn format(a: &FormatArgs) -> Result<()> {
 }
 
 pub fn lookup(a: &LookupArgs) -> Result<()> {
-    let s = RindexSpec::parse(&a.rindex)?;
-    let e = match &a.entry {
-        Some(t) => RentrySpec::parse(t)?,
-        None => RentrySpec::parse("")?,
-    };
-    let disk = open(&s.path)?;
+    let (s, e) = parse_args("lookup", &a.rindex, a.entry.as_deref())?;
+    let disk = open("lookup", &s.path)?;
     let name = (!e.name.is_empty()).then_some(&e.name);
     let found = block_on(rindex::lookup(&disk, &params(&s), name, e.offset))
         .map_err(|err| fail("lookup", &err))?;
@@ -169,8 +179,7 @@ pub fn lookup(a: &LookupArgs) -> Result<()> {
 }
 
 pub fn update(a: &UpdateArgs) -> Result<()> {
-    let s = RindexSpec::parse(&a.rindex)?;
-    let e = RentrySpec::parse(&a.entry)?;
+    let (s, e) = parse_args("update", &a.rindex, Some(&a.entry))?;
     let op = if a.clear == 1 {
         UpdateOp::Remove { offset: e.offset }
     } else {
@@ -179,7 +188,7 @@ pub fn update(a: &UpdateArgs) -> Result<()> {
             offset: e.offset,
         }
     };
-    let disk = open(&s.path)?;
+    let disk = open("update", &s.path)?;
     let out =
         block_on(rindex::update(&disk, &params(&s), op)).map_err(|err| fail("update", &err))?;
     let shown = if a.clear == 1 {
@@ -208,8 +217,8 @@ pub fn update(a: &UpdateArgs) -> Result<()> {
 }
 
 pub fn rebuild(a: &RebuildArgs) -> Result<()> {
-    let s = RindexSpec::parse(&a.rindex)?;
-    let disk = open(&s.path)?;
+    let (s, _) = parse_args("rebuild", &a.rindex, None)?;
+    let disk = open("rebuild", &s.path)?;
     let device_len = disk.disk.size();
     let found = block_on(rindex::rebuild_unlocked(&disk, &params(&s), device_len))
         .map_err(|e| fail("rebuild", &e))?;
