@@ -253,29 +253,39 @@ fn entry_op(
     }
 }
 
+/// Reads one fixed-size struct of the request; `None` when the client sent less (sanlock
+/// answers -ENOTCONN then).
+fn recv_struct<T>(
+    conn: &mut Conn,
+    len: usize,
+    decode: fn(&[u8]) -> Result<T, client_lib::WireError>,
+) -> Option<T> {
+    conn.recv_payload(len).ok().and_then(|b| decode(&b).ok())
+}
+
 /// Handles one of commands 35–40 on `conn`.
 pub fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
-    let ri = match conn.recv_payload(wire::RINDEX_LEN) {
-        Ok(b) => match wire::Rindex::decode(&b) {
-            Ok(ri) => ri,
-            Err(_) => return conn.reply(h, -libc::ENOTCONN),
-        },
-        Err(_) => return conn.reply(h, -libc::ENOTCONN),
-    };
+    let ri = recv_struct(conn, wire::RINDEX_LEN, wire::Rindex::decode);
     let op = match h.cmd {
-        SM_CMD_FORMAT_RINDEX => return conn.reply(h, format(&ri)),
-        SM_CMD_REBUILD_RINDEX => return conn.reply(h, rebuild(d, &ri, h.cmd_flags)),
+        SM_CMD_FORMAT_RINDEX | SM_CMD_REBUILD_RINDEX => {
+            let rv = match &ri {
+                None => -libc::ENOTCONN,
+                Some(ri) if h.cmd == SM_CMD_FORMAT_RINDEX => format(ri),
+                Some(ri) => rebuild(d, ri, h.cmd_flags),
+            };
+            return conn.reply(h, rv);
+        }
         SM_CMD_LOOKUP_RINDEX => EntryOp::Lookup,
         SM_CMD_UPDATE_RINDEX => EntryOp::Update,
         SM_CMD_CREATE_RESOURCE => EntryOp::Create { num_hosts: h.data2 },
         _ => EntryOp::Delete,
     };
-    let (rv, out) = match conn.recv_payload(wire::RENTRY_LEN) {
-        Ok(b) => match Rentry::decode(&b) {
-            Ok(re) => entry_op(d, op, &ri, &re, h.cmd_flags),
-            Err(_) => (-libc::ENOTCONN, Rentry::new(Name::EMPTY, 0)),
-        },
-        Err(_) => (-libc::ENOTCONN, Rentry::new(Name::EMPTY, 0)),
+    // The entry commands always answer with a sanlk_rentry after the result, also when
+    // the request was cut short (then all zero), as sanlock does.
+    let re = ri.and_then(|ri| Some((ri, recv_struct(conn, wire::RENTRY_LEN, Rentry::decode)?)));
+    let (rv, out) = match re {
+        Some((ri, re)) => entry_op(d, op, &ri, &re, h.cmd_flags),
+        None => (-libc::ENOTCONN, Rentry::new(Name::EMPTY, 0)),
     };
     conn.reply_with(h, rv, 0, &out.encode());
 }

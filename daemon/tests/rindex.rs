@@ -3,7 +3,8 @@
 //! lookup|update|rebuild -x`), which talks to lockd exactly as it talks to sanlock:
 //! - the same sequence on two files (one per daemon) leaves the same bytes;
 //! - a sanlock host and a lockd host share one index and see each other's entries;
-//! - bad input gives sanlock's codes and changes nothing on disk;
+//! - bad input, a full index and requests cut short get sanlock's codes and replies and
+//!   change nothing on disk;
 //! - creates racing from two hosts never index a name or a slot twice.
 
 mod common;
@@ -12,7 +13,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use client_lib::proto::SM_CMD_LOOKUP_RINDEX;
+use client_lib::proto::{
+    SM_CMD_CREATE_RESOURCE, SM_CMD_DELETE_RESOURCE, SM_CMD_FORMAT_RINDEX, SM_CMD_LOOKUP_RINDEX,
+    SM_CMD_REBUILD_RINDEX,
+};
+use client_lib::wire::{RENTRY_LEN, RINDEX_LEN};
 use client_lib::{Client, Rentry, Rindex};
 use common::*;
 use disk_format::dblock::decode_dblock_sector;
@@ -285,16 +290,30 @@ fn sanlock_and_lockd_share_one_index() {
     let rx = format!("rx:{}:{RX_OFF}", path.display());
     let (rv, text) = t_lk.rv(&["format", "-x", &rx]);
     assert_eq!(rv, 0, "lockd format: {text}");
+    // Creates alternate: sanlock through its own client, lockd through client-lib.
+    let wire_rx = Rindex::new(
+        Name::new("rx").unwrap(),
+        &path.display().to_string(),
+        RX_OFF,
+    )
+    .unwrap();
     let mut made = BTreeMap::new();
     for (i, name) in ["a1", "a2", "a3", "a4", "a5", "a6"].iter().enumerate() {
-        let t = if i % 2 == 0 { &t_sl } else { &t_lk };
-        let off = t.create(&rx, name).unwrap_or_else(|rv| {
-            panic!(
-                "{} create {name}: {rv}\n{}",
-                t.kind,
-                tail(&lk.log_text(), 20)
-            )
-        });
+        let off = if i % 2 == 0 {
+            t_sl.create(&rx, name)
+        } else {
+            let re = Rentry::new(Name::new(name).unwrap(), 0);
+            match Client::connect(&lk.run_dir)
+                .unwrap()
+                .create_resource(&wire_rx, 0, &re, 0, 0)
+                .unwrap()
+            {
+                (0, out) => Ok(out.offset),
+                (rv, _) => Err(rv),
+            }
+        };
+        let off =
+            off.unwrap_or_else(|rv| panic!("create {name}: {rv}\n{}", tail(&lk.log_text(), 20)));
         made.insert(name.to_string(), off);
     }
     // Each daemon finds every entry, whoever made it.
@@ -316,7 +335,12 @@ fn sanlock_and_lockd_share_one_index() {
     }
     // Deletes through each; the other side sees them gone.
     assert_eq!(t_sl.rv(&["delete", "-x", &rx, "-e", "a2"]).0, 0);
-    assert_eq!(t_lk.rv(&["delete", "-x", &rx, "-e", "a5"]).0, 0);
+    let a5 = Rentry::new(Name::new("a5").unwrap(), 0);
+    let (rv, _) = Client::connect(&lk.run_dir)
+        .unwrap()
+        .delete_resource(&wire_rx, 0, &a5)
+        .unwrap();
+    assert_eq!(rv, 0, "lockd delete a5");
     for t in [&t_sl, &t_lk] {
         assert_eq!(t.lookup(&rx, Some("a2")), Err(-2), "{}", t.kind);
         assert_eq!(t.lookup(&rx, Some("a5")), Err(-2), "{}", t.kind);
@@ -498,14 +522,55 @@ fn bad_input_gets_sanlock_codes_and_changes_nothing() {
     drop(sl);
 }
 
-#[test]
-fn full_index_and_malformed_messages() {
-    let s = Scratch::new("rindex-full");
-    let path = s.file("full", 8);
-    init_lockspace("rx", &path, 0);
-    let (lk, t) = start_lockd(&s, "rx-lockd");
+/// One request cut short: (what, command, bytes of the payload actually sent).
+const SHORT_REQUESTS: [(&str, u32, usize); 6] = [
+    ("format, half a sanlk_rindex", SM_CMD_FORMAT_RINDEX, 500),
+    ("rebuild, no payload", SM_CMD_REBUILD_RINDEX, 0),
+    ("lookup, 100 bytes", SM_CMD_LOOKUP_RINDEX, 100),
+    (
+        "lookup, sanlk_rentry cut",
+        SM_CMD_LOOKUP_RINDEX,
+        RINDEX_LEN + 10,
+    ),
+    (
+        "create, no sanlk_rentry",
+        SM_CMD_CREATE_RESOURCE,
+        RINDEX_LEN,
+    ),
+    (
+        "delete, one byte short",
+        SM_CMD_DELETE_RESOURCE,
+        RINDEX_LEN + RENTRY_LEN - 1,
+    ),
+];
+
+/// A reply: (result, header length, payload).
+type Reply = (i32, u32, Vec<u8>);
+
+/// Sends `cmd` with only `len` bytes of a valid request for `rx`/`re` (the header
+/// claiming just those), closes the sending side, and returns what comes back:
+/// (result, reply length, reply payload), or `None` when the daemon closed without
+/// answering.
+fn short_request(run_dir: &Path, cmd: u32, rx: &Rindex, re: &Rentry, len: usize) -> Option<Reply> {
+    let mut payload = Vec::new();
+    rx.encode_into(&mut payload);
+    payload.extend_from_slice(&re.encode());
+    payload.truncate(len);
+    let mut c = Client::connect(run_dir).expect("connect");
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("read timeout");
+    c.send(cmd, 0, 0, 0, &payload).expect("send");
+    c.stream()
+        .shutdown(std::net::Shutdown::Write)
+        .expect("shutdown");
+    c.recv_reply().ok().map(|(h, p)| (h.result(), h.length, p))
+}
+
+/// A full index, then requests cut short, on `path` through `t`; returns what was
+/// answered. The index area and slots must be unchanged by all the refused requests.
+fn full_and_short(t: &Target, path: &Path) -> Vec<(String, Option<Reply>)> {
+    init_lockspace("rx", path, 0);
     let rx = format!("rx:{}:{RX_OFF}", path.display());
-    let mut c = Client::connect(&lk.run_dir).unwrap();
     let mut wire_rx = Rindex::new(
         Name::new("rx").unwrap(),
         &path.display().to_string(),
@@ -513,33 +578,80 @@ fn full_index_and_malformed_messages() {
     )
     .unwrap();
     wire_rx.max_resources = 2;
-    assert_eq!(c.format_rindex(&wire_rx, 0).unwrap(), 0);
-    t.join("rx", 1, &path);
-    assert!(t.create(&rx, "f1").is_ok());
-    assert!(t.create(&rx, "f2").is_ok());
-    let before = hash(&path);
-    // Full: the slot search finds nothing (-ENOENT, as sanlock).
-    assert_eq!(t.create(&rx, "f3"), Err(-2));
-    // A duplicate name is refused (lockd; sanlock would index it twice).
-    assert_eq!(t.create(&rx, "f1"), Err(-17));
-    assert_eq!(first_diff(&before, &hash(&path)), None, "disk changed");
-    // A LOOKUP whose payload is cut short: the daemon answers -ENOTCONN or closes; it
-    // stays up and serves the next client.
-    let mut raw = Client::connect(&lk.run_dir).unwrap();
-    raw.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
-    raw.send(SM_CMD_LOOKUP_RINDEX, 0, 0, 0, &[0u8; 100])
-        .unwrap();
-    raw.stream().shutdown(std::net::Shutdown::Write).unwrap();
-    if let Ok((h, _)) = raw.recv_reply() {
-        assert_eq!(h.result(), -libc::ENOTCONN);
+    let mut log = Vec::new();
+    let mut c = Client::connect(&t.run_dir).unwrap();
+    log.push((
+        "format max_resources 2".to_string(),
+        Some((c.format_rindex(&wire_rx, 0).unwrap(), 0, Vec::new())),
+    ));
+    t.join("rx", 1, path);
+    assert_eq!(t.create(&rx, "f1"), Ok(SLOT0), "{}", t.kind);
+    assert_eq!(t.create(&rx, "f2"), Ok(SLOT0 + MIB), "{}", t.kind);
+    let before = hash(path);
+    // Full: the slot search finds nothing.
+    let f3 = t.create(&rx, "f3").err().unwrap_or(0);
+    log.push(("create in a full index".into(), Some((f3, 0, Vec::new()))));
+    let re = Rentry::new(Name::new("f2").unwrap(), 0);
+    for (what, cmd, len) in SHORT_REQUESTS {
+        log.push((
+            what.to_string(),
+            short_request(&t.run_dir, cmd, &wire_rx, &re, len),
+        ));
     }
-    let (rv, e) = Client::connect(&lk.run_dir)
+    assert_eq!(
+        first_diff(&before, &hash(path)),
+        None,
+        "{}: disk changed",
+        t.kind
+    );
+    // Still serving: the next client is answered.
+    let (rv, e) = Client::connect(&t.run_dir)
         .unwrap()
-        .lookup_rindex(&wire_rx, 0, &Rentry::new(Name::new("f2").unwrap(), 0))
+        .lookup_rindex(&wire_rx, 0, &re)
         .unwrap();
-    assert_eq!((rv, e.offset), (0, SLOT0 + MIB));
-    t.leave("rx", 1, &path);
+    assert_eq!((rv, e.offset), (0, SLOT0 + MIB), "{}", t.kind);
+    log
+}
+
+#[test]
+fn full_index_and_requests_cut_short_as_sanlock() {
+    require_tool("sanlock", "sanlock");
+    let s = Scratch::new("rindex-full");
+    let (sl, t_sl) = start_sanlock(&s);
+    let (lk, t_lk) = start_lockd(&s, "rx-lockd");
+    let from_sanlock = full_and_short(&t_sl, &s.file("full-sl", 8));
+    let path = s.file("full-lk", 8);
+    let from_lockd = full_and_short(&t_lk, &path);
+    for (a, b) in from_sanlock.iter().zip(&from_lockd) {
+        println!(
+            "{:<32} sanlock {:?}\n{:<32} lockd   {:?}",
+            a.0, a.1, "", b.1
+        );
+    }
+    assert_eq!(
+        from_lockd,
+        from_sanlock,
+        "lockd log:\n{}",
+        tail(&lk.log_text(), 30)
+    );
+    // Every entry command answered with header + a zeroed sanlk_rentry.
+    for (what, reply) in &from_lockd {
+        if what.starts_with("lookup") || what.starts_with("create,") || what.starts_with("delete") {
+            assert_eq!(
+                reply,
+                &Some((-libc::ENOTCONN, 32 + 64, vec![0u8; 64])),
+                "{what}"
+            );
+        }
+    }
+    // A duplicate name is refused by lockd (sanlock would index it twice), the disk
+    // unchanged.
+    let rx = format!("rx:{}:{RX_OFF}", path.display());
+    let before = hash(&path);
+    assert_eq!(t_lk.create(&rx, "f1"), Err(-libc::EEXIST));
+    assert_eq!(first_diff(&before, &hash(&path)), None, "disk changed");
+    t_lk.leave("rx", 1, &path);
+    drop(sl);
 }
 
 #[test]
