@@ -2,19 +2,28 @@
 //!
 //! - [`proto`]: command numbers, flags and limits (`sanlock_sock.h` and friends);
 //! - [`wire`]: native-endian encode/decode of every struct sent on the socket;
-//! - [`client`]: a small blocking client.
+//! - [`client`]: a small blocking client;
+//! - [`ext`]: lockd's protocol extensions (lease-loss watch, leader query);
+//! - [`lease`] and [`election`]: a typed lease with fencing token and loss notification,
+//!   and leader election on top of it (lockd daemons only: they use [`ext`]).
 //!
 //! Invariant: nothing here panics on bytes received from a peer; every decoder returns a
 //! [`WireError`] naming what was short, oversized or invalid.
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod election;
 pub mod error;
+pub mod ext;
+pub mod lease;
 pub mod proto;
 pub mod wire;
 
 pub use client::{default_run_dir, Client, StateRecord};
+pub use election::{LeaderElection, Leadership};
 pub use error::{describe_rv, ClientError, WireError};
+pub use ext::LeaderInfo;
+pub use lease::{AcquireOptions, Lease, LeaseError, LeaseSpec, LossNotice, LossReason, Wait};
 pub use wire::{
     Disk, EventCb, Header, Host, HostEvent, Lockspace, Options, PathField, Rentry, Resource,
     ResourceHead, Rindex, State,

@@ -330,6 +330,24 @@ pub fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
             registered_cmd(d, conn, h);
             After::Keep
         }
+        client_lib::ext::LOCKD_CMD_WATCH => {
+            crate::watch::handle_watch(d, conn, h);
+            After::Keep
+        }
+        client_lib::ext::LOCKD_CMD_LEADER => {
+            match conn.recv_resource() {
+                Ok(Ok(res)) => match crate::watch::leader(d, &res) {
+                    Ok(info) => conn.reply_with(h, 0, 0, &info.encode()),
+                    Err(rv) => conn.reply(h, rv),
+                },
+                Ok(Err(rv)) => {
+                    conn.drain(h, wire::RESOURCE_LEN);
+                    conn.reply(h, rv);
+                }
+                Err(_) => conn.reply(h, ENOTCONN),
+            }
+            After::Keep
+        }
         _ => {
             // Unknown command: sanlock ignores it (no reply, connection stays open).
             debug!(ci = conn.ci, cmd = h.cmd, "ignoring unknown command");
@@ -429,6 +447,7 @@ fn shutdown(d: &Arc<Daemon>, force: bool) {
 
 /// Runs when a connection thread ends: a registered client's death releases its leases.
 pub fn connection_closed(d: &Arc<Daemon>, ci: u32) {
+    crate::watch::connection_closed(d, ci);
     let (registered, tokens) = {
         let mut clients = lock(&d.clients);
         let Some(c) = clients.slots.get_mut(&ci) else {

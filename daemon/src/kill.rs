@@ -147,6 +147,8 @@ pub fn examine_lockspace(d: &Arc<Daemon>, ls: &disk_format::Name) {
         let span = tracing::info_span!("resource", ls = %lr.ls, res = %lr.name);
         let _g = span.enter();
         warn!(force_mode, "lease requested by another host");
+        // The holders' watchers hear of it before the holders are signalled.
+        crate::watch::notify_requested(d, &lr.ls, &lr.name, lr.held.lver(), force_mode);
         let Some(helper) = d.helper.as_ref() else {
             return;
         };

@@ -23,6 +23,7 @@ pub mod server;
 pub mod state;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod watch;
 pub mod watchdog;
 
 use std::fs::OpenOptions;
@@ -167,6 +168,11 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
     let monitor = std::thread::Builder::new()
         .name("lockd-monitor".into())
         .spawn(move || kill::monitor_loop(&d_mon))
+        .map_err(DaemonError::Thread)?;
+    let d_watch = d.clone();
+    std::thread::Builder::new()
+        .name("lockd-watch".into())
+        .spawn(move || watch::heartbeat_loop(&d_watch))
         .map_err(DaemonError::Thread)?;
     let d_sig = d.clone();
     std::thread::Builder::new()

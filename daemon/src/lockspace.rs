@@ -59,6 +59,8 @@ pub struct SpaceSt {
     pub renew_fail: bool,
     /// Our lease is lost (failed renewals, corruption, or removal): holders are killed.
     pub space_dead: bool,
+    /// The LockspaceFailed notice went to watchers (sent once per lockspace).
+    pub loss_notified: bool,
     /// Set by rem_lockspace / forced shutdown: kill with SIGKILL at once.
     pub kill_now: bool,
     pub acquire_last_result: i32,
@@ -247,6 +249,7 @@ fn new_space(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> Space {
             corrupt_result: 0,
             renew_fail: false,
             space_dead: false,
+            loss_notified: false,
             kill_now: false,
             acquire_last_result: 0,
             renewal_last_result: 0,
@@ -424,6 +427,11 @@ pub fn rem(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> i32 {
         // Orphans have no process to kill: release them now so removal can finish.
         crate::cmd::release_orphans(d, &ls.name, &Name::EMPTY);
     }
+    if space.snapshot_phase() == Phase::Removing {
+        return -libc::EINPROGRESS;
+    }
+    // Watchers hear of the removal before kill_now lets the monitor kill the holders.
+    crate::watch::notify_loss(d, &space, client_lib::ext::WatchKind::LockspaceRemoved);
     {
         let mut st = lock(&space.st);
         if st.phase == Phase::Removing {
@@ -445,6 +453,7 @@ pub fn rem(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> i32 {
 pub fn stop_all(d: &Arc<Daemon>) {
     let spaces: Vec<_> = lock(&d.spaces).clone();
     for s in spaces {
+        crate::watch::notify_loss(d, &s, client_lib::ext::WatchKind::LockspaceRemoved);
         {
             let mut st = lock(&s.st);
             st.phase = Phase::Removing;
@@ -974,6 +983,31 @@ pub fn check_our_leases(d: &Arc<Daemon>) -> Vec<Arc<Space>> {
         let mut st = lock(&s.st);
         if st.phase == Phase::Adding {
             continue;
+        }
+        // Lease-loss notices go out before this lockspace reaches the kill escalation
+        // (the caller kills after we return).
+        let notice = if st.kill_now || (st.space_dead && st.loss_notified) {
+            None
+        } else if st.space_dead || st.corrupt_result != 0 {
+            Some(client_lib::ext::WatchKind::LockspaceFailed)
+        } else if now.saturating_sub(st.last_success_s)
+            >= timeouts::id_renewal_fail_seconds(u64::from(s.io_timeout))
+        {
+            Some(client_lib::ext::WatchKind::LockspaceFailed)
+        } else if now.saturating_sub(st.last_success_s)
+            >= timeouts::id_renewal_warn_seconds(u64::from(s.io_timeout))
+        {
+            Some(client_lib::ext::WatchKind::RenewalFailing)
+        } else {
+            None
+        };
+        if let Some(kind) = notice {
+            if kind == client_lib::ext::WatchKind::LockspaceFailed {
+                st.loss_notified = true;
+            }
+            drop(st);
+            crate::watch::notify_loss(d, &s, kind);
+            st = lock(&s.st);
         }
         let io = u64::from(s.io_timeout);
         let fail = timeouts::id_renewal_fail_seconds(io);

@@ -1,7 +1,7 @@
 //! Shared daemon state: clients (connections), lockspaces and locally held resources.
 //!
 //! Lock order (never take an earlier lock while holding a later one):
-//! `clients` → `spaces` → `resources` → `Space::st`. Disk I/O is never done while holding
+//! `clients` → `spaces` → `resources` → `Space::st`; `watchers` is a leaf (taken alone). Disk I/O is never done while holding
 //! any of these locks.
 
 use std::collections::HashMap;
@@ -155,6 +155,8 @@ pub struct Daemon {
     pub clients: Mutex<Clients>,
     pub spaces: Mutex<Vec<Arc<Space>>>,
     pub resources: Mutex<HashMap<(Name, Name), LocalRes>>,
+    /// Lease-loss watch connections (lockd extension); a leaf lock.
+    pub watchers: Mutex<Vec<crate::watch::Watcher>>,
     pub shutdown: AtomicBool,
     pub shutdown_cond: Condvar,
     pub shutdown_mutex: Mutex<bool>,
@@ -173,6 +175,7 @@ impl Daemon {
             clients: Mutex::new(Clients::default()),
             spaces: Mutex::new(Vec::new()),
             resources: Mutex::new(HashMap::new()),
+            watchers: Mutex::new(Vec::new()),
             shutdown: AtomicBool::new(false),
             shutdown_cond: Condvar::new(),
             shutdown_mutex: Mutex::new(false),

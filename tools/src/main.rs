@@ -58,6 +58,11 @@ enum Command {
     /// Resource index through the daemon: format, create, delete, lookup, update, rebuild.
     #[command(subcommand)]
     Rindex(client::rindex::RindexCommand),
+    /// Run a command while this host is the leader of a lease (fencing token in its
+    /// environment); stop it when leadership is lost.
+    Elect(client::elect::ElectArgs),
+    /// Show who leads (holds) a lease now, with its fencing token and host state.
+    Leader(client::elect::LeaderArgs),
     /// Show daemon, clients, lockspaces and resources.
     Status(client::daemon_cmds::StatusArgs),
     /// Show the daemon's version.
@@ -110,6 +115,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Daemon(args) => return run_daemon(args),
+        Command::Elect(a) => match client::elect::elect(a) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
+        Command::Leader(a) => client::elect::leader(a),
         Command::Direct(DirectCommand::Init(a)) => direct::init::run(a),
         Command::Direct(DirectCommand::Dump(a)) => direct::dump::run(a),
         Command::Direct(DirectCommand::ReadLeader(a)) => direct::read_leader::run(a),

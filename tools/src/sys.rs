@@ -60,3 +60,30 @@ pub fn restore_default_sigpipe() {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
+
+/// Makes `cmd`'s child receive SIGKILL when the process that started it dies, so a
+/// command run under a lease never outlives the process that watches the lease.
+pub fn kill_child_with_parent(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and only calls prctl,
+    // which is async-signal-safe, allocates nothing and touches no shared state.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Sends `sig` to process `pid` (ESRCH when it is gone).
+pub fn send_signal(pid: u32, sig: i32) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: kill(2) takes plain integers; it has no memory effects in this process.
+    let rc = unsafe { libc::kill(pid, sig) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
