@@ -560,7 +560,7 @@ impl Lease {
         lease.token = match token_of(&mut client, &opts.run_dir, spec) {
             Ok(t) => t,
             Err(e) => {
-                let _ = client.release(-1, 0, &[res.head.clone()]);
+                let _ = client.release(-1, 0, std::slice::from_ref(&res.head));
                 return Err(e);
             }
         };
