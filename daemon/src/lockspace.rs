@@ -988,10 +988,10 @@ pub fn check_our_leases(d: &Arc<Daemon>) -> Vec<Arc<Space>> {
         // (the caller kills after we return).
         let notice = if st.kill_now || (st.space_dead && st.loss_notified) {
             None
-        } else if st.space_dead || st.corrupt_result != 0 {
-            Some(client_lib::ext::WatchKind::LockspaceFailed)
-        } else if now.saturating_sub(st.last_success_s)
-            >= timeouts::id_renewal_fail_seconds(u64::from(s.io_timeout))
+        } else if st.space_dead
+            || st.corrupt_result != 0
+            || now.saturating_sub(st.last_success_s)
+                >= timeouts::id_renewal_fail_seconds(u64::from(s.io_timeout))
         {
             Some(client_lib::ext::WatchKind::LockspaceFailed)
         } else if now.saturating_sub(st.last_success_s)

@@ -153,7 +153,7 @@ fn holder_pids(d: &Daemon, ls: &Name, res: Option<&Name>) -> Vec<i32> {
         .filter(|c| {
             c.tokens
                 .iter()
-                .any(|t| t.ls.same_as(ls) && res.map_or(true, |r| t.name.same_as(r)))
+                .any(|t| t.ls.same_as(ls) && res.is_none_or(|r| t.name.same_as(r)))
         })
         .map(|c| c.pid)
         .collect()
