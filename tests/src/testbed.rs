@@ -123,12 +123,16 @@ pub struct Bed {
     pub dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
     pub image: PathBuf,
+    /// What the hosts' FUSE views read and write: the image, or a loop device over it.
+    pub backing: PathBuf,
     pub log: PathBuf,
     pub io_timeout_s: u64,
     pub fire_timeout_s: u64,
     pub programs: Programs,
     pub hosts: Vec<Host>,
     pub lockspace: String,
+    /// The loop device over the image (`new_on_loop`); detached after the hosts stop.
+    loop_device: Option<crate::LoopDevice>,
 }
 
 fn wait_for_path(path: &Path, timeout: Duration, what: &str) -> Result<()> {
@@ -190,6 +194,21 @@ pub fn wall_s() -> f64 {
 impl Bed {
     /// Creates the shared image (formatted lockspace at 0, `resources` at 1M, 2M, …).
     pub fn new(io_timeout_s: u64, fire_timeout_s: u64, resources: &[&str]) -> Result<Bed> {
+        Bed::create(io_timeout_s, fire_timeout_s, resources, false)
+    }
+
+    /// As [`Bed::new`], with the shared storage a loop device (direct I/O, 512-byte
+    /// sectors) over the image: every host's view reads and writes the device.
+    pub fn new_on_loop(io_timeout_s: u64, fire_timeout_s: u64, resources: &[&str]) -> Result<Bed> {
+        Bed::create(io_timeout_s, fire_timeout_s, resources, true)
+    }
+
+    fn create(
+        io_timeout_s: u64,
+        fire_timeout_s: u64,
+        resources: &[&str],
+        on_loop: bool,
+    ) -> Result<Bed> {
         let programs = Programs::beside_current_exe()?;
         let tmp = tempfile::Builder::new()
             .prefix("lockd-testbed-")
@@ -203,6 +222,11 @@ impl Bed {
         let f = File::create(&image)?;
         f.set_len(((resources.len() as u64) + 2) << 20)?;
         drop(f);
+        let loop_device = on_loop.then(|| crate::LoopDevice::attach(&image, 512));
+        let backing = loop_device
+            .as_ref()
+            .map(|l| l.device.clone())
+            .unwrap_or_else(|| image.clone());
         let lockspace = "tb".to_string();
         let run = |args: &[&str]| -> Result<()> {
             let out = Command::new(&programs.lockd).args(args).output()?;
@@ -211,7 +235,7 @@ impl Bed {
             }
             Ok(())
         };
-        let img = image.display().to_string();
+        let img = backing.display().to_string();
         run(&[
             "direct",
             "init",
@@ -233,6 +257,8 @@ impl Bed {
             dir,
             _tmp: tmp,
             image,
+            backing,
+            loop_device,
             io_timeout_s,
             fire_timeout_s,
             programs,
@@ -252,7 +278,7 @@ impl Bed {
         let faultfs = spawn_logged(
             Command::new(&self.programs.faultfs)
                 .arg("--backing")
-                .arg(&self.image)
+                .arg(&self.backing)
                 .arg("--mount")
                 .arg(dir.join("mnt"))
                 .arg("--control")
@@ -442,6 +468,28 @@ impl Bed {
         spawn_logged(&mut cmd, &out, "holder")
     }
 
+    /// Starts `program ARGS` inside host `index`'s namespaces (so the host's watchdog
+    /// reset ends it too), with the host's daemon run dir in LOCKD_RUN_DIR; its output
+    /// goes to `log`.
+    pub fn spawn_in_host(
+        &self,
+        index: u32,
+        program: &Path,
+        args: &[String],
+        log: &Path,
+    ) -> Result<Proc> {
+        let h = self.host(index);
+        let mut cmd = Command::new("nsenter");
+        cmd.arg("-t")
+            .arg(h.init_pid.to_string())
+            .args(["-p", "-m", "--"])
+            .arg(program)
+            .args(args)
+            .env("LOCKD_RUN_DIR", h.dir.join("run"))
+            .env("SANLOCK_RUN_DIR", h.dir.join("run"));
+        spawn_logged(&mut cmd, log, "process in host")
+    }
+
     /// Sends a fault command to host `index`'s storage path.
     pub fn fault(&self, index: u32, command: &str) -> Result<()> {
         let mut s = UnixStream::connect(self.host(index).dir.join("fault.sock"))?;
@@ -497,7 +545,7 @@ impl Bed {
         let f = fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECT)
-            .open(&self.image)?;
+            .open(&self.backing)?;
         let mut v = vec![0u8; 8192];
         let start = v.as_ptr().align_offset(4096);
         let buf = &mut v[start..start + 512];
@@ -529,6 +577,8 @@ impl Drop for Bed {
         }
         // Proc drops kill emulator, unshare (and with it the namespace), faultfs.
         self.hosts.clear();
+        // Only now may the loop device go: the FUSE servers had it open.
+        self.loop_device.take();
     }
 }
 
