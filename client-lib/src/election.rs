@@ -26,6 +26,7 @@ pub struct LeaderElection {
     spec: LeaseSpec,
     run_dir: PathBuf,
     owner_name: Option<String>,
+    restrict: u32,
 }
 
 /// The leadership a successful campaign gives (holds the lease; dropping it resigns).
@@ -73,7 +74,14 @@ impl LeaderElection {
             spec,
             run_dir: run_dir.to_path_buf(),
             owner_name: None,
+            restrict: 0,
         }
+    }
+
+    /// `SANLK_RESTRICT_*` flags for our registration (see [`AcquireOptions::restrict`]).
+    pub fn with_restrict(mut self, flags: u32) -> LeaderElection {
+        self.restrict = flags;
+        self
     }
 
     /// The owner name the daemon shows for our lease.
@@ -96,6 +104,7 @@ impl LeaderElection {
                 None => Wait::Forever,
             },
             owner_name: self.owner_name.clone(),
+            restrict: self.restrict,
         };
         Ok(Leadership {
             lease: Lease::acquire(&self.spec, &opts)?,

@@ -197,6 +197,10 @@ pub struct AcquireOptions {
     pub wait: Wait,
     /// Owner name the daemon shows in status.
     pub owner_name: Option<String>,
+    /// `SANLK_RESTRICT_*` flags for the registration (e.g. SANLK_RESTRICT_SIGKILL: the
+    /// daemon then sends SIGTERM where it would send SIGKILL, so a holder that handles
+    /// SIGTERM can stop what it runs first).
+    pub restrict: u32,
 }
 
 impl Default for AcquireOptions {
@@ -206,6 +210,7 @@ impl Default for AcquireOptions {
             shared: false,
             wait: Wait::Forever,
             owner_name: None,
+            restrict: 0,
         }
     }
 }
@@ -521,6 +526,16 @@ impl Lease {
         let mut client = loop {
             let mut c = Client::connect(&opts.run_dir)?;
             c.register()?;
+            if opts.restrict != 0 {
+                let rv = c.restrict(opts.restrict)?;
+                if rv < 0 {
+                    return Err(LeaseError::Refused {
+                        op: "restrict",
+                        lease: spec.to_string(),
+                        rv,
+                    });
+                }
+            }
             let flags = if opts.wait == Wait::NoWait {
                 SANLK_ACQUIRE_OWNER_NOWAIT
             } else {

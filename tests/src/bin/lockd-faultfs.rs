@@ -4,7 +4,7 @@
 //! ```text
 //! lockd-faultfs --backing /var/tmp/shared.img --mount DIR --control SOCK
 //! ```
-//! exposes `DIR/disk.img`, whose reads and writes go to the backing image with O_DIRECT
+//! (BACKING is a file or a block device) exposes `DIR/disk.img`, whose reads and writes go to the backing image with O_DIRECT
 //! (so every host sees every other host's writes at once, as on shared storage). The
 //! control socket takes one command per line and answers `ok` (or `error …`):
 //!
@@ -347,7 +347,16 @@ fn main() -> Result<()> {
         .write(true)
         .open(&backing)
         .with_context(|| format!("open {}", backing.display()))?;
-    let size = direct.metadata()?.len();
+    // A block device's metadata says 0 bytes: its size is where a seek to the end lands.
+    let size = {
+        use std::io::{Seek, SeekFrom};
+        let meta = direct.metadata()?;
+        if meta.file_type().is_file() {
+            meta.len()
+        } else {
+            (&direct).seek(SeekFrom::End(0))?
+        }
+    };
     let faults = Arc::new(Faults {
         mode: Mutex::new(Mode::Pass),
         changed: Condvar::new(),

@@ -9,7 +9,10 @@
 //!   SIGTERM/SIGINT/SIGHUP → SIGTERM to CMD at once, SIGKILL after `--grace`, exit
 //!   [`EXIT_LOST`] without releasing (a release could block on failed storage; the daemon
 //!   releases when our connection closes);
-//! * this process dies → CMD gets SIGKILL (PR_SET_PDEATHSIG), so CMD never leads alone.
+//! * this process dies → CMD gets SIGKILL (PR_SET_PDEATHSIG), so CMD never leads alone;
+//! * the registration restricts SIGKILL: where the daemon would SIGKILL us (a FORCE
+//!   request, the end of its kill escalation) it sends SIGTERM, which we handle as a loss,
+//!   so CMD is stopped by us rather than orphaned.
 //!
 //! CMD is checked before campaigning: a program that cannot be found fails with nothing
 //! held.
@@ -110,7 +113,10 @@ pub fn elect(a: &ElectArgs) -> Result<ExitCode> {
     }
     let run_dir = a.conn.run_dir();
     let election = LeaderElection::new(spec.clone(), &run_dir)
-        .with_owner_name(&format!("elect-{}", std::process::id()));
+        .with_owner_name(&format!("elect-{}", std::process::id()))
+        // The daemon's SIGKILL (FORCE request, end of kill escalation) becomes SIGTERM
+        // for us: we stop CMD (SIGTERM, then SIGKILL after --grace) and exit.
+        .with_restrict(client_lib::proto::SANLK_RESTRICT_SIGKILL);
     eprintln!("lockd elect: campaigning for {}", spec.short());
     let deadline = a.timeout_s.map(|t| Instant::now() + Duration::from_secs(t));
     let leadership = loop {
@@ -171,7 +177,17 @@ pub fn elect(a: &ElectArgs) -> Result<ExitCode> {
                     .map(|d| format!(", watchdog in {:.1} s", d.as_secs_f64()))
                     .unwrap_or_default()
             )),
-            Err(_) if stop.load(Ordering::SeqCst) => Some("stopped by a signal".to_string()),
+            Err(_) if stop.load(Ordering::SeqCst) => {
+                // The daemon writes its notice before it signals: give it a moment to
+                // name the reason.
+                match lost.recv_timeout(Duration::from_millis(200)) {
+                    Ok(n) => Some(format!(
+                        "leadership lost ({}) and stopped by a signal",
+                        n.reason.name()
+                    )),
+                    Err(_) => Some("stopped by a signal".to_string()),
+                }
+            }
             Err(_) => None,
         };
         let Some(why) = why else { continue };
