@@ -173,7 +173,7 @@ impl Election {
         let elect = self.electors[0].pid();
         // electors[0] is nsenter; its child is lockd elect, whose child is the writer.
         for p in lockd_system_tests::testbed::children_of(elect) {
-            for w in lockd_system_tests::testbed::children_of(p) {
+            if let Some(&w) = lockd_system_tests::testbed::children_of(p).first() {
                 return Ok(w);
             }
             // nsenter may exec in place: then p is the writer's parent's child.
