@@ -18,7 +18,7 @@ use disk_format::{DeltaSector, Geometry, RequestRecord};
 use serde::Serialize;
 
 use crate::disk::{AlignedBuf, DirectDisk};
-use crate::spec::AreaSpec;
+use crate::spec::{area_end, AreaSpec};
 
 const SCAN_STEP: u64 = 1 << 20;
 
@@ -169,6 +169,7 @@ pub fn scan(disk: &DirectDisk, offset: u64, size: Option<u64>) -> Result<Vec<Are
     let mut areas = Vec::new();
     let mut pos = offset;
     while pos < end {
+        // pos < end <= size, so no underflow.
         let probe = 4096u64.min(disk.size() - pos) / unit * unit;
         if probe < 512 {
             break;
@@ -209,10 +210,10 @@ fn geometry_of(leader: &LeaderRecord) -> Result<Geometry> {
 }
 
 fn read_area(disk: &DirectDisk, pos: u64, len: u64) -> Result<AlignedBuf> {
-    if pos + len > disk.size() {
+    if area_end(pos, len)? > disk.size() {
         bail!(
             "area at offset {pos} needs {len} bytes but the device ends after {} (truncated)",
-            disk.size() - pos
+            disk.size().saturating_sub(pos)
         );
     }
     Ok(disk.read(pos, len as usize)?)
