@@ -35,8 +35,8 @@ fn assert_refused(out: &Output, needle: &str) {
 fn image(dir: &Path) -> std::path::PathBuf {
     let img = sparse_file(dir, "img", 8 * MIB);
     let p = img.display().to_string();
-    run_ok(LOCKD, &["direct", "init", "-s", &format!("LS:0:{p}:0")]);
-    run_ok(LOCKD, &["direct", "init", "-r", &format!("LS:R:{p}:1M")]);
+    run_ok(LOCKD, ["direct", "init", "-s", &format!("LS:0:{p}:0")]);
+    run_ok(LOCKD, ["direct", "init", "-r", &format!("LS:R:{p}:1M")]);
     img
 }
 
@@ -79,7 +79,7 @@ fn dump_refuses_huge_offsets() {
     // A huge size is clamped to the file, not added with overflow.
     let out = run_ok(
         LOCKD,
-        &["direct", "dump", &format!("{p}:0:18446744073709551615")],
+        ["direct", "dump", &format!("{p}:0:18446744073709551615")],
     );
     assert!(
         out.contains("lockspace LS") && out.contains("resource LS:R"),
@@ -87,7 +87,7 @@ fn dump_refuses_huge_offsets() {
     );
     let out = run_ok(
         LOCKD,
-        &["direct", "dump", &format!("{p}:1M:18446744073709551615")],
+        ["direct", "dump", &format!("{p}:1M:18446744073709551615")],
     );
     assert!(out.contains("resource LS:R"), "{out}");
 }
