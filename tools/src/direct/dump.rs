@@ -4,7 +4,7 @@
 //!
 //! Areas are found by their magic at 1 MiB steps (the smallest align size); a
 //! recognised area is skipped by its own align size. Records that fail verification are
-//! listed with the reason rather than hidden.
+//! listed with the reason rather than hidden, also when they look empty (timestamp 0).
 
 use anyhow::{bail, Result};
 use clap::Args;
@@ -237,13 +237,15 @@ fn area_at(disk: &DirectDisk, pos: u64, leader: &LeaderRecord, head: &[u8]) -> R
             let s = &area.as_slice()[(i * sector) as usize..((i + 1) * sector) as usize];
             let rec = DeltaSector::decode(s)?;
             let l = rec.leader;
-            if l.owner_id == 0 && l.timestamp == 0 {
-                continue;
-            }
             let error = l
                 .verify(LeaderKind::Delta, &expect)
                 .err()
                 .map(|e| e.to_string());
+            // Only a record that passes its checks may be hidden as "never joined": a bad
+            // checksum, magic or version with timestamp 0 is damage, and is listed.
+            if error.is_none() && l.owner_id == 0 && l.timestamp == 0 {
+                continue;
+            }
             let bitmap_hosts = rec.hosts_in_bitmap();
             hosts.push(HostRecord {
                 host_id: i + 1,
@@ -410,7 +412,11 @@ fn print_table(spec: &AreaSpec, areas: &[Area]) {
                     "", "host_id", "owner", "generation", "timestamp", "io"
                 );
                 for h in hosts {
-                    let state = if h.timestamp == 0 { " (free)" } else { "" };
+                    let state = match (&h.error, h.timestamp) {
+                        (Some(_), _) => " (damaged)",
+                        (None, 0) => " (free)",
+                        (None, _) => "",
+                    };
                     println!(
                         "{:>14}{:>7} {:>8} {:>10} {:>12} {:>4}  {}{state}{}",
                         "",
