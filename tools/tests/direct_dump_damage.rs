@@ -30,6 +30,13 @@ fn empty_looking_damaged_host_records_are_listed() {
 
     let out = run(LOCKD, ["direct", "dump", &p]);
     let table = stdout(&out);
+    // Damage makes the command fail (docs/on-disk-format.md), after printing the table.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("2 damaged record(s)") && err.contains("host_id 3"),
+        "{err}"
+    );
     assert!(!table.contains("no host has joined"), "{table}");
     let damaged: Vec<&str> = table.lines().filter(|l| l.contains("(damaged)")).collect();
     assert_eq!(damaged.len(), 2, "{table}");

@@ -133,17 +133,41 @@ pub fn run(args: &DumpArgs) -> Result<()> {
     } else {
         print_table(&spec, &areas);
     }
-    let damaged: Vec<String> = areas
-        .iter()
-        .filter_map(|a| match a {
-            Area::Damaged { offset, error } => Some(format!("offset {offset}: {error}")),
-            _ => None,
-        })
-        .collect();
+    let damaged: Vec<String> = areas.iter().flat_map(Area::damage).collect();
     if let Some(first) = damaged.first() {
-        bail!("{} damaged area(s); first at {first}", damaged.len());
+        bail!("{} damaged record(s); first at {first}", damaged.len());
     }
     Ok(())
+}
+
+impl Area {
+    /// Every record of the area that failed its checks, as "offset N[, what]: error".
+    fn damage(&self) -> Vec<String> {
+        match self {
+            Area::Damaged { offset, error } => vec![format!("offset {offset}: {error}")],
+            Area::Lockspace { offset, hosts, .. } => hosts
+                .iter()
+                .filter_map(|h| {
+                    let e = h.error.as_ref()?;
+                    Some(format!("offset {offset}, host_id {}: {e}", h.host_id))
+                })
+                .collect(),
+            Area::Resource {
+                offset,
+                dblocks,
+                error,
+                ..
+            } => error
+                .iter()
+                .map(|e| format!("offset {offset}, leader: {e}"))
+                .chain(dblocks.iter().filter_map(|d| {
+                    let e = d.error.as_ref()?;
+                    Some(format!("offset {offset}, dblock {}: {e}", d.host_id))
+                }))
+                .collect(),
+            Area::Rindex { .. } => Vec::new(),
+        }
+    }
 }
 
 /// Scans `[offset, offset+size)` and returns the recognised areas in order.
