@@ -613,6 +613,17 @@ fn join(d: &Daemon, space: &Space) -> Result<Joined, i32> {
             warn!(error = %e, "cannot read lockspace");
             e.sanlk_code()
         })?;
+    // A record whose sector size is below the device's logical sector size cannot be
+    // read or written with O_DIRECT at its own spacing: refused as sanlock refuses a
+    // sector size that disagrees with the geometry in use.
+    if geometry.sector_size.bytes() < bdisk.disk.sector_size() {
+        warn!(
+            leader_sector_size = geometry.sector_size.bytes(),
+            device_sector_size = bdisk.disk.sector_size(),
+            "lockspace record's sector size is below the device's"
+        );
+        return Err(disk_format::rv::SANLK_LEADER_SECTORSIZE);
+    }
     if space.host_id > geometry.max_hosts() {
         return Err(disk_format::rv::SANLK_ADDLS_INVALID_HOSTID);
     }
