@@ -189,7 +189,7 @@ impl Space {
                     obs.owner_generation,
                     obs.timestamp,
                     obs.io_timeout,
-                    obs.host_name
+                    obs.host_name.to_text()
                 ),
                 obs.timestamp,
             ));
@@ -662,7 +662,7 @@ fn join(d: &Daemon, space: &Space) -> Result<Joined, i32> {
 fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
     let span = info_span!("lockspace", ls = %space.name, host_id = space.host_id);
     let _g = span.enter();
-    info!(path = %space.path, offset = space.offset, io_timeout = space.io_timeout, "joining lockspace");
+    info!(path = ?space.path, offset = space.offset, io_timeout = space.io_timeout, "joining lockspace");
     let (bdisk, params, mut state, mut wd) = match join(d, space) {
         Ok(v) => v,
         Err(rv) => {
