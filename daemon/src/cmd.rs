@@ -909,7 +909,8 @@ fn release_renamed(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) ->
 
 /// sanlock's INQUIRE state string for one token.
 pub fn token_state_string(t: &Token) -> String {
-    let mut s = format!("{}:{}", t.ls, t.name);
+    // Raw names, as sanlock's state string has them (Display escapes for logs).
+    let mut s = format!("{}:{}", t.ls.to_text(), t.name.to_text());
     for disk in &t.disks {
         s.push(':');
         for c in disk.path.to_text().chars() {
@@ -1027,7 +1028,7 @@ fn killpath(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
     let path = wire::c_field_text(&b[..SANLK_HELPER_PATH_LEN]);
     let args = wire::c_field_text(&b[SANLK_HELPER_PATH_LEN..]);
     if let Some(c) = lock(&d.clients).slots.get_mut(&target) {
-        info!(pid = c.pid, path = %path, args = %args, "killpath set");
+        info!(pid = c.pid, path = ?path, args = ?args, "killpath set");
         c.killpath = Some(KillPath {
             path,
             args,

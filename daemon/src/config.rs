@@ -1,6 +1,7 @@
 //! Daemon configuration: command line over TOML file over defaults, parsed once into a
 //! validated [`Config`].
 
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
@@ -20,6 +21,25 @@ pub const DEFAULT_WATCHDOG_FIRE_TIMEOUT_S: u32 = 60;
 pub const DEFAULT_WDMD_RUN_DIR: &str = "/run/wdmd";
 /// Default kill grace (seconds), as sanlock.
 pub const DEFAULT_KILL_GRACE_S: u32 = 40;
+/// Default retries of a shared acquire meeting a SHORT_HOLD owner, as sanlock.
+pub const DEFAULT_SH_RETRIES: u32 = 8;
+
+// Limits checked at load (docs/daemon.md, "Limits and ranges"; packaging/lockd.toml).
+/// io_timeout: sanlock stores it in one byte of the delta lease; 0 would mean no renewal.
+pub const IO_TIMEOUT_RANGE_S: RangeInclusive<u32> = 1..=255;
+/// kill_grace_seconds, as sanlock's `-g` (at most 60).
+pub const KILL_GRACE_RANGE_S: RangeInclusive<u32> = 0..=60;
+/// watchdog_fire_timeout: feeds host_dead (8·io_timeout + W) and the wait before joining
+/// over another host's record; at 0 a peer would be judged dead before its watchdog fires.
+/// 5 is the shortest used with the emulated watchdog in tests; 300 stays within what
+/// watchdog drivers accept and keeps a failed host's leases from being stuck for long.
+pub const WATCHDOG_FIRE_TIMEOUT_RANGE_S: RangeInclusive<u32> = 5..=300;
+/// sh_retries: each retry may sleep up to 1 s while a client waits for its acquire.
+pub const SH_RETRIES_RANGE: RangeInclusive<u32> = 0..=100;
+/// A socket path must fit `sockaddr_un.sun_path` (108 bytes with its NUL).
+pub const SOCKET_PATH_MAX_BYTES: usize = 107;
+/// Longest file path (Linux PATH_MAX less the NUL).
+pub const PATH_MAX_BYTES: usize = 4095;
 
 /// Command-line options of `lockd daemon` / `lockd-daemon` (sanlock's letters).
 #[derive(Debug, Clone, Default, Args)]
@@ -27,16 +47,16 @@ pub struct DaemonArgs {
     /// Stay in the foreground, logging to stderr (without it: detach, log to --log-file).
     #[arg(short = 'D', long = "foreground")]
     pub foreground: bool,
-    /// Use the watchdog through wdmd (1, the default, as sanlock) or not (0).
+    /// Use the watchdog through wdmd (1, the default, as sanlock) or not (0); 0 or 1.
     #[arg(short = 'w', long = "use-watchdog")]
     pub use_watchdog: Option<u8>,
-    /// Host name written into delta leases (stable across restarts).
+    /// Host name written into delta leases (stable across restarts; 1..=48 bytes).
     #[arg(short = 'e', long = "host-name")]
     pub host_name: Option<String>,
-    /// Default io_timeout in seconds for lockspaces added without one.
+    /// Default io_timeout in seconds (1..=255) for lockspaces added without one.
     #[arg(short = 'o', long = "io-timeout")]
     pub io_timeout: Option<u32>,
-    /// Kill grace seconds (0..60) before SIGKILL on lockspace failure.
+    /// Kill grace seconds (0..=60) before SIGKILL on lockspace failure.
     #[arg(short = 'g', long = "kill-grace")]
     pub kill_grace: Option<u32>,
     /// Run dir for the socket and pid file (env LOCKD_RUN_DIR; default /run/lockd).
@@ -122,13 +142,14 @@ impl Config {
             .or(env_run_dir.filter(|p| !p.as_os_str().is_empty()))
             .or(file.run_dir.clone())
             .unwrap_or_else(|| PathBuf::from(DEFAULT_RUN_DIR));
+        check_dir("run_dir", &run_dir, client_lib::proto::SOCKET_NAME)?;
         let use_watchdog = match args.use_watchdog {
             Some(0) => false,
             Some(1) => true,
             Some(n) => {
                 return Err(ConfigError::Invalid {
                     what: "-w",
-                    why: format!("{n} (use 0 or 1)"),
+                    why: format!("{n} (0 or 1)"),
                 })
             }
             None => file.use_watchdog.unwrap_or(true),
@@ -137,29 +158,51 @@ impl Config {
             .io_timeout
             .or(file.io_timeout)
             .unwrap_or(DEFAULT_IO_TIMEOUT_S);
-        if io_timeout_s == 0 || io_timeout_s > 255 {
-            return Err(ConfigError::Invalid {
-                what: "io_timeout",
-                why: format!("{io_timeout_s} (1..=255 seconds)"),
-            });
-        }
+        check_range("io_timeout", io_timeout_s, IO_TIMEOUT_RANGE_S, " seconds")?;
         let kill_grace_s = args
             .kill_grace
             .or(file.kill_grace_seconds)
             .unwrap_or(DEFAULT_KILL_GRACE_S);
-        if kill_grace_s > 60 {
-            return Err(ConfigError::Invalid {
-                what: "kill_grace_seconds",
-                why: format!("{kill_grace_s} (0..=60)"),
-            });
-        }
+        check_range(
+            "kill_grace_seconds",
+            kill_grace_s,
+            KILL_GRACE_RANGE_S,
+            " seconds",
+        )?;
+        let watchdog_fire_timeout_s = file
+            .watchdog_fire_timeout
+            .unwrap_or(DEFAULT_WATCHDOG_FIRE_TIMEOUT_S);
+        check_range(
+            "watchdog_fire_timeout",
+            watchdog_fire_timeout_s,
+            WATCHDOG_FIRE_TIMEOUT_RANGE_S,
+            " seconds",
+        )?;
+        let sh_retries = file.sh_retries.unwrap_or(DEFAULT_SH_RETRIES);
+        check_range("sh_retries", sh_retries, SH_RETRIES_RANGE, "")?;
+        let wdmd_run_dir = file
+            .wdmd_run_dir
+            .clone()
+            .or_else(|| {
+                std::env::var_os("WDMD_RUN_DIR")
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+            })
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_WDMD_RUN_DIR));
+        check_dir("wdmd_run_dir", &wdmd_run_dir, wdmd::proto::SOCKET_NAME)?;
+        let log_file = args
+            .log_file
+            .clone()
+            .or(file.log_file.clone())
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_LOG_FILE));
+        check_path("log_file", &log_file, PATH_MAX_BYTES)?;
         let name_text = match args.host_name.clone().or(file.our_host_name.clone()) {
             Some(n) => n,
             None => derived_host_name(),
         };
         let host_name = Name::new(&name_text).map_err(|e| ConfigError::Invalid {
-            what: "host name",
-            why: e.to_string(),
+            what: "our_host_name",
+            why: format!("{e} (1..=48 bytes, no NUL)"),
         })?;
         Ok(Config {
             run_dir,
@@ -167,29 +210,15 @@ impl Config {
             use_watchdog,
             host_name,
             io_timeout_s,
-            watchdog_fire_timeout_s: file
-                .watchdog_fire_timeout
-                .unwrap_or(DEFAULT_WATCHDOG_FIRE_TIMEOUT_S),
-            wdmd_run_dir: file
-                .wdmd_run_dir
-                .clone()
-                .or_else(|| {
-                    std::env::var_os("WDMD_RUN_DIR")
-                        .filter(|v| !v.is_empty())
-                        .map(PathBuf::from)
-                })
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_WDMD_RUN_DIR)),
+            watchdog_fire_timeout_s,
+            wdmd_run_dir,
             kill_grace_s,
-            sh_retries: file.sh_retries.unwrap_or(8),
-            log_file: args
-                .log_file
-                .clone()
-                .or(file.log_file.clone())
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_LOG_FILE)),
+            sh_retries,
+            log_file,
             socket_gid: match args.socket_group.clone().or(file.socket_group.clone()) {
                 Some(g) => Some(group_to_gid(&g).ok_or(ConfigError::Invalid {
-                    what: "socket group",
-                    why: format!("{g}: no such group"),
+                    what: "socket_group",
+                    why: format!("{g:?}: no such group (a group name or a gid)"),
                 })?),
                 // As sanlock: the `sanlock` group owns the socket when it exists, so
                 // clients already set up for sanlock can connect.
@@ -197,6 +226,47 @@ impl Config {
             },
         })
     }
+}
+
+/// Refuses a value outside its documented range, naming the key and the range.
+fn check_range(
+    key: &'static str,
+    value: u32,
+    range: RangeInclusive<u32>,
+    unit: &str,
+) -> Result<(), ConfigError> {
+    if range.contains(&value) {
+        return Ok(());
+    }
+    Err(ConfigError::Invalid {
+        what: key,
+        why: format!(
+            "{value} is out of range ({}..={}{unit})",
+            range.start(),
+            range.end()
+        ),
+    })
+}
+
+/// A path: not empty, no NUL byte, at most `max_bytes` long.
+fn check_path(key: &'static str, path: &Path, max_bytes: usize) -> Result<(), ConfigError> {
+    let bytes = path.as_os_str().as_encoded_bytes();
+    let why = if bytes.is_empty() {
+        "empty path".to_string()
+    } else if bytes.contains(&0) {
+        format!("{path:?} contains a NUL byte")
+    } else if bytes.len() > max_bytes {
+        format!("{path:?} is {} bytes (1..={max_bytes})", bytes.len())
+    } else {
+        return Ok(());
+    };
+    Err(ConfigError::Invalid { what: key, why })
+}
+
+/// A directory holding the socket `socket_name`: that socket's path must fit `sun_path`.
+fn check_dir(key: &'static str, dir: &Path, socket_name: &str) -> Result<(), ConfigError> {
+    let max_bytes = SOCKET_PATH_MAX_BYTES - 1 - socket_name.len();
+    check_path(key, dir, max_bytes)
 }
 
 /// A group name (from /etc/group) or a numeric gid.
@@ -331,5 +401,125 @@ mod tests {
             Config::resolve(&args, None),
             Err(ConfigError::Parse { .. })
         ));
+    }
+
+    /// Every key and option outside its range is refused with its name and its range;
+    /// the ends of each range are accepted.
+    #[test]
+    fn every_value_range_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("lockd.toml");
+        let resolve = |text: &str, args: DaemonArgs| {
+            std::fs::write(&cfg, text).unwrap();
+            let args = DaemonArgs {
+                config: Some(cfg.clone()),
+                // A fixed name unless the test is about the name.
+                host_name: args
+                    .host_name
+                    .or((!text.contains("our_host_name")).then(|| "h".into())),
+                ..args
+            };
+            Config::resolve(&args, None)
+        };
+        let refused = |text: &str, args: DaemonArgs, key: &str, range: &str| {
+            let err = resolve(text, args).unwrap_err().to_string();
+            assert!(
+                err.contains(key) && err.contains(range),
+                "{text:?}: {err} (wanted {key} and {range})"
+            );
+        };
+        let none = DaemonArgs::default;
+        for bad in ["0", "4000000000", "4", "301"] {
+            refused(
+                &format!("watchdog_fire_timeout = {bad}\n"),
+                none(),
+                "watchdog_fire_timeout",
+                "5..=300 seconds",
+            );
+        }
+        for good in [5, 60, 300] {
+            let c = resolve(&format!("watchdog_fire_timeout = {good}\n"), none()).unwrap();
+            assert_eq!(c.watchdog_fire_timeout_s, good);
+        }
+        refused("io_timeout = 0\n", none(), "io_timeout", "1..=255 seconds");
+        refused(
+            "io_timeout = 256\n",
+            none(),
+            "io_timeout",
+            "1..=255 seconds",
+        );
+        let cli_io = DaemonArgs {
+            io_timeout: Some(0),
+            ..none()
+        };
+        refused("", cli_io, "io_timeout", "1..=255 seconds");
+        refused(
+            "kill_grace_seconds = 61\n",
+            none(),
+            "kill_grace_seconds",
+            "0..=60",
+        );
+        let cli_grace = DaemonArgs {
+            kill_grace: Some(999),
+            ..none()
+        };
+        refused("", cli_grace, "kill_grace_seconds", "0..=60");
+        refused("sh_retries = 101\n", none(), "sh_retries", "0..=100");
+        let c = resolve(
+            "sh_retries = 0\nkill_grace_seconds = 0\nio_timeout = 255\n",
+            none(),
+        );
+        let c = c.unwrap();
+        assert_eq!((c.sh_retries, c.kill_grace_s, c.io_timeout_s), (0, 0, 255));
+        let cli_w = DaemonArgs {
+            use_watchdog: Some(2),
+            ..none()
+        };
+        refused("", cli_w, "-w", "0 or 1");
+        let long_name = DaemonArgs {
+            host_name: Some("x".repeat(49)),
+            ..none()
+        };
+        refused("", long_name, "our_host_name", "1..=48 bytes");
+        refused(
+            "our_host_name = \"\"\n",
+            none(),
+            "our_host_name",
+            "1..=48 bytes",
+        );
+        // sanlock.sock under run_dir must fit sun_path: 107 - 13 = 94 bytes.
+        let long_dir = format!("/{}", "d".repeat(94));
+        refused(
+            &format!("run_dir = \"{long_dir}\"\n"),
+            none(),
+            "run_dir",
+            "1..=94",
+        );
+        let ok_dir = format!("/{}", "d".repeat(93));
+        let c = resolve(&format!("run_dir = \"{ok_dir}\"\n"), none()).unwrap();
+        assert_eq!(c.run_dir, PathBuf::from(ok_dir));
+        refused("run_dir = \"\"\n", none(), "run_dir", "empty path");
+        refused("run_dir = \"/a\\u0000b\"\n", none(), "run_dir", "NUL");
+        let long_wdmd = format!("/{}", "w".repeat(97));
+        refused(
+            &format!("wdmd_run_dir = \"{long_wdmd}\"\n"),
+            none(),
+            "wdmd_run_dir",
+            "1..=97",
+        );
+        refused("log_file = \"\"\n", none(), "log_file", "empty path");
+        let long_log = format!("/{}", "l".repeat(4095));
+        refused(
+            &format!("log_file = \"{long_log}\"\n"),
+            none(),
+            "log_file",
+            "1..=4095",
+        );
+        refused(
+            "socket_group = \"no-such-group-lockd\"\n",
+            none(),
+            "socket_group",
+            "no such group",
+        );
     }
 }

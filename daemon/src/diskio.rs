@@ -35,30 +35,30 @@ pub const MAX_INFLIGHT: usize = 64;
 /// I/O errors, mapped to sanlock codes at the protocol edge.
 #[derive(Debug, Error)]
 pub enum IoError {
-    #[error("{path}: cannot open: {source}")]
+    #[error("{path:?}: cannot open: {source}")]
     Open { path: PathBuf, source: io::Error },
-    #[error("{path}: {op} at {offset}: {source}")]
+    #[error("{path:?}: {op} at {offset}: {source}")]
     Failed {
         path: PathBuf,
         op: &'static str,
         offset: u64,
         source: io::Error,
     },
-    #[error("{path}: {op} at {offset} timed out after {timeout_ms} ms")]
+    #[error("{path:?}: {op} at {offset} timed out after {timeout_ms} ms")]
     Timeout {
         path: PathBuf,
         op: &'static str,
         offset: u64,
         timeout_ms: u64,
     },
-    #[error("{path}: offset {offset} / length {len} not aligned to {sector_size}")]
+    #[error("{path:?}: offset {offset} / length {len} not aligned to {sector_size}")]
     Unaligned {
         path: PathBuf,
         offset: u64,
         len: usize,
         sector_size: u32,
     },
-    #[error("{path}: too many outstanding i/os ({max})")]
+    #[error("{path:?}: too many outstanding i/os ({max})")]
     Busy { path: PathBuf, max: usize },
 }
 

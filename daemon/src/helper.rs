@@ -109,7 +109,12 @@ impl Helper {
         match sys::fork()? {
             sys::Forked::Child => {
                 drop(writer);
-                sys::helper_child_setup();
+                if let Err(e) = sys::helper_child_setup() {
+                    // Without PDEATHSIG the helper could outlive the daemon: stop here
+                    // (the daemon's orders then fail and it logs them as dropped).
+                    eprintln!("lockd helper: cannot set up: {e}");
+                    std::process::exit(1);
+                }
                 helper_loop(reader);
                 std::process::exit(0);
             }

@@ -66,6 +66,8 @@ pub enum DaemonError {
     Helper(std::io::Error),
     #[error("cannot start thread: {0}")]
     Thread(std::io::Error),
+    #[error("cannot set up signal handling: {0}")]
+    Signals(std::io::Error),
     #[error("log file {path}: {source}")]
     LogFile {
         path: PathBuf,
@@ -109,8 +111,8 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
     }
     // The helper is forked first, while we are single-threaded.
     let helper = helper::Helper::start().map_err(DaemonError::Helper)?;
-    sys::ignore_sigpipe();
-    sys::block_signals();
+    sys::ignore_sigpipe().map_err(DaemonError::Signals)?;
+    sys::block_signals().map_err(DaemonError::Signals)?;
     std::fs::create_dir_all(&cfg.run_dir).map_err(|source| DaemonError::RunDir {
         path: cfg.run_dir.clone(),
         source,
@@ -178,7 +180,13 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
     std::thread::Builder::new()
         .name("lockd-signal".into())
         .spawn(move || loop {
-            let sig = sys::wait_signal();
+            let sig = match sys::wait_signal() {
+                Ok(sig) => sig,
+                Err(e) => {
+                    error!(error = %e, "sigwait failed: SIGTERM/SIGINT no longer handled");
+                    return;
+                }
+            };
             if sig == libc::SIGTERM || sig == libc::SIGINT {
                 // As sanlock: a signal is a non-forced shutdown, ignored while lockspaces
                 // exist (stopping would have to kill every lease holder). Use a forced

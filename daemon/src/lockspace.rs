@@ -191,7 +191,7 @@ impl Space {
                     obs.owner_generation,
                     obs.timestamp,
                     obs.io_timeout,
-                    obs.host_name
+                    obs.host_name.to_text()
                 ),
                 obs.timestamp,
             ));
@@ -622,6 +622,17 @@ fn join(d: &Daemon, space: &Space) -> Result<Joined, i32> {
             warn!(error = %e, "cannot read lockspace");
             e.sanlk_code()
         })?;
+    // A record whose sector size is below the device's logical sector size cannot be
+    // read or written with O_DIRECT at its own spacing: refused as sanlock refuses a
+    // sector size that disagrees with the geometry in use.
+    if geometry.sector_size.bytes() < bdisk.disk.sector_size() {
+        warn!(
+            leader_sector_size = geometry.sector_size.bytes(),
+            device_sector_size = bdisk.disk.sector_size(),
+            "lockspace record's sector size is below the device's"
+        );
+        return Err(disk_format::rv::SANLK_LEADER_SECTORSIZE);
+    }
     if space.host_id > geometry.max_hosts() {
         return Err(disk_format::rv::SANLK_ADDLS_INVALID_HOSTID);
     }
@@ -660,7 +671,7 @@ fn join(d: &Daemon, space: &Space) -> Result<Joined, i32> {
 fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
     let span = info_span!("lockspace", ls = %space.name, host_id = space.host_id);
     let _g = span.enter();
-    info!(path = %space.path, offset = space.offset, io_timeout = space.io_timeout, "joining lockspace");
+    info!(path = ?space.path, offset = space.offset, io_timeout = space.io_timeout, "joining lockspace");
     let (bdisk, params, mut state, mut wd) = match join(d, space) {
         Ok(v) => v,
         Err(rv) => {

@@ -57,10 +57,12 @@ impl Visit for FieldText {
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
+        // Escaped: a string field may come from a client or a disk; a raw newline in it
+        // would forge a log line.
         if field.name() == "message" {
-            let _ = write!(self.0, " {value}");
+            let _ = write!(self.0, " {}", value.escape_debug());
         } else {
-            let _ = write!(self.0, " {}={value}", field.name());
+            let _ = write!(self.0, " {}={value:?}", field.name());
         }
     }
 }

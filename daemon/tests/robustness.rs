@@ -333,3 +333,39 @@ fn without_foreground_flag_the_daemon_detaches_and_logs_to_a_file() {
         "no terminal colours in the log file"
     );
 }
+
+/// A lockspace name and a disk path with newlines, sent by a client, are logged escaped
+/// (stderr log and the LOG_DUMP ring): no forged log line appears.
+#[test]
+fn client_names_and_paths_are_escaped_in_the_log() {
+    require_tool("sanlock", "sanlock");
+    let s = Scratch::new("lognames");
+    let d = LockdDaemon::start(&s, "hostA", &[]);
+    let path = s.dir.join("no-such-disk\nFORGED-PATH line");
+    let ls = client_lib::Lockspace::new(
+        disk_format::Name::new("ls\nFORGED-NAME line").unwrap(),
+        1,
+        &path.display().to_string(),
+        0,
+    )
+    .unwrap();
+    let mut c = Client::connect(&d.run_dir).unwrap();
+    assert!(c.add_lockspace(&ls, 1, 0).unwrap() < 0, "no such disk");
+    assert!(
+        wait_for(10, || d.log_text().contains("add_lockspace failed")),
+        "{}",
+        d.log_text()
+    );
+    let dump = stdout(&d.sanlock_client(&["log_dump"]));
+    for (what, log) in [("stderr", d.log_text()), ("log_dump", dump)] {
+        assert!(
+            !log.lines().any(|l| l.starts_with("FORGED")),
+            "{what}: forged line in\n{log}"
+        );
+        assert!(log.contains("ls\\nFORGED-NAME line"), "{what}:\n{log}");
+        assert!(
+            log.contains("no-such-disk\\nFORGED-PATH line"),
+            "{what}:\n{log}"
+        );
+    }
+}

@@ -41,6 +41,8 @@ pub enum FormatError {
     Resource { found: String, expected: String },
     #[error("num_hosts {num_hosts} is below host_id {host_id}")]
     NumHosts { num_hosts: u64, host_id: u64 },
+    #[error("num_hosts {num_hosts} does not fit the area ({max_hosts} host slots)")]
+    NumHostsArea { num_hosts: u64, max_hosts: u64 },
     #[error("{record} checksum 0x{stored:08x} does not match computed 0x{computed:08x}")]
     Checksum {
         record: &'static str,
@@ -83,7 +85,9 @@ impl FormatError {
             FormatError::SectorSize { .. } => rv::SANLK_LEADER_SECTORSIZE,
             FormatError::Lockspace { .. } => rv::SANLK_LEADER_LOCKSPACE,
             FormatError::Resource { .. } => rv::SANLK_LEADER_RESOURCE,
-            FormatError::NumHosts { .. } => rv::SANLK_LEADER_NUMHOSTS,
+            FormatError::NumHosts { .. } | FormatError::NumHostsArea { .. } => {
+                rv::SANLK_LEADER_NUMHOSTS
+            }
             FormatError::Checksum { record, .. } => match *record {
                 "paxos dblock" => rv::SANLK_DBLOCK_CHECKSUM,
                 _ => rv::SANLK_LEADER_CHECKSUM,

@@ -76,15 +76,62 @@ impl fmt::Debug for Name {
     }
 }
 
+/// Names come from clients and disks, so their Display form is safe to log: printable
+/// characters as they are; `\\`, `\n`, `\r`, `\t` for backslash and those controls; `\xNN` for
+/// every other control character and every byte that is not UTF-8. A name cannot forge a
+/// log line or hide part of itself. [`Name::to_text`] gives the raw text.
 impl fmt::Display for Name {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_text())
+        for chunk in self.as_bytes().utf8_chunks() {
+            for c in chunk.valid().chars() {
+                match c {
+                    '\\' => f.write_str("\\\\")?,
+                    '\n' => f.write_str("\\n")?,
+                    '\r' => f.write_str("\\r")?,
+                    '\t' => f.write_str("\\t")?,
+                    c if c.is_control() => {
+                        let mut buf = [0u8; 4];
+                        for b in c.encode_utf8(&mut buf).bytes() {
+                            write!(f, "\\x{b:02x}")?;
+                        }
+                    }
+                    c => write!(f, "{c}")?,
+                }
+            }
+            for b in chunk.invalid() {
+                write!(f, "\\x{b:02x}")?;
+            }
+        }
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Display never lets a control character or a non-UTF-8 byte through raw.
+    #[test]
+    fn display_escapes_what_is_not_printable() {
+        let n = Name::new("ls\nFORGED line").unwrap();
+        assert_eq!(n.to_string(), "ls\\nFORGED line");
+        assert_eq!(n.to_text(), "ls\nFORGED line");
+        let n = Name::new("a\rb\tc\\d\u{1b}[31m\u{7f}\u{85}é").unwrap();
+        assert_eq!(n.to_string(), "a\\rb\\tc\\\\d\\x1b[31m\\x7f\\xc2\\x85é");
+        let n = Name::from_field(&[b'x', 0xff, 0xc3, b'y', b'\n']);
+        assert_eq!(n.to_string(), "x\\xff\\xc3y\\n");
+        assert_eq!(
+            Name::new("plain-name_1.2").unwrap().to_string(),
+            "plain-name_1.2"
+        );
+        for b in 1..=255u8 {
+            let text = Name::from_field(&[b]).to_string();
+            assert!(
+                text.chars().all(|c| !c.is_control()),
+                "byte {b:#x} gives {text:?}"
+            );
+        }
+    }
 
     #[test]
     fn lengths() {

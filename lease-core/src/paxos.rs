@@ -239,6 +239,33 @@ pub async fn read_leader<D: Disk>(
     read_leader_at(disk, res, res.geometry).await
 }
 
+/// The geometry a resource leader records, refused when it disagrees with the geometry in
+/// use: the sector size must be the lockspace's (sanlock fails such a lease too, with a
+/// dblock checksum error; writing our ballot at another sector spacing would put it
+/// where hosts using the lockspace's geometry never look), and `num_hosts` dblocks must
+/// fit in the leader's own area. The align size may differ: sanlock then restarts with
+/// the leader's, and so do we.
+fn leader_geometry(leader: &LeaderRecord, res: &ResourceParams) -> Result<Geometry, LeaseError> {
+    let expected = res.geometry.sector_size.bytes();
+    if leader.sector_size != expected {
+        return Err(FormatError::SectorSize {
+            record: "paxos leader",
+            found: leader.sector_size,
+            expected,
+        }
+        .into());
+    }
+    let g = Geometry::from_leader(leader.sector_size, leader.flags)?;
+    if leader.num_hosts > g.max_hosts() {
+        return Err(FormatError::NumHostsArea {
+            num_hosts: leader.num_hosts,
+            max_hosts: g.max_hosts(),
+        }
+        .into());
+    }
+    Ok(g)
+}
+
 fn check_num_hosts(leader: &LeaderRecord, host_id: u64) -> Result<(), LeaseError> {
     if leader.num_hosts < host_id
         || leader.max_hosts == 0
@@ -279,7 +306,7 @@ async fn read_area<D: Disk>(
             .map_err(|e| LeaseError::io(IoOp::LeaderRead, e))?;
         let leader = LeaderRecord::decode(&buf)?;
         leader.verify(LeaderKind::Paxos, &expect(res))?;
-        let lg = Geometry::from_leader(leader.sector_size, leader.flags)?;
+        let lg = leader_geometry(&leader, res)?;
         if lg != g {
             g = lg;
             continue;
@@ -1420,7 +1447,7 @@ pub async fn read_owners<D: Disk>(
     res: &ResourceParams,
 ) -> Result<(LeaderRecord, Vec<Owner>), LeaseError> {
     let leader = read_leader_at(disk, res, res.geometry).await?;
-    let g = Geometry::from_leader(leader.sector_size, leader.flags)?;
+    let g = leader_geometry(&leader, res)?;
     let buf = disk
         .read(
             res.disk_offset,

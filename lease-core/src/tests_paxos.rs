@@ -508,3 +508,70 @@ fn corrupt_dblock_and_wrong_names_fail() {
     let e = block_on(paxos::acquire(&d, &c, &a.ctx(&d), &wrong, &ex())).unwrap_err();
     assert_eq!(e.sanlk_code(), -227);
 }
+
+/// Rewrites the resource leader through `f`, with a valid checksum.
+fn rewrite_leader(d: &MemDisk, f: impl FnOnce(&mut LeaderRecord)) {
+    let mut l = leader(d);
+    f(&mut l);
+    l.seal();
+    let mut sector = d.get(RES_OFFSET, 512);
+    l.encode_into(&mut sector);
+    d.put(RES_OFFSET, &sector);
+}
+
+/// A leader with a valid checksum whose sector size (4096) disagrees with the 512-byte
+/// geometry of the lockspace in use is refused with SANLK_LEADER_SECTORSIZE, and nothing
+/// is written (before: the ballot went to +12288 instead of +1536).
+#[test]
+fn leader_sector_size_other_than_the_geometry_in_use_is_refused() {
+    let (d, c, a, _b) = two_hosts();
+    rewrite_leader(&d, |l| l.sector_size = 4096);
+    let before = d.bytes.borrow().clone();
+    let e = a.acquire(&d, &c, &ex()).unwrap_err();
+    assert_eq!(
+        e.sanlk_code(),
+        disk_format::rv::SANLK_LEADER_SECTORSIZE,
+        "{e}"
+    );
+    assert!(*d.bytes.borrow() == before, "acquire wrote to the disk");
+    let e = block_on(paxos::read_owners(&d, &res_params())).unwrap_err();
+    assert_eq!(e.sanlk_code(), disk_format::rv::SANLK_LEADER_SECTORSIZE);
+    // The geometry in use itself is fine: 512 again, and the lease is granted.
+    rewrite_leader(&d, |l| l.sector_size = 512);
+    assert_eq!(a.acquire(&d, &c, &ex()).unwrap().lver(), 1);
+}
+
+/// A leader whose num_hosts does not fit its own area (4K/1M has 250 slots) is refused
+/// with SANLK_LEADER_NUMHOSTS instead of being read as if the area were larger.
+#[test]
+fn leader_num_hosts_past_the_area_is_refused() {
+    let g = Geometry::ALL[1];
+    let d = MemDisk::new(2 << 20);
+    let area = disk_format::area::format_resource_area(&disk_format::area::ResourceInit {
+        geometry: g,
+        space_name: disk_format::Name::new("ls").unwrap(),
+        resource_name: disk_format::Name::new("res").unwrap(),
+        num_hosts: 0,
+        clear_at_monotime_s: None,
+    });
+    d.put(RES_OFFSET, &area);
+    let res = ResourceParams {
+        geometry: g,
+        ..res_params()
+    };
+    let (l, _) = block_on(paxos::read_owners(&d, &res)).unwrap();
+    assert_eq!(l.num_hosts, g.max_hosts());
+    let mut l = LeaderRecord::decode(&d.get(RES_OFFSET, 4096)).unwrap();
+    l.num_hosts = g.max_hosts() + 1;
+    l.max_hosts = 2000;
+    l.seal();
+    let mut sector = d.get(RES_OFFSET, 4096);
+    l.encode_into(&mut sector);
+    d.put(RES_OFFSET, &sector);
+    let e = block_on(paxos::read_owners(&d, &res)).unwrap_err();
+    assert_eq!(
+        e.sanlk_code(),
+        disk_format::rv::SANLK_LEADER_NUMHOSTS,
+        "{e}"
+    );
+}

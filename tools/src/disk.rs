@@ -41,6 +41,15 @@ pub enum DiskError {
         need: u64,
         size: u64,
     },
+    #[error(
+        "{path}: {len} bytes at offset {offset} go past the largest file offset ({})",
+        crate::spec::MAX_OFFSET
+    )]
+    PastMaxOffset {
+        path: PathBuf,
+        offset: u64,
+        len: u64,
+    },
     #[error("{path}: short read at offset {offset}: {got} of {want} bytes (file truncated?)")]
     ShortRead {
         path: PathBuf,
@@ -167,7 +176,14 @@ impl DirectDisk {
         self.is_block
     }
 
-    fn check(&self, offset: u64, len: usize, io_unit: u32) -> Result<(), DiskError> {
+    /// Checks alignment and that `[offset, offset + len)` is addressable; returns the end.
+    fn check(&self, offset: u64, len: usize, io_unit: u32) -> Result<u64, DiskError> {
+        let end =
+            crate::spec::area_end(offset, len as u64).map_err(|_| DiskError::PastMaxOffset {
+                path: self.path.clone(),
+                offset,
+                len: len as u64,
+            })?;
         let unit = u64::from(io_unit.max(self.sector_size));
         if !offset.is_multiple_of(unit) || !(len as u64).is_multiple_of(unit) {
             return Err(DiskError::Unaligned {
@@ -180,7 +196,7 @@ impl DirectDisk {
                 sector_size: unit as u32,
             });
         }
-        Ok(())
+        Ok(end)
     }
 
     /// Reads exactly `len` bytes at `offset`; a short read (end of file) is an error.
@@ -191,6 +207,7 @@ impl DirectDisk {
         while done < len {
             let n = self
                 .file
+                // No overflow: offset + len was checked above and done < len.
                 .read_at(&mut buf.as_mut_slice()[done..], offset + done as u64)
                 .map_err(|source| DiskError::Io {
                     path: self.path.clone(),
@@ -213,8 +230,8 @@ impl DirectDisk {
     /// Writes `data` (whole sectors of `io_unit` bytes) at `offset`. Block devices are
     /// never written past their end; regular files grow as needed.
     pub fn write(&self, offset: u64, data: &[u8], io_unit: u32) -> Result<(), DiskError> {
-        self.check(offset, data.len(), io_unit)?;
-        if self.is_block && offset + data.len() as u64 > self.size {
+        let end = self.check(offset, data.len(), io_unit)?;
+        if self.is_block && end > self.size {
             return Err(DiskError::PastEnd {
                 path: self.path.clone(),
                 offset,

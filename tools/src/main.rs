@@ -111,7 +111,9 @@ fn run_daemon(args: &lockd_daemon::DaemonArgs) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    sys::restore_default_sigpipe();
+    if let Err(e) = sys::restore_default_sigpipe() {
+        eprintln!("lockd: warning: cannot restore the default SIGPIPE action: {e}");
+    }
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Daemon(args) => return run_daemon(args),

@@ -69,6 +69,29 @@ fn split_fields(text: &str) -> Vec<String> {
     fields
 }
 
+/// The largest byte offset a file or device can have (`off_t` is a signed 64-bit count).
+pub const MAX_OFFSET: u64 = i64::MAX as u64;
+
+/// The end of `len` bytes at `offset`: refused, not wrapped, when it overflows or goes
+/// past [`MAX_OFFSET`] (every offset/length sum on user values goes through this).
+pub fn area_end(offset: u64, len: u64) -> Result<u64> {
+    offset
+        .checked_add(len)
+        .filter(|&end| end <= MAX_OFFSET)
+        .with_context(|| {
+            format!("offset {offset} + {len} bytes is past the largest file offset ({MAX_OFFSET})")
+        })
+}
+
+/// Parses an offset: a byte count (see [`parse_bytes`]) no larger than [`MAX_OFFSET`].
+pub fn parse_offset(text: &str) -> Result<u64> {
+    let n = parse_bytes(text)?;
+    if n > MAX_OFFSET {
+        bail!("offset {text:?} is past the largest file offset ({MAX_OFFSET})");
+    }
+    Ok(n)
+}
+
 /// Parses a byte count with an optional binary suffix.
 pub fn parse_bytes(text: &str) -> Result<u64> {
     let t = text.trim();
@@ -104,7 +127,7 @@ impl LockspaceSpec {
                 .parse()
                 .with_context(|| format!("host_id {:?} is not a number", f[1]))?,
             path: PathBuf::from(&f[2]),
-            offset: parse_bytes(&f[3])?,
+            offset: parse_offset(&f[3])?,
         })
     }
 }
@@ -133,7 +156,7 @@ impl ResourceSpec {
             lockspace: name(&f[0], "lockspace")?,
             name: name(&f[1], "resource")?,
             path: PathBuf::from(&f[2]),
-            offset: parse_bytes(&f[3])?,
+            offset: parse_offset(&f[3])?,
             lver,
             shared,
         })
@@ -149,7 +172,7 @@ impl RindexSpec {
         Ok(RindexSpec {
             lockspace: name(&f[0], "lockspace")?,
             path: PathBuf::from(&f[1]),
-            offset: parse_bytes(&f[2])?,
+            offset: parse_offset(&f[2])?,
         })
     }
 }
@@ -165,7 +188,7 @@ impl RentrySpec {
             n => name(n, "resource")?,
         };
         let offset = match f.get(1) {
-            Some(s) if !s.is_empty() => parse_bytes(s)?,
+            Some(s) if !s.is_empty() => parse_offset(s)?,
             _ => 0,
         };
         Ok(RentrySpec { name, offset })
@@ -179,7 +202,7 @@ impl AreaSpec {
             bail!("{text:?} must be PATH[:OFFSET[:SIZE]]");
         }
         let offset = match f.get(1) {
-            Some(s) if !s.is_empty() => parse_bytes(s)?,
+            Some(s) if !s.is_empty() => parse_offset(s)?,
             _ => 0,
         };
         let size = match f.get(2) {
@@ -252,5 +275,23 @@ mod tests {
         assert!(AreaSpec::parse("").is_err());
         assert!(parse_bytes("12Q").is_err());
         assert!(parse_bytes("99999999999999999999G").is_err());
+    }
+
+    #[test]
+    fn offsets_past_off_t_refused() {
+        assert_eq!(parse_offset("9223372036854775807").unwrap(), MAX_OFFSET);
+        let e = parse_offset("18446744073709551104")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("largest file offset"), "{e}");
+        assert!(parse_offset("8589934592G").is_err());
+        assert!(LockspaceSpec::parse("ls:0:/x:18446744073709551104").is_err());
+        assert!(ResourceSpec::parse("ls:r:/x:9223372036854775808").is_err());
+        assert!(AreaSpec::parse("/x:18446744073709551104").is_err());
+        assert!(AreaSpec::parse("/x:0:18446744073709551615").is_ok());
+        assert_eq!(area_end(1 << 20, 512).unwrap(), (1 << 20) + 512);
+        assert_eq!(area_end(MAX_OFFSET - 512, 512).unwrap(), MAX_OFFSET);
+        assert!(area_end(MAX_OFFSET - 511, 512).is_err());
+        assert!(area_end(u64::MAX - 511, 1 << 20).is_err());
     }
 }

@@ -54,11 +54,13 @@ pub fn clear_cloexec(fd: std::os::fd::RawFd) -> io::Result<()> {
 
 /// Restores the default SIGPIPE action, so `lockd … | head` ends quietly like other Unix
 /// tools instead of failing on a closed stdout.
-pub fn restore_default_sigpipe() {
+pub fn restore_default_sigpipe() -> std::io::Result<()> {
     // SAFETY: setting a signal's disposition to SIG_DFL installs no handler code.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    let old = unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    if old == libc::SIG_ERR {
+        return Err(std::io::Error::last_os_error());
     }
+    Ok(())
 }
 
 /// Makes `cmd`'s child receive SIGKILL when the process that started it dies, so a

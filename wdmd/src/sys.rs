@@ -141,7 +141,9 @@ fn install(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) -> io::Result<
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = handler as usize;
         sa.sa_flags = libc::SA_RESTART;
-        libc::sigemptyset(&mut sa.sa_mask);
+        if libc::sigemptyset(&mut sa.sa_mask) != 0 {
+            return Err(io::Error::last_os_error());
+        }
         if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
             return Err(io::Error::last_os_error());
         }

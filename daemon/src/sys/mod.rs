@@ -163,23 +163,55 @@ pub fn thread_count() -> usize {
 }
 
 /// In the helper child: die with SIGKILL when the parent (daemon) dies, and let the
-/// kernel reap the programs it starts (SIGCHLD ignored).
-pub fn helper_child_setup() {
-    // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a process attribute.
-    unsafe {
+/// kernel reap the programs it starts (SIGCHLD ignored). An error means the helper could
+/// outlive the daemon or leave zombies: the caller must not go on.
+pub fn helper_child_setup() -> io::Result<()> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a process attribute; its arguments are
+    // plain integers.
+    let rc = unsafe {
         libc::prctl(
             libc::PR_SET_PDEATHSIG,
             libc::SIGKILL as libc::c_ulong,
             0,
             0,
             0,
-        );
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
     }
-    // SAFETY: setting SIGCHLD to SIG_IGN installs no Rust handler; children are reaped by
-    // the kernel automatically.
-    unsafe {
-        libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+    set_disposition(libc::SIGCHLD, libc::SIG_IGN)
+}
+
+/// signal(2) with SIG_IGN or SIG_DFL, its result checked.
+fn set_disposition(sig: libc::c_int, action: libc::sighandler_t) -> io::Result<()> {
+    debug_assert!(action == libc::SIG_IGN || action == libc::SIG_DFL);
+    // SAFETY: SIG_IGN and SIG_DFL install no handler code, so no Rust runs in signal
+    // context.
+    let old = unsafe { libc::signal(sig, action) };
+    if old == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
     }
+    Ok(())
+}
+
+/// The set SIGTERM, SIGINT, SIGHUP, every call checked.
+fn shutdown_signal_set() -> io::Result<libc::sigset_t> {
+    // SAFETY: sigset_t is plain data, and all zeros is a valid value for sigemptyset to
+    // initialise.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sigemptyset/sigaddset write only into the live local `set`.
+    let rc = unsafe { libc::sigemptyset(&mut set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        // SAFETY: as above.
+        if unsafe { libc::sigaddset(&mut set, sig) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(set)
 }
 
 /// Makes an fd non-blocking.
@@ -216,40 +248,75 @@ pub fn block_logical_sector_size(file: &File) -> io::Result<u32> {
 
 /// Blocks SIGTERM/SIGINT/SIGHUP in the calling thread (and threads it later starts), so
 /// a dedicated thread can take them with [`wait_signal`].
-pub fn block_signals() {
-    // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise it; pthread_sigmask
-    // only changes this thread's mask.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGHUP);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+pub fn block_signals() -> io::Result<()> {
+    let set = shutdown_signal_set()?;
+    // SAFETY: pthread_sigmask reads the initialised local set and only changes this
+    // thread's mask; the old mask is not asked for (null).
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        // pthread_sigmask returns the error number instead of setting errno.
+        return Err(io::Error::from_raw_os_error(rc));
     }
+    Ok(())
 }
 
 /// Waits for one of the signals blocked by [`block_signals`]; returns its number.
-pub fn wait_signal() -> i32 {
-    // SAFETY: as in block_signals; sigwait writes one c_int into a live local.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGHUP);
-        let mut sig: libc::c_int = 0;
-        if libc::sigwait(&set, &mut sig) != 0 {
-            return 0;
-        }
-        sig
+pub fn wait_signal() -> io::Result<i32> {
+    let set = shutdown_signal_set()?;
+    let mut sig: libc::c_int = 0;
+    // SAFETY: sigwait reads the initialised local set and writes one c_int into a live
+    // local.
+    let rc = unsafe { libc::sigwait(&set, &mut sig) };
+    if rc != 0 {
+        // sigwait returns the error number instead of setting errno.
+        return Err(io::Error::from_raw_os_error(rc));
     }
+    Ok(sig)
 }
 
 /// Ignores SIGPIPE so writes to closed sockets return EPIPE instead of killing us.
-pub fn ignore_sigpipe() {
-    // SAFETY: SIG_IGN installs no handler code.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+pub fn ignore_sigpipe() -> io::Result<()> {
+    set_disposition(libc::SIGPIPE, libc::SIG_IGN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// block_signals reports success and really blocks SIGTERM/SIGINT/SIGHUP; wait_signal
+    /// then takes a pending one. Run on a thread of its own so the test harness's mask is
+    /// untouched.
+    #[test]
+    fn signals_blocked_and_taken_with_checked_calls() {
+        std::thread::spawn(|| {
+            block_signals().expect("block_signals");
+            // SAFETY: sigset_t is plain data; all zeros is valid before pthread_sigmask
+            // fills it.
+            let mut cur: libc::sigset_t = unsafe { std::mem::zeroed() };
+            // SAFETY: with a null new set, pthread_sigmask only writes the current mask
+            // into the live local.
+            let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut cur) };
+            assert_eq!(rc, 0);
+            for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+                // SAFETY: sigismember only reads the initialised local set.
+                assert_eq!(unsafe { libc::sigismember(&cur, sig) }, 1, "signal {sig}");
+            }
+            // SAFETY: pthread_kill to this very thread, with SIGHUP blocked here: it stays
+            // pending on this thread until sigwait takes it.
+            let rc = unsafe { libc::pthread_kill(libc::pthread_self(), libc::SIGHUP) };
+            assert_eq!(rc, 0);
+            assert_eq!(wait_signal().expect("wait_signal"), libc::SIGHUP);
+        })
+        .join()
+        .expect("signal thread");
+    }
+
+    #[test]
+    fn ignoring_sigpipe_is_checked() {
+        ignore_sigpipe().expect("ignore_sigpipe");
+        assert!(
+            set_disposition(-1, libc::SIG_IGN).is_err(),
+            "signal(-1) must fail"
+        );
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! Areas are found by their magic at 1 MiB steps (the smallest align size); a
 //! recognised area is skipped by its own align size. Records that fail verification are
-//! listed with the reason rather than hidden.
+//! listed with the reason rather than hidden, also when they look empty (timestamp 0).
 
 use anyhow::{bail, Result};
 use clap::Args;
@@ -18,7 +18,7 @@ use disk_format::{DeltaSector, Geometry, RequestRecord};
 use serde::Serialize;
 
 use crate::disk::{AlignedBuf, DirectDisk};
-use crate::spec::AreaSpec;
+use crate::spec::{area_end, AreaSpec};
 
 const SCAN_STEP: u64 = 1 << 20;
 
@@ -133,17 +133,41 @@ pub fn run(args: &DumpArgs) -> Result<()> {
     } else {
         print_table(&spec, &areas);
     }
-    let damaged: Vec<String> = areas
-        .iter()
-        .filter_map(|a| match a {
-            Area::Damaged { offset, error } => Some(format!("offset {offset}: {error}")),
-            _ => None,
-        })
-        .collect();
+    let damaged: Vec<String> = areas.iter().flat_map(Area::damage).collect();
     if let Some(first) = damaged.first() {
-        bail!("{} damaged area(s); first at {first}", damaged.len());
+        bail!("{} damaged record(s); first at {first}", damaged.len());
     }
     Ok(())
+}
+
+impl Area {
+    /// Every record of the area that failed its checks, as "offset N[, what]: error".
+    fn damage(&self) -> Vec<String> {
+        match self {
+            Area::Damaged { offset, error } => vec![format!("offset {offset}: {error}")],
+            Area::Lockspace { offset, hosts, .. } => hosts
+                .iter()
+                .filter_map(|h| {
+                    let e = h.error.as_ref()?;
+                    Some(format!("offset {offset}, host_id {}: {e}", h.host_id))
+                })
+                .collect(),
+            Area::Resource {
+                offset,
+                dblocks,
+                error,
+                ..
+            } => error
+                .iter()
+                .map(|e| format!("offset {offset}, leader: {e}"))
+                .chain(dblocks.iter().filter_map(|d| {
+                    let e = d.error.as_ref()?;
+                    Some(format!("offset {offset}, dblock {}: {e}", d.host_id))
+                }))
+                .collect(),
+            Area::Rindex { .. } => Vec::new(),
+        }
+    }
 }
 
 /// Scans `[offset, offset+size)` and returns the recognised areas in order.
@@ -169,6 +193,7 @@ pub fn scan(disk: &DirectDisk, offset: u64, size: Option<u64>) -> Result<Vec<Are
     let mut areas = Vec::new();
     let mut pos = offset;
     while pos < end {
+        // pos < end <= size, so no underflow.
         let probe = 4096u64.min(disk.size() - pos) / unit * unit;
         if probe < 512 {
             break;
@@ -209,10 +234,10 @@ fn geometry_of(leader: &LeaderRecord) -> Result<Geometry> {
 }
 
 fn read_area(disk: &DirectDisk, pos: u64, len: u64) -> Result<AlignedBuf> {
-    if pos + len > disk.size() {
+    if area_end(pos, len)? > disk.size() {
         bail!(
             "area at offset {pos} needs {len} bytes but the device ends after {} (truncated)",
-            disk.size() - pos
+            disk.size().saturating_sub(pos)
         );
     }
     Ok(disk.read(pos, len as usize)?)
@@ -236,13 +261,15 @@ fn area_at(disk: &DirectDisk, pos: u64, leader: &LeaderRecord, head: &[u8]) -> R
             let s = &area.as_slice()[(i * sector) as usize..((i + 1) * sector) as usize];
             let rec = DeltaSector::decode(s)?;
             let l = rec.leader;
-            if l.owner_id == 0 && l.timestamp == 0 {
-                continue;
-            }
             let error = l
                 .verify(LeaderKind::Delta, &expect)
                 .err()
                 .map(|e| e.to_string());
+            // Only a record that passes its checks may be hidden as "never joined": a bad
+            // checksum, magic or version with timestamp 0 is damage, and is listed.
+            if error.is_none() && l.owner_id == 0 && l.timestamp == 0 {
+                continue;
+            }
             let bitmap_hosts = rec.hosts_in_bitmap();
             hosts.push(HostRecord {
                 host_id: i + 1,
@@ -409,7 +436,11 @@ fn print_table(spec: &AreaSpec, areas: &[Area]) {
                     "", "host_id", "owner", "generation", "timestamp", "io"
                 );
                 for h in hosts {
-                    let state = if h.timestamp == 0 { " (free)" } else { "" };
+                    let state = match (&h.error, h.timestamp) {
+                        (Some(_), _) => " (damaged)",
+                        (None, 0) => " (free)",
+                        (None, _) => "",
+                    };
                     println!(
                         "{:>14}{:>7} {:>8} {:>10} {:>12} {:>4}  {}{state}{}",
                         "",

@@ -12,7 +12,7 @@ use disk_format::Geometry;
 
 use super::resolve_geometry;
 use crate::disk::DirectDisk;
-use crate::spec::{LockspaceSpec, ResourceSpec};
+use crate::spec::{area_end, LockspaceSpec, ResourceSpec};
 use crate::sys;
 
 /// Arguments of `lockd direct init`.
@@ -77,7 +77,9 @@ fn open_checked(
             geometry.sector_bytes()
         );
     }
-    if disk.is_block_device() && offset + geometry.align_bytes() > disk.size() {
+    let end = area_end(offset, geometry.align_bytes())
+        .with_context(|| format!("{}: no room for a lease area", path.display()))?;
+    if disk.is_block_device() && end > disk.size() {
         bail!(
             "{}: a {}-byte area at offset {offset} goes past the end of the device ({} bytes)",
             path.display(),
@@ -99,7 +101,7 @@ fn open_checked(
 /// Describes a valid record already at `offset`, if any.
 fn existing_area(disk: &DirectDisk, offset: u64) -> Result<Option<String>> {
     let probe = disk.sector_size().max(512) as usize;
-    if offset + probe as u64 > disk.size() {
+    if area_end(offset, probe as u64)? > disk.size() {
         return Ok(None);
     }
     let buf = disk.read(offset, probe)?;

@@ -8,7 +8,7 @@ use disk_format::{rv, FormatError, Geometry};
 use serde_json::json;
 
 use crate::disk::DirectDisk;
-use crate::spec::{LockspaceSpec, ResourceSpec};
+use crate::spec::{area_end, LockspaceSpec, ResourceSpec};
 
 /// Arguments of `lockd direct read-leader`.
 #[derive(Debug, Args)]
@@ -68,7 +68,8 @@ pub fn run(args: &ReadLeaderArgs) -> Result<()> {
                     g.label()
                 );
             }
-            let at = offset + (host_id - 1) * g.sector_bytes();
+            // host_id is in 2..=max_hosts here, so the product is at most the area size.
+            let at = area_end(offset, (host_id - 1) * g.sector_bytes())?;
             let buf = disk.read(at, g.sector_bytes().max(u64::from(unit)) as usize)?;
             LeaderRecord::decode(buf.as_slice())?
         }
