@@ -95,6 +95,16 @@ pub(crate) fn geometry_for(disk: &Disk, flags: u32) -> Result<Geometry, i32> {
     }
 }
 
+/// The geometry WRITE_LOCKSPACE / WRITE_RESOURCE format with: as sanlock's
+/// `sizes_from_flags`, a sector flag without an align flag (or the reverse) or a pair
+/// that is not a valid geometry is -1.
+fn format_geometry(disk: &Disk, flags: u32) -> Result<Geometry, i32> {
+    if Geometry::from_api_flags(flags).is_err() {
+        return Err(-1);
+    }
+    geometry_for(disk, flags)
+}
+
 /// ALIGN: the default area size for the disk (1 MiB for 512-byte sectors, 8 MiB for 4K).
 pub fn align(disk: &wire::Disk) -> i32 {
     match open(disk) {
@@ -113,7 +123,7 @@ pub fn write_lockspace(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> i32
         Ok(d) => d,
         Err(rv) => return rv,
     };
-    let g = match geometry_for(&disk, ls.flags) {
+    let g = match format_geometry(&disk, ls.flags) {
         Ok(g) => g,
         Err(rv) => return rv,
     };
@@ -214,7 +224,7 @@ pub fn write_resource(d: &Daemon, res: &wire::Resource, num_hosts: u32, clear: b
         Ok(d) => d,
         Err(rv) => return rv,
     };
-    let g = match geometry_for(&disk, res.head.flags) {
+    let g = match format_geometry(&disk, res.head.flags) {
         Ok(g) => g,
         Err(rv) => return rv,
     };
