@@ -32,6 +32,57 @@ pub(crate) fn open(disk: &wire::Disk) -> Result<Disk, i32> {
     })
 }
 
+/// Opens a lockspace's disk: an empty path or a disk that cannot be opened is -ENODEV,
+/// as sanlock's WRITE_LOCKSPACE and READ_LOCKSPACE answer.
+fn open_lockspace_disk(disk: &wire::Disk) -> Result<Disk, i32> {
+    open(disk).map_err(|_| -libc::ENODEV)
+}
+
+/// Sector size and align size asked for in API flags, each `None` when not given (as
+/// sanlock, each is taken separately). Two bits of one kind at once are -EINVAL.
+fn requested_sizes(flags: u32) -> Result<(Option<u32>, Option<u64>), i32> {
+    use disk_format::geometry::*;
+    let sector = match flags & (API_SECTOR512 | API_SECTOR4K) {
+        0 => None,
+        API_SECTOR512 => Some(512),
+        API_SECTOR4K => Some(4096),
+        _ => return Err(-libc::EINVAL),
+    };
+    let align = match flags & (API_ALIGN1M | API_ALIGN2M | API_ALIGN4M | API_ALIGN8M) {
+        0 => None,
+        API_ALIGN1M => Some(1 << 20),
+        API_ALIGN2M => Some(2 << 20),
+        API_ALIGN4M => Some(4 << 20),
+        API_ALIGN8M => Some(8 << 20),
+        _ => return Err(-libc::EINVAL),
+    };
+    Ok((sector, align))
+}
+
+/// The align size a leader says it has: its align flag, else the old rule (512 → 1 MiB,
+/// 4096 → 8 MiB); 0 when the leader's sector size is neither.
+fn leader_align(leader: &LeaderRecord) -> u64 {
+    use disk_format::geometry::*;
+    match leader.flags & LFL_ALIGN_MASK {
+        LFL_ALIGN_1M => 1 << 20,
+        LFL_ALIGN_2M => 2 << 20,
+        LFL_ALIGN_4M => 4 << 20,
+        LFL_ALIGN_8M => 8 << 20,
+        _ => match leader.sector_size {
+            512 => 1 << 20,
+            4096 => 8 << 20,
+            _ => 0,
+        },
+    }
+}
+
+/// True when writes of whole `g` sectors at `offset` suit the storage (O_DIRECT would
+/// refuse the others with EINVAL); checked before anything is written.
+fn writable_with(disk: &Disk, g: Geometry, offset: u64) -> bool {
+    let unit = u64::from(disk.io_block());
+    g.sector_bytes().is_multiple_of(unit) && offset.is_multiple_of(unit)
+}
+
 /// The geometry from API flags, else sanlock's default for the device's sector size.
 pub(crate) fn geometry_for(disk: &Disk, flags: u32) -> Result<Geometry, i32> {
     match Geometry::from_api_flags(flags) {
@@ -42,6 +93,16 @@ pub(crate) fn geometry_for(disk: &Disk, flags: u32) -> Result<Geometry, i32> {
         }
         Err(_) => Err(-libc::EINVAL),
     }
+}
+
+/// The geometry WRITE_LOCKSPACE / WRITE_RESOURCE format with: as sanlock's
+/// `sizes_from_flags`, a sector flag without an align flag (or the reverse) or a pair
+/// that is not a valid geometry is -1.
+fn format_geometry(disk: &Disk, flags: u32) -> Result<Geometry, i32> {
+    if Geometry::from_api_flags(flags).is_err() {
+        return Err(-1);
+    }
+    geometry_for(disk, flags)
 }
 
 /// ALIGN: the default area size for the disk (1 MiB for 512-byte sectors, 8 MiB for 4K).
@@ -57,14 +118,12 @@ pub fn align(disk: &wire::Disk) -> i32 {
 
 /// WRITE_LOCKSPACE: format a lockspace area (two-step, as sanlock).
 pub fn write_lockspace(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> i32 {
-    if ls.name.is_empty() {
-        return -libc::EINVAL;
-    }
-    let disk = match open(&ls.host_id_disk) {
+    // An empty name is formatted as sanlock does (it is a name like any other on disk).
+    let disk = match open_lockspace_disk(&ls.host_id_disk) {
         Ok(d) => d,
         Err(rv) => return rv,
     };
-    let g = match geometry_for(&disk, ls.flags) {
+    let g = match format_geometry(&disk, ls.flags) {
         Ok(g) => g,
         Err(rv) => return rv,
     };
@@ -75,7 +134,9 @@ pub fn write_lockspace(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> i32
     };
     let f = format_lockspace_area(g, &ls.name, io.min(255) as u16);
     let off = ls.host_id_disk.offset;
-    if !off.is_multiple_of(g.sector_bytes()) {
+    // sanlock writes the area and then fails on the first-sector write where the storage
+    // needs larger blocks; lockd refuses before writing anything (same -EINVAL).
+    if !off.is_multiple_of(g.sector_bytes()) || !writable_with(&disk, g, off) {
         return -libc::EINVAL;
     }
     if let Err(e) = disk.write(off, &f.area, WRITE_INIT_TIMEOUT) {
@@ -88,27 +149,34 @@ pub fn write_lockspace(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> i32
     0
 }
 
-fn read_leader_sector(disk: &Disk, offset: u64, timeout: Duration) -> Result<LeaderRecord, i32> {
-    // 4 KiB covers the first sector of either sector size (files are always readable
-    // in 512-byte units; 4K devices need 4 KiB).
-    let len = if disk.sector_size() == 4096 {
-        4096
-    } else {
-        512
-    };
-    let buf = disk.read(offset, len, timeout).map_err(|e| e.rv())?;
+fn read_leader_sector(
+    disk: &Disk,
+    offset: u64,
+    len: u32,
+    timeout: Duration,
+) -> Result<LeaderRecord, i32> {
+    let buf = disk
+        .read(offset, len.max(512) as usize, timeout)
+        .map_err(|e| e.rv())?;
     LeaderRecord::decode(&buf.as_slice()[..LEADER_RECORD_LEN]).map_err(|e| e.sanlk_code())
 }
 
 /// READ_LOCKSPACE: fills name and geometry flags from the host's delta record; returns
-/// (result, io_timeout).
+/// (result, io_timeout). As sanlock: the record is read in units of the requested sector
+/// size (the storage's block size when none is given), so a sector size the storage
+/// cannot do is -EINVAL; the leader's own sizes are not compared with the request.
 pub fn read_lockspace(d: &Daemon, ls: &mut wire::Lockspace) -> (i32, u32) {
-    let disk = match open(&ls.host_id_disk) {
+    let disk = match open_lockspace_disk(&ls.host_id_disk) {
         Ok(d) => d,
         Err(rv) => return (rv, 0),
     };
+    let (req_sector, _) = match requested_sizes(ls.flags) {
+        Ok(r) => r,
+        Err(rv) => return (rv, 0),
+    };
+    let unit = req_sector.unwrap_or(disk.io_block());
     let timeout = Duration::from_secs(u64::from(d.cfg.io_timeout_s));
-    let first = match read_leader_sector(&disk, ls.host_id_disk.offset, timeout) {
+    let first = match read_leader_sector(&disk, ls.host_id_disk.offset, unit, timeout) {
         Ok(l) => l,
         Err(rv) => return (rv, 0),
     };
@@ -129,8 +197,9 @@ pub fn read_lockspace(d: &Daemon, ls: &mut wire::Lockspace) -> (i32, u32) {
     let rec = if host_id == 1 {
         first
     } else {
-        let off = ls.host_id_disk.offset + (host_id - 1) * g.sector_bytes();
-        match read_leader_sector(&disk, off, timeout) {
+        let sector = req_sector.map_or(g.sector_bytes(), u64::from);
+        let off = ls.host_id_disk.offset + (host_id - 1) * sector;
+        match read_leader_sector(&disk, off, sector as u32, timeout) {
             Ok(l) => l,
             Err(rv) => return (rv, 0),
         }
@@ -144,21 +213,25 @@ pub fn read_lockspace(d: &Daemon, ls: &mut wire::Lockspace) -> (i32, u32) {
 }
 
 /// WRITE_RESOURCE: format a resource area. `num_hosts` comes from header.data (quirk).
+/// Empty lockspace and resource names are written as given, as sanlock does (vdsm clears
+/// a lease with `write_resource(b"", b"", disks, clear=True)`).
 pub fn write_resource(d: &Daemon, res: &wire::Resource, num_hosts: u32, clear: bool) -> i32 {
     let _ = d;
-    if res.head.name.is_empty() || res.head.lockspace_name.is_empty() || res.disks.len() != 1 {
+    if res.disks.len() != 1 {
         return -libc::EINVAL;
     }
     let disk = match open(&res.disks[0]) {
         Ok(d) => d,
         Err(rv) => return rv,
     };
-    let g = match geometry_for(&disk, res.head.flags) {
+    let g = match format_geometry(&disk, res.head.flags) {
         Ok(g) => g,
         Err(rv) => return rv,
     };
     let off = res.disks[0].offset;
-    if !off.is_multiple_of(g.sector_bytes()) {
+    // The area is written in one I/O of align bytes, so only the offset must suit the
+    // storage (sanlock formats 512/1M areas on 4K storage the same way).
+    if !off.is_multiple_of(g.sector_bytes()) || !off.is_multiple_of(u64::from(disk.io_block())) {
         return -libc::EINVAL;
     }
     // lvmlockd probes the end of the device: a write past it must fail with -ENOSPC.
@@ -187,8 +260,13 @@ pub fn read_resource(d: &Daemon, res: &mut wire::Resource) -> i32 {
         Ok(d) => d,
         Err(rv) => return rv,
     };
+    // As sanlock: the requested sector size, else 4 KiB (enough for either size).
+    let unit = match requested_sizes(res.head.flags) {
+        Ok((s, _)) => s.unwrap_or(4096),
+        Err(rv) => return rv,
+    };
     let timeout = Duration::from_secs(u64::from(d.cfg.io_timeout_s));
-    let leader = match read_leader_sector(&disk, wd.offset, timeout) {
+    let leader = match read_leader_sector(&disk, wd.offset, unit, timeout) {
         Ok(l) => l,
         Err(rv) => return rv,
     };
@@ -217,8 +295,36 @@ pub fn read_resource_owners(
     let wd = res.disks.first().ok_or(-libc::EINVAL)?;
     let disk = open(wd)?;
     let timeout = Duration::from_secs(u64::from(d.cfg.io_timeout_s));
-    let first = read_leader_sector(&disk, wd.offset, timeout)?;
-    let g = Geometry::from_leader(first.sector_size, first.flags).map_err(|e| e.sanlk_code())?;
+    // As sanlock's read_resource_owners: read the area with the requested sizes (512 and
+    // the old-rule align when not given); a requested size the leader does not have is
+    // -EINVAL; sizes not given are taken from the leader and the area read again.
+    let (req_sector, req_align) = requested_sizes(res.head.flags)?;
+    let mut sector = req_sector.unwrap_or(512);
+    let mut align = req_align.unwrap_or(if sector == 512 { 1 << 20 } else { 8 << 20 });
+    let mut first;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let buf = disk
+            .read(wd.offset, align as usize, timeout)
+            .map_err(|e| e.rv())?;
+        first = LeaderRecord::decode(&buf.as_slice()[..LEADER_RECORD_LEN])
+            .map_err(|e| e.sanlk_code())?;
+        let actual_align = leader_align(&first);
+        if req_sector.is_some_and(|s| s != first.sector_size)
+            || req_align.is_some_and(|a| a != actual_align)
+        {
+            return Err(-libc::EINVAL);
+        }
+        if (sector, align) == (first.sector_size, actual_align) {
+            break;
+        }
+        if actual_align == 0 || tries > 1 {
+            return Err(-libc::EINVAL);
+        }
+        (sector, align) = (first.sector_size, actual_align);
+    }
+    let g = Geometry::from_leader(first.sector_size, first.flags).map_err(|_| -libc::EINVAL)?;
     let params = ResourceParams {
         space_name: res.head.lockspace_name,
         resource_name: res.head.name,

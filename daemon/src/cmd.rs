@@ -358,11 +358,12 @@ pub fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
 }
 
 /// REQUEST: ask the holder of a lease to give it up (force mode in header.data).
+/// As sanlock, the lockspace must be joined (and not failed): -ENOSPC otherwise.
 fn request(d: &Arc<Daemon>, r: &wire::Resource, h: &Header) -> i32 {
-    let space = d.find_space(&r.head.lockspace_name);
-    if space.as_ref().is_some_and(|s| s.is_dead()) {
-        return -libc::ENOSPC;
-    }
+    let space = match lockspace::joined(d, &r.head.lockspace_name) {
+        Ok(s) => Some(s),
+        Err(rv) => return rv,
+    };
     let span = info_span!("resource", ls = %r.head.lockspace_name, res = %r.head.name);
     let _g = span.enter();
     let force_mode = h.data;

@@ -10,7 +10,10 @@
 //!   so a timed-out I/O's buffer can never be reused (or freed) before the kernel is done
 //!   with it — on timeout the caller gets a [`Pending`] it may keep waiting on, or drop,
 //!   in which case the worker frees the buffer after the I/O completes;
-//! - every offset and length is a multiple of the sector size (checked before submit);
+//! - every offset and length is a multiple of the storage's logical block size
+//!   ([`storage_block_size`]: BLKSSZGET for a block device, the filesystem's device for a
+//!   regular file), checked before submit, so an I/O O_DIRECT would refuse is refused
+//!   with -EINVAL before anything reaches the storage;
 //! - at most `MAX_INFLIGHT` I/Os per disk are outstanding; beyond that submission fails
 //!   at once (a hung device must not grow threads without bound).
 
@@ -129,6 +132,7 @@ struct DiskInner {
     path: PathBuf,
     file: Arc<File>,
     sector_size: u32,
+    io_block: u32,
     size: u64,
     inflight: Arc<AtomicUsize>,
     engine: Option<Arc<UringEngine>>,
@@ -234,11 +238,13 @@ impl Disk {
         } else {
             (512, meta.len())
         };
+        let io_block = storage_block_size(&file).map_err(open_err)?;
         Ok(Disk {
             inner: Arc::new(DiskInner {
                 path: path.to_path_buf(),
                 file: Arc::new(file),
                 sector_size,
+                io_block,
                 size,
                 inflight: Arc::new(AtomicUsize::new(0)),
                 engine,
@@ -255,9 +261,16 @@ impl Disk {
         &self.inner.path
     }
 
-    /// Logical sector size (512 for regular files).
+    /// The sector size formatting defaults to, as sanlock: the logical sector size of a
+    /// block device, 512 for a regular file (whatever its filesystem needs).
     pub fn sector_size(&self) -> u32 {
         self.inner.sector_size
+    }
+
+    /// The unit every I/O must be aligned to (offset, length): the storage's logical
+    /// block size ([`storage_block_size`]).
+    pub fn io_block(&self) -> u32 {
+        self.inner.io_block
     }
 
     /// Bytes on the device (or file length at open).
@@ -266,13 +279,13 @@ impl Disk {
     }
 
     fn check(&self, offset: u64, len: usize) -> Result<(), IoError> {
-        let ss = u64::from(self.inner.sector_size.min(512));
-        if !offset.is_multiple_of(ss) || !(len as u64).is_multiple_of(ss) || len == 0 {
+        let unit = u64::from(self.inner.io_block);
+        if !offset.is_multiple_of(unit) || !(len as u64).is_multiple_of(unit) || len == 0 {
             return Err(IoError::Unaligned {
                 path: self.inner.path.clone(),
                 offset,
                 len,
-                sector_size: self.inner.sector_size,
+                sector_size: self.inner.io_block,
             });
         }
         Ok(())
@@ -393,6 +406,81 @@ impl Disk {
     }
 }
 
+/// The logical block size O_DIRECT I/O on `file` must be aligned to (offsets, lengths).
+///
+/// * block device: its logical sector size (BLKSSZGET);
+/// * regular file: the logical block size of the block device holding the filesystem,
+///   from `st_dev` → `/sys/dev/block/MAJ:MIN/queue/logical_block_size`, or the parent
+///   device's `queue` for a partition (`/sys/dev/block/MAJ:MIN/../queue/…`);
+/// * a filesystem with no block device of its own (NFS, FUSE, tmpfs, btrfs, overlay:
+///   major 0): probed with one O_DIRECT read of 512 bytes at offset 0 — accepted means
+///   512, EINVAL means 4096; a probe that does not answer within 2 s, or any other
+///   error (an empty file reads 0 bytes), means 512.
+///
+/// The result is at least 512 and a power of two.
+pub fn storage_block_size(file: &File) -> io::Result<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata()?;
+    if meta.file_type().is_block_device() {
+        return sys::block_logical_sector_size(file);
+    }
+    if let Some(n) = sysfs_logical_block_size(meta.dev()) {
+        return Ok(n);
+    }
+    Ok(probe_block_size(file))
+}
+
+/// glibc's `major()`/`minor()` of a `dev_t`.
+fn dev_major_minor(dev: u64) -> (u64, u64) {
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    (major, minor)
+}
+
+fn valid_block(n: u32) -> bool {
+    (512..=65536).contains(&n) && n.is_power_of_two()
+}
+
+fn sysfs_logical_block_size(dev: u64) -> Option<u32> {
+    let (major, minor) = dev_major_minor(dev);
+    if major == 0 {
+        return None;
+    }
+    let base = format!("/sys/dev/block/{major}:{minor}");
+    // A partition has no queue/ of its own; its parent directory is the whole disk.
+    [
+        format!("{base}/queue/logical_block_size"),
+        format!("{base}/../queue/logical_block_size"),
+    ]
+    .iter()
+    .find_map(|p| {
+        let text = std::fs::read_to_string(p).ok()?;
+        let n: u32 = text.trim().parse().ok()?;
+        valid_block(n).then_some(n)
+    })
+}
+
+fn probe_block_size(file: &File) -> u32 {
+    let Ok(f) = file.try_clone() else {
+        return 512;
+    };
+    let (tx, rx) = mpsc::sync_channel::<io::Result<usize>>(1);
+    // The thread owns its fd and buffer, so a probe stuck in the storage is harmless.
+    let spawned = std::thread::Builder::new()
+        .name("lockd-probe".into())
+        .spawn(move || {
+            let mut buf = AlignedBuf::zeroed(512);
+            let _ = tx.send(f.read_at(buf.as_mut_slice(), 0));
+        });
+    if spawned.is_err() {
+        return 512;
+    }
+    match rx.recv_timeout(Duration::from_secs(2)) {
+        Ok(Err(e)) if e.raw_os_error() == Some(libc::EINVAL) => 4096,
+        _ => 512,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -455,6 +543,26 @@ mod tests {
         let back = disk.read(4096, 1024, Duration::from_secs(5)).unwrap();
         assert_eq!(back.as_slice(), &data[..]);
         assert_eq!(back.as_slice().as_ptr() as usize % PAGE, 0);
+    }
+
+    #[test]
+    fn dev_numbers_split_as_glibc() {
+        assert_eq!(dev_major_minor(0xfe00), (254, 0));
+        assert_eq!(dev_major_minor(0x0701), (7, 1));
+        assert_eq!(dev_major_minor(0x801), (8, 1));
+        // a large minor (e.g. loop 300): minor bits above 8 live at bits 20..
+        assert_eq!(
+            dev_major_minor((7 << 8) | (300 & 0xff) | ((300 & !0xff) << 12)),
+            (7, 300)
+        );
+    }
+
+    #[test]
+    fn file_on_var_tmp_has_a_block_size() {
+        let (_d, path) = scratch(1 << 20);
+        let disk = Disk::open(&path).unwrap();
+        assert!(valid_block(disk.io_block()), "{}", disk.io_block());
+        assert_eq!(disk.sector_size(), 512, "formatting default for files");
     }
 
     #[test]

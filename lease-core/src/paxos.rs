@@ -159,7 +159,7 @@ impl Token {
             .lvb
             .as_mut()
             .ok_or(LeaseError::Invalid("resource was not acquired with an LVB"))?;
-        lvb.fill(0);
+        // As sanlock: only the bytes given are replaced; the rest of the LVB stays.
         lvb[..data.len()].copy_from_slice(data);
         self.lvb_dirty = true;
         Ok(())

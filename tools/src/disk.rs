@@ -1,8 +1,12 @@
 //! Direct (O_DIRECT | O_SYNC) access to lease storage for the `lockd direct` commands.
 //!
 //! Invariants: every read and write covers whole logical sectors at a sector-aligned
-//! offset, through a page-aligned buffer; the device's logical sector size comes from
-//! BLKSSZGET (512 for regular files); nothing is written outside [offset, offset+len).
+//! offset, through a page-aligned buffer; nothing is written outside [offset, offset+len).
+//! Two sizes: `sector_size` (BLKSSZGET, 512 for regular files) is what formatting
+//! defaults to, as sanlock; `io_block` (the storage's logical block size: BLKSSZGET, or
+//! for a regular file its filesystem's device, see
+//! `lockd_daemon::diskio::storage_block_size`) is what every offset and length must be
+//! a multiple of, so O_DIRECT never sees an I/O it would refuse.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
@@ -105,6 +109,7 @@ pub struct DirectDisk {
     file: File,
     is_block: bool,
     sector_size: u32,
+    io_block: u32,
     size: u64,
 }
 
@@ -149,11 +154,18 @@ impl DirectDisk {
         } else {
             meta.len()
         };
+        let io_block =
+            lockd_daemon::diskio::storage_block_size(&file).map_err(|source| DiskError::Io {
+                path: path.to_path_buf(),
+                what: "logical block size".into(),
+                source,
+            })?;
         Ok(DirectDisk {
             path: path.to_path_buf(),
             file,
             is_block,
             sector_size,
+            io_block,
             size,
         })
     }
@@ -162,9 +174,15 @@ impl DirectDisk {
         &self.path
     }
 
-    /// Logical sector size (512 for regular files).
+    /// The sector size formatting defaults to: logical sector size of a block device,
+    /// 512 for regular files (as sanlock).
     pub fn sector_size(&self) -> u32 {
         self.sector_size
+    }
+
+    /// The storage's logical block size: every I/O offset and length is a multiple.
+    pub fn io_block(&self) -> u32 {
+        self.io_block
     }
 
     /// Bytes on the device, or the file's current length.
@@ -184,7 +202,7 @@ impl DirectDisk {
                 offset,
                 len: len as u64,
             })?;
-        let unit = u64::from(io_unit.max(self.sector_size));
+        let unit = u64::from(io_unit.max(self.io_block));
         if !offset.is_multiple_of(unit) || !(len as u64).is_multiple_of(unit) {
             return Err(DiskError::Unaligned {
                 path: self.path.clone(),
@@ -201,7 +219,7 @@ impl DirectDisk {
 
     /// Reads exactly `len` bytes at `offset`; a short read (end of file) is an error.
     pub fn read(&self, offset: u64, len: usize) -> Result<AlignedBuf, DiskError> {
-        self.check(offset, len, self.sector_size)?;
+        self.check(offset, len, self.io_block)?;
         let mut buf = AlignedBuf::zeroed(len);
         let mut done = 0usize;
         while done < len {

@@ -172,7 +172,7 @@ impl Area {
 
 /// Scans `[offset, offset+size)` and returns the recognised areas in order.
 pub fn scan(disk: &DirectDisk, offset: u64, size: Option<u64>) -> Result<Vec<Area>> {
-    let unit = u64::from(disk.sector_size());
+    let unit = u64::from(disk.io_block());
     if !offset.is_multiple_of(unit) {
         bail!(
             "{}: offset {offset} is not a multiple of the {unit}-byte sector size",

@@ -69,7 +69,7 @@ fn open_checked(
     let disk = DirectDisk::open(path, true)?;
     let geometry = geometry_of(&disk)?;
     if !offset.is_multiple_of(geometry.sector_bytes())
-        || !offset.is_multiple_of(u64::from(disk.sector_size()))
+        || !offset.is_multiple_of(u64::from(disk.io_block()))
     {
         bail!(
             "{}: offset {offset} is not a multiple of the {}-byte sector size",
@@ -100,7 +100,7 @@ fn open_checked(
 
 /// Describes a valid record already at `offset`, if any.
 fn existing_area(disk: &DirectDisk, offset: u64) -> Result<Option<String>> {
-    let probe = disk.sector_size().max(512) as usize;
+    let probe = disk.io_block().max(512) as usize;
     if area_end(offset, probe as u64)? > disk.size() {
         return Ok(None);
     }

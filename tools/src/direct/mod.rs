@@ -48,14 +48,14 @@ pub fn resolve_geometry(
         }
         None => Geometry::default_for(sector),
     };
-    if geometry.sector_size.bytes() < disk.sector_size() {
+    if geometry.sector_size.bytes() < disk.io_block() {
         bail!(
-            "{}: the device has {}-byte logical sectors; {}-byte lease sectors cannot be \
+            "{}: the storage has {}-byte logical sectors; {}-byte lease sectors cannot be \
              written to it (use -Z {})",
             disk.path().display(),
-            disk.sector_size(),
+            disk.io_block(),
             geometry.sector_size.bytes(),
-            disk.sector_size()
+            disk.io_block()
         );
     }
     Ok(geometry)

@@ -54,7 +54,7 @@ pub fn run(args: &ReadLeaderArgs) -> Result<()> {
         bail!("give -s LOCKSPACE or -r RESOURCE");
     };
     let disk = DirectDisk::open(&path, false)?;
-    let unit = disk.sector_size();
+    let unit = disk.io_block();
     let first = disk.read(offset, unit.max(512) as usize)?;
     let first_leader = LeaderRecord::decode(first.as_slice())?;
     // Sector size comes from the first record; a bad one is reported by verify below.
