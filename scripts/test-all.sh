@@ -18,7 +18,7 @@ step "clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
 step "unit, property and system tests"
-cargo build --workspace --bins
+cargo build --workspace --bins --examples
 cargo test --workspace
 
 step "deterministic simulation (lease-core)"

@@ -400,3 +400,72 @@ fn leader_election_api_and_fenced_store() {
     let _ = server.kill();
     let _ = server.wait();
 }
+
+#[test]
+fn example_workers_take_turns_with_growing_tokens() {
+    let s = setup("elworkers");
+    let bin_dir = Path::new(LOCKD).parent().unwrap();
+    let worker = bin_dir.join("examples/leader_worker");
+    let store_bin = bin_dir.join("lockd-fenced-store");
+    assert!(
+        worker.exists() && store_bin.exists(),
+        "build the workspace's bins and examples first (cargo build --workspace --bins --examples)"
+    );
+    let sock = s.dir.join("store.sock");
+    let log = s.dir.join("store.log");
+    let mut server = Command::new(&store_bin)
+        .args(["serve", "--socket"])
+        .arg(&sock)
+        .arg("--log")
+        .arg(&log)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !sock.exists() {
+        assert!(Instant::now() < deadline, "store socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let lease = s.spec("lead", "1M");
+    let start = |name: &str| {
+        Command::new(&worker)
+            .args([
+                "--lease", &lease, "--host", name, "--writes", "8", "--store",
+            ])
+            .arg(&sock)
+            .arg("--run-dir")
+            .arg(&s.run_dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (start("wa"), start("wb"));
+    let (ca, oa) = finish(a, Duration::from_secs(60));
+    let (cb, ob) = finish(b, Duration::from_secs(60));
+    assert_eq!((ca, cb), (0, 0), "{oa}\n{ob}");
+    let _ = server.kill();
+    let _ = server.wait();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let writes: Vec<(u64, String)> = text
+        .lines()
+        .map(|l| {
+            assert!(l.starts_with("accepted "), "only accepted writes: {l}");
+            let kv = |k: &str| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix(&format!("{k}=")))
+                    .unwrap()
+                    .to_string()
+            };
+            (kv("token").parse().unwrap(), kv("host"))
+        })
+        .collect();
+    assert_eq!(writes.len(), 16, "{text}");
+    // One leader at a time: all of the first leader's writes, then all of the second's,
+    // with a greater token.
+    let first = &writes[0];
+    assert!(writes[..8].iter().all(|w| w == first), "{text}");
+    let second = &writes[8];
+    assert!(writes[8..].iter().all(|w| w == second), "{text}");
+    assert_ne!(first.1, second.1);
+    assert!(second.0 > first.0, "{text}");
+}
