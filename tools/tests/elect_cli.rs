@@ -469,3 +469,49 @@ fn example_workers_take_turns_with_growing_tokens() {
     assert_ne!(first.1, second.1);
     assert!(second.0 > first.0, "{text}");
 }
+
+#[test]
+fn python3_sanlock_reads_the_same_token() {
+    let s = setup("elpy");
+    // The docs/leader-election.md example, against lockd.
+    let script = format!(
+        r#"
+import sanlock
+fd = sanlock.register()
+disks = [("{dev}", 1024 * 1024)]
+sanlock.acquire(b"el", b"lead", disks, slkfd=fd)
+token = sanlock.inquire(slkfd=fd)[0]["version"]
+print("token", token)
+import sys; sys.stdout.flush()
+sys.stdin.readline()
+sanlock.release(b"el", b"lead", disks, slkfd=fd)
+"#,
+        dev = s.dev
+    );
+    let mut py = Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(&script)
+        .env("SANLOCK_RUN_DIR", &s.run_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 (apt-get install python3-sanlock)");
+    let mut line = String::new();
+    {
+        use std::io::BufRead;
+        let out = py.stdout.as_mut().unwrap();
+        std::io::BufReader::new(out).read_line(&mut line).unwrap();
+    }
+    let token: u64 = line
+        .trim()
+        .strip_prefix("token ")
+        .unwrap_or_else(|| panic!("python printed {line:?}"))
+        .parse()
+        .unwrap();
+    let v = s.leader_json("lead", "1M");
+    assert_eq!(v["token"], token, "{v}");
+    assert_eq!(v["state"], "live", "{v}");
+    drop(py.stdin.take());
+    assert!(py.wait().unwrap().success());
+    assert_eq!(s.leader_json("lead", "1M")["state"], "none");
+}
