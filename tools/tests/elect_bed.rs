@@ -390,6 +390,23 @@ fn run(scenario: &str) -> Result<()> {
                     bail!("writer stopped at {stopped}, after the lockspace failed at {f}");
                 }
             }
+            // The daemon decided (logged "renewals failing") and the holder's command was
+            // already stopping within 1 s of that decision.
+            let decided_at = daemon_log
+                .lines()
+                .find(|l| l.contains("renewals failing"))
+                .and_then(parse_log_time)
+                .context("daemon logged no 'renewals failing' decision")?;
+            eprintln!(
+                "elect-bed: stall decision→writer SIGTERM {:.3}s",
+                stopped - decided_at
+            );
+            if stopped - decided_at > 1.0 {
+                bail!(
+                    "the command was stopped {:.3} s after the daemon's decision (> 1 s)",
+                    stopped - decided_at
+                );
+            }
         }
         _ => {
             if !log1.contains("exited") || !log1.contains("released") {

@@ -347,6 +347,18 @@ fn leader_election_api_and_fenced_store() {
     assert_eq!(info.token, lead.token());
     assert_eq!(info.state_name(), "live");
     let old_token = lead.token();
+    // etcd's Observe: the current leader first.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let mut seen = Vec::new();
+    election
+        .observe(Duration::from_millis(100), &stop, |l| {
+            seen.push(*l);
+            false
+        })
+        .unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].token, old_token);
+    assert_eq!(seen[0].host_name.to_text(), "elstore");
     lead.resign().expect("resign");
     assert_eq!(election.leader().unwrap().host_id, 0);
     let lead2 = election
