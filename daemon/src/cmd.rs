@@ -1100,7 +1100,8 @@ fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
             let c = &clients.slots[&ci];
             let text = format!(
                 "ci={} fd={} pid={} flags={:x} restricted={:x} cmd_active={} cmd_last={} \
-                 pid_dead={} kill_count={} kill_last={} suspend=0 need_free=0",
+                 pid_dead={} kill_count={} kill_last={} suspend=0 need_free=0 \
+                 killpath_status={}",
                 c.ci,
                 c.fd,
                 if c.registered { c.pid } else { -1 },
@@ -1111,6 +1112,7 @@ fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
                 u8::from(c.pid_dead),
                 c.kill_count,
                 c.kill_last,
+                c.killpath_status.as_deref().unwrap_or("none"),
             );
             let name = if c.registered {
                 c.owner_name

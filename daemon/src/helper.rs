@@ -6,6 +6,11 @@
 //! char path[128], char args[128], pad}` (the layout of sanlock's `helper_msg`).
 //! The daemon writes without blocking; when the pipe is full the order is dropped and
 //! counted (the kill escalation repeats orders each second, so a drop only delays).
+//!
+//! Killpath programs report back: the helper waits for each one (a thread per program,
+//! so a slow one blocks nothing) and writes a 16-byte [`PathStatus`] to a second pipe;
+//! the daemon's `lockd-helper-status` thread logs it and records it on the client
+//! (`killpath_status=` in STATUS).
 
 use std::io::{self, Read, Write};
 use std::process::Command;
@@ -90,11 +95,79 @@ pub fn split_args(args: &str) -> Vec<String> {
     out
 }
 
+/// Length of a [`PathStatus`] record on the status pipe.
+pub const PATH_STATUS_LEN: usize = 16;
+
+/// How a killpath program ended, as the helper reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathEnd {
+    /// exit(code)
+    Exited(i32),
+    /// killed by this signal
+    Signaled(i32),
+    /// could not be started (errno)
+    NotStarted(i32),
+}
+
+/// One killpath report: `{i32 client_pid, i32 program_pid, i32 kind, i32 value}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathStatus {
+    /// The lease holder the killpath was run for.
+    pub client_pid: i32,
+    /// The killpath program's pid (0 when it could not be started).
+    pub program_pid: i32,
+    pub end: PathEnd,
+}
+
+impl PathStatus {
+    pub fn encode(&self) -> [u8; PATH_STATUS_LEN] {
+        let (kind, value) = match self.end {
+            PathEnd::Exited(c) => (0i32, c),
+            PathEnd::Signaled(s) => (1, s),
+            PathEnd::NotStarted(e) => (2, e),
+        };
+        let mut b = [0u8; PATH_STATUS_LEN];
+        b[0..4].copy_from_slice(&self.client_pid.to_ne_bytes());
+        b[4..8].copy_from_slice(&self.program_pid.to_ne_bytes());
+        b[8..12].copy_from_slice(&kind.to_ne_bytes());
+        b[12..16].copy_from_slice(&value.to_ne_bytes());
+        b
+    }
+
+    /// None for an unknown kind.
+    pub fn decode(b: &[u8; PATH_STATUS_LEN]) -> Option<PathStatus> {
+        let i32_at = |o: usize| i32::from_ne_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let value = i32_at(12);
+        let end = match i32_at(8) {
+            0 => PathEnd::Exited(value),
+            1 => PathEnd::Signaled(value),
+            2 => PathEnd::NotStarted(value),
+            _ => return None,
+        };
+        Some(PathStatus {
+            client_pid: i32_at(0),
+            program_pid: i32_at(4),
+            end,
+        })
+    }
+
+    /// Short text for logs and STATUS: `exit:N`, `signal:N`, `noexec:ERRNO`.
+    pub fn text(&self) -> String {
+        match self.end {
+            PathEnd::Exited(c) => format!("exit:{c}"),
+            PathEnd::Signaled(s) => format!("signal:{s}"),
+            PathEnd::NotStarted(e) => format!("noexec:{e}"),
+        }
+    }
+}
+
 /// The daemon's end of the helper pipe.
 pub struct Helper {
     pub pid: i32,
     writer: Mutex<io::PipeWriter>,
     full_count: AtomicU32,
+    /// Killpath reports; taken by [`status_loop`].
+    status: Mutex<Option<io::PipeReader>>,
 }
 
 impl Helper {
@@ -106,26 +179,30 @@ impl Helper {
             "helper must be forked before any thread starts"
         );
         let (reader, writer) = io::pipe()?;
+        let (status_reader, status_writer) = io::pipe()?;
         match sys::fork()? {
             sys::Forked::Child => {
                 drop(writer);
+                drop(status_reader);
                 if let Err(e) = sys::helper_child_setup() {
                     // Without PDEATHSIG the helper could outlive the daemon: stop here
                     // (the daemon's orders then fail and it logs them as dropped).
                     eprintln!("lockd helper: cannot set up: {e}");
                     std::process::exit(1);
                 }
-                helper_loop(reader);
+                helper_loop(reader, status_writer);
                 std::process::exit(0);
             }
             sys::Forked::Parent { child_pid } => {
                 drop(reader);
+                drop(status_writer);
                 use std::os::fd::AsRawFd;
                 sys::set_nonblocking(writer.as_raw_fd())?;
                 Ok(Helper {
                     pid: child_pid,
                     writer: Mutex::new(writer),
                     full_count: AtomicU32::new(0),
+                    status: Mutex::new(Some(status_reader)),
                 })
             }
         }
@@ -176,7 +253,59 @@ impl Helper {
     }
 }
 
-fn helper_loop(mut reader: io::PipeReader) {
+/// The daemon's `lockd-helper-status` thread: logs each killpath's end and records it
+/// on the client it was run for. Returns when the helper is gone.
+pub fn status_loop(d: &std::sync::Arc<crate::state::Daemon>) {
+    let Some(helper) = d.helper.as_ref() else {
+        return;
+    };
+    let reader = match helper.status.lock() {
+        Ok(mut g) => g.take(),
+        Err(p) => p.into_inner().take(),
+    };
+    let Some(mut reader) = reader else {
+        return;
+    };
+    let mut buf = [0u8; PATH_STATUS_LEN];
+    while reader.read_exact(&mut buf).is_ok() {
+        let Some(st) = PathStatus::decode(&buf) else {
+            continue;
+        };
+        let status = st.text();
+        if st.end == PathEnd::Exited(0) {
+            tracing::info!(
+                pid = st.client_pid,
+                killpath_pid = st.program_pid,
+                %status,
+                "killpath finished"
+            );
+        } else {
+            tracing::warn!(
+                pid = st.client_pid,
+                killpath_pid = st.program_pid,
+                %status,
+                "killpath failed"
+            );
+        }
+        let mut clients = crate::state::lock(&d.clients);
+        for c in clients.slots.values_mut() {
+            if c.pid == st.client_pid && c.killpath.is_some() {
+                c.killpath_status = Some(status.clone());
+            }
+        }
+    }
+}
+
+fn helper_loop(mut reader: io::PipeReader, status: io::PipeWriter) {
+    let status = std::sync::Arc::new(Mutex::new(status));
+    let report = |st: PathStatus, status: &Mutex<io::PipeWriter>| {
+        let mut w = match status.lock() {
+            Ok(w) => w,
+            Err(p) => p.into_inner(),
+        };
+        // 16 bytes ≤ PIPE_BUF: written whole. The daemon reads continuously.
+        let _ = w.write_all(&st.encode());
+    };
     let mut buf = [0u8; HELPER_MSG_LEN];
     loop {
         if reader.read_exact(&mut buf).is_err() {
@@ -193,8 +322,55 @@ fn helper_loop(mut reader: io::PipeReader) {
                 if msg.flags & 1 != 0 {
                     argv.push(msg.pid.to_string());
                 }
-                // Children are reaped by the kernel (SIGCHLD ignored in the helper).
-                let _ = Command::new(&msg.path).args(&argv).spawn();
+                match Command::new(&msg.path).args(&argv).spawn() {
+                    Ok(mut child) => {
+                        let program_pid = child.id() as i32;
+                        let sink = status.clone();
+                        let client_pid = msg.pid;
+                        // Wait in a thread: a slow killpath must not delay other orders.
+                        let waiter = std::thread::Builder::new()
+                            .name("killpath-wait".into())
+                            .spawn(move || {
+                                use std::os::unix::process::ExitStatusExt;
+                                let end = match child.wait() {
+                                    Ok(s) => match (s.code(), s.signal()) {
+                                        (Some(c), _) => PathEnd::Exited(c),
+                                        (None, Some(sig)) => PathEnd::Signaled(sig),
+                                        (None, None) => PathEnd::Exited(-1),
+                                    },
+                                    Err(e) => PathEnd::NotStarted(e.raw_os_error().unwrap_or(0)),
+                                };
+                                report(
+                                    PathStatus {
+                                        client_pid,
+                                        program_pid,
+                                        end,
+                                    },
+                                    &sink,
+                                );
+                            });
+                        if waiter.is_err() {
+                            // No thread: the program runs on unwatched (a zombie until
+                            // the helper exits); say so to the daemon.
+                            report(
+                                PathStatus {
+                                    client_pid: msg.pid,
+                                    program_pid,
+                                    end: PathEnd::NotStarted(libc::EAGAIN),
+                                },
+                                &status,
+                            );
+                        }
+                    }
+                    Err(e) => report(
+                        PathStatus {
+                            client_pid: msg.pid,
+                            program_pid: 0,
+                            end: PathEnd::NotStarted(e.raw_os_error().unwrap_or(0)),
+                        },
+                        &status,
+                    ),
+                }
             }
             _ => {}
         }
@@ -219,6 +395,40 @@ mod tests {
         assert_eq!(b[0], 1);
         assert_eq!(&b[16..31], b"/usr/bin/killer");
         assert_eq!(HelperMsg::decode(&b), m);
+    }
+
+    #[test]
+    fn path_status_round_trip() {
+        for end in [
+            PathEnd::Exited(0),
+            PathEnd::Exited(3),
+            PathEnd::Signaled(9),
+            PathEnd::NotStarted(2),
+        ] {
+            let st = PathStatus {
+                client_pid: 42,
+                program_pid: 4242,
+                end,
+            };
+            assert_eq!(PathStatus::decode(&st.encode()), Some(st));
+        }
+        let mut b = PathStatus {
+            client_pid: 1,
+            program_pid: 2,
+            end: PathEnd::Exited(0),
+        }
+        .encode();
+        b[8] = 7;
+        assert_eq!(PathStatus::decode(&b), None);
+        assert_eq!(
+            PathStatus {
+                client_pid: 1,
+                program_pid: 2,
+                end: PathEnd::Signaled(15)
+            }
+            .text(),
+            "signal:15"
+        );
     }
 
     #[test]

@@ -118,7 +118,7 @@ pub fn kill_holders(d: &Arc<Daemon>, space: &Space) {
             KillAction::Nothing => continue,
             KillAction::RunKillpath => {
                 if let Some(kp) = &c.killpath {
-                    warn!(pid = c.pid, ls = %space.name, path = ?kp.path, "running killpath");
+                    warn!(pid = c.pid, ls = %space.name, path = ?kp.path, args = ?kp.args, "running killpath");
                     helper.run_path(&kp.path, &kp.args, c.pid, kp.with_pid);
                 }
             }

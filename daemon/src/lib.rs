@@ -171,6 +171,11 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
         .name("lockd-monitor".into())
         .spawn(move || kill::monitor_loop(&d_mon))
         .map_err(DaemonError::Thread)?;
+    let d_status = d.clone();
+    std::thread::Builder::new()
+        .name("lockd-helper-status".into())
+        .spawn(move || helper::status_loop(&d_status))
+        .map_err(DaemonError::Thread)?;
     let d_watch = d.clone();
     std::thread::Builder::new()
         .name("lockd-watch".into())

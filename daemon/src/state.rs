@@ -69,6 +69,9 @@ pub struct Client {
     pub cmd_last: u32,
     pub pid_dead: bool,
     pub killpath: Option<KillPath>,
+    /// How the last killpath run for this client ended (`exit:N`, `signal:N`,
+    /// `noexec:ERRNO`), as the helper reported it.
+    pub killpath_status: Option<String>,
     pub tokens: Vec<Token>,
     pub owner_name: Name,
     pub kill_count: u32,
@@ -109,6 +112,7 @@ impl Clients {
                 cmd_last: 0,
                 pid_dead: false,
                 killpath: None,
+                killpath_status: None,
                 tokens: Vec::new(),
                 owner_name: Name::EMPTY,
                 kill_count: 0,

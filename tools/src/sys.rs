@@ -89,3 +89,16 @@ pub fn send_signal(pid: u32, sig: i32) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Restores the default SIGCHLD action. A process started with SIGCHLD ignored (the
+/// disposition survives exec) cannot wait for its children: every wait fails with
+/// ECHILD. `lockd-killpath` calls this before it runs virsh or systemctl.
+#[allow(dead_code)] // used by lockd-killpath only
+pub fn restore_default_sigchld() -> io::Result<()> {
+    // SAFETY: setting a signal's disposition to SIG_DFL installs no handler code.
+    let old = unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+    if old == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -162,9 +162,11 @@ pub fn thread_count() -> usize {
         .unwrap_or(1)
 }
 
-/// In the helper child: die with SIGKILL when the parent (daemon) dies, and let the
-/// kernel reap the programs it starts (SIGCHLD ignored). An error means the helper could
-/// outlive the daemon or leave zombies: the caller must not go on.
+/// In the helper child: die with SIGKILL when the parent (daemon) dies, and keep
+/// SIGCHLD at its default, so the helper can wait for the killpath programs it starts
+/// (to report their exit status) and the programs, which inherit the disposition, can
+/// wait for theirs (an ignored SIGCHLD makes every wait fail with ECHILD). An error
+/// means the helper could outlive the daemon: the caller must not go on.
 pub fn helper_child_setup() -> io::Result<()> {
     // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a process attribute; its arguments are
     // plain integers.
@@ -180,7 +182,7 @@ pub fn helper_child_setup() -> io::Result<()> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    set_disposition(libc::SIGCHLD, libc::SIG_IGN)
+    set_disposition(libc::SIGCHLD, libc::SIG_DFL)
 }
 
 /// signal(2) with SIG_IGN or SIG_DFL, its result checked.
