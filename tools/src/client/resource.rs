@@ -46,8 +46,9 @@ pub struct AcquireArgs {
     /// Program the daemon runs (instead of SIGTERM) when the lease must be given up.
     #[arg(long)]
     pub killpath: Option<String>,
-    /// Arguments for the killpath program.
-    #[arg(long = "killpath-args", default_value = "")]
+    /// Arguments for the killpath program (one string, split on spaces; may start with
+    /// `-`, e.g. `--killpath-args "--signal TERM"`).
+    #[arg(long = "killpath-args", default_value = "", allow_hyphen_values = true)]
     pub killpath_args: String,
     /// Forbid the daemon a signal when it must stop the command: `sigkill` (it then uses
     /// SIGTERM), `sigterm` (it then uses SIGKILL). Only with a command.
