@@ -15,6 +15,20 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
     apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
 
+# The killpath helper's libvirt test (tools/tests/killpath.rs) runs its own libvirtd and a
+# small TCG guest: libvirtd/virtlogd, virsh and qemu-system-x86_64. Without recommends
+# (dnsmasq, firewall tools, … are not needed).
+virt_pkgs=()
+for p in libvirt-daemon-system libvirt-clients qemu-system-x86; do
+    dpkg -s "$p" >/dev/null 2>&1 || virt_pkgs+=("$p")
+done
+if [ ${#virt_pkgs[@]} -gt 0 ]; then
+    echo "setup: installing ${virt_pkgs[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${virt_pkgs[@]}" >/dev/null
+fi
+
 if ! command -v cargo >/dev/null 2>&1; then
     if [ -x "$HOME/.cargo/bin/cargo" ]; then
         export PATH="$HOME/.cargo/bin:$PATH"
