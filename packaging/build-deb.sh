@@ -10,7 +10,7 @@ arch=$(dpkg --print-architecture)
 stage=$(mktemp -d /var/tmp/lockd-deb.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
 install -D -m 0755 target/release/lockd "$stage/usr/sbin/lockd"
-for bin in wdmd wdmd-emulator; do
+for bin in wdmd wdmd-emulator lockd-killpath; do
     if [ -x "target/release/$bin" ]; then
         install -D -m 0755 "target/release/$bin" "$stage/usr/sbin/$bin"
     fi

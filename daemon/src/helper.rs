@@ -172,7 +172,9 @@ pub struct Helper {
 
 impl Helper {
     /// Forks the helper. Must run before the daemon starts any thread.
-    pub fn start() -> io::Result<Helper> {
+    /// Killpath programs get `LOCKD_RUN_DIR=run_dir` in their environment (so a helper
+    /// such as `lockd-killpath --release` finds this daemon).
+    pub fn start(run_dir: &std::path::Path) -> io::Result<Helper> {
         assert_eq!(
             sys::thread_count(),
             1,
@@ -190,7 +192,7 @@ impl Helper {
                     eprintln!("lockd helper: cannot set up: {e}");
                     std::process::exit(1);
                 }
-                helper_loop(reader, status_writer);
+                helper_loop(reader, status_writer, run_dir);
                 std::process::exit(0);
             }
             sys::Forked::Parent { child_pid } => {
@@ -296,7 +298,7 @@ pub fn status_loop(d: &std::sync::Arc<crate::state::Daemon>) {
     }
 }
 
-fn helper_loop(mut reader: io::PipeReader, status: io::PipeWriter) {
+fn helper_loop(mut reader: io::PipeReader, status: io::PipeWriter, run_dir: &std::path::Path) {
     let status = std::sync::Arc::new(Mutex::new(status));
     let report = |st: PathStatus, status: &Mutex<io::PipeWriter>| {
         let mut w = match status.lock() {
@@ -322,7 +324,11 @@ fn helper_loop(mut reader: io::PipeReader, status: io::PipeWriter) {
                 if msg.flags & 1 != 0 {
                     argv.push(msg.pid.to_string());
                 }
-                match Command::new(&msg.path).args(&argv).spawn() {
+                match Command::new(&msg.path)
+                    .args(&argv)
+                    .env("LOCKD_RUN_DIR", run_dir)
+                    .spawn()
+                {
                     Ok(mut child) => {
                         let program_pid = child.id() as i32;
                         let sink = status.clone();

@@ -110,7 +110,7 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
         daemonize(&cfg.log_file)?;
     }
     // The helper is forked first, while we are single-threaded.
-    let helper = helper::Helper::start().map_err(DaemonError::Helper)?;
+    let helper = helper::Helper::start(&cfg.run_dir).map_err(DaemonError::Helper)?;
     sys::ignore_sigpipe().map_err(DaemonError::Signals)?;
     sys::block_signals().map_err(DaemonError::Signals)?;
     std::fs::create_dir_all(&cfg.run_dir).map_err(|source| DaemonError::RunDir {

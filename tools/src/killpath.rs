@@ -4,15 +4,18 @@
 //! through the KILLPATH call (`sanlock_killpath`), as libvirt registers its helper.
 //!
 //! ```text
-//! lockd-killpath [--log FILE] [--timeout SECS] ACTION [PID]
-//!   ACTION:  --virsh-uri URI --domain UUID --action pause|destroy   (virsh suspend|destroy)
-//!            --unit UNIT                                            (systemctl stop UNIT)
-//!            --signal SIG [--pid PID]                               (kill -SIG PID)
+//! lockd-killpath [-l|--log FILE] [-t|--timeout SECS] [-r|--release [--run-dir DIR]] ACTION [PID]
+//!   ACTION:  -c|--virsh-uri URI -d|--domain UUID -a|--action pause|destroy  (virsh suspend|destroy)
+//!            -u|--unit UNIT                                                 (systemctl stop UNIT)
+//!            -s|--signal SIG [-p|--pid PID]                                 (kill -SIG PID)
 //! ```
+//! With `--release`, once the action succeeded, the holder's leases are released through
+//! the daemon (RELEASE with SANLK_REL_ALL for the pid), as libvirt releases a paused
+//! guest's leases: the kill escalation then spares the holder.
 //! PID (last, positional) is what the daemon appends with `SANLK_KILLPATH_PID`: the
 //! lease holder's pid. `--signal` uses it when `--pid` is not given; the other actions
 //! only log it. The daemon passes at most 8 arguments (the pid included) in at most 127
-//! bytes: write options as `--opt=value` to save arguments.
+//! bytes: use the short options (`-cURI -dUUID -apause -r`) or `--opt=value`.
 //!
 //! One line per run goes to stderr (syslog style, the daemon's log when it ran us) and,
 //! with `--log FILE`, is appended to FILE. Exit status, which lockd logs and shows as
@@ -41,29 +44,38 @@ const EXIT_TIMEOUT: u8 = 3;
 #[command(name = "lockd-killpath", version, about)]
 struct Cli {
     /// libvirt connection URI (with --domain and --action).
-    #[arg(long = "virsh-uri", requires_all = ["domain", "action"])]
+    #[arg(short = 'c', long = "virsh-uri", requires_all = ["domain", "action"])]
     virsh_uri: Option<String>,
     /// Domain UUID (or name) to act on.
-    #[arg(long, requires = "virsh_uri")]
+    #[arg(short, long, requires = "virsh_uri")]
     domain: Option<String>,
     /// What to do to the domain: pause (virsh suspend) or destroy.
-    #[arg(long, value_enum, requires = "virsh_uri")]
+    #[arg(short, long, value_enum, requires = "virsh_uri")]
     action: Option<VmAction>,
     /// systemd unit to stop (systemctl stop UNIT).
-    #[arg(long, conflicts_with_all = ["virsh_uri", "signal"])]
+    #[arg(short, long, conflicts_with_all = ["virsh_uri", "signal"])]
     unit: Option<String>,
     /// Signal to send, by name (TERM, SIGTERM) or number (15).
-    #[arg(long, conflicts_with_all = ["virsh_uri", "unit"])]
+    #[arg(short, long, conflicts_with_all = ["virsh_uri", "unit"])]
     signal: Option<String>,
     /// Process to signal (default: the pid the daemon appends).
-    #[arg(long, requires = "signal")]
+    #[arg(short, long, requires = "signal")]
     pid: Option<String>,
     /// Append the log line to this file too.
-    #[arg(long)]
+    #[arg(short, long)]
     log: Option<PathBuf>,
     /// Give up on virsh/systemctl after this many seconds (it is killed; exit 3).
-    #[arg(long, default_value_t = 30)]
+    #[arg(short, long, default_value_t = 30)]
     timeout: u64,
+    /// After the action succeeded, release every lease of the holder (the appended pid)
+    /// through the daemon, as libvirt does when it pauses a guest: the daemon's kill
+    /// escalation then leaves the holder alone, and a GRACEFUL requester gets the lease.
+    #[arg(short, long)]
+    release: bool,
+    /// The daemon's run dir for --release (default: $LOCKD_RUN_DIR, which lockd sets for
+    /// its killpaths, else $SANLOCK_RUN_DIR, else /run/lockd).
+    #[arg(long = "run-dir")]
+    run_dir: Option<PathBuf>,
     /// The lease holder's pid, appended by the daemon (SANLK_KILLPATH_PID).
     holder_pid: Option<String>,
 }
@@ -268,6 +280,43 @@ fn act(cli: &Cli) -> Result<Outcome> {
     bail!("no action: give --virsh-uri/--domain/--action, --unit or --signal")
 }
 
+/// Releases every lease of the holder pid through the daemon.
+fn release(cli: &Cli) -> (String, std::result::Result<String, (u8, String)>) {
+    let pid = match (&cli.pid, &cli.holder_pid) {
+        (Some(p), _) | (None, Some(p)) => match parse_pid(p, "pid") {
+            Ok(p) => p,
+            Err(e) => return ("release".into(), Err((EXIT_FAILED, format!("{e:#}")))),
+        },
+        (None, None) => {
+            return (
+                "release".into(),
+                Err((
+                    EXIT_FAILED,
+                    "--release needs the holder pid (register with SANLK_KILLPATH_PID)".into(),
+                )),
+            )
+        }
+    };
+    let run_dir = cli
+        .run_dir
+        .clone()
+        .or_else(|| std::env::var_os("LOCKD_RUN_DIR").map(PathBuf::from))
+        .or_else(|| std::env::var_os("SANLOCK_RUN_DIR").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/run/lockd"));
+    let what = format!("release leases of pid {pid} via {}", run_dir.display());
+    let rv = client_lib::Client::connect(&run_dir)
+        .and_then(|mut c| c.release(pid as i32, client_lib::proto::SANLK_REL_ALL, &[]));
+    let result = match rv {
+        Ok(0) => Ok(format!("released leases of pid {pid}")),
+        Ok(rv) => Err((
+            EXIT_FAILED,
+            format!("release for pid {pid}: daemon answered {rv}"),
+        )),
+        Err(e) => Err((EXIT_FAILED, format!("release for pid {pid}: {e}"))),
+    };
+    (what, result)
+}
+
 fn log_line(path: Option<&PathBuf>, line: &str) {
     eprintln!("{line}");
     if let Some(path) = path {
@@ -306,7 +355,18 @@ fn main() -> ExitCode {
     if let Err(e) = sys::restore_default_sigchld() {
         eprintln!("lockd-killpath: cannot reset SIGCHLD: {e}");
     }
-    let (code, line) = match act(&cli) {
+    let outcome = act(&cli).map(|mut o| {
+        if cli.release && o.result.is_ok() {
+            let (what, result) = release(&cli);
+            o.what.push_str(&format!(" + {what}"));
+            o.result = match (o.result, result) {
+                (Ok(a), Ok(b)) => Ok(if a.is_empty() { b } else { format!("{a}; {b}") }),
+                (Ok(_), Err(e)) | (Err(e), _) => Err(e),
+            };
+        }
+        o
+    });
+    let (code, line) = match outcome {
         Ok(Outcome {
             what,
             result: Ok(detail),

@@ -295,7 +295,20 @@ fn killpath_acts_before_escalation() {
         &["sleep", "1000"],
         dir.path().join("leaves.out"),
     );
-    let (stays_pid, leaves_pid) = (stays.pid(), leaves.pid());
+    // A third holder whose killpath lets it be (SIGCONT) and releases its leases, as
+    // libvirt does for a guest it pauses: the escalation then spares it.
+    run_ok(
+        LOCKD,
+        ["direct", "init", "-r", &format!("kp:spared:{p}:3M")],
+    );
+    let mut spared = Holder::start(
+        &d,
+        &format!("kp:spared:{disk}:3M"),
+        &format!("-sCONT -r -l{}", kp_log.display()),
+        &["sleep", "1000"],
+        dir.path().join("spared.out"),
+    );
+    let (stays_pid, leaves_pid, spared_pid) = (stays.pid(), leaves.pid(), spared.pid());
 
     view.set("stall");
     let t0 = Instant::now();
@@ -383,6 +396,35 @@ fn killpath_acts_before_escalation() {
         .is_empty(),
         "the holder that left got a signal from the daemon{ctx}"
     );
+    // The spared holder: its killpath released its lease; no signal from the daemon, still
+    // running, holding nothing.
+    assert_eq!(
+        lines_with(
+            &kp_text,
+            &[
+                &format!("signal 18 to pid {spared_pid} "),
+                "released leases of pid",
+                "(exit 0)"
+            ]
+        )
+        .len(),
+        1,
+        "spared holder's killpath line{ctx}"
+    );
+    assert!(
+        lines_with(
+            &log,
+            &["killing lease holder", &format!("pid={spared_pid} ")]
+        )
+        .is_empty(),
+        "the spared holder got a signal from the daemon{ctx}"
+    );
+    assert!(
+        spared.child.try_wait().expect("try_wait").is_none(),
+        "the spared holder is gone{ctx}"
+    );
+    let (_, inq) = d.cli(&["inquire", "-p", &spared_pid.to_string()]);
+    assert!(inq.contains("holds no leases"), "inquire spared: {inq}");
     assert!(
         !status_seen.is_empty(),
         "STATUS never showed killpath_status=exit:0 for {stays_pid}{ctx}"
@@ -578,8 +620,15 @@ fn killpath_pauses_and_destroys_a_libvirt_guest() {
     b.cli_ok(&["add-lockspace", "-s", &format!("kv:2:{p}:0"), "-o", "1"]);
     let res = format!("kv:vm:{p}:1M");
 
+    let mut paused_holder = None;
     for (round, action, want) in [(1, "pause", "paused"), (2, "destroy", "shut off")] {
-        let args = format!("--virsh-uri={} --domain={uuid} --action={action}", lv.uri);
+        // Pause as libvirt pauses on lock failure: the guest stops, its lease is released
+        // (short options, to stay within the killpath's 127 bytes). Destroy in long form.
+        let args = if action == "pause" {
+            format!("-c{} -d{uuid} -apause -r", lv.uri)
+        } else {
+            format!("--virsh-uri={} --domain={uuid} --action={action}", lv.uri)
+        };
         // The holder stands for the VM (libvirt registers the QEMU process; here a
         // sleep that the killpath leaves alone, so only the VM's state changes).
         let holder = Holder::start(
@@ -624,7 +673,23 @@ fn killpath_pauses_and_destroys_a_libvirt_guest() {
             .unwrap_or_default();
         assert!(line.contains("killpath_status=exit:0"), "STATUS: {st}");
         eprintln!("STATUS: {}", line.trim());
-        drop(holder);
+        if action == "pause" {
+            // Released by the killpath: the holder lives on, holding nothing.
+            let (_, inq) = a.cli(&["inquire", "-p", &hp.to_string()]);
+            assert!(inq.contains("holds no leases"), "inquire {hp}: {inq}{log}");
+            assert_eq!(
+                lines_with(
+                    &log,
+                    &["lockd-killpath[", &format!("released leases of pid {hp}")]
+                )
+                .len(),
+                1,
+                "release in the killpath's line{log}"
+            );
+            paused_holder = Some(holder);
+        } else {
+            drop(holder);
+        }
         // The request was for lver+1: clear it so the next holder is not asked at once.
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -636,6 +701,7 @@ fn killpath_pauses_and_destroys_a_libvirt_guest() {
             thread::sleep(Duration::from_millis(200));
         }
     }
+    drop(paused_holder);
     let reason = lv.virsh_ok(&["domstate", &uuid, "--reason"]);
     eprintln!("final: {reason}");
     assert!(reason.contains("shut off"), "{reason}");
