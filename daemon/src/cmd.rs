@@ -334,6 +334,10 @@ pub fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
             crate::watch::handle_watch(d, conn, h);
             After::Keep
         }
+        client_lib::ext::LOCKD_CMD_ACQUIRE_FOR_PID => {
+            crate::forpid::handle(d, conn, h);
+            After::Keep
+        }
         client_lib::ext::LOCKD_CMD_LEADER => {
             match conn.recv_resource() {
                 Ok(Ok(res)) => match crate::watch::leader(d, &res) {
@@ -721,7 +725,12 @@ fn acquire(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
     }
 }
 
-fn acquire_one(d: &Arc<Daemon>, ci: u32, r: &wire::Resource, cmd_flags: u32) -> Result<Token, i32> {
+pub(crate) fn acquire_one(
+    d: &Arc<Daemon>,
+    ci: u32,
+    r: &wire::Resource,
+    cmd_flags: u32,
+) -> Result<Token, i32> {
     let shared = r.head.flags & SANLK_RES_SHARED != 0;
     let key = (r.head.lockspace_name, r.head.name);
     let space = lockspace::joined(d, &r.head.lockspace_name)?;

@@ -11,6 +11,7 @@ pub mod admin;
 pub mod cmd;
 pub mod config;
 pub mod diskio;
+pub mod forpid;
 pub mod helper;
 pub mod kill;
 pub mod lc;
