@@ -279,6 +279,42 @@ pub fn ignore_sigpipe() -> io::Result<()> {
     set_disposition(libc::SIGPIPE, libc::SIG_IGN)
 }
 
+/// `pidfd_open(2)`: a file descriptor that becomes readable when process `pid` exits.
+/// ESRCH when no such process exists.
+pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags by value and returns a new fd or -1; it has
+    // no memory effects in this process.
+    let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = i32::try_from(rc).map_err(|_| io::Error::other("pidfd out of range"))?;
+    // SAFETY: `fd` was just returned by the kernel as a new descriptor that nothing else
+    // owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Waits up to `timeout_ms` for a pidfd to become readable (its process exited).
+pub fn pidfd_wait(fd: &std::os::fd::OwnedFd, timeout_ms: i32) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll reads and writes exactly one pollfd, a live local, for the call.
+    let rc = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(e);
+    }
+    Ok(rc > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,40 +355,4 @@ mod tests {
             "signal(-1) must fail"
         );
     }
-}
-
-/// `pidfd_open(2)`: a file descriptor that becomes readable when process `pid` exits.
-/// ESRCH when no such process exists.
-pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: pidfd_open takes a pid and flags by value and returns a new fd or -1; it has
-    // no memory effects in this process.
-    let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = i32::try_from(rc).map_err(|_| io::Error::other("pidfd out of range"))?;
-    // SAFETY: `fd` was just returned by the kernel as a new descriptor that nothing else
-    // owns.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
-}
-
-/// Waits up to `timeout_ms` for a pidfd to become readable (its process exited).
-pub fn pidfd_wait(fd: &std::os::fd::OwnedFd, timeout_ms: i32) -> io::Result<bool> {
-    use std::os::fd::AsRawFd;
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: poll reads and writes exactly one pollfd, a live local, for the call.
-    let rc = unsafe { libc::poll(&mut p, 1, timeout_ms) };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(false);
-        }
-        return Err(e);
-    }
-    Ok(rc > 0)
 }
