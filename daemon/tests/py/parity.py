@@ -178,6 +178,31 @@ while time.time() < deadline:
     except sanlock.SanlockException:
         time.sleep(0.2)
 call("get_hosts", "unused host slot", lambda: sanlock.get_hosts(LS, 5))
+call("get_hosts", "unknown lockspace", lambda: sanlock.get_hosts(b"px"))
+call("get_lockspaces", "joined", lambda: sanlock.get_lockspaces())
+
+# --- events and killpath ---
+call("killpath", "right", lambda: sanlock.killpath(b"/bin/true", [b"a", b"b"], slkfd=fd))
+call("killpath", "path too long",
+     lambda: sanlock.killpath(b"/" + b"x" * 200, [], slkfd=fd))
+efd = call("reg_event", "right", lambda: sanlock.reg_event(LS) >= 0)
+call("reg_event", "unknown lockspace", lambda: sanlock.reg_event(b"px") >= 0)
+call("set_event", "to host 2, current generation",
+     lambda: sanlock.set_event(LS, 2, 0, 7, data=9, flags=sanlock.SETEV_CUR_GENERATION))
+call("set_event", "second event without replace",
+     lambda: sanlock.set_event(LS, 2, 0, 8, flags=sanlock.SETEV_CUR_GENERATION))
+call("set_event", "replace",
+     lambda: sanlock.set_event(LS, 2, 0, 8, flags=sanlock.SETEV_CUR_GENERATION
+                               | sanlock.SETEV_REPLACE_EVENT))
+call("set_event", "clear", lambda: sanlock.set_event(LS, 2, 0, 0,
+                                                      flags=sanlock.SETEV_CLEAR_EVENT))
+call("set_event", "unknown lockspace",
+     lambda: sanlock.set_event(b"px", 2, 0, 7, flags=sanlock.SETEV_CUR_GENERATION))
+_efd = sanlock.reg_event(LS)
+call("get_event", "none pending", lambda: sanlock.get_event(_efd))
+call("end_event", "right", lambda: sanlock.end_event(_efd, LS))
+_efd2 = sanlock.reg_event(LS)
+call("end_event", "unknown lockspace", lambda: sanlock.end_event(_efd2, b"px"))
 
 call("rem_lockspace", "other host_id", lambda: sanlock.rem_lockspace(LS, 2, PATH, 0),
      writes=True)
