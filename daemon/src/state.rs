@@ -193,6 +193,28 @@ impl Daemon {
             .cloned()
     }
 
+    /// What the daemon is doing, for sd_notify STATUS=: joined lockspaces, leases held
+    /// (orphans included) and registered clients.
+    pub fn summary(&self) -> crate::notify::Summary {
+        let spaces: Vec<_> = lock(&self.spaces).clone();
+        let lockspaces = spaces
+            .iter()
+            .filter(|s| s.snapshot_phase() == crate::lockspace::Phase::Joined)
+            .count();
+        let leases = lock(&self.resources).len();
+        let clients = lock(&self.clients)
+            .slots
+            .values()
+            .filter(|c| c.registered)
+            .count();
+        crate::notify::Summary {
+            lockspaces,
+            leases,
+            clients,
+            watchdog: self.cfg.use_watchdog,
+        }
+    }
+
     pub fn is_shutting_down(&self) -> bool {
         self.shutdown.load(Ordering::SeqCst)
     }
