@@ -4,16 +4,21 @@
 mod client;
 mod direct;
 mod disk;
+mod manpages;
 mod spec;
 mod sys;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// lockd: a shared-storage lease manager compatible with sanlock.
+///
+/// `lockd direct ...` reads and writes lease areas on storage without a daemon; the other
+/// commands talk to a running lockd (or sanlock) daemon through sanlock.sock in
+/// LOCKD_RUN_DIR (default /run/lockd); `lockd daemon` runs the daemon.
 #[derive(Debug, Parser)]
-#[command(name = "lockd", version, about)]
+#[command(name = "lockd", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -69,6 +74,11 @@ enum Command {
     Version(client::daemon_cmds::VersionArgs),
     /// Stop the daemon.
     Shutdown(client::daemon_cmds::ShutdownArgs),
+    /// Print a shell completion script (bash, zsh, fish, ...).
+    Completions(manpages::CompletionsArgs),
+    /// Generate the man pages: lockd(8) and one per subcommand, lockd-daemon(8), wdmd(8),
+    /// lockd.toml(5).
+    Man(manpages::ManArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -147,6 +157,8 @@ fn main() -> ExitCode {
         Command::Status(a) => client::daemon_cmds::status(a),
         Command::Version(a) => client::daemon_cmds::version(a),
         Command::Shutdown(a) => client::daemon_cmds::shutdown(a),
+        Command::Completions(a) => manpages::completions(a, Cli::command()),
+        Command::Man(a) => manpages::man(a, Cli::command()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
