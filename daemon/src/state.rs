@@ -40,6 +40,9 @@ pub struct Token {
     pub shared: bool,
     pub persistent: bool,
     pub lver: u64,
+    /// When the client asked for it (daemon monotime, s): `acquired=` in STATUS details
+    /// (a lockd addition; `lockd status` shows "held for" from it).
+    pub acquired: u64,
 }
 
 impl Token {

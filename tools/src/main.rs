@@ -68,8 +68,12 @@ enum Command {
     Elect(client::elect::ElectArgs),
     /// Show who leads (holds) a lease now, with its fencing token and host state.
     Leader(client::elect::LeaderArgs),
-    /// Show daemon, clients, lockspaces and resources.
+    /// Show lockspaces (with seconds until renewal failure and watchdog reset), hosts,
+    /// leases and clients; `--format sanlock` for sanlock's lines.
     Status(client::daemon_cmds::StatusArgs),
+    /// Explain the fencing timeline of each lockspace: when this host and each other host
+    /// renews, warns, fails, escalates kills, is reset, and may lose its leases.
+    Explain(client::status::ExplainArgs),
     /// Show the daemon's version.
     Version(client::daemon_cmds::VersionArgs),
     /// Stop the daemon.
@@ -155,6 +159,7 @@ fn main() -> ExitCode {
         Command::Rindex(c) => client::rindex::run(c),
         Command::Lvb(c) => client::lvb::run(c),
         Command::Status(a) => client::daemon_cmds::status(a),
+        Command::Explain(a) => client::status::explain(a),
         Command::Version(a) => client::daemon_cmds::version(a),
         Command::Shutdown(a) => client::daemon_cmds::shutdown(a),
         Command::Completions(a) => manpages::completions(a, Cli::command()),

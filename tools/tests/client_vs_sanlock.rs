@@ -115,7 +115,7 @@ fn lockd_cli_drives_a_real_sanlock_daemon() {
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
     assert_eq!(comm.trim(), "sleep");
 
-    let status = lockd_ok(&daemon, &["status"]);
+    let status = lockd_ok(&daemon, &["status", "--format", "sanlock"]);
     assert!(status.contains(&format!("s cli:1:{p}:0")), "{status}");
     assert!(
         status.contains("r cli:vm1:") && status.contains(&format!("p {pid}")),
