@@ -21,6 +21,9 @@ step "unit, property and system tests"
 cargo build --workspace --bins --examples
 cargo test --workspace
 
+step "systemd units (systemd-analyze verify against the built binaries)"
+bash packaging/verify-units.sh
+
 step "deterministic simulation (lease-core)"
 bash scripts/sim.sh
 

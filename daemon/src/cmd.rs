@@ -750,6 +750,7 @@ pub(crate) fn acquire_one(
         shared,
         persistent: r.head.flags & SANLK_RES_PERSISTENT != 0,
         lver: 0,
+        acquired: crate::sys::monotime(),
     };
     {
         let mut res = lock(&d.resources);
@@ -1152,12 +1153,13 @@ fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
             for t in &c.tokens {
                 let lr = res.get(&t.key());
                 let text = format!(
-                    "list=held flags={:x} sector_size={} align_size={} lver={} reused=0 res_id=0 token_id={}",
+                    "list=held flags={:x} sector_size={} align_size={} lver={} reused=0 res_id=0 token_id={} acquired={}",
                     if t.shared { SANLK_RES_SHARED } else { 0 },
                     lr.map_or(0, |l| l.held.sector_size()),
                     lr.map_or(0, |l| l.held.align_size()),
                     t.lver,
                     t.token_id,
+                    t.acquired,
                 );
                 State::encode_with_text(
                     SANLK_STATE_RESOURCE,
@@ -1271,6 +1273,7 @@ mod tests {
             shared: false,
             persistent: false,
             lver: 3,
+            acquired: 0,
         };
         assert_eq!(
             token_state_string(&t),

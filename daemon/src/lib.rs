@@ -204,11 +204,9 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
             }
         })
         .map_err(DaemonError::Thread)?;
-    d.notifier.notify(if d.cfg.use_watchdog {
-        "READY=1\nSTATUS=lockd running; watchdog on"
-    } else {
-        "READY=1\nSTATUS=lockd running; watchdog off (-w 0)"
-    });
+    // The socket was bound and is listening before the listener thread started, so
+    // clients connecting after READY=1 are accepted.
+    d.notifier.ready(&d.summary().to_string());
 
     // Wait for shutdown, then for lockspaces to go (their threads release delta leases).
     {
@@ -220,7 +218,7 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
             };
         }
     }
-    d.notifier.notify("STOPPING=1\nSTATUS=lockd stopping");
+    d.notifier.stopping("lockd stopping");
     wait_spaces_gone(&d);
     let _ = monitor.join();
     // Wake the listener so it sees the shutdown flag, then close client connections.

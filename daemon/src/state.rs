@@ -40,6 +40,9 @@ pub struct Token {
     pub shared: bool,
     pub persistent: bool,
     pub lver: u64,
+    /// When the client asked for it (daemon monotime, s): `acquired=` in STATUS details
+    /// (a lockd addition; `lockd status` shows "held for" from it).
+    pub acquired: u64,
 }
 
 impl Token {
@@ -191,6 +194,28 @@ impl Daemon {
             .iter()
             .find(|s| s.name.same_as(name))
             .cloned()
+    }
+
+    /// What the daemon is doing, for sd_notify STATUS=: joined lockspaces, leases held
+    /// (orphans included) and registered clients.
+    pub fn summary(&self) -> crate::notify::Summary {
+        let spaces: Vec<_> = lock(&self.spaces).clone();
+        let lockspaces = spaces
+            .iter()
+            .filter(|s| s.snapshot_phase() == crate::lockspace::Phase::Joined)
+            .count();
+        let leases = lock(&self.resources).len();
+        let clients = lock(&self.clients)
+            .slots
+            .values()
+            .filter(|c| c.registered)
+            .count();
+        crate::notify::Summary {
+            lockspaces,
+            leases,
+            clients,
+            watchdog: self.cfg.use_watchdog,
+        }
     }
 
     pub fn is_shutting_down(&self) -> bool {

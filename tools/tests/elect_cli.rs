@@ -280,7 +280,7 @@ fn bad_input_gives_clear_errors_and_holds_nothing() {
     // Nothing held afterwards.
     let v = s.leader_json("lead", "1M");
     assert_eq!(v["state"], "none", "{v}");
-    let (ok, out) = lockd(&s.run_dir, &["status"]);
+    let (ok, out) = lockd(&s.run_dir, &["status", "--format", "sanlock"]);
     assert!(ok, "{out}");
     assert!(!out.contains("el:lead"), "no lease left in status: {out}");
 }
