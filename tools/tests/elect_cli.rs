@@ -274,7 +274,7 @@ fn bad_input_gives_clear_errors_and_holds_nothing() {
     assert!(!ok && out.contains("invalid lease"), "{out}");
     let (ok, out) = lockd(&s.run_dir, &["leader", "-r", &s.spec("nofmt", "3M")]);
     assert!(
-        !ok && out.contains("leader of el:nofmt") && out.contains("SANLK_"),
+        !ok && out.contains("leader of el:nofmt") && out.contains("(-22)"),
         "{out}"
     );
     // Nothing held afterwards.
