@@ -575,3 +575,28 @@ fn leader_num_hosts_past_the_area_is_refused() {
         "{e}"
     );
 }
+
+/// The release-build invariants check only our own state: a slot of ours on disk that no
+/// correct host writes (bal far above mbal, valid checksum) is not a panic.
+#[test]
+fn forged_own_slot_with_bal_above_mbal_does_not_trip_an_invariant() {
+    let (d, c, a, _b) = two_hosts();
+    let mut forged = PaxosDblock {
+        mbal: 1,
+        bal: u64::MAX - 1,
+        inp: 2,
+        inp2: 1,
+        inp3: 77,
+        lver: 1,
+        ..Default::default()
+    };
+    forged.seal();
+    let mut sector = vec![0u8; 512];
+    encode_dblock_sector(&forged, &ModeBlock::default(), &mut sector);
+    d.put(RES_OFFSET + dblock_sector(1) * 512, &sector);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.acquire(&d, &c, &ex())));
+    let t = r.expect("a forged dblock must not panic").expect("acquire");
+    // The forged value was dropped, as sanlock drops it: we own version 1.
+    assert_eq!((t.lver(), t.leader.owner_id), (1, 1));
+    assert!(t.dblock.mbal >= t.dblock.bal);
+}
