@@ -58,6 +58,8 @@ pub enum Mode {
 }
 
 /// Deliberate algorithm bugs, used only by the simulator to prove that its checker can fail.
+/// Only with the `sim` feature: production builds cannot carry them.
+#[cfg(feature = "sim")]
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlantedBug {
@@ -83,7 +85,8 @@ pub struct AcquireOptions {
     pub new_num_hosts: Option<u64>,
     /// Retries of a shared acquire that meets a SHORT_HOLD owner (sanlock `sh_retries`, 8).
     pub sh_retries: u32,
-    /// Simulator only.
+    /// Simulator only (feature `sim`).
+    #[cfg(feature = "sim")]
     #[doc(hidden)]
     pub planted_bug: Option<PlantedBug>,
 }
@@ -97,6 +100,7 @@ impl Default for AcquireOptions {
             lvb: false,
             new_num_hosts: None,
             sh_retries: 8,
+            #[cfg(feature = "sim")]
             planted_bug: None,
         }
     }
@@ -395,6 +399,7 @@ struct BallotCtx<'a> {
     num_hosts: u64,
     /// Our mode block during the ballot: SHARED when converting sh→ex, else zero.
     our_mode: ModeBlock,
+    #[cfg(feature = "sim")]
     bug: Option<PlantedBug>,
 }
 
@@ -545,6 +550,7 @@ async fn run_ballot<D: Disk, C: Clock>(
     }
     dblock.bal = dblock.mbal;
     dblock.seal();
+    #[cfg(feature = "sim")]
     if c.bug == Some(PlantedBug::SkipPhase2) {
         return Ok(BallotResult { dblock });
     }
@@ -653,6 +659,7 @@ async fn wait_for_owner<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                     leader: Some(*cur),
                 });
             }
+            #[cfg(feature = "sim")]
             if opts.planted_bug == Some(PlantedBug::NoHostDeadWait) {
                 return Ok(OwnerVerdict::Run);
             }
@@ -799,6 +806,7 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             generation: gen,
             num_hosts: cur.num_hosts,
             our_mode,
+            #[cfg(feature = "sim")]
             bug: opts.planted_bug,
         };
         let mut first = true;

@@ -16,9 +16,9 @@ use crate::error::LeaseError;
 use crate::exec::block_on;
 use crate::io::Clock;
 use crate::monitor::{HostMonitor, HostObserver};
-use crate::paxos::{
-    self, AcquireOptions, HostContext, Mode, PlantedBug, RequestLver, ResourceParams,
-};
+#[cfg(feature = "sim")]
+use crate::paxos::PlantedBug;
+use crate::paxos::{self, AcquireOptions, HostContext, Mode, RequestLver, ResourceParams};
 use crate::testutil::{ls_params, res_params, MemDisk, TestClock, RES_OFFSET};
 
 /// One simulated host: its lockspace membership and monitor.
@@ -184,6 +184,7 @@ fn held_by_dead_host_waits_host_dead_then_takes_it() {
     assert_eq!(leader(&d).owner_id, 1);
 }
 
+#[cfg(feature = "sim")]
 #[test]
 fn planted_no_host_dead_wait_takes_a_live_looking_owner_early() {
     let (d, c, mut a, b) = two_hosts();
@@ -263,6 +264,7 @@ fn ballot_collision_adopts_an_accepted_value() {
     assert_eq!((l.lver, l.owner_id, l.timestamp, l.write_id), (1, 2, 77, 1));
 }
 
+#[cfg(feature = "sim")]
 #[test]
 fn planted_skip_phase2_commits_after_phase_one() {
     let (d, c, a, _b) = two_hosts();
