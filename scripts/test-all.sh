@@ -20,6 +20,14 @@ step "clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
+step "minimum Rust version"
+# rust-version in Cargo.toml is the oldest rustc the crates build with (1.87:
+# u64::is_multiple_of). The tests need 1.88, the minimum of proptest 1.12 (a
+# dev-dependency), so only the libraries and binaries are checked with it.
+msrv=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' Cargo.toml)
+rustup toolchain install "$msrv" --profile minimal
+cargo +"$msrv" check --workspace --all-features
+
 step "unit, property and system tests"
 # `lockd-sim` needs lease-core's `sim` feature; the production binaries are built without.
 cargo build --workspace --bins
