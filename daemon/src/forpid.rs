@@ -109,7 +109,7 @@ fn acquire_for_pid(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> i32 {
             // confuse release and escalation.
             return -libc::EEXIST;
         }
-        let Some(ci) = clients.add(-1, pid, conn.cred.uid, None) else {
+        let Ok(ci) = clients.add(-1, pid, conn.cred.uid, None) else {
             return -libc::EMFILE;
         };
         if let Some(c) = clients.slots.get_mut(&ci) {

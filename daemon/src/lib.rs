@@ -113,6 +113,19 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
     // The helper is forked first, while we are single-threaded.
     let helper = helper::Helper::start().map_err(DaemonError::Helper)?;
     sys::ignore_sigpipe().map_err(DaemonError::Signals)?;
+    // Two fds per client slot (the connection and the clone kept to shut it down), plus
+    // disks, the io_uring rings and the log: ask for room well beyond that.
+    let want_fds = (state::MAX_CLIENTS as u64).saturating_mul(4);
+    match sys::raise_nofile_limit(want_fds) {
+        Ok(n) if n >= want_fds => {}
+        Ok(n) => warn!(
+            limit = n,
+            want = want_fds,
+            "RLIMIT_NOFILE is below what a full client table needs; connections may be \
+             refused early"
+        ),
+        Err(e) => warn!(error = %e, "cannot raise RLIMIT_NOFILE"),
+    }
     sys::block_signals().map_err(DaemonError::Signals)?;
     std::fs::create_dir_all(&cfg.run_dir).map_err(|source| DaemonError::RunDir {
         path: cfg.run_dir.clone(),

@@ -155,6 +155,29 @@ pub fn detach(log: &File) -> io::Result<()> {
     Ok(())
 }
 
+/// Raises the soft RLIMIT_NOFILE to at least `want` (bounded by the hard limit) and
+/// returns the soft limit now in force. systemd starts services with a soft limit of 1024,
+/// fewer than two fds for each of the 1,024 client slots.
+pub fn raise_nofile_limit(want: u64) -> io::Result<u64> {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit through a pointer to a live local.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if rl.rlim_cur >= want || rl.rlim_cur >= rl.rlim_max {
+        return Ok(rl.rlim_cur);
+    }
+    rl.rlim_cur = want.min(rl.rlim_max);
+    // SAFETY: setrlimit reads one rlimit through a pointer to a live local.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &rl) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rl.rlim_cur)
+}
+
 /// Number of threads of this process (from /proc), to assert the fork precondition.
 pub fn thread_count() -> usize {
     std::fs::read_dir("/proc/self/task")
