@@ -215,6 +215,44 @@ impl Client {
         Ok(h.result())
     }
 
+    /// lockd's ACQUIRE_FOR_PID: leases held for process `pid`, which need not register;
+    /// the daemon releases them when the process exits and runs `killpath` (with the pid
+    /// appended) first when they are lost. Returns the result code.
+    pub fn acquire_for_pid(
+        &mut self,
+        pid: i32,
+        flags: u32,
+        resources: &[Resource],
+        killpath: Option<(&str, &str)>,
+    ) -> Result<i32, ClientError> {
+        let mut p = vec![0u8; SANLK_HELPER_PATH_LEN + SANLK_HELPER_ARGS_LEN];
+        if let Some((path, args)) = killpath {
+            let (pb, ab) = (path.as_bytes(), args.as_bytes());
+            if pb.len() >= SANLK_HELPER_PATH_LEN || ab.len() >= SANLK_HELPER_ARGS_LEN {
+                return Err(WireError::BadField {
+                    what: "killpath",
+                    why: "path and arguments must each be under 128 bytes",
+                }
+                .into());
+            }
+            p[..pb.len()].copy_from_slice(pb);
+            p[SANLK_HELPER_PATH_LEN..SANLK_HELPER_PATH_LEN + ab.len()].copy_from_slice(ab);
+        }
+        for r in resources {
+            r.encode_into(&mut p);
+        }
+        let count = u32::try_from(resources.len()).unwrap_or(u32::MAX);
+        self.set_read_timeout(None)?;
+        let (h, _) = self.call(
+            crate::ext::LOCKD_CMD_ACQUIRE_FOR_PID,
+            flags,
+            pid as u32,
+            count,
+            &p,
+        )?;
+        Ok(h.result())
+    }
+
     /// RELEASE for `target`; resources are sent without disks.
     pub fn release(
         &mut self,

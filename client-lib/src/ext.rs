@@ -25,6 +25,10 @@ use crate::error::WireError;
 pub const LOCKD_CMD_WATCH: u32 = 0x4C4B_0001;
 /// LEADER: who holds a resource lease now, with its fencing token.
 pub const LOCKD_CMD_LEADER: u32 = 0x4C4B_0002;
+/// ACQUIRE_FOR_PID: leases held for a process that did not register; the daemon tracks
+/// the pid and releases them when it exits (data = pid, data2 = count, cmd_flags =
+/// acquire flags; payload: killpath path[128] + args[128], then the resources).
+pub const LOCKD_CMD_ACQUIRE_FOR_PID: u32 = 0x4C4B_0010;
 /// The `cmd` of every message the daemon pushes on a watch connection.
 pub const LOCKD_MSG_WATCH_EVENT: u32 = 0x4C4B_0081;
 

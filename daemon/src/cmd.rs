@@ -334,6 +334,10 @@ pub fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
             crate::watch::handle_watch(d, conn, h);
             After::Keep
         }
+        client_lib::ext::LOCKD_CMD_ACQUIRE_FOR_PID => {
+            crate::forpid::handle(d, conn, h);
+            After::Keep
+        }
         client_lib::ext::LOCKD_CMD_LEADER => {
             match conn.recv_resource() {
                 Ok(Ok(res)) => match crate::watch::leader(d, &res) {
@@ -721,7 +725,12 @@ fn acquire(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
     }
 }
 
-fn acquire_one(d: &Arc<Daemon>, ci: u32, r: &wire::Resource, cmd_flags: u32) -> Result<Token, i32> {
+pub(crate) fn acquire_one(
+    d: &Arc<Daemon>,
+    ci: u32,
+    r: &wire::Resource,
+    cmd_flags: u32,
+) -> Result<Token, i32> {
     let shared = r.head.flags & SANLK_RES_SHARED != 0;
     let key = (r.head.lockspace_name, r.head.name);
     let space = lockspace::joined(d, &r.head.lockspace_name)?;
@@ -741,6 +750,7 @@ fn acquire_one(d: &Arc<Daemon>, ci: u32, r: &wire::Resource, cmd_flags: u32) -> 
         shared,
         persistent: r.head.flags & SANLK_RES_PERSISTENT != 0,
         lver: 0,
+        acquired: crate::sys::monotime(),
     };
     {
         let mut res = lock(&d.resources);
@@ -1145,12 +1155,13 @@ fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
             for t in &c.tokens {
                 let lr = res.get(&t.key());
                 let text = format!(
-                    "list=held flags={:x} sector_size={} align_size={} lver={} reused=0 res_id=0 token_id={}",
+                    "list=held flags={:x} sector_size={} align_size={} lver={} reused=0 res_id=0 token_id={} acquired={}",
                     if t.shared { SANLK_RES_SHARED } else { 0 },
                     lr.map_or(0, |l| l.held.sector_size()),
                     lr.map_or(0, |l| l.held.align_size()),
                     t.lver,
                     t.token_id,
+                    t.acquired,
                 );
                 State::encode_with_text(
                     SANLK_STATE_RESOURCE,
@@ -1264,6 +1275,7 @@ mod tests {
             shared: false,
             persistent: false,
             lver: 3,
+            acquired: 0,
         };
         assert_eq!(
             token_state_string(&t),

@@ -90,6 +90,124 @@ pub struct FileConfig {
     pub socket_group: Option<String>,
 }
 
+/// One key of the TOML file, for lockd.toml(5) (`lockd man`) and the docs.
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigKey {
+    pub key: &'static str,
+    /// TOML type: "string", "integer", "boolean".
+    pub kind: &'static str,
+    /// The command-line option that overrides it, if any.
+    pub option: Option<&'static str>,
+    pub default: &'static str,
+    pub range: &'static str,
+    /// An example value as TOML (also checked to parse in the tests).
+    pub example: &'static str,
+    pub help: &'static str,
+}
+
+/// Every key [`FileConfig`] accepts (a test keeps the two in step).
+pub const CONFIG_KEYS: &[ConfigKey] = &[
+    ConfigKey {
+        key: "our_host_name",
+        kind: "string",
+        option: Some("-e"),
+        default: "<machine-id as UUID>.<hostname>",
+        range: "1..=48 bytes, no NUL",
+        example: "\"host-a.example\"",
+        help: "Name this host writes into its delta leases. Keep it stable across restarts: \
+               a host that finds its own name on a cleanly released host_id rejoins fast.",
+    },
+    ConfigKey {
+        key: "run_dir",
+        kind: "string",
+        option: Some("--run-dir"),
+        default: DEFAULT_RUN_DIR,
+        range: "1..=94 bytes, no NUL",
+        example: "\"/run/lockd\"",
+        help: "Directory of the socket (sanlock.sock) and pid file; the environment \
+               variable LOCKD_RUN_DIR overrides it. Clients find it with LOCKD_RUN_DIR or \
+               SANLOCK_RUN_DIR.",
+    },
+    ConfigKey {
+        key: "use_watchdog",
+        kind: "boolean",
+        option: Some("-w"),
+        default: "true",
+        range: "true or false",
+        example: "true",
+        help: "Arm every lockspace in wdmd, so a host that stops renewing is reset before \
+               other hosts take its leases. false removes that guarantee.",
+    },
+    ConfigKey {
+        key: "io_timeout",
+        kind: "integer",
+        option: Some("-o"),
+        default: "10",
+        range: "1..=255 seconds",
+        example: "10",
+        help: "Seconds one lease I/O may take (sanlock's io_timeout), for lockspaces added \
+               without one. Renewal every 2x, renewal failure after 8x.",
+    },
+    ConfigKey {
+        key: "watchdog_fire_timeout",
+        kind: "integer",
+        option: None,
+        default: "60",
+        range: "5..=300 seconds",
+        example: "60",
+        help: "Seconds after the last keep-alive before the watchdog resets the host. Every \
+               host sharing a lockspace must use the same value.",
+    },
+    ConfigKey {
+        key: "kill_grace_seconds",
+        kind: "integer",
+        option: Some("-g"),
+        default: "40",
+        range: "0..=60 seconds",
+        example: "40",
+        help: "Seconds lease holders get (killpath, then SIGTERM) before SIGKILL when a \
+               lockspace fails.",
+    },
+    ConfigKey {
+        key: "sh_retries",
+        kind: "integer",
+        option: None,
+        default: "8",
+        range: "0..=100",
+        example: "8",
+        help: "Retries of a shared acquire that meets a lease held briefly in exclusive \
+               mode by a host granting another.",
+    },
+    ConfigKey {
+        key: "wdmd_run_dir",
+        kind: "string",
+        option: None,
+        default: DEFAULT_WDMD_RUN_DIR,
+        range: "1..=97 bytes, no NUL",
+        example: "\"/run/wdmd\"",
+        help: "Directory of wdmd's socket; the environment variable WDMD_RUN_DIR \
+               overrides it.",
+    },
+    ConfigKey {
+        key: "log_file",
+        kind: "string",
+        option: Some("--log-file"),
+        default: "/var/log/lockd.log",
+        range: "1..=4095 bytes, no NUL",
+        example: "\"/var/log/lockd.log\"",
+        help: "Log file when the daemon runs in the background (without -D).",
+    },
+    ConfigKey {
+        key: "socket_group",
+        kind: "string",
+        option: Some("-G"),
+        default: "sanlock if that group exists, else the daemon's group",
+        range: "an existing group name or gid",
+        example: "\"sanlock\"",
+        help: "Group owning sanlock.sock (mode 0660).",
+    },
+];
+
 /// Configuration errors.
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -345,6 +463,36 @@ fn host_name_from(machine_id: &str, node: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn config_key_table_matches_file_config() {
+        // Every key in the table parses as a FileConfig key (deny_unknown_fields) ...
+        let mut all = String::new();
+        for k in CONFIG_KEYS {
+            let one = format!("{} = {}\n", k.key, k.example);
+            let parsed: Result<FileConfig, _> = toml::from_str(&one);
+            assert!(parsed.is_ok(), "{}: {:?}", k.key, parsed.err());
+            all.push_str(&one);
+        }
+        // ... and every FileConfig field is in the table (count the Debug fields).
+        let f: FileConfig = toml::from_str(&all).expect("all keys together");
+        let dbg = format!("{f:?}");
+        let fields = dbg.matches(": Some(").count();
+        assert_eq!(
+            fields,
+            CONFIG_KEYS.len(),
+            "FileConfig fields not in CONFIG_KEYS: {dbg}"
+        );
+        let none = format!("{:?}", FileConfig::default())
+            .matches(": None")
+            .count();
+        assert_eq!(
+            none,
+            CONFIG_KEYS.len(),
+            "FileConfig has keys the table lacks"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -183,11 +183,33 @@ pub fn examine_lockspace(d: &Arc<Daemon>, ls: &disk_format::Name) {
 
 /// The daemon's once-a-second loop: our-lease checks and kill escalation.
 pub fn monitor_loop(d: &Arc<Daemon>) {
+    use std::time::{Duration, Instant};
+    const CHECK_EVERY: Duration = Duration::from_millis(1000);
+    // The systemd watchdog is fed from here, so a wedged monitor (the thread that fails
+    // lockspaces and kills holders) gets the daemon restarted/reported by systemd.
+    let wd_every = d.notifier.watchdog_interval();
+    let tick = wd_every.map_or(CHECK_EVERY, |w| {
+        w.clamp(Duration::from_millis(50), CHECK_EVERY)
+    });
+    let mut last_check: Option<Instant> = None;
+    let mut last_ping: Option<Instant> = None;
     while !d.is_shutting_down() || !lock(&d.spaces).is_empty() {
-        for space in lockspace::check_our_leases(d) {
-            kill_holders(d, &space);
+        if let Some(every) = wd_every {
+            if last_ping.is_none_or(|t| t.elapsed() + tick / 2 >= every) {
+                d.notifier.watchdog_ping();
+                last_ping = Some(Instant::now());
+            }
         }
-        std::thread::sleep(std::time::Duration::from_millis(1000));
+        if last_check.is_none_or(|t| t.elapsed() + tick / 2 >= CHECK_EVERY) {
+            last_check = Some(Instant::now());
+            for space in lockspace::check_our_leases(d) {
+                kill_holders(d, &space);
+            }
+            if !d.is_shutting_down() {
+                d.notifier.status_if_changed(&d.summary());
+            }
+        }
+        std::thread::sleep(tick);
     }
 }
 

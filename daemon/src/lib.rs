@@ -11,6 +11,7 @@ pub mod admin;
 pub mod cmd;
 pub mod config;
 pub mod diskio;
+pub mod forpid;
 pub mod helper;
 pub mod kill;
 pub mod lc;
@@ -112,6 +113,19 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
     // The helper is forked first, while we are single-threaded.
     let helper = helper::Helper::start(&cfg.run_dir).map_err(DaemonError::Helper)?;
     sys::ignore_sigpipe().map_err(DaemonError::Signals)?;
+    // Two fds per client slot (the connection and the clone kept to shut it down), plus
+    // disks, the io_uring rings and the log: ask for room well beyond that.
+    let want_fds = (state::MAX_CLIENTS as u64).saturating_mul(4);
+    match sys::raise_nofile_limit(want_fds) {
+        Ok(n) if n >= want_fds => {}
+        Ok(n) => warn!(
+            limit = n,
+            want = want_fds,
+            "RLIMIT_NOFILE is below what a full client table needs; connections may be \
+             refused early"
+        ),
+        Err(e) => warn!(error = %e, "cannot raise RLIMIT_NOFILE"),
+    }
     sys::block_signals().map_err(DaemonError::Signals)?;
     std::fs::create_dir_all(&cfg.run_dir).map_err(|source| DaemonError::RunDir {
         path: cfg.run_dir.clone(),
@@ -208,11 +222,9 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
             }
         })
         .map_err(DaemonError::Thread)?;
-    d.notifier.notify(if d.cfg.use_watchdog {
-        "READY=1\nSTATUS=lockd running; watchdog on"
-    } else {
-        "READY=1\nSTATUS=lockd running; watchdog off (-w 0)"
-    });
+    // The socket was bound and is listening before the listener thread started, so
+    // clients connecting after READY=1 are accepted.
+    d.notifier.ready(&d.summary().to_string());
 
     // Wait for shutdown, then for lockspaces to go (their threads release delta leases).
     {
@@ -224,7 +236,7 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
             };
         }
     }
-    d.notifier.notify("STOPPING=1\nSTATUS=lockd stopping");
+    d.notifier.stopping("lockd stopping");
     wait_spaces_gone(&d);
     let _ = monitor.join();
     // Wake the listener so it sees the shutdown flag, then close client connections.

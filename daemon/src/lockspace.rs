@@ -708,8 +708,8 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
     } else {
         info!(generation = state.generation(), path = ?state.path, "lockspace joined");
         finish_add(space, 0);
-        d.notifier.notify(&format!(
-            "STATUS=joined lockspace {} (watchdog {})",
+        d.notifier.status(&format!(
+            "joined lockspace {} (watchdog {})",
             space.name,
             if wd.is_some() { "armed" } else { "off" }
         ));

@@ -1,38 +1,148 @@
-//! sd_notify: `READY=1` / `STATUS=...` datagrams to `$NOTIFY_SOCKET` when it is set.
+//! systemd notification through the `sd-notify` crate.
+//!
+//! * `READY=1` once `sanlock.sock` is listening ([`Notifier::ready`]);
+//! * `STATUS=` lines saying what the daemon is doing ("2 lockspaces, 3 leases, 1 client;
+//!   watchdog on"), sent again by the monitor loop whenever that text changes
+//!   ([`Notifier::status_if_changed`]), plus one-off lines such as "joined lockspace X";
+//! * `WATCHDOG=1` keep-alives from the monitor loop every half of `WATCHDOG_USEC` when the
+//!   service manager asked for them (`WatchdogSec=`, see [`Notifier::watchdog_interval`]);
+//! * `STOPPING=1` at shutdown.
+//!
+//! Nothing is sent when `NOTIFY_SOCKET` is not set; send errors are logged, never fatal.
 
-use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixDatagram};
-use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
 
-/// A notifier; does nothing when NOTIFY_SOCKET was not set.
+use sd_notify::NotifyState;
+
+/// What the daemon is doing, for `STATUS=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    pub lockspaces: usize,
+    pub leases: usize,
+    pub clients: usize,
+    pub watchdog: bool,
+}
+
+fn plural(n: usize, one: &str) -> String {
+    if n == 1 {
+        format!("{n} {one}")
+    } else {
+        format!("{n} {one}s")
+    }
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}, {}, {}; watchdog {}",
+            plural(self.lockspaces, "lockspace"),
+            plural(self.leases, "lease"),
+            plural(self.clients, "client"),
+            if self.watchdog { "on" } else { "off (-w 0)" }
+        )
+    }
+}
+
+/// A notifier; does nothing when `NOTIFY_SOCKET` was not set.
 pub struct Notifier {
-    target: Option<String>,
+    enabled: bool,
+    /// `WATCHDOG_USEC` when set for this process (`WATCHDOG_PID` unset or ours).
+    watchdog: Option<Duration>,
+    last_status: Mutex<String>,
 }
 
 impl Notifier {
+    /// Reads `NOTIFY_SOCKET`, `WATCHDOG_USEC` and `WATCHDOG_PID`. Call it in the process
+    /// that will send (after daemonizing), as `WATCHDOG_PID` must name that process.
     pub fn from_env() -> Notifier {
+        let enabled = std::env::var_os("NOTIFY_SOCKET").is_some_and(|s| !s.is_empty());
+        let watchdog = sd_notify::watchdog_enabled().filter(|d| !d.is_zero());
         Notifier {
-            target: std::env::var("NOTIFY_SOCKET")
-                .ok()
-                .filter(|s| !s.is_empty()),
+            enabled,
+            watchdog: if enabled { watchdog } else { None },
+            last_status: Mutex::new(String::new()),
         }
     }
 
-    /// Sends one notification (e.g. "READY=1\nSTATUS=..."); errors are logged, not fatal.
-    pub fn notify(&self, text: &str) {
-        let Some(target) = &self.target else { return };
-        let res = (|| -> std::io::Result<()> {
-            let sock = UnixDatagram::unbound()?;
-            if let Some(abs) = target.strip_prefix('@') {
-                let addr = SocketAddr::from_abstract_name(abs.as_bytes())?;
-                sock.send_to_addr(text.as_bytes(), &addr)?;
-            } else {
-                sock.send_to(text.as_bytes(), PathBuf::from(target))?;
-            }
-            Ok(())
-        })();
-        if let Err(e) = res {
-            tracing::warn!(socket = %target, error = %e, "sd_notify failed");
+    fn send(&self, states: &[NotifyState]) {
+        if !self.enabled {
+            return;
         }
+        if let Err(e) = sd_notify::notify(states) {
+            tracing::warn!(error = %e, "sd_notify failed");
+        }
+    }
+
+    /// `READY=1` with a first status line.
+    pub fn ready(&self, status: &str) {
+        *crate::state::lock(&self.last_status) = status.to_string();
+        self.send(&[NotifyState::Ready, NotifyState::Status(status)]);
+    }
+
+    /// A one-off `STATUS=` line (e.g. a join); the next summary change replaces it.
+    pub fn status(&self, status: &str) {
+        self.send(&[NotifyState::Status(status)]);
+    }
+
+    /// Sends `STATUS=` with `summary` when its text differs from the last summary sent.
+    pub fn status_if_changed(&self, summary: &Summary) {
+        let text = summary.to_string();
+        {
+            let mut last = crate::state::lock(&self.last_status);
+            if *last == text {
+                return;
+            }
+            last.clone_from(&text);
+        }
+        self.send(&[NotifyState::Status(&text)]);
+    }
+
+    /// `STOPPING=1` with a status line.
+    pub fn stopping(&self, status: &str) {
+        self.send(&[NotifyState::Stopping, NotifyState::Status(status)]);
+    }
+
+    /// How often to send `WATCHDOG=1`: half of `WATCHDOG_USEC`, as sd_watchdog_enabled(3)
+    /// recommends; `None` when the service manager did not ask for keep-alives.
+    pub fn watchdog_interval(&self) -> Option<Duration> {
+        self.watchdog.map(|d| d / 2)
+    }
+
+    /// One `WATCHDOG=1` keep-alive (nothing when the watchdog is not enabled).
+    pub fn watchdog_ping(&self) {
+        if self.watchdog.is_some() {
+            self.send(&[NotifyState::Watchdog]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_text() {
+        let s = Summary {
+            lockspaces: 3,
+            leases: 1,
+            clients: 0,
+            watchdog: true,
+        };
+        assert_eq!(
+            s.to_string(),
+            "3 lockspaces, 1 lease, 0 clients; watchdog on"
+        );
+        let s = Summary {
+            lockspaces: 1,
+            leases: 5,
+            clients: 2,
+            watchdog: false,
+        };
+        assert_eq!(
+            s.to_string(),
+            "1 lockspace, 5 leases, 2 clients; watchdog off (-w 0)"
+        );
     }
 }

@@ -94,6 +94,9 @@ pub fn acquire(
         io_timeout: space.io_timeout as u16,
         num_hosts_hint: 0,
     };
+    // Needless only without lease-core's `sim` feature: with it (an `--all-features` build)
+    // AcquireOptions has a simulator-only field that the default fills.
+    #[allow(clippy::needless_update)]
     let opts = AcquireOptions {
         mode: if shared {
             Mode::Shared

@@ -14,17 +14,47 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use client_lib::proto::*;
 use client_lib::wire::{self, Header, HEADER_LEN};
 use tracing::{debug, info, warn};
 
-use crate::state::{lock, Daemon};
+use crate::state::{lock, Daemon, Refused};
 use crate::sys::{self, PeerCred};
 
 /// How long a payload may take to arrive once its header did.
 const PAYLOAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// At most one log line per this interval about refused connections (or failed accepts):
+/// a flood of connections must not become a flood of log lines.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Counts events that are logged at most once per [`REFUSAL_LOG_INTERVAL`].
+#[derive(Debug, Default)]
+struct RateLimit {
+    last: Option<Instant>,
+    /// Events not logged since `last`.
+    suppressed: u64,
+}
+
+impl RateLimit {
+    /// Some(events since the last line, this one included) when a line is due now.
+    fn hit(&mut self, now: Instant) -> Option<u64> {
+        let due = self
+            .last
+            .is_none_or(|t| now.saturating_duration_since(t) >= REFUSAL_LOG_INTERVAL);
+        if due {
+            self.last = Some(now);
+            let n = self.suppressed.saturating_add(1);
+            self.suppressed = 0;
+            Some(n)
+        } else {
+            self.suppressed = self.suppressed.saturating_add(1);
+            None
+        }
+    }
+}
 
 /// Binds `<run_dir>/sanlock.sock` with mode 0660 (group `gid` when given).
 pub fn bind(run_dir: &Path, gid: Option<u32>) -> io::Result<UnixListener> {
@@ -42,8 +72,11 @@ pub fn bind(run_dir: &Path, gid: Option<u32>) -> io::Result<UnixListener> {
     Ok(l)
 }
 
-/// Accepts connections until shutdown.
+/// Accepts connections until shutdown. A connection that gets no slot (table full, or its
+/// uid at its bound; see [`crate::state::Clients::add`]) is closed at once.
 pub fn listen_loop(d: Arc<Daemon>, listener: UnixListener) {
+    let mut refusals = RateLimit::default();
+    let mut accept_errors = RateLimit::default();
     for conn in listener.incoming() {
         if d.is_shutting_down() {
             break;
@@ -51,7 +84,9 @@ pub fn listen_loop(d: Arc<Daemon>, listener: UnixListener) {
         let stream = match conn {
             Ok(s) => s,
             Err(e) => {
-                warn!(error = %e, "accept failed");
+                if let Some(n) = accept_errors.hit(Instant::now()) {
+                    warn!(error = %e, failures = n, "accept failed");
+                }
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
@@ -64,10 +99,26 @@ pub fn listen_loop(d: Arc<Daemon>, listener: UnixListener) {
             }
         };
         let clone = stream.try_clone().ok();
-        let ci = lock(&d.clients).add(stream.as_raw_fd(), cred.pid, cred.uid, clone);
-        let Some(ci) = ci else {
-            warn!(pid = cred.pid, "client slots full; closing connection");
-            continue;
+        let ci = match lock(&d.clients).add(stream.as_raw_fd(), cred.pid, cred.uid, clone) {
+            Ok(ci) => ci,
+            Err(why) => {
+                if let Some(n) = refusals.hit(Instant::now()) {
+                    let reason = match why {
+                        Refused::Full => "client slots full",
+                        Refused::UidLimit => "per-uid connection limit reached",
+                    };
+                    warn!(
+                        pid = cred.pid,
+                        uid = cred.uid,
+                        refused = n,
+                        interval_s = REFUSAL_LOG_INTERVAL.as_secs(),
+                        "{reason}; closing connection (refused counts this and the ones not \
+                         logged since the last such line)"
+                    );
+                }
+                // Dropping `stream` here closes the connection at once.
+                continue;
+            }
         };
         let d2 = d.clone();
         let spawned = std::thread::Builder::new()
@@ -265,5 +316,22 @@ fn conn_loop(d: &Arc<Daemon>, conn: &mut Conn) {
             After::Keep => {}
             After::Close => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_logged_once_per_interval_with_a_count() {
+        let mut r = RateLimit::default();
+        let t0 = Instant::now();
+        assert_eq!(r.hit(t0), Some(1));
+        for i in 1..1000 {
+            assert_eq!(r.hit(t0 + Duration::from_millis(i)), None);
+        }
+        assert_eq!(r.hit(t0 + REFUSAL_LOG_INTERVAL), Some(1000));
+        assert_eq!(r.hit(t0 + REFUSAL_LOG_INTERVAL), None);
     }
 }

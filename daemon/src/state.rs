@@ -21,6 +21,24 @@ use crate::observability::LogRing;
 /// Most client slots (sanlock's CLIENT_NALLOC).
 pub const MAX_CLIENTS: usize = 1024;
 
+/// Slots only uid 0 may take: when other uids have filled the rest, root's admin commands
+/// (status, shutdown, rem-lockspace, host_status…) still get a slot.
+pub const ROOT_RESERVED_SLOTS: usize = 32;
+
+/// Most slots one non-root uid may hold at a time, so one uid that opens connections in a
+/// loop cannot take the slots every other uid needs. Root has no per-uid bound (it can use
+/// every slot, the reserve included).
+pub const MAX_CLIENTS_PER_UID: usize = 256;
+
+/// Why [`Clients::add`] refused a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Every slot is taken (for a non-root uid: every slot outside root's reserve).
+    Full,
+    /// This non-root uid already holds [`MAX_CLIENTS_PER_UID`] slots.
+    UidLimit,
+}
+
 /// Locks a mutex, recovering the data if a panicking thread poisoned it (the state is
 /// plain data, consistent at every unlock).
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -40,6 +58,9 @@ pub struct Token {
     pub shared: bool,
     pub persistent: bool,
     pub lver: u64,
+    /// When the client asked for it (daemon monotime, s): `acquired=` in STATUS details
+    /// (a lockd addition; `lockd status` shows "held for" from it).
+    pub acquired: u64,
 }
 
 impl Token {
@@ -88,11 +109,17 @@ pub struct Clients {
 }
 
 impl Clients {
-    /// Adds a slot; None when all MAX_CLIENTS are used.
-    pub fn add(&mut self, fd: i32, pid: i32, uid: u32, stream: Option<UnixStream>) -> Option<u32> {
-        if self.slots.len() >= MAX_CLIENTS {
-            return None;
-        }
+    /// Adds a slot, or says why not: at most [`MAX_CLIENTS`] in all, of which the last
+    /// [`ROOT_RESERVED_SLOTS`] only for uid 0, and at most [`MAX_CLIENTS_PER_UID`] per
+    /// non-root uid.
+    pub fn add(
+        &mut self,
+        fd: i32,
+        pid: i32,
+        uid: u32,
+        stream: Option<UnixStream>,
+    ) -> Result<u32, Refused> {
+        self.admit(uid)?;
         // Lowest free index, like sanlock's slot array (ci values stay small).
         let mut ci = 0;
         while self.slots.contains_key(&ci) {
@@ -120,7 +147,34 @@ impl Clients {
                 stream,
             },
         );
-        Some(ci)
+        assert!(
+            self.slots.len() <= MAX_CLIENTS,
+            "client table holds {} slots, more than {MAX_CLIENTS}",
+            self.slots.len()
+        );
+        Ok(ci)
+    }
+
+    /// Whether a connection from `uid` may take a slot now. A scan of at most MAX_CLIENTS
+    /// slots per accepted connection: cheap, and no second count to keep in step with
+    /// the places that remove slots.
+    fn admit(&self, uid: u32) -> Result<(), Refused> {
+        let used = self.slots.len();
+        if uid == 0 {
+            return if used < MAX_CLIENTS {
+                Ok(())
+            } else {
+                Err(Refused::Full)
+            };
+        }
+        if used >= MAX_CLIENTS - ROOT_RESERVED_SLOTS {
+            return Err(Refused::Full);
+        }
+        let of_uid = self.slots.values().filter(|c| c.uid == uid).count();
+        if of_uid >= MAX_CLIENTS_PER_UID {
+            return Err(Refused::UidLimit);
+        }
+        Ok(())
     }
 
     /// The live registered client with this pid.
@@ -197,6 +251,28 @@ impl Daemon {
             .cloned()
     }
 
+    /// What the daemon is doing, for sd_notify STATUS=: joined lockspaces, leases held
+    /// (orphans included) and registered clients.
+    pub fn summary(&self) -> crate::notify::Summary {
+        let spaces: Vec<_> = lock(&self.spaces).clone();
+        let lockspaces = spaces
+            .iter()
+            .filter(|s| s.snapshot_phase() == crate::lockspace::Phase::Joined)
+            .count();
+        let leases = lock(&self.resources).len();
+        let clients = lock(&self.clients)
+            .slots
+            .values()
+            .filter(|c| c.registered)
+            .count();
+        crate::notify::Summary {
+            lockspaces,
+            leases,
+            clients,
+            watchdog: self.cfg.use_watchdog,
+        }
+    }
+
     pub fn is_shutting_down(&self) -> bool {
         self.shutdown.load(Ordering::SeqCst)
     }
@@ -207,5 +283,47 @@ impl Daemon {
         let mut done = lock(&self.shutdown_mutex);
         *done = true;
         self.shutdown_cond.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fill(c: &mut Clients, uid: u32, n: usize) -> usize {
+        (0..n).filter(|_| c.add(-1, 1, uid, None).is_ok()).count()
+    }
+
+    #[test]
+    fn one_uid_gets_at_most_its_share() {
+        let mut c = Clients::default();
+        assert_eq!(fill(&mut c, 1000, 5000), MAX_CLIENTS_PER_UID);
+        assert_eq!(c.add(-1, 1, 1000, None), Err(Refused::UidLimit));
+        // Another uid is not affected.
+        assert!(c.add(-1, 1, 1001, None).is_ok());
+    }
+
+    #[test]
+    fn root_keeps_its_reserve_when_other_uids_fill_the_table() {
+        let mut c = Clients::default();
+        let mut taken = 0;
+        for uid in 1000..1010 {
+            taken += fill(&mut c, uid, 5000);
+        }
+        assert_eq!(taken, MAX_CLIENTS - ROOT_RESERVED_SLOTS);
+        assert_eq!(c.add(-1, 1, 2000, None), Err(Refused::Full));
+        assert_eq!(fill(&mut c, 0, 5000), ROOT_RESERVED_SLOTS);
+        assert_eq!(c.add(-1, 1, 0, None), Err(Refused::Full));
+        assert_eq!(c.slots.len(), MAX_CLIENTS);
+        // A freed slot is reused, by root or (outside the reserve) anyone.
+        let ci = *c.slots.keys().next().unwrap();
+        c.slots.remove(&ci);
+        assert_eq!(c.add(-1, 1, 0, None), Ok(ci));
+    }
+
+    #[test]
+    fn root_may_use_every_slot() {
+        let mut c = Clients::default();
+        assert_eq!(fill(&mut c, 0, 5000), MAX_CLIENTS);
     }
 }

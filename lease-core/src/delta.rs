@@ -271,6 +271,10 @@ pub async fn acquire<D: Disk, C: Clock>(
     new.owner_generation = leader.owner_generation.wrapping_add(1);
     new.resource_name = p.host_name;
     new.seal();
+    assert!(
+        new.timestamp != 0 && new.owner_id == p.host_id,
+        "delta acquire: we would write a free record or another host_id's"
+    );
     write_own(disk, p, &DeltaSector::from_leader(new), p.io_ms()).await?;
     if path != AcquirePath::NoDelay {
         for _ in 0..delta_short_delay(other_io) {
@@ -333,8 +337,22 @@ pub async fn renew<D: Disk, C: Clock>(
         return Err(LeaseError::RenewDiff);
     }
     let now_ms = clock.now_ms();
+    // Our own record and our own monotonic clock: the timestamp we write never goes
+    // back (it may repeat within one second), and owner and generation stay those of
+    // our acquire. Nothing read from disk enters these.
+    assert!(
+        now_ms >= state.last_success_ms,
+        "delta renew: the monotonic clock went back from {} ms to {now_ms} ms",
+        state.last_success_ms
+    );
     let mut new = state.leader;
     new.timestamp = (now_ms / 1000).max(1);
+    assert!(
+        new.timestamp >= state.leader.timestamp,
+        "delta renew: our timestamp would go back from {} to {}",
+        state.leader.timestamp,
+        new.timestamp
+    );
     new.io_timeout = p.io_timeout & 0xff;
     new.write_id = input.event.target_generation;
     new.write_generation = input.event.event;
@@ -349,6 +367,11 @@ pub async fn renew<D: Disk, C: Clock>(
         state.last_renewal_ok = false;
         return Err(e);
     }
+    assert!(
+        new.owner_generation == state.leader.owner_generation
+            && new.resource_name.same_as(&state.leader.resource_name),
+        "delta renew: our record changed owner"
+    );
     state.leader = new;
     state.last_success_ms = now_ms;
     state.last_renewal_ok = true;

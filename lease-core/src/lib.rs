@@ -2,8 +2,10 @@
 //! its own.
 //!
 //! The algorithms are `async fn`s over two traits, [`Disk`] and [`Clock`]. The daemon runs
-//! them on real disks with [`exec::block_on`]; the deterministic simulator ([`sim`], binary
-//! `lockd-sim`) runs many hosts' futures on one thread over one in-memory image.
+//! them on real disks with [`exec::block_on`]; the deterministic simulator (`sim`, binary
+//! `lockd-sim`) runs many hosts' futures on one thread over one in-memory image. The
+//! simulator and the bugs it plants to prove its checker exist only with the `sim`
+//! feature, which no production crate enables.
 //!
 //! - [`timeouts`]: every formula tying io_timeout and the watchdog together.
 //! - [`delta`]: host_id leases — [`delta::acquire`], [`delta::renew`], [`delta::release`].
@@ -20,6 +22,7 @@ pub mod io;
 pub mod monitor;
 pub mod paxos;
 pub mod rindex;
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod timeouts;
 

@@ -58,6 +58,8 @@ pub enum Mode {
 }
 
 /// Deliberate algorithm bugs, used only by the simulator to prove that its checker can fail.
+/// Only with the `sim` feature: production builds cannot carry them.
+#[cfg(feature = "sim")]
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlantedBug {
@@ -83,7 +85,8 @@ pub struct AcquireOptions {
     pub new_num_hosts: Option<u64>,
     /// Retries of a shared acquire that meets a SHORT_HOLD owner (sanlock `sh_retries`, 8).
     pub sh_retries: u32,
-    /// Simulator only.
+    /// Simulator only (feature `sim`).
+    #[cfg(feature = "sim")]
     #[doc(hidden)]
     pub planted_bug: Option<PlantedBug>,
 }
@@ -97,6 +100,7 @@ impl Default for AcquireOptions {
             lvb: false,
             new_num_hosts: None,
             sh_retries: 8,
+            #[cfg(feature = "sim")]
             planted_bug: None,
         }
     }
@@ -395,6 +399,7 @@ struct BallotCtx<'a> {
     num_hosts: u64,
     /// Our mode block during the ballot: SHARED when converting sh→ex, else zero.
     our_mode: ModeBlock,
+    #[cfg(feature = "sim")]
     bug: Option<PlantedBug>,
 }
 
@@ -491,14 +496,36 @@ async fn run_ballot<D: Disk, C: Clock>(
     // accepted for this lver (as Disk Paxos does): it may have been chosen, and a ballot
     // that forgets it can choose another value for the same lver after a leader write
     // landed late and took the leader back to an older lver (found by the simulator).
+    // Only a value accepted at a ballot below ours can be kept: our slot as read from disk
+    // with bal above our mbal is corrupt (bal never exceeds mbal), and is dropped as
+    // sanlock drops every value here.
     let prev = slot.last;
-    if prev.lver == next_lver && prev.bal != 0 && prev.inp != 0 {
+    if prev.lver == next_lver && prev.bal != 0 && prev.inp != 0 && prev.bal <= our_mbal {
         dblock.bal = prev.bal;
         dblock.inp = prev.inp;
         dblock.inp2 = prev.inp2;
         dblock.inp3 = prev.inp3;
     }
     dblock.seal();
+    // Invariants of every phase-1 dblock we write, whatever the disk held: our mbal is
+    // above every mbal of the area and of our earlier ballots (step C and the abort
+    // path compute it so), and the ballot we accepted is never above the one we promised.
+    assert!(
+        dblock.mbal > prev.mbal,
+        "paxos phase 1: our new mbal {} is not above the mbal {} our slot held",
+        dblock.mbal,
+        prev.mbal
+    );
+    assert!(
+        dblock.mbal >= dblock.bal,
+        "paxos phase 1: we would write bal {} above our mbal {}",
+        dblock.bal,
+        dblock.mbal
+    );
+    assert_eq!(
+        dblock.lver, next_lver,
+        "paxos phase 1: our dblock is for another lease version"
+    );
     // Phase 1.
     let w = write_slot(disk, c.res, c.g, c.host_id, &dblock, &c.our_mode).await;
     slot.last = dblock;
@@ -523,6 +550,7 @@ async fn run_ballot<D: Disk, C: Clock>(
     }
     dblock.bal = dblock.mbal;
     dblock.seal();
+    #[cfg(feature = "sim")]
     if c.bug == Some(PlantedBug::SkipPhase2) {
         return Ok(BallotResult { dblock });
     }
@@ -631,6 +659,7 @@ async fn wait_for_owner<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                     leader: Some(*cur),
                 });
             }
+            #[cfg(feature = "sim")]
             if opts.planted_bug == Some(PlantedBug::NoHostDeadWait) {
                 return Ok(OwnerVerdict::Run);
             }
@@ -706,6 +735,13 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
 ) -> Result<Committed, AcquireFail> {
     let host_id = host.lockspace.host_id;
     let gen = host.generation;
+    if host_id == 0 {
+        return Err(LeaseError::InvalidHostId {
+            host_id,
+            max_hosts: res.geometry.max_hosts(),
+        }
+        .into());
+    }
     let mut slot = Slot {
         last: PaxosDblock::default(),
         proposed: Vec::new(),
@@ -756,6 +792,13 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                 .checked_add(cur.max_hosts + host_id)
                 .ok_or(LeaseError::Invalid("ballot numbers exhausted"))?
         };
+        // host_id ≥ 1 (checked on entry) and max_hosts ≥ 1 (check_num_hosts), so this
+        // holds for any area read from disk.
+        assert!(
+            our_mbal > area.max_mbal,
+            "paxos step C: our mbal {our_mbal} is not above the largest on disk {}",
+            area.max_mbal
+        );
         let ctx = BallotCtx {
             res,
             g,
@@ -763,6 +806,7 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             generation: gen,
             num_hosts: cur.num_hosts,
             our_mode,
+            #[cfg(feature = "sim")]
             bug: opts.planted_bug,
         };
         let mut first = true;
@@ -832,6 +876,20 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
         };
         // Step E: commit.
         let d = ballot.dblock;
+        // The winning ballot is the one phase 2 wrote: accepted at our own mbal, for the
+        // version this instance decides, which is newer than the leader we started from.
+        assert!(
+            d.bal == d.mbal && d.bal == our_mbal,
+            "paxos commit: the winning dblock (mbal {}, bal {}) is not our ballot {our_mbal}",
+            d.mbal,
+            d.bal
+        );
+        assert!(
+            d.lver == next_lver && next_lver > cur.lver,
+            "paxos commit: lease version {} does not follow the leader's {}",
+            d.lver,
+            cur.lver
+        );
         let mut new = cur;
         new.lver = d.lver;
         new.owner_id = d.inp;
@@ -851,6 +909,15 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             }
         }
         new.seal();
+        assert!(
+            (new.owner_id, new.owner_generation, new.timestamp, new.lver)
+                == (d.inp, d.inp2, d.inp3, d.lver),
+            "paxos commit: the leader's owner {}:{} is not the winning ballot's value {}:{}",
+            new.owner_id,
+            new.owner_generation,
+            d.inp,
+            d.inp2
+        );
         if let Err(e) = write_leader(disk, res, g, &new).await {
             retract(disk, clock, &ctx, &d, next_lver).await;
             return Err(e.into());
@@ -869,6 +936,13 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                 leader: Some(new),
             });
         }
+        // We hold it only through a value this acquire proposed, so under our identity.
+        assert!(
+            new.owner_id == host_id && new.owner_generation == gen,
+            "paxos commit: we return a lease owned by {}:{}, not by us ({host_id}:{gen})",
+            new.owner_id,
+            new.owner_generation
+        );
         return Ok(Committed {
             leader: new,
             dblock: d,

@@ -405,6 +405,14 @@ async fn write_entry<D: Disk>(
     i: u32,
     entry: &RindexEntry,
 ) -> Result<(), RindexError> {
+    // Every caller found `i` among the searched slots, and max_resources never counts
+    // more entries than the area read holds (verify_header caps it).
+    assert!(
+        i < rx.max_resources && rx.entry_pos(i) + RINDEX_ENTRY_LEN <= area.len(),
+        "rindex: entry {i} is outside the {} searched slots / {}-byte area",
+        rx.max_resources,
+        area.len()
+    );
     let pos = rx.entry_pos(i);
     entry.encode_into(&mut area[pos..pos + RINDEX_ENTRY_LEN]);
     let sector = rx.geometry.sector_bytes() as usize;
@@ -606,6 +614,13 @@ where
         ..AcquireOptions::default()
     };
     let token = paxos::acquire(disk, clock, host, &rx.lease_params(p), &opts).await?;
+    // The index is changed only under the rindex_lease, held exclusively by us.
+    assert!(
+        token.mode == paxos::Mode::Exclusive
+            && token.leader.owner_id == host.lockspace.host_id
+            && token.leader.owner_generation == host.generation,
+        "rindex: changing the index without holding its lease"
+    );
     let out = body().await;
     let released = paxos::release(disk, clock, &token).await;
     match (out, released) {

@@ -4,16 +4,21 @@
 mod client;
 mod direct;
 mod disk;
+mod manpages;
 mod spec;
 mod sys;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// lockd: a shared-storage lease manager compatible with sanlock.
+///
+/// `lockd direct ...` reads and writes lease areas on storage without a daemon; the other
+/// commands talk to a running lockd (or sanlock) daemon through sanlock.sock in
+/// LOCKD_RUN_DIR (default /run/lockd); `lockd daemon` runs the daemon.
 #[derive(Debug, Parser)]
-#[command(name = "lockd", version, about)]
+#[command(name = "lockd", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -63,12 +68,21 @@ enum Command {
     Elect(client::elect::ElectArgs),
     /// Show who leads (holds) a lease now, with its fencing token and host state.
     Leader(client::elect::LeaderArgs),
-    /// Show daemon, clients, lockspaces and resources.
+    /// Show lockspaces (with seconds until renewal failure and watchdog reset), hosts,
+    /// leases and clients; `--format sanlock` for sanlock's lines.
     Status(client::daemon_cmds::StatusArgs),
+    /// Explain the fencing timeline of each lockspace: when this host and each other host
+    /// renews, warns, fails, escalates kills, is reset, and may lose its leases.
+    Explain(client::status::ExplainArgs),
     /// Show the daemon's version.
     Version(client::daemon_cmds::VersionArgs),
     /// Stop the daemon.
     Shutdown(client::daemon_cmds::ShutdownArgs),
+    /// Print a shell completion script (bash, zsh, fish, ...).
+    Completions(manpages::CompletionsArgs),
+    /// Generate the man pages: lockd(8) and one per subcommand, lockd-daemon(8), wdmd(8),
+    /// lockd.toml(5).
+    Man(manpages::ManArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -145,8 +159,11 @@ fn main() -> ExitCode {
         Command::Rindex(c) => client::rindex::run(c),
         Command::Lvb(c) => client::lvb::run(c),
         Command::Status(a) => client::daemon_cmds::status(a),
+        Command::Explain(a) => client::status::explain(a),
         Command::Version(a) => client::daemon_cmds::version(a),
         Command::Shutdown(a) => client::daemon_cmds::shutdown(a),
+        Command::Completions(a) => manpages::completions(a, Cli::command()),
+        Command::Man(a) => manpages::man(a, Cli::command()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

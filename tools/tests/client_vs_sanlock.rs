@@ -115,11 +115,39 @@ fn lockd_cli_drives_a_real_sanlock_daemon() {
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
     assert_eq!(comm.trim(), "sleep");
 
-    let status = lockd_ok(&daemon, &["status"]);
+    let status = lockd_ok(&daemon, &["status", "--format", "sanlock"]);
     assert!(status.contains(&format!("s cli:1:{p}:0")), "{status}");
     assert!(
         status.contains("r cli:vm1:") && status.contains(&format!("p {pid}")),
         "{status}"
+    );
+
+    // The human table and --json read sanlock's answers too (deadlines from its
+    // renewal_last_success and monotime, hosts from GET_HOSTS).
+    let table = lockd_ok(&daemon, &["status"]);
+    assert!(
+        table.contains("LOCKSPACES (1)") && table.contains("guest1"),
+        "{table}"
+    );
+    let st: serde_json::Value =
+        serde_json::from_str(&lockd_ok(&daemon, &["status", "--json"])).unwrap();
+    let ls = &st["lockspaces"][0];
+    assert_eq!(ls["name"], "cli");
+    let fails = ls["renewal_fails_in_s"]
+        .as_i64()
+        .expect("renewal_fails_in_s from sanlock");
+    assert!(
+        (0..=8).contains(&fails),
+        "io_timeout 1: fails within 8 s: {ls}"
+    );
+    assert!(ls.get("watchdog_fires_in_s").is_some(), "{ls}");
+    assert_eq!(st["leases"][0]["pid"], pid);
+    assert_eq!(st["leases"][0]["holder"], "guest1");
+    let ex: serde_json::Value =
+        serde_json::from_str(&lockd_ok(&daemon, &["explain", "-s", "cli", "--json"])).unwrap();
+    assert_eq!(
+        ex[0]["this_host"]["renewal_fails_at"]["after_last_renewal_s"],
+        8
     );
 
     // The on-disk leader agrees.

@@ -324,7 +324,7 @@ fn killpath_acts_before_escalation() {
             if Instant::now() > deadline {
                 break None;
             }
-            let (_, out) = d.cli(&["status", "-D"]);
+            let (_, out) = d.cli(&["status", "--format", "sanlock", "-D"]);
             if let Some(line) = out
                 .lines()
                 .find(|l| l.contains(&format!("pid={stays_pid} ")))
@@ -666,7 +666,7 @@ fn killpath_pauses_and_destroys_a_libvirt_guest() {
             1,
             "the killpath's own log line (in the daemon's stderr){log}"
         );
-        let (_, st) = a.cli(&["status", "-D"]);
+        let (_, st) = a.cli(&["status", "--format", "sanlock", "-D"]);
         let line = st
             .lines()
             .find(|l| l.contains(&format!("pid={hp} ")))

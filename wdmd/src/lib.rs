@@ -1,6 +1,7 @@
 //! Watchdog multiplexer compatible with sanlock's wdmd and libwdmd.
 //!
 //! * [`proto`]: the 176-byte `wdmd_header` wire format.
+//! * [`cli`]: the `wdmd` command line (clap).
 //! * [`client`]: the libwdmd-compatible client used by lockd.
 //! * [`daemon`]: the wdmd daemon (socket server, test loop, start-up guard).
 //! * [`device`]: watchdog backends (Linux `/dev/watchdog*`, emulated).
@@ -9,6 +10,7 @@
 //!
 //! All `unsafe` code is in the private `sys` module.
 
+pub mod cli;
 pub mod client;
 pub mod daemon;
 pub mod device;

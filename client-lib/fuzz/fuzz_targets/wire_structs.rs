@@ -1,10 +1,12 @@
-//! Every sanlock wire struct decoder on arbitrary bytes: no panics; what decodes
-//! re-encodes to the same bytes where the struct has a fixed layout.
+//! Every sanlock wire struct decoder (and lockd's extension payloads) on arbitrary bytes:
+//! no panics; what decodes re-encodes to the same bytes where the struct has a fixed
+//! layout.
 #![no_main]
 use client_lib::wire::{
     Disk, EventCb, Header, Host, HostEvent, Lockspace, Options, Rentry, Resource, ResourceHead,
     Rindex, State, RENTRY_LEN, RINDEX_LEN,
 };
+use client_lib::ext::{LeaderInfo, WatchEvent, LEADER_INFO_LEN, WATCH_EVENT_LEN};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -36,4 +38,14 @@ fuzz_target!(|data: &[u8]| {
         let re = Rentry::decode(b).expect("exact length decodes");
         assert_eq!(&re.encode()[..], b);
     }
+    if let Ok(e) = WatchEvent::decode(data) {
+        assert_eq!(data.len(), WATCH_EVENT_LEN);
+        assert_eq!(&e.encode()[..], data);
+    }
+    if let Ok(l) = LeaderInfo::decode(data) {
+        // Bytes 80..96 are reserved: not kept.
+        assert_eq!(&l.encode()[..80], &data[..80]);
+        assert!(data.len() >= LEADER_INFO_LEN);
+    }
+    let _ = client_lib::LeaseSpec::parse(&String::from_utf8_lossy(data));
 });

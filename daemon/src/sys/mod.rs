@@ -155,6 +155,29 @@ pub fn detach(log: &File) -> io::Result<()> {
     Ok(())
 }
 
+/// Raises the soft RLIMIT_NOFILE to at least `want` (bounded by the hard limit) and
+/// returns the soft limit now in force. systemd starts services with a soft limit of 1024,
+/// fewer than two fds for each of the 1,024 client slots.
+pub fn raise_nofile_limit(want: u64) -> io::Result<u64> {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit through a pointer to a live local.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if rl.rlim_cur >= want || rl.rlim_cur >= rl.rlim_max {
+        return Ok(rl.rlim_cur);
+    }
+    rl.rlim_cur = want.min(rl.rlim_max);
+    // SAFETY: setrlimit reads one rlimit through a pointer to a live local.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &rl) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rl.rlim_cur)
+}
+
 /// Number of threads of this process (from /proc), to assert the fork precondition.
 pub fn thread_count() -> usize {
     std::fs::read_dir("/proc/self/task")
@@ -279,6 +302,42 @@ pub fn wait_signal() -> io::Result<i32> {
 /// Ignores SIGPIPE so writes to closed sockets return EPIPE instead of killing us.
 pub fn ignore_sigpipe() -> io::Result<()> {
     set_disposition(libc::SIGPIPE, libc::SIG_IGN)
+}
+
+/// `pidfd_open(2)`: a file descriptor that becomes readable when process `pid` exits.
+/// ESRCH when no such process exists.
+pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags by value and returns a new fd or -1; it has
+    // no memory effects in this process.
+    let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = i32::try_from(rc).map_err(|_| io::Error::other("pidfd out of range"))?;
+    // SAFETY: `fd` was just returned by the kernel as a new descriptor that nothing else
+    // owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Waits up to `timeout_ms` for a pidfd to become readable (its process exited).
+pub fn pidfd_wait(fd: &std::os::fd::OwnedFd, timeout_ms: i32) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll reads and writes exactly one pollfd, a live local, for the call.
+    let rc = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(e);
+    }
+    Ok(rc > 0)
 }
 
 #[cfg(test)]

@@ -13,7 +13,11 @@ use super::{check_rv, print_json, Conn};
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Include the daemon's detail strings for every record.
+    /// Output form: tables with deadlines (human) or sanlock's lines (sanlock). With
+    /// --json: the snapshot with deadlines (human) or the raw STATUS records (sanlock).
+    #[arg(long = "format", value_enum, default_value = "human")]
+    pub format: super::status::StatusFormat,
+    /// Include the daemon's detail strings for every record (--format sanlock).
     #[arg(short = 'D', long = "details")]
     pub details: bool,
     #[command(flatten)]
@@ -74,6 +78,9 @@ fn record_json(r: &StateRecord) -> serde_json::Value {
 }
 
 pub fn status(a: &StatusArgs) -> Result<()> {
+    if a.format == super::status::StatusFormat::Human {
+        return super::status::status(&a.conn);
+    }
     let records = a.conn.connect()?.status(4)?;
     if a.conn.json {
         print_json(&serde_json::Value::Array(

@@ -12,6 +12,8 @@ pub mod lockspace;
 pub mod lvb;
 pub mod resource;
 pub mod rindex;
+pub mod status;
+pub mod timeline;
 
 use std::path::PathBuf;
 

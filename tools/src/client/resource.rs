@@ -32,6 +32,11 @@ pub struct AcquireArgs {
     /// Acquire for this registered pid.
     #[arg(short = 'p', long = "pid", conflicts_with = "command")]
     pub pid: Option<i32>,
+    /// Hold the leases for this process, which need not register (lockd only): the
+    /// daemon releases them when it exits, and on lease loss runs --killpath (with the
+    /// pid appended), then SIGTERM, then SIGKILL.
+    #[arg(long = "for-pid", conflicts_with_all = ["command", "pid"])]
+    pub for_pid: Option<i32>,
     /// Fail at once (SANLK_ACQUIRE_OWNED_RETRY) instead of waiting on an owner whose
     /// liveness is not yet known.
     #[arg(long)]
@@ -46,8 +51,7 @@ pub struct AcquireArgs {
     /// Program the daemon runs (instead of SIGTERM) when the lease must be given up.
     #[arg(long)]
     pub killpath: Option<String>,
-    /// Arguments for the killpath program (one string, split on spaces; may start with
-    /// `-`, e.g. `--killpath-args "--signal TERM"`).
+    /// Arguments for the killpath program.
     #[arg(long = "killpath-args", default_value = "", allow_hyphen_values = true)]
     pub killpath_args: String,
     /// Forbid the daemon a signal when it must stop the command: `sigkill` (it then uses
@@ -129,6 +133,33 @@ pub fn acquire(a: &AcquireArgs) -> Result<()> {
         .iter()
         .map(|r| format!("{}:{}", r.head.lockspace_name, r.head.name))
         .collect();
+    if let Some(pid) = a.for_pid {
+        let killpath = a.killpath.as_deref().map(|p| (p, a.killpath_args.as_str()));
+        let rv = a
+            .conn
+            .connect()?
+            .acquire_for_pid(pid, flags, &resources, killpath)?;
+        if a.conn.json {
+            print_json(&json!({"op": "acquire", "for_pid": pid, "resources": names, "result": rv}));
+        }
+        let why = match rv {
+            -3 => " (no such process, or it has exited)",
+            -1 => " (the process belongs to another user)",
+            -17 => " (already held, or the process is registered itself)",
+            _ => "",
+        };
+        check_rv(
+            &format!("acquire {} for process {pid}{why}", names.join(" ")),
+            rv,
+        )?;
+        if !a.conn.json {
+            println!(
+                "acquired {} for process {pid}; released when it exits",
+                names.join(" ")
+            );
+        }
+        return Ok(());
+    }
     if let Some(pid) = a.pid {
         let rv = a
             .conn

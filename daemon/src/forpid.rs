@@ -1,0 +1,200 @@
+//! Leases for a process that did not register (lockd extension `LOCKD_CMD_ACQUIRE_FOR_PID`,
+//! used by `lockd acquire --for-pid` and hypervisor hooks).
+//!
+//! The daemon makes a client slot for the pid with no connection, takes the leases on it,
+//! and watches the pid through a pidfd: when the process exits, the slot is closed exactly
+//! as a registered client's connection closing is (its leases are released). While it
+//! lives, the slot is an ordinary registered client: the kill escalation (killpath, then
+//! SIGTERM, then SIGKILL) and requests from other hosts reach it by pid.
+//!
+//! Invariants: the pidfd is opened *before* the slot exists, so the process cannot exit
+//! unnoticed, and a pid is refused unless it names a live, non-zombie process of the
+//! caller's uid (any uid for root). Request payload: a 256-byte killpath (path[128],
+//! args[128]; empty path = none), then `count` sanlk_resources with their disks; header
+//! data = pid, data2 = count, cmd_flags = acquire flags (`SANLK_KILLPATH_PID` in the high
+//! bit field is not used: the pid is always appended to the killpath's arguments).
+
+use std::sync::Arc;
+
+use client_lib::proto::*;
+use client_lib::wire::{self, Header};
+use disk_format::Name;
+use tracing::{info, info_span, warn};
+
+use crate::server::Conn;
+use crate::state::{lock, Daemon, KillPath, Token};
+use crate::sys;
+
+/// Real uid and state letter of `pid` from /proc (None when it is gone).
+fn proc_uid_state(pid: i32) -> Option<(u32, char)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let mut uid = None;
+    let mut state = None;
+    for line in status.lines() {
+        if let Some(v) = line.strip_prefix("Uid:") {
+            uid = v.split_whitespace().next().and_then(|u| u.parse().ok());
+        } else if let Some(v) = line.strip_prefix("State:") {
+            state = v.trim().chars().next();
+        }
+    }
+    Some((uid?, state?))
+}
+
+/// Handles `LOCKD_CMD_ACQUIRE_FOR_PID`; replies with the result.
+pub fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
+    let rv = acquire_for_pid(d, conn, h);
+    conn.reply(h, rv);
+}
+
+fn acquire_for_pid(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> i32 {
+    let pid = h.data as i32;
+    let count = h.data2;
+    if count == 0 || count > SANLK_MAX_RESOURCES {
+        conn.drain(h, 0);
+        return -libc::E2BIG;
+    }
+    let kp = match conn.recv_payload(SANLK_HELPER_PATH_LEN + SANLK_HELPER_ARGS_LEN) {
+        Ok(b) => b,
+        Err(_) => return -libc::ENOTCONN,
+    };
+    let mut wanted = Vec::new();
+    for i in 0..count {
+        match conn.recv_resource() {
+            Ok(Ok(r)) => wanted.push(r),
+            Ok(Err(rv)) => {
+                conn.drain(
+                    h,
+                    SANLK_HELPER_PATH_LEN
+                        + SANLK_HELPER_ARGS_LEN
+                        + (i as usize + 1) * wire::RESOURCE_LEN,
+                );
+                return rv;
+            }
+            Err(_) => return -libc::ENOTCONN,
+        }
+    }
+    if pid <= 0 {
+        return -libc::EINVAL;
+    }
+    // The pidfd first: from here on the process cannot exit unnoticed.
+    let pidfd = match sys::pidfd_open(pid) {
+        Ok(fd) => fd,
+        Err(e) => {
+            info!(pid, error = %e, "acquire for pid refused: no such process");
+            return -libc::ESRCH;
+        }
+    };
+    match proc_uid_state(pid) {
+        None | Some((_, 'Z')) | Some((_, 'X')) => {
+            info!(pid, "acquire for pid refused: the process has exited");
+            return -libc::ESRCH;
+        }
+        Some((uid, _)) if conn.cred.uid != 0 && uid != conn.cred.uid => {
+            warn!(
+                pid,
+                caller_uid = conn.cred.uid,
+                owner_uid = uid,
+                "acquire for pid refused: another user's process"
+            );
+            return -libc::EPERM;
+        }
+        Some(_) => {}
+    }
+    let killpath_path = wire::c_field_text(&kp[..SANLK_HELPER_PATH_LEN]);
+    let killpath_args = wire::c_field_text(&kp[SANLK_HELPER_PATH_LEN..]);
+    let ci = {
+        let mut clients = lock(&d.clients);
+        if clients.by_pid(pid).is_some() {
+            // A registered process holds its own leases; two owners of one pid would
+            // confuse release and escalation.
+            return -libc::EEXIST;
+        }
+        let Ok(ci) = clients.add(-1, pid, conn.cred.uid, None) else {
+            return -libc::EMFILE;
+        };
+        if let Some(c) = clients.slots.get_mut(&ci) {
+            c.registered = true;
+            c.owner_name = Name::from_field(format!("pid{pid}").as_bytes());
+            if !killpath_path.is_empty() {
+                c.killpath = Some(KillPath {
+                    path: killpath_path.clone(),
+                    args: killpath_args.clone(),
+                    with_pid: true,
+                });
+            }
+            // Keep the slot from being freed while we acquire.
+            c.cmd_active = SM_CMD_ACQUIRE;
+        }
+        ci
+    };
+    let mut done: Vec<Token> = Vec::new();
+    let mut rv = 0;
+    for r in &wanted {
+        let span = info_span!("resource", ls = %r.head.lockspace_name, res = %r.head.name);
+        let _g = span.enter();
+        match crate::cmd::acquire_one(d, ci, r, h.cmd_flags) {
+            Ok(t) => done.push(t),
+            Err(e) => {
+                rv = e;
+                break;
+            }
+        }
+    }
+    if rv != 0 {
+        crate::cmd::release_tokens(d, ci, done);
+        lock(&d.clients).slots.remove(&ci);
+        return rv;
+    }
+    let names: Vec<String> = done
+        .iter()
+        .map(|t| format!("{}:{}", t.ls, t.name))
+        .collect();
+    {
+        let mut clients = lock(&d.clients);
+        if let Some(c) = clients.slots.get_mut(&ci) {
+            c.tokens.extend(done);
+            c.cmd_active = 0;
+        }
+    }
+    info!(pid, ci, leases = ?names, killpath = ?killpath_path, "leases acquired for pid");
+    let d2 = d.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("lockd-pid{pid}"))
+        .spawn(move || watch_pid(&d2, ci, pid, pidfd));
+    if spawned.is_err() {
+        // Without a watcher the leases would outlive the process: give them back.
+        crate::cmd::connection_closed(d, ci);
+        return -libc::ENOMEM;
+    }
+    0
+}
+
+/// Waits for the process to exit, then closes its slot (releasing its leases).
+fn watch_pid(d: &Arc<Daemon>, ci: u32, pid: i32, pidfd: std::os::fd::OwnedFd) {
+    loop {
+        match sys::pidfd_wait(&pidfd, 1000) {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => {
+                warn!(pid, error = %e, "pidfd poll failed; releasing the pid's leases");
+                break;
+            }
+        }
+        // The slot may be gone already (its leases released by `lockd release -p`).
+        if !still_ours(d, ci, pid) {
+            return;
+        }
+    }
+    if still_ours(d, ci, pid) {
+        info!(pid, ci, "process exited: releasing the leases held for it");
+        crate::cmd::connection_closed(d, ci);
+    }
+}
+
+/// Slot numbers are reused: is `ci` still the connection-less slot of `pid`?
+fn still_ours(d: &Daemon, ci: u32, pid: i32) -> bool {
+    lock(&d.clients)
+        .slots
+        .get(&ci)
+        .is_some_and(|c| c.pid == pid && c.fd == -1 && c.stream.is_none())
+}

@@ -1,0 +1,314 @@
+//! Connection floods: 5,000 connections from one unprivileged uid, a table filled by four
+//! such uids, 5,000 connections opened and closed by root in a loop and 5,000 held by
+//! root. The daemon stays up, refuses what does not fit (closing it at once, with a
+//! rate-limited log line), keeps root's reserve so `lockd status` and `sanlock client
+//! status` are answered while the table is full, and works normally once the flooders
+//! have gone.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use lockd_daemon::state::{MAX_CLIENTS, MAX_CLIENTS_PER_UID, ROOT_RESERVED_SLOTS};
+
+/// Opens N connections to the socket, holds them, reports how many the daemon kept
+/// ("held") and how many it closed or refused ("refused"), then closes them all when a
+/// line arrives on stdin.
+const FLOODER: &str = r#"
+import errno, os, socket, sys, time
+path, n = sys.argv[1], int(sys.argv[2])
+socks, refused = [], 0
+for _ in range(n):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+    except OSError:
+        s.close()
+        refused += 1
+        continue
+    socks.append(s)
+
+def held_now():
+    held = []
+    for s in socks:
+        s.setblocking(False)
+        try:
+            held.append(s.recv(1) != b'')
+        except BlockingIOError:
+            held.append(True)
+        except OSError:
+            held.append(False)
+    return held
+
+# A connection the daemon has not accepted yet also looks held: count until stable.
+prev, deadline = None, time.time() + 60
+while True:
+    time.sleep(1)
+    held = held_now()
+    if held == prev or time.time() > deadline:
+        break
+    prev = held
+keep = [s for s, h in zip(socks, held) if h]
+for s, h in zip(socks, held):
+    if not h:
+        s.close()
+print('held', len(keep), 'refused', refused + len(socks) - len(keep), flush=True)
+sys.stdin.readline()
+for s in keep:
+    s.close()
+print('closed', flush=True)
+"#;
+
+/// A flooding python process, killed on drop.
+struct Flooder {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    held: usize,
+    refused: usize,
+}
+
+impl Flooder {
+    /// Floods `sock` with `n` connections as `uid` (root when 0), with an fd limit that
+    /// fits them; returns once the daemon has kept or refused every one.
+    fn start(sock: &Path, uid: u32, n: usize) -> Flooder {
+        let nofile = format!("--nofile={}", n + 64);
+        let mut cmd = Command::new("prlimit");
+        cmd.arg(&nofile);
+        if uid != 0 {
+            let id = uid.to_string();
+            cmd.args(["setpriv", "--reuid", &id, "--regid", &id, "--clear-groups"]);
+        }
+        let mut child = cmd
+            .args([PYTHON, "-c", FLOODER])
+            .arg(sock)
+            .arg(n.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start flooder");
+        let stdin = child.stdin.take().expect("stdin");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("flooder report");
+        let w: Vec<&str> = line.split_whitespace().collect();
+        assert!(
+            w.len() == 4 && w[0] == "held" && w[2] == "refused",
+            "flooder (uid {uid}) failed: {line:?}"
+        );
+        let held = w[1].parse().expect("held");
+        let refused = w[3].parse().expect("refused");
+        assert_eq!(
+            held + refused,
+            n,
+            "uid {uid}: every connection is kept or refused"
+        );
+        Flooder {
+            child,
+            stdin,
+            stdout,
+            held,
+            refused,
+        }
+    }
+
+    /// Closes every connection and waits for the process.
+    fn close(mut self) {
+        writeln!(self.stdin, "close").expect("tell flooder");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("flooder closed");
+        assert_eq!(line.trim(), "closed");
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Flooder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The `lockd` CLI, built next to the daemon by `cargo build --workspace --bins`.
+fn lockd_cli() -> PathBuf {
+    let p = Path::new(DAEMON).with_file_name("lockd");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build -p lockd-tools --bin lockd` first",
+        p.display()
+    );
+    p
+}
+
+/// `lockd status` and `sanlock client status`, as root, both answered.
+fn root_status_works(d: &LockdDaemon, when: &str) {
+    let out = run(Command::new(lockd_cli())
+        .arg("status")
+        .arg("--run-dir")
+        .arg(&d.run_dir));
+    assert!(
+        out.status.success(),
+        "{when}: lockd status failed: {out:?}\nlog tail:\n{}",
+        tail(&d.log_text(), 20)
+    );
+    let out = d.sanlock_client(&["status"]);
+    assert!(
+        out.status.success(),
+        "{when}: sanlock client status failed: {out:?}\nlog tail:\n{}",
+        tail(&d.log_text(), 20)
+    );
+}
+
+fn daemon_alive(d: &mut LockdDaemon, when: &str) {
+    assert!(
+        matches!(d.child.try_wait(), Ok(None)),
+        "{when}: the daemon exited; log tail:\n{}",
+        tail(&d.log_text(), 40)
+    );
+}
+
+/// Lets uid 65531..=65534 reach the socket (the daemon's limits are what we test).
+fn open_socket_to_all(s: &Scratch, d: &LockdDaemon) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path, m| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+    mode(&d.run_dir.join("sanlock.sock"), 0o666).unwrap();
+    mode(&d.run_dir, 0o755).unwrap();
+    mode(&s.dir, 0o755).unwrap();
+}
+
+#[test]
+fn connection_floods_leave_room_for_root() {
+    require_tool("setpriv", "util-linux");
+    require_tool("prlimit", "util-linux");
+    require_tool("sanlock", "sanlock");
+    require_python_sanlock();
+    let s = Scratch::new("flood");
+    let disk = s.file("disk", 4);
+    init_lockspace("ls", &disk, 0);
+    init_resource("ls", "r1", &disk, 1 << 20);
+    let mut d = LockdDaemon::start(&s, "hostA", &[]);
+    open_socket_to_all(&s, &d);
+    let sock = d.run_dir.join("sanlock.sock");
+    let non_root = MAX_CLIENTS - ROOT_RESERVED_SLOTS;
+
+    // One uid, 5,000 connections: it gets its share, the rest are refused.
+    let nobody = Flooder::start(&sock, 65534, 5000);
+    println!("uid 65534: held {} refused {}", nobody.held, nobody.refused);
+    assert_eq!(nobody.held, MAX_CLIENTS_PER_UID);
+    daemon_alive(&mut d, "one uid flooding");
+    root_status_works(&d, "one uid flooding");
+
+    // Three more uids fill every slot outside root's reserve.
+    let mut others = Vec::new();
+    for uid in [65533, 65532, 65531] {
+        let f = Flooder::start(&sock, uid, 1000);
+        println!("uid {uid}: held {} refused {}", f.held, f.refused);
+        assert!(f.held <= MAX_CLIENTS_PER_UID && f.refused > 0);
+        others.push(f);
+    }
+    let held: usize = nobody.held + others.iter().map(|f| f.held).sum::<usize>();
+    assert_eq!(
+        held, non_root,
+        "non-root uids hold every slot but root's reserve"
+    );
+    let late = Flooder::start(&sock, 65530, 10);
+    assert_eq!(
+        (late.held, late.refused),
+        (0, 10),
+        "the table is full for uid 65530"
+    );
+    late.close();
+
+    // The table is full for every uid but root: root's admin commands are answered.
+    daemon_alive(&mut d, "table full");
+    for _ in 0..3 {
+        root_status_works(&d, "table full");
+    }
+
+    // Root opens and closes 5,000 connections in a loop.
+    let mut connected = 0;
+    for _ in 0..5000 {
+        if UnixStream::connect(&sock).is_ok() {
+            connected += 1;
+        }
+    }
+    println!("root loop: {connected} of 5000 connects succeeded");
+    assert_eq!(connected, 5000);
+    daemon_alive(&mut d, "after root's connect loop");
+    assert!(
+        wait_for(10, || {
+            run(Command::new(lockd_cli())
+                .arg("status")
+                .arg("--run-dir")
+                .arg(&d.run_dir))
+            .status
+            .success()
+        }),
+        "root's slots came back after its connect loop"
+    );
+    root_status_works(&d, "after root's connect loop");
+
+    // Root holding 5,000 gets at most the reserve, the rest are refused; once it closes
+    // them, root is answered again.
+    let root = Flooder::start(&sock, 0, 5000);
+    println!("root: held {} refused {}", root.held, root.refused);
+    assert!(root.held <= ROOT_RESERVED_SLOTS && root.refused >= 5000 - ROOT_RESERVED_SLOTS);
+    daemon_alive(&mut d, "root flooding");
+    root.close();
+    assert!(wait_for(10, || d
+        .sanlock_client(&["status"])
+        .status
+        .success()));
+    root_status_works(&d, "after root closed its connections");
+
+    // Refusals are logged, but not one line per connection.
+    let log = d.log_text();
+    let lines = log
+        .lines()
+        .filter(|l| l.contains("closing connection") && l.contains("refused="))
+        .count();
+    let refused = nobody.refused + others.iter().map(|f| f.refused).sum::<usize>() + 10;
+    println!("{refused} non-root refusals, {lines} log lines about refusals");
+    assert!(lines >= 1, "refusals are logged");
+    assert!(lines <= 20, "refusal log lines are rate-limited: {lines}");
+    assert!(log.contains("per-uid connection limit reached"));
+    assert!(log.contains("client slots full"));
+
+    // The flooders close everything: every uid is served again, leases work.
+    nobody.close();
+    for f in others {
+        f.close();
+    }
+    daemon_alive(&mut d, "after the floods");
+    let dp = disk.display();
+    let out = d.python(&format!(
+        "import sanlock\n\
+         sanlock.add_lockspace(b'ls', 1, b'{dp}', 0, iotimeout=1)\n\
+         fd = sanlock.register()\n\
+         sanlock.acquire(b'ls', b'r1', [(b'{dp}', {off})], slkfd=fd)\n\
+         print('acquired')\n\
+         sanlock.release(b'ls', b'r1', [(b'{dp}', {off})], slkfd=fd)\n\
+         print('released')\n",
+        off = 1u64 << 20
+    ));
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["acquired", "released"]
+    );
+    let after = Flooder::start(&sock, 65534, 10);
+    assert_eq!(
+        (after.held, after.refused),
+        (10, 0),
+        "uid 65534 is served again"
+    );
+    after.close();
+    root_status_works(&d, "after the floods");
+    std::thread::sleep(Duration::from_millis(100));
+    daemon_alive(&mut d, "end");
+    d.stop();
+}
