@@ -113,6 +113,17 @@ struct Holder {
 
 impl Holder {
     fn start(d: &Daemon, res: &str, killpath_args: &str, command: &[&str], out: PathBuf) -> Holder {
+        Holder::start_with(d, res, KILLPATH, killpath_args, command, out)
+    }
+
+    fn start_with(
+        d: &Daemon,
+        res: &str,
+        killpath: &str,
+        killpath_args: &str,
+        command: &[&str],
+        out: PathBuf,
+    ) -> Holder {
         assert!(
             killpath_args.len() < 128,
             "killpath args too long: {killpath_args}"
@@ -124,7 +135,7 @@ impl Holder {
                 "-r",
                 res,
                 "--killpath",
-                KILLPATH,
+                killpath,
                 "--killpath-args",
             ])
             .arg(killpath_args)
@@ -263,7 +274,7 @@ fn killpath_acts_before_escalation() {
     require_root("FUSE view of the lease storage");
     require_command("fusermount3", "fuse3");
     let dir = scratch_dir();
-    let img = sparse_file(dir.path(), "shared.img", 4 << 20);
+    let img = sparse_file(dir.path(), "shared.img", 6 << 20);
     let p = img.display().to_string();
     run_ok(
         LOCKD,
@@ -308,7 +319,22 @@ fn killpath_acts_before_escalation() {
         &["sleep", "1000"],
         dir.path().join("spared.out"),
     );
+    // A fourth whose killpath cannot be executed: the daemon records `noexec:2`, and the
+    // holder is SIGKILLed after the grace like the one that stays.
+    run_ok(
+        LOCKD,
+        ["direct", "init", "-r", &format!("kp:noexec:{p}:4M")],
+    );
+    let mut noexec = Holder::start_with(
+        &d,
+        &format!("kp:noexec:{disk}:4M"),
+        "/nonexistent/lockd-killpath",
+        "-sTERM",
+        &["sleep", "1000"],
+        dir.path().join("noexec.out"),
+    );
     let (stays_pid, leaves_pid, spared_pid) = (stays.pid(), leaves.pid(), spared.pid());
+    let noexec_pid = noexec.pid();
 
     view.set("stall");
     let t0 = Instant::now();
@@ -395,6 +421,26 @@ fn killpath_acts_before_escalation() {
         )
         .is_empty(),
         "the holder that left got a signal from the daemon{ctx}"
+    );
+    // The holder whose killpath is missing: the helper reported it, SIGKILL followed.
+    let noexec_end = noexec.wait_exit(Duration::from_secs(5));
+    assert_eq!(
+        noexec_end.and_then(|s| s.signal()),
+        Some(libc::SIGKILL),
+        "noexec holder{ctx}"
+    );
+    assert_eq!(
+        lines_with(
+            &log,
+            &[
+                "killpath failed",
+                &format!("pid={noexec_pid} "),
+                "status=noexec:2"
+            ]
+        )
+        .len(),
+        1,
+        "missing killpath recorded{ctx}"
     );
     // The spared holder: its killpath released its lease; no signal from the daemon, still
     // running, holding nothing.
