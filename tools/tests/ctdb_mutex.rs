@@ -447,3 +447,468 @@ fn force_request_from_another_host_ends_the_helper() {
     let (code, err, _) = c.finish(Duration::from_secs(10));
     assert_eq!(code, 0, "{err}");
 }
+
+// ---------------------------------------------------------------------------------------
+// A real CTDB cluster: three ctdbd from Debian's ctdb package on this machine (CTDB's own
+// "local daemons" mode: CTDB_TEST_MODE, one CTDB_BASE per node, node addresses
+// 127.0.0.11-13 on lo), each with its own lockd daemon (own run dir, own host_id) on one
+// shared loop device, and `cluster lock = !lockd-ctdb-mutex …` (the same string on every
+// node; the node's lockd is found through LOCKD_RUN_DIR in ctdbd's environment).
+
+use std::os::unix::process::CommandExt;
+
+/// lockd's timing in the cluster test: io_timeout D = 1, watchdog_fire_timeout W = 5.
+const IO_TIMEOUT_S: u64 = 1;
+const FIRE_TIMEOUT_S: u64 = 5;
+/// CTDB's `leader timeout` (default 5 s): survivors start an election after this long
+/// without a leader broadcast, and retry at this cadence while the lock is contended.
+const CTDB_LEADER_TIMEOUT_S: u64 = 5;
+
+/// Children of every process, from /proc.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut parent_of = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+                continue;
+            };
+            // pid (comm) state ppid …; comm may hold spaces: split after the last ')'.
+            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+                continue;
+            };
+            if let Some(pp) = rest
+                .split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse::<u32>().ok())
+            {
+                parent_of.push((p, pp));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(x) = todo.pop() {
+        for &(c, pp) in &parent_of {
+            if pp == x && !out.contains(&c) {
+                out.push(c);
+                todo.push(c);
+            }
+        }
+    }
+    out
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie still has /proc/PID; count it as gone.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !s
+            .rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+fn kill_pid(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+struct CtdbNode {
+    /// 1-based; pnn = n - 1; lockd host_id = n.
+    n: usize,
+    base: PathBuf,
+    lockd_run: PathBuf,
+    lockd: Option<Child>,
+    ctdbd: Option<Child>,
+    /// Every process this node's ctdbd started (ctdb-eventd, the recovery daemon, helpers).
+    ctdbd_family: Vec<u32>,
+}
+
+struct Cluster {
+    nodes: Vec<CtdbNode>,
+    dir: PathBuf,
+    dev: String,
+    _loop: LoopDevice,
+    _tmp: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn spec(&self) -> String {
+        format!("ct:reclock:{}:1M", self.dev)
+    }
+
+    fn start_lockd(&mut self, k: usize) {
+        let (dir, dev) = (self.dir.clone(), self.dev.clone());
+        let node = &mut self.nodes[k];
+        let n = node.n;
+        let cfg = dir.join("lockd.toml");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("lockd-{n}.log")))
+            .expect("lockd log");
+        let child = Command::new(LOCKD)
+            .args(["daemon", "-D", "-w", "0", "-o", "1"])
+            .arg("-c")
+            .arg(&cfg)
+            .args(["-e", &format!("ctdbnode{n}")])
+            .arg("--run-dir")
+            .arg(&node.lockd_run)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup log"))
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("start lockd daemon");
+        node.lockd = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(node.lockd_run.join("sanlock.sock")).is_err()
+        {
+            assert!(Instant::now() < deadline, "lockd {n} socket never appeared");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let t0 = Instant::now();
+        let (ok, out) = lockd(
+            &node.lockd_run,
+            &["add-lockspace", "-s", &format!("ct:{n}:{dev}:0"), "-o", "1"],
+        );
+        assert!(ok, "add-lockspace node {n}: {out}");
+        println!(
+            "node {n}: lockd joined ct as host_id {n} in {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
+    }
+
+    fn start_ctdbd(&mut self, k: usize) {
+        let dir = self.dir.clone();
+        let node = &mut self.nodes[k];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("ctdbd-{}.log", node.n)))
+            .expect("ctdbd log");
+        let child = Command::new("ctdbd")
+            .arg("-i")
+            .env("CTDB_TEST_MODE", "yes")
+            .env("CTDB_BASE", &node.base)
+            .env("LOCKD_RUN_DIR", &node.lockd_run)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup log"))
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("start ctdbd");
+        node.ctdbd = Some(child);
+    }
+
+    /// `ctdb ARGS` against node k (bounded: -t 2, -T 5).
+    fn ctdb(&self, k: usize, args: &[&str]) -> (bool, String) {
+        let out = Command::new("ctdb")
+            .args(["-t", "2", "-T", "5"])
+            .args(args)
+            .env("CTDB_TEST_MODE", "yes")
+            .env("CTDB_BASE", &self.nodes[k].base)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run ctdb");
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    }
+
+    /// (pnn → state) and the leader pnn from `ctdb status` on node k.
+    fn status(&self, k: usize) -> Option<(Vec<String>, Option<usize>, String)> {
+        let (ok, text) = self.ctdb(k, &["status"]);
+        if !ok {
+            return None;
+        }
+        let mut states = Vec::new();
+        let mut leader = None;
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("pnn:") {
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                states.push(f.get(2).copied().unwrap_or("?").to_string());
+            } else if let Some(l) = line.strip_prefix("Leader:") {
+                leader = l.trim().parse().ok();
+            }
+        }
+        Some((states, leader, text))
+    }
+
+    fn lockd_holder(&self, k: usize) -> Option<serde_json::Value> {
+        let (ok, out) = lockd(
+            &self.nodes[k].lockd_run,
+            &["leader", "-r", &self.spec(), "--json"],
+        );
+        if !ok {
+            return None;
+        }
+        serde_json::from_str(&out).ok()
+    }
+
+    /// Waits until every node in `ks` shows all of `ks` OK and the same leader, and
+    /// lockd (seen from each of them) shows that leader's host holding the lease live.
+    /// Returns (leader pnn, token).
+    fn wait_settled(&self, ks: &[usize], timeout: Duration) -> (usize, u64) {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::new();
+        loop {
+            let mut agreed: Option<usize> = None;
+            let mut good = true;
+            for &k in ks {
+                match self.status(k) {
+                    Some((states, Some(l), text)) => {
+                        let all_ok = ks.iter().all(|&j| states.get(j).is_some_and(|s| s == "OK"));
+                        if !all_ok || agreed.is_some_and(|a| a != l) {
+                            good = false;
+                            last = text;
+                        }
+                        agreed = Some(l);
+                    }
+                    Some((_, None, text)) => {
+                        good = false;
+                        last = text;
+                    }
+                    None => {
+                        good = false;
+                        last = format!("ctdb status on node {} failed", k + 1);
+                    }
+                }
+            }
+            if let (true, Some(l)) = (good, agreed) {
+                let holders: Vec<_> = ks.iter().filter_map(|&k| self.lockd_holder(k)).collect();
+                if holders.len() == ks.len()
+                    && holders
+                        .iter()
+                        .all(|h| h["host_id"] == (l + 1) as u64 && h["state"] == "live")
+                {
+                    return (l, holders[0]["token"].as_u64().unwrap_or(0));
+                }
+                last = format!("ctdb leader pnn {l}; lockd holders {holders:?}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cluster did not settle within {timeout:?}: {last}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(name)).unwrap_or_default()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // ctdbd: SIGTERM (a clean shutdown; the leader's helper gets SIGTERM and
+        // releases), then SIGKILL; then whatever it started, by PID.
+        for node in &mut self.nodes {
+            if let Some(mut c) = node.ctdbd.take() {
+                node.ctdbd_family.extend(descendants(c.id()));
+                kill_pid(c.id(), "TERM");
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        for node in &mut self.nodes {
+            for &p in &node.ctdbd_family {
+                if alive(p) {
+                    kill_pid(p, "KILL");
+                }
+            }
+        }
+        for node in &mut self.nodes {
+            if let Some(mut c) = node.lockd.take() {
+                let family = descendants(c.id());
+                if let Ok(mut cl) = client_lib::Client::connect(&node.lockd_run) {
+                    let _ = cl.shutdown(true, false);
+                }
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let _ = c.kill();
+                let _ = c.wait();
+                for p in family {
+                    if alive(p) {
+                        kill_pid(p, "KILL");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn cluster() -> Cluster {
+    lockd_system_tests::require_root("ctdbd and loop devices");
+    lockd_system_tests::require_command("ctdbd", "ctdb");
+    lockd_system_tests::require_command("ctdb", "ctdb");
+    let tmp = scratch_dir();
+    let dir = tmp.path().to_path_buf();
+    let img = sparse_file(&dir, "img", 8 << 20);
+    let lo = LoopDevice::attach(&img, 512);
+    let dev = lo.device.display().to_string();
+    for args in [
+        vec!["direct", "init", "-s", &format!("ct:0:{dev}:0"), "-o", "1"][..].to_vec(),
+        vec!["direct", "init", "-r", &format!("ct:reclock:{dev}:1M")],
+    ] {
+        let (ok, out) = lockd(&dir, &args);
+        assert!(ok, "{args:?}: {out}");
+    }
+    std::fs::write(
+        dir.join("lockd.toml"),
+        format!("io_timeout = {IO_TIMEOUT_S}\nwatchdog_fire_timeout = {FIRE_TIMEOUT_S}\n"),
+    )
+    .unwrap();
+    let nodes_file: String = (1..=3).map(|n| format!("127.0.0.1{n}\n")).collect();
+    let mut nodes = Vec::new();
+    for n in 1..=3 {
+        let base = dir.join(format!("node{n}"));
+        for sub in [
+            "events/legacy",
+            "run",
+            "db/volatile",
+            "db/persistent",
+            "db/state",
+        ] {
+            std::fs::create_dir_all(base.join(sub)).unwrap();
+        }
+        std::fs::write(base.join("nodes"), &nodes_file).unwrap();
+        let db = base.join("db");
+        std::fs::write(
+            base.join("ctdb.conf"),
+            format!(
+                "[logging]\n\tlog level = INFO\n\
+                 [cluster]\n\tcluster lock = !{HELPER} ct:reclock:{dev}:1M\n\
+                 \tnode address = 127.0.0.1{n}\n\
+                 [database]\n\tvolatile database directory = {d}/volatile\n\
+                 \tpersistent database directory = {d}/persistent\n\
+                 \tstate database directory = {d}/state\n\
+                 [failover]\n\tdisabled = true\n",
+                d = db.display()
+            ),
+        )
+        .unwrap();
+        nodes.push(CtdbNode {
+            n,
+            base,
+            lockd_run: dir.join(format!("lockd-run-{n}")),
+            lockd: None,
+            ctdbd: None,
+            ctdbd_family: Vec::new(),
+        });
+    }
+    Cluster {
+        nodes,
+        dir,
+        dev,
+        _loop: lo,
+        _tmp: tmp,
+    }
+}
+
+#[test]
+fn real_ctdb_cluster_failover_and_rejoin() {
+    let mut c = cluster();
+    for k in 0..3 {
+        c.start_lockd(k);
+    }
+    for k in 0..3 {
+        c.start_ctdbd(k);
+    }
+    let t_start = Instant::now();
+    let (l, token) = c.wait_settled(&[0, 1, 2], Duration::from_secs(90));
+    println!(
+        "cluster up in {:.1} s: leader pnn {l} (node {}), lockd holder host_id {} token {token}",
+        t_start.elapsed().as_secs_f64(),
+        l + 1,
+        l + 1
+    );
+    let (ok, out) = c.ctdb((l + 1) % 3, &["leader"]);
+    assert!(ok && out.trim() == l.to_string(), "ctdb leader: {out}");
+    let ctdbd_log = c.log(&format!("ctdbd-{}.log", l + 1));
+    assert!(
+        ctdbd_log.contains("Cluster lock taken successfully")
+            && ctdbd_log.contains(&format!("with fencing token {token}")),
+        "the leader's ctdbd took the lock through the helper:\n{ctdbd_log}"
+    );
+
+    // The leader's host dies: kill -9 its ctdbd and its lockd daemon, by PID.
+    let node = &mut c.nodes[l];
+    let ctdbd = node.ctdbd.as_mut().unwrap();
+    node.ctdbd_family = descendants(ctdbd.id());
+    let lockd_child = node.lockd.as_mut().unwrap();
+    let lockd_family = descendants(lockd_child.id());
+    let t0 = Instant::now();
+    let _ = ctdbd.kill();
+    let _ = lockd_child.kill();
+    let _ = ctdbd.wait();
+    let _ = lockd_child.wait();
+    node.ctdbd = None;
+    node.lockd = None;
+    let family = node.ctdbd_family.clone();
+    let survivors: Vec<usize> = (0..3).filter(|&k| k != l).collect();
+    let (m, token2) = c.wait_settled(&survivors, Duration::from_secs(90));
+    let took = t0.elapsed();
+    let host_dead = 8 * IO_TIMEOUT_S + FIRE_TIMEOUT_S;
+    let bound = host_dead + 2 * IO_TIMEOUT_S + 2 * CTDB_LEADER_TIMEOUT_S;
+    println!(
+        "failover: node {} (pnn {m}) leads and holds the lock (token {token2}) {:.1} s after \
+         the kill; bound {bound} s = host_dead {host_dead} + 2·io_timeout + 2·leader timeout",
+        m + 1,
+        took.as_secs_f64()
+    );
+    assert_ne!(m, l, "a new leader");
+    assert!(token2 > token, "token grew: {token} → {token2}");
+    assert!(
+        took <= Duration::from_secs(bound),
+        "failover took {took:?}, more than {bound} s"
+    );
+    // What the killed ctdbd started went away by itself (its helper included).
+    let left: Vec<u32> = family.iter().copied().filter(|&p| alive(p)).collect();
+    let left_lockd: Vec<u32> = lockd_family.iter().copied().filter(|&p| alive(p)).collect();
+    assert!(
+        left.is_empty(),
+        "children of the killed ctdbd still running: {left:?}"
+    );
+    assert!(
+        left_lockd.is_empty(),
+        "children of the killed lockd still running: {left_lockd:?}"
+    );
+
+    // The node comes back: lockd first (same host_id), then ctdbd. It rejoins, the lock
+    // stays with the new leader.
+    let t1 = Instant::now();
+    c.start_lockd(l);
+    c.start_ctdbd(l);
+    let (m2, token3) = c.wait_settled(&[0, 1, 2], Duration::from_secs(90));
+    println!(
+        "rejoin: node {} OK again {:.1} s after its restart; leader still pnn {m2}, token {token3}",
+        l + 1,
+        t1.elapsed().as_secs_f64()
+    );
+    assert_eq!(m2, m, "the lock stays with the new leader");
+    assert_eq!(token3, token2, "no change of holder on rejoin");
+    let (ok, out) = c.ctdb(l, &["status"]);
+    assert!(
+        ok && out.contains(&format!("pnn:{l} 127.0.0.1{} ", l + 1)),
+        "{out}"
+    );
+    let rejoined_log = c.log(&format!("ctdbd-{}.log", l + 1));
+    println!(
+        "rejoined node's helper runs: {} contention answers logged",
+        rejoined_log
+            .matches("Unable to take cluster lock - contention")
+            .count()
+    );
+}
