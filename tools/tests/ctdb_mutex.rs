@@ -858,22 +858,55 @@ fn real_ctdb_cluster_failover_and_rejoin() {
     node.lockd = None;
     let family = node.ctdbd_family.clone();
     let survivors: Vec<usize> = (0..3).filter(|&k| k != l).collect();
+    // Follow the lease closely (every 100 ms, from a survivor's lockd): when the dead
+    // holder's host is found dead, and when a survivor's helper takes the lease — the
+    // moment that node's recovery daemon has the cluster lock and leads.
+    let mut t_dead = None;
+    let (t_lock, new_host) = loop {
+        let v = c.lockd_holder(survivors[0]).unwrap_or_default();
+        let took = t0.elapsed();
+        if v["host_id"] == (l + 1) as u64 && v["state"] == "dead" && t_dead.is_none() {
+            t_dead = Some(took);
+        }
+        if let Some(h) = v["host_id"].as_u64() {
+            if h != (l + 1) as u64 && v["state"] == "live" {
+                break (took, h);
+            }
+        }
+        assert!(
+            took < Duration::from_secs(90),
+            "no new holder of the cluster lock 90 s after the kill: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let (m, token2) = c.wait_settled(&survivors, Duration::from_secs(90));
-    let took = t0.elapsed();
+    let settled = t0.elapsed();
     let host_dead = 8 * IO_TIMEOUT_S + FIRE_TIMEOUT_S;
     let bound = host_dead + 2 * IO_TIMEOUT_S + 2 * CTDB_LEADER_TIMEOUT_S;
+    let settle_bound = bound + 10;
     println!(
-        "failover: node {} (pnn {m}) leads and holds the lock (token {token2}) {:.1} s after \
-         the kill; bound {bound} s = host_dead {host_dead} + 2·io_timeout + 2·leader timeout",
-        m + 1,
-        took.as_secs_f64()
+        "failover: old holder found dead {}; node {new_host} took the cluster lock {:.1} s \
+         after the kill (bound {bound} s = host_dead {host_dead} + 2·io_timeout + 2·leader \
+         timeout); both survivors agree on leader pnn {m} (token {token2}) at {:.1} s \
+         (bound {settle_bound} s: + recovery and ctdb's 2 s command timeouts)",
+        t_dead.map_or("not seen".to_string(), |d| format!(
+            "{:.1} s after the kill",
+            d.as_secs_f64()
+        )),
+        t_lock.as_secs_f64(),
+        settled.as_secs_f64()
+    );
+    assert_eq!(new_host, (m + 1) as u64, "the lock holder is CTDB's leader");
+    assert!(
+        t_lock <= Duration::from_secs(bound),
+        "the cluster lock moved after {t_lock:?}, more than {bound} s"
+    );
+    assert!(
+        settled <= Duration::from_secs(settle_bound),
+        "the survivors agreed after {settled:?}, more than {settle_bound} s"
     );
     assert_ne!(m, l, "a new leader");
     assert!(token2 > token, "token grew: {token} → {token2}");
-    assert!(
-        took <= Duration::from_secs(bound),
-        "failover took {took:?}, more than {bound} s"
-    );
     // What the killed ctdbd started went away by itself (its helper included).
     let left: Vec<u32> = family.iter().copied().filter(|&p| alive(p)).collect();
     let left_lockd: Vec<u32> = lockd_family.iter().copied().filter(|&p| alive(p)).collect();
