@@ -945,3 +945,30 @@ fn real_ctdb_cluster_failover_and_rejoin() {
             .count()
     );
 }
+
+#[test]
+fn daemon_death_ends_the_helper() {
+    let s = setup("cd", 1);
+    let h = s.helper(1, &[]);
+    assert_eq!(h.answer(ANSWER), Some(b'0'));
+    s.wait_leader_state(1, "live", Duration::from_secs(5));
+    let pid = std::fs::read_to_string(s.run_dir(1).join("lockd.pid"))
+        .expect("lockd.pid")
+        .trim()
+        .to_string();
+    let t0 = Instant::now();
+    assert!(Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let (code, err, rest) = h.finish(Duration::from_secs(10));
+    println!(
+        "helper exited {:.2} s after kill -9 of its daemon: {}",
+        t0.elapsed().as_secs_f64(),
+        err.trim()
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(rest.is_empty(), "{rest:?}");
+    assert!(err.contains("lost (daemon_gone)"), "{err}");
+}
