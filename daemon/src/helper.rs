@@ -106,7 +106,11 @@ impl Helper {
             "helper must be forked before any thread starts"
         );
         let (reader, writer) = io::pipe()?;
-        match sys::fork()? {
+        // SAFETY: asserted just above (and checked again inside `fork`): the daemon
+        // starts the helper before it starts any thread.
+        #[allow(unsafe_code)]
+        let forked = unsafe { sys::fork() };
+        match forked? {
             sys::Forked::Child => {
                 drop(writer);
                 if let Err(e) = sys::helper_child_setup() {
