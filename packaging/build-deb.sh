@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds a Debian package of lockd (lockd CLI and daemon, wdmd, wdmd-emulator, systemd
+# Builds a Debian package of lockd (lockd CLI and daemon, wdmd, wdmd-emulator, lockd-ctdb-mutex, systemd
 # units, config, docs) with dpkg-deb, from a release build. Prints the .deb path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +10,7 @@ arch=$(dpkg --print-architecture)
 stage=$(mktemp -d /var/tmp/lockd-deb.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
 install -D -m 0755 target/release/lockd "$stage/usr/sbin/lockd"
-for bin in wdmd wdmd-emulator lockd-killpath; do
+for bin in wdmd wdmd-emulator lockd-ctdb-mutex lockd-killpath; do
     if [ -x "target/release/$bin" ]; then
         install -D -m 0755 "target/release/$bin" "$stage/usr/sbin/$bin"
     fi

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what building and testing lockd needs on a fresh Debian machine: the Rust
-# toolchain's components, systemd-analyze, man/groff, and the real sanlock (daemon, CLI, python3 bindings, headers)
-# that the interop tests run against. Idempotent; needs root for apt-get.
+# toolchain's components, systemd-analyze, man/groff, the real sanlock (daemon, CLI, python3
+# bindings, headers) that the interop tests run against, and ctdb (the CTDB cluster test of
+# lockd-ctdb-mutex, tools/tests/ctdb_mutex.rs). Idempotent; needs root for apt-get.
 set -euo pipefail
 
 need_pkgs=()
 # systemd: systemd-analyze verify on the units; man-db and groff-base: man page checks.
-for p in sanlock python3-sanlock libsanlock-dev fuse3 util-linux systemd man-db groff-base; do
+for p in sanlock python3-sanlock libsanlock-dev fuse3 util-linux systemd man-db groff-base ctdb; do
     dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -387,19 +387,15 @@ fn check_dir(key: &'static str, dir: &Path, socket_name: &str) -> Result<(), Con
     check_path(key, dir, max_bytes)
 }
 
-/// A group name (from /etc/group) or a numeric gid.
+/// A group name (looked up through NSS with nix, as getgrnam does) or a numeric gid.
 pub fn group_to_gid(group: &str) -> Option<u32> {
     if let Ok(n) = group.parse::<u32>() {
         return Some(n);
     }
-    let text = std::fs::read_to_string("/etc/group").ok()?;
-    text.lines().find_map(|l| {
-        let mut f = l.split(':');
-        let name = f.next()?;
-        let _pw = f.next()?;
-        let gid = f.next()?;
-        (name == group).then(|| gid.parse().ok()).flatten()
-    })
+    nix::unistd::Group::from_name(group)
+        .ok()
+        .flatten()
+        .map(|g| g.gid.as_raw())
 }
 
 fn load_file(path: &Path, required: bool) -> Result<FileConfig, ConfigError> {
@@ -494,6 +490,13 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn groups_are_looked_up_through_nss() {
+        assert_eq!(group_to_gid("root"), Some(0));
+        assert_eq!(group_to_gid("4242"), Some(4242));
+        assert_eq!(group_to_gid("no-such-group-lockd"), None);
+    }
 
     #[test]
     fn host_name_shape() {

@@ -182,7 +182,11 @@ impl Helper {
         );
         let (reader, writer) = io::pipe()?;
         let (status_reader, status_writer) = io::pipe()?;
-        match sys::fork()? {
+        // SAFETY: asserted just above (and checked again inside `fork`): the daemon
+        // starts the helper before it starts any thread.
+        #[allow(unsafe_code)]
+        let forked = unsafe { sys::fork() };
+        match forked? {
             sys::Forked::Child => {
                 drop(writer);
                 drop(status_reader);

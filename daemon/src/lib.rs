@@ -87,7 +87,11 @@ fn daemonize(log_file: &std::path::Path) -> Result<(), DaemonError> {
             path: log_file.to_path_buf(),
             source,
         })?;
-    match sys::fork().map_err(DaemonError::Helper)? {
+    // SAFETY: `run` calls this first thing, before the helper fork and before any thread
+    // is started (tracing's fmt subscriber starts none); `fork` also checks /proc.
+    #[allow(unsafe_code)]
+    let forked = unsafe { sys::fork() };
+    match forked.map_err(DaemonError::Helper)? {
         sys::Forked::Parent { .. } => std::process::exit(0),
         sys::Forked::Child => sys::detach(&log).map_err(|source| DaemonError::LogFile {
             path: log_file.to_path_buf(),

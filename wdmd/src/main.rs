@@ -10,17 +10,11 @@ use wdmd::daemon::{self, Config, Exit};
 use wdmd::device::DeviceSpec;
 use wdmd::proto;
 
+/// The gid of group `name`, looked up through NSS (getgrnam_r, via nix).
 fn group_gid(name: &str) -> Result<Option<u32>> {
-    let text = std::fs::read_to_string("/etc/group").context("cannot read /etc/group")?;
-    for l in text.lines() {
-        let f: Vec<&str> = l.split(':').collect();
-        if f.len() >= 3 && f[0] == name {
-            return Ok(Some(f[2].parse().with_context(|| {
-                format!("bad gid for group {name} in /etc/group")
-            })?));
-        }
-    }
-    Ok(None)
+    Ok(nix::unistd::Group::from_name(name)
+        .with_context(|| format!("cannot look up group {name}"))?
+        .map(|g| g.gid.as_raw()))
 }
 
 fn config(a: &Args) -> Result<Config> {

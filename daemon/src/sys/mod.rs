@@ -124,9 +124,20 @@ pub enum Forked {
 
 /// fork(2). Must be called while the process has a single thread (the daemon forks its
 /// helper before starting any thread), so the child may run ordinary Rust code.
-pub fn fork() -> io::Result<Forked> {
-    // SAFETY: the caller guarantees the process is single-threaded, so the child inherits
-    // a consistent copy of every lock and allocator state.
+///
+/// # Safety
+/// The process must be single-threaded: the child gets a copy of only the calling thread,
+/// so a lock (allocator, stdio, tracing) held by any other thread would stay locked in the
+/// child forever. As a last line of defence this returns an error, and does not fork, when
+/// /proc shows more than one thread.
+pub unsafe fn fork() -> io::Result<Forked> {
+    if thread_count() != 1 {
+        return Err(io::Error::other(
+            "refusing to fork a multi-threaded process",
+        ));
+    }
+    // SAFETY: the caller guarantees (and we checked) the process is single-threaded, so
+    // the child inherits a consistent copy of every lock and allocator state.
     let rc = unsafe { libc::fork() };
     match rc {
         -1 => Err(io::Error::last_os_error()),
