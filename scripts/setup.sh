@@ -5,7 +5,8 @@
 set -euo pipefail
 
 need_pkgs=()
-for p in sanlock python3-sanlock libsanlock-dev fuse3 util-linux; do
+# prometheus: promtool and the server for daemon/tests/metrics.rs; lintian: the .deb check.
+for p in sanlock python3-sanlock libsanlock-dev fuse3 util-linux prometheus lintian; do
     dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -15,6 +15,7 @@ pub mod helper;
 pub mod kill;
 pub mod lc;
 pub mod lockspace;
+pub mod metrics;
 pub mod notify;
 pub mod observability;
 pub mod paxos;
@@ -68,6 +69,11 @@ pub enum DaemonError {
     Thread(std::io::Error),
     #[error("cannot set up signal handling: {0}")]
     Signals(std::io::Error),
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    Metrics {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
     #[error("log file {path}: {source}")]
     LogFile {
         path: PathBuf,
@@ -140,6 +146,13 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
             path: cfg.run_dir.clone(),
             source,
         })?;
+    let metrics_listener = match cfg.metrics_listen {
+        Some(addr) => Some(
+            std::net::TcpListener::bind(addr)
+                .map_err(|source| DaemonError::Metrics { addr, source })?,
+        ),
+        None => None,
+    };
     if cfg.use_watchdog {
         info!(
             wdmd_run_dir = %cfg.wdmd_run_dir.display(),
@@ -176,6 +189,13 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
         .name("lockd-watch".into())
         .spawn(move || watch::heartbeat_loop(&d_watch))
         .map_err(DaemonError::Thread)?;
+    if let Some(l) = metrics_listener {
+        let d_metrics = d.clone();
+        std::thread::Builder::new()
+            .name("lockd-metrics".into())
+            .spawn(move || metrics::serve(d_metrics, l))
+            .map_err(DaemonError::Thread)?;
+    }
     let d_sig = d.clone();
     std::thread::Builder::new()
         .name("lockd-signal".into())
@@ -226,6 +246,10 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
     let _ =
         std::os::unix::net::UnixStream::connect(d.cfg.run_dir.join(client_lib::proto::SOCKET_NAME));
     drop(listener_clone);
+    if let Some(addr) = d.cfg.metrics_listen {
+        // Wake the metrics listener too, so it sees the shutdown flag.
+        let _ = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200));
+    }
     for c in lock(&d.clients).slots.values() {
         if let Some(s) = &c.stream {
             let _ = s.shutdown(std::net::Shutdown::Both);

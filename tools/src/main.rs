@@ -69,6 +69,8 @@ enum Command {
     Version(client::daemon_cmds::VersionArgs),
     /// Stop the daemon.
     Shutdown(client::daemon_cmds::ShutdownArgs),
+    /// Print the daemon's metrics (Prometheus text format 0.0.4).
+    Metrics(client::metrics::MetricsArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -147,6 +149,7 @@ fn main() -> ExitCode {
         Command::Status(a) => client::daemon_cmds::status(a),
         Command::Version(a) => client::daemon_cmds::version(a),
         Command::Shutdown(a) => client::daemon_cmds::shutdown(a),
+        Command::Metrics(a) => client::metrics::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

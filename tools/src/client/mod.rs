@@ -10,6 +10,7 @@ pub mod daemon_cmds;
 pub mod elect;
 pub mod lockspace;
 pub mod lvb;
+pub mod metrics;
 pub mod resource;
 pub mod rindex;
 
