@@ -313,7 +313,8 @@ pub fn group_to_gid(group: &str) -> Option<u32> {
     })
 }
 
-fn load_file(path: &Path, required: bool) -> Result<FileConfig, ConfigError> {
+/// Reads a TOML config; a missing file is the defaults unless `required`.
+pub fn load_file(path: &Path, required: bool) -> Result<FileConfig, ConfigError> {
     match std::fs::read_to_string(path) {
         Ok(text) => toml::from_str(&text).map_err(|source| ConfigError::Parse {
             path: path.to_path_buf(),

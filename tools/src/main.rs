@@ -71,6 +71,8 @@ enum Command {
     Shutdown(client::daemon_cmds::ShutdownArgs),
     /// Print the daemon's metrics (Prometheus text format 0.0.4).
     Metrics(client::metrics::MetricsArgs),
+    /// Check this host's setup: PASS/WARN/FAIL with a fix each; exit 0/1/2 by the worst.
+    Doctor(client::doctor::DoctorArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -124,6 +126,10 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Command::Leader(a) => client::elect::leader(a),
+        Command::Doctor(a) => match client::doctor::run(a) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
         Command::Direct(DirectCommand::Init(a)) => direct::init::run(a),
         Command::Direct(DirectCommand::Dump(a)) => direct::dump::run(a),
         Command::Direct(DirectCommand::ReadLeader(a)) => direct::read_leader::run(a),

@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod daemon_cmds;
+pub mod doctor;
 pub mod elect;
 pub mod lockspace;
 pub mod lvb;
