@@ -119,6 +119,9 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
     let helper = helper::Helper::start().map_err(DaemonError::Helper)?;
     sys::ignore_sigpipe().map_err(DaemonError::Signals)?;
     sys::block_signals().map_err(DaemonError::Signals)?;
+    // Remembered so a clean exit can remove a run dir the daemon made (drop-in mode's
+    // /run/sanlock must not linger for sanlock clients to find after lockd stops).
+    let made_run_dir = !cfg.run_dir.exists();
     std::fs::create_dir_all(&cfg.run_dir).map_err(|source| DaemonError::RunDir {
         path: cfg.run_dir.clone(),
         source,
@@ -256,6 +259,12 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
         }
     }
     let _ = std::fs::remove_file(d.cfg.run_dir.join(client_lib::proto::SOCKET_NAME));
+    // Still locked by us: no other daemon can have taken it over.
+    let _ = std::fs::remove_file(&pid_path);
+    if made_run_dir {
+        // Only when empty: anything else in it is not ours to delete.
+        let _ = std::fs::remove_dir(&d.cfg.run_dir);
+    }
     if let Some(h) = d.helper.as_ref() {
         let _ = sys::kill(h.pid, libc::SIGTERM);
     }
