@@ -5,8 +5,9 @@
 set -euo pipefail
 
 need_pkgs=()
-# prometheus: promtool and the server for daemon/tests/metrics.rs; lintian: the .deb check.
-for p in sanlock python3-sanlock libsanlock-dev fuse3 util-linux prometheus lintian; do
+# prometheus: promtool and the server for daemon/tests/metrics.rs; lintian, dpkg-dev
+# (dpkg-shlibdeps) and binutils (strip, readelf): the .deb build and its test.
+for p in sanlock python3-sanlock libsanlock-dev fuse3 util-linux prometheus lintian dpkg-dev binutils; do
     dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -2,7 +2,8 @@
 //! daemon (FAIL, 2), a socket made 0666 (FAIL, 2), another host of the lockspace with a
 //! different io_timeout (WARN, 1), a host name a restart would change (WARN, 1), no wdmd
 //! for a daemon that uses the watchdog (FAIL, 2); and the checks that should pass on a
-//! sane daemon do (daemon, socket, storage latency, geometry, io_timeouts, host name).
+//! sane daemon do (daemon, socket, storage latency, geometry, io_timeouts, host name,
+//! and wdmd once a wdmd over the emulated watchdog answers).
 //!
 //! Needs root (loop device) and `mount` (losetup). Every daemon is stopped by PID.
 
@@ -63,6 +64,35 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A child process killed by PID on drop.
+struct Kid(Child);
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_path(p: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !p.exists() {
+        assert!(Instant::now() < deadline, "{} never appeared", p.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The workspace's wdmd and wdmd-emulator, built if needed.
+fn wdmd_binaries() -> (PathBuf, PathBuf) {
+    let st = Command::new(env!("CARGO"))
+        .args(["build", "-j1", "-p", "wdmd", "--bins"])
+        .status()
+        .expect("run cargo to build wdmd");
+    assert!(st.success(), "building wdmd failed");
+    let dir = Path::new(LOCKD).parent().unwrap();
+    (dir.join("wdmd"), dir.join("wdmd-emulator"))
 }
 
 /// Runs `lockd doctor --json ARGS`; returns (exit code, parsed report).
@@ -247,6 +277,46 @@ fn doctor_finds_each_planted_problem() {
     assert!(detail(&v, "wdmd").contains("no wdmd socket"));
     assert_eq!(levels(&v, "watchdog-dev"), ["FAIL"]);
     assert_eq!(code, 2);
+
+    // 6. The same daemon with a wdmd that answers (over the workspace's emulated watchdog
+    // device, whose victim is a `sleep` of ours) and the daemon's fire timeout (60 s).
+    let (wdmd_bin, emu_bin) = wdmd_binaries();
+    let victim = Kid(Command::new("sleep").arg("600").spawn().unwrap());
+    let emu_sock = d.join("emu.sock");
+    let _emu = Kid(Command::new(emu_bin)
+        .arg("--socket")
+        .arg(&emu_sock)
+        .arg("--state")
+        .arg(d.join("emu.state"))
+        .args([
+            "--timeout",
+            "60",
+            "--kill",
+            &format!("pid:{}", victim.0.id()),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start wdmd-emulator"));
+    wait_path(&emu_sock);
+    let wdmd_run = d.join("wdmd-run");
+    let _wdmd = Kid(Command::new(wdmd_bin)
+        .arg("-D")
+        .arg("-w")
+        .arg(format!("emu:{}", emu_sock.display()))
+        .args(["--fire-timeout", "60", "--run-dir"])
+        .arg(&wdmd_run)
+        .arg("--marker")
+        .arg(d.join("wdmd.shm"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start wdmd"));
+    wait_path(&wdmd_run.join("wdmd.sock"));
+    let (code, v) = doctor(&w.run_dir, &empty_cfg, &wdmd_run, &[]);
+    show("watchdog on, wdmd answering", code, &v);
+    assert_eq!(levels(&v, "wdmd"), ["PASS"], "{}", detail(&v, "wdmd"));
+    assert!(detail(&v, "wdmd").contains("fire timeout 60 s"));
 
     // The text form carries the same verdicts and a fix line under each problem.
     let out = Command::new(LOCKD)

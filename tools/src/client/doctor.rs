@@ -344,15 +344,18 @@ fn watchdog_checks(
     checks: &mut Vec<Check>,
 ) {
     // The daemon's own setting when it answers, else the config's (default on).
-    let use_watchdog = match view.and_then(|v| v.daemon.get("use_watchdog")) {
-        Some(v) => v != "0",
-        None => file.use_watchdog.unwrap_or(true),
+    let (use_watchdog, from) = match view.and_then(|v| v.daemon.get("use_watchdog")) {
+        Some(v) => (v != "0", "the daemon's STATUS"),
+        None => (
+            file.use_watchdog.unwrap_or(true),
+            "the config; the daemon does not answer",
+        ),
     };
     if use_watchdog {
         checks.push(check(
             "watchdog",
             Level::Pass,
-            "on: every lockspace is armed in wdmd".into(),
+            format!("on ({from}): every lockspace is armed in wdmd"),
             "",
         ));
     } else {
