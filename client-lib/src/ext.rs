@@ -13,6 +13,8 @@
 //!   *before* it starts the kill escalation for that decision.
 //! * `LOCKD_CMD_LEADER` (payload: a sanlk_resource with its disks): reply result and a
 //!   [`LeaderInfo`] payload when the result is 0.
+//! * `LOCKD_CMD_METRICS` (no payload): reply result 0 and the Prometheus text exposition
+//!   (UTF-8, format 0.0.4) as payload; the daemon closes the connection afterwards.
 //!
 //! Both payloads are fixed-size, little-endian-free native-endian like sanlock's structs
 //! (the socket is local), and decoding never panics.
@@ -25,6 +27,8 @@ use crate::error::WireError;
 pub const LOCKD_CMD_WATCH: u32 = 0x4C4B_0001;
 /// LEADER: who holds a resource lease now, with its fencing token.
 pub const LOCKD_CMD_LEADER: u32 = 0x4C4B_0002;
+/// METRICS: the daemon's Prometheus text exposition (format 0.0.4) as the reply payload.
+pub const LOCKD_CMD_METRICS: u32 = 0x4C4B_0003;
 /// ACQUIRE_FOR_PID: leases held for a process that did not register; the daemon tracks
 /// the pid and releases them when it exits (data = pid, data2 = count, cmd_flags =
 /// acquire flags; payload: killpath path[128] + args[128], then the resources).

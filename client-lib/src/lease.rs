@@ -31,8 +31,8 @@ use thiserror::Error;
 use crate::client::Client;
 use crate::error::{describe_rv, ClientError};
 use crate::ext::{
-    LeaderInfo, WatchEvent, WatchKind, LEADER_INFO_LEN, LOCKD_CMD_LEADER, LOCKD_CMD_WATCH,
-    LOCKD_MSG_WATCH_EVENT, NO_DEADLINE, WATCH_EVENT_LEN,
+    LeaderInfo, WatchEvent, WatchKind, LEADER_INFO_LEN, LOCKD_CMD_LEADER, LOCKD_CMD_METRICS,
+    LOCKD_CMD_WATCH, LOCKD_MSG_WATCH_EVENT, NO_DEADLINE, WATCH_EVENT_LEN,
 };
 use crate::proto::{SANLK_ACQUIRE_OWNER_NOWAIT, SANLK_RES_SHARED};
 use crate::wire::{Disk, Resource, ResourceHead, HEADER_LEN};
@@ -385,6 +385,39 @@ pub fn leader(run_dir: &Path, spec: &LeaseSpec) -> Result<LeaderInfo, LeaseError
         .into());
     }
     Ok(LeaderInfo::decode(&p)?)
+}
+
+/// Asks the daemon in `run_dir` for its metrics (lockd extension): the Prometheus text
+/// exposition, format 0.0.4.
+pub fn metrics(run_dir: &Path) -> Result<String, LeaseError> {
+    let mut c = Client::connect(run_dir)?;
+    c.set_read_timeout(Some(EXT_REPLY_TIMEOUT))?;
+    c.send(LOCKD_CMD_METRICS, 0, 0, 0, &[])?;
+    let (h, p) = match c.recv_reply() {
+        Ok(r) => r,
+        Err(ClientError::Io(e))
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            return Err(LeaseError::NoExtensions(run_dir.to_path_buf()))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if h.result() < 0 {
+        return Err(LeaseError::Refused {
+            op: "read metrics",
+            lease: String::new(),
+            rv: h.result(),
+        });
+    }
+    String::from_utf8(p).map_err(|_| {
+        LeaseError::from(crate::error::WireError::BadField {
+            what: "metrics reply",
+            why: "not UTF-8",
+        })
+    })
 }
 
 impl From<crate::error::WireError> for LeaseError {

@@ -352,6 +352,16 @@ pub fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
             }
             After::Keep
         }
+        client_lib::ext::LOCKD_CMD_METRICS => {
+            conn.drain(h, 0);
+            let text = crate::metrics::render(d);
+            if text.len() + wire::HEADER_LEN > MAX_CLIENT_MSG as usize {
+                conn.reply(h, -libc::E2BIG);
+            } else {
+                conn.reply_with(h, 0, 0, text.as_bytes());
+            }
+            After::Close
+        }
         _ => {
             // Unknown command: sanlock ignores it (no reply, connection stays open).
             debug!(ci = conn.ci, cmd = h.cmd, "ignoring unknown command");
@@ -600,6 +610,15 @@ fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
         SM_CMD_KILLPATH => (killpath(d, conn, h, target), 0, Vec::new()),
         _ => (-libc::EINVAL, 0, Vec::new()),
     };
+    let op = match h.cmd {
+        SM_CMD_ACQUIRE => Some(crate::metrics::Op::Acquire),
+        SM_CMD_RELEASE => Some(crate::metrics::Op::Release),
+        SM_CMD_CONVERT => Some(crate::metrics::Op::Convert),
+        _ => None,
+    };
+    if let Some(op) = op {
+        crate::metrics::global().result(op, rv);
+    }
     // Clear cmd_active; if the client died meanwhile, release what it holds now.
     let dead_tokens = {
         let mut clients = lock(&d.clients);

@@ -88,6 +88,8 @@ pub struct FileConfig {
     pub wdmd_run_dir: Option<PathBuf>,
     pub log_file: Option<PathBuf>,
     pub socket_group: Option<String>,
+    /// `IP:PORT` for the Prometheus HTTP listener (GET /metrics); off when absent.
+    pub metrics_listen: Option<String>,
 }
 
 /// One key of the TOML file, for lockd.toml(5) (`lockd man`) and the docs.
@@ -242,6 +244,8 @@ pub struct Config {
     pub log_file: PathBuf,
     /// gid given to the socket (mode 0660), so members of that group can connect.
     pub socket_gid: Option<u32>,
+    /// Where the Prometheus HTTP listener binds (`metrics_listen`); None = off.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// Default log file in the background.
@@ -322,7 +326,12 @@ impl Config {
             what: "our_host_name",
             why: format!("{e} (1..=48 bytes, no NUL)"),
         })?;
+        let metrics_listen = match &file.metrics_listen {
+            Some(text) => Some(parse_metrics_listen(text)?),
+            None => None,
+        };
         Ok(Config {
+            metrics_listen,
             run_dir,
             foreground: args.foreground,
             use_watchdog,
@@ -366,6 +375,26 @@ fn check_range(
     })
 }
 
+/// `metrics_listen`: an `IP:PORT` (IPv6 in brackets) with a port in 1..=65535. A
+/// host name is refused: the address must not depend on name resolution at start.
+pub fn parse_metrics_listen(text: &str) -> Result<std::net::SocketAddr, ConfigError> {
+    let invalid = |why: String| ConfigError::Invalid {
+        what: "metrics_listen",
+        why,
+    };
+    let addr: std::net::SocketAddr = text.parse().map_err(|_| {
+        invalid(format!(
+            "{text:?} is not IP:PORT (e.g. \"127.0.0.1:9591\" or \"[::1]:9591\")"
+        ))
+    })?;
+    if addr.port() == 0 {
+        return Err(invalid(format!(
+            "{text:?}: port 0 is out of range (1..=65535)"
+        )));
+    }
+    Ok(addr)
+}
+
 /// A path: not empty, no NUL byte, at most `max_bytes` long.
 fn check_path(key: &'static str, path: &Path, max_bytes: usize) -> Result<(), ConfigError> {
     let bytes = path.as_os_str().as_encoded_bytes();
@@ -398,7 +427,8 @@ pub fn group_to_gid(group: &str) -> Option<u32> {
         .map(|g| g.gid.as_raw())
 }
 
-fn load_file(path: &Path, required: bool) -> Result<FileConfig, ConfigError> {
+/// Reads a TOML config; a missing file is the defaults unless `required`.
+pub fn load_file(path: &Path, required: bool) -> Result<FileConfig, ConfigError> {
     match std::fs::read_to_string(path) {
         Ok(text) => toml::from_str(&text).map_err(|source| ConfigError::Parse {
             path: path.to_path_buf(),
@@ -672,5 +702,25 @@ mod tests {
             "socket_group",
             "no such group",
         );
+        refused(
+            "metrics_listen = \"127.0.0.1:0\"\n",
+            none(),
+            "metrics_listen",
+            "1..=65535",
+        );
+        for bad in ["localhost:9591", "127.0.0.1", "127.0.0.1:65536", ""] {
+            refused(
+                &format!("metrics_listen = {bad:?}\n"),
+                none(),
+                "metrics_listen",
+                "IP:PORT",
+            );
+        }
+        let c = resolve("", none()).unwrap();
+        assert_eq!(c.metrics_listen, None, "off by default");
+        let c = resolve("metrics_listen = \"[::1]:65535\"\n", none()).unwrap();
+        assert_eq!(c.metrics_listen, Some("[::1]:65535".parse().unwrap()));
+        let c = resolve("metrics_listen = \"127.0.0.1:9591\"\n", none()).unwrap();
+        assert_eq!(c.metrics_listen, Some("127.0.0.1:9591".parse().unwrap()));
     }
 }

@@ -396,14 +396,33 @@ impl Disk {
 
     /// Reads `len` bytes at `offset` within `timeout`.
     pub fn read(&self, offset: u64, len: usize, timeout: Duration) -> Result<AlignedBuf, IoError> {
-        Disk::finish(self.submit_read(offset, len, timeout)?, timeout)
+        let t0 = std::time::Instant::now();
+        let r = self
+            .submit_read(offset, len, timeout)
+            .and_then(|p| Disk::finish(p, timeout));
+        record("read", t0, r.as_ref().map(|_| ()));
+        r
     }
 
     /// Writes `data` (whole sectors) at `offset` within `timeout`.
     pub fn write(&self, offset: u64, data: &[u8], timeout: Duration) -> Result<(), IoError> {
-        let pending = self.submit("write", offset, AlignedBuf::copy_of(data), timeout)?;
-        Disk::finish(pending, timeout).map(|_| ())
+        let t0 = std::time::Instant::now();
+        let r = self
+            .submit("write", offset, AlignedBuf::copy_of(data), timeout)
+            .and_then(|p| Disk::finish(p, timeout).map(|_| ()));
+        record("write", t0, r.as_ref().map(|_| ()));
+        r
     }
+}
+
+/// Feeds one I/O's latency or failure to the metrics.
+fn record(op: &'static str, t0: std::time::Instant, r: Result<(), &IoError>) {
+    let outcome = match r {
+        Ok(()) => Ok(()),
+        Err(IoError::Timeout { .. }) => Err("timeout"),
+        Err(_) => Err("error"),
+    };
+    crate::metrics::global().disk_io(op, t0.elapsed(), outcome);
 }
 
 /// The logical block size O_DIRECT I/O on `file` must be aligned to (offsets, lengths).

@@ -120,11 +120,13 @@ pub fn kill_holders(d: &Arc<Daemon>, space: &Space) {
                 if let Some(kp) = &c.killpath {
                     warn!(pid = c.pid, ls = %space.name, path = ?kp.path, args = ?kp.args, "running killpath");
                     helper.run_path(&kp.path, &kp.args, c.pid, kp.with_pid);
+                    crate::metrics::global().kill(crate::metrics::KillStep::Killpath);
                 }
             }
             KillAction::Signal(sig) => {
                 warn!(pid = c.pid, ls = %space.name, sig, "killing lease holder");
                 helper.kill(c.pid, sig);
+                crate::metrics::global().kill(crate::metrics::KillStep::from_signal(sig));
             }
         }
         c.kill_count += 1;

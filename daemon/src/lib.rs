@@ -16,6 +16,7 @@ pub mod helper;
 pub mod kill;
 pub mod lc;
 pub mod lockspace;
+pub mod metrics;
 pub mod notify;
 pub mod observability;
 pub mod paxos;
@@ -69,6 +70,11 @@ pub enum DaemonError {
     Thread(std::io::Error),
     #[error("cannot set up signal handling: {0}")]
     Signals(std::io::Error),
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    Metrics {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
     #[error("log file {path}: {source}")]
     LogFile {
         path: PathBuf,
@@ -131,6 +137,9 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
         Err(e) => warn!(error = %e, "cannot raise RLIMIT_NOFILE"),
     }
     sys::block_signals().map_err(DaemonError::Signals)?;
+    // Remembered so a clean exit can remove a run dir the daemon made (drop-in mode's
+    // /run/sanlock must not linger for sanlock clients to find after lockd stops).
+    let made_run_dir = !cfg.run_dir.exists();
     std::fs::create_dir_all(&cfg.run_dir).map_err(|source| DaemonError::RunDir {
         path: cfg.run_dir.clone(),
         source,
@@ -158,6 +167,13 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
             path: cfg.run_dir.clone(),
             source,
         })?;
+    let metrics_listener = match cfg.metrics_listen {
+        Some(addr) => Some(
+            std::net::TcpListener::bind(addr)
+                .map_err(|source| DaemonError::Metrics { addr, source })?,
+        ),
+        None => None,
+    };
     if cfg.use_watchdog {
         info!(
             wdmd_run_dir = %cfg.wdmd_run_dir.display(),
@@ -199,6 +215,13 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
         .name("lockd-watch".into())
         .spawn(move || watch::heartbeat_loop(&d_watch))
         .map_err(DaemonError::Thread)?;
+    if let Some(l) = metrics_listener {
+        let d_metrics = d.clone();
+        std::thread::Builder::new()
+            .name("lockd-metrics".into())
+            .spawn(move || metrics::serve(d_metrics, l))
+            .map_err(DaemonError::Thread)?;
+    }
     let d_sig = d.clone();
     std::thread::Builder::new()
         .name("lockd-signal".into())
@@ -247,12 +270,22 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
     let _ =
         std::os::unix::net::UnixStream::connect(d.cfg.run_dir.join(client_lib::proto::SOCKET_NAME));
     drop(listener_clone);
+    if let Some(addr) = d.cfg.metrics_listen {
+        // Wake the metrics listener too, so it sees the shutdown flag.
+        let _ = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200));
+    }
     for c in lock(&d.clients).slots.values() {
         if let Some(s) = &c.stream {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
     }
     let _ = std::fs::remove_file(d.cfg.run_dir.join(client_lib::proto::SOCKET_NAME));
+    // Still locked by us: no other daemon can have taken it over.
+    let _ = std::fs::remove_file(&pid_path);
+    if made_run_dir {
+        // Only when empty: anything else in it is not ours to delete.
+        let _ = std::fs::remove_dir(&d.cfg.run_dir);
+    }
     if let Some(h) = d.helper.as_ref() {
         let _ = sys::kill(h.pid, libc::SIGTERM);
     }

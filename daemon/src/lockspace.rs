@@ -99,6 +99,10 @@ pub struct Space {
     pub event_fds: Mutex<Vec<std::os::unix::net::UnixStream>>,
     /// A rindex operation runs in this lockspace (sanlock allows one at a time).
     pub rindex_busy: AtomicBool,
+    /// Duration of each successful renewal (metrics).
+    pub renewal_hist: crate::metrics::Histogram,
+    /// Failed renewal attempts (metrics).
+    pub renewal_failures: std::sync::atomic::AtomicU64,
 }
 
 /// Event listeners per lockspace (sanlock's MAX_EVENT_FDS).
@@ -275,6 +279,8 @@ fn new_space(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> Space {
         host_event: Mutex::new((wire::HostEvent::default(), 0)),
         event_fds: Mutex::new(Vec::new()),
         rindex_busy: AtomicBool::new(false),
+        renewal_hist: crate::metrics::Histogram::default(),
+        renewal_failures: std::sync::atomic::AtomicU64::new(0),
     }
 }
 
@@ -805,6 +811,8 @@ fn renew_loop(
                     read_ms: t1.saturating_sub(t0),
                     write_ms: 0,
                 });
+                // read_ms covers the whole renewal (read and write), as RENEWAL reports it.
+                space.renewal_hist.observe_ms(t1.saturating_sub(t0));
                 while st.renewals.len() > RENEWAL_HISTORY {
                     st.renewals.pop_front();
                 }
@@ -813,6 +821,9 @@ fn renew_loop(
             Err(e) => {
                 let code = e.sanlk_code();
                 warn!(error = %e, rv = code, "renewal failed");
+                space
+                    .renewal_failures
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let mut st = lock(&space.st);
                 st.renewal_last_result = code;
                 st.last_renewal_ok = false;

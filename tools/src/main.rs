@@ -83,6 +83,10 @@ enum Command {
     /// Generate the man pages: lockd(8) and one per subcommand, lockd-daemon(8), wdmd(8),
     /// lockd.toml(5).
     Man(manpages::ManArgs),
+    /// Print the daemon's metrics (Prometheus text format 0.0.4).
+    Metrics(client::metrics::MetricsArgs),
+    /// Check this host's setup: PASS/WARN/FAIL with a fix each; exit 0/1/2 by the worst.
+    Doctor(client::doctor::DoctorArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -136,6 +140,10 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Command::Leader(a) => client::elect::leader(a),
+        Command::Doctor(a) => match client::doctor::run(a) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
         Command::Direct(DirectCommand::Init(a)) => direct::init::run(a),
         Command::Direct(DirectCommand::Dump(a)) => direct::dump::run(a),
         Command::Direct(DirectCommand::ReadLeader(a)) => direct::read_leader::run(a),
@@ -164,6 +172,7 @@ fn main() -> ExitCode {
         Command::Shutdown(a) => client::daemon_cmds::shutdown(a),
         Command::Completions(a) => manpages::completions(a, Cli::command()),
         Command::Man(a) => manpages::man(a, Cli::command()),
+        Command::Metrics(a) => client::metrics::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

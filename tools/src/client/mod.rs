@@ -7,9 +7,11 @@
 
 pub mod admin;
 pub mod daemon_cmds;
+pub mod doctor;
 pub mod elect;
 pub mod lockspace;
 pub mod lvb;
+pub mod metrics;
 pub mod resource;
 pub mod rindex;
 pub mod status;
@@ -26,7 +28,7 @@ use disk_format::Name;
 use crate::spec::{LockspaceSpec, ResourceSpec};
 
 /// Where to find the daemon: `--run-dir`, else `$LOCKD_RUN_DIR`/`$SANLOCK_RUN_DIR`,
-/// else /run/lockd.
+/// else `run_dir` of /etc/lockd/lockd.toml, else /run/lockd.
 #[derive(Debug, Args, Clone)]
 pub struct Conn {
     /// Daemon run directory holding sanlock.sock.
@@ -44,6 +46,14 @@ impl Conn {
         }
         if let Some(v) = std::env::var_os("LOCKD_RUN_DIR").filter(|v| !v.is_empty()) {
             return PathBuf::from(v);
+        }
+        if let Some(v) = std::env::var_os("SANLOCK_RUN_DIR").filter(|v| !v.is_empty()) {
+            return PathBuf::from(v);
+        }
+        // Where the daemon's config puts it (drop-in mode: run_dir = "/run/sanlock").
+        let cfg = std::path::Path::new(lockd_daemon::config::DEFAULT_CONFIG_PATH);
+        if let Ok(Some(dir)) = lockd_daemon::config::load_file(cfg, false).map(|f| f.run_dir) {
+            return dir;
         }
         client_lib::default_run_dir()
     }
