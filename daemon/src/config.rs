@@ -208,6 +208,16 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
         example: "\"sanlock\"",
         help: "Group owning sanlock.sock (mode 0660).",
     },
+    ConfigKey {
+        key: "metrics_listen",
+        kind: "string",
+        option: None,
+        default: "off",
+        range: "IP:PORT, port 1..=65535 (no host names)",
+        example: "\"127.0.0.1:9591\"",
+        help: "Serve Prometheus metrics over HTTP (GET /metrics) on this local address; \
+               no authentication, so keep it on loopback or a management network.",
+    },
 ];
 
 /// Configuration errors.
