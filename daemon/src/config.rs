@@ -268,6 +268,25 @@ impl Config {
             Some(p) => load_file(p, true)?,
             None => load_file(Path::new(DEFAULT_CONFIG_PATH), false)?,
         };
+        Config::from_file_config(args, env_run_dir, file)
+    }
+
+    /// The configuration from lockd.toml's text alone (no command-line values): every
+    /// check `resolve` makes, without reading a file. For the config fuzzer and tools.
+    pub fn from_toml_text(text: &str) -> Result<Config, ConfigError> {
+        let file: FileConfig = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: PathBuf::from("<text>"),
+            source,
+        })?;
+        let args = DaemonArgs::default();
+        Config::from_file_config(&args, None, file)
+    }
+
+    fn from_file_config(
+        args: &DaemonArgs,
+        env_run_dir: Option<PathBuf>,
+        file: FileConfig,
+    ) -> Result<Config, ConfigError> {
         let run_dir = args
             .run_dir
             .clone()
@@ -530,6 +549,21 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn config_from_text_checks_like_a_file() {
+        let c = Config::from_toml_text("io_timeout = 3\nwatchdog_fire_timeout = 30\n").unwrap();
+        assert_eq!((c.io_timeout_s, c.watchdog_fire_timeout_s), (3, 30));
+        for bad in [
+            "watchdog_fire_timeout = 0",
+            "io_timeout = 0",
+            "x = 1",
+            "io_timeout = \"a\"",
+            "[[[",
+        ] {
+            assert!(Config::from_toml_text(bad).is_err(), "{bad} accepted");
+        }
+    }
 
     #[test]
     fn groups_are_looked_up_through_nss() {
