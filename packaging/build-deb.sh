@@ -57,7 +57,7 @@ for d in docs/*.md; do install -D -m 0644 "$d" "$doc/$(basename "$d")"; done
 # (unless given ready-made in $LOCKD_MAN_DIR / $LOCKD_COMPLETIONS_DIR).
 if [ -z "${LOCKD_MAN_DIR:-}" ]; then
     LOCKD_MAN_DIR=$stage/man
-    SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(date +%s)} "$rel/lockd" man --out "$LOCKD_MAN_DIR"
+    SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(date +%s)} "$rel/lockd" man --out "$LOCKD_MAN_DIR" >/dev/null
 fi
 if [ -z "${LOCKD_COMPLETIONS_DIR:-}" ]; then
     LOCKD_COMPLETIONS_DIR=$stage/completions
