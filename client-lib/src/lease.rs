@@ -322,6 +322,23 @@ impl std::fmt::Debug for Lease {
     }
 }
 
+/// The error of a lockd extension command's reply: a reply that never came (the read
+/// timed out) means a daemon without lockd's extensions, e.g. sanlock, which ignores
+/// unknown commands.
+fn ext_error(run_dir: &Path, e: ClientError) -> LeaseError {
+    match e {
+        ClientError::Io(io)
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            LeaseError::NoExtensions(run_dir.to_path_buf())
+        }
+        e => e.into(),
+    }
+}
+
 /// Opens a watch connection for our pid; returns it and the heartbeat interval.
 fn open_watch(run_dir: &Path) -> Result<(UnixStream, Duration), LeaseError> {
     let mut c = Client::connect(run_dir)?;
@@ -329,15 +346,7 @@ fn open_watch(run_dir: &Path) -> Result<(UnixStream, Duration), LeaseError> {
     c.send(LOCKD_CMD_WATCH, 0, 0, 0, &[])?;
     let h = match c.recv_header() {
         Ok(h) => h,
-        Err(ClientError::Io(e))
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ) =>
-        {
-            return Err(LeaseError::NoExtensions(run_dir.to_path_buf()))
-        }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(ext_error(run_dir, e)),
     };
     if h.result() < 0 {
         return Err(LeaseError::Refused {
@@ -359,15 +368,7 @@ pub fn leader(run_dir: &Path, spec: &LeaseSpec) -> Result<LeaderInfo, LeaseError
     c.send(LOCKD_CMD_LEADER, 0, 0, 0, &res.encode())?;
     let (h, p) = match c.recv_reply() {
         Ok(r) => r,
-        Err(ClientError::Io(e))
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ) =>
-        {
-            return Err(LeaseError::NoExtensions(run_dir.to_path_buf()))
-        }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(ext_error(run_dir, e)),
     };
     if h.result() < 0 {
         return Err(LeaseError::Refused {
@@ -395,15 +396,7 @@ pub fn metrics(run_dir: &Path) -> Result<String, LeaseError> {
     c.send(LOCKD_CMD_METRICS, 0, 0, 0, &[])?;
     let (h, p) = match c.recv_reply() {
         Ok(r) => r,
-        Err(ClientError::Io(e))
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ) =>
-        {
-            return Err(LeaseError::NoExtensions(run_dir.to_path_buf()))
-        }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(ext_error(run_dir, e)),
     };
     if h.result() < 0 {
         return Err(LeaseError::Refused {
@@ -441,14 +434,7 @@ fn watch_loop(mut stream: UnixStream, interval: Duration, spec: LeaseSpec, loss:
         }
         match stream.read(&mut chunk) {
             Ok(0) => {
-                if !loss.closing.load(Ordering::SeqCst) {
-                    loss.declare(LossNotice {
-                        reason: LossReason::DaemonGone,
-                        at: Instant::now(),
-                        kill_in: None,
-                        watchdog_in: None,
-                    });
-                }
+                gone(&loss, LossReason::DaemonGone);
                 return;
             }
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
@@ -460,14 +446,7 @@ fn watch_loop(mut stream: UnixStream, interval: Duration, spec: LeaseSpec, loss:
                         | std::io::ErrorKind::Interrupted
                 ) => {}
             Err(_) => {
-                if !loss.closing.load(Ordering::SeqCst) {
-                    loss.declare(LossNotice {
-                        reason: LossReason::DaemonGone,
-                        at: Instant::now(),
-                        kill_in: None,
-                        watchdog_in: None,
-                    });
-                }
+                gone(&loss, LossReason::DaemonGone);
                 return;
             }
         }
@@ -493,15 +472,22 @@ fn watch_loop(mut stream: UnixStream, interval: Duration, spec: LeaseSpec, loss:
                 return;
             }
         }
-        if last_heard.elapsed() > silence && !loss.closing.load(Ordering::SeqCst) {
-            loss.declare(LossNotice {
-                reason: LossReason::DaemonSilent,
-                at: Instant::now(),
-                kill_in: None,
-                watchdog_in: None,
-            });
+        if last_heard.elapsed() > silence {
+            gone(&loss, LossReason::DaemonSilent);
             return;
         }
+    }
+}
+
+/// The daemon is gone or silent: the lease is lost, unless we are releasing it ourselves.
+fn gone(loss: &LossState, reason: LossReason) {
+    if !loss.closing.load(std::sync::atomic::Ordering::SeqCst) {
+        loss.declare(LossNotice {
+            reason,
+            at: Instant::now(),
+            kill_in: None,
+            watchdog_in: None,
+        });
     }
 }
 

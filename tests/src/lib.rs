@@ -306,3 +306,57 @@ pub fn poke(path: &Path, offset: u64, data: &[u8]) {
     f.write_all(data).expect("poke");
     f.sync_all().expect("sync");
 }
+
+/// Shared lease storage for system tests: a loop device (512-byte sectors) over an 8 MiB
+/// sparse file in `dir`, with lockspace `ls` (io_timeout 1) at offset 0 and each
+/// `(resource, offset)` formatted by `lockd direct init`. Returns the loop device
+/// (detached on drop) and its path.
+pub fn lease_device(
+    lockd_bin: &str,
+    dir: &Path,
+    ls: &str,
+    resources: &[(&str, &str)],
+) -> (LoopDevice, String) {
+    let img = sparse_file(dir, "img", 8 << 20);
+    let lo = LoopDevice::attach(&img, 512);
+    let dev = lo.device.display().to_string();
+    let (ok, out) = lockd_cli(
+        lockd_bin,
+        dir,
+        &[
+            "direct",
+            "init",
+            "-s",
+            &format!("{ls}:0:{dev}:0"),
+            "-o",
+            "1",
+        ],
+    );
+    assert!(ok, "direct init -s {ls}: {out}");
+    for (name, off) in resources {
+        let (ok, out) = lockd_cli(
+            lockd_bin,
+            dir,
+            &["direct", "init", "-r", &format!("{ls}:{name}:{dev}:{off}")],
+        );
+        assert!(ok, "direct init -r {ls}:{name}: {out}");
+    }
+    (lo, dev)
+}
+
+/// Joins lockspace `ls` on `dev` as `host_id` through the daemon in `run_dir`
+/// (io_timeout 1); panics with the CLI's output when that fails.
+pub fn join_lockspace(lockd_bin: &str, run_dir: &Path, ls: &str, host_id: u64, dev: &str) {
+    let (ok, out) = lockd_cli(
+        lockd_bin,
+        run_dir,
+        &[
+            "add-lockspace",
+            "-s",
+            &format!("{ls}:{host_id}:{dev}:0"),
+            "-o",
+            "1",
+        ],
+    );
+    assert!(ok, "add-lockspace {ls} as host {host_id}: {out}");
+}

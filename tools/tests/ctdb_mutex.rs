@@ -9,7 +9,9 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use lockd_system_tests::{lockd_cli, scratch_dir, sparse_file, LockdProc, LoopDevice};
+use lockd_system_tests::{
+    join_lockspace, lease_device, lockd_cli, scratch_dir, LockdProc, LoopDevice,
+};
 
 const LOCKD: &str = env!("CARGO_BIN_EXE_lockd");
 const HELPER: &str = env!("CARGO_BIN_EXE_lockd-ctdb-mutex");
@@ -32,24 +34,11 @@ struct Setup {
 fn setup(tag: &str, n: usize) -> Setup {
     let tmp = scratch_dir();
     let dir = tmp.path().to_path_buf();
-    let img = sparse_file(&dir, "img", 8 << 20);
-    let lo = LoopDevice::attach(&img, 512);
-    let dev = lo.device.display().to_string();
-    for args in [
-        vec!["direct", "init", "-s", &format!("ct:0:{dev}:0"), "-o", "1"][..].to_vec(),
-        vec!["direct", "init", "-r", &format!("ct:reclock:{dev}:1M")],
-    ] {
-        let (ok, out) = lockd(&dir, &args);
-        assert!(ok, "{args:?}: {out}");
-    }
+    let (lo, dev) = lease_device(LOCKD, &dir, "ct", &[("reclock", "1M")]);
     let mut hosts = Vec::new();
     for i in 1..=n {
         let d = LockdProc::start(LOCKD, &dir, &format!("{tag}{i}"));
-        let (ok, out) = lockd(
-            &d.run_dir,
-            &["add-lockspace", "-s", &format!("ct:{i}:{dev}:0"), "-o", "1"],
-        );
-        assert!(ok, "add-lockspace host {i}: {out}");
+        join_lockspace(LOCKD, &d.run_dir, "ct", i as u64, &dev);
         hosts.push(d);
     }
     Setup {
@@ -755,16 +744,7 @@ fn cluster() -> Cluster {
     lockd_system_tests::require_command("ctdb", "ctdb");
     let tmp = scratch_dir();
     let dir = tmp.path().to_path_buf();
-    let img = sparse_file(&dir, "img", 8 << 20);
-    let lo = LoopDevice::attach(&img, 512);
-    let dev = lo.device.display().to_string();
-    for args in [
-        vec!["direct", "init", "-s", &format!("ct:0:{dev}:0"), "-o", "1"][..].to_vec(),
-        vec!["direct", "init", "-r", &format!("ct:reclock:{dev}:1M")],
-    ] {
-        let (ok, out) = lockd(&dir, &args);
-        assert!(ok, "{args:?}: {out}");
-    }
+    let (lo, dev) = lease_device(LOCKD, &dir, "ct", &[("reclock", "1M")]);
     std::fs::write(
         dir.join("lockd.toml"),
         format!("io_timeout = {IO_TIMEOUT_S}\nwatchdog_fire_timeout = {FIRE_TIMEOUT_S}\n"),

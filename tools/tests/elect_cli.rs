@@ -8,7 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use client_lib::{AcquireOptions, LeaderElection, Lease, LeaseError, LeaseSpec, Wait};
-use lockd_system_tests::{lockd_cli, scratch_dir, sparse_file, LockdProc, LoopDevice};
+use lockd_system_tests::{
+    join_lockspace, lease_device, lockd_cli, scratch_dir, LockdProc, LoopDevice,
+};
 
 const LOCKD: &str = env!("CARGO_BIN_EXE_lockd");
 
@@ -30,24 +32,10 @@ fn lockd(run_dir: &Path, args: &[&str]) -> (bool, String) {
 fn setup(host: &str) -> Setup {
     let tmp = scratch_dir();
     let dir = tmp.path().to_path_buf();
-    let img = sparse_file(&dir, "img", 8 << 20);
-    let lo = LoopDevice::attach(&img, 512);
-    let dev = lo.device.display().to_string();
-    for args in [
-        vec!["direct", "init", "-s", &format!("el:0:{dev}:0"), "-o", "1"][..].to_vec(),
-        vec!["direct", "init", "-r", &format!("el:lead:{dev}:1M")],
-        vec!["direct", "init", "-r", &format!("el:other:{dev}:2M")],
-    ] {
-        let (ok, out) = lockd(&dir, &args);
-        assert!(ok, "{args:?}: {out}");
-    }
+    let (lo, dev) = lease_device(LOCKD, &dir, "el", &[("lead", "1M"), ("other", "2M")]);
     let daemon = LockdProc::start(LOCKD, &dir, host);
     let run_dir = daemon.run_dir.clone();
-    let (ok, out) = lockd(
-        &run_dir,
-        &["add-lockspace", "-s", &format!("el:1:{dev}:0"), "-o", "1"],
-    );
-    assert!(ok, "add-lockspace: {out}");
+    join_lockspace(LOCKD, &run_dir, "el", 1, &dev);
     Setup {
         _dir: tmp,
         dir,
@@ -94,6 +82,25 @@ impl Setup {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// Starts `lockd-fenced-store serve` in `dir`; returns it, its socket and its log.
+fn start_store(store_bin: &Path, dir: &Path) -> (Child, PathBuf, PathBuf) {
+    let sock = dir.join("store.sock");
+    let log = dir.join("store.log");
+    let server = Command::new(store_bin)
+        .args(["serve", "--socket"])
+        .arg(&sock)
+        .arg("--log")
+        .arg(&log)
+        .spawn()
+        .expect("start lockd-fenced-store");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !sock.exists() {
+        assert!(Instant::now() < deadline, "store socket never appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (server, sock, log)
 }
 
 fn finish(child: Child, timeout: Duration) -> (i32, String) {
@@ -372,20 +379,7 @@ fn leader_election_api_and_fenced_store() {
         .unwrap()
         .join("lockd-fenced-store");
     assert!(store_bin.exists(), "build the workspace's bins first");
-    let sock = s.dir.join("store.sock");
-    let log = s.dir.join("store.log");
-    let mut server = Command::new(&store_bin)
-        .args(["serve", "--socket"])
-        .arg(&sock)
-        .arg("--log")
-        .arg(&log)
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !sock.exists() {
-        assert!(Instant::now() < deadline, "store socket");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (mut server, sock, log) = start_store(&store_bin, &s.dir);
     let writer = |token: u64| {
         Command::new(&store_bin)
             .args(["write", "--host", "h1", "--socket"])
@@ -423,20 +417,7 @@ fn example_workers_take_turns_with_growing_tokens() {
         worker.exists() && store_bin.exists(),
         "build the workspace's bins and examples first (cargo build --workspace --bins --examples)"
     );
-    let sock = s.dir.join("store.sock");
-    let log = s.dir.join("store.log");
-    let mut server = Command::new(&store_bin)
-        .args(["serve", "--socket"])
-        .arg(&sock)
-        .arg("--log")
-        .arg(&log)
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !sock.exists() {
-        assert!(Instant::now() < deadline, "store socket");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (mut server, sock, log) = start_store(&store_bin, &s.dir);
     let lease = s.spec("lead", "1M");
     let start = |name: &str| {
         Command::new(&worker)

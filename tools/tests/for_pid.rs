@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lockd_system_tests::{
-    lockd_cli, require_command, scratch_dir, sparse_file, LockdProc, LoopDevice,
+    join_lockspace, lease_device, lockd_cli, require_command, scratch_dir, LockdProc, LoopDevice,
 };
 
 const LOCKD: &str = env!("CARGO_BIN_EXE_lockd");
@@ -28,25 +28,10 @@ struct Setup {
 fn setup(host: &str) -> Setup {
     let tmp = scratch_dir();
     let dir = tmp.path().to_path_buf();
-    let img = sparse_file(&dir, "img", 8 << 20);
-    let lo = LoopDevice::attach(&img, 512);
-    let dev = lo.device.display().to_string();
-    for args in [
-        vec!["direct", "init", "-s", &format!("fp:0:{dev}:0"), "-o", "1"][..].to_vec(),
-        vec!["direct", "init", "-r", &format!("fp:vm1:{dev}:1M")],
-        vec!["direct", "init", "-r", &format!("fp:vm2:{dev}:2M")],
-    ] {
-        let (ok, out) = lockd_cli(LOCKD, &dir, &args);
-        assert!(ok, "{args:?}: {out}");
-    }
+    let (lo, dev) = lease_device(LOCKD, &dir, "fp", &[("vm1", "1M"), ("vm2", "2M")]);
     let daemon = LockdProc::start(LOCKD, &dir, host);
     let run_dir = daemon.run_dir.clone();
-    let (ok, out) = lockd_cli(
-        LOCKD,
-        &run_dir,
-        &["add-lockspace", "-s", &format!("fp:1:{dev}:0"), "-o", "1"],
-    );
-    assert!(ok, "add-lockspace: {out}");
+    join_lockspace(LOCKD, &run_dir, "fp", 1, &dev);
     Setup {
         _tmp: tmp,
         dir,
