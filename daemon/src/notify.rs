@@ -51,6 +51,8 @@ pub struct Notifier {
     /// `WATCHDOG_USEC` when set for this process (`WATCHDOG_PID` unset or ours).
     watchdog: Option<Duration>,
     last_status: Mutex<String>,
+    /// READY=1 went out; STATUS= lines are held back until it has.
+    ready_sent: std::sync::atomic::AtomicBool,
 }
 
 impl Notifier {
@@ -63,6 +65,7 @@ impl Notifier {
             enabled,
             watchdog: if enabled { watchdog } else { None },
             last_status: Mutex::new(String::new()),
+            ready_sent: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -79,15 +82,28 @@ impl Notifier {
     pub fn ready(&self, status: &str) {
         *crate::state::lock(&self.last_status) = status.to_string();
         self.send(&[NotifyState::Ready, NotifyState::Status(status)]);
+        self.ready_sent
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// STATUS= lines wait for READY=1: the service manager's first message is READY.
+    fn is_ready(&self) -> bool {
+        self.ready_sent.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// A one-off `STATUS=` line (e.g. a join); the next summary change replaces it.
     pub fn status(&self, status: &str) {
+        if !self.is_ready() {
+            return;
+        }
         self.send(&[NotifyState::Status(status)]);
     }
 
     /// Sends `STATUS=` with `summary` when its text differs from the last summary sent.
     pub fn status_if_changed(&self, summary: &Summary) {
+        if !self.is_ready() {
+            return;
+        }
         let text = summary.to_string();
         {
             let mut last = crate::state::lock(&self.last_status);
