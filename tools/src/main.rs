@@ -1,6 +1,7 @@
 //! `lockd`: the command-line tool of lockd.
 #![deny(unsafe_code)]
 
+mod civil;
 mod client;
 mod direct;
 mod disk;

@@ -46,16 +46,7 @@ fn page_date() -> String {
                 .map(|d| d.as_secs())
                 .unwrap_or(0)
         });
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-    let z = i64::try_from(secs / 86_400).unwrap_or(0) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = crate::civil::civil_from_days(i64::try_from(secs / 86_400).unwrap_or(0));
     format!("{y:04}-{m:02}-{d:02}")
 }
 
