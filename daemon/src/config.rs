@@ -84,6 +84,7 @@ pub struct FileConfig {
     pub watchdog_fire_timeout: Option<u32>,
     pub kill_grace_seconds: Option<u32>,
     pub sh_retries: Option<u32>,
+    pub read_all_dblocks: Option<bool>,
     /// wdmd's run dir (its socket); default /run/wdmd, or `$WDMD_RUN_DIR`.
     pub wdmd_run_dir: Option<PathBuf>,
     pub log_file: Option<PathBuf>,
@@ -181,6 +182,18 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
                mode by a host granting another.",
     },
     ConfigKey {
+        key: "read_all_dblocks",
+        kind: "boolean",
+        option: None,
+        default: "false",
+        range: "true or false",
+        example: "false",
+        help: "Read every dblock of a resource lease in each ballot, as sanlock does. By \
+               default a ballot reads only the dblocks of host_ids that have joined the \
+               lockspace and confirms with one read of the others' delta leases that no \
+               new host has joined before it commits (see docs/algorithms.md).",
+    },
+    ConfigKey {
         key: "wdmd_run_dir",
         kind: "string",
         option: None,
@@ -250,6 +263,8 @@ pub struct Config {
     pub wdmd_run_dir: PathBuf,
     pub kill_grace_s: u32,
     pub sh_retries: u32,
+    /// Ballots read every dblock (`read_all_dblocks`), as sanlock.
+    pub read_all_dblocks: bool,
     /// Where the log goes when the daemon runs in the background.
     pub log_file: PathBuf,
     /// gid given to the socket (mode 0660), so members of that group can connect.
@@ -370,6 +385,7 @@ impl Config {
             wdmd_run_dir,
             kill_grace_s,
             sh_retries,
+            read_all_dblocks: file.read_all_dblocks.unwrap_or(false),
             log_file,
             socket_gid: match args.socket_group.clone().or(file.socket_group.clone()) {
                 Some(g) => Some(group_to_gid(&g).ok_or(ConfigError::Invalid {

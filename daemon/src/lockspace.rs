@@ -268,10 +268,11 @@ fn new_space(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> Space {
         }),
         cond: Condvar::new(),
         stop: Arc::new(AtomicBool::new(false)),
-        monitor: Arc::new(Mutex::new(HostMonitor::new(
-            ls.host_id,
-            u64::from(d.cfg.watchdog_fire_timeout_s),
-        ))),
+        monitor: Arc::new(Mutex::new({
+            let mut m = HostMonitor::new(ls.host_id, u64::from(d.cfg.watchdog_fire_timeout_s));
+            m.set_read_known_hosts(!d.cfg.read_all_dblocks);
+            m
+        })),
         disk: Mutex::new(None),
         params: Mutex::new(None),
         bitmap_until: Mutex::new(std::collections::HashMap::new()),

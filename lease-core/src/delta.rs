@@ -211,6 +211,49 @@ pub async fn read_host_record<D: Disk>(
     Ok(leader)
 }
 
+/// True when a delta-lease sector shows that no host has ever joined with its host_id
+/// since the lockspace was formatted: no owner, no generation, no timestamp. Every join
+/// writes a non-zero owner_id and generation, and nothing but a new format clears them,
+/// so a host that has ever held the host_id can never leave its sector looking unused.
+/// A sector that does not decode counts as used.
+pub fn sector_unused(sector: &[u8]) -> bool {
+    LeaderRecord::decode(sector)
+        .is_ok_and(|l| l.owner_id == 0 && l.owner_generation == 0 && l.timestamp == 0)
+}
+
+/// Reads the delta-lease sectors of host_ids `above + 1 ..= upto` (clamped to the
+/// lockspace's max_hosts) in one I/O issued after this call, and tells whether every one
+/// of them is still unused ([`sector_unused`]). This is the check that lets a paxos ballot
+/// read only the dblocks of host_ids up to `above` (see `paxos`, "Reading only the hosts
+/// that have joined").
+pub async fn hosts_unused_above<D: Disk>(
+    disk: &D,
+    p: &LockspaceParams,
+    above: u64,
+    upto: u64,
+) -> Result<bool, LeaseError> {
+    let upto = upto.min(p.geometry.max_hosts());
+    if upto <= above {
+        return Ok(true);
+    }
+    let sector = p.geometry.sector_bytes();
+    let first = p
+        .host_sector_offset(above + 1)
+        .ok_or(LeaseError::InvalidHostId {
+            host_id: above + 1,
+            max_hosts: p.geometry.max_hosts(),
+        })?;
+    let len = ((upto - above) * sector) as usize;
+    let buf = disk
+        .read(first, len, p.io_ms())
+        .await
+        .map_err(|e| LeaseError::io(IoOp::LeaderRead, e))?;
+    if buf.len() < len {
+        return Err(LeaseError::io(IoOp::LeaderRead, crate::io::IoError::Failed));
+    }
+    Ok(buf.chunks(sector as usize).all(sector_unused))
+}
+
 async fn write_own<D: Disk>(
     disk: &D,
     p: &LockspaceParams,

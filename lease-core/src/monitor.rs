@@ -5,9 +5,13 @@
 //! timestamp) change. Timestamps written by other hosts are never compared with ours.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 
 use disk_format::{DeltaSector, Name};
 
+use crate::delta::{hosts_unused_above, LockspaceParams};
+use crate::error::LeaseError;
+use crate::io::Disk;
 use crate::timeouts::{host_dead_seconds, id_renewal_fail_seconds};
 
 /// sanlock's host states (`SANLK_HOST_*`), with their numeric values.
@@ -74,6 +78,28 @@ pub struct Notification {
 pub trait HostObserver {
     /// Our observation of `host_id`'s delta lease, if our monitor has read it.
     fn observation(&self, host_id: u64) -> Option<HostObservation>;
+
+    /// The highest host_id whose dblock a paxos ballot should read: every host_id above it
+    /// had an unused delta-lease sector ([`crate::delta::sector_unused`]) in our latest
+    /// lockspace read. `None` reads every dblock, as sanlock does. Only a hint: before
+    /// committing, a ballot that read fewer dblocks confirms it with
+    /// [`HostObserver::confirm_unused_above`].
+    fn ballot_hosts_hint(&self) -> Option<u64> {
+        None
+    }
+
+    /// Confirms, with a read of the lockspace issued after this call, that every host_id in
+    /// `above + 1 ..= upto` still has an unused delta-lease sector. The default reads them
+    /// itself; the daemon shares one read among the acquires waiting at the same time.
+    fn confirm_unused_above<L: Disk>(
+        &self,
+        disk: &L,
+        space: &LockspaceParams,
+        above: u64,
+        upto: u64,
+    ) -> impl Future<Output = Result<bool, LeaseError>> {
+        hosts_unused_above(disk, space, above, upto)
+    }
 }
 
 /// Per-lockspace record of every other host's delta lease.
@@ -83,6 +109,13 @@ pub struct HostMonitor {
     watchdog_fire: u64,
     hosts: BTreeMap<u64, HostObservation>,
     checks: u64,
+    /// Whether ballots may read only the dblocks of host_ids that have joined.
+    read_known_hosts: bool,
+    /// Highest host_id whose sector looked used in the latest read (at least ours).
+    highest_used: u64,
+    /// Simulator only: keep `highest_used` from the first read (a planted bug).
+    #[cfg(feature = "sim")]
+    freeze_known_hosts: bool,
 }
 
 impl HostMonitor {
@@ -93,7 +126,25 @@ impl HostMonitor {
             watchdog_fire,
             hosts: BTreeMap::new(),
             checks: 0,
+            read_known_hosts: true,
+            highest_used: our_host_id,
+            #[cfg(feature = "sim")]
+            freeze_known_hosts: false,
         }
+    }
+
+    /// Simulator only: keep the known hosts of the first lockspace read forever (half of
+    /// the planted bug `StaleKnownHosts`).
+    #[cfg(feature = "sim")]
+    #[doc(hidden)]
+    pub fn freeze_known_hosts(&mut self) {
+        self.freeze_known_hosts = true;
+    }
+
+    /// Turns the known-hosts ballot reads on (the default) or off (every ballot reads
+    /// every dblock, as sanlock does).
+    pub fn set_read_known_hosts(&mut self, on: bool) {
+        self.read_known_hosts = on;
     }
 
     /// Number of lockspace reads observed so far.
@@ -106,6 +157,24 @@ impl HostMonitor {
     pub fn observe(&mut self, now_s: u64, sectors: &[Option<DeltaSector>]) -> Vec<Notification> {
         self.checks += 1;
         let mut notes = Vec::new();
+        #[cfg(feature = "sim")]
+        let frozen = self.freeze_known_hosts && self.checks > 1;
+        #[cfg(not(feature = "sim"))]
+        let frozen = false;
+        // A sector that did not decode (None) counts as used.
+        let highest_used = sectors
+            .iter()
+            .rposition(|s| {
+                s.as_ref().is_none_or(|s| {
+                    let l = &s.leader;
+                    l.owner_id != 0 || l.owner_generation != 0 || l.timestamp != 0
+                })
+            })
+            .map_or(0, |i| i as u64 + 1)
+            .max(self.our_host_id);
+        if !frozen {
+            self.highest_used = highest_used;
+        }
         for (i, sector) in sectors.iter().enumerate() {
             let host_id = i as u64 + 1;
             let Some(sector) = sector else { continue };
@@ -255,11 +324,29 @@ impl HostObserver for HostMonitor {
     fn observation(&self, host_id: u64) -> Option<HostObservation> {
         self.hosts.get(&host_id).copied()
     }
+
+    fn ballot_hosts_hint(&self) -> Option<u64> {
+        (self.read_known_hosts && self.checks > 0).then_some(self.highest_used)
+    }
 }
 
 impl<T: HostObserver + ?Sized> HostObserver for &T {
     fn observation(&self, host_id: u64) -> Option<HostObservation> {
         (**self).observation(host_id)
+    }
+
+    fn ballot_hosts_hint(&self) -> Option<u64> {
+        (**self).ballot_hosts_hint()
+    }
+
+    fn confirm_unused_above<L: Disk>(
+        &self,
+        disk: &L,
+        space: &LockspaceParams,
+        above: u64,
+        upto: u64,
+    ) -> impl Future<Output = Result<bool, LeaseError>> {
+        (**self).confirm_unused_above(disk, space, above, upto)
     }
 }
 
@@ -267,17 +354,49 @@ impl<T: HostObserver + ?Sized> HostObserver for std::rc::Rc<T> {
     fn observation(&self, host_id: u64) -> Option<HostObservation> {
         (**self).observation(host_id)
     }
+
+    fn ballot_hosts_hint(&self) -> Option<u64> {
+        (**self).ballot_hosts_hint()
+    }
+
+    fn confirm_unused_above<L: Disk>(
+        &self,
+        disk: &L,
+        space: &LockspaceParams,
+        above: u64,
+        upto: u64,
+    ) -> impl Future<Output = Result<bool, LeaseError>> {
+        (**self).confirm_unused_above(disk, space, above, upto)
+    }
 }
 
 impl<T: HostObserver + ?Sized> HostObserver for std::sync::Arc<T> {
     fn observation(&self, host_id: u64) -> Option<HostObservation> {
         (**self).observation(host_id)
     }
+
+    fn ballot_hosts_hint(&self) -> Option<u64> {
+        (**self).ballot_hosts_hint()
+    }
+
+    fn confirm_unused_above<L: Disk>(
+        &self,
+        disk: &L,
+        space: &LockspaceParams,
+        above: u64,
+        upto: u64,
+    ) -> impl Future<Output = Result<bool, LeaseError>> {
+        (**self).confirm_unused_above(disk, space, above, upto)
+    }
 }
 
 impl<T: HostObserver> HostObserver for std::cell::RefCell<T> {
     fn observation(&self, host_id: u64) -> Option<HostObservation> {
         self.borrow().observation(host_id)
+    }
+
+    fn ballot_hosts_hint(&self) -> Option<u64> {
+        self.borrow().ballot_hosts_hint()
     }
 }
 
@@ -286,6 +405,13 @@ impl<T: HostObserver> HostObserver for std::sync::Mutex<T> {
         match self.lock() {
             Ok(g) => g.observation(host_id),
             Err(poisoned) => poisoned.into_inner().observation(host_id),
+        }
+    }
+
+    fn ballot_hosts_hint(&self) -> Option<u64> {
+        match self.lock() {
+            Ok(g) => g.ballot_hosts_hint(),
+            Err(poisoned) => poisoned.into_inner().ballot_hosts_hint(),
         }
     }
 }

@@ -7,6 +7,33 @@
 //! chosen, and the leader record is written as a cache of the result. Ownership is
 //! `(host_id, generation)`; the owner's delta-lease renewals keep the lease alive, so a held
 //! lease costs no I/O.
+//!
+//! # Reading only the hosts that have joined
+//!
+//! sanlock reads every dblock of the area (leader.num_hosts, 2000 by default: 1 MiB on
+//! 512-byte sectors) in step A and in both ballot phases. lockd reads the dblocks of host_ids
+//! `1..=k` only, where `k` is the highest host_id whose delta-lease sector our latest
+//! lockspace read found in use ([`HostObserver::ballot_hosts_hint`]), and before it
+//! commits (or accepts a commit of its value by another host) it confirms with one read
+//! of the delta sectors `k+1..=num_hosts`, issued after its last ballot read, that all of
+//! them are still unused ([`crate::delta::sector_unused`]: no owner, generation or
+//! timestamp). If one is in use, the acquire starts over reading every dblock.
+//!
+//! Why this is as safe as reading everything: a host writes its dblock only while it holds
+//! its host_id, and it first wrote its delta sector when it joined; that sector never looks
+//! unused again (a join writes a non-zero owner and generation, and only a new format
+//! clears them). So a host `h > k` that wrote a dblock of this area before our
+//! confirmation read began is seen by that read, and we start over. Otherwise every write
+//! of `h` comes after our confirmation read began, hence after all our ballot reads and
+//! writes completed, and `h`'s reads (which follow its writes) see our dblock: of two
+//! concurrent ballots at least one sees the other's, which is all Disk Paxos needs. Shared
+//! holders are covered the same way: their SHARED mode block is a dblock write. Nothing
+//! here depends on time or clocks. A sanlock host reads everything, so mixed lockspaces
+//! keep the argument. The simulator runs it with late joiners and read-everything hosts
+//! mixed in, and catches the planted bug `StaleKnownHosts` (no confirmation, hint frozen).
+//!
+//! Seen by clients: a corrupt dblock of a host_id that never joined is not read, so it
+//! does not fail an acquire with `SANLK_DBLOCK_CHECKSUM` as it does in sanlock.
 
 use disk_format::area::{ballot_read_sectors, lvb_inside_area, lvb_offset, REQUEST_SECTOR};
 use disk_format::dblock::{
@@ -67,6 +94,9 @@ pub enum PlantedBug {
     SkipPhase2,
     /// Take a lease whose owner merely looks dead, without waiting host_dead_seconds.
     NoHostDeadWait,
+    /// Read only the dblocks of host_ids seen in use when the host joined, and commit
+    /// without confirming that no other host_id has joined since.
+    StaleKnownHosts,
 }
 
 /// Options of an acquire (the sanlock acquire flags that reach the disk algorithm).
@@ -296,13 +326,14 @@ async fn read_area<D: Disk>(
     disk: &D,
     res: &ResourceParams,
     host_id: u64,
+    known_hosts: Option<u64>,
 ) -> Result<Area, LeaseError> {
     let mut g = res.geometry;
     for _ in 0..2 {
-        let hint = if res.num_hosts_hint == 0 {
-            g.max_hosts()
-        } else {
-            res.num_hosts_hint
+        let hint = match known_hosts {
+            Some(k) => k,
+            None if res.num_hosts_hint == 0 => g.max_hosts(),
+            None => res.num_hosts_hint,
         };
         let mut buf = disk
             .read(res.disk_offset, ballot_bytes(g, hint), res.io_ms())
@@ -316,7 +347,8 @@ async fn read_area<D: Disk>(
             continue;
         }
         check_num_hosts(&leader, host_id)?;
-        let need = ballot_bytes(g, leader.num_hosts);
+        let read_hosts = known_hosts.map_or(leader.num_hosts, |k| k.min(leader.num_hosts));
+        let need = ballot_bytes(g, read_hosts);
         if buf.len() < need {
             buf = disk
                 .read(res.disk_offset, need, res.io_ms())
@@ -327,7 +359,7 @@ async fn read_area<D: Disk>(
         let mut max_mbal = 0;
         let mut own = PaxosDblock::default();
         let mut max_lver = 0;
-        for q in 0..leader.num_hosts as usize {
+        for q in 0..read_hosts as usize {
             let at = (2 + q) * sector;
             if at + sector > buf.len() {
                 break;
@@ -396,7 +428,9 @@ struct BallotCtx<'a> {
     g: Geometry,
     host_id: u64,
     generation: u64,
-    num_hosts: u64,
+    /// How many dblocks (host_ids 1..=read_hosts) each ballot read covers: the leader's
+    /// num_hosts, or fewer when reading only the hosts that have joined.
+    read_hosts: u64,
     /// Our mode block during the ballot: SHARED when converting sh→ex, else zero.
     our_mode: ModeBlock,
     #[cfg(feature = "sim")]
@@ -433,7 +467,7 @@ async fn ballot_read<D: Disk>(
     let buf = disk
         .read(
             c.res.disk_offset,
-            ballot_bytes(c.g, c.num_hosts),
+            ballot_bytes(c.g, c.read_hosts),
             c.res.io_ms(),
         )
         .await
@@ -441,7 +475,7 @@ async fn ballot_read<D: Disk>(
     let sector = c.g.sector_bytes() as usize;
     let mut bk_max: Option<PaxosDblock> = None;
     let mut shared = shared;
-    for q in 0..c.num_hosts as usize {
+    for q in 0..c.read_hosts as usize {
         let at = (2 + q) * sector;
         if at + sector > buf.len() {
             break;
@@ -721,6 +755,29 @@ async fn retract<D: Disk, C: Clock>(
     let _ = write_slot(disk, c.res, c.g, c.host_id, &d, &c.our_mode).await;
 }
 
+/// After ballots that read only host_ids `1..=c.read_hosts`: reads the delta-lease sectors
+/// of host_ids `c.read_hosts + 1 ..= num_hosts` and tells whether all are still unused.
+/// `Ok(true)` at once when the ballots read every dblock.
+async fn confirm_known_hosts<L: Disk, O: HostObserver>(
+    host: &HostContext<'_, L, O>,
+    c: &BallotCtx<'_>,
+    num_hosts: u64,
+    opts: &AcquireOptions,
+) -> Result<bool, LeaseError> {
+    #[cfg(feature = "sim")]
+    if opts.planted_bug == Some(PlantedBug::StaleKnownHosts) {
+        return Ok(true);
+    }
+    #[cfg(not(feature = "sim"))]
+    let _ = opts;
+    if c.read_hosts >= num_hosts {
+        return Ok(true);
+    }
+    host.observer
+        .confirm_unused_above(host.lockspace_disk, host.lockspace, c.read_hosts, num_hosts)
+        .await
+}
+
 /// sanlock `paxos_lease_acquire`: steps A–E, returning the committed leader.
 #[allow(clippy::too_many_arguments)]
 async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
@@ -748,9 +805,16 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
     };
     // Shared holders seen by any phase 1 of this acquire (sanlock's shared_count).
     let mut seen_shared: Vec<u64> = Vec::new();
+    // Read only the dblocks of host_ids that have joined, until a confirmation fails.
+    let mut known_hosts_only = true;
     'restart: loop {
+        let known_hosts = if known_hosts_only {
+            host.observer.ballot_hosts_hint().map(|k| k.max(host_id))
+        } else {
+            None
+        };
         // Step A.
-        let area = read_area(disk, res, host_id).await?;
+        let area = read_area(disk, res, host_id, known_hosts).await?;
         let cur = area.leader;
         let g = area.geometry;
         // Step B.
@@ -804,7 +868,7 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             g,
             host_id,
             generation: gen,
-            num_hosts: cur.num_hosts,
+            read_hosts: known_hosts.map_or(cur.num_hosts, |k| k.min(cur.num_hosts)),
             our_mode,
             #[cfg(feature = "sim")]
             bug: opts.planted_bug,
@@ -828,6 +892,19 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                     if !ours_now {
                         // An earlier acquire's decision: take a fresh lease version.
                         continue 'restart;
+                    }
+                    // Another host committed our value. Our reads may have missed a
+                    // shared holder that joined lately: confirm as before a commit.
+                    match confirm_known_hosts(host, &ctx, cur.num_hosts, opts).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            known_hosts_only = false;
+                            continue 'restart;
+                        }
+                        Err(e) => {
+                            retract(disk, clock, &ctx, &slot.last, next_lver).await;
+                            return Err(e.into());
+                        }
                     }
                     return Ok(Committed {
                         leader: tmp,
@@ -874,6 +951,19 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                 }
             }
         };
+        // Reading only the hosts that have joined: before committing, confirm that no
+        // host_id above those we read has joined since (see the module header).
+        match confirm_known_hosts(host, &ctx, cur.num_hosts, opts).await {
+            Ok(true) => {}
+            Ok(false) => {
+                known_hosts_only = false;
+                continue 'restart;
+            }
+            Err(e) => {
+                retract(disk, clock, &ctx, &slot.last, next_lver).await;
+                return Err(e.into());
+            }
+        }
         // Step E: commit.
         let d = ballot.dblock;
         // The winning ballot is the one phase 2 wrote: accepted at our own mbal, for the

@@ -274,8 +274,8 @@ fn planted_skip_phase2_commits_after_phase_one() {
     };
     let ops = d.ops();
     a.acquire(&d, &c, &opts).unwrap();
-    // read area, phase-1 write and read, commit: no phase 2.
-    assert_eq!(d.ops() - ops, 4);
+    // read area, phase-1 write and read, the known-hosts confirmation, commit: no phase 2.
+    assert_eq!(d.ops() - ops, 5);
     assert_eq!(slot(&d, 1).0.bal, 0);
 }
 
@@ -499,9 +499,10 @@ fn lvb_round_trip_and_unsafe_geometry_refused() {
 #[test]
 fn corrupt_dblock_and_wrong_names_fail() {
     let (d, c, a, _b) = two_hosts();
-    let mut raw = d.get(RES_OFFSET + dblock_sector(3) * 512, 512);
+    // Host 2 has joined, so its dblock is read.
+    let mut raw = d.get(RES_OFFSET + dblock_sector(2) * 512, 512);
     raw[0] = 9;
-    d.put(RES_OFFSET + dblock_sector(3) * 512, &raw);
+    d.put(RES_OFFSET + dblock_sector(2) * 512, &raw);
     assert_eq!(a.acquire(&d, &c, &ex()).unwrap_err().sanlk_code(), -214);
     let wrong = ResourceParams {
         resource_name: disk_format::Name::new("other").unwrap(),
@@ -601,4 +602,124 @@ fn forged_own_slot_with_bal_above_mbal_does_not_trip_an_invariant() {
     // The forged value was dropped, as sanlock drops it: we own version 1.
     assert_eq!((t.lver(), t.leader.owner_id), (1, 1));
     assert!(t.dblock.mbal >= t.dblock.bal);
+}
+
+// ----------------------------------------------------------------------------------------
+// Reading only the dblocks of host_ids that have joined
+
+/// Host 3's delta-lease sector as its join writes it.
+fn joined_sector(d: &MemDisk, host_id: u64) -> Vec<u8> {
+    let off = (host_id - 1) * 512;
+    let mut l = LeaderRecord::decode(&d.get(off, 512)).unwrap();
+    l.owner_id = host_id;
+    l.owner_generation = 1;
+    l.timestamp = 5000;
+    l.resource_name = disk_format::Name::new(&format!("host{host_id}")).unwrap();
+    l.seal();
+    let mut buf = vec![0u8; 512];
+    disk_format::DeltaSector::from_leader(l).encode_into(&mut buf);
+    buf
+}
+
+/// A phase-2 dblock of `host_id` for lver 1: it accepted itself at ballot `mbal`.
+fn accepted_dblock(host_id: u64, mbal: u64) -> Vec<u8> {
+    let mut db = PaxosDblock {
+        mbal,
+        bal: mbal,
+        inp: host_id,
+        inp2: 1,
+        inp3: 4242,
+        lver: 1,
+        ..PaxosDblock::default()
+    };
+    db.seal();
+    let mut buf = vec![0u8; 512];
+    encode_dblock_sector(&db, &ModeBlock::default(), &mut buf);
+    buf
+}
+
+#[test]
+fn ballots_read_only_the_hosts_that_have_joined() {
+    let (d, c, a, _b) = two_hosts();
+    assert_eq!(a.mon.borrow().ballot_hosts_hint(), Some(2));
+    let before = d.bytes_read.get();
+    let t = a.acquire(&d, &c, &ex()).unwrap();
+    // Step A and the two ballot reads cover the leader, the request sector and two
+    // dblocks; the confirmation reads the delta sectors of host_ids 3..=8.
+    assert_eq!(d.bytes_read.get() - before, 3 * 4 * 512 + 6 * 512);
+    block_on(paxos::release(&d, &c, &t)).unwrap();
+    // Off, step A and every ballot read all 8 dblocks, as sanlock, and nothing is confirmed.
+    a.mon.borrow_mut().set_read_known_hosts(false);
+    assert_eq!(a.mon.borrow().ballot_hosts_hint(), None);
+    let before = d.bytes_read.get();
+    assert_eq!(a.acquire(&d, &c, &ex()).unwrap().lver(), 2);
+    // (sanlock rounds a ballot read up to a power of two sectors: 10 → 16)
+    assert_eq!(d.bytes_read.get() - before, 3 * 16 * 512);
+}
+
+#[test]
+fn a_corrupt_dblock_of_a_host_that_never_joined_is_not_read() {
+    let (d, c, a, _b) = two_hosts();
+    let mut raw = d.get(RES_OFFSET + dblock_sector(3) * 512, 512);
+    raw[0] = 9;
+    d.put(RES_OFFSET + dblock_sector(3) * 512, &raw);
+    // sanlock (every dblock read) fails with -214; so do we with known-hosts reads off.
+    a.mon.borrow_mut().set_read_known_hosts(false);
+    assert_eq!(a.acquire(&d, &c, &ex()).unwrap_err().sanlk_code(), -214);
+    a.mon.borrow_mut().set_read_known_hosts(true);
+    assert_eq!(a.acquire(&d, &c, &ex()).unwrap().lver(), 1);
+}
+
+/// Host 3 joins after host 1's last lockspace read and runs a ballot for the same lease
+/// version while host 1's ballot (which does not read dblock 3) is under way: by the time
+/// host 1 confirms, host 3 has accepted its own value with a larger ballot. The
+/// confirmation sees host 3's delta sector in use, host 1 starts over reading every
+/// dblock, adopts host 3's value, and commits host 3 as owner: one value for lver 1.
+#[test]
+fn a_host_joining_mid_ballot_is_caught_by_the_confirmation() {
+    let (d, c, a, _b) = two_hosts();
+    assert_eq!(a.mon.borrow().ballot_hosts_hint(), Some(2));
+    // Ops of host 1's acquire: 1 step A, 2-3 phase 1, 4-5 phase 2, 6 the confirmation.
+    d.inject_after(5, 2 * 512, joined_sector(&d, 3));
+    d.inject_after(
+        5,
+        RES_OFFSET + dblock_sector(3) * 512,
+        accepted_dblock(3, 2003),
+    );
+    let e = a.acquire(&d, &c, &ex()).unwrap_err();
+    assert_eq!(
+        e,
+        LeaseError::Other {
+            owner_id: 3,
+            owner_generation: 1
+        }
+    );
+    let l = leader(&d);
+    assert_eq!((l.lver, l.owner_id, l.timestamp), (1, 3, 4242));
+}
+
+/// The same interleaving with the confirmation skipped (the planted bug): host 1 commits
+/// itself for lver 1 although host 3 may have been chosen for it.
+#[cfg(feature = "sim")]
+#[test]
+fn without_the_confirmation_a_host_joining_mid_ballot_is_missed() {
+    let (d, c, a, _b) = two_hosts();
+    let opts = AcquireOptions {
+        planted_bug: Some(PlantedBug::StaleKnownHosts),
+        ..ex()
+    };
+    d.inject_after(5, 2 * 512, joined_sector(&d, 3));
+    d.inject_after(
+        5,
+        RES_OFFSET + dblock_sector(3) * 512,
+        accepted_dblock(3, 2003),
+    );
+    let t = a.acquire(&d, &c, &opts).unwrap();
+    assert_eq!(t.lver(), 1);
+    assert_eq!(leader(&d).owner_id, 1);
+    assert_eq!(
+        slot(&d, 3).0.inp,
+        3,
+        "host 3 accepted another value for lver 1"
+    );
 }

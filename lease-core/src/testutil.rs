@@ -17,6 +17,8 @@ pub const RES_OFFSET: u64 = 1 << 20;
 pub struct MemDisk {
     pub bytes: RefCell<Vec<u8>>,
     ops: Cell<u64>,
+    /// Bytes read so far.
+    pub bytes_read: Cell<u64>,
     /// After op number `n` (1-based, reads and writes), write these bytes.
     injections: RefCell<Vec<(u64, u64, Vec<u8>)>>,
     /// Fail every write at these byte offsets.
@@ -28,6 +30,7 @@ impl MemDisk {
         MemDisk {
             bytes: RefCell::new(vec![0; len]),
             ops: Cell::new(0),
+            bytes_read: Cell::new(0),
             injections: RefCell::new(Vec::new()),
             fail_writes_at: RefCell::new(Vec::new()),
         }
@@ -101,6 +104,7 @@ impl Disk for MemDisk {
             .get(o..o + len)
             .map(<[u8]>::to_vec)
             .ok_or(IoError::Failed);
+        self.bytes_read.set(self.bytes_read.get() + len as u64);
         self.tick();
         ready(r)
     }

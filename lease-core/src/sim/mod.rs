@@ -75,6 +75,7 @@ pub fn parse_planted_bug(name: &str) -> Option<PlantedBug> {
     match name {
         "skip-phase2" => Some(PlantedBug::SkipPhase2),
         "no-host-dead-wait" => Some(PlantedBug::NoHostDeadWait),
+        "stale-known-hosts" => Some(PlantedBug::StaleKnownHosts),
         _ => None,
     }
 }
@@ -90,6 +91,10 @@ struct HostPlan {
     host_id: u64,
     io_timeout: u16,
     stable_name: bool,
+    /// Reads every dblock in each ballot, as a sanlock host does (a mixed cluster).
+    read_all_dblocks: bool,
+    /// Joins long after the others: its host_id is unused while they run ballots.
+    late: bool,
 }
 
 struct Runner {
@@ -119,6 +124,8 @@ pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
             host_id: i as u64 + 1,
             io_timeout: rng.range(1, 3) as u16,
             stable_name: rng.below(2) == 0,
+            read_all_dblocks: rng.below(4) == 0,
+            late: i >= 1 && rng.below(3) == 0,
         })
         .collect();
     let disk_bytes = (resources + 1) * geometry.align_bytes() as usize;
@@ -160,7 +167,12 @@ pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
     };
     runner.schedule_faults(&mut rng);
     for h in 0..hosts {
-        world.schedule(rng.range(0, 3_000), Ev::Start(h));
+        let at = if runner.plans[h].late {
+            rng.range(10_000, cfg.duration_s * 500)
+        } else {
+            rng.range(0, 3_000)
+        };
+        world.schedule(at, Ev::Start(h));
     }
     runner.run();
     let stats = world.stats.borrow().clone();
@@ -393,7 +405,7 @@ impl Runner {
                 world: w.clone(),
                 host: h,
             },
-            monitor: RefCell::new(HostMonitor::new(plan.host_id, self.watchdog_fire)),
+            monitor: RefCell::new(self.monitor_for(plan)),
             generation: Cell::new(0),
             last_success_ms: Cell::new(0),
             joined: Cell::new(false),
@@ -415,6 +427,15 @@ impl Runner {
             self.spawn(h, Box::pin(worker_task(ctx.clone())));
         }
         w.schedule(w.now(), Ev::WdTick(h, inc));
+    }
+
+    fn monitor_for(&self, plan: &HostPlan) -> HostMonitor {
+        let mut m = HostMonitor::new(plan.host_id, self.watchdog_fire);
+        m.set_read_known_hosts(!plan.read_all_dblocks);
+        if self.cfg.planted_bug == Some(PlantedBug::StaleKnownHosts) {
+            m.freeze_known_hosts();
+        }
+        m
     }
 
     /// wdmd: pet the watchdog while the lockspace's expiry is more than one test interval
@@ -479,7 +500,7 @@ mod tests {
             let r = run_seed(seed, &short());
             assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
         }
-        for bug in ["skip-phase2", "no-host-dead-wait"] {
+        for bug in ["skip-phase2", "no-host-dead-wait", "stale-known-hosts"] {
             let cfg = SimConfig {
                 planted_bug: parse_planted_bug(bug),
                 ..short()
