@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod cmd;
 pub mod config;
+pub mod confirm;
 pub mod diskio;
 pub mod forpid;
 pub mod helper;

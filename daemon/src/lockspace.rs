@@ -87,6 +87,8 @@ pub struct Space {
     pub cond: Condvar,
     pub stop: Arc<AtomicBool>,
     pub monitor: Arc<Mutex<HostMonitor>>,
+    /// Shared confirmation reads of known-hosts ballots (`crate::confirm`).
+    pub confirm: crate::confirm::ConfirmReads,
     pub disk: Mutex<Option<BlockingDisk>>,
     pub params: Mutex<Option<LockspaceParams>>,
     /// Hosts whose bit we set in our delta-lease bitmap (REQUEST), until our time (s).
@@ -273,6 +275,7 @@ fn new_space(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> Space {
             m.set_read_known_hosts(!d.cfg.read_all_dblocks);
             m
         })),
+        confirm: crate::confirm::ConfirmReads::default(),
         disk: Mutex::new(None),
         params: Mutex::new(None),
         bitmap_until: Mutex::new(std::collections::HashMap::new()),

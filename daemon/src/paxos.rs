@@ -13,6 +13,7 @@ use lease_core::exec::block_on;
 use lease_core::paxos::{self, AcquireOptions, HostContext, Mode, ResourceParams, Token};
 use tracing::warn;
 
+use crate::confirm::SpaceObserver;
 use crate::diskio::Disk;
 use crate::lc::{BlockingDisk, SystemClock};
 use crate::lockspace::{self, Space};
@@ -58,15 +59,19 @@ pub(crate) fn clock() -> SystemClock {
 /// Runs `f` with our lockspace context (disk, params, generation, host monitor).
 pub(crate) fn with_host<T>(
     space: &Space,
-    f: impl FnOnce(&HostContext<'_, BlockingDisk, std::sync::Mutex<lease_core::HostMonitor>>) -> T,
+    f: impl FnOnce(&HostContext<'_, BlockingDisk, SpaceObserver<'_>>) -> T,
 ) -> Result<T, i32> {
     let ls_disk = lockspace::space_disk(space).ok_or(-libc::ENOSPC)?;
     let params = lock(&space.params).clone().ok_or(-libc::ENOSPC)?;
+    let observer = SpaceObserver {
+        monitor: &space.monitor,
+        confirm: &space.confirm,
+    };
     let host = HostContext {
         lockspace_disk: &ls_disk,
         lockspace: &params,
         generation: space.generation(),
-        observer: &*space.monitor,
+        observer: &observer,
     };
     Ok(f(&host))
 }

@@ -254,6 +254,26 @@ pub async fn hosts_unused_above<D: Disk>(
     Ok(buf.chunks(sector as usize).all(sector_unused))
 }
 
+/// Reads every delta-lease sector of the lockspace in one I/O and returns the host_ids
+/// whose sector is in use (not [`sector_unused`]), ascending.
+pub async fn used_host_ids<D: Disk>(disk: &D, p: &LockspaceParams) -> Result<Vec<u64>, LeaseError> {
+    let sector = p.geometry.sector_bytes() as usize;
+    let hosts = p.geometry.max_hosts() as usize;
+    let buf = disk
+        .read(p.disk_offset, hosts * sector, p.io_ms())
+        .await
+        .map_err(|e| LeaseError::io(IoOp::LeaderRead, e))?;
+    if buf.len() < hosts * sector {
+        return Err(LeaseError::io(IoOp::LeaderRead, crate::io::IoError::Failed));
+    }
+    Ok(buf
+        .chunks(sector)
+        .enumerate()
+        .filter(|(_, s)| !sector_unused(s))
+        .map(|(i, _)| i as u64 + 1)
+        .collect())
+}
+
 async fn write_own<D: Disk>(
     disk: &D,
     p: &LockspaceParams,

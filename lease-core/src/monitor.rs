@@ -161,11 +161,13 @@ impl HostMonitor {
         let frozen = self.freeze_known_hosts && self.checks > 1;
         #[cfg(not(feature = "sim"))]
         let frozen = false;
-        // A sector that did not decode (None) counts as used.
+        // Only a hint (the confirmation read decides), so a sector that is not a delta
+        // lease of this lockspace (None: such as the sectors past max_hosts at the end of
+        // the area) does not count: counting it would make every ballot read everything.
         let highest_used = sectors
             .iter()
             .rposition(|s| {
-                s.as_ref().is_none_or(|s| {
+                s.as_ref().is_some_and(|s| {
                     let l = &s.leader;
                     l.owner_id != 0 || l.owner_generation != 0 || l.timestamp != 0
                 })
