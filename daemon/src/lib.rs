@@ -10,11 +10,9 @@
 pub mod admin;
 pub mod cmd;
 pub mod config;
-pub mod diskio;
 pub mod forpid;
 pub mod helper;
 pub mod kill;
-pub mod lc;
 pub mod lockspace;
 pub mod metrics;
 pub mod notify;
