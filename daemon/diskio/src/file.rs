@@ -2,8 +2,11 @@
 //!
 //! Invariants: the file is opened with O_DIRECT (and O_SYNC when writable), so no read is
 //! answered from, and no write lingers in, this host's page cache; the sizes are read
-//! once, at open, in this order: BLKSSZGET and the device size (block devices only), then
-//! [`storage_block_size`](crate::storage_block_size). `DirectFile` does no checking of
+//! once, at open: for a block device BLKSSZGET (both the formatting sector size and the
+//! I/O block) and its size, for a regular file its length and
+//! [`storage_block_size`](crate::storage_block_size). Nothing is cached across opens: a
+//! path may name other storage at the next open, and an fd kept open past a release
+//! would pin the device (an LV in use cannot be removed) or a deleted lease file. `DirectFile` does no checking of
 //! its own: its callers keep every offset and length a multiple of [`DirectFile::io_block`]
 //! and the buffer page-aligned ([`AlignedBuf`](crate::AlignedBuf)).
 
@@ -93,7 +96,13 @@ impl DirectFile {
         } else {
             (512, meta.len())
         };
-        let io_block = storage_block_size(&file).map_err(fail(OpenStep::BlockSize))?;
+        // A block device's I/O block is its BLKSSZGET, just read from this very fd: ask
+        // again only for a regular file (sysfs, or a probe read on NFS/FUSE).
+        let io_block = if is_block {
+            sector_size
+        } else {
+            storage_block_size(&file).map_err(fail(OpenStep::BlockSize))?
+        };
         Ok(DirectFile {
             path: path.to_path_buf(),
             file: Arc::new(file),

@@ -6,17 +6,21 @@
 //!   its formatting sector size, its I/O block ([`storage_block_size`]: BLKSSZGET, sysfs
 //!   or a probe read) and its size — plain blocking positioned I/O, for `lockd direct`;
 //! * [`Disk`]: a [`DirectFile`] with an engine (io_uring with linked timeouts, or one
-//!   worker thread per I/O) and a timeout on every I/O, for the daemon;
+//!   worker thread per I/O) and a timeout on every I/O, for the daemon (and `lockd
+//!   direct`'s resource-index commands);
 //! * [`BlockingDisk`] and [`SystemClock`]: lease-core's `Disk` and `Clock` over a [`Disk`]
 //!   and CLOCK_MONOTONIC ([`monotime`], [`monotime_ms`]);
 //! * [`set_observer`]: one process-wide hook told of every [`Disk`] read and write
 //!   (the daemon's metrics).
 //!
-//! Invariants: every offset and length reaching the kernel is a multiple of the storage's
-//! I/O block (checked before submit); a buffer handed to the kernel is owned by the
-//! engine until the kernel is done with it, even when the caller timed out. All `unsafe`
-//! lives in the private `sys` module (BLKSSZGET, clock_gettime, io_uring submission);
-//! the rest of the crate denies it.
+//! Invariants: every offset and length a [`Disk`] submits is a multiple of the storage's
+//! I/O block (checked before submit; a [`DirectFile`]'s callers check their own, as
+//! `lockd direct` does with its own messages); a buffer handed to the kernel is owned by
+//! the engine until the kernel is done with it, even when the caller timed out; nothing
+//! is cached across opens. All `unsafe` lives in the private `sys` module (BLKSSZGET,
+//! clock_gettime, io_uring submission); the rest of the crate denies it. This crate
+//! depends on no other lockd crate but `disk-format` (result codes) and `lease-core`
+//! (the traits it implements).
 #![deny(unsafe_code)]
 
 mod blocksize;
