@@ -203,7 +203,7 @@ impl Disk {
     }
 
     /// The unit every I/O must be aligned to (offset, length): the storage's logical
-    /// block size ([`storage_block_size`]).
+    /// block size ([`storage_block_size`](crate::storage_block_size)).
     pub fn io_block(&self) -> u32 {
         self.inner.file.io_block()
     }

@@ -4,7 +4,7 @@
 //! answered from, and no write lingers in, this host's page cache; the sizes are read
 //! once, at open: for a block device BLKSSZGET (both the formatting sector size and the
 //! I/O block) and its size, for a regular file its length and
-//! [`storage_block_size`](crate::storage_block_size). Nothing is cached across opens: a
+//! [`storage_block_size`]. Nothing is cached across opens: a
 //! path may name other storage at the next open, and an fd kept open past a release
 //! would pin the device (an LV in use cannot be removed) or a deleted lease file. `DirectFile` does no checking of
 //! its own: its callers keep every offset and length a multiple of [`DirectFile::io_block`]
@@ -39,7 +39,7 @@ pub enum OpenStep {
     SectorSize,
     /// The size of a block device (seek to its end).
     Size,
-    /// [`storage_block_size`](crate::storage_block_size).
+    /// [`storage_block_size`].
     BlockSize,
 }
 
@@ -125,7 +125,7 @@ impl DirectFile {
     }
 
     /// The unit every I/O must be aligned to (offset, length): the storage's logical
-    /// block size ([`storage_block_size`](crate::storage_block_size)).
+    /// block size ([`storage_block_size`]).
     pub fn io_block(&self) -> u32 {
         self.io_block
     }

@@ -12,7 +12,7 @@ use crate::disk::IoError;
 
 /// Receives one finished I/O: `op` is `"read"` or `"write"`, `took` its latency
 /// (submission to completion, as the caller waited), `outcome` `Ok(())` or
-/// `Err("timeout")` ([`IoError::Timeout`](crate::IoError::Timeout))
+/// `Err("timeout")` ([`IoError::Timeout`])
 /// or `Err("error")` (any other failure).
 pub type IoObserver = fn(op: &'static str, took: Duration, outcome: Result<(), &'static str>);
 
