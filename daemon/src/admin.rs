@@ -14,9 +14,8 @@ use lease_core::exec::block_on;
 use lease_core::paxos::{self, Mode, ResourceParams};
 use tracing::{info, warn};
 
-use crate::diskio::Disk;
-use crate::lc::BlockingDisk;
 use crate::state::Daemon;
+use lockd_diskio::{BlockingDisk, Disk};
 
 /// sanlock's write_init_io_timeout: formatting writes get 60 s.
 const WRITE_INIT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -243,7 +242,7 @@ pub fn write_resource(d: &Daemon, res: &wire::Resource, num_hosts: u32, clear: b
         space_name: res.head.lockspace_name,
         resource_name: res.head.name,
         num_hosts: u64::from(num_hosts),
-        clear_at_monotime_s: clear.then(crate::sys::monotime),
+        clear_at_monotime_s: clear.then(lockd_diskio::monotime),
     });
     match disk.write(off, &area, WRITE_INIT_TIMEOUT) {
         Ok(()) => 0,

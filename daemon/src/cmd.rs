@@ -769,7 +769,7 @@ pub(crate) fn acquire_one(
         shared,
         persistent: r.head.flags & SANLK_RES_PERSISTENT != 0,
         lver: 0,
-        acquired: crate::sys::monotime(),
+        acquired: lockd_diskio::monotime(),
     };
     {
         let mut res = lock(&d.resources);
@@ -1108,7 +1108,7 @@ fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
         d.cfg.kill_grace_s,
         helper_pid,
         d.helper.as_ref().map_or(0, |x| x.full_count()),
-        sys::monotime(),
+        lockd_diskio::monotime(),
         env!("CARGO_PKG_VERSION"),
         SANLOCK_VERSION_COMBINED,
         SM_PROTO,

@@ -17,7 +17,6 @@ use tracing::{error, warn};
 
 use crate::lockspace::{self, Space};
 use crate::state::{lock, Daemon};
-use crate::sys;
 
 /// sanlock's kill_count_max.
 pub const KILL_COUNT_MAX: u32 = 100;
@@ -79,7 +78,7 @@ pub fn decide(k: KillInput) -> KillAction {
 
 /// One pass of escalation over the holders of `space`.
 pub fn kill_holders(d: &Arc<Daemon>, space: &Space) {
-    let now = sys::monotime();
+    let now = lockd_diskio::monotime();
     let (kill_now, last_success) = {
         let st = lock(&space.st);
         (st.kill_now, st.last_success_s)

@@ -20,12 +20,10 @@ use lease_core::monitor::{HostMonitor, HostState};
 use lease_core::timeouts;
 use tracing::{error, info, info_span, warn};
 
-use crate::diskio::{Disk, EngineKind};
-use crate::lc::{BlockingDisk, SystemClock};
 use crate::state::{lock, Daemon};
-use crate::sys;
 use crate::watchdog::LockspaceWatchdog;
 use lease_core::exec::block_on;
+use lockd_diskio::{BlockingDisk, Disk, EngineKind, SystemClock};
 
 /// Renewal history kept per lockspace (sanlock's renewal_history_size).
 const RENEWAL_HISTORY: usize = 180;
@@ -175,7 +173,7 @@ impl Space {
 
     /// HOST_STATUS records: every host we have observed, plus ourselves.
     pub fn host_state_records(&self, out: &mut Vec<u8>) {
-        let now = sys::monotime();
+        let now = lockd_diskio::monotime();
         let (gen, last) = {
             let st = lock(&self.st);
             (st.host_generation, st.last_success_s)
@@ -292,12 +290,13 @@ impl Space {
     /// Sets `host_id`'s bit in our bitmap for set_bitmap_seconds (REQUEST), so that host
     /// examines its leases at its next look at our delta lease.
     pub fn set_host_bit(&self, host_id: u64) {
-        let until = sys::monotime() + timeouts::set_bitmap_seconds(u64::from(self.io_timeout));
+        let until =
+            lockd_diskio::monotime() + timeouts::set_bitmap_seconds(u64::from(self.io_timeout));
         lock(&self.bitmap_until).insert(host_id, until);
     }
 
     fn renew_input(&self) -> RenewInput {
-        let now = sys::monotime();
+        let now = lockd_diskio::monotime();
         let mut input = RenewInput::default();
         let he = lock(&self.host_event).0;
         input.event = lease_core::delta::EventFields {
@@ -543,7 +542,7 @@ pub fn set_config(d: &Daemon, name: &Name, data: u32) -> i32 {
 /// GET_HOSTS: `host_id` 0 = every host whose record has a timestamp.
 pub fn get_hosts(d: &Daemon, name: &Name, host_id: u64) -> Result<Vec<wire::Host>, i32> {
     let space = d.find_space(name).ok_or(-libc::ENOENT)?;
-    let now = sys::monotime();
+    let now = lockd_diskio::monotime();
     let (gen, last) = {
         let st = lock(&space.st);
         (st.host_generation, st.last_success_s)
@@ -587,7 +586,7 @@ fn finish_add(space: &Space, rv: i32) {
     st.acquire_last_result = rv;
     if rv == 0 {
         st.phase = Phase::Joined;
-        st.acquire_last_success = sys::monotime();
+        st.acquire_last_success = lockd_diskio::monotime();
     }
     space.cond.notify_all();
 }
@@ -668,7 +667,7 @@ fn join(d: &Daemon, space: &Space) -> Result<Joined, i32> {
         stable_host_name: true,
         monitor_hosts: None,
     };
-    lock(&space.st).acquire_last_attempt = sys::monotime();
+    lock(&space.st).acquire_last_attempt = lockd_diskio::monotime();
     let state = block_on(delta::acquire(&bdisk, &clock, &params)).map_err(|e| {
         warn!(error = %e, "delta lease acquire failed");
         e.sanlk_code()
@@ -780,16 +779,16 @@ fn renew_loop(
             let st = lock(&space.st);
             st.corrupt_result != 0 || (st.space_dead && !st.kill_now)
         };
-        let now_ms = sys::monotime_ms();
+        let now_ms = lockd_diskio::monotime_ms();
         if lost || now_ms < next_attempt_ms {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         }
-        let t0 = sys::monotime_ms();
+        let t0 = lockd_diskio::monotime_ms();
         lock(&space.st).renewal_last_attempt = t0 / 1000;
         let input = space.renew_input();
         let result = block_on(delta::renew(disk, clock, params, state, &input));
-        let t1 = sys::monotime_ms();
+        let t1 = lockd_diskio::monotime_ms();
         match result {
             Ok(snap) => {
                 if let Some(w) = wd.as_mut() {
@@ -836,7 +835,7 @@ fn renew_loop(
                     st.corrupt_result = code;
                 }
                 // sanlock retries a failed renewal after 500 ms.
-                next_attempt_ms = sys::monotime_ms() + 500;
+                next_attempt_ms = lockd_diskio::monotime_ms() + 500;
             }
         }
     }
@@ -902,7 +901,7 @@ pub fn set_event(d: &Daemon, ls: &wire::Lockspace, he: &wire::HostEvent, flags: 
             he.generation = o.owner_generation;
         }
     }
-    let now = sys::monotime();
+    let now = lockd_diskio::monotime();
     let period = timeouts::set_bitmap_seconds(u64::from(space.io_timeout));
     let mut cur = lock(&space.host_event);
     if flags & CLEAR_EVENT != 0 {
@@ -986,7 +985,7 @@ pub fn end_event(d: &Daemon, ls: &wire::Lockspace) -> i32 {
 /// Another host set our bit: examine our leases in this lockspace (at most once per
 /// set_bitmap_seconds per requesting host), on a separate thread so renewals go on.
 fn request_examine(d: &Arc<Daemon>, space: &Space, notes: &[lease_core::Notification]) {
-    let now = sys::monotime();
+    let now = lockd_diskio::monotime();
     let period = timeouts::set_bitmap_seconds(u64::from(space.io_timeout));
     let mut due = false;
     {
@@ -1012,7 +1011,7 @@ fn request_examine(d: &Arc<Daemon>, space: &Space, notes: &[lease_core::Notifica
 /// dead at id_renewal_fail or on a corrupt result. Returns the lockspaces whose holders
 /// must be killed.
 pub fn check_our_leases(d: &Arc<Daemon>) -> Vec<Arc<Space>> {
-    let now = sys::monotime();
+    let now = lockd_diskio::monotime();
     let spaces: Vec<_> = lock(&d.spaces).clone();
     let mut dead = Vec::new();
     for s in spaces {

@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 use crate::state::{lock, Daemon};
-use crate::sys;
 
 /// Bucket upper bounds (seconds) of the renewal and disk I/O latency histograms: 1 ms to
 /// 10 s, so an io_timeout of 1..=10 s falls inside the range and slow storage shows.
@@ -171,6 +170,13 @@ pub fn global() -> &'static Registry {
     GLOBAL.get_or_init(Registry::default)
 }
 
+/// Makes lockd-diskio report every storage read and write to [`Registry::disk_io`].
+/// Idempotent; [`Daemon::new`](crate::state::Daemon::new) calls it.
+pub fn observe_disk_io() {
+    // false only when already installed: this is the one observer the daemon installs.
+    let _ = lockd_diskio::set_observer(|op, took, outcome| global().disk_io(op, took, outcome));
+}
+
 impl Registry {
     /// Counts one acquire/convert/release answered with `rv` (0 = success).
     pub fn result(&self, op: Op, rv: i32) {
@@ -302,7 +308,7 @@ pub fn render(d: &Daemon) -> String {
     for r in lock(&d.resources).values() {
         *leases_by_space.entry(r.ls.to_text()).or_insert(0) += 1;
     }
-    let now = sys::monotime();
+    let now = lockd_diskio::monotime();
     let views: Vec<SpaceView> = spaces
         .iter()
         .map(|s| space_view(s, now, &leases_by_space))

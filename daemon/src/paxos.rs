@@ -14,10 +14,9 @@ use lease_core::paxos::{self, AcquireOptions, HostContext, Mode, ResourceParams,
 use tracing::warn;
 
 use crate::confirm::SpaceObserver;
-use crate::diskio::Disk;
-use crate::lc::{BlockingDisk, SystemClock};
 use crate::lockspace::{self, Space};
 use crate::state::{lock, Daemon, LocalRes};
+use lockd_diskio::{BlockingDisk, Disk, SystemClock};
 
 /// The on-disk state of a held resource.
 #[derive(Debug, Clone, Default)]

@@ -26,11 +26,11 @@ use lease_core::exec::block_on;
 use lease_core::rindex::{self, RindexError, RindexParams, UpdateOp};
 use tracing::{info, warn};
 
-use crate::lc::BlockingDisk;
 use crate::lockspace::{Phase, Space};
 use crate::server::Conn;
 use crate::state::Daemon;
 use crate::{admin, paxos};
+use lockd_diskio::BlockingDisk;
 
 /// io_timeout for index I/O done without a lockspace (sanlock's default).
 const DEFAULT_IO_TIMEOUT_S: u16 = 10;

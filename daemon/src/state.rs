@@ -225,6 +225,7 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn new(cfg: Config, helper: Option<Helper>, log: Arc<LogRing>) -> Daemon {
+        crate::metrics::observe_disk_io();
         Daemon {
             cfg,
             helper,
@@ -239,7 +240,7 @@ impl Daemon {
             shutdown_mutex: Mutex::new(false),
             next_space_id: AtomicU32::new(1),
             next_token_id: AtomicU32::new(1),
-            started_monotime: crate::sys::monotime(),
+            started_monotime: lockd_diskio::monotime(),
         }
     }
 

@@ -28,7 +28,6 @@ use tracing::{debug, info, warn};
 use crate::lockspace::Space;
 use crate::server::Conn;
 use crate::state::{lock, Daemon};
-use crate::sys;
 
 /// Interval of heartbeats on a watch connection.
 pub const HEARTBEAT_MS: u32 = 500;
@@ -162,7 +161,7 @@ fn holder_pids(d: &Daemon, ls: &Name, res: Option<&Name>) -> Vec<i32> {
 /// Deadlines of a lockspace's holders, from its last successful renewal: (kill escalation
 /// in ms, watchdog reset in ms, renewal age in ms).
 pub fn deadlines(d: &Daemon, space: &Space) -> (i64, i64, u64) {
-    let now_ms = sys::monotime_ms() as i64;
+    let now_ms = lockd_diskio::monotime_ms() as i64;
     let last_ms = (crate::lockspace::last_success(space) * 1000) as i64;
     let fail_ms = (timeouts::id_renewal_fail_seconds(u64::from(space.io_timeout)) * 1000) as i64;
     let kill_in = last_ms + fail_ms - now_ms;

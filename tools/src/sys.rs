@@ -1,40 +1,9 @@
 //! The only module of the `lockd` binary that may use `unsafe`: thin wrappers over the
-//! two syscalls std does not expose (BLKSSZGET and CLOCK_MONOTONIC).
+//! syscalls std does not expose (fd flags, signal dispositions, PR_SET_PDEATHSIG, kill).
+//! Storage I/O, BLKSSZGET and CLOCK_MONOTONIC are lockd-diskio's.
 #![allow(unsafe_code)]
 
-use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
-
-/// `BLKSSZGET`: the logical sector size of a block device.
-pub fn block_logical_sector_size(file: &File) -> io::Result<u32> {
-    let mut size: libc::c_int = 0;
-    // SAFETY: BLKSSZGET writes one c_int through the pointer, which points to a live,
-    // properly aligned local; the fd stays open for the duration of the call.
-    let rc = unsafe {
-        libc::ioctl(
-            file.as_raw_fd(),
-            libc::BLKSSZGET,
-            &mut size as *mut libc::c_int,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    u32::try_from(size).map_err(|_| io::Error::other("negative sector size from BLKSSZGET"))
-}
-
-/// Whole seconds of CLOCK_MONOTONIC, the time base of every on-disk timestamp.
-pub fn monotonic_seconds() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a pointer to a live local.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    assert_eq!(rc, 0, "CLOCK_MONOTONIC is always available on Linux");
-    u64::try_from(ts.tv_sec).unwrap_or(0)
-}
 
 /// Clears FD_CLOEXEC so `fd` survives exec (the registered connection of `lockd acquire
 /// -- COMMAND` must stay open in COMMAND).

@@ -1,38 +1,11 @@
 //! The only module of the daemon that may use `unsafe`: thin wrappers over the syscalls
-//! std does not expose, and the io_uring engine ([`uring`]). Every unsafe block has a
-//! SAFETY comment.
+//! std does not expose. Every unsafe block has a SAFETY comment. (Storage I/O, its
+//! io_uring engine, BLKSSZGET and CLOCK_MONOTONIC are in lockd-diskio's own `sys`.)
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
-
-pub mod uring;
-
-/// Whole seconds of CLOCK_MONOTONIC, the time base of every on-disk timestamp.
-pub fn monotime() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a pointer to a live local.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    assert_eq!(rc, 0, "CLOCK_MONOTONIC is always available on Linux");
-    u64::try_from(ts.tv_sec).unwrap_or(0)
-}
-
-/// Milliseconds of CLOCK_MONOTONIC, for latency measurements.
-pub fn monotime_ms() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: as in `monotime`.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    assert_eq!(rc, 0, "CLOCK_MONOTONIC is always available on Linux");
-    u64::try_from(ts.tv_sec).unwrap_or(0) * 1000
-        + u64::try_from(ts.tv_nsec).unwrap_or(0) / 1_000_000
-}
 
 /// Credentials of the peer of a Unix stream, as recorded at connect time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -263,23 +236,6 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// Logical sector size of a block device (`BLKSSZGET`).
-pub fn block_logical_sector_size(file: &File) -> io::Result<u32> {
-    let mut size: libc::c_int = 0;
-    // SAFETY: BLKSSZGET writes one c_int through a pointer to a live local.
-    let rc = unsafe {
-        libc::ioctl(
-            file.as_raw_fd(),
-            libc::BLKSSZGET,
-            &mut size as *mut libc::c_int,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    u32::try_from(size).map_err(|_| io::Error::other("negative sector size"))
 }
 
 /// Blocks SIGTERM/SIGINT/SIGHUP in the calling thread (and threads it later starts), so

@@ -17,8 +17,9 @@ use disk_format::rindex::{RindexEntry, RindexHeader, RINDEX_DISK_MAGIC, RINDEX_E
 use disk_format::{DeltaSector, Geometry, RequestRecord};
 use serde::Serialize;
 
-use crate::disk::{AlignedBuf, DirectDisk};
+use crate::disk::DirectDisk;
 use crate::spec::{area_end, AreaSpec};
+use lockd_diskio::AlignedBuf;
 
 const SCAN_STEP: u64 = 1 << 20;
 

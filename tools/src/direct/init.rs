@@ -13,7 +13,6 @@ use disk_format::Geometry;
 use super::resolve_geometry;
 use crate::disk::DirectDisk;
 use crate::spec::{area_end, LockspaceSpec, ResourceSpec};
-use crate::sys;
 
 /// Arguments of `lockd direct init`.
 #[derive(Debug, Args)]
@@ -205,7 +204,7 @@ fn init_resource(args: &InitArgs, spec: &ResourceSpec) -> Result<()> {
         space_name: spec.lockspace,
         resource_name: spec.name,
         num_hosts: args.num_hosts.unwrap_or(0),
-        clear_at_monotime_s: args.clear.then(sys::monotonic_seconds),
+        clear_at_monotime_s: args.clear.then(lockd_diskio::monotime),
     };
     let area = format_resource_area(&init);
     disk.write(spec.offset, &area, geometry.sector_size.bytes())?;

@@ -12,7 +12,7 @@ use clap::Args;
 use client_lib::describe_rv;
 use lease_core::exec::block_on;
 use lease_core::rindex::{self, Rentry, RindexError, RindexParams, UpdateOp};
-use lockd_daemon::lc::BlockingDisk;
+use lockd_diskio::BlockingDisk;
 use serde_json::json;
 
 use crate::disk::DirectDisk;
@@ -81,7 +81,7 @@ pub struct RebuildArgs {
 
 /// Opens the index's device for O_DIRECT I/O; failure carries the errno, as sanlock's.
 fn open(op: &str, path: &Path) -> Result<BlockingDisk> {
-    let disk = lockd_daemon::diskio::Disk::open(path)
+    let disk = lockd_diskio::Disk::open(path)
         .map_err(|e| coded(op, format!("{}: cannot open", path.display()), e.rv()))?;
     Ok(BlockingDisk::new(disk))
 }

@@ -1,7 +1,10 @@
-//! Glue between lease-core's async algorithms and the daemon's blocking world: a
-//! [`lease_core::io::Disk`] over [`crate::diskio::Disk`], a [`lease_core::io::Clock`] over
-//! CLOCK_MONOTONIC. The futures are driven with `lease_core::exec::block_on`; they never
-//! return Pending because our I/O and sleeps complete before the future is returned.
+//! Glue between lease-core's async algorithms and a blocking world (the daemon's threads,
+//! `lockd direct`): a [`lease_core::io::Disk`] over [`crate::Disk`], a
+//! [`lease_core::io::Clock`] over CLOCK_MONOTONIC.
+//!
+//! Invariant: the futures are driven with `lease_core::exec::block_on`; they never return
+//! Pending because our I/O and sleeps complete before the future is returned. Once
+//! `abort` is set, every later I/O fails at once and every sleep ends within 100 ms.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -10,7 +13,7 @@ use std::time::Duration;
 
 use lease_core::io::{Clock, Disk as LcDisk, IoError as LcIoError};
 
-use crate::diskio::{Disk, IoError};
+use crate::disk::{Disk, IoError};
 use crate::sys;
 
 /// A lease disk for lease-core; `abort` makes every later I/O fail at once (used to cut
@@ -22,6 +25,7 @@ pub struct BlockingDisk {
 }
 
 impl BlockingDisk {
+    /// `disk` with its own, unset, abort flag.
     pub fn new(disk: Disk) -> BlockingDisk {
         BlockingDisk {
             disk,
@@ -86,6 +90,8 @@ pub struct SystemClock {
 }
 
 impl SystemClock {
+    /// A clock whose sleeps end early once `abort` is set; its jitter is seeded from the
+    /// time and the pid.
     pub fn new(abort: Arc<AtomicBool>) -> SystemClock {
         let seed =
             sys::monotime_ms() ^ (u64::from(std::process::id()) << 32) ^ 0x9E37_79B9_7F4A_7C15;

@@ -18,29 +18,29 @@ use std::time::Duration;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
-use crate::diskio::AlignedBuf;
+use crate::buf::AlignedBuf;
 
 const RING_ENTRIES: u32 = 256;
 const TIMEOUT_BIT: u64 = 1 << 63;
 
 /// What a caller gets back: the I/O result and its buffer.
-pub type Completion = (io::Result<()>, AlignedBuf);
+pub(crate) type Completion = (io::Result<()>, AlignedBuf);
 
 /// Read or write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Read,
     Write,
 }
 
 /// Where an I/O goes and what it holds on to until it completes.
-pub struct Target {
+pub(crate) struct Target {
     /// The open file; held until the I/O's completion so its fd number can never be
     /// closed and reused while the I/O is queued or in flight.
-    pub file: Arc<File>,
+    pub(crate) file: Arc<File>,
     /// The disk's in-flight counter, incremented by the caller, decremented here at the
     /// I/O's completion.
-    pub inflight: Arc<AtomicUsize>,
+    pub(crate) inflight: Arc<AtomicUsize>,
 }
 
 struct Req {
@@ -63,13 +63,13 @@ struct Slot {
 
 /// A ring and the thread that drives it. Dropping the engine lets the thread finish the
 /// I/Os in flight and exit.
-pub struct UringEngine {
+pub(crate) struct UringEngine {
     tx: std::sync::Mutex<Sender<Req>>,
 }
 
 impl UringEngine {
     /// Creates a ring (fails where io_uring is unavailable) and starts its thread.
-    pub fn new(name: &str) -> io::Result<UringEngine> {
+    pub(crate) fn new(name: &str) -> io::Result<UringEngine> {
         let ring = IoUring::new(RING_ENTRIES)?;
         let (tx, rx) = mpsc::channel::<Req>();
         std::thread::Builder::new()
@@ -82,7 +82,7 @@ impl UringEngine {
 
     /// Submits one I/O; the returned channel yields its completion. The target's file
     /// and in-flight count are held until then.
-    pub fn submit(
+    pub(crate) fn submit(
         &self,
         op: Op,
         target: Target,
@@ -91,7 +91,11 @@ impl UringEngine {
         timeout: Duration,
     ) -> io::Result<Receiver<Completion>> {
         let (reply, rx) = mpsc::sync_channel(1);
-        let tx = crate::state::lock(&self.tx);
+        // A poisoned lock only means another submitter panicked; the sender is intact.
+        let tx = self
+            .tx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         tx.send(Req {
             op,
             target,

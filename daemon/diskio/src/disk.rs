@@ -1,25 +1,27 @@
-//! Lease storage I/O: O_DIRECT | O_SYNC, page-aligned buffers, and a timeout on every I/O.
+//! Lease storage I/O with a timeout on every I/O: a [`DirectFile`] opened read-write
+//! (O_DIRECT | O_SYNC) driven by an engine.
 //!
 //! Engines: io_uring (default where available): each I/O is a READ/WRITE linked to a
-//! LINK_TIMEOUT on a ring driven by one thread (see `sys::uring`); lockspaces get a ring
-//! of their own so client I/O never queues in front of renewals, resource I/O shares one.
-//! Fallback (or `LOCKD_IO_ENGINE=threads`): each I/O runs on its own short-lived worker
-//! thread doing one positioned `pread`/`pwrite`. Either way the caller waits on a channel
-//! with a deadline. Invariants:
+//! LINK_TIMEOUT on a ring driven by one thread (see `sys::uring`); the daemon gives each
+//! lockspace a ring of its own ([`EngineKind::OwnRing`]) so client I/O never queues in
+//! front of renewals, resource I/O shares one. Fallback (or `LOCKD_IO_ENGINE=threads`):
+//! each I/O runs on its own short-lived worker thread doing one positioned
+//! `pread`/`pwrite`. Either way the caller waits on a channel with a deadline.
+//! Invariants:
 //! - the buffer is *moved* into the worker and comes back only through the completion,
 //!   so a timed-out I/O's buffer can never be reused (or freed) before the kernel is done
 //!   with it — on timeout the caller gets a [`Pending`] it may keep waiting on, or drop,
 //!   in which case the worker frees the buffer after the I/O completes;
 //! - every offset and length is a multiple of the storage's logical block size
-//!   ([`storage_block_size`]: BLKSSZGET for a block device, the filesystem's device for a
-//!   regular file), checked before submit, so an I/O O_DIRECT would refuse is refused
-//!   with -EINVAL before anything reaches the storage;
-//! - at most `MAX_INFLIGHT` I/Os per disk are outstanding; beyond that submission fails
-//!   at once (a hung device must not grow threads without bound).
+//!   ([`storage_block_size`](crate::storage_block_size)), checked before submit, so an
+//!   I/O O_DIRECT would refuse is refused with -EINVAL before anything reaches the storage;
+//! - at most [`MAX_INFLIGHT`] I/Os per disk are outstanding; beyond that submission fails
+//!   at once (a hung device must not grow threads without bound);
+//! - every [`Disk::read`] and [`Disk::write`] is reported to the observer
+//!   ([`set_observer`](crate::set_observer)).
 
-use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -28,10 +30,11 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::sys;
-use crate::sys::uring::{Op, Target, UringEngine};
+use crate::buf::AlignedBuf;
+use crate::file::{Access, DirectFile};
+use crate::observe::record;
+use crate::sys::uring::{Completion, Op, Target, UringEngine};
 
-const PAGE: usize = 4096;
 /// Outstanding I/Os allowed per open disk.
 pub const MAX_INFLIGHT: usize = 64;
 
@@ -79,49 +82,6 @@ impl IoError {
     }
 }
 
-/// A page-aligned, zero-initialised buffer (made without `unsafe` by over-allocating).
-#[derive(Debug)]
-pub struct AlignedBuf {
-    storage: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl AlignedBuf {
-    pub fn zeroed(len: usize) -> AlignedBuf {
-        let storage = vec![0u8; len + PAGE];
-        let start = storage.as_ptr().align_offset(PAGE);
-        assert!(start < PAGE, "align_offset of a u8 pointer is computable");
-        AlignedBuf {
-            storage,
-            start,
-            len,
-        }
-    }
-
-    pub fn copy_of(data: &[u8]) -> AlignedBuf {
-        let mut b = AlignedBuf::zeroed(data.len());
-        b.as_mut_slice().copy_from_slice(data);
-        b
-    }
-
-    pub fn as_slice(&self) -> &[u8] {
-        &self.storage[self.start..self.start + self.len]
-    }
-
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.storage[self.start..self.start + self.len]
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
 /// An open lease device or file.
 #[derive(Clone)]
 pub struct Disk {
@@ -129,11 +89,7 @@ pub struct Disk {
 }
 
 struct DiskInner {
-    path: PathBuf,
-    file: Arc<File>,
-    sector_size: u32,
-    io_block: u32,
-    size: u64,
+    file: DirectFile,
     inflight: Arc<AtomicUsize>,
     engine: Option<Arc<UringEngine>>,
 }
@@ -166,8 +122,6 @@ fn shared_ring() -> Option<Arc<UringEngine>> {
         .clone()
 }
 
-type Completion = crate::sys::uring::Completion;
-
 /// An I/O that did not finish within its timeout; its buffer stays with the worker.
 pub struct Pending {
     rx: Receiver<Completion>,
@@ -182,14 +136,14 @@ impl Pending {
         match self.rx.recv_timeout(timeout) {
             Ok((Ok(()), buf)) => Ok(Ok(buf)),
             Ok((Err(source), _buf)) => Ok(Err(IoError::Failed {
-                path: self.disk.inner.path.clone(),
+                path: self.disk.path().to_path_buf(),
                 op: self.op,
                 offset: self.offset,
                 source,
             })),
             Err(RecvTimeoutError::Timeout) => Err(self),
             Err(RecvTimeoutError::Disconnected) => Ok(Err(IoError::Failed {
-                path: self.disk.inner.path.clone(),
+                path: self.disk.path().to_path_buf(),
                 op: self.op,
                 offset: self.offset,
                 source: io::Error::other("i/o worker vanished"),
@@ -219,33 +173,13 @@ impl Disk {
                 },
             }
         };
-        let open_err = |source| IoError::Open {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_DIRECT | libc::O_SYNC)
-            .open(path)
-            .map_err(open_err)?;
-        let meta = file.metadata().map_err(open_err)?;
-        let (sector_size, size) = if meta.file_type().is_block_device() {
-            (sys::block_logical_sector_size(&file).map_err(open_err)?, {
-                use std::io::{Seek, SeekFrom};
-                (&file).seek(SeekFrom::End(0)).map_err(open_err)?
-            })
-        } else {
-            (512, meta.len())
-        };
-        let io_block = storage_block_size(&file).map_err(open_err)?;
+        let file = DirectFile::open(path, Access::ReadWrite).map_err(|e| IoError::Open {
+            path: e.path,
+            source: e.source,
+        })?;
         Ok(Disk {
             inner: Arc::new(DiskInner {
-                path: path.to_path_buf(),
-                file: Arc::new(file),
-                sector_size,
-                io_block,
-                size,
+                file,
                 inflight: Arc::new(AtomicUsize::new(0)),
                 engine,
             }),
@@ -257,35 +191,36 @@ impl Disk {
         self.inner.engine.is_some()
     }
 
+    /// The path it was opened by.
     pub fn path(&self) -> &Path {
-        &self.inner.path
+        self.inner.file.path()
     }
 
     /// The sector size formatting defaults to, as sanlock: the logical sector size of a
     /// block device, 512 for a regular file (whatever its filesystem needs).
     pub fn sector_size(&self) -> u32 {
-        self.inner.sector_size
+        self.inner.file.sector_size()
     }
 
     /// The unit every I/O must be aligned to (offset, length): the storage's logical
-    /// block size ([`storage_block_size`]).
+    /// block size ([`storage_block_size`](crate::storage_block_size)).
     pub fn io_block(&self) -> u32 {
-        self.inner.io_block
+        self.inner.file.io_block()
     }
 
     /// Bytes on the device (or file length at open).
     pub fn size(&self) -> u64 {
-        self.inner.size
+        self.inner.file.size()
     }
 
     fn check(&self, offset: u64, len: usize) -> Result<(), IoError> {
-        let unit = u64::from(self.inner.io_block);
+        let unit = u64::from(self.io_block());
         if !offset.is_multiple_of(unit) || !(len as u64).is_multiple_of(unit) || len == 0 {
             return Err(IoError::Unaligned {
-                path: self.inner.path.clone(),
+                path: self.path().to_path_buf(),
                 offset,
                 len,
-                sector_size: self.inner.io_block,
+                sector_size: self.io_block(),
             });
         }
         Ok(())
@@ -303,20 +238,20 @@ impl Disk {
         if n >= MAX_INFLIGHT {
             self.inner.inflight.fetch_sub(1, Ordering::SeqCst);
             return Err(IoError::Busy {
-                path: self.inner.path.clone(),
+                path: self.path().to_path_buf(),
                 max: MAX_INFLIGHT,
             });
         }
         if let Some(engine) = &self.inner.engine {
             let kind = if op == "read" { Op::Read } else { Op::Write };
             let target = Target {
-                file: self.inner.file.clone(),
+                file: self.inner.file.shared_file().clone(),
                 inflight: self.inner.inflight.clone(),
             };
             let rx = engine
                 .submit(kind, target, offset, buf, timeout)
                 .map_err(|source| IoError::Failed {
-                    path: self.inner.path.clone(),
+                    path: self.path().to_path_buf(),
                     op,
                     offset,
                     source,
@@ -336,9 +271,17 @@ impl Disk {
             .spawn(move || {
                 let mut buf = buf;
                 let res = if op == "read" {
-                    worker.inner.file.read_exact_at(buf.as_mut_slice(), offset)
+                    worker
+                        .inner
+                        .file
+                        .shared_file()
+                        .read_exact_at(buf.as_mut_slice(), offset)
                 } else {
-                    worker.inner.file.write_all_at(buf.as_slice(), offset)
+                    worker
+                        .inner
+                        .file
+                        .shared_file()
+                        .write_all_at(buf.as_slice(), offset)
                 };
                 worker.inner.inflight.fetch_sub(1, Ordering::SeqCst);
                 // If the submitter gave up, the send fails and the buffer is dropped here,
@@ -348,7 +291,7 @@ impl Disk {
         if let Err(source) = spawned {
             self.inner.inflight.fetch_sub(1, Ordering::SeqCst);
             return Err(IoError::Failed {
-                path: self.inner.path.clone(),
+                path: self.path().to_path_buf(),
                 op,
                 offset,
                 source,
@@ -373,7 +316,11 @@ impl Disk {
     }
 
     fn finish(pending: Pending, timeout: Duration) -> Result<AlignedBuf, IoError> {
-        let (path, op, offset) = (pending.disk.inner.path.clone(), pending.op, pending.offset);
+        let (path, op, offset) = (
+            pending.disk.path().to_path_buf(),
+            pending.op,
+            pending.offset,
+        );
         // A ring cancels the I/O itself at `timeout`; allow it a moment to report that.
         match pending.wait(timeout + Duration::from_millis(200)) {
             Ok(Err(IoError::Failed { source, .. })) if source.kind() == io::ErrorKind::TimedOut => {
@@ -415,106 +362,11 @@ impl Disk {
     }
 }
 
-/// Feeds one I/O's latency or failure to the metrics.
-fn record(op: &'static str, t0: std::time::Instant, r: Result<(), &IoError>) {
-    let outcome = match r {
-        Ok(()) => Ok(()),
-        Err(IoError::Timeout { .. }) => Err("timeout"),
-        Err(_) => Err("error"),
-    };
-    crate::metrics::global().disk_io(op, t0.elapsed(), outcome);
-}
-
-/// The logical block size O_DIRECT I/O on `file` must be aligned to (offsets, lengths).
-///
-/// * block device: its logical sector size (BLKSSZGET);
-/// * regular file: the logical block size of the block device holding the filesystem,
-///   from `st_dev` → `/sys/dev/block/MAJ:MIN/queue/logical_block_size`, or the parent
-///   device's `queue` for a partition (`/sys/dev/block/MAJ:MIN/../queue/…`);
-/// * a filesystem with no block device of its own (NFS, FUSE, tmpfs, btrfs, overlay:
-///   major 0): probed with one O_DIRECT read of 512 bytes at offset 0 — accepted means
-///   512, EINVAL means 4096; a probe that does not answer within 2 s, or any other
-///   error (an empty file reads 0 bytes), means 512.
-///
-/// The result is at least 512 and a power of two.
-pub fn storage_block_size(file: &File) -> io::Result<u32> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = file.metadata()?;
-    if meta.file_type().is_block_device() {
-        return sys::block_logical_sector_size(file);
-    }
-    if let Some(n) = sysfs_logical_block_size(meta.dev()) {
-        return Ok(n);
-    }
-    Ok(probe_block_size(file))
-}
-
-/// glibc's `major()`/`minor()` of a `dev_t`.
-fn dev_major_minor(dev: u64) -> (u64, u64) {
-    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
-    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
-    (major, minor)
-}
-
-fn valid_block(n: u32) -> bool {
-    (512..=65536).contains(&n) && n.is_power_of_two()
-}
-
-fn sysfs_logical_block_size(dev: u64) -> Option<u32> {
-    let (major, minor) = dev_major_minor(dev);
-    if major == 0 {
-        return None;
-    }
-    let base = format!("/sys/dev/block/{major}:{minor}");
-    // A partition has no queue/ of its own; its parent directory is the whole disk.
-    [
-        format!("{base}/queue/logical_block_size"),
-        format!("{base}/../queue/logical_block_size"),
-    ]
-    .iter()
-    .find_map(|p| {
-        let text = std::fs::read_to_string(p).ok()?;
-        let n: u32 = text.trim().parse().ok()?;
-        valid_block(n).then_some(n)
-    })
-}
-
-fn probe_block_size(file: &File) -> u32 {
-    let Ok(f) = file.try_clone() else {
-        return 512;
-    };
-    let (tx, rx) = mpsc::sync_channel::<io::Result<usize>>(1);
-    // The thread owns its fd and buffer, so a probe stuck in the storage is harmless.
-    let spawned = std::thread::Builder::new()
-        .name("lockd-probe".into())
-        .spawn(move || {
-            let mut buf = AlignedBuf::zeroed(512);
-            let _ = tx.send(f.read_at(buf.as_mut_slice(), 0));
-        });
-    if spawned.is_err() {
-        return 512;
-    }
-    match rx.recv_timeout(Duration::from_secs(2)) {
-        Ok(Err(e)) if e.raw_os_error() == Some(libc::EINVAL) => 4096,
-        _ => 512,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn scratch(len: u64) -> (tempfile::TempDir, PathBuf) {
-        // O_DIRECT does not work on tmpfs; /var/tmp is a real filesystem here.
-        let dir = tempfile::Builder::new()
-            .prefix("lockd-diskio")
-            .tempdir_in("/var/tmp")
-            .expect("create scratch dir under /var/tmp");
-        let path = dir.path().join("disk");
-        let f = File::create(&path).unwrap();
-        f.set_len(len).unwrap();
-        (dir, path)
-    }
+    use crate::buf::PAGE;
+    use crate::test_support::scratch;
 
     #[test]
     fn direct_read_write_round_trip_threads() {
@@ -565,22 +417,14 @@ mod tests {
     }
 
     #[test]
-    fn dev_numbers_split_as_glibc() {
-        assert_eq!(dev_major_minor(0xfe00), (254, 0));
-        assert_eq!(dev_major_minor(0x0701), (7, 1));
-        assert_eq!(dev_major_minor(0x801), (8, 1));
-        // a large minor (e.g. loop 300): minor bits above 8 live at bits 20..
-        assert_eq!(
-            dev_major_minor((7 << 8) | (300 & 0xff) | ((300 & !0xff) << 12)),
-            (7, 300)
-        );
-    }
-
-    #[test]
     fn file_on_var_tmp_has_a_block_size() {
         let (_d, path) = scratch(1 << 20);
         let disk = Disk::open(&path).unwrap();
-        assert!(valid_block(disk.io_block()), "{}", disk.io_block());
+        assert!(
+            crate::blocksize::valid_block(disk.io_block()),
+            "{}",
+            disk.io_block()
+        );
         assert_eq!(disk.sector_size(), 512, "formatting default for files");
     }
 

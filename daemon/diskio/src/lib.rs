@@ -1,0 +1,59 @@
+//! lockd-diskio: the one O_DIRECT lease-storage I/O layer, shared by the daemon and by
+//! `lockd direct`.
+//!
+//! * [`AlignedBuf`]: page-aligned buffers (O_DIRECT needs aligned memory);
+//! * [`DirectFile`]: a device or file opened with O_DIRECT (O_SYNC when writable), with
+//!   its formatting sector size, its I/O block ([`storage_block_size`]: BLKSSZGET, sysfs
+//!   or a probe read) and its size — plain blocking positioned I/O, for `lockd direct`;
+//! * [`Disk`]: a [`DirectFile`] with an engine (io_uring with linked timeouts, or one
+//!   worker thread per I/O) and a timeout on every I/O, for the daemon (and `lockd
+//!   direct`'s resource-index commands);
+//! * [`BlockingDisk`] and [`SystemClock`]: lease-core's `Disk` and `Clock` over a [`Disk`]
+//!   and CLOCK_MONOTONIC ([`monotime`], [`monotime_ms`]);
+//! * [`set_observer`]: one process-wide hook told of every [`Disk`] read and write
+//!   (the daemon's metrics).
+//!
+//! Invariants: every offset and length a [`Disk`] submits is a multiple of the storage's
+//! I/O block (checked before submit; a [`DirectFile`]'s callers check their own, as
+//! `lockd direct` does with its own messages); a buffer handed to the kernel is owned by
+//! the engine until the kernel is done with it, even when the caller timed out; nothing
+//! is cached across opens. All `unsafe` lives in the private `sys` module (BLKSSZGET,
+//! clock_gettime, io_uring submission); the rest of the crate denies it. This crate
+//! depends on no other lockd crate but `disk-format` (result codes) and `lease-core`
+//! (the traits it implements).
+#![deny(unsafe_code)]
+
+mod blocksize;
+mod buf;
+mod disk;
+mod file;
+mod lc;
+mod observe;
+#[allow(unsafe_code)]
+mod sys;
+
+pub use blocksize::storage_block_size;
+pub use buf::AlignedBuf;
+pub use disk::{Disk, EngineKind, IoError, Pending, MAX_INFLIGHT};
+pub use file::{Access, DirectFile, OpenError, OpenStep};
+pub use lc::{BlockingDisk, SystemClock};
+pub use observe::{set_observer, IoObserver};
+pub use sys::{monotime, monotime_ms};
+
+#[cfg(test)]
+mod test_support {
+    use std::path::PathBuf;
+
+    /// A `len`-byte file in a fresh directory under /var/tmp (O_DIRECT does not work on
+    /// tmpfs; /var/tmp is a real filesystem here).
+    pub(crate) fn scratch(len: u64) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::Builder::new()
+            .prefix("lockd-diskio")
+            .tempdir_in("/var/tmp")
+            .expect("create scratch dir under /var/tmp");
+        let path = dir.path().join("disk");
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(len).unwrap();
+        (dir, path)
+    }
+}
