@@ -331,20 +331,18 @@ impl Disk {
         let (tx, rx) = mpsc::sync_channel::<Completion>(1);
         let disk = self.clone();
         let worker = disk.clone();
-        let spawned = std::thread::Builder::new()
-            .name("lockd-io".into())
-            .spawn(move || {
-                let mut buf = buf;
-                let res = if op == "read" {
-                    worker.inner.file.read_exact_at(buf.as_mut_slice(), offset)
-                } else {
-                    worker.inner.file.write_all_at(buf.as_slice(), offset)
-                };
-                worker.inner.inflight.fetch_sub(1, Ordering::SeqCst);
-                // If the submitter gave up, the send fails and the buffer is dropped here,
-                // after the kernel finished with it.
-                let _ = tx.send((res, buf));
-            });
+        let spawned = crate::threads::spawn("lockd-io", move || {
+            let mut buf = buf;
+            let res = if op == "read" {
+                worker.inner.file.read_exact_at(buf.as_mut_slice(), offset)
+            } else {
+                worker.inner.file.write_all_at(buf.as_slice(), offset)
+            };
+            worker.inner.inflight.fetch_sub(1, Ordering::SeqCst);
+            // If the submitter gave up, the send fails and the buffer is dropped here,
+            // after the kernel finished with it.
+            let _ = tx.send((res, buf));
+        });
         if let Err(source) = spawned {
             self.inner.inflight.fetch_sub(1, Ordering::SeqCst);
             return Err(IoError::Failed {
@@ -485,12 +483,10 @@ fn probe_block_size(file: &File) -> u32 {
     };
     let (tx, rx) = mpsc::sync_channel::<io::Result<usize>>(1);
     // The thread owns its fd and buffer, so a probe stuck in the storage is harmless.
-    let spawned = std::thread::Builder::new()
-        .name("lockd-probe".into())
-        .spawn(move || {
-            let mut buf = AlignedBuf::zeroed(512);
-            let _ = tx.send(f.read_at(buf.as_mut_slice(), 0));
-        });
+    let spawned = crate::threads::spawn("lockd-probe", move || {
+        let mut buf = AlignedBuf::zeroed(512);
+        let _ = tx.send(f.read_at(buf.as_mut_slice(), 0));
+    });
     if spawned.is_err() {
         return 512;
     }

@@ -9,6 +9,8 @@
 //!   SIG_IGN and SIG_DFL are ever passed, which run no code in signal context);
 //! - [`pidfd_open`] (nix 0.29 has no wrapper: a raw `syscall`, and taking ownership of
 //!   the fd it returns);
+//! - [`fix_malloc_mmap_threshold`] (`mallopt`: glibc's allocator tuning, wrapped by no
+//!   crate);
 //! - [`block_logical_sector_size`] (the BLKSSZGET ioctl; nix's `ioctl_read_bad!`
 //!   generates an unsafe fn, as the kernel cannot tell it the argument's type);
 //! - [`uring`]: pushing SQEs that point at buffers the kernel writes later.
@@ -159,6 +161,17 @@ pub fn lock_memory() -> io::Result<()> {
     use nix::sys::mman::{mlockall, MlockAllFlags};
     mlockall(MlockAllFlags::MCL_CURRENT | MlockAllFlags::MCL_FUTURE)?;
     Ok(())
+}
+
+/// Fixes glibc's mmap threshold at its default, 128 KiB. Left dynamic, glibc raises it
+/// to the size of the first large buffer freed (a 1 MiB lease-area read), after which such
+/// buffers come from the per-thread arenas and stay resident there; under MCL_FUTURE
+/// every arena then keeps megabytes locked. Fixed, a large buffer is mapped for its I/O
+/// and unmapped when freed. Returns false if glibc refused.
+pub fn fix_malloc_mmap_threshold() -> bool {
+    // SAFETY: mallopt only sets an allocator parameter (glibc takes the arena lock);
+    // M_MMAP_THRESHOLD with a value in range has no other effect.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024) == 1 }
 }
 
 /// Number of threads of this process (from /proc), to assert the fork precondition.
