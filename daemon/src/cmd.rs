@@ -301,9 +301,9 @@ pub fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
                     let ls = disk_format::Name::from_field(&b[..48]);
                     if d.find_space(&ls).is_some() {
                         let d2 = d.clone();
-                        let _ = std::thread::Builder::new()
-                            .name("lockd-examine".into())
-                            .spawn(move || crate::kill::examine_lockspace(&d2, &ls));
+                        let _ = crate::threads::spawn("lockd-examine", move || {
+                            crate::kill::examine_lockspace(&d2, &ls)
+                        });
                         0
                     } else {
                         -libc::ENOENT
@@ -491,9 +491,9 @@ pub fn connection_closed(d: &Arc<Daemon>, ci: u32) {
     if registered && !tokens.is_empty() {
         let d2 = d.clone();
         // Asynchronous, as sanlock: the release I/O must not hold up anything else.
-        let _ = std::thread::Builder::new()
-            .name("lockd-release".into())
-            .spawn(move || release_tokens_as(&d2, ci, tokens, true));
+        let _ = crate::threads::spawn_client("lockd-release", move || {
+            release_tokens_as(&d2, ci, tokens, true)
+        });
     }
 }
 
@@ -1090,7 +1090,7 @@ fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
     let depth = h.data;
     let helper_pid = d.helper.as_ref().map_or(0, |x| x.pid);
     let daemon_text = format!(
-        "our_host_name={} use_watchdog={} watchdog={} high_priority=0 mlock_level=0 \
+        "our_host_name={} use_watchdog={} watchdog={} high_priority=0 mlock_level={} \
          quiet_fail=1 debug_renew=0 debug_clients=0 debug_cmds=0x0 renewal_history_size=180 \
          gid={} uid={} sh_retries={} max_sectors_kb_ignore=1 max_sectors_kb_align=0 \
          max_sectors_kb_num=0 max_worker_threads=0 write_init_io_timeout=60 use_aio=0 \
@@ -1100,6 +1100,7 @@ fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
         d.cfg.host_name,
         u8::from(d.cfg.use_watchdog),
         if d.cfg.use_watchdog { "wdmd" } else { "off" },
+        d.mlock_level.load(std::sync::atomic::Ordering::Relaxed),
         0,
         sys::geteuid(),
         d.cfg.sh_retries,

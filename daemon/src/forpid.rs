@@ -158,9 +158,9 @@ fn acquire_for_pid(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> i32 {
     }
     info!(pid, ci, leases = ?names, killpath = ?killpath_path, "leases acquired for pid");
     let d2 = d.clone();
-    let spawned = std::thread::Builder::new()
-        .name(format!("lockd-pid{pid}"))
-        .spawn(move || watch_pid(&d2, ci, pid, pidfd));
+    let spawned = crate::threads::spawn_client(format!("lockd-pid{pid}"), move || {
+        watch_pid(&d2, ci, pid, pidfd)
+    });
     if spawned.is_err() {
         // Without a watcher the leases would outlive the process: give them back.
         crate::cmd::connection_closed(d, ci);

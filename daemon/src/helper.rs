@@ -338,27 +338,25 @@ fn helper_loop(mut reader: io::PipeReader, status: io::PipeWriter, run_dir: &std
                         let sink = status.clone();
                         let client_pid = msg.pid;
                         // Wait in a thread: a slow killpath must not delay other orders.
-                        let waiter = std::thread::Builder::new()
-                            .name("killpath-wait".into())
-                            .spawn(move || {
-                                use std::os::unix::process::ExitStatusExt;
-                                let end = match child.wait() {
-                                    Ok(s) => match (s.code(), s.signal()) {
-                                        (Some(c), _) => PathEnd::Exited(c),
-                                        (None, Some(sig)) => PathEnd::Signaled(sig),
-                                        (None, None) => PathEnd::Exited(-1),
-                                    },
-                                    Err(e) => PathEnd::NotStarted(e.raw_os_error().unwrap_or(0)),
-                                };
-                                report(
-                                    PathStatus {
-                                        client_pid,
-                                        program_pid,
-                                        end,
-                                    },
-                                    &sink,
-                                );
-                            });
+                        let waiter = crate::threads::spawn("killpath-wait", move || {
+                            use std::os::unix::process::ExitStatusExt;
+                            let end = match child.wait() {
+                                Ok(s) => match (s.code(), s.signal()) {
+                                    (Some(c), _) => PathEnd::Exited(c),
+                                    (None, Some(sig)) => PathEnd::Signaled(sig),
+                                    (None, None) => PathEnd::Exited(-1),
+                                },
+                                Err(e) => PathEnd::NotStarted(e.raw_os_error().unwrap_or(0)),
+                            };
+                            report(
+                                PathStatus {
+                                    client_pid,
+                                    program_pid,
+                                    end,
+                                },
+                                &sink,
+                            );
+                        });
                         if waiter.is_err() {
                             // No thread: the program runs on unwatched (a zombie until
                             // the helper exits); say so to the daemon.

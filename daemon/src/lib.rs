@@ -1,8 +1,10 @@
 //! The lockd daemon: a sanlock-protocol server granting shared-storage leases.
 //!
-//! `run(config)` owns the process: it forks the helper (before any thread), takes the
-//! pid-file lock in the run dir, binds `sanlock.sock` (mode 0660), then runs the listener,
-//! the once-a-second monitor, and one renewal thread per lockspace until shutdown.
+//! `run(config)` owns the process: it forks the helper (before any thread), locks its
+//! memory (`mlock`, before any thread, so every thread stack is locked as it is made),
+//! takes the pid-file lock in the run dir, binds `sanlock.sock` (mode 0660), then runs
+//! the listener, the once-a-second monitor, and one renewal thread per lockspace until
+//! shutdown. Every thread is started through [`threads`], with an explicit small stack.
 //!
 //! All `unsafe` lives in [`sys`]; the rest of the crate denies it.
 #![deny(unsafe_code)]
@@ -24,6 +26,7 @@ pub mod server;
 pub mod state;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod threads;
 pub mod watch;
 pub mod watchdog;
 
@@ -42,6 +45,10 @@ use state::{lock, Daemon};
 
 /// Name of the pid file in the run dir.
 pub const PID_FILE: &str = "lockd.pid";
+
+/// STATUS `mlock_level` once current and future pages are locked (`sys::lock_memory`): sanlock's
+/// level 2 (its level 1 is MCL_CURRENT alone, 0 no mlockall).
+pub const MLOCK_LEVEL_ALL: u8 = 2;
 
 /// Why the daemon could not start or run.
 #[derive(Debug, Error)]
@@ -121,6 +128,29 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
     }
     // The helper is forked first, while we are single-threaded.
     let helper = helper::Helper::start(&cfg.run_dir).map_err(DaemonError::Helper)?;
+    // Locked after the helper fork (the helper, which only forwards orders, stays
+    // unlocked: mlockall is not inherited) and before any thread starts, so every
+    // thread's stack (small, see `threads`) is locked as it is made.
+    let mlock_level = if cfg.mlock {
+        if !sys::fix_malloc_mmap_threshold() {
+            warn!("mallopt(M_MMAP_THRESHOLD) refused: freed buffers may stay locked");
+        }
+        match sys::lock_memory() {
+            Ok(()) => MLOCK_LEVEL_ALL,
+            Err(e) => {
+                // As sanlock: a failed mlockall is logged, not fatal.
+                warn!(
+                    error = %e,
+                    "mlockall failed: running with memory that \
+                     can be swapped out (needs CAP_IPC_LOCK or a larger RLIMIT_MEMLOCK)"
+                );
+                0
+            }
+        }
+    } else {
+        info!("mlock = false: the daemon's memory is not locked");
+        0
+    };
     sys::ignore_sigpipe().map_err(DaemonError::Signals)?;
     // Two fds per client slot (the connection and the clone kept to shut it down), plus
     // disks, the io_uring rings and the log: ask for room well beyond that.
@@ -190,64 +220,58 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
         "lockd daemon started"
     );
     let d = Arc::new(Daemon::new(cfg, Some(helper), ring));
+    d.mlock_level
+        .store(mlock_level, std::sync::atomic::Ordering::Relaxed);
     let d_listen = d.clone();
     let listener_clone = listener.try_clone().map_err(|source| DaemonError::Socket {
         path: d.cfg.run_dir.clone(),
         source,
     })?;
-    std::thread::Builder::new()
-        .name("lockd-listen".into())
-        .spawn(move || server::listen_loop(d_listen, listener))
-        .map_err(DaemonError::Thread)?;
+    threads::spawn("lockd-listen", move || {
+        server::listen_loop(d_listen, listener)
+    })
+    .map_err(DaemonError::Thread)?;
     let d_mon = d.clone();
-    let monitor = std::thread::Builder::new()
-        .name("lockd-monitor".into())
-        .spawn(move || kill::monitor_loop(&d_mon))
+    let monitor = threads::spawn("lockd-monitor", move || kill::monitor_loop(&d_mon))
         .map_err(DaemonError::Thread)?;
     let d_status = d.clone();
-    std::thread::Builder::new()
-        .name("lockd-helper-status".into())
-        .spawn(move || helper::status_loop(&d_status))
-        .map_err(DaemonError::Thread)?;
+    threads::spawn("lockd-helper-status", move || {
+        helper::status_loop(&d_status)
+    })
+    .map_err(DaemonError::Thread)?;
     let d_watch = d.clone();
-    std::thread::Builder::new()
-        .name("lockd-watch".into())
-        .spawn(move || watch::heartbeat_loop(&d_watch))
+    threads::spawn("lockd-watch", move || watch::heartbeat_loop(&d_watch))
         .map_err(DaemonError::Thread)?;
     if let Some(l) = metrics_listener {
         let d_metrics = d.clone();
-        std::thread::Builder::new()
-            .name("lockd-metrics".into())
-            .spawn(move || metrics::serve(d_metrics, l))
+        threads::spawn("lockd-metrics", move || metrics::serve(d_metrics, l))
             .map_err(DaemonError::Thread)?;
     }
     let d_sig = d.clone();
-    std::thread::Builder::new()
-        .name("lockd-signal".into())
-        .spawn(move || loop {
-            let sig = match sys::wait_signal() {
-                Ok(sig) => sig,
-                Err(e) => {
-                    error!(error = %e, "sigwait failed: SIGTERM/SIGINT no longer handled");
-                    return;
-                }
-            };
-            if sig == libc::SIGTERM || sig == libc::SIGINT {
-                // As sanlock: a signal is a non-forced shutdown, ignored while lockspaces
-                // exist (stopping would have to kill every lease holder). Use a forced
-                // SHUTDOWN (`lockd shutdown -f`, `sanlock client shutdown -f 1`) for that.
-                if lock(&d_sig.spaces).is_empty() {
-                    info!(sig, "signal: shutting down");
-                    d_sig.request_shutdown();
-                    return;
-                }
-                warn!(
-                    sig,
-                    "signal: shutdown ignored, lockspaces exist (use a forced shutdown)"
-                );
+    threads::spawn("lockd-signal", move || loop {
+        let sig = match sys::wait_signal() {
+            Ok(sig) => sig,
+            Err(e) => {
+                error!(error = %e, "sigwait failed: SIGTERM/SIGINT no longer handled");
+                return;
             }
-        })
-        .map_err(DaemonError::Thread)?;
+        };
+        if sig == libc::SIGTERM || sig == libc::SIGINT {
+            // As sanlock: a signal is a non-forced shutdown, ignored while lockspaces
+            // exist (stopping would have to kill every lease holder). Use a forced
+            // SHUTDOWN (`lockd shutdown -f`, `sanlock client shutdown -f 1`) for that.
+            if lock(&d_sig.spaces).is_empty() {
+                info!(sig, "signal: shutting down");
+                d_sig.request_shutdown();
+                return;
+            }
+            warn!(
+                sig,
+                "signal: shutdown ignored, lockspaces exist (use a forced shutdown)"
+            );
+        }
+    })
+    .map_err(DaemonError::Thread)?;
     // The socket was bound and is listening before the listener thread started, so
     // clients connecting after READY=1 are accepted.
     d.notifier.ready(&d.summary().to_string());

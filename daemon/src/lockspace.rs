@@ -353,9 +353,9 @@ pub fn add(d: &Arc<Daemon>, ls: &wire::Lockspace, io_timeout: u32, flags: u32) -
     };
     let d2 = d.clone();
     let s2 = space.clone();
-    let spawned = std::thread::Builder::new()
-        .name(format!("lockd-ls{}", space.space_id))
-        .spawn(move || space_thread(&d2, &s2));
+    let spawned = crate::threads::spawn(format!("lockd-ls{}", space.space_id), move || {
+        space_thread(&d2, &s2)
+    });
     if let Err(e) = spawned {
         error!(error = %e, "cannot start lockspace thread");
         lock(&d.spaces).retain(|s| !Arc::ptr_eq(s, &space));
@@ -1001,9 +1001,9 @@ fn request_examine(d: &Arc<Daemon>, space: &Space, notes: &[lease_core::Notifica
     if due {
         let d2 = d.clone();
         let name = space.name;
-        let _ = std::thread::Builder::new()
-            .name("lockd-examine".into())
-            .spawn(move || crate::kill::examine_lockspace(&d2, &name));
+        let _ = crate::threads::spawn("lockd-examine", move || {
+            crate::kill::examine_lockspace(&d2, &name)
+        });
     }
 }
 

@@ -121,13 +121,11 @@ pub fn listen_loop(d: Arc<Daemon>, listener: UnixListener) {
             }
         };
         let d2 = d.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("lockd-conn{ci}"))
-            .spawn(move || {
-                let mut conn = Conn { stream, ci, cred };
-                conn_loop(&d2, &mut conn);
-                crate::cmd::connection_closed(&d2, ci);
-            });
+        let spawned = crate::threads::spawn_client(format!("lockd-conn{ci}"), move || {
+            let mut conn = Conn { stream, ci, cred };
+            conn_loop(&d2, &mut conn);
+            crate::cmd::connection_closed(&d2, ci);
+        });
         if let Err(e) = spawned {
             warn!(error = %e, "cannot start connection thread");
             lock(&d.clients).slots.remove(&ci);

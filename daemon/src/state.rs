@@ -221,6 +221,8 @@ pub struct Daemon {
     pub next_space_id: AtomicU32,
     pub next_token_id: AtomicU32,
     pub started_monotime: u64,
+    /// STATUS `mlock_level`: [`crate::MLOCK_LEVEL_ALL`] once mlockall succeeded, else 0.
+    pub mlock_level: std::sync::atomic::AtomicU8,
 }
 
 impl Daemon {
@@ -241,6 +243,7 @@ impl Daemon {
             next_space_id: AtomicU32::new(1),
             next_token_id: AtomicU32::new(1),
             started_monotime: lockd_diskio::monotime(),
+            mlock_level: std::sync::atomic::AtomicU8::new(0),
         }
     }
 

@@ -6,7 +6,6 @@
 //! that never happened. Everything attached or started is detached or stopped on drop,
 //! by device name or PID.
 
-mod sys;
 pub mod testbed;
 pub mod witness;
 

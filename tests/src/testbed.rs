@@ -659,8 +659,17 @@ pub fn host_init(
     let _daemon = spawn_logged(&mut daemon, &dir.join("daemon.log"), "daemon")?;
     // PID 1: reap every orphan of this host until the bed (or the watchdog) ends us.
     loop {
-        if crate::sys::reap_any_child().is_none() {
+        if reap_any_child().is_none() {
             thread::sleep(Duration::from_millis(200));
         }
+    }
+}
+
+/// Waits for any child to exit; returns its pid, or None when there is no child (or the
+/// wait was interrupted).
+fn reap_any_child() -> Option<i32> {
+    match nix::sys::wait::waitpid(None, None) {
+        Ok(status) => status.pid().map(|p| p.as_raw()),
+        Err(_) => None,
     }
 }

@@ -183,7 +183,8 @@ impl Marker {
 #[derive(Debug)]
 pub struct PidFile {
     path: PathBuf,
-    _file: File,
+    /// Holds the flock for the daemon's lifetime.
+    _file: nix::fcntl::Flock<File>,
 }
 
 impl PidFile {
@@ -193,7 +194,7 @@ impl PidFile {
             "cannot create run dir {}",
             run_dir.display()
         )))?;
-        let mut f = OpenOptions::new()
+        let f = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
@@ -201,23 +202,26 @@ impl PidFile {
             .mode(0o644)
             .open(path)
             .map_err(io_err(format!("cannot open pid file {}", path.display())))?;
-        if let Err(e) = sys::flock_exclusive_nonblocking(&f) {
-            if e.kind() == ErrorKind::WouldBlock {
-                let mut s = String::new();
-                let _ = f.read_to_string(&mut s);
-                let pid = match s.trim() {
-                    "" => String::new(),
-                    p => format!(", pid {p}"),
-                };
-                return Err(DaemonError::AlreadyRunning {
-                    path: path.display().to_string(),
-                    pid,
-                });
+        let mut f = match sys::flock_exclusive_nonblocking(f) {
+            Ok(locked) => locked,
+            Err((mut f, e)) => {
+                if e.kind() == ErrorKind::WouldBlock {
+                    let mut s = String::new();
+                    let _ = f.read_to_string(&mut s);
+                    let pid = match s.trim() {
+                        "" => String::new(),
+                        p => format!(", pid {p}"),
+                    };
+                    return Err(DaemonError::AlreadyRunning {
+                        path: path.display().to_string(),
+                        pid,
+                    });
+                }
+                return Err(io_err(format!("cannot lock pid file {}", path.display()))(
+                    e,
+                ));
             }
-            return Err(io_err(format!("cannot lock pid file {}", path.display()))(
-                e,
-            ));
-        }
+        };
         f.set_len(0)
             .and_then(|()| f.write_all(format!("{}\n", sys::getpid()).as_bytes()))
             .map_err(io_err(format!("cannot write pid file {}", path.display())))?;

@@ -1,35 +1,35 @@
-//! The only module of this crate with `unsafe` code: thin wrappers around the
-//! few system calls std does not offer (watchdog ioctls, SO_PEERCRED,
-//! CLOCK_MONOTONIC, flock, kill, signal handlers).
+//! The only module of this crate with `unsafe` code: thin wrappers around system calls,
+//! made through `nix` and `signal-hook` wherever they cover them (every result checked).
+//!
+//! Invariant: the only unsafe code left is the watchdog ioctls (WDIOC_GETTIMEOUT,
+//! WDIOC_SETTIMEOUT, WDIOC_KEEPALIVE): nix's `ioctl_read!`/`ioctl_readwrite!` build the
+//! request numbers from the kernel's `_IOR`/`_IOWR` encoding, but the functions they
+//! generate are unsafe, as the kernel cannot check the argument's type. Each call passes
+//! a pointer to one live `c_int`, the type these requests take.
 #![allow(unsafe_code)]
 
+use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 
-// Linux watchdog ioctls (include/uapi/linux/watchdog.h), 'W' = 0x57, arg is `int`:
-//   WDIOC_KEEPALIVE  = _IOR('W', 5, int)  -> dir READ(2)<<30 | 4<<16 | 0x57<<8 | 5
-//   WDIOC_SETTIMEOUT = _IOWR('W', 6, int) -> dir RW(3)<<30   | 4<<16 | 0x57<<8 | 6
-//   WDIOC_GETTIMEOUT = _IOR('W', 7, int)  -> dir READ(2)<<30 | 4<<16 | 0x57<<8 | 7
-const WDIOC_KEEPALIVE: libc::c_ulong = 0x8004_5705;
-const WDIOC_SETTIMEOUT: libc::c_ulong = 0xC004_5706;
-const WDIOC_GETTIMEOUT: libc::c_ulong = 0x8004_5707;
+use nix::fcntl::{Flock, FlockArg};
+
+// Linux watchdog ioctls (include/uapi/linux/watchdog.h), 'W', argument `int`.
+nix::ioctl_read!(wdioc_keepalive, b'W', 5, libc::c_int);
+nix::ioctl_readwrite!(wdioc_settimeout, b'W', 6, libc::c_int);
+nix::ioctl_read!(wdioc_gettimeout, b'W', 7, libc::c_int);
 
 /// CLOCK_MONOTONIC as (seconds, nanoseconds).
 fn monotonic() -> (u64, u32) {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    let rv = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    if rv != 0 {
-        return (0, 0);
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC) {
+        Ok(ts) => (
+            u64::try_from(ts.tv_sec()).unwrap_or(0),
+            u32::try_from(ts.tv_nsec()).unwrap_or(0),
+        ),
+        Err(_) => (0, 0),
     }
-    (
-        u64::try_from(ts.tv_sec).unwrap_or(0),
-        u32::try_from(ts.tv_nsec).unwrap_or(0),
-    )
 }
 
 /// CLOCK_MONOTONIC in whole seconds, the unit of the wdmd protocol.
@@ -44,47 +44,25 @@ pub fn monotime_f64() -> f64 {
 }
 
 /// The pid of the peer of a connected unix socket (SO_PEERCRED).
-pub fn peer_pid(sock: &impl AsRawFd) -> io::Result<i32> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: the fd is a live socket borrowed from `sock`; `cred`/`len` are valid
-    // out-parameters of the size we pass.
-    let rv = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if rv != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(cred.pid)
+pub fn peer_pid(sock: &impl std::os::fd::AsFd) -> io::Result<i32> {
+    let cred = nix::sys::socket::getsockopt(sock, nix::sys::socket::sockopt::PeerCredentials)?;
+    Ok(cred.pid())
 }
 
-/// Take a non-blocking exclusive flock on an open file.
-pub fn flock_exclusive_nonblocking(f: &impl AsRawFd) -> io::Result<()> {
-    // SAFETY: flock on a file descriptor we borrow; no memory is passed.
-    let rv = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rv != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+/// Take a non-blocking exclusive flock on an open file; the lock lasts as long as the
+/// returned value. On failure the file comes back with the error (EWOULDBLOCK when
+/// another process holds the lock).
+pub fn flock_exclusive_nonblocking(f: File) -> Result<Flock<File>, (File, io::Error)> {
+    Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(f, e)| (f, e.into()))
 }
 
 /// Send a signal to a pid (negative pid = process group), like kill(2).
 pub fn kill(pid: i32, sig: i32) -> io::Result<()> {
-    // SAFETY: kill takes plain integers and touches no memory of ours.
-    let rv = unsafe { libc::kill(pid, sig) };
-    if rv != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let sig = match sig {
+        0 => None,
+        n => Some(nix::sys::signal::Signal::try_from(n)?),
+    };
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig)?;
     Ok(())
 }
 
@@ -93,69 +71,44 @@ pub fn getpid() -> i32 {
     std::process::id() as i32
 }
 
-fn ioctl_int(fd: RawFd, req: libc::c_ulong, val: &mut libc::c_int) -> io::Result<()> {
-    // SAFETY: all three watchdog requests used here take a pointer to one `int`,
-    // which `val` is, valid for reads and writes for the duration of the call.
-    let rv = unsafe { libc::ioctl(fd, req, val as *mut libc::c_int) };
-    if rv < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// WDIOC_GETTIMEOUT.
 pub fn wd_get_timeout(dev: &impl AsRawFd) -> io::Result<i32> {
     let mut v: libc::c_int = 0;
-    ioctl_int(dev.as_raw_fd(), WDIOC_GETTIMEOUT, &mut v)?;
+    // SAFETY: WDIOC_GETTIMEOUT writes one `int` through the pointer, which points to a
+    // live local; the fd is borrowed from `dev` and open for the call.
+    unsafe { wdioc_gettimeout(dev.as_raw_fd(), &mut v) }?;
     Ok(v)
 }
 
 /// WDIOC_SETTIMEOUT; returns the value the driver wrote back.
 pub fn wd_set_timeout(dev: &impl AsRawFd, secs: i32) -> io::Result<i32> {
     let mut v: libc::c_int = secs;
-    ioctl_int(dev.as_raw_fd(), WDIOC_SETTIMEOUT, &mut v)?;
+    // SAFETY: WDIOC_SETTIMEOUT reads and writes back one `int` through the pointer, which
+    // points to a live local; the fd is borrowed from `dev` and open for the call.
+    unsafe { wdioc_settimeout(dev.as_raw_fd(), &mut v) }?;
     Ok(v)
 }
 
 /// WDIOC_KEEPALIVE.
 pub fn wd_keepalive(dev: &impl AsRawFd) -> io::Result<()> {
     let mut v: libc::c_int = 0;
-    ioctl_int(dev.as_raw_fd(), WDIOC_KEEPALIVE, &mut v)
-}
-
-static QUIT: AtomicBool = AtomicBool::new(false);
-static HUP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_quit(_sig: libc::c_int) {
-    QUIT.store(true, Ordering::SeqCst);
-}
-
-extern "C" fn on_hup(_sig: libc::c_int) {
-    HUP.store(true, Ordering::SeqCst);
-}
-
-fn install(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) -> io::Result<()> {
-    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; the
-    // handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = handler as usize;
-        sa.sa_flags = libc::SA_RESTART;
-        if libc::sigemptyset(&mut sa.sa_mask) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
+    // SAFETY: WDIOC_KEEPALIVE is declared `_IOR(.., int)`; drivers ignore the argument or
+    // write one `int`, and the pointer points to a live local; the fd is borrowed from
+    // `dev` and open for the call.
+    unsafe { wdioc_keepalive(dev.as_raw_fd(), &mut v) }?;
     Ok(())
 }
 
-/// Install SIGTERM/SIGINT (quit request) and SIGHUP (reload) handlers that set flags.
+static QUIT: LazyLock<Arc<AtomicBool>> = LazyLock::new(|| Arc::new(AtomicBool::new(false)));
+static HUP: LazyLock<Arc<AtomicBool>> = LazyLock::new(|| Arc::new(AtomicBool::new(false)));
+
+/// Install SIGTERM/SIGINT (quit request) and SIGHUP (reload) handlers that set flags
+/// (signal-hook: the handlers only store to an atomic, with SA_RESTART).
 pub fn install_signal_flags() -> io::Result<()> {
-    install(libc::SIGTERM, on_quit)?;
-    install(libc::SIGINT, on_quit)?;
-    install(libc::SIGHUP, on_hup)?;
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    signal_hook::flag::register(SIGTERM, Arc::clone(&QUIT))?;
+    signal_hook::flag::register(SIGINT, Arc::clone(&QUIT))?;
+    signal_hook::flag::register(SIGHUP, Arc::clone(&HUP))?;
     Ok(())
 }
 
@@ -167,4 +120,31 @@ pub fn quit_requested() -> bool {
 /// True once if SIGHUP arrived since the last call.
 pub fn take_hup() -> bool {
     HUP.swap(false, Ordering::SeqCst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The request numbers nix computes are the kernel's (`_IOR('W', 5, int)` etc.).
+    #[test]
+    fn watchdog_request_numbers() {
+        assert_eq!(nix::request_code_read!(b'W', 5, 4), 0x8004_5705);
+        assert_eq!(nix::request_code_readwrite!(b'W', 6, 4), 0xC004_5706);
+        assert_eq!(nix::request_code_read!(b'W', 7, 4), 0x8004_5707);
+    }
+
+    #[test]
+    fn flock_is_exclusive_between_open_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("pid");
+        let a = File::create(&p).unwrap();
+        let held = flock_exclusive_nonblocking(a).expect("first lock");
+        let b = File::open(&p).unwrap();
+        let (_, e) = flock_exclusive_nonblocking(b).expect_err("second lock");
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        drop(held);
+        let c = File::open(&p).unwrap();
+        assert!(flock_exclusive_nonblocking(c).is_ok());
+    }
 }

@@ -74,12 +74,10 @@ fn probe_block_size(file: &File) -> u32 {
     };
     let (tx, rx) = mpsc::sync_channel::<io::Result<usize>>(1);
     // The thread owns its fd and buffer, so a probe stuck in the storage is harmless.
-    let spawned = std::thread::Builder::new()
-        .name("lockd-probe".into())
-        .spawn(move || {
-            let mut buf = AlignedBuf::zeroed(512);
-            let _ = tx.send(f.read_at(buf.as_mut_slice(), 0));
-        });
+    let spawned = crate::spawn_thread("lockd-probe", move || {
+        let mut buf = AlignedBuf::zeroed(512);
+        let _ = tx.send(f.read_at(buf.as_mut_slice(), 0));
+    });
     if spawned.is_err() {
         return 512;
     }

@@ -266,28 +266,26 @@ impl Disk {
         let (tx, rx) = mpsc::sync_channel::<Completion>(1);
         let disk = self.clone();
         let worker = disk.clone();
-        let spawned = std::thread::Builder::new()
-            .name("lockd-io".into())
-            .spawn(move || {
-                let mut buf = buf;
-                let res = if op == "read" {
-                    worker
-                        .inner
-                        .file
-                        .shared_file()
-                        .read_exact_at(buf.as_mut_slice(), offset)
-                } else {
-                    worker
-                        .inner
-                        .file
-                        .shared_file()
-                        .write_all_at(buf.as_slice(), offset)
-                };
-                worker.inner.inflight.fetch_sub(1, Ordering::SeqCst);
-                // If the submitter gave up, the send fails and the buffer is dropped here,
-                // after the kernel finished with it.
-                let _ = tx.send((res, buf));
-            });
+        let spawned = crate::spawn_thread("lockd-io", move || {
+            let mut buf = buf;
+            let res = if op == "read" {
+                worker
+                    .inner
+                    .file
+                    .shared_file()
+                    .read_exact_at(buf.as_mut_slice(), offset)
+            } else {
+                worker
+                    .inner
+                    .file
+                    .shared_file()
+                    .write_all_at(buf.as_slice(), offset)
+            };
+            worker.inner.inflight.fetch_sub(1, Ordering::SeqCst);
+            // If the submitter gave up, the send fails and the buffer is dropped here,
+            // after the kernel finished with it.
+            let _ = tx.send((res, buf));
+        });
         if let Err(source) = spawned {
             self.inner.inflight.fetch_sub(1, Ordering::SeqCst);
             return Err(IoError::Failed {

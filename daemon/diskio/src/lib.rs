@@ -38,6 +38,32 @@ pub use disk::{Disk, EngineKind, IoError, Pending, MAX_INFLIGHT};
 pub use file::{Access, DirectFile, OpenError, OpenStep};
 pub use lc::{BlockingDisk, SystemClock};
 pub use observe::{set_observer, IoObserver};
+
+/// Stack of the threads this crate starts (io_uring rings, per-I/O workers of the thread
+/// engine, block-size probes): 128 KiB (256 KiB in debug builds). The daemon runs under
+/// `mlockall` with MCL_FUTURE, where a thread's whole stack mapping is resident, so the
+/// size is what each thread costs; these threads keep buffers on the heap and need few
+/// KiB of stack (see the daemon's `threads` module for the measurements).
+pub const IO_THREAD_STACK_BYTES: usize = if cfg!(debug_assertions) {
+    256 * 1024
+} else {
+    128 * 1024
+};
+
+/// Starts a named thread with the [`IO_THREAD_STACK_BYTES`] stack.
+pub(crate) fn spawn_thread<F, T>(
+    name: impl Into<String>,
+    f: F,
+) -> std::io::Result<std::thread::JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    std::thread::Builder::new()
+        .name(name.into())
+        .stack_size(IO_THREAD_STACK_BYTES)
+        .spawn(f)
+}
 pub use sys::{monotime, monotime_ms};
 
 #[cfg(test)]

@@ -1,11 +1,26 @@
-//! The only module of the daemon that may use `unsafe`: thin wrappers over the syscalls
-//! std does not expose. Every unsafe block has a SAFETY comment. (Storage I/O, its
-//! io_uring engine, BLKSSZGET and CLOCK_MONOTONIC are in lockd-diskio's own `sys`.)
+//! The only module of the daemon that may use `unsafe`: thin wrappers over system calls,
+//! made through the `nix` crate wherever it covers them (every result checked). Storage
+//! I/O, its io_uring engine, BLKSSZGET and CLOCK_MONOTONIC are in lockd-diskio's own
+//! `sys`. Every unsafe block has a SAFETY comment.
+//!
+//! Invariant: unsafe code here is limited to what no crate offers as a safe function:
+//! - [`fork`] (`nix::unistd::fork` is itself unsafe: only sound while single-threaded;
+//!   kept an `unsafe fn` whose callers state why the process has one thread);
+//! - [`set_disposition`] (`nix::sys::signal::signal` is unsafe for every handler; only
+//!   SIG_IGN and SIG_DFL are ever passed, which run no code in signal context);
+//! - [`pidfd_open`] (nix 0.29 has no wrapper: a raw `syscall`, and taking ownership of
+//!   the fd it returns);
+//! - [`fix_malloc_mmap_threshold`] (`mallopt`: glibc's allocator tuning, wrapped by no
+//!   crate).
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
+
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::sys::signal::{SigHandler, SigSet, Signal};
+use nix::unistd::Pid;
 
 /// Credentials of the peer of a Unix stream, as recorded at connect time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,76 +32,45 @@ pub struct PeerCred {
 
 /// `SO_PEERCRED` of a connected Unix stream.
 pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `cred`, a live local of exactly
-    // that size; the fd is owned by `stream` and open for the call.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let cred = nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)?;
     Ok(PeerCred {
-        pid: cred.pid,
-        uid: cred.uid,
-        gid: cred.gid,
+        pid: cred.pid(),
+        uid: cred.uid(),
+        gid: cred.gid(),
     })
 }
 
 /// Takes a non-blocking exclusive POSIX write lock on the whole file (`F_SETLK`), as
 /// sanlock locks its pid file. Fails with EAGAIN/EACCES when another process holds it.
 pub fn lock_file(file: &File) -> io::Result<()> {
-    // SAFETY: an all-zero flock is a valid value of this plain C struct.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = libc::F_WRLCK as libc::c_short;
-    fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = 0;
-    fl.l_len = 0;
-    // SAFETY: fcntl(F_SETLK) reads the flock through a pointer to a live local; the fd is
-    // owned by `file` and open.
-    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let fl = libc::flock {
+        l_type: libc::F_WRLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    };
+    fcntl(file.as_raw_fd(), FcntlArg::F_SETLK(&fl))?;
     Ok(())
 }
 
-/// Sends `sig` to `pid`. `pid` must be positive (never a process group or "all").
+/// Sends `sig` to `pid` (0 only checks that the process exists). `pid` must be positive
+/// (never a process group or "all").
 pub fn kill(pid: i32, sig: i32) -> io::Result<()> {
     if pid <= 0 {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
-    // SAFETY: kill has no memory effects; pid > 0 addresses exactly one process.
-    let rc = unsafe { libc::kill(pid, sig) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let sig = match sig {
+        0 => None,
+        n => Some(Signal::try_from(n)?),
+    };
+    nix::sys::signal::kill(Pid::from_raw(pid), sig)?;
     Ok(())
-}
-
-/// True when a process with this pid exists (kill(pid, 0)).
-pub fn pid_exists(pid: i32) -> bool {
-    match kill(pid, 0) {
-        Ok(()) => true,
-        Err(e) => e.raw_os_error() == Some(libc::EPERM),
-    }
 }
 
 /// Effective uid of this process.
 pub fn geteuid() -> u32 {
-    // SAFETY: geteuid cannot fail and has no memory effects.
-    unsafe { libc::geteuid() }
+    nix::unistd::geteuid().as_raw()
 }
 
 /// Result of [`fork`].
@@ -111,11 +95,11 @@ pub unsafe fn fork() -> io::Result<Forked> {
     }
     // SAFETY: the caller guarantees (and we checked) the process is single-threaded, so
     // the child inherits a consistent copy of every lock and allocator state.
-    let rc = unsafe { libc::fork() };
-    match rc {
-        -1 => Err(io::Error::last_os_error()),
-        0 => Ok(Forked::Child),
-        pid => Ok(Forked::Parent { child_pid: pid }),
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Child => Ok(Forked::Child),
+        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent {
+            child_pid: child.as_raw(),
+        }),
     }
 }
 
@@ -123,19 +107,10 @@ pub unsafe fn fork() -> io::Result<Forked> {
 /// stderr appended to `log`. Must run in the (single-threaded) child.
 pub fn detach(log: &File) -> io::Result<()> {
     let null = std::fs::OpenOptions::new().read(true).open("/dev/null")?;
-    // SAFETY: setsid and dup2 only change process attributes and the fd table; both
-    // source fds are open for the duration of the calls.
-    unsafe {
-        if libc::setsid() < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if libc::dup2(null.as_raw_fd(), 0) < 0
-            || libc::dup2(log.as_raw_fd(), 1) < 0
-            || libc::dup2(log.as_raw_fd(), 2) < 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-    }
+    nix::unistd::setsid()?;
+    nix::unistd::dup2(null.as_raw_fd(), 0)?;
+    nix::unistd::dup2(log.as_raw_fd(), 1)?;
+    nix::unistd::dup2(log.as_raw_fd(), 2)?;
     Ok(())
 }
 
@@ -143,23 +118,42 @@ pub fn detach(log: &File) -> io::Result<()> {
 /// returns the soft limit now in force. systemd starts services with a soft limit of 1024,
 /// fewer than two fds for each of the 1,024 client slots.
 pub fn raise_nofile_limit(want: u64) -> io::Result<u64> {
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit through a pointer to a live local.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
-        return Err(io::Error::last_os_error());
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft >= want || soft >= hard {
+        return Ok(soft);
     }
-    if rl.rlim_cur >= want || rl.rlim_cur >= rl.rlim_max {
-        return Ok(rl.rlim_cur);
-    }
-    rl.rlim_cur = want.min(rl.rlim_max);
-    // SAFETY: setrlimit reads one rlimit through a pointer to a live local.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &rl) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(rl.rlim_cur)
+    let soft = want.min(hard);
+    setrlimit(Resource::RLIMIT_NOFILE, soft, hard)?;
+    Ok(soft)
+}
+
+/// Locks the process's memory, as sanlock does, so lease renewal never waits for a page-in
+/// from a swap device that may sit on the very storage that stalls: every page mapped now
+/// (`mlockall(MCL_CURRENT)`), then every later page as soon as it is first touched
+/// (`mlockall(MCL_FUTURE | MCL_ONFAULT)`; without MCL_CURRENT that call leaves the
+/// current mappings locked). MCL_ONFAULT keeps a new thread stack or malloc arena from
+/// becoming resident whole: only the pages used are locked. Fails with EPERM/ENOMEM
+/// without CAP_IPC_LOCK when RLIMIT_MEMLOCK is smaller than the process.
+pub fn lock_memory() -> io::Result<()> {
+    use nix::sys::mman::{mlockall, MlockAllFlags};
+    mlockall(MlockAllFlags::MCL_CURRENT)?;
+    // nix 0.29 names no MCL_ONFAULT (Linux 4.4); the bits go through unchanged.
+    mlockall(MlockAllFlags::from_bits_retain(
+        libc::MCL_FUTURE | libc::MCL_ONFAULT,
+    ))?;
+    Ok(())
+}
+
+/// Fixes glibc's mmap threshold at its default, 128 KiB. Left dynamic, glibc raises it
+/// to the size of the first large buffer freed (a 1 MiB lease-area read), after which such
+/// buffers come from the per-thread arenas and stay resident there; under MCL_FUTURE
+/// every arena then keeps megabytes locked. Fixed, a large buffer is mapped for its I/O
+/// and unmapped when freed. Returns false if glibc refused.
+pub fn fix_malloc_mmap_threshold() -> bool {
+    // SAFETY: mallopt only sets an allocator parameter (glibc takes the arena lock);
+    // M_MMAP_THRESHOLD with a value in range has no other effect.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024) == 1 }
 }
 
 /// Number of threads of this process (from /proc), to assert the fork precondition.
@@ -175,100 +169,53 @@ pub fn thread_count() -> usize {
 /// wait for theirs (an ignored SIGCHLD makes every wait fail with ECHILD). An error
 /// means the helper could outlive the daemon: the caller must not go on.
 pub fn helper_child_setup() -> io::Result<()> {
-    // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a process attribute; its arguments are
-    // plain integers.
-    let rc = unsafe {
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    set_disposition(libc::SIGCHLD, libc::SIG_DFL)
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+    set_disposition(Signal::SIGCHLD, SigHandler::SigDfl)
 }
 
-/// signal(2) with SIG_IGN or SIG_DFL, its result checked.
-fn set_disposition(sig: libc::c_int, action: libc::sighandler_t) -> io::Result<()> {
-    debug_assert!(action == libc::SIG_IGN || action == libc::SIG_DFL);
-    // SAFETY: SIG_IGN and SIG_DFL install no handler code, so no Rust runs in signal
-    // context.
-    let old = unsafe { libc::signal(sig, action) };
-    if old == libc::SIG_ERR {
-        return Err(io::Error::last_os_error());
+/// Sets a signal's disposition to SIG_IGN or SIG_DFL (no handler code), checked.
+fn set_disposition(sig: Signal, action: SigHandler) -> io::Result<()> {
+    if !matches!(action, SigHandler::SigIgn | SigHandler::SigDfl) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
+    // SAFETY: SIG_IGN and SIG_DFL (checked just above) install no handler code, so no
+    // Rust runs in signal context; nix marks `signal` unsafe only for real handlers.
+    unsafe { nix::sys::signal::signal(sig, action) }?;
     Ok(())
 }
 
-/// The set SIGTERM, SIGINT, SIGHUP, every call checked.
-fn shutdown_signal_set() -> io::Result<libc::sigset_t> {
-    // SAFETY: sigset_t is plain data, and all zeros is a valid value for sigemptyset to
-    // initialise.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: sigemptyset/sigaddset write only into the live local `set`.
-    let rc = unsafe { libc::sigemptyset(&mut set) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
+/// The set SIGTERM, SIGINT, SIGHUP.
+fn shutdown_signal_set() -> SigSet {
+    let mut set = SigSet::empty();
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        set.add(sig);
     }
-    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-        // SAFETY: as above.
-        if unsafe { libc::sigaddset(&mut set, sig) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(set)
+    set
 }
 
 /// Makes an fd non-blocking.
 pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
-    // SAFETY: F_GETFL/F_SETFL only change file status flags of an fd we own.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: as above.
-    let rc = unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let flags = fcntl(fd, FcntlArg::F_GETFL)?;
+    let flags = OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK;
+    fcntl(fd, FcntlArg::F_SETFL(flags))?;
     Ok(())
 }
 
 /// Blocks SIGTERM/SIGINT/SIGHUP in the calling thread (and threads it later starts), so
 /// a dedicated thread can take them with [`wait_signal`].
 pub fn block_signals() -> io::Result<()> {
-    let set = shutdown_signal_set()?;
-    // SAFETY: pthread_sigmask reads the initialised local set and only changes this
-    // thread's mask; the old mask is not asked for (null).
-    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    if rc != 0 {
-        // pthread_sigmask returns the error number instead of setting errno.
-        return Err(io::Error::from_raw_os_error(rc));
-    }
+    shutdown_signal_set().thread_block()?;
     Ok(())
 }
 
 /// Waits for one of the signals blocked by [`block_signals`]; returns its number.
 pub fn wait_signal() -> io::Result<i32> {
-    let set = shutdown_signal_set()?;
-    let mut sig: libc::c_int = 0;
-    // SAFETY: sigwait reads the initialised local set and writes one c_int into a live
-    // local.
-    let rc = unsafe { libc::sigwait(&set, &mut sig) };
-    if rc != 0 {
-        // sigwait returns the error number instead of setting errno.
-        return Err(io::Error::from_raw_os_error(rc));
-    }
-    Ok(sig)
+    Ok(shutdown_signal_set().wait()? as i32)
 }
 
 /// Ignores SIGPIPE so writes to closed sockets return EPIPE instead of killing us.
 pub fn ignore_sigpipe() -> io::Result<()> {
-    set_disposition(libc::SIGPIPE, libc::SIG_IGN)
+    set_disposition(Signal::SIGPIPE, SigHandler::SigIgn)
 }
 
 /// `pidfd_open(2)`: a file descriptor that becomes readable when process `pid` exits.
@@ -289,22 +236,15 @@ pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
 
 /// Waits up to `timeout_ms` for a pidfd to become readable (its process exited).
 pub fn pidfd_wait(fd: &std::os::fd::OwnedFd, timeout_ms: i32) -> io::Result<bool> {
-    use std::os::fd::AsRawFd;
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: poll reads and writes exactly one pollfd, a live local, for the call.
-    let rc = unsafe { libc::poll(&mut p, 1, timeout_ms) };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(false);
-        }
-        return Err(e);
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let timeout = PollTimeout::try_from(timeout_ms)
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, timeout) {
+        Ok(n) => Ok(n > 0),
+        Err(nix::errno::Errno::EINTR) => Ok(false),
+        Err(e) => Err(e.into()),
     }
-    Ok(rc > 0)
 }
 
 #[cfg(test)]
@@ -318,21 +258,13 @@ mod tests {
     fn signals_blocked_and_taken_with_checked_calls() {
         std::thread::spawn(|| {
             block_signals().expect("block_signals");
-            // SAFETY: sigset_t is plain data; all zeros is valid before pthread_sigmask
-            // fills it.
-            let mut cur: libc::sigset_t = unsafe { std::mem::zeroed() };
-            // SAFETY: with a null new set, pthread_sigmask only writes the current mask
-            // into the live local.
-            let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut cur) };
-            assert_eq!(rc, 0);
-            for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-                // SAFETY: sigismember only reads the initialised local set.
-                assert_eq!(unsafe { libc::sigismember(&cur, sig) }, 1, "signal {sig}");
+            let cur = SigSet::thread_get_mask().expect("thread mask");
+            for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+                assert!(cur.contains(sig), "signal {sig}");
             }
-            // SAFETY: pthread_kill to this very thread, with SIGHUP blocked here: it stays
-            // pending on this thread until sigwait takes it.
-            let rc = unsafe { libc::pthread_kill(libc::pthread_self(), libc::SIGHUP) };
-            assert_eq!(rc, 0);
+            // raise(3) in a threaded process signals the calling thread, where SIGHUP is
+            // blocked: it stays pending on this thread until sigwait takes it.
+            nix::sys::signal::raise(Signal::SIGHUP).expect("raise");
             assert_eq!(wait_signal().expect("wait_signal"), libc::SIGHUP);
         })
         .join()
@@ -343,8 +275,30 @@ mod tests {
     fn ignoring_sigpipe_is_checked() {
         ignore_sigpipe().expect("ignore_sigpipe");
         assert!(
-            set_disposition(-1, libc::SIG_IGN).is_err(),
-            "signal(-1) must fail"
+            set_disposition(Signal::SIGKILL, SigHandler::SigIgn).is_err(),
+            "SIGKILL cannot be ignored"
         );
+    }
+
+    #[test]
+    fn kill_refuses_groups_and_checks_the_signal() {
+        assert!(kill(0, 0).is_err());
+        assert!(kill(-1, 0).is_err());
+        assert!(kill(i32::try_from(std::process::id()).unwrap(), 0).is_ok());
+        assert!(kill(i32::try_from(std::process::id()).unwrap(), 12345).is_err());
+    }
+
+    #[test]
+    fn peer_cred_of_a_socketpair_is_this_process() {
+        let (a, _b) = UnixStream::pair().expect("socketpair");
+        let c = peer_cred(&a).expect("peer_cred");
+        assert_eq!(c.pid, i32::try_from(std::process::id()).unwrap());
+        assert_eq!(c.uid, geteuid());
+    }
+
+    #[test]
+    fn pidfd_of_self_is_not_readable() {
+        let fd = pidfd_open(i32::try_from(std::process::id()).unwrap()).expect("pidfd_open");
+        assert!(!pidfd_wait(&fd, 0).expect("poll"));
     }
 }

@@ -742,8 +742,9 @@ fn memory_check(run_dir: &Path, daemon_up: bool, checks: &mut Vec<Check>) {
                 "daemon pid {pid}: VmLck {v}: its memory is not locked, so under memory pressure \
                  a renewal can wait for pages to come back from swap"
             ),
-            "lockd does not mlockall() yet (sanlock does): run lease hosts without swap, or with \
-             the daemon's memory protected (systemd MemoryMin= / MemorySwapMax=0)",
+            "set mlock = true in lockd.toml (the default) and give the daemon CAP_IPC_LOCK or \
+             LimitMEMLOCK=infinity (as lockd.service does), then restart it; its log says \
+             why mlockall failed",
         )),
         None => checks.push(check(
             "memory",

@@ -72,9 +72,7 @@ impl UringEngine {
     pub(crate) fn new(name: &str) -> io::Result<UringEngine> {
         let ring = IoUring::new(RING_ENTRIES)?;
         let (tx, rx) = mpsc::channel::<Req>();
-        std::thread::Builder::new()
-            .name(format!("lockd-uring-{name}"))
-            .spawn(move || ring_loop(ring, rx))?;
+        crate::spawn_thread(format!("lockd-uring-{name}"), move || ring_loop(ring, rx))?;
         Ok(UringEngine {
             tx: std::sync::Mutex::new(tx),
         })
