@@ -14,7 +14,6 @@
 //! read is in flight; this mutex is a leaf lock (nothing else is locked while it is held,
 //! and it is never held across the read).
 
-use std::future::Future;
 use std::sync::{Arc, Condvar, Mutex};
 
 use lease_core::delta::{used_host_ids, LockspaceParams};
@@ -46,37 +45,61 @@ pub struct ConfirmReads {
     pub answered: std::sync::atomic::AtomicU64,
 }
 
+/// What a caller does next.
+enum Step {
+    /// A read that began after the call has finished: its result.
+    Answer(ReadResult),
+    /// Issue read number `seq`, then report it with [`ConfirmReads::finish`].
+    Read(u64),
+}
+
 impl ConfirmReads {
     /// The used host_ids seen by a read that began after this call.
     async fn used_hosts<L: Disk>(&self, disk: &L, space: &LockspaceParams) -> ReadResult {
+        let wanted = lock(&self.state).next_seq;
+        loop {
+            match self.answer_or_claim(wanted) {
+                Step::Answer(result) => return result,
+                Step::Read(seq) => {
+                    let result = read_used_hosts(disk, space).await;
+                    self.finish(seq, result);
+                }
+            }
+        }
+    }
+
+    /// Waits while a read is in flight; then answers from the latest read if it is number
+    /// `wanted` or later, or claims the next read.
+    fn answer_or_claim(&self, wanted: u64) -> Step {
         use std::sync::atomic::Ordering::Relaxed;
         let mut st = lock(&self.state);
-        let wanted = st.next_seq;
         loop {
             if let Some((seq, result)) = &st.last {
                 if *seq >= wanted {
                     self.answered.fetch_add(1, Relaxed);
-                    return result.clone();
+                    return Step::Answer(result.clone());
                 }
             }
-            if st.in_flight {
-                st = self
-                    .done
-                    .wait(st)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                continue;
+            if !st.in_flight {
+                let seq = st.next_seq;
+                st.next_seq += 1;
+                st.in_flight = true;
+                self.reads.fetch_add(1, Relaxed);
+                return Step::Read(seq);
             }
-            let seq = st.next_seq;
-            st.next_seq += 1;
-            st.in_flight = true;
-            drop(st);
-            self.reads.fetch_add(1, Relaxed);
-            let result = read_used_hosts(disk, space).await;
-            st = lock(&self.state);
-            st.in_flight = false;
-            st.last = Some((seq, result));
-            self.done.notify_all();
+            st = self
+                .done
+                .wait(st)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
+    }
+
+    /// Publishes the result of read `seq` and wakes the waiters.
+    fn finish(&self, seq: u64, result: ReadResult) {
+        let mut st = lock(&self.state);
+        st.in_flight = false;
+        st.last = Some((seq, result));
+        self.done.notify_all();
     }
 }
 
@@ -100,17 +123,15 @@ impl HostObserver for SpaceObserver<'_> {
         lock(self.monitor).ballot_hosts_hint()
     }
 
-    fn confirm_unused_above<L: Disk>(
+    async fn confirm_unused_above<L: Disk>(
         &self,
         disk: &L,
         space: &LockspaceParams,
         above: u64,
         upto: u64,
-    ) -> impl Future<Output = Result<bool, LeaseError>> {
-        async move {
-            let used = self.confirm.used_hosts(disk, space).await?;
-            Ok(!used.iter().any(|&h| h > above && h <= upto))
-        }
+    ) -> Result<bool, LeaseError> {
+        let used = self.confirm.used_hosts(disk, space).await?;
+        Ok(!used.iter().any(|&h| h > above && h <= upto))
     }
 }
 
@@ -121,6 +142,7 @@ mod tests {
     use disk_format::{Geometry, Name};
     use lease_core::io::IoError;
     use std::cell::Cell;
+    use std::future::Future;
 
     /// A lockspace image in memory that counts reads.
     struct Mem {
