@@ -355,13 +355,19 @@ def bench_daemon(label, cmd, dev, base, args):
         d.stop()
 
 
-def main_table_run(variant, daemons, args):
+def main_table_run(variant, daemons, args, run_no):
+    """One main-table run; the daemons are measured one after the other, sanlock first in
+    odd runs and lockd first in even runs (so load drift on a shared machine does not
+    always hit the same daemon)."""
     dev = make_loop(len(daemons) * AREA + MIB, variant == "direct", variant)
     try:
+        order = list(enumerate(daemons))
+        if run_no % 2 == 0:
+            order.reverse()
         res = {}
-        for i, (label, cmd) in enumerate(daemons):
+        for i, (label, cmd) in order:
             res[label] = bench_daemon(label, cmd, dev, i * AREA, args)
-        return res
+        return {label: res[label] for label, _ in daemons}
     finally:
         sh("losetup", "-d", dev)
         CLEANUP.loops.remove(dev)
@@ -643,7 +649,7 @@ def main():
                     help="python with python3-sanlock, runs the clients (default: %(default)s)")
     ap.add_argument("--cycles", type=int, default=None,
                     help="acquire+release cycles per client count, split over the clients "
-                         "(default 1000, --quick 48)")
+                         "(default 400, --quick 48)")
     ap.add_argument("--min-per-client", type=int, default=None,
                     help="at least this many cycles per client (default 4, --quick 2)")
     ap.add_argument("--runs", type=int, default=1, help="repeat the main table N times, print the spread")
@@ -658,7 +664,7 @@ def main():
     ap.add_argument("--json", help="also write all results as JSON to this file")
     args = ap.parse_args()
     PYTHON = args.python
-    args.cycles = args.cycles or (48 if args.quick else 1000)
+    args.cycles = args.cycles or (48 if args.quick else 400)
     args.min_per_client = args.min_per_client or (2 if args.quick else 4)
     args.handoffs = args.handoffs or (10 if args.quick else 200)
     variants = [v for v in args.variants.split(",") if v]
@@ -684,7 +690,7 @@ def main():
             runs = []
             for k in range(args.runs):
                 log(f"main table, {v}, run {k + 1}/{args.runs} ...")
-                res = main_table_run(v, daemons, args)
+                res = main_table_run(v, daemons, args, k + 1)
                 runs.append(res)
                 print_main_table(v, k + 1, args.runs, res)
                 sys.stdout.flush()
