@@ -335,6 +335,7 @@ def run_clients(d, ls, dev, base, n, per_client):
             if line != "ready":
                 raise BenchError(f"{d.label}: client did not start: {p.stderr.read().strip()}\n"
                                  f"daemon log:\n{d.log_tail()}")
+        st0 = disk_stat(dev)
         t0 = time.perf_counter()
         for p in procs:
             p.stdin.write("go\n")
@@ -348,6 +349,7 @@ def run_clients(d, ls, dev, base, n, per_client):
             acq.extend(r["acq"])
             cyc.extend(r["cyc"])
         wall = time.perf_counter() - t0
+        st1 = disk_stat(dev)
     finally:
         for p in procs:
             CLEANUP.stop_proc(p, grace=2.0)
@@ -355,7 +357,19 @@ def run_clients(d, ls, dev, base, n, per_client):
     cyc.sort()
     return {"clients": n, "cycles": len(cyc), "wall_s": wall, "cycles_per_s": len(cyc) / wall,
             "acq_p50_ms": pct(acq, 50) * 1e3, "acq_p99_ms": pct(acq, 99) * 1e3,
-            "cyc_p50_ms": pct(cyc, 50) * 1e3, "cyc_p99_ms": pct(cyc, 99) * 1e3}
+            "cyc_p50_ms": pct(cyc, 50) * 1e3, "cyc_p99_ms": pct(cyc, 99) * 1e3,
+            # block-layer I/O on the loop device per acquire+release cycle (includes the
+            # lockspace renewal, one read and one write every 2 s)
+            "reads_per_cycle": (st1[0] - st0[0]) / len(cyc),
+            "writes_per_cycle": (st1[4] - st0[4]) / len(cyc),
+            "read_kib_per_cycle": (st1[2] - st0[2]) / 2 / len(cyc),
+            "write_kib_per_cycle": (st1[6] - st0[6]) / 2 / len(cyc)}
+
+
+def disk_stat(dev):
+    """/sys/block/<dev>/stat: read ios, merges, sectors, ticks, write ios, merges, sectors, ..."""
+    with open(f"/sys/block/{os.path.basename(dev)}/stat") as f:
+        return [int(x) for x in f.read().split()]
 
 
 def bench_daemon(label, cmd, dev, base, args):
@@ -433,6 +447,12 @@ def print_main_table(variant, run_no, runs, res):
                 line += f"  {ratio:.2f}x{goal}"
             print(line)
     print("(latencies in ms; acq = acquire call alone, cyc = acquire+release)")
+    print("I/O per cycle on the loop device (reads / writes, KiB read / KiB written):")
+    for n in CLIENT_COUNTS:
+        print(f"  {n:>2} clients: " + ";  ".join(
+            f"{label} {r['reads_per_cycle']:.1f} / {r['writes_per_cycle']:.1f}, "
+            f"{r['read_kib_per_cycle']:.1f} / {r['write_kib_per_cycle']:.1f} KiB"
+            for label, r in ((l, res[l]["rows"][n]) for l in res)))
     for label in res:
         print(f"{label}: idle RSS {res[label]['idle_rss_kib']} KiB (daemon + helper), "
               f"add_lockspace {res[label]['add_lockspace_s']:.2f} s (fresh, io_timeout 1)")
