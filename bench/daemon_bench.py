@@ -594,6 +594,7 @@ def handoff_pair(pair_no, a_label, b_label, cmds, dev, args):
         holder, waiter = 0, 1
         samples = {(0, 1): [], (1, 0): []}
         tries = []
+        slow = []        # (measured round, direction, ms, failed tries) of hand-offs > 200 ms
         for rnd in range(args.handoff_warmup + args.handoffs):
             workers[waiter].send("acquire")
             time.sleep(0.03)
@@ -609,6 +610,9 @@ def handoff_pair(pair_no, a_label, b_label, cmds, dev, args):
             dt = (int(t_acq) - int(t_rel)) / 1e6
             if rnd >= args.handoff_warmup:
                 samples[(holder, waiter)].append(dt)
+                if dt > 200:
+                    slow.append((rnd - args.handoff_warmup, f"{holder + 1}->{waiter + 1}", round(dt, 1),
+                                 int(n_tries)))
                 tries.append(int(n_tries))
             holder, waiter = waiter, holder
         errors = []
@@ -626,6 +630,7 @@ def handoff_pair(pair_no, a_label, b_label, cmds, dev, args):
                 "p50_2to1_ms": pct(sorted(samples[(1, 0)]), 50),
                 "failed_tries_median": statistics.median(tries),
                 "negative": sum(1 for v in allv if v < 0),
+                "slow": slow,
                 "errors_seen": {f"host{i + 1}": e for i, e in enumerate(errors)}}
     finally:
         for w in workers:
@@ -651,6 +656,9 @@ def print_handoff(results):
         if r["negative"]:
             print(f"  note: {r['pair']}: {r['negative']} of {r['n']} hand-offs negative (the other host's acquire "
                   f"returned before the holder's release() call had returned)")
+        if r["slow"]:
+            print(f"  note: {r['pair']}: hand-offs over 200 ms (round, direction, ms, failed tries): "
+                  + ", ".join(str(x) for x in r["slow"]))
         if not all(r["live_seen"]):
             print(f"  note: {r['pair']}: get_hosts did not show the other host live before measuring")
     print("(failed tries = median number of failed acquire calls per hand-off on the waiting side)")
