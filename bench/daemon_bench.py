@@ -235,10 +235,10 @@ class Daemon:
         with open(self.log, "w") as log:
             # own session: a terminal's Ctrl-C reaches only this script, which then stops
             # the daemon by PID
-            CLEANUP.daemons.append(self)
             self.proc = CLEANUP.proc(subprocess.Popen(
                 self.cmd, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 start_new_session=True))
+            CLEANUP.daemons.append(self)
         sock = os.path.join(self.run_dir, "sanlock.sock")
         deadline = time.monotonic() + 20
         while not os.path.exists(sock):
@@ -466,7 +466,7 @@ def print_main_table(variant, run_no, runs, res):
 
 
 def print_spread(variant, all_runs):
-    if len(all_runs) < 2 or "sanlock" not in all_runs[0]:
+    if len(all_runs) < 2 or not {"sanlock", "lockd"} <= set(all_runs[0]):
         return
     print()
     print(f"== Spread over {len(all_runs)} runs, {variant} (min / median / max) ==")
