@@ -99,6 +99,10 @@ pub struct Space {
     pub event_fds: Mutex<Vec<std::os::unix::net::UnixStream>>,
     /// A rindex operation runs in this lockspace (sanlock allows one at a time).
     pub rindex_busy: AtomicBool,
+    /// An examine thread runs for this lockspace (at most one at a time).
+    pub examine_running: AtomicBool,
+    /// Another examine was asked for while one ran: the running thread goes again.
+    pub examine_pending: AtomicBool,
     /// Duration of each successful renewal (metrics).
     pub renewal_hist: crate::metrics::Histogram,
     /// Failed renewal attempts (metrics).
@@ -281,6 +285,8 @@ fn new_space(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> Space {
         host_event: Mutex::new((wire::HostEvent::default(), 0)),
         event_fds: Mutex::new(Vec::new()),
         rindex_busy: AtomicBool::new(false),
+        examine_running: AtomicBool::new(false),
+        examine_pending: AtomicBool::new(false),
         renewal_hist: crate::metrics::Histogram::default(),
         renewal_failures: std::sync::atomic::AtomicU64::new(0),
     }
@@ -998,13 +1004,47 @@ fn request_examine(d: &Arc<Daemon>, space: &Space, notes: &[lease_core::Notifica
             }
         }
     }
-    if due {
-        let d2 = d.clone();
-        let name = space.name;
-        let _ = crate::threads::spawn("lockd-examine", move || {
-            crate::kill::examine_lockspace(&d2, &name)
-        });
+    if !due {
+        return;
     }
+    // At most one examine thread per lockspace: a request that comes while one runs
+    // makes it examine once more, so no number of requesting hosts can start more threads.
+    space.examine_pending.store(true, Ordering::SeqCst);
+    if space.examine_running.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let d2 = d.clone();
+    let name = space.name;
+    let id = space.space_id;
+    let started = crate::threads::spawn("lockd-examine", move || loop {
+        while with_space(&d2, id, |s| s.examine_pending.swap(false, Ordering::SeqCst)) {
+            crate::kill::examine_lockspace(&d2, &name);
+        }
+        with_space(&d2, id, |s| {
+            s.examine_running.store(false, Ordering::SeqCst);
+            false
+        });
+        // A request may have come between the last check and clearing `running`.
+        let again = with_space(&d2, id, |s| {
+            s.examine_pending.load(Ordering::SeqCst)
+                && !s.examine_running.swap(true, Ordering::SeqCst)
+        });
+        if !again {
+            break;
+        }
+    });
+    if started.is_err() {
+        space.examine_running.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Runs `f` on the lockspace with `space_id` if it still exists; false when it is gone.
+fn with_space(d: &Daemon, space_id: u32, f: impl FnOnce(&Space) -> bool) -> bool {
+    let space = lock(&d.spaces)
+        .iter()
+        .find(|s| s.space_id == space_id)
+        .cloned();
+    space.is_some_and(|s| f(&s))
 }
 
 /// Once a second: check each lockspace's own lease (sanlock `check_our_lease`) and mark it
