@@ -299,11 +299,10 @@ pub fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
             let rv = match conn.recv_payload(len) {
                 Ok(b) => {
                     let ls = disk_format::Name::from_field(&b[..48]);
-                    if d.find_space(&ls).is_some() {
-                        let d2 = d.clone();
-                        let _ = crate::threads::spawn("lockd-examine", move || {
-                            crate::kill::examine_lockspace(&d2, &ls)
-                        });
+                    if let Some(space) = d.find_space(&ls) {
+                        // On the lockspace's one examine thread: EXAMINE in a loop
+                        // cannot start threads without bound.
+                        lockspace::examine_in_background(d, &space);
                         0
                     } else {
                         -libc::ENOENT

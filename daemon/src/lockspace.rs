@@ -1004,9 +1004,14 @@ fn request_examine(d: &Arc<Daemon>, space: &Space, notes: &[lease_core::Notifica
             }
         }
     }
-    if !due {
-        return;
+    if due {
+        examine_in_background(d, space);
     }
+}
+
+/// Examines our leases in `space` on the lockspace's examine thread, starting it if it is
+/// not running (for a request bit from another host, or a client's EXAMINE command).
+pub(crate) fn examine_in_background(d: &Arc<Daemon>, space: &Space) {
     // At most one examine thread per lockspace: a request that comes while one runs
     // makes it examine once more, so no number of requesting hosts can start more threads.
     space.examine_pending.store(true, Ordering::SeqCst);
