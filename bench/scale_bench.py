@@ -169,7 +169,8 @@ def leader_record(head, timestamp, io_timeout, crc_reg=None):
 
 
 def delta_area(space, io_timeout=10, hosts=2000):
-    """A freshly formatted 512/1M lockspace area, like `sanlock direct init -s`."""
+    """A freshly formatted 512/1M lockspace area, like `sanlock direct init -s`. The
+    io_timeout in the free records matters: a joining host waits 2 * that value."""
     area = bytearray(MIB)
     for i in range(hosts):
         rec = leader_record(leader_head(DELTA_MAGIC, DELTA_VERSION, 0, 1, 0, 0, 0, space, ""), 0, io_timeout)
@@ -231,7 +232,7 @@ class Disk:
         os.close(self.fd)
 
 
-def format_lockspace(disk, space, offset, io_timeout=10):
+def format_lockspace(disk, space, offset, io_timeout=1):
     area = delta_area(space, io_timeout)
     # Two-step commit like sanlock: the whole area with record 0 invalid, then sector 0.
     first = bytes(area[:SECTOR])
@@ -435,6 +436,7 @@ def part_clients(d, disk, dev, base, nclients, idle_s, nprocs):
         cpu = cpu_pct(d.proc.pid, idle_s)
         rss_after = rss_kib(d.proc.pid)
         lck = vmlck(d)
+        threads = sum(status_kib(p, "Threads") for p in tree(d.proc.pid))
         lck_kib = status_kib(d.proc.pid, "VmLck")
     finally:
         for p in procs:
@@ -453,6 +455,7 @@ def part_clients(d, disk, dev, base, nclients, idle_s, nprocs):
         "acq_p50_ms": pct(lat, 50) * 1000, "acq_p99_ms": pct(lat, 99) * 1000,
         "rss_start_kib": rss_start, "rss_kib": max(rss, rss_after), "cpu_pct": cpu,
         "idle_s": idle_s, "vmlck": lck, "vmlck_kib": lck_kib,
+        "threads": threads,
     }
 
 
@@ -521,11 +524,12 @@ for n, o in zip(names, offs):
     poller.stop_ev.set()
     poller.join()
     rss = rss_kib(d.proc.pid)
+    threads = sum(status_kib(p, "Threads") for p in tree(d.proc.pid))
     durations, rec_gaps, disk_gaps = [], [], []
     for n, o in zip(names, offs):
-        recs = d.renewals(f"{n}:1:{dev}:{o}")
-        # Only the renewals of the measurement window (the RENEWAL history holds 180).
-        recs = recs[-max(1, int(run_s / 2) + 2):]
+        # Only the renewals of the measurement window: RENEWAL timestamps are the daemon's
+        # CLOCK_MONOTONIC seconds, the clock of time.monotonic().
+        recs = [r for r in d.renewals(f"{n}:1:{dev}:{o}") if r[0] >= int(w0)]
         durations.extend(ms for _, ms in recs)
         rec_gaps.extend(b[0] - a[0] for a, b in zip(recs, recs[1:]))
         ch = poller.changes[o]
@@ -537,7 +541,7 @@ for n, o in zip(names, offs):
     io = 1
     return {
         "spaces": nspaces, "join_s": join_s, "run_s": run_s, "cpu_pct": cpu, "rss_kib": rss,
-        "renewals": len(durations), "dur_p50": pct(durations, 50), "dur_p99": pct(durations, 99),
+        "threads": threads, "renewals": len(durations), "dur_p50": pct(durations, 50), "dur_p99": pct(durations, 99),
         "dur_max": max(durations) if durations else float("nan"),
         "disk_renewals": len(disk_gaps),
         "gap_p99": pct(disk_gaps, 99), "gap_max": max(disk_gaps) if disk_gaps else float("nan"),
@@ -660,7 +664,7 @@ print(json.dumps({{"hosts": hosts, "lat": lat, "errors": errors}}))
         lat, failures = r["lat"], len(r["errors"])
         for e in r["errors"][:3]:
             log(f"{d.label}: acquire/release failed: {e}")
-        recs = d.renewals(f"{ls}:1:{dev}:{base}")
+        recs = [r for r in d.renewals(f"{ls}:1:{dev}:{base}") if r[0] >= int(w0)]
         durs = [ms for _, ms in recs]
         rss = rss_kib(d.proc.pid)
         d.client(f"sanlock.rem_lockspace({lsb!r}, 1, {dev!r}, {base})")
@@ -851,6 +855,7 @@ def report(results, labels, parts, quick):
         row("idle CPU, % of one core (over 30 s)" if not quick else "idle CPU, % of one core",
             lambda r: fmt(r["cpu_pct"], ".3f"), "lockd <= 0.1")
         row("memory locked (VmLck)", lambda r: f"{r['vmlck']} ({r['vmlck_kib']} KiB)")
+        row("threads (daemon + helper)", lambda r: str(r["threads"]))
         table("1. registered clients, one lease each (1 lockspace, io_timeout 1)", head, rows)
     if "spaces" in parts:
         rows = []
@@ -871,6 +876,7 @@ def report(results, labels, parts, quick):
         row("max interval in RENEWAL timestamps (s, 1 s res.)", lambda r: fmt(r["rec_gap_max"], "d"))
         row("CPU during the run, % of one core", lambda r: fmt(r["cpu_pct"], ".2f"))
         row("RSS (KiB)", lambda r: str(r["rss_kib"]))
+        row("threads (daemon + helper)", lambda r: str(r["threads"]))
         table("2. joined lockspaces renewing (io_timeout 1, loop device with direct-io)", head, rows)
     if "hosts" in parts:
         rows = []
