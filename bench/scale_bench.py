@@ -747,7 +747,7 @@ def main():
     labels = [l for l in ("sanlock", "lockd") if args.only in (None, l)]
     if "lockd" in labels:
         for b in (args.lockd, args.lockd_daemon.split()[0]):
-            if not os.access(b, os.X_OK):
+            if not os.access(shutil.which(b) or b, os.X_OK):
                 sys.exit(f"scale_bench: {b} missing; build with "
                          "CARGO_BUILD_JOBS=1 cargo build --release -p lockd-tools -p lockd-daemon")
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
