@@ -242,9 +242,12 @@ def format_lockspace(disk, space, offset, io_timeout=1):
 
 
 def format_resource(disk, space, res, offset, zero_area=False):
+    """Writes a fresh resource leader and request record; also zeroes the dblocks of hosts
+    1..6 (the first 4 KiB), or the whole area with zero_area, so an earlier run's dblocks
+    (host 1 is the only host in this benchmark) do not linger."""
     if zero_area:
         disk.write(offset, bytes(MIB))
-    disk.write(offset, paxos_sectors(space, res))
+    disk.write(offset, bytes(paxos_sectors(space, res)) + bytes(4096 - 2 * SECTOR))
 
 
 # ----------------------------------------------------------------- helpers ----
