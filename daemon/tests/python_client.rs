@@ -165,7 +165,9 @@ fn by_pid_commands_and_release_all() {
     let d = LockdDaemon::start(&s, "hostA", &[]);
     d.python(&join_script(&disk));
     let mut holder = d.python_child(
-        "import sanlock, os, time\nfd = sanlock.register()\nprint(os.getpid())\ntime.sleep(600)\n",
+        // REGISTER has no reply: the inquire round trip on the same connection (served after
+        // it) makes sure the daemon has registered the pid before we print it.
+        "import sanlock, os, time\nfd = sanlock.register()\nsanlock.inquire(slkfd=fd)\nprint(os.getpid())\ntime.sleep(600)\n",
     );
     let pid: u32 = holder.line().parse().expect("pid");
     // libvirt style: acquire, inquire, release on fresh connections by pid.

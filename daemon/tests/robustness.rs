@@ -194,7 +194,9 @@ fn other_uid_cannot_touch_our_leases() {
     let s = Scratch::new("uid");
     let d = LockdDaemon::start(&s, "hostA", &[]);
     let mut holder = d.python_child(
-        "import sanlock, os, time\nfd = sanlock.register()\nprint(os.getpid())\ntime.sleep(600)\n",
+        // REGISTER has no reply: the inquire round trip on the same connection (served after
+        // it) makes sure the daemon has registered the pid before we print it.
+        "import sanlock, os, time\nfd = sanlock.register()\nsanlock.inquire(slkfd=fd)\nprint(os.getpid())\ntime.sleep(600)\n",
     );
     let pid = holder.line();
     // Let uid 65534 reach the socket at all (the daemon's own check is what we test).
