@@ -9,10 +9,12 @@
 //!
 //! Invariants: the pidfd is opened *before* the slot exists, so the process cannot exit
 //! unnoticed, and a pid is refused unless it names a live, non-zombie process of the
-//! caller's uid (any uid for root). Request payload: a 256-byte killpath (path[128],
-//! args[128]; empty path = none), then `count` sanlk_resources with their disks; header
-//! data = pid, data2 = count, cmd_flags = acquire flags (`SANLK_KILLPATH_PID` in the high
-//! bit field is not used: the pid is always appended to the killpath's arguments).
+//! caller's uid (any uid for root). Request payload (read by
+//! `client_lib::request::read_request` before [`acquire_for_pid`] runs): a 256-byte
+//! killpath (path[128], args[128]; empty path = none), then `count` sanlk_resources with
+//! their disks; header data = pid, data2 = count, cmd_flags = acquire flags
+//! (`SANLK_KILLPATH_PID` in the high bit field is not used: the pid is always appended to
+//! the killpath's arguments).
 
 use std::sync::Arc;
 

@@ -175,7 +175,7 @@ impl Conn {
     }
 
     /// Reads `n` payload bytes (n ≤ MAX_CLIENT_MSG) with the payload timeout.
-    pub fn recv_payload(&mut self, n: usize) -> Result<Vec<u8>, RecvError> {
+    fn recv_payload(&mut self, n: usize) -> Result<Vec<u8>, RecvError> {
         if n > MAX_CLIENT_MSG as usize {
             return Err(RecvError::Short);
         }
