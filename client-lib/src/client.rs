@@ -13,6 +13,7 @@ use disk_format::Name;
 
 use crate::error::{ClientError, WireError};
 use crate::proto::*;
+use crate::request::{ReleaseWhat, Request};
 use crate::wire::*;
 
 /// The run dir clients use: `$SANLOCK_RUN_DIR`, else `$LOCKD_RUN_DIR`, else `/run/lockd`.
@@ -200,16 +201,16 @@ impl Client {
         resources: &[Resource],
         owner_name: Option<Name>,
     ) -> Result<i32, ClientError> {
-        let mut p = Vec::new();
-        for r in resources {
-            r.encode_into(&mut p);
+        let p = Request::Acquire {
+            resources: resources.to_vec(),
+            options: Options {
+                owner_name: owner_name.unwrap_or(Name::EMPTY),
+                flags: 0,
+                len: 0,
+            },
+            options_str: Vec::new(),
         }
-        Options {
-            owner_name: owner_name.unwrap_or(Name::EMPTY),
-            flags: 0,
-            len: 0,
-        }
-        .encode_into(&mut p);
+        .encode_payload();
         let count = u32::try_from(resources.len()).unwrap_or(u32::MAX);
         let (h, _) = self.call(SM_CMD_ACQUIRE, flags, count, target as u32, &p)?;
         Ok(h.result())
@@ -225,22 +226,20 @@ impl Client {
         resources: &[Resource],
         killpath: Option<(&str, &str)>,
     ) -> Result<i32, ClientError> {
-        let mut p = vec![0u8; SANLK_HELPER_PATH_LEN + SANLK_HELPER_ARGS_LEN];
-        if let Some((path, args)) = killpath {
-            let (pb, ab) = (path.as_bytes(), args.as_bytes());
-            if pb.len() >= SANLK_HELPER_PATH_LEN || ab.len() >= SANLK_HELPER_ARGS_LEN {
-                return Err(WireError::BadField {
-                    what: "killpath",
-                    why: "path and arguments must each be under 128 bytes",
-                }
-                .into());
+        let (path, args) = killpath.unwrap_or(("", ""));
+        if path.len() >= SANLK_HELPER_PATH_LEN || args.len() >= SANLK_HELPER_ARGS_LEN {
+            return Err(WireError::BadField {
+                what: "killpath",
+                why: "path and arguments must each be under 128 bytes",
             }
-            p[..pb.len()].copy_from_slice(pb);
-            p[SANLK_HELPER_PATH_LEN..SANLK_HELPER_PATH_LEN + ab.len()].copy_from_slice(ab);
+            .into());
         }
-        for r in resources {
-            r.encode_into(&mut p);
+        let p = Request::AcquireForPid {
+            killpath_path: path.to_string(),
+            killpath_args: args.to_string(),
+            resources: resources.to_vec(),
         }
+        .encode_payload();
         let count = u32::try_from(resources.len()).unwrap_or(u32::MAX);
         self.set_read_timeout(None)?;
         let (h, _) = self.call(
@@ -260,12 +259,14 @@ impl Client {
         flags: u32,
         resources: &[ResourceHead],
     ) -> Result<i32, ClientError> {
-        let mut p = Vec::new();
-        for r in resources {
-            let mut head = r.clone();
-            head.num_disks = 0;
-            head.encode_into(&mut p);
-        }
+        let heads = resources
+            .iter()
+            .map(|r| ResourceHead {
+                num_disks: 0,
+                ..r.clone()
+            })
+            .collect();
+        let p = Request::Release(ReleaseWhat::Named(heads)).encode_payload();
         let count = u32::try_from(resources.len()).unwrap_or(u32::MAX);
         let (h, _) = self.call(SM_CMD_RELEASE, flags, count, target as u32, &p)?;
         Ok(h.result())
@@ -388,10 +389,11 @@ impl Client {
         flags: u32,
         res: &ResourceHead,
     ) -> Result<i32, ClientError> {
-        let mut head = res.clone();
-        head.num_disks = 0;
-        let mut p = Vec::new();
-        head.encode_into(&mut p);
+        let head = ResourceHead {
+            num_disks: 0,
+            ..res.clone()
+        };
+        let p = Request::Convert(head).encode_payload();
         let (h, _) = self.call(SM_CMD_CONVERT, flags, 0, target as u32, &p)?;
         Ok(h.result())
     }
@@ -405,10 +407,11 @@ impl Client {
             }
             .into());
         }
-        let mut p = vec![0u8; SANLK_HELPER_PATH_LEN + SANLK_HELPER_ARGS_LEN];
-        p[..path.len()].copy_from_slice(path.as_bytes());
-        p[SANLK_HELPER_PATH_LEN..SANLK_HELPER_PATH_LEN + args.len()]
-            .copy_from_slice(args.as_bytes());
+        let p = Request::Killpath {
+            path: path.to_string(),
+            args: args.to_string(),
+        }
+        .encode_payload();
         let flags = if with_pid { SANLK_KILLPATH_PID } else { 0 };
         let (h, _) = self.call(SM_CMD_KILLPATH, flags, 0, u32::MAX, &p)?;
         Ok(h.result())

@@ -1,378 +1,154 @@
 //! Command handlers: one function per SM_CMD, replying with sanlock's result codes.
 //!
-//! Every handler reads exactly the structs sanlock reads for that command, and answers
-//! with sanlock's reply shape. Errors never escape as panics: a short payload is
-//! `-ENOTCONN`, a bad field `-EINVAL`, a missing lockspace `-ENOSPC`/`-ENOENT`.
+//! Handlers receive the request already read and decoded (`client_lib::request`, called
+//! from `dispatch.rs`); none reads from the socket. Each answers with sanlock's reply
+//! shape, on the connection or as a value its caller writes (the registered-client
+//! commands return `(result, data2, payload)` to [`registered_cmd`], which clears the
+//! client's `cmd_active` before replying). Errors never escape as panics: a missing
+//! lockspace is `-ENOSPC`/`-ENOENT`, a lease not held `-ENOENT` or -1, as sanlock.
 
 use std::sync::Arc;
 
 use client_lib::proto::*;
+use client_lib::request::{read_request, ReleaseWhat, Request};
 use client_lib::wire::{self, Header, State};
 use disk_format::Name;
-use tracing::{debug, info, info_span, warn};
+use tracing::{info, info_span, warn};
 
-use crate::server::{After, Conn, RecvError};
+use crate::server::{After, Conn};
 use crate::state::{lock, Daemon, KillPath, LocalRes, Token};
 use crate::{admin, lockspace, paxos, sys};
 
-const ENOTCONN: i32 = -libc::ENOTCONN;
-
-/// Runs one command read from `conn`.
-pub fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
-    debug!(
+/// RESTRICT: the connection's restriction flags (from `cmd_flags`).
+pub(crate) fn restrict(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> i32 {
+    if let Some(c) = lock(&d.clients).slots.get_mut(&conn.ci) {
+        c.restricted = h.cmd_flags;
+    }
+    info!(
         ci = conn.ci,
-        cmd = cmd_name(h.cmd),
+        pid = conn.cred.pid,
         flags = h.cmd_flags,
-        data = h.data,
-        data2 = h.data2,
-        "command"
+        "restrict"
     );
-    match h.cmd {
-        SM_CMD_REGISTER => {
-            register(d, conn);
-            After::Keep
-        }
-        SM_CMD_RESTRICT => {
-            if let Some(c) = lock(&d.clients).slots.get_mut(&conn.ci) {
-                c.restricted = h.cmd_flags;
-            }
-            info!(
-                ci = conn.ci,
-                pid = conn.cred.pid,
-                flags = h.cmd_flags,
-                "restrict"
-            );
-            conn.reply(h, 0);
-            After::Keep
-        }
-        SM_CMD_VERSION => {
-            let r = Header {
-                magic: SM_MAGIC,
-                version: SM_PROTO,
-                cmd: SM_CMD_VERSION,
-                cmd_flags: 0,
-                length: wire::HEADER_LEN as u32,
-                seq: 0,
-                data: 0,
-                data2: SANLOCK_VERSION_COMBINED,
-            };
-            conn.send(&r.encode());
-            After::Keep
-        }
-        SM_CMD_SHUTDOWN => {
-            shutdown(d, h.data != 0);
-            After::Close
-        }
-        SM_CMD_STATUS => {
-            status(d, conn, h);
-            After::Close
-        }
-        SM_CMD_HOST_STATUS => {
-            host_status(d, conn, h);
-            After::Close
-        }
-        SM_CMD_RENEWAL => {
-            renewal(d, conn, h);
-            After::Close
-        }
-        SM_CMD_LOG_DUMP => {
-            let text = d.log.dump();
-            let mut r = h.result_reply(0);
-            r.data = u32::try_from(text.len()).unwrap_or(0);
-            let mut msg = r.encode().to_vec();
-            msg.extend_from_slice(&text);
-            conn.send(&msg);
-            After::Close
-        }
-        SM_CMD_GET_LOCKSPACES => {
-            let list = lockspace::get_lockspaces(d);
+    0
+}
+
+/// VERSION: a fresh header carrying sanlock's combined version in data2.
+pub(crate) fn version(conn: &mut Conn) -> After {
+    let r = Header {
+        magic: SM_MAGIC,
+        version: SM_PROTO,
+        cmd: SM_CMD_VERSION,
+        cmd_flags: 0,
+        length: wire::HEADER_LEN as u32,
+        seq: 0,
+        data: 0,
+        data2: SANLOCK_VERSION_COMBINED,
+    };
+    conn.send(&r.encode());
+    After::Keep
+}
+
+/// SHUTDOWN_WAIT: -EBUSY while lockspaces exist (unless forced); otherwise replies when
+/// the daemon exits.
+pub(crate) fn shutdown_wait(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
+    let force = h.data != 0;
+    if !force && !lock(&d.spaces).is_empty() {
+        conn.reply(h, -libc::EBUSY);
+        return After::Keep;
+    }
+    shutdown(d, force);
+    // Reply when the daemon exits: `run` closes remaining connections after
+    // the last lockspace is gone, and this reply goes first.
+    let mut done = lock(&d.shutdown_mutex);
+    while !*done {
+        done = match d.shutdown_cond.wait(done) {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+    }
+    drop(done);
+    crate::wait_spaces_gone(d);
+    conn.reply(h, 0);
+    After::Close
+}
+
+pub(crate) fn log_dump(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
+    let text = d.log.dump();
+    let mut r = h.result_reply(0);
+    r.data = u32::try_from(text.len()).unwrap_or(0);
+    let mut msg = r.encode().to_vec();
+    msg.extend_from_slice(&text);
+    conn.send(&msg);
+}
+
+pub(crate) fn get_lockspaces(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
+    let list = lockspace::get_lockspaces(d);
+    let mut p = Vec::new();
+    for ls in &list {
+        ls.encode_into(&mut p);
+    }
+    conn.reply_with(h, 0, list.len() as u32, &p);
+}
+
+pub(crate) fn read_resource(
+    d: &Arc<Daemon>,
+    conn: &mut Conn,
+    h: &Header,
+    mut res: wire::Resource,
+) -> After {
+    let rv = admin::read_resource(d, &mut res);
+    let mut p = Vec::new();
+    res.head.encode_into(&mut p);
+    conn.reply_with(h, rv, 0, &p);
+    After::Keep
+}
+
+pub(crate) fn read_resource_owners(
+    d: &Arc<Daemon>,
+    conn: &mut Conn,
+    h: &Header,
+    res: &wire::Resource,
+) -> After {
+    match admin::read_resource_owners(d, res) {
+        Ok((head, hosts)) => {
             let mut p = Vec::new();
-            for ls in &list {
-                ls.encode_into(&mut p);
+            head.encode_into(&mut p);
+            for host in &hosts {
+                host.encode_into(&mut p);
             }
-            conn.reply_with(h, 0, list.len() as u32, &p);
-            After::Close
+            conn.reply_with(h, 0, hosts.len() as u32, &p);
         }
-        SM_CMD_GET_HOSTS => {
-            get_hosts(d, conn, h);
-            After::Close
-        }
-        SM_CMD_SET_CONFIG => {
-            let rv = match conn.recv_lockspace() {
-                Ok(ls) => lockspace::set_config(d, &ls.name, h.data),
-                Err(_) => ENOTCONN,
-            };
-            conn.reply(h, rv);
-            After::Close
-        }
-        SM_CMD_REG_EVENT => {
-            let rv = match (
-                conn.recv_lockspace(),
-                conn.recv_payload(wire::HOST_EVENT_LEN),
-            ) {
-                (Ok(ls), Ok(_unused)) => lockspace::reg_event(d, &ls, &conn.stream),
-                _ => ENOTCONN,
-            };
-            conn.reply(h, rv);
-            After::Close
-        }
-        SM_CMD_END_EVENT => {
-            let rv = match conn.recv_lockspace() {
-                Ok(ls) => lockspace::end_event(d, &ls),
-                Err(_) => ENOTCONN,
-            };
-            conn.reply(h, rv);
-            After::Close
-        }
-        SM_CMD_SET_EVENT => {
-            let rv = match (
-                conn.recv_lockspace(),
-                conn.recv_payload(wire::HOST_EVENT_LEN),
-            ) {
-                (Ok(ls), Ok(b)) => match wire::HostEvent::decode(&b) {
-                    Ok(he) => lockspace::set_event(d, &ls, &he, h.cmd_flags),
-                    Err(_) => -libc::EINVAL,
-                },
-                _ => ENOTCONN,
-            };
-            conn.reply(h, rv);
-            After::Keep
-        }
-        SM_CMD_ADD_LOCKSPACE => {
-            let rv = match conn.recv_lockspace() {
-                Ok(ls) => lockspace::add(d, &ls, h.data, h.cmd_flags),
-                Err(_) => ENOTCONN,
-            };
-            conn.reply(h, rv);
-            After::Keep
-        }
-        SM_CMD_INQ_LOCKSPACE => {
-            let rv = match conn.recv_lockspace() {
-                Ok(ls) => lockspace::inq(d, &ls, h.cmd_flags),
-                Err(_) => ENOTCONN,
-            };
-            conn.reply(h, rv);
-            After::Keep
-        }
-        SM_CMD_REM_LOCKSPACE => {
-            let rv = match conn.recv_lockspace() {
-                Ok(ls) => lockspace::rem(d, &ls, h.cmd_flags),
-                Err(_) => ENOTCONN,
-            };
-            conn.reply(h, rv);
-            After::Keep
-        }
-        SM_CMD_ALIGN => {
-            let rv = match conn.recv_payload(wire::DISK_LEN) {
-                Ok(b) => match wire::Disk::decode(&b) {
-                    Ok(disk) => admin::align(&disk),
-                    Err(_) => -libc::EINVAL,
-                },
-                Err(_) => ENOTCONN,
-            };
-            conn.reply(h, rv);
-            After::Keep
-        }
-        SM_CMD_WRITE_LOCKSPACE => {
-            let rv = match conn.recv_lockspace() {
-                Ok(ls) => admin::write_lockspace(d, &ls, h.data2),
-                Err(_) => ENOTCONN,
-            };
-            conn.reply(h, rv);
-            After::Keep
-        }
-        SM_CMD_READ_LOCKSPACE => {
-            match conn.recv_lockspace() {
-                Ok(mut ls) => {
-                    let (rv, io_timeout) = admin::read_lockspace(d, &mut ls);
-                    conn.reply_with(h, rv, io_timeout, &ls.encode());
-                }
-                Err(_) => conn.reply(h, ENOTCONN),
-            }
-            After::Keep
-        }
-        SM_CMD_WRITE_RESOURCE => {
-            let rv = match conn.recv_resource() {
-                Ok(Ok(res)) => {
-                    admin::write_resource(d, &res, h.data, h.cmd_flags & SANLK_WRITE_CLEAR != 0)
-                }
-                Ok(Err(rv)) => {
-                    conn.drain(h, wire::RESOURCE_LEN);
-                    rv
-                }
-                Err(_) => ENOTCONN,
-            };
-            conn.reply(h, rv);
-            After::Keep
-        }
-        SM_CMD_READ_RESOURCE => {
-            match conn.recv_resource() {
-                Ok(Ok(mut res)) => {
-                    let rv = admin::read_resource(d, &mut res);
-                    let mut p = Vec::new();
-                    res.head.encode_into(&mut p);
-                    conn.reply_with(h, rv, 0, &p);
-                }
-                Ok(Err(rv)) => {
-                    conn.drain(h, wire::RESOURCE_LEN);
-                    conn.reply(h, rv);
-                }
-                Err(_) => conn.reply(h, ENOTCONN),
-            }
-            After::Keep
-        }
-        SM_CMD_READ_RESOURCE_OWNERS => {
-            match conn.recv_resource() {
-                Ok(Ok(res)) => match admin::read_resource_owners(d, &res) {
-                    Ok((head, hosts)) => {
-                        let mut p = Vec::new();
-                        head.encode_into(&mut p);
-                        for host in &hosts {
-                            host.encode_into(&mut p);
-                        }
-                        conn.reply_with(h, 0, hosts.len() as u32, &p);
-                    }
-                    Err(rv) => conn.reply(h, rv),
-                },
-                Ok(Err(rv)) => {
-                    conn.drain(h, wire::RESOURCE_LEN);
-                    conn.reply(h, rv);
-                }
-                Err(_) => conn.reply(h, ENOTCONN),
-            }
-            After::Keep
-        }
-        SM_CMD_SHUTDOWN_WAIT => {
-            let force = h.data != 0;
-            if !force && !lock(&d.spaces).is_empty() {
-                conn.reply(h, -libc::EBUSY);
-                return After::Keep;
-            }
-            shutdown(d, force);
-            // Reply when the daemon exits: `run` closes remaining connections after
-            // the last lockspace is gone, and this reply goes first.
-            let mut done = lock(&d.shutdown_mutex);
-            while !*done {
-                done = match d.shutdown_cond.wait(done) {
-                    Ok(g) => g,
-                    Err(p) => p.into_inner(),
-                };
-            }
-            drop(done);
-            crate::wait_spaces_gone(d);
-            conn.reply(h, 0);
-            After::Close
-        }
-        SM_CMD_SET_LVB => {
-            let rv = set_lvb(d, conn, h);
-            conn.reply(h, rv);
-            After::Keep
-        }
-        SM_CMD_GET_LVB => {
-            match conn.recv_resource_head() {
-                Ok(r) => match get_lvb(d, &r, h.data2 as usize) {
-                    Ok(lvb) => conn.reply_with(h, 0, 0, &lvb),
-                    Err(rv) => conn.reply(h, rv),
-                },
-                Err(_) => conn.reply(h, ENOTCONN),
-            }
-            After::Keep
-        }
-        SM_CMD_REQUEST => {
-            let rv = match conn.recv_resource() {
-                Ok(Ok(res)) => request(d, &res, h),
-                Ok(Err(rv)) => {
-                    conn.drain(h, wire::RESOURCE_LEN);
-                    rv
-                }
-                Err(_) => ENOTCONN,
-            };
-            conn.reply(h, rv);
-            After::Keep
-        }
-        SM_CMD_EXAMINE_LOCKSPACE | SM_CMD_EXAMINE_RESOURCE => {
-            let len = if h.cmd == SM_CMD_EXAMINE_LOCKSPACE {
-                wire::LOCKSPACE_LEN
-            } else {
-                wire::RESOURCE_LEN
-            };
-            let rv = match conn.recv_payload(len) {
-                Ok(b) => {
-                    let ls = disk_format::Name::from_field(&b[..48]);
-                    if let Some(space) = d.find_space(&ls) {
-                        // On the lockspace's one examine thread: EXAMINE in a loop
-                        // cannot start threads without bound.
-                        lockspace::examine_in_background(d, &space);
-                        0
-                    } else {
-                        -libc::ENOENT
-                    }
-                }
-                Err(_) => ENOTCONN,
-            };
-            if h.cmd == SM_CMD_EXAMINE_RESOURCE {
-                conn.drain(h, len);
-            }
-            conn.reply(h, rv);
-            After::Keep
-        }
-        SM_CMD_FORMAT_RINDEX
-        | SM_CMD_UPDATE_RINDEX
-        | SM_CMD_LOOKUP_RINDEX
-        | SM_CMD_CREATE_RESOURCE
-        | SM_CMD_DELETE_RESOURCE
-        | SM_CMD_REBUILD_RINDEX => {
-            crate::rindex::handle(d, conn, h);
-            After::Keep
-        }
-        SM_CMD_ACQUIRE | SM_CMD_RELEASE | SM_CMD_INQUIRE | SM_CMD_CONVERT | SM_CMD_KILLPATH => {
-            registered_cmd(d, conn, h);
-            After::Keep
-        }
-        client_lib::ext::LOCKD_CMD_WATCH => {
-            crate::watch::handle_watch(d, conn, h);
-            After::Keep
-        }
-        client_lib::ext::LOCKD_CMD_ACQUIRE_FOR_PID => {
-            crate::forpid::handle(d, conn, h);
-            After::Keep
-        }
-        client_lib::ext::LOCKD_CMD_LEADER => {
-            match conn.recv_resource() {
-                Ok(Ok(res)) => match crate::watch::leader(d, &res) {
-                    Ok(info) => conn.reply_with(h, 0, 0, &info.encode()),
-                    Err(rv) => conn.reply(h, rv),
-                },
-                Ok(Err(rv)) => {
-                    conn.drain(h, wire::RESOURCE_LEN);
-                    conn.reply(h, rv);
-                }
-                Err(_) => conn.reply(h, ENOTCONN),
-            }
-            After::Keep
-        }
-        client_lib::ext::LOCKD_CMD_METRICS => {
-            conn.drain(h, 0);
-            let text = crate::metrics::render(d);
-            if text.len() + wire::HEADER_LEN > MAX_CLIENT_MSG as usize {
-                conn.reply(h, -libc::E2BIG);
-            } else {
-                conn.reply_with(h, 0, 0, text.as_bytes());
-            }
-            After::Close
-        }
-        _ => {
-            // Unknown command: sanlock ignores it (no reply, connection stays open).
-            debug!(ci = conn.ci, cmd = h.cmd, "ignoring unknown command");
-            conn.drain(h, 0);
-            After::Keep
-        }
+        Err(rv) => conn.reply(h, rv),
+    }
+    After::Keep
+}
+
+/// EXAMINE_LOCKSPACE / EXAMINE_RESOURCE: -ENOENT unless the lockspace exists.
+pub(crate) fn examine(d: &Arc<Daemon>, ls: &Name) -> i32 {
+    if let Some(space) = d.find_space(ls) {
+        // On the lockspace's one examine thread: EXAMINE in a loop
+        // cannot start threads without bound.
+        lockspace::examine_in_background(d, &space);
+        0
+    } else {
+        -libc::ENOENT
+    }
+}
+
+/// lockd METRICS: the Prometheus text, or -E2BIG when it does not fit one message.
+pub(crate) fn metrics(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
+    let text = crate::metrics::render(d);
+    if text.len() + wire::HEADER_LEN > MAX_CLIENT_MSG as usize {
+        conn.reply(h, -libc::E2BIG);
+    } else {
+        conn.reply_with(h, 0, 0, text.as_bytes());
     }
 }
 
 /// REQUEST: ask the holder of a lease to give it up (force mode in header.data).
 /// As sanlock, the lockspace must be joined (and not failed): -ENOSPC otherwise.
-fn request(d: &Arc<Daemon>, r: &wire::Resource, h: &Header) -> i32 {
+pub(crate) fn request(d: &Arc<Daemon>, r: &wire::Resource, h: &Header) -> i32 {
     let space = match lockspace::joined(d, &r.head.lockspace_name) {
         Ok(s) => Some(s),
         Err(rv) => return rv,
@@ -396,20 +172,8 @@ fn request(d: &Arc<Daemon>, r: &wire::Resource, h: &Header) -> i32 {
     }
 }
 
-fn set_lvb(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> i32 {
-    let r = match conn.recv_resource_head() {
-        Ok(r) => r,
-        Err(e) => return recv_err(e),
-    };
-    let len = (h.length as usize).saturating_sub(wire::HEADER_LEN + wire::RESOURCE_LEN);
-    if len > 4096 {
-        conn.drain(h, wire::RESOURCE_LEN);
-        return -libc::E2BIG;
-    }
-    let data = match conn.recv_payload(len) {
-        Ok(b) => b,
-        Err(e) => return recv_err(e),
-    };
+/// SET_LVB of a lease this host holds.
+pub(crate) fn set_lvb(d: &Arc<Daemon>, r: &wire::ResourceHead, data: &[u8]) -> i32 {
     let mut res = lock(&d.resources);
     let Some(lr) = res.get_mut(&(r.lockspace_name, r.name)) else {
         return -libc::ENOENT;
@@ -417,13 +181,17 @@ fn set_lvb(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> i32 {
     let Some(token) = lr.held.token.as_mut() else {
         return -libc::ENOENT;
     };
-    match token.set_lvb(&data) {
+    match token.set_lvb(data) {
         Ok(()) => 0,
         Err(e) => e.sanlk_code(),
     }
 }
 
-fn get_lvb(d: &Arc<Daemon>, r: &wire::ResourceHead, want: usize) -> Result<Vec<u8>, i32> {
+pub(crate) fn get_lvb(
+    d: &Arc<Daemon>,
+    r: &wire::ResourceHead,
+    want: usize,
+) -> Result<Vec<u8>, i32> {
     let res = lock(&d.resources);
     let lr = res.get(&(r.lockspace_name, r.name)).ok_or(-libc::ENOENT)?;
     let token = lr.held.token.as_ref().ok_or(-libc::ENOENT)?;
@@ -436,7 +204,7 @@ fn get_lvb(d: &Arc<Daemon>, r: &wire::ResourceHead, want: usize) -> Result<Vec<u
     Ok(lvb[..n].to_vec())
 }
 
-fn register(d: &Arc<Daemon>, conn: &Conn) {
+pub(crate) fn register(d: &Arc<Daemon>, conn: &Conn) {
     let mut clients = lock(&d.clients);
     if let Some(c) = clients.slots.get_mut(&conn.ci) {
         c.registered = true;
@@ -447,7 +215,7 @@ fn register(d: &Arc<Daemon>, conn: &Conn) {
     info!(ci = conn.ci, pid = conn.cred.pid, "client registered");
 }
 
-fn shutdown(d: &Arc<Daemon>, force: bool) {
+pub(crate) fn shutdown(d: &Arc<Daemon>, force: bool) {
     if !force && !lock(&d.spaces).is_empty() {
         info!("shutdown ignored: lockspaces exist");
         return;
@@ -590,9 +358,11 @@ pub fn release_orphans(d: &Arc<Daemon>, ls: &Name, name: &Name) -> i32 {
     result
 }
 
-/// Resolves the target of a registered-client command, marks it active, runs it, and
-/// cleans up a client that died meanwhile.
-fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
+/// Resolves the target of a registered-client command from its header and marks it
+/// active, then reads the request (as sanlock: a refused target is answered without
+/// reading the payload, which is drained), runs it, and cleans up a client that died
+/// meanwhile.
+pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
     let target = match resolve_target(d, conn, h) {
         Ok(ci) => ci,
         Err(rv) => {
@@ -601,13 +371,9 @@ fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
             return;
         }
     };
-    let (rv, data2, payload) = match h.cmd {
-        SM_CMD_ACQUIRE => (acquire(d, conn, h, target), 0, Vec::new()),
-        SM_CMD_RELEASE => (release(d, conn, h, target), 0, Vec::new()),
-        SM_CMD_INQUIRE => inquire(d, target),
-        SM_CMD_CONVERT => (convert(d, conn, h, target), 0, Vec::new()),
-        SM_CMD_KILLPATH => (killpath(d, conn, h, target), 0, Vec::new()),
-        _ => (-libc::EINVAL, 0, Vec::new()),
+    let (rv, data2, payload) = match read_request(h, conn) {
+        Ok(req) => client_cmd(d, conn.ci, h, target, req),
+        Err(e) => (e.code().unwrap_or(-libc::EINVAL), 0, Vec::new()),
     };
     let op = match h.cmd {
         SM_CMD_ACQUIRE => Some(crate::metrics::Op::Acquire),
@@ -639,6 +405,27 @@ fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
         release_tokens_as(d, target, tokens, true);
     }
     conn.reply_with(h, rv, data2, &payload);
+}
+
+/// The registered-client commands' table: (result, reply data2, reply payload) of a
+/// request from connection `ci` acting on client `target`.
+fn client_cmd(
+    d: &Arc<Daemon>,
+    ci: u32,
+    h: &Header,
+    target: u32,
+    req: Request,
+) -> (i32, u32, Vec<u8>) {
+    match req {
+        Request::Acquire {
+            resources, options, ..
+        } => (acquire(d, h, target, &resources, &options), 0, Vec::new()),
+        Request::Release(what) => (release(d, target, what), 0, Vec::new()),
+        Request::Inquire => inquire(d, target),
+        Request::Convert(head) => (convert(d, h, target, &head), 0, Vec::new()),
+        Request::Killpath { path, args } => (killpath(d, ci, h, target, path, args), 0, Vec::new()),
+        _ => (-libc::EINVAL, 0, Vec::new()),
+    }
 }
 
 fn resolve_target(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> Result<u32, i32> {
@@ -675,49 +462,20 @@ fn resolve_target(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> Result<u32, i32> 
     Ok(ci)
 }
 
-fn recv_err(e: RecvError) -> i32 {
-    match e {
-        RecvError::Closed | RecvError::Short => ENOTCONN,
-    }
-}
-
-fn acquire(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
-    let count = h.data;
-    if count > SANLK_MAX_RESOURCES {
-        conn.drain(h, 0);
-        return -libc::E2BIG;
-    }
-    let mut wanted = Vec::new();
-    for i in 0..count {
-        match conn.recv_resource() {
-            Ok(Ok(r)) => wanted.push(r),
-            Ok(Err(rv)) => {
-                conn.drain(h, (i as usize + 1) * wire::RESOURCE_LEN);
-                return rv;
-            }
-            Err(e) => return recv_err(e),
-        }
-    }
-    let opt = match conn.recv_payload(wire::OPTIONS_LEN) {
-        Ok(b) => match wire::Options::decode(&b) {
-            Ok(o) => o,
-            Err(_) => return ENOTCONN,
-        },
-        Err(e) => return recv_err(e),
-    };
-    if opt.len > 0 {
-        // The options string is never sent by libsanlock; tolerate one that is.
-        if conn.recv_payload(opt.len.min(4096) as usize).is_err() {
-            return ENOTCONN;
-        }
-    }
+fn acquire(
+    d: &Arc<Daemon>,
+    h: &Header,
+    target: u32,
+    wanted: &[wire::Resource],
+    opt: &wire::Options,
+) -> i32 {
     if !opt.owner_name.is_empty() {
         if let Some(c) = lock(&d.clients).slots.get_mut(&target) {
             c.owner_name = opt.owner_name;
         }
     }
     let mut done: Vec<Token> = Vec::new();
-    for r in &wanted {
+    for r in wanted {
         let span = info_span!("resource", ls = %r.head.lockspace_name, res = %r.head.name);
         let _g = span.enter();
         match acquire_one(d, target, r, h.cmd_flags) {
@@ -843,41 +601,21 @@ pub(crate) fn acquire_one(
     }
 }
 
-fn release(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
-    if h.cmd_flags & SANLK_REL_ALL != 0 {
-        conn.drain(h, 0);
-        let tokens = lock(&d.clients)
-            .slots
-            .get_mut(&target)
-            .map(|c| std::mem::take(&mut c.tokens))
-            .unwrap_or_default();
-        return release_tokens(d, target, tokens);
-    }
-    if h.cmd_flags & SANLK_REL_ORPHAN != 0 {
-        let r = match conn.recv_resource_head() {
-            Ok(r) => r,
-            Err(e) => return recv_err(e),
-        };
-        conn.drain(h, wire::RESOURCE_LEN);
-        return release_orphans(d, &r.lockspace_name, &r.name);
-    }
-    if h.cmd_flags & SANLK_REL_RENAME != 0 {
-        return release_renamed(d, conn, h, target);
-    }
-    let count = h.data;
-    if count > SANLK_MAX_RESOURCES {
-        conn.drain(h, 0);
-        return -libc::E2BIG;
-    }
-    let mut names = Vec::new();
-    for _ in 0..count {
-        match conn.recv_resource_head() {
-            Ok(r) => names.push((r.lockspace_name, r.name)),
-            Err(e) => return recv_err(e),
+fn release(d: &Arc<Daemon>, target: u32, what: ReleaseWhat) -> i32 {
+    let heads = match what {
+        ReleaseWhat::All => {
+            let tokens = lock(&d.clients)
+                .slots
+                .get_mut(&target)
+                .map(|c| std::mem::take(&mut c.tokens))
+                .unwrap_or_default();
+            return release_tokens(d, target, tokens);
         }
-    }
-    // Resources may be sent with disks by some clients; drop whatever the length claims.
-    conn.drain(h, count as usize * wire::RESOURCE_LEN);
+        ReleaseWhat::Orphans(r) => return release_orphans(d, &r.lockspace_name, &r.name),
+        ReleaseWhat::Rename { old, new } => return release_renamed(d, target, &old, &new),
+        ReleaseWhat::Named(heads) => heads,
+    };
+    let names: Vec<_> = heads.iter().map(|r| (r.lockspace_name, r.name)).collect();
     // As sanlock: every named lease the client holds is released; one it does not hold
     // makes the result -1 without stopping the others.
     let mut picked = Vec::new();
@@ -904,20 +642,16 @@ fn release(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
     }
 }
 
-/// RELEASE with `SANLK_REL_RENAME`: two resources follow, the held one and one carrying
+/// RELEASE with `SANLK_REL_RENAME`: two resources came, the held one and one carrying
 /// its new name; the lease is released and, where this host clears the leader, the leader
 /// is written with the new name (lvmlockd does this at vgremove). A lease the client does
 /// not hold gives -1, as sanlock answers.
-fn release_renamed(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
-    let mut heads = Vec::with_capacity(2);
-    for _ in 0..2 {
-        match conn.recv_resource_head() {
-            Ok(r) => heads.push(r),
-            Err(e) => return recv_err(e),
-        }
-    }
-    conn.drain(h, 2 * wire::RESOURCE_LEN);
-    let (old, new) = (&heads[0], &heads[1]);
+fn release_renamed(
+    d: &Arc<Daemon>,
+    target: u32,
+    old: &wire::ResourceHead,
+    new: &wire::ResourceHead,
+) -> i32 {
     if new.name.is_empty() {
         return -libc::EINVAL;
     }
@@ -972,12 +706,7 @@ fn inquire(d: &Arc<Daemon>, target: u32) -> (i32, u32, Vec<u8>) {
     (0, c.tokens.len() as u32, p)
 }
 
-fn convert(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
-    let head = match conn.recv_resource_head() {
-        Ok(r) => r,
-        Err(e) => return recv_err(e),
-    };
-    conn.drain(h, wire::RESOURCE_LEN);
+fn convert(d: &Arc<Daemon>, h: &Header, target: u32, head: &wire::ResourceHead) -> i32 {
     let to_shared = head.flags & SANLK_RES_SHARED != 0;
     let key = (head.lockspace_name, head.name);
     let token = {
@@ -1046,16 +775,10 @@ fn convert(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
     rv
 }
 
-fn killpath(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
-    let b = match conn.recv_payload(SANLK_HELPER_PATH_LEN + SANLK_HELPER_ARGS_LEN) {
-        Ok(b) => b,
-        Err(e) => return recv_err(e),
-    };
-    if target != conn.ci {
+fn killpath(d: &Arc<Daemon>, ci: u32, h: &Header, target: u32, path: String, args: String) -> i32 {
+    if target != ci {
         return -libc::EINVAL;
     }
-    let path = wire::c_field_text(&b[..SANLK_HELPER_PATH_LEN]);
-    let args = wire::c_field_text(&b[SANLK_HELPER_PATH_LEN..]);
     if let Some(c) = lock(&d.clients).slots.get_mut(&target) {
         info!(pid = c.pid, path = ?path, args = ?args, "killpath set");
         c.killpath = Some(KillPath {
@@ -1067,11 +790,7 @@ fn killpath(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, target: u32) -> i32 {
     0
 }
 
-fn get_hosts(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
-    let ls = match conn.recv_lockspace() {
-        Ok(ls) => ls,
-        Err(_) => return conn.reply(h, ENOTCONN),
-    };
+pub(crate) fn get_hosts(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, ls: &wire::Lockspace) {
     match lockspace::get_hosts(d, &ls.name, ls.host_id) {
         Ok(hosts) => {
             let mut p = Vec::new();
@@ -1084,7 +803,7 @@ fn get_hosts(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
     }
 }
 
-fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
+pub(crate) fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
     let mut out = h.result_reply(0).encode().to_vec();
     let depth = h.data;
     let helper_pid = d.helper.as_ref().map_or(0, |x| x.pid);
@@ -1252,11 +971,7 @@ fn conn_owner_name(cmd: u32) -> String {
     }
 }
 
-fn host_status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
-    let ls = match conn.recv_lockspace() {
-        Ok(ls) => ls,
-        Err(_) => return conn.reply(h, ENOTCONN),
-    };
+pub(crate) fn host_status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, ls: &wire::Lockspace) {
     let Some(space) = d.find_space(&ls.name) else {
         return conn.reply(h, -libc::ENOSPC);
     };
@@ -1265,11 +980,7 @@ fn host_status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
     conn.send(&out);
 }
 
-fn renewal(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
-    let ls = match conn.recv_lockspace() {
-        Ok(ls) => ls,
-        Err(_) => return conn.reply(h, ENOTCONN),
-    };
+pub(crate) fn renewal(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, ls: &wire::Lockspace) {
     let Some(space) = d.find_space(&ls.name) else {
         return conn.reply(h, -libc::ENOSPC);
     };

@@ -9,10 +9,12 @@
 //!
 //! Invariants: the pidfd is opened *before* the slot exists, so the process cannot exit
 //! unnoticed, and a pid is refused unless it names a live, non-zombie process of the
-//! caller's uid (any uid for root). Request payload: a 256-byte killpath (path[128],
-//! args[128]; empty path = none), then `count` sanlk_resources with their disks; header
-//! data = pid, data2 = count, cmd_flags = acquire flags (`SANLK_KILLPATH_PID` in the high
-//! bit field is not used: the pid is always appended to the killpath's arguments).
+//! caller's uid (any uid for root). Request payload (read by
+//! `client_lib::request::read_request` before [`acquire_for_pid`] runs): a 256-byte
+//! killpath (path[128], args[128]; empty path = none), then `count` sanlk_resources with
+//! their disks; header data = pid, data2 = count, cmd_flags = acquire flags
+//! (`SANLK_KILLPATH_PID` in the high bit field is not used: the pid is always appended to
+//! the killpath's arguments).
 
 use std::sync::Arc;
 
@@ -40,39 +42,17 @@ fn proc_uid_state(pid: i32) -> Option<(u32, char)> {
     Some((uid?, state?))
 }
 
-/// Handles `LOCKD_CMD_ACQUIRE_FOR_PID`; replies with the result.
-pub fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
-    let rv = acquire_for_pid(d, conn, h);
-    conn.reply(h, rv);
-}
-
-fn acquire_for_pid(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> i32 {
+/// `LOCKD_CMD_ACQUIRE_FOR_PID` (read by `client_lib::request::read_request`): the
+/// result to reply.
+pub(crate) fn acquire_for_pid(
+    d: &Arc<Daemon>,
+    conn: &Conn,
+    h: &Header,
+    killpath_path: String,
+    killpath_args: String,
+    wanted: &[wire::Resource],
+) -> i32 {
     let pid = h.data as i32;
-    let count = h.data2;
-    if count == 0 || count > SANLK_MAX_RESOURCES {
-        conn.drain(h, 0);
-        return -libc::E2BIG;
-    }
-    let kp = match conn.recv_payload(SANLK_HELPER_PATH_LEN + SANLK_HELPER_ARGS_LEN) {
-        Ok(b) => b,
-        Err(_) => return -libc::ENOTCONN,
-    };
-    let mut wanted = Vec::new();
-    for i in 0..count {
-        match conn.recv_resource() {
-            Ok(Ok(r)) => wanted.push(r),
-            Ok(Err(rv)) => {
-                conn.drain(
-                    h,
-                    SANLK_HELPER_PATH_LEN
-                        + SANLK_HELPER_ARGS_LEN
-                        + (i as usize + 1) * wire::RESOURCE_LEN,
-                );
-                return rv;
-            }
-            Err(_) => return -libc::ENOTCONN,
-        }
-    }
     if pid <= 0 {
         return -libc::EINVAL;
     }
@@ -100,8 +80,6 @@ fn acquire_for_pid(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> i32 {
         }
         Some(_) => {}
     }
-    let killpath_path = wire::c_field_text(&kp[..SANLK_HELPER_PATH_LEN]);
-    let killpath_args = wire::c_field_text(&kp[SANLK_HELPER_PATH_LEN..]);
     let ci = {
         let mut clients = lock(&d.clients);
         if clients.by_pid(pid).is_some() {
@@ -129,7 +107,7 @@ fn acquire_for_pid(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> i32 {
     };
     let mut done: Vec<Token> = Vec::new();
     let mut rv = 0;
-    for r in &wanted {
+    for r in wanted {
         let span = info_span!("resource", ls = %r.head.lockspace_name, res = %r.head.name);
         let _g = span.enter();
         match crate::cmd::acquire_one(d, ci, r, h.cmd_flags) {

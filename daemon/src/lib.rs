@@ -13,6 +13,7 @@ pub mod admin;
 pub mod cmd;
 pub mod config;
 pub mod confirm;
+mod dispatch;
 pub mod forpid;
 pub mod helper;
 pub mod kill;

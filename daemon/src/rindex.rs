@@ -5,8 +5,10 @@
 //! Wire rules (as sanlock's daemon): every command reads a fixed `sanlk_rindex` (and for
 //! the four entry commands a `sanlk_rentry`) and nothing else — LOOKUP's header claims 64
 //! more bytes than libsanlock sends, so the rest of the header length is never drained.
-//! FORMAT and REBUILD answer with a bare result; the entry commands answer with the result
-//! header followed by a `sanlk_rentry`, filled as sanlock fills it.
+//! The reading is `client_lib::request::read_request`'s; `dispatch.rs` calls [`format`],
+//! [`rebuild`] and [`entry`] with the decoded structs. FORMAT and REBUILD answer with a
+//! bare result; the entry commands answer with the result header followed by a
+//! `sanlk_rentry`, filled as sanlock fills it (all zero when the request was cut short).
 //!
 //! Invariants:
 //! - Every operation except FORMAT runs "inside the lockspace" unless the caller sets
@@ -27,7 +29,6 @@ use lease_core::rindex::{self, RindexError, RindexParams, UpdateOp};
 use tracing::{info, warn};
 
 use crate::lockspace::{Phase, Space};
-use crate::server::Conn;
 use crate::state::Daemon;
 use crate::{admin, paxos};
 use lockd_diskio::BlockingDisk;
@@ -87,7 +88,7 @@ fn code(op: &str, e: &RindexError) -> i32 {
 }
 
 /// FORMAT_RINDEX: no lockspace needed (as sanlock).
-fn format(ri: &wire::Rindex) -> i32 {
+pub(crate) fn format(ri: &wire::Rindex) -> i32 {
     if ri.lockspace_name.is_empty() {
         return -libc::EINVAL;
     }
@@ -112,7 +113,7 @@ fn format(ri: &wire::Rindex) -> i32 {
 
 /// REBUILD_RINDEX: under the rindex_lease, or without lockspace and lease with
 /// `SANLK_RX_NO_LOCKSPACE`.
-fn rebuild(d: &Daemon, ri: &wire::Rindex, cmd_flags: u32) -> i32 {
+pub(crate) fn rebuild(d: &Daemon, ri: &wire::Rindex, cmd_flags: u32) -> i32 {
     let disk = match open_disk(ri) {
         Ok(d) => d,
         Err(rv) => return rv,
@@ -253,41 +254,16 @@ fn entry_op(
     }
 }
 
-/// Reads one fixed-size struct of the request; `None` when the client sent less (sanlock
-/// answers -ENOTCONN then).
-fn recv_struct<T>(
-    conn: &mut Conn,
-    len: usize,
-    decode: fn(&[u8]) -> Result<T, client_lib::WireError>,
-) -> Option<T> {
-    conn.recv_payload(len).ok().and_then(|b| decode(&b).ok())
-}
-
-/// Handles one of commands 35–40 on `conn`.
-pub fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
-    let ri = recv_struct(conn, wire::RINDEX_LEN, wire::Rindex::decode);
+/// One of the entry commands (LOOKUP/UPDATE_RINDEX, CREATE/DELETE_RESOURCE, by `h.cmd`):
+/// sanlock's result and the `sanlk_rentry` it replies.
+pub(crate) fn entry(d: &Daemon, h: &Header, ri: &wire::Rindex, re: &Rentry) -> (i32, Rentry) {
     let op = match h.cmd {
-        SM_CMD_FORMAT_RINDEX | SM_CMD_REBUILD_RINDEX => {
-            let rv = match &ri {
-                None => -libc::ENOTCONN,
-                Some(ri) if h.cmd == SM_CMD_FORMAT_RINDEX => format(ri),
-                Some(ri) => rebuild(d, ri, h.cmd_flags),
-            };
-            return conn.reply(h, rv);
-        }
         SM_CMD_LOOKUP_RINDEX => EntryOp::Lookup,
         SM_CMD_UPDATE_RINDEX => EntryOp::Update,
         SM_CMD_CREATE_RESOURCE => EntryOp::Create { num_hosts: h.data2 },
         _ => EntryOp::Delete,
     };
-    // The entry commands always answer with a sanlk_rentry after the result, also when
-    // the request was cut short (then all zero), as sanlock does.
-    let re = ri.and_then(|ri| Some((ri, recv_struct(conn, wire::RENTRY_LEN, Rentry::decode)?)));
-    let (rv, out) = match re {
-        Some((ri, re)) => entry_op(d, op, &ri, &re, h.cmd_flags),
-        None => (-libc::ENOTCONN, Rentry::new(Name::EMPTY, 0)),
-    };
-    conn.reply_with(h, rv, 0, &out.encode());
+    entry_op(d, op, ri, re, h.cmd_flags)
 }
 
 #[cfg(test)]

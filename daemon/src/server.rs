@@ -2,11 +2,14 @@
 //!
 //! A connection thread reads one 32-byte header at a time and runs the command to the
 //! end before reading the next, so a registered client's commands are serialised exactly
-//! as sanlock serialises them (it suspends the fd while a command runs). Payload structs
-//! are read by size, as sanlock reads them (the header's length is only a bound), each
-//! payload read with a timeout so a client that stalls mid-message only blocks its own
-//! connection. Nothing a peer sends can panic a thread: every decode returns an error
-//! that becomes `-ENOTCONN`/`-EINVAL` at the edge.
+//! as sanlock serialises them (it suspends the fd while a command runs). The header goes
+//! to `dispatch.rs`, which reads the request's payload through this connection's
+//! [`PayloadSource`] (`client_lib::request::read_request`: structs read by size, as
+//! sanlock reads them; the header's length is only a bound), each payload read with a
+//! timeout so a client that stalls mid-message only blocks its own connection. Replies
+//! are written here ([`Conn::reply`], [`Conn::reply_with`]). Nothing a peer sends can
+//! panic a thread: every decode returns an error that becomes `-ENOTCONN`/`-EINVAL` at
+//! the edge.
 
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
@@ -17,7 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use client_lib::proto::*;
-use client_lib::wire::{self, Header, HEADER_LEN};
+use client_lib::request::{PayloadSource, ShortRead};
+use client_lib::wire::{Header, HEADER_LEN};
 use tracing::{debug, info, warn};
 
 use crate::state::{lock, Daemon, Refused};
@@ -171,7 +175,7 @@ impl Conn {
     }
 
     /// Reads `n` payload bytes (n ≤ MAX_CLIENT_MSG) with the payload timeout.
-    pub fn recv_payload(&mut self, n: usize) -> Result<Vec<u8>, RecvError> {
+    fn recv_payload(&mut self, n: usize) -> Result<Vec<u8>, RecvError> {
         if n > MAX_CLIENT_MSG as usize {
             return Err(RecvError::Short);
         }
@@ -180,32 +184,6 @@ impl Conn {
         let r = self.read_full(&mut buf);
         let _ = self.stream.set_read_timeout(None);
         r.map(|()| buf)
-    }
-
-    pub fn recv_lockspace(&mut self) -> Result<wire::Lockspace, RecvError> {
-        let b = self.recv_payload(wire::LOCKSPACE_LEN)?;
-        wire::Lockspace::decode(&b).map_err(|_| RecvError::Short)
-    }
-
-    pub fn recv_resource_head(&mut self) -> Result<wire::ResourceHead, RecvError> {
-        let b = self.recv_payload(wire::RESOURCE_LEN)?;
-        wire::ResourceHead::decode(&b).map_err(|_| RecvError::Short)
-    }
-
-    /// A resource and its disks; `Ok(Err(rv))` when num_disks is out of range
-    /// (-ERANGE), in which case the disks are not read.
-    pub fn recv_resource(&mut self) -> Result<Result<wire::Resource, i32>, RecvError> {
-        let head = self.recv_resource_head()?;
-        if head.num_disks == 0 || head.num_disks > SANLK_MAX_DISKS {
-            return Ok(Err(-libc::ERANGE));
-        }
-        let b = self.recv_payload(head.num_disks as usize * wire::DISK_LEN)?;
-        let disks = b
-            .chunks_exact(wire::DISK_LEN)
-            .map(wire::Disk::decode)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| RecvError::Short)?;
-        Ok(Ok(wire::Resource { head, disks }))
     }
 
     /// Reads and drops what is left of a message whose handling failed early, bounded by
@@ -254,6 +232,18 @@ impl Conn {
         msg.extend_from_slice(&r.encode());
         msg.extend_from_slice(payload);
         self.send(&msg);
+    }
+}
+
+/// The daemon's requests are read from the connection, each payload read with
+/// [`PAYLOAD_TIMEOUT`]; `discard_rest` is [`Conn::drain`].
+impl PayloadSource for Conn {
+    fn read_payload(&mut self, n: usize) -> Result<Vec<u8>, ShortRead> {
+        self.recv_payload(n).map_err(|_| ShortRead)
+    }
+
+    fn discard_rest(&mut self, header: &Header, consumed: usize) {
+        self.drain(header, consumed);
     }
 }
 
@@ -310,7 +300,7 @@ fn conn_loop(d: &Arc<Daemon>, conn: &mut Conn) {
         if let Some(c) = lock(&d.clients).slots.get_mut(&conn.ci) {
             c.cmd_last = h.cmd;
         }
-        match crate::cmd::dispatch(d, conn, &h) {
+        match crate::dispatch::dispatch(d, conn, &h) {
             After::Keep => {}
             After::Close => return,
         }

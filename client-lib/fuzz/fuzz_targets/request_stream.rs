@@ -1,12 +1,33 @@
 //! A byte stream as the daemon reads it: header, then the payload its length claims,
 //! decoded as each command's structs. Lengths that lie must give errors, never panics.
+//! The same stream is then read as the daemon reads it, request after request, with
+//! `client_lib::request::read_request` over a slice source.
 #![no_main]
+use client_lib::request::{read_request, SliceSource};
 use client_lib::wire::{
     Header, Lockspace, Options, Rentry, Resource, ResourceHead, Rindex, RENTRY_LEN, RINDEX_LEN,
 };
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
+    structs(data);
+    requests(data);
+});
+
+/// Reads `data` as a connection's stream: header, then `read_request` (which reads by
+/// struct size, not by the header's length, exactly as the daemon does).
+fn requests(data: &[u8]) {
+    let mut rest = data;
+    while rest.len() >= 32 {
+        let Ok(h) = Header::decode(&rest[..32]) else { return };
+        let mut src = SliceSource::new(&rest[32..]);
+        let _ = read_request(&h, &mut src);
+        // Always progress: at least the header was consumed.
+        rest = src.remaining();
+    }
+}
+
+fn structs(data: &[u8]) {
     let mut rest = data;
     while rest.len() >= 32 {
         let Ok(h) = Header::decode(rest) else { return };
@@ -46,4 +67,4 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
-});
+}

@@ -1,0 +1,198 @@
+//! The dispatch table: one request from its header to its handler.
+//!
+//! A connection thread hands every header it reads (magic, restriction and version checked
+//! by `server.rs`) to [`dispatch`], which reads the whole request with
+//! `client_lib::request::read_request` and then runs the handler of its [`Request`]
+//! variant. Handlers never read from the socket; they act on the typed request and write
+//! their reply on the connection.
+//!
+//! Invariants:
+//! - bytes are read exactly as sanlock reads them (the reader's contract); a request that
+//!   cannot be read is answered with the reader's code in the command's reply shape (bare
+//!   result, or result and a zeroed `sanlk_rentry` for the rindex entry commands), and an
+//!   unknown command gets no reply;
+//! - the registered-client commands (ACQUIRE, RELEASE, INQUIRE, CONVERT, KILLPATH) resolve
+//!   and mark their target client from the header *before* the payload is read, as sanlock
+//!   does: a refused target drains the message unread ([`crate::cmd::registered_cmd`]);
+//! - whether the connection stays open after a command depends only on the command (and,
+//!   for SHUTDOWN_WAIT, on whether the shutdown was refused), never on a read error.
+
+use std::sync::Arc;
+
+use client_lib::proto::*;
+use client_lib::request::{self, read_request, Request, RequestError};
+use client_lib::wire::{Header, Rentry};
+use disk_format::Name;
+use tracing::debug;
+
+use crate::cmd;
+use crate::server::{After, Conn};
+use crate::state::Daemon;
+
+/// Runs one command whose header `h` was read from `conn`.
+pub(crate) fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
+    debug!(
+        ci = conn.ci,
+        cmd = cmd_name(h.cmd),
+        flags = h.cmd_flags,
+        data = h.data,
+        data2 = h.data2,
+        "command"
+    );
+    if request::is_client_cmd(h.cmd) {
+        cmd::registered_cmd(d, conn, h);
+        return After::Keep;
+    }
+    match read_request(h, conn) {
+        Ok(req) => handle(d, conn, h, req),
+        Err(e) => refuse(conn, h, &e),
+    }
+}
+
+/// What happens to the connection after `cmd` (sanlock closes the connection of its
+/// one-shot query commands).
+fn after(cmd: u32) -> After {
+    match cmd {
+        SM_CMD_SHUTDOWN
+        | SM_CMD_STATUS
+        | SM_CMD_HOST_STATUS
+        | SM_CMD_RENEWAL
+        | SM_CMD_LOG_DUMP
+        | SM_CMD_GET_LOCKSPACES
+        | SM_CMD_GET_HOSTS
+        | SM_CMD_SET_CONFIG
+        | SM_CMD_REG_EVENT
+        | SM_CMD_END_EVENT
+        | client_lib::ext::LOCKD_CMD_METRICS => After::Close,
+        _ => After::Keep,
+    }
+}
+
+/// Answers a request that could not be read.
+fn refuse(conn: &mut Conn, h: &Header, e: &RequestError) -> After {
+    let Some(rv) = e.code() else {
+        // Unknown command: sanlock ignores it (no reply, connection stays open); the
+        // reader has drained it.
+        debug!(ci = conn.ci, cmd = h.cmd, "ignoring unknown command");
+        return After::Keep;
+    };
+    match h.cmd {
+        // The entry commands always answer with a sanlk_rentry after the result, also
+        // when the request was cut short (then all zero), as sanlock does.
+        SM_CMD_LOOKUP_RINDEX
+        | SM_CMD_UPDATE_RINDEX
+        | SM_CMD_CREATE_RESOURCE
+        | SM_CMD_DELETE_RESOURCE => {
+            conn.reply_with(h, rv, 0, &Rentry::new(Name::EMPTY, 0).encode());
+        }
+        _ => conn.reply(h, rv),
+    }
+    after(h.cmd)
+}
+
+/// The table: each request to its handler.
+fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
+    use crate::{admin, lockspace, rindex, watch};
+    let rv = match req {
+        Request::Register => {
+            cmd::register(d, conn);
+            return After::Keep;
+        }
+        Request::Restrict => cmd::restrict(d, conn, h),
+        Request::Version => return cmd::version(conn),
+        Request::Shutdown => {
+            cmd::shutdown(d, h.data != 0);
+            return After::Close;
+        }
+        Request::ShutdownWait => return cmd::shutdown_wait(d, conn, h),
+        Request::Status => {
+            cmd::status(d, conn, h);
+            return After::Close;
+        }
+        Request::HostStatus(ls) => {
+            cmd::host_status(d, conn, h, &ls);
+            return After::Close;
+        }
+        Request::Renewal(ls) => {
+            cmd::renewal(d, conn, h, &ls);
+            return After::Close;
+        }
+        Request::LogDump => {
+            cmd::log_dump(d, conn, h);
+            return After::Close;
+        }
+        Request::GetLockspaces => {
+            cmd::get_lockspaces(d, conn, h);
+            return After::Close;
+        }
+        Request::GetHosts(ls) => {
+            cmd::get_hosts(d, conn, h, &ls);
+            return After::Close;
+        }
+        Request::SetConfig(ls) => lockspace::set_config(d, &ls.name, h.data),
+        Request::RegEvent(ls) => lockspace::reg_event(d, &ls, &conn.stream),
+        Request::EndEvent(ls) => lockspace::end_event(d, &ls),
+        Request::SetEvent(ls, he) => lockspace::set_event(d, &ls, &he, h.cmd_flags),
+        Request::AddLockspace(ls) => lockspace::add(d, &ls, h.data, h.cmd_flags),
+        Request::InqLockspace(ls) => lockspace::inq(d, &ls, h.cmd_flags),
+        Request::RemLockspace(ls) => lockspace::rem(d, &ls, h.cmd_flags),
+        Request::Align(disk) => admin::align(&disk),
+        Request::WriteLockspace(ls) => admin::write_lockspace(d, &ls, h.data2),
+        Request::ReadLockspace(mut ls) => {
+            let (rv, io_timeout) = admin::read_lockspace(d, &mut ls);
+            conn.reply_with(h, rv, io_timeout, &ls.encode());
+            return After::Keep;
+        }
+        Request::WriteResource(res) => {
+            admin::write_resource(d, &res, h.data, h.cmd_flags & SANLK_WRITE_CLEAR != 0)
+        }
+        Request::ReadResource(res) => return cmd::read_resource(d, conn, h, res),
+        Request::ReadResourceOwners(res) => return cmd::read_resource_owners(d, conn, h, &res),
+        Request::SetLvb { resource, lvb } => cmd::set_lvb(d, &resource, &lvb),
+        Request::GetLvb(head) => {
+            match cmd::get_lvb(d, &head, h.data2 as usize) {
+                Ok(lvb) => conn.reply_with(h, 0, 0, &lvb),
+                Err(rv) => conn.reply(h, rv),
+            }
+            return After::Keep;
+        }
+        Request::RequestLease(res) => cmd::request(d, &res, h),
+        Request::ExamineLockspace(ls) => cmd::examine(d, &ls.name),
+        Request::ExamineResource(head) => cmd::examine(d, &head.lockspace_name),
+        Request::FormatRindex(ri) => rindex::format(&ri),
+        Request::RebuildRindex(ri) => rindex::rebuild(d, &ri, h.cmd_flags),
+        Request::LookupRindex(ri, re)
+        | Request::UpdateRindex(ri, re)
+        | Request::CreateResource(ri, re)
+        | Request::DeleteResource(ri, re) => {
+            let (rv, out) = rindex::entry(d, h, &ri, &re);
+            conn.reply_with(h, rv, 0, &out.encode());
+            return After::Keep;
+        }
+        Request::Watch => {
+            watch::handle_watch(d, conn, h);
+            return After::Keep;
+        }
+        Request::AcquireForPid {
+            killpath_path,
+            killpath_args,
+            resources,
+        } => crate::forpid::acquire_for_pid(d, conn, h, killpath_path, killpath_args, &resources),
+        Request::Leader(res) => {
+            match watch::leader(d, &res) {
+                Ok(info) => conn.reply_with(h, 0, 0, &info.encode()),
+                Err(rv) => conn.reply(h, rv),
+            }
+            return After::Keep;
+        }
+        Request::Metrics => {
+            cmd::metrics(d, conn, h);
+            return After::Close;
+        }
+        // The registered-client commands go through `cmd::registered_cmd`; a variant
+        // added to the reader without a handler here is refused, never ignored.
+        _ => -libc::EINVAL,
+    };
+    conn.reply(h, rv);
+    after(h.cmd)
+}
