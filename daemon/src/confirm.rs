@@ -151,6 +151,8 @@ mod tests {
     }
 
     impl Disk for Mem {
+        type Buf = Vec<u8>;
+
         fn read(
             &self,
             offset: u64,
@@ -289,6 +291,8 @@ mod tests {
     struct SlowDisk(Vec<u8>);
 
     impl Disk for SlowDisk {
+        type Buf = Vec<u8>;
+
         fn read(
             &self,
             offset: u64,

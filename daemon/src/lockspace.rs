@@ -466,6 +466,7 @@ pub fn rem(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> i32 {
         st.kill_now = true;
     }
     space.stop.store(true, Ordering::SeqCst);
+    space.cond.notify_all();
     info!(ls = %ls.name, "removing lockspace");
     if flags & SANLK_REM_ASYNC != 0 {
         return 0;
@@ -485,6 +486,7 @@ pub fn stop_all(d: &Arc<Daemon>) {
             st.kill_now = true;
         }
         s.stop.store(true, Ordering::SeqCst);
+        s.cond.notify_all();
     }
 }
 
@@ -787,7 +789,18 @@ fn renew_loop(
         };
         let now_ms = lockd_diskio::monotime_ms();
         if lost || now_ms < next_attempt_ms {
-            std::thread::sleep(Duration::from_millis(100));
+            // Sleep until the renewal is due (at most 1 s; 100 ms once lost), woken early
+            // by a stop: rem_lockspace, stop_all and the failed-lockspace removal notify
+            // `cond` after setting `stop`. (A stop between the check above and the wait
+            // is seen at the next wake-up, within a second.)
+            // Once stopping (but still in use by holders) poll every 100 ms, as before.
+            let wait_ms = if lost || space.stop.load(Ordering::SeqCst) {
+                100
+            } else {
+                (next_attempt_ms - now_ms).min(1000)
+            };
+            let st = lock(&space.st);
+            let _ = space.cond.wait_timeout(st, Duration::from_millis(wait_ms));
             continue;
         }
         let t0 = lockd_diskio::monotime_ms();
@@ -1120,6 +1133,7 @@ pub fn check_our_leases(d: &Arc<Daemon>) -> Vec<Arc<Space>> {
                 warn!(ls = %s.name, "failed lockspace removed: no lease holders left");
                 lock(&s.st).phase = Phase::Removing;
                 s.stop.store(true, Ordering::SeqCst);
+                s.cond.notify_all();
             }
         }
     }

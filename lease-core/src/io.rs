@@ -26,13 +26,17 @@ pub enum IoError {
 /// lengths are multiples of the sector size. A write of one sector is atomic: it lands
 /// entirely or not at all.
 pub trait Disk {
+    /// The buffer a read returns: the daemon's page-aligned I/O buffer, or a `Vec` in
+    /// memory, so that a read needs no copy of its (up to 1 MiB of) data.
+    type Buf: std::ops::Deref<Target = [u8]>;
+
     /// Reads `len` bytes at `offset`, giving up after `timeout_ms` milliseconds.
     fn read(
         &self,
         offset: u64,
         len: usize,
         timeout_ms: u64,
-    ) -> impl Future<Output = Result<Vec<u8>, IoError>>;
+    ) -> impl Future<Output = Result<Self::Buf, IoError>>;
 
     /// Writes `data` (normally exactly one sector) at `offset`, giving up after `timeout_ms`.
     fn write(
@@ -65,12 +69,14 @@ pub trait Clock {
 }
 
 impl<T: Disk + ?Sized> Disk for &T {
+    type Buf = T::Buf;
+
     fn read(
         &self,
         offset: u64,
         len: usize,
         timeout_ms: u64,
-    ) -> impl Future<Output = Result<Vec<u8>, IoError>> {
+    ) -> impl Future<Output = Result<T::Buf, IoError>> {
         (**self).read(offset, len, timeout_ms)
     }
 

@@ -1168,6 +1168,7 @@ async fn read_lvb<D: Disk>(
         res.io_ms(),
     )
     .await
+    .map(|b| b.to_vec())
     .map_err(|e| LeaseError::io(IoOp::Other, e))
 }
 

@@ -371,7 +371,7 @@ async fn read_area<D: Disk>(
             timed_out: false,
         });
     }
-    Ok(buf)
+    Ok(buf.to_vec())
 }
 
 /// Reads the header and every slot (free ones included), for listing and checks.
@@ -1200,6 +1200,8 @@ mod tests {
     }
 
     impl Disk for Stepping<'_> {
+        type Buf = Vec<u8>;
+
         async fn read(&self, offset: u64, len: usize, t: u64) -> Result<Vec<u8>, IoError> {
             YieldOnce(false).await;
             self.inner.read(offset, len, t).await

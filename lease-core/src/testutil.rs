@@ -91,6 +91,8 @@ impl MemDisk {
 }
 
 impl Disk for MemDisk {
+    type Buf = Vec<u8>;
+
     fn read(
         &self,
         offset: u64,

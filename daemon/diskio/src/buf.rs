@@ -4,9 +4,28 @@
 //! Invariant: `as_slice().as_ptr()` is a multiple of [`PAGE`] and the buffer's bytes never
 //! move while it lives (the backing `Vec` is never grown), so an engine may hand its
 //! address to the kernel for as long as it owns the buffer.
+//!
+//! Large buffers (at least [`POOL_MIN_BYTES`]) are recycled through a small global pool
+//! (at most [`POOL_MAX`] of them): a lockspace renewal or a confirmation read needs 1 MiB
+//! every time, and a fresh allocation of that size is a new mapping whose pages are each
+//! faulted in, zeroed, locked (the daemon runs under mlockall) and unmapped again on free.
+//! A recycled buffer is zeroed before reuse, so no bytes of an earlier I/O are ever seen;
+//! a buffer returns to the pool only when dropped, i.e. after the kernel is done with it.
 
 /// The alignment of every buffer (and the most O_DIRECT asks of memory).
 pub(crate) const PAGE: usize = 4096;
+
+/// Buffers at least this large are recycled.
+pub(crate) const POOL_MIN_BYTES: usize = 128 * 1024;
+/// At most this many recycled buffers are kept (about 4 MiB with 1 MiB lease areas).
+pub(crate) const POOL_MAX: usize = 4;
+
+static POOL: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
+
+fn pool() -> std::sync::MutexGuard<'static, Vec<Vec<u8>>> {
+    POOL.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// A page-aligned, zero-initialised byte buffer.
 #[derive(Debug)]
@@ -16,10 +35,43 @@ pub struct AlignedBuf {
     len: usize,
 }
 
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        if self.storage.len() < POOL_MIN_BYTES + PAGE {
+            return;
+        }
+        let mut p = pool();
+        if p.len() < POOL_MAX {
+            p.push(std::mem::take(&mut self.storage));
+        }
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
 impl AlignedBuf {
     /// A zeroed buffer of `len` bytes starting on a page boundary.
     pub fn zeroed(len: usize) -> AlignedBuf {
-        let storage = vec![0u8; len + PAGE];
+        let recycled = if len >= POOL_MIN_BYTES {
+            let mut p = pool();
+            let i = p.iter().position(|v| v.len() >= len + PAGE);
+            i.map(|i| p.swap_remove(i))
+        } else {
+            None
+        };
+        let storage = match recycled {
+            Some(mut v) => {
+                v.fill(0);
+                v
+            }
+            None => vec![0u8; len + PAGE],
+        };
         let start = storage.as_ptr().align_offset(PAGE);
         assert!(start < PAGE, "align_offset of a u8 pointer is computable");
         AlignedBuf {
@@ -73,5 +125,27 @@ mod tests {
         let c = AlignedBuf::copy_of(&[1, 2, 3]);
         assert_eq!(c.as_slice(), &[1, 2, 3]);
         assert_eq!(c.as_slice().as_ptr() as usize % PAGE, 0);
+    }
+
+    /// A recycled large buffer comes back aligned, of the asked length and zeroed, and the
+    /// pool never keeps more than POOL_MAX buffers.
+    #[test]
+    fn large_buffers_are_recycled_zeroed() {
+        let len = 1 << 20;
+        let mut a = AlignedBuf::zeroed(len);
+        a.as_mut_slice().fill(0xAB);
+        drop(a);
+        for want in [len, len - 4096, POOL_MIN_BYTES] {
+            let b = AlignedBuf::zeroed(want);
+            assert_eq!(b.len(), want);
+            assert_eq!(b.as_slice().as_ptr() as usize % PAGE, 0);
+            assert!(
+                b.as_slice().iter().all(|&x| x == 0),
+                "stale bytes in a reused buffer"
+            );
+        }
+        let many: Vec<_> = (0..POOL_MAX + 3).map(|_| AlignedBuf::zeroed(len)).collect();
+        drop(many);
+        assert!(pool().len() <= POOL_MAX);
     }
 }

@@ -42,18 +42,20 @@ impl BlockingDisk {
 }
 
 impl LcDisk for BlockingDisk {
+    /// The engine's own page-aligned buffer, handed over without a copy.
+    type Buf = crate::AlignedBuf;
+
     fn read(
         &self,
         offset: u64,
         len: usize,
         timeout_ms: u64,
-    ) -> impl Future<Output = Result<Vec<u8>, LcIoError>> {
+    ) -> impl Future<Output = Result<crate::AlignedBuf, LcIoError>> {
         let r = if self.abort.load(Ordering::SeqCst) {
             Err(LcIoError::Failed)
         } else {
             self.disk
                 .read(offset, len, Duration::from_millis(timeout_ms))
-                .map(|b| b.as_slice().to_vec())
                 .map_err(|e| {
                     tracing::warn!(error = %e, "disk read failed");
                     BlockingDisk::map(&e)

@@ -313,6 +313,8 @@ impl SimDisk {
 }
 
 impl Disk for SimDisk {
+    type Buf = Vec<u8>;
+
     fn read(
         &self,
         offset: u64,
