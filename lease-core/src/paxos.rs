@@ -778,6 +778,25 @@ async fn confirm_known_hosts<L: Disk, O: HostObserver>(
         .await
 }
 
+/// [`confirm_known_hosts`]; when the confirmation cannot be read, our possibly chosen
+/// ballot is retracted before the error is returned.
+async fn confirm_or_retract<D: Disk, C: Clock, L: Disk, O: HostObserver>(
+    disk: &D,
+    clock: &C,
+    host: &HostContext<'_, L, O>,
+    (ctx, num_hosts, opts): (&BallotCtx<'_>, u64, &AcquireOptions),
+    last: &PaxosDblock,
+    next_lver: u64,
+) -> Result<bool, AcquireFail> {
+    match confirm_known_hosts(host, ctx, num_hosts, opts).await {
+        Ok(unused) => Ok(unused),
+        Err(e) => {
+            retract(disk, clock, ctx, last, next_lver).await;
+            Err(e.into())
+        }
+    }
+}
+
 /// sanlock `paxos_lease_acquire`: steps A–E, returning the committed leader.
 #[allow(clippy::too_many_arguments)]
 async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
@@ -895,16 +914,10 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                     }
                     // Another host committed our value. Our reads may have missed a
                     // shared holder that joined lately: confirm as before a commit.
-                    match confirm_known_hosts(host, &ctx, cur.num_hosts, opts).await {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            known_hosts_only = false;
-                            continue 'restart;
-                        }
-                        Err(e) => {
-                            retract(disk, clock, &ctx, &slot.last, next_lver).await;
-                            return Err(e.into());
-                        }
+                    let c = (&ctx, cur.num_hosts, opts);
+                    if !confirm_or_retract(disk, clock, host, c, &slot.last, next_lver).await? {
+                        known_hosts_only = false;
+                        continue 'restart;
                     }
                     return Ok(Committed {
                         leader: tmp,
@@ -953,16 +966,10 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
         };
         // Reading only the hosts that have joined: before committing, confirm that no
         // host_id above those we read has joined since (see the module header).
-        match confirm_known_hosts(host, &ctx, cur.num_hosts, opts).await {
-            Ok(true) => {}
-            Ok(false) => {
-                known_hosts_only = false;
-                continue 'restart;
-            }
-            Err(e) => {
-                retract(disk, clock, &ctx, &slot.last, next_lver).await;
-                return Err(e.into());
-            }
+        let c = (&ctx, cur.num_hosts, opts);
+        if !confirm_or_retract(disk, clock, host, c, &slot.last, next_lver).await? {
+            known_hosts_only = false;
+            continue 'restart;
         }
         // Step E: commit.
         let d = ballot.dblock;
