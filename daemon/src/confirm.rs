@@ -40,7 +40,7 @@ struct State {
 pub struct ConfirmReads {
     state: Mutex<State>,
     done: Condvar,
-    /// Reads issued, and confirmations answered (for metrics and tests).
+    /// Reads issued, and confirmations answered (counted for the tests).
     pub reads: std::sync::atomic::AtomicU64,
     pub answered: std::sync::atomic::AtomicU64,
 }

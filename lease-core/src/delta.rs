@@ -211,14 +211,42 @@ pub async fn read_host_record<D: Disk>(
     Ok(leader)
 }
 
-/// True when a delta-lease sector shows that no host has ever joined with its host_id
+/// True when a delta-lease record shows that no host has ever joined with its host_id
 /// since the lockspace was formatted: no owner, no generation, no timestamp. Every join
 /// writes a non-zero owner_id and generation, and nothing but a new format clears them,
-/// so a host that has ever held the host_id can never leave its sector looking unused.
-/// A sector that does not decode counts as used.
+/// so a host that has ever held the host_id can never leave its record looking unused.
+pub fn record_unused(l: &LeaderRecord) -> bool {
+    l.owner_id == 0 && l.owner_generation == 0 && l.timestamp == 0
+}
+
+/// [`record_unused`] for a raw sector; a sector that does not decode counts as used.
 pub fn sector_unused(sector: &[u8]) -> bool {
-    LeaderRecord::decode(sector)
-        .is_ok_and(|l| l.owner_id == 0 && l.owner_generation == 0 && l.timestamp == 0)
+    LeaderRecord::decode(sector).is_ok_and(|l| record_unused(&l))
+}
+
+/// Reads the delta-lease sectors of host_ids `first ..= last` (1-based, `first <= last <=
+/// max_hosts`) in one I/O.
+async fn read_host_sectors<D: Disk>(
+    disk: &D,
+    p: &LockspaceParams,
+    first: u64,
+    last: u64,
+) -> Result<D::Buf, LeaseError> {
+    let offset = p
+        .host_sector_offset(first)
+        .ok_or(LeaseError::InvalidHostId {
+            host_id: first,
+            max_hosts: p.geometry.max_hosts(),
+        })?;
+    let len = ((last + 1 - first) * p.geometry.sector_bytes()) as usize;
+    let buf = disk
+        .read(offset, len, p.io_ms())
+        .await
+        .map_err(|e| LeaseError::io(IoOp::LeaderRead, e))?;
+    if buf.len() < len {
+        return Err(LeaseError::io(IoOp::LeaderRead, crate::io::IoError::Failed));
+    }
+    Ok(buf)
 }
 
 /// Reads the delta-lease sectors of host_ids `above + 1 ..= upto` (clamped to the
@@ -236,36 +264,16 @@ pub async fn hosts_unused_above<D: Disk>(
     if upto <= above {
         return Ok(true);
     }
-    let sector = p.geometry.sector_bytes();
-    let first = p
-        .host_sector_offset(above + 1)
-        .ok_or(LeaseError::InvalidHostId {
-            host_id: above + 1,
-            max_hosts: p.geometry.max_hosts(),
-        })?;
-    let len = ((upto - above) * sector) as usize;
-    let buf = disk
-        .read(first, len, p.io_ms())
-        .await
-        .map_err(|e| LeaseError::io(IoOp::LeaderRead, e))?;
-    if buf.len() < len {
-        return Err(LeaseError::io(IoOp::LeaderRead, crate::io::IoError::Failed));
-    }
-    Ok(buf.chunks(sector as usize).all(sector_unused))
+    let buf = read_host_sectors(disk, p, above + 1, upto).await?;
+    let sector = p.geometry.sector_bytes() as usize;
+    Ok(buf.chunks(sector).all(sector_unused))
 }
 
 /// Reads every delta-lease sector of the lockspace in one I/O and returns the host_ids
 /// whose sector is in use (not [`sector_unused`]), ascending.
 pub async fn used_host_ids<D: Disk>(disk: &D, p: &LockspaceParams) -> Result<Vec<u64>, LeaseError> {
+    let buf = read_host_sectors(disk, p, 1, p.geometry.max_hosts()).await?;
     let sector = p.geometry.sector_bytes() as usize;
-    let hosts = p.geometry.max_hosts() as usize;
-    let buf = disk
-        .read(p.disk_offset, hosts * sector, p.io_ms())
-        .await
-        .map_err(|e| LeaseError::io(IoOp::LeaderRead, e))?;
-    if buf.len() < hosts * sector {
-        return Err(LeaseError::io(IoOp::LeaderRead, crate::io::IoError::Failed));
-    }
     Ok(buf
         .chunks(sector)
         .enumerate()

@@ -167,10 +167,8 @@ impl HostMonitor {
         let highest_used = sectors
             .iter()
             .rposition(|s| {
-                s.as_ref().is_some_and(|s| {
-                    let l = &s.leader;
-                    l.owner_id != 0 || l.owner_generation != 0 || l.timestamp != 0
-                })
+                s.as_ref()
+                    .is_some_and(|s| !crate::delta::record_unused(&s.leader))
             })
             .map_or(0, |i| i as u64 + 1)
             .max(self.our_host_id);
@@ -194,10 +192,7 @@ impl HostMonitor {
                             timestamp: l.timestamp,
                             // As sanlock: a record still as formatted (no owner, no
                             // generation, no timestamp) reports io_timeout 0.
-                            io_timeout: if l.owner_id == 0
-                                && l.owner_generation == 0
-                                && l.timestamp == 0
-                            {
+                            io_timeout: if crate::delta::record_unused(l) {
                                 0
                             } else {
                                 l.io_timeout
