@@ -8,6 +8,10 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
 bash scripts/setup.sh
+# What is attached before the tests start is not theirs to clean up.
+baseline=$(mktemp)
+trap 'rm -f "$baseline"' EXIT
+bash scripts/leftovers.sh snapshot "$baseline"
 
 step() { printf '\n=== %s ===\n' "$*"; }
 
@@ -53,8 +57,5 @@ step "fuzz smoke run"
 bash scripts/fuzz-smoke.sh 10
 
 step "leftovers"
-if [ -n "$(losetup -a)" ]; then
-    echo "loop devices left attached:"; losetup -a
-    exit 1
-fi
+bash scripts/leftovers.sh check "$baseline"
 echo "all tests passed"

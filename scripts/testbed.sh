@@ -9,13 +9,14 @@ export PATH="$HOME/.cargo/bin:$PATH"
 cargo build -q --bins
 tb=target/debug/lockd-testbed
 failed=0
+baseline=$(mktemp)
+trap 'rm -f "$baseline"' EXIT
+bash scripts/leftovers.sh snapshot "$baseline"
 for s in kill-daemon sigstop-daemon stall-io eio kill-wdmd kill-client stubborn-holder; do
     if ! "$tb" "$s"; then failed=1; fi
 done
 if [ "${LOCKD_TESTBED_SANLOCK:-1}" = 1 ]; then
     if ! "$tb" --kind sanlock --io-timeout 2 --fire-timeout 60 kill-daemon; then failed=1; fi
 fi
-if [ -n "$(losetup -a)" ] || mount | grep -q lockd-faultfs; then
-    echo "testbed: left loop devices or FUSE mounts behind"; failed=1
-fi
+if ! bash scripts/leftovers.sh check "$baseline"; then failed=1; fi
 exit "$failed"

@@ -20,13 +20,14 @@ fn lockd(run_dir: &Path, args: &[&str]) -> (bool, String) {
     lockd_cli(LOCKD, run_dir, args)
 }
 
+/// Fields drop in order: daemons, loop device, then the scratch directory.
 struct Setup {
-    _tmp: tempfile::TempDir,
     dir: PathBuf,
     dev: String,
     /// Host 1 (host_id 1); host 2 (host_id 2) when asked for.
     hosts: Vec<LockdProc>,
     _loop: LoopDevice,
+    _tmp: tempfile::TempDir,
 }
 
 /// Lockspace `ct` at 0 and the lease `reclock` at 1M on a loop device; `n` daemons,

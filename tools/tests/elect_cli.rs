@@ -14,13 +14,14 @@ use lockd_system_tests::{
 
 const LOCKD: &str = env!("CARGO_BIN_EXE_lockd");
 
+/// Fields drop in order: the daemon, the loop device, then the scratch directory.
 struct Setup {
-    _dir: tempfile::TempDir,
     dir: PathBuf,
     dev: String,
     daemon: Option<LockdProc>,
     run_dir: PathBuf,
     _loop: LoopDevice,
+    _dir: tempfile::TempDir,
 }
 
 fn lockd(run_dir: &Path, args: &[&str]) -> (bool, String) {

@@ -16,13 +16,15 @@ use lockd_system_tests::{
 
 const LOCKD: &str = env!("CARGO_BIN_EXE_lockd");
 
+/// Fields drop in order: the daemon stops, the loop device is detached, then the scratch
+/// directory with its backing file goes.
 struct Setup {
-    _tmp: tempfile::TempDir,
     dir: PathBuf,
     dev: String,
     _daemon: LockdProc,
     run_dir: PathBuf,
     _loop: LoopDevice,
+    _tmp: tempfile::TempDir,
 }
 
 fn setup(host: &str) -> Setup {

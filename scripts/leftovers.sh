@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Loop devices and lockd-faultfs mounts the tests leave behind.
+#   leftovers.sh snapshot FILE   record what is attached and mounted now
+#   leftovers.sh check FILE      fail, listing them, if anything is attached or mounted
+#                                that FILE did not record
+# The baseline keeps a device someone else attached (or a run killed before its cleanup
+# ran) from failing this run, while anything this run leaves behind still fails it.
+set -euo pipefail
+state() {
+    losetup -n -l -O NAME,BACK-FILE --raw 2>/dev/null | sort || true
+    mount | awk '/lockd-faultfs/ {print "mount " $3}' | sort
+}
+case "${1:-}" in
+snapshot)
+    state >"$2"
+    if [ -s "$2" ]; then
+        echo "leftovers: already present before this run (not counted against it):"
+        sed 's/^/  /' "$2"
+    fi
+    ;;
+check)
+    new=$(comm -13 "$2" <(state))
+    if [ -n "$new" ]; then
+        echo "leftovers: loop devices or FUSE mounts left behind by this run:"
+        echo "$new" | sed 's/^/  /'
+        exit 1
+    fi
+    ;;
+*)
+    echo "usage: $0 snapshot|check FILE" >&2
+    exit 2
+    ;;
+esac
