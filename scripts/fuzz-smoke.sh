@@ -10,7 +10,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked --quiet
 fi
-export RUSTC_BOOTSTRAP=1
+export RUSTC_BOOTSTRAP=1 RUST_LIB_BACKTRACE=0
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 for crate in disk-format client-lib wdmd daemon tools; do

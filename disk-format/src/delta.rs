@@ -70,9 +70,17 @@ impl DeltaSector {
 
     /// Host ids whose bit is set.
     pub fn hosts_in_bitmap(&self) -> Vec<u64> {
-        (1..=(HOSTID_BITMAP_SIZE as u64 * 8))
-            .filter(|&h| self.host_bit(h))
-            .collect()
+        // Byte by byte, skipping empty bytes: a bitmap is almost always nearly empty.
+        let mut hosts = Vec::new();
+        for (byte_index, &byte) in self.bitmap.iter().enumerate() {
+            let mut rest = byte;
+            while rest != 0 {
+                let bit = rest.trailing_zeros() as u64;
+                hosts.push(byte_index as u64 * 8 + bit + 1);
+                rest &= rest - 1;
+            }
+        }
+        hosts
     }
 }
 

@@ -83,11 +83,21 @@ pub fn area_end(offset: u64, len: u64) -> Result<u64> {
         })
 }
 
+/// `text` for an error message: Debug-quoted (control characters escaped), cut to
+/// [`QUOTED_MAX_CHARS`] characters so a long argument does not flood the terminal.
+fn quoted(text: &str) -> String {
+    const QUOTED_MAX_CHARS: usize = 80;
+    match text.char_indices().nth(QUOTED_MAX_CHARS) {
+        Some((cut, _)) => format!("{:?}…", &text[..cut]),
+        None => format!("{text:?}"),
+    }
+}
+
 /// Parses an offset: a byte count (see [`parse_bytes`]) no larger than [`MAX_OFFSET`].
 pub fn parse_offset(text: &str) -> Result<u64> {
     let n = parse_bytes(text)?;
     if n > MAX_OFFSET {
-        bail!("offset {text:?} is past the largest file offset ({MAX_OFFSET})");
+        bail!("offset {} is past the largest file offset ({MAX_OFFSET})", quoted(text));
     }
     Ok(n)
 }
@@ -103,9 +113,9 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
     };
     let n: u64 = digits
         .parse()
-        .with_context(|| format!("{text:?} is not a byte count"))?;
+        .with_context(|| format!("{} is not a byte count", quoted(text)))?;
     n.checked_mul(mult)
-        .with_context(|| format!("{text:?} is too large"))
+        .with_context(|| format!("{} is too large", quoted(text)))
 }
 
 fn name(text: &str, what: &str) -> Result<Name> {
@@ -116,10 +126,10 @@ impl LockspaceSpec {
     pub fn parse(text: &str) -> Result<LockspaceSpec> {
         let f = split_fields(text);
         if f.len() != 4 {
-            bail!("lockspace {text:?} must be NAME:HOST_ID:PATH:OFFSET");
+            bail!("lockspace {} must be NAME:HOST_ID:PATH:OFFSET", quoted(text));
         }
         if f[2].is_empty() {
-            bail!("lockspace {text:?} has an empty path");
+            bail!("lockspace {} has an empty path", quoted(text));
         }
         Ok(LockspaceSpec {
             name: name(&f[0], "lockspace")?,
@@ -136,10 +146,10 @@ impl ResourceSpec {
     pub fn parse(text: &str) -> Result<ResourceSpec> {
         let f = split_fields(text);
         if f.len() != 4 && f.len() != 5 {
-            bail!("resource {text:?} must be LOCKSPACE:NAME:PATH:OFFSET[:LVER|:SH]");
+            bail!("resource {} must be LOCKSPACE:NAME:PATH:OFFSET[:LVER|:SH]", quoted(text));
         }
         if f[2].is_empty() {
-            bail!("resource {text:?} has an empty path");
+            bail!("resource {} has an empty path", quoted(text));
         }
         let (lver, shared) = match f.get(4).map(String::as_str) {
             None | Some("") => (None, false),
@@ -167,7 +177,7 @@ impl RindexSpec {
     pub fn parse(text: &str) -> Result<RindexSpec> {
         let f = split_fields(text);
         if f.len() != 3 || f.iter().any(String::is_empty) {
-            bail!("{text:?} must be LOCKSPACE:PATH:OFFSET");
+            bail!("{} must be LOCKSPACE:PATH:OFFSET", quoted(text));
         }
         Ok(RindexSpec {
             lockspace: name(&f[0], "lockspace")?,
@@ -181,7 +191,7 @@ impl RentrySpec {
     pub fn parse(text: &str) -> Result<RentrySpec> {
         let f = split_fields(text);
         if f.len() > 2 {
-            bail!("{text:?} must be NAME[:OFFSET]");
+            bail!("{} must be NAME[:OFFSET]", quoted(text));
         }
         let name = match f[0].as_str() {
             "" => Name::EMPTY,
@@ -199,7 +209,7 @@ impl AreaSpec {
     pub fn parse(text: &str) -> Result<AreaSpec> {
         let f = split_fields(text);
         if f.is_empty() || f[0].is_empty() || f.len() > 3 {
-            bail!("{text:?} must be PATH[:OFFSET[:SIZE]]");
+            bail!("{} must be PATH[:OFFSET[:SIZE]]", quoted(text));
         }
         let offset = match f.get(1) {
             Some(s) if !s.is_empty() => parse_offset(s)?,
@@ -293,5 +303,15 @@ mod tests {
         assert_eq!(area_end(MAX_OFFSET - 512, 512).unwrap(), MAX_OFFSET);
         assert!(area_end(MAX_OFFSET - 511, 512).is_err());
         assert!(area_end(u64::MAX - 511, 1 << 20).is_err());
+    }
+
+    #[test]
+    fn errors_quote_a_long_argument_cut_short() {
+        let long = format!("{}\n", "x".repeat(5000));
+        let msg = format!("{:#}", parse_bytes(&long).unwrap_err());
+        assert!(msg.starts_with(&format!("\"{}\"…", "x".repeat(80))), "{msg}");
+        assert!(msg.len() < 200, "{msg}");
+        let msg = format!("{:#}", LockspaceSpec::parse("a\nb").unwrap_err());
+        assert!(msg.contains("\"a\\nb\""), "{msg}");
     }
 }

@@ -9,6 +9,11 @@ fuzz_target!(|data: &[u8]| {
         s.encode_into(&mut out);
         assert_eq!(&out[..200], &data[..200]);
         assert_eq!(&out[256..512], &data[256..512]);
-        let _ = s.hosts_in_bitmap();
+        // Every listed host has its bit set, in increasing order; the count matches.
+        let hosts = s.hosts_in_bitmap();
+        assert!(hosts.windows(2).all(|w| w[0] < w[1]));
+        assert!(hosts.iter().all(|&h| s.host_bit(h)));
+        let set_bits: u32 = s.bitmap.iter().map(|b| b.count_ones()).sum();
+        assert_eq!(hosts.len(), set_bits as usize);
     }
 });
