@@ -167,6 +167,40 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
         Err(e) => warn!(error = %e, "cannot raise RLIMIT_NOFILE"),
     }
     sys::block_signals().map_err(DaemonError::Signals)?;
+    let running = start(cfg, Some(helper), ring, mlock_level, true)?;
+    running.wait_and_stop();
+    Ok(())
+}
+
+/// A daemon serving its socket, started by [`start`] (from [`run`], or inside a test
+/// process by [`start_in_process`]).
+pub struct Running {
+    d: Arc<Daemon>,
+    monitor: std::thread::JoinHandle<()>,
+    listener_clone: std::os::unix::net::UnixListener,
+    pid_path: PathBuf,
+    /// Held open for its lock until the daemon has stopped.
+    _pid_file: std::fs::File,
+    made_run_dir: bool,
+}
+
+/// Starts the daemon inside the calling process, for tests: no helper process (so no
+/// kill escalation: nothing is ever killed), no mlockall, no signal handling, no fork.
+/// Everything else is the daemon `run` starts: the socket in `cfg.run_dir`, the listener,
+/// the monitor, the watch heartbeats, renewal threads per lockspace. Pair it with
+/// `lockd_diskio::memory::install` to run it over in-memory disks.
+pub fn start_in_process(cfg: Config, ring: Arc<LogRing>) -> Result<Running, DaemonError> {
+    start(cfg, None, ring, 0, false)
+}
+
+/// Binds the socket and starts the daemon's threads; returns once clients can connect.
+fn start(
+    cfg: Config,
+    helper: Option<helper::Helper>,
+    ring: Arc<LogRing>,
+    mlock_level: u8,
+    handle_signals: bool,
+) -> Result<Running, DaemonError> {
     // Remembered so a clean exit can remove a run dir the daemon made (drop-in mode's
     // /run/sanlock must not linger for sanlock clients to find after lockd stops).
     let made_run_dir = !cfg.run_dir.exists();
@@ -187,7 +221,9 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
             source,
         })?;
     if sys::lock_file(&pid_file).is_err() {
-        let _ = sys::kill(helper.pid, libc::SIGKILL);
+        if let Some(h) = &helper {
+            let _ = sys::kill(h.pid, libc::SIGKILL);
+        }
         return Err(DaemonError::AlreadyRunning { path: cfg.run_dir });
     }
     let _ = pid_file.set_len(0);
@@ -217,10 +253,10 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
         run_dir = %cfg.run_dir.display(),
         host_name = %cfg.host_name,
         io_timeout = cfg.io_timeout_s,
-        helper_pid = helper.pid,
+        helper_pid = helper.as_ref().map(|h| h.pid),
         "lockd daemon started"
     );
-    let d = Arc::new(Daemon::new(cfg, Some(helper), ring));
+    let d = Arc::new(Daemon::new(cfg, helper, ring));
     d.mlock_level
         .store(mlock_level, std::sync::atomic::Ordering::Relaxed);
     let d_listen = d.clone();
@@ -248,7 +284,24 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
         threads::spawn("lockd-metrics", move || metrics::serve(d_metrics, l))
             .map_err(DaemonError::Thread)?;
     }
-    let d_sig = d.clone();
+    if handle_signals {
+        spawn_signal_thread(d.clone())?;
+    }
+    // The socket was bound and is listening before the listener thread started, so
+    // clients connecting after READY=1 are accepted.
+    d.notifier.ready(&d.summary().to_string());
+    Ok(Running {
+        d,
+        monitor,
+        listener_clone,
+        pid_path,
+        _pid_file: pid_file,
+        made_run_dir,
+    })
+}
+
+/// SIGTERM and SIGINT (blocked in every thread by `run`) are taken here.
+fn spawn_signal_thread(d_sig: Arc<Daemon>) -> Result<(), DaemonError> {
     threads::spawn("lockd-signal", move || loop {
         let sig = match sys::wait_signal() {
             Ok(sig) => sig,
@@ -272,52 +325,72 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
             );
         }
     })
-    .map_err(DaemonError::Thread)?;
-    // The socket was bound and is listening before the listener thread started, so
-    // clients connecting after READY=1 are accepted.
-    d.notifier.ready(&d.summary().to_string());
+    .map(|_| ())
+    .map_err(DaemonError::Thread)
+}
 
-    // Wait for shutdown, then for lockspaces to go (their threads release delta leases).
-    {
-        let mut done = lock(&d.shutdown_mutex);
-        while !*done {
-            done = match d.shutdown_cond.wait(done) {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
+impl Running {
+    /// The daemon's state.
+    pub fn daemon(&self) -> &Arc<Daemon> {
+        &self.d
+    }
+
+    /// Waits for a shutdown request (SHUTDOWN, a signal in [`run`], or
+    /// [`Daemon::request_shutdown`]), for every lockspace to go, then closes the socket
+    /// and every client connection and removes the pid file.
+    pub fn wait_and_stop(self) {
+        let Running {
+            d,
+            monitor,
+            listener_clone,
+            pid_path,
+            _pid_file,
+            made_run_dir,
+        } = self;
+        // Wait for shutdown, then for lockspaces to go (their threads release delta
+        // leases).
+        {
+            let mut done = lock(&d.shutdown_mutex);
+            while !*done {
+                done = match d.shutdown_cond.wait(done) {
+                    Ok(g) => g,
+                    Err(p) => p.into_inner(),
+                };
+            }
         }
-    }
-    d.notifier.stopping("lockd stopping");
-    wait_spaces_gone(&d);
-    let _ = monitor.join();
-    // Wake the listener so it sees the shutdown flag, then close client connections.
-    let _ =
-        std::os::unix::net::UnixStream::connect(d.cfg.run_dir.join(client_lib::proto::SOCKET_NAME));
-    drop(listener_clone);
-    if let Some(addr) = d.cfg.metrics_listen {
-        // Wake the metrics listener too, so it sees the shutdown flag.
-        let _ = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200));
-    }
-    for c in lock(&d.clients).slots.values() {
-        if let Some(s) = &c.stream {
-            let _ = s.shutdown(std::net::Shutdown::Both);
+        d.notifier.stopping("lockd stopping");
+        wait_spaces_gone(&d);
+        let _ = monitor.join();
+        // Wake the listener so it sees the shutdown flag, then close client connections.
+        let _ = std::os::unix::net::UnixStream::connect(
+            d.cfg.run_dir.join(client_lib::proto::SOCKET_NAME),
+        );
+        drop(listener_clone);
+        if let Some(addr) = d.cfg.metrics_listen {
+            // Wake the metrics listener too, so it sees the shutdown flag.
+            let _ =
+                std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200));
         }
+        for c in lock(&d.clients).slots.values() {
+            if let Some(s) = &c.stream {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+        let _ = std::fs::remove_file(d.cfg.run_dir.join(client_lib::proto::SOCKET_NAME));
+        // Still locked by us: no other daemon can have taken it over.
+        let _ = std::fs::remove_file(&pid_path);
+        if made_run_dir {
+            // Only when empty: anything else in it is not ours to delete.
+            let _ = std::fs::remove_dir(&d.cfg.run_dir);
+        }
+        if let Some(h) = d.helper.as_ref() {
+            let _ = sys::kill(h.pid, libc::SIGTERM);
+        }
+        let left = lock(&d.resources).len();
+        if left != 0 {
+            // Only orphans of a failed lockspace can remain; they expire with our host_id.
+            error!(left, "exiting with leases still recorded");
+        }
+        info!("lockd daemon stopped");
     }
-    let _ = std::fs::remove_file(d.cfg.run_dir.join(client_lib::proto::SOCKET_NAME));
-    // Still locked by us: no other daemon can have taken it over.
-    let _ = std::fs::remove_file(&pid_path);
-    if made_run_dir {
-        // Only when empty: anything else in it is not ours to delete.
-        let _ = std::fs::remove_dir(&d.cfg.run_dir);
-    }
-    if let Some(h) = d.helper.as_ref() {
-        let _ = sys::kill(h.pid, libc::SIGTERM);
-    }
-    let left = lock(&d.resources).len();
-    if left != 0 {
-        // Only orphans of a failed lockspace can remain; they expire with our host_id.
-        error!(left, "exiting with leases still recorded");
-    }
-    info!("lockd daemon stopped");
-    Ok(())
 }

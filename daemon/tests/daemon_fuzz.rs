@@ -14,16 +14,26 @@
 //!   acquired exclusively again;
 //! * the daemon is still running at the end and never logged a panic.
 //!
-//! The storage is a real file under /var/tmp (O_DIRECT); the daemon's disk I/O is not yet
-//! pluggable (issue 14 asks for that reshape), so lease-core's in-memory disk cannot be
-//! used here. Seeds: `LOCKD_FUZZ_SEEDS` (comma list, default three fixed seeds);
-//! steps per seed: `LOCKD_FUZZ_STEPS` (default 250).
+//! Two targets run the same sequences:
+//! * a `lockd-daemon` process on a real file under /var/tmp (O_DIRECT), set up with
+//!   python3-sanlock's `write_lockspace`/`write_resource`;
+//! * the daemon started inside this test process (`lockd_daemon::start_in_process`: no
+//!   helper, so nothing is ever killed) over in-memory disks
+//!   (`lockd_diskio::memory`), set up through the daemon's own WRITE_LOCKSPACE and
+//!   WRITE_RESOURCE. Without storage latency it runs many more steps; a panic in any of
+//!   the daemon's threads is caught by a panic hook and fails the run.
+//!
+//! Seeds: `LOCKD_FUZZ_SEEDS` (comma list, default three fixed seeds); steps per seed:
+//! `LOCKD_FUZZ_STEPS` (default 250 on a file, 8 times that in memory).
 
 mod common;
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Once, OnceLock};
 use std::time::Duration;
 
 use client_lib::proto::*;
@@ -31,6 +41,7 @@ use client_lib::wire::Header;
 use client_lib::{Client, Disk, Lockspace, Resource, ResourceHead};
 use common::*;
 use disk_format::Name;
+use lockd_daemon::observability::LogRing;
 
 const RESOURCES: u64 = 4;
 const CLIENTS: usize = 4;
@@ -114,8 +125,108 @@ impl Model {
     }
 }
 
-fn new_client(d: &LockdDaemon) -> Client {
-    let mut c = Client::connect(&d.run_dir).expect("connect");
+/// The daemon under test.
+enum Target {
+    Process(LockdDaemon),
+    InProcess {
+        running: Option<lockd_daemon::Running>,
+        run_dir: PathBuf,
+        ring: Arc<LogRing>,
+    },
+}
+
+/// Panics in the in-process daemon's threads (all named `lockd-…`).
+static DAEMON_PANICS: AtomicUsize = AtomicUsize::new(0);
+
+impl Target {
+    /// The daemon inside this process, over in-memory disks, with io_timeout 1 and no
+    /// watchdog (as the process target's `-w 0 -o 1`).
+    fn in_process(s: &Scratch) -> Target {
+        static INIT: Once = Once::new();
+        static RING: OnceLock<Arc<LogRing>> = OnceLock::new();
+        let ring = RING.get_or_init(Default::default).clone();
+        INIT.call_once(|| {
+            // The daemon's log goes to its LOG_DUMP ring only (shown when a check
+            // fails), not to the test's stderr.
+            use tracing_subscriber::layer::SubscriberExt;
+            use tracing_subscriber::util::SubscriberInitExt;
+            let _ = tracing_subscriber::registry()
+                .with(tracing_subscriber::EnvFilter::new("info"))
+                .with(lockd_daemon::observability::RingLayer::new(ring.clone()))
+                .try_init();
+            let default_hook = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                let name = std::thread::current().name().unwrap_or("").to_string();
+                if name.starts_with("lockd") {
+                    DAEMON_PANICS.fetch_add(1, Ordering::SeqCst);
+                }
+                default_hook(info);
+            }));
+        });
+        let run_dir = s.dir.join("run-inproc");
+        let args = lockd_daemon::DaemonArgs {
+            foreground: true,
+            use_watchdog: Some(0),
+            host_name: Some("hostA".into()),
+            io_timeout: Some(1),
+            run_dir: Some(run_dir.clone()),
+            config: Some("/dev/null".into()),
+            ..Default::default()
+        };
+        let cfg = lockd_daemon::Config::resolve(&args, None).expect("config");
+        let running = lockd_daemon::start_in_process(cfg, ring.clone()).expect("start daemon");
+        Target::InProcess {
+            running: Some(running),
+            run_dir,
+            ring,
+        }
+    }
+
+    fn run_dir(&self) -> &Path {
+        match self {
+            Target::Process(d) => &d.run_dir,
+            Target::InProcess { run_dir, .. } => run_dir,
+        }
+    }
+
+    fn log_text(&self) -> String {
+        match self {
+            Target::Process(d) => d.log_text(),
+            Target::InProcess { ring, .. } => String::from_utf8_lossy(&ring.dump()).into_owned(),
+        }
+    }
+
+    /// Panics if the daemon exited or one of its threads panicked.
+    fn check_alive(&mut self, context: &str) {
+        let gone = match self {
+            Target::Process(d) => d.child.try_wait().unwrap().is_some(),
+            Target::InProcess { .. } => DAEMON_PANICS.load(Ordering::SeqCst) != 0,
+        };
+        assert!(
+            !gone,
+            "{context}: the daemon exited or panicked; log:\n{}",
+            tail(&self.log_text(), 40)
+        );
+    }
+
+    fn stop(&mut self) {
+        match self {
+            Target::Process(d) => d.stop(),
+            Target::InProcess {
+                running, run_dir, ..
+            } => {
+                if let Some(r) = running.take() {
+                    let mut c = Client::connect(run_dir).expect("connect for shutdown");
+                    assert_eq!(c.shutdown(true, false).unwrap(), 0, "forced shutdown");
+                    r.wait_and_stop();
+                }
+            }
+        }
+    }
+}
+
+fn new_client(d: &Target) -> Client {
+    let mut c = Client::connect(d.run_dir()).expect("connect");
     c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     c.register().expect("register");
     // REGISTER has no reply: a round trip makes sure it was processed.
@@ -124,8 +235,8 @@ fn new_client(d: &LockdDaemon) -> Client {
 }
 
 /// Sends bytes that are not a valid request on a fresh connection, then closes it.
-fn garbage(d: &LockdDaemon, rng: &mut Rng) {
-    let Ok(mut s) = UnixStream::connect(d.run_dir.join("sanlock.sock")) else {
+fn garbage(d: &Target, rng: &mut Rng) {
+    let Ok(mut s) = UnixStream::connect(d.run_dir().join("sanlock.sock")) else {
         return;
     };
     let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
@@ -155,19 +266,53 @@ fn garbage(d: &LockdDaemon, rng: &mut Rng) {
     let _ = s.write_all(&bytes);
 }
 
-fn run_seed(seed: u64, steps: usize) {
-    require_python_sanlock();
-    let s = Scratch::new(&format!("daemonfuzz-{seed}"));
-    let img = s.file("disk", RESOURCES + 2);
-    let path = img.display().to_string();
-    init_lockspace("FZ", &img, 0);
-    for r in 0..RESOURCES {
-        init_resource("FZ", &format!("r{r}"), &img, (r + 1) << 20);
-    }
-    let mut d = LockdDaemon::start(&s, "hostA", &[]);
+/// Where the run's storage is.
+#[derive(Clone, Copy, Debug)]
+enum Storage {
+    File,
+    Memory,
+}
+
+fn run_seed(seed: u64, steps: usize, storage: Storage) {
+    let s = Scratch::new(&format!("daemonfuzz-{storage:?}-{seed}"));
     let ls = Name::new("FZ").unwrap();
+    let (mut d, path) = match storage {
+        Storage::File => {
+            require_python_sanlock();
+            let img = s.file("disk", RESOURCES + 2);
+            init_lockspace("FZ", &img, 0);
+            for r in 0..RESOURCES {
+                init_resource("FZ", &format!("r{r}"), &img, (r + 1) << 20);
+            }
+            let d = Target::Process(LockdDaemon::start(&s, "hostA", &[]));
+            (d, img.display().to_string())
+        }
+        Storage::Memory => {
+            let path = format!("/lockd-mem/fuzz-{seed}");
+            lockd_diskio::memory::install()
+                .create(Path::new(&path), (RESOURCES + 2) << 20, 512)
+                .expect("memory image");
+            let d = Target::in_process(&s);
+            let mut admin = Client::connect(d.run_dir()).unwrap();
+            let space = Lockspace::new(ls, 1, &path, 0).unwrap();
+            assert_eq!(
+                admin.write_lockspace(&space, 1).unwrap(),
+                0,
+                "write_lockspace"
+            );
+            let bed = Bed {
+                path: path.clone(),
+                ls,
+            };
+            for r in 0..RESOURCES {
+                let rv = admin.write_resource(&bed.resource(r, false, false), 0, false);
+                assert_eq!(rv.unwrap(), 0, "write_resource r{r}");
+            }
+            (d, path)
+        }
+    };
     {
-        let mut admin = Client::connect(&d.run_dir).unwrap();
+        let mut admin = Client::connect(d.run_dir()).unwrap();
         let rv = admin
             .add_lockspace(&Lockspace::new(ls, 1, &path, 0).unwrap(), 1, 0)
             .unwrap();
@@ -293,12 +438,12 @@ fn run_seed(seed: u64, steps: usize) {
             // are free for others (the model says nobody else holds them).
             std::thread::sleep(Duration::from_millis(50));
         } else if op < 85 {
-            let admin = Client::connect(&d.run_dir).unwrap();
+            let admin = Client::connect(d.run_dir()).unwrap();
             let recs = admin.status(1).expect("status reply");
             what = format!("status -> {} records", recs.len());
             assert!(!recs.is_empty(), "step {step}: {what}");
         } else if op < 89 {
-            let mut admin = Client::connect(&d.run_dir).unwrap();
+            let mut admin = Client::connect(d.run_dir()).unwrap();
             match admin.get_hosts(ls, 0) {
                 Ok(hosts) => what = format!("get_hosts -> {}", hosts.len()),
                 // Before the first lockspace read the daemon answers -EAGAIN, as sanlock.
@@ -309,7 +454,7 @@ fn run_seed(seed: u64, steps: usize) {
             }
         } else if op < 92 {
             let r = rng.below(RESOURCES);
-            let mut admin = Client::connect(&d.run_dir).unwrap();
+            let mut admin = Client::connect(d.run_dir()).unwrap();
             let owners = admin.read_resource_owners(&bed.resource(r, false, false));
             what = format!("read_resource_owners r{r} -> {}", owners.is_ok());
         } else {
@@ -320,15 +465,11 @@ fn run_seed(seed: u64, steps: usize) {
             eprintln!("seed {seed} step {step}: {what}");
         }
         model.check(step, &what);
-        assert!(
-            d.child.try_wait().unwrap().is_none(),
-            "step {step} ({what}): the daemon exited; log:\n{}",
-            tail(&d.log_text(), 40)
-        );
+        d.check_alive(&format!("seed {seed} step {step} ({what})"));
     }
     // Every client closes: every resource must become free again.
     drop(clients);
-    let mut last = Client::connect(&d.run_dir).unwrap();
+    let mut last = Client::connect(d.run_dir()).unwrap();
     last.register().unwrap();
     let all: Vec<Resource> = (0..RESOURCES)
         .map(|r| bed.resource(r, false, false))
@@ -348,11 +489,12 @@ fn run_seed(seed: u64, steps: usize) {
         "seed {seed}: the daemon logged a panic:\n{}",
         tail(&log, 40)
     );
+    d.check_alive(&format!("seed {seed} at the end"));
     assert!(
         granted > 0,
         "seed {seed}: no acquire was ever granted: the run tested nothing"
     );
-    eprintln!("seed {seed}: {steps} steps, {granted} acquires granted");
+    eprintln!("{storage:?} seed {seed}: {steps} steps, {granted} acquires granted");
     // The registered clients are this test process: release before stopping the daemon,
     // whose forced shutdown SIGKILLs holders.
     let heads: Vec<ResourceHead> = (0..RESOURCES).map(|r| bed.head(r, false)).collect();
@@ -365,8 +507,7 @@ fn run_seed(seed: u64, steps: usize) {
     d.stop();
 }
 
-#[test]
-fn random_command_sequences_from_several_clients() {
+fn seeds_and_steps(default_steps: usize) -> (Vec<u64>, usize) {
     let seeds: Vec<u64> = std::env::var("LOCKD_FUZZ_SEEDS")
         .ok()
         .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
@@ -374,8 +515,22 @@ fn random_command_sequences_from_several_clients() {
     let steps = std::env::var("LOCKD_FUZZ_STEPS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(250);
+        .unwrap_or(default_steps);
+    (seeds, steps)
+}
+
+#[test]
+fn random_command_sequences_from_several_clients() {
+    let (seeds, steps) = seeds_and_steps(250);
     for seed in seeds {
-        run_seed(seed, steps);
+        run_seed(seed, steps, Storage::File);
+    }
+}
+
+#[test]
+fn random_command_sequences_over_memory_disks_in_process() {
+    let (seeds, steps) = seeds_and_steps(2000);
+    for seed in seeds {
+        run_seed(seed, steps, Storage::Memory);
     }
 }

@@ -97,7 +97,10 @@ fn quoted(text: &str) -> String {
 pub fn parse_offset(text: &str) -> Result<u64> {
     let n = parse_bytes(text)?;
     if n > MAX_OFFSET {
-        bail!("offset {} is past the largest file offset ({MAX_OFFSET})", quoted(text));
+        bail!(
+            "offset {} is past the largest file offset ({MAX_OFFSET})",
+            quoted(text)
+        );
     }
     Ok(n)
 }
@@ -126,7 +129,10 @@ impl LockspaceSpec {
     pub fn parse(text: &str) -> Result<LockspaceSpec> {
         let f = split_fields(text);
         if f.len() != 4 {
-            bail!("lockspace {} must be NAME:HOST_ID:PATH:OFFSET", quoted(text));
+            bail!(
+                "lockspace {} must be NAME:HOST_ID:PATH:OFFSET",
+                quoted(text)
+            );
         }
         if f[2].is_empty() {
             bail!("lockspace {} has an empty path", quoted(text));
@@ -146,7 +152,10 @@ impl ResourceSpec {
     pub fn parse(text: &str) -> Result<ResourceSpec> {
         let f = split_fields(text);
         if f.len() != 4 && f.len() != 5 {
-            bail!("resource {} must be LOCKSPACE:NAME:PATH:OFFSET[:LVER|:SH]", quoted(text));
+            bail!(
+                "resource {} must be LOCKSPACE:NAME:PATH:OFFSET[:LVER|:SH]",
+                quoted(text)
+            );
         }
         if f[2].is_empty() {
             bail!("resource {} has an empty path", quoted(text));
@@ -309,7 +318,10 @@ mod tests {
     fn errors_quote_a_long_argument_cut_short() {
         let long = format!("{}\n", "x".repeat(5000));
         let msg = format!("{:#}", parse_bytes(&long).unwrap_err());
-        assert!(msg.starts_with(&format!("\"{}\"…", "x".repeat(80))), "{msg}");
+        assert!(
+            msg.starts_with(&format!("\"{}\"…", "x".repeat(80))),
+            "{msg}"
+        );
         assert!(msg.len() < 200, "{msg}");
         let msg = format!("{:#}", LockspaceSpec::parse("a\nb").unwrap_err());
         assert!(msg.contains("\"a\\nb\""), "{msg}");

@@ -32,6 +32,7 @@ use thiserror::Error;
 
 use crate::buf::AlignedBuf;
 use crate::file::{Access, DirectFile};
+use crate::memory::{self, MemoryImage};
 use crate::observe::record;
 use crate::sys::uring::{Completion, Op, Target, UringEngine};
 
@@ -89,9 +90,16 @@ pub struct Disk {
 }
 
 struct DiskInner {
-    file: DirectFile,
+    backing: Backing,
     inflight: Arc<AtomicUsize>,
     engine: Option<Arc<UringEngine>>,
+}
+
+/// What a disk's I/O reaches: the storage, or an in-memory image in a test process
+/// ([`crate::memory`]).
+enum Backing {
+    File(DirectFile),
+    Memory(Arc<MemoryImage>),
 }
 
 /// Which I/O engine a disk uses.
@@ -161,6 +169,19 @@ impl Disk {
     /// Opens with a chosen engine; ring engines fall back to worker threads when io_uring
     /// is unavailable or `LOCKD_IO_ENGINE=threads`.
     pub fn open_with(path: &Path, kind: EngineKind) -> Result<Disk, IoError> {
+        if let Some(found) = memory::lookup(path) {
+            let image = found.map_err(|source| IoError::Open {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            return Ok(Disk {
+                inner: Arc::new(DiskInner {
+                    backing: Backing::Memory(image),
+                    inflight: Arc::new(AtomicUsize::new(0)),
+                    engine: None,
+                }),
+            });
+        }
         let engine = if threads_forced() {
             None
         } else {
@@ -179,7 +200,7 @@ impl Disk {
         })?;
         Ok(Disk {
             inner: Arc::new(DiskInner {
-                file,
+                backing: Backing::File(file),
                 inflight: Arc::new(AtomicUsize::new(0)),
                 engine,
             }),
@@ -193,24 +214,36 @@ impl Disk {
 
     /// The path it was opened by.
     pub fn path(&self) -> &Path {
-        self.inner.file.path()
+        match &self.inner.backing {
+            Backing::File(f) => f.path(),
+            Backing::Memory(m) => m.path(),
+        }
     }
 
     /// The sector size formatting defaults to, as sanlock: the logical sector size of a
     /// block device, 512 for a regular file (whatever its filesystem needs).
     pub fn sector_size(&self) -> u32 {
-        self.inner.file.sector_size()
+        match &self.inner.backing {
+            Backing::File(f) => f.sector_size(),
+            Backing::Memory(m) => m.sector_size(),
+        }
     }
 
     /// The unit every I/O must be aligned to (offset, length): the storage's logical
     /// block size ([`storage_block_size`](crate::storage_block_size)).
     pub fn io_block(&self) -> u32 {
-        self.inner.file.io_block()
+        match &self.inner.backing {
+            Backing::File(f) => f.io_block(),
+            Backing::Memory(m) => m.sector_size(),
+        }
     }
 
     /// Bytes on the device (or file length at open).
     pub fn size(&self) -> u64 {
-        self.inner.file.size()
+        match &self.inner.backing {
+            Backing::File(f) => f.size(),
+            Backing::Memory(m) => m.size(),
+        }
     }
 
     fn check(&self, offset: u64, len: usize) -> Result<(), IoError> {
@@ -242,10 +275,14 @@ impl Disk {
                 max: MAX_INFLIGHT,
             });
         }
+        let file = match &self.inner.backing {
+            Backing::File(f) => f,
+            Backing::Memory(image) => return Ok(self.memory_io(image, op, offset, buf)),
+        };
         if let Some(engine) = &self.inner.engine {
             let kind = if op == "read" { Op::Read } else { Op::Write };
             let target = Target {
-                file: self.inner.file.shared_file().clone(),
+                file: file.shared_file().clone(),
                 inflight: self.inner.inflight.clone(),
             };
             let rx = engine
@@ -266,20 +303,13 @@ impl Disk {
         let (tx, rx) = mpsc::sync_channel::<Completion>(1);
         let disk = self.clone();
         let worker = disk.clone();
+        let shared_file = file.shared_file().clone();
         let spawned = crate::spawn_thread("lockd-io", move || {
             let mut buf = buf;
             let res = if op == "read" {
-                worker
-                    .inner
-                    .file
-                    .shared_file()
-                    .read_exact_at(buf.as_mut_slice(), offset)
+                shared_file.read_exact_at(buf.as_mut_slice(), offset)
             } else {
-                worker
-                    .inner
-                    .file
-                    .shared_file()
-                    .write_all_at(buf.as_slice(), offset)
+                shared_file.write_all_at(buf.as_slice(), offset)
             };
             worker.inner.inflight.fetch_sub(1, Ordering::SeqCst);
             // If the submitter gave up, the send fails and the buffer is dropped here,
@@ -301,6 +331,33 @@ impl Disk {
             op,
             offset,
         })
+    }
+
+    /// Runs one I/O on an in-memory image at once, on the caller's thread; the completion
+    /// is waiting in the returned [`Pending`].
+    fn memory_io(
+        &self,
+        image: &MemoryImage,
+        op: &'static str,
+        offset: u64,
+        buf: AlignedBuf,
+    ) -> Pending {
+        let mut buf = buf;
+        let res = if op == "read" {
+            image.read_at(buf.as_mut_slice(), offset)
+        } else {
+            image.write_at(buf.as_slice(), offset)
+        };
+        self.inner.inflight.fetch_sub(1, Ordering::SeqCst);
+        let (tx, rx) = mpsc::sync_channel::<Completion>(1);
+        // The receiver is alive (it is returned below), and the channel has room for one.
+        let _ = tx.send((res, buf));
+        Pending {
+            rx,
+            disk: self.clone(),
+            op,
+            offset,
+        }
     }
 
     /// Starts a read of `len` bytes at `offset`.

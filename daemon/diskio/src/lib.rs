@@ -10,6 +10,8 @@
 //!   direct`'s resource-index commands);
 //! * [`BlockingDisk`] and [`SystemClock`]: lease-core's `Disk` and `Clock` over a [`Disk`]
 //!   and CLOCK_MONOTONIC ([`monotime`], [`monotime_ms`]);
+//! * [`memory`]: in-memory images that serve every [`Disk`] open of a test process that
+//!   installs them (the daemon running inside a test);
 //! * [`set_observer`]: one process-wide hook told of every [`Disk`] read and write
 //!   (the daemon's metrics).
 //!
@@ -28,6 +30,7 @@ mod buf;
 mod disk;
 mod file;
 mod lc;
+pub mod memory;
 mod observe;
 #[allow(unsafe_code)]
 mod sys;
