@@ -2,6 +2,12 @@
 //! cancels it when its deadline passes. One thread owns the ring; callers hand it
 //! requests over a channel and wait on a per-request completion channel.
 //!
+//! Waking the ring thread: with no I/O in flight it sleeps on the channel; with I/Os in
+//! flight it sleeps in the ring waiting for a completion, and a multishot POLL_ADD on an
+//! eventfd, which every submitter writes after sending its request, ends that wait at
+//! once — a new request is never left queued behind another request's I/O. (The wait
+//! also ends after 1 ms, should the poll ever be refused.)
+//!
 //! Buffer invariant: the request's buffer is stored in the ring thread's slot table from
 //! submission until the I/O's own CQE arrives (completion, error or cancellation); only
 //! then is it handed back (or dropped if the caller gave up). A timed-out I/O whose
@@ -17,11 +23,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use io_uring::{opcode, squeue, types, IoUring};
+use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::buf::AlignedBuf;
 
 const RING_ENTRIES: u32 = 256;
 const TIMEOUT_BIT: u64 = 1 << 63;
+/// user_data of the eventfd poll; I/O ids count up from 1 and never reach it.
+const WAKE_ID: u64 = TIMEOUT_BIT - 1;
 
 /// What a caller gets back: the I/O result and its buffer.
 pub(crate) type Completion = (io::Result<()>, AlignedBuf);
@@ -65,16 +74,26 @@ struct Slot {
 /// I/Os in flight and exit.
 pub(crate) struct UringEngine {
     tx: std::sync::Mutex<Sender<Req>>,
+    /// Written after each request is sent; polled by the ring.
+    wake: Arc<EventFd>,
 }
 
 impl UringEngine {
     /// Creates a ring (fails where io_uring is unavailable) and starts its thread.
     pub(crate) fn new(name: &str) -> io::Result<UringEngine> {
         let ring = IoUring::new(RING_ENTRIES)?;
+        let wake = Arc::new(
+            EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+                .map_err(io::Error::from)?,
+        );
         let (tx, rx) = mpsc::channel::<Req>();
-        crate::spawn_thread(format!("lockd-uring-{name}"), move || ring_loop(ring, rx))?;
+        let ring_wake = wake.clone();
+        crate::spawn_thread(format!("lockd-uring-{name}"), move || {
+            ring_loop(ring, rx, &ring_wake)
+        })?;
         Ok(UringEngine {
             tx: std::sync::Mutex::new(tx),
+            wake,
         })
     }
 
@@ -106,6 +125,9 @@ impl UringEngine {
             e.0.target.inflight.fetch_sub(1, Ordering::SeqCst);
             io::Error::other("io_uring thread has stopped")
         })?;
+        drop(tx);
+        // Cannot fail but for a counter at u64::MAX - 1; the 1 ms wait covers that.
+        let _ = self.wake.write(1);
         Ok(rx)
     }
 }
@@ -149,10 +171,25 @@ fn push(
     Ok(())
 }
 
-fn ring_loop(mut ring: IoUring, rx: Receiver<Req>) {
+/// Arms the multishot poll on the wake eventfd.
+fn arm_wake(ring: &mut IoUring, wake: &EventFd) -> io::Result<()> {
+    let poll = opcode::PollAdd::new(types::Fd(wake.as_raw_fd()), libc::POLLIN as u32)
+        .multi(true)
+        .build()
+        .user_data(WAKE_ID);
+    let mut sq = ring.submission();
+    // SAFETY: a poll shares no memory with the kernel (no buffer, no timespec); the kernel
+    // takes its own reference to the eventfd's file when it prepares the request.
+    unsafe { sq.push(&poll) }.map_err(|_| io::Error::from_raw_os_error(libc::EBUSY))
+}
+
+fn ring_loop(mut ring: IoUring, rx: Receiver<Req>, wake: &EventFd) {
     let mut slots: HashMap<u64, Slot> = HashMap::new();
     let mut next_id: u64 = 1;
     let mut closed = false;
+    if let Err(e) = arm_wake(&mut ring, wake) {
+        tracing::warn!(error = %e, "io_uring: no eventfd wake-up; new i/o may wait up to 1 ms");
+    }
     loop {
         // Take new requests: block when idle, poll while I/Os are in flight.
         loop {
@@ -223,11 +260,19 @@ fn ring_loop(mut ring: IoUring, rx: Receiver<Req>) {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
-        let done: Vec<(u64, i32)> = ring
+        let done: Vec<(u64, i32, u32)> = ring
             .completion()
-            .map(|c| (c.user_data(), c.result()))
+            .map(|c| (c.user_data(), c.result(), c.flags()))
             .collect();
-        for (ud, res) in done {
+        for (ud, res, flags) in done {
+            if ud == WAKE_ID {
+                // Reset the counter (non-blocking: 0 is EAGAIN); re-arm a poll that ended.
+                let _ = wake.read();
+                if res >= 0 && !io_uring::cqueue::more(flags) {
+                    let _ = arm_wake(&mut ring, wake);
+                }
+                continue;
+            }
             if ud & TIMEOUT_BIT != 0 {
                 continue;
             }
