@@ -83,14 +83,27 @@ pub fn area_end(offset: u64, len: u64) -> Result<u64> {
         })
 }
 
-/// `text` for an error message: Debug-quoted (control characters escaped), cut to
-/// [`QUOTED_MAX_CHARS`] characters so a long argument does not flood the terminal.
+/// `text` for an error message: in double quotes, with control characters, `"` and `\`
+/// escaped as Rust would (`\n`, `\u{1b}`, …), cut to [`QUOTED_MAX_CHARS`] characters so a
+/// long argument does not flood the terminal. Other characters are kept as they are
+/// (cheaper than `{:?}`, which looks every character up in Unicode's printable tables).
 fn quoted(text: &str) -> String {
     const QUOTED_MAX_CHARS: usize = 80;
-    match text.char_indices().nth(QUOTED_MAX_CHARS) {
-        Some((cut, _)) => format!("{:?}…", &text[..cut]),
-        None => format!("{text:?}"),
+    let mut out = String::with_capacity(text.len().min(QUOTED_MAX_CHARS) + 4);
+    out.push('"');
+    let mut chars = text.chars();
+    for c in chars.by_ref().take(QUOTED_MAX_CHARS) {
+        if c.is_control() || c == '"' || c == '\\' {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
     }
+    out.push('"');
+    if chars.next().is_some() {
+        out.push('…');
+    }
+    out
 }
 
 /// Parses an offset: a byte count (see [`parse_bytes`]) no larger than [`MAX_OFFSET`].
@@ -325,5 +338,7 @@ mod tests {
         assert!(msg.len() < 200, "{msg}");
         let msg = format!("{:#}", LockspaceSpec::parse("a\nb").unwrap_err());
         assert!(msg.contains("\"a\\nb\""), "{msg}");
+        assert_eq!(quoted("é\u{1b}\"x\\"), "\"é\\u{1b}\\\"x\\\\\"");
+        assert_eq!(quoted(&"y".repeat(80)), format!("\"{}\"", "y".repeat(80)));
     }
 }
