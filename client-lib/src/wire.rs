@@ -322,6 +322,23 @@ pub struct Resource {
 }
 
 impl Resource {
+    /// A resource with one disk (`path`, `offset`), lver 0, no flags: what most
+    /// callers acquire.
+    pub fn on_disk(
+        lockspace_name: Name,
+        name: Name,
+        path: &str,
+        offset: u64,
+    ) -> Result<Resource, WireError> {
+        Ok(Resource {
+            head: ResourceHead {
+                num_disks: 1,
+                ..ResourceHead::named(lockspace_name, name)
+            },
+            disks: vec![Disk::new(path, offset)?],
+        })
+    }
+
     /// Decodes a resource followed by exactly `head.num_disks` disks (at most `max_disks`).
     pub fn decode(b: &[u8], max_disks: u32) -> Result<Resource, WireError> {
         let (r, used) = Resource::decode_prefix(b, max_disks)?;

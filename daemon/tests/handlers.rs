@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use client_lib::wire::{Disk, Lockspace, Resource, ResourceHead};
+use client_lib::wire::{Lockspace, Resource};
 use disk_format::Name;
 use lockd_daemon::observability::LogRing;
 use lockd_daemon::state::Daemon;
@@ -43,19 +43,13 @@ fn space(path: &str, host_id: u64) -> Lockspace {
 }
 
 fn resource(path: &str, name: &str, offset: u64) -> Resource {
-    Resource {
-        head: ResourceHead {
-            lockspace_name: Name::new("HS").unwrap(),
-            name: Name::new(name).unwrap(),
-            lver: 0,
-            data64: 0,
-            data32: 0,
-            unused: 0,
-            flags: 0,
-            num_disks: 1,
-        },
-        disks: vec![Disk::new(path, offset).unwrap()],
-    }
+    Resource::on_disk(
+        Name::new("HS").unwrap(),
+        Name::new(name).unwrap(),
+        path,
+        offset,
+    )
+    .unwrap()
 }
 
 /// Formats lockspace HS at 0 and resource `r1` at 1 MiB.
