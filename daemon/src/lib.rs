@@ -6,30 +6,33 @@
 //! the listener, the once-a-second monitor, and one renewal thread per lockspace until
 //! shutdown. Every thread is started through [`threads`], with an explicit small stack.
 //!
-//! All `unsafe` lives in [`sys`]; the rest of the crate denies it.
+//! All `unsafe` lives in `sys`; the rest of the crate denies it. Modules are `pub(crate)`
+//! unless something outside the crate uses them: the binaries (`run`, `config`,
+//! `observability`) and the tests that call handlers or read state directly (`admin`,
+//! `lockspace`, `paxos`, `state`, `metrics`, `threads`, `helper` for `Daemon::new`).
 #![deny(unsafe_code)]
 
 pub mod admin;
-pub mod cmd;
+pub(crate) mod cmd;
 pub mod config;
-pub mod confirm;
+pub(crate) mod confirm;
 mod dispatch;
-pub mod forpid;
+pub(crate) mod forpid;
 pub mod helper;
-pub mod kill;
+pub(crate) mod kill;
 pub mod lockspace;
 pub mod metrics;
-pub mod notify;
+pub(crate) mod notify;
 pub mod observability;
 pub mod paxos;
-pub mod rindex;
-pub mod server;
+pub(crate) mod rindex;
+pub(crate) mod server;
 pub mod state;
 #[allow(unsafe_code)]
-pub mod sys;
+pub(crate) mod sys;
 pub mod threads;
-pub mod watch;
-pub mod watchdog;
+pub(crate) mod watch;
+pub(crate) mod watchdog;
 
 use std::fs::OpenOptions;
 use std::io::Write;

@@ -128,9 +128,4 @@ impl LockspaceWatchdog {
         }
         Ok(())
     }
-
-    /// True between `arm` and `disarm`.
-    pub fn is_armed(&self) -> bool {
-        self.armed
-    }
 }
