@@ -175,7 +175,7 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
     Ok(())
 }
 
-/// A daemon serving its socket, started by [`start`] (from [`run`], or inside a test
+/// A daemon serving its socket, started by `start` (from [`run`], or inside a test
 /// process by [`start_in_process`]).
 pub struct Running {
     d: Arc<Daemon>,

@@ -594,7 +594,7 @@ const HTTP_MAX_REQUEST: usize = 8 * 1024;
 const HTTP_IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Serves `GET /metrics` on `listener` until shutdown. One connection at a time: a scrape
-/// is small, and every read and write has [`HTTP_IO_TIMEOUT`], so a stalled peer delays
+/// is small, and every read and write has `HTTP_IO_TIMEOUT`, so a stalled peer delays
 /// others by at most that much and can never grow threads or memory.
 pub fn serve(d: Arc<Daemon>, listener: TcpListener) {
     if let Ok(addr) = listener.local_addr() {

@@ -14,7 +14,7 @@
 //! 84 KiB in a debug build, renewal threads 16 / 40 KiB, every other thread at most
 //! 12 / 16 KiB. The deepest is a connection thread running ACQUIRE (lease-core's paxos
 //! futures driven by `block_on`, plus formatting and tracing); disk buffers are always
-//! on the heap ([`crate::diskio::AlignedBuf`]) and no thread keeps a large array on its
+//! on the heap ([`lockd_diskio::AlignedBuf`]) and no thread keeps a large array on its
 //! stack. Each size is twice the release measurement, and 1.5 times the debug one in
 //! debug builds (which the test suite runs), rounded up to a power of two.
 
