@@ -6,9 +6,12 @@
 # The baseline keeps a device someone else attached (or a run killed before its cleanup
 # ran) from failing this run, while anything this run leaves behind still fails it.
 set -euo pipefail
+export LC_ALL=C # one collation for sort and comm
 state() {
-    losetup -n -l -O NAME,BACK-FILE --raw 2>/dev/null | sort || true
-    mount | awk '/lockd-faultfs/ {print "mount " $3}' | sort
+    {
+        losetup -n -l -O NAME,BACK-FILE --raw 2>/dev/null || true
+        mount | awk '/lockd-faultfs/ {print "mount " $3}'
+    } | sort
 }
 case "${1:-}" in
 snapshot)
