@@ -333,11 +333,6 @@ fn spawn_signal_thread(d_sig: Arc<Daemon>) -> Result<(), DaemonError> {
 }
 
 impl Running {
-    /// The daemon's state.
-    pub fn daemon(&self) -> &Arc<Daemon> {
-        &self.d
-    }
-
     /// Waits for a shutdown request (SHUTDOWN, a signal in [`run`], or
     /// [`Daemon::request_shutdown`]), for every lockspace to go, then closes the socket
     /// and every client connection and removes the pid file.

@@ -135,6 +135,8 @@ mod tests {
         let mut a = AlignedBuf::zeroed(len);
         a.as_mut_slice().fill(0xAB);
         drop(a);
+        // (No other test of this crate's library allocates buffers this large.)
+        assert!(!pool().is_empty(), "a dropped 1 MiB buffer was not kept");
         for want in [len, len - 4096, POOL_MIN_BYTES] {
             let b = AlignedBuf::zeroed(want);
             assert_eq!(b.len(), want);

@@ -293,16 +293,10 @@ impl Disk {
                     offset,
                     source,
                 })?;
-            return Ok(Pending {
-                rx,
-                disk: self.clone(),
-                op,
-                offset,
-            });
+            return Ok(self.pending(rx, op, offset));
         }
         let (tx, rx) = mpsc::sync_channel::<Completion>(1);
-        let disk = self.clone();
-        let worker = disk.clone();
+        let worker = self.clone();
         let shared_file = file.shared_file().clone();
         let spawned = crate::spawn_thread("lockd-io", move || {
             let mut buf = buf;
@@ -325,12 +319,17 @@ impl Disk {
                 source,
             });
         }
-        Ok(Pending {
+        Ok(self.pending(rx, op, offset))
+    }
+
+    /// The handle of an I/O whose completion will arrive on `rx`.
+    fn pending(&self, rx: Receiver<Completion>, op: &'static str, offset: u64) -> Pending {
+        Pending {
             rx,
-            disk,
+            disk: self.clone(),
             op,
             offset,
-        })
+        }
     }
 
     /// Runs one I/O on an in-memory image at once, on the caller's thread; the completion
@@ -352,12 +351,7 @@ impl Disk {
         let (tx, rx) = mpsc::sync_channel::<Completion>(1);
         // The receiver is alive (it is returned below), and the channel has room for one.
         let _ = tx.send((res, buf));
-        Pending {
-            rx,
-            disk: self.clone(),
-            op,
-            offset,
-        }
+        self.pending(rx, op, offset)
     }
 
     /// Starts a read of `len` bytes at `offset`.

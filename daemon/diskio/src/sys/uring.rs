@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +29,7 @@ use crate::buf::AlignedBuf;
 
 const RING_ENTRIES: u32 = 256;
 const TIMEOUT_BIT: u64 = 1 << 63;
-/// user_data of the eventfd poll; I/O ids count up from 1 and never reach it.
+/// user_data of the eventfd poll; I/O ids stay below it.
 const WAKE_ID: u64 = TIMEOUT_BIT - 1;
 
 /// What a caller gets back: the I/O result and its buffer.
@@ -76,6 +76,9 @@ pub(crate) struct UringEngine {
     tx: std::sync::Mutex<Sender<Req>>,
     /// Written after each request is sent; polled by the ring.
     wake: Arc<EventFd>,
+    /// Wake-up completions the ring thread has taken (read by the tests only).
+    #[cfg_attr(not(test), allow(dead_code))]
+    wakeups: Arc<AtomicU64>,
 }
 
 impl UringEngine {
@@ -87,13 +90,15 @@ impl UringEngine {
                 .map_err(io::Error::from)?,
         );
         let (tx, rx) = mpsc::channel::<Req>();
-        let ring_wake = wake.clone();
+        let wakeups = Arc::new(AtomicU64::new(0));
+        let (ring_wake, ring_wakeups) = (wake.clone(), wakeups.clone());
         crate::spawn_thread(format!("lockd-uring-{name}"), move || {
-            ring_loop(ring, rx, &ring_wake)
+            ring_loop(ring, rx, &ring_wake, &ring_wakeups)
         })?;
         Ok(UringEngine {
             tx: std::sync::Mutex::new(tx),
             wake,
+            wakeups,
         })
     }
 
@@ -183,7 +188,7 @@ fn arm_wake(ring: &mut IoUring, wake: &EventFd) -> io::Result<()> {
     unsafe { sq.push(&poll) }.map_err(|_| io::Error::from_raw_os_error(libc::EBUSY))
 }
 
-fn ring_loop(mut ring: IoUring, rx: Receiver<Req>, wake: &EventFd) {
+fn ring_loop(mut ring: IoUring, rx: Receiver<Req>, wake: &EventFd, wakeups: &AtomicU64) {
     let mut slots: HashMap<u64, Slot> = HashMap::new();
     let mut next_id: u64 = 1;
     let mut closed = false;
@@ -212,7 +217,8 @@ fn ring_loop(mut ring: IoUring, rx: Receiver<Req>, wake: &EventFd) {
                 }
             };
             let id = next_id;
-            next_id = (next_id + 1) & !TIMEOUT_BIT;
+            // 1..WAKE_ID-1, then 1 again: never 0, WAKE_ID or a TIMEOUT_BIT id.
+            next_id = next_id % (WAKE_ID - 1) + 1;
             let ts = Box::new(
                 types::Timespec::new()
                     .sec(req.timeout.as_secs())
@@ -266,6 +272,7 @@ fn ring_loop(mut ring: IoUring, rx: Receiver<Req>, wake: &EventFd) {
             .collect();
         for (ud, res, flags) in done {
             if ud == WAKE_ID {
+                wakeups.fetch_add(1, Ordering::Relaxed);
                 // Reset the counter (non-blocking: 0 is EAGAIN); re-arm a poll that ended.
                 let _ = wake.read();
                 if res >= 0 && !io_uring::cqueue::more(flags) {
@@ -361,5 +368,55 @@ mod tests {
         let (res, buf) = rx.recv_timeout(Duration::from_secs(5)).expect("completion");
         res.expect("read");
         assert!(buf.as_slice().iter().all(|&b| b == 7));
+    }
+
+    /// With an I/O stuck in flight (the ring thread waits in the kernel), a new request's
+    /// eventfd write reaches the ring as a wake-up completion, and the request completes.
+    #[test]
+    fn a_request_wakes_the_ring_while_another_io_is_in_flight() {
+        use std::io::Write;
+        let engine = UringEngine::new("test").unwrap();
+        let pipe_target = |reader: std::io::PipeReader| Target {
+            file: Arc::new(File::from(std::os::fd::OwnedFd::from(reader))),
+            inflight: Arc::new(AtomicUsize::new(1)),
+        };
+        let (stuck_reader, _stuck_writer) = std::io::pipe().unwrap();
+        let stuck = engine
+            .submit(
+                Op::Read,
+                pipe_target(stuck_reader),
+                0,
+                AlignedBuf::zeroed(512),
+                Duration::from_secs(5),
+            )
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let before = engine.wakeups.load(Ordering::Relaxed);
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        writer.write_all(&[3u8; 512]).unwrap();
+        let rx = engine
+            .submit(
+                Op::Read,
+                pipe_target(reader),
+                0,
+                AlignedBuf::zeroed(512),
+                Duration::from_secs(5),
+            )
+            .unwrap();
+        let (res, buf) = rx.recv_timeout(Duration::from_secs(2)).expect("completion");
+        res.expect("read");
+        assert!(buf.as_slice().iter().all(|&b| b == 3));
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while engine.wakeups.load(Ordering::Relaxed) == before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no eventfd wake-up reached the ring"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            stuck.try_recv().is_err(),
+            "the stuck read completed by itself"
+        );
     }
 }
