@@ -376,33 +376,23 @@ mod tests {
     fn a_request_wakes_the_ring_while_another_io_is_in_flight() {
         use std::io::Write;
         let engine = UringEngine::new("test").unwrap();
-        let pipe_target = |reader: std::io::PipeReader| Target {
-            file: Arc::new(File::from(std::os::fd::OwnedFd::from(reader))),
-            inflight: Arc::new(AtomicUsize::new(1)),
+        let read_pipe = |reader: std::io::PipeReader| {
+            let target = Target {
+                file: Arc::new(File::from(std::os::fd::OwnedFd::from(reader))),
+                inflight: Arc::new(AtomicUsize::new(1)),
+            };
+            let buf = AlignedBuf::zeroed(512);
+            engine
+                .submit(Op::Read, target, 0, buf, Duration::from_secs(5))
+                .unwrap()
         };
         let (stuck_reader, _stuck_writer) = std::io::pipe().unwrap();
-        let stuck = engine
-            .submit(
-                Op::Read,
-                pipe_target(stuck_reader),
-                0,
-                AlignedBuf::zeroed(512),
-                Duration::from_secs(5),
-            )
-            .unwrap();
+        let stuck = read_pipe(stuck_reader);
         std::thread::sleep(Duration::from_millis(50));
         let before = engine.wakeups.load(Ordering::Relaxed);
         let (reader, mut writer) = std::io::pipe().unwrap();
         writer.write_all(&[3u8; 512]).unwrap();
-        let rx = engine
-            .submit(
-                Op::Read,
-                pipe_target(reader),
-                0,
-                AlignedBuf::zeroed(512),
-                Duration::from_secs(5),
-            )
-            .unwrap();
+        let rx = read_pipe(reader);
         let (res, buf) = rx.recv_timeout(Duration::from_secs(2)).expect("completion");
         res.expect("read");
         assert!(buf.as_slice().iter().all(|&b| b == 3));
