@@ -18,6 +18,27 @@ impl Drop for Holder {
     }
 }
 
+/// Waits until the holder `lockd acquire -- CMD` says on stderr (the file `err`) that it
+/// holds its leases. Only then may other connections name its pid: sanlock refuses a
+/// registered client's own command with EBUSY while a command from another connection
+/// (an `inquire -p PID` poll, say) targets that client, and the acquire would fail.
+fn wait_until_holding(daemon: &SanlockDaemon, holder: &mut Holder, err: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(err).unwrap_or_default();
+        if text.contains("lockd: holding") {
+            return;
+        }
+        let exited = holder.0.try_wait().expect("try_wait");
+        assert!(
+            exited.is_none() && Instant::now() < deadline,
+            "the holder did not get its lease (exit: {exited:?}): {text}\ndaemon log:\n{}",
+            daemon.log_text()
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn lockd(daemon: &SanlockDaemon, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(LOCKD)
         .args(args)
@@ -80,6 +101,7 @@ fn lockd_cli_drives_a_real_sanlock_daemon() {
 
     // Hold vm1 for the life of a command; the registered pid is the command itself.
     let res = format!("cli:vm1:{p}:1M");
+    let holder_err = dir.path().join("holder.err");
     let holder = Command::new(LOCKD)
         .args([
             "acquire",
@@ -93,23 +115,17 @@ fn lockd_cli_drives_a_real_sanlock_daemon() {
         ])
         .env("LOCKD_RUN_DIR", daemon.run_dir.path())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(std::fs::File::create(&holder_err).expect("holder stderr file"))
         .spawn()
         .expect("spawn lockd acquire -- sleep");
     let pid = holder.id();
-    let holder = Holder(holder);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let inq = loop {
-        let (ok, out, _) = lockd(&daemon, &["inquire", "-p", &pid.to_string()]);
-        if ok && out.contains("cli:vm1") {
-            break out;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pid {pid} never showed vm1: {out}"
-        );
-        thread::sleep(Duration::from_millis(200));
-    };
+    let mut holder = Holder(holder);
+    wait_until_holding(&daemon, &mut holder, &holder_err);
+    let (ok, inq, err) = lockd(&daemon, &["inquire", "-p", &pid.to_string()]);
+    assert!(
+        ok && inq.contains("cli:vm1"),
+        "inquire -p {pid}: {inq}{err}"
+    );
     assert!(inq.contains(&format!("cli:vm1:{p}:1048576:1")), "{inq}");
     // The command really is the registered holder: /proc shows sleep, not lockd.
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
@@ -225,23 +241,19 @@ fn lockd_request_examine_and_events_against_a_real_sanlock_daemon() {
         &["add-lockspace", "-s", &format!("rq:1:{p}:0"), "-o", "1"],
     );
     let res = format!("rq:vm1:{p}:1M");
+    let holder_err = dir.path().join("holder.err");
     let mut holder = Holder(
         Command::new(LOCKD)
             .args(["acquire", "-r", &res, "--", "/bin/sleep", "60"])
             .env("LOCKD_RUN_DIR", daemon.run_dir.path())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&holder_err).expect("holder stderr file"))
             .spawn()
             .expect("spawn holder"),
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !lockd(&daemon, &["inquire", "-p", &holder.0.id().to_string()])
-        .1
-        .contains("rq:vm1")
-    {
-        assert!(Instant::now() < deadline, "holder never got vm1");
-        thread::sleep(Duration::from_millis(200));
-    }
+    wait_until_holding(&daemon, &mut holder, &holder_err);
+    let (ok, inq, err) = lockd(&daemon, &["inquire", "-p", &holder.0.id().to_string()]);
+    assert!(ok && inq.contains("rq:vm1"), "inquire: {inq}{err}");
     // A request without a version is refused before anything is sent.
     let (ok, _, err) = lockd(&daemon, &["request", "-r", &res, "-f", "force"]);
     assert!(!ok && err.contains(":LVER"), "{err}");
