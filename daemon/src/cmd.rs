@@ -227,7 +227,8 @@ pub(crate) fn shutdown(d: &Arc<Daemon>, force: bool) {
     d.request_shutdown();
 }
 
-/// Runs when a connection thread ends: a registered client's death releases its leases.
+/// Runs on a pool worker when a connection closed (or a process watched for its leases
+/// exited): a registered client's death releases its leases.
 pub fn connection_closed(d: &Arc<Daemon>, ci: u32) {
     crate::watch::connection_closed(d, ci);
     let (registered, tokens) = {
@@ -256,11 +257,9 @@ pub fn connection_closed(d: &Arc<Daemon>, ci: u32) {
         (true, tokens)
     };
     if registered && !tokens.is_empty() {
-        let d2 = d.clone();
-        // Asynchronous, as sanlock: the release I/O must not hold up anything else.
-        let _ = crate::threads::spawn_client("lockd-release", move || {
-            release_tokens_as(&d2, ci, tokens, true)
-        });
+        // On the pool worker that saw the connection close (or the pid exit): the release
+        // I/O holds up no other client, as sanlock's asynchronous release does not.
+        release_tokens_as(d, ci, tokens, true);
     }
 }
 

@@ -2,7 +2,8 @@
 //! used by `lockd acquire --for-pid` and hypervisor hooks).
 //!
 //! The daemon makes a client slot for the pid with no connection, takes the leases on it,
-//! and watches the pid through a pidfd: when the process exits, the slot is closed exactly
+//! and watches the pid through a pidfd in the reactor's epoll set (`reactor.rs`): when
+//! the process exits, the slot is closed exactly
 //! as a registered client's connection closing is (its leases are released). While it
 //! lives, the slot is an ordinary registered client: the kill escalation (killpath, then
 //! SIGTERM, then SIGKILL) and requests from other hosts reach it by pid.
@@ -135,42 +136,21 @@ pub(crate) fn acquire_for_pid(
         }
     }
     info!(pid, ci, leases = ?names, killpath = ?killpath_path, "leases acquired for pid");
-    let d2 = d.clone();
-    let spawned = crate::threads::spawn_client(format!("lockd-pid{pid}"), move || {
-        watch_pid(&d2, ci, pid, pidfd)
-    });
-    if spawned.is_err() {
-        // Without a watcher the leases would outlive the process: give them back.
+    let watched = match d.reactor.get() {
+        Some(r) => r.watch_pid(ci, pid, pidfd),
+        None => Err(std::io::Error::from_raw_os_error(libc::ENOSYS)),
+    };
+    if let Err(e) = watched {
+        // Without a watch the leases would outlive the process: give them back.
+        warn!(pid, error = %e, "cannot watch the process; releasing its leases");
         crate::cmd::connection_closed(d, ci);
         return -libc::ENOMEM;
     }
     0
 }
 
-/// Waits for the process to exit, then closes its slot (releasing its leases).
-fn watch_pid(d: &Arc<Daemon>, ci: u32, pid: i32, pidfd: std::os::fd::OwnedFd) {
-    loop {
-        match sys::pidfd_wait(&pidfd, 1000) {
-            Ok(true) => break,
-            Ok(false) => {}
-            Err(e) => {
-                warn!(pid, error = %e, "pidfd poll failed; releasing the pid's leases");
-                break;
-            }
-        }
-        // The slot may be gone already (its leases released by `lockd release -p`).
-        if !still_ours(d, ci, pid) {
-            return;
-        }
-    }
-    if still_ours(d, ci, pid) {
-        info!(pid, ci, "process exited: releasing the leases held for it");
-        crate::cmd::connection_closed(d, ci);
-    }
-}
-
 /// Slot numbers are reused: is `ci` still the connection-less slot of `pid`?
-fn still_ours(d: &Daemon, ci: u32, pid: i32) -> bool {
+pub(crate) fn still_ours(d: &Daemon, ci: u32, pid: i32) -> bool {
     lock(&d.clients)
         .slots
         .get(&ci)

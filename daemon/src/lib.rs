@@ -25,6 +25,8 @@ pub mod metrics;
 pub(crate) mod notify;
 pub mod observability;
 pub mod paxos;
+pub(crate) mod pool;
+pub(crate) mod reactor;
 pub(crate) mod rindex;
 pub(crate) mod server;
 pub mod state;
@@ -267,8 +269,16 @@ fn start(
         path: d.cfg.run_dir.clone(),
         source,
     })?;
-    threads::spawn("lockd-listen", move || {
-        server::listen_loop(d_listen, listener)
+    let reactor = Arc::new(
+        reactor::Reactor::new().map_err(|source| DaemonError::Socket {
+            path: d.cfg.run_dir.clone(),
+            source,
+        })?,
+    );
+    // Set once, here, before any client can connect.
+    let _ = d.reactor.set(reactor.clone());
+    threads::spawn("lockd-reactor", move || {
+        reactor::serve(d_listen, reactor, listener)
     })
     .map_err(DaemonError::Thread)?;
     let d_mon = d.clone();
@@ -359,7 +369,7 @@ impl Running {
         d.notifier.stopping("lockd stopping");
         wait_spaces_gone(&d);
         let _ = monitor.join();
-        // Wake the listener so it sees the shutdown flag, then close client connections.
+        // Wake the reactor so it sees the shutdown flag, then close client connections.
         let _ = std::os::unix::net::UnixStream::connect(
             d.cfg.run_dir.join(client_lib::proto::SOCKET_NAME),
         );

@@ -342,6 +342,33 @@ pub fn render(d: &Daemon) -> String {
         "Registered clients (processes that may hold leases).",
     );
     e.sample_u64("lockd_clients_registered", &[], registered);
+    if let Some(r) = d.reactor.get() {
+        let pool = r.pool_counts().unwrap_or_default();
+        e.family(
+            "lockd_worker_threads",
+            "gauge",
+            "Worker threads running client commands (busy or idle).",
+        );
+        e.sample_u64("lockd_worker_threads", &[], pool.threads as u64);
+        e.family(
+            "lockd_worker_threads_idle",
+            "gauge",
+            "Worker threads waiting for a command.",
+        );
+        e.sample_u64("lockd_worker_threads_idle", &[], pool.idle as u64);
+        e.family(
+            "lockd_worker_jobs_queued",
+            "gauge",
+            "Commands waiting for a worker (all workers busy).",
+        );
+        e.sample_u64("lockd_worker_jobs_queued", &[], pool.queued as u64);
+        e.family(
+            "lockd_pid_watches",
+            "gauge",
+            "Processes whose leases are held for them (acquire --for-pid), watched for exit.",
+        );
+        e.sample_u64("lockd_pid_watches", &[], r.watched_pids() as u64);
+    }
     e.family(
         "lockd_lockspaces",
         "gauge",

@@ -1,8 +1,9 @@
-//! The socket server: one listener thread, one thread per connection.
+//! The socket server's connections: binding the socket, and running one request.
 //!
-//! A connection thread reads one 32-byte header at a time and runs the command to the
-//! end before reading the next, so a registered client's commands are serialised exactly
-//! as sanlock serialises them (it suspends the fd while a command runs). The header goes
+//! The reactor (`reactor.rs`) accepts connections and reads each 32-byte header; a pool
+//! worker then runs the command to the end with [`run_command`] before the connection is
+//! watched for the next, so a registered client's commands are serialised exactly as
+//! sanlock serialises them (it suspends the fd while a command runs). The header goes
 //! to `dispatch.rs`, which reads the request's payload through this connection's
 //! [`PayloadSource`] (`client_lib::request::read_request`: structs read by size, as
 //! sanlock reads them; the header's length is only a bound), each payload read with a
@@ -12,7 +13,6 @@
 //! the edge.
 
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
@@ -22,21 +22,21 @@ use std::time::{Duration, Instant};
 use client_lib::proto::*;
 use client_lib::request::{PayloadSource, ShortRead};
 use client_lib::wire::{Header, HEADER_LEN};
-use tracing::{debug, info, warn};
+use tracing::debug;
 
-use crate::state::{lock, Daemon, Refused};
-use crate::sys::{self, PeerCred};
+use crate::state::{lock, Daemon};
+use crate::sys::PeerCred;
 
 /// How long a payload may take to arrive once its header did.
 const PAYLOAD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// At most one log line per this interval about refused connections (or failed accepts):
 /// a flood of connections must not become a flood of log lines.
-const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Counts events that are logged at most once per [`REFUSAL_LOG_INTERVAL`].
 #[derive(Debug, Default)]
-struct RateLimit {
+pub(crate) struct RateLimit {
     last: Option<Instant>,
     /// Events not logged since `last`.
     suppressed: u64,
@@ -44,7 +44,7 @@ struct RateLimit {
 
 impl RateLimit {
     /// Some(events since the last line, this one included) when a line is due now.
-    fn hit(&mut self, now: Instant) -> Option<u64> {
+    pub(crate) fn hit(&mut self, now: Instant) -> Option<u64> {
         let due = self
             .last
             .is_none_or(|t| now.saturating_duration_since(t) >= REFUSAL_LOG_INTERVAL);
@@ -74,68 +74,6 @@ pub fn bind(run_dir: &Path, gid: Option<u32>) -> io::Result<UnixListener> {
         std::os::unix::fs::chown(&path, None, Some(gid))?;
     }
     Ok(l)
-}
-
-/// Accepts connections until shutdown. A connection that gets no slot (table full, or its
-/// uid at its bound; see [`crate::state::Clients::add`]) is closed at once.
-pub fn listen_loop(d: Arc<Daemon>, listener: UnixListener) {
-    let mut refusals = RateLimit::default();
-    let mut accept_errors = RateLimit::default();
-    for conn in listener.incoming() {
-        if d.is_shutting_down() {
-            break;
-        }
-        let stream = match conn {
-            Ok(s) => s,
-            Err(e) => {
-                if let Some(n) = accept_errors.hit(Instant::now()) {
-                    warn!(error = %e, failures = n, "accept failed");
-                }
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
-            }
-        };
-        let cred = match sys::peer_cred(&stream) {
-            Ok(c) => c,
-            Err(e) => {
-                warn!(error = %e, "SO_PEERCRED failed; closing connection");
-                continue;
-            }
-        };
-        let clone = stream.try_clone().ok();
-        let ci = match lock(&d.clients).add(stream.as_raw_fd(), cred.pid, cred.uid, clone) {
-            Ok(ci) => ci,
-            Err(why) => {
-                if let Some(n) = refusals.hit(Instant::now()) {
-                    let reason = match why {
-                        Refused::Full => "client slots full",
-                        Refused::UidLimit => "per-uid connection limit reached",
-                    };
-                    warn!(
-                        pid = cred.pid,
-                        uid = cred.uid,
-                        refused = n,
-                        interval_s = REFUSAL_LOG_INTERVAL.as_secs(),
-                        "{reason}; closing connection (refused counts this and the ones not \
-                         logged since the last such line)"
-                    );
-                }
-                // Dropping `stream` here closes the connection at once.
-                continue;
-            }
-        };
-        let d2 = d.clone();
-        let spawned = crate::threads::spawn_client(format!("lockd-conn{ci}"), move || {
-            let mut conn = Conn { stream, ci, cred };
-            conn_loop(&d2, &mut conn);
-            crate::cmd::connection_closed(&d2, ci);
-        });
-        if let Err(e) = spawned {
-            warn!(error = %e, "cannot start connection thread");
-            lock(&d.clients).slots.remove(&ci);
-        }
-    }
-    info!("listener stopped");
 }
 
 /// One client connection.
@@ -253,58 +191,52 @@ pub enum After {
     Close,
 }
 
-fn conn_loop(d: &Arc<Daemon>, conn: &mut Conn) {
-    let mut hb = [0u8; HEADER_LEN];
-    loop {
-        if conn.read_full(&mut hb).is_err() {
-            return;
-        }
-        if d.is_shutting_down() {
-            return;
-        }
-        let Ok(h) = Header::decode(&hb) else { return };
-        if h.magic != SM_MAGIC {
-            // sanlock ignores such a message: no reply, connection left open.
-            debug!(
-                ci = conn.ci,
-                magic = h.magic,
-                "ignoring message with bad magic"
-            );
-            continue;
-        }
-        let restricted = lock(&d.clients)
-            .slots
-            .get(&conn.ci)
-            .map(|c| c.restricted)
-            .unwrap_or(0);
-        if restricted & SANLK_RESTRICT_ALL != 0 {
-            debug!(
-                ci = conn.ci,
-                cmd = h.cmd,
-                "ignoring message on restricted connection"
-            );
-            conn.drain(&h, 0);
-            continue;
-        }
-        if h.version != 0
-            && h.cmd != SM_CMD_VERSION
-            && (h.version & 0xFFFF_0000) > (SM_PROTO & 0xFFFF_0000)
-        {
-            debug!(
-                ci = conn.ci,
-                version = h.version,
-                "ignoring message of newer protocol"
-            );
-            continue;
-        }
-        if let Some(c) = lock(&d.clients).slots.get_mut(&conn.ci) {
-            c.cmd_last = h.cmd;
-        }
-        match crate::dispatch::dispatch(d, conn, &h) {
-            After::Keep => {}
-            After::Close => return,
-        }
+/// Runs the one request whose 32-byte header `hb` the reactor read from `conn`.
+pub(crate) fn run_command(d: &Arc<Daemon>, conn: &mut Conn, hb: &[u8; HEADER_LEN]) -> After {
+    if d.is_shutting_down() {
+        return After::Close;
     }
+    let Ok(h) = Header::decode(hb) else {
+        return After::Close;
+    };
+    if h.magic != SM_MAGIC {
+        // sanlock ignores such a message: no reply, connection left open.
+        debug!(
+            ci = conn.ci,
+            magic = h.magic,
+            "ignoring message with bad magic"
+        );
+        return After::Keep;
+    }
+    let restricted = lock(&d.clients)
+        .slots
+        .get(&conn.ci)
+        .map(|c| c.restricted)
+        .unwrap_or(0);
+    if restricted & SANLK_RESTRICT_ALL != 0 {
+        debug!(
+            ci = conn.ci,
+            cmd = h.cmd,
+            "ignoring message on restricted connection"
+        );
+        conn.drain(&h, 0);
+        return After::Keep;
+    }
+    if h.version != 0
+        && h.cmd != SM_CMD_VERSION
+        && (h.version & 0xFFFF_0000) > (SM_PROTO & 0xFFFF_0000)
+    {
+        debug!(
+            ci = conn.ci,
+            version = h.version,
+            "ignoring message of newer protocol"
+        );
+        return After::Keep;
+    }
+    if let Some(c) = lock(&d.clients).slots.get_mut(&conn.ci) {
+        c.cmd_last = h.cmd;
+    }
+    crate::dispatch::dispatch(d, conn, &h)
 }
 
 #[cfg(test)]

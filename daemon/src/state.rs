@@ -223,6 +223,9 @@ pub struct Daemon {
     pub started_monotime: u64,
     /// STATUS `mlock_level`: [`crate::MLOCK_LEVEL_ALL`] once mlockall succeeded, else 0.
     pub mlock_level: std::sync::atomic::AtomicU8,
+    /// The event loop serving the socket; set when the daemon starts serving (a `Daemon`
+    /// built for handler tests has none).
+    pub(crate) reactor: std::sync::OnceLock<Arc<crate::reactor::Reactor>>,
 }
 
 impl Daemon {
@@ -244,6 +247,7 @@ impl Daemon {
             next_token_id: AtomicU32::new(1),
             started_monotime: lockd_diskio::monotime(),
             mlock_level: std::sync::atomic::AtomicU8::new(0),
+            reactor: std::sync::OnceLock::new(),
         }
     }
 

@@ -3,16 +3,17 @@
 //! Invariant: no daemon thread is started with `std::thread::spawn` or a `Builder`
 //! without a stack size. The daemon runs under `mlockall` (config `mlock`): current
 //! pages, then MCL_FUTURE | MCL_ONFAULT, so a stack page is locked once touched. Small
-//! stacks bound what a runaway thread can pin, and keep 1,000 connection threads cheap
-//! should a kernel ignore MCL_ONFAULT (before Linux 4.4), where MCL_FUTURE makes a new
-//! stack resident whole: at Rust's default 2 MiB that would pin gigabytes.
+//! stacks bound what a runaway thread can pin, and keep the 64 pool workers cheap should a
+//! kernel ignore MCL_ONFAULT (before Linux 4.4), where MCL_FUTURE makes a new stack
+//! resident whole: at Rust's default 2 MiB that would pin 128 MiB for workers alone.
 //!
 //! Sizes: measured high-water marks (the resident part of each stack mapping, from
 //! /proc/PID/smaps, with `mlock = false` and 1-2 MiB stacks, after 30 clients each
 //! registered, acquired, converted to shared and back, inquired and released, plus
-//! STATUS, host_status and log_dump): connection threads 32 KiB in a release build and
-//! 84 KiB in a debug build, renewal threads 16 / 40 KiB, every other thread at most
-//! 12 / 16 KiB. The deepest is a connection thread running ACQUIRE (lease-core's paxos
+//! STATUS, host_status and log_dump; measured when each connection had its own thread,
+//! which ran the same code a pool worker runs now): client command threads 32 KiB in a
+//! release build and 84 KiB in a debug build, renewal threads 16 / 40 KiB, every other
+//! thread at most 12 / 16 KiB. The deepest is a worker running ACQUIRE (lease-core's paxos
 //! futures driven by `block_on`, plus formatting and tracing); disk buffers are always
 //! on the heap ([`lockd_diskio::AlignedBuf`]) and no thread keeps a large array on its
 //! stack. Each size is twice the release measurement, and 1.5 times the debug one in
@@ -21,16 +22,15 @@
 use std::io;
 use std::thread::{Builder, JoinHandle};
 
-/// Stack of a connection thread (one per client connection, up to 1,024) and of the
-/// other per-client threads (`lockd-pidN`, asynchronous release): 64 KiB (128 KiB in
-/// debug builds), so 1,024 clients lock 64 MiB of stacks.
+/// Stack of a worker of the client pool (`pool.rs`, at most `reactor::MAX_WORKERS` = 64):
+/// 64 KiB (128 KiB in debug builds), so a full pool locks 4 MiB of stacks.
 pub const CLIENT_STACK_BYTES: usize = if cfg!(debug_assertions) {
     128 * 1024
 } else {
     64 * 1024
 };
 
-/// Stack of every other daemon thread (listener, monitor, renewal, io_uring ring, ...):
+/// Stack of every other daemon thread (reactor, monitor, renewal, io_uring ring, ...):
 /// few of them, so more room costs little: 128 KiB (256 KiB in debug builds).
 pub const STACK_BYTES: usize = if cfg!(debug_assertions) {
     256 * 1024
@@ -50,7 +50,7 @@ where
         .spawn(f)
 }
 
-/// Starts a named per-client thread with the [`CLIENT_STACK_BYTES`] stack.
+/// Starts a named client-pool worker with the [`CLIENT_STACK_BYTES`] stack.
 pub fn spawn_client<F, T>(name: impl Into<String>, f: F) -> io::Result<JoinHandle<T>>
 where
     F: FnOnce() -> T + Send + 'static,

@@ -286,6 +286,14 @@ fn metrics_pass_promtool_and_a_real_prometheus_scrape() {
     // This connection plus the registered one (the metrics connection itself counts).
     let clients = sample(&text, "lockd_clients_connected", &[]).unwrap();
     assert!(clients >= 2.0, "clients {clients}");
+    // The metrics command itself runs on a pool worker, so at least one exists; no
+    // command waits for one; nothing was acquired for another pid.
+    let workers = sample(&text, "lockd_worker_threads", &[]).unwrap();
+    assert!((1.0..=64.0).contains(&workers), "workers {workers}");
+    let idle = sample(&text, "lockd_worker_threads_idle", &[]).unwrap();
+    assert!(idle <= workers, "idle {idle} of {workers}");
+    assert_eq!(sample(&text, "lockd_worker_jobs_queued", &[]), Some(0.0));
+    assert_eq!(sample(&text, "lockd_pid_watches", &[]), Some(0.0));
     assert_eq!(
         sample(&text, "lockd_kill_escalations_total", &["step=\"sigkill\""]),
         Some(0.0)

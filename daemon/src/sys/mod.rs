@@ -15,7 +15,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
@@ -234,9 +234,12 @@ pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
-/// Waits up to `timeout_ms` for a pidfd to become readable (its process exited).
+/// Waits up to `timeout_ms` for a pidfd to become readable (its process exited). The
+/// daemon itself watches pidfds in the reactor's epoll set; this is for tests.
+#[cfg(test)]
 pub fn pidfd_wait(fd: &std::os::fd::OwnedFd, timeout_ms: i32) -> io::Result<bool> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
     let timeout = PollTimeout::try_from(timeout_ms)
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];

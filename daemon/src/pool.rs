@@ -1,0 +1,278 @@
+//! The bounded pool of worker threads that runs client commands.
+//!
+//! The reactor (`reactor.rs`) hands a job here when a connection has a whole request
+//! header, when a connection closed, or when a process watched for its leases exited. A
+//! job runs to its end on one worker; the worker then takes the next.
+//!
+//! Invariants:
+//! - at most `max_threads` workers exist; a job submitted while every worker is busy waits
+//!   in the queue (first in, first out) rather than starting a thread;
+//! - a worker is started only when the queue holds more jobs than there are idle workers,
+//!   and a worker idle for [`IDLE_EXIT`] exits unless it is one of the last
+//!   [`KEEP_THREADS`]: an idle daemon keeps few threads, a burst gets up to the bound;
+//! - a panic in a job is caught on its worker (the panic hook still reports it), so the
+//!   thread count stays true and the pool keeps serving.
+//!
+//! Hand-written rather than taken from a crate: the pool is ~100 lines over `Mutex` and
+//! `Condvar`, must start threads through `crate::threads` (small stacks under mlockall),
+//! and needs the grow-on-demand / exit-when-idle policy above, which rayon's and
+//! threadpool's fixed-size pools do not have.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use tracing::{error, warn};
+
+use crate::state::lock;
+
+/// A worker idle this long exits (unless it is one of the last [`KEEP_THREADS`]).
+pub const IDLE_EXIT: Duration = Duration::from_secs(30);
+
+/// Workers kept alive however idle the daemon is.
+pub const KEEP_THREADS: usize = 2;
+
+struct State<J> {
+    queue: VecDeque<J>,
+    /// Workers waiting for a job.
+    idle: usize,
+    /// Workers alive (busy or idle).
+    threads: usize,
+    /// Most workers ever alive at once.
+    high_water: usize,
+    /// Set by [`Pool::stop`]: workers exit once the queue is empty.
+    stopping: bool,
+}
+
+struct Inner<J> {
+    name: &'static str,
+    max_threads: usize,
+    state: Mutex<State<J>>,
+    wake: Condvar,
+    run: Box<dyn Fn(J) + Send + Sync>,
+}
+
+/// A snapshot of a pool's workers and queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolCounts {
+    /// Workers alive (busy or idle).
+    pub threads: usize,
+    /// Workers waiting for a job.
+    pub idle: usize,
+    /// Most workers ever alive at once.
+    pub high_water: usize,
+    /// Jobs waiting for a worker.
+    pub queued: usize,
+}
+
+/// A pool running jobs of type `J` with `run`.
+pub struct Pool<J: Send + 'static> {
+    inner: Arc<Inner<J>>,
+}
+
+impl<J: Send + 'static> Pool<J> {
+    /// A pool of at most `max_threads` workers named `name`; no worker starts before the
+    /// first job.
+    pub fn new(
+        name: &'static str,
+        max_threads: usize,
+        run: impl Fn(J) + Send + Sync + 'static,
+    ) -> Pool<J> {
+        assert!(max_threads >= 1, "a pool needs at least one worker");
+        Pool {
+            inner: Arc::new(Inner {
+                name,
+                max_threads,
+                state: Mutex::new(State {
+                    queue: VecDeque::new(),
+                    idle: 0,
+                    threads: 0,
+                    high_water: 0,
+                    stopping: false,
+                }),
+                wake: Condvar::new(),
+                run: Box::new(run),
+            }),
+        }
+    }
+
+    /// Queues `job`, starting a worker if every worker is busy and the bound allows.
+    pub fn submit(&self, job: J) {
+        let start = {
+            let mut st = lock(&self.inner.state);
+            st.queue.push_back(job);
+            let start = st.queue.len() > st.idle && st.threads < self.inner.max_threads;
+            if start {
+                st.threads += 1;
+                st.high_water = st.high_water.max(st.threads);
+            }
+            start
+        };
+        if start {
+            let inner = self.inner.clone();
+            if let Err(e) = crate::threads::spawn_client(self.inner.name, move || work(&inner)) {
+                let mut st = lock(&self.inner.state);
+                st.threads -= 1;
+                warn!(
+                    error = %e,
+                    workers = st.threads,
+                    queued = st.queue.len(),
+                    "cannot start a worker thread; the job waits for a busy one"
+                );
+            }
+        }
+        self.inner.wake.notify_one();
+    }
+
+    /// Lets every worker exit once the queue is empty (jobs already queued still run).
+    pub fn stop(&self) {
+        lock(&self.inner.state).stopping = true;
+        self.inner.wake.notify_all();
+    }
+
+    /// How many workers there are and what they do, now.
+    pub fn counts(&self) -> PoolCounts {
+        let st = lock(&self.inner.state);
+        PoolCounts {
+            threads: st.threads,
+            idle: st.idle,
+            high_water: st.high_water,
+            queued: st.queue.len(),
+        }
+    }
+}
+
+fn work<J>(inner: &Inner<J>) {
+    loop {
+        let job = {
+            let mut st = lock(&inner.state);
+            loop {
+                if let Some(j) = st.queue.pop_front() {
+                    break j;
+                }
+                if st.stopping {
+                    st.threads -= 1;
+                    return;
+                }
+                st.idle += 1;
+                let (guard, waited) = match inner.wake.wait_timeout(st, IDLE_EXIT) {
+                    Ok(r) => r,
+                    Err(p) => p.into_inner(),
+                };
+                st = guard;
+                st.idle -= 1;
+                if waited.timed_out() && st.queue.is_empty() && st.threads > KEEP_THREADS {
+                    st.threads -= 1;
+                    return;
+                }
+            }
+        };
+        if catch_unwind(AssertUnwindSafe(|| (inner.run)(job))).is_err() {
+            error!(pool = inner.name, "a job panicked; its worker goes on");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
+
+    #[test]
+    fn runs_every_job_and_never_exceeds_its_bound() {
+        let running = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let (done_tx, done_rx) = mpsc::channel();
+        let done_tx = Mutex::new(done_tx);
+        let (r, m) = (running.clone(), most.clone());
+        let pool = Pool::new("test-worker", 3, move |n: u32| {
+            let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+            m.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(20));
+            r.fetch_sub(1, Ordering::SeqCst);
+            let _ = lock(&done_tx).send(n);
+        });
+        for n in 0..20 {
+            pool.submit(n);
+        }
+        let mut seen: Vec<u32> = (0..20)
+            .map(|_| {
+                done_rx
+                    .recv_timeout(Duration::from_secs(10))
+                    .expect("job ran")
+            })
+            .collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..20).collect::<Vec<_>>());
+        assert_eq!(
+            most.load(Ordering::SeqCst),
+            3,
+            "three jobs ran at once, never more"
+        );
+        let c = pool.counts();
+        assert_eq!((c.threads, c.high_water, c.queued), (3, 3, 0));
+    }
+
+    #[test]
+    fn a_panicking_job_does_not_cost_a_worker() {
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        let pool = Pool::new("test-worker", 1, move |n: u32| {
+            if n == 0 {
+                panic!("job 0 panics on purpose");
+            }
+            let _ = lock(&tx).send(n);
+        });
+        pool.submit(0);
+        pool.submit(1);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(1));
+        assert_eq!(pool.counts().threads, 1);
+    }
+
+    #[test]
+    fn stopped_workers_exit_after_the_queue_drains() {
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        let pool = Pool::new("test-worker", 2, move |n: u32| {
+            std::thread::sleep(Duration::from_millis(10));
+            let _ = lock(&tx).send(n);
+        });
+        for n in 0..4 {
+            pool.submit(n);
+        }
+        pool.stop();
+        for _ in 0..4 {
+            rx.recv_timeout(Duration::from_secs(10))
+                .expect("queued job ran");
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while pool.counts().threads != 0 {
+            assert!(std::time::Instant::now() < deadline, "workers did not exit");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn idle_workers_are_reused_not_multiplied() {
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        let pool = Pool::new("test-worker", 8, move |n: u32| {
+            let _ = lock(&tx).send(n);
+        });
+        for n in 0..50 {
+            pool.submit(n);
+            assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(n));
+            // The worker goes back to waiting before the next job is submitted.
+            while pool.counts().idle == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        assert_eq!(
+            pool.counts().high_water,
+            1,
+            "one job at a time needs one worker"
+        );
+    }
+}
