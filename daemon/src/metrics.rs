@@ -363,6 +363,17 @@ pub fn render(d: &Daemon) -> String {
         );
         e.sample_u64("lockd_worker_jobs_queued", &[], pool.queued as u64);
         e.family(
+            "lockd_worker_jobs_over_share",
+            "gauge",
+            "Commands of non-root uids held back because their uid has its share of the \
+             workers.",
+        );
+        e.sample_u64(
+            "lockd_worker_jobs_over_share",
+            &[],
+            r.jobs_over_share() as u64,
+        );
+        e.family(
             "lockd_pid_watches",
             "gauge",
             "Processes whose leases are held for them (acquire --for-pid), watched for exit.",

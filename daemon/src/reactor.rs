@@ -13,8 +13,15 @@
 //! [`Job::Closed`], which runs the same release path a dying client's connection always
 //! ran (`cmd::connection_closed`).
 //!
+//! Workers are shared out by uid ([`Shares`]): a non-root uid has at most
+//! [`MAX_WORKERS_PER_UID`] jobs on the workers and all non-root uids together
+//! [`MAX_NON_ROOT_WORKERS`]; further jobs wait here, in order. A worker may wait up to
+//! the payload timeout for a client that stops in the middle of a request, so without
+//! shares 64 such connections of one uid would stall every other client.
+//!
 //! Invariants:
-//! - a connection is in exactly one place: parked here (armed in epoll, one-shot) or owned
+//! - a connection is in exactly one place (a job waiting for its uid's share counts as
+//!   owned by that job): parked here (armed in epoll, one-shot) or owned
 //!   by the one job running its command. So a client's commands run one at a time, in
 //!   order, as sanlock runs them;
 //! - parking puts the connection in the table *before* re-arming it in epoll, so its next
@@ -25,7 +32,7 @@
 //!   duplicate of the socket for the kill path and watches, and epoll follows the open
 //!   file, not the descriptor).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
@@ -49,6 +56,19 @@ use crate::sys;
 /// hold a worker while they wait; sanlock's default is 8 such workers.
 pub const MAX_WORKERS: usize = 64;
 
+/// Most jobs one non-root uid may have on the workers at once (sanlock runs 8 worker
+/// threads in all). A uid's further jobs wait in the reactor's own queue, so a client
+/// that stalls in the middle of its payloads (each read may wait the 10 s payload
+/// timeout) holds at most this many workers.
+pub const MAX_WORKERS_PER_UID: usize = 16;
+
+/// Most jobs all non-root uids together may have on the workers: the rest of the pool
+/// stays free for root (the hypervisor's lock driver, admin commands, releases of
+/// root's clients), whatever other uids do.
+pub const MAX_NON_ROOT_WORKERS: usize = MAX_WORKERS - 16;
+const _: () =
+    assert!(MAX_WORKERS_PER_UID <= MAX_NON_ROOT_WORKERS && MAX_NON_ROOT_WORKERS < MAX_WORKERS);
+
 /// How often the loop wakes with nothing to do, to notice shutdown and forget pid watches
 /// whose leases were released while the process lives on.
 const TICK_MS: u16 = 1000;
@@ -69,6 +89,76 @@ pub(crate) enum Job {
     Closed { conn: Conn },
     /// The process of the connection-less slot `ci` exited.
     PidExited { ci: u32, pid: i32 },
+}
+
+impl Job {
+    /// The uid whose share of the workers the job uses (a pid's exit: root's, since
+    /// only that release is run and the pid watches are bounded by the slots).
+    fn uid(&self) -> u32 {
+        match self {
+            Job::Command { conn, .. } | Job::Closed { conn } => conn.cred.uid,
+            Job::PidExited { .. } => 0,
+        }
+    }
+}
+
+/// Who may have jobs on the workers: each non-root uid up to [`MAX_WORKERS_PER_UID`],
+/// all non-root uids up to [`MAX_NON_ROOT_WORKERS`]; root without bound. Jobs over a
+/// bound wait in `waiting`, first in first out among those whose uid may run.
+#[derive(Default)]
+struct Shares {
+    running: HashMap<u32, usize>,
+    non_root_running: usize,
+    waiting: VecDeque<Job>,
+}
+
+impl Shares {
+    fn may_run(&self, uid: u32) -> bool {
+        uid == 0
+            || (self.non_root_running < MAX_NON_ROOT_WORKERS
+                && self.running.get(&uid).copied().unwrap_or(0) < MAX_WORKERS_PER_UID)
+    }
+
+    fn start(&mut self, uid: u32) {
+        if uid != 0 {
+            *self.running.entry(uid).or_insert(0) += 1;
+            self.non_root_running += 1;
+        }
+    }
+
+    /// Counts a job of `uid` as done and returns the first waiting job that may run now
+    /// (counted as started).
+    fn finish(&mut self, uid: u32) -> Option<Job> {
+        if uid == 0 {
+            return None;
+        }
+        if let Some(n) = self.running.get_mut(&uid) {
+            *n -= 1;
+            if *n == 0 {
+                self.running.remove(&uid);
+            }
+        }
+        self.non_root_running -= 1;
+        let at = self.waiting.iter().position(|j| self.may_run(j.uid()))?;
+        let job = self.waiting.remove(at)?;
+        self.start(job.uid());
+        Some(job)
+    }
+}
+
+/// Counts a job as finished when dropped, also when the job panicked.
+struct Finished<'a> {
+    r: &'a Reactor,
+    uid: u32,
+}
+
+impl Drop for Finished<'_> {
+    fn drop(&mut self) {
+        let next = lock(&self.r.shares).finish(self.uid);
+        if let (Some(job), Some(pool)) = (next, self.r.pool.get()) {
+            pool.submit(job);
+        }
+    }
 }
 
 /// A connection waiting in epoll for its next request.
@@ -96,6 +186,8 @@ pub(crate) struct Reactor {
     /// The worker pool, once the loop runs (its counts are read live for the metrics).
     /// Its workers reach the reactor through a `Weak`, so the two do not keep each other.
     pool: OnceLock<Pool<Job>>,
+    /// Each uid's share of the workers, and the jobs waiting for theirs.
+    shares: Mutex<Shares>,
 }
 
 /// What a non-blocking read of a parked connection found.
@@ -113,6 +205,7 @@ impl Reactor {
             parked: Mutex::new(HashMap::new()),
             pids: Mutex::new(HashMap::new()),
             pool: OnceLock::new(),
+            shares: Mutex::new(Shares::default()),
         })
     }
 
@@ -192,6 +285,25 @@ impl Reactor {
         Ok(())
     }
 
+    /// Hands `job` to the pool, or keeps it waiting while its uid has its share.
+    fn submit(&self, pool: &Pool<Job>, job: Job) {
+        let uid = job.uid();
+        {
+            let mut shares = lock(&self.shares);
+            if !shares.may_run(uid) {
+                shares.waiting.push_back(job);
+                return;
+            }
+            shares.start(uid);
+        }
+        pool.submit(job);
+    }
+
+    /// Jobs waiting because their uid has its share of the workers.
+    pub(crate) fn jobs_over_share(&self) -> usize {
+        lock(&self.shares).waiting.len()
+    }
+
     /// Pid watches alive (tests and status).
     pub(crate) fn watched_pids(&self) -> usize {
         lock(&self.pids).len()
@@ -235,6 +347,7 @@ impl Reactor {
 
 /// Runs one job on a pool worker.
 fn run_job(d: &Arc<Daemon>, r: &Reactor, job: Job) {
+    let _finished = Finished { r, uid: job.uid() };
     match job {
         Job::Command {
             token,
@@ -364,22 +477,28 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
                     continue;
                 };
                 let _ = r.epoll.delete(w.pidfd.as_fd());
-                pool.submit(Job::PidExited {
-                    ci: w.ci,
-                    pid: w.pid,
-                });
+                r.submit(
+                    pool,
+                    Job::PidExited {
+                        ci: w.ci,
+                        pid: w.pid,
+                    },
+                );
             } else {
                 let Some(mut p) = lock(&r.parked).remove(&token) else {
                     continue;
                 };
                 match Reactor::read_header(&mut p) {
-                    HeaderRead::Whole => pool.submit(Job::Command {
-                        token,
-                        conn: p.conn,
-                        header: p.header,
-                    }),
+                    HeaderRead::Whole => r.submit(
+                        pool,
+                        Job::Command {
+                            token,
+                            conn: p.conn,
+                            header: p.header,
+                        },
+                    ),
                     HeaderRead::Partial => r.repark(&d, token, p),
-                    HeaderRead::Closed => pool.submit(Job::Closed { conn: p.conn }),
+                    HeaderRead::Closed => r.submit(pool, Job::Closed { conn: p.conn }),
                 }
             }
         }
@@ -390,5 +509,92 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
     }
     pool.stop();
     lock(&r.parked).clear();
+    lock(&r.shares).waiting.clear();
     info!("listener stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::PeerCred;
+    use std::os::unix::net::UnixStream;
+
+    fn closed(uid: u32, ci: u32) -> Job {
+        let (stream, _) = UnixStream::pair().unwrap();
+        Job::Closed {
+            conn: Conn {
+                stream,
+                ci,
+                cred: PeerCred {
+                    pid: 1,
+                    uid,
+                    gid: 0,
+                },
+            },
+        }
+    }
+
+    fn ci(job: &Job) -> u32 {
+        match job {
+            Job::Closed { conn } | Job::Command { conn, .. } => conn.ci,
+            Job::PidExited { ci, .. } => *ci,
+        }
+    }
+
+    /// Queues `job` as `Reactor::submit` does; true when it may run at once.
+    fn offer(s: &mut Shares, job: Job) -> bool {
+        if s.may_run(job.uid()) {
+            s.start(job.uid());
+            true
+        } else {
+            s.waiting.push_back(job);
+            false
+        }
+    }
+
+    #[test]
+    fn one_uid_gets_its_share_and_waits_in_order() {
+        let mut s = Shares::default();
+        for i in 0..MAX_WORKERS_PER_UID as u32 {
+            assert!(offer(&mut s, closed(1000, i)), "job {i} runs");
+        }
+        assert!(!offer(&mut s, closed(1000, 100)));
+        assert!(!offer(&mut s, closed(1000, 101)));
+        // Another uid and root still run.
+        assert!(offer(&mut s, closed(1001, 200)));
+        assert!(offer(&mut s, closed(0, 300)));
+        assert!(offer(&mut s, Job::PidExited { ci: 301, pid: 9 }));
+        // Root finishing frees nothing of uid 1000's share.
+        assert!(s.finish(0).is_none());
+        // uid 1001 finishing frees a non-root slot, but uid 1000 is at its own bound.
+        assert!(s.finish(1001).is_none());
+        // uid 1000 finishing starts its first waiting job, then the second.
+        assert_eq!(s.finish(1000).map(|j| ci(&j)), Some(100));
+        assert_eq!(s.finish(1000).map(|j| ci(&j)), Some(101));
+        assert!(s.finish(1000).is_none());
+        assert_eq!(s.running.get(&1000), Some(&(MAX_WORKERS_PER_UID - 1)));
+        assert!(s.waiting.is_empty());
+    }
+
+    #[test]
+    fn non_root_uids_together_leave_root_its_workers() {
+        let mut s = Shares::default();
+        let uids = (MAX_NON_ROOT_WORKERS / MAX_WORKERS_PER_UID + 1) as u32;
+        let mut ran = 0;
+        for uid in 1..=uids {
+            for i in 0..MAX_WORKERS_PER_UID as u32 {
+                if offer(&mut s, closed(uid, uid * 100 + i)) {
+                    ran += 1;
+                }
+            }
+        }
+        assert_eq!(ran, MAX_NON_ROOT_WORKERS);
+        assert_eq!(s.non_root_running, MAX_NON_ROOT_WORKERS);
+        assert_eq!(s.waiting.len(), MAX_WORKERS_PER_UID);
+        assert!(offer(&mut s, closed(0, 1)), "root is never held back");
+        // Any non-root job finishing lets the first waiting one (of the last uid) run.
+        let next = s.finish(1).expect("a waiting job runs");
+        assert_eq!(ci(&next), uids * 100);
+        assert_eq!(s.non_root_running, MAX_NON_ROOT_WORKERS);
+    }
 }

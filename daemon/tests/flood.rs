@@ -3,7 +3,8 @@
 //! root. The daemon stays up, refuses what does not fit (closing it at once, with a
 //! rate-limited log line), keeps root's reserve so `lockd status` and `sanlock client
 //! status` are answered while the table is full, and works normally once the flooders
-//! have gone.
+//! have gone. And 200 connections of one uid stalled in the middle of their payloads
+//! hold only that uid's share of the worker pool.
 
 mod common;
 
@@ -181,18 +182,41 @@ fn open_socket_to_all(s: &Scratch, d: &LockdDaemon) {
     mode(&s.dir, 0o755).unwrap();
 }
 
+/// A scratch dir with lockspace `ls` and resource `r1` on one file, and a lockd daemon
+/// whose socket every uid may reach.
+fn daemon_with_one_resource(name: &str) -> (Scratch, PathBuf, LockdDaemon) {
+    let s = Scratch::new(name);
+    let disk = s.file("disk", 4);
+    init_lockspace("ls", &disk, 0);
+    init_resource("ls", "r1", &disk, 1 << 20);
+    let d = LockdDaemon::start(&s, "hostA", &[]);
+    open_socket_to_all(&s, &d);
+    (s, disk, d)
+}
+
+/// As root, through python3-sanlock: joins `ls`, acquires and releases `r1`; returns
+/// what the script printed ("acquired released" when all went well).
+fn join_acquire_release(d: &LockdDaemon, disk: &Path) -> String {
+    let dp = disk.display();
+    d.python(&format!(
+        "import sanlock\n\
+         sanlock.add_lockspace(b'ls', 1, b'{dp}', 0, iotimeout=1)\n\
+         fd = sanlock.register()\n\
+         sanlock.acquire(b'ls', b'r1', [(b'{dp}', {off})], slkfd=fd)\n\
+         print('acquired')\n\
+         sanlock.release(b'ls', b'r1', [(b'{dp}', {off})], slkfd=fd)\n\
+         print('released')\n",
+        off = 1u64 << 20
+    ))
+}
+
 #[test]
 fn connection_floods_leave_room_for_root() {
     require_tool("setpriv", "util-linux");
     require_tool("prlimit", "util-linux");
     require_tool("sanlock", "sanlock");
     require_python_sanlock();
-    let s = Scratch::new("flood");
-    let disk = s.file("disk", 4);
-    init_lockspace("ls", &disk, 0);
-    init_resource("ls", "r1", &disk, 1 << 20);
-    let mut d = LockdDaemon::start(&s, "hostA", &[]);
-    open_socket_to_all(&s, &d);
+    let (_scratch, disk, mut d) = daemon_with_one_resource("flood");
     let sock = d.run_dir.join("sanlock.sock");
     let non_root = MAX_CLIENTS - ROOT_RESERVED_SLOTS;
 
@@ -285,17 +309,7 @@ fn connection_floods_leave_room_for_root() {
         f.close();
     }
     daemon_alive(&mut d, "after the floods");
-    let dp = disk.display();
-    let out = d.python(&format!(
-        "import sanlock\n\
-         sanlock.add_lockspace(b'ls', 1, b'{dp}', 0, iotimeout=1)\n\
-         fd = sanlock.register()\n\
-         sanlock.acquire(b'ls', b'r1', [(b'{dp}', {off})], slkfd=fd)\n\
-         print('acquired')\n\
-         sanlock.release(b'ls', b'r1', [(b'{dp}', {off})], slkfd=fd)\n\
-         print('released')\n",
-        off = 1u64 << 20
-    ));
+    let out = join_acquire_release(&d, &disk);
     assert_eq!(
         out.split_whitespace().collect::<Vec<_>>(),
         ["acquired", "released"]
@@ -310,5 +324,80 @@ fn connection_floods_leave_room_for_root() {
     root_status_works(&d, "after the floods");
     std::thread::sleep(Duration::from_millis(100));
     daemon_alive(&mut d, "end");
+    d.stop();
+}
+
+/// Opens N connections, sends on each a whole ADD_LOCKSPACE header and only 8 bytes of
+/// its payload, says "ready" and holds them until a line arrives on stdin.
+const STALLER: &str = r#"
+import socket, struct, sys
+path, n = sys.argv[1], int(sys.argv[2])
+socks = []
+for _ in range(n):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    # magic, version SM_PROTO, cmd ADD_LOCKSPACE, flags, length, seq, data, data2
+    s.sendall(struct.pack('<8I', 0x04282010, 1, 2, 0, 32 + 1104, 0, 0, 0) + b'\0' * 8)
+    socks.append(s)
+print('ready', flush=True)
+sys.stdin.readline()
+for s in socks:
+    s.close()
+print('closed', flush=True)
+"#;
+
+/// 200 connections of one unprivileged uid, each stalled in the middle of a request
+/// payload (a worker waits up to the 10 s payload timeout for each), do not starve
+/// everyone else: that uid gets a bounded share of the workers, so root's commands and a
+/// lease acquire of another client are answered at once. With one shared FIFO of jobs
+/// they would wait behind 200 stalled payloads (tens of seconds).
+#[test]
+fn stalled_payloads_of_one_uid_do_not_starve_others() {
+    require_tool("setpriv", "util-linux");
+    require_tool("sanlock", "sanlock");
+    require_python_sanlock();
+    let (_scratch, disk, mut d) = daemon_with_one_resource("stall");
+    let sock = d.run_dir.join("sanlock.sock");
+
+    let mut staller = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .args([PYTHON, "-c", STALLER])
+        .arg(&sock)
+        .arg("200")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start staller");
+    let mut stall_in = staller.stdin.take().expect("stdin");
+    let mut stall_out = BufReader::new(staller.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stall_out.read_line(&mut line).expect("staller report");
+    assert_eq!(line.trim(), "ready", "staller failed");
+    // Let the daemon read every header and hand the requests to its workers.
+    std::thread::sleep(Duration::from_secs(1));
+
+    let started = std::time::Instant::now();
+    root_status_works(&d, "200 stalled payloads");
+    let out = join_acquire_release(&d, &disk);
+    let took = started.elapsed();
+    println!("status, add_lockspace, acquire and release beside 200 stalled payloads: {took:?}");
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["acquired", "released"]
+    );
+    // add_lockspace alone takes 2·io_timeout + the join wait (about 2-3 s); the payload
+    // timeout is 10 s, and 200 stalled requests ahead in one queue would be 40 s.
+    assert!(
+        took < Duration::from_secs(8),
+        "other clients waited {took:?} behind the stalled payloads"
+    );
+    daemon_alive(&mut d, "200 stalled payloads");
+
+    writeln!(stall_in, "close").expect("tell staller");
+    line.clear();
+    stall_out.read_line(&mut line).expect("staller closed");
+    assert_eq!(line.trim(), "closed");
+    let _ = staller.wait();
+    root_status_works(&d, "after the staller left");
     d.stop();
 }

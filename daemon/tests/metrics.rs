@@ -293,6 +293,10 @@ fn metrics_pass_promtool_and_a_real_prometheus_scrape() {
     let idle = sample(&text, "lockd_worker_threads_idle", &[]).unwrap();
     assert!(idle <= workers, "idle {idle} of {workers}");
     assert_eq!(sample(&text, "lockd_worker_jobs_queued", &[]), Some(0.0));
+    assert_eq!(
+        sample(&text, "lockd_worker_jobs_over_share", &[]),
+        Some(0.0)
+    );
     assert_eq!(sample(&text, "lockd_pid_watches", &[]), Some(0.0));
     assert_eq!(
         sample(&text, "lockd_kill_escalations_total", &["step=\"sigkill\""]),
