@@ -9,9 +9,10 @@
 //! connection parked again, so a client that stalls inside a header holds no worker. A
 //! whole header moves the connection to a worker ([`Job::Command`]), which reads the
 //! payload (each read bounded by the server's payload timeout), runs the command to its
-//! end and parks the connection again. End of file or a read error moves it to a worker as
-//! [`Job::Closed`], which runs the same release path a dying client's connection always
-//! ran (`cmd::connection_closed`).
+//! end and parks the connection again — unless the client's next header has arrived
+//! already (a pipelining client), which the same worker then runs. End of file or a read
+//! error moves it to a worker as [`Job::Closed`], which runs the same release path a
+//! dying client's connection always ran (`cmd::connection_closed`).
 //!
 //! Workers are shared out by uid ([`Shares`]): a non-root uid has at most
 //! [`MAX_WORKERS_PER_UID`] jobs on the workers and all non-root uids together
@@ -237,19 +238,8 @@ impl Reactor {
         Ok(())
     }
 
-    /// Parks `conn` again after a command; on failure the connection is closed.
-    fn park(&self, d: &Arc<Daemon>, token: u64, conn: Conn) {
-        self.repark(
-            d,
-            token,
-            Parked {
-                conn,
-                header: [0; HEADER_LEN],
-                got: 0,
-            },
-        );
-    }
-
+    /// Parks `p`'s connection again (keeping any part of a header read); on failure the
+    /// connection is closed.
     fn repark(&self, d: &Arc<Daemon>, token: u64, p: Parked) {
         let mut parked = lock(&self.parked);
         let armed = self
@@ -352,10 +342,24 @@ fn run_job(d: &Arc<Daemon>, r: &Reactor, job: Job) {
         Job::Command {
             token,
             mut conn,
-            header,
-        } => match crate::server::run_command(d, &mut conn, &header) {
-            After::Keep if !d.is_shutting_down() => r.park(d, token, conn),
-            _ => r.close(d, conn),
+            mut header,
+        } => loop {
+            match crate::server::run_command(d, &mut conn, &header) {
+                After::Keep if !d.is_shutting_down() => {}
+                _ => break r.close(d, conn),
+            }
+            // A client that has sent its next request already (pipelined) is served on
+            // this worker, without a round through epoll and another worker.
+            let mut next = Parked {
+                conn,
+                header: [0; HEADER_LEN],
+                got: 0,
+            };
+            match Reactor::read_header(&mut next) {
+                HeaderRead::Whole => (conn, header) = (next.conn, next.header),
+                HeaderRead::Partial => break r.repark(d, token, next),
+                HeaderRead::Closed => break r.close(d, next.conn),
+            }
         },
         Job::Closed { conn } => r.close(d, conn),
         Job::PidExited { ci, pid } => {
