@@ -1,7 +1,7 @@
 //! The dispatch table: one request from its header to its handler.
 //!
-//! A connection thread hands every header it reads (magic, restriction and version checked
-//! by `server.rs`) to [`dispatch`], which reads the whole request with
+//! A pool worker hands every header the event loop read (magic, restriction and version
+//! checked by `server.rs`) to [`dispatch`], which reads the whole request with
 //! `client_lib::request::read_request` and then runs the handler of its [`Request`]
 //! variant. Handlers never read from the socket; they act on the typed request and write
 //! their reply on the connection.

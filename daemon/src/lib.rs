@@ -3,8 +3,9 @@
 //! `run(config)` owns the process: it forks the helper (before any thread), locks its
 //! memory (`mlock`, before any thread, so every thread stack is locked as it is made),
 //! takes the pid-file lock in the run dir, binds `sanlock.sock` (mode 0660), then runs
-//! the listener, the once-a-second monitor, and one renewal thread per lockspace until
-//! shutdown. Every thread is started through [`threads`], with an explicit small stack.
+//! the event loop (`reactor`: accepts connections, reads request headers, hands commands
+//! to a bounded worker pool), the once-a-second monitor, and one renewal thread per
+//! lockspace until shutdown. Every thread is started through [`threads`], with an explicit small stack.
 //!
 //! All `unsafe` lives in `sys`; the rest of the crate denies it. Modules are `pub(crate)`
 //! unless something outside the crate uses them: the binaries (`run`, `config`,
@@ -191,7 +192,7 @@ pub struct Running {
 
 /// Starts the daemon inside the calling process, for tests: no helper process (so no
 /// kill escalation: nothing is ever killed), no mlockall, no signal handling, no fork.
-/// Everything else is the daemon `run` starts: the socket in `cfg.run_dir`, the listener,
+/// Everything else is the daemon `run` starts: the socket in `cfg.run_dir`, the event loop,
 /// the monitor, the watch heartbeats, renewal threads per lockspace. Pair it with
 /// `lockd_diskio::memory::install` to run it over in-memory disks.
 pub fn start_in_process(cfg: Config, ring: Arc<LogRing>) -> Result<Running, DaemonError> {
@@ -300,7 +301,7 @@ fn start(
     if handle_signals {
         spawn_signal_thread(d.clone())?;
     }
-    // The socket was bound and is listening before the listener thread started, so
+    // The socket was bound and is listening before the event loop started, so
     // clients connecting after READY=1 are accepted.
     d.notifier.ready(&d.summary().to_string());
     Ok(Running {

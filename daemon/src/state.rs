@@ -285,7 +285,7 @@ impl Daemon {
         self.shutdown.load(Ordering::SeqCst)
     }
 
-    /// Asks every thread to stop; `run` returns once the listener has closed.
+    /// Asks every thread to stop (`Running::wait_and_stop` says in which order).
     pub fn request_shutdown(&self) {
         self.shutdown.store(true, Ordering::SeqCst);
         let mut done = lock(&self.shutdown_mutex);
