@@ -17,6 +17,10 @@ use std::time::Duration;
 use common::*;
 use lockd_daemon::state::{MAX_CLIENTS, MAX_CLIENTS_PER_UID, ROOT_RESERVED_SLOTS};
 
+/// Commands of one non-root uid on the workers at once (`reactor::MAX_WORKERS_PER_UID`,
+/// private to the daemon).
+const MAX_WORKERS_PER_UID: usize = 16;
+
 /// Opens N connections to the socket, holds them, reports how many the daemon kept
 /// ("held") and how many it closed or refused ("refused"), then closes them all when a
 /// line arrives on stdin.
@@ -327,17 +331,19 @@ fn connection_floods_leave_room_for_root() {
     d.stop();
 }
 
-/// Opens N connections, sends on each a whole ADD_LOCKSPACE header and only 8 bytes of
-/// its payload, says "ready" and holds them until a line arrives on stdin.
+/// Opens N connections, sends on each the first UPTO bytes of an ADD_LOCKSPACE request (40:
+/// the whole header and 8 bytes of its payload; 16: half a header), says "ready" and
+/// holds them until a line arrives on stdin.
 const STALLER: &str = r#"
 import socket, struct, sys
-path, n = sys.argv[1], int(sys.argv[2])
+path, n, upto = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 socks = []
 for _ in range(n):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(path)
     # magic, version SM_PROTO, cmd ADD_LOCKSPACE, flags, length, seq, data, data2
-    s.sendall(struct.pack('<8I', 0x04282010, 1, 2, 0, 32 + 1104, 0, 0, 0) + b'\0' * 8)
+    msg = struct.pack('<8I', 0x04282010, 1, 2, 0, 32 + 1104, 0, 0, 0) + b'\0' * 8
+    s.sendall(msg[:upto])
     socks.append(s)
 print('ready', flush=True)
 sys.stdin.readline()
@@ -346,11 +352,78 @@ for s in socks:
 print('closed', flush=True)
 "#;
 
+/// A python process of `uid` holding connections stalled by [`STALLER`], killed on drop.
+struct Staller {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Staller {
+    /// Opens `n` connections sending `upto` bytes each; returns once they are all open,
+    /// plus a second for the daemon to read what was sent.
+    fn start(sock: &Path, uid: u32, n: usize, upto: usize) -> Staller {
+        let id = uid.to_string();
+        let mut child = Command::new("setpriv")
+            .args(["--reuid", &id, "--regid", &id, "--clear-groups"])
+            .args([PYTHON, "-c", STALLER])
+            .arg(sock)
+            .arg(n.to_string())
+            .arg(upto.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start staller");
+        let stdin = child.stdin.take().expect("stdin");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("staller report");
+        assert_eq!(line.trim(), "ready", "staller (uid {uid}) failed");
+        std::thread::sleep(Duration::from_secs(1));
+        Staller {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn close(mut self) {
+        writeln!(self.stdin, "close").expect("tell staller");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("staller closed");
+        assert_eq!(line.trim(), "closed");
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Staller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A gauge of the daemon's, through `lockd metrics` (run as root).
+fn gauge(d: &LockdDaemon, name: &str) -> u64 {
+    let out = run(Command::new(lockd_cli())
+        .arg("metrics")
+        .arg("--run-dir")
+        .arg(&d.run_dir));
+    assert!(out.status.success(), "lockd metrics failed: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+}
+
 /// 200 connections of one unprivileged uid, each stalled in the middle of a request
 /// payload (a worker waits up to the 10 s payload timeout for each), do not starve
 /// everyone else: that uid gets a bounded share of the workers, so root's commands and a
 /// lease acquire of another client are answered at once. With one shared FIFO of jobs
 /// they would wait behind 200 stalled payloads (tens of seconds).
+/// Before that, 200 connections of another uid stopped half-way through their headers
+/// hold no worker at all.
 #[test]
 fn stalled_payloads_of_one_uid_do_not_starve_others() {
     require_tool("setpriv", "util-linux");
@@ -359,23 +432,26 @@ fn stalled_payloads_of_one_uid_do_not_starve_others() {
     let (_scratch, disk, mut d) = daemon_with_one_resource("stall");
     let sock = d.run_dir.join("sanlock.sock");
 
-    let mut staller = Command::new("setpriv")
-        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
-        .args([PYTHON, "-c", STALLER])
-        .arg(&sock)
-        .arg("200")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start staller");
-    let mut stall_in = staller.stdin.take().expect("stdin");
-    let mut stall_out = BufReader::new(staller.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    stall_out.read_line(&mut line).expect("staller report");
-    assert_eq!(line.trim(), "ready", "staller failed");
-    // Let the daemon read every header and hand the requests to its workers.
-    std::thread::sleep(Duration::from_secs(1));
+    // Half headers first: a connection stopped inside its header is parked in the event
+    // loop and holds no worker at all.
+    let half_headers = Staller::start(&sock, 65533, 200, 16);
+    let workers = gauge(&d, "lockd_worker_threads");
+    println!("200 connections stalled inside their headers: {workers} worker threads");
+    assert!(
+        workers <= 4,
+        "{workers} worker threads for connections that sent half a header"
+    );
 
+    let staller = Staller::start(&sock, 65534, 200, 40);
+    // 16 of its requests are on workers, waiting for their payloads; 184 wait their turn.
+    let over_share = gauge(&d, "lockd_worker_jobs_over_share");
+    let workers = gauge(&d, "lockd_worker_threads");
+    println!("200 stalled payloads: {workers} worker threads, {over_share} jobs over share");
+    assert_eq!(over_share, 200 - MAX_WORKERS_PER_UID as u64);
+    assert!(
+        workers <= MAX_WORKERS_PER_UID as u64 + 4,
+        "{workers} worker threads"
+    );
     let started = std::time::Instant::now();
     root_status_works(&d, "200 stalled payloads");
     let out = join_acquire_release(&d, &disk);
@@ -393,11 +469,8 @@ fn stalled_payloads_of_one_uid_do_not_starve_others() {
     );
     daemon_alive(&mut d, "200 stalled payloads");
 
-    writeln!(stall_in, "close").expect("tell staller");
-    line.clear();
-    stall_out.read_line(&mut line).expect("staller closed");
-    assert_eq!(line.trim(), "closed");
-    let _ = staller.wait();
+    staller.close();
+    half_headers.close();
     root_status_works(&d, "after the staller left");
     d.stop();
 }
