@@ -7,7 +7,8 @@
 //! Invariants:
 //! - at most `max_threads` workers exist; a job submitted while every worker is busy waits
 //!   in the queue (first in, first out) rather than starting a thread;
-//! - a worker is started only when the queue holds more jobs than there are idle workers,
+//! - a worker is started only when the queue holds more jobs than there are idle workers
+//!   (counting a busy worker whose job has called [`Pool::ending`] as idle),
 //!   and a worker idle for [`IDLE_EXIT`] exits unless it is one of the last
 //!   [`KEEP_THREADS`]: an idle daemon keeps few threads, a burst gets up to the bound;
 //! - a panic in a job is caught on its worker (the panic hook still reports it), so the
@@ -18,6 +19,7 @@
 //! and needs the grow-on-demand / exit-when-idle policy above, which rayon's and
 //! threadpool's fixed-size pools do not have.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex};
@@ -37,6 +39,9 @@ struct State<J> {
     queue: VecDeque<J>,
     /// Workers waiting for a job.
     idle: usize,
+    /// Busy workers whose job has called [`Pool::ending`]: they take a job next, without
+    /// waiting on anything else, so `submit` counts them with the idle ones.
+    ending: usize,
     /// Workers alive (busy or idle).
     threads: usize,
     /// Most workers ever alive at once.
@@ -87,6 +92,7 @@ impl<J: Send + 'static> Pool<J> {
                 state: Mutex::new(State {
                     queue: VecDeque::new(),
                     idle: 0,
+                    ending: 0,
                     threads: 0,
                     high_water: 0,
                     stopping: false,
@@ -102,7 +108,7 @@ impl<J: Send + 'static> Pool<J> {
         let start = {
             let mut st = lock(&self.inner.state);
             st.queue.push_back(job);
-            let start = st.queue.len() > st.idle && st.threads < self.inner.max_threads;
+            let start = st.queue.len() > st.idle + st.ending && st.threads < self.inner.max_threads;
             if start {
                 st.threads += 1;
                 st.high_water = st.high_water.max(st.threads);
@@ -125,6 +131,17 @@ impl<J: Send + 'static> Pool<J> {
         self.inner.wake.notify_one();
     }
 
+    /// Called by a job, on its worker, when nothing is left for it but to make its next
+    /// job possible (the reactor re-arming the client's connection): a job submitted from
+    /// then on is left to this worker instead of starting another. Without it, a client
+    /// whose next request arrives while its last one's worker is still returning would
+    /// start a worker per such race.
+    pub fn ending(&self) {
+        if !ENDING.with(|e| e.replace(true)) {
+            lock(&self.inner.state).ending += 1;
+        }
+    }
+
     /// Lets every worker exit once the queue is empty (jobs already queued still run).
     pub fn stop(&self) {
         lock(&self.inner.state).stopping = true;
@@ -143,10 +160,18 @@ impl<J: Send + 'static> Pool<J> {
     }
 }
 
+thread_local! {
+    /// Whether the job running on this worker has called [`Pool::ending`].
+    static ENDING: Cell<bool> = const { Cell::new(false) };
+}
+
 fn work<J>(inner: &Inner<J>) {
     loop {
         let job = {
             let mut st = lock(&inner.state);
+            if ENDING.with(|e| e.replace(false)) {
+                st.ending -= 1;
+            }
             loop {
                 if let Some(j) = st.queue.pop_front() {
                     break j;
@@ -274,5 +299,36 @@ mod tests {
             1,
             "one job at a time needs one worker"
         );
+    }
+
+    /// A job that re-arms its own successor (as a worker re-arms a client's connection)
+    /// and says so first leaves that successor to its own worker: one worker serves a
+    /// chain of 200 jobs however the threads are scheduled.
+    #[test]
+    fn a_job_that_says_it_is_ending_keeps_its_successor() {
+        let pool: Arc<std::sync::OnceLock<Pool<u32>>> = Arc::new(std::sync::OnceLock::new());
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        let p = pool.clone();
+        let _ = pool.set(Pool::new("test-worker", 8, move |n: u32| {
+            let pool = p.get().expect("pool set");
+            if n < 200 {
+                pool.ending();
+                pool.submit(n + 1);
+                // The successor is queued while this worker is still busy.
+                std::thread::sleep(Duration::from_micros(200));
+            } else {
+                let _ = lock(&tx).send(n);
+            }
+        }));
+        let pool = pool.get().unwrap();
+        pool.submit(0);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(30)), Ok(200));
+        assert_eq!(
+            pool.counts().high_water,
+            1,
+            "a chain of jobs needs one worker"
+        );
+        pool.stop();
     }
 }

@@ -357,7 +357,14 @@ fn run_job(d: &Arc<Daemon>, r: &Reactor, job: Job) {
             };
             match Reactor::read_header(&mut next) {
                 HeaderRead::Whole => (conn, header) = (next.conn, next.header),
-                HeaderRead::Partial => break r.repark(d, token, next),
+                HeaderRead::Partial => {
+                    // This worker is free once the connection is parked: the client's
+                    // next request, if it comes at once, is left to it.
+                    if let Some(pool) = r.pool.get() {
+                        pool.ending();
+                    }
+                    break r.repark(d, token, next);
+                }
                 HeaderRead::Closed => break r.close(d, next.conn),
             }
         },
