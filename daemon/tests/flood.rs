@@ -69,19 +69,18 @@ for s in keep:
 print('closed', flush=True)
 "#;
 
-/// A flooding python process, killed on drop.
-struct Flooder {
+/// A python process holding connections to the daemon (one of the scripts above, run as
+/// `uid` with an fd limit that fits `n` connections), killed on drop. It prints one line
+/// once its connections are set, and closes them all when told.
+struct ConnHolder {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
-    held: usize,
-    refused: usize,
 }
 
-impl Flooder {
-    /// Floods `sock` with `n` connections as `uid` (root when 0), with an fd limit that
-    /// fits them; returns once the daemon has kept or refused every one.
-    fn start(sock: &Path, uid: u32, n: usize) -> Flooder {
+impl ConnHolder {
+    /// Starts `script` with `sock`, `n` and `args`; returns it and its first line.
+    fn start(script: &str, sock: &Path, uid: u32, n: usize, args: &[&str]) -> (Self, String) {
         let nofile = format!("--nofile={}", n + 64);
         let mut cmd = Command::new("prlimit");
         cmd.arg(&nofile);
@@ -90,17 +89,59 @@ impl Flooder {
             cmd.args(["setpriv", "--reuid", &id, "--regid", &id, "--clear-groups"]);
         }
         let mut child = cmd
-            .args([PYTHON, "-c", FLOODER])
+            .args([PYTHON, "-c", script])
             .arg(sock)
             .arg(n.to_string())
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .expect("start flooder");
+            .expect("start python");
         let stdin = child.stdin.take().expect("stdin");
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
-        stdout.read_line(&mut line).expect("flooder report");
+        stdout.read_line(&mut line).expect("first line");
+        (
+            ConnHolder {
+                child,
+                stdin,
+                stdout,
+            },
+            line,
+        )
+    }
+
+    /// Closes every connection and waits for the process.
+    fn close(mut self) {
+        writeln!(self.stdin, "close").expect("tell the python process");
+        let mut line = String::new();
+        self.stdout
+            .read_line(&mut line)
+            .expect("connections closed");
+        assert_eq!(line.trim(), "closed");
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ConnHolder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A flooding python process ([`FLOODER`]).
+struct Flooder {
+    conns: ConnHolder,
+    held: usize,
+    refused: usize,
+}
+
+impl Flooder {
+    /// Floods `sock` with `n` connections as `uid` (root when 0); returns once the daemon
+    /// has kept or refused every one.
+    fn start(sock: &Path, uid: u32, n: usize) -> Flooder {
+        let (conns, line) = ConnHolder::start(FLOODER, sock, uid, n, &[]);
         let w: Vec<&str> = line.split_whitespace().collect();
         assert!(
             w.len() == 4 && w[0] == "held" && w[2] == "refused",
@@ -114,28 +155,14 @@ impl Flooder {
             "uid {uid}: every connection is kept or refused"
         );
         Flooder {
-            child,
-            stdin,
-            stdout,
+            conns,
             held,
             refused,
         }
     }
 
-    /// Closes every connection and waits for the process.
-    fn close(mut self) {
-        writeln!(self.stdin, "close").expect("tell flooder");
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("flooder closed");
-        assert_eq!(line.trim(), "closed");
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Flooder {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn close(self) {
+        self.conns.close();
     }
 }
 
@@ -352,55 +379,13 @@ for s in socks:
 print('closed', flush=True)
 "#;
 
-/// A python process of `uid` holding connections stalled by [`STALLER`], killed on drop.
-struct Staller {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Staller {
-    /// Opens `n` connections sending `upto` bytes each; returns once they are all open,
-    /// plus a second for the daemon to read what was sent.
-    fn start(sock: &Path, uid: u32, n: usize, upto: usize) -> Staller {
-        let id = uid.to_string();
-        let mut child = Command::new("setpriv")
-            .args(["--reuid", &id, "--regid", &id, "--clear-groups"])
-            .args([PYTHON, "-c", STALLER])
-            .arg(sock)
-            .arg(n.to_string())
-            .arg(upto.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start staller");
-        let stdin = child.stdin.take().expect("stdin");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("staller report");
-        assert_eq!(line.trim(), "ready", "staller (uid {uid}) failed");
-        std::thread::sleep(Duration::from_secs(1));
-        Staller {
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    fn close(mut self) {
-        writeln!(self.stdin, "close").expect("tell staller");
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("staller closed");
-        assert_eq!(line.trim(), "closed");
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Staller {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Opens `n` connections of `uid` stalled by [`STALLER`] after `upto` bytes; returns once
+/// they are all open, plus a second for the daemon to read what was sent.
+fn stall(sock: &Path, uid: u32, n: usize, upto: usize) -> ConnHolder {
+    let (conns, line) = ConnHolder::start(STALLER, sock, uid, n, &[&upto.to_string()]);
+    assert_eq!(line.trim(), "ready", "staller (uid {uid}) failed");
+    std::thread::sleep(Duration::from_secs(1));
+    conns
 }
 
 /// A gauge of the daemon's, through `lockd metrics` (run as root).
@@ -427,6 +412,7 @@ fn gauge(d: &LockdDaemon, name: &str) -> u64 {
 #[test]
 fn stalled_payloads_of_one_uid_do_not_starve_others() {
     require_tool("setpriv", "util-linux");
+    require_tool("prlimit", "util-linux");
     require_tool("sanlock", "sanlock");
     require_python_sanlock();
     let (_scratch, disk, mut d) = daemon_with_one_resource("stall");
@@ -434,7 +420,7 @@ fn stalled_payloads_of_one_uid_do_not_starve_others() {
 
     // Half headers first: a connection stopped inside its header is parked in the event
     // loop and holds no worker at all.
-    let half_headers = Staller::start(&sock, 65533, 200, 16);
+    let half_headers = stall(&sock, 65533, 200, 16);
     let workers = gauge(&d, "lockd_worker_threads");
     println!("200 connections stalled inside their headers: {workers} worker threads");
     assert!(
@@ -442,7 +428,7 @@ fn stalled_payloads_of_one_uid_do_not_starve_others() {
         "{workers} worker threads for connections that sent half a header"
     );
 
-    let staller = Staller::start(&sock, 65534, 200, 40);
+    let staller = stall(&sock, 65534, 200, 40);
     // 16 of its requests are on workers, waiting for their payloads; 184 wait their turn.
     let over_share = gauge(&d, "lockd_worker_jobs_over_share");
     let workers = gauge(&d, "lockd_worker_threads");
