@@ -258,7 +258,8 @@ pub fn connection_closed(d: &Arc<Daemon>, ci: u32) {
     };
     if registered && !tokens.is_empty() {
         // On the pool worker that saw the connection close (or the pid exit): the release
-        // I/O holds up no other client, as sanlock's asynchronous release does not.
+        // I/O holds up that worker only, never the event loop or another client (sanlock
+        // releases asynchronously for the same reason).
         release_tokens_as(d, ci, tokens, true);
     }
 }

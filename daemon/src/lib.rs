@@ -5,7 +5,8 @@
 //! takes the pid-file lock in the run dir, binds `sanlock.sock` (mode 0660), then runs
 //! the event loop (`reactor`: accepts connections, reads request headers, hands commands
 //! to a bounded worker pool), the once-a-second monitor, and one renewal thread per
-//! lockspace until shutdown. Every thread is started through [`threads`], with an explicit small stack.
+//! lockspace until shutdown. Every thread is started through [`threads`], with an
+//! explicit small stack.
 //!
 //! All `unsafe` lives in `sys`; the rest of the crate denies it. Modules are `pub(crate)`
 //! unless something outside the crate uses them: the binaries (`run`, `config`,

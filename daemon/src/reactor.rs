@@ -14,6 +14,9 @@
 //! error moves it to a worker as [`Job::Closed`], which runs the same release path a
 //! dying client's connection always ran (`cmd::connection_closed`).
 //!
+//! When `accept` fails (EMFILE), the pending connection keeps the listener readable: the
+//! loop then stops watching the listener until its next tick rather than spin.
+//!
 //! Workers are shared out by uid ([`Shares`]): a non-root uid has at most
 //! [`MAX_WORKERS_PER_UID`] jobs on the workers and all non-root uids together
 //! [`MAX_NON_ROOT_WORKERS`]; further jobs wait here, in order. A worker may wait up to
@@ -294,6 +297,19 @@ impl Reactor {
         lock(&self.shares).waiting.len()
     }
 
+    /// Watches the listener for connections (`on`), or stops watching it for a while.
+    fn listen(&self, listener: &UnixListener, on: bool) -> nix::Result<()> {
+        let flags = if on {
+            EpollFlags::EPOLLIN
+        } else {
+            EpollFlags::empty()
+        };
+        self.epoll.modify(
+            listener.as_fd(),
+            &mut EpollEvent::new(flags, LISTENER_TOKEN),
+        )
+    }
+
     /// Pid watches alive (tests and status).
     pub(crate) fn watched_pids(&self) -> usize {
         lock(&self.pids).len()
@@ -380,25 +396,25 @@ fn run_job(d: &Arc<Daemon>, r: &Reactor, job: Job) {
 
 /// Accepts every pending connection on the (non-blocking) listener. A connection that
 /// gets no slot (table full, or its uid at its bound; see
-/// [`crate::state::Clients::add`]) is closed at once.
+/// [`crate::state::Clients::add`]) is closed at once. Returns false when `accept` failed
+/// (EMFILE and the like): the connection stays in the backlog and the listener readable.
 fn accept_all(
     d: &Arc<Daemon>,
     r: &Reactor,
     listener: &UnixListener,
     refusals: &mut RateLimit,
     accept_errors: &mut RateLimit,
-) {
+) -> bool {
     loop {
         let stream = match listener.accept() {
             Ok((s, _)) => s,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 if let Some(n) = accept_errors.hit(Instant::now()) {
                     warn!(error = %e, failures = n, "accept failed");
                 }
-                // EMFILE and the like: the next tick retries.
-                return;
+                return false;
             }
         };
         let cred = match sys::peer_cred(&stream) {
@@ -466,6 +482,7 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
     let mut accept_errors = RateLimit::default();
     let mut events = vec![EpollEvent::empty(); 64];
     let mut last_sweep = Instant::now();
+    let mut listener_paused = false;
     while !d.is_shutting_down() {
         let n = match r.epoll.wait(&mut events, EpollTimeout::from(TICK_MS)) {
             Ok(n) => n,
@@ -482,7 +499,11 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
         for ev in &events[..n] {
             let token = ev.data();
             if token == LISTENER_TOKEN {
-                accept_all(&d, &r, &listener, &mut refusals, &mut accept_errors);
+                if !accept_all(&d, &r, &listener, &mut refusals, &mut accept_errors) {
+                    // The listener stays readable while accept fails: without a pause the
+                    // loop would spin on it. The next tick listens again.
+                    listener_paused = r.listen(&listener, false).is_ok();
+                }
             } else if token & PID_TOKEN_BIT != 0 {
                 let Some(w) = lock(&r.pids).remove(&token) else {
                     continue;
@@ -515,6 +536,12 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
         }
         if last_sweep.elapsed().as_millis() >= u128::from(TICK_MS) {
             last_sweep = Instant::now();
+            if listener_paused {
+                match r.listen(&listener, true) {
+                    Ok(()) => listener_paused = false,
+                    Err(e) => warn!(error = %e, "cannot watch the listening socket again"),
+                }
+            }
             r.forget_released_pids(&d);
         }
     }

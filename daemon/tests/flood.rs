@@ -4,7 +4,8 @@
 //! rate-limited log line), keeps root's reserve so `lockd status` and `sanlock client
 //! status` are answered while the table is full, and works normally once the flooders
 //! have gone. And 200 connections of one uid stalled in the middle of their payloads
-//! hold only that uid's share of the worker pool.
+//! hold only that uid's share of the worker pool; and a daemon out of file descriptors
+//! (every accept failing with EMFILE) does not spin.
 
 mod common;
 
@@ -214,8 +215,12 @@ fn open_socket_to_all(s: &Scratch, d: &LockdDaemon) {
 }
 
 /// A scratch dir with lockspace `ls` and resource `r1` on one file, and a lockd daemon
-/// whose socket every uid may reach.
+/// whose socket every uid may reach; fails first if a tool these tests use is missing.
 fn daemon_with_one_resource(name: &str) -> (Scratch, PathBuf, LockdDaemon) {
+    require_tool("setpriv", "util-linux");
+    require_tool("prlimit", "util-linux");
+    require_tool("sanlock", "sanlock");
+    require_python_sanlock();
     let s = Scratch::new(name);
     let disk = s.file("disk", 4);
     init_lockspace("ls", &disk, 0);
@@ -243,10 +248,6 @@ fn join_acquire_release(d: &LockdDaemon, disk: &Path) -> String {
 
 #[test]
 fn connection_floods_leave_room_for_root() {
-    require_tool("setpriv", "util-linux");
-    require_tool("prlimit", "util-linux");
-    require_tool("sanlock", "sanlock");
-    require_python_sanlock();
     let (_scratch, disk, mut d) = daemon_with_one_resource("flood");
     let sock = d.run_dir.join("sanlock.sock");
     let non_root = MAX_CLIENTS - ROOT_RESERVED_SLOTS;
@@ -411,10 +412,6 @@ fn gauge(d: &LockdDaemon, name: &str) -> u64 {
 /// hold no worker at all.
 #[test]
 fn stalled_payloads_of_one_uid_do_not_starve_others() {
-    require_tool("setpriv", "util-linux");
-    require_tool("prlimit", "util-linux");
-    require_tool("sanlock", "sanlock");
-    require_python_sanlock();
     let (_scratch, disk, mut d) = daemon_with_one_resource("stall");
     let sock = d.run_dir.join("sanlock.sock");
 
@@ -458,5 +455,67 @@ fn stalled_payloads_of_one_uid_do_not_starve_others() {
     staller.close();
     half_headers.close();
     root_status_works(&d, "after the staller left");
+    d.stop();
+}
+
+/// utime + stime of `pid`, all threads, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read stat");
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+}
+
+/// When the daemon runs out of file descriptors, connections wait in the listen backlog
+/// and every `accept` fails with EMFILE. The event loop must not spin on the listener,
+/// which stays readable all that time: it pauses it and tries again on its next tick.
+/// Once descriptors are free, the waiting connections are served.
+#[test]
+fn out_of_descriptors_the_event_loop_does_not_spin() {
+    let (_scratch, _disk, mut d) = daemon_with_one_resource("emfile");
+    let sock = d.run_dir.join("sanlock.sock");
+    let pid = d.pid().to_string();
+    // The soft limit only: lowering it needs no privilege, and raising it again up to
+    // the hard limit does not either.
+    let soft_limit = |n: &str| {
+        let out = run(Command::new("prlimit")
+            .args(["--pid", &pid])
+            .arg(format!("--nofile={n}:")));
+        assert!(out.status.success(), "prlimit: {out:?}");
+    };
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let soft_before = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .expect("Max open files")
+        .to_string();
+    // Room for what the daemon has open and a few connections; 100 root connections
+    // (each slot takes two descriptors) leave most of them waiting in the backlog.
+    soft_limit("64");
+    let (flood, _report) = ConnHolder::start(FLOODER, &sock, 0, 100, &[]);
+    let ticks_before = cpu_ticks(d.pid());
+    std::thread::sleep(Duration::from_secs(3));
+    let ticks = cpu_ticks(d.pid()) - ticks_before;
+    let log = d.log_text();
+    println!("3 s with accepts failing: {ticks} CPU ticks");
+    assert!(
+        log.contains("accept failed"),
+        "the daemon never ran out of descriptors: {}",
+        tail(&log, 20)
+    );
+    // A spinning loop takes a whole core: 300 ticks in 3 s.
+    assert!(ticks < 60, "{ticks} CPU ticks in 3 s: the event loop spins");
+    daemon_alive(&mut d, "out of descriptors");
+
+    soft_limit(&soft_before);
+    flood.close();
+    assert!(
+        wait_for(10, || d.sanlock_client(&["status"]).status.success()),
+        "served again once descriptors are free"
+    );
+    root_status_works(&d, "descriptors free again");
     d.stop();
 }
