@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use client_lib::proto::*;
@@ -73,6 +73,21 @@ pub struct SpaceSt {
     pub gone: bool,
 }
 
+/// A joined lockspace's disk and parameters.
+pub struct JoinedDisk {
+    pub disk: BlockingDisk,
+    pub params: LockspaceParams,
+}
+
+/// What our next renewals write into our delta sector for other hosts to see.
+#[derive(Default)]
+pub struct Outgoing {
+    /// The host event (SET_EVENT), and when it was set (monotime s).
+    pub host_event: (wire::HostEvent, u64),
+    /// Hosts whose bit we set in our bitmap (REQUEST, SET_EVENT), until our time (s).
+    pub bitmap_until: std::collections::HashMap<u64, u64>,
+}
+
 /// One lockspace.
 pub struct Space {
     pub space_id: u32,
@@ -87,14 +102,13 @@ pub struct Space {
     pub monitor: Arc<Mutex<HostMonitor>>,
     /// Shared confirmation reads of known-hosts ballots (`crate::confirm`).
     pub confirm: crate::confirm::ConfirmReads,
-    pub disk: Mutex<Option<BlockingDisk>>,
-    pub params: Mutex<Option<LockspaceParams>>,
-    /// Hosts whose bit we set in our delta-lease bitmap (REQUEST), until our time (s).
-    pub bitmap_until: Mutex<std::collections::HashMap<u64, u64>>,
+    /// The lockspace disk and parameters, set once when the join succeeded and never
+    /// changed after (lease I/O in this lockspace needs both).
+    pub joined: OnceLock<JoinedDisk>,
+    /// What our renewals carry to the other hosts (SET_EVENT, REQUEST bits).
+    pub outgoing: Mutex<Outgoing>,
     /// When we last examined our resources because of a host's bitmap (per host).
     pub last_examine: Mutex<std::collections::HashMap<u64, u64>>,
-    /// The host event our renewals carry (SET_EVENT), and when it was set.
-    pub host_event: Mutex<(wire::HostEvent, u64)>,
     /// Connections registered with REG_EVENT (at most MAX_EVENT_FDS).
     pub event_fds: Mutex<Vec<std::os::unix::net::UnixStream>>,
     /// A rindex operation runs in this lockspace (sanlock allows one at a time).
@@ -212,9 +226,9 @@ impl Space {
                      timestamp={last} io_timeout={} owner_name={}",
                     self.host_id,
                     self.io_timeout,
-                    lock(&self.params)
-                        .as_ref()
-                        .map(|p| p.host_name.to_text())
+                    self.joined
+                        .get()
+                        .map(|j| j.params.host_name.to_text())
                         .unwrap_or_default()
                 ),
                 last,
@@ -278,11 +292,9 @@ fn new_space(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> Space {
             m
         })),
         confirm: crate::confirm::ConfirmReads::default(),
-        disk: Mutex::new(None),
-        params: Mutex::new(None),
-        bitmap_until: Mutex::new(std::collections::HashMap::new()),
+        joined: OnceLock::new(),
+        outgoing: Mutex::new(Outgoing::default()),
         last_examine: Mutex::new(std::collections::HashMap::new()),
-        host_event: Mutex::new((wire::HostEvent::default(), 0)),
         event_fds: Mutex::new(Vec::new()),
         rindex_busy: AtomicBool::new(false),
         examine_running: AtomicBool::new(false),
@@ -298,21 +310,21 @@ impl Space {
     pub fn set_host_bit(&self, host_id: u64) {
         let until =
             lockd_diskio::monotime() + timeouts::set_bitmap_seconds(u64::from(self.io_timeout));
-        lock(&self.bitmap_until).insert(host_id, until);
+        lock(&self.outgoing).bitmap_until.insert(host_id, until);
     }
 
     fn renew_input(&self) -> RenewInput {
         let now = lockd_diskio::monotime();
         let mut input = RenewInput::default();
-        let he = lock(&self.host_event).0;
+        let mut out = lock(&self.outgoing);
+        let he = out.host_event.0;
         input.event = lease_core::delta::EventFields {
             target_generation: he.generation,
             event: he.event,
             data: he.data,
         };
-        let mut bits = lock(&self.bitmap_until);
-        bits.retain(|_, until| *until >= now);
-        for &host_id in bits.keys() {
+        out.bitmap_until.retain(|_, until| *until >= now);
+        for &host_id in out.bitmap_until.keys() {
             if (1..=2048).contains(&host_id) {
                 let i = (host_id - 1) as usize;
                 input.bitmap[i / 8] |= 1 << (i % 8);
@@ -610,7 +622,7 @@ fn mark_gone(d: &Daemon, space: &Arc<Space>) {
 }
 
 /// What a successful join hands to the renewal loop.
-type Joined = (
+type JoinResult = (
     BlockingDisk,
     LockspaceParams,
     DeltaState,
@@ -620,7 +632,7 @@ type Joined = (
 /// Opens the disk and joins (delta acquire). With the watchdog on, the wdmd link is opened
 /// before the acquire and armed right after it — before the lockspace is reported joined,
 /// so no client can hold a lease in it unprotected.
-fn join(d: &Daemon, space: &Space) -> Result<Joined, i32> {
+fn join(d: &Daemon, space: &Space) -> Result<JoinResult, i32> {
     let mut wd = if d.cfg.use_watchdog {
         let w = LockspaceWatchdog::open(&d.cfg.wdmd_run_dir, d.cfg.watchdog_fire_timeout_s)
             .map_err(|e| {
@@ -708,11 +720,17 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
             return;
         }
     };
-    *lock(&space.disk) = Some(BlockingDisk {
-        disk: bdisk.disk.clone(),
-        abort: Arc::new(AtomicBool::new(false)),
-    });
-    *lock(&space.params) = Some(params.clone());
+    let first = space
+        .joined
+        .set(JoinedDisk {
+            disk: BlockingDisk {
+                disk: bdisk.disk.clone(),
+                abort: Arc::new(AtomicBool::new(false)),
+            },
+            params: params.clone(),
+        })
+        .is_ok();
+    assert!(first, "lockspace {}: joined twice", space.name.to_text());
     {
         let mut st = lock(&space.st);
         st.host_generation = state.generation();
@@ -922,15 +940,16 @@ pub fn set_event(d: &Daemon, ls: &wire::Lockspace, he: &wire::HostEvent, flags: 
     }
     let now = lockd_diskio::monotime();
     let period = timeouts::set_bitmap_seconds(u64::from(space.io_timeout));
-    let mut cur = lock(&space.host_event);
+    let mut out = lock(&space.outgoing);
     if flags & CLEAR_EVENT != 0 {
-        *cur = (wire::HostEvent::default(), now);
+        out.host_event = (wire::HostEvent::default(), now);
         return 0;
     }
     if flags & CLEAR_HOSTID != 0 {
-        lock(&space.bitmap_until).remove(&he.host_id);
+        out.bitmap_until.remove(&he.host_id);
         return 0;
     }
+    let cur = out.host_event;
     if flags & REPLACE_EVENT == 0
         && now.saturating_sub(cur.1) < period
         && cur.0.event != 0
@@ -939,9 +958,8 @@ pub fn set_event(d: &Daemon, ls: &wire::Lockspace, he: &wire::HostEvent, flags: 
     {
         return -libc::EBUSY;
     }
-    *cur = (he, now);
-    drop(cur);
-    let mut bits = lock(&space.bitmap_until);
+    out.host_event = (he, now);
+    let bits = &mut out.bitmap_until;
     if flags & ALL_HOSTS != 0 {
         for id in 1..=max_hosts {
             bits.insert(id, now + period);
@@ -1147,5 +1165,5 @@ pub fn last_success(space: &Space) -> u64 {
 
 /// Geometry-independent read of the lockspace area on an already-joined disk.
 pub fn space_disk(space: &Space) -> Option<BlockingDisk> {
-    lock(&space.disk).clone()
+    space.joined.get().map(|j| j.disk.clone())
 }

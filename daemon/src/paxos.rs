@@ -14,8 +14,8 @@ use lease_core::paxos::{self, AcquireOptions, HostContext, Mode, ResourceParams,
 use tracing::warn;
 
 use crate::confirm::SpaceObserver;
-use crate::lockspace::{self, Space};
-use crate::state::{lock, Daemon, LocalRes};
+use crate::lockspace::Space;
+use crate::state::{Daemon, LocalRes};
 use lockd_diskio::{BlockingDisk, Disk, SystemClock};
 
 /// The on-disk state of a held resource.
@@ -60,15 +60,14 @@ pub(crate) fn with_host<T>(
     space: &Space,
     f: impl FnOnce(&HostContext<'_, BlockingDisk, SpaceObserver<'_>>) -> T,
 ) -> Result<T, i32> {
-    let ls_disk = lockspace::space_disk(space).ok_or(-libc::ENOSPC)?;
-    let params = lock(&space.params).clone().ok_or(-libc::ENOSPC)?;
+    let joined = space.joined.get().ok_or(-libc::ENOSPC)?;
     let observer = SpaceObserver {
         monitor: &space.monitor,
         confirm: &space.confirm,
     };
     let host = HostContext {
-        lockspace_disk: &ls_disk,
-        lockspace: &params,
+        lockspace_disk: &joined.disk,
+        lockspace: &joined.params,
         generation: space.generation(),
         observer: &observer,
     };
