@@ -17,11 +17,12 @@ use tracing::{info, info_span, warn};
 
 use crate::server::{After, Conn};
 use crate::state::{lock, Daemon, KillPath, LocalRes, Token};
+use crate::tables::{AcquireStart, ReleaseStart};
 use crate::{admin, lockspace, paxos, sys};
 
 /// RESTRICT: the connection's restriction flags (from `cmd_flags`).
 pub(crate) fn restrict(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> i32 {
-    if let Some(c) = lock(&d.clients).slots.get_mut(&conn.ci) {
+    if let Some(c) = lock(&d.tables).clients.slots.get_mut(&conn.ci) {
         c.restricted = h.cmd_flags;
     }
     info!(
@@ -174,7 +175,8 @@ pub(crate) fn request(d: &Arc<Daemon>, r: &wire::Resource, h: &Header) -> i32 {
 
 /// SET_LVB of a lease this host holds.
 pub(crate) fn set_lvb(d: &Arc<Daemon>, r: &wire::ResourceHead, data: &[u8]) -> i32 {
-    let mut res = lock(&d.resources);
+    let mut tables = lock(&d.tables);
+    let res = &mut tables.resources;
     let Some(lr) = res.get_mut(&(r.lockspace_name, r.name)) else {
         return -libc::ENOENT;
     };
@@ -192,8 +194,11 @@ pub(crate) fn get_lvb(
     r: &wire::ResourceHead,
     want: usize,
 ) -> Result<Vec<u8>, i32> {
-    let res = lock(&d.resources);
-    let lr = res.get(&(r.lockspace_name, r.name)).ok_or(-libc::ENOENT)?;
+    let tables = lock(&d.tables);
+    let lr = tables
+        .resources
+        .get(&(r.lockspace_name, r.name))
+        .ok_or(-libc::ENOENT)?;
     let token = lr.held.token.as_ref().ok_or(-libc::ENOENT)?;
     let lvb = token.lvb().ok_or(-libc::EINVAL)?;
     let n = if want == 0 {
@@ -205,8 +210,7 @@ pub(crate) fn get_lvb(
 }
 
 pub(crate) fn register(d: &Arc<Daemon>, conn: &Conn) {
-    let mut clients = lock(&d.clients);
-    if let Some(c) = clients.slots.get_mut(&conn.ci) {
+    if let Some(c) = lock(&d.tables).clients.slots.get_mut(&conn.ci) {
         c.registered = true;
         c.pid = conn.cred.pid;
         c.uid = conn.cred.uid;
@@ -231,32 +235,19 @@ pub(crate) fn shutdown(d: &Arc<Daemon>, force: bool) {
 /// exited): a registered client's death releases its leases.
 pub fn connection_closed(d: &Arc<Daemon>, ci: u32) {
     crate::watch::connection_closed(d, ci);
-    let (registered, tokens) = {
-        let mut clients = lock(&d.clients);
-        let Some(c) = clients.slots.get_mut(&ci) else {
-            return;
-        };
-        if !c.registered {
-            clients.slots.remove(&ci);
-            return;
-        }
-        c.pid_dead = true;
-        if c.cmd_active != 0 {
-            // The active command (from another connection) frees the client when done.
-            return;
-        }
-        let tokens = std::mem::take(&mut c.tokens);
-        let pid = c.pid;
-        clients.slots.remove(&ci);
-        info!(
-            ci,
-            pid,
-            tokens = tokens.len(),
-            "client connection closed: releasing its leases"
-        );
-        (true, tokens)
+    // None: an unregistered slot, or a command from another connection is running on
+    // this client and frees it when done (`registered_cmd`).
+    let ended = lock(&d.tables).client_ended(ci);
+    let Some((pid, tokens)) = ended else {
+        return;
     };
-    if registered && !tokens.is_empty() {
+    info!(
+        ci,
+        pid,
+        tokens = tokens.len(),
+        "client connection closed: releasing its leases"
+    );
+    if !tokens.is_empty() {
         // On the pool worker that saw the connection close (or the pid exit): the release
         // I/O holds up that worker only, never the event loop or another client (sanlock
         // releases asynchronously for the same reason).
@@ -288,24 +279,11 @@ fn release_tokens_with(
     for t in tokens {
         let span = info_span!("resource", ls = %t.ls, res = %t.name);
         let _g = span.enter();
-        let to_disk = {
-            let mut res = lock(&d.resources);
-            let Some(lr) = res.get_mut(&t.key()) else {
-                continue;
-            };
-            lr.holders.retain(|&h| h != ci);
-            if !lr.holders.is_empty() {
-                None
-            } else if dying && t.persistent {
-                info!("holder exited: persistent lease kept as an orphan");
-                lr.orphan = true;
-                None
-            } else {
-                lr.busy = true;
-                Some(lr.clone())
-            }
-        };
-        if let Some(lr) = to_disk {
+        let step = lock(&d.tables).start_release(ci, &t, dying);
+        if matches!(step, ReleaseStart::Orphaned) {
+            info!("holder exited: persistent lease kept as an orphan");
+        }
+        if let ReleaseStart::Disk(lr) = step {
             let rv = release_on_disk(d, &lr, rename);
             if rv < 0 {
                 result = rv;
@@ -323,28 +301,14 @@ fn release_on_disk(d: &Arc<Daemon>, lr: &LocalRes, rename: Option<&Name>) -> i32
     } else {
         info!("released");
     }
-    lock(&d.resources).remove(&(lr.ls, lr.name));
+    lock(&d.tables).finish_release(&(lr.ls, lr.name));
     rv
 }
 
 /// Releases orphans of lockspace `ls`: the one named `name`, or all when `name` is empty.
 /// Returns how many were released (0 when none matched, as sanlock), or a release error.
 pub fn release_orphans(d: &Arc<Daemon>, ls: &Name, name: &Name) -> i32 {
-    let picked: Vec<LocalRes> = {
-        let mut res = lock(&d.resources);
-        let mut v = Vec::new();
-        for lr in res.values_mut() {
-            if lr.orphan
-                && !lr.busy
-                && lr.ls.same_as(ls)
-                && (name.is_empty() || lr.name.same_as(name))
-            {
-                lr.busy = true;
-                v.push(lr.clone());
-            }
-        }
-        v
-    };
+    let picked: Vec<LocalRes> = lock(&d.tables).start_orphan_release(ls, name);
     // As sanlock: the result is the number of orphans released (0 when none matched).
     let mut result = i32::try_from(picked.len()).unwrap_or(i32::MAX);
     for lr in picked {
@@ -385,22 +349,7 @@ pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
         crate::metrics::global().result(op, rv);
     }
     // Clear cmd_active; if the client died meanwhile, release what it holds now.
-    let dead_tokens = {
-        let mut clients = lock(&d.clients);
-        match clients.slots.get_mut(&target) {
-            Some(c) => {
-                c.cmd_active = 0;
-                if c.pid_dead {
-                    let t = std::mem::take(&mut c.tokens);
-                    clients.slots.remove(&target);
-                    Some(t)
-                } else {
-                    None
-                }
-            }
-            None => None,
-        }
-    };
+    let dead_tokens = lock(&d.tables).finish_command(target);
     if let Some(tokens) = dead_tokens {
         release_tokens_as(d, target, tokens, true);
     }
@@ -429,37 +378,14 @@ fn client_cmd(
 }
 
 fn resolve_target(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> Result<u32, i32> {
-    let mut clients = lock(&d.clients);
-    let by_id = h.cmd_flags & SANLK_FOR_CLIENT_ID != 0 && h.cmd != SM_CMD_KILLPATH;
-    let ci = if by_id {
-        if clients.slots.contains_key(&h.data2) {
-            h.data2
-        } else {
-            return Err(-libc::ESRCH);
-        }
-    } else if h.data2_signed() == -1 {
-        conn.ci
-    } else {
-        clients.by_pid(h.data2_signed()).ok_or(-libc::ESRCH)?
-    };
-    let Some(c) = clients.slots.get_mut(&ci) else {
-        return Err(-libc::ESRCH);
-    };
-    if !c.registered || c.pid <= 0 || c.pid_dead {
-        return Err(-libc::EBUSY);
-    }
-    if c.kill_count > 0 && h.cmd == SM_CMD_ACQUIRE {
-        return Err(-libc::EBUSY);
-    }
-    if c.cmd_active != 0 {
-        return Err(-libc::EBUSY);
-    }
-    // A process may act on another uid's leases only as root.
-    if conn.cred.uid != 0 && conn.cred.uid != c.uid {
-        return Err(-libc::EPERM);
-    }
-    c.cmd_active = h.cmd;
-    Ok(ci)
+    lock(&d.tables).start_command(crate::tables::CommandTarget {
+        conn_ci: conn.ci,
+        conn_uid: conn.cred.uid,
+        cmd: h.cmd,
+        cmd_flags: h.cmd_flags,
+        data2: h.data2,
+        data2_signed: h.data2_signed(),
+    })
 }
 
 fn acquire(
@@ -470,7 +396,7 @@ fn acquire(
     opt: &wire::Options,
 ) -> i32 {
     if !opt.owner_name.is_empty() {
-        if let Some(c) = lock(&d.clients).slots.get_mut(&target) {
+        if let Some(c) = lock(&d.tables).clients.slots.get_mut(&target) {
             c.owner_name = opt.owner_name;
         }
     }
@@ -487,14 +413,10 @@ fn acquire(
             }
         }
     }
-    let mut clients = lock(&d.clients);
-    match clients.slots.get_mut(&target) {
-        Some(c) => {
-            c.tokens.extend(done);
-            0
-        }
-        None => {
-            drop(clients);
+    let recorded = lock(&d.tables).record_tokens(target, done);
+    match recorded {
+        Ok(()) => 0,
+        Err(done) => {
             release_tokens(d, target, done);
             -libc::ESTALE
         }
@@ -510,12 +432,6 @@ pub(crate) fn acquire_one(
     let shared = r.head.flags & SANLK_RES_SHARED != 0;
     let key = (r.head.lockspace_name, r.head.name);
     let space = lockspace::joined(d, &r.head.lockspace_name)?;
-    // Already held by this client?
-    if let Some(c) = lock(&d.clients).slots.get(&ci) {
-        if c.tokens.iter().any(|t| t.key() == key) {
-            return Err(-libc::EEXIST);
-        }
-    }
     let token = Token {
         token_id: d
             .next_token_id
@@ -528,53 +444,16 @@ pub(crate) fn acquire_one(
         lver: 0,
         acquired: lockd_diskio::monotime(),
     };
+    let start = lock(&d.tables).start_acquire(ci, key, shared, cmd_flags, &r.disks)?;
+    if let AcquireStart::Local {
+        lver,
+        adopted_orphan,
+    } = start
     {
-        let mut res = lock(&d.resources);
-        if let Some(lr) = res.get_mut(&key) {
-            if lr.busy {
-                return Err(-libc::EAGAIN);
-            }
-            if lr.orphan {
-                // Adopt an orphan only when asked to, and only in its mode.
-                if cmd_flags & (SANLK_ACQUIRE_ORPHAN | SANLK_ACQUIRE_ORPHAN_ONLY) == 0
-                    || lr.shared != shared
-                {
-                    return Err(-libc::EUCLEAN);
-                }
-                lr.orphan = false;
-                lr.holders.push(ci);
-                info!("orphan adopted");
-                return Ok(Token {
-                    lver: lr.held.lver(),
-                    ..token
-                });
-            }
-            if shared && lr.shared {
-                // Another local process holds it shared: share without disk I/O.
-                lr.holders.push(ci);
-                return Ok(Token {
-                    lver: lr.held.lver(),
-                    ..token
-                });
-            }
-            return Err(-libc::EEXIST);
+        if adopted_orphan {
+            info!("orphan adopted");
         }
-        if cmd_flags & SANLK_ACQUIRE_ORPHAN_ONLY != 0 {
-            return Err(-libc::ENOENT);
-        }
-        res.insert(
-            key,
-            LocalRes {
-                ls: key.0,
-                name: key.1,
-                disks: r.disks.clone(),
-                shared,
-                holders: Vec::new(),
-                busy: true,
-                orphan: false,
-                held: paxos::Held::default(),
-            },
-        );
+        return Ok(Token { lver, ..token });
     }
     let want_lver = if r.head.flags & SANLK_RES_LVER != 0 {
         Some(r.head.lver)
@@ -582,33 +461,15 @@ pub(crate) fn acquire_one(
         None
     };
     let result = paxos::acquire(d, &space, r, shared, want_lver, cmd_flags);
-    let mut res = lock(&d.resources);
-    match result {
-        Ok(held) => {
-            let lver = held.lver();
-            if let Some(lr) = res.get_mut(&key) {
-                lr.held = held;
-                lr.busy = false;
-                lr.holders.push(ci);
-            }
-            info!(lver, shared, "acquired");
-            Ok(Token { lver, ..token })
-        }
-        Err(rv) => {
-            res.remove(&key);
-            Err(rv)
-        }
-    }
+    let lver = lock(&d.tables).finish_acquire(key, ci, result)?;
+    info!(lver, shared, "acquired");
+    Ok(Token { lver, ..token })
 }
 
 fn release(d: &Arc<Daemon>, target: u32, what: ReleaseWhat) -> i32 {
     let heads = match what {
         ReleaseWhat::All => {
-            let tokens = lock(&d.clients)
-                .slots
-                .get_mut(&target)
-                .map(|c| std::mem::take(&mut c.tokens))
-                .unwrap_or_default();
+            let tokens = lock(&d.tables).take_all_tokens(target);
             return release_tokens(d, target, tokens);
         }
         ReleaseWhat::Orphans(r) => return release_orphans(d, &r.lockspace_name, &r.name),
@@ -618,20 +479,11 @@ fn release(d: &Arc<Daemon>, target: u32, what: ReleaseWhat) -> i32 {
     let names: Vec<_> = heads.iter().map(|r| (r.lockspace_name, r.name)).collect();
     // As sanlock: every named lease the client holds is released; one it does not hold
     // makes the result -1 without stopping the others.
-    let mut picked = Vec::new();
-    let mut missing = false;
-    {
-        let mut clients = lock(&d.clients);
-        let Some(c) = clients.slots.get_mut(&target) else {
-            return -libc::ESRCH;
-        };
-        for key in &names {
-            match c.tokens.iter().position(|t| t.key() == *key) {
-                Some(i) => picked.push(c.tokens.remove(i)),
-                None => missing = true,
-            }
-        }
-    }
+    let taken = lock(&d.tables).take_tokens(target, &names);
+    let (picked, missing) = match taken {
+        Ok(t) => t,
+        Err(rv) => return rv,
+    };
     let rv = release_tokens(d, target, picked);
     if rv < 0 {
         rv
@@ -656,15 +508,13 @@ fn release_renamed(
         return -libc::EINVAL;
     }
     let key = (old.lockspace_name, old.name);
-    let picked = {
-        let mut clients = lock(&d.clients);
-        let Some(c) = clients.slots.get_mut(&target) else {
-            return -libc::ESRCH;
-        };
-        match c.tokens.iter().position(|t| t.key() == key) {
-            Some(i) => c.tokens.remove(i),
+    let taken = lock(&d.tables).take_tokens(target, &[key]);
+    let picked = match taken {
+        Err(rv) => return rv,
+        Ok((mut picked, _)) => match picked.pop() {
+            Some(t) => t,
             None => return -1,
-        }
+        },
     };
     info!(res = %old.name, new_name = %new.name, "release with rename");
     release_tokens_with(d, target, vec![picked], false, Some(&new.name))
@@ -693,8 +543,8 @@ pub fn token_state_string(t: &Token) -> String {
 }
 
 fn inquire(d: &Arc<Daemon>, target: u32) -> (i32, u32, Vec<u8>) {
-    let clients = lock(&d.clients);
-    let Some(c) = clients.slots.get(&target) else {
+    let tables = lock(&d.tables);
+    let Some(c) = tables.clients.slots.get(&target) else {
         return (-libc::ESRCH, 0, Vec::new());
     };
     if c.tokens.is_empty() {
@@ -709,68 +559,25 @@ fn inquire(d: &Arc<Daemon>, target: u32) -> (i32, u32, Vec<u8>) {
 fn convert(d: &Arc<Daemon>, h: &Header, target: u32, head: &wire::ResourceHead) -> i32 {
     let to_shared = head.flags & SANLK_RES_SHARED != 0;
     let key = (head.lockspace_name, head.name);
-    let token = {
-        let clients = lock(&d.clients);
-        let Some(c) = clients.slots.get(&target) else {
-            return -libc::ESRCH;
-        };
-        match c.tokens.iter().find(|t| t.key() == key) {
-            Some(t) => t.clone(),
-            None => return -libc::ENOENT,
-        }
-    };
-    if token.shared == to_shared {
-        return -libc::EALREADY;
+    let checked = lock(&d.tables).convert_token(target, key, to_shared);
+    if let Err(rv) = checked {
+        return rv;
     }
     let space = match lockspace::joined(d, &key.0) {
         Ok(s) => s,
         Err(rv) => return rv,
     };
-    let lr = {
-        let mut res = lock(&d.resources);
-        let Some(lr) = res.get_mut(&key) else {
-            return -libc::ENOENT;
-        };
-        if lr.busy {
-            return -libc::EAGAIN;
-        }
-        if !to_shared && lr.holders.len() > 1 {
-            // Other local processes share it; they would lose their lease.
-            return -libc::EAGAIN;
-        }
-        lr.busy = true;
-        lr.clone()
+    let started = lock(&d.tables).start_convert(target, key, to_shared);
+    let lr = match started {
+        Ok(lr) => lr,
+        Err(rv) => return rv,
     };
     let span = info_span!("resource", ls = %key.0, res = %key.1);
     let _g = span.enter();
     let result = paxos::convert(d, &space, &lr, to_shared, h.cmd_flags);
-    let mut res = lock(&d.resources);
-    let rv = match result {
-        Ok(held) => {
-            if let Some(lr) = res.get_mut(&key) {
-                lr.held = held;
-                lr.shared = to_shared;
-            }
-            info!(to_shared, "converted");
-            0
-        }
-        Err(rv) => rv,
-    };
-    if let Some(lr) = res.get_mut(&key) {
-        lr.busy = false;
-    }
-    drop(res);
+    let rv = lock(&d.tables).finish_convert(target, key, to_shared, result);
     if rv == 0 {
-        let lver = lock(&d.resources)
-            .get(&key)
-            .map(|l| l.held.lver())
-            .unwrap_or(0);
-        if let Some(c) = lock(&d.clients).slots.get_mut(&target) {
-            if let Some(t) = c.tokens.iter_mut().find(|t| t.key() == key) {
-                t.shared = to_shared;
-                t.lver = lver;
-            }
-        }
+        info!(to_shared, "converted");
     }
     rv
 }
@@ -779,7 +586,7 @@ fn killpath(d: &Arc<Daemon>, ci: u32, h: &Header, target: u32, path: String, arg
     if target != ci {
         return -libc::EINVAL;
     }
-    if let Some(c) = lock(&d.clients).slots.get_mut(&target) {
+    if let Some(c) = lock(&d.tables).clients.slots.get_mut(&target) {
         info!(pid = c.pid, path = ?path, args = ?args, "killpath set");
         c.killpath = Some(KillPath {
             path,
@@ -841,7 +648,8 @@ pub(crate) fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
         &mut out,
     );
     if depth != SANLK_STATE_DAEMON {
-        let clients = lock(&d.clients);
+        let tables = lock(&d.tables);
+        let clients = &tables.clients;
         let mut cis: Vec<_> = clients.slots.keys().copied().collect();
         cis.sort_unstable();
         for ci in cis {
@@ -887,9 +695,9 @@ pub(crate) fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
     }
     if depth != SANLK_STATE_DAEMON && depth != SANLK_STATE_CLIENT && depth != SANLK_STATE_LOCKSPACE
     {
-        let clients = lock(&d.clients);
-        let res = lock(&d.resources);
-        for c in clients.slots.values() {
+        let tables = lock(&d.tables);
+        let res = &tables.resources;
+        for c in tables.clients.slots.values() {
             for t in &c.tokens {
                 let lr = res.get(&t.key());
                 let text = format!(

@@ -19,9 +19,7 @@
 
 use std::sync::Arc;
 
-use client_lib::proto::*;
 use client_lib::wire::{self, Header};
-use disk_format::Name;
 use tracing::{info, info_span, warn};
 
 use crate::server::Conn;
@@ -81,30 +79,15 @@ pub(crate) fn acquire_for_pid(
         }
         Some(_) => {}
     }
-    let ci = {
-        let mut clients = lock(&d.clients);
-        if clients.by_pid(pid).is_some() {
-            // A registered process holds its own leases; two owners of one pid would
-            // confuse release and escalation.
-            return -libc::EEXIST;
-        }
-        let Ok(ci) = clients.add(-1, pid, conn.cred.uid, None) else {
-            return -libc::EMFILE;
-        };
-        if let Some(c) = clients.slots.get_mut(&ci) {
-            c.registered = true;
-            c.owner_name = Name::from_field(format!("pid{pid}").as_bytes());
-            if !killpath_path.is_empty() {
-                c.killpath = Some(KillPath {
-                    path: killpath_path.clone(),
-                    args: killpath_args.clone(),
-                    with_pid: true,
-                });
-            }
-            // Keep the slot from being freed while we acquire.
-            c.cmd_active = SM_CMD_ACQUIRE;
-        }
-        ci
+    let killpath = (!killpath_path.is_empty()).then(|| KillPath {
+        path: killpath_path.clone(),
+        args: killpath_args.clone(),
+        with_pid: true,
+    });
+    let added = lock(&d.tables).add_pid_client(pid, conn.cred.uid, killpath);
+    let ci = match added {
+        Ok(ci) => ci,
+        Err(rv) => return rv,
     };
     let mut done: Vec<Token> = Vec::new();
     let mut rv = 0;
@@ -121,7 +104,7 @@ pub(crate) fn acquire_for_pid(
     }
     if rv != 0 {
         crate::cmd::release_tokens(d, ci, done);
-        lock(&d.clients).slots.remove(&ci);
+        lock(&d.tables).clients.slots.remove(&ci);
         return rv;
     }
     let names: Vec<String> = done
@@ -129,11 +112,14 @@ pub(crate) fn acquire_for_pid(
         .map(|t| format!("{}:{}", t.ls, t.name))
         .collect();
     {
-        let mut clients = lock(&d.clients);
-        if let Some(c) = clients.slots.get_mut(&ci) {
-            c.tokens.extend(done);
-            c.cmd_active = 0;
-        }
+        let mut tables = lock(&d.tables);
+        // The slot has no connection and no watch yet: nothing can have ended it.
+        let recorded = tables.record_tokens(ci, done);
+        let ended = tables.finish_command(ci);
+        assert!(
+            recorded.is_ok() && ended.is_none(),
+            "the --for-pid slot of pid {pid} ended while its acquire ran"
+        );
     }
     info!(pid, ci, leases = ?names, killpath = ?killpath_path, "leases acquired for pid");
     let watched = match d.reactor.get() {
@@ -151,7 +137,8 @@ pub(crate) fn acquire_for_pid(
 
 /// Slot numbers are reused: is `ci` still the connection-less slot of `pid`?
 pub(crate) fn still_ours(d: &Daemon, ci: u32, pid: i32) -> bool {
-    lock(&d.clients)
+    lock(&d.tables)
+        .clients
         .slots
         .get(&ci)
         .is_some_and(|c| c.pid == pid && c.fd == -1 && c.stream.is_none())

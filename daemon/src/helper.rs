@@ -293,7 +293,8 @@ pub fn status_loop(d: &std::sync::Arc<crate::state::Daemon>) {
                 "killpath failed"
             );
         }
-        let mut clients = crate::state::lock(&d.clients);
+        let mut tables = crate::state::lock(&d.tables);
+        let clients = &mut tables.clients;
         for c in clients.slots.values_mut() {
             if c.pid == st.client_pid && c.killpath.is_some() {
                 c.killpath_status = Some(status.clone());

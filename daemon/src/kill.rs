@@ -88,7 +88,8 @@ pub fn kill_holders(d: &Arc<Daemon>, space: &Space) {
     let Some(helper) = d.helper.as_ref() else {
         return;
     };
-    let mut clients = lock(&d.clients);
+    let mut tables = lock(&d.tables);
+    let clients = &mut tables.clients;
     for c in clients.slots.values_mut() {
         if c.pid_dead || c.pid <= 0 || !c.tokens.iter().any(|t| t.ls.same_as(&space.name)) {
             continue;
@@ -137,7 +138,8 @@ pub fn kill_holders(d: &Arc<Daemon>, space: &Space) {
 /// requests for a newer lver: FORCE → SIGKILL the holders (SIGTERM if SIGKILL is
 /// restricted); GRACEFUL → their killpath, else SIGTERM (SIGKILL if SIGTERM is restricted).
 pub fn examine_lockspace(d: &Arc<Daemon>, ls: &disk_format::Name) {
-    let held: Vec<_> = lock(&d.resources)
+    let held: Vec<_> = lock(&d.tables)
+        .resources
         .values()
         .filter(|r| r.ls.same_as(ls) && !r.busy)
         .cloned()
@@ -153,7 +155,8 @@ pub fn examine_lockspace(d: &Arc<Daemon>, ls: &disk_format::Name) {
         let Some(helper) = d.helper.as_ref() else {
             return;
         };
-        let clients = lock(&d.clients);
+        let tables = lock(&d.tables);
+        let clients = &tables.clients;
         for ci in &lr.holders {
             let Some(c) = clients.slots.get(ci) else {
                 continue;

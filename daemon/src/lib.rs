@@ -34,6 +34,7 @@ pub(crate) mod server;
 pub mod state;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
+pub mod tables;
 pub mod threads;
 pub(crate) mod watch;
 pub(crate) mod watchdog;
@@ -381,7 +382,7 @@ impl Running {
             let _ =
                 std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200));
         }
-        for c in lock(&d.clients).slots.values() {
+        for c in lock(&d.tables).clients.slots.values() {
             if let Some(s) = &c.stream {
                 let _ = s.shutdown(std::net::Shutdown::Both);
             }
@@ -396,7 +397,7 @@ impl Running {
         if let Some(h) = d.helper.as_ref() {
             let _ = sys::kill(h.pid, libc::SIGTERM);
         }
-        let left = lock(&d.resources).len();
+        let left = lock(&d.tables).resources.len();
         if left != 0 {
             // Only orphans of a failed lockspace can remain; they expire with our host_id.
             error!(left, "exiting with leases still recorded");

@@ -443,7 +443,7 @@ fn wait_gone(space: &Space) {
 
 /// True when some client holds a resource in this lockspace.
 pub fn space_in_use(d: &Daemon, name: &Name) -> bool {
-    lock(&d.resources).keys().any(|(ls, _)| ls.same_as(name))
+    lock(&d.tables).space_in_use(name)
 }
 
 /// REM_LOCKSPACE.
@@ -454,7 +454,8 @@ pub fn rem(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> i32 {
     if flags & SANLK_REM_UNUSED != 0 && space_in_use(d, &ls.name) {
         return -libc::EBUSY;
     }
-    let has_orphans = lock(&d.resources)
+    let has_orphans = lock(&d.tables)
+        .resources
         .values()
         .any(|r| r.orphan && r.ls.same_as(&ls.name));
     if has_orphans {
@@ -1140,7 +1141,8 @@ pub fn check_our_leases(d: &Arc<Daemon>) -> Vec<Arc<Space>> {
             let used_by_orphans = st.used_by_orphans;
             drop(st);
             let (holders, total) = {
-                let res = lock(&d.resources);
+                let tables = lock(&d.tables);
+                let res = &tables.resources;
                 let mine: Vec<_> = res.values().filter(|r| r.ls.same_as(&s.name)).collect();
                 (mine.iter().filter(|r| !r.orphan).count(), mine.len())
             };

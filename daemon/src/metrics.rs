@@ -14,8 +14,8 @@
 //! - recording never blocks on I/O and never takes a daemon lock: histograms and the
 //!   process-wide counters are atomics or a leaf mutex of their own;
 //! - per-lockspace values (expiry, host states, leases held) are read from the daemon's
-//!   state at render time, under the documented lock order (`clients` → `spaces` →
-//!   `resources` → `Space::st`), one lock at a time;
+//!   state at render time, under the documented lock order (`tables` → `spaces` →
+//!   `Space::st`), one lock at a time;
 //! - a name or label from a client or a disk is escaped, so no client can forge a sample.
 
 use std::collections::BTreeMap;
@@ -299,13 +299,14 @@ pub fn render(d: &Daemon) -> String {
     let g = global();
     let mut e = Encoder::default();
     let (connected, registered) = {
-        let c = lock(&d.clients);
+        let tables = lock(&d.tables);
+        let c = &tables.clients;
         let reg = c.slots.values().filter(|c| c.registered).count();
         (c.slots.len() as u64, reg as u64)
     };
     let spaces: Vec<Arc<crate::lockspace::Space>> = lock(&d.spaces).clone();
     let mut leases_by_space: BTreeMap<String, u64> = BTreeMap::new();
-    for r in lock(&d.resources).values() {
+    for r in lock(&d.tables).resources.values() {
         *leases_by_space.entry(r.ls.to_text()).or_insert(0) += 1;
     }
     let now = lockd_diskio::monotime();

@@ -425,7 +425,10 @@ fn accept_all(
             }
         };
         let clone = stream.try_clone().ok();
-        let ci = match lock(&d.clients).add(stream.as_raw_fd(), cred.pid, cred.uid, clone) {
+        let ci = match lock(&d.tables)
+            .clients
+            .add(stream.as_raw_fd(), cred.pid, cred.uid, clone)
+        {
             Ok(ci) => ci,
             Err(why) => {
                 if let Some(n) = refusals.hit(Instant::now()) {
@@ -448,7 +451,7 @@ fn accept_all(
         };
         if let Err(e) = r.adopt(Conn { stream, ci, cred }) {
             warn!(error = %e, "cannot watch a new connection; closing it");
-            lock(&d.clients).slots.remove(&ci);
+            lock(&d.tables).clients.slots.remove(&ci);
         }
     }
 }

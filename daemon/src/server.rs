@@ -208,7 +208,8 @@ pub(crate) fn run_command(d: &Arc<Daemon>, conn: &mut Conn, hb: &[u8; HEADER_LEN
         );
         return After::Keep;
     }
-    let restricted = lock(&d.clients)
+    let restricted = lock(&d.tables)
+        .clients
         .slots
         .get(&conn.ci)
         .map(|c| c.restricted)
@@ -233,7 +234,7 @@ pub(crate) fn run_command(d: &Arc<Daemon>, conn: &mut Conn, hb: &[u8; HEADER_LEN
         );
         return After::Keep;
     }
-    if let Some(c) = lock(&d.clients).slots.get_mut(&conn.ci) {
+    if let Some(c) = lock(&d.tables).clients.slots.get_mut(&conn.ci) {
         c.cmd_last = h.cmd;
     }
     crate::dispatch::dispatch(d, conn, &h)

@@ -1,8 +1,9 @@
 //! Shared daemon state: clients (connections), lockspaces and locally held resources.
 //!
 //! Lock order (never take an earlier lock while holding a later one):
-//! `clients` → `spaces` → `resources` → `Space::st`; `watchers` is a leaf (taken alone). Disk I/O is never done while holding
-//! any of these locks.
+//! `tables` → `spaces` → `Space::st`; `watchers` is a leaf (taken alone). Disk I/O is never
+//! done while holding any of these locks. The client and resource tables have one owner,
+//! [`Tables`] (`crate::tables`), behind the one `tables` lock.
 
 use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
@@ -17,6 +18,7 @@ use crate::helper::Helper;
 use crate::lockspace::Space;
 use crate::notify::Notifier;
 use crate::observability::LogRing;
+use crate::tables::Tables;
 
 /// Most client slots (sanlock's CLIENT_NALLOC).
 pub const MAX_CLIENTS: usize = 1024;
@@ -210,9 +212,9 @@ pub struct Daemon {
     pub helper: Option<Helper>,
     pub notifier: Notifier,
     pub log: Arc<LogRing>,
-    pub clients: Mutex<Clients>,
+    /// The client and resource tables: their one owner (`crate::tables`).
+    pub tables: Mutex<Tables>,
     pub spaces: Mutex<Vec<Arc<Space>>>,
-    pub resources: Mutex<HashMap<(Name, Name), LocalRes>>,
     /// Lease-loss watch connections (lockd extension); a leaf lock.
     pub watchers: Mutex<Vec<crate::watch::Watcher>>,
     pub shutdown: AtomicBool,
@@ -236,9 +238,8 @@ impl Daemon {
             helper,
             notifier: Notifier::from_env(),
             log,
-            clients: Mutex::new(Clients::default()),
+            tables: Mutex::new(Tables::default()),
             spaces: Mutex::new(Vec::new()),
-            resources: Mutex::new(HashMap::new()),
             watchers: Mutex::new(Vec::new()),
             shutdown: AtomicBool::new(false),
             shutdown_cond: Condvar::new(),
@@ -267,8 +268,10 @@ impl Daemon {
             .iter()
             .filter(|s| s.snapshot_phase() == crate::lockspace::Phase::Joined)
             .count();
-        let leases = lock(&self.resources).len();
-        let clients = lock(&self.clients)
+        let tables = lock(&self.tables);
+        let leases = tables.resources.len();
+        let clients = tables
+            .clients
             .slots
             .values()
             .filter(|c| c.registered)

@@ -59,7 +59,8 @@ pub fn handle_watch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
         return;
     }
     if conn.cred.uid != 0 && pid != conn.cred.pid {
-        let owner_uid = lock(&d.clients)
+        let owner_uid = lock(&d.tables)
+            .clients
             .slots
             .values()
             .find(|c| c.registered && c.pid == pid)
@@ -145,7 +146,8 @@ fn send_to(d: &Daemon, pids: &[i32], make: impl Fn(i32) -> WatchEvent) -> usize 
 
 /// Pids of live clients holding a lease in lockspace `ls` (and named `res`, if given).
 fn holder_pids(d: &Daemon, ls: &Name, res: Option<&Name>) -> Vec<i32> {
-    lock(&d.clients)
+    lock(&d.tables)
+        .clients
         .slots
         .values()
         .filter(|c| !c.pid_dead && c.pid > 0)
@@ -240,7 +242,8 @@ pub fn heartbeat(d: &Daemon) {
         if watched.is_empty() {
             return;
         }
-        let clients = lock(&d.clients);
+        let tables = lock(&d.tables);
+        let clients = &tables.clients;
         watched
             .into_iter()
             .map(|pid| {
