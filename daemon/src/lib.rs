@@ -31,6 +31,7 @@ pub(crate) mod pool;
 pub(crate) mod reactor;
 pub(crate) mod rindex;
 pub(crate) mod server;
+pub mod space_state;
 pub mod state;
 #[allow(unsafe_code)]
 pub(crate) mod sys;

@@ -7,7 +7,6 @@
 //! against id_renewal_fail and drives kill escalation for failed or removed lockspaces.
 //! The delta lease is released on disk only after a successful last renewal.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
@@ -25,53 +24,7 @@ use crate::watchdog::LockspaceWatchdog;
 use lease_core::exec::block_on;
 use lockd_diskio::{BlockingDisk, Disk, EngineKind, SystemClock};
 
-/// Renewal history kept per lockspace (sanlock's renewal_history_size).
-const RENEWAL_HISTORY: usize = 180;
-
-/// Where a lockspace is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    Adding,
-    Joined,
-    Removing,
-}
-
-/// One renewal, for RENEWAL.
-#[derive(Debug, Clone, Copy)]
-pub struct RenewalRec {
-    pub timestamp: u64,
-    pub read_ms: u64,
-    pub write_ms: u64,
-}
-
-/// Mutable lockspace state (under `Space::st`).
-#[derive(Debug)]
-pub struct SpaceSt {
-    pub phase: Phase,
-    pub add_result: Option<i32>,
-    pub geometry: Option<Geometry>,
-    pub host_generation: u64,
-    pub last_success_s: u64,
-    pub last_renewal_ok: bool,
-    pub corrupt_result: i32,
-    pub renew_fail: bool,
-    /// Our lease is lost (failed renewals, corruption, or removal): holders are killed.
-    pub space_dead: bool,
-    /// The LockspaceFailed notice went to watchers (sent once per lockspace).
-    pub loss_notified: bool,
-    /// Set by rem_lockspace / forced shutdown: kill with SIGKILL at once.
-    pub kill_now: bool,
-    pub acquire_last_result: i32,
-    pub renewal_last_result: i32,
-    pub acquire_last_attempt: u64,
-    pub acquire_last_success: u64,
-    pub renewal_last_attempt: u64,
-    pub renewal_last_success: u64,
-    pub external_used: bool,
-    pub used_by_orphans: bool,
-    pub renewals: VecDeque<RenewalRec>,
-    pub gone: bool,
-}
+pub use crate::space_state::{Phase, RenewalRec, SpaceSt};
 
 /// A joined lockspace's disk and parameters.
 pub struct JoinedDisk {
@@ -261,29 +214,7 @@ fn new_space(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> Space {
         path: ls.host_id_disk.path.to_text(),
         offset: ls.host_id_disk.offset,
         io_timeout,
-        st: Mutex::new(SpaceSt {
-            phase: Phase::Adding,
-            add_result: None,
-            geometry: None,
-            host_generation: 0,
-            last_success_s: 0,
-            last_renewal_ok: false,
-            corrupt_result: 0,
-            renew_fail: false,
-            space_dead: false,
-            loss_notified: false,
-            kill_now: false,
-            acquire_last_result: 0,
-            renewal_last_result: 0,
-            acquire_last_attempt: 0,
-            acquire_last_success: 0,
-            renewal_last_attempt: 0,
-            renewal_last_success: 0,
-            external_used: false,
-            used_by_orphans: false,
-            renewals: VecDeque::new(),
-            gone: false,
-        }),
+        st: Mutex::new(SpaceSt::default()),
         cond: Condvar::new(),
         stop: Arc::new(AtomicBool::new(false)),
         monitor: Arc::new(Mutex::new({
@@ -802,10 +733,7 @@ fn renew_loop(
             return;
         }
         // A lost lease is not renewed again: other hosts must see it expire.
-        let lost = {
-            let st = lock(&space.st);
-            st.corrupt_result != 0 || (st.space_dead && !st.kill_now)
-        };
+        let lost = lock(&space.st).lease_lost();
         let now_ms = lockd_diskio::monotime_ms();
         if lost || now_ms < next_attempt_ms {
             // Sleep until the renewal is due (at most 1 s; 100 ms once lost), woken early
@@ -841,22 +769,14 @@ fn renew_loop(
                 let notes = lock(&space.monitor).observe(snap.read_at_s, &snap.sectors);
                 request_examine(d, space, &notes);
                 deliver_events(space, &notes);
-                let mut st = lock(&space.st);
-                st.last_success_s = state.last_success_ms / 1000;
-                st.last_renewal_ok = true;
-                st.renewal_last_result = 1;
-                st.renewal_last_success = st.last_success_s;
-                st.renew_fail = false;
-                st.renewals.push_back(RenewalRec {
+                // read_ms covers the whole renewal (read and write), as RENEWAL reports it.
+                let rec = RenewalRec {
                     timestamp: state.leader.timestamp,
                     read_ms: t1.saturating_sub(t0),
                     write_ms: 0,
-                });
-                // read_ms covers the whole renewal (read and write), as RENEWAL reports it.
+                };
+                lock(&space.st).renewal_ok(state.last_success_ms / 1000, rec);
                 space.renewal_hist.observe_ms(t1.saturating_sub(t0));
-                while st.renewals.len() > RENEWAL_HISTORY {
-                    st.renewals.pop_front();
-                }
                 next_attempt_ms = state.last_success_ms + renewal_ms;
             }
             Err(e) => {
@@ -865,13 +785,7 @@ fn renew_loop(
                 space
                     .renewal_failures
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let mut st = lock(&space.st);
-                st.renewal_last_result = code;
-                st.last_renewal_ok = false;
-                st.renew_fail = true;
-                if e.is_corrupt() {
-                    st.corrupt_result = code;
-                }
+                lock(&space.st).renewal_failed(code, e.is_corrupt());
                 // sanlock retries a failed renewal after 500 ms.
                 next_attempt_ms = lockd_diskio::monotime_ms() + 500;
             }
@@ -1092,54 +1006,29 @@ pub fn check_our_leases(d: &Arc<Daemon>) -> Vec<Arc<Space>> {
     let spaces: Vec<_> = lock(&d.spaces).clone();
     let mut dead = Vec::new();
     for s in spaces {
-        let mut st = lock(&s.st);
-        if st.phase == Phase::Adding {
-            continue;
-        }
+        let (e, used_by_orphans, corrupt) = {
+            let mut st = lock(&s.st);
+            let e = st.check_expiry(now, u64::from(s.io_timeout));
+            (e, st.used_by_orphans, st.corrupt_result)
+        };
         // Lease-loss notices go out before this lockspace reaches the kill escalation
         // (the caller kills after we return).
-        let notice = if st.kill_now || (st.space_dead && st.loss_notified) {
-            None
-        } else if st.space_dead
-            || st.corrupt_result != 0
-            || now.saturating_sub(st.last_success_s)
-                >= timeouts::id_renewal_fail_seconds(u64::from(s.io_timeout))
-        {
-            Some(client_lib::ext::WatchKind::LockspaceFailed)
-        } else if now.saturating_sub(st.last_success_s)
-            >= timeouts::id_renewal_warn_seconds(u64::from(s.io_timeout))
-        {
-            Some(client_lib::ext::WatchKind::RenewalFailing)
-        } else {
-            None
-        };
-        if let Some(kind) = notice {
-            if kind == client_lib::ext::WatchKind::LockspaceFailed {
-                st.loss_notified = true;
-            }
-            drop(st);
+        if let Some(kind) = e.notice {
             crate::watch::notify_loss(d, &s, kind);
-            st = lock(&s.st);
         }
-        let io = u64::from(s.io_timeout);
-        let fail = timeouts::id_renewal_fail_seconds(io);
-        let warn_s = timeouts::id_renewal_warn_seconds(io);
-        let age = now.saturating_sub(st.last_success_s);
-        if !st.space_dead && (st.corrupt_result != 0 || age >= fail) {
-            error!(ls = %s.name, age, corrupt = st.corrupt_result,
+        if let Some(age) = e.failed_after_s {
+            error!(ls = %s.name, age, corrupt,
                    "lockspace failed: our delta lease is lost; killing lease holders");
-            st.space_dead = true;
-        } else if !st.space_dead && age >= warn_s {
+        } else if let Some(age) = e.failing_for_s {
+            let fail = timeouts::id_renewal_fail_seconds(u64::from(s.io_timeout));
             warn!(ls = %s.name, age, "renewals failing; lockspace will fail at {fail} s");
         }
-        if st.space_dead || st.kill_now {
+        if e.kill {
             dead.push(s.clone());
         }
         // A failed lockspace goes away once its lease holders are gone (sanlock frees it);
         // its delta lease is left on disk to expire.
-        if st.space_dead && !st.kill_now && st.phase == Phase::Joined {
-            let used_by_orphans = st.used_by_orphans;
-            drop(st);
+        if e.remove_when_unused {
             let (holders, total) = {
                 let tables = lock(&d.tables);
                 let res = &tables.resources;

@@ -1,0 +1,269 @@
+//! One lockspace's status ([`SpaceSt`], under `Space::st`) and the transitions that change
+//! it: a renewal's outcome, posted by the lockspace's renewal thread
+//! ([`SpaceSt::renewal_ok`], [`SpaceSt::renewal_failed`]), and the monitor thread's
+//! once-a-second look at our lease's age ([`SpaceSt::check_expiry`]). Each is a plain
+//! function of the status, the time and the timeouts: no I/O, no other lock, no clock
+//! read inside, so the unit tests below run the lease's whole life (joined, renewals
+//! failing, lost) in virtual seconds.
+//!
+//! Invariants:
+//! - `space_dead` never goes back to false: a lost delta lease is not renewed again, other
+//!   hosts must see it expire;
+//! - the LockspaceFailed notice is given once (`loss_notified`), and before the verdict
+//!   that makes the monitor kill the holders;
+//! - at most [`RENEWAL_HISTORY`] renewal records are kept.
+
+use std::collections::VecDeque;
+
+use client_lib::ext::WatchKind;
+use disk_format::Geometry;
+use lease_core::timeouts;
+
+/// Renewal history kept per lockspace (sanlock's renewal_history_size).
+pub const RENEWAL_HISTORY: usize = 180;
+
+/// Where a lockspace is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Adding,
+    Joined,
+    Removing,
+}
+
+/// One renewal, for RENEWAL.
+#[derive(Debug, Clone, Copy)]
+pub struct RenewalRec {
+    pub timestamp: u64,
+    pub read_ms: u64,
+    pub write_ms: u64,
+}
+
+/// Mutable lockspace state (under `Space::st`).
+#[derive(Debug)]
+pub struct SpaceSt {
+    pub phase: Phase,
+    pub add_result: Option<i32>,
+    pub geometry: Option<Geometry>,
+    pub host_generation: u64,
+    pub last_success_s: u64,
+    pub last_renewal_ok: bool,
+    pub corrupt_result: i32,
+    pub renew_fail: bool,
+    /// Our lease is lost (failed renewals, corruption, or removal): holders are killed.
+    pub space_dead: bool,
+    /// The LockspaceFailed notice went to watchers (sent once per lockspace).
+    pub loss_notified: bool,
+    /// Set by rem_lockspace / forced shutdown: kill with SIGKILL at once.
+    pub kill_now: bool,
+    pub acquire_last_result: i32,
+    pub renewal_last_result: i32,
+    pub acquire_last_attempt: u64,
+    pub acquire_last_success: u64,
+    pub renewal_last_attempt: u64,
+    pub renewal_last_success: u64,
+    pub external_used: bool,
+    pub used_by_orphans: bool,
+    pub renewals: VecDeque<RenewalRec>,
+    pub gone: bool,
+}
+
+impl Default for SpaceSt {
+    /// A lockspace being added: nothing on disk is ours yet.
+    fn default() -> SpaceSt {
+        SpaceSt {
+            phase: Phase::Adding,
+            add_result: None,
+            geometry: None,
+            host_generation: 0,
+            last_success_s: 0,
+            last_renewal_ok: false,
+            corrupt_result: 0,
+            renew_fail: false,
+            space_dead: false,
+            loss_notified: false,
+            kill_now: false,
+            acquire_last_result: 0,
+            renewal_last_result: 0,
+            acquire_last_attempt: 0,
+            acquire_last_success: 0,
+            renewal_last_attempt: 0,
+            renewal_last_success: 0,
+            external_used: false,
+            used_by_orphans: false,
+            renewals: VecDeque::new(),
+            gone: false,
+        }
+    }
+}
+
+/// What [`SpaceSt::check_expiry`] found; the monitor acts on it with no lock held.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Expiry {
+    /// A lease-loss notice for the watchers, to be sent before any kill.
+    pub notice: Option<WatchKind>,
+    /// The lease was found lost just now, this many seconds after the last renewal.
+    pub failed_after_s: Option<u64>,
+    /// Renewals are failing: this many seconds since the last one (not lost yet).
+    pub failing_for_s: Option<u64>,
+    /// The holders are to be killed (lost lease or removal).
+    pub kill: bool,
+    /// A lost lockspace still listed as joined: it goes once its holders are gone.
+    pub remove_when_unused: bool,
+}
+
+impl SpaceSt {
+    /// A renewal succeeded; `last_success_s` is its time (monotime s).
+    pub fn renewal_ok(&mut self, last_success_s: u64, rec: RenewalRec) {
+        self.last_success_s = last_success_s;
+        self.last_renewal_ok = true;
+        self.renewal_last_result = 1;
+        self.renewal_last_success = last_success_s;
+        self.renew_fail = false;
+        self.renewals.push_back(rec);
+        while self.renewals.len() > RENEWAL_HISTORY {
+            self.renewals.pop_front();
+        }
+    }
+
+    /// A renewal failed with sanlock code `code`; `corrupt` when our delta sector was
+    /// found damaged or taken (then the lease is lost at the next check).
+    pub fn renewal_failed(&mut self, code: i32, corrupt: bool) {
+        self.renewal_last_result = code;
+        self.last_renewal_ok = false;
+        self.renew_fail = true;
+        if corrupt {
+            self.corrupt_result = code;
+        }
+    }
+
+    /// Whether renewals must stop: the lease is lost (corrupt, or dead and not being
+    /// removed), and other hosts must see it expire.
+    pub fn lease_lost(&self) -> bool {
+        self.corrupt_result != 0 || (self.space_dead && !self.kill_now)
+    }
+
+    /// The monitor's look at our lease at `now_s` (monotime s): a lease older than
+    /// id_renewal_fail (or corrupt) is lost — `space_dead` from then on; older than
+    /// id_renewal_warn, its renewals are failing. A lockspace still being added has no
+    /// lease to check.
+    pub fn check_expiry(&mut self, now_s: u64, io_timeout_s: u64) -> Expiry {
+        let mut e = Expiry::default();
+        if self.phase == Phase::Adding {
+            return e;
+        }
+        let fail_s = timeouts::id_renewal_fail_seconds(io_timeout_s);
+        let warn_s = timeouts::id_renewal_warn_seconds(io_timeout_s);
+        let age = now_s.saturating_sub(self.last_success_s);
+        let lost = self.space_dead || self.corrupt_result != 0 || age >= fail_s;
+        e.notice = if self.kill_now || (self.space_dead && self.loss_notified) {
+            None
+        } else if lost {
+            self.loss_notified = true;
+            Some(WatchKind::LockspaceFailed)
+        } else if age >= warn_s {
+            Some(WatchKind::RenewalFailing)
+        } else {
+            None
+        };
+        if !self.space_dead && (self.corrupt_result != 0 || age >= fail_s) {
+            self.space_dead = true;
+            e.failed_after_s = Some(age);
+        } else if !self.space_dead && age >= warn_s {
+            e.failing_for_s = Some(age);
+        }
+        e.kill = self.space_dead || self.kill_now;
+        e.remove_when_unused = self.space_dead && !self.kill_now && self.phase == Phase::Joined;
+        e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IO_S: u64 = 10;
+
+    fn joined_at(t: u64) -> SpaceSt {
+        let mut st = SpaceSt {
+            phase: Phase::Joined,
+            ..SpaceSt::default()
+        };
+        st.renewal_ok(t, rec(t));
+        st
+    }
+
+    fn rec(t: u64) -> RenewalRec {
+        RenewalRec {
+            timestamp: t,
+            read_ms: 1,
+            write_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_lease_ages_from_renewing_to_failing_to_lost_and_stays_lost() {
+        let fail = timeouts::id_renewal_fail_seconds(IO_S);
+        let warn = timeouts::id_renewal_warn_seconds(IO_S);
+        assert!(warn < fail);
+        let mut st = joined_at(100);
+        assert_eq!(st.check_expiry(100 + warn - 1, IO_S), Expiry::default());
+        st.renewal_failed(-libc::EIO, false);
+        let e = st.check_expiry(100 + warn, IO_S);
+        assert_eq!(e.notice, Some(WatchKind::RenewalFailing));
+        assert_eq!(e.failing_for_s, Some(warn));
+        assert!(!e.kill && !st.space_dead && !st.lease_lost());
+        let e = st.check_expiry(100 + fail, IO_S);
+        assert_eq!(e.notice, Some(WatchKind::LockspaceFailed));
+        assert_eq!(e.failed_after_s, Some(fail));
+        assert!(e.kill && e.remove_when_unused && st.lease_lost());
+        // The notice is given once; a late renewal does not bring the lease back.
+        st.renewal_ok(100 + fail + 1, rec(100 + fail + 1));
+        let e = st.check_expiry(100 + fail + 2, IO_S);
+        assert_eq!(e.notice, None);
+        assert_eq!(e.failed_after_s, None);
+        assert!(e.kill && st.space_dead);
+    }
+
+    #[test]
+    fn a_corrupt_sector_loses_the_lease_at_the_next_check_whatever_its_age() {
+        let mut st = joined_at(100);
+        st.renewal_failed(-223, true);
+        assert!(st.lease_lost());
+        let e = st.check_expiry(101, IO_S);
+        assert_eq!(e.notice, Some(WatchKind::LockspaceFailed));
+        assert_eq!(e.failed_after_s, Some(1));
+        assert!(e.kill);
+    }
+
+    #[test]
+    fn removal_kills_without_a_loss_notice_and_is_not_removed_twice() {
+        let mut st = joined_at(100);
+        st.kill_now = true;
+        st.phase = Phase::Removing;
+        let e = st.check_expiry(101, IO_S);
+        assert_eq!(e.notice, None);
+        assert!(e.kill && !e.remove_when_unused);
+        assert!(
+            !st.lease_lost(),
+            "a lockspace being removed renews until its last renewal"
+        );
+    }
+
+    #[test]
+    fn a_lockspace_being_added_has_nothing_to_check() {
+        let mut st = SpaceSt::default();
+        assert_eq!(st.check_expiry(10_000, IO_S), Expiry::default());
+        assert!(!st.space_dead);
+    }
+
+    #[test]
+    fn the_renewal_history_is_bounded() {
+        let mut st = joined_at(0);
+        for t in 1..=(RENEWAL_HISTORY as u64 + 50) {
+            st.renewal_ok(t, rec(t));
+        }
+        assert_eq!(st.renewals.len(), RENEWAL_HISTORY);
+        assert_eq!(st.renewals.front().unwrap().timestamp, 51);
+        assert_eq!(st.renewal_last_success, RENEWAL_HISTORY as u64 + 50);
+    }
+}
