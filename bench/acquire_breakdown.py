@@ -133,15 +133,18 @@ def start_daemon(kind, work, dev, port):
         cmd = [DAEMON, "-D", "-w", "0", "-e", "hostA", "-c", cfg, "--run-dir", run_dir]
     else:
         cmd = ["sanlock", "daemon", "-D", "-w", "0", "-U", "root", "-G", "root", "-e", "hostA"]
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    with log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
     for _ in range(200):
         if os.path.exists(os.path.join(run_dir, "sanlock.sock")):
             return proc, env
         if proc.poll() is not None:
             break
         time.sleep(0.05)
-    sys.exit(f"{kind} daemon did not start (log: {log.name})")
+    with open(log.name) as f:
+        tail = "".join(f.readlines()[-15:])
+    sys.exit(f"{kind} daemon did not start: {' '.join(cmd)}\n{tail}")
 
 
 def stop_daemon(proc, env):

@@ -384,7 +384,6 @@ fn resolve_target(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> Result<u32, i32> 
         cmd: h.cmd,
         cmd_flags: h.cmd_flags,
         data2: h.data2,
-        data2_signed: h.data2_signed(),
     })
 }
 

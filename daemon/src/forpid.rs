@@ -111,15 +111,22 @@ pub(crate) fn acquire_for_pid(
         .iter()
         .map(|t| format!("{}:{}", t.ls, t.name))
         .collect();
-    {
+    // The slot has no connection and no watch yet, so nothing should have ended it; if
+    // something did, its leases are given back rather than left recorded nowhere.
+    let leftover = {
         let mut tables = lock(&d.tables);
-        // The slot has no connection and no watch yet: nothing can have ended it.
-        let recorded = tables.record_tokens(ci, done);
-        let ended = tables.finish_command(ci);
-        assert!(
-            recorded.is_ok() && ended.is_none(),
-            "the --for-pid slot of pid {pid} ended while its acquire ran"
+        match tables.record_tokens(ci, done) {
+            Ok(()) => tables.finish_command(ci),
+            Err(tokens) => Some(tokens),
+        }
+    };
+    if let Some(tokens) = leftover {
+        warn!(
+            pid,
+            ci, "the slot went while its leases were acquired; releasing them"
         );
+        crate::cmd::release_tokens(d, ci, tokens);
+        return -libc::ESTALE;
     }
     info!(pid, ci, leases = ?names, killpath = ?killpath_path, "leases acquired for pid");
     let watched = match d.reactor.get() {

@@ -1053,8 +1053,3 @@ pub fn check_our_leases(d: &Arc<Daemon>) -> Vec<Arc<Space>> {
 pub fn last_success(space: &Space) -> u64 {
     lock(&space.st).last_success_s
 }
-
-/// Geometry-independent read of the lockspace area on an already-joined disk.
-pub fn space_disk(space: &Space) -> Option<BlockingDisk> {
-    space.joined.get().map(|j| j.disk.clone())
-}

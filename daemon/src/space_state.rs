@@ -23,8 +23,10 @@ use lease_core::timeouts;
 pub const RENEWAL_HISTORY: usize = 180;
 
 /// Where a lockspace is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Phase {
+    /// Joining (the default: a new lockspace has nothing on disk that is ours yet).
+    #[default]
     Adding,
     Joined,
     Removing,
@@ -38,8 +40,8 @@ pub struct RenewalRec {
     pub write_ms: u64,
 }
 
-/// Mutable lockspace state (under `Space::st`).
-#[derive(Debug)]
+/// Mutable lockspace state (under `Space::st`); the default is a lockspace being added.
+#[derive(Debug, Default)]
 pub struct SpaceSt {
     pub phase: Phase,
     pub add_result: Option<i32>,
@@ -65,35 +67,6 @@ pub struct SpaceSt {
     pub used_by_orphans: bool,
     pub renewals: VecDeque<RenewalRec>,
     pub gone: bool,
-}
-
-impl Default for SpaceSt {
-    /// A lockspace being added: nothing on disk is ours yet.
-    fn default() -> SpaceSt {
-        SpaceSt {
-            phase: Phase::Adding,
-            add_result: None,
-            geometry: None,
-            host_generation: 0,
-            last_success_s: 0,
-            last_renewal_ok: false,
-            corrupt_result: 0,
-            renew_fail: false,
-            space_dead: false,
-            loss_notified: false,
-            kill_now: false,
-            acquire_last_result: 0,
-            renewal_last_result: 0,
-            acquire_last_attempt: 0,
-            acquire_last_success: 0,
-            renewal_last_attempt: 0,
-            renewal_last_success: 0,
-            external_used: false,
-            used_by_orphans: false,
-            renewals: VecDeque::new(),
-            gone: false,
-        }
-    }
 }
 
 /// What [`SpaceSt::check_expiry`] found; the monitor acts on it with no lock held.

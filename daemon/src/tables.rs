@@ -13,7 +13,8 @@
 //! daemon at all. Other modules read the tables and set per-client fields (kill
 //! escalation's counters, a killpath's exit status, restriction flags) under the same lock.
 //!
-//! Invariants, which [`Tables::check`] tests after every transition in the unit tests:
+//! Invariants, which the unit tests check with [`Tables::check`] as they drive the
+//! transitions (the check is O(table) and not run in the daemon):
 //! - a resource that is neither `busy` (disk I/O in flight) nor an `orphan` has at least
 //!   one holder, and no slot is listed twice as its holder;
 //! - only a shared resource has more than one holder;
@@ -75,10 +76,9 @@ pub struct CommandTarget {
     pub conn_uid: u32,
     pub cmd: u32,
     pub cmd_flags: u32,
-    /// The header's data2: a client id (with SANLK_FOR_CLIENT_ID)...
+    /// The header's data2: a client id (with SANLK_FOR_CLIENT_ID), or, read as signed, a
+    /// pid, or -1 for the connection's own client.
     pub data2: u32,
-    /// ... or, read as signed, a pid, or -1 for the connection's own client.
-    pub data2_signed: i32,
 }
 
 impl Tables {
@@ -87,16 +87,17 @@ impl Tables {
     /// [`Tables::finish_command`] (sanlock's `cmd_active`).
     pub fn start_command(&mut self, t: CommandTarget) -> Result<u32, i32> {
         let by_id = t.cmd_flags & SANLK_FOR_CLIENT_ID != 0 && t.cmd != SM_CMD_KILLPATH;
+        let pid = i32::from_ne_bytes(t.data2.to_ne_bytes());
         let ci = if by_id {
             if self.clients.slots.contains_key(&t.data2) {
                 t.data2
             } else {
                 return Err(-libc::ESRCH);
             }
-        } else if t.data2_signed == -1 {
+        } else if pid == -1 {
             t.conn_ci
         } else {
-            self.clients.by_pid(t.data2_signed).ok_or(-libc::ESRCH)?
+            self.clients.by_pid(pid).ok_or(-libc::ESRCH)?
         };
         let Some(c) = self.clients.slots.get_mut(&ci) else {
             return Err(-libc::ESRCH);
@@ -493,14 +494,13 @@ mod tests {
         t.check().unwrap();
     }
 
-    fn target(conn_ci: u32, cmd: u32, data2_signed: i32, conn_uid: u32) -> CommandTarget {
+    fn target(conn_ci: u32, cmd: u32, pid: i32, conn_uid: u32) -> CommandTarget {
         CommandTarget {
             conn_ci,
             conn_uid,
             cmd,
             cmd_flags: 0,
-            data2: data2_signed as u32,
-            data2_signed,
+            data2: u32::from_ne_bytes(pid.to_ne_bytes()),
         }
     }
 

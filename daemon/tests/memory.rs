@@ -77,8 +77,8 @@ const CLIENTS: usize = 200;
 /// and a bounded worker pool (`reactor.rs`). Measured (debug build, locked, this 2-core
 /// machine) before the event loop, when every connection had a thread: 45.4 MiB with
 /// 200 holders, about 161 kB per client, most of it the thread's locked stack. The bound
-/// is 16 MiB plus 40 kB per client, plus 10%: 26,822 kB (measured: about 15,000 kB). It fails if connections get a
-/// thread each again (200 x 128 KiB of locked stack), or if freed 1 MiB lease-area
+/// is 16 MiB plus 40 kB per client, plus 10%: 26,822 kB (measured: about 15,000 kB). It
+/// fails if connections get a thread each again (200 x 128 KiB of locked stack), or if freed 1 MiB lease-area
 /// buffers stay locked in the malloc arenas (`sys::fix_malloc_mmap_threshold`).
 fn rss_bound_kb() -> u64 {
     (16 * 1024 + CLIENTS as u64 * 40) * 11 / 10
