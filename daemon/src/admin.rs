@@ -1,6 +1,7 @@
 //! Commands that read or format lease areas without holding anything: ALIGN,
 //! WRITE/READ_LOCKSPACE, WRITE/READ_RESOURCE, READ_RESOURCE_OWNERS. They run on the
-//! connection's thread with O_DIRECT I/O and sanlock's timeouts.
+//! connection's thread with O_DIRECT I/O and sanlock's timeouts. Every disk is opened
+//! with the rights of the client that named it (`crate::access`).
 
 use std::path::Path;
 use std::time::Duration;
@@ -14,18 +15,21 @@ use lease_core::exec::block_on;
 use lease_core::paxos::{self, Mode, ResourceParams};
 use tracing::{info, warn};
 
+use crate::access::{self, Need};
 use crate::state::Daemon;
-use lockd_diskio::{BlockingDisk, Disk};
+use lockd_diskio::{BlockingDisk, Disk, EngineKind};
 
 /// sanlock's write_init_io_timeout: formatting writes get 60 s.
 const WRITE_INIT_TIMEOUT: Duration = Duration::from_secs(60);
 
-pub(crate) fn open(disk: &wire::Disk) -> Result<Disk, i32> {
+/// Opens a disk a client named, with that client's rights (`crate::access`): read-only
+/// for a non-root client when `need` is [`Need::Read`].
+pub(crate) fn open(disk: &wire::Disk, need: Need) -> Result<Disk, i32> {
     let path = disk.path.to_text();
     if path.is_empty() {
         return Err(-libc::EINVAL);
     }
-    Disk::open(Path::new(&path)).map_err(|e| {
+    access::open_disk(Path::new(&path), need, EngineKind::SharedRing).map_err(|e| {
         warn!(error = %e, "cannot open disk");
         e.rv()
     })
@@ -33,8 +37,8 @@ pub(crate) fn open(disk: &wire::Disk) -> Result<Disk, i32> {
 
 /// Opens a lockspace's disk: an empty path or a disk that cannot be opened is -ENODEV,
 /// as sanlock's WRITE_LOCKSPACE and READ_LOCKSPACE answer.
-fn open_lockspace_disk(disk: &wire::Disk) -> Result<Disk, i32> {
-    open(disk).map_err(|_| -libc::ENODEV)
+fn open_lockspace_disk(disk: &wire::Disk, need: Need) -> Result<Disk, i32> {
+    open(disk, need).map_err(|_| -libc::ENODEV)
 }
 
 /// Sector size and align size asked for in API flags, each `None` when not given (as
@@ -106,7 +110,7 @@ fn format_geometry(disk: &Disk, flags: u32) -> Result<Geometry, i32> {
 
 /// ALIGN: the default area size for the disk (1 MiB for 512-byte sectors, 8 MiB for 4K).
 pub fn align(disk: &wire::Disk) -> i32 {
-    match open(disk) {
+    match open(disk, Need::Read) {
         Ok(d) => match SectorSize::from_bytes(d.sector_size()) {
             Some(ss) => Geometry::default_for(ss).align_bytes() as i32,
             None => -libc::EINVAL,
@@ -118,7 +122,7 @@ pub fn align(disk: &wire::Disk) -> i32 {
 /// WRITE_LOCKSPACE: format a lockspace area (two-step, as sanlock).
 pub fn write_lockspace(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> i32 {
     // An empty name is formatted as sanlock does (it is a name like any other on disk).
-    let disk = match open_lockspace_disk(&ls.host_id_disk) {
+    let disk = match open_lockspace_disk(&ls.host_id_disk, Need::Write) {
         Ok(d) => d,
         Err(rv) => return rv,
     };
@@ -165,7 +169,7 @@ fn read_leader_sector(
 /// size (the storage's block size when none is given), so a sector size the storage
 /// cannot do is -EINVAL; the leader's own sizes are not compared with the request.
 pub fn read_lockspace(d: &Daemon, ls: &mut wire::Lockspace) -> (i32, u32) {
-    let disk = match open_lockspace_disk(&ls.host_id_disk) {
+    let disk = match open_lockspace_disk(&ls.host_id_disk, Need::Read) {
         Ok(d) => d,
         Err(rv) => return (rv, 0),
     };
@@ -219,7 +223,7 @@ pub fn write_resource(d: &Daemon, res: &wire::Resource, num_hosts: u32, clear: b
     if res.disks.len() != 1 {
         return -libc::EINVAL;
     }
-    let disk = match open(&res.disks[0]) {
+    let disk = match open(&res.disks[0], Need::Write) {
         Ok(d) => d,
         Err(rv) => return rv,
     };
@@ -255,7 +259,7 @@ pub fn read_resource(d: &Daemon, res: &mut wire::Resource) -> i32 {
     let Some(wd) = res.disks.first() else {
         return -libc::EINVAL;
     };
-    let disk = match open(wd) {
+    let disk = match open(wd, Need::Read) {
         Ok(d) => d,
         Err(rv) => return rv,
     };
@@ -292,7 +296,7 @@ pub fn read_resource_owners(
     res: &wire::Resource,
 ) -> Result<(wire::ResourceHead, Vec<wire::Host>), i32> {
     let wd = res.disks.first().ok_or(-libc::EINVAL)?;
-    let disk = open(wd)?;
+    let disk = open(wd, Need::Read)?;
     let timeout = Duration::from_secs(u64::from(d.cfg.io_timeout_s));
     // As sanlock's read_resource_owners: read the area with the requested sizes (512 and
     // the old-rule align when not given); a requested size the leader does not have is

@@ -18,6 +18,7 @@ use tracing::{info, info_span, warn};
 use crate::server::{After, Conn};
 use crate::state::{lock, Daemon, KillPath, LocalRes, Token};
 use crate::tables::{AcquireStart, ReleaseStart};
+use crate::access::{self, Caller};
 use crate::{admin, lockspace, paxos, sys};
 
 /// RESTRICT: the connection's restriction flags (from `cmd_flags`).
@@ -326,7 +327,7 @@ pub fn release_orphans(d: &Arc<Daemon>, ls: &Name, name: &Name) -> i32 {
 /// active, then reads the request (as sanlock: a refused target is answered without
 /// reading the payload, which is drained), runs it, and cleans up a client that died
 /// meanwhile.
-pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
+pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, caller: &Caller) {
     let target = match resolve_target(d, conn, h) {
         Ok(ci) => ci,
         Err(rv) => {
@@ -336,7 +337,7 @@ pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
         }
     };
     let (rv, data2, payload) = match read_request(h, conn) {
-        Ok(req) => client_cmd(d, conn.ci, h, target, req),
+        Ok(req) => client_cmd(d, conn.ci, caller, h, target, req),
         Err(e) => (e.code().unwrap_or(-libc::EINVAL), 0, Vec::new()),
     };
     let op = match h.cmd {
@@ -361,6 +362,7 @@ pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
 fn client_cmd(
     d: &Arc<Daemon>,
     ci: u32,
+    caller: &Caller,
     h: &Header,
     target: u32,
     req: Request,
@@ -372,7 +374,11 @@ fn client_cmd(
         Request::Release(what) => (release(d, target, what), 0, Vec::new()),
         Request::Inquire => inquire(d, target),
         Request::Convert(head) => (convert(d, h, target, &head), 0, Vec::new()),
-        Request::Killpath { path, args } => (killpath(d, ci, h, target, path, args), 0, Vec::new()),
+        Request::Killpath { path, args } => (
+            killpath(d, ci, caller, h, target, path, args),
+            0,
+            Vec::new(),
+        ),
         _ => (-libc::EINVAL, 0, Vec::new()),
     }
 }
@@ -443,6 +449,22 @@ pub(crate) fn acquire_one(
         lver: 0,
         acquired: lockd_diskio::monotime(),
     };
+    // A lease held here already is shared or adopted without disk I/O: a non-root
+    // client gets one only if it could open the disk for writing itself
+    // (`crate::access`; the disk acquire below opens it so anyway).
+    if let Some(caller) = access::current().filter(|c| !c.is_root()) {
+        let path = r.disks.first().ok_or(-libc::EINVAL)?.path.to_text();
+        access::open_disk_as(
+            Some(&caller),
+            std::path::Path::new(&path),
+            access::Need::Write,
+            lockd_diskio::EngineKind::SharedRing,
+        )
+        .map_err(|e| {
+            info!(error = %e, "acquire refused: the client cannot open the disk");
+            e.rv()
+        })?;
+    }
     let start = lock(&d.tables).start_acquire(ci, key, shared, cmd_flags, &r.disks)?;
     if let AcquireStart::Local {
         lver,
@@ -581,16 +603,28 @@ fn convert(d: &Arc<Daemon>, h: &Header, target: u32, head: &wire::ResourceHead) 
     rv
 }
 
-fn killpath(d: &Arc<Daemon>, ci: u32, h: &Header, target: u32, path: String, args: String) -> i32 {
+/// KILLPATH (on the client's own connection): the program runs, when the time comes,
+/// with the rights of the client that set it (`crate::access::killpath_creds`).
+fn killpath(
+    d: &Arc<Daemon>,
+    ci: u32,
+    caller: &Caller,
+    h: &Header,
+    target: u32,
+    path: String,
+    args: String,
+) -> i32 {
     if target != ci {
         return -libc::EINVAL;
     }
+    let run_as = access::killpath_creds(d, caller);
     if let Some(c) = lock(&d.tables).clients.slots.get_mut(&target) {
-        info!(pid = c.pid, path = ?path, args = ?args, "killpath set");
+        info!(pid = c.pid, path = ?path, args = ?args, run_as_uid = run_as.as_ref().map_or(0, |r| r.uid), "killpath set");
         c.killpath = Some(KillPath {
             path,
             args,
             with_pid: h.cmd_flags & SANLK_KILLPATH_PID != 0,
+            run_as,
         });
     }
     0

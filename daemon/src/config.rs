@@ -93,6 +93,8 @@ pub struct FileConfig {
     pub metrics_listen: Option<String>,
     /// Lock the daemon's memory (mlockall); default true.
     pub mlock: Option<bool>,
+    /// What non-root clients may do: "uid" (default) or "sanlock".
+    pub client_privileges: Option<String>,
 }
 
 /// One key of the TOML file, for lockd.toml(5) (`lockd man`) and the docs.
@@ -246,7 +248,55 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
                logs a warning and runs unlocked; STATUS shows mlock_level=2 when locked, 0 \
                when not.",
     },
+    ConfigKey {
+        key: "client_privileges",
+        kind: "string",
+        option: None,
+        default: "\"uid\"",
+        range: "\"uid\" or \"sanlock\"",
+        example: "\"uid\"",
+        help: "What a non-root client (a member of the socket's group) may do. \"uid\": \
+               killpaths run as the uid that set them, and only root may shut the daemon \
+               down, request or examine a lease a process of another uid holds here, or \
+               remove, set_config or set_event a lockspace another uid added (-EPERM). \
+               \"sanlock\": as sanlock, killpaths run as root and any client may do all \
+               of that. Either way a path a client names is opened with that client's \
+               own rights.",
+    },
 ];
+
+/// What non-root clients may make the daemon do (`client_privileges`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClientPrivileges {
+    /// lockd's rules: killpaths run as their client's uid; commands that act on other
+    /// uids' leases and processes, or on the daemon, are root's or the owning uid's.
+    #[default]
+    Uid,
+    /// sanlock's: killpaths run as root; every client may use every command.
+    Sanlock,
+}
+
+impl ClientPrivileges {
+    /// Parses the `client_privileges` value.
+    pub fn parse(text: &str) -> Result<ClientPrivileges, ConfigError> {
+        match text {
+            "uid" => Ok(ClientPrivileges::Uid),
+            "sanlock" => Ok(ClientPrivileges::Sanlock),
+            _ => Err(ConfigError::Invalid {
+                what: "client_privileges",
+                why: format!("{text:?} (\"uid\" or \"sanlock\")"),
+            }),
+        }
+    }
+
+    /// The config value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientPrivileges::Uid => "uid",
+            ClientPrivileges::Sanlock => "sanlock",
+        }
+    }
+}
 
 /// Configuration errors.
 #[derive(Debug, Error)]
@@ -288,6 +338,8 @@ pub struct Config {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Lock the daemon's memory at start (`mlock`).
     pub mlock: bool,
+    /// What non-root clients may do (`client_privileges`).
+    pub client_privileges: ClientPrivileges,
 }
 
 /// Default log file in the background.
@@ -391,7 +443,12 @@ impl Config {
             Some(text) => Some(parse_metrics_listen(text)?),
             None => None,
         };
+        let client_privileges = match &file.client_privileges {
+            Some(text) => ClientPrivileges::parse(text)?,
+            None => ClientPrivileges::default(),
+        };
         Ok(Config {
+            client_privileges,
             metrics_listen,
             mlock: file.mlock.unwrap_or(true),
             run_dir,
@@ -803,5 +860,19 @@ mod tests {
         assert_eq!(c.metrics_listen, Some("[::1]:65535".parse().unwrap()));
         let c = resolve("metrics_listen = \"127.0.0.1:9591\"\n", none()).unwrap();
         assert_eq!(c.metrics_listen, Some("127.0.0.1:9591".parse().unwrap()));
+        for bad in ["root", "Uid", "", "sanlock "] {
+            refused(
+                &format!("client_privileges = {bad:?}\n"),
+                none(),
+                "client_privileges",
+                "\"uid\" or \"sanlock\"",
+            );
+        }
+        let c = resolve("", none()).unwrap();
+        assert_eq!(c.client_privileges, ClientPrivileges::Uid, "uid by default");
+        let c = resolve("client_privileges = \"sanlock\"\n", none()).unwrap();
+        assert_eq!(c.client_privileges, ClientPrivileges::Sanlock);
+        let c = resolve("client_privileges = \"uid\"\n", none()).unwrap();
+        assert_eq!(c.client_privileges.as_str(), "uid");
     }
 }

@@ -15,7 +15,11 @@
 //!   and mark their target client from the header *before* the payload is read, as sanlock
 //!   does: a refused target drains the message unread ([`crate::cmd::registered_cmd`]);
 //! - whether the connection stays open after a command depends only on the command (and,
-//!   for SHUTDOWN_WAIT, on whether the shutdown was refused), never on a read error.
+//!   for SHUTDOWN_WAIT, on whether the shutdown was refused), never on a read error;
+//! - every command runs as its sender (`crate::access`): storage opens are made with the
+//!   sender's rights, and with `client_privileges = "uid"` a non-root sender gets -EPERM
+//!   for SHUTDOWN, for REQUEST/EXAMINE of leases another uid's process holds here, and
+//!   for REM_LOCKSPACE/SET_CONFIG/SET_EVENT of a lockspace another uid added.
 
 use std::sync::Arc;
 
@@ -23,8 +27,9 @@ use client_lib::proto::*;
 use client_lib::request::{self, read_request, Request, RequestError};
 use client_lib::wire::{Header, Rentry};
 use disk_format::Name;
-use tracing::debug;
+use tracing::{debug, warn};
 
+use crate::access::{self, Caller};
 use crate::cmd;
 use crate::server::{After, Conn};
 use crate::state::Daemon;
@@ -39,13 +44,63 @@ pub(crate) fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
         data2 = h.data2,
         "command"
     );
+    // Every storage open until the reply is made with the sender's rights.
+    let caller = Caller::of(conn);
+    let _as_caller = access::enter(caller.clone());
     if request::is_client_cmd(h.cmd) {
-        cmd::registered_cmd(d, conn, h);
+        cmd::registered_cmd(d, conn, h, &caller);
         return After::Keep;
     }
     match read_request(h, conn) {
-        Ok(req) => handle(d, conn, h, req),
+        Ok(req) => match refused_by_uid(d, &caller, &req) {
+            Some(rv) => {
+                warn!(
+                    ci = conn.ci,
+                    uid = caller.uid(),
+                    cmd = cmd_name(h.cmd),
+                    "refused: not allowed for this uid (client_privileges = \"uid\")"
+                );
+                refuse_uid(conn, h, rv)
+            }
+            None => handle(d, conn, h, req),
+        },
         Err(e) => refuse(conn, h, &e),
+    }
+}
+
+/// `Some(-EPERM)` when the uid rules (`crate::access`) forbid `req` to `caller`.
+fn refused_by_uid(d: &Daemon, caller: &Caller, req: &Request) -> Option<i32> {
+    let same = |a: &Name, b: &Name| a.same_as(b);
+    let space_rule = |name: &Name, kills_holders: bool| {
+        d.find_space(name)
+            .is_none_or(|s| access::may_manage_space(d, caller, &s, kills_holders))
+    };
+    let allowed = match req {
+        Request::Shutdown | Request::ShutdownWait => access::may_shutdown(d, caller),
+        Request::RequestLease(res) => access::may_act_on_holders(d, caller, |ls, name| {
+            same(ls, &res.head.lockspace_name) && same(name, &res.head.name)
+        }),
+        Request::ExamineResource(head) => access::may_act_on_holders(d, caller, |ls, name| {
+            same(ls, &head.lockspace_name) && same(name, &head.name)
+        }),
+        Request::ExamineLockspace(ls) => {
+            access::may_act_on_holders(d, caller, |l, _| same(l, &ls.name))
+        }
+        Request::RemLockspace(ls) => space_rule(&ls.name, true),
+        Request::SetConfig(ls) | Request::SetEvent(ls, _) => space_rule(&ls.name, false),
+        _ => true,
+    };
+    (!allowed).then_some(-libc::EPERM)
+}
+
+/// Answers a command the uid rules refused. SHUTDOWN has no reply in sanlock's
+/// protocol; a refused one gets the result anyway (a client that reads nothing just
+/// closes), and the connection is closed.
+fn refuse_uid(conn: &mut Conn, h: &Header, rv: i32) -> After {
+    conn.reply(h, rv);
+    match h.cmd {
+        SM_CMD_SHUTDOWN | SM_CMD_SHUTDOWN_WAIT => After::Close,
+        cmd => after(cmd),
     }
 }
 

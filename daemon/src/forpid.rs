@@ -79,10 +79,13 @@ pub(crate) fn acquire_for_pid(
         }
         Some(_) => {}
     }
+    // The killpath runs with the rights of the client that asked (`crate::access`).
+    let run_as = crate::access::killpath_creds(d, &crate::access::Caller::of(conn));
     let killpath = (!killpath_path.is_empty()).then(|| KillPath {
         path: killpath_path.clone(),
         args: killpath_args.clone(),
         with_pid: true,
+        run_as,
     });
     let added = lock(&d.tables).add_pid_client(pid, conn.cred.uid, killpath);
     let ci = match added {

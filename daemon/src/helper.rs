@@ -3,7 +3,12 @@
 //! a slow killpath program.
 //!
 //! Message: 512 bytes `{u8 type, u8 pad, u16 pad, u32 flags, i32 pid, i32 sig,
-//! char path[128], char args[128], pad}` (the layout of sanlock's `helper_msg`).
+//! char path[128], char args[128], pad}` (the layout of sanlock's `helper_msg`); lockd
+//! uses the pad for the credentials a killpath runs with (flag [`HELPER_FLAG_RUN_AS`]:
+//! `u32 uid, u32 gid, u32 ngroups, u32 groups[57]` from byte 272). A killpath with them
+//! drops to that uid, gid and groups in the forked child before exec (`sys::run_as`);
+//! one without runs as the helper (root). Groups past the 57th are dropped (fewer
+//! rights, never more).
 //! The daemon writes without blocking; when the pipe is full the order is dropped and
 //! counted (the kill escalation repeats orders each second, so a drop only delays).
 //!
@@ -17,6 +22,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
+use crate::access::FsCreds;
 use crate::sys;
 
 pub const HELPER_MSG_LEN: usize = 512;
@@ -29,6 +35,15 @@ pub const HELPER_MSG_RUNPATH: u8 = 1;
 /// Send `sig` to `pid`.
 pub const HELPER_MSG_KILLPID: u8 = 2;
 
+/// `flags` bit of a RUNPATH order: append the pid to the arguments.
+pub const HELPER_FLAG_WITH_PID: u32 = 0x1;
+/// `flags` bit of a RUNPATH order: run as the credentials in the message.
+pub const HELPER_FLAG_RUN_AS: u32 = 0x2;
+/// Where the credentials start in a message.
+const CREDS_AT: usize = 272;
+/// Most supplementary groups a message carries.
+pub const HELPER_MAX_GROUPS: usize = (HELPER_MSG_LEN - CREDS_AT - 12) / 4;
+
 /// One order for the helper.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HelperMsg {
@@ -38,6 +53,8 @@ pub struct HelperMsg {
     pub sig: i32,
     pub path: String,
     pub args: String,
+    /// Credentials to run a killpath with (sent with [`HELPER_FLAG_RUN_AS`]).
+    pub run_as: Option<FsCreds>,
 }
 
 impl HelperMsg {
@@ -53,18 +70,44 @@ impl HelperMsg {
         let a = self.args.as_bytes();
         let n = a.len().min(HELPER_ARGS_LEN - 1);
         b[144..144 + n].copy_from_slice(&a[..n]);
+        if let Some(c) = &self.run_as {
+            let flags = self.flags | HELPER_FLAG_RUN_AS;
+            b[4..8].copy_from_slice(&flags.to_ne_bytes());
+            let groups = &c.groups[..c.groups.len().min(HELPER_MAX_GROUPS)];
+            let words = [c.uid, c.gid, groups.len() as u32]
+                .into_iter()
+                .chain(groups.iter().copied());
+            for (i, w) in words.enumerate() {
+                let at = CREDS_AT + 4 * i;
+                b[at..at + 4].copy_from_slice(&w.to_ne_bytes());
+            }
+        } else {
+            let flags = self.flags & !HELPER_FLAG_RUN_AS;
+            b[4..8].copy_from_slice(&flags.to_ne_bytes());
+        }
         b
     }
 
     pub fn decode(b: &[u8; HELPER_MSG_LEN]) -> HelperMsg {
         let i32_at = |o: usize| i32::from_ne_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u32_at = |o: usize| u32::from_ne_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let flags = u32_at(4);
+        let run_as = (flags & HELPER_FLAG_RUN_AS != 0).then(|| {
+            let n = (u32_at(CREDS_AT + 8) as usize).min(HELPER_MAX_GROUPS);
+            FsCreds {
+                uid: u32_at(CREDS_AT),
+                gid: u32_at(CREDS_AT + 4),
+                groups: (0..n).map(|i| u32_at(CREDS_AT + 12 + 4 * i)).collect(),
+            }
+        });
         HelperMsg {
             kind: b[0],
-            flags: u32::from_ne_bytes([b[4], b[5], b[6], b[7]]),
+            flags: flags & !HELPER_FLAG_RUN_AS,
             pid: i32_at(8),
             sig: i32_at(12),
             path: client_lib::wire::c_field_text(&b[16..144]),
             args: client_lib::wire::c_field_text(&b[144..272]),
+            run_as,
         }
     }
 }
@@ -239,18 +282,21 @@ impl Helper {
             sig,
             path: String::new(),
             args: String::new(),
+            run_as: None,
         })
     }
 
-    /// Runs a client's killpath program, appending `pid` when `with_pid`.
-    pub fn run_path(&self, path: &str, args: &str, pid: i32, with_pid: bool) -> bool {
+    /// Runs a client's killpath program, appending `pid` when `with_pid`, as
+    /// `kp.run_as` (as root when None).
+    pub fn run_path(&self, kp: &crate::state::KillPath, pid: i32) -> bool {
         self.send(&HelperMsg {
             kind: HELPER_MSG_RUNPATH,
-            flags: u32::from(with_pid),
+            flags: if kp.with_pid { HELPER_FLAG_WITH_PID } else { 0 },
             pid,
             sig: 0,
-            path: path.to_string(),
-            args: args.to_string(),
+            path: kp.path.clone(),
+            args: kp.args.clone(),
+            run_as: kp.run_as.clone(),
         })
     }
 
@@ -326,14 +372,16 @@ fn helper_loop(mut reader: io::PipeReader, status: io::PipeWriter, run_dir: &std
             HELPER_MSG_RUNPATH => {
                 let mut argv = split_args(&msg.args);
                 argv.truncate(MAX_ARGV - 1);
-                if msg.flags & 1 != 0 {
+                if msg.flags & HELPER_FLAG_WITH_PID != 0 {
                     argv.push(msg.pid.to_string());
                 }
-                match Command::new(&msg.path)
-                    .args(&argv)
-                    .env("LOCKD_RUN_DIR", run_dir)
-                    .spawn()
-                {
+                let mut cmd = Command::new(&msg.path);
+                cmd.args(&argv).env("LOCKD_RUN_DIR", run_dir);
+                if let Some(creds) = &msg.run_as {
+                    // The client's rights, not root's: dropped in the child before exec.
+                    sys::run_as(&mut cmd, creds);
+                }
+                match cmd.spawn() {
                     Ok(mut child) => {
                         let program_pid = child.id() as i32;
                         let sink = status.clone();
@@ -399,11 +447,28 @@ mod tests {
             sig: 15,
             path: "/usr/bin/killer".into(),
             args: "a b\\ c".into(),
+            run_as: None,
         };
         let b = m.encode();
         assert_eq!(b[0], 1);
         assert_eq!(&b[16..31], b"/usr/bin/killer");
         assert_eq!(HelperMsg::decode(&b), m);
+        // With credentials: they round-trip, and groups past the last slot are dropped.
+        let creds = FsCreds {
+            uid: 65534,
+            gid: 65533,
+            groups: (1..=100).collect(),
+        };
+        let with = HelperMsg {
+            run_as: Some(creds.clone()),
+            ..m.clone()
+        };
+        let back = HelperMsg::decode(&with.encode());
+        assert_eq!(back.flags, 1);
+        let got = back.run_as.expect("credentials");
+        assert_eq!((got.uid, got.gid), (65534, 65533));
+        assert_eq!(got.groups, creds.groups[..HELPER_MAX_GROUPS].to_vec());
+        assert_eq!(HELPER_MAX_GROUPS, 57);
     }
 
     #[test]

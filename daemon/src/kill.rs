@@ -119,7 +119,7 @@ pub fn kill_holders(d: &Arc<Daemon>, space: &Space) {
             KillAction::RunKillpath => {
                 if let Some(kp) = &c.killpath {
                     warn!(pid = c.pid, ls = %space.name, path = ?kp.path, args = ?kp.args, "running killpath");
-                    helper.run_path(&kp.path, &kp.args, c.pid, kp.with_pid);
+                    helper.run_path(kp, c.pid);
                     crate::metrics::global().kill(crate::metrics::KillStep::Killpath);
                 }
             }
@@ -172,7 +172,7 @@ pub fn examine_lockspace(d: &Arc<Daemon>, ls: &disk_format::Name) {
                 };
                 helper.kill(c.pid, sig);
             } else if let Some(kp) = &c.killpath {
-                helper.run_path(&kp.path, &kp.args, c.pid, kp.with_pid);
+                helper.run_path(kp, c.pid);
             } else {
                 let sig = if c.restricted & SANLK_RESTRICT_SIGTERM != 0 {
                     libc::SIGKILL

@@ -14,6 +14,7 @@
 //! `lockspace`, `paxos`, `state`, `metrics`, `threads`, `helper` for `Daemon::new`).
 #![deny(unsafe_code)]
 
+pub mod access;
 pub mod admin;
 pub(crate) mod cmd;
 pub mod config;

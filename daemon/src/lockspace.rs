@@ -22,7 +22,7 @@ use tracing::{error, info, info_span, warn};
 use crate::state::{lock, Daemon};
 use crate::watchdog::LockspaceWatchdog;
 use lease_core::exec::block_on;
-use lockd_diskio::{BlockingDisk, Disk, EngineKind, SystemClock};
+use lockd_diskio::{BlockingDisk, EngineKind, SystemClock};
 
 pub use crate::space_state::{Phase, RenewalRec, SpaceSt};
 
@@ -74,6 +74,12 @@ pub struct Space {
     pub renewal_hist: crate::metrics::Histogram,
     /// Failed renewal attempts (metrics).
     pub renewal_failures: std::sync::atomic::AtomicU64,
+    /// The client that added it (None: the daemon itself or a test): its disk is opened
+    /// with that client's rights (`crate::access`).
+    pub added_by: Option<crate::access::Caller>,
+    /// The uid that added it (0 when `added_by` is None): who may remove it and change
+    /// its settings under `client_privileges = "uid"`.
+    pub added_by_uid: u32,
 }
 
 /// Event listeners per lockspace (sanlock's MAX_EVENT_FDS).
@@ -206,7 +212,12 @@ impl Space {
     }
 }
 
-fn new_space(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> Space {
+fn new_space(
+    d: &Daemon,
+    ls: &wire::Lockspace,
+    io_timeout: u32,
+    added_by: Option<crate::access::Caller>,
+) -> Space {
     Space {
         space_id: d.next_space_id.fetch_add(1, Ordering::Relaxed),
         name: ls.name,
@@ -232,6 +243,8 @@ fn new_space(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> Space {
         examine_pending: AtomicBool::new(false),
         renewal_hist: crate::metrics::Histogram::default(),
         renewal_failures: std::sync::atomic::AtomicU64::new(0),
+        added_by_uid: added_by.as_ref().map_or(0, crate::access::Caller::uid),
+        added_by,
     }
 }
 
@@ -296,7 +309,7 @@ pub fn add(d: &Arc<Daemon>, ls: &wire::Lockspace, io_timeout: u32, flags: u32) -
                 return -libc::EINVAL;
             }
         }
-        let s = Arc::new(new_space(d, ls, io_timeout));
+        let s = Arc::new(new_space(d, ls, io_timeout, crate::access::current()));
         spaces.push(s.clone());
         s
     };
@@ -576,11 +589,17 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, i32> {
         None
     };
     // A ring of its own: client-driven I/O never queues in front of renewals.
-    let disk =
-        Disk::open_with(std::path::Path::new(&space.path), EngineKind::OwnRing).map_err(|e| {
-            warn!(error = %e, "cannot open lockspace disk");
-            e.rv()
-        })?;
+    // With the rights of the client that added it (`crate::access`).
+    let disk = crate::access::open_disk_as(
+        space.added_by.as_ref(),
+        std::path::Path::new(&space.path),
+        crate::access::Need::Write,
+        EngineKind::OwnRing,
+    )
+    .map_err(|e| {
+        warn!(error = %e, "cannot open lockspace disk");
+        e.rv()
+    })?;
     // Joining aborts (every I/O fails, sleeps end) as soon as removal is requested.
     let bdisk = BlockingDisk {
         disk,

@@ -16,12 +16,18 @@ use tracing::warn;
 use crate::confirm::SpaceObserver;
 use crate::lockspace::Space;
 use crate::state::{Daemon, LocalRes};
-use lockd_diskio::{BlockingDisk, Disk, SystemClock};
+use crate::access::{self, Need};
+use lockd_diskio::{BlockingDisk, EngineKind, SystemClock};
 
 /// The on-disk state of a held resource.
 #[derive(Debug, Clone, Default)]
 pub struct Held {
     pub token: Option<Token>,
+    /// The client whose ACQUIRE opened the disk (None: root, or outside a command):
+    /// every later open of this lease's disk (release, convert, examine) is made with the
+    /// same rights (`crate::access`), so a path changed after the acquire reaches
+    /// nothing that client could not.
+    pub opened_by: Option<access::Caller>,
 }
 
 impl Held {
@@ -42,13 +48,30 @@ impl Held {
     }
 }
 
-fn open(path: &str) -> Result<BlockingDisk, i32> {
-    Disk::open(Path::new(path))
+/// Opens a resource disk: during a client's command, with that client's rights
+/// (`crate::access`); otherwise (a dead client's release, examine) as the daemon.
+fn open(path: &str, need: Need) -> Result<BlockingDisk, i32> {
+    access::open_disk(Path::new(path), need, EngineKind::SharedRing)
         .map(BlockingDisk::new)
         .map_err(|e| {
             warn!(error = %e, "cannot open resource disk");
             e.rv()
         })
+}
+
+/// Opens a held lease's disk with the rights of the client that acquired it.
+fn open_held(lr: &LocalRes, need: Need) -> Result<BlockingDisk, i32> {
+    access::open_disk_as(
+        lr.held.opened_by.as_ref(),
+        Path::new(&lr.disks[0].path.to_text()),
+        need,
+        EngineKind::SharedRing,
+    )
+    .map(BlockingDisk::new)
+    .map_err(|e| {
+        warn!(error = %e, "cannot open resource disk");
+        e.rv()
+    })
 }
 
 pub(crate) fn clock() -> SystemClock {
@@ -88,7 +111,7 @@ pub fn acquire(
         return Err(-libc::EOPNOTSUPP);
     }
     let geometry = space.geometry().ok_or(-libc::ENOSPC)?;
-    let disk = open(&r.disks[0].path.to_text())?;
+    let disk = open(&r.disks[0].path.to_text(), Need::Write)?;
     let res = ResourceParams {
         space_name: r.head.lockspace_name,
         resource_name: r.head.name,
@@ -119,7 +142,10 @@ pub fn acquire(
         block_on(paxos::acquire(&disk, &c, host, &res, &opts))
     })?;
     match out {
-        Ok(token) => Ok(Held { token: Some(token) }),
+        Ok(token) => Ok(Held {
+            token: Some(token),
+            opened_by: access::current().filter(|c| !c.is_root()),
+        }),
         Err(e) => {
             warn!(error = %e, rv = e.sanlk_code(), "paxos acquire failed");
             Err(e.sanlk_code())
@@ -145,7 +171,9 @@ pub fn release(
             return 0;
         }
     }
-    let disk = match open(&lr.disks[0].path.to_text()) {
+    // With the acquiring client's rights, whoever releases (the client, root by pid,
+    // the daemon when the client died).
+    let disk = match open_held(lr, Need::Write) {
         Ok(d) => d,
         Err(rv) => return rv,
     };
@@ -164,7 +192,7 @@ pub fn convert(
     cmd_flags: u32,
 ) -> Result<Held, i32> {
     let mut token = lr.held.token.clone().ok_or(-libc::ENOENT)?;
-    let disk = open(&lr.disks[0].path.to_text())?;
+    let disk = open_held(lr, Need::Write)?;
     let to = if to_shared {
         Mode::Shared
     } else {
@@ -176,7 +204,10 @@ pub fn convert(
         block_on(paxos::convert(&disk, &c, host, &mut token, to, nowait))
     })?;
     match out {
-        Ok(()) => Ok(Held { token: Some(token) }),
+        Ok(()) => Ok(Held {
+            token: Some(token),
+            opened_by: lr.held.opened_by.clone(),
+        }),
         Err(e) => Err(e.sanlk_code()),
     }
 }
@@ -185,7 +216,7 @@ pub fn convert(
 /// newer lver with a non-zero force mode.
 pub fn examine(lr: &LocalRes) -> Option<u32> {
     let token = lr.held.token.as_ref()?;
-    let disk = open(&lr.disks[0].path.to_text()).ok()?;
+    let disk = open_held(lr, Need::Read).ok()?;
     match block_on(paxos::examine(&disk, token)) {
         Ok(m) => m,
         Err(e) => {
@@ -209,7 +240,7 @@ pub fn request(
         Some(g) => g,
         None => disk_format::Geometry::default_for(disk_format::SectorSize::B512),
     };
-    let disk = open(&r.disks[0].path.to_text())?;
+    let disk = open(&r.disks[0].path.to_text(), Need::Write)?;
     let res = ResourceParams {
         space_name: r.head.lockspace_name,
         resource_name: r.head.name,

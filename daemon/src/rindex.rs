@@ -28,6 +28,7 @@ use lease_core::exec::block_on;
 use lease_core::rindex::{self, RindexError, RindexParams, UpdateOp};
 use tracing::{info, warn};
 
+use crate::access::Need;
 use crate::lockspace::{Phase, Space};
 use crate::state::Daemon;
 use crate::{admin, paxos};
@@ -67,8 +68,9 @@ impl Drop for OpGuard {
     }
 }
 
-fn open_disk(ri: &wire::Rindex) -> Result<BlockingDisk, i32> {
-    admin::open(&ri.disk).map(BlockingDisk::new)
+/// Opens the rindex disk with the rights of the client that named it (`crate::access`).
+fn open_disk(ri: &wire::Rindex, need: Need) -> Result<BlockingDisk, i32> {
+    admin::open(&ri.disk, need).map(BlockingDisk::new)
 }
 
 fn params(ri: &wire::Rindex, space: Option<&Space>) -> RindexParams {
@@ -92,7 +94,7 @@ pub(crate) fn format(ri: &wire::Rindex) -> i32 {
     if ri.lockspace_name.is_empty() {
         return -libc::EINVAL;
     }
-    let disk = match open_disk(ri) {
+    let disk = match open_disk(ri, Need::Write) {
         Ok(d) => d,
         Err(rv) => return rv,
     };
@@ -114,7 +116,7 @@ pub(crate) fn format(ri: &wire::Rindex) -> i32 {
 /// REBUILD_RINDEX: under the rindex_lease, or without lockspace and lease with
 /// `SANLK_RX_NO_LOCKSPACE`.
 pub(crate) fn rebuild(d: &Daemon, ri: &wire::Rindex, cmd_flags: u32) -> i32 {
-    let disk = match open_disk(ri) {
+    let disk = match open_disk(ri, Need::Write) {
         Ok(d) => d,
         Err(rv) => return rv,
     };
@@ -166,7 +168,12 @@ fn entry_op(
     cmd_flags: u32,
 ) -> (i32, Rentry) {
     let none = Rentry::new(Name::EMPTY, 0);
-    let disk = match open_disk(ri) {
+    let need = if op == EntryOp::Lookup {
+        Need::Read
+    } else {
+        Need::Write
+    };
+    let disk = match open_disk(ri, need) {
         Ok(d) => d,
         Err(rv) => return (rv, none),
     };

@@ -77,6 +77,9 @@ pub struct KillPath {
     pub path: String,
     pub args: String,
     pub with_pid: bool,
+    /// Run it with these credentials (the client that set it); None: as the daemon
+    /// (root), for a root client or with `client_privileges = "sanlock"`.
+    pub run_as: Option<crate::access::FsCreds>,
 }
 
 /// One connection slot.

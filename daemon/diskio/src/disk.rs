@@ -169,6 +169,19 @@ impl Disk {
     /// Opens with a chosen engine; ring engines fall back to worker threads when io_uring
     /// is unavailable or `LOCKD_IO_ENGINE=threads`.
     pub fn open_with(path: &Path, kind: EngineKind) -> Result<Disk, IoError> {
+        Disk::open_via(path, Access::ReadWrite, kind, crate::file::open_direct)
+    }
+
+    /// As [`Disk::open_with`], opened with `access`, the open(2) itself done by `opener`
+    /// (see [`DirectFile::open_via`]): the daemon opens a client-named path with the
+    /// client's rights this way and keeps using that fd. A read-only disk fails every
+    /// write. In-memory images ([`crate::memory`]) are served without calling `opener`.
+    pub fn open_via(
+        path: &Path,
+        access: Access,
+        kind: EngineKind,
+        opener: impl FnOnce(&Path, Access) -> io::Result<std::fs::File>,
+    ) -> Result<Disk, IoError> {
         if let Some(found) = memory::lookup(path) {
             let image = found.map_err(|source| IoError::Open {
                 path: path.to_path_buf(),
@@ -194,7 +207,7 @@ impl Disk {
                 },
             }
         };
-        let file = DirectFile::open(path, Access::ReadWrite).map_err(|e| IoError::Open {
+        let file = DirectFile::open_via(path, access, opener).map_err(|e| IoError::Open {
             path: e.path,
             source: e.source,
         })?;

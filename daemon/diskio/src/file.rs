@@ -63,9 +63,36 @@ pub struct DirectFile {
     size: u64,
 }
 
+/// The open(2) every [`DirectFile`] is made with: read-only with O_DIRECT, or read-write
+/// with O_DIRECT | O_SYNC.
+pub fn open_direct(path: &Path, access: Access) -> io::Result<File> {
+    let writable = access == Access::ReadWrite;
+    let mut flags = libc::O_DIRECT;
+    if writable {
+        flags |= libc::O_SYNC;
+    }
+    OpenOptions::new()
+        .read(true)
+        .write(writable)
+        .custom_flags(flags)
+        .open(path)
+}
+
 impl DirectFile {
     /// Opens `path` with O_DIRECT (| O_SYNC for [`Access::ReadWrite`]) and reads its sizes.
     pub fn open(path: &Path, access: Access) -> Result<DirectFile, OpenError> {
+        DirectFile::open_via(path, access, open_direct)
+    }
+
+    /// As [`DirectFile::open`], with the open(2) itself done by `opener` (given the path
+    /// and the access; it must open exactly as [`open_direct`] does). The daemon uses this
+    /// to open a client-named path with the client's rights (on a thread that took the
+    /// client's filesystem credentials); the sizes are then read through that fd.
+    pub fn open_via(
+        path: &Path,
+        access: Access,
+        opener: impl FnOnce(&Path, Access) -> io::Result<File>,
+    ) -> Result<DirectFile, OpenError> {
         let fail = |step| {
             move |source| OpenError {
                 path: path.to_path_buf(),
@@ -73,17 +100,7 @@ impl DirectFile {
                 source,
             }
         };
-        let writable = access == Access::ReadWrite;
-        let mut flags = libc::O_DIRECT;
-        if writable {
-            flags |= libc::O_SYNC;
-        }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(writable)
-            .custom_flags(flags)
-            .open(path)
-            .map_err(fail(OpenStep::Open))?;
+        let file = opener(path, access).map_err(fail(OpenStep::Open))?;
         let meta = file.metadata().map_err(fail(OpenStep::Open))?;
         let is_block = meta.file_type().is_block_device();
         let (sector_size, size) = if is_block {

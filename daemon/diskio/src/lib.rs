@@ -38,7 +38,7 @@ mod sys;
 pub use blocksize::storage_block_size;
 pub use buf::AlignedBuf;
 pub use disk::{Disk, EngineKind, IoError, Pending, MAX_INFLIGHT};
-pub use file::{Access, DirectFile, OpenError, OpenStep};
+pub use file::{open_direct, Access, DirectFile, OpenError, OpenStep};
 pub use lc::{BlockingDisk, SystemClock};
 pub use observe::{set_observer, IoObserver};
 

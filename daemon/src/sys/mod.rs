@@ -11,7 +11,15 @@
 //! - [`pidfd_open`] (nix 0.29 has no wrapper: a raw `syscall`, and taking ownership of
 //!   the fd it returns);
 //! - [`fix_malloc_mmap_threshold`] (`mallopt`: glibc's allocator tuning, wrapped by no
-//!   crate).
+//!   crate);
+//! - [`peer_groups`] (`SO_PEERGROUPS`: neither nix 0.29 nor libc names it; a raw
+//!   getsockopt into a buffer of the size the kernel asked for);
+//! - [`with_fs_creds`] (per-thread `setgroups`/`setfsgid`/`setfsuid` as raw syscalls:
+//!   glibc's wrappers of setgroups change every thread of the process, which must never
+//!   happen here; the calls run on a short-lived thread of their own, which ends with
+//!   its credentials);
+//! - [`run_as`] (`Command::pre_exec`, unsafe because the closure runs between fork and
+//!   exec: it only makes three raw syscalls on data allocated before the fork).
 
 use std::fs::File;
 use std::io;
@@ -19,6 +27,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
+
+pub use crate::access::FsCreds;
 use nix::sys::signal::{SigHandler, SigSet, Signal};
 use nix::unistd::Pid;
 
@@ -38,6 +48,136 @@ pub fn peer_cred(stream: &UnixStream) -> io::Result<PeerCred> {
         uid: cred.uid(),
         gid: cred.gid(),
     })
+}
+
+/// `SO_PEERGROUPS` (Linux 4.13): 59 in asm-generic/socket.h, which every architecture
+/// Rust builds lockd for uses, but sparc (0x3d).
+#[cfg(not(any(target_arch = "sparc", target_arch = "sparc64")))]
+const SO_PEERGROUPS: libc::c_int = 59;
+#[cfg(any(target_arch = "sparc", target_arch = "sparc64"))]
+const SO_PEERGROUPS: libc::c_int = 0x3d;
+
+/// Most supplementary groups read from a peer (the kernel's NGROUPS_MAX).
+const NGROUPS_MAX: usize = 65536;
+
+/// The supplementary groups of the peer of a Unix stream, as the kernel recorded them at
+/// connect time (`SO_PEERGROUPS`), like the uid and gid of [`peer_cred`].
+pub fn peer_groups(stream: &UnixStream) -> io::Result<Vec<u32>> {
+    let fd = stream.as_raw_fd();
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut len = libc::socklen_t::try_from(groups.len() * size_of::<libc::gid_t>())
+            .map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))?;
+        // SAFETY: `groups` is a live buffer of exactly `len` bytes, which the kernel fills
+        // with at most `len` bytes and then sets `len` to the bytes it wrote (or, on
+        // ERANGE, to the bytes it needs); `fd` is an open socket borrowed from `stream`.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let n = len as usize / size_of::<libc::gid_t>();
+        if rc == 0 {
+            groups.truncate(n.min(groups.len()));
+            return Ok(groups);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ERANGE) || n <= groups.len() || n > NGROUPS_MAX {
+            return Err(e);
+        }
+        groups.resize(n, 0);
+    }
+}
+
+/// Runs `f` on a new, short-lived thread whose filesystem credentials are `creds`:
+/// supplementary groups, then fsgid, then fsuid, each a raw syscall that changes that
+/// thread only. From a root daemon, a non-zero fsuid also clears the thread's effective
+/// filesystem capabilities (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER…), so the
+/// kernel checks every path lookup and open of `f` exactly as for a process of that
+/// user. The thread ends when `f` returns, and its credentials with it; no other thread
+/// is ever changed. An error (the thread could not start, or a credential did not
+/// take) means `f` did not run.
+pub fn with_fs_creds<T: Send>(creds: &FsCreds, f: impl FnOnce() -> T + Send) -> io::Result<T> {
+    std::thread::scope(|scope| {
+        let worker = std::thread::Builder::new()
+            .name("lockd-as-client".into())
+            .stack_size(64 * 1024)
+            .spawn_scoped(scope, move || -> io::Result<T> {
+                take_fs_creds(creds)?;
+                Ok(f())
+            })?;
+        worker
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("credential thread panicked")))
+    })
+}
+
+/// Sets the calling thread's supplementary groups, fsgid and fsuid (raw syscalls: this
+/// thread only), and checks that they took.
+fn take_fs_creds(creds: &FsCreds) -> io::Result<()> {
+    let groups: Vec<libc::gid_t> = creds.groups.clone();
+    // SAFETY: setgroups reads `groups.len()` gids from a live buffer; as a raw syscall
+    // (not glibc's wrapper, which signals every thread to do the same) it changes only
+    // the calling thread's credentials.
+    let rc = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // setfsgid/setfsuid return the previous value and never fail visibly: set, then ask
+    // again with an invalid id (-1 changes nothing) to read back what is in force.
+    // SAFETY: setfsgid/setfsuid take an id by value and change only the calling
+    // thread's filesystem credentials; they touch no memory.
+    let now_gid = unsafe {
+        libc::syscall(libc::SYS_setfsgid, creds.gid);
+        libc::syscall(libc::SYS_setfsgid, u32::MAX)
+    };
+    // SAFETY: as above.
+    let now_uid = unsafe {
+        libc::syscall(libc::SYS_setfsuid, creds.uid);
+        libc::syscall(libc::SYS_setfsuid, u32::MAX)
+    };
+    if u32::try_from(now_gid).ok() != Some(creds.gid)
+        || u32::try_from(now_uid).ok() != Some(creds.uid)
+    {
+        return Err(io::Error::from_raw_os_error(libc::EPERM));
+    }
+    Ok(())
+}
+
+/// Makes `cmd` drop to `creds` (supplementary groups, then real/effective/saved gid,
+/// then uid) in the child before it execs; a failure to drop fails the spawn.
+pub fn run_as(cmd: &mut std::process::Command, creds: &FsCreds) {
+    use std::os::unix::process::CommandExt;
+    let groups: Vec<libc::gid_t> = creds.groups.clone();
+    let (uid, gid) = (creds.uid, creds.gid);
+    let drop_privileges = move || -> io::Result<()> {
+        // Raw syscalls only: after fork, in the single-threaded child, they change the
+        // whole process; nothing is allocated.
+        // SAFETY: setgroups reads `groups.len()` gids from a buffer allocated before the
+        // fork and alive for the closure's life.
+        if unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: setresgid/setresuid take ids by value and touch no memory.
+        if unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: as above.
+        if unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    // SAFETY: the closure runs in the child between fork and exec; it makes only raw
+    // system calls (async-signal-safe) on memory allocated before the fork, takes no
+    // lock and allocates nothing (io::Error::last_os_error builds a plain value).
+    unsafe {
+        cmd.pre_exec(drop_privileges);
+    }
 }
 
 /// Takes a non-blocking exclusive POSIX write lock on the whole file (`F_SETLK`), as

@@ -1,0 +1,228 @@
+//! What a client may make the daemon do: storage opened with the client's own rights, and
+//! the uid rules of the commands that act on other clients' leases and processes.
+//!
+//! The daemon runs as root; its socket is open to group `sanlock`. A path a client names
+//! (WRITE/READ_LOCKSPACE, WRITE/READ_RESOURCE, READ_RESOURCE_OWNERS, ALIGN, the rindex
+//! commands, ADD_LOCKSPACE, ACQUIRE, ACQUIRE_FOR_PID, CONVERT, RELEASE, REQUEST, LEADER)
+//! is opened as that client: on a short-lived thread that took the client's uid, gid and
+//! supplementary groups as its filesystem credentials (`sys::with_fs_creds`), and the
+//! daemon then does its I/O through the fd that open returned. The credentials are the
+//! ones the kernel recorded when the client connected (`SO_PEERCRED`, `SO_PEERGROUPS`).
+//!
+//! Invariants:
+//! - while a command of a non-root client runs, every lease-storage open on that worker
+//!   thread goes through [`open_disk`] and is checked by the kernel as that client's
+//!   open(2) would be: no more right than the client has, and the same errors (a path
+//!   under a directory it cannot search is EACCES whether or not the file exists, so
+//!   nothing about the directory's contents leaks);
+//! - a command that only reads opens read-only (read permission suffices); one that may
+//!   write opens read-write (write permission needed);
+//! - root clients (uid 0), and the daemon's own opens outside any command (renewals,
+//!   a dead client's release, examine threads), open as the daemon, as before;
+//! - a lockspace is joined with the rights of the client that added it (its thread opens
+//!   the disk with the [`Caller`] stored in the lockspace).
+//!
+//! The command rules ([`may_act_on_holders`] and friends) apply with
+//! `client_privileges = "uid"` (the default); `"sanlock"` lets every client that can
+//! reach the socket do what sanlock lets it (docs/daemon.md, "What group sanlock may do").
+
+use std::cell::RefCell;
+use std::path::Path;
+
+use lockd_diskio::{Access, Disk, EngineKind, IoError};
+use tracing::warn;
+
+use crate::config::ClientPrivileges;
+use crate::server::Conn;
+use crate::state::Daemon;
+use crate::sys;
+
+/// Credentials to act with: uid, gid and supplementary groups (for a storage open, the
+/// filesystem credentials; for a killpath, the process's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsCreds {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+}
+
+/// Who sent the command being run: uid, gid and supplementary groups at connect time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub creds: FsCreds,
+}
+
+impl Caller {
+    /// The sender of commands on `conn`. Supplementary groups that cannot be read leave
+    /// the caller with its uid and gid only (fewer rights, never more).
+    pub fn of(conn: &Conn) -> Caller {
+        let groups = if conn.cred.uid == 0 {
+            Vec::new()
+        } else {
+            sys::peer_groups(&conn.stream).unwrap_or_else(|e| {
+                warn!(ci = conn.ci, error = %e, "cannot read the client's groups; using none");
+                Vec::new()
+            })
+        };
+        Caller {
+            creds: FsCreds {
+                uid: conn.cred.uid,
+                gid: conn.cred.gid,
+                groups,
+            },
+        }
+    }
+
+    pub fn uid(&self) -> u32 {
+        self.creds.uid
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.creds.uid == 0
+    }
+}
+
+thread_local! {
+    /// The caller of the command this worker thread is running, if any.
+    static CURRENT: RefCell<Option<Caller>> = const { RefCell::new(None) };
+}
+
+/// While alive, storage opens on this thread are made as the caller it was made for.
+pub(crate) struct Scope {
+    previous: Option<Caller>,
+}
+
+/// Runs the rest of a command as `caller` (until the returned guard is dropped).
+pub(crate) fn enter(caller: Caller) -> Scope {
+    let previous = CURRENT.with(|c| c.borrow_mut().replace(caller));
+    Scope { previous }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        CURRENT.with(|c| *c.borrow_mut() = previous);
+    }
+}
+
+/// The caller of the command running on this thread (None outside commands).
+pub(crate) fn current() -> Option<Caller> {
+    CURRENT.with(|c| c.borrow().clone())
+}
+
+/// What a command does with a disk it opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Only reads: read permission suffices (a non-root caller's fd is read-only).
+    Read,
+    /// May write: write permission needed.
+    Write,
+}
+
+/// Opens lease storage named by the caller of the command running on this thread, with
+/// that caller's rights (see the module header).
+pub(crate) fn open_disk(path: &Path, need: Need, kind: EngineKind) -> Result<Disk, IoError> {
+    open_disk_as(current().as_ref(), path, need, kind)
+}
+
+/// Opens lease storage as `caller` (the daemon's own rights for None or root).
+pub(crate) fn open_disk_as(
+    caller: Option<&Caller>,
+    path: &Path,
+    need: Need,
+    kind: EngineKind,
+) -> Result<Disk, IoError> {
+    let Some(caller) = caller.filter(|c| !c.is_root()) else {
+        return Disk::open_with(path, kind);
+    };
+    let access = match need {
+        Need::Read => Access::ReadOnly,
+        Need::Write => Access::ReadWrite,
+    };
+    let creds = &caller.creds;
+    Disk::open_via(path, access, kind, |p, a| {
+        sys::with_fs_creds(creds, || lockd_diskio::open_direct(p, a))?
+    })
+}
+
+/// True when the uid rules are on (`client_privileges = "uid"`) and `caller` is subject to
+/// them (not root).
+fn restricted(d: &Daemon, caller: &Caller) -> bool {
+    d.cfg.client_privileges == ClientPrivileges::Uid && !caller.is_root()
+}
+
+/// SHUTDOWN and SHUTDOWN_WAIT: root only (under the uid rules).
+pub(crate) fn may_shutdown(d: &Daemon, caller: &Caller) -> bool {
+    !restricted(d, caller)
+}
+
+/// Whether `caller` may act on the local holders of leases selected by `pick` (REQUEST
+/// and EXAMINE, which end in a holder being signalled): only when every process of this
+/// host holding one was given its leases by `caller`'s uid.
+pub(crate) fn may_act_on_holders(
+    d: &Daemon,
+    caller: &Caller,
+    pick: impl Fn(&disk_format::Name, &disk_format::Name) -> bool,
+) -> bool {
+    if !restricted(d, caller) {
+        return true;
+    }
+    let tables = crate::state::lock(&d.tables);
+    tables
+        .clients
+        .slots
+        .values()
+        .filter(|c| c.tokens.iter().any(|t| pick(&t.ls, &t.name)))
+        .all(|c| c.uid == caller.uid())
+}
+
+/// REM_LOCKSPACE, SET_CONFIG, SET_EVENT on lockspace `space`: root, or the uid that added
+/// it — and, for removal (`kills_holders`), only while no process of another uid holds a
+/// lease in it (removal SIGKILLs the holders).
+pub(crate) fn may_manage_space(
+    d: &Daemon,
+    caller: &Caller,
+    space: &crate::lockspace::Space,
+    kills_holders: bool,
+) -> bool {
+    if !restricted(d, caller) {
+        return true;
+    }
+    if space.added_by_uid != caller.uid() {
+        return false;
+    }
+    !kills_holders || may_act_on_holders(d, caller, |ls, _| ls.same_as(&space.name))
+}
+
+/// The credentials a killpath registered by `caller` runs with: None (as the daemon,
+/// root) for root or with `client_privileges = "sanlock"`.
+pub(crate) fn killpath_creds(d: &Daemon, caller: &Caller) -> Option<FsCreds> {
+    restricted(d, caller).then(|| caller.creds.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scope_sets_and_restores_the_caller() {
+        let who = |uid| Caller {
+            creds: FsCreds {
+                uid,
+                gid: uid,
+                groups: vec![],
+            },
+        };
+        assert_eq!(current(), None);
+        {
+            let _a = enter(who(1000));
+            assert_eq!(current().map(|c| c.uid()), Some(1000));
+            {
+                let _b = enter(who(0));
+                assert_eq!(current().map(|c| c.uid()), Some(0));
+            }
+            assert_eq!(current().map(|c| c.uid()), Some(1000));
+        }
+        assert_eq!(current(), None);
+    }
+}
