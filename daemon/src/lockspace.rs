@@ -589,7 +589,9 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, i32> {
         None
     };
     // A ring of its own: client-driven I/O never queues in front of renewals.
-    // With the rights of the client that added it (`crate::access`).
+    // With the rights of the client that added it (`crate::access`). A disk that cannot
+    // be opened is -ENODEV, whatever the reason, as sanlock answers (so a missing path
+    // and one the client may not open look the same); the log says why.
     let disk = crate::access::open_disk_as(
         space.added_by.as_ref(),
         std::path::Path::new(&space.path),
@@ -598,7 +600,7 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, i32> {
     )
     .map_err(|e| {
         warn!(error = %e, "cannot open lockspace disk");
-        e.rv()
+        -libc::ENODEV
     })?;
     // Joining aborts (every I/O fails, sleeps end) as soon as removal is requested.
     let bdisk = BlockingDisk {
