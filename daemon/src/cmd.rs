@@ -15,10 +15,10 @@ use client_lib::wire::{self, Header, State};
 use disk_format::Name;
 use tracing::{info, info_span, warn};
 
+use crate::access::{self, Caller};
 use crate::server::{After, Conn};
 use crate::state::{lock, Daemon, KillPath, LocalRes, Token};
 use crate::tables::{AcquireStart, ReleaseStart};
-use crate::access::{self, Caller};
 use crate::{admin, lockspace, paxos, sys};
 
 /// RESTRICT: the connection's restriction flags (from `cmd_flags`).

@@ -13,10 +13,10 @@ use lease_core::exec::block_on;
 use lease_core::paxos::{self, AcquireOptions, HostContext, Mode, ResourceParams, Token};
 use tracing::warn;
 
+use crate::access::{self, Need};
 use crate::confirm::SpaceObserver;
 use crate::lockspace::Space;
 use crate::state::{Daemon, LocalRes};
-use crate::access::{self, Need};
 use lockd_diskio::{BlockingDisk, EngineKind, SystemClock};
 
 /// The on-disk state of a held resource.

@@ -26,8 +26,9 @@ const RES_OFF: u64 = 1 << 20;
 
 /// The gid of group `sanlock` (the daemon's socket group by default).
 fn sanlock_gid() -> u32 {
-    lockd_daemon::config::group_to_gid("sanlock")
-        .expect("group `sanlock` is missing: install the Debian package `sanlock`, which creates it")
+    lockd_daemon::config::group_to_gid("sanlock").expect(
+        "group `sanlock` is missing: install the Debian package `sanlock`, which creates it",
+    )
 }
 
 fn chmod(p: &Path, mode: u32) {
@@ -159,7 +160,11 @@ impl Setup {
         let d = LockdDaemon::start_args(&self.s, "hostA", &args, &[]);
         chmod(&d.run_dir, 0o755);
         let sock = std::fs::metadata(d.run_dir.join("sanlock.sock")).unwrap();
-        assert_eq!(sock.gid(), sanlock_gid(), "the socket belongs to group sanlock");
+        assert_eq!(
+            sock.gid(),
+            sanlock_gid(),
+            "the socket belongs to group sanlock"
+        );
         assert_eq!(sock.mode() & 0o777, 0o660);
         d
     }
@@ -206,11 +211,7 @@ fn a_member_cannot_write_what_it_cannot_write_itself() {
     let before_victim = std::fs::read(&st.victim).unwrap();
     let exists = st.private.join("exists");
     let before_exists = std::fs::read(&exists).unwrap();
-    let (v, e, disk) = (
-        st.victim.display(),
-        exists.display(),
-        st.disk.display(),
-    );
+    let (v, e, disk) = (st.victim.display(), exists.display(), st.disk.display());
     let out = member_python(
         &d,
         &format!(
@@ -285,11 +286,7 @@ fn missing_and_unreadable_paths_in_a_closed_directory_look_the_same() {
     );
     let out = member_python(&d, &script);
     println!("{out}");
-    for what in [
-        "read_resource",
-        "read_resource_owners",
-        "write_resource",
-    ] {
+    for what in ["read_resource", "read_resource_owners", "write_resource"] {
         assert_eq!(
             result_of(&out, &format!("{what} exists")),
             "errno 13",
@@ -315,7 +312,12 @@ fn missing_and_unreadable_paths_in_a_closed_directory_look_the_same() {
 /// pid and sleeps.
 fn holder_script(disk: &Path, kp: Option<&Path>) -> String {
     let kp = kp
-        .map(|k| format!("sanlock.killpath(b'{}', [b'fence'], slkfd=fd)\n", k.display()))
+        .map(|k| {
+            format!(
+                "sanlock.killpath(b'{}', [b'fence'], slkfd=fd)\n",
+                k.display()
+            )
+        })
         .unwrap_or_default();
     format!(
         "import sanlock, os, time\nfd = sanlock.register()\n{kp}\
@@ -352,7 +354,8 @@ fn a_members_killpath_runs_as_the_member() {
     holder.line();
     corrupt_host1_delta_lease(&st.disk);
     assert!(
-        wait_for(15, || std::fs::read_to_string(&ids).is_ok_and(|t| !t.is_empty())),
+        wait_for(15, || std::fs::read_to_string(&ids)
+            .is_ok_and(|t| !t.is_empty())),
         "the killpath did not run; log:\n{}",
         tail(&d.log_text(), 30)
     );
@@ -405,6 +408,13 @@ fn a_member_cannot_kill_roots_holders_remove_roots_lockspace_or_stop_the_daemon(
         ex_text.contains("examine done -1"),
         "examine as the member (-EPERM is -1): {ex_text}"
     );
+    // SET_CONFIG on root's lockspace.
+    let sc = member_sanlock_client(&d, &["set_config", "-s", "ls1", "-u", "1"]);
+    let sc_text = format!("{}{}", stdout(&sc), String::from_utf8_lossy(&sc.stderr));
+    assert!(
+        sc_text.contains("set_config done -1"),
+        "set_config as the member: {sc_text}"
+    );
     // rem_lockspace of root's lockspace.
     let out = member_python(
         &d,
@@ -436,7 +446,11 @@ fn a_member_cannot_kill_roots_holders_remove_roots_lockspace_or_stop_the_daemon(
     let spaces = d.python("import sanlock\nprint(len(sanlock.get_lockspaces()))");
     assert_eq!(spaces.trim(), "1", "root's lockspace is still joined");
     let log = d.log_text();
-    assert!(log.contains("not allowed for this uid"), "{}", tail(&log, 30));
+    assert!(
+        log.contains("not allowed for this uid"),
+        "{}",
+        tail(&log, 30)
+    );
 
     // Its own lockspace (on a disk of its group) it may manage, and examine.
     let disk2 = st.s.file("disk2", 2);
@@ -457,6 +471,17 @@ fn a_member_cannot_kill_roots_holders_remove_roots_lockspace_or_stop_the_daemon(
     assert_eq!(result_of(&out, "add own"), "ok");
     assert_eq!(result_of(&out, "set_event own"), "ok");
     assert_eq!(result_of(&out, "rem own"), "ok");
+    let out = member_python(
+        &d,
+        &format!("{TRY}t('add own', lambda: sanlock.add_lockspace(b'mine', 1, b'{d2}', 0, iotimeout=1))\n"),
+    );
+    assert_eq!(result_of(&out, "add own"), "ok");
+    let sc = member_sanlock_client(&d, &["set_config", "-s", "mine", "-u", "1"]);
+    let sc_text = format!("{}{}", stdout(&sc), String::from_utf8_lossy(&sc.stderr));
+    assert!(
+        sc_text.contains("set_config done 0"),
+        "set_config of its own lockspace: {sc_text}"
+    );
     // Root may still do all of it.
     let out = d.python(&format!(
         "{TRY}t('rem_lockspace', lambda: sanlock.rem_lockspace(b'ls1', 1, b'{}', 0))\n",
@@ -498,7 +523,8 @@ fn client_privileges_sanlock_restores_sanlocks_rules() {
     // The member's killpath runs as root.
     corrupt_host1_delta_lease(&st.disk);
     assert!(
-        wait_for(15, || std::fs::read_to_string(&ids).is_ok_and(|t| !t.is_empty())),
+        wait_for(15, || std::fs::read_to_string(&ids)
+            .is_ok_and(|t| !t.is_empty())),
         "the killpath did not run; log:\n{}",
         tail(&d.log_text(), 30)
     );

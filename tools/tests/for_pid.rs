@@ -154,7 +154,8 @@ fn refusals_hold_nothing() {
         "{text}"
     );
     assert_eq!(s.state("vm1", "1M"), "none", "nothing held after refusals");
-    // The same caller may hold a lease for its own process.
+    // The same caller may hold a lease for its own process, on a device it can open
+    // (the daemon opens it with the caller's rights: group `disk` here).
     let own = Sleeper::start(Command::new("setpriv").args([
         "--reuid=65534",
         "--regid=65534",
@@ -164,6 +165,21 @@ fn refusals_hold_nothing() {
     ]));
     std::thread::sleep(Duration::from_millis(200));
     let out = as_nobody(own.pid());
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && text.contains("(-13)"),
+        "a device the caller cannot open: {text}"
+    );
+    assert_eq!(s.state("vm1", "1M"), "none");
+    let _access = DiskGroupAccess::grant(&s.dev);
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534"])
+        .arg(format!("--groups={}", disk_gid()))
+        .arg(LOCKD)
+        .args(["acquire", "-r", &res, "--for-pid", &own.pid().to_string()])
+        .env("LOCKD_RUN_DIR", &s.run_dir)
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -221,6 +237,111 @@ fn killpath_runs_with_the_pid_on_a_graceful_request() {
     }
     // GRACEFUL runs the killpath instead of a signal: the process is still there.
     assert!(Path::new(&format!("/proc/{pid}")).exists());
+}
+
+/// Group `disk` (gid 6 on Debian).
+fn disk_gid() -> u32 {
+    lockd_daemon::config::group_to_gid("disk").expect("group disk")
+}
+
+/// Gives the device node udev's usual owner and mode (root:disk 0660; a container without
+/// udev leaves loop nodes root:root 0600), restoring what it was on drop.
+struct DiskGroupAccess {
+    dev: PathBuf,
+    was: (u32, u32, u32),
+}
+
+impl DiskGroupAccess {
+    fn grant(dev: &str) -> DiskGroupAccess {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(dev).expect("device node");
+        std::os::unix::fs::chown(dev, Some(0), Some(disk_gid())).unwrap();
+        std::fs::set_permissions(dev, std::fs::Permissions::from_mode(0o660)).unwrap();
+        DiskGroupAccess {
+            dev: PathBuf::from(dev),
+            was: (m.uid(), m.gid(), m.mode() & 0o7777),
+        }
+    }
+}
+
+impl Drop for DiskGroupAccess {
+    fn drop(&mut self) {
+        let (uid, gid, mode) = self.was;
+        let _ = std::os::unix::fs::chown(&self.dev, Some(uid), Some(gid));
+        let _ = std::fs::set_permissions(&self.dev, std::fs::Permissions::from_mode(mode));
+    }
+}
+
+/// The killpath given with `--for-pid` by a non-root caller runs as that caller's uid
+/// and groups, not as root (issue 21, item 3).
+#[test]
+fn killpath_of_a_non_root_caller_runs_as_its_uid() {
+    require_command("setpriv", "util-linux");
+    let s = setup("fpkilluid");
+    // Let uid 65534 reach the socket, its killpath and an output directory.
+    let sock = s.run_dir.join("sanlock.sock");
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::fs::set_permissions(&s.run_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&s.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out_dir = s.dir.join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    std::fs::set_permissions(&out_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let marker = out_dir.join("killpath.ids");
+    let script = s.dir.join("killpath.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$(id -u) $(id -G)\" >> {}\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let _access = DiskGroupAccess::grant(&s.dev);
+    let gid = disk_gid();
+    let own = Sleeper::start(Command::new("setpriv").args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "sleep",
+        "1000",
+    ]));
+    std::thread::sleep(Duration::from_millis(200));
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534"])
+        .arg(format!("--groups={gid}"))
+        .arg(LOCKD)
+        .args(["acquire", "-r", &s.res("vm1", "1M"), "--for-pid"])
+        .arg(own.pid().to_string())
+        .args(["--killpath", &script.display().to_string()])
+        .env("LOCKD_RUN_DIR", &s.run_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let res = s.res("vm1", "1M");
+    let (ok, out) = s.lockd(&["request", "-r", &res, "--next-lver", "-f", "graceful"]);
+    assert!(ok, "request: {out}");
+    let (ok, out) = s.lockd(&["examine", "-s", "fp"]);
+    assert!(ok, "examine: {out}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        if let Ok(text) = std::fs::read_to_string(&marker) {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "killpath never ran");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let ids: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(ids.first(), Some(&"65534"), "killpath ran as: {text}");
+    assert!(
+        ids[1..].contains(&gid.to_string().as_str()),
+        "groups: {text}"
+    );
+    assert!(!ids[1..].contains(&"0"), "root's group: {text}");
 }
 
 fn hook() -> PathBuf {

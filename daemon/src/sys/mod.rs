@@ -57,6 +57,23 @@ const SO_PEERGROUPS: libc::c_int = 59;
 #[cfg(any(target_arch = "sparc", target_arch = "sparc64"))]
 const SO_PEERGROUPS: libc::c_int = 0x3d;
 
+/// The credential system calls with 32-bit ids: on 32-bit x86 and arm the plain
+/// numbers are the old 16-bit-id calls.
+#[cfg(any(target_arch = "x86", target_arch = "arm"))]
+mod nr {
+    pub use libc::{
+        SYS_setfsgid32 as SETFSGID, SYS_setfsuid32 as SETFSUID, SYS_setgroups32 as SETGROUPS,
+        SYS_setresgid32 as SETRESGID, SYS_setresuid32 as SETRESUID,
+    };
+}
+#[cfg(not(any(target_arch = "x86", target_arch = "arm")))]
+mod nr {
+    pub use libc::{
+        SYS_setfsgid as SETFSGID, SYS_setfsuid as SETFSUID, SYS_setgroups as SETGROUPS,
+        SYS_setresgid as SETRESGID, SYS_setresuid as SETRESUID,
+    };
+}
+
 /// Most supplementary groups read from a peer (the kernel's NGROUPS_MAX).
 const NGROUPS_MAX: usize = 65536;
 
@@ -105,7 +122,7 @@ pub fn with_fs_creds<T: Send>(creds: &FsCreds, f: impl FnOnce() -> T + Send) -> 
     std::thread::scope(|scope| {
         let worker = std::thread::Builder::new()
             .name("lockd-as-client".into())
-            .stack_size(64 * 1024)
+            .stack_size(crate::threads::CLIENT_STACK_BYTES)
             .spawn_scoped(scope, move || -> io::Result<T> {
                 take_fs_creds(creds)?;
                 Ok(f())
@@ -123,7 +140,7 @@ fn take_fs_creds(creds: &FsCreds) -> io::Result<()> {
     // SAFETY: setgroups reads `groups.len()` gids from a live buffer; as a raw syscall
     // (not glibc's wrapper, which signals every thread to do the same) it changes only
     // the calling thread's credentials.
-    let rc = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
+    let rc = unsafe { libc::syscall(nr::SETGROUPS, groups.len(), groups.as_ptr()) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -132,13 +149,13 @@ fn take_fs_creds(creds: &FsCreds) -> io::Result<()> {
     // SAFETY: setfsgid/setfsuid take an id by value and change only the calling
     // thread's filesystem credentials; they touch no memory.
     let now_gid = unsafe {
-        libc::syscall(libc::SYS_setfsgid, creds.gid);
-        libc::syscall(libc::SYS_setfsgid, u32::MAX)
+        libc::syscall(nr::SETFSGID, creds.gid);
+        libc::syscall(nr::SETFSGID, u32::MAX)
     };
     // SAFETY: as above.
     let now_uid = unsafe {
-        libc::syscall(libc::SYS_setfsuid, creds.uid);
-        libc::syscall(libc::SYS_setfsuid, u32::MAX)
+        libc::syscall(nr::SETFSUID, creds.uid);
+        libc::syscall(nr::SETFSUID, u32::MAX)
     };
     if u32::try_from(now_gid).ok() != Some(creds.gid)
         || u32::try_from(now_uid).ok() != Some(creds.uid)
@@ -159,15 +176,15 @@ pub fn run_as(cmd: &mut std::process::Command, creds: &FsCreds) {
         // whole process; nothing is allocated.
         // SAFETY: setgroups reads `groups.len()` gids from a buffer allocated before the
         // fork and alive for the closure's life.
-        if unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) } != 0 {
+        if unsafe { libc::syscall(nr::SETGROUPS, groups.len(), groups.as_ptr()) } != 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: setresgid/setresuid take ids by value and touch no memory.
-        if unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) } != 0 {
+        if unsafe { libc::syscall(nr::SETRESGID, gid, gid, gid) } != 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: as above.
-        if unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) } != 0 {
+        if unsafe { libc::syscall(nr::SETRESUID, uid, uid, uid) } != 0 {
             return Err(io::Error::last_os_error());
         }
         Ok(())
@@ -437,6 +454,63 @@ mod tests {
         let c = peer_cred(&a).expect("peer_cred");
         assert_eq!(c.pid, i32::try_from(std::process::id()).unwrap());
         assert_eq!(c.uid, geteuid());
+    }
+
+    #[test]
+    fn peer_groups_of_a_socketpair_are_this_process_groups() {
+        let (a, _b) = UnixStream::pair().expect("socketpair");
+        let mut got = peer_groups(&a).expect("SO_PEERGROUPS");
+        let mut want: Vec<u32> = nix::unistd::getgroups()
+            .expect("getgroups")
+            .into_iter()
+            .map(|g| g.as_raw())
+            .collect();
+        got.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(got, want);
+    }
+
+    /// The credential thread opens as the given user (a root-only file is EACCES, one of
+    /// the user's group readable), and no other thread of the process is changed.
+    #[test]
+    fn fs_creds_apply_to_the_credential_thread_only() {
+        assert!(
+            geteuid() == 0,
+            "this test needs root (it changes fs credentials)"
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, b"root only").unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let shared = dir.path().join("shared");
+        std::fs::write(&shared, b"group 4242").unwrap();
+        std::os::unix::fs::chown(&shared, Some(0), Some(4242)).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let nobody = FsCreds {
+            uid: 65534,
+            gid: 65534,
+            groups: vec![4242],
+        };
+        let open = |p: &std::path::Path| std::fs::File::open(p).map(|_| ());
+        let r = with_fs_creds(&nobody, || open(&secret)).expect("credential thread");
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EACCES));
+        with_fs_creds(&nobody, || open(&shared))
+            .expect("credential thread")
+            .expect("readable through a supplementary group");
+        let no_group = FsCreds {
+            groups: vec![],
+            ..nobody
+        };
+        let r = with_fs_creds(&no_group, || open(&shared)).expect("credential thread");
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EACCES));
+        // This thread (and so the process) is still root.
+        open(&secret).expect("root still opens it");
+        assert!(nix::unistd::getgroups()
+            .unwrap()
+            .iter()
+            .all(|g| g.as_raw() != 4242));
     }
 
     #[test]
