@@ -65,8 +65,7 @@ impl HostCtx {
 pub(crate) async fn lockspace_task(ctx: Rc<HostCtx>) {
     let st = loop {
         let acquired = if ctx.bug == Some(PlantedBug::OwnNameShortDelay) {
-            delta::acquire_planted_own_name_short_delay(&ctx.disk, &ctx.clock, &ctx.params)
-                .await
+            delta::acquire_planted_own_name_short_delay(&ctx.disk, &ctx.clock, &ctx.params).await
         } else {
             delta::acquire(&ctx.disk, &ctx.clock, &ctx.params).await
         };

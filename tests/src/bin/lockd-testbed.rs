@@ -483,7 +483,12 @@ fn run_clone(o: &Opts) -> Result<bool> {
         .any(|(t, e)| e == "alive" && *t > t0 + answered);
     let outcome = match &joined {
         Ok(()) => "joined".to_string(),
-        Err(e) => format!("{e:#}").lines().last().unwrap_or("").trim().to_string(),
+        Err(e) => format!("{e:#}")
+            .lines()
+            .last()
+            .unwrap_or("")
+            .trim()
+            .to_string(),
     };
     println!(
         "scenario=clone-host clone_answer_s={answered:.2} clone_outcome={outcome:?} \
@@ -502,7 +507,9 @@ fn run_clone(o: &Opts) -> Result<bool> {
         Err(e) => {
             let text = format!("{e:#}");
             if !text.contains("-262") {
-                fail(format!("the clone's join failed, but not with -262: {text}"));
+                fail(format!(
+                    "the clone's join failed, but not with -262: {text}"
+                ));
             }
         }
     }
