@@ -7,6 +7,7 @@ pub mod read_leader;
 pub mod rindex;
 
 use anyhow::{bail, Result};
+use disk_format::scan::{describe, find_records, FoundRecord};
 use disk_format::{AlignSize, Geometry, SectorSize};
 
 use crate::disk::DirectDisk;
@@ -59,4 +60,63 @@ pub fn resolve_geometry(
         );
     }
     Ok(geometry)
+}
+
+/// Refuses an offset that is not a multiple of the area's align size: lease areas start
+/// at align-size boundaries, and an area written elsewhere overlaps two of them (the end
+/// of one lease, with its ballots, and the start of the next).
+pub fn refuse_misaligned(disk: &DirectDisk, offset: u64, geometry: Geometry) -> Result<()> {
+    if !offset.is_multiple_of(geometry.align_bytes()) {
+        bail!(
+            "{}: offset {offset} is not a multiple of the align size {} ({} bytes); lease \
+             areas start at align-size boundaries, and an area written here would overlap \
+             two of them",
+            disk.path().display(),
+            geometry.align_size.label(),
+            geometry.align_bytes()
+        );
+    }
+    Ok(())
+}
+
+/// Bytes read at a time while looking for records (one 8 MiB area at most).
+const SCAN_CHUNK: u64 = 8 << 20;
+
+/// The valid lease records (see `disk_format::scan`) in `[offset, offset + len)`, as far
+/// as the storage reaches.
+pub fn records_in(disk: &DirectDisk, offset: u64, len: u64) -> Result<Vec<FoundRecord>> {
+    let unit = u64::from(disk.io_block().max(512));
+    let end = offset.saturating_add(len).min(disk.size());
+    let end = end - end % unit;
+    let mut found = Vec::new();
+    let mut at = offset;
+    while at < end {
+        let n = (end - at).min(SCAN_CHUNK);
+        let buf = disk.read(at, n as usize)?;
+        found.extend(find_records(buf.as_slice(), at));
+        at += n;
+    }
+    Ok(found)
+}
+
+/// Refuses to write `[offset, offset + len)` while it holds any valid lease record, unless
+/// `force` (then it warns and names what is overwritten).
+pub fn refuse_overwrite(disk: &DirectDisk, offset: u64, len: u64, force: bool) -> Result<()> {
+    let found = records_in(disk, offset, len)?;
+    if found.is_empty() {
+        return Ok(());
+    }
+    if !force {
+        bail!(
+            "{}: refusing to write over {}; use --force to overwrite",
+            disk.path().display(),
+            describe(&found)
+        );
+    }
+    eprintln!(
+        "lockd: warning: overwriting {} on {} (--force)",
+        describe(&found),
+        disk.path().display()
+    );
+    Ok(())
 }
