@@ -144,7 +144,8 @@ pub fn write_lockspace(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> i32
     }
     // Never over a lockspace we joined or a lease we hold (no client can force it).
     let path = ls.host_id_disk.path.to_text();
-    if let Err(rv) = crate::inuse::refuse_if_in_use(d, "write_lockspace", &path, off, g.align_bytes())
+    if let Err(rv) =
+        crate::inuse::refuse_if_in_use(d, "write_lockspace", &path, off, g.align_bytes())
     {
         return rv;
     }
@@ -248,7 +249,8 @@ pub fn write_resource(d: &Daemon, res: &wire::Resource, num_hosts: u32, clear: b
     }
     // Never over a lockspace we joined or a lease we hold (no client can force it).
     let path = res.disks[0].path.to_text();
-    if let Err(rv) = crate::inuse::refuse_if_in_use(d, "write_resource", &path, off, g.align_bytes())
+    if let Err(rv) =
+        crate::inuse::refuse_if_in_use(d, "write_resource", &path, off, g.align_bytes())
     {
         return rv;
     }

@@ -81,10 +81,7 @@ fn areas(d: &Daemon) -> Vec<Area> {
         };
         for disk in &r.disks {
             out.push(Area {
-                what: format!(
-                    "resource lease {}:{} held by this host",
-                    r.ls, r.name
-                ),
+                what: format!("resource lease {}:{} held by this host", r.ls, r.name),
                 path: disk.path.to_text(),
                 start: disk.offset,
                 len,

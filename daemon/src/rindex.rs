@@ -17,9 +17,9 @@
 //!   runs at a time (-EBUSY for a second one), released on every path.
 //! - CREATE, DELETE and locked REBUILD hold the internal `rindex_lease` paxos lease with our
 //!   host_id; no daemon mutex is held across disk I/O.
-//! - FORMAT never writes over a lockspace we joined or a lease we hold (-EBUSY), and CREATE
-//!   never places a lease there nor over any valid record (`crate::inuse`,
-//!   `lease_core::rindex::create`).
+//! - FORMAT never writes over a lockspace we joined or a lease we hold (-EBUSY), DELETE
+//!   never clears a lease we hold (-EBUSY), and CREATE never places a lease there nor over
+//!   any valid record (`crate::inuse`, `lease_core::rindex::create`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -257,6 +257,17 @@ fn entry_op(
             let Some(space) = space else {
                 return (-libc::EINVAL, none);
             };
+            // Never clear a lease this daemon holds (errors of the lookup are left for
+            // the delete itself to report).
+            if let Ok(found) = block_on(rindex::lookup(&disk, &p, Some(&re.name), 0)) {
+                let path = ri.disk.path.to_text();
+                let len = 1 << 20; // the smallest area; a held lease starts at found.offset
+                if let Err(rv) =
+                    crate::inuse::refuse_if_in_use(d, "delete_resource", &path, found.offset, len)
+                {
+                    return (rv, none);
+                }
+            }
             let out = paxos::with_host(space, |host| {
                 block_on(rindex::delete(&disk, &c, host, &p, &re.name, re.offset))
             });

@@ -6,7 +6,8 @@
 //!   writes over unused areas still work, as in sanlock;
 //! - FORMAT_RINDEX over the joined lockspace gets -EBUSY;
 //! - CREATE_RESOURCE never places the new lease over a held lease or over a valid lease
-//!   that is not indexed: it takes the next slot whose area holds no valid record.
+//!   that is not indexed: it takes the next slot whose area holds no valid record;
+//!   DELETE_RESOURCE of a lease the daemon holds gets -EBUSY.
 
 mod common;
 
@@ -97,11 +98,20 @@ fn write_lockspace_and_write_resource_never_land_on_what_the_daemon_uses() {
     let b = bed("wg-write");
     let before = bytes(&b.img, 0, 6 * MIB);
     // Over the joined lockspace, and over a lockspace area overlapping it.
-    assert_eq!(try_call(&b, "sanlock.write_lockspace(b'LS', D, 0)"), "error 16");
-    assert_eq!(try_call(&b, "sanlock.write_lockspace(b'XX', D, 0)"), "error 16");
+    assert_eq!(
+        try_call(&b, "sanlock.write_lockspace(b'LS', D, 0)"),
+        "error 16"
+    );
+    assert_eq!(
+        try_call(&b, "sanlock.write_lockspace(b'XX', D, 0)"),
+        "error 16"
+    );
     // Over the held leases, by path and through a symlink to the same file.
     assert_eq!(
-        try_call(&b, &format!("sanlock.write_resource(b'LS', b'r1', [(D, {MIB})])")),
+        try_call(
+            &b,
+            &format!("sanlock.write_resource(b'LS', b'r1', [(D, {MIB})])")
+        ),
         "error 16"
     );
     let link = b.img.with_extension("link");
@@ -117,15 +127,25 @@ fn write_lockspace_and_write_resource_never_land_on_what_the_daemon_uses() {
     );
     // Only the renewals of host 1's delta record changed anything.
     let after = bytes(&b.img, 0, 6 * MIB);
-    assert_eq!(after[512..], before[512..], "a refused write changed the disk");
+    assert_eq!(
+        after[512..],
+        before[512..],
+        "a refused write changed the disk"
+    );
     // Areas the daemon does not use are written as sanlock writes them (lvmlockd and
     // libvirt rely on it), valid records included.
     assert_eq!(
-        try_call(&b, &format!("sanlock.write_resource(b'LS', b'idle', [(D, {})])", 5 * MIB)),
+        try_call(
+            &b,
+            &format!("sanlock.write_resource(b'LS', b'idle', [(D, {})])", 5 * MIB)
+        ),
         "ok"
     );
     assert_eq!(
-        try_call(&b, &format!("sanlock.write_lockspace(b'L2', D, {})", 8 * MIB)),
+        try_call(
+            &b,
+            &format!("sanlock.write_lockspace(b'L2', D, {})", 8 * MIB)
+        ),
         "ok"
     );
 }
@@ -134,13 +154,16 @@ fn write_lockspace_and_write_resource_never_land_on_what_the_daemon_uses() {
 fn format_rindex_over_the_joined_lockspace_is_refused() {
     let b = bed("wg-format");
     let before = bytes(&b.img, 0, 2 * MIB);
-    let out = b
-        .d
-        .sanlock_client(&["format", "-x", &format!("LS:{}:0", b.img.display())]);
+    let out =
+        b.d.sanlock_client(&["format", "-x", &format!("LS:{}:0", b.img.display())]);
     let text = stdout(&out);
     assert!(text.contains("format done -16"), "{text}");
     let after = bytes(&b.img, 0, 2 * MIB);
-    assert_eq!(after[512..], before[512..], "the lockspace area was written");
+    assert_eq!(
+        after[512..],
+        before[512..],
+        "the lockspace area was written"
+    );
     // The daemon still renews its lockspace.
     let inq = b.d.python(&format!(
         "import sanlock\nprint(sanlock.inq_lockspace(b'LS', 1, '{}', 0))",
@@ -171,6 +194,16 @@ fn create_resource_never_lands_on_a_held_or_valid_lease() {
     assert!(
         bytes(&b.img, 4 * MIB, 2 * MIB) == before,
         "create wrote over an existing lease"
+    );
+    // Deleting the held lease (indexed by hand) is refused and changes nothing.
+    let text =
+        stdout(&b.d.sanlock_client(&["update", "-x", &x, "-e", &format!("direct:{}", 4 * MIB)]));
+    assert!(text.contains("done 0"), "{text}");
+    let text = stdout(&b.d.sanlock_client(&["delete", "-x", &x, "-e", "direct"]));
+    assert!(text.contains("done -16"), "delete of a held lease: {text}");
+    assert!(
+        bytes(&b.img, 4 * MIB, 2 * MIB) == before,
+        "delete cleared a held lease"
     );
     // The held lease is still ours and intact.
     let owners = b.d.python(&format!(

@@ -245,7 +245,10 @@ mod tests {
             found[0].to_string(),
             "lockspace LS host_id 1 record at offset 1048576"
         );
-        assert!(matches!(found[3].kind, RecordKind::Lockspace { host_id: 4, .. }));
+        assert!(matches!(
+            found[3].kind,
+            RecordKind::Lockspace { host_id: 4, .. }
+        ));
 
         let mut res = format_resource_area(&ResourceInit {
             geometry: g,

@@ -31,11 +31,11 @@
 
 use disk_format::area::{format_resource_area, ResourceInit};
 use disk_format::leader::{LeaderRecord, PAXOS_DISK_MAGIC};
-use disk_format::scan::find_records;
 use disk_format::rindex::{
     RindexEntry, RindexHeader, RINDEX_DEFAULT_MAX_RESOURCES, RINDEX_DISK_MAGIC,
     RINDEX_DISK_VERSION, RINDEX_ENTRY_LEN, RINDEX_HEADER_LEN,
 };
+use disk_format::scan::find_records;
 use disk_format::{rv, AlignSize, Geometry, Name, SectorSize};
 
 use crate::error::LeaseError;
@@ -1131,7 +1131,10 @@ mod tests {
         // Duplicate and empty names.
         let e = block_on(create(&d, &c, &a.ctx(&d), &p, &n("vm2"), 0, &|_, _| false)).unwrap_err();
         assert_eq!(e.sanlk_code(), -17);
-        let e = block_on(create(&d, &c, &a.ctx(&d), &p, &Name::EMPTY, 0, &|_, _| false)).unwrap_err();
+        let e = block_on(create(&d, &c, &a.ctx(&d), &p, &Name::EMPTY, 0, &|_, _| {
+            false
+        }))
+        .unwrap_err();
         assert_eq!(e.sanlk_code(), -22);
         // A failed operation still releases the internal lease.
         assert_eq!(leader_at(&d, 2 * MIB).timestamp, 0);
@@ -1165,7 +1168,10 @@ mod tests {
         // A host of another lockspace is refused before anything is written.
         let mut other = Host::join(&d, &c, 3);
         other.p.space_name = n("x");
-        let e = block_on(create(&d, &c, &other.ctx(&d), &p, &n("vm9"), 0, &|_, _| false)).unwrap_err();
+        let e = block_on(create(&d, &c, &other.ctx(&d), &p, &n("vm9"), 0, &|_, _| {
+            false
+        }))
+        .unwrap_err();
         assert_eq!(e.sanlk_code(), -22);
     }
 
@@ -1203,7 +1209,11 @@ mod tests {
         let slot2_in_use = |off: u64, len: u64| off < 5 * MIB + 1 && 5 * MIB < off + len;
         let r = block_on(create(&d, &c, &a.ctx(&d), &p, &n("new"), 0, &slot2_in_use)).unwrap();
         assert_eq!(r.offset, 6 * MIB, "slots 0-2 must be skipped");
-        assert_eq!(d.get(3 * MIB, 2 << 20), before, "an occupied slot was written");
+        assert_eq!(
+            d.get(3 * MIB, 2 << 20),
+            before,
+            "an occupied slot was written"
+        );
         assert_eq!(entry_at(&d, 3).name.to_text(), "new");
         // No usable slot left: -ENOENT, nothing formatted.
         let e = block_on(create(&d, &c, &a.ctx(&d), &p, &n("more"), 0, &slot2_in_use)).unwrap_err();
@@ -1212,7 +1222,16 @@ mod tests {
         // A deleted lease (PAXOS_DISK_CLEAR) is free space again.
         c.now_ms.set(c.now_ms.get() + 5000);
         block_on(delete(&d, &c, &a.ctx(&d), &p, &n("new"), 0)).unwrap();
-        let r = block_on(create(&d, &c, &a.ctx(&d), &p, &n("again"), 0, &slot2_in_use)).unwrap();
+        let r = block_on(create(
+            &d,
+            &c,
+            &a.ctx(&d),
+            &p,
+            &n("again"),
+            0,
+            &slot2_in_use,
+        ))
+        .unwrap();
         assert_eq!(r.offset, 6 * MIB);
         // Without the caller's area, its slot is the first usable one.
         let r = block_on(create(&d, &c, &a.ctx(&d), &p, &n("last"), 0, &|_, _| false)).unwrap();
@@ -1393,7 +1412,15 @@ mod tests {
             assert_eq!(indexed, ok.len(), "round {round}");
             // A create afterwards always works: the lease was released on every path.
             let later = TestClock::at_s(c.now_s() + 100);
-            let r = block_on(create(&d, &later, &a.ctx(&d), &p, &n("after"), 0, &|_, _| false));
+            let r = block_on(create(
+                &d,
+                &later,
+                &a.ctx(&d),
+                &p,
+                &n("after"),
+                0,
+                &|_, _| false,
+            ));
             assert!(r.is_ok(), "round {round}: {r:?}");
         }
         assert!(both_won > 0, "some interleaving lets both creates succeed");

@@ -161,7 +161,13 @@ fn direct_init_and_format_over_valid_records_need_force() {
         "direct format unaligned",
         lockd(
             dir,
-            &["direct", "format", "-x", &format!("fg:{dev}:512K"), "--force"],
+            &[
+                "direct",
+                "format",
+                "-x",
+                &format!("fg:{dev}:512K"),
+                "--force",
+            ],
         ),
         &["not a multiple of the align size"],
     );
@@ -200,17 +206,28 @@ fn rindex_format_refuses_the_joined_lockspace_even_with_force() {
     assert_refused(
         "rindex format over the lockspace",
         lockd(&daemon.run_dir, &["rindex", "format", "-x", &x]),
-        &["refusing to write over lockspace jg host_id 1 record at offset 0", "--force"],
+        &[
+            "refusing to write over lockspace jg host_id 1 record at offset 0",
+            "--force",
+        ],
     );
     // With --force the daemon itself refuses: it has joined that lockspace.
     assert_refused(
         "rindex format --force over the joined lockspace",
         lockd(&daemon.run_dir, &["rindex", "format", "-x", &x, "--force"]),
-        &["-16"],
+        &[
+            "the daemon refuses to write there",
+            "lockspace it has joined",
+            "-16",
+        ],
     );
     // Only the renewals of host 1's record may have changed that area.
     let after = read_bytes(Path::new(&dev), 0, MIB as usize);
-    assert_eq!(after[512..], before[512..], "the lockspace area was written");
+    assert_eq!(
+        after[512..],
+        before[512..],
+        "the lockspace area was written"
+    );
     let (ok, out) = lockd(&daemon.run_dir, &["status"]);
     assert!(ok && out.contains("jg"), "{out}");
     // An index next to it, over free space, is fine.

@@ -17,9 +17,12 @@ use crate::spec::{RentrySpec, RindexSpec};
 
 #[derive(Debug, Subcommand)]
 pub enum RindexCommand {
-    /// Write an empty index (and its internal lease) at RINDEX.
+    /// Write an empty index (and its internal lease) at RINDEX. Refuses an offset off the
+    /// align size, valid lease records there (unless --force), and (the daemon, even with
+    /// --force) a lockspace it has joined or a lease it holds.
     Format(FormatArgs),
-    /// Create a resource lease in the first free slot and index it.
+    /// Create a resource lease in the first free slot whose area holds no valid lease
+    /// record (held or not) and index it.
     Create(EntryArgs),
     /// Remove a resource from the index and clear its lease.
     Delete(EntryArgs),
@@ -219,6 +222,14 @@ pub fn run(cmd: &RindexCommand) -> Result<()> {
             check_format_target(a)?;
             rx.max_resources = a.max_resources;
             let rv = a.target.conn.connect()?.format_rindex(&rx, 0)?;
+            if rv == -libc::EBUSY && !a.target.conn.json {
+                bail!(
+                    "format: the daemon refuses to write there: the two areas overlap a \
+                     lockspace it has joined or a lease it holds (remove it first; --force \
+                     does not override this) ({}, {rv})",
+                    client_lib::describe_rv(rv)
+                );
+            }
             report(&a.target.conn, "format", rv)
         }
         RindexCommand::Rebuild(a) => {
