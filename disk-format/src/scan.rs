@@ -114,7 +114,7 @@ impl fmt::Display for FoundRecord {
 }
 
 /// The align size a leader's flags name, else the old rule (512 → 1 MiB, 4 KiB → 8 MiB).
-fn leader_align_bytes(leader: &LeaderRecord) -> u64 {
+pub fn leader_align_bytes(leader: &LeaderRecord) -> u64 {
     use crate::geometry::{LFL_ALIGN_1M, LFL_ALIGN_2M, LFL_ALIGN_4M, LFL_ALIGN_8M};
     match leader.flags & LFL_ALIGN_MASK {
         LFL_ALIGN_1M => 1 << 20,

@@ -2,8 +2,9 @@
 //! or a joined lockspace by accident, on a loop device with a live lockd daemon:
 //! - `direct init` at an offset off the align-size boundary is refused, even with
 //!   `--force`, and the held neighbour is left byte for byte;
-//! - `direct init` and `direct format -x` over valid records need `--force` (and work with
-//!   it once no daemon holds the lease);
+//! - `direct init` and `direct format -x` over valid records need `--force`, are refused
+//!   even with it while the local daemon joined or holds the area, and work with it once
+//!   no daemon holds the lease;
 //! - `lockd rindex format` refuses valid records without `--force`, and the daemon refuses
 //!   to format over its own joined lockspace even with `--force` (-EBUSY).
 //!
@@ -170,6 +171,20 @@ fn direct_init_and_format_over_valid_records_need_force() {
             ],
         ),
         &["not a multiple of the align size"],
+    );
+    // --force does not reach past the local daemon that joined or holds the area.
+    assert_refused(
+        "direct format --force while the daemon holds r1",
+        lockd(&daemon.run_dir, &["direct", "format", "-x", &x, "--force"]),
+        &["refusing even with --force", "holds the lease fg:r1"],
+    );
+    assert_refused(
+        "direct init --force over the joined lockspace",
+        lockd(
+            &daemon.run_dir,
+            &["direct", "init", "-s", &format!("fg:0:{dev}:0"), "--force"],
+        ),
+        &["refusing even with --force", "has joined lockspace fg"],
     );
     assert!(
         read_bytes(Path::new(&dev), 0, (8 * MIB) as usize) == before,

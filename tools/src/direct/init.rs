@@ -11,7 +11,7 @@ use clap::Args;
 use disk_format::area::{format_lockspace_area, format_resource_area, ResourceInit};
 use disk_format::Geometry;
 
-use super::{refuse_misaligned, refuse_overwrite, resolve_geometry};
+use super::{refuse_local_daemon_use, refuse_misaligned, refuse_overwrite, resolve_geometry};
 use crate::disk::DirectDisk;
 use crate::spec::{area_end, LockspaceSpec, ResourceSpec};
 
@@ -109,6 +109,7 @@ fn init_lockspace(args: &InitArgs, spec: &LockspaceSpec) -> Result<()> {
     let (disk, geometry) = open_checked(&spec.path, spec.offset, |d| {
         resolve_geometry(d, args.sector_size, args.align.as_deref())
     })?;
+    refuse_local_daemon_use(&disk, spec.offset, geometry.align_bytes())?;
     refuse_overwrite(&disk, spec.offset, geometry.align_bytes(), args.force)?;
     let format = format_lockspace_area(geometry, &spec.name, io_timeout_s);
     let unit = geometry.sector_size.bytes();
@@ -138,6 +139,7 @@ fn init_resource(args: &InitArgs, spec: &ResourceSpec) -> Result<()> {
     let (disk, geometry) = open_checked(&spec.path, spec.offset, |d| {
         resolve_geometry(d, args.sector_size, args.align.as_deref())
     })?;
+    refuse_local_daemon_use(&disk, spec.offset, geometry.align_bytes())?;
     refuse_overwrite(&disk, spec.offset, geometry.align_bytes(), args.force)?;
     let init = ResourceInit {
         geometry,

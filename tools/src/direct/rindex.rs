@@ -147,7 +147,8 @@ pub fn format(a: &FormatArgs) -> Result<()> {
             .map_err(|e| coded("format", format!("{e:#}"), -libc::EINVAL))?;
         // The index area and the rindex_lease area after it.
         let len = 2 * g.align_bytes();
-        super::refuse_overwrite(&probe, s.offset, len, a.force)
+        super::refuse_local_daemon_use(&probe, s.offset, len)
+            .and_then(|()| super::refuse_overwrite(&probe, s.offset, len, a.force))
             .map_err(|e| coded("format", format!("{e:#}"), -libc::EBUSY))?;
         g
     };
