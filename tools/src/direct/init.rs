@@ -2,9 +2,10 @@
 //! `sanlock direct init` does.
 //!
 //! Safety rules (docs/operations.md, "Commands that write to disk"): the offset must be a
-//! multiple of the align size (refused outright otherwise, even with `--force`), and the
-//! area written must hold no valid lease record (a delta or paxos leader, a written
-//! ballot, a resource-index header) unless `--force` is given.
+//! multiple of the align size (refused outright otherwise, even with `--force`); the local
+//! daemon must not have joined or hold the area (asked with STATUS; refused even with
+//! `--force`); and the area written must hold no valid lease record (a delta or paxos
+//! leader, a written ballot, a resource-index header) unless `--force` is given.
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -46,7 +47,8 @@ pub struct InitArgs {
     pub clear: bool,
     /// Write even though the area holds valid lease records (a lockspace, a resource
     /// lease with its ballots, a resource index). Without it such an area is refused.
-    /// Never needed for, and never allowing, an offset off the align-size boundary.
+    /// Never allows an offset off the align-size boundary, nor an area the local daemon
+    /// has joined or holds.
     #[arg(long)]
     pub force: bool,
 }

@@ -5,9 +5,9 @@
 //! index's internal lease: update and rebuild are only safe while no host uses the index
 //! (sanlock's direct commands have the same rule). A refused operation writes nothing.
 //!
-//! `format` refuses an offset that is not a multiple of the align size, and without
-//! `--force` refuses to write over valid lease records in the two areas it writes
-//! (docs/operations.md, "Commands that write to disk").
+//! `format` refuses an offset that is not a multiple of the align size and areas the local
+//! daemon has joined or holds, and without `--force` refuses to write over valid lease
+//! records in the two areas it writes (docs/operations.md, "Commands that write to disk").
 
 use std::path::Path;
 
@@ -41,7 +41,7 @@ pub struct FormatArgs {
     pub max_resources: u32,
     /// Format even though the two areas written (index and rindex_lease) hold valid lease
     /// records (a lockspace, resource leases, an index). Never allows an offset off the
-    /// align-size boundary.
+    /// align-size boundary, nor areas the local daemon has joined or holds.
     #[arg(long)]
     pub force: bool,
     /// Print JSON.
