@@ -12,7 +12,7 @@ sim=target/release/lockd-sim
 "$sim" --seeds "$seeds" --hosts 4
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-for bug in skip-phase2 no-host-dead-wait stale-known-hosts; do
+for bug in skip-phase2 no-host-dead-wait stale-known-hosts own-name-short-delay; do
     if "$sim" --seeds "$seeds" --hosts 4 --plant-bug "$bug" >"$log" 2>&1; then
         echo "sim: the planted bug $bug was NOT caught:"
         tail -n 3 "$log"

@@ -12,7 +12,7 @@ failed=0
 baseline=$(mktemp)
 trap 'rm -f "$baseline"' EXIT
 bash scripts/leftovers.sh snapshot "$baseline"
-for s in kill-daemon sigstop-daemon stall-io eio kill-wdmd kill-client stubborn-holder; do
+for s in kill-daemon sigstop-daemon stall-io eio kill-wdmd kill-client stubborn-holder restart-daemon clone-host; do
     if ! "$tb" "$s"; then failed=1; fi
 done
 if [ "${LOCKD_TESTBED_SANLOCK:-1}" = 1 ]; then

@@ -2,6 +2,10 @@
 //! WRITE/READ_LOCKSPACE, WRITE/READ_RESOURCE, READ_RESOURCE_OWNERS. They run on the
 //! connection's thread with O_DIRECT I/O and sanlock's timeouts. Every disk is opened
 //! with the rights of the client that named it (`crate::access`).
+//!
+//! The two formatting commands refuse (-EBUSY) to write over a lockspace this daemon has
+//! joined or is joining, or a lease it holds (`crate::inuse`); other areas are written
+//! as sanlock writes them.
 
 use std::path::Path;
 use std::time::Duration;
@@ -142,6 +146,13 @@ pub fn write_lockspace(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> i32
     if !off.is_multiple_of(g.sector_bytes()) || !writable_with(&disk, g, off) {
         return -libc::EINVAL;
     }
+    // Never over a lockspace we joined or a lease we hold (no client can force it).
+    let path = ls.host_id_disk.path.to_text();
+    if let Err(rv) =
+        crate::inuse::refuse_if_in_use(d, "write_lockspace", &path, off, g.align_bytes())
+    {
+        return rv;
+    }
     if let Err(e) = disk.write(off, &f.area, WRITE_INIT_TIMEOUT) {
         return e.rv();
     }
@@ -219,7 +230,6 @@ pub fn read_lockspace(d: &Daemon, ls: &mut wire::Lockspace) -> (i32, u32) {
 /// Empty lockspace and resource names are written as given, as sanlock does (vdsm clears
 /// a lease with `write_resource(b"", b"", disks, clear=True)`).
 pub fn write_resource(d: &Daemon, res: &wire::Resource, num_hosts: u32, clear: bool) -> i32 {
-    let _ = d;
     if res.disks.len() != 1 {
         return -libc::EINVAL;
     }
@@ -240,6 +250,13 @@ pub fn write_resource(d: &Daemon, res: &wire::Resource, num_hosts: u32, clear: b
     // lvmlockd probes the end of the device: a write past it must fail with -ENOSPC.
     if disk.size() != 0 && off + g.align_bytes() > disk.size() {
         return -libc::ENOSPC;
+    }
+    // Never over a lockspace we joined or a lease we hold (no client can force it).
+    let path = res.disks[0].path.to_text();
+    if let Err(rv) =
+        crate::inuse::refuse_if_in_use(d, "write_resource", &path, off, g.align_bytes())
+    {
+        return rv;
     }
     let area = format_resource_area(&ResourceInit {
         geometry: g,

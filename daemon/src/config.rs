@@ -118,11 +118,13 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
         key: "our_host_name",
         kind: "string",
         option: Some("-e"),
-        default: "<machine-id as UUID>.<hostname>",
+        default: "<machine-id:8>.<boot-id:16>.<hostname>",
         range: "1..=48 bytes, no NUL",
         example: "\"host-a.example\"",
-        help: "Name this host writes into its delta leases. Keep it stable across restarts: \
-               a host that finds its own name on a cleanly released host_id rejoins fast.",
+        help: "Name this host writes into its delta leases; it must be unique among the hosts \
+               of a lockspace (never copy it to a cloned host). A host that finds its own \
+               name on a cleanly released host_id rejoins without delay; a record that was \
+               not released (a crash) always takes the full host_dead wait.",
     },
     ConfigKey {
         key: "run_dir",
@@ -564,8 +566,17 @@ pub fn load_file(path: &Path, required: bool) -> Result<FileConfig, ConfigError>
     }
 }
 
-/// A stable host name: the machine id (as a UUID) plus the node name, ≤ 48 bytes, so a
-/// restarted daemon rejoins its lockspaces on the fast path. Falls back to the node name.
+/// The default host name: the first 8 hex digits of /etc/machine-id, the first 16 of
+/// the kernel's boot id, and the node name, ≤ 48 bytes (the node name is what truncation
+/// cuts).
+///
+/// The boot id makes the name unique among hosts cloned from one image (same machine-id,
+/// same node name): two live hosts under one name could both take one host_id, since
+/// delta-lease records under one name cannot be told apart. It keeps the name stable
+/// across daemon restarts within one boot, so a daemon stopped cleanly rejoins without
+/// delay; after a reboot the name is new and a cleanly released host_id takes the short
+/// wait (2·io_timeout). A record that was not released always takes the full wait,
+/// whatever the name (lease-core `delta::acquire`).
 pub fn derived_host_name() -> String {
     let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
@@ -573,28 +584,37 @@ pub fn derived_host_name() -> String {
     let mid = std::fs::read_to_string("/etc/machine-id")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
-    host_name_from(&mid, &node)
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    host_name_from(&mid, &boot, &node)
 }
 
-fn host_name_from(machine_id: &str, node: &str) -> String {
-    let mut name = if machine_id.len() == 32 && machine_id.bytes().all(|c| c.is_ascii_hexdigit()) {
-        let m = machine_id;
-        format!(
-            "{}-{}-{}-{}-{}",
-            &m[0..8],
-            &m[8..12],
-            &m[12..16],
-            &m[16..20],
-            &m[20..32]
-        )
+/// The hex digits of `id` (a machine-id or a UUID with dashes), at most `n`; empty when
+/// `id` has other characters or fewer than `n` digits.
+fn hex_prefix(id: &str, n: usize) -> String {
+    let hex: String = id.chars().filter(|c| *c != '-').collect();
+    if hex.len() >= n && hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+        hex[..n].to_ascii_lowercase()
     } else {
         String::new()
-    };
+    }
+}
+
+fn host_name_from(machine_id: &str, boot_id: &str, node: &str) -> String {
+    let parts = [hex_prefix(machine_id, 8), hex_prefix(boot_id, 16)];
+    let mut name = parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(".");
+    let node: String = node.chars().filter(|c| !c.is_control()).collect();
     if !node.is_empty() {
         if !name.is_empty() {
             name.push('.');
         }
-        name.push_str(node);
+        name.push_str(&node);
     }
     if name.is_empty() {
         name.push_str("lockd-host");
@@ -668,12 +688,28 @@ mod tests {
 
     #[test]
     fn host_name_shape() {
-        let n = host_name_from("0123456789abcdef0123456789abcdef", "node1");
-        assert_eq!(n, "01234567-89ab-cdef-0123-456789abcdef.node1");
-        let long = host_name_from("0123456789abcdef0123456789abcdef", &"x".repeat(40));
+        let mid = "0123456789abcdef0123456789abcdef";
+        let boot = "fedcba98-7654-3210-0123-456789abcdef";
+        let n = host_name_from(mid, boot, "node1");
+        assert_eq!(n, "01234567.fedcba9876543210.node1");
+        let long = host_name_from(mid, boot, &"x".repeat(40));
         assert_eq!(long.len(), 48);
-        assert_eq!(host_name_from("", ""), "lockd-host");
+        assert!(long.starts_with("01234567.fedcba9876543210."));
+        assert_eq!(host_name_from("", "", ""), "lockd-host");
+        assert_eq!(host_name_from("", "", "a\nb"), "ab");
         assert_eq!(derived_host_name(), derived_host_name());
+    }
+
+    #[test]
+    fn clones_of_one_image_get_different_default_names() {
+        // Same machine-id, same node name (a cloned image), different boots.
+        let mid = "0123456789abcdef0123456789abcdef";
+        let a = host_name_from(mid, "11111111-2222-3333-4444-555555555555", "vm");
+        let b = host_name_from(mid, "66666666-7777-8888-9999-000000000000", "vm");
+        assert_ne!(a, b);
+        // And the derived name carries this boot's id.
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+        assert!(derived_host_name().contains(&hex_prefix(boot.trim(), 16)));
     }
 
     #[test]

@@ -214,7 +214,7 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
         Request::RequestLease(res) => cmd::request(d, &res, h),
         Request::ExamineLockspace(ls) => cmd::examine(d, &ls.name),
         Request::ExamineResource(head) => cmd::examine(d, &head.lockspace_name),
-        Request::FormatRindex(ri) => rindex::format(&ri),
+        Request::FormatRindex(ri) => rindex::format(d, &ri),
         Request::RebuildRindex(ri) => rindex::rebuild(d, &ri, h.cmd_flags),
         Request::LookupRindex(ri, re)
         | Request::UpdateRindex(ri, re)

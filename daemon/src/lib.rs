@@ -22,6 +22,7 @@ pub(crate) mod confirm;
 mod dispatch;
 pub(crate) mod forpid;
 pub mod helper;
+pub(crate) mod inuse;
 pub(crate) mod kill;
 pub mod lockspace;
 pub mod metrics;

@@ -17,6 +17,9 @@
 //!   runs at a time (-EBUSY for a second one), released on every path.
 //! - CREATE, DELETE and locked REBUILD hold the internal `rindex_lease` paxos lease with our
 //!   host_id; no daemon mutex is held across disk I/O.
+//! - FORMAT never writes over a lockspace we joined or a lease we hold (-EBUSY), DELETE
+//!   never clears a lease we hold (-EBUSY), and CREATE never places a lease there nor over
+//!   any valid record (`crate::inuse`, `lease_core::rindex::create`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -89,8 +92,9 @@ fn code(op: &str, e: &RindexError) -> i32 {
     rv
 }
 
-/// FORMAT_RINDEX: no lockspace needed (as sanlock).
-pub(crate) fn format(ri: &wire::Rindex) -> i32 {
+/// FORMAT_RINDEX: no lockspace needed (as sanlock). Refused (-EBUSY) when its two areas
+/// overlap a lockspace we joined or a lease we hold.
+pub(crate) fn format(d: &Daemon, ri: &wire::Rindex) -> i32 {
     if ri.lockspace_name.is_empty() {
         return -libc::EINVAL;
     }
@@ -102,6 +106,15 @@ pub(crate) fn format(ri: &wire::Rindex) -> i32 {
         Ok(g) => g,
         Err(rv) => return rv,
     };
+    if let Err(rv) = crate::inuse::refuse_if_in_use(
+        d,
+        "format_rindex",
+        &ri.disk.path.to_text(),
+        ri.disk.offset,
+        2 * geometry.align_bytes(),
+    ) {
+        return rv;
+    }
     let p = params(ri, None);
     match block_on(rindex::format(&disk, &p, geometry, ri.max_resources)) {
         Ok(rx) => {
@@ -222,6 +235,10 @@ fn entry_op(
             let Some(space) = space else {
                 return (-libc::EINVAL, none);
             };
+            // Never place the new lease over a lockspace or lease this daemon uses
+            // (lease-core also skips every slot holding a valid record).
+            let path = ri.disk.path.to_text();
+            let in_use = |off: u64, len: u64| crate::inuse::in_use(d, &path, off, len);
             let out = paxos::with_host(space, |host| {
                 block_on(rindex::create(
                     &disk,
@@ -230,6 +247,7 @@ fn entry_op(
                     &p,
                     &re.name,
                     u64::from(num_hosts),
+                    &in_use,
                 ))
             });
             match out {
@@ -246,6 +264,17 @@ fn entry_op(
             let Some(space) = space else {
                 return (-libc::EINVAL, none);
             };
+            // Never clear a lease this daemon holds (errors of the lookup are left for
+            // the delete itself to report).
+            if let Ok(found) = block_on(rindex::lookup(&disk, &p, Some(&re.name), 0)) {
+                let path = ri.disk.path.to_text();
+                let len = 1 << 20; // the smallest area; a held lease starts at found.offset
+                if let Err(rv) =
+                    crate::inuse::refuse_if_in_use(d, "delete_resource", &path, found.offset, len)
+                {
+                    return (rv, none);
+                }
+            }
             let out = paxos::with_host(space, |host| {
                 block_on(rindex::delete(&disk, &c, host, &p, &re.name, re.offset))
             });

@@ -20,6 +20,7 @@ pub mod name;
 pub mod request;
 pub mod rindex;
 pub mod rv;
+pub mod scan;
 
 pub use area::{format_lockspace_area, format_resource_area, ResourceInit};
 pub use checksum::sanlock_crc32c;

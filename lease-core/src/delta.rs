@@ -31,9 +31,12 @@ pub struct LockspaceParams {
     pub io_timeout: u16,
     /// Watchdog fire timeout W in seconds; the same on every host.
     pub watchdog_fire: u64,
-    /// True when `host_name` is stable across restarts of this host (3.9: from
-    /// product_uuid or configuration). Enables the no-delay re-acquire of our own cleanly
-    /// released lease.
+    /// True when `host_name` is stable across restarts of this daemon (3.9: from
+    /// product_uuid or configuration; lockd's default includes the boot id, so it is
+    /// stable for one boot and unique among hosts cloned from one image). Enables the
+    /// no-delay re-acquire of our own *cleanly released* lease. A name shared by two live
+    /// hosts defeats the delta lease (records under one name cannot be told apart): names
+    /// must be unique, as sanlock requires.
     pub stable_host_name: bool,
     /// How many host sectors a renewal reads and monitors; `None` reads the whole area as
     /// sanlock does. Hosts beyond this count are not observed.
@@ -88,11 +91,20 @@ impl LockspaceParams {
 /// Which waits an acquire used (sanlock 3.9 logs the same distinction).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcquirePath {
-    /// Free, our own stable name: write and done.
+    /// Free (released cleanly) under our own stable name: write and done.
     NoDelay,
-    /// Free, or held under our own name: write, wait 2D, verify.
+    /// Free (released cleanly): write, wait 2D, verify.
     ShortDelay,
-    /// Held under another name: wait max(8D+W, 8D), re-check, write, wait 2D, verify.
+    /// Not released (timestamp ≠ 0), under any name — ours included: wait max(8D+W, 8D),
+    /// re-check, write, wait 2D, verify.
+    ///
+    /// sanlock skips the wait when the record carries our own name, which is safe only
+    /// while every daemon start uses a new name (sanlock's default is a random UUID per
+    /// start). With a name stable across starts, a record under our name that was not
+    /// released may be (a) left by our own daemon that was killed while its lease holders
+    /// still run — their host is fenced only when its watchdog fires, up to 8D+W later —
+    /// or (b) renewed right now by another live host using the same name (a clone). Either
+    /// way only the full wait proves the previous owner gone.
     LongDelay,
 }
 
@@ -298,9 +310,10 @@ async fn write_own<D: Disk>(
 /// Acquires our host_id's delta lease (sanlock `delta_lease_acquire`, 3.9 waits).
 ///
 /// 1. Read our sector and verify it.
-/// 2. Choose the waits from (free?, our name?, stable name?) — see [`AcquirePath`]. The long
-///    path waits max(8D+W, 8D) with D the *previous owner's* io_timeout, then re-reads: any
-///    change other than becoming free means a live owner → [`LeaseError::HostIdBusy`].
+/// 2. Choose the waits from (free?, our name?, stable name?) — see [`AcquirePath`]: only a
+///    cleanly released record (timestamp 0) may skip the long wait. The long path waits
+///    max(8D+W, 8D) with D the *previous owner's* io_timeout, then re-reads: any change
+///    other than becoming free means a live owner → [`LeaseError::HostIdBusy`].
 /// 3. Write the record: timestamp now, our io_timeout, owner_id, generation + 1, our name.
 /// 4. Unless no-delay: wait 2D (previous owner's D), re-read, and require exactly our
 ///    record, else [`LeaseError::HostIdBusy`].
@@ -308,6 +321,27 @@ pub async fn acquire<D: Disk, C: Clock>(
     disk: &D,
     clock: &C,
     p: &LockspaceParams,
+) -> Result<DeltaState, LeaseError> {
+    acquire_inner(disk, clock, p, false).await
+}
+
+/// [`acquire`] with the pre-fix rule planted for the simulator: a record under our own
+/// name that was not released takes the short path (what lockd did before issue 21, and
+/// what sanlock does with its per-start names). The simulator must catch it.
+#[cfg(feature = "sim")]
+pub async fn acquire_planted_own_name_short_delay<D: Disk, C: Clock>(
+    disk: &D,
+    clock: &C,
+    p: &LockspaceParams,
+) -> Result<DeltaState, LeaseError> {
+    acquire_inner(disk, clock, p, true).await
+}
+
+async fn acquire_inner<D: Disk, C: Clock>(
+    disk: &D,
+    clock: &C,
+    p: &LockspaceParams,
+    planted_own_name_short_delay: bool,
 ) -> Result<DeltaState, LeaseError> {
     p.check()?;
     let mut leader = read_host_record(disk, p, p.host_id).await?;
@@ -320,8 +354,9 @@ pub async fn acquire<D: Disk, C: Clock>(
     let same_name = leader.resource_name.same_as(&p.host_name);
     let path = match (free, same_name) {
         (true, true) if p.stable_host_name => AcquirePath::NoDelay,
-        (true, _) | (false, true) => AcquirePath::ShortDelay,
-        (false, false) => AcquirePath::LongDelay,
+        (true, _) => AcquirePath::ShortDelay,
+        (false, true) if planted_own_name_short_delay => AcquirePath::ShortDelay,
+        (false, _) => AcquirePath::LongDelay,
     };
     if path == AcquirePath::LongDelay {
         let wait = delta_acquire_held_wait(other_io, p.watchdog_fire);

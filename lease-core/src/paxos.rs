@@ -97,6 +97,10 @@ pub enum PlantedBug {
     /// Read only the dblocks of host_ids seen in use when the host joined, and commit
     /// without confirming that no other host_id has joined since.
     StaleKnownHosts,
+    /// Delta acquire: take the short path over an unreleased record under our own name
+    /// (the rule before issue 21), which lets a restarted daemon — or a clone using the
+    /// same name — take the host_id while the previous owner's lease holders still run.
+    OwnNameShortDelay,
 }
 
 /// Options of an acquire (the sanlock acquire flags that reach the disk algorithm).

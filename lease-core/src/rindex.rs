@@ -35,6 +35,7 @@ use disk_format::rindex::{
     RindexEntry, RindexHeader, RINDEX_DEFAULT_MAX_RESOURCES, RINDEX_DISK_MAGIC,
     RINDEX_DISK_VERSION, RINDEX_ENTRY_LEN, RINDEX_HEADER_LEN,
 };
+use disk_format::scan::find_records;
 use disk_format::{rv, AlignSize, Geometry, Name, SectorSize};
 
 use crate::error::LeaseError;
@@ -631,10 +632,18 @@ where
 }
 
 /// Creates a resource (sanlock `rindex_create`): under the `rindex_lease`, find the first
-/// free slot, format its paxos lease (`num_hosts` 0 = max_hosts) and then write the entry.
-/// Returns the new entry. Errors: -EINVAL (empty name), -EEXIST (name already indexed),
-/// -ENOENT (full), lease errors (e.g. SANLK_ACQUIRE_IDLIVE when another live host is in
-/// the middle of a create or delete), header errors.
+/// free slot whose lease area can be written, format its paxos lease (`num_hosts` 0 =
+/// max_hosts) and then write the entry. Returns the new entry. Errors: -EINVAL (empty
+/// name), -EEXIST (name already indexed), -ENOENT (no usable free slot), lease errors
+/// (e.g. SANLK_ACQUIRE_IDLIVE when another live host is in the middle of a create or
+/// delete), header errors.
+///
+/// sanlock takes the first free *entry* whatever its lease area holds, so a lease that is
+/// on disk but not indexed (made by `direct init`, or dropped from the index by `update
+/// -z 1`) — possibly held at that moment — is formatted over. lockd skips a free slot
+/// whose area holds any valid record (`disk_format::scan`: a paxos or delta leader, a
+/// written ballot, an index header; a `PAXOS_DISK_CLEAR` leader left by delete is free)
+/// and any slot `in_use(offset, len)` names (the daemon's own leases and lockspaces).
 pub async fn create<D, C, L, O>(
     disk: &D,
     clock: &C,
@@ -642,6 +651,7 @@ pub async fn create<D, C, L, O>(
     p: &RindexParams,
     name: &Name,
     num_hosts: u64,
+    in_use: &dyn Fn(u64, u64) -> bool,
 ) -> Result<Rentry, RindexError>
 where
     D: Disk,
@@ -661,9 +671,11 @@ where
                 offset: rx.slot_offset(j),
             });
         }
-        let i = find_free(&rx, &area).ok_or(RindexError::Full {
-            max_resources: rx.max_resources,
-        })?;
+        let i = find_usable_free(disk, p, &rx, &area, in_use)
+            .await?
+            .ok_or(RindexError::Full {
+                max_resources: rx.max_resources,
+            })?;
         let offset = rx.slot_offset(i);
         let lease = format_resource_area(&ResourceInit {
             geometry: rx.geometry,
@@ -682,6 +694,36 @@ where
         })
     })
     .await
+}
+
+/// The first free slot whose lease area holds no valid record and is not `in_use`
+/// (see [`create`]); `None` when there is none. Reads each candidate area whole.
+async fn find_usable_free<D: Disk>(
+    disk: &D,
+    p: &RindexParams,
+    rx: &Rindex,
+    area: &[u8],
+    in_use: &dyn Fn(u64, u64) -> bool,
+) -> Result<Option<u32>, RindexError> {
+    let len = rx.geometry.align_bytes();
+    for i in (0..rx.max_resources).filter(|&i| rx.entry(area, i).is_free()) {
+        let offset = rx.slot_offset(i);
+        if in_use(offset, len) {
+            continue;
+        }
+        let buf = disk
+            .read(offset, len as usize, p.io_ms())
+            .await
+            .map_err(|e| RindexError::io("reading a free slot's lease area", e))?;
+        if (buf.len() as u64) < len {
+            // The device ends inside this slot: no lease fits here or after it.
+            return Ok(None);
+        }
+        if find_records(&buf, offset).is_empty() {
+            return Ok(Some(i));
+        }
+    }
+    Ok(None)
 }
 
 /// Deletes a resource (sanlock `rindex_delete`): under the `rindex_lease`, clear the entry
@@ -1072,7 +1114,7 @@ mod tests {
     fn create_and_delete_under_the_rindex_lease() {
         let (d, c, a, b) = two_hosts(3);
         let p = params();
-        let r = block_on(create(&d, &c, &a.ctx(&d), &p, &n("vm1"), 0)).unwrap();
+        let r = block_on(create(&d, &c, &a.ctx(&d), &p, &n("vm1"), 0, &|_, _| false)).unwrap();
         assert_eq!(r.offset, 3 * MIB);
         let l = leader_at(&d, 3 * MIB);
         assert_eq!(l.magic, PAXOS_DISK_MAGIC);
@@ -1083,20 +1125,23 @@ mod tests {
         let rl = leader_at(&d, 2 * MIB);
         assert_eq!((rl.lver, rl.timestamp), (1, 0));
 
-        let r2 = block_on(create(&d, &c, &b.ctx(&d), &p, &n("vm2"), 8)).unwrap();
+        let r2 = block_on(create(&d, &c, &b.ctx(&d), &p, &n("vm2"), 8, &|_, _| false)).unwrap();
         assert_eq!(r2.offset, 4 * MIB);
         assert_eq!(leader_at(&d, 4 * MIB).num_hosts, 8);
         // Duplicate and empty names.
-        let e = block_on(create(&d, &c, &a.ctx(&d), &p, &n("vm2"), 0)).unwrap_err();
+        let e = block_on(create(&d, &c, &a.ctx(&d), &p, &n("vm2"), 0, &|_, _| false)).unwrap_err();
         assert_eq!(e.sanlk_code(), -17);
-        let e = block_on(create(&d, &c, &a.ctx(&d), &p, &Name::EMPTY, 0)).unwrap_err();
+        let e = block_on(create(&d, &c, &a.ctx(&d), &p, &Name::EMPTY, 0, &|_, _| {
+            false
+        }))
+        .unwrap_err();
         assert_eq!(e.sanlk_code(), -22);
         // A failed operation still releases the internal lease.
         assert_eq!(leader_at(&d, 2 * MIB).timestamp, 0);
 
-        block_on(create(&d, &c, &a.ctx(&d), &p, &n("vm3"), 0)).unwrap();
+        block_on(create(&d, &c, &a.ctx(&d), &p, &n("vm3"), 0, &|_, _| false)).unwrap();
         let before = d.get(0, d.bytes.borrow().len());
-        let e = block_on(create(&d, &c, &a.ctx(&d), &p, &n("vm4"), 0)).unwrap_err();
+        let e = block_on(create(&d, &c, &a.ctx(&d), &p, &n("vm4"), 0, &|_, _| false)).unwrap_err();
         assert_eq!(e.sanlk_code(), -2);
         let after = d.get(0, d.bytes.borrow().len());
         // Only the internal lease area changed (acquire + release).
@@ -1117,14 +1162,80 @@ mod tests {
         assert_eq!(l.magic, PAXOS_DISK_CLEAR);
         assert_eq!(l.write_timestamp, c.now_s());
         // The freed slot is reused.
-        let r = block_on(create(&d, &c, &a.ctx(&d), &p, &n("vm5"), 0)).unwrap();
+        let r = block_on(create(&d, &c, &a.ctx(&d), &p, &n("vm5"), 0, &|_, _| false)).unwrap();
         assert_eq!(r.offset, 4 * MIB);
 
         // A host of another lockspace is refused before anything is written.
         let mut other = Host::join(&d, &c, 3);
         other.p.space_name = n("x");
-        let e = block_on(create(&d, &c, &other.ctx(&d), &p, &n("vm9"), 0)).unwrap_err();
+        let e = block_on(create(&d, &c, &other.ctx(&d), &p, &n("vm9"), 0, &|_, _| {
+            false
+        }))
+        .unwrap_err();
         assert_eq!(e.sanlk_code(), -22);
+    }
+
+    #[test]
+    fn create_never_formats_over_a_valid_lease_or_an_area_in_use() {
+        let (d, c, a, _b) = two_hosts(4);
+        let p = params();
+        // An unindexed lease at slot 0 (3 MiB), e.g. made by `direct init` and held.
+        let mut held = format_resource_area(&ResourceInit {
+            geometry: G,
+            space_name: n("ls"),
+            resource_name: n("direct"),
+            num_hosts: 0,
+            clear_at_monotime_s: None,
+        });
+        let mut l = LeaderRecord::decode(&held).unwrap();
+        (l.owner_id, l.owner_generation, l.lver, l.timestamp) = (2, 1, 1, 100);
+        l.seal();
+        l.encode_into(&mut held);
+        d.put(3 * MIB, &held);
+        // A lone written ballot in slot 1 (4 MiB): some lease's dblock.
+        let mut db = disk_format::PaxosDblock {
+            mbal: 1,
+            bal: 1,
+            inp: 2,
+            inp2: 1,
+            inp3: 100,
+            lver: 1,
+            ..Default::default()
+        };
+        db.seal();
+        d.put(4 * MIB + 1024, &db.encode());
+        let before = d.get(3 * MIB, 2 << 20);
+        // Slot 2 (5 MiB) is in use by the caller.
+        let slot2_in_use = |off: u64, len: u64| off < 5 * MIB + 1 && 5 * MIB < off + len;
+        let r = block_on(create(&d, &c, &a.ctx(&d), &p, &n("new"), 0, &slot2_in_use)).unwrap();
+        assert_eq!(r.offset, 6 * MIB, "slots 0-2 must be skipped");
+        assert_eq!(
+            d.get(3 * MIB, 2 << 20),
+            before,
+            "an occupied slot was written"
+        );
+        assert_eq!(entry_at(&d, 3).name.to_text(), "new");
+        // No usable slot left: -ENOENT, nothing formatted.
+        let e = block_on(create(&d, &c, &a.ctx(&d), &p, &n("more"), 0, &slot2_in_use)).unwrap_err();
+        assert_eq!(e.sanlk_code(), -2);
+        assert_eq!(d.get(3 * MIB, 2 << 20), before);
+        // A deleted lease (PAXOS_DISK_CLEAR) is free space again.
+        c.now_ms.set(c.now_ms.get() + 5000);
+        block_on(delete(&d, &c, &a.ctx(&d), &p, &n("new"), 0)).unwrap();
+        let r = block_on(create(
+            &d,
+            &c,
+            &a.ctx(&d),
+            &p,
+            &n("again"),
+            0,
+            &slot2_in_use,
+        ))
+        .unwrap();
+        assert_eq!(r.offset, 6 * MIB);
+        // Without the caller's area, its slot is the first usable one.
+        let r = block_on(create(&d, &c, &a.ctx(&d), &p, &n("last"), 0, &|_, _| false)).unwrap();
+        assert_eq!(r.offset, 5 * MIB);
     }
 
     #[test]
@@ -1145,12 +1256,12 @@ mod tests {
         a.renew(&d, &c);
         b.renew(&d, &c);
         let before = d.get(0, d.bytes.borrow().len());
-        let e = block_on(create(&d, &c, &a.ctx(&d), &p, &n("vm1"), 0)).unwrap_err();
+        let e = block_on(create(&d, &c, &a.ctx(&d), &p, &n("vm1"), 0, &|_, _| false)).unwrap_err();
         assert_eq!(e.sanlk_code(), -243, "{e}");
         assert_eq!(before[..2 << 20], d.get(0, 2 << 20)[..]);
         assert!(entry_at(&d, 0).is_free());
         block_on(paxos::release(&d, &c, &held)).unwrap();
-        block_on(create(&d, &c, &a.ctx(&d), &p, &n("vm1"), 0)).unwrap();
+        block_on(create(&d, &c, &a.ctx(&d), &p, &n("vm1"), 0, &|_, _| false)).unwrap();
     }
 
     #[test]
@@ -1158,7 +1269,7 @@ mod tests {
         let (d, c, a, _b) = two_hosts(4);
         let p = params();
         for name in ["r0", "r1", "r2"] {
-            block_on(create(&d, &c, &a.ctx(&d), &p, &n(name), 0)).unwrap();
+            block_on(create(&d, &c, &a.ctx(&d), &p, &n(name), 0, &|_, _| false)).unwrap();
         }
         block_on(delete(&d, &c, &a.ctx(&d), &p, &n("r1"), 0)).unwrap();
         let good = d.get(RX, MIB as usize);
@@ -1258,8 +1369,8 @@ mod tests {
             let clock_a = TestClock::at_s(c.now_s());
             let clock_b = TestClock::at_s(c.now_s());
             let (ra, rb) = interleave(
-                create(&sd, &clock_a, &a.ctx(&sd), &p, &n("va"), 0),
-                create(&sd, &clock_b, &b.ctx(&sd), &p, &n("vb"), 0),
+                create(&sd, &clock_a, &a.ctx(&sd), &p, &n("va"), 0, &|_, _| false),
+                create(&sd, &clock_b, &b.ctx(&sd), &p, &n("vb"), 0, &|_, _| false),
                 pattern,
             );
             let ok: Vec<Rentry> = [&ra, &rb]
@@ -1301,7 +1412,15 @@ mod tests {
             assert_eq!(indexed, ok.len(), "round {round}");
             // A create afterwards always works: the lease was released on every path.
             let later = TestClock::at_s(c.now_s() + 100);
-            let r = block_on(create(&d, &later, &a.ctx(&d), &p, &n("after"), 0));
+            let r = block_on(create(
+                &d,
+                &later,
+                &a.ctx(&d),
+                &p,
+                &n("after"),
+                0,
+                &|_, _| false,
+            ));
             assert!(r.is_ok(), "round {round}: {r:?}");
         }
         assert!(both_won > 0, "some interleaving lets both creates succeed");

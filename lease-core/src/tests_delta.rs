@@ -186,3 +186,38 @@ fn geometry_is_read_from_the_first_record() {
     .unwrap_err();
     assert_eq!(e.sanlk_code(), -223);
 }
+
+#[test]
+fn own_name_record_left_by_a_crash_takes_the_long_wait() {
+    // Our daemon joined and was killed (no release: the record still has a timestamp).
+    // Its lease holders may still run until the watchdog fires, so a restart under the
+    // same stable name must wait max(8D + W, 8D) like any other unreleased record.
+    let d = MemDisk::formatted();
+    let c = TestClock::at_s(100);
+    let p = ls_params(1, "hostA");
+    let crashed = block_on(delta::acquire(&d, &c, &p)).unwrap();
+    let before = c.slept_ms.get();
+    let st = block_on(delta::acquire(&d, &c, &p)).unwrap();
+    assert_eq!(st.path, AcquirePath::LongDelay);
+    assert_eq!(c.slept_ms.get() - before, 18_000 + 2_000);
+    assert_eq!(st.generation(), crashed.generation() + 1);
+}
+
+#[test]
+fn own_name_record_renewed_by_a_clone_is_busy() {
+    // Another live host uses our name (a clone of our image) and renews the record
+    // while we wait: we must not take its host_id.
+    let d = MemDisk::formatted();
+    let c = TestClock::at_s(100);
+    let p = ls_params(1, "cloned");
+    let twin = block_on(delta::acquire(&d, &c, &p)).unwrap();
+    let mut renewed = twin.leader;
+    renewed.timestamp += 2;
+    renewed.seal();
+    let mut sector = vec![0u8; 512];
+    DeltaSector::from_leader(renewed).encode_into(&mut sector);
+    d.inject_after(1, 0, sector);
+    let err = block_on(delta::acquire(&d, &c, &p)).unwrap_err();
+    assert_eq!(err, LeaseError::HostIdBusy);
+    assert_eq!(record(&d, 1).owner_generation, twin.generation());
+}

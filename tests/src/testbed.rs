@@ -270,8 +270,14 @@ impl Bed {
     /// Starts host `index` (its host_id): FUSE view, namespace init, emulator, wdmd and
     /// the daemon. Returns once the daemon's socket exists.
     pub fn start_host(&mut self, index: u32, kind: HostKind) -> Result<()> {
-        let name = format!("host{index}");
-        let dir = self.dir.join(&name);
+        self.start_host_named(index, kind, &format!("host{index}"))
+    }
+
+    /// As [`Bed::start_host`], with the daemon's host name (`-e`) given: `name` equal to
+    /// another host's makes a clone of that host (one image, one configured name).
+    pub fn start_host_named(&mut self, index: u32, kind: HostKind, name: &str) -> Result<()> {
+        let name = name.to_string();
+        let dir = self.dir.join(format!("host{index}"));
         for sub in ["mnt", "run", "wdmd"] {
             fs::create_dir_all(dir.join(sub))?;
         }
@@ -406,18 +412,86 @@ impl Bed {
 
     /// Joins the lockspace on host `index` as host_id `index`.
     pub fn join(&self, index: u32) -> Result<()> {
-        let spec = format!("{}:{index}:{}:0", self.lockspace, self.disk(index));
-        self.lockd(
-            index,
-            &[
-                "add-lockspace",
-                "-s",
-                &spec,
-                "-o",
-                &self.io_timeout_s.to_string(),
-            ],
-        )?;
+        self.join_as(index, index)
+    }
+
+    /// Joins the lockspace on host `index` as `host_id`.
+    pub fn join_as(&self, index: u32, host_id: u32) -> Result<()> {
+        let args = self.add_lockspace_args(index, host_id);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.lockd(index, &args)?;
         Ok(())
+    }
+
+    /// `lockd` arguments that join the lockspace on host `index` as `host_id`.
+    pub fn add_lockspace_args(&self, index: u32, host_id: u32) -> Vec<String> {
+        vec![
+            "add-lockspace".to_string(),
+            "-s".to_string(),
+            format!("{}:{host_id}:{}:0", self.lockspace, self.disk(index)),
+            "-o".to_string(),
+            self.io_timeout_s.to_string(),
+        ]
+    }
+
+    /// Starts `lockd ARGS` against host `index`'s daemon without waiting for it.
+    pub fn lockd_spawn(&self, index: u32, args: &[&str], log: &Path) -> Result<Proc> {
+        let h = self.host(index);
+        let mut cmd = Command::new(&self.programs.lockd);
+        cmd.args(args)
+            .env("LOCKD_RUN_DIR", h.dir.join("run"))
+            .env("SANLOCK_RUN_DIR", h.dir.join("run"));
+        spawn_logged(&mut cmd, log, "lockd command")
+    }
+
+    /// Starts a new lockd daemon inside host `index`'s namespace with the host's name,
+    /// config and run dir, as `host-init` started the first one (whose process must be
+    /// gone: `old_pid` is waited for). Returns once the new daemon answers.
+    pub fn restart_daemon(&self, index: u32, old_pid: u32) -> Result<Proc> {
+        let h = self.host(index);
+        let gone_by = Instant::now() + Duration::from_secs(10);
+        while Path::new(&format!("/proc/{old_pid}")).exists() {
+            if Instant::now() > gone_by {
+                bail!("{}: the old daemon {old_pid} did not exit", h.name);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        let args: Vec<String> = [
+            "-D",
+            "-w",
+            "1",
+            "-e",
+            &h.name,
+            "-o",
+            &self.io_timeout_s.to_string(),
+            "-g",
+            &KILL_GRACE_S.to_string(),
+            "--run-dir",
+            &h.dir.join("run").display().to_string(),
+            "--config",
+            &h.dir.join("lockd.toml").display().to_string(),
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        let daemon = self.spawn_in_host(
+            index,
+            &self.programs.lockd_daemon,
+            &args,
+            &h.dir.join("daemon-restarted.log"),
+        )?;
+        let ready_by = Instant::now() + Duration::from_secs(20);
+        while self.lockd(index, &["version"]).is_err() {
+            if Instant::now() > ready_by {
+                bail!(
+                    "{}: the restarted daemon never answered: {}",
+                    h.name,
+                    fs::read_to_string(h.dir.join("daemon-restarted.log")).unwrap_or_default()
+                );
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        Ok(daemon)
     }
 
     /// Starts, inside host `index`'s namespace, a witness holder of resource `res`

@@ -92,13 +92,15 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum DirectCommand {
-    /// Format a lockspace (-s) or a resource lease (-r).
+    /// Format a lockspace (-s) or a resource lease (-r). The offset must be a multiple of
+    /// the align size; an area holding valid lease records needs --force.
     Init(direct::init::InitArgs),
     /// List every non-empty record in the lease areas of a device or file.
     Dump(direct::dump::DumpArgs),
     /// Print and verify one leader record.
     ReadLeader(direct::read_leader::ReadLeaderArgs),
-    /// Format a resource index (-x LOCKSPACE:PATH:OFFSET).
+    /// Format a resource index (-x LOCKSPACE:PATH:OFFSET). The offset must be a multiple
+    /// of the align size; valid lease records in its two areas need --force.
     Format(direct::rindex::FormatArgs),
     /// Look up a resource index entry by name, by offset, or the first free slot.
     Lookup(direct::rindex::LookupArgs),

@@ -509,7 +509,10 @@ fn corrupt_records_are_named_and_nothing_is_written() {
     assert_one_line_error(&out, "limit is 48");
     // Formatting over a valid lockspace without --force.
     let out = lockd(["direct", "init", "-s", &format!("ls:0:{p}:0")]);
-    assert_one_line_error(&out, "already holds a valid lockspace");
+    assert_one_line_error(
+        &out,
+        "refusing to write over lockspace ls host_id 1 record at offset 0",
+    );
     assert!(
         whole_file(&f) == corrupted,
         "a refused command changed the file"

@@ -1,7 +1,7 @@
 //! `lockd-sim`: runs seeded multi-host simulations of lease-core and checks its invariants.
 //!
 //! Usage: `lockd-sim --seeds N [--first-seed S] [--hosts H] [--duration SECONDS]
-//! [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts] [--verbose] [--trace]`
+//! [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|own-name-short-delay] [--verbose] [--trace]`
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
@@ -21,7 +21,7 @@ struct Args {
 
 fn usage() -> String {
     "usage: lockd-sim --seeds N [--first-seed S] [--hosts H (2-16)] [--duration SECONDS] \
-     [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts] [--verbose] [--trace]"
+     [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|own-name-short-delay] [--verbose] [--trace]"
         .to_string()
 }
 

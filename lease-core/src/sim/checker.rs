@@ -149,12 +149,14 @@ impl Checker {
         }
     }
 
-    /// The holder was reset: it loses every lease and its host_id.
-    pub fn reset(&mut self, who: Holder) {
+    /// The host was reset: every incarnation on it (the current daemon's and those of
+    /// killed daemons whose lease holders were still running) loses every lease and its
+    /// host_id.
+    pub fn reset_host(&mut self, host: usize) {
         for st in self.resources.values_mut() {
-            st.holders.remove(&who);
+            st.holders.retain(|h, _| h.host != host);
         }
-        self.host_ids.retain(|_, h| *h != who);
+        self.host_ids.retain(|_, h| h.host != host);
     }
 }
 
@@ -205,11 +207,28 @@ mod tests {
         let mut c = Checker::new();
         c.host_id_acquired(0, A, 1);
         c.acquired(0, A, 0, Mode::Exclusive, 1);
-        c.reset(A);
+        c.reset_host(A.host);
         c.acquired(1, B, 0, Mode::Exclusive, 2);
         c.host_id_acquired(1, B, 1);
         assert!(c.violations().is_empty());
         c.host_id_acquired(2, A, 1);
+        assert_eq!(c.violations().len(), 1);
+    }
+
+    #[test]
+    fn a_killed_daemons_holders_hold_until_the_host_resets() {
+        // Incarnation 1's daemon was killed; its holder still runs. Incarnation 2 on the
+        // same host taking the lease is two holders, until the host resets.
+        let a2 = Holder {
+            host: 0,
+            incarnation: 2,
+        };
+        let mut c = Checker::new();
+        c.acquired(0, A, 0, Mode::Exclusive, 1);
+        c.acquired(1, a2, 0, Mode::Exclusive, 2);
+        assert_eq!(c.violations().len(), 1);
+        c.reset_host(0);
+        c.acquired(2, B, 0, Mode::Exclusive, 3);
         assert_eq!(c.violations().len(), 1);
     }
 }

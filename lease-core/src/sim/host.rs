@@ -64,7 +64,12 @@ impl HostCtx {
 /// successful renewal (or at once on a corrupt result), leave cleanly when asked.
 pub(crate) async fn lockspace_task(ctx: Rc<HostCtx>) {
     let st = loop {
-        match delta::acquire(&ctx.disk, &ctx.clock, &ctx.params).await {
+        let acquired = if ctx.bug == Some(PlantedBug::OwnNameShortDelay) {
+            delta::acquire_planted_own_name_short_delay(&ctx.disk, &ctx.clock, &ctx.params).await
+        } else {
+            delta::acquire(&ctx.disk, &ctx.clock, &ctx.params).await
+        };
+        match acquired {
             Ok(st) => break st,
             Err(_) => {
                 let ms = ctx.world.range(500, 5_000);

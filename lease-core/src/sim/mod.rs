@@ -76,6 +76,7 @@ pub fn parse_planted_bug(name: &str) -> Option<PlantedBug> {
         "skip-phase2" => Some(PlantedBug::SkipPhase2),
         "no-host-dead-wait" => Some(PlantedBug::NoHostDeadWait),
         "stale-known-hosts" => Some(PlantedBug::StaleKnownHosts),
+        "own-name-short-delay" => Some(PlantedBug::OwnNameShortDelay),
         _ => None,
     }
 }
@@ -95,6 +96,9 @@ struct HostPlan {
     read_all_dblocks: bool,
     /// Joins long after the others: its host_id is unused while they run ballots.
     late: bool,
+    /// A host cloned from this host's image (same machine identity, same host_id
+    /// configured): only its boot id tells its default name apart.
+    clone_of: Option<usize>,
 }
 
 struct Runner {
@@ -119,15 +123,23 @@ pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
     let geometry = Geometry::ALL[0];
     let resources = rng.range(2, 3) as usize;
     let watchdog_fire = [10, 20, 30, 60][rng.below(4) as usize];
-    let plans: Vec<HostPlan> = (0..hosts)
+    let mut plans: Vec<HostPlan> = (0..hosts)
         .map(|i| HostPlan {
             host_id: i as u64 + 1,
             io_timeout: rng.range(1, 3) as u16,
             stable_name: rng.below(2) == 0,
             read_all_dblocks: rng.below(4) == 0,
             late: i >= 1 && rng.below(3) == 0,
+            clone_of: None,
         })
         .collect();
+    // Sometimes the last host is a clone of the first: same image, same host_id.
+    if hosts >= 3 && rng.below(3) == 0 {
+        let last = hosts - 1;
+        plans[last].host_id = plans[0].host_id;
+        plans[last].stable_name = plans[0].stable_name;
+        plans[last].clone_of = Some(0);
+    }
     let disk_bytes = (resources + 1) * geometry.align_bytes() as usize;
     let world = Rc::new(World::new(rng.next_u64(), disk_bytes, hosts));
     if cfg.trace {
@@ -206,6 +218,10 @@ impl Runner {
             if rng.below(3) == 0 {
                 self.world.schedule(rng.range(20_000, end), Ev::Leave(h));
             }
+            for _ in 0..rng.range(0, 2) {
+                self.world
+                    .schedule(rng.range(10_000, end), Ev::DaemonCrash(h));
+            }
         }
     }
 
@@ -227,7 +243,10 @@ impl Runner {
                 Ev::WdFire(h, seq) => {
                     let fire = {
                         let hosts = self.world.hosts.borrow();
-                        hosts[h].up && hosts[h].wd_armed && hosts[h].wd_pet_seq == seq
+                        let rt = &hosts[h];
+                        rt.up
+                            && (rt.wd_armed || rt.wd_orphan_expire_local_ms.is_some())
+                            && rt.wd_pet_seq == seq
                     };
                     if fire {
                         self.world.log(|| format!("host{h} WATCHDOG reset"));
@@ -254,6 +273,8 @@ impl Runner {
                     let mut hosts = self.world.hosts.borrow_mut();
                     hosts[h].storm_until = hosts[h].storm_until.max(at + dur);
                 }
+                Ev::DaemonCrash(h) => self.daemon_crash(h),
+                Ev::DaemonStart(h) => self.start_daemon(h),
                 Ev::Leave(h) => {
                     if let Some(ctx) = &self.ctxs[h] {
                         if ctx.joined.get() && !self.doomed[h] {
@@ -302,11 +323,11 @@ impl Runner {
                 .log(|| format!("host{h} lockspace FAILED, waiting for watchdog"));
             self.drop_tasks(h);
         } else if ctx.left.get() {
+            // A clean leave: the daemon stops and a new one starts on the same boot.
             self.drop_tasks(h);
             self.ctxs[h] = None;
-            self.world.hosts.borrow_mut()[h].up = false;
             let at = self.world.now() + self.world.range(1_000, 20_000);
-            self.world.schedule(at, Ev::Start(h));
+            self.world.schedule(at, Ev::DaemonStart(h));
         }
     }
 
@@ -326,17 +347,14 @@ impl Runner {
     }
 
     fn reset(&mut self, h: usize) {
-        let inc = {
+        {
             let mut hosts = self.world.hosts.borrow_mut();
             let rt = &mut hosts[h];
             rt.up = false;
             rt.wd_armed = false;
-            rt.incarnation
-        };
-        self.world.checker.borrow_mut().reset(Holder {
-            host: h,
-            incarnation: inc,
-        });
+            rt.wd_orphan_expire_local_ms = None;
+        }
+        self.world.checker.borrow_mut().reset_host(h);
         self.drop_tasks(h);
         self.ctxs[h] = None;
         self.doomed[h] = false;
@@ -345,28 +363,75 @@ impl Runner {
         self.world.schedule(at, Ev::Start(h));
     }
 
+    /// The daemon is killed; the host stays up. Its lease holders keep running (the
+    /// checker keeps their holds), its wdmd registration stays armed with the last expiry,
+    /// and a new daemon starts soon under the same name.
+    fn daemon_crash(&mut self, h: usize) {
+        if !self.world.hosts.borrow()[h].up || self.ctxs[h].is_none() {
+            return;
+        }
+        self.world
+            .log(|| format!("host{h} DAEMON KILLED, its lease holders keep running"));
+        self.world.fault();
+        {
+            let mut hosts = self.world.hosts.borrow_mut();
+            let rt = &mut hosts[h];
+            if rt.wd_armed {
+                let e = rt.wd_expire_local_ms;
+                rt.wd_orphan_expire_local_ms =
+                    Some(rt.wd_orphan_expire_local_ms.map_or(e, |o| o.min(e)));
+            }
+            rt.wd_armed = false;
+        }
+        self.drop_tasks(h);
+        self.ctxs[h] = None;
+        self.doomed[h] = false;
+        let at = self.world.now() + self.world.range(100, 5_000);
+        self.world.schedule(at, Ev::DaemonStart(h));
+    }
+
+    /// The host boots: new clock, new boot id, and a daemon.
     fn start(&mut self, h: usize) {
         let w = self.world.clone();
-        let inc = {
+        {
             let mut hosts = w.hosts.borrow_mut();
             let rt = &mut hosts[h];
             if rt.up {
                 return;
             }
             rt.up = true;
-            rt.incarnation += 1;
+            rt.boot_id = w.rand(u64::MAX);
             rt.wd_armed = false;
+            rt.wd_orphan_expire_local_ms = None;
             rt.wd_pet_seq += 1;
             rt.clock_offset_ms = w.range(1_000_000, 100_000_000);
             rt.ppm = w.range(0, 2 * CLOCK_PPM_BOUND as u64) as i64 - CLOCK_PPM_BOUND;
-            rt.incarnation
+        }
+        self.start_daemon(h);
+    }
+
+    /// A new daemon (incarnation) on a host that is up.
+    fn start_daemon(&mut self, h: usize) {
+        let w = self.world.clone();
+        let (inc, boot_id) = {
+            let mut hosts = w.hosts.borrow_mut();
+            let rt = &mut hosts[h];
+            if !rt.up || self.ctxs[h].is_some() {
+                return;
+            }
+            rt.incarnation += 1;
+            rt.wd_armed = false;
+            (rt.incarnation, rt.boot_id)
         };
         self.doomed[h] = false;
         let plan = &self.plans[h];
+        // lockd's default name: the machine's identity (shared by clones of one image)
+        // and the boot id; stable across daemon restarts within one boot.
+        let machine = plan.clone_of.unwrap_or(h) + 1;
         let name = if plan.stable_name {
-            format!("host{}.stable", h + 1)
+            format!("host{machine}.boot{boot_id:016x}")
         } else {
-            format!("host{}.{:016x}", h + 1, w.rand(u64::MAX))
+            format!("host{machine}.{:016x}", w.rand(u64::MAX))
         };
         let params = LockspaceParams {
             space_name: self.space,
@@ -457,7 +522,9 @@ impl Runner {
         let pet = {
             let hosts = w.hosts.borrow();
             let rt = &hosts[h];
-            !rt.wd_armed || local + interval_ms < rt.wd_expire_local_ms
+            let far = |expire_ms: u64| local + interval_ms < expire_ms;
+            (!rt.wd_armed || far(rt.wd_expire_local_ms))
+                && rt.wd_orphan_expire_local_ms.is_none_or(far)
         };
         if pet {
             let seq = {
@@ -500,12 +567,17 @@ mod tests {
             let r = run_seed(seed, &short());
             assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
         }
-        for bug in ["skip-phase2", "no-host-dead-wait", "stale-known-hosts"] {
+        for bug in [
+            "skip-phase2",
+            "no-host-dead-wait",
+            "stale-known-hosts",
+            "own-name-short-delay",
+        ] {
             let cfg = SimConfig {
                 planted_bug: parse_planted_bug(bug),
                 ..short()
             };
-            let caught = (1..=10).any(|seed| !run_seed(seed, &cfg).violations.is_empty());
+            let caught = (1..=40).any(|seed| !run_seed(seed, &cfg).violations.is_empty());
             assert!(caught, "{bug} was not caught");
         }
         assert_eq!(parse_planted_bug("nope"), None);

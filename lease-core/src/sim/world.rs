@@ -29,6 +29,11 @@ pub(crate) enum Ev {
     WdFire(usize, u64),
     /// Fault: the host crashes.
     Crash(usize),
+    /// Fault: the host's lease daemon is killed (kill -9) while the host stays up: its
+    /// lease holders keep running and its wdmd registration keeps its last expiry.
+    DaemonCrash(usize),
+    /// Start a new daemon on a host that is up (after a daemon crash or a clean leave).
+    DaemonStart(usize),
     /// Fault: the host stops for the given milliseconds.
     Pause(usize, u64),
     /// Fault: the host's I/O is very slow or failing for the given milliseconds.
@@ -76,6 +81,12 @@ pub(crate) struct HostRt {
     pub wd_armed: bool,
     /// wdmd expiry in the host's clock (ms).
     pub wd_expire_local_ms: u64,
+    /// The earliest expiry (host clock, ms) of wdmd registrations left armed by killed
+    /// daemons: wdmd stops petting when it nears, until the host resets.
+    pub wd_orphan_expire_local_ms: Option<u64>,
+    /// Changes at every boot (a host reset), not at a daemon restart; part of the default
+    /// host name, so hosts cloned from one image get different names.
+    pub boot_id: u64,
     pub wd_pet_seq: u64,
 }
 

@@ -4,6 +4,7 @@
 //! ```text
 //! lockd-testbed [--kind lockd|sanlock] [--io-timeout D] [--fire-timeout W] [--kill-grace G] SCENARIO
 //! SCENARIO: kill-daemon | sigstop-daemon | stall-io | eio | kill-wdmd | kill-client | stubborn-holder
+//!           | restart-daemon | clone-host
 //! ```
 //! Host 1 holds a resource through a witness holder; host 2 keeps trying to take it. The
 //! fault hits host 1 at t=0. The run ends with
@@ -16,6 +17,16 @@
 //! * host 2 takes over no sooner than last_renewal + host_dead and within
 //!   host_dead + 2·D + 1 s (kill-client: within 2·D + 2 s, no reset);
 //! * the witness finds no overlap and increasing lver.
+//!
+//! Two scenarios check host_id ownership (issue 21):
+//! * `restart-daemon`: host 1's daemon is killed (its holder ignores SIGTERM and keeps
+//!   running) and started again at once under the same name; it rejoins and contends for
+//!   the lease. Its rejoin must not complete before host 1's watchdog fires (the record
+//!   it left was not released, so it takes the full host_dead wait), and the witness must
+//!   find no overlap.
+//! * `clone-host`: host 3 runs under host 1's name (a clone of its image) and joins
+//!   host_id 1 while host 1 is live: the join must fail with -262 (host_id busy) after
+//!   the full wait, and host 1 keeps its delta lease and its holder, unreset.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,7 +38,7 @@ use anyhow::{bail, Context, Result};
 use lockd_system_tests::testbed::{self, wall_s, Bed, HolderOpts, HostKind, Proc};
 use lockd_system_tests::witness;
 
-const SCENARIOS: [&str; 7] = [
+const SCENARIOS: [&str; 9] = [
     "kill-daemon",
     "sigstop-daemon",
     "stall-io",
@@ -35,6 +46,8 @@ const SCENARIOS: [&str; 7] = [
     "kill-wdmd",
     "kill-client",
     "stubborn-holder",
+    "restart-daemon",
+    "clone-host",
 ];
 
 struct Opts {
@@ -141,11 +154,12 @@ fn run(o: &Opts) -> Result<bool> {
     bed.join(2)?;
 
     let stubborn = o.scenario == "stubborn-holder";
+    let restart = o.scenario == "restart-daemon";
     // eio uses a holder without killpath, so recovery is a SIGTERM; the others register a
     // killpath, which lockd runs instead of SIGTERM within the kill grace.
     let holder_opts = HolderOpts {
-        killpath: o.scenario != "eio",
-        ignore_term: stubborn,
+        killpath: o.scenario != "eio" && !restart,
+        ignore_term: stubborn || restart,
         restrict: stubborn.then(|| "sigkill".to_string()),
         ..HolderOpts::default()
     };
@@ -199,8 +213,18 @@ fn run(o: &Opts) -> Result<bool> {
 
     // Host 2's contender: retry the acquire until a witness on host 2 starts.
     let t0 = wall_s();
+    let mut restarted: Option<Proc> = None;
+    let mut rejoin: Option<Proc> = None;
     match o.scenario.as_str() {
         "kill-daemon" => signal(bed.daemon_pid(1).context("host1 daemon")?, "KILL")?,
+        "restart-daemon" => {
+            let old = bed.daemon_pid(1).context("host1 daemon")?;
+            signal(old, "KILL")?;
+            restarted = Some(bed.restart_daemon(1, old)?);
+            let args = bed.add_lockspace_args(1, 1);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            rejoin = Some(bed.lockd_spawn(1, &args, &bed.dir.join("host1/rejoin.log"))?);
+        }
         "sigstop-daemon" => signal(bed.daemon_pid(1).context("host1 daemon")?, "STOP")?,
         "stall-io" | "stubborn-holder" => bed.fault(1, "stall")?,
         "eio" => bed.fault(1, "eio")?,
@@ -218,8 +242,29 @@ fn run(o: &Opts) -> Result<bool> {
     let limit = Instant::now() + Duration::from_secs_f64(host_dead + 2.0 * d + 30.0);
     let mut takeover = None;
     let mut attempt: Option<Proc> = None;
+    let mut attempt_host1: Option<Proc> = None;
+    let mut rejoined_at: Option<f64> = None;
     let mut reset_handled = false;
     while Instant::now() < limit {
+        // restart-daemon: once host 1's restarted daemon has rejoined, it contends too.
+        if let Some(p) = rejoin.as_mut() {
+            if rejoined_at.is_none() {
+                if let Some(st) = p.child.try_wait()? {
+                    if st.success() && bed.host_alive(1) {
+                        rejoined_at = Some(wall_s());
+                    }
+                }
+            }
+        }
+        if rejoined_at.is_some() && bed.host_alive(1) {
+            let finished = match attempt_host1.as_mut() {
+                None => true,
+                Some(p) => p.child.try_wait()?.is_some(),
+            };
+            if finished {
+                attempt_host1 = Some(bed.start_holder(1, "res", 1, &HolderOpts::default())?);
+            }
+        }
         // A hardware reset ends the host's in-flight I/O too; the emulator can only kill
         // processes, so fail host 1's storage path once its watchdog has fired (a process
         // stuck in a stalled request could not die otherwise).
@@ -244,6 +289,9 @@ fn run(o: &Opts) -> Result<bool> {
         thread::sleep(Duration::from_millis(250));
     }
     drop(attempt);
+    drop(attempt_host1);
+    drop(rejoin);
+    drop(restarted);
     // Give a reset a moment to be recorded if it is due.
     thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);
@@ -260,12 +308,18 @@ fn run(o: &Opts) -> Result<bool> {
         });
     let fired = bed.watchdog_fired_at(1).map(|t| t - t0);
     let takeover = takeover.map(|t| t - t0);
+    let rejoined = rejoined_at.map(|t| t - t0);
     let dead_at = last_renewal + host_dead;
     let report = witness::check(
         &witness::parse(&std::fs::read_to_string(&bed.log)?).map_err(anyhow::Error::msg)?,
     );
+    let rejoin_note = if restart {
+        format!(" host1_rejoin_s={}", fmt(rejoined))
+    } else {
+        String::new()
+    };
     println!(
-        "scenario={} last_renewal_s={:.2} recovery_s={} watchdog_fire_s={} takeover_s={} host_dead_s={:.2} overlaps={}",
+        "scenario={} last_renewal_s={:.2} recovery_s={} watchdog_fire_s={} takeover_s={} host_dead_s={:.2}{rejoin_note} overlaps={}",
         o.scenario,
         last_renewal,
         fmt(recovery),
@@ -285,6 +339,18 @@ fn run(o: &Opts) -> Result<bool> {
             "witness: {:?} {:?}",
             report.overlaps, report.lver_violations
         ));
+    }
+    if let Some(r) = rejoined {
+        // The killed daemon's holder runs until the reset: a rejoin before it would let
+        // this host's new daemon hand out the lease the holder still has.
+        match fired {
+            Some(f) if r > f => {}
+            _ => fail(format!(
+                "host 1's restarted daemon rejoined host_id 1 at {r:.2}s, before its watchdog \
+                 fired ({}); the killed daemon's holder was still running",
+                fmt(fired)
+            )),
+        }
     }
     let Some(take) = takeover else {
         fail("host 2 never took the lease".into());
@@ -354,7 +420,7 @@ fn run(o: &Opts) -> Result<bool> {
     }
     if matches!(
         o.scenario.as_str(),
-        "kill-daemon" | "sigstop-daemon" | "kill-wdmd" | "stubborn-holder"
+        "kill-daemon" | "sigstop-daemon" | "kill-wdmd" | "stubborn-holder" | "restart-daemon"
     ) && fired.is_none()
     {
         fail("host 1 needed a reset but its watchdog never fired".into());
@@ -372,6 +438,103 @@ fn run(o: &Opts) -> Result<bool> {
     {
         eprintln!("testbed: pausing {secs}s before teardown (LOCKD_TESTBED_PAUSE_S)");
         thread::sleep(Duration::from_secs(secs));
+    }
+    drop(holder);
+    Ok(ok)
+}
+
+/// `clone-host`: host 3 is a clone of host 1 (same configured name) and joins host_id 1
+/// while host 1 holds it and a lease.
+fn run_clone(o: &Opts) -> Result<bool> {
+    if o.kind != HostKind::Lockd {
+        bail!("clone-host runs on lockd hosts only");
+    }
+    let d = o.io_timeout_s as f64;
+    let w = o.fire_timeout_s as f64;
+    let mut bed = Bed::new(o.io_timeout_s, o.fire_timeout_s, &["res"])?;
+    eprintln!("testbed: {} in {}", o.scenario, bed.dir.display());
+    bed.start_host(1, o.kind)?;
+    bed.join(1)?;
+    let holder = bed.start_holder(1, "res", 1, &HolderOpts::default())?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !witness_events(&bed, "host1")
+        .iter()
+        .any(|(_, e)| e == "start")
+    {
+        if Instant::now() > deadline {
+            bail!("host1 never took the lease; see {}", bed.dir.display());
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let name = bed.host(1).name.clone();
+    bed.start_host_named(3, o.kind, &name)?;
+    let t0 = wall_s();
+    let joined = bed.join_as(3, 1);
+    let answered = wall_s() - t0;
+    // Host 1 must still be renewing: two renewals after the clone gave up.
+    let ts_before = bed.delta_timestamp(1)?;
+    thread::sleep(Duration::from_secs_f64(2.0 * 2.0 * d + 0.5));
+    let ts_after = bed.delta_timestamp(1)?;
+    let report = witness::check(
+        &witness::parse(&std::fs::read_to_string(&bed.log)?).map_err(anyhow::Error::msg)?,
+    );
+    let holder_alive = witness_events(&bed, "host1")
+        .iter()
+        .any(|(t, e)| e == "alive" && *t > t0 + answered);
+    let outcome = match &joined {
+        Ok(()) => "joined".to_string(),
+        Err(e) => format!("{e:#}")
+            .lines()
+            .last()
+            .unwrap_or("")
+            .trim()
+            .to_string(),
+    };
+    println!(
+        "scenario=clone-host clone_answer_s={answered:.2} clone_outcome={outcome:?} \
+         host1_renewing={} host1_holder_alive={holder_alive} watchdog_fire_s={} overlaps={}",
+        ts_after > ts_before,
+        fmt(bed.watchdog_fired_at(1).map(|t| t - t0)),
+        report.overlaps.len() + report.lver_violations.len()
+    );
+    let mut ok = true;
+    let mut fail = |why: String| {
+        eprintln!("TIMELINE VIOLATION: {why}");
+        ok = false;
+    };
+    match joined {
+        Ok(()) => fail("the clone joined host_id 1 while host 1 held it".into()),
+        Err(e) => {
+            let text = format!("{e:#}");
+            if !text.contains("-262") {
+                fail(format!(
+                    "the clone's join failed, but not with -262: {text}"
+                ));
+            }
+        }
+    }
+    // The clone saw host 1's record under its own name, not released: the long wait
+    // (8·D + W) before it could tell the owner is alive.
+    if answered + 0.5 < 8.0 * d + w {
+        fail(format!(
+            "the clone answered after {answered:.2}s, before the full wait 8D+W = {:.0}s",
+            8.0 * d + w
+        ));
+    }
+    if ts_after <= ts_before {
+        fail("host 1 stopped renewing its delta lease".into());
+    }
+    if !holder_alive {
+        fail("host 1's holder stopped".into());
+    }
+    if bed.watchdog_fired_at(1).is_some() {
+        fail("host 1 was reset".into());
+    }
+    if !report.ok() {
+        fail(format!(
+            "witness: {:?} {:?}",
+            report.overlaps, report.lver_violations
+        ));
     }
     drop(holder);
     Ok(ok)
@@ -403,7 +566,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(&o) {
+    let result = if o.scenario == "clone-host" {
+        run_clone(&o)
+    } else {
+        run(&o)
+    };
+    match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {

@@ -671,7 +671,7 @@ fn host_name_check(
         Some(n) => (n.clone(), "our_host_name in the config"),
         None => (
             lockd_daemon::config::derived_host_name(),
-            "derived from /etc/machine-id and the host name",
+            "derived from /etc/machine-id, the boot id and the host name",
         ),
     };
     let running = view.and_then(|v| v.daemon.get("our_host_name")).cloned();
@@ -683,8 +683,9 @@ fn host_name_check(
             "host_name",
             Level::Warn,
             format!(
-                "the daemon runs as {r:?}, a restart would use {expected:?} ({source}): a host \
-                 that comes back under another name waits host_dead before it can rejoin"
+                "the daemon runs as {r:?}, a restart would use {expected:?} ({source}): after a \
+                 clean stop, a host that comes back under another name waits 2·io_timeout \
+                 to rejoin instead of none"
             ),
             &format!("set our_host_name = {r:?} in lockd.toml so every restart uses it"),
         )),

@@ -17,9 +17,12 @@ use crate::spec::{RentrySpec, RindexSpec};
 
 #[derive(Debug, Subcommand)]
 pub enum RindexCommand {
-    /// Write an empty index (and its internal lease) at RINDEX.
+    /// Write an empty index (and its internal lease) at RINDEX. Refuses an offset off the
+    /// align size, valid lease records there (unless --force), and (the daemon, even with
+    /// --force) a lockspace it has joined or a lease it holds.
     Format(FormatArgs),
-    /// Create a resource lease in the first free slot and index it.
+    /// Create a resource lease in the first free slot whose area holds no valid lease
+    /// record (held or not) and index it.
     Create(EntryArgs),
     /// Remove a resource from the index and clear its lease.
     Delete(EntryArgs),
@@ -53,6 +56,12 @@ pub struct FormatArgs {
     /// Number of slots (0 = 4096; capped by the geometry).
     #[arg(long = "max-resources", default_value_t = 0)]
     pub max_resources: u32,
+    /// Format even though the two areas written (index and rindex_lease) hold valid lease
+    /// records, or cannot be read to check. The daemon still refuses (-EBUSY) to write
+    /// over a lockspace it has joined or a lease it holds; an offset off the align-size
+    /// boundary is refused either way.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]
@@ -177,13 +186,50 @@ fn report(conn: &Conn, op: &str, rv: i32) -> Result<()> {
     Ok(())
 }
 
+/// Before asking the daemon to format: the offset must be a multiple of the align size,
+/// and (unless `--force`) the two areas written must hold no valid lease record. The
+/// check reads the storage from this process, so a caller who cannot read it is told to
+/// use `--force` (the daemon's own refusal of areas it uses stays).
+fn check_format_target(a: &FormatArgs) -> Result<()> {
+    use crate::direct::{refuse_misaligned, refuse_overwrite, resolve_geometry};
+    use crate::disk::DirectDisk;
+    let s = RindexSpec::parse(&a.target.rindex)?;
+    let disk = match DirectDisk::open(&s.path, false) {
+        Ok(d) => d,
+        Err(e) if a.force => {
+            eprintln!(
+                "lockd: warning: not checking {} for lease records ({e}); --force given",
+                s.path.display()
+            );
+            return Ok(());
+        }
+        Err(e) => bail!(
+            "{:#}: the areas cannot be checked for lease records before formatting; use \
+             --force to format without the check",
+            anyhow::Error::from(e)
+        ),
+    };
+    let g = resolve_geometry(&disk, a.sector_size, a.align_size.as_deref())?;
+    refuse_misaligned(&disk, s.offset, g)?;
+    refuse_overwrite(&disk, s.offset, 2 * g.align_bytes(), a.force)
+}
+
 pub fn run(cmd: &RindexCommand) -> Result<()> {
     match cmd {
         RindexCommand::Format(a) => {
             let mut rx = wire_rindex(&a.target.rindex)?;
             rx.flags = geometry_flags(a.sector_size, a.align_size.as_deref())?;
+            check_format_target(a)?;
             rx.max_resources = a.max_resources;
             let rv = a.target.conn.connect()?.format_rindex(&rx, 0)?;
+            if rv == -libc::EBUSY && !a.target.conn.json {
+                bail!(
+                    "format: the daemon refuses to write there: the two areas overlap a \
+                     lockspace it has joined or a lease it holds (remove it first; --force \
+                     does not override this) ({}, {rv})",
+                    client_lib::describe_rv(rv)
+                );
+            }
             report(&a.target.conn, "format", rv)
         }
         RindexCommand::Rebuild(a) => {

@@ -1,16 +1,18 @@
 //! `lockd direct init`: format a lockspace or a resource lease area exactly as
-//! `sanlock direct init` does, refusing to overwrite a valid area without `--force`.
+//! `sanlock direct init` does.
+//!
+//! Safety rules (docs/operations.md, "Commands that write to disk"): the offset must be a
+//! multiple of the align size (refused outright otherwise, even with `--force`); the local
+//! daemon must not have joined or hold the area (asked with STATUS; refused even with
+//! `--force`); and the area written must hold no valid lease record (a delta or paxos
+//! leader, a written ballot, a resource-index header) unless `--force` is given.
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use disk_format::area::{format_lockspace_area, format_resource_area, ResourceInit};
-use disk_format::leader::{
-    LeaderExpect, LeaderKind, LeaderRecord, DELTA_DISK_MAGIC, PAXOS_DISK_MAGIC,
-};
-use disk_format::rindex::{RindexHeader, RINDEX_DISK_MAGIC};
 use disk_format::Geometry;
 
-use super::resolve_geometry;
+use super::{refuse_local_daemon_use, refuse_misaligned, refuse_overwrite, resolve_geometry};
 use crate::disk::DirectDisk;
 use crate::spec::{area_end, LockspaceSpec, ResourceSpec};
 
@@ -43,7 +45,10 @@ pub struct InitArgs {
     /// Write a deliberately invalid (PAXOS_DISK_CLEAR) resource leader.
     #[arg(long = "clear", short = 'z')]
     pub clear: bool,
-    /// Overwrite an area that already holds a valid lockspace, resource or rindex.
+    /// Write even though the area holds valid lease records (a lockspace, a resource
+    /// lease with its ballots, a resource index). Without it such an area is refused.
+    /// Never allows an offset off the align-size boundary, nor an area the local daemon
+    /// has joined or holds.
     #[arg(long)]
     pub force: bool,
 }
@@ -86,71 +91,8 @@ fn open_checked(
             disk.size()
         );
     }
-    if !offset.is_multiple_of(geometry.align_bytes()) {
-        eprintln!(
-            "lockd: warning: offset {offset} is not a multiple of the align size {} \
-             ({} bytes); other hosts expect areas at align-size boundaries",
-            geometry.align_size.label(),
-            geometry.align_bytes()
-        );
-    }
+    refuse_misaligned(&disk, offset, geometry)?;
     Ok((disk, geometry))
-}
-
-/// Describes a valid record already at `offset`, if any.
-fn existing_area(disk: &DirectDisk, offset: u64) -> Result<Option<String>> {
-    let probe = disk.io_block().max(512) as usize;
-    if area_end(offset, probe as u64)? > disk.size() {
-        return Ok(None);
-    }
-    let buf = disk.read(offset, probe)?;
-    let bytes = buf.as_slice();
-    let leader = LeaderRecord::decode(bytes).context("decoding the existing leader")?;
-    let none = LeaderExpect::default();
-    let found = match leader.magic {
-        DELTA_DISK_MAGIC if leader.verify(LeaderKind::Delta, &none).is_ok() => {
-            Some(format!("lockspace {:?}", leader.space_name.to_text()))
-        }
-        PAXOS_DISK_MAGIC if leader.verify(LeaderKind::Paxos, &none).is_ok() => Some(format!(
-            "resource {:?} of lockspace {:?} (lver {}, owner {})",
-            leader.resource_name.to_text(),
-            leader.space_name.to_text(),
-            leader.lver,
-            if leader.is_held() {
-                leader.owner_id.to_string()
-            } else {
-                "none".into()
-            }
-        )),
-        RINDEX_DISK_MAGIC => {
-            let h = RindexHeader::decode(bytes).context("decoding the existing rindex")?;
-            h.verify(None, Some(offset)).ok().map(|_| {
-                format!(
-                    "resource index of lockspace {:?}",
-                    h.lockspace_name.to_text()
-                )
-            })
-        }
-        _ => None,
-    };
-    Ok(found)
-}
-
-fn refuse_if_in_use(disk: &DirectDisk, offset: u64, force: bool) -> Result<()> {
-    if let Some(what) = existing_area(disk, offset)? {
-        if !force {
-            bail!(
-                "{}:{offset} already holds a valid {what}; formatting would destroy it \
-                 (pass --force if that is really meant)",
-                disk.path().display()
-            );
-        }
-        eprintln!(
-            "lockd: warning: overwriting {what} at {}:{offset} (--force)",
-            disk.path().display()
-        );
-    }
-    Ok(())
 }
 
 fn init_lockspace(args: &InitArgs, spec: &LockspaceSpec) -> Result<()> {
@@ -169,7 +111,8 @@ fn init_lockspace(args: &InitArgs, spec: &LockspaceSpec) -> Result<()> {
     let (disk, geometry) = open_checked(&spec.path, spec.offset, |d| {
         resolve_geometry(d, args.sector_size, args.align.as_deref())
     })?;
-    refuse_if_in_use(&disk, spec.offset, args.force)?;
+    refuse_local_daemon_use(&disk, spec.offset, geometry.align_bytes())?;
+    refuse_overwrite(&disk, spec.offset, geometry.align_bytes(), args.force)?;
     let format = format_lockspace_area(geometry, &spec.name, io_timeout_s);
     let unit = geometry.sector_size.bytes();
     disk.write(spec.offset, &format.area, unit)?;
@@ -198,7 +141,8 @@ fn init_resource(args: &InitArgs, spec: &ResourceSpec) -> Result<()> {
     let (disk, geometry) = open_checked(&spec.path, spec.offset, |d| {
         resolve_geometry(d, args.sector_size, args.align.as_deref())
     })?;
-    refuse_if_in_use(&disk, spec.offset, args.force)?;
+    refuse_local_daemon_use(&disk, spec.offset, geometry.align_bytes())?;
+    refuse_overwrite(&disk, spec.offset, geometry.align_bytes(), args.force)?;
     let init = ResourceInit {
         geometry,
         space_name: spec.lockspace,

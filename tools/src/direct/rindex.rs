@@ -4,6 +4,10 @@
 //! Without a daemon there is no lockspace and no host_id, so nothing here takes the
 //! index's internal lease: update and rebuild are only safe while no host uses the index
 //! (sanlock's direct commands have the same rule). A refused operation writes nothing.
+//!
+//! `format` refuses an offset that is not a multiple of the align size and areas the local
+//! daemon has joined or holds, and without `--force` refuses to write over valid lease
+//! records in the two areas it writes (docs/operations.md, "Commands that write to disk").
 
 use std::path::Path;
 
@@ -35,6 +39,11 @@ pub struct FormatArgs {
     /// Number of slots (0 = 4096, capped by the geometry).
     #[arg(long = "max-resources", default_value_t = 0)]
     pub max_resources: u32,
+    /// Format even though the two areas written (index and rindex_lease) hold valid lease
+    /// records (a lockspace, resource leases, an index). Never allows an offset off the
+    /// align-size boundary, nor areas the local daemon has joined or holds.
+    #[arg(long)]
+    pub force: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -132,8 +141,16 @@ pub fn format(a: &FormatArgs) -> Result<()> {
     let disk = open("format", &s.path)?;
     let geometry = {
         let probe = DirectDisk::open(&s.path, false)?;
-        super::resolve_geometry(&probe, a.sector_size, a.align_size.as_deref())
-            .map_err(|e| coded("format", format!("{e:#}"), -libc::EINVAL))?
+        let g = super::resolve_geometry(&probe, a.sector_size, a.align_size.as_deref())
+            .map_err(|e| coded("format", format!("{e:#}"), -libc::EINVAL))?;
+        super::refuse_misaligned(&probe, s.offset, g)
+            .map_err(|e| coded("format", format!("{e:#}"), -libc::EINVAL))?;
+        // The index area and the rindex_lease area after it.
+        let len = 2 * g.align_bytes();
+        super::refuse_local_daemon_use(&probe, s.offset, len)
+            .and_then(|()| super::refuse_overwrite(&probe, s.offset, len, a.force))
+            .map_err(|e| coded("format", format!("{e:#}"), -libc::EBUSY))?;
+        g
     };
     let rx = block_on(rindex::format(
         &disk,
