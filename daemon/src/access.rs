@@ -17,8 +17,9 @@
 //!   nothing about the directory's contents leaks);
 //! - a command that only reads opens read-only (read permission suffices); one that may
 //!   write opens read-write (write permission needed);
-//! - root clients (uid 0), and the daemon's own opens outside any command (renewals,
-//!   a dead client's release, examine threads), open as the daemon, as before;
+//! - root clients (uid 0), and the daemon's own opens outside any command, open as the
+//!   daemon, as before; so does every open of a daemon that does not run as root (it has
+//!   only its service user's rights, as sanlock, and cannot take a client's);
 //! - a lockspace is joined with the rights of the client that added it (its thread opens
 //!   the disk with the [`Caller`] stored in the lockspace).
 //!
@@ -132,7 +133,9 @@ pub(crate) fn open_disk_as(
     need: Need,
     kind: EngineKind,
 ) -> Result<Disk, IoError> {
-    let Some(caller) = caller.filter(|c| !c.is_root()) else {
+    // A daemon not running as root (sanlock's own model: a service user) has no more
+    // right than that user, and could not take another user's credentials anyway.
+    let Some(caller) = caller.filter(|c| !c.is_root() && sys::geteuid() == 0) else {
         return Disk::open_with(path, kind);
     };
     let access = match need {

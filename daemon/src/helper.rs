@@ -377,8 +377,9 @@ fn helper_loop(mut reader: io::PipeReader, status: io::PipeWriter, run_dir: &std
                 }
                 let mut cmd = Command::new(&msg.path);
                 cmd.args(&argv).env("LOCKD_RUN_DIR", run_dir);
-                if let Some(creds) = &msg.run_as {
-                    // The client's rights, not root's: dropped in the child before exec.
+                if let Some(creds) = msg.run_as.as_ref().filter(|_| sys::geteuid() == 0) {
+                    // The client's rights, not root's: dropped in the child before exec
+                    // (a helper not running as root has only its own to give).
                     sys::run_as(&mut cmd, creds);
                 }
                 match cmd.spawn() {
