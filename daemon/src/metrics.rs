@@ -583,10 +583,10 @@ fn space_view(
 ) -> SpaceView {
     let name = s.name.to_text();
     let io = u64::from(s.io_timeout);
-    let (joined, last, gen) = {
+    let (joined, last, gen, dead) = {
         let st = lock(&s.st);
         let joined = st.phase == crate::lockspace::Phase::Joined && !st.space_dead;
-        (joined, st.last_success_s, st.host_generation)
+        (joined, st.last_success_s, st.host_generation, st.space_dead)
     };
     let (renewal_age_s, expiry_s) = if last == 0 {
         (None, None)
@@ -601,7 +601,8 @@ fn space_view(
     {
         let mon = lock(&s.monitor);
         if mon.checks() > 0 {
-            // As GET_HOSTS: hosts whose record has a timestamp, and ourselves as LIVE.
+            // As GET_HOSTS: hosts whose record has a timestamp, and ourselves as LIVE
+            // (as FAIL once the lockspace failed, as `lockd status` shows it).
             for (id, obs, state) in mon.hosts(now) {
                 if obs.timestamp == 0 || id == s.host_id {
                     continue;
@@ -611,7 +612,7 @@ fn space_view(
                 }
             }
             if gen != 0 {
-                hosts[2] += 1;
+                hosts[if dead { 3 } else { 2 }] += 1;
             }
         }
     }
