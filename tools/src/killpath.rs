@@ -32,6 +32,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 
 mod civil;
+mod errtext;
 #[allow(dead_code)] // lockd-killpath uses only a few of the lockd binary's wrappers
 mod sys;
 
@@ -269,7 +270,7 @@ fn release(cli: &Cli) -> (String, std::result::Result<String, (u8, String)>) {
     let pid = match (&cli.pid, &cli.holder_pid) {
         (Some(p), _) | (None, Some(p)) => match parse_pid(p, "pid") {
             Ok(p) => p,
-            Err(e) => return ("release".into(), Err((EXIT_FAILED, format!("{e:#}")))),
+            Err(e) => return ("release".into(), Err((EXIT_FAILED, errtext::error_line(&e)))),
         },
         (None, None) => {
             return (
@@ -366,7 +367,7 @@ fn main() -> ExitCode {
             what,
             result: Err((code, why)),
         }) => (code, format!("{what}: FAILED: {why}")),
-        Err(e) => (EXIT_USAGE, format!("bad arguments: {e:#}")),
+        Err(e) => (EXIT_USAGE, format!("bad arguments: {}", errtext::error_line(&e))),
     };
     log_line(
         cli.log.as_ref(),

@@ -5,6 +5,7 @@ mod civil;
 mod client;
 mod direct;
 mod disk;
+mod errtext;
 mod manpages;
 mod spec;
 mod sys;
@@ -179,7 +180,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line: the chain of causes joined, as operators read it in logs.
-            eprintln!("lockd: error: {e:#}");
+            eprintln!("lockd: error: {}", errtext::error_line(&e));
             ExitCode::FAILURE
         }
     }

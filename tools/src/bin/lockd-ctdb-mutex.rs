@@ -30,6 +30,9 @@
 //! else /run/lockd. All nodes must have the same `cluster lock` string (ctdbd compares
 //! them), so per-node settings come from the environment (`LOCKD_RUN_DIR`).
 
+#[path = "../errtext.rs"]
+mod errtext;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -170,7 +173,7 @@ fn main() -> ExitCode {
     match run(&args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("{PROG}: {e:#}");
+            eprintln!("{PROG}: {}", errtext::error_line(&e));
             ExitCode::from(3)
         }
     }
