@@ -420,7 +420,9 @@ impl Config {
                 Some(g) => Some(group_to_gid(&g).ok_or(ConfigError::Invalid {
                     what: "socket_group",
                     why: if g.parse::<u32>().is_ok() {
-                        format!("{g:?} is not a gid (0..=4294967294; -1 means \"no change\" to chown)")
+                        format!(
+                            "{g:?} is not a gid (0..=4294967294; -1 means \"no change\" to chown)"
+                        )
                     } else {
                         format!("{g:?}: no such group (a group name or a gid)")
                     },
@@ -807,7 +809,12 @@ mod tests {
             "socket_group",
             "not a gid",
         );
-        refused("socket_group = \"-1\"\n", none(), "socket_group", "no such group");
+        refused(
+            "socket_group = \"-1\"\n",
+            none(),
+            "socket_group",
+            "no such group",
+        );
         let cli_gid = DaemonArgs {
             socket_group: Some("4294967295".into()),
             ..none()

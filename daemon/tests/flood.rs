@@ -365,7 +365,15 @@ fn connection_floods_leave_room_for_root() {
 fn served_as(d: &LockdDaemon, uid: u32) -> bool {
     let id = uid.to_string();
     let out = run(Command::new("setpriv")
-        .args(["--reuid", &id, "--regid", &id, "--clear-groups", PYTHON, "-c"])
+        .args([
+            "--reuid",
+            &id,
+            "--regid",
+            &id,
+            "--clear-groups",
+            PYTHON,
+            "-c",
+        ])
         .arg("import sanlock; sanlock.get_lockspaces(); print('served')")
         .env("SANLOCK_RUN_DIR", &d.run_dir));
     String::from_utf8_lossy(&out.stdout).trim() == "served"

@@ -270,7 +270,12 @@ fn release(cli: &Cli) -> (String, std::result::Result<String, (u8, String)>) {
     let pid = match (&cli.pid, &cli.holder_pid) {
         (Some(p), _) | (None, Some(p)) => match parse_pid(p, "pid") {
             Ok(p) => p,
-            Err(e) => return ("release".into(), Err((EXIT_FAILED, errtext::error_line(&e)))),
+            Err(e) => {
+                return (
+                    "release".into(),
+                    Err((EXIT_FAILED, errtext::error_line(&e))),
+                )
+            }
         },
         (None, None) => {
             return (
@@ -367,7 +372,10 @@ fn main() -> ExitCode {
             what,
             result: Err((code, why)),
         }) => (code, format!("{what}: FAILED: {why}")),
-        Err(e) => (EXIT_USAGE, format!("bad arguments: {}", errtext::error_line(&e))),
+        Err(e) => (
+            EXIT_USAGE,
+            format!("bad arguments: {}", errtext::error_line(&e)),
+        ),
     };
     log_line(
         cli.log.as_ref(),

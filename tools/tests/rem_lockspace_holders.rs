@@ -162,7 +162,10 @@ fn add_lockspace_ended_by_rem_lockspace_answers_as_sanlock() {
     let sanlock = lockd_system_tests::SanlockDaemon::start("hostS");
     let lockd = LockdProc::start(LOCKD, dir, "hostL");
     let mut results = Vec::new();
-    for (who, run_dir) in [("sanlock", sanlock.run_dir.path()), ("lockd", &lockd.run_dir)] {
+    for (who, run_dir) in [
+        ("sanlock", sanlock.run_dir.path()),
+        ("lockd", &lockd.run_dir),
+    ] {
         let img = sparse_file(dir, &format!("{who}.img"), 4 << 20);
         let p = img.display().to_string();
         let (ok, out) = lockd_cli(

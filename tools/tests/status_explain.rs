@@ -292,7 +292,10 @@ fn our_host_is_not_live_in_a_failed_lockspace() {
         .filter(|h| h["ours"] == true)
         .collect();
     assert_eq!(ours.len(), 1, "{v}");
-    assert_eq!(ours[0]["state"], "FAIL", "our host in a failed lockspace: {v}");
+    assert_eq!(
+        ours[0]["state"], "FAIL",
+        "our host in a failed lockspace: {v}"
+    );
     let (ok, text) = lockd_cli(LOCKD, &a.run_dir, &["status"]);
     assert!(ok, "{text}");
     assert!(
