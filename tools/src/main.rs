@@ -85,6 +85,11 @@ enum Command {
     /// Generate the man pages: lockd(8) and one per subcommand, lockd-daemon(8), wdmd(8),
     /// lockd.toml(5).
     Man(manpages::ManArgs),
+    /// Print the daemon's in-memory recent log (sanlock's `client log_dump`).
+    LogDump(client::daemon_cmds::LogDumpArgs),
+    /// Print a lockspace's recent delta-lease renewals: timestamp, read_ms, write_ms,
+    /// next_timeouts, next_errors (sanlock's `client renewal`).
+    Renewal(client::daemon_cmds::RenewalArgs),
     /// Print the daemon's metrics (Prometheus text format 0.0.4).
     Metrics(client::metrics::MetricsArgs),
     /// Check this host's setup: PASS/WARN/FAIL with a fix each; exit 0/1/2 by the worst.
@@ -175,6 +180,8 @@ fn main() -> ExitCode {
         Command::Completions(a) => manpages::completions(a, Cli::command()),
         Command::Man(a) => manpages::man(a, Cli::command()),
         Command::Metrics(a) => client::metrics::run(a),
+        Command::LogDump(a) => client::daemon_cmds::log_dump(a),
+        Command::Renewal(a) => client::daemon_cmds::renewal(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

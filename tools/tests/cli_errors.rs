@@ -20,6 +20,8 @@ fn os_errors_are_printed_once() {
     for args in [
         vec!["status", "--run-dir", run_dir],
         vec!["gets", "--run-dir", run_dir],
+        vec!["log-dump", "--run-dir", run_dir],
+        vec!["renewal", "-s", "ls", "--run-dir", run_dir],
     ] {
         let err = stderr_of(&args);
         assert_eq!(
