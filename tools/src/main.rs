@@ -3,9 +3,14 @@
 
 mod civil;
 mod client;
+// Only their argument definitions, for `lockd man` (the binaries use the rest).
+#[allow(dead_code)]
+mod ctdb_mutex_cli;
 mod direct;
 mod disk;
 mod errtext;
+#[allow(dead_code)]
+mod killpath_cli;
 mod manpages;
 mod spec;
 mod sys;
@@ -82,8 +87,8 @@ enum Command {
     Shutdown(client::daemon_cmds::ShutdownArgs),
     /// Print a shell completion script (bash, zsh, fish, ...).
     Completions(manpages::CompletionsArgs),
-    /// Generate the man pages: lockd(8) and one per subcommand, lockd-daemon(8), wdmd(8),
-    /// lockd.toml(5).
+    /// Generate the man pages: lockd(8) and one per subcommand, lockd-daemon(8),
+    /// lockd-killpath(8), lockd-ctdb-mutex(8), wdmd(8), lockd.toml(5).
     Man(manpages::ManArgs),
     /// Print the daemon's in-memory recent log (sanlock's `client log_dump`).
     LogDump(client::daemon_cmds::LogDumpArgs),
