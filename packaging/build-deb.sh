@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Debian package of lockd with dpkg-deb from a release build and prints the
 # .deb path. Contents: lockd (CLI), lockd-daemon, wdmd, lockd-ctdb-mutex and lockd-killpath in /usr/sbin (stripped), the
-# wdmd emulator (a test tool) in /usr/libexec/lockd, systemd units, /etc/lockd/lockd.toml
-# (a conffile), maintainer scripts (postinst creates the socket group), changelog,
+# wdmd emulator (a test tool) and the libvirt qemu hook in /usr/libexec/lockd, systemd units,
+# /etc/lockd/lockd.toml and /etc/lockd/libvirt-leases.conf (conffiles), maintainer scripts (postinst creates the socket group), changelog,
 # copyright, docs, the Grafana dashboard; man pages and shell completions when they have
 # been generated into $LOCKD_MAN_DIR / $LOCKD_COMPLETIONS_DIR (see packaging/README.md).
 #
@@ -43,6 +43,11 @@ fi
 install -D -m 0644 packaging/systemd/lockd.service "$pkg/lib/systemd/system/lockd.service"
 install -D -m 0644 packaging/systemd/wdmd.service "$pkg/lib/systemd/system/wdmd.service"
 install -D -m 0644 packaging/lockd.toml "$pkg/etc/lockd/lockd.toml"
+# The libvirt hook is not installed as /etc/libvirt/hooks/qemu (that file is the admin's,
+# and may hold other hooks): docs/integrations.md says how to enable it. Its lease list
+# is a conffile that lists nothing until edited.
+install -D -m 0755 packaging/libvirt/qemu-hook "$pkg/usr/libexec/lockd/qemu-hook"
+install -D -m 0644 packaging/libvirt/libvirt-leases.conf "$pkg/etc/lockd/libvirt-leases.conf"
 install -D -m 0644 packaging/grafana/lockd-dashboard.json \
     "$pkg/usr/share/lockd/grafana/lockd-dashboard.json"
 
@@ -91,7 +96,7 @@ shlibs=${shlibs:-libc6}
 
 mkdir -p "$pkg/DEBIAN"
 install -m 0755 packaging/debian/postinst packaging/debian/prerm packaging/debian/postrm "$pkg/DEBIAN/"
-echo "/etc/lockd/lockd.toml" > "$pkg/DEBIAN/conffiles"
+printf '/etc/lockd/lockd.toml\n/etc/lockd/libvirt-leases.conf\n' > "$pkg/DEBIAN/conffiles"
 (cd "$pkg" && find . -type f ! -path './DEBIAN/*' ! -path './etc/*' -printf '%P\0' | sort -z |
     xargs -0 md5sum) > "$pkg/DEBIAN/md5sums"
 installed_size=$(du -sk --exclude=DEBIAN "$pkg" | cut -f1)

@@ -12,8 +12,12 @@
 #  2. `apt-get -s install ./lockd.deb`: the resolver removes sanlock and nothing else
 #     (libsanlock1, python3-sanlock stay);
 #  3. the sanlock daemon package and its user/group are removed, then
-#     `apt-get install ./lockd.deb`: files in place, binaries stripped, conffile listed,
-#     postinst created the `sanlock` group, python3-sanlock still imports;
+#     `apt-get install ./lockd.deb`: files in place (the libvirt qemu hook, executable,
+#     and its libvirt-leases.conf; man pages with lockd-killpath(8) and
+#     lockd-ctdb-mutex(8)), binaries stripped, both conffiles listed, nothing shipped
+#     under /etc/libvirt, postinst created the `sanlock` group, python3-sanlock still
+#     imports; the installed hook, run as libvirt runs it for a domain the conf does not
+#     list, does nothing and exits 0;
 #  4. drop-in mode with the installed package: /etc/lockd/lockd.toml gets
 #     run_dir = "/run/sanlock"; `lockd-daemon -D -w 0` (no env) serves python3-sanlock
 #     (SANLOCK_RUN_DIR unset) and the installed `lockd` CLI (no env), `lockd metrics`;
@@ -122,15 +126,28 @@ ok "apt-get install ./$(basename "$deb")"
 for f in /usr/sbin/lockd /usr/sbin/lockd-daemon /usr/sbin/wdmd /lib/systemd/system/lockd.service \
     /lib/systemd/system/wdmd.service /etc/lockd/lockd.toml /usr/share/doc/lockd/copyright \
     /usr/share/doc/lockd/changelog.gz /usr/share/doc/lockd/operations.md \
-    /usr/share/lockd/grafana/lockd-dashboard.json; do
+    /usr/share/lockd/grafana/lockd-dashboard.json /usr/libexec/lockd/qemu-hook \
+    /etc/lockd/libvirt-leases.conf /usr/share/man/man8/lockd-killpath.8.gz \
+    /usr/share/man/man8/lockd-ctdb-mutex.8.gz /usr/share/man/man8/lockd-log-dump.8.gz \
+    /usr/share/man/man8/lockd-renewal.8.gz; do
     [ -e "$f" ] || fail "$f is missing"
 done
+[ -x /usr/libexec/lockd/qemu-hook ] || fail "the qemu hook is not executable"
+head -n 1 /usr/libexec/lockd/qemu-hook | grep -q '^#!/bin/sh' || fail "the qemu hook is not a script"
+dpkg -L lockd | grep -q '^/etc/libvirt' && fail "the package ships a file under /etc/libvirt"
+# The installed hook as libvirt runs it, for a domain the shipped conf does not list.
+echo '<domain><uuid>00000000-0000-0000-0000-000000000001</uuid></domain>' |
+    /usr/libexec/lockd/qemu-hook notlisted started begin - ||
+    fail "the installed hook failed for a domain without leases"
+ok "libvirt qemu hook and libvirt-leases.conf installed; the hook leaves unlisted domains alone"
 for f in /usr/sbin/lockd /usr/sbin/lockd-daemon /usr/sbin/wdmd; do
     readelf -S "$f" | grep -qE '\.symtab|\.debug_' && fail "$f is not stripped"
 done
 ok "files in place; /usr/sbin binaries stripped (no .symtab/.debug_*)"
-dpkg-query -W -f='${Conffiles}\n' lockd | grep -q '/etc/lockd/lockd.toml' || fail "lockd.toml is not a conffile"
-ok "/etc/lockd/lockd.toml is a conffile"
+for c in /etc/lockd/lockd.toml /etc/lockd/libvirt-leases.conf; do
+    dpkg-query -W -f='${Conffiles}\n' lockd | grep -q "$c " || fail "$c is not a conffile"
+done
+ok "/etc/lockd/lockd.toml and /etc/lockd/libvirt-leases.conf are conffiles"
 getent group sanlock >/dev/null || fail "postinst did not create the sanlock group"
 [ -e /var/lib/lockd/created-sanlock-group ] || fail "postinst did not record the group"
 ok "postinst created the socket group: $(getent group sanlock)"

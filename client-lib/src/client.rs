@@ -332,6 +332,58 @@ impl Client {
         self.read_state_records()
     }
 
+    /// RENEWAL of one lockspace: the daemon's recent delta-lease renewals, oldest first,
+    /// one SANLK_STATE_RENEWAL record each (text `timestamp=… read_ms=… write_ms=…
+    /// next_timeouts=… next_errors=…`, as sanlock's `client renewal` prints it).
+    pub fn renewal(mut self, name: Name) -> Result<Vec<StateRecord>, ClientError> {
+        let ls = Lockspace {
+            name,
+            host_id: 0,
+            flags: 0,
+            pad: 0,
+            host_id_disk: Disk::default(),
+        };
+        self.send(SM_CMD_RENEWAL, 0, 0, 0, &ls.encode())?;
+        let h = self.recv_header()?;
+        if h.result() < 0 {
+            return Err(ClientError::Result { rv: h.result() });
+        }
+        self.read_state_records()
+    }
+
+    /// LOG_DUMP: the daemon's in-memory recent log text (sanlock's `client log_dump`).
+    /// The reply header's `data` is the text's length, at most [`MAX_CLIENT_MSG`] bytes
+    /// (sanlock and lockd keep 1 MiB); a longer claim is refused, a shorter text (the
+    /// daemon closed early) is returned as far as it came.
+    pub fn log_dump(mut self) -> Result<Vec<u8>, ClientError> {
+        self.send(SM_CMD_LOG_DUMP, 0, 0, 0, &[])?;
+        let h = self.recv_header()?;
+        let n = h.data as usize;
+        if n > MAX_CLIENT_MSG as usize {
+            return Err(WireError::Oversized {
+                length: h.data,
+                max: MAX_CLIENT_MSG,
+            }
+            .into());
+        }
+        let mut buf = vec![0u8; n];
+        let mut got = 0;
+        while got < n {
+            match self.stream.read(&mut buf[got..]) {
+                Ok(0) => break,
+                Ok(k) => got += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        buf.truncate(got);
+        // sanlock's buffer is a C string: the text ends at its first NUL.
+        if let Some(end) = buf.iter().position(|&b| b == 0) {
+            buf.truncate(end);
+        }
+        Ok(buf)
+    }
+
     fn read_state_records(&mut self) -> Result<Vec<StateRecord>, ClientError> {
         let mut out = Vec::new();
         loop {

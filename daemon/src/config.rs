@@ -437,9 +437,20 @@ impl Config {
             Some(n) => n,
             None => derived_host_name(),
         };
+        if let Some(c) = name_text.chars().find(|c| c.is_control()) {
+            // The name is written into every delta lease and shown by other hosts'
+            // tools and logs: a control character would reach their terminals.
+            return Err(ConfigError::Invalid {
+                what: "our_host_name",
+                why: format!(
+                    "{name_text:?} holds the control character {c:?} (1..=48 bytes, \
+                     printable characters only)"
+                ),
+            });
+        }
         let host_name = Name::new(&name_text).map_err(|e| ConfigError::Invalid {
             what: "our_host_name",
-            why: format!("{e} (1..=48 bytes, no NUL)"),
+            why: format!("{e} (1..=48 bytes, no NUL, printable characters only)"),
         })?;
         let metrics_listen = match &file.metrics_listen {
             Some(text) => Some(parse_metrics_listen(text)?),
@@ -467,7 +478,13 @@ impl Config {
             socket_gid: match args.socket_group.clone().or(file.socket_group.clone()) {
                 Some(g) => Some(group_to_gid(&g).ok_or(ConfigError::Invalid {
                     what: "socket_group",
-                    why: format!("{g:?}: no such group (a group name or a gid)"),
+                    why: if g.parse::<u32>().is_ok() {
+                        format!(
+                            "{g:?} is not a gid (0..=4294967294; -1 means \"no change\" to chown)"
+                        )
+                    } else {
+                        format!("{g:?}: no such group (a group name or a gid)")
+                    },
                 })?),
                 // As sanlock: the `sanlock` group owns the socket when it exists, so
                 // clients already set up for sanlock can connect.
@@ -539,9 +556,11 @@ fn check_dir(key: &'static str, dir: &Path, socket_name: &str) -> Result<(), Con
 }
 
 /// A group name (looked up through NSS with nix, as getgrnam does) or a numeric gid.
+/// A group name or a numeric gid. `4294967295` is no gid: to `chown` it means "leave the
+/// group as it is" ((gid_t)-1), so it is refused like an unknown group.
 pub fn group_to_gid(group: &str) -> Option<u32> {
     if let Ok(n) = group.parse::<u32>() {
-        return Some(n);
+        return (n != u32::MAX).then_some(n);
     }
     nix::unistd::Group::from_name(group)
         .ok()
@@ -876,6 +895,46 @@ mod tests {
             "socket_group",
             "no such group",
         );
+        // (gid_t)-1: chown would leave the group as it is.
+        refused(
+            "socket_group = \"4294967295\"\n",
+            none(),
+            "socket_group",
+            "not a gid",
+        );
+        refused(
+            "socket_group = \"-1\"\n",
+            none(),
+            "socket_group",
+            "no such group",
+        );
+        let cli_gid = DaemonArgs {
+            socket_group: Some("4294967295".into()),
+            ..none()
+        };
+        refused("", cli_gid, "socket_group", "not a gid");
+        assert_eq!(
+            resolve("socket_group = \"4294967294\"\n", none())
+                .unwrap()
+                .socket_gid,
+            Some(4_294_967_294)
+        );
+        // A control character in the name would reach the disk and other hosts' screens.
+        for bad in ["a\\nb", "host\\u001b[31m", "tab\\there", "del\\u007f"] {
+            refused(
+                &format!("our_host_name = \"{bad}\"\n"),
+                none(),
+                "our_host_name",
+                "control character",
+            );
+        }
+        let cli_name = DaemonArgs {
+            host_name: Some("evil\x1b]0;x\x07".into()),
+            ..none()
+        };
+        refused("", cli_name, "our_host_name", "control character");
+        let c = resolve("our_host_name = \"host-1.example:ä\"\n", none()).unwrap();
+        assert_eq!(c.host_name.to_text(), "host-1.example:ä");
         refused(
             "metrics_listen = \"127.0.0.1:0\"\n",
             none(),

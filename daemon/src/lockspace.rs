@@ -608,11 +608,23 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, i32> {
         abort: space.stop.clone(),
     };
     let clock = SystemClock::new(space.stop.clone());
+    // A removal (or forced shutdown) during the join aborts its I/O and waits; the add
+    // then answers SANLK_ERROR (-201), as sanlock's delta_lease_acquire does when it sees
+    // `external_remove` or `external_shutdown` in its waits — not the code of the I/O
+    // the abort cut short (a read error, -220).
+    let aborted = |rv: i32| {
+        if space.stop.load(Ordering::SeqCst) {
+            info!(rv, "join aborted by removal or shutdown");
+            disk_format::rv::SANLK_ERROR
+        } else {
+            rv
+        }
+    };
     let io = space.io_timeout as u16;
     let (geometry, _first) = block_on(delta::read_lockspace_geometry(&bdisk, space.offset, io))
         .map_err(|e| {
             warn!(error = %e, "cannot read lockspace");
-            e.sanlk_code()
+            aborted(e.sanlk_code())
         })?;
     // A record whose sector size is below the device's logical sector size cannot be
     // read or written with O_DIRECT at its own spacing: refused as sanlock refuses a
@@ -643,7 +655,7 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, i32> {
     lock(&space.st).acquire_last_attempt = lockd_diskio::monotime();
     let state = block_on(delta::acquire(&bdisk, &clock, &params)).map_err(|e| {
         warn!(error = %e, "delta lease acquire failed");
-        e.sanlk_code()
+        aborted(e.sanlk_code())
     })?;
     if let Some(w) = wd.as_mut() {
         let renewal_s = state.last_success_ms / 1000;
@@ -692,7 +704,9 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
         st.renewal_last_success = st.last_success_s;
     }
     if space.stop.load(Ordering::SeqCst) {
-        finish_add(space, -libc::ENOENT);
+        // Removed just as the join completed: sanlock's add_lockspace_wait undoes the
+        // add and answers -1 in this window; the delta lease is released below.
+        finish_add(space, -1);
     } else {
         info!(generation = state.generation(), path = ?state.path, "lockspace joined");
         finish_add(space, 0);

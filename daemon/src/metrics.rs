@@ -583,10 +583,10 @@ fn space_view(
 ) -> SpaceView {
     let name = s.name.to_text();
     let io = u64::from(s.io_timeout);
-    let (joined, last, gen) = {
+    let (joined, last, gen, dead) = {
         let st = lock(&s.st);
         let joined = st.phase == crate::lockspace::Phase::Joined && !st.space_dead;
-        (joined, st.last_success_s, st.host_generation)
+        (joined, st.last_success_s, st.host_generation, st.space_dead)
     };
     let (renewal_age_s, expiry_s) = if last == 0 {
         (None, None)
@@ -601,7 +601,8 @@ fn space_view(
     {
         let mon = lock(&s.monitor);
         if mon.checks() > 0 {
-            // As GET_HOSTS: hosts whose record has a timestamp, and ourselves as LIVE.
+            // As GET_HOSTS: hosts whose record has a timestamp, and ourselves as LIVE
+            // (as FAIL once the lockspace failed, as `lockd status` shows it).
             for (id, obs, state) in mon.hosts(now) {
                 if obs.timestamp == 0 || id == s.host_id {
                     continue;
@@ -611,7 +612,7 @@ fn space_view(
                 }
             }
             if gen != 0 {
-                hosts[2] += 1;
+                hosts[if dead { 3 } else { 2 }] += 1;
             }
         }
     }
@@ -632,28 +633,85 @@ const HTTP_MAX_REQUEST: usize = 8 * 1024;
 /// How long a scraper may take to send its request and read the answer.
 const HTTP_IO_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Serves `GET /metrics` on `listener` until shutdown. One connection at a time: a scrape
-/// is small, and every read and write has `HTTP_IO_TIMEOUT`, so a stalled peer delays
-/// others by at most that much and can never grow threads or memory.
+/// Most HTTP connections served at once; a further one is answered `503` at once (by the
+/// accepting thread, with a short write timeout) and closed.
+pub const HTTP_MAX_CONNECTIONS: usize = 4;
+
+/// How long the accepting thread may spend reading the request of a peer over the bound,
+/// and writing it a `503`.
+const HTTP_BUSY_WRITE_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// Serves `GET /metrics` on `listener` until shutdown. Each connection runs on a thread
+/// of its own (a small stack, `threads::spawn`), at most [`HTTP_MAX_CONNECTIONS`] at
+/// once, and every read and write has `HTTP_IO_TIMEOUT`: an idle or stalled peer holds
+/// one of those threads for at most about twice that, never the accepting loop, so it
+/// does not delay other scrapes; the bound keeps threads and memory fixed whatever
+/// peers do.
 pub fn serve(d: Arc<Daemon>, listener: TcpListener) {
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "metrics listener started");
     }
+    let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for conn in listener.incoming() {
         if d.is_shutting_down() {
             break;
         }
         match conn {
-            Ok(stream) => {
-                if let Err(e) = serve_one(&d, stream) {
-                    debug!(error = %e, "metrics request failed");
-                }
-            }
+            Ok(stream) => serve_bounded(&d, &active, stream),
             Err(e) => {
                 warn!(error = %e, "metrics accept failed");
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
+    }
+}
+
+/// Counts a connection's thread as ended when dropped (also when it panicked).
+struct Slot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn serve_bounded(d: &Arc<Daemon>, active: &Arc<std::sync::atomic::AtomicUsize>, stream: TcpStream) {
+    let taken = active.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+        (n < HTTP_MAX_CONNECTIONS).then_some(n + 1)
+    });
+    if taken.is_err() {
+        let mut stream = stream;
+        // Read what has come of the request first (briefly): closing a socket with
+        // unread data resets it, and the peer would lose the 503.
+        let _ = stream.set_read_timeout(Some(HTTP_BUSY_WRITE_TIMEOUT));
+        let _ = stream.set_write_timeout(Some(HTTP_BUSY_WRITE_TIMEOUT));
+        let mut buf = [0u8; 1024];
+        let mut head = Vec::new();
+        let deadline = Instant::now() + HTTP_BUSY_WRITE_TIMEOUT;
+        while find_head_end(&head).is_none()
+            && head.len() < HTTP_MAX_REQUEST
+            && Instant::now() < deadline
+        {
+            match stream.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+        let _ = respond(&mut stream, "503 Service Unavailable", "", "");
+        debug!("metrics connections at their bound; answered 503");
+        return;
+    }
+    let slot = Slot(active.clone());
+    let d2 = d.clone();
+    let spawned = crate::threads::spawn("lockd-metrics-http", move || {
+        let _slot = slot;
+        if let Err(e) = serve_one(&d2, stream) {
+            debug!(error = %e, "metrics request failed");
+        }
+    });
+    if let Err(e) = spawned {
+        // The closure (and with it the slot and the stream) was dropped.
+        warn!(error = %e, "cannot start a metrics connection thread");
     }
 }
 

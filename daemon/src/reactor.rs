@@ -17,6 +17,14 @@
 //! When `accept` fails (EMFILE), the pending connection keeps the listener readable: the
 //! loop then stops watching the listener until its next tick rather than spin.
 //!
+//! When a connection gets no slot (the table, or its uid's share of it, is full), the
+//! oldest *idle* connection of the same uid makes room: one parked for at least
+//! [`IDLE_EVICT_AFTER`] since it was accepted, that has sent nothing at all (no byte
+//! read, none waiting in the socket). Such a connection holds no lease and ran no
+//! command, so closing it loses nothing but the slot; a uid that filled the table with
+//! idle connections (root's 2,000 forgotten sockets) is still answered. A uid never
+//! closes another uid's connections this way.
+//!
 //! Workers are shared out by uid ([`Shares`]): a non-root uid has at most
 //! [`MAX_WORKERS_PER_UID`] jobs on the workers and all non-root uids together
 //! [`MAX_NON_ROOT_WORKERS`]; further jobs wait here, in order. A worker may wait up to
@@ -48,7 +56,7 @@ use client_lib::wire::HEADER_LEN;
 use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::socket::{recv, MsgFlags};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::pool::{Pool, PoolCounts};
 use crate::server::{After, Conn, RateLimit, REFUSAL_LOG_INTERVAL};
@@ -72,6 +80,10 @@ pub const MAX_WORKERS_PER_UID: usize = 16;
 pub const MAX_NON_ROOT_WORKERS: usize = MAX_WORKERS - 16;
 const _: () =
     assert!(MAX_WORKERS_PER_UID <= MAX_NON_ROOT_WORKERS && MAX_NON_ROOT_WORKERS < MAX_WORKERS);
+
+/// How long a connection must have been idle since it was accepted, having sent nothing,
+/// before a new connection of its uid may take its slot when there is no other.
+pub const IDLE_EVICT_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How often the loop wakes with nothing to do, to notice shutdown and forget pid watches
 /// whose leases were released while the process lives on.
@@ -171,6 +183,9 @@ struct Parked {
     header: [u8; HEADER_LEN],
     /// Header bytes read so far.
     got: usize,
+    /// When it was accepted, while it has sent nothing yet (None once it has run a
+    /// command): such a connection may give its slot to a new one of its uid.
+    idle_since: Option<Instant>,
 }
 
 /// A process whose leases are held for it (no connection): its pidfd turns readable when
@@ -236,6 +251,7 @@ impl Reactor {
                 conn,
                 header: [0; HEADER_LEN],
                 got: 0,
+                idle_since: Some(Instant::now()),
             },
         );
         Ok(())
@@ -339,6 +355,47 @@ impl Reactor {
         }
     }
 
+    /// Closes the oldest connection of `uid` that has sent nothing since it was accepted
+    /// at least [`IDLE_EVICT_AFTER`] ago (see the module header); false when there is
+    /// none. Runs on the event loop, which alone moves a never-used connection.
+    fn evict_idle(&self, d: &Arc<Daemon>, uid: u32) -> bool {
+        let victim = {
+            let mut parked = lock(&self.parked);
+            let now = Instant::now();
+            let mut idle: Vec<(Instant, u64)> = parked
+                .iter()
+                .filter(|(_, p)| p.conn.cred.uid == uid && p.got == 0)
+                .filter_map(|(t, p)| Some((p.idle_since?, *t)))
+                .filter(|(since, _)| now.saturating_duration_since(*since) >= IDLE_EVICT_AFTER)
+                .collect();
+            idle.sort_unstable();
+            let mut peek = [0u8; 1];
+            let token = idle.into_iter().map(|(_, t)| t).find(|t| {
+                parked.get(t).is_some_and(|p| {
+                    // Nothing waiting in the socket: a request that arrived but whose
+                    // event is not handled yet is not idle.
+                    let fd = p.conn.stream.as_raw_fd();
+                    matches!(
+                        recv(fd, &mut peek, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT),
+                        Err(Errno::EAGAIN)
+                    )
+                })
+            });
+            token.and_then(|t| parked.remove(&t))
+        };
+        let Some(p) = victim else {
+            return false;
+        };
+        debug!(
+            ci = p.conn.ci,
+            uid,
+            pid = p.conn.cred.pid,
+            "closing an idle connection that sent nothing, to make room for a new one"
+        );
+        self.close(d, p.conn);
+        true
+    }
+
     fn forget_released_pids(&self, d: &Daemon) {
         let mut pids = lock(&self.pids);
         pids.retain(|_, w| {
@@ -370,6 +427,7 @@ fn run_job(d: &Arc<Daemon>, r: &Reactor, job: Job) {
                 conn,
                 header: [0; HEADER_LEN],
                 got: 0,
+                idle_since: None,
             };
             match Reactor::read_header(&mut next) {
                 HeaderRead::Whole => (conn, header) = (next.conn, next.header),
@@ -404,6 +462,7 @@ fn accept_all(
     listener: &UnixListener,
     refusals: &mut RateLimit,
     accept_errors: &mut RateLimit,
+    evictions: &mut RateLimit,
 ) -> bool {
     loop {
         let stream = match listener.accept() {
@@ -425,10 +484,28 @@ fn accept_all(
             }
         };
         let clone = stream.try_clone().ok();
-        let ci = match lock(&d.tables)
+        let mut added = lock(&d.tables)
             .clients
-            .add(stream.as_raw_fd(), cred.pid, cred.uid, clone)
-        {
+            .add(stream.as_raw_fd(), cred.pid, cred.uid, clone);
+        if added.is_err() && r.evict_idle(d, cred.uid) {
+            if let Some(n) = evictions.hit(Instant::now()) {
+                info!(
+                    uid = cred.uid,
+                    evicted = n,
+                    "client slots full: closed the oldest idle connection of this uid that \
+                     sent nothing, for a new one (evicted counts this and the ones not logged \
+                     since the last such line)"
+                );
+            }
+            let clone = stream.try_clone().ok();
+            added = lock(&d.tables).clients.add_in_place_of_own(
+                stream.as_raw_fd(),
+                cred.pid,
+                cred.uid,
+                clone,
+            );
+        }
+        let ci = match added {
             Ok(ci) => ci,
             Err(why) => {
                 if let Some(n) = refusals.hit(Instant::now()) {
@@ -483,6 +560,7 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
     let pool = r.pool.get_or_init(|| pool);
     let mut refusals = RateLimit::default();
     let mut accept_errors = RateLimit::default();
+    let mut evictions = RateLimit::default();
     let mut events = vec![EpollEvent::empty(); 64];
     let mut last_sweep = Instant::now();
     let mut listener_paused = false;
@@ -502,7 +580,14 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
         for ev in &events[..n] {
             let token = ev.data();
             if token == LISTENER_TOKEN {
-                if !accept_all(&d, &r, &listener, &mut refusals, &mut accept_errors) {
+                if !accept_all(
+                    &d,
+                    &r,
+                    &listener,
+                    &mut refusals,
+                    &mut accept_errors,
+                    &mut evictions,
+                ) {
                     // The listener stays readable while accept fails: without a pause the
                     // loop would spin on it. The next tick listens again.
                     listener_paused = r.listen(&listener, false).is_ok();

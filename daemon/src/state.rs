@@ -125,6 +125,28 @@ impl Clients {
         stream: Option<UnixStream>,
     ) -> Result<u32, Refused> {
         self.admit(uid)?;
+        Ok(self.insert(fd, pid, uid, stream))
+    }
+
+    /// Adds a slot in place of one of the same uid just closed (the reactor's idle
+    /// eviction): the total and the uid's own count stay what they were, so the bounds
+    /// of [`Clients::add`] hold without checking them again (for a non-root uid the
+    /// table may be full of root's slots; its own slot is still its own). Only the
+    /// total is checked again: another thread may have taken the freed slot meanwhile.
+    pub fn add_in_place_of_own(
+        &mut self,
+        fd: i32,
+        pid: i32,
+        uid: u32,
+        stream: Option<UnixStream>,
+    ) -> Result<u32, Refused> {
+        if self.slots.len() >= MAX_CLIENTS {
+            return Err(Refused::Full);
+        }
+        Ok(self.insert(fd, pid, uid, stream))
+    }
+
+    fn insert(&mut self, fd: i32, pid: i32, uid: u32, stream: Option<UnixStream>) -> u32 {
         // Lowest free index, like sanlock's slot array (ci values stay small).
         let mut ci = 0;
         while self.slots.contains_key(&ci) {
@@ -157,7 +179,7 @@ impl Clients {
             "client table holds {} slots, more than {MAX_CLIENTS}",
             self.slots.len()
         );
-        Ok(ci)
+        ci
     }
 
     /// Whether a connection from `uid` may take a slot now. A scan of at most MAX_CLIENTS

@@ -5,7 +5,9 @@
 //! status` are answered while the table is full, and works normally once the flooders
 //! have gone. And 200 connections of one uid stalled in the middle of their payloads
 //! hold only that uid's share of the worker pool; and a daemon out of file descriptors
-//! (every accept failing with EMFILE) does not spin.
+//! (every accept failing with EMFILE) does not spin. And a uid whose idle connections
+//! (connected, nothing sent) fill the table, or its share of it, is still served: its
+//! oldest idle connection makes room for the new one.
 
 mod common;
 
@@ -355,6 +357,84 @@ fn connection_floods_leave_room_for_root() {
     after.close();
     root_status_works(&d, "after the floods");
     std::thread::sleep(Duration::from_millis(100));
+    daemon_alive(&mut d, "end");
+    d.stop();
+}
+
+/// `sanlock.get_lockspaces()` through python3-sanlock as `uid`: true when answered.
+fn served_as(d: &LockdDaemon, uid: u32) -> bool {
+    let id = uid.to_string();
+    let out = run(Command::new("setpriv")
+        .args([
+            "--reuid",
+            &id,
+            "--regid",
+            &id,
+            "--clear-groups",
+            PYTHON,
+            "-c",
+        ])
+        .arg("import sanlock; sanlock.get_lockspaces(); print('served')")
+        .env("SANLOCK_RUN_DIR", &d.run_dir));
+    String::from_utf8_lossy(&out.stdout).trim() == "served"
+}
+
+/// Issue 21 item 7: root's own 2,000 idle connections (connected, nothing sent) took
+/// every slot and `lockd status` failed. Now the oldest idle connection of the same uid
+/// that has sent nothing gives way to a new one; a uid at its own bound is served the
+/// same way, and never at another uid's expense.
+#[test]
+fn idle_connections_give_way_to_new_ones_of_their_uid() {
+    let (_scratch, disk, mut d) = daemon_with_one_resource("idle");
+    let sock = d.run_dir.join("sanlock.sock");
+
+    // One uid at its bound with idle connections is still served.
+    let nobody = Flooder::start(&sock, 65534, MAX_CLIENTS_PER_UID + 44);
+    println!("uid 65534: held {} refused {}", nobody.held, nobody.refused);
+    assert_eq!(nobody.held, MAX_CLIENTS_PER_UID);
+    std::thread::sleep(Duration::from_millis(1100));
+    assert!(
+        served_as(&d, 65534),
+        "uid 65534 with {} idle connections is not served; log tail:\n{}",
+        MAX_CLIENTS_PER_UID,
+        tail(&d.log_text(), 20)
+    );
+
+    // Root fills every slot left with 2,000 idle connections.
+    let root = Flooder::start(&sock, 0, 2000);
+    println!("root: held {} refused {}", root.held, root.refused);
+    // The connection that served uid 65534 above closed one of its idle ones and then
+    // ended: that uid holds one slot fewer than its bound.
+    assert_eq!(root.held, MAX_CLIENTS - MAX_CLIENTS_PER_UID + 1);
+    std::thread::sleep(Duration::from_millis(1100));
+    daemon_alive(&mut d, "root's idle connections");
+    for _ in 0..3 {
+        root_status_works(&d, "root's 2,000 idle connections");
+    }
+    // Root's new connections took root's idle slots, not those of uid 65534: that uid,
+    // at its bound, is still served only through its own idle connections.
+    let late = Flooder::start(&sock, 65533, 5);
+    assert_eq!(
+        (late.held, late.refused),
+        (0, 5),
+        "the table is full of root's and uid 65534's connections"
+    );
+    late.close();
+    assert!(served_as(&d, 65534), "uid 65534 is still served");
+    let log = d.log_text();
+    assert!(
+        log.contains("closed the oldest idle connection"),
+        "evictions are logged: {}",
+        tail(&log, 20)
+    );
+
+    root.close();
+    nobody.close();
+    let out = join_acquire_release(&d, &disk);
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["acquired", "released"]
+    );
     daemon_alive(&mut d, "end");
     d.stop();
 }

@@ -425,3 +425,53 @@ fn metric_names(expr: &str) -> Vec<String> {
     }
     out
 }
+
+/// Issue 21 item 7: the HTTP listener served one connection at a time, so one TCP client
+/// that connected and sent nothing delayed every scrape by the 5 s I/O timeout. Each
+/// connection now has a thread of its own, at most 4 at once: a scrape beside idle
+/// clients is answered at once, a fifth connection while four idle ones are open gets a
+/// quick 503 (the bound), and scrapes are answered again once the idle ones go.
+#[test]
+fn idle_http_clients_do_not_delay_scrapes() {
+    let s = Scratch::new("metrics-idle");
+    let mport = free_port();
+    let cfg = s.dir.join("lockd.toml");
+    std::fs::write(&cfg, format!("metrics_listen = \"127.0.0.1:{mport}\"\n")).unwrap();
+    let cfg_arg = cfg.display().to_string();
+    let mut d = LockdDaemon::start_args(&s, "mhost", &["-c", &cfg_arg], &[]);
+    assert!(
+        wait_for(10, || http_get(mport, "/metrics").is_some()),
+        "the metrics listener never answered"
+    );
+
+    let idle = TcpStream::connect(("127.0.0.1", mport)).expect("connect");
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    let (status, body) = http_get(mport, "/metrics").expect("scrape beside an idle client");
+    let took = t0.elapsed();
+    println!("scrape beside one idle client: {status} in {took:?}");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(body.contains("lockd_worker_threads"), "{body}");
+    assert!(took < Duration::from_secs(1), "the scrape waited {took:?}");
+
+    // Four idle connections take every connection thread: the next is refused at once.
+    let more: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(("127.0.0.1", mport)).expect("connect"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    let (status, _) = http_get(mport, "/metrics").expect("an answer over the bound");
+    let took = t0.elapsed();
+    println!("scrape beside four idle clients: {status} in {took:?}");
+    assert_eq!(status, "HTTP/1.1 503 Service Unavailable");
+    assert!(took < Duration::from_secs(1), "the refusal took {took:?}");
+
+    drop(idle);
+    drop(more);
+    assert!(
+        wait_for(10, || http_get(mport, "/metrics")
+            .is_some_and(|(st, _)| st == "HTTP/1.1 200 OK")),
+        "scrapes are answered again once the idle clients left"
+    );
+    d.stop();
+}

@@ -29,63 +29,19 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+
+use killpath_cli::{Cli, VmAction};
 
 mod civil;
+mod errtext;
+mod killpath_cli;
 #[allow(dead_code)] // lockd-killpath uses only a few of the lockd binary's wrappers
 mod sys;
 
 const EXIT_FAILED: u8 = 1;
 const EXIT_USAGE: u8 = 2;
 const EXIT_TIMEOUT: u8 = 3;
-
-/// lockd-killpath: stop a lease holder the way its owner wants (pause or destroy a VM,
-/// stop a systemd unit, or signal a process) when lockd must take its lease away.
-#[derive(Debug, Parser)]
-#[command(name = "lockd-killpath", version, about)]
-struct Cli {
-    /// libvirt connection URI (with --domain and --action).
-    #[arg(short = 'c', long = "virsh-uri", requires_all = ["domain", "action"])]
-    virsh_uri: Option<String>,
-    /// Domain UUID (or name) to act on.
-    #[arg(short, long, requires = "virsh_uri")]
-    domain: Option<String>,
-    /// What to do to the domain: pause (virsh suspend) or destroy.
-    #[arg(short, long, value_enum, requires = "virsh_uri")]
-    action: Option<VmAction>,
-    /// systemd unit to stop (systemctl stop UNIT).
-    #[arg(short, long, conflicts_with_all = ["virsh_uri", "signal"])]
-    unit: Option<String>,
-    /// Signal to send, by name (TERM, SIGTERM) or number (15).
-    #[arg(short, long, conflicts_with_all = ["virsh_uri", "unit"])]
-    signal: Option<String>,
-    /// Process to signal (default: the pid the daemon appends).
-    #[arg(short, long, requires = "signal")]
-    pid: Option<String>,
-    /// Append the log line to this file too.
-    #[arg(short, long)]
-    log: Option<PathBuf>,
-    /// Give up on virsh/systemctl after this many seconds (it is killed; exit 3).
-    #[arg(short, long, default_value_t = 30)]
-    timeout: u64,
-    /// After the action succeeded, release every lease of the holder (the appended pid)
-    /// through the daemon, as libvirt does when it pauses a guest: the daemon's kill
-    /// escalation then leaves the holder alone, and a GRACEFUL requester gets the lease.
-    #[arg(short, long)]
-    release: bool,
-    /// The daemon's run dir for --release (default: $LOCKD_RUN_DIR, which lockd sets for
-    /// its killpaths, else $SANLOCK_RUN_DIR, else /run/lockd).
-    #[arg(long = "run-dir")]
-    run_dir: Option<PathBuf>,
-    /// The lease holder's pid, appended by the daemon (SANLK_KILLPATH_PID).
-    holder_pid: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum VmAction {
-    Pause,
-    Destroy,
-}
 
 /// What one run did, for the log line and the exit status.
 struct Outcome {
@@ -269,7 +225,12 @@ fn release(cli: &Cli) -> (String, std::result::Result<String, (u8, String)>) {
     let pid = match (&cli.pid, &cli.holder_pid) {
         (Some(p), _) | (None, Some(p)) => match parse_pid(p, "pid") {
             Ok(p) => p,
-            Err(e) => return ("release".into(), Err((EXIT_FAILED, format!("{e:#}")))),
+            Err(e) => {
+                return (
+                    "release".into(),
+                    Err((EXIT_FAILED, errtext::error_line(&e))),
+                )
+            }
         },
         (None, None) => {
             return (
@@ -366,7 +327,10 @@ fn main() -> ExitCode {
             what,
             result: Err((code, why)),
         }) => (code, format!("{what}: FAILED: {why}")),
-        Err(e) => (EXIT_USAGE, format!("bad arguments: {e:#}")),
+        Err(e) => (
+            EXIT_USAGE,
+            format!("bad arguments: {}", errtext::error_line(&e)),
+        ),
     };
     log_line(
         cli.log.as_ref(),

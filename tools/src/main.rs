@@ -3,8 +3,14 @@
 
 mod civil;
 mod client;
+// Only their argument definitions, for `lockd man` (the binaries use the rest).
+#[allow(dead_code)]
+mod ctdb_mutex_cli;
 mod direct;
 mod disk;
+mod errtext;
+#[allow(dead_code)]
+mod killpath_cli;
 mod manpages;
 mod spec;
 mod sys;
@@ -81,9 +87,14 @@ enum Command {
     Shutdown(client::daemon_cmds::ShutdownArgs),
     /// Print a shell completion script (bash, zsh, fish, ...).
     Completions(manpages::CompletionsArgs),
-    /// Generate the man pages: lockd(8) and one per subcommand, lockd-daemon(8), wdmd(8),
-    /// lockd.toml(5).
+    /// Generate the man pages: lockd(8) and one per subcommand, lockd-daemon(8),
+    /// lockd-killpath(8), lockd-ctdb-mutex(8), wdmd(8), lockd.toml(5).
     Man(manpages::ManArgs),
+    /// Print the daemon's in-memory recent log (sanlock's `client log_dump`).
+    LogDump(client::daemon_cmds::LogDumpArgs),
+    /// Print a lockspace's recent delta-lease renewals: timestamp, read_ms, write_ms,
+    /// next_timeouts, next_errors (sanlock's `client renewal`).
+    Renewal(client::daemon_cmds::RenewalArgs),
     /// Print the daemon's metrics (Prometheus text format 0.0.4).
     Metrics(client::metrics::MetricsArgs),
     /// Check this host's setup: PASS/WARN/FAIL with a fix each; exit 0/1/2 by the worst.
@@ -176,12 +187,14 @@ fn main() -> ExitCode {
         Command::Completions(a) => manpages::completions(a, Cli::command()),
         Command::Man(a) => manpages::man(a, Cli::command()),
         Command::Metrics(a) => client::metrics::run(a),
+        Command::LogDump(a) => client::daemon_cmds::log_dump(a),
+        Command::Renewal(a) => client::daemon_cmds::renewal(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line: the chain of causes joined, as operators read it in logs.
-            eprintln!("lockd: error: {e:#}");
+            eprintln!("lockd: error: {}", errtext::error_line(&e));
             ExitCode::FAILURE
         }
     }

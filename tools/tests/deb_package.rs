@@ -1,7 +1,9 @@
 //! The Debian package: `packaging/build-deb.sh` builds it into `$CARGO_TARGET_DIR`;
 //! lintian reports no error and only the tags explained in packaging/README.md;
 //! `packaging/test-deb.sh` installs it with apt (replacing the sanlock daemon package,
-//! keeping libsanlock1 and python3-sanlock), checks the files, runs drop-in mode
+//! keeping libsanlock1 and python3-sanlock), checks the files (the libvirt qemu hook and
+//! libvirt-leases.conf, the man pages of the helpers and of log-dump / renewal included),
+//! runs drop-in mode
 //! (sanlock clients without SANLOCK_RUN_DIR reach lockd at /run/sanlock) and purges it
 //! with nothing left — all inside a private mount namespace over copy-on-write system
 //! directories, so this machine's packages and /run are untouched.
@@ -92,7 +94,8 @@ fn deb_builds_lints_installs_and_purges_cleanly() {
         "reached lockd (version_str=lockd-",
         "removes only sanlock",
         "binaries stripped",
-        "is a conffile",
+        "/etc/lockd/lockd.toml and /etc/lockd/libvirt-leases.conf are conffiles",
+        "libvirt qemu hook and libvirt-leases.conf installed; the hook leaves unlisted domains alone",
         "postinst created the socket group",
         "python3-sanlock still installed",
         "python3-sanlock (SANLOCK_RUN_DIR unset) reached the installed lockd",

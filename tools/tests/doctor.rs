@@ -203,6 +203,25 @@ fn doctor_finds_each_planted_problem() {
     assert_eq!(levels(&v, "wdmd"), ["WARN"]);
     // The daemon locked its memory at start (mlock defaults to true; we are root).
     assert_eq!(levels(&v, "memory"), ["PASS"], "{}", detail(&v, "memory"));
+    // What it reports is what is held in memory, a few MiB and at most the RSS, not
+    // VmLck (which counted every lock-on-fault mapping: "VmLck 863204 kB" for 11 MB).
+    let memory = detail(&v, "memory");
+    let figure = |after: &str| -> f64 {
+        let at = memory
+            .find(after)
+            .unwrap_or_else(|| panic!("no {after:?} in {memory}"));
+        memory[at + after.len()..]
+            .split(" MiB")
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no MiB figure after {after:?} in {memory}"))
+    };
+    let (locked, rss) = (figure("locked in memory "), figure("(of RSS "));
+    println!("memory: locked {locked} MiB of RSS {rss} MiB");
+    assert!(
+        locked > 0.0 && locked <= rss + 0.1 && rss < 256.0,
+        "locked {locked} MiB, RSS {rss} MiB: {memory}"
+    );
     assert_eq!(code, 1, "worst is WARN");
 
     // 2. Socket mode 0666.

@@ -1,7 +1,9 @@
 //! `lockd man --out DIR` and `lockd completions SHELL`: every page renders with groff
 //! (`-ww`, every warning on) and `man -l` without a diagnostic, lockd(8) names every
-//! subcommand of `lockd --help`, lockd.toml(5) every key of packaging/lockd.toml, and the
-//! bash completion passes `bash -n` and completes `lockd add-` to `add-lockspace`.
+//! subcommand of `lockd --help`, lockd.toml(5) every key of packaging/lockd.toml, every
+//! page has ENVIRONMENT, EXIT STATUS and EXAMPLES (issue 21 item 9; lockd-killpath(8) and
+//! lockd-ctdb-mutex(8) included, lockd-elect(8) naming LOCKD_FENCING_TOKEN and exit 75),
+//! and the bash completion passes `bash -n` and completes `lockd add-` to `add-lockspace`.
 
 use std::path::Path;
 use std::process::Command;
@@ -74,7 +76,14 @@ fn man_pages_render_and_cover_every_command() {
         names.len(),
         "lockd man lists each page it writes"
     );
-    for want in ["lockd.8", "lockd-daemon.8", "wdmd.8", "lockd.toml.5"] {
+    for want in [
+        "lockd.8",
+        "lockd-daemon.8",
+        "wdmd.8",
+        "lockd.toml.5",
+        "lockd-killpath.8",
+        "lockd-ctdb-mutex.8",
+    ] {
         assert!(names.iter().any(|n| n == want), "{want} missing: {names:?}");
     }
     let top = subcommands(&[]);
@@ -107,7 +116,39 @@ fn man_pages_render_and_cover_every_command() {
         );
         let text = man_text(&page);
         assert!(text.contains("NAME"), "{n} has no NAME section");
+        // Section headings start a line of man's output.
+        for section in ["ENVIRONMENT", "EXIT STATUS", "EXAMPLES"] {
+            let body = text
+                .split(&format!("\n{section}\n"))
+                .nth(1)
+                .unwrap_or_else(|| panic!("{n} has no {section} section:\n{text}"));
+            let first = body.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            assert!(
+                first.starts_with("       ") && !first.trim().is_empty(),
+                "{n}: {section} is empty"
+            );
+        }
     }
+    // The facts issue 21 found missing.
+    let elect8 = man_text(&dir.path().join("lockd-elect.8"));
+    for fact in ["LOCKD_FENCING_TOKEN", "LOCKD_LEASE", "\n       75 "] {
+        assert!(elect8.contains(fact), "lockd-elect(8) lacks {fact:?}");
+    }
+    let killpath8 = man_text(&dir.path().join("lockd-killpath.8"));
+    for fact in [
+        "--virsh-uri",
+        "--release",
+        "SANLK_KILLPATH_PID",
+        "\n       3 ",
+    ] {
+        assert!(killpath8.contains(fact), "lockd-killpath(8) lacks {fact:?}");
+    }
+    assert!(!killpath8.contains("command-line tool"), "{killpath8}");
+    let ctdb8 = man_text(&dir.path().join("lockd-ctdb-mutex.8"));
+    for fact in ["cluster lock", "--timeout", "LOCKD_RUN_DIR"] {
+        assert!(ctdb8.contains(fact), "lockd-ctdb-mutex(8) lacks {fact:?}");
+    }
+    assert!(!ctdb8.contains("command-line tool"), "{ctdb8}");
 
     // lockd(8) names every subcommand and points at the other pages.
     let lockd8 = man_text(&dir.path().join("lockd.8"));
@@ -117,7 +158,13 @@ fn man_pages_render_and_cover_every_command() {
             "lockd(8) does not list {sub}"
         );
     }
-    for other in ["lockd-daemon(8)", "wdmd(8)", "lockd.toml(5)"] {
+    for other in [
+        "lockd-daemon(8)",
+        "wdmd(8)",
+        "lockd.toml(5)",
+        "lockd-killpath(8)",
+        "lockd-ctdb-mutex(8)",
+    ] {
         assert!(lockd8.contains(other), "lockd(8) does not mention {other}");
     }
     // The daemon's and wdmd's pages carry their options.
@@ -215,4 +262,25 @@ fn completions_bash_zsh_fish() {
     }
     let (ok, _, err) = out(Command::new(LOCKD).args(["completions", "tcsh"]));
     assert!(!ok && err.contains("invalid value"), "unknown shell: {err}");
+}
+
+/// The helpers' `--help` named them "the lockd command-line tool" (the package's
+/// description); each now says what it is.
+#[test]
+fn helpers_describe_themselves() {
+    for (bin, what) in [
+        (env!("CARGO_BIN_EXE_lockd-killpath"), "Killpath helper"),
+        (
+            env!("CARGO_BIN_EXE_lockd-ctdb-mutex"),
+            "CTDB cluster-lock helper",
+        ),
+    ] {
+        let (ok, text, err) = out(Command::new(bin).arg("--help"));
+        assert!(ok, "{bin} --help: {err}");
+        let first = text.lines().next().unwrap_or("");
+        assert!(
+            first.starts_with(what) && !text.contains("command-line tool"),
+            "{bin} --help: {text}"
+        );
+    }
 }

@@ -120,3 +120,67 @@ fn second_host_takes_the_lease_only_after_the_holder_died() {
     drop(a);
     drop(lo);
 }
+
+/// Runs `sanlock client add_lockspace -o 3` against the daemon in `run_dir`, removes the
+/// lockspace 1 s into the join (which waits 2·io_timeout = 6 s), and returns the add's
+/// result code ("add_lockspace_timeout done N") and the removal's output.
+fn add_ended_by_rem(run_dir: &std::path::Path, ls: &str) -> (i32, String) {
+    let client = |args: &[&str]| {
+        let mut c = Command::new("sanlock");
+        c.arg("client")
+            .args(args)
+            .env("SANLOCK_RUN_DIR", run_dir)
+            .env("SANLOCK_PRIVILEGED", "0");
+        c
+    };
+    let add = client(&["add_lockspace", "-s", ls, "-o", "3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sanlock client add_lockspace");
+    std::thread::sleep(Duration::from_secs(1));
+    let rem = client(&["rem_lockspace", "-s", ls]).output().unwrap();
+    let rem_text = String::from_utf8_lossy(&rem.stdout).into_owned();
+    let out = add.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let rv = text
+        .lines()
+        .find_map(|l| l.strip_prefix("add_lockspace_timeout done "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no result in {text:?} {:?}", out.stderr));
+    (rv, rem_text)
+}
+
+/// Issue 21 item 7: an add_lockspace ended by rem_lockspace answered -220 (the code of
+/// the read the removal cut short). sanlock answers SANLK_ERROR (-201) there
+/// (`delta_lease_acquire` sees `external_remove` in its waits); lockd now does too. Both
+/// daemons are run the same way and must answer the same.
+#[test]
+fn add_lockspace_ended_by_rem_lockspace_answers_as_sanlock() {
+    let tmp = scratch_dir();
+    let dir = tmp.path();
+    let sanlock = lockd_system_tests::SanlockDaemon::start("hostS");
+    let lockd = LockdProc::start(LOCKD, dir, "hostL");
+    let mut results = Vec::new();
+    for (who, run_dir) in [
+        ("sanlock", sanlock.run_dir.path()),
+        ("lockd", &lockd.run_dir),
+    ] {
+        let img = sparse_file(dir, &format!("{who}.img"), 4 << 20);
+        let p = img.display().to_string();
+        let (ok, out) = lockd_cli(
+            LOCKD,
+            dir,
+            &["direct", "init", "-s", &format!("ab:0:{p}:0"), "-o", "3"],
+        );
+        assert!(ok, "{out}");
+        let (rv, rem) = add_ended_by_rem(run_dir, &format!("ab:1:{p}:0"));
+        println!("{who}: add_lockspace ended by rem_lockspace: {rv}; rem: {rem:?}");
+        results.push(rv);
+        // The lockspace is gone either way.
+        let (ok, out) = lockd_cli(LOCKD, run_dir, &["gets"]);
+        assert!(ok && !out.contains("ab"), "{who}: {out}");
+    }
+    assert_eq!(results[0], -201, "sanlock's answer");
+    assert_eq!(results[1], results[0], "lockd answers as sanlock");
+}

@@ -231,3 +231,77 @@ fn explain_in_a_mixed_lockspace_uses_each_hosts_io_timeout() {
     );
     println!("{text}");
 }
+
+/// Issue 21 item 7: a lockspace that failed (our delta lease found overwritten) showed
+/// our own host LIVE in `lockd status`. It shows FAIL now, in the table and in --json,
+/// beside the lockspace's FAILED. The lockspace stays listed while its holder, which
+/// ignores SIGTERM, waits for the kill grace.
+#[test]
+fn our_host_is_not_live_in_a_failed_lockspace() {
+    let dir = scratch_dir();
+    let img = sparse_file(dir.path(), "fail.img", 4 << 20);
+    let p = img.display().to_string();
+    run_ok(
+        LOCKD,
+        ["direct", "init", "-s", &format!("fl:0:{p}:0"), "-o", "1"],
+    );
+    run_ok(LOCKD, ["direct", "init", "-r", &format!("fl:r1:{p}:1M")]);
+    let a = LockdProc::start(LOCKD, dir.path(), "hostA");
+    let (ok, out) = lockd_cli(
+        LOCKD,
+        &a.run_dir,
+        &["add-lockspace", "-s", &format!("fl:1:{p}:0"), "-o", "1"],
+    );
+    assert!(ok, "{out}");
+    let mut holder = std::process::Command::new(LOCKD)
+        .args(["acquire", "-r", &format!("fl:r1:{p}:1M"), "--"])
+        .args(["sh", "-c", "trap '' TERM; exec sleep 120"])
+        .env("LOCKD_RUN_DIR", &a.run_dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let v = json(&a.run_dir, &["status", "--json"]);
+        if v["leases"].as_array().is_some_and(|l| !l.is_empty()) {
+            let host = &v["lockspaces"][0]["hosts"][0];
+            assert_eq!(host["state"], "LIVE", "a healthy lockspace: {v}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never held: {v}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // Another host's record over ours: the next renewal finds its lease taken.
+    let mut sector = vec![0u8; 512];
+    sector[..4].copy_from_slice(&0x1212_1212u32.to_le_bytes());
+    lockd_system_tests::poke(&img, 0, &sector);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let v = loop {
+        let v = json(&a.run_dir, &["status", "--json"]);
+        if v["lockspaces"][0]["failed"] == true {
+            break v;
+        }
+        assert!(std::time::Instant::now() < deadline, "never failed: {v}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let ours: Vec<&Value> = v["lockspaces"][0]["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["ours"] == true)
+        .collect();
+    assert_eq!(ours.len(), 1, "{v}");
+    assert_eq!(
+        ours[0]["state"], "FAIL",
+        "our host in a failed lockspace: {v}"
+    );
+    let (ok, text) = lockd_cli(LOCKD, &a.run_dir, &["status"]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("FAILED") && text.contains("1*:FAIL") && !text.contains("1*:LIVE"),
+        "{text}"
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+}

@@ -30,6 +30,11 @@
 //! else /run/lockd. All nodes must have the same `cluster lock` string (ctdbd compares
 //! them), so per-node settings come from the environment (`LOCKD_RUN_DIR`).
 
+#[path = "../ctdb_mutex_cli.rs"]
+mod ctdb_mutex_cli;
+#[path = "../errtext.rs"]
+mod errtext;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,28 +47,11 @@ use anyhow::{anyhow, Context, Result};
 use clap::Parser;
 use client_lib::proto::SANLK_RESTRICT_SIGKILL;
 use client_lib::{AcquireOptions, Client, ClientError, Lease, LeaseError, LeaseSpec, Wait};
+use ctdb_mutex_cli::Args;
 
 const PROG: &str = "lockd-ctdb-mutex";
 /// How often the parent and the stop flag are looked at while holding.
 const POLL: Duration = Duration::from_millis(100);
-
-/// CTDB cluster-lock helper holding a lockd resource lease.
-#[derive(Debug, Parser)]
-#[command(name = PROG, version, about)]
-struct Args {
-    /// The lease: LOCKSPACE:NAME:PATH:OFFSET (formatted with `lockd direct init -r`;
-    /// the lockspace joined by the local daemon).
-    lease: String,
-    /// Daemon run directory holding sanlock.sock (default: $LOCKD_RUN_DIR, else
-    /// $SANLOCK_RUN_DIR, else /run/lockd).
-    #[arg(long = "run-dir")]
-    run_dir: Option<PathBuf>,
-    /// Seconds the acquire may take before answering `2` (timeout); CTDB itself gives
-    /// up after 120 s.
-    #[arg(long = "timeout", default_value_t = 60,
-          value_parser = clap::value_parser!(u64).range(1..=3600))]
-    timeout_s: u64,
-}
 
 /// The byte written to ctdbd.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,7 +158,7 @@ fn main() -> ExitCode {
     match run(&args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("{PROG}: {e:#}");
+            eprintln!("{PROG}: {}", errtext::error_line(&e));
             ExitCode::from(3)
         }
     }

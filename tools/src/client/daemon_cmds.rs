@@ -1,6 +1,6 @@
-//! Daemon-wide commands: status, version, shutdown.
+//! Daemon-wide commands: status, version, shutdown, log-dump, renewal.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
 use client_lib::proto::{
     SANLK_STATE_CLIENT, SANLK_STATE_DAEMON, SANLK_STATE_HOST, SANLK_STATE_LOCKSPACE,
@@ -40,6 +40,67 @@ pub struct ShutdownArgs {
     pub wait: bool,
     #[command(flatten)]
     pub conn: Conn,
+}
+
+#[derive(Debug, Args)]
+pub struct LogDumpArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Debug, Args)]
+pub struct RenewalArgs {
+    /// The lockspace whose renewal history to show.
+    #[arg(short = 's', long = "lockspace", value_name = "NAME")]
+    pub lockspace: String,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+/// `lockd log-dump`: the daemon's in-memory recent log (LOG_DUMP), as sanlock's `client
+/// log_dump` prints it (the text, then a newline).
+pub fn log_dump(a: &LogDumpArgs) -> Result<()> {
+    let text = a.conn.connect()?.log_dump()?;
+    if a.conn.json {
+        print_json(&json!({ "log": String::from_utf8_lossy(&text) }));
+        return Ok(());
+    }
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(&text)?;
+    out.write_all(b"\n")?;
+    Ok(())
+}
+
+/// `lockd renewal -s LS`: the lockspace's recent renewals (RENEWAL), one line each as
+/// sanlock's `client renewal` prints them; --json gives the fields as numbers.
+pub fn renewal(a: &RenewalArgs) -> Result<()> {
+    let name = disk_format::Name::new(&a.lockspace)
+        .with_context(|| format!("lockspace name {:?}", a.lockspace))?;
+    let records = a.conn.connect()?.renewal(name)?;
+    let lines = records
+        .iter()
+        .filter(|r| r.state.kind == SANLK_STATE_RENEWAL)
+        .map(|r| r.text.as_str());
+    if a.conn.json {
+        let rows: Vec<serde_json::Value> = lines
+            .map(|text| {
+                let d = super::timeline::details(text);
+                let mut row = serde_json::Map::new();
+                for (k, v) in d {
+                    let v = v.parse::<i64>().map_or_else(|_| json!(v), |n| json!(n));
+                    row.insert(k.to_string(), v);
+                }
+                serde_json::Value::Object(row)
+            })
+            .collect();
+        print_json(&serde_json::Value::Array(rows));
+        return Ok(());
+    }
+    for text in lines {
+        println!("{text}");
+    }
+    Ok(())
 }
 
 fn kind_name(kind: u32) -> &'static str {

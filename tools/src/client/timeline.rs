@@ -207,9 +207,18 @@ pub fn snapshot(conn: &Conn, wait_hosts: bool) -> Result<Snapshot> {
                 r.state.kind == SANLK_STATE_HOST && u64::from(r.state.data32) == h.host_id
             });
             let d = rec.map(|r| details(&r.text)).unwrap_or_default();
+            let ours = h.host_id == ls.host_id;
+            // GET_HOSTS answers LIVE for our own host whatever our lease's state, as
+            // sanlock does (lvmlockd counts on it); in a failed lockspace our delta lease
+            // is lost, so status shows it as FAIL, as other hosts will soon see it.
+            let state = if ours && ls.space_dead {
+                "FAIL"
+            } else {
+                host_state_name(h.flags)
+            };
             ls.hosts.push(HostInfo {
                 host_id: h.host_id,
-                state: host_state_name(h.flags).to_string(),
+                state: state.to_string(),
                 io_timeout: if h.io_timeout != 0 {
                     u64::from(h.io_timeout)
                 } else {
@@ -219,7 +228,7 @@ pub fn snapshot(conn: &Conn, wait_hosts: bool) -> Result<Snapshot> {
                 timestamp: h.timestamp,
                 last_live_mono: num(&d, "last_live").filter(|v| *v != 0),
                 owner_name: d.get("owner_name").map(|s| s.to_string()),
-                ours: h.host_id == ls.host_id,
+                ours,
             });
         }
     }
