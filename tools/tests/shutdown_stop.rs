@@ -1,0 +1,301 @@
+//! Stopping the daemon (issue 21, items 4 and 8), with the real `lockd` binaries on a
+//! file under /var/tmp:
+//! - `lockd shutdown -f --wait` while a lease is held by a process that ignores SIGTERM:
+//!   the holder is killed, the command returns within seconds, the daemon process is gone
+//!   and its delta lease is released on disk (timestamp 0);
+//! - `lockd shutdown` with lockspaces joined says which ones and what to do;
+//! - `lockd shutdown --wait` returns only once the daemon process has exited.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use disk_format::leader::DELTA_DISK_MAGIC;
+use disk_format::LeaderRecord;
+use lockd_system_tests::{lockd_cli, read_bytes, require_root, scratch_dir, sparse_file};
+
+const LOCKD: &str = env!("CARGO_BIN_EXE_lockd");
+
+/// A `lockd daemon -D -w 0` child; stopped on drop (forced shutdown, then SIGKILL by PID).
+struct Daemon {
+    child: Child,
+    run_dir: PathBuf,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn start(dir: &Path, host_name: &str) -> Daemon {
+        let run_dir = dir.join(format!("run-{host_name}"));
+        let log = dir.join(format!("{host_name}.log"));
+        let logf = std::fs::File::create(&log).expect("create daemon log");
+        let child = Command::new(LOCKD)
+            .args(["daemon", "-D", "-w", "0", "-c", "/dev/null", "-o", "1"])
+            .args(["-e", host_name, "--run-dir"])
+            .arg(&run_dir)
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone().expect("dup log"))
+            .stderr(logf)
+            .spawn()
+            .expect("start lockd daemon");
+        let d = Daemon {
+            child,
+            run_dir,
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(d.run_dir.join("sanlock.sock")).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "daemon socket never appeared; log:\n{}",
+                d.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        d
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether the daemon process has exited (it is reaped here if so).
+    fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    fn cli(&self, args: &[&str]) -> (bool, String) {
+        lockd_cli(LOCKD, &self.run_dir, args)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.exited() {
+            return;
+        }
+        if let Ok(mut c) = client_lib::Client::connect(&self.run_dir) {
+            let _ = c.shutdown(true, false);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.exited() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A child killed (by PID) on drop.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `lockd ARGS` against `run_dir`, failing the test (after killing it by PID) if it
+/// runs longer than `limit`; returns (success, stdout+stderr, how long it ran).
+fn cli_within(run_dir: &Path, args: &[&str], limit: Duration) -> (bool, String, Duration) {
+    let t0 = Instant::now();
+    let child = Command::new(LOCKD)
+        .args(args)
+        .env("LOCKD_RUN_DIR", run_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run lockd");
+    let pid = child.id().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(Ok(out)) => {
+            let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.push_str(&String::from_utf8_lossy(&out.stderr));
+            (out.status.success(), text, t0.elapsed())
+        }
+        Ok(Err(e)) => panic!("`lockd {}`: {e}", args.join(" ")),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+            panic!("`lockd {}` still running after {limit:?}", args.join(" "));
+        }
+    }
+}
+
+/// A lockspace `ls` (io_timeout 1) at offset 0 and resource `r1` at 1 MiB in an 8 MiB file.
+fn lease_file(dir: &Path) -> PathBuf {
+    let img = sparse_file(dir, "img", 8 << 20);
+    let p = img.display().to_string();
+    for args in [
+        vec![
+            "direct".to_string(),
+            "init".into(),
+            "-s".into(),
+            format!("ls:0:{p}:0"),
+            "-o".into(),
+            "1".into(),
+        ],
+        vec![
+            "direct".into(),
+            "init".into(),
+            "-r".into(),
+            format!("ls:r1:{p}:1M"),
+        ],
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (ok, out) = lockd_cli(LOCKD, dir, &args);
+        assert!(ok, "lockd {}: {out}", args.join(" "));
+    }
+    img
+}
+
+/// Host 1's delta lease in `img`.
+fn delta_lease(img: &Path) -> LeaderRecord {
+    LeaderRecord::decode(&read_bytes(img, 0, 512)).expect("decode delta lease")
+}
+
+#[test]
+fn forced_shutdown_with_a_held_lease_kills_the_holder_and_releases_the_delta_lease() {
+    require_root("lockd daemon kills lease holders through its helper");
+    let tmp = scratch_dir();
+    let dir = tmp.path();
+    let img = lease_file(dir);
+    let p = img.display().to_string();
+    let mut d = Daemon::start(dir, "hostA");
+    let (ok, out) = d.cli(&["add-lockspace", "-s", &format!("ls:1:{p}:0"), "-o", "1"]);
+    assert!(ok, "add-lockspace: {out}");
+    let before = delta_lease(&img);
+    assert_eq!(before.magic, DELTA_DISK_MAGIC);
+    assert!(before.timestamp != 0, "joined: our delta lease is held");
+    // The holder ignores SIGTERM (the ignored disposition survives exec).
+    let res = format!("ls:r1:{p}:1M");
+    let mut holder = Killed(
+        Command::new(LOCKD)
+            .args(["acquire", "-r", &res, "--", "sh", "-c"])
+            .arg("trap '' TERM; exec sleep 1000")
+            .env("LOCKD_RUN_DIR", &d.run_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start holder"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (ok, out) = d.cli(&["leader", "-r", &res, "--json"]);
+        if ok && out.contains("\"host_id\": 1") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "holder never got the lease: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (ok, out, took) = cli_within(
+        &d.run_dir,
+        &["shutdown", "-f", "--wait"],
+        Duration::from_secs(30),
+    );
+    assert!(
+        ok,
+        "shutdown -f --wait: {out}\ndaemon log:\n{}",
+        d.log_text()
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "shutdown -f --wait took {took:?}"
+    );
+    assert!(
+        matches!(holder.0.try_wait(), Ok(Some(_))),
+        "the holder outlived the forced shutdown"
+    );
+    assert!(
+        d.exited(),
+        "shutdown --wait returned while the daemon process still runs; log:\n{}",
+        d.log_text()
+    );
+    let after = delta_lease(&img);
+    assert_eq!(after.magic, DELTA_DISK_MAGIC);
+    assert_eq!(
+        after.timestamp, 0,
+        "the delta lease must be released on disk: {after:?}"
+    );
+}
+
+#[test]
+fn shutdown_with_lockspaces_joined_names_them_and_says_what_to_do() {
+    let tmp = scratch_dir();
+    let dir = tmp.path();
+    let img = sparse_file(dir, "img", 8 << 20);
+    let p = img.display().to_string();
+    let mut d = Daemon::start(dir, "hostA");
+    for (name, off) in [("LS1", "0"), ("LS2", "4M")] {
+        let (ok, out) = lockd_cli(
+            LOCKD,
+            dir,
+            &[
+                "direct",
+                "init",
+                "-s",
+                &format!("{name}:0:{p}:{off}"),
+                "-o",
+                "1",
+            ],
+        );
+        assert!(ok, "direct init {name}: {out}");
+        let (ok, out) = d.cli(&[
+            "add-lockspace",
+            "-s",
+            &format!("{name}:1:{p}:{off}"),
+            "-o",
+            "1",
+        ]);
+        assert!(ok, "add-lockspace {name}: {out}");
+    }
+    for args in [&["shutdown"][..], &["shutdown", "--wait"]] {
+        let (ok, out, _) = cli_within(&d.run_dir, args, Duration::from_secs(10));
+        assert!(!ok, "`lockd {}` must fail: {out}", args.join(" "));
+        for want in [
+            "lockspaces still joined: ",
+            "LS1",
+            "LS2",
+            "lockd rem-lockspace",
+            "lockd shutdown -f",
+            "-16",
+        ] {
+            assert!(
+                out.contains(want),
+                "`lockd {}` says {out:?}, without {want:?}",
+                args.join(" ")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!d.exited(), "the daemon must keep running");
+    }
+    let (ok, out) = d.cli(&["gets", "--json"]);
+    assert!(ok && out.contains("LS1") && out.contains("LS2"), "{out}");
+}
+
+#[test]
+fn shutdown_wait_returns_only_after_the_daemon_process_exited() {
+    let tmp = scratch_dir();
+    let dir = tmp.path();
+    for round in 0..3 {
+        let mut d = Daemon::start(dir, &format!("host{round}"));
+        let (ok, out, _) = cli_within(&d.run_dir, &["shutdown", "--wait"], Duration::from_secs(20));
+        assert!(ok, "shutdown --wait: {out}");
+        assert!(out.contains("daemon exited"), "{out}");
+        assert!(
+            d.exited(),
+            "round {round}: `lockd shutdown --wait` returned while the daemon process still \
+             runs; log:\n{}",
+            d.log_text()
+        );
+    }
+}
