@@ -299,3 +299,142 @@ fn shutdown_wait_returns_only_after_the_daemon_process_exited() {
         );
     }
 }
+
+/// What decides a stop in packaging/systemd/lockd.service: ExecStop= (with /usr/sbin/
+/// pointing at the built `lockd`), KillMode= and SendSIGKILL= (systemd's defaults when
+/// absent: control-group, yes).
+struct StopSettings {
+    exec_stop: Vec<String>,
+    kill_mode: String,
+    send_sigkill: bool,
+}
+
+fn unit_stop_settings() -> StopSettings {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/systemd/lockd.service");
+    let text = std::fs::read_to_string(path).expect("read lockd.service");
+    let mut s = StopSettings {
+        exec_stop: Vec::new(),
+        kill_mode: "control-group".into(),
+        send_sigkill: true,
+    };
+    for line in text.lines().map(str::trim) {
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        match key {
+            "ExecStop" => {
+                s.exec_stop = value
+                    .split_whitespace()
+                    .map(|w| w.replace("/usr/sbin/lockd", LOCKD))
+                    .collect()
+            }
+            "KillMode" => s.kill_mode = value.to_string(),
+            "SendSIGKILL" => s.send_sigkill = !matches!(value, "no" | "false" | "0" | "off"),
+            _ => {}
+        }
+    }
+    s
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status();
+}
+
+/// Whether `pid` runs (exists and is not a zombie).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(") ")
+                .map(|(_, rest)| !rest.starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// `systemctl stop lockd` on a host with a lease held, as systemd carries it out with the
+/// unit's own settings: ExecStop, then SIGTERM (to the processes KillMode names), then —
+/// after TimeoutStopSec, compressed here to 2 s — SIGKILL unless SendSIGKILL=no. The
+/// daemon, its helper and the holder must all survive with the lease held (as with
+/// sanlock.service), and a forced shutdown must still work afterwards.
+#[test]
+fn a_systemd_stop_of_a_busy_host_leaves_the_daemon_its_helper_and_the_holder_running() {
+    require_root("lockd daemon kills lease holders through its helper");
+    let unit = unit_stop_settings();
+    assert!(!unit.exec_stop.is_empty(), "lockd.service has an ExecStop=");
+    let tmp = scratch_dir();
+    let dir = tmp.path();
+    let img = lease_file(dir);
+    let p = img.display().to_string();
+    let mut d = Daemon::start(dir, "hostA");
+    let daemon_pid = d.child.id();
+    let helpers = lockd_system_tests::testbed::children_of(daemon_pid);
+    assert_eq!(helpers.len(), 1, "the daemon has one child, its helper");
+    let helper = helpers[0];
+    let (ok, out) = d.cli(&["add-lockspace", "-s", &format!("ls:1:{p}:0"), "-o", "1"]);
+    assert!(ok, "add-lockspace: {out}");
+    let res = format!("ls:r1:{p}:1M");
+    let mut holder = Killed(
+        Command::new(LOCKD)
+            .args(["acquire", "-r", &res, "--", "sleep", "1000"])
+            .env("LOCKD_RUN_DIR", &d.run_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start holder"),
+    );
+    let held = |d: &Daemon| {
+        let (ok, out) = d.cli(&["leader", "-r", &res, "--json"]);
+        ok && out.contains("\"host_id\": 1")
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !held(&d) {
+        assert!(Instant::now() < deadline, "holder never got the lease");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // ExecStop: refused, with the reason in the journal.
+    let (prog, args) = unit.exec_stop.split_first().expect("ExecStop program");
+    let out = Command::new(prog)
+        .args(args)
+        .env("LOCKD_RUN_DIR", &d.run_dir)
+        .output()
+        .expect("run ExecStop");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "ExecStop must fail: {text}");
+    assert!(text.contains("lockspaces still joined: ls"), "{text}");
+    // The signals systemd sends next.
+    let targets = |mode: &str, sigkill: bool| -> Vec<u32> {
+        match (mode, sigkill) {
+            ("none", _) => vec![],
+            ("process", _) | ("mixed", false) => vec![daemon_pid],
+            _ => vec![daemon_pid, helper],
+        }
+    };
+    for pid in targets(&unit.kill_mode, false) {
+        signal(pid, "TERM");
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    if unit.send_sigkill {
+        for pid in targets(&unit.kill_mode, true) {
+            signal(pid, "KILL");
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!d.exited(), "systemd's stop killed the daemon; log:\n{}", d.log_text());
+    assert!(running(helper), "systemd's stop killed the daemon's helper");
+    assert!(
+        matches!(holder.0.try_wait(), Ok(None)),
+        "the holder must keep running"
+    );
+    assert!(held(&d), "the lease must still be held");
+    // The operator's way out still works: the helper kills the holder.
+    let (ok, out, _) = cli_within(
+        &d.run_dir,
+        &["shutdown", "-f", "--wait"],
+        Duration::from_secs(30),
+    );
+    assert!(ok, "shutdown -f --wait: {out}\nlog:\n{}", d.log_text());
+    assert!(matches!(holder.0.try_wait(), Ok(Some(_))), "holder killed");
+    assert!(d.exited());
+}
