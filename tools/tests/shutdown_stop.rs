@@ -310,7 +310,10 @@ struct StopSettings {
 }
 
 fn unit_stop_settings() -> StopSettings {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/systemd/lockd.service");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../packaging/systemd/lockd.service"
+    );
     let text = std::fs::read_to_string(path).expect("read lockd.service");
     let mut s = StopSettings {
         exec_stop: Vec::new(),
@@ -346,10 +349,7 @@ fn signal(pid: u32, sig: &str) {
 fn running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| {
-            s.rsplit_once(") ")
-                .map(|(_, rest)| !rest.starts_with('Z'))
-        })
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
         .unwrap_or(false)
 }
 
@@ -421,7 +421,11 @@ fn a_systemd_stop_of_a_busy_host_leaves_the_daemon_its_helper_and_the_holder_run
         }
     }
     std::thread::sleep(Duration::from_millis(500));
-    assert!(!d.exited(), "systemd's stop killed the daemon; log:\n{}", d.log_text());
+    assert!(
+        !d.exited(),
+        "systemd's stop killed the daemon; log:\n{}",
+        d.log_text()
+    );
     assert!(running(helper), "systemd's stop killed the daemon's helper");
     assert!(
         matches!(holder.0.try_wait(), Ok(None)),
