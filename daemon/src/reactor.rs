@@ -17,8 +17,9 @@
 //! The loop outlives a shutdown request until the last lockspace is gone: a forced
 //! shutdown kills the lease holders, and only this loop sees them go (their connections
 //! close, their pidfds turn readable), which releases their leases and lets the
-//! lockspaces release their delta leases. Commands arriving meanwhile are refused (their
-//! connection is closed).
+//! lockspaces release their delta leases. Commands arriving meanwhile are answered as
+//! usual: closing a connection would end its client, and release the leases of a
+//! holder the shutdown could not kill.
 //!
 //! When `accept` fails (EMFILE), the pending connection keeps the listener readable: the
 //! loop then stops watching the listener until its next tick rather than spin.
@@ -367,7 +368,7 @@ fn run_job(d: &Arc<Daemon>, r: &Reactor, job: Job) {
             mut header,
         } => loop {
             match crate::server::run_command(d, &mut conn, &header) {
-                After::Keep if !d.is_shutting_down() => {}
+                After::Keep => {}
                 _ => break r.close(d, conn),
             }
             // A client that has sent its next request already (pipelined) is served on
@@ -471,9 +472,8 @@ fn stopped(d: &Daemon) -> bool {
 }
 
 /// The loop: runs until shutdown and the last lockspace's end (see [`stopped`]; in
-/// between, new commands are refused by closing their connection, see
-/// `server::run_command`), then stops the pool (running commands finish) and drops the
-/// parked connections.
+/// between, commands are still answered, see `server::run_command`), then stops the pool
+/// (running commands finish) and drops the parked connections.
 pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
     if let Err(e) = listener.set_nonblocking(true).and_then(|()| {
         r.epoll

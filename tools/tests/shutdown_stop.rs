@@ -442,3 +442,114 @@ fn a_systemd_stop_of_a_busy_host_leaves_the_daemon_its_helper_and_the_holder_run
     assert!(matches!(holder.0.try_wait(), Ok(Some(_))), "holder killed");
     assert!(d.exited());
 }
+
+/// During a forced shutdown that cannot kill a holder (it restricted SIGKILL and ignores
+/// SIGTERM), the holder's own requests are still answered, and the daemon never closes
+/// its connection, which would release its lease while it runs. Once the holder is gone,
+/// the shutdown completes.
+#[test]
+fn a_holder_that_survives_a_forced_shutdown_keeps_its_lease_and_is_answered() {
+    require_root("lockd daemon kills lease holders through its helper");
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", "import sanlock"])
+        .output()
+        .expect("run /usr/bin/python3");
+    assert!(
+        out.status.success(),
+        "python3-sanlock is missing: install the Debian package python3-sanlock"
+    );
+    let tmp = scratch_dir();
+    let dir = tmp.path();
+    let img = lease_file(dir);
+    let p = img.display().to_string();
+    let mut d = Daemon::start(dir, "hostA");
+    let (ok, out) = d.cli(&["add-lockspace", "-s", &format!("ls:1:{p}:0"), "-o", "1"]);
+    assert!(ok, "add-lockspace: {out}");
+    // The holder: `lockd acquire --restrict sigkill` execs a python that ignores SIGTERM,
+    // finds its registered connection (its only socket) and, when told, asks INQUIRE on it.
+    let script = "import os, sys, time, sanlock\n\
+                  fds = []\n\
+                  for f in os.listdir('/proc/self/fd'):\n\
+                  \x20   try:\n\
+                  \x20       if os.readlink('/proc/self/fd/' + f).startswith('socket:'):\n\
+                  \x20           fds.append(int(f))\n\
+                  \x20   except OSError:\n\
+                  \x20       pass\n\
+                  print('ready', fds, flush=True)\n\
+                  sys.stdin.readline()\n\
+                  try:\n\
+                  \x20   print('inquire', sanlock.inquire(slkfd=fds[0]), flush=True)\n\
+                  except Exception as e:\n\
+                  \x20   print('inquire-error', e, flush=True)\n\
+                  time.sleep(1000)\n";
+    let res = format!("ls:r1:{p}:1M");
+    let mut holder = Killed(
+        Command::new(LOCKD)
+            .args([
+                "acquire",
+                "--restrict",
+                "sigkill",
+                "-r",
+                &res,
+                "--",
+                "sh",
+                "-c",
+            ])
+            .arg("trap '' TERM; exec /usr/bin/python3 -u -c \"$0\"")
+            .arg(script)
+            .env("LOCKD_RUN_DIR", &d.run_dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start holder"),
+    );
+    let mut lines = std::io::BufReader::new(holder.0.stdout.take().expect("holder stdout"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut lines, &mut line).expect("holder output");
+    assert!(line.starts_with("ready ["), "holder: {line:?}");
+    let lease =
+        || LeaderRecord::decode(&read_bytes(&img, 1 << 20, 512)).expect("decode resource leader");
+    assert!(
+        lease().owner_id == 1 && lease().timestamp != 0,
+        "held by host 1"
+    );
+    let (ok, out) = d.cli(&["shutdown", "-f"]);
+    assert!(ok, "shutdown -f: {out}");
+    // Long enough for the daemon's kill attempts (SIGTERM, ignored) to start.
+    std::thread::sleep(Duration::from_secs(2));
+    std::io::Write::write_all(holder.0.stdin.as_mut().expect("holder stdin"), b"go\n")
+        .expect("tell the holder");
+    line.clear();
+    std::io::BufRead::read_line(&mut lines, &mut line).expect("holder output");
+    assert!(
+        line.starts_with("inquire [") && line.contains("'resource': b'r1'"),
+        "the holder's INQUIRE during the shutdown must be answered: {line:?}\nlog:\n{}",
+        d.log_text()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        matches!(holder.0.try_wait(), Ok(None)),
+        "the holder still runs"
+    );
+    let held = lease();
+    assert!(
+        held.owner_id == 1 && held.timestamp != 0,
+        "the lease of a running holder must stay held: {held:?}"
+    );
+    assert!(!d.exited(), "the shutdown waits for the holder");
+    // The holder goes: the shutdown completes.
+    let _ = holder.0.kill();
+    let _ = holder.0.wait();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !d.exited() {
+        assert!(
+            Instant::now() < deadline,
+            "the daemon did not finish its shutdown after the holder died; log:\n{}",
+            d.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(lease().timestamp, 0, "released once its holder died");
+    assert_eq!(delta_lease(&img).timestamp, 0, "delta lease released");
+}
