@@ -192,7 +192,7 @@ impl Drop for FaultFs {
     }
 }
 
-/// With every I/O of the resource's disk delayed 400 ms, a first acquire stays in flight
+/// With every I/O of the resource's disk delayed 500 ms, a first acquire stays in flight
 /// for seconds; a second one meanwhile gets this daemon's answer. Returns that answer
 /// (the `lockd acquire` output) and whether the first one then got the lease.
 fn acquire_during_an_acquire(run_dir: &Path, dir: &Path, kind: &str) -> (String, bool) {
@@ -215,9 +215,11 @@ fn acquire_during_an_acquire(run_dir: &Path, dir: &Path, kind: &str) -> (String,
         run_dir,
         &["add-lockspace", "-s", &format!("ls:1:{p}:0"), "-o", "1"],
     );
-    fs.set("delay 400");
+    fs.set("delay 500");
     let mut first = holder(run_dir, &res, &["sleep", "30"]);
-    std::thread::sleep(Duration::from_millis(300));
+    // The first acquire does several I/Os of 500 ms each: it is in flight from its start
+    // (well within this pause) for seconds.
+    std::thread::sleep(Duration::from_millis(800));
     let (second_ok, out) = lockd(run_dir, &["acquire", "-r", &res, "--", "true"]);
     assert!(!second_ok, "{kind}: the second acquire must fail: {out}");
     fs.set("pass");
