@@ -88,7 +88,8 @@ pub fn is_busy_code(rv: i32) -> bool {
             | SANLK_ACQUIRE_OWNED_RETRY
             | SANLK_DBLOCK_MBAL
             | SANLK_DBLOCK_LVER
-    ) || rv == -11 // EAGAIN: a local acquire or release of it is in flight
+    ) || rv == -11 // EAGAIN: a local release of it is in flight
+        || rv == -16 // EBUSY: a local acquire of it is in flight
         || rv == -17 // EEXIST: another local client holds it
 }
 
@@ -823,6 +824,7 @@ mod tests {
     fn busy_codes() {
         assert!(is_busy_code(-243));
         assert!(is_busy_code(-11));
+        assert!(is_busy_code(-16));
         assert!(!is_busy_code(-2));
         assert!(!is_busy_code(-28));
     }

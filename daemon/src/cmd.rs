@@ -8,6 +8,7 @@
 //! lockspace is `-ENOSPC`/`-ENOENT`, a lease not held `-ENOENT` or -1, as sanlock.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use client_lib::proto::*;
 use client_lib::request::{read_request, ReleaseWhat, Request};
@@ -303,6 +304,8 @@ fn release_on_disk(d: &Arc<Daemon>, lr: &LocalRes, rename: Option<&Name>) -> i32
         info!("released");
     }
     lock(&d.tables).finish_release(&(lr.ls, lr.name));
+    // Acquires of this lease may be waiting for the release to end.
+    d.released.notify_all();
     rv
 }
 
@@ -436,23 +439,12 @@ pub(crate) fn acquire_one(
 ) -> Result<Token, i32> {
     let shared = r.head.flags & SANLK_RES_SHARED != 0;
     let key = (r.head.lockspace_name, r.head.name);
-    let space = lockspace::joined(d, &r.head.lockspace_name)?;
-    let token = Token {
-        token_id: d
-            .next_token_id
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        ls: r.head.lockspace_name,
-        name: r.head.name,
-        disks: r.disks.clone(),
-        shared,
-        persistent: r.head.flags & SANLK_RES_PERSISTENT != 0,
-        lver: 0,
-        acquired: lockd_diskio::monotime(),
-    };
     // A lease held here already is shared or adopted without disk I/O: a non-root
     // client gets one only if it could open the disk for writing itself
-    // (`crate::access`; the disk acquire below opens it so anyway).
+    // (`crate::access`; the disk acquire below opens it so anyway). A lockspace that is
+    // not joined answers first, as before the check.
     if let Some(caller) = access::current().filter(|c| !c.is_root()) {
+        lockspace::joined(d, &r.head.lockspace_name)?;
         let path = r.disks.first().ok_or(-libc::EINVAL)?.path.to_text();
         access::open_disk_as(
             Some(&caller),
@@ -465,7 +457,19 @@ pub(crate) fn acquire_one(
             e.rv()
         })?;
     }
-    let start = lock(&d.tables).start_acquire(ci, key, shared, cmd_flags, &r.disks)?;
+    let (space, start) = start_acquire_after_release(d, ci, r, cmd_flags)?;
+    let token = Token {
+        token_id: d
+            .next_token_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        ls: r.head.lockspace_name,
+        name: r.head.name,
+        disks: r.disks.clone(),
+        shared,
+        persistent: r.head.flags & SANLK_RES_PERSISTENT != 0,
+        lver: 0,
+        acquired: lockd_diskio::monotime(),
+    };
     if let AcquireStart::Local {
         lver,
         adopted_orphan,
@@ -485,6 +489,49 @@ pub(crate) fn acquire_one(
     let lver = lock(&d.tables).finish_acquire(key, ci, result)?;
     info!(lver, shared, "acquired");
     Ok(Token { lver, ..token })
+}
+
+/// How long an acquire waits for a local release of the same lease to end: a release is
+/// a few sector I/Os, each bounded by the lockspace's io timeout.
+fn release_wait(io_timeout_s: u32) -> Duration {
+    Duration::from_secs(4 * u64::from(io_timeout_s.max(1)))
+}
+
+/// The first step of an acquire ([`crate::tables::Tables::start_acquire`]) in the joined
+/// lockspace it names. A lease being released here (the previous holder just exited,
+/// say) is waited for, up to [`release_wait`], then tried again: back-to-back holders
+/// need no retry loop of their own. Still being released after that: -EAGAIN.
+fn start_acquire_after_release(
+    d: &Arc<Daemon>,
+    ci: u32,
+    r: &wire::Resource,
+    cmd_flags: u32,
+) -> Result<(Arc<lockspace::Space>, AcquireStart), i32> {
+    let shared = r.head.flags & SANLK_RES_SHARED != 0;
+    let key = (r.head.lockspace_name, r.head.name);
+    let mut deadline = None;
+    loop {
+        // Checked again after every wait: the lockspace may have gone meanwhile.
+        let space = lockspace::joined(d, &r.head.lockspace_name)?;
+        let until =
+            *deadline.get_or_insert_with(|| Instant::now() + release_wait(space.io_timeout));
+        let mut tables = lock(&d.tables);
+        match tables.start_acquire(ci, key, shared, cmd_flags, &r.disks) {
+            Err(rv) if rv == -libc::EAGAIN => {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    info!("still being released here after the wait: -EAGAIN");
+                    return Err(rv);
+                }
+                // The release ends with `finish_release` under this lock, then notifies.
+                drop(match d.released.wait_timeout(tables, left) {
+                    Ok((g, _)) => g,
+                    Err(p) => p.into_inner().0,
+                });
+            }
+            other => return other.map(|start| (space, start)),
+        }
+    }
 }
 
 fn release(d: &Arc<Daemon>, target: u32, what: ReleaseWhat) -> i32 {

@@ -14,6 +14,13 @@
 //! error moves it to a worker as [`Job::Closed`], which runs the same release path a
 //! dying client's connection always ran (`cmd::connection_closed`).
 //!
+//! The loop outlives a shutdown request until the last lockspace is gone: a forced
+//! shutdown kills the lease holders, and only this loop sees them go (their connections
+//! close, their pidfds turn readable), which releases their leases and lets the
+//! lockspaces release their delta leases. Commands arriving meanwhile are answered as
+//! usual: closing a connection would end its client, and release the leases of a
+//! holder the shutdown could not kill.
+//!
 //! When `accept` fails (EMFILE), the pending connection keeps the listener readable: the
 //! loop then stops watching the listener until its next tick rather than spin.
 //!
@@ -418,7 +425,7 @@ fn run_job(d: &Arc<Daemon>, r: &Reactor, job: Job) {
             mut header,
         } => loop {
             match crate::server::run_command(d, &mut conn, &header) {
-                After::Keep if !d.is_shutting_down() => {}
+                After::Keep => {}
                 _ => break r.close(d, conn),
             }
             // A client that has sent its next request already (pipelined) is served on
@@ -533,8 +540,17 @@ fn accept_all(
     }
 }
 
-/// The loop: runs until shutdown, then stops the pool (running commands finish) and
-/// drops the parked connections.
+/// Whether the loop is done: shutdown was asked for *and* every lockspace is gone. Until
+/// the last lockspace goes, a forced shutdown still needs the loop: the holders it kills
+/// are seen to exit only through their connections closing and their pidfds turning
+/// readable, and their leases (then the lockspaces' delta leases) are released only then.
+fn stopped(d: &Daemon) -> bool {
+    d.is_shutting_down() && lock(&d.spaces).is_empty()
+}
+
+/// The loop: runs until shutdown and the last lockspace's end (see [`stopped`]; in
+/// between, commands are still answered, see `server::run_command`), then stops the pool
+/// (running commands finish) and drops the parked connections.
 pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
     if let Err(e) = listener.set_nonblocking(true).and_then(|()| {
         r.epoll
@@ -564,7 +580,7 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
     let mut events = vec![EpollEvent::empty(); 64];
     let mut last_sweep = Instant::now();
     let mut listener_paused = false;
-    while !d.is_shutting_down() {
+    while !stopped(&d) {
         let n = match r.epoll.wait(&mut events, EpollTimeout::from(TICK_MS)) {
             Ok(n) => n,
             Err(Errno::EINTR) => 0,
@@ -574,7 +590,7 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
                 break;
             }
         };
-        if d.is_shutting_down() {
+        if stopped(&d) {
             break;
         }
         for ev in &events[..n] {

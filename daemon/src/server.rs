@@ -192,10 +192,13 @@ pub enum After {
 }
 
 /// Runs the one request whose 32-byte header `hb` the reactor read from `conn`.
+///
+/// Commands are answered during a shutdown too, until the last lockspace is gone (the
+/// event loop then stops): closing a connection instead would, for a lease holder that
+/// the shutdown could not kill (SIGKILL restricted), release its lease while it runs.
+/// What a shutdown must refuse, the handlers refuse (ADD_LOCKSPACE: -EAGAIN; acquires
+/// find their lockspace removed: -ENOSPC).
 pub(crate) fn run_command(d: &Arc<Daemon>, conn: &mut Conn, hb: &[u8; HEADER_LEN]) -> After {
-    if d.is_shutting_down() {
-        return After::Close;
-    }
     let Ok(h) = Header::decode(hb) else {
         return After::Close;
     };

@@ -222,8 +222,13 @@ pub struct LocalRes {
     pub shared: bool,
     /// Client slots holding it (several only for shared).
     pub holders: Vec<u32>,
-    /// Being acquired or released on disk: other local requests get -EAGAIN.
+    /// Being acquired, converted or released on disk: other local requests are refused
+    /// (see [`crate::tables::Tables::start_acquire`]).
     pub busy: bool,
+    /// `busy` with a release on disk (the last holder's, or an orphan's). A local acquire
+    /// of it waits for the release to end (bounded), then goes on; if the wait runs out it
+    /// gets -EAGAIN, sanlock's answer for a resource being released. Set only with `busy`.
+    pub releasing: bool,
     /// A persistent lease whose holder exited: held on disk, adoptable with
     /// ACQUIRE_ORPHAN, released with REL_ORPHAN or at lockspace removal.
     pub orphan: bool,
@@ -239,6 +244,9 @@ pub struct Daemon {
     pub log: Arc<LogRing>,
     /// The client and resource tables: their one owner (`crate::tables`).
     pub tables: Mutex<Tables>,
+    /// Notified (after the `tables` lock has recorded it) whenever a release on disk has
+    /// ended: acquires of the same lease wait on it with the `tables` lock.
+    pub released: Condvar,
     pub spaces: Mutex<Vec<Arc<Space>>>,
     /// Lease-loss watch connections (lockd extension); a leaf lock.
     pub watchers: Mutex<Vec<crate::watch::Watcher>>,
@@ -264,6 +272,7 @@ impl Daemon {
             notifier: Notifier::from_env(),
             log,
             tables: Mutex::new(Tables::default()),
+            released: Condvar::new(),
             spaces: Mutex::new(Vec::new()),
             watchers: Mutex::new(Vec::new()),
             shutdown: AtomicBool::new(false),

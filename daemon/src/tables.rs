@@ -18,7 +18,8 @@
 //! - a resource that is neither `busy` (disk I/O in flight) nor an `orphan` has at least
 //!   one holder, and no slot is listed twice as its holder;
 //! - only a shared resource has more than one holder;
-//! - a client holds at most one token per (lockspace, resource).
+//! - a client holds at most one token per (lockspace, resource);
+//! - a resource `releasing` is `busy`.
 
 use std::collections::HashMap;
 
@@ -180,9 +181,12 @@ impl Tables {
     }
 
     /// The first step of acquiring `key` for client `ci`: refused if the client holds it
-    /// already (-EEXIST), if another local request is on its disk I/O (-EAGAIN), if it is
-    /// an orphan and the flags do not adopt it in its mode (-EUCLEAN), if it is held
-    /// exclusive here (-EEXIST), or if only an orphan was wanted (-ENOENT).
+    /// already (-EEXIST), if it is being released on disk (-EAGAIN: the caller may wait
+    /// for the release to end and try again), if another local request is acquiring or
+    /// converting it (-EBUSY), if it is an orphan and the flags do not adopt it in its mode
+    /// (-EUCLEAN), if it is held exclusive here (-EEXIST), or if only an orphan was wanted
+    /// (-ENOENT). As sanlock: -EAGAIN for a resource being released, -EBUSY for one being
+    /// added.
     pub fn start_acquire(
         &mut self,
         ci: u32,
@@ -198,7 +202,11 @@ impl Tables {
         }
         if let Some(lr) = self.resources.get_mut(&key) {
             if lr.busy {
-                return Err(-libc::EAGAIN);
+                return Err(if lr.releasing {
+                    -libc::EAGAIN
+                } else {
+                    -libc::EBUSY
+                });
             }
             if lr.orphan {
                 // Adopt an orphan only when asked to, and only in its mode.
@@ -236,6 +244,7 @@ impl Tables {
                 shared,
                 holders: Vec::new(),
                 busy: true,
+                releasing: false,
                 orphan: false,
                 held: Held::default(),
             },
@@ -296,6 +305,7 @@ impl Tables {
             return ReleaseStart::Orphaned;
         }
         lr.busy = true;
+        lr.releasing = true;
         ReleaseStart::Disk(Box::new(lr.clone()))
     }
 
@@ -315,6 +325,7 @@ impl Tables {
                 && (name.is_empty() || lr.name.same_as(name))
             {
                 lr.busy = true;
+                lr.releasing = true;
                 picked.push(lr.clone());
             }
         }
@@ -419,6 +430,9 @@ impl Tables {
     /// Checks the invariants of the module header; the first one broken, if any.
     pub fn check(&self) -> Result<(), String> {
         for (key, lr) in &self.resources {
+            if lr.releasing && !lr.busy {
+                return Err(format!("{key:?}: releasing, yet not busy"));
+            }
             if !lr.busy && !lr.orphan && lr.holders.is_empty() {
                 return Err(format!(
                     "{key:?}: held by nobody, yet neither busy nor an orphan"
@@ -510,8 +524,10 @@ mod tests {
         let (a, b) = (client(&mut t, 10), client(&mut t, 11));
         let k = key("r1");
         assert_eq!(t.start_acquire(a, k, false, 0, &[]), Ok(AcquireStart::Disk));
-        // While the disk acquire runs, another local request waits its turn.
-        assert_eq!(t.start_acquire(b, k, false, 0, &[]), Err(-libc::EAGAIN));
+        // While the disk acquire runs, another local request is refused: -EBUSY, as
+        // sanlock answers for a resource being added.
+        assert_eq!(t.start_acquire(b, k, false, 0, &[]), Err(-libc::EBUSY));
+        assert_eq!(t.start_acquire(b, k, true, 0, &[]), Err(-libc::EBUSY));
         t.finish_acquire(k, a, Ok(Held::default())).unwrap();
         t.record_tokens(a, vec![token(k, false, false)]).unwrap();
         assert_eq!(t.start_acquire(a, k, false, 0, &[]), Err(-libc::EEXIST));
@@ -520,8 +536,11 @@ mod tests {
         let (taken, missing) = t.take_tokens(a, &[k]).unwrap();
         assert!(!missing);
         let step = t.start_release(a, &taken[0], false);
-        assert!(matches!(step, ReleaseStart::Disk(ref lr) if lr.busy && lr.holders.is_empty()));
+        assert!(
+            matches!(step, ReleaseStart::Disk(ref lr) if lr.busy && lr.releasing && lr.holders.is_empty())
+        );
         t.check().unwrap();
+        // While the release runs: -EAGAIN (the daemon waits for the release, then retries).
         assert_eq!(t.start_acquire(b, k, false, 0, &[]), Err(-libc::EAGAIN));
         t.finish_release(&k);
         assert!(!t.space_in_use(&k.0));
@@ -631,7 +650,8 @@ mod tests {
             .is_empty());
         let one = t.start_orphan_release(&k1.0, &k1.1);
         assert_eq!(one.len(), 1);
-        assert!(t.resources[&k1].busy);
+        assert!(t.resources[&k1].busy && t.resources[&k1].releasing);
+        t.check().unwrap();
         // A busy orphan is not picked twice.
         let rest = t.start_orphan_release(&k1.0, &Name::EMPTY);
         assert_eq!(rest.len(), 1);

@@ -279,7 +279,7 @@ fn local_contention_keeps_mutual_exclusion() {
         "    try:".to_string(),
         format!("        sanlock.acquire(b'ls1', b'res1', [(D, {RES_OFF})], slkfd=fd)"),
         "    except sanlock.SanlockException as e:".to_string(),
-        "        if e.errno in (errno.EEXIST, errno.EAGAIN):".to_string(),
+        "        if e.errno in (errno.EEXIST, errno.EBUSY, errno.EAGAIN):".to_string(),
         "            continue".to_string(),
         "        raise".to_string(),
         "    m = os.open(M, os.O_CREAT | os.O_EXCL | os.O_WRONLY)".to_string(),

@@ -45,8 +45,8 @@ fn exercise(run_dir: &Path, img: &Path, kind: &str) {
     assert!(ok, "{kind} acquire --lvb -- set/get: {out}");
     assert!(out.contains(&format!("hello-{kind}")), "{kind}: {out}");
     // Released on exit: the next holder reads the value from disk. (The release runs
-    // after the holder's connection closes; until it is done both daemons answer
-    // -EAGAIN, so try again as a caller would.)
+    // after the holder's connection closes; until it is done sanlock answers -EAGAIN —
+    // lockd waits for it — so try again as a caller would.)
     let (ok, out) = lockd_until_not_eagain(
         run_dir,
         &[

@@ -1,15 +1,18 @@
 //! Daemon-wide commands: status, version, shutdown, log-dump, renewal.
 
-use anyhow::{Context, Result};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use client_lib::proto::{
     SANLK_STATE_CLIENT, SANLK_STATE_DAEMON, SANLK_STATE_HOST, SANLK_STATE_LOCKSPACE,
     SANLK_STATE_RENEWAL, SANLK_STATE_RESOURCE,
 };
-use client_lib::StateRecord;
+use client_lib::{Client, StateRecord};
 use serde_json::json;
 
 use super::{check_rv, print_json, Conn};
+use crate::sys;
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -35,7 +38,8 @@ pub struct ShutdownArgs {
     /// Shut down even with lockspaces joined (their holders are killed).
     #[arg(short = 'f', long)]
     pub force: bool,
-    /// Wait until the daemon has exited.
+    /// Wait until the daemon process has exited (its lockspaces gone, its delta leases
+    /// released).
     #[arg(short = 'w', long)]
     pub wait: bool,
     #[command(flatten)]
@@ -203,21 +207,105 @@ pub fn version(a: &VersionArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn shutdown(a: &ShutdownArgs) -> Result<()> {
-    let rv = a.conn.connect()?.shutdown(a.force, a.wait)?;
+/// How long `shutdown --wait` waits for the daemon process to go once it has answered
+/// (it exits right after the answer; this bounds a daemon stuck in its last steps).
+const EXIT_WAIT: Duration = Duration::from_secs(60);
+
+/// Names of the lockspaces the daemon has (joined, being added or removed).
+fn lockspace_names(conn: &Conn) -> Result<Vec<String>> {
+    Ok(conn
+        .connect()?
+        .get_lockspaces()?
+        .iter()
+        .map(|ls| ls.name.to_string())
+        .collect())
+}
+
+/// Fails with why a non-forced shutdown is refused (-EBUSY) and what to do instead.
+fn refuse_joined(a: &ShutdownArgs, names: &[String]) -> Result<()> {
+    let rv = -libc::EBUSY;
     if a.conn.json {
-        print_json(&json!({"op": "shutdown", "result": rv}));
+        print_json(&json!({"op": "shutdown", "result": rv, "lockspaces": names}));
     }
-    check_rv("shutdown", rv)?;
-    if !a.conn.json {
-        println!(
-            "{}",
-            if a.wait {
-                "daemon exited"
-            } else {
-                "shutdown requested"
-            }
-        );
+    bail!(
+        "shutdown refused ({rv}): lockspaces still joined: {}; remove them with `lockd \
+         rem-lockspace` or use `lockd shutdown -f` (which kills the processes holding \
+         leases in them)",
+        names.join(", ")
+    )
+}
+
+/// A pidfd for the daemon at the other end of `client`, taken before the shutdown request
+/// so the pid cannot be reused meanwhile; None (with a warning) when the daemon's pid is
+/// not visible here (another pid namespace) or cannot be watched.
+fn daemon_pidfd(client: &Client) -> Option<(u32, std::os::fd::OwnedFd)> {
+    let pid = match sys::peer_pid(client.stream()) {
+        Ok(Some(pid)) => pid,
+        Ok(None) => {
+            eprintln!(
+                "lockd: warning: the daemon's pid is not visible here; --wait returns when \
+                 it answers, which may be just before its process exits"
+            );
+            return None;
+        }
+        Err(e) => {
+            eprintln!("lockd: warning: cannot read the daemon's pid ({e}); --wait returns when it answers");
+            return None;
+        }
+    };
+    match sys::pidfd_open(pid) {
+        Ok(fd) => Some((pid, fd)),
+        Err(e) => {
+            eprintln!(
+                "lockd: warning: cannot watch daemon pid {pid} ({e}); --wait returns when \
+                 it answers"
+            );
+            None
+        }
+    }
+}
+
+pub fn shutdown(a: &ShutdownArgs) -> Result<()> {
+    // A non-forced shutdown is refused (silently, without --wait) while lockspaces exist:
+    // say which, and what to do.
+    if !a.force {
+        let names = lockspace_names(&a.conn)?;
+        if !names.is_empty() {
+            return refuse_joined(a, &names);
+        }
+    }
+    let mut client = a.conn.connect()?;
+    let watch = if a.wait { daemon_pidfd(&client) } else { None };
+    let rv = client.shutdown(a.force, a.wait)?;
+    if rv == -libc::EBUSY && !a.force {
+        // A lockspace was joined after the check above.
+        let names = lockspace_names(&a.conn).unwrap_or_default();
+        if !names.is_empty() {
+            return refuse_joined(a, &names);
+        }
+    }
+    if rv < 0 {
+        if a.conn.json {
+            print_json(&json!({"op": "shutdown", "result": rv}));
+        }
+        check_rv("shutdown", rv)?;
+    }
+    // SHUTDOWN_WAIT answers once the lockspaces are gone, just before the process exits:
+    // --wait returns only when the process is gone.
+    if let Some((pid, fd)) = &watch {
+        if !sys::wait_pidfd(fd, EXIT_WAIT)? {
+            bail!(
+                "shutdown: the daemon (pid {pid}) answered but has not exited within {} s",
+                EXIT_WAIT.as_secs()
+            );
+        }
+    }
+    if a.conn.json {
+        print_json(&json!({"op": "shutdown", "result": rv, "exited": a.wait}));
+    } else if a.wait {
+        println!("daemon exited");
+    } else {
+        println!("shutdown requested");
     }
     Ok(())
 }

@@ -5,19 +5,26 @@
 //! on that registration, then execs COMMAND in the same process: the registered pid *is*
 //! the command, so the daemon's kill escalation reaches it, and the leases are released
 //! when it exits (its registered connection closes).
+//!
+//! `--timeout S` retries an acquire refused because someone else holds (or is taking)
+//! the lease, until S seconds have passed; the error then names the holder as `lockd
+//! leader` sees it. An acquire that meets a local release of the lease needs no retry:
+//! the daemon waits for the release to end.
 
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use client_lib::lease::{is_busy_code, LeaseSpec};
 use client_lib::proto::{
     SANLK_ACQUIRE_LVB, SANLK_ACQUIRE_OWNER_NOWAIT, SANLK_KILLPATH_PID, SANLK_REL_ALL,
     SANLK_RESTRICT_SIGKILL, SANLK_RESTRICT_SIGTERM, SANLK_RES_SHARED, SM_CMD_CONVERT,
     SM_CMD_KILLPATH, SM_CMD_RESTRICT,
 };
-use client_lib::ResourceHead;
+use client_lib::{describe_rv, Resource, ResourceHead};
 use disk_format::Name;
 use serde_json::json;
 
@@ -41,6 +48,11 @@ pub struct AcquireArgs {
     /// liveness is not yet known.
     #[arg(long)]
     pub nowait: bool,
+    /// While the lease is held elsewhere (another host, or another process here), try
+    /// again until S seconds have passed; then fail naming the holder ("held by host 1
+    /// (hostA), live"). Without it a held lease fails at once.
+    #[arg(long = "timeout", value_name = "S")]
+    pub timeout: Option<u64>,
     /// Read the lease value block at acquire and write it back at release
     /// (`SANLK_ACQUIRE_LVB`); read and set it with `lockd lvb`.
     #[arg(long)]
@@ -135,10 +147,11 @@ pub fn acquire(a: &AcquireArgs) -> Result<()> {
         .collect();
     if let Some(pid) = a.for_pid {
         let killpath = a.killpath.as_deref().map(|p| (p, a.killpath_args.as_str()));
-        let rv = a
-            .conn
-            .connect()?
-            .acquire_for_pid(pid, flags, &resources, killpath)?;
+        let rv = retry_while_held(a, &resources, || {
+            Ok(a.conn
+                .connect()?
+                .acquire_for_pid(pid, flags, &resources, killpath)?)
+        })?;
         if a.conn.json {
             print_json(&json!({"op": "acquire", "for_pid": pid, "resources": names, "result": rv}));
         }
@@ -161,10 +174,10 @@ pub fn acquire(a: &AcquireArgs) -> Result<()> {
         return Ok(());
     }
     if let Some(pid) = a.pid {
-        let rv = a
-            .conn
-            .connect()?
-            .acquire(pid, flags, &resources, owner_name(a)?)?;
+        let owner = owner_name(a)?;
+        let rv = retry_while_held(a, &resources, || {
+            Ok(a.conn.connect()?.acquire(pid, flags, &resources, owner)?)
+        })?;
         if a.conn.json {
             print_json(&json!({"op": "acquire", "pid": pid, "resources": names, "result": rv}));
         }
@@ -191,7 +204,10 @@ pub fn acquire(a: &AcquireArgs) -> Result<()> {
         let (h, _) = client.call(SM_CMD_KILLPATH, SANLK_KILLPATH_PID, 0, u32::MAX, &payload)?;
         check_rv("killpath", h.result())?;
     }
-    let rv = client.acquire(-1, flags, &resources, owner_name(a)?)?;
+    let owner = owner_name(a)?;
+    let rv = retry_while_held(a, &resources, || {
+        Ok(client.acquire(-1, flags, &resources, owner)?)
+    })?;
     check_rv(&format!("acquire {}", names.join(" ")), rv)?;
     if let Some(which) = &a.restrict {
         let flag = if which == "sigkill" {
@@ -214,6 +230,88 @@ pub fn acquire(a: &AcquireArgs) -> Result<()> {
     sys::clear_cloexec(client.stream().as_raw_fd())?;
     let err = Command::new(program).args(args).exec();
     bail!("cannot run {program}: {err}")
+}
+
+/// Runs `attempt` (one ACQUIRE) and, with `--timeout S`, runs it again while the answer
+/// says the lease is held or being taken by someone else ([`is_busy_code`]), until S
+/// seconds have passed; then fails naming the holder of each lease. Returns the last
+/// result otherwise (0, or a code that no wait can change).
+fn retry_while_held(
+    a: &AcquireArgs,
+    resources: &[Resource],
+    mut attempt: impl FnMut() -> Result<i32>,
+) -> Result<i32> {
+    let Some(secs) = a.timeout else {
+        return attempt();
+    };
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut pause = Duration::from_millis(100);
+    loop {
+        let rv = attempt()?;
+        if rv >= 0 || !is_busy_code(rv) {
+            return Ok(rv);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            bail!(
+                "acquire {}: not acquired within {secs} s: {} ({} {rv})",
+                resources
+                    .iter()
+                    .map(|r| format!("{}:{}", r.head.lockspace_name, r.head.name))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                holders(&a.conn, resources),
+                describe_rv(rv)
+            );
+        }
+        std::thread::sleep(pause.min(left));
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// Who holds each of `resources` now, as `lockd leader` tells it: "held by host 1
+/// (hostA), live" for one lease, each prefixed with its name for several.
+fn holders(conn: &Conn, resources: &[Resource]) -> String {
+    let run_dir = conn.run_dir();
+    let one = resources.len() == 1;
+    resources
+        .iter()
+        .map(|r| {
+            let name = format!("{}:{}", r.head.lockspace_name, r.head.name);
+            let Some(disk) = r.disks.first() else {
+                return format!("{name}: no disk");
+            };
+            let spec = LeaseSpec {
+                lockspace: r.head.lockspace_name,
+                name: r.head.name,
+                path: disk.path.to_text(),
+                offset: disk.offset,
+            };
+            let what = match client_lib::lease::leader(&run_dir, &spec) {
+                Ok(info) if info.host_id == 0 => "held by no host now".to_string(),
+                Ok(info) => {
+                    let host = info.host_name.to_text();
+                    format!(
+                        "held by host {} ({}), {}",
+                        info.host_id,
+                        if host.is_empty() {
+                            "name unknown"
+                        } else {
+                            &host
+                        },
+                        info.state_name()
+                    )
+                }
+                Err(e) => format!("holder unknown ({e})"),
+            };
+            if one {
+                what
+            } else {
+                format!("{name} {what}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 pub fn release(a: &ReleaseArgs) -> Result<()> {

@@ -1,0 +1,322 @@
+//! Acquires that meet another acquire or release of the same lease (issue 21, item 6),
+//! with the real `lockd` binaries on files under /var/tmp:
+//! - back-to-back holders (`lockd acquire -r RES -- true`, twenty times) all succeed: an
+//!   acquire that finds the previous holder's release still running waits for it;
+//! - an acquire while another local acquire of the lease is in flight gets -EBUSY, as
+//!   from a real sanlock 3.8 daemon (the first acquire is kept in flight by delaying the
+//!   resource's I/O with the project's FUSE fault injector);
+//! - `lockd acquire --timeout S` waits for a holder on another host to release, and when
+//!   the time runs out names it: "held by host 1 (hostA), live".
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lockd_system_tests::{
+    lockd_cli, require_command, require_root, scratch_dir, sparse_file, LockdProc, SanlockDaemon,
+};
+
+const LOCKD: &str = env!("CARGO_BIN_EXE_lockd");
+
+/// A child killed (by PID) on drop.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn lockd(run_dir: &Path, args: &[&str]) -> (bool, String) {
+    lockd_cli(LOCKD, run_dir, args)
+}
+
+fn ok(run_dir: &Path, args: &[&str]) -> String {
+    let (ok, out) = lockd(run_dir, args);
+    assert!(ok, "lockd {}: {out}", args.join(" "));
+    out
+}
+
+/// `lockd acquire -r RES -- COMMAND…` in the background against `run_dir`.
+fn holder(run_dir: &Path, res: &str, command: &[&str]) -> Killed {
+    Killed(
+        Command::new(LOCKD)
+            .args(["acquire", "-r", res, "--"])
+            .args(command)
+            .env("LOCKD_RUN_DIR", run_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start holder"),
+    )
+}
+
+/// Waits until `lockd leader` (through the daemon in `run_dir`) names host `host_id`.
+fn wait_leader(run_dir: &Path, res: &str, host_id: u64) {
+    let want = format!("\"host_id\": {host_id}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (ok, out) = lockd(run_dir, &["leader", "-r", res, "--json"]);
+        if ok && out.contains(&want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "lease never held by host {host_id}: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Formats lockspace `ls` (io_timeout 1) at 0 and `r1` at 1 MiB in an 8 MiB file.
+fn lease_file(dir: &Path) -> PathBuf {
+    let img = sparse_file(dir, "img", 8 << 20);
+    let p = img.display().to_string();
+    ok(
+        dir,
+        &["direct", "init", "-s", &format!("ls:0:{p}:0"), "-o", "1"],
+    );
+    ok(dir, &["direct", "init", "-r", &format!("ls:r1:{p}:1M")]);
+    img
+}
+
+#[test]
+fn twenty_back_to_back_holders_all_get_the_lease() {
+    let tmp = scratch_dir();
+    let dir = tmp.path();
+    let img = lease_file(dir);
+    let p = img.display().to_string();
+    let d = LockdProc::start(LOCKD, dir, "hostA");
+    ok(
+        &d.run_dir,
+        &["add-lockspace", "-s", &format!("ls:1:{p}:0"), "-o", "1"],
+    );
+    let res = format!("ls:r1:{p}:1M");
+    let failures: Vec<String> = (0..20)
+        .filter_map(|i| {
+            let (ok, out) = lockd(&d.run_dir, &["acquire", "-r", &res, "--", "true"]);
+            (!ok).then(|| format!("try {i}: {out}"))
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of 20 back-to-back acquires failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// The project's FUSE fault injector (`lockd-faultfs`, tests crate) over `backing`,
+/// unmounted on drop; built on demand.
+struct FaultFs {
+    child: Child,
+    mount: PathBuf,
+    control: PathBuf,
+}
+
+impl FaultFs {
+    fn start(dir: &Path, backing: &Path) -> FaultFs {
+        require_command("fusermount", "fuse3");
+        assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
+        let bin = Path::new(LOCKD).with_file_name("lockd-faultfs");
+        if !bin.exists() {
+            let st = Command::new(env!("CARGO"))
+                .args([
+                    "build",
+                    "-p",
+                    "lockd-system-tests",
+                    "--bin",
+                    "lockd-faultfs",
+                ])
+                .status()
+                .expect("run cargo to build lockd-faultfs");
+            assert!(st.success(), "building lockd-faultfs failed");
+        }
+        let mount = dir.join("view");
+        let control = dir.join("faultfs.sock");
+        std::fs::create_dir_all(&mount).expect("mount point");
+        let child = Command::new(&bin)
+            .arg("--backing")
+            .arg(backing)
+            .arg("--mount")
+            .arg(&mount)
+            .arg("--control")
+            .arg(&control)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start lockd-faultfs");
+        let f = FaultFs {
+            child,
+            mount,
+            control,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(f.disk().exists() && UnixStream::connect(&f.control).is_ok()) {
+            assert!(Instant::now() < deadline, "faultfs view never appeared");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        f
+    }
+
+    fn disk(&self) -> PathBuf {
+        self.mount.join("disk.img")
+    }
+
+    fn set(&self, mode: &str) {
+        let mut c = UnixStream::connect(&self.control).expect("faultfs control");
+        writeln!(c, "{mode}").expect("faultfs command");
+        let mut line = String::new();
+        BufReader::new(c)
+            .read_line(&mut line)
+            .expect("faultfs answer");
+        assert!(line.starts_with("ok"), "faultfs {mode}: {line}");
+    }
+}
+
+impl Drop for FaultFs {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount")
+            .arg("-u")
+            .arg(&self.mount)
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = Command::new("fusermount")
+            .args(["-u", "-z"])
+            .arg(&self.mount)
+            .status();
+    }
+}
+
+/// With every I/O of the resource's disk delayed 500 ms, a first acquire stays in flight
+/// for seconds; a second one meanwhile gets this daemon's answer. Returns that answer
+/// (the `lockd acquire` output) and whether the first one then got the lease.
+fn acquire_during_an_acquire(run_dir: &Path, dir: &Path, kind: &str) -> (String, bool) {
+    let img = lease_file(dir);
+    let p = img.display().to_string();
+    // The resource on its own image, seen through the fault injector.
+    let backing = sparse_file(dir, "res.img", 2 << 20);
+    ok(
+        dir,
+        &[
+            "direct",
+            "init",
+            "-r",
+            &format!("ls:r1:{}:0", backing.display()),
+        ],
+    );
+    let fs = FaultFs::start(dir, &backing);
+    let res = format!("ls:r1:{}:0", fs.disk().display());
+    ok(
+        run_dir,
+        &["add-lockspace", "-s", &format!("ls:1:{p}:0"), "-o", "1"],
+    );
+    fs.set("delay 500");
+    let mut first = holder(run_dir, &res, &["sleep", "30"]);
+    // The first acquire does several I/Os of 500 ms each: it is in flight from its start
+    // (well within this pause) for seconds.
+    std::thread::sleep(Duration::from_millis(800));
+    let (second_ok, out) = lockd(run_dir, &["acquire", "-r", &res, "--", "true"]);
+    assert!(!second_ok, "{kind}: the second acquire must fail: {out}");
+    fs.set("pass");
+    // The first acquire goes on to hold the lease: it is still running after a while.
+    std::thread::sleep(Duration::from_secs(4));
+    let first_holds = matches!(first.0.try_wait(), Ok(None));
+    drop(first);
+    // Leave the lockspace before the fault injector goes.
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = lockd(run_dir, &["rem-lockspace", "-s", &format!("ls:1:{p}:0")]);
+    (out, first_holds)
+}
+
+#[test]
+fn an_acquire_racing_an_in_flight_acquire_gets_ebusy_as_from_sanlock() {
+    require_root("FUSE mounts and the sanlock daemon");
+    let tmp = scratch_dir();
+    let lockd_dir = tmp.path().join("lockd");
+    let sanlock_dir = tmp.path().join("sanlock");
+    std::fs::create_dir_all(&lockd_dir).expect("dir");
+    std::fs::create_dir_all(&sanlock_dir).expect("dir");
+    let (lockd_out, lockd_first) = {
+        let d = LockdProc::start(LOCKD, &lockd_dir, "hostA");
+        acquire_during_an_acquire(&d.run_dir, &lockd_dir, "lockd")
+    };
+    let (sanlock_out, sanlock_first) = {
+        let d = SanlockDaemon::start("hostA");
+        acquire_during_an_acquire(d.run_dir.path(), &sanlock_dir, "sanlock")
+    };
+    assert!(
+        sanlock_out.contains("(-16)"),
+        "sanlock 3.8 answers -EBUSY: {sanlock_out}"
+    );
+    assert!(
+        lockd_out.contains("(-16)"),
+        "lockd must answer -EBUSY as sanlock does: {lockd_out}"
+    );
+    assert!(sanlock_first, "sanlock: the first acquire got the lease");
+    assert!(lockd_first, "lockd: the first acquire got the lease");
+}
+
+/// Two lockd hosts on one file: (tmp, A, B, resource spec), host A joined as 1, B as 2.
+fn two_hosts() -> (lockd_system_tests::TempDir, LockdProc, LockdProc, String) {
+    let tmp = scratch_dir();
+    let dir = tmp.path();
+    let img = lease_file(dir);
+    let p = img.display().to_string();
+    let a = LockdProc::start(LOCKD, dir, "hostA");
+    let b = LockdProc::start(LOCKD, dir, "hostB");
+    for (d, id) in [(&a, 1), (&b, 2)] {
+        ok(
+            &d.run_dir,
+            &["add-lockspace", "-s", &format!("ls:{id}:{p}:0"), "-o", "1"],
+        );
+    }
+    (tmp, a, b, format!("ls:r1:{p}:1M"))
+}
+
+#[test]
+fn acquire_timeout_waits_for_the_holder_on_another_host_to_release() {
+    let (_tmp, a, b, res) = two_hosts();
+    let _h = holder(&a.run_dir, &res, &["sleep", "3"]);
+    wait_leader(&a.run_dir, &res, 1);
+    // Without --timeout: refused at once.
+    let (ok_now, out) = lockd(&b.run_dir, &["acquire", "-r", &res, "--", "true"]);
+    assert!(!ok_now, "held by host A: {out}");
+    let t0 = Instant::now();
+    let (got, out) = lockd(
+        &b.run_dir,
+        &["acquire", "--timeout", "30", "-r", &res, "--", "true"],
+    );
+    assert!(got, "--timeout 30 must wait out the 3 s holder: {out}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(25),
+        "took {:?}",
+        t0.elapsed()
+    );
+}
+
+#[test]
+fn acquire_timeout_names_the_holder_when_it_runs_out() {
+    let (_tmp, a, b, res) = two_hosts();
+    let _h = holder(&a.run_dir, &res, &["sleep", "1000"]);
+    wait_leader(&a.run_dir, &res, 1);
+    let t0 = Instant::now();
+    let (got, out) = lockd(
+        &b.run_dir,
+        &["acquire", "--timeout", "3", "-r", &res, "--", "true"],
+    );
+    let took = t0.elapsed();
+    assert!(!got, "held all along: {out}");
+    assert!(
+        out.contains("not acquired within 3 s: held by host 1 (hostA), live"),
+        "the error must name the holder: {out}"
+    );
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(15),
+        "took {took:?}"
+    );
+}
