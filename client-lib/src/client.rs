@@ -40,6 +40,9 @@ pub struct StateRecord {
     pub resource: Option<Resource>,
 }
 
+/// How long [`Client::shutdown`] without wait listens for a refusal.
+const SHUTDOWN_REFUSAL_WAIT: Duration = Duration::from_millis(500);
+
 /// A connection to the daemon.
 #[derive(Debug)]
 pub struct Client {
@@ -639,6 +642,26 @@ impl Client {
             return Ok(h.result());
         }
         self.send(SM_CMD_SHUTDOWN, 0, u32::from(force), 0, &[])?;
-        Ok(0)
+        // sanlock sends no reply to SHUTDOWN; lockd answers a refusal (-EPERM for a
+        // non-root client, see the daemon's uid rules) and closes. Wait briefly for one so
+        // a refusal is not reported as a request: silence or a close means accepted.
+        self.set_read_timeout(Some(SHUTDOWN_REFUSAL_WAIT))?;
+        let answer = self.recv_header();
+        self.set_read_timeout(None)?;
+        match answer {
+            Ok(h) => Ok(h.result()),
+            Err(ClientError::Closed) => Ok(0),
+            Err(ClientError::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                Ok(0)
+            }
+            Err(e) => Err(e),
+        }
     }
 }

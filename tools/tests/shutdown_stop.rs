@@ -300,6 +300,51 @@ fn shutdown_wait_returns_only_after_the_daemon_process_exited() {
     }
 }
 
+/// A non-root member of the socket's group may not shut the daemon down (issue 21
+/// item 3): `lockd shutdown -f` without `--wait` must report the daemon's refusal
+/// (sanlock's protocol has no reply to SHUTDOWN; lockd answers a refusal) instead of
+/// "shutdown requested", and the daemon keeps running.
+#[test]
+fn a_non_root_shutdown_reports_the_refusal() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = scratch_dir();
+    let dir = tmp.path();
+    let gid = lockd_daemon::config::group_to_gid("sanlock").expect(
+        "group `sanlock` is missing: install the Debian package `sanlock`, which creates it",
+    );
+    let mut d = Daemon::start(dir, "hostA");
+    for p in [dir, d.run_dir.as_path()] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534"])
+        .arg(format!("--groups={gid}"))
+        .args([LOCKD, "shutdown", "-f", "--run-dir"])
+        .arg(&d.run_dir)
+        .output()
+        .expect("run setpriv lockd shutdown");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success(),
+        "the member's shutdown succeeded: {text}"
+    );
+    assert!(!text.contains("shutdown requested"), "{text}");
+    assert!(
+        text.contains("-1"),
+        "the refusal's code (-EPERM) is missing: {text}"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        !d.exited(),
+        "the member stopped the daemon; log:\n{}",
+        d.log_text()
+    );
+}
+
 /// What decides a stop in packaging/systemd/lockd.service: ExecStop= (with /usr/sbin/
 /// pointing at the built `lockd`), KillMode= and SendSIGKILL= (systemd's defaults when
 /// absent: control-group, yes).
