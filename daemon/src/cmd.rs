@@ -540,7 +540,22 @@ fn release(d: &Arc<Daemon>, target: u32, what: ReleaseWhat) -> i32 {
             let tokens = lock(&d.tables).take_all_tokens(target);
             return release_tokens(d, target, tokens);
         }
-        ReleaseWhat::Orphans(r) => return release_orphans(d, &r.lockspace_name, &r.name),
+        ReleaseWhat::Orphans(r) => {
+            // Orphans have no client left to own them: releasing them is for whoever may
+            // manage their lockspace (the uid rules of `crate::access`).
+            let refused = access::current().is_some_and(|caller| {
+                d.find_space(&r.lockspace_name)
+                    .is_some_and(|s| !access::may_manage_space(d, &caller, &s, false))
+            });
+            if refused {
+                warn!(
+                    ls = %r.lockspace_name,
+                    "release of orphans refused: not allowed for this uid (client_privileges = \"uid\")"
+                );
+                return -libc::EPERM;
+            }
+            return release_orphans(d, &r.lockspace_name, &r.name);
+        }
         ReleaseWhat::Rename { old, new } => return release_renamed(d, target, &old, &new),
         ReleaseWhat::Named(heads) => heads,
     };

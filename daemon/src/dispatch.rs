@@ -19,7 +19,8 @@
 //! - every command runs as its sender (`crate::access`): storage opens are made with the
 //!   sender's rights, and with `client_privileges = "uid"` a non-root sender gets -EPERM
 //!   for SHUTDOWN, for REQUEST/EXAMINE of leases another uid's process holds here, and
-//!   for REM_LOCKSPACE/SET_CONFIG/SET_EVENT of a lockspace another uid added.
+//!   for REM_LOCKSPACE/SET_CONFIG/SET_EVENT of a lockspace another uid added (and, in
+//!   `cmd`, for RELEASE of its orphans).
 
 use std::sync::Arc;
 

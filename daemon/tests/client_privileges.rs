@@ -408,6 +408,24 @@ fn a_member_cannot_kill_roots_holders_remove_roots_lockspace_or_stop_the_daemon(
         ex_text.contains("examine done -1"),
         "examine as the member (-EPERM is -1): {ex_text}"
     );
+    // RELEASE with SANLK_REL_ORPHAN (root's orphans) in root's lockspace, on the member's
+    // registered connection, as raw protocol (python3-sanlock 3.8 has no call for it):
+    // header, then a resource head.
+    let orphans = member_python(
+        &d,
+        "import socket, struct, os\n\
+         import sanlock\n\
+         s = socket.socket(fileno=sanlock.register())\n\
+         res = b'ls1'.ljust(48, b'\\0') + bytes(48) + bytes(32)\n\
+         s.sendall(struct.pack('<8I', 0x04282010, 1, 8, 0x4, 32 + len(res), 0, 1, 0xFFFFFFFF) + res)\n\
+         h = s.recv(32)\n\
+         print('orphans', struct.unpack('<8i', h)[6])\n",
+    );
+    assert_eq!(
+        result_of(&orphans, "orphans"),
+        "-1",
+        "release of root's orphans as the member: {orphans}"
+    );
     // SET_CONFIG on root's lockspace.
     let sc = member_sanlock_client(&d, &["set_config", "-s", "ls1", "-u", "1"]);
     let sc_text = format!("{}{}", stdout(&sc), String::from_utf8_lossy(&sc.stderr));
