@@ -70,7 +70,8 @@ class FileLock:
 
 
 def emit(event, **kw):
-    print(json.dumps({"event": event, "t": time.monotonic(), "pid": os.getpid(), **kw}),
+    print(json.dumps({"event": event, "t": time.monotonic(), "wall_ns": time.time_ns(),
+                      "pid": os.getpid(), **kw}),
           flush=True)
 
 

@@ -7,7 +7,7 @@ accepted. Stops writing the moment the loss notice arrives.
 
 The spindle/etcd pattern: one writer at a time, and a deposed writer that has not
 noticed yet is fenced by the store. Events go to stdout as JSON lines: elected, write
-(every 10th), rejected, lost, stopped, sigterm.
+(every 10th), rejected, lost, stopped, campaign-again, sigterm, exit.
 """
 
 import argparse
@@ -23,7 +23,8 @@ import lockd
 
 
 def emit(event, **kw):
-    print(json.dumps({"event": event, "t": time.monotonic(), "pid": os.getpid(), **kw}),
+    print(json.dumps({"event": event, "t": time.monotonic(), "wall_ns": time.time_ns(),
+                      "pid": os.getpid(), **kw}),
           flush=True)
 
 
@@ -78,7 +79,13 @@ def main():
             time.sleep(args.interval)
         emit("stopped", token=leadership.token, reason=leadership.loss.reason, writes=n)
 
-    election.run(lead, stop=stop, on_lost=lambda n: emit("campaign-again", after=n.reason))
+    try:
+        election.run(lead, stop=stop,
+                     on_lost=lambda n: emit("campaign-again", after=n.reason))
+    except lockd.LockdError as e:
+        # E.g. the lockspace failed after a storage stall: a supervisor restarts us.
+        emit("exit", code=e.code, error=str(e))
+        return 75
     return 0
 
 

@@ -29,7 +29,8 @@ from fenced_file import fenced_append  # noqa: E402
 
 
 def emit(event, **kw):
-    print(json.dumps({"event": event, "t": time.monotonic(), "pid": os.getpid(), **kw}),
+    print(json.dumps({"event": event, "t": time.monotonic(), "wall_ns": time.time_ns(),
+                      "pid": os.getpid(), **kw}),
           flush=True)
 
 

@@ -312,25 +312,32 @@ class Cluster:
     RESOURCES = {"op-1": 1, "op-2": 2, "op-3": 3, "op-4": 4, "leader": 8, "shared": 9,
                  "aio": 10, "observe": 11}
 
-    def __init__(self, tag):
+    def __init__(self, tag, file_backed=False):
+        """``file_backed``: the lockspace lives in a regular file both hosts open
+        directly (no loop device, no FUSE view)."""
         self.scratch = Scratch(tag)
         self.undo = []
+        self.fault = None
         try:
             img = self.scratch.file("disk.img", 64)
-            self.loop = Loop(img)
-            self.undo.append(self.loop.detach)
-            self.fault = FaultFs(self.scratch, self.loop.dev)
-            self.undo.append(self.fault.stop)  # runs after host A's daemon stopped
-            init_lockspace("ls", self.loop.dev)
+            if file_backed:
+                self.shared = img
+            else:
+                self.loop = Loop(img)
+                self.undo.append(self.loop.detach)
+                self.shared = self.loop.dev
+                self.fault = FaultFs(self.scratch, self.loop.dev)
+                self.undo.append(self.fault.stop)  # runs after host A's daemon stopped
+            init_lockspace("ls", self.shared)
             for name, mib in self.RESOURCES.items():
-                init_resource("ls", name, self.loop.dev, mib << 20)
+                init_resource("ls", name, self.shared, mib << 20)
             self.a = Daemon(self.scratch, "hostA")
             self.undo.append(self.a.stop)
             self.b = Daemon(self.scratch, "hostB")
             self.undo.append(self.b.stop)
-            ta = threading.Thread(target=self.a.join, args=("ls", 1, self.fault.dev))
+            ta = threading.Thread(target=self.a.join, args=("ls", 1, self.path(self.a)))
             ta.start()
-            self.b.join("ls", 2, self.loop.dev)
+            self.b.join("ls", 2, self.path(self.b))
             ta.join()
             # Both must see each other live before leases are taken across hosts.
             assert wait_for(20, lambda: self._sees(self.a, 2) and self._sees(self.b, 1)), \
@@ -347,7 +354,7 @@ class Cluster:
             return False
 
     def path(self, d):
-        return self.fault.dev if d is self.a else self.loop.dev
+        return self.fault.dev if (d is self.a and self.fault) else self.shared
 
     def spec(self, d, name):
         return f"ls:{name}:{self.path(d)}:{self.RESOURCES[name]}M"
