@@ -475,14 +475,32 @@ def locks(lockspace, leases=None, *, run_dir=None):
     the leases held through this daemon. Each dict: ``lockspace``, ``resource``,
     ``spec``, ``owner_host_id`` (0: free), ``owner_host_name``, ``token`` (the holder's,
     or the last one given), ``state`` (the owner host's state in this daemon's view:
-    ``live``, ``fail``, ``dead``, ``unknown``, ``none``), ``shared``, and ``holders``:
-    the local processes holding it (``pid``, ``name``, ``token``, ``mode`` EX/SH).
+    ``live``, ``fail``, ``dead``, ``unknown``, ``none``), ``shared``, ``holders``: the
+    local processes holding it (``pid``, ``name``, ``token``, ``mode`` EX/SH), and
+    ``waiting``: the local candidates waiting for it (``pid``, ``name``, ``waiting_s``;
+    lockd only — a registered client whose last acquire of it was refused as busy).
     """
     run_dir = run_dir or _conn.default_run_dir()
     _conn.check_name(lockspace, "lockspace name")
     recs = _conn.status(run_dir, 4)
     names = {r["data32"]: r["name"] for r in recs
              if r["type"] == w.SANLK_STATE_CLIENT and r["data32"] > 0}
+    now = 0
+    for r in recs:
+        if r["type"] == w.SANLK_STATE_DAEMON:
+            mt = w.parse_details(r["text"]).get("monotime", "")
+            now = int(mt) if mt.isdigit() else 0
+    waiting = {}
+    for r in recs:
+        if r["type"] != w.SANLK_STATE_CLIENT or r["data32"] <= 0:
+            continue
+        d = w.parse_details(r["text"])
+        ls, _, res = d.get("waiting", "").partition(":")
+        if ls == lockspace and res:
+            since = d.get("waiting_since", "")
+            waiting.setdefault(res, []).append({
+                "pid": r["data32"], "name": r["name"],
+                "waiting_s": max(0, now - int(since)) if since.isdigit() and now else None})
     local = {}
     specs = {}
     for r in recs:
@@ -516,5 +534,5 @@ def locks(lockspace, leases=None, *, run_dir=None):
         out.append({"lockspace": lockspace, "resource": name, "spec": str(s),
                     "owner_host_id": o["host_id"], "owner_host_name": o["host_name"],
                     "token": o["token"], "state": o["state"], "shared": o["shared"],
-                    "holders": local.get(name, [])})
+                    "holders": local.get(name, []), "waiting": waiting.get(name, [])})
     return out

@@ -151,3 +151,37 @@ def test_errors_carry_codes(cluster):
         lockd.Lease(f"nols:op-1:{cluster.loop.dev}:1M", run_dir=cluster.b.run_dir,
                     timeout=0).acquire()
     assert r.value.code < 0
+
+
+def test_waiting_candidates_are_shown(cluster):
+    """A candidate waiting on host B for a lease host A holds shows in lockd.locks,
+    `lockd leader --json` and `lockd status --json` on host B."""
+    import json
+    import os
+    a, b = cluster.a, cluster.b
+    with lockd.Lease(cluster.spec(a, "op-4"), run_dir=a.run_dir) as held:
+        cand = lockd.Lease(cluster.spec(b, "op-4"), run_dir=b.run_dir, owner="candidate-b")
+        t = threading.Thread(target=cand.acquire)
+        t.start()
+
+        def shown():
+            rows = lockd.locks("ls", [cluster.spec(b, "op-4")], run_dir=b.run_dir)
+            return rows[0]["waiting"]
+        waiting = None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not waiting:
+            waiting = shown()
+            time.sleep(0.1)
+        assert waiting and waiting[0]["pid"] == os.getpid()
+        assert waiting[0]["name"] == "candidate-b"
+        out = json.loads(b.lockd("leader", "-r", cluster.spec(b, "op-4"), "--json").stdout)
+        assert out["host_name"] == "hostA"
+        assert [c["name"] for c in out["waiting_here"]] == ["candidate-b"], out
+        st = json.loads(b.lockd("status", "--json").stdout)
+        assert [c["waiting"] for c in st["clients"] if c["name"] == "candidate-b"] == ["ls:op-4"]
+        held.release()
+        t.join(15)
+        assert cand.token == held.token + 1
+        # Holding now: no longer a candidate.
+        assert lockd.locks("ls", [cluster.spec(b, "op-4")], run_dir=b.run_dir)[0]["waiting"] == []
+        cand.release()

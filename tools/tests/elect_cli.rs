@@ -272,6 +272,48 @@ fn elect_tells_command_the_loss_reason_and_prints_json_events() {
     assert!(told.contains("lease=el:lead\n"), "{told}");
 }
 
+/// A second `lockd elect` waiting for the lease shows in `lockd leader` and `lockd
+/// status` as a candidate, not only the holder.
+#[test]
+fn leader_and_status_show_waiting_candidates() {
+    let s = setup("elcand");
+    let leader = s.elect("1", "trap 'exit 0' TERM; while :; do sleep 0.1; done");
+    s.wait_leader_state("live", Duration::from_secs(10));
+    let waiter = s.elect("1", "exit 0");
+    let want = format!("elect-{}", waiter.id());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let v = loop {
+        let v = s.leader_json("lead", "1M");
+        let names: Vec<&str> = v["waiting_here"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|c| c["name"].as_str()).collect())
+            .unwrap_or_default();
+        if names.contains(&want.as_str()) {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "{want} never shown waiting: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(v["host_id"], 1, "{v}");
+    let (ok, text) = lockd(&s.run_dir, &["leader", "-r", &s.spec("lead", "1M")]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains(&format!("candidate on this host: pid {}", waiter.id())),
+        "{text}"
+    );
+    let (ok, st) = lockd(&s.run_dir, &["status"]);
+    assert!(ok, "{st}");
+    assert!(
+        st.lines()
+            .any(|l| l.contains(&want) && l.contains("el:lead (")),
+        "status shows the candidate: {st}"
+    );
+    for mut c in [leader, waiter] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
 #[test]
 fn elect_stops_command_when_daemon_dies() {
     let mut s = setup("eldie");

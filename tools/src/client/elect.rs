@@ -336,13 +336,29 @@ pub fn elect(a: &ElectArgs) -> Result<ExitCode> {
     }
 }
 
+/// The candidates waiting on this host for `lease` (`LOCKSPACE:NAME`): registered
+/// clients whose last acquire of it was refused as busy.
+fn local_candidates(conn: &Conn, lease: &str) -> Result<Vec<super::timeline::ClientInfo>> {
+    let snap = super::timeline::snapshot(conn, false)?;
+    Ok(snap
+        .clients
+        .into_iter()
+        .filter(|c| c.waiting.as_deref() == Some(lease))
+        .collect())
+}
+
 /// `lockd leader`.
 pub fn leader(a: &LeaderArgs) -> Result<()> {
     let spec = LeaseSpec::parse(&a.resource)?;
     let info = client_lib::lease::leader(&a.conn.run_dir(), &spec)
         .with_context(|| format!("leader of {}", spec.short()))?;
     let state = info.state_name();
+    let waiting = local_candidates(&a.conn, &spec.short())?;
     if a.conn.json {
+        let candidates: Vec<_> = waiting
+            .iter()
+            .map(|c| json!({"pid": c.pid, "name": c.name, "waiting_s": c.waiting_s}))
+            .collect();
         if info.host_id == 0 {
             print_json(&json!({
                 "lease": spec.short(),
@@ -350,6 +366,7 @@ pub fn leader(a: &LeaderArgs) -> Result<()> {
                 "host_name": null,
                 "token": info.token,
                 "state": state,
+                "waiting_here": candidates,
             }));
         } else {
             print_json(&json!({
@@ -360,6 +377,7 @@ pub fn leader(a: &LeaderArgs) -> Result<()> {
                 "token": info.token,
                 "state": state,
                 "shared": info.shared != 0,
+                "waiting_here": candidates,
             }));
         }
         return Ok(());
@@ -375,6 +393,15 @@ pub fn leader(a: &LeaderArgs) -> Result<()> {
             if name.is_empty() { "?" } else { &name },
             info.token,
             state
+        );
+    }
+    for c in &waiting {
+        println!(
+            "{}: candidate on this host: pid {} ({}) waiting {} s",
+            spec.short(),
+            c.pid,
+            c.name,
+            c.waiting_s.unwrap_or(0)
         );
     }
     Ok(())
