@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+import lockd
+
 from conftest import (EXAMPLES, HOST_DEAD, IO_TIMEOUT, Cluster, bin_path, run, wait_for)
 
 sys.path.insert(0, EXAMPLES)
@@ -232,3 +234,36 @@ def test_file_lock_daemon_killed(children):
         assert toks == sorted(toks) and toks[-1] == tb
     finally:
         c.close()
+
+
+def test_elect_tells_a_python_child_why(cluster, children):
+    """`lockd elect --loss-file F --json -- elect_child.py`: a FORCE request from host B;
+    the child reads reason=requested from the loss file in its SIGTERM handler."""
+    a, b = cluster.a, cluster.b
+    loss = cluster.scratch.path("elect-loss.env")
+    el = subprocess.Popen(
+        [bin_path("lockd"), "elect", "-r", cluster.spec(a, "leader"), "--grace", "3",
+         "--loss-file", loss, "--json", "--run-dir", a.run_dir, "--", sys.executable,
+         os.path.join(EXAMPLES, "elect_child.py")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(15, lambda: lockd.leader(cluster.spec(b, "leader"),
+                                                 run_dir=b.run_dir)["host_id"] == 1)
+        time.sleep(0.5)
+        b.lockd("request", "-r", f"ls:leader:{cluster.path(b)}:8M", "--next-lver", "-f",
+                "force")
+        out, err = el.communicate(timeout=30)
+    finally:
+        if el.poll() is None:
+            el.kill()
+            el.wait()
+    assert el.returncode == 75, (out, err)
+    events = [json.loads(line) for line in out.splitlines()]
+    assert [e["event"] for e in events] == ["campaigning", "elected", "lost", "exited"], out
+    token = events[1]["token"]
+    assert events[2]["reason"] == "requested"
+    child = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert child[0] == {"event": "started", "token": token, "lease": "ls:leader"}, err
+    assert child[1]["event"] == "stopping" and child[1]["reason"] == "requested", err
+    assert child[1]["token"] == token and child[1]["kill_in_s"] == 0.0
+    assert events[3]["status"] == 0 and events[3]["after_loss"] is True

@@ -185,3 +185,32 @@ def test_waiting_candidates_are_shown(cluster):
         # Holding now: no longer a candidate.
         assert lockd.locks("ls", [cluster.spec(b, "op-4")], run_dir=b.run_dir)[0]["waiting"] == []
         cand.release()
+
+
+def test_lost_when_the_daemon_stops_answering(cluster):
+    """SIGSTOP of the daemon: no heartbeat for 3 s, so nothing is known to renew this
+    host's lease — `daemon_silent`. (Last in the module: it pauses host B's daemon.)"""
+    import signal
+    b = cluster.b
+    lease = lockd.Lease(cluster.spec(b, "op-3"), run_dir=b.run_dir).acquire()
+    b.proc.send_signal(signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        assert lease.lost.wait(6), "no loss notice while the daemon was stopped"
+        took = time.monotonic() - t0
+    finally:
+        b.proc.send_signal(signal.SIGCONT)
+    assert lease.loss.reason == "daemon_silent"
+    assert lease.loss.kill_in is None
+    assert 2.5 <= took < 4.5, took
+    lease.release()  # closes the registration; the resumed daemon releases the lease
+    assert wait_free(cluster, b, "op-3")
+
+
+def wait_free(cluster, d, name):
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if lockd.leader(cluster.spec(d, name), run_dir=d.run_dir)["host_id"] == 0:
+            return True
+        time.sleep(0.1)
+    return False
