@@ -402,13 +402,21 @@ class Lease:
                 return
             if chunk:
                 buf += chunk
-            while len(buf) >= size:
-                msg, buf = buf[:size], buf[size:]
-                last_heard = time.monotonic()
+            while len(buf) >= w.HEADER.size:
                 try:
-                    h = w.decode_header(msg[:w.HEADER.size])
-                    if h["cmd"] != w.LOCKD_MSG_WATCH_EVENT:
-                        continue
+                    h = w.decode_header(buf[:w.HEADER.size])
+                except w.WireError:
+                    # Not a message boundary we can trust: the watch is unusable.
+                    self._gone("daemon_gone")
+                    return
+                if len(buf) < w.HEADER.size + h["payload_len"]:
+                    break
+                msg = buf[:w.HEADER.size + h["payload_len"]]
+                buf = buf[len(msg):]
+                last_heard = time.monotonic()
+                if h["cmd"] != w.LOCKD_MSG_WATCH_EVENT or len(msg) != size:
+                    continue
+                try:
                     ev = w.decode_watch_event(msg[w.HEADER.size:])
                 except w.WireError:
                     continue
