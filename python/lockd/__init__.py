@@ -14,6 +14,7 @@ from .election import LeaderElection, Leadership
 from .errors import (BadSpec, DaemonGone, LeaseHeld, LockdError, NoExtensions, Refused,
                      Timeout, code_name)
 from .lease import LeaseSpec, Lease, LossNotice, leader, locks
+from ._wire import WireError
 from . import aio
 
 #: SANLK_RESTRICT_SIGKILL: the daemon sends SIGTERM where it would send SIGKILL.
@@ -26,6 +27,6 @@ __version__ = "0.1.0"
 __all__ = [
     "BadSpec", "DaemonGone", "LeaderElection", "Leadership", "Lease", "LeaseHeld",
     "LeaseSpec", "LockdError", "LossNotice", "NoExtensions", "Refused", "RESTRICT_SIGKILL",
-    "RESTRICT_SIGTERM", "Timeout", "aio", "code_name", "default_run_dir", "leader", "locks",
+    "RESTRICT_SIGTERM", "Timeout", "WireError", "aio", "code_name", "default_run_dir", "leader", "locks",
     "metrics",
 ]

@@ -12,6 +12,8 @@ Invariants: decoders take exactly their fixed size and raise ``WireError`` other
 
 import struct
 
+from .errors import LockdError
+
 SOCKET_NAME = "sanlock.sock"
 SM_MAGIC = 0x04282010
 SM_PROTO = 0x00000001
@@ -85,8 +87,12 @@ WATCH_KINDS = {
 HOST_STATES = {1: "unknown", 2: "free", 3: "live", 4: "fail", 5: "dead"}
 
 
-class WireError(Exception):
-    """A message that cannot be encoded or decoded."""
+class WireError(LockdError):
+    """A message that cannot be encoded or decoded (``code`` = -EPROTO, as client-lib's
+    malformed-reply error)."""
+
+    def __init__(self, message):
+        super().__init__(message, -71)
 
 
 def name_field(text, what):

@@ -46,8 +46,9 @@ def test_leader_info_layout():
     assert w.decode_leader_info(bytes(b)) == {"host_id": 3, "generation": 2, "token": 11,
                                               "state": "live", "shared": False,
                                               "host_name": "node3"}
-    with pytest.raises(w.WireError):
+    with pytest.raises(w.WireError) as e:
         w.decode_leader_info(bytes(50))
+    assert e.value.code == -71 and isinstance(e.value, lockd.LockdError)
 
 
 def test_request_encodings():
