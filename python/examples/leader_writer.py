@@ -77,7 +77,10 @@ def main():
                 emit("write", token=leadership.token, n=n)
             n += 1
             time.sleep(args.interval)
-        emit("stopped", token=leadership.token, reason=leadership.loss.reason, writes=n)
+        loss = leadership.loss
+        emit("stopped", token=leadership.token, reason=loss.reason, kill_in=loss.kill_in,
+             lost_wall_ns=time.time_ns() - int((time.monotonic() - loss.at) * 1e9),
+             writes=n)
 
     try:
         election.run(lead, stop=stop,

@@ -58,7 +58,9 @@ def run(args):
     def on_sigterm(_sig, _frame):
         # The daemon writes its notice before it signals: give it a moment to arrive.
         notice = lease.wait_lost(1.0)
-        emit("sigterm", lost=notice.reason if notice else None)
+        emit("sigterm", lost=notice.reason if notice else None,
+             force_mode=notice.force_mode if notice else None,
+             lost_at=notice.at if notice else None)
         os._exit(75)
 
     signal.signal(signal.SIGTERM, on_sigterm)
