@@ -137,6 +137,11 @@ def test_asyncio_lease(cluster):
         assert l2.token == token + 1
 
 
+def test_metrics_from_lockd(cluster):
+    text = lockd.metrics(run_dir=cluster.a.run_dir)
+    assert "# TYPE" in text and "lockd_" in text
+
+
 def test_errors_carry_codes(cluster):
     with pytest.raises(lockd.BadSpec) as e:
         lockd.Lease("ls:op-1:/dev/x")

@@ -62,6 +62,18 @@ def test_lease_token_and_busy_on_sanlock(sanlock):
         assert l2.token > held.token
 
 
+def test_lockd_only_calls_say_so_on_sanlock(sanlock, monkeypatch):
+    """sanlock never answers lockd's extension commands: NoExtensions, after the
+    reply timeout (shortened here), and the connection is not left hanging."""
+    d, _img = sanlock
+    monkeypatch.setattr(lockd._conn, "EXT_REPLY_TIMEOUT", 1.0)
+    t0 = time.monotonic()
+    with pytest.raises(lockd.NoExtensions) as e:
+        lockd.metrics(run_dir=d.run_dir)
+    assert 0.9 <= time.monotonic() - t0 < 3
+    assert e.value.code == -95 and "sanlock" in str(e.value)
+
+
 def test_lost_when_the_sanlock_daemon_dies(sanlock):
     d, img = sanlock
     lease = lockd.Lease(f"sls:r2:{img}:2M", run_dir=d.run_dir).acquire()
