@@ -44,6 +44,9 @@ cargo build -p lease-core --features sim --bins
 cargo test --workspace
 cargo test -p lease-core --features sim
 
+step "python package (wheel, examples, real lockd and sanlock daemons)"
+bash scripts/test-python.sh
+
 step "systemd units (systemd-analyze verify against the built binaries)"
 bash packaging/verify-units.sh
 

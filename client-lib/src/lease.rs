@@ -543,19 +543,21 @@ impl Lease {
         };
         let started = Instant::now();
         let mut backoff = Duration::from_millis(200);
-        let mut client = loop {
-            let mut c = Client::connect(&opts.run_dir)?;
-            c.register()?;
-            if opts.restrict != 0 {
-                let rv = c.restrict(opts.restrict)?;
-                if rv < 0 {
-                    return Err(LeaseError::Refused {
-                        op: "restrict",
-                        lease: spec.to_string(),
-                        rv,
-                    });
-                }
+        // One registration for the whole wait: between attempts the daemon shows it as a
+        // candidate waiting for this lease (STATUS `waiting=`, `lockd leader`).
+        let mut c = Client::connect(&opts.run_dir)?;
+        c.register()?;
+        if opts.restrict != 0 {
+            let rv = c.restrict(opts.restrict)?;
+            if rv < 0 {
+                return Err(LeaseError::Refused {
+                    op: "restrict",
+                    lease: spec.to_string(),
+                    rv,
+                });
             }
+        }
+        let mut client = loop {
             let flags = if opts.wait == Wait::NoWait {
                 SANLK_ACQUIRE_OWNER_NOWAIT
             } else {
@@ -572,7 +574,6 @@ impl Lease {
                     rv,
                 });
             }
-            drop(c);
             let waited = started.elapsed();
             match opts.wait {
                 Wait::NoWait => {

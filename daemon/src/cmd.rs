@@ -417,11 +417,15 @@ fn acquire(
             Err(rv) => {
                 info!(rv, "acquire failed; undoing this request's other acquires");
                 release_tokens(d, target, done);
+                note_waiting(d, target, r, rv);
                 return rv;
             }
         }
     }
     let recorded = lock(&d.tables).record_tokens(target, done);
+    if let Some(c) = lock(&d.tables).clients.slots.get_mut(&target) {
+        c.waiting = None;
+    }
     match recorded {
         Ok(()) => 0,
         Err(done) => {
@@ -429,6 +433,30 @@ fn acquire(
             -libc::ESTALE
         }
     }
+}
+
+/// Records (or clears) that client `target` is a candidate waiting for `r`: a busy
+/// refusal (another holder has it) marks it, any other failure clears the mark.
+fn note_waiting(d: &Daemon, target: u32, r: &wire::Resource, rv: i32) {
+    let mut tables = lock(&d.tables);
+    let Some(c) = tables.clients.slots.get_mut(&target) else {
+        return;
+    };
+    if !c.registered || !client_lib::lease::is_busy_code(rv) {
+        c.waiting = None;
+        return;
+    }
+    let (ls, name) = (r.head.lockspace_name, r.head.name);
+    let since = match c.waiting {
+        Some(w) if w.ls.same_as(&ls) && w.name.same_as(&name) => w.since,
+        _ => lockd_diskio::monotime(),
+    };
+    c.waiting = Some(crate::state::Waiting {
+        ls,
+        name,
+        since,
+        last_rv: rv,
+    });
 }
 
 pub(crate) fn acquire_one(
@@ -752,7 +780,7 @@ pub(crate) fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
             let text = format!(
                 "ci={} fd={} pid={} flags={:x} restricted={:x} cmd_active={} cmd_last={} \
                  pid_dead={} kill_count={} kill_last={} suspend=0 need_free=0 \
-                 killpath_status={}",
+                 killpath_status={}{}",
                 c.ci,
                 c.fd,
                 if c.registered { c.pid } else { -1 },
@@ -764,6 +792,10 @@ pub(crate) fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
                 c.kill_count,
                 c.kill_last,
                 c.killpath_status.as_deref().unwrap_or("none"),
+                c.waiting.map_or_else(String::new, |w| format!(
+                    " waiting={}:{} waiting_since={} waiting_rv={}",
+                    w.ls, w.name, w.since, w.last_rv
+                )),
             );
             let name = if c.registered {
                 c.owner_name

@@ -104,6 +104,20 @@ pub struct Client {
     pub kill_last: u64,
     /// A clone of the connection, to shut it down at daemon exit.
     pub stream: Option<UnixStream>,
+    /// The lease this client's last acquire found held by another holder (a candidate
+    /// waiting its turn), until an acquire succeeds; shown by STATUS (`waiting=`).
+    pub waiting: Option<Waiting>,
+}
+
+/// A registered client whose acquire of `ls:name` was refused as busy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waiting {
+    pub ls: Name,
+    pub name: Name,
+    /// Monotonic seconds of the first busy refusal in this wait.
+    pub since: u64,
+    /// The last refusal's result code.
+    pub last_rv: i32,
 }
 
 /// All connection slots.
@@ -172,6 +186,7 @@ impl Clients {
                 kill_count: 0,
                 kill_last: 0,
                 stream,
+                waiting: None,
             },
         );
         assert!(

@@ -71,9 +71,10 @@ enum Command {
     #[command(subcommand)]
     Rindex(client::rindex::RindexCommand),
     /// Run a command while this host is the leader of a lease (fencing token in its
-    /// environment); stop it when leadership is lost.
+    /// environment); stop it when leadership is lost, telling it why (--loss-file).
     Elect(client::elect::ElectArgs),
-    /// Show who leads (holds) a lease now, with its fencing token and host state.
+    /// Show who leads (holds) a lease now, with its fencing token and host state, and
+    /// the candidates waiting for it on this host.
     Leader(client::elect::LeaderArgs),
     /// Show lockspaces (with seconds until renewal failure and watchdog reset), hosts,
     /// leases and clients; `--format sanlock` for sanlock's lines.

@@ -191,6 +191,129 @@ fn elect_stops_command_when_lockspace_removed() {
     assert!(term_marker.exists(), "the command got SIGTERM: {out}");
 }
 
+/// The command learns the reason and the time left from LOCKD_LOSS_FILE, written before
+/// its SIGTERM; `--json` prints the events and keeps the command's stdout off stdout.
+#[test]
+fn elect_tells_command_the_loss_reason_and_prints_json_events() {
+    let s = setup("eljson");
+    let loss_file = s.dir.join("loss.env");
+    let seen = s.dir.join("seen-at-term");
+    // A stale file from an earlier run must not be read as this run's reason.
+    std::fs::write(&loss_file, "reason=stale\n").unwrap();
+    let script = format!(
+        "echo command-output; trap 'cat \"$LOCKD_LOSS_FILE\" > {}; exit 0' TERM; \
+         while :; do sleep 0.1; done",
+        seen.display()
+    );
+    let child = Command::new(LOCKD)
+        .args([
+            "elect",
+            "-r",
+            &s.spec("lead", "1M"),
+            "--grace",
+            "2",
+            "--json",
+        ])
+        .arg("--loss-file")
+        .arg(&loss_file)
+        .args(["--", "sh", "-c", &script])
+        .env("LOCKD_RUN_DIR", &s.run_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start lockd elect");
+    let v = s.wait_leader_state("live", Duration::from_secs(10));
+    assert!(!loss_file.exists(), "the stale loss file was not removed");
+    std::thread::sleep(Duration::from_millis(500));
+    let (ok, out) = lockd(
+        &s.run_dir,
+        &["rem-lockspace", "-s", &format!("el:1:{}:0", s.dev)],
+    );
+    assert!(ok, "rem-lockspace: {out}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut child = child;
+    while child.try_wait().expect("wait").is_none() {
+        assert!(Instant::now() < deadline, "elect did not end");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    assert_eq!(out.status.code(), Some(75));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("command-output"),
+        "command stdout goes to stderr: {stderr}"
+    );
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON {l:?}: {e}")))
+        .collect();
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["campaigning", "elected", "lost", "exited"],
+        "{stdout}"
+    );
+    let token = events[1]["token"].as_u64().unwrap();
+    assert_eq!(v["token"].as_u64(), Some(token));
+    assert_eq!(events[2]["reason"], "lockspace_removed");
+    assert_eq!(events[2]["token"].as_u64(), Some(token));
+    assert_eq!(events[2]["kill_in_s"].as_f64(), Some(0.0));
+    assert_eq!(events[3]["after_loss"], true);
+    assert_eq!(events[3]["status"], 0);
+    let told = std::fs::read_to_string(&seen).expect("the command read the loss file at SIGTERM");
+    assert!(told.contains("reason=lockspace_removed\n"), "{told}");
+    assert!(told.contains("kill_in_s=0.000\n"), "{told}");
+    assert!(told.contains("watchdog_in_s=\n"), "{told}");
+    assert!(told.contains(&format!("token={token}\n")), "{told}");
+    assert!(told.contains("lease=el:lead\n"), "{told}");
+}
+
+/// A second `lockd elect` waiting for the lease shows in `lockd leader` and `lockd
+/// status` as a candidate, not only the holder.
+#[test]
+fn leader_and_status_show_waiting_candidates() {
+    let s = setup("elcand");
+    let leader = s.elect("1", "trap 'exit 0' TERM; while :; do sleep 0.1; done");
+    s.wait_leader_state("live", Duration::from_secs(10));
+    let waiter = s.elect("1", "exit 0");
+    let want = format!("elect-{}", waiter.id());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let v = loop {
+        let v = s.leader_json("lead", "1M");
+        let names: Vec<&str> = v["waiting_here"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|c| c["name"].as_str()).collect())
+            .unwrap_or_default();
+        if names.contains(&want.as_str()) {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "{want} never shown waiting: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(v["host_id"], 1, "{v}");
+    let (ok, text) = lockd(&s.run_dir, &["leader", "-r", &s.spec("lead", "1M")]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains(&format!("candidate on this host: pid {}", waiter.id())),
+        "{text}"
+    );
+    let (ok, st) = lockd(&s.run_dir, &["status"]);
+    assert!(ok, "{st}");
+    assert!(
+        st.lines()
+            .any(|l| l.contains(&want) && l.contains("el:lead (")),
+        "status shows the candidate: {st}"
+    );
+    for mut c in [leader, waiter] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
 #[test]
 fn elect_stops_command_when_daemon_dies() {
     let mut s = setup("eldie");

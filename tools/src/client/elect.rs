@@ -16,6 +16,14 @@
 //!
 //! CMD is checked before campaigning: a program that cannot be found fails with nothing
 //! held.
+//!
+//! CMD learns why it is stopped as a Rust caller would: with `--loss-file FILE` (given to
+//! CMD as `LOCKD_LOSS_FILE`), the file is written — atomically, *before* the SIGTERM —
+//! with `reason=`, `kill_in_s=`, `watchdog_in_s=` (empty when unknown), `lease=` and
+//! `token=` lines; it is removed before campaigning so a stale reason is never read.
+//! With `--json`, stdout carries one JSON event per line (`campaigning`, `elected` with
+//! the token, `lost` with reason and seconds left, `exited` with the command's status)
+//! and CMD's stdout goes to stderr so the stream stays parseable.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -46,6 +54,10 @@ pub struct ElectArgs {
     /// Give up campaigning after this many seconds (default: wait forever).
     #[arg(long = "timeout")]
     pub timeout_s: Option<u64>,
+    /// Write the loss reason and seconds left to this file before stopping the command
+    /// (the command finds it in LOCKD_LOSS_FILE).
+    #[arg(long = "loss-file", value_name = "FILE")]
+    pub loss_file: Option<PathBuf>,
     /// Command to run while leader (after `--`).
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -96,6 +108,43 @@ fn exit_code_of(status: std::process::ExitStatus) -> u8 {
     }
 }
 
+/// One JSON event line on stdout (`--json`).
+fn event(json_out: bool, v: serde_json::Value) {
+    if json_out {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{v}");
+        let _ = out.flush();
+    }
+}
+
+/// What the command is told when leadership ends: (reason, kill_in, watchdog_in).
+type LossWhy = (String, Option<Duration>, Option<Duration>);
+
+/// Writes the loss file atomically (a temporary file renamed over it).
+fn write_loss_file(path: &Path, why: &LossWhy, lease: &str, token: u64) -> Result<()> {
+    let secs = |d: Option<Duration>| {
+        d.map(|d| format!("{:.3}", d.as_secs_f64()))
+            .unwrap_or_default()
+    };
+    let text = format!(
+        "reason={}\nkill_in_s={}\nwatchdog_in_s={}\nlease={lease}\ntoken={token}\n",
+        why.0,
+        secs(why.1),
+        secs(why.2)
+    );
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, text).with_context(|| format!("write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("rename to {}", path.display()))?;
+    Ok(())
+}
+
+fn secs_json(d: Option<Duration>) -> serde_json::Value {
+    d.map_or(serde_json::Value::Null, |d| json!(d.as_secs_f64()))
+}
+
 /// `lockd elect`. Returns the process exit code.
 pub fn elect(a: &ElectArgs) -> Result<ExitCode> {
     let spec = LeaseSpec::parse(&a.resource)?;
@@ -103,6 +152,14 @@ pub fn elect(a: &ElectArgs) -> Result<ExitCode> {
         bail!("give the command to run as leader after `--`");
     };
     let program_path = resolve_program(program)?;
+    let json_out = a.conn.json;
+    if let Some(f) = &a.loss_file {
+        match std::fs::remove_file(f) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => bail!("cannot remove the old loss file {}: {e}", f.display()),
+        }
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
         signal_hook::consts::SIGTERM,
@@ -118,6 +175,10 @@ pub fn elect(a: &ElectArgs) -> Result<ExitCode> {
         // for us: we stop CMD (SIGTERM, then SIGKILL after --grace) and exit.
         .with_restrict(client_lib::proto::SANLK_RESTRICT_SIGKILL);
     eprintln!("lockd elect: campaigning for {}", spec.short());
+    event(
+        json_out,
+        json!({"event": "campaigning", "lease": spec.short(), "pid": std::process::id()}),
+    );
     let deadline = a.timeout_s.map(|t| Instant::now() + Duration::from_secs(t));
     let leadership = loop {
         if stop.load(Ordering::SeqCst) {
@@ -146,6 +207,18 @@ pub fn elect(a: &ElectArgs) -> Result<ExitCode> {
         .args(args)
         .env("LOCKD_FENCING_TOKEN", token.to_string())
         .env("LOCKD_LEASE", spec.short());
+    if let Some(f) = &a.loss_file {
+        cmd.env("LOCKD_LOSS_FILE", f);
+    }
+    if json_out {
+        // stdout is the event stream: the command writes to our stderr instead.
+        use std::os::fd::AsFd;
+        let err = std::io::stderr()
+            .as_fd()
+            .try_clone_to_owned()
+            .context("duplicate stderr")?;
+        cmd.stdout(err);
+    }
     sys::kill_child_with_parent(&mut cmd);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
@@ -154,52 +227,92 @@ pub fn elect(a: &ElectArgs) -> Result<ExitCode> {
             bail!("cannot run {program}: {e} (lease released)");
         }
     };
+    event(
+        json_out,
+        json!({"event": "elected", "lease": spec.short(), "token": token,
+               "command_pid": child.id()}),
+    );
     loop {
         if let Some(status) = child.try_wait().context("wait for command")? {
             let code = exit_code_of(status);
-            match leadership.resign() {
-                Ok(()) => eprintln!(
-                    "lockd elect: {program} exited ({status}); released {}",
-                    spec.short()
-                ),
-                Err(e) => eprintln!("lockd elect: {program} exited ({status}); release: {e}"),
-            }
+            let released = match leadership.resign() {
+                Ok(()) => {
+                    eprintln!(
+                        "lockd elect: {program} exited ({status}); released {}",
+                        spec.short()
+                    );
+                    true
+                }
+                Err(e) => {
+                    eprintln!("lockd elect: {program} exited ({status}); release: {e}");
+                    false
+                }
+            };
+            event(
+                json_out,
+                json!({"event": "exited", "lease": spec.short(), "status": code,
+                       "released": released, "after_loss": false}),
+            );
             return Ok(ExitCode::from(code));
         }
-        let why = match lost.recv_timeout(Duration::from_millis(50)) {
-            Ok(n) => Some(format!(
-                "leadership lost ({}{}{})",
-                n.reason.name(),
-                n.kill_in
-                    .map(|d| format!(", kill escalation in {:.1} s", d.as_secs_f64()))
-                    .unwrap_or_default(),
-                n.watchdog_in
-                    .map(|d| format!(", watchdog in {:.1} s", d.as_secs_f64()))
-                    .unwrap_or_default()
-            )),
+        let notice = match lost.recv_timeout(Duration::from_millis(50)) {
+            Ok(n) => Some((n, false)),
             Err(_) if stop.load(Ordering::SeqCst) => {
                 // The daemon writes its notice before it signals: give it a moment to
                 // name the reason.
                 match lost.recv_timeout(Duration::from_millis(200)) {
-                    Ok(n) => Some(format!(
-                        "leadership lost ({}) and stopped by a signal",
-                        n.reason.name()
-                    )),
-                    Err(_) => Some("stopped by a signal".to_string()),
+                    Ok(n) => Some((n, true)),
+                    Err(_) => None,
                 }
             }
             Err(_) => None,
         };
-        let Some(why) = why else { continue };
+        let (why, text): (LossWhy, String) = match notice {
+            Some((n, by_signal)) => (
+                (n.reason.name().to_string(), n.kill_in, n.watchdog_in),
+                format!(
+                    "leadership lost ({}{}{}){}",
+                    n.reason.name(),
+                    n.kill_in
+                        .map(|d| format!(", kill escalation in {:.1} s", d.as_secs_f64()))
+                        .unwrap_or_default(),
+                    n.watchdog_in
+                        .map(|d| format!(", watchdog in {:.1} s", d.as_secs_f64()))
+                        .unwrap_or_default(),
+                    if by_signal {
+                        " and stopped by a signal"
+                    } else {
+                        ""
+                    }
+                ),
+            ),
+            None if stop.load(Ordering::SeqCst) => (
+                ("stopped".to_string(), None, None),
+                "stopped by a signal".to_string(),
+            ),
+            None => continue,
+        };
+        // The command is told before it is signalled.
+        if let Some(f) = &a.loss_file {
+            if let Err(e) = write_loss_file(f, &why, &spec.short(), token) {
+                eprintln!("lockd elect: {e:#}");
+            }
+        }
+        event(
+            json_out,
+            json!({"event": "lost", "lease": spec.short(), "token": token,
+                   "reason": why.0, "kill_in_s": secs_json(why.1),
+                   "watchdog_in_s": secs_json(why.2)}),
+        );
         eprintln!(
-            "lockd elect: {why}: SIGTERM to {program} (pid {})",
+            "lockd elect: {text}: SIGTERM to {program} (pid {})",
             child.id()
         );
         let _ = sys::send_signal(child.id(), libc::SIGTERM);
         let until = Instant::now() + Duration::from_secs(a.grace);
-        loop {
-            if child.try_wait().ok().flatten().is_some() {
-                break;
+        let status = loop {
+            if let Some(st) = child.try_wait().ok().flatten() {
+                break Some(st);
             }
             if Instant::now() >= until {
                 eprintln!(
@@ -207,15 +320,31 @@ pub fn elect(a: &ElectArgs) -> Result<ExitCode> {
                     a.grace
                 );
                 let _ = child.kill();
-                let _ = child.wait();
-                break;
+                break child.wait().ok();
             }
             std::thread::sleep(Duration::from_millis(20));
-        }
+        };
+        event(
+            json_out,
+            json!({"event": "exited", "lease": spec.short(),
+                   "status": status.map(exit_code_of), "released": false,
+                   "after_loss": true}),
+        );
         // Exit without releasing: the daemon releases (or the lease expires) when our
         // registered connection closes, without this process blocking on storage.
         std::process::exit(i32::from(EXIT_LOST));
     }
+}
+
+/// The candidates waiting on this host for `lease` (`LOCKSPACE:NAME`): registered
+/// clients whose last acquire of it was refused as busy.
+fn local_candidates(conn: &Conn, lease: &str) -> Result<Vec<super::timeline::ClientInfo>> {
+    let snap = super::timeline::snapshot(conn, false)?;
+    Ok(snap
+        .clients
+        .into_iter()
+        .filter(|c| c.waiting.as_deref() == Some(lease))
+        .collect())
 }
 
 /// `lockd leader`.
@@ -224,7 +353,12 @@ pub fn leader(a: &LeaderArgs) -> Result<()> {
     let info = client_lib::lease::leader(&a.conn.run_dir(), &spec)
         .with_context(|| format!("leader of {}", spec.short()))?;
     let state = info.state_name();
+    let waiting = local_candidates(&a.conn, &spec.short())?;
     if a.conn.json {
+        let candidates: Vec<_> = waiting
+            .iter()
+            .map(|c| json!({"pid": c.pid, "name": c.name, "waiting_s": c.waiting_s}))
+            .collect();
         if info.host_id == 0 {
             print_json(&json!({
                 "lease": spec.short(),
@@ -232,6 +366,7 @@ pub fn leader(a: &LeaderArgs) -> Result<()> {
                 "host_name": null,
                 "token": info.token,
                 "state": state,
+                "waiting_here": candidates,
             }));
         } else {
             print_json(&json!({
@@ -242,6 +377,7 @@ pub fn leader(a: &LeaderArgs) -> Result<()> {
                 "token": info.token,
                 "state": state,
                 "shared": info.shared != 0,
+                "waiting_here": candidates,
             }));
         }
         return Ok(());
@@ -257,6 +393,15 @@ pub fn leader(a: &LeaderArgs) -> Result<()> {
             if name.is_empty() { "?" } else { &name },
             info.token,
             state
+        );
+    }
+    for c in &waiting {
+        println!(
+            "{}: candidate on this host: pid {} ({}) waiting {} s",
+            spec.short(),
+            c.pid,
+            c.name,
+            c.waiting_s.unwrap_or(0)
         );
     }
     Ok(())

@@ -268,9 +268,20 @@ fn status_human(s: &Snapshot) {
     let rows: Vec<Vec<String>> = s
         .clients
         .iter()
-        .map(|c| vec![c.pid.to_string(), c.name.clone(), c.leases.to_string()])
+        .map(|c| {
+            vec![
+                c.pid.to_string(),
+                c.name.clone(),
+                c.leases.to_string(),
+                match (&c.waiting, c.waiting_s) {
+                    (Some(w), Some(s)) => format!("{w} ({s}s)"),
+                    (Some(w), None) => w.clone(),
+                    _ => "-".to_string(),
+                },
+            ]
+        })
         .collect();
-    table(&["PID", "NAME", "LEASES"], &rows);
+    table(&["PID", "NAME", "LEASES", "WAITING_FOR"], &rows);
 }
 
 /// `lockd status` in the human or JSON form.

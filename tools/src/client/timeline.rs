@@ -86,6 +86,11 @@ pub struct ClientInfo {
     pub pid: i32,
     pub name: String,
     pub leases: usize,
+    /// `LOCKSPACE:NAME` of the lease this client is waiting for: its last acquire was
+    /// refused because another holder has it (lockd's `waiting=` detail, not sanlock's).
+    pub waiting: Option<String>,
+    /// Seconds it has been waiting (from the daemon's monotonic clock).
+    pub waiting_s: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -134,6 +139,10 @@ pub fn snapshot(conn: &Conn, wait_hosts: bool) -> Result<Snapshot> {
                         pid,
                         name: r.state.name.to_text(),
                         leases: 0,
+                        waiting: d.get("waiting").map(|s| s.to_string()),
+                        waiting_s: num(&d, "waiting_since").map(|since| {
+                            daemon.monotime.map_or(0, |now| now.saturating_sub(since))
+                        }),
                     });
                 }
             }

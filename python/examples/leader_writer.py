@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""A leader-elected writer: campaigns for a lease, and while it leads sends its fencing
+token with every write to lockd-fenced-store, which refuses a lower token than it has
+accepted. Stops writing the moment the loss notice arrives.
+
+    leader_writer.py --lease LS:leader:/dev/sdX:1M --store /run/store.sock --host node1
+
+The spindle/etcd pattern: one writer at a time, and a deposed writer that has not
+noticed yet is fenced by the store. Events go to stdout as JSON lines: elected, write
+(every 10th), rejected, lost, stopped, campaign-again, sigterm, exit.
+"""
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+import lockd
+
+
+def emit(event, **kw):
+    print(json.dumps({"event": event, "t": time.monotonic(), "wall_ns": time.time_ns(),
+                      "pid": os.getpid(), **kw}),
+          flush=True)
+
+
+class Store:
+    """A line client of lockd-fenced-store: ``WRITE <token> <host> <t_ns>`` → OK/REJECT."""
+
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.reader = self.sock.makefile("r")
+
+    def write(self, token, host):
+        self.sock.sendall(f"WRITE {token} {host} {time.time_ns()}\n".encode())
+        return self.reader.readline().strip()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lease", required=True)
+    p.add_argument("--store", required=True)
+    p.add_argument("--host", default=socket.gethostname())
+    p.add_argument("--interval", type=float, default=0.1)
+    args = p.parse_args()
+
+    stop = threading.Event()
+    election = lockd.LeaderElection(args.lease, owner=f"writer-{args.host}",
+                                    restrict=lockd.RESTRICT_SIGKILL)
+
+    def on_sigterm(_sig, _frame):
+        lead = election.leadership
+        notice = lead.wait_lost(1.0) if lead is not None else None
+        emit("sigterm", lost=notice.reason if notice else None)
+        os._exit(75)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+    def lead(leadership):
+        emit("elected", token=leadership.token, host=args.host)
+        leadership.on_lost(lambda n: emit("lost", reason=n.reason, kill_in=n.kill_in,
+                                          watchdog_in=n.watchdog_in))
+        store = Store(args.store)
+        n = 0
+        while not leadership.lost.is_set():
+            reply = store.write(leadership.token, args.host)
+            if reply != "OK":
+                emit("rejected", token=leadership.token, reply=reply)
+                stop.set()
+                return
+            if n % 10 == 0:
+                emit("write", token=leadership.token, n=n)
+            n += 1
+            time.sleep(args.interval)
+        loss = leadership.loss
+        emit("stopped", token=leadership.token, reason=loss.reason, kill_in=loss.kill_in,
+             lost_wall_ns=time.time_ns() - int((time.monotonic() - loss.at) * 1e9),
+             writes=n)
+
+    try:
+        election.run(lead, stop=stop,
+                     on_lost=lambda n: emit("campaign-again", after=n.reason))
+    except lockd.LockdError as e:
+        # E.g. the lockspace failed after a storage stall: a supervisor restarts us.
+        emit("exit", code=e.code, error=str(e))
+        return 75
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""Lease, tokens, typed errors, locks(), LeaderElection and the asyncio variant against
+two real lockd daemons ("hosts") sharing one loop device."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+import lockd
+from conftest import HOST_DEAD  # noqa: F401
+
+
+def test_token_grows_across_hosts_and_release_frees(cluster):
+    a, b = cluster.a, cluster.b
+    with lockd.Lease(cluster.spec(a, "op-1"), run_dir=a.run_dir) as la:
+        t1 = la.token
+        assert t1 >= 1
+        assert not la.lost.is_set() and la.loss is None and la.is_trusted
+    with lockd.Lease(cluster.spec(b, "op-1"), run_dir=b.run_dir) as lb:
+        assert lb.token == t1 + 1
+    with lockd.Lease(cluster.spec(a, "op-1"), run_dir=a.run_dir, timeout=0) as la:
+        assert la.token == t1 + 2
+
+
+def test_lease_held_names_the_owner_and_timeout_waits(cluster):
+    a, b = cluster.a, cluster.b
+    with lockd.Lease(cluster.spec(a, "op-2"), run_dir=a.run_dir) as held:
+        with pytest.raises(lockd.LeaseHeld) as e:
+            lockd.Lease(cluster.spec(b, "op-2"), run_dir=b.run_dir, timeout=0).acquire()
+        assert e.value.owner_host_id == 1
+        assert e.value.owner_name == "hostA"
+        assert e.value.owner_state == "live"
+        assert e.value.code in lockd.errors.BUSY_CODES
+        assert e.value.code_name.startswith("SANLK_ACQUIRE") or e.value.code_name in ("EAGAIN", "EEXIST")
+        assert not isinstance(e.value, lockd.Timeout)
+        # The same host, another process's lease: EEXIST, still named.
+        started = time.monotonic()
+        with pytest.raises(lockd.Timeout) as t:
+            lockd.Lease(cluster.spec(b, "op-2"), run_dir=b.run_dir, timeout=1.5).acquire()
+        waited = time.monotonic() - started
+        assert 1.4 <= waited < 5, waited
+        assert t.value.owner_name == "hostA" and t.value.owner_host_id == 1
+        assert "hostA" in str(t.value) and str(t.value.code) in str(t.value)
+        assert isinstance(t.value, lockd.LeaseHeld) and isinstance(t.value, TimeoutError)
+        # timeout=None waits until the holder goes: release it from another thread.
+        threading.Timer(1.0, held.release).start()
+        started = time.monotonic()
+        with lockd.Lease(cluster.spec(b, "op-2"), run_dir=b.run_dir) as lb:
+            assert lb.token > held.token
+            assert time.monotonic() - started >= 0.9
+
+
+def test_shared_leases_and_locks_listing(cluster):
+    a, b = cluster.a, cluster.b
+    with lockd.Lease(cluster.spec(a, "shared"), shared=True, run_dir=a.run_dir, owner="reader-a") as sa, \
+            lockd.Lease(cluster.spec(b, "shared"), shared=True, run_dir=b.run_dir) as sb, \
+            lockd.Lease(cluster.spec(a, "op-3"), run_dir=a.run_dir, owner="worker-a") as ex:
+        assert sa.token >= 1 and sb.token >= 1
+        # Cluster-wide, from host B: op-3 is hostA's, op-4 is free.
+        rows = lockd.locks("ls", [cluster.spec(b, n) for n in ("op-3", "op-4", "shared")],
+                           run_dir=b.run_dir)
+        by = {r["resource"]: r for r in rows}
+        assert by["op-3"]["owner_host_id"] == 1 and by["op-3"]["owner_host_name"] == "hostA"
+        assert by["op-3"]["state"] == "live" and by["op-3"]["token"] == ex.token
+        assert by["op-3"]["holders"] == []  # not a local process of host B
+        assert by["op-4"]["owner_host_id"] == 0 and by["op-4"]["state"] == "none"
+        assert by["shared"]["shared"] is True
+        # On host A, its own holders with pid and client name.
+        rows = lockd.locks("ls", run_dir=a.run_dir)
+        by = {r["resource"]: r for r in rows}
+        assert set(by) == {"op-3", "shared"}
+        h = by["op-3"]["holders"]
+        assert len(h) == 1 and h[0]["name"] == "worker-a" and h[0]["mode"] == "EX"
+        assert h[0]["token"] == ex.token
+        import os
+        assert h[0]["pid"] == os.getpid()
+        assert by["shared"]["holders"][0]["mode"] == "SH"
+        # An exclusive acquire of the shared lease is refused while readers hold it.
+        with pytest.raises(lockd.LeaseHeld):
+            lockd.Lease(cluster.spec(b, "shared"), run_dir=b.run_dir, timeout=0).acquire()
+
+
+def test_leader_election_campaign_observe_resign_run(cluster):
+    a, b = cluster.a, cluster.b
+    ea = lockd.LeaderElection(cluster.spec(a, "leader"), run_dir=a.run_dir)
+    eb = lockd.LeaderElection(cluster.spec(b, "leader"), run_dir=b.run_dir)
+    seen = []
+    stop = threading.Event()
+
+    def watch():
+        for info in eb.observe(interval=0.1, stop=stop):
+            seen.append(info)
+    t = threading.Thread(target=watch)
+    t.start()
+    lead = ea.campaign()
+    assert lead.is_leader and lead.token >= 1
+    info = eb.leader()
+    assert (info["host_id"], info["host_name"], info["token"], info["state"]) == \
+        (1, "hostA", lead.token, "live")
+    with pytest.raises(lockd.Timeout) as e:
+        eb.campaign(timeout=0.5)
+    assert e.value.owner_name == "hostA"
+    ea.resign()
+    assert not lead.is_leader
+    got = {}
+
+    def term(leadership):
+        got["token"] = leadership.token
+        time.sleep(0.5)  # long enough for the observer to see this term
+        return "done"
+    assert eb.run(term) == "done"
+    assert got["token"] == lead.token + 1
+    time.sleep(0.5)
+    stop.set()
+    t.join()
+    holders = [(s["host_id"], s["token"]) for s in seen]
+    assert (1, lead.token) in holders and (2, lead.token + 1) in holders, seen
+    assert holders.index((1, lead.token)) < holders.index((2, lead.token + 1))
+
+
+def test_asyncio_lease(cluster):
+    a = cluster.a
+
+    async def main():
+        async with lockd.aio.Lease(cluster.spec(a, "aio"), run_dir=a.run_dir) as l1:
+            assert l1.token >= 1
+            assert await l1.wait_lost(timeout=0.3) is None
+            assert not l1.lost.is_set()
+            # A second holder waits (in the executor) without blocking the loop.
+            second = lockd.aio.Lease(cluster.spec(a, "aio"), run_dir=a.run_dir, timeout=0.5)
+            with pytest.raises(lockd.Timeout):
+                await second.acquire()
+            return l1.token
+    token = asyncio.run(main())
+    with lockd.Lease(cluster.spec(a, "aio"), run_dir=a.run_dir) as l2:
+        assert l2.token == token + 1
+
+
+def test_metrics_from_lockd(cluster):
+    text = lockd.metrics(run_dir=cluster.a.run_dir)
+    assert "# TYPE" in text and "lockd_" in text
+
+
+def test_errors_carry_codes(cluster):
+    with pytest.raises(lockd.BadSpec) as e:
+        lockd.Lease("ls:op-1:/dev/x")
+    assert e.value.code == -22 and isinstance(e.value, ValueError)
+    with pytest.raises(lockd.BadSpec):
+        lockd.Lease(cluster.spec(cluster.a, "op-1"), timeout=-1)
+    with pytest.raises(lockd.DaemonGone) as g:
+        lockd.Lease(cluster.spec(cluster.a, "op-1"), run_dir="/nonexistent-run-dir").acquire()
+    assert g.value.code == -2 and g.value.code_name == "ENOENT"
+    # A lease in a lockspace the daemon has not joined: refused with the daemon's code.
+    with pytest.raises(lockd.Refused) as r:
+        lockd.Lease(f"nols:op-1:{cluster.loop.dev}:1M", run_dir=cluster.b.run_dir,
+                    timeout=0).acquire()
+    assert r.value.code < 0
+
+
+def test_waiting_candidates_are_shown(cluster):
+    """A candidate waiting on host B for a lease host A holds shows in lockd.locks,
+    `lockd leader --json` and `lockd status --json` on host B."""
+    import json
+    import os
+    a, b = cluster.a, cluster.b
+    with lockd.Lease(cluster.spec(a, "op-4"), run_dir=a.run_dir) as held:
+        cand = lockd.Lease(cluster.spec(b, "op-4"), run_dir=b.run_dir, owner="candidate-b")
+        t = threading.Thread(target=cand.acquire)
+        t.start()
+
+        def shown():
+            rows = lockd.locks("ls", [cluster.spec(b, "op-4")], run_dir=b.run_dir)
+            return rows[0]["waiting"]
+        waiting = None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not waiting:
+            waiting = shown()
+            time.sleep(0.1)
+        assert waiting and waiting[0]["pid"] == os.getpid()
+        assert waiting[0]["name"] == "candidate-b"
+        out = json.loads(b.lockd("leader", "-r", cluster.spec(b, "op-4"), "--json").stdout)
+        assert out["host_name"] == "hostA"
+        assert [c["name"] for c in out["waiting_here"]] == ["candidate-b"], out
+        st = json.loads(b.lockd("status", "--json").stdout)
+        assert [c["waiting"] for c in st["clients"] if c["name"] == "candidate-b"] == ["ls:op-4"]
+        held.release()
+        t.join(15)
+        assert cand.token == held.token + 1
+        # Holding now: no longer a candidate.
+        assert lockd.locks("ls", [cluster.spec(b, "op-4")], run_dir=b.run_dir)[0]["waiting"] == []
+        cand.release()
+
+
+def test_lost_when_the_daemon_stops_answering(cluster):
+    """SIGSTOP of the daemon: no heartbeat for 3 s, so nothing is known to renew this
+    host's lease — `daemon_silent`. (Last in the module: it pauses host B's daemon.)"""
+    import signal
+    b = cluster.b
+    lease = lockd.Lease(cluster.spec(b, "op-3"), run_dir=b.run_dir).acquire()
+    b.proc.send_signal(signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        assert lease.lost.wait(6), "no loss notice while the daemon was stopped"
+        took = time.monotonic() - t0
+    finally:
+        b.proc.send_signal(signal.SIGCONT)
+    assert lease.loss.reason == "daemon_silent"
+    assert lease.loss.kill_in is None
+    assert 2.5 <= took < 4.5, took
+    lease.release()  # closes the registration; the resumed daemon releases the lease
+    assert wait_free(cluster, b, "op-3")
+
+
+def wait_free(cluster, d, name):
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if lockd.leader(cluster.spec(d, name), run_dir=d.run_dir)["host_id"] == 0:
+            return True
+        time.sleep(0.1)
+    return False

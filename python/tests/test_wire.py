@@ -1,0 +1,77 @@
+"""The Python encodings against the Rust ones: the golden bytes of client-lib's own
+tests (ext.rs), spec parsing, and the decoders' refusals (no daemon needed)."""
+
+import struct
+
+import pytest
+
+import lockd
+from lockd import _wire as w
+
+
+def test_watch_event_golden_bytes_as_client_lib():
+    b = bytearray(144)
+    b[0:4] = struct.pack("=I", 2)
+    b[8:12] = struct.pack("=I", 1)
+    b[12:16] = struct.pack("=i", 4242)
+    b[16:18] = b"ls"
+    b[64:66] = b"r1"
+    b[112:120] = struct.pack("=Q", 7)
+    b[120:128] = struct.pack("=q", 1500)
+    b[128:136] = struct.pack("=q", -(2**63))
+    b[136:144] = struct.pack("=Q", 6000)
+    e = w.decode_watch_event(bytes(b))
+    assert e == {"kind": "renewal_failing", "force_mode": 0, "leases": 1, "pid": 4242,
+                 "lockspace": "ls", "resource": "r1", "lver": 7, "kill_in_ms": 1500,
+                 "watchdog_in_ms": None, "renewal_age_ms": 6000}
+    with pytest.raises(w.WireError):
+        w.decode_watch_event(bytes(10))
+    bad = bytearray(b)
+    bad[0:4] = struct.pack("=I", 99)
+    with pytest.raises(w.WireError):
+        w.decode_watch_event(bytes(bad))
+    notice = lockd.lease._loss_of(e, lockd.LeaseSpec.parse("ls:r9:/p:0"))
+    assert notice.reason == "renewal_failing" and notice.kill_in == 1.5
+    assert notice.watchdog_in is None
+    assert lockd.lease._loss_of(e, lockd.LeaseSpec.parse("other:r1:/p:0")) is None
+
+
+def test_leader_info_layout():
+    b = bytearray(96)
+    b[0:8] = struct.pack("=Q", 3)
+    b[8:16] = struct.pack("=Q", 2)
+    b[16:24] = struct.pack("=Q", 11)
+    b[24:28] = struct.pack("=I", 3)
+    b[32:37] = b"node3"
+    assert w.decode_leader_info(bytes(b)) == {"host_id": 3, "generation": 2, "token": 11,
+                                              "state": "live", "shared": False,
+                                              "host_name": "node3"}
+    with pytest.raises(w.WireError) as e:
+        w.decode_leader_info(bytes(50))
+    assert e.value.code == -71 and isinstance(e.value, lockd.LockdError)
+
+
+def test_request_encodings():
+    h = w.header(w.SM_CMD_ACQUIRE, 8, 128 + 1040 + 56, 1, 0xFFFFFFFF)
+    assert h == struct.pack("=8I", 0x04282010, 1, 7, 8, 32 + 1224, 0, 1, 0xFFFFFFFF)
+    r = w.resource("ls", "r1", [("/dev/x", 1 << 20)], flags=w.SANLK_RES_SHARED)
+    assert len(r) == 128 + 1040
+    assert r[:2] == b"ls" and r[48:50] == b"r1" and r[120:128] == struct.pack("=II", 4, 1)
+    assert r[128:134] == b"/dev/x" and r[128 + 1024:128 + 1032] == struct.pack("=Q", 1 << 20)
+    with pytest.raises(w.WireError):
+        w.resource("x" * 49, "r", [])
+    with pytest.raises(w.WireError):
+        w.decode_header(struct.pack("=8I", 0xDEAD, 1, 0, 0, 32, 0, 0, 0))
+    with pytest.raises(w.WireError):
+        w.decode_header(struct.pack("=8I", 0x04282010, 1, 0, 0, 2 << 20, 0, 0, 0))
+
+
+def test_spec_parsing():
+    s = lockd.LeaseSpec.parse("ls:r:/a:b/c:4096")
+    assert (s.path, s.offset, s.short()) == ("/a:b/c", 4096, "ls:r")
+    assert lockd.LeaseSpec.parse("ls:leader:/dev/loop0:1M").offset == 1 << 20
+    for bad in ["", "ls", "ls:r", "ls:r:/p", "ls:r::0", "ls:r:/p:x", ":r:/p:0", "ls::/p:0",
+                "ls:r:/p:99999999999999999999G", "l\0s:r:/p:0", "x" * 49 + ":r:/p:0"]:
+        with pytest.raises(lockd.BadSpec) as e:
+            lockd.LeaseSpec.parse(bad)
+        assert e.value.code == -22

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The Python package's tests: builds the wheel (scripts/build-python.sh) and the
+# binaries, then runs python/tests with pytest against real lockd daemons (two hosts on
+# one loop device), a real sanlock 3.8 daemon, and the wheel installed in a fresh venv.
+# Run as root (loop and device-mapper devices, daemons). Installs python3-pytest,
+# python3-venv and python3-pip from Debian if missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+PY=/usr/bin/python3
+
+missing=()
+"$PY" -c 'import pytest' 2>/dev/null || missing+=(python3-pytest)
+"$PY" -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
+"$PY" -c 'import pip' 2>/dev/null || missing+=(python3-pip)
+if ((${#missing[@]})); then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+fi
+
+cargo build -p lockd-tools -p lockd-daemon -p lockd-system-tests --bins
+wheel=$(bash scripts/build-python.sh | tail -n 1)
+echo "wheel: $wheel"
+export LOCKD_BIN_DIR="$PWD/target/debug" LOCKD_WHEEL="$wheel"
+cd python
+exec "$PY" -m pytest -p no:cacheprovider -v tests "$@"
