@@ -22,8 +22,11 @@ _SANLK_NAMES = {
 
 #: Codes meaning "another holder has it (or is taking it) now; try again later"
 #: (client-lib's ``is_busy_code``): IDLIVE, OWNED, OTHER, SHRETRY, OWNED_RETRY,
-#: DBLOCK_MBAL, DBLOCK_LVER, -EAGAIN, -EEXIST.
-BUSY_CODES = frozenset({-243, -244, -245, -246, -247, -213, -212, -errno.EAGAIN, -errno.EEXIST})
+#: DBLOCK_MBAL, DBLOCK_LVER, -EAGAIN (a local release of it in flight), -EBUSY (a local
+#: acquire of it in flight, as sanlock answers), -EEXIST.
+BUSY_CODES = frozenset(
+    {-243, -244, -245, -246, -247, -213, -212, -errno.EAGAIN, -errno.EBUSY, -errno.EEXIST}
+)
 
 
 def code_name(code):
