@@ -391,6 +391,19 @@ async fn acquire_inner<D: Disk, C: Clock>(
             return Err(LeaseError::HostIdBusy);
         }
     }
+    // A host stalled between its write and here (a paused VM, a stopped daemon) holds a
+    // record others have been timing since the write: past 8D without a renewal it is no
+    // longer ours to use (a renewal would fail the lockspace at once), and during the
+    // stall nothing armed the watchdog on it. Report the join as failed instead of
+    // handing out a lease that is already expired; a retry takes the long path.
+    let fail_at_ms =
+        now_ms + crate::timeouts::id_renewal_fail_seconds(u64::from(p.io_timeout)) * 1000;
+    if clock.now_ms() >= fail_at_ms {
+        return Err(LeaseError::io(
+            IoOp::LeaderRead,
+            crate::io::IoError::TimedOut,
+        ));
+    }
     Ok(DeltaState {
         leader: new,
         last_success_ms: now_ms,

@@ -515,6 +515,39 @@ async fn ballot_read<D: Disk>(
     Ok(bk_max)
 }
 
+/// Adds to `shared` every host (other than us) whose dblock carries a SHARED mode block,
+/// reading the dblocks of all `num_hosts` hosts.
+async fn read_shared_holders<D: Disk>(
+    disk: &D,
+    c: &BallotCtx<'_>,
+    num_hosts: u64,
+    shared: &mut Vec<u64>,
+) -> Result<(), LeaseError> {
+    let buf = disk
+        .read(
+            c.res.disk_offset,
+            ballot_bytes(c.g, num_hosts),
+            c.res.io_ms(),
+        )
+        .await
+        .map_err(|e| LeaseError::io(IoOp::DblockRead, e))?;
+    let sector = c.g.sector_bytes() as usize;
+    for q in 0..num_hosts as usize {
+        let at = (2 + q) * sector;
+        if at + sector > buf.len() {
+            break;
+        }
+        let Ok((bk, mb)) = decode_dblock_sector(&buf[at..at + sector]) else {
+            continue;
+        };
+        let h = q as u64 + 1;
+        if bk.verify().is_ok() && mb.is_shared() && h != c.host_id && !shared.contains(&h) {
+            shared.push(h);
+        }
+    }
+    Ok(())
+}
+
 async fn run_ballot<D: Disk, C: Clock>(
     disk: &D,
     clock: &C,
@@ -923,6 +956,10 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                         known_hosts_only = false;
                         continue 'restart;
                     }
+                    // Our own phase reads may also predate a SHARED mode block that the
+                    // committing host saw (a shared holder that took the lease between
+                    // our ballot and its commit): read every host's mode block again.
+                    read_shared_holders(disk, &ctx, cur.num_hosts, &mut seen_shared).await?;
                     return Ok(Committed {
                         leader: tmp,
                         dblock: slot.last,

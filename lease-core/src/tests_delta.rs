@@ -221,3 +221,14 @@ fn own_name_record_renewed_by_a_clone_is_busy() {
     assert_eq!(err, LeaseError::HostIdBusy);
     assert_eq!(record(&d, 1).owner_generation, twin.generation());
 }
+
+#[test]
+fn a_join_stalled_past_its_fail_time_is_not_returned() {
+    // The short path's 2D verify wait takes 8D here (a stalled host): the record written
+    // at the start has aged past its fail time, so the join must fail, not succeed.
+    let d = MemDisk::formatted();
+    let c = TestClock::at_s(100);
+    c.stretch_sleeps(8);
+    let err = block_on(delta::acquire(&d, &c, &ls_params(1, "hostA"))).unwrap_err();
+    assert!(matches!(err, LeaseError::Io { .. }), "{err:?}");
+}

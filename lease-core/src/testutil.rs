@@ -131,6 +131,8 @@ impl Disk for MemDisk {
 pub struct TestClock {
     pub now_ms: Cell<u64>,
     pub slept_ms: Cell<u64>,
+    /// Each sleep of `ms` moves the clock by `ms * factor` (a host stalled meanwhile).
+    pub sleep_factor: Cell<u64>,
 }
 
 impl TestClock {
@@ -138,7 +140,13 @@ impl TestClock {
         TestClock {
             now_ms: Cell::new(s * 1000),
             slept_ms: Cell::new(0),
+            sleep_factor: Cell::new(1),
         }
+    }
+
+    /// Makes every later sleep last `factor` times as long on the clock.
+    pub fn stretch_sleeps(&self, factor: u64) {
+        self.sleep_factor.set(factor);
     }
 }
 
@@ -148,7 +156,8 @@ impl Clock for TestClock {
     }
 
     fn sleep_ms(&self, ms: u64) -> impl Future<Output = ()> {
-        self.now_ms.set(self.now_ms.get() + ms);
+        self.now_ms
+            .set(self.now_ms.get() + ms * self.sleep_factor.get());
         self.slept_ms.set(self.slept_ms.get() + ms);
         ready(())
     }
