@@ -319,7 +319,16 @@ impl Client {
     }
 
     /// HOST_STATUS of one lockspace.
-    pub fn host_status(mut self, name: Name) -> Result<Vec<StateRecord>, ClientError> {
+    pub fn host_status(self, name: Name) -> Result<Vec<StateRecord>, ClientError> {
+        self.lockspace_state_records(SM_CMD_HOST_STATUS, name)
+    }
+
+    /// Sends `cmd` naming lockspace `name` and reads the state records it answers with.
+    fn lockspace_state_records(
+        mut self,
+        cmd: u32,
+        name: Name,
+    ) -> Result<Vec<StateRecord>, ClientError> {
         let ls = Lockspace {
             name,
             host_id: 0,
@@ -327,7 +336,7 @@ impl Client {
             pad: 0,
             host_id_disk: Disk::default(),
         };
-        self.send(SM_CMD_HOST_STATUS, 0, 0, 0, &ls.encode())?;
+        self.send(cmd, 0, 0, 0, &ls.encode())?;
         let h = self.recv_header()?;
         if h.result() < 0 {
             return Err(ClientError::Result { rv: h.result() });
@@ -338,20 +347,8 @@ impl Client {
     /// RENEWAL of one lockspace: the daemon's recent delta-lease renewals, oldest first,
     /// one SANLK_STATE_RENEWAL record each (text `timestamp=… read_ms=… write_ms=…
     /// next_timeouts=… next_errors=…`, as sanlock's `client renewal` prints it).
-    pub fn renewal(mut self, name: Name) -> Result<Vec<StateRecord>, ClientError> {
-        let ls = Lockspace {
-            name,
-            host_id: 0,
-            flags: 0,
-            pad: 0,
-            host_id_disk: Disk::default(),
-        };
-        self.send(SM_CMD_RENEWAL, 0, 0, 0, &ls.encode())?;
-        let h = self.recv_header()?;
-        if h.result() < 0 {
-            return Err(ClientError::Result { rv: h.result() });
-        }
-        self.read_state_records()
+    pub fn renewal(self, name: Name) -> Result<Vec<StateRecord>, ClientError> {
+        self.lockspace_state_records(SM_CMD_RENEWAL, name)
     }
 
     /// LOG_DUMP: the daemon's in-memory recent log text (sanlock's `client log_dump`).

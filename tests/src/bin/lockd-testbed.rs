@@ -139,6 +139,18 @@ fn witness_events(bed: &Bed, host: &str) -> Vec<(f64, String)> {
         .collect()
 }
 
+/// Waits (20 s at most) until a witness on `host` logged `start`: it holds the lease.
+fn wait_for_start(bed: &Bed, host: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !witness_events(bed, host).iter().any(|(_, e)| e == "start") {
+        if Instant::now() > deadline {
+            bail!("{host} never took the lease; see {}", bed.dir.display());
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
 fn fmt(v: Option<f64>) -> String {
     v.map_or("none".to_string(), |x| format!("{x:.2}"))
 }
@@ -164,16 +176,7 @@ fn run(o: &Opts) -> Result<bool> {
         ..HolderOpts::default()
     };
     let holder = bed.start_holder(1, "res", 1, &holder_opts)?;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !witness_events(&bed, "host1")
-        .iter()
-        .any(|(_, e)| e == "start")
-    {
-        if Instant::now() > deadline {
-            bail!("host1 never took the lease; see {}", bed.dir.display());
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_start(&bed, "host1")?;
 
     // Watch host 1's renewals on the backing image.
     let last_change = Arc::new(Mutex::new(wall_s()));
@@ -456,16 +459,7 @@ fn run_clone(o: &Opts) -> Result<bool> {
     bed.start_host(1, o.kind)?;
     bed.join(1)?;
     let holder = bed.start_holder(1, "res", 1, &HolderOpts::default())?;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !witness_events(&bed, "host1")
-        .iter()
-        .any(|(_, e)| e == "start")
-    {
-        if Instant::now() > deadline {
-            bail!("host1 never took the lease; see {}", bed.dir.display());
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_start(&bed, "host1")?;
     let name = bed.host(1).name.clone();
     bed.start_host_named(3, o.kind, &name)?;
     let t0 = wall_s();
