@@ -9,9 +9,10 @@ need_pkgs=()
 # systemd: systemd-analyze verify on the units; man-db and groff-base: man page checks;
 # ctdb: the CTDB cluster test; prometheus: promtool and the server for
 # daemon/tests/metrics.rs; lintian, dpkg-dev (dpkg-shlibdeps) and binutils (strip,
-# readelf): the .deb build and its test.
+# readelf): the .deb build and its test; python3-pytest, python3-venv, python3-pip: the
+# Python package's tests (scripts/test-python.sh).
 for p in sanlock python3-sanlock libsanlock-dev fuse3 util-linux systemd man-db groff-base ctdb \
-    prometheus lintian dpkg-dev binutils; do
+    prometheus lintian dpkg-dev binutils python3-pytest python3-venv python3-pip; do
     dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -2,7 +2,7 @@
 # The Python package's tests: builds the wheel (scripts/build-python.sh) and the
 # binaries, then runs python/tests with pytest against real lockd daemons (two hosts on
 # one loop device), a real sanlock 3.8 daemon, and the wheel installed in a fresh venv.
-# Run as root (loop and device-mapper devices, daemons). Installs python3-pytest,
+# Run as root (loop devices, FUSE views through lockd-faultfs, daemons). Installs python3-pytest,
 # python3-venv and python3-pip from Debian if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,8 @@ missing=()
 "$PY" -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 "$PY" -c 'import pip' 2>/dev/null || missing+=(python3-pip)
 if ((${#missing[@]})); then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 cargo build -p lockd-tools -p lockd-daemon -p lockd-system-tests --bins
