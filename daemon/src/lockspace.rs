@@ -6,6 +6,10 @@
 //! of the renewal thread, so a renewal stuck in I/O is still noticed) checks our lease
 //! against id_renewal_fail and drives kill escalation for failed or removed lockspaces.
 //! The delta lease is released on disk only after a successful last renewal.
+//! Removal has two steps, as sanlock's: first the holders are stopped while the lease is
+//! still held and renewed (INQ_LOCKSPACE: joined; at least [`REMOVAL_CHECK_MS`]), then
+//! the renewal thread stops and releases the lease (INQ_LOCKSPACE: in progress, WAIT
+//! waits until it is gone).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -357,9 +361,16 @@ pub fn inq(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> i32 {
     let Some(space) = find_matching(d, ls) else {
         return -libc::ENOENT;
     };
-    let phase = space.snapshot_phase();
+    let (phase, releasing) = {
+        let st = lock(&space.st);
+        (st.phase, st.releasing)
+    };
     match phase {
         Phase::Joined => 0,
+        // Removal requested, holders still being stopped: the delta lease is still held
+        // and renewed, so the lockspace is still there (with or without WAIT), as on
+        // sanlock, whose lockspace stays on its joined list until its pids are dead.
+        Phase::Removing if !releasing => 0,
         Phase::Adding if flags & SANLK_INQ_WAIT != 0 => {
             if wait_add_result(&space) == 0 {
                 0
@@ -724,6 +735,7 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
     };
     let clock = SystemClock::new(Arc::new(AtomicBool::new(false)));
     renew_loop(d, space, &run_disk, &clock, &params, &mut state, &mut wd);
+    lock(&space.st).releasing = true;
     // No holder is left (renew_loop returns only then): the lockspace no longer needs
     // the watchdog.
     if let Some(w) = wd.take() {
@@ -751,6 +763,13 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
     info!("lockspace removed");
 }
 
+/// How long a removal's first step (holders stopped, lease still held and renewed) lasts
+/// at least, even with no holder: the holders are checked again one monitor interval
+/// after the stop, as sanlock checks its killed pids at its next recovery check (200 ms).
+/// So a client that asks right after an asynchronous REM_LOCKSPACE finds the lockspace
+/// still there on both daemons.
+const REMOVAL_CHECK_MS: u64 = 200;
+
 fn renew_loop(
     d: &Arc<Daemon>,
     space: &Space,
@@ -763,9 +782,15 @@ fn renew_loop(
     let io = u64::from(space.io_timeout);
     let renewal_ms = timeouts::id_renewal_seconds(io) * 1000;
     let mut next_attempt_ms = state.last_success_ms + renewal_ms;
+    // When a stop was first seen: the loop ends no sooner than REMOVAL_CHECK_MS after it.
+    let mut stop_seen_ms: Option<u64> = None;
     loop {
-        if space.stop.load(Ordering::SeqCst) && !space_in_use(d, &space.name) {
-            return;
+        if space.stop.load(Ordering::SeqCst) {
+            let now_ms = lockd_diskio::monotime_ms();
+            let seen = *stop_seen_ms.get_or_insert(now_ms);
+            if now_ms >= seen + REMOVAL_CHECK_MS && !space_in_use(d, &space.name) {
+                return;
+            }
         }
         // A lost lease is not renewed again: other hosts must see it expire.
         let lost = lock(&space.st).lease_lost();

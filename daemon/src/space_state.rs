@@ -66,6 +66,11 @@ pub struct SpaceSt {
     pub external_used: bool,
     pub used_by_orphans: bool,
     pub renewals: VecDeque<RenewalRec>,
+    /// Removal's second step has begun: every holder is gone and the renewal thread has
+    /// stopped to release the delta lease. Before it (removal requested, holders still
+    /// being killed) INQ_LOCKSPACE still answers "joined", as sanlock does while the
+    /// lockspace sits on its `spaces` list; after it, "in progress" until `gone`.
+    pub releasing: bool,
     pub gone: bool,
 }
 

@@ -153,6 +153,9 @@ call("rem_lockspace", "again", lambda: sanlock.rem_lockspace(LS, 1, PATH, 0))
 call("add_lockspace", "async", lambda: sanlock.add_lockspace(LS, 1, PATH, 0, iotimeout=1, wait=False))
 call("inq_lockspace", "wait for async add", lambda: sanlock.inq_lockspace(LS, 1, PATH, 0, wait=True))
 call("rem_lockspace", "async", lambda: sanlock.rem_lockspace(LS, 1, PATH, 0, wait=False))
+# Right after an asynchronous removal the lockspace is still there (its holders are being
+# stopped; its lease is still held): sanlock answers True, with or without wait.
+call("inq_lockspace", "wait, right after async rem", lambda: sanlock.inq_lockspace(LS, 1, PATH, 0, wait=True))
 
 
 def gone_within_10s():
