@@ -21,6 +21,11 @@
 #                                            inside the chroot are removed afterwards.
 #                                            Exit status is CMD's. PATH is reset to the
 #                                            chroot's standard one; other env is kept.
+#   debian-chroot.sh run SUITE --overlay [--bind ...] [--] CMD [ARG...]
+#                                            the same on a throwaway copy-on-write layer
+#                                            over the chroot (an overlayfs whose upper dir
+#                                            is deleted afterwards): packages installed or
+#                                            removed by CMD leave the cached chroot as it was
 #   debian-chroot.sh mount SUITE [--bind SRC[:DST]]...
 #                                            the same mounts in the host's namespace, for
 #                                            interactive work; undo with `umount`
@@ -152,12 +157,15 @@ cmd_ensure() {
     echo "$dir"
 }
 
-# Parses [--bind SRC[:DST]]... into BINDS (pairs "SRC\tDST"); leaves the rest in REST.
+# Parses [--overlay] [--bind SRC[:DST]]... into OVERLAY and BINDS (pairs "SRC\tDST");
+# leaves the rest in REST.
 parse_binds() {
     BINDS=()
     REST=()
+    OVERLAY=0
     while [ $# -gt 0 ]; do
         case $1 in
+            --overlay) OVERLAY=1; shift ;;
             --bind)
                 [ $# -ge 2 ] || die "--bind needs SRC[:DST]"
                 local src=${2%%:*} dst=${2#*:}
@@ -225,10 +233,15 @@ cmd_run() {
     dir=$(chroot_dir "$suite")
     parse_binds "$@"
     [ ${#REST[@]} -gt 0 ] || die "run: no command"
-    local created rc=0
+    local created rc=0 ov=-
     created=$(make_targets "$dir" ${BINDS[@]+"${BINDS[@]}"})
-    LOCKD_CHROOT_INNER=1 unshare --mount --propagation private "$0" __inner "$dir" \
+    if [ "$OVERLAY" = 1 ]; then
+        ov=$(mktemp -d "$ROOT/.overlay-$suite.XXXXXX")
+    fi
+    LOCKD_CHROOT_INNER=1 unshare --mount --propagation private "$0" __inner "$dir" "$ov" \
         "${#BINDS[@]}" ${BINDS[@]+"${BINDS[@]}"} "${REST[@]}" || rc=$?
+    # The overlay's mounts lived only in the namespace; its upper dir is plain files now.
+    [ "$ov" = - ] || rm -rf --one-file-system "$ov"
     local p
     while IFS= read -r p; do
         [ -n "$p" ] || continue
@@ -246,9 +259,14 @@ cmd_run() {
 
 cmd_inner() {
     [ "${LOCKD_CHROOT_INNER:-}" = 1 ] || die "__inner is internal"
-    local dir=$1 n=$2
-    shift 2
+    local dir=$1 ov=$2 n=$3
+    shift 3
     local binds=("${@:1:$n}")
+    if [ "$ov" != - ]; then
+        mkdir -p "$ov/up" "$ov/wk" "$ov/root"
+        mount -t overlay overlay -o "lowerdir=$dir,upperdir=$ov/up,workdir=$ov/wk" "$ov/root"
+        dir=$ov/root
+    fi
     shift "$n"
     do_mounts "$dir" ${binds[@]+"${binds[@]}"}
     unset LOCKD_CHROOT_INNER
@@ -265,6 +283,7 @@ cmd_mount() {
     [ -z "$(mounts_below "$dir")" ] || die "$dir already has mounts; run: $0 umount $suite"
     parse_binds "$@"
     [ ${#REST[@]} -eq 0 ] || die "mount: unexpected arguments: ${REST[*]}"
+    [ "$OVERLAY" = 0 ] || die "mount: --overlay is for run only"
     make_targets "$dir" ${BINDS[@]+"${BINDS[@]}"} >/dev/null
     do_mounts "$dir" ${BINDS[@]+"${BINDS[@]}"} || { cmd_umount "$suite"; die "mount failed"; }
     echo "$dir"
