@@ -40,8 +40,8 @@ if [ -x "$rel/wdmd-emulator" ]; then
     strip_install "$rel/wdmd-emulator" "$pkg/usr/libexec/lockd/wdmd-emulator"
 fi
 
-install -D -m 0644 packaging/systemd/lockd.service "$pkg/lib/systemd/system/lockd.service"
-install -D -m 0644 packaging/systemd/wdmd.service "$pkg/lib/systemd/system/wdmd.service"
+install -D -m 0644 packaging/systemd/lockd.service "$pkg/usr/lib/systemd/system/lockd.service"
+install -D -m 0644 packaging/systemd/wdmd.service "$pkg/usr/lib/systemd/system/wdmd.service"
 install -D -m 0644 packaging/lockd.toml "$pkg/etc/lockd/lockd.toml"
 # The libvirt hook is not installed as /etc/libvirt/hooks/qemu (that file is the admin's,
 # and may hold other hooks): docs/integrations.md says how to enable it. Its lease list

@@ -123,8 +123,8 @@ overlay_files() {
 overlay_files > "$work/before-install.list"
 apt-get install -y "$deb" > "$work/apt.log" 2>&1 || { cat "$work/apt.log"; fail "apt-get install"; }
 ok "apt-get install ./$(basename "$deb")"
-for f in /usr/sbin/lockd /usr/sbin/lockd-daemon /usr/sbin/wdmd /lib/systemd/system/lockd.service \
-    /lib/systemd/system/wdmd.service /etc/lockd/lockd.toml /usr/share/doc/lockd/copyright \
+for f in /usr/sbin/lockd /usr/sbin/lockd-daemon /usr/sbin/wdmd /usr/lib/systemd/system/lockd.service \
+    /usr/lib/systemd/system/wdmd.service /etc/lockd/lockd.toml /usr/share/doc/lockd/copyright \
     /usr/share/doc/lockd/changelog.gz /usr/share/doc/lockd/operations.md \
     /usr/share/lockd/grafana/lockd-dashboard.json /usr/libexec/lockd/qemu-hook \
     /etc/lockd/libvirt-leases.conf /usr/share/man/man8/lockd-killpath.8.gz \
@@ -180,7 +180,7 @@ ok "installed daemon stopped; /run/sanlock is gone"
 # 5. Purge: nothing of lockd is left.
 dpkg --purge lockd > "$work/purge.log" 2>&1 || { cat "$work/purge.log"; fail "dpkg --purge lockd"; }
 for f in /usr/sbin/lockd /usr/sbin/lockd-daemon /usr/sbin/wdmd /usr/libexec/lockd /etc/lockd \
-    /lib/systemd/system/lockd.service /lib/systemd/system/wdmd.service /usr/share/doc/lockd \
+    /usr/lib/systemd/system/lockd.service /usr/lib/systemd/system/wdmd.service /usr/share/doc/lockd \
     /usr/share/lockd /var/lib/lockd /var/log/lockd.log; do
     [ -e "$f" ] && fail "$f is left after purge"
 done
