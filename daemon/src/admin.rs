@@ -222,6 +222,9 @@ pub fn read_lockspace(d: &Daemon, ls: &mut wire::Lockspace) -> (i32, u32) {
         return (e.sanlk_code(), 0);
     }
     ls.name = rec.space_name;
+    // The host_id whose record was read (1 when the request said 0), as sanlock answers:
+    // `sanlock client read -s NAME:0:PATH:OFF` prints NAME:1:PATH:OFF.
+    ls.host_id = host_id;
     ls.flags = (ls.flags & !0x3F0) | g.api_flags();
     (0, u32::from(rec.io_timeout))
 }

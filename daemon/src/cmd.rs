@@ -403,10 +403,10 @@ fn acquire(
     wanted: &[wire::Resource],
     opt: &wire::Options,
 ) -> i32 {
-    if !opt.owner_name.is_empty() {
-        if let Some(c) = lock(&d.tables).clients.slots.get_mut(&target) {
-            c.owner_name = opt.owner_name;
-        }
+    // Every ACQUIRE names the client anew from its options, an empty name included, as
+    // sanlock does (`sanlock client command` leaves its client with no name in STATUS).
+    if let Some(c) = lock(&d.tables).clients.slots.get_mut(&target) {
+        c.owner_name = opt.owner_name;
     }
     let mut done: Vec<Token> = Vec::new();
     for r in wanted {

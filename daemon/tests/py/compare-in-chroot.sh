@@ -29,9 +29,9 @@ spid=
 lpid=
 cleanup() {
     # Daemons of ours still running are stopped by their PIDs.
-    [ -n "$spid" ] && kill -9 "$spid" 2>/dev/null
-    [ -n "$lpid" ] && kill -9 "$lpid" 2>/dev/null
-    [ -n "$chroot_pid" ] && wait "$chroot_pid" 2>/dev/null
+    [ -n "$spid" ] && kill -9 "$spid" 2>/dev/null || true
+    [ -n "$lpid" ] && kill -9 "$lpid" 2>/dev/null || true
+    [ -n "$chroot_pid" ] && wait "$chroot_pid" 2>/dev/null || true
     rm -rf "$work"
 }
 trap cleanup EXIT
