@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Loop devices and lockd-faultfs mounts the tests leave behind.
+# Loop devices, lockd-faultfs mounts and mounts below the Debian chroots
+# (/var/tmp/lockd-chroots, scripts/debian-chroot.sh) the tests leave behind.
 #   leftovers.sh snapshot FILE   record what is attached and mounted now
 #   leftovers.sh check FILE      fail, listing them, if anything is attached or mounted
 #                                that FILE did not record
@@ -11,6 +12,7 @@ state() {
     {
         losetup -n -l -O NAME,BACK-FILE --raw 2>/dev/null || true
         mount | awk '/lockd-faultfs/ {print "mount " $3}'
+        awk '$5 ~ "^/var/tmp/lockd-chroots/" {print "mount " $5}' /proc/self/mountinfo
     } | sort
 }
 case "${1:-}" in
@@ -24,7 +26,7 @@ snapshot)
 check)
     new=$(comm -13 "$2" <(state))
     if [ -n "$new" ]; then
-        echo "leftovers: loop devices or FUSE mounts left behind by this run:"
+        echo "leftovers: loop devices, FUSE or chroot mounts left behind by this run:"
         echo "$new" | sed 's/^/  /'
         exit 1
     fi

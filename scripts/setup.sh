@@ -10,9 +10,10 @@ need_pkgs=()
 # ctdb: the CTDB cluster test; prometheus: promtool and the server for
 # daemon/tests/metrics.rs; lintian, dpkg-dev (dpkg-shlibdeps) and binutils (strip,
 # readelf): the .deb build and its test; python3-pytest, python3-venv, python3-pip: the
-# Python package's tests (scripts/test-python.sh).
+# Python package's tests (scripts/test-python.sh); debootstrap: the chroots of newer
+# Debian releases (scripts/debian-chroot.sh, scripts/test-trixie.sh).
 for p in sanlock python3-sanlock libsanlock-dev fuse3 util-linux systemd man-db groff-base ctdb \
-    prometheus lintian dpkg-dev binutils python3-pytest python3-venv python3-pip; do
+    prometheus lintian dpkg-dev binutils python3-pytest python3-venv python3-pip debootstrap; do
     dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

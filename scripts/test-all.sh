@@ -50,6 +50,9 @@ bash scripts/test-python.sh
 step "systemd units (systemd-analyze verify against the built binaries)"
 bash packaging/verify-units.sh
 
+step "Debian 13 in a trixie chroot: the .deb, python3-sanlock 3.9.5 and sanlock 3.9.5's CLI against lockd"
+bash scripts/test-trixie.sh
+
 step "deterministic simulation (lease-core)"
 bash scripts/sim.sh
 

@@ -10,7 +10,10 @@
 # whose output is the daemon's own state (status -D, renewal, log_dump, version) only
 # the exit status is compared. Prints both transcripts' differences, if any.
 #
-# Usage: daemon/tests/cli/compare-cli-in-chroot.sh LOCKD_DAEMON [SUITE]   (as root)
+# SUITE `host` runs this machine's own sanlock package (Debian 12: 3.8.5) instead, with
+# no chroot.
+#
+# Usage: daemon/tests/cli/compare-cli-in-chroot.sh LOCKD_DAEMON [SUITE|host]   (as root)
 set -euo pipefail
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -21,7 +24,19 @@ here=$(cd "$(dirname "$0")" && pwd)
 chroot_sh=$here/../../../scripts/debian-chroot.sh
 [ "$(id -u)" = 0 ] || fail "needs root (chroot, the sanlock daemon)"
 [ -x "$daemon" ] || fail "$daemon is not executable (cargo build -p lockd-daemon)"
-"$chroot_sh" ensure "$suite" sanlock >/dev/null
+# Runs a command in SUITE's chroot with the work dir bound, or here for `host`.
+in_suite() {
+    if [ "$suite" = host ]; then
+        "$@"
+    else
+        "$chroot_sh" run "$suite" --bind "$work" -- "$@"
+    fi
+}
+if [ "$suite" = host ]; then
+    command -v sanlock >/dev/null || fail "sanlock is missing (scripts/setup.sh installs it)"
+else
+    "$chroot_sh" ensure "$suite" sanlock >/dev/null
+fi
 
 work=$(mktemp -d /tmp/lockd-clicmp.XXXXXX)
 chroot_pid=
@@ -54,15 +69,13 @@ gone() {
 sequence() {
     rm -f "$work/disk"
     truncate -s 8M "$work/disk"
-    "$chroot_sh" run "$suite" --bind "$work" -- env SANLOCK_RUN_DIR="$1" SANLOCK_PRIVILEGED=0 \
-        bash "$work/sequence.sh" "$work/disk"
+    in_suite env SANLOCK_RUN_DIR="$1" SANLOCK_PRIVILEGED=0 bash "$work/sequence.sh" "$work/disk"
 }
 
-version=$("$chroot_sh" run "$suite" -- dpkg-query -W -f='${Version}' sanlock)
+version=$(in_suite dpkg-query -W -f='${Version}' sanlock)
 
 # 1. sanlock of that release, in the chroot (the inner shell's PID is the daemon's).
-"$chroot_sh" run "$suite" --bind "$work" -- env SANLOCK_RUN_DIR="$work/run-sanlock" \
-    SANLOCK_PRIVILEGED=0 bash -c 'echo $$ > "$1/sanlock.pid"; exec sanlock daemon -D -w 0 -U root -G root -e cli' \
+in_suite env SANLOCK_RUN_DIR="$work/run-sanlock" SANLOCK_PRIVILEGED=0 bash -c 'echo $$ > "$1/sanlock.pid"; exec sanlock daemon -D -w 0 -U root -G root -e cli' \
     sh "$work" > "$work/sanlock.log" 2>&1 &
 chroot_pid=$!
 wait_sock "$work/run-sanlock" || { cat "$work/sanlock.log"; fail "sanlock daemon's socket never appeared"; }

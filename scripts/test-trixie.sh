@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Debian 13 (trixie) against lockd, in a debootstrapped trixie chroot cached under
+# /var/tmp/lockd-chroots/trixie (scripts/debian-chroot.sh; built on the first run, a few
+# minutes; reused afterwards):
+#  1. the .deb (packaging/build-deb.sh) installed, run, unit-verified, linted with trixie's
+#     lintian and purged (packaging/test-deb-chroot.sh);
+#  2. python3-sanlock 3.9.5: every daemon-facing call against a real sanlock 3.9.5
+#     daemon and lockd, compared (daemon/tests/py/compare-in-chroot.sh);
+#  3. the `sanlock client` 3.9.5 CLI: one command sequence against both, compared
+#     (daemon/tests/cli/compare-cli-in-chroot.sh), and the same with the host's own
+#     sanlock 3.8.5 (no chroot).
+# Run as root from scripts/test-all.sh, after the workspace's binaries are built. Prints
+# each part's time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+target_dir=${CARGO_TARGET_DIR:-$PWD/target}
+suite=trixie
+[ "$(id -u)" = 0 ] || { echo "test-trixie: needs root (chroot, mounts, daemons)" >&2; exit 1; }
+
+t=$SECONDS
+scripts/debian-chroot.sh ensure "$suite" sanlock python3-sanlock python3 lintian systemd adduser >/dev/null
+echo "test-trixie: chroot ready in $((SECONDS - t)) s"
+
+daemon=$target_dir/debug/lockd-daemon
+[ -x "$daemon" ] || cargo build -q -p lockd-daemon --bins
+
+t=$SECONDS
+deb=$(packaging/build-deb.sh)
+packaging/test-deb-chroot.sh "$deb" "$suite"
+echo "test-trixie: package test in $((SECONDS - t)) s"
+
+t=$SECONDS
+daemon/tests/py/compare-in-chroot.sh "$daemon" "$suite"
+echo "test-trixie: python3-sanlock comparison in $((SECONDS - t)) s"
+
+t=$SECONDS
+daemon/tests/cli/compare-cli-in-chroot.sh "$daemon" "$suite"
+echo "test-trixie: sanlock CLI comparison in $((SECONDS - t)) s"
+
+# The same command sequence with this machine's own sanlock 3.8.5 (no chroot).
+t=$SECONDS
+daemon/tests/cli/compare-cli-in-chroot.sh "$daemon" host
+echo "test-trixie: sanlock 3.8.5 CLI comparison (host) in $((SECONDS - t)) s"
+
+echo "test-trixie: all passed"
