@@ -26,6 +26,13 @@
 #                                            over the chroot (an overlayfs whose upper dir
 #                                            is deleted afterwards): packages installed or
 #                                            removed by CMD leave the cached chroot as it was
+#   debian-chroot.sh run SUITE --exec [--bind ...] [--] CMD [ARG...]
+#                                            the same, but this script's process becomes
+#                                            CMD (exec all the way down), so a caller that
+#                                            started it holds CMD's own PID (to signal it,
+#                                            wait for it); the mount namespace ends with
+#                                            CMD and its children. Mount-point directories
+#                                            it had to create stay (empty) in the chroot.
 #   debian-chroot.sh mount SUITE [--bind SRC[:DST]]...
 #                                            the same mounts in the host's namespace, for
 #                                            interactive work; undo with `umount`
@@ -163,9 +170,11 @@ parse_binds() {
     BINDS=()
     REST=()
     OVERLAY=0
+    EXEC=0
     while [ $# -gt 0 ]; do
         case $1 in
             --overlay) OVERLAY=1; shift ;;
+            --exec) EXEC=1; shift ;;
             --bind)
                 [ $# -ge 2 ] || die "--bind needs SRC[:DST]"
                 local src=${2%%:*} dst=${2#*:}
@@ -235,6 +244,11 @@ cmd_run() {
     [ ${#REST[@]} -gt 0 ] || die "run: no command"
     local created rc=0 ov=-
     created=$(make_targets "$dir" ${BINDS[@]+"${BINDS[@]}"})
+    if [ "$EXEC" = 1 ]; then
+        [ "$OVERLAY" = 0 ] || die "run: --exec and --overlay do not go together"
+        LOCKD_CHROOT_INNER=1 exec unshare --mount --propagation private "$0" __inner "$dir" - \
+            "${#BINDS[@]}" ${BINDS[@]+"${BINDS[@]}"} "${REST[@]}"
+    fi
     if [ "$OVERLAY" = 1 ]; then
         ov=$(mktemp -d "$ROOT/.overlay-$suite.XXXXXX")
     fi
@@ -283,7 +297,7 @@ cmd_mount() {
     [ -z "$(mounts_below "$dir")" ] || die "$dir already has mounts; run: $0 umount $suite"
     parse_binds "$@"
     [ ${#REST[@]} -eq 0 ] || die "mount: unexpected arguments: ${REST[*]}"
-    [ "$OVERLAY" = 0 ] || die "mount: --overlay is for run only"
+    [ "$OVERLAY" = 0 ] && [ "$EXEC" = 0 ] || die "mount: --overlay and --exec are for run only"
     make_targets "$dir" ${BINDS[@]+"${BINDS[@]}"} >/dev/null
     do_mounts "$dir" ${BINDS[@]+"${BINDS[@]}"} || { cmd_umount "$suite"; die "mount failed"; }
     echo "$dir"
