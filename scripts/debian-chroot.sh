@@ -31,8 +31,10 @@
 #                                            CMD (exec all the way down), so a caller that
 #                                            started it holds CMD's own PID (to signal it,
 #                                            wait for it); the mount namespace ends with
-#                                            CMD and its children. Mount-point directories
-#                                            it had to create stay (empty) in the chroot.
+#                                            CMD and its children. CMD runs on a
+#                                            copy-on-write layer in a tmpfs private to that
+#                                            namespace: what it writes outside its binds
+#                                            (and the bind targets) is discarded.
 #   debian-chroot.sh mount SUITE [--bind SRC[:DST]]...
 #                                            the same mounts in the host's namespace, for
 #                                            interactive work; undo with `umount`
@@ -243,12 +245,16 @@ cmd_run() {
     parse_binds "$@"
     [ ${#REST[@]} -gt 0 ] || die "run: no command"
     local created rc=0 ov=-
-    created=$(make_targets "$dir" ${BINDS[@]+"${BINDS[@]}"})
     if [ "$EXEC" = 1 ]; then
+        # Nothing runs after the exec to clean up, so CMD runs on a copy-on-write layer
+        # held in a tmpfs that only its namespace sees: the bind targets made there, and
+        # whatever CMD writes outside its binds, vanish with the namespace.
         [ "$OVERLAY" = 0 ] || die "run: --exec and --overlay do not go together"
-        LOCKD_CHROOT_INNER=1 exec unshare --mount --propagation private "$0" __inner "$dir" - \
-            "${#BINDS[@]}" ${BINDS[@]+"${BINDS[@]}"} "${REST[@]}"
+        mkdir -p "$ROOT/.exec-scratch"
+        LOCKD_CHROOT_INNER=1 exec unshare --mount --propagation private "$0" __inner "$dir" \
+            "tmpfs:$ROOT/.exec-scratch" "${#BINDS[@]}" ${BINDS[@]+"${BINDS[@]}"} "${REST[@]}"
     fi
+    created=$(make_targets "$dir" ${BINDS[@]+"${BINDS[@]}"})
     if [ "$OVERLAY" = 1 ]; then
         ov=$(mktemp -d "$ROOT/.overlay-$suite.XXXXXX")
     fi
@@ -276,6 +282,10 @@ cmd_inner() {
     local dir=$1 ov=$2 n=$3
     shift 3
     local binds=("${@:1:$n}")
+    if [ "${ov#tmpfs:}" != "$ov" ]; then
+        ov=${ov#tmpfs:}
+        mount -t tmpfs -o mode=0700 tmpfs "$ov"
+    fi
     if [ "$ov" != - ]; then
         mkdir -p "$ov/up" "$ov/wk" "$ov/root"
         mount -t overlay overlay -o "lowerdir=$dir,upperdir=$ov/up,workdir=$ov/wk" "$ov/root"

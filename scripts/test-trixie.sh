@@ -8,7 +8,9 @@
 #     daemon and lockd, compared (daemon/tests/py/compare-in-chroot.sh);
 #  3. the `sanlock client` 3.9.5 CLI: one command sequence against both, compared
 #     (daemon/tests/cli/compare-cli-in-chroot.sh), and the same with the host's own
-#     sanlock 3.8.5 (no chroot).
+#     sanlock 3.8.5 (no chroot);
+#  4. ctdb 4.22: tools/tests/ctdb_mutex.rs's real cluster (failover, rejoin) with trixie's
+#     ctdbd and ctdb (LOCKD_CTDB_CHROOT=trixie).
 # Run as root from scripts/test-all.sh, after the workspace's binaries are built. Prints
 # each part's time.
 set -euo pipefail
@@ -19,7 +21,8 @@ suite=trixie
 [ "$(id -u)" = 0 ] || { echo "test-trixie: needs root (chroot, mounts, daemons)" >&2; exit 1; }
 
 t=$SECONDS
-scripts/debian-chroot.sh ensure "$suite" sanlock python3-sanlock python3 lintian systemd adduser >/dev/null
+scripts/debian-chroot.sh ensure "$suite" sanlock python3-sanlock python3 lintian systemd adduser \
+    ctdb >/dev/null
 echo "test-trixie: chroot ready in $((SECONDS - t)) s"
 
 daemon=$target_dir/debug/lockd-daemon
@@ -42,5 +45,11 @@ echo "test-trixie: sanlock CLI comparison in $((SECONDS - t)) s"
 t=$SECONDS
 daemon/tests/cli/compare-cli-in-chroot.sh "$daemon" host
 echo "test-trixie: sanlock 3.8.5 CLI comparison (host) in $((SECONDS - t)) s"
+
+# ctdb 4.22's ctdbd from the chroot, three nodes, each with a lockd on the host.
+t=$SECONDS
+LOCKD_CTDB_CHROOT=$suite cargo test -q -p lockd-tools --test ctdb_mutex \
+    real_ctdb_cluster_failover_and_rejoin -- --exact --nocapture
+echo "test-trixie: ctdb 4.22 cluster in $((SECONDS - t)) s"
 
 echo "test-trixie: all passed"

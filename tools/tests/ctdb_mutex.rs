@@ -2,6 +2,12 @@
 //! test spawns it with stdout on a pipe, reads the one byte, and signals it by PID.
 //! Daemons are real lockd daemons (io_timeout 1) on a loop device; the two-host case runs
 //! two daemons, each joined with its own host_id, on the same device.
+//!
+//! `real_ctdb_cluster_failover_and_rejoin` runs this machine's ctdb, or, with
+//! `LOCKD_CTDB_CHROOT=SUITE` (scripts/test-trixie.sh sets `trixie`), the ctdbd and ctdb of
+//! that Debian release from its chroot (scripts/debian-chroot.sh: ctdbd is exec'd in it, so
+//! the test still holds ctdbd's PID; the scratch dir and the helper's directory are bound
+//! at the same paths; lockd's daemons run on the host).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -508,6 +514,37 @@ fn kill_pid(pid: u32, sig: &str) {
         .status();
 }
 
+/// The Debian release whose ctdb the cluster test runs (None: this machine's).
+fn ctdb_chroot() -> Option<String> {
+    std::env::var("LOCKD_CTDB_CHROOT")
+        .ok()
+        .filter(|s| !s.is_empty())
+}
+
+fn chroot_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/debian-chroot.sh")
+}
+
+/// `prog` as a command: here, or in the chroot of [`ctdb_chroot`] with `dir` and the
+/// helper's directory bound; `exec`: the returned child's PID is `prog`'s own.
+fn ctdb_command(prog: &str, dir: &Path, exec: bool) -> Command {
+    let Some(suite) = ctdb_chroot() else {
+        return Command::new(prog);
+    };
+    let mut c = Command::new(chroot_script());
+    c.args(["run", &suite]);
+    if exec {
+        c.arg("--exec");
+    }
+    c.arg("--bind")
+        .arg(dir)
+        .arg("--bind")
+        .arg(Path::new(HELPER).parent().expect("helper dir"))
+        .arg("--")
+        .arg(prog);
+    c
+}
+
 struct CtdbNode {
     /// 1-based; pnn = n - 1; lockd host_id = n.
     n: usize,
@@ -582,7 +619,7 @@ impl Cluster {
             .append(true)
             .open(dir.join(format!("ctdbd-{}.log", node.n)))
             .expect("ctdbd log");
-        let child = Command::new("ctdbd")
+        let child = ctdb_command("ctdbd", &dir, true)
             .arg("-i")
             .env("CTDB_TEST_MODE", "yes")
             .env("CTDB_BASE", &node.base)
@@ -598,7 +635,7 @@ impl Cluster {
 
     /// `ctdb ARGS` against node k (bounded: -t 2, -T 5).
     fn ctdb(&self, k: usize, args: &[&str]) -> (bool, String) {
-        let out = Command::new("ctdb")
+        let out = ctdb_command("ctdb", &self.dir, false)
             .args(["-t", "2", "-T", "5"])
             .args(args)
             .env("CTDB_TEST_MODE", "yes")
@@ -741,8 +778,20 @@ impl Drop for Cluster {
 
 fn cluster() -> Cluster {
     lockd_system_tests::require_root("ctdbd and loop devices");
-    lockd_system_tests::require_command("ctdbd", "ctdb");
-    lockd_system_tests::require_command("ctdb", "ctdb");
+    if let Some(suite) = ctdb_chroot() {
+        let out = Command::new(chroot_script())
+            .args(["ensure", &suite, "ctdb"])
+            .output()
+            .expect("run debian-chroot.sh");
+        assert!(
+            out.status.success(),
+            "no {suite} chroot with ctdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else {
+        lockd_system_tests::require_command("ctdbd", "ctdb");
+        lockd_system_tests::require_command("ctdb", "ctdb");
+    }
     let tmp = scratch_dir();
     let dir = tmp.path().to_path_buf();
     let (lo, dev) = lease_device(LOCKD, &dir, "ct", &[("reclock", "1M")]);
@@ -801,6 +850,13 @@ fn cluster() -> Cluster {
 #[test]
 fn real_ctdb_cluster_failover_and_rejoin() {
     let mut c = cluster();
+    let (ok, version) = c.ctdb(0, &["version"]);
+    println!(
+        "ctdb {} ({})",
+        version.trim(),
+        ctdb_chroot().map_or("this machine".to_string(), |s| format!("{s} chroot"))
+    );
+    assert!(ok, "ctdb version: {version}");
     for k in 0..3 {
         c.start_lockd(k);
     }
