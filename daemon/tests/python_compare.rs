@@ -2,6 +2,8 @@
 //! sequence (daemon/tests/py/compare.py) against a real sanlock 3.8 daemon and against
 //! lockd, each on a fresh file of its own. The test prints the table
 //! `function | case | sanlock | lockd` and requires every row to match.
+//! daemon/tests/py/compare-in-chroot.sh runs the same script with Debian 13's
+//! python3-sanlock 3.9.5 against a sanlock 3.9.5 daemon (scripts/test-trixie.sh).
 
 mod common;
 

@@ -2,7 +2,9 @@
 one JSON line per call: {"function", "case", "result"}.
 
 Run against a sanlock or a lockd daemon (SANLOCK_RUN_DIR selects it) on a fresh, zeroed
-disk file; daemon/tests/python_compare.rs runs it against both and compares the lines.
+disk file; daemon/tests/python_compare.rs runs it against both and compares the lines
+(python3-sanlock 3.8.5), as daemon/tests/py/compare-in-chroot.sh does from a chroot of
+another Debian release (trixie: python3-sanlock and sanlock 3.9.5).
 Results are normalised only where two correct runs must differ: host timestamps (clock
 readings), registered fd numbers and the pid of the helper process.
 """
