@@ -78,6 +78,23 @@ c inquire -p "$pid"
 c acquire -p "$pid" -r "cli:r9:$D:4194304"
 c read -r "$R1"
 c_status
+# sanlock 3.9's client id (-C, SANLK_FOR_CLIENT_ID): the registered client's connection
+# slot, from `status -D` ("p PID NAME" then "ci=N"). A 3.8 CLI has no -C.
+if sanlock help 2>&1 | grep -q -- '-p|-C <id>'; then
+    ci=$(sanlock client status -D 2>/dev/null |
+        awk -v p="$pid" '$1 == "p" && $2 == p { f = 1; next } f && /ci=/ { sub(/.*ci=/, ""); print; exit }')
+    echo "# client id of <pid> found: $([ -n "$ci" ] && echo yes || echo no)"
+    if [ -n "$ci" ]; then
+        # The slot numbers differ (sanlock's helper and listener hold 0 and 1): only the
+        # command line and the CLI's "client_id N" echo name it.
+        norm_ci() { sed -E -e "s/^(### .* -C )$ci( |\$)/\1<ci>\2/" -e 's/client_id [0-9]+/client_id <ci>/'; }
+        c inquire -C "$ci" | norm_ci
+        c release -C "$ci" -r "$R1" | norm_ci
+        c inquire -C "$ci" | norm_ci
+        c acquire -C "$ci" -r "$R1" | norm_ci
+        c inquire -C "$ci" | norm_ci
+    fi
+fi
 c release -p "$pid" -r "$R1"
 c inquire -p "$pid"
 kill "$pid"
