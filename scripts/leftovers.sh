@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Loop devices and lockd-faultfs mounts the tests leave behind.
+# Loop devices, lockd-faultfs mounts and bed processes (QEMU, tgtd, ganesha) the tests
+# leave behind.
 #   leftovers.sh snapshot FILE   record what is attached and mounted now
 #   leftovers.sh check FILE      fail, listing them, if anything is attached or mounted
 #                                that FILE did not record
@@ -11,6 +12,8 @@ state() {
     {
         losetup -n -l -O NAME,BACK-FILE --raw 2>/dev/null || true
         mount | awk '/lockd-faultfs/ {print "mount " $3}'
+        # The virtual-machine bed's guests, iSCSI target and NFS server.
+        ps -eo pid=,comm= | awk '$2 ~ /^(qemu-system-x86|tgtd|ganesha.nfsd)/ {print "process " $2 " " $1}'
     } | sort
 }
 case "${1:-}" in
