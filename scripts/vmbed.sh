@@ -15,7 +15,10 @@ done
 bash scripts/vmbed-setup.sh
 cargo build -q --release -p lockd-tools -p lockd-daemon -p wdmd -p lockd-system-tests \
     --bin lockd --bin lockd-daemon --bin wdmd --bin lockd-witness
-bash tests/vmbed/build-initramfs.sh /var/tmp/lockd-vmbed/image target/release
+# LOCKD_VMBED_IMAGE: where the guest image goes (default /var/tmp/lockd-vmbed/image); a
+# second worktree on the same machine gives its own so the two do not overwrite each other.
+export LOCKD_VMBED_IMAGE="${LOCKD_VMBED_IMAGE:-/var/tmp/lockd-vmbed/image}"
+bash tests/vmbed/build-initramfs.sh "$LOCKD_VMBED_IMAGE" target/release
 baseline=$(mktemp)
 trap 'rm -f "$baseline"' EXIT
 bash scripts/leftovers.sh snapshot "$baseline"

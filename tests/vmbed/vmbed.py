@@ -66,7 +66,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 VMBED_ROOT = Path("/var/tmp/lockd-vmbed")
-IMAGE_DIR = VMBED_ROOT / "image"
+IMAGE_DIR = Path(os.environ.get("LOCKD_VMBED_IMAGE", VMBED_ROOT / "image"))
 IQN = "iqn.2026-11.io.lockd:bed"
 LUN_BYTES = 64 << 20
 LOCKSPACE = "vb"
@@ -91,6 +91,7 @@ SCENARIOS = {
     "nfs-server-restart": ("nfs", "restart ganesha under a lockspace in a file on the export"),
     "nfs-cut": ("nfs", "cut the holder guest's network link (NFS unreachable)"),
     "mixed-sanlock": ("iscsi", "sanlock 3.8.5 guest holds; its daemon is killed; lockd takes over"),
+    "pr-basics": ("iscsi", "SCSI-3 PR by `lockd direct pr`: B preempts A's key; A's writes bounce (EBADE)"),
 }
 CI_SUBSET = ["kill-daemon", "freeze-guest", "nfs-cut"]
 
@@ -831,6 +832,8 @@ def run_scenario(name: str, io_timeout_s: int, fire_timeout_s: int, keep: bool) 
 
 def scenario_body(bed: Bed, res: Result) -> None:
     name = bed.scenario
+    if name in PR_BODIES:
+        return PR_BODIES[name](bed, res)
     d, w = bed.io_timeout_s, bed.fire_timeout_s
     host_dead = 8 * d + w
     bed.start_storage(3)
@@ -952,6 +955,167 @@ def scenario_body(bed: Bed, res: Result) -> None:
         except BedError as e:
             v.append(f"g1 did not rejoin after its reset: {e}")
         del t0
+
+
+# ---------------------------------------------------------------------------------------
+# SCSI-3 persistent reservations (issue 24): `lockd direct pr` in the guests against tgt.
+
+PR_BLOCK_A = 32 << 20  # a 4 KiB block guest A writes, before and after it is preempted
+PR_BLOCK_B = PR_BLOCK_A + 4096  # B's block
+PR_DEV = "/dev/sda"
+
+
+def pr_key(host_id: int, generation: int) -> int:
+    """lvmlockd's key format 0x100000YYYYYYXXXX (what `lockd direct pr key` prints)."""
+    return (0x100000 << 40) | (generation << 16) | host_id
+
+
+def pr_write_cmd(offset: int, text: str) -> str:
+    """A guest script writing one 4 KiB block holding `text` with O_DIRECT; prints dd's
+    status and its error text (busybox dd: 'Invalid exchange' is EBADE)."""
+    return (f"printf '%s' '{text}' | dd of=/tmp/blk bs=4096 conv=sync 2>/dev/null\n"
+            f"dd if=/tmp/blk of={PR_DEV} bs=4096 count=1 seek={offset // 4096} oflag=direct "
+            f"conv=notrunc 2>/tmp/dd.err; rc=$?; cat /tmp/dd.err; echo dd_rc=$rc")
+
+
+def pr_read_cmd(offset: int) -> str:
+    return (f"dd if={PR_DEV} of=/tmp/rd bs=4096 count=1 skip={offset // 4096} iflag=direct "
+            f"2>/tmp/dd.err; rc=$?; cat /tmp/dd.err; echo dd_rc=$rc; head -c 32 /tmp/rd; echo")
+
+
+def pr_basics(bed: Bed, res: Result) -> None:
+    """Two guests, no daemons: A registers and reserves Write Exclusive – Registrants Only,
+    B registers, B preempts A (PREEMPT AND ABORT tried, PREEMPT where tgt refuses it) and
+    the preempt is confirmed by READ KEYS; A's O_DIRECT write then fails with EBADE and
+    never reaches the LUN (checked in tgt's backing file), A's read works, B's write works;
+    READ KEYS (lockd's and sg_persist's) lists only B; then release and clear. Everything
+    through `lockd direct pr` in the guests."""
+    bed.start_storage(2)
+    errors: list[Exception] = []
+
+    def boot(i: int) -> None:
+        try:
+            g = Guest(bed, i, "lockd")
+            bed.guests[i] = g
+            g.start()
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=boot, args=(i,)) for i in (1, 2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise BedError(str(errors[0]))
+    a, b = bed.guests[1], bed.guests[2]
+    ka, kb = pr_key(1, 1), pr_key(2, 1)
+    v = res.violations
+    facts: dict[str, str] = {}
+
+    def dd(g: Guest, script: str, what: str) -> str:
+        _, out = g.sh(script, check=False)
+        bed.timeline.mark(g.name, f"{what}: {' '.join(out.split())[:160]}")
+        return out
+
+    def pr(g: Guest, args: str, check: bool = True) -> str:
+        rc, out = g.sh(f"lockd direct pr {args} 2>&1", check=False)
+        bed.timeline.mark(g.name, f"lockd direct pr {args.split()[0]} -> {rc}: {out.strip()[:160]}")
+        if check and rc != 0:
+            raise BedError(f"{g.name}: lockd direct pr {args} failed ({rc}): {out}")
+        return out
+
+    # The key of `lockd direct pr key` is lvmlockd's format, as computed here.
+    out = pr(a, "key --host-id 1 --generation 1").strip()
+    if out != f"0x{ka:x}":
+        v.append(f"lockd direct pr key printed {out}, expected 0x{ka:x}")
+    out = pr(a, f"probe {PR_DEV}")
+    facts["probe"] = "supported" if "persistent reservations supported" in out else "unsupported"
+    if facts["probe"] != "supported":
+        v.append(f"probe of the tgt LUN: {out.strip()}")
+    pr(a, f"register {PR_DEV} --key 0x{ka:x}")
+    pr(a, f"reserve {PR_DEV} --key 0x{ka:x} --type we-ro")
+    pr(b, f"register {PR_DEV} --key 0x{kb:x}")
+    out = pr(b, f"read-reservation {PR_DEV}")
+    if "reservation we-ro" not in out or f"0x{ka:x}" not in out:
+        v.append(f"B does not see A's we-ro reservation: {out.strip()}")
+    out = pr(b, f"read-keys {PR_DEV}")
+    if f"0x{ka:x}" not in out or f"0x{kb:x}" not in out:
+        v.append(f"READ KEYS before the preempt lacks a key: {out.strip()}")
+
+    # Both are registrants: under WE-RO both may write.
+    for g, off, text in ((a, PR_BLOCK_A, "pr-basics A before"), (b, PR_BLOCK_B, "pr-basics B before")):
+        out = dd(g, pr_write_cmd(off, text), "O_DIRECT write as a registrant")
+        if "dd_rc=0" not in out:
+            v.append(f"{g.name}'s write as a registrant failed: {out.strip()}")
+
+    # The fence.
+    res.fault = bed.timeline.mark("bed", "FAULT pr-basics: B preempts A")
+    out = pr(b, f"preempt {PR_DEV} --key 0x{kb:x} --victim 0x{ka:x} --type we-ro --abort", check=False)
+    res.takeover = bed.clock.now()
+    if "confirmed" not in out:
+        v.append(f"preempt not confirmed: {out.strip()}")
+    facts["preempt"] = ("PREEMPT_AND_ABORT" if "(PREEMPT AND ABORT)" in out
+                        else "PREEMPT" if "(PREEMPT)" in out else "failed")
+    facts["abort_refused"] = "yes" if "PREEMPT AND ABORT refused" in out else "no"
+
+    # A is fenced: its write bounces with EBADE and never reaches the LUN; reads work.
+    out = dd(a, pr_write_cmd(PR_BLOCK_A, "pr-basics A AFTER FENCE"), "O_DIRECT write, preempted")
+    facts["a_write"] = ("EBADE" if "Invalid exchange" in out and "dd_rc=0" not in out
+                        else "ok" if "dd_rc=0" in out else "error")
+    if facts["a_write"] != "EBADE":
+        v.append(f"A's write after the preempt did not fail with EBADE: {out.strip()}")
+    out = dd(a, pr_read_cmd(PR_BLOCK_B), "O_DIRECT read, preempted")
+    facts["a_read"] = "ok" if "dd_rc=0" in out else "error"
+    if facts["a_read"] != "ok":
+        v.append(f"A's read after the preempt failed: {out.strip()}")
+    out = dd(b, pr_write_cmd(PR_BLOCK_B, "pr-basics B after"), "O_DIRECT write, after preempting A")
+    facts["b_write"] = "ok" if "dd_rc=0" in out else "error"
+    if facts["b_write"] != "ok":
+        v.append(f"B's write after the preempt failed: {out.strip()}")
+
+    # What reached the disk, read in tgt's backing file from the host.
+    with open(bed.lun, "rb") as f:
+        f.seek(PR_BLOCK_A)
+        blk_a = f.read(64).split(b"\0", 1)[0].decode(errors="replace")
+        f.seek(PR_BLOCK_B)
+        blk_b = f.read(64).split(b"\0", 1)[0].decode(errors="replace")
+    facts["fenced_write_on_lun"] = "no" if blk_a == "pr-basics A before" else "YES"
+    if blk_a != "pr-basics A before":
+        v.append(f"A's block on the LUN holds {blk_a!r}: the fenced write reached the disk")
+    if blk_b != "pr-basics B after":
+        v.append(f"B's block on the LUN holds {blk_b!r}, not B's write after the preempt")
+
+    # Only B's key is left, as lockd (from both guests) and sg_persist see it.
+    for g in (a, b):
+        out = pr(g, f"read-keys {PR_DEV}")
+        if f"0x{ka:x}" in out or f"0x{kb:x}" not in out:
+            v.append(f"{g.name}: READ KEYS after the preempt: {out.strip()}")
+    rc, out = b.sh(f"sg_persist -n -k {PR_DEV}", check=False)
+    keys_seen = [w for w in out.split() if w.startswith("0x")]
+    facts["keys_after"] = ",".join(keys_seen) or "none"
+    if rc != 0 or keys_seen != [f"0x{kb:x}"]:
+        v.append(f"sg_persist -k after the preempt: {out.strip()}")
+    out = pr(b, f"read-reservation {PR_DEV}")
+    if "reservation we-ro" not in out or f"0x{kb:x}" not in out:
+        v.append(f"B does not hold the we-ro reservation after preempting its holder: {out.strip()}")
+    # A fenced host's PR OUT with its old key is refused.
+    out = pr(a, f"reserve {PR_DEV} --key 0x{ka:x}", check=False)
+    if "RESERVATION CONFLICT" not in out:
+        v.append(f"A's reserve with its preempted key was not a reservation conflict: {out.strip()}")
+
+    # Release and clear leave the LUN as it began.
+    pr(b, f"release {PR_DEV} --key 0x{kb:x} --type we-ro")
+    if "no reservation" not in pr(b, f"read-reservation {PR_DEV}"):
+        v.append("reservation left after release")
+    pr(b, f"clear {PR_DEV} --key 0x{kb:x}")
+    if "no keys registered" not in pr(a, f"read-keys {PR_DEV}"):
+        v.append("keys left after clear")
+    print("pr: scenario=pr-basics storage=iscsi target=tgt " + " ".join(f"{k}={x}" for k, x in facts.items())
+          + f" violations={len(v)}", flush=True)
+
+
+PR_BODIES = {"pr-basics": pr_basics}
 
 
 def main() -> int:

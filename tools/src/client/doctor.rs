@@ -8,7 +8,8 @@
 //! io_timeout), the lease sector size and alignment against the device, and other hosts
 //! whose io_timeout differs (GET_HOSTS); a host name that survives a restart; the
 //! daemon's locked memory (the resident part of its locked mappings, from smaps: VmLck
-//! also counts lock-on-fault mappings never touched).
+//! also counts lock-on-fault mappings never touched); per joined lockspace, whether its
+//! device answers SCSI-3 persistent reservations (informational: PERSISTENT RESERVE IN).
 //!
 //! Doctor only reads: it never writes storage, never registers with wdmd, and every wait
 //! (daemon reply, storage read, wdmd reply) is bounded.
@@ -548,6 +549,25 @@ fn lockspace_checks(run_dir: &Path, ls: &LsView, samples: u32, checks: &mut Vec<
     };
     geometry_check(ls, &who, dev_sector, &first, checks);
     io_timeout_check(run_dir, ls, &who, io_timeout, checks);
+    pr_check(ls, &who, checks);
+}
+
+/// Whether the lockspace's device answers SCSI-3 persistent reservations (a read-only
+/// probe: PERSISTENT RESERVE IN only). Informational, always PASS: lockd fences by
+/// watchdog today, and storage fencing by PR is not configured anywhere yet (see
+/// docs/fencing.md); the line says whether a device could take part in it.
+fn pr_check(ls: &LsView, who: &str, checks: &mut Vec<Check>) {
+    let probe = lockd_scsi_pr::PrDevice::probe(Path::new(&ls.path));
+    let detail = if probe.supported() {
+        format!("{who}: {}", probe.summary())
+    } else {
+        format!(
+            "{who}: {}; storage fencing by SCSI-3 PR cannot use this device (watchdog \
+             fencing is unaffected)",
+            probe.summary()
+        )
+    };
+    checks.push(check("pr", Level::Pass, detail, ""));
 }
 
 fn geometry_check(
