@@ -234,7 +234,10 @@ mod tests {
             [0x5f, 0x03, 0x00, 0, 0, 0, 0, 0, 24, 0]
         );
         assert_eq!(
-            out_cdb(OutAction::PreemptAndAbort, Some(PrType::ExclusiveAccessAllRegistrants)),
+            out_cdb(
+                OutAction::PreemptAndAbort,
+                Some(PrType::ExclusiveAccessAllRegistrants)
+            ),
             [0x5f, 0x05, 0x08, 0, 0, 0, 0, 0, 24, 0]
         );
     }
@@ -247,7 +250,10 @@ mod tests {
         }
         assert_eq!(PrType::from_code(0), None);
         assert_eq!(PrType::from_code(2), None);
-        assert_eq!(PrType::from_short("WE-RO"), Some(PrType::WriteExclusiveRegistrantsOnly));
+        assert_eq!(
+            PrType::from_short("WE-RO"),
+            Some(PrType::WriteExclusiveRegistrantsOnly)
+        );
         assert_eq!(PrType::from_short("x"), None);
     }
 

@@ -55,9 +55,13 @@ mod tests {
     #[test]
     fn format_matches_the_printed_form() {
         // lvm2 prints "0x100000%06x%04x" % (generation, host_id).
-        for (host_id, generation) in [(1u64, 1u64), (2, 7), (2000, 0x12_3456), (0xffff, 0xff_ffff)] {
+        for (host_id, generation) in [(1u64, 1u64), (2, 7), (2000, 0x12_3456), (0xffff, 0xff_ffff)]
+        {
             let key = lvm_key(host_id, generation).unwrap();
-            assert_eq!(format!("0x{key:x}"), format!("0x100000{generation:06x}{host_id:04x}"));
+            assert_eq!(
+                format!("0x{key:x}"),
+                format!("0x100000{generation:06x}{host_id:04x}")
+            );
             assert_eq!(lvm_key_parts(key), Some((host_id, generation)));
             // lvm2's own field extraction.
             assert_eq!(key & 0xFFFF, host_id);

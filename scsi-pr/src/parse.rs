@@ -255,12 +255,17 @@ mod tests {
         let c = report_capabilities(&[0, 8, 0x01, 0x80, 0xea, 0x01, 0, 0]).unwrap();
         assert!(c.persist_through_power_loss && c.type_mask_valid);
         assert_eq!(c.types.len(), 6);
-        assert_eq!(c.supports(PrType::WriteExclusiveRegistrantsOnly), Some(true));
+        assert_eq!(
+            c.supports(PrType::WriteExclusiveRegistrantsOnly),
+            Some(true)
+        );
         let c = report_capabilities(&[0, 8, 0, 0x00, 0xff, 0xff, 0, 0]).unwrap();
         assert!(c.types.is_empty());
         assert_eq!(c.supports(PrType::WriteExclusive), None);
         let c = report_capabilities(&[0, 8, 0x1c, 0xf1, 0x20, 0, 0, 0]).unwrap();
-        assert!(c.compatible_reservation_handling && c.specify_initiator_ports && c.all_target_ports);
+        assert!(
+            c.compatible_reservation_handling && c.specify_initiator_ports && c.all_target_ports
+        );
         assert!(c.persist_through_power_loss_active);
         assert_eq!(c.allow_commands, 7);
         assert_eq!(c.types, vec![PrType::WriteExclusiveRegistrantsOnly]);

@@ -249,16 +249,28 @@ mod tests {
     fn decodes_both_formats() {
         assert_eq!(
             decode(&fixed(5, 0x24, 0)),
-            Some(Sense { key: 5, asc: 0x24, ascq: 0 })
+            Some(Sense {
+                key: 5,
+                asc: 0x24,
+                ascq: 0
+            })
         );
         assert_eq!(
             decode(&[0x72, 0x06, 0x2a, 0x03, 0, 0, 0, 0]),
-            Some(Sense { key: 6, asc: 0x2a, ascq: 0x03 })
+            Some(Sense {
+                key: 6,
+                asc: 0x2a,
+                ascq: 0x03
+            })
         );
         // Fixed format whose additional length stops before ASC.
         assert_eq!(
             decode(&[0xf0, 0, 0x05, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0x24, 0]),
-            Some(Sense { key: 5, asc: 0, ascq: 0 })
+            Some(Sense {
+                key: 5,
+                asc: 0,
+                ascq: 0
+            })
         );
         assert_eq!(decode(&[]), None);
         assert_eq!(decode(&[0x70, 0]), None);
@@ -269,7 +281,9 @@ mod tests {
     #[test]
     fn verdicts() {
         assert!(verdict("X", done(0, &[])).is_ok());
-        assert!(verdict("X", done(0x18, &[])).unwrap_err().is_reservation_conflict());
+        assert!(verdict("X", done(0x18, &[]))
+            .unwrap_err()
+            .is_reservation_conflict());
         let e = verdict("PREEMPT AND ABORT", done(2, &fixed(5, 0x24, 0))).unwrap_err();
         assert!(e.is_not_supported(), "{e}");
         assert!(e.to_string().contains("invalid field in CDB"), "{e}");
@@ -281,15 +295,24 @@ mod tests {
         assert!(matches!(e, PrError::UnitAttention { .. }));
         assert!(e.to_string().contains("reservations preempted"));
         assert!(verdict("X", done(2, &fixed(1, 0, 0))).is_ok());
-        assert!(matches!(verdict("X", done(2, &[])), Err(PrError::Status { .. })));
-        assert!(matches!(verdict("X", done(8, &[])), Err(PrError::Status { status: 8, .. })));
+        assert!(matches!(
+            verdict("X", done(2, &[])),
+            Err(PrError::Status { .. })
+        ));
+        assert!(matches!(
+            verdict("X", done(8, &[])),
+            Err(PrError::Status { status: 8, .. })
+        ));
         let t = Completion {
             status: 0,
             host_status: 1,
             driver_status: 0,
             sense: &[],
         };
-        assert!(verdict("X", t).unwrap_err().to_string().contains("DID_NO_CONNECT"));
+        assert!(verdict("X", t)
+            .unwrap_err()
+            .to_string()
+            .contains("DID_NO_CONNECT"));
         let d = Completion {
             status: 0,
             host_status: 0,

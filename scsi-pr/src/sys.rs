@@ -69,7 +69,8 @@ pub fn sg_io(
     sense: &mut [u8],
     timeout_ms: u32,
 ) -> io::Result<SgResult> {
-    let cmd_len = u8::try_from(cdb.len()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let cmd_len =
+        u8::try_from(cdb.len()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let mx_sb_len =
         u8::try_from(sense.len()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let (direction, ptr, len) = match data {
@@ -139,7 +140,14 @@ mod tests {
         let cdb = [0x5e, 0, 0, 0, 0, 0, 0, 0, 8, 0];
         let mut buf = [0u8; 8];
         use std::os::fd::AsFd;
-        let e = sg_io(f.as_fd(), &cdb, Data::FromDevice(&mut buf), &mut sense, 1000).unwrap_err();
+        let e = sg_io(
+            f.as_fd(),
+            &cdb,
+            Data::FromDevice(&mut buf),
+            &mut sense,
+            1000,
+        )
+        .unwrap_err();
         assert!(
             matches!(e.raw_os_error(), Some(libc::ENOTTY) | Some(libc::EINVAL)),
             "{e}"

@@ -16,8 +16,18 @@ fn hex(s: &str) -> Vec<u8> {
 }
 
 fn check(action: OutAction, t: Option<PrType>, p: OutParams, cdb: &str, params: &str) {
-    assert_eq!(out_cdb(action, t).to_vec(), hex(cdb), "{} CDB", action.name());
-    assert_eq!(out_params(p).to_vec(), hex(params), "{} parameters", action.name());
+    assert_eq!(
+        out_cdb(action, t).to_vec(),
+        hex(cdb),
+        "{} CDB",
+        action.name()
+    );
+    assert_eq!(
+        out_params(p).to_vec(),
+        hex(params),
+        "{} parameters",
+        action.name()
+    );
 }
 
 fn keys(rk: u64, sark: u64) -> OutParams {
@@ -55,10 +65,28 @@ fn register_ignore() {
 fn reserve_release_clear() {
     // sg_persist --out --reserve|--release --param-rk=0x1000000000050003 --prout-type=5
     let own = "10 00 00 00 00 05 00 03 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00";
-    check(OutAction::Reserve, WE_RO, keys(KEY_A, 0), "5f 01 05 00 00 00 00 00 18 00", own);
-    check(OutAction::Release, WE_RO, keys(KEY_A, 0), "5f 02 05 00 00 00 00 00 18 00", own);
+    check(
+        OutAction::Reserve,
+        WE_RO,
+        keys(KEY_A, 0),
+        "5f 01 05 00 00 00 00 00 18 00",
+        own,
+    );
+    check(
+        OutAction::Release,
+        WE_RO,
+        keys(KEY_A, 0),
+        "5f 02 05 00 00 00 00 00 18 00",
+        own,
+    );
     // sg_persist --out --clear --param-rk=0x1000000000050003
-    check(OutAction::Clear, None, keys(KEY_A, 0), "5f 03 00 00 00 00 00 00 18 00", own);
+    check(
+        OutAction::Clear,
+        None,
+        keys(KEY_A, 0),
+        "5f 03 00 00 00 00 00 00 18 00",
+        own,
+    );
 }
 
 #[test]
@@ -66,7 +94,13 @@ fn preempt_and_abort() {
     // sg_persist --out --preempt[-abort] --param-rk=0x1000000000010002
     //   --param-sark=0x1000000000010001 --prout-type=5
     let p = "10 00 00 00 00 01 00 02 10 00 00 00 00 01 00 01 00 00 00 00 00 00 00 00";
-    check(OutAction::Preempt, WE_RO, keys(KEY_B, KEY_C), "5f 04 05 00 00 00 00 00 18 00", p);
+    check(
+        OutAction::Preempt,
+        WE_RO,
+        keys(KEY_B, KEY_C),
+        "5f 04 05 00 00 00 00 00 18 00",
+        p,
+    );
     check(
         OutAction::PreemptAndAbort,
         WE_RO,
@@ -79,7 +113,10 @@ fn preempt_and_abort() {
 #[test]
 fn pr_in() {
     // sg_persist --in -k | -r | -c (allocation length 0x2000)
-    assert_eq!(in_cdb(InAction::ReadKeys, 0x2000).to_vec(), hex("5e 00 00 00 00 00 00 20 00 00"));
+    assert_eq!(
+        in_cdb(InAction::ReadKeys, 0x2000).to_vec(),
+        hex("5e 00 00 00 00 00 00 20 00 00")
+    );
     assert_eq!(
         in_cdb(InAction::ReadReservation, 0x2000).to_vec(),
         hex("5e 01 00 00 00 00 00 20 00 00")

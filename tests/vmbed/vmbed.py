@@ -980,7 +980,7 @@ def pr_write_cmd(offset: int, text: str) -> str:
 
 def pr_read_cmd(offset: int) -> str:
     return (f"dd if={PR_DEV} of=/tmp/rd bs=4096 count=1 skip={offset // 4096} iflag=direct "
-            f"2>/tmp/dd.err; rc=$?; cat /tmp/dd.err; echo dd_rc=$rc; head -c 32 /tmp/rd; echo")
+            f"2>/tmp/dd.err; rc=$?; cat /tmp/dd.err; echo dd_rc=$rc; head -c 32 /tmp/rd | tr -d '\\000'; echo")
 
 
 def pr_basics(bed: Bed, res: Result) -> None:
@@ -1033,6 +1033,13 @@ def pr_basics(bed: Bed, res: Result) -> None:
     facts["probe"] = "supported" if "persistent reservations supported" in out else "unsupported"
     if facts["probe"] != "supported":
         v.append(f"probe of the tgt LUN: {out.strip()}")
+    # A whole-device device-mapper map passes SG_IO through (the bed's lockspaces live on one).
+    a.sh("n=$(blockdev --getsz /dev/sda); echo \"0 $n linear /dev/sda 0\" | dmsetup create prmap && dmsetup mknodes prmap")
+    out = pr(a, "probe /dev/mapper/prmap", check=False)
+    facts["probe_dm"] = "supported" if "persistent reservations supported" in out else "unsupported"
+    if facts["probe_dm"] != "supported":
+        v.append(f"probe through a linear device-mapper map: {out.strip()}")
+    a.sh("dmsetup remove prmap")
     pr(a, f"register {PR_DEV} --key 0x{ka:x}")
     pr(a, f"reserve {PR_DEV} --key 0x{ka:x} --type we-ro")
     pr(b, f"register {PR_DEV} --key 0x{kb:x}")

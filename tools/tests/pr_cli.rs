@@ -36,7 +36,11 @@ fn a_loop_device_has_no_persistent_reservations() {
     let why = "does not take SCSI commands (SG_IO";
     let out = lockd(&["direct", "pr", "probe", &dev]);
     assert_refused(&out, &["no persistent reservations", &dev, why]);
-    assert!(out.stdout.is_empty(), "probe printed: {:?}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.stdout.is_empty(),
+        "probe printed: {:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let key = "0x1000000000010001";
     for args in [
         vec!["read-keys", &dev],
@@ -45,7 +49,15 @@ fn a_loop_device_has_no_persistent_reservations() {
         vec!["register", &dev, "--key", key, "--ignore-existing"],
         vec!["reserve", &dev, "--key", key],
         vec!["release", &dev, "--key", key],
-        vec!["preempt", &dev, "--key", key, "--victim", "0x1000000000010002", "--abort"],
+        vec![
+            "preempt",
+            &dev,
+            "--key",
+            key,
+            "--victim",
+            "0x1000000000010002",
+            "--abort",
+        ],
         vec!["clear", &dev, "--key", key],
     ] {
         let mut all = vec!["direct", "pr"];
@@ -57,7 +69,10 @@ fn a_loop_device_has_no_persistent_reservations() {
     assert_eq!(v["supported"], false);
     assert!(v["error"].as_str().unwrap().contains(why), "{v}");
     drop(lo);
-    assert!(std::fs::read(&img).unwrap().iter().all(|&b| b == 0xa5), "the device was written");
+    assert!(
+        std::fs::read(&img).unwrap().iter().all(|&b| b == 0xa5),
+        "the device was written"
+    );
 }
 
 #[test]
@@ -82,7 +97,10 @@ fn keys_and_arguments() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "0x1000000000050003\n");
     let out = lockd(&["direct", "pr", "key", "-i", "2000", "-g", "16777215"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "0x100000ffffff07d0\n");
-    assert_refused(&lockd(&["direct", "pr", "key", "-i", "0", "-g", "1"]), &["host_id 0"]);
+    assert_refused(
+        &lockd(&["direct", "pr", "key", "-i", "0", "-g", "1"]),
+        &["host_id 0"],
+    );
     assert_refused(
         &lockd(&["direct", "pr", "key", "-i", "1", "-g", "16777216"]),
         &["generation 16777216"],

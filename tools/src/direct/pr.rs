@@ -117,8 +117,9 @@ fn parse_key(s: &str) -> Result<u64, String> {
 }
 
 fn parse_type(s: &str) -> Result<PrType, String> {
-    PrType::from_short(s)
-        .ok_or_else(|| format!("{s:?} is not a reservation type: we, ea, we-ro, ea-ro, we-ar, ea-ar"))
+    PrType::from_short(s).ok_or_else(|| {
+        format!("{s:?} is not a reservation type: we, ea, we-ro, ea-ro, we-ar, ea-ar")
+    })
 }
 
 /// `0x… (host_id H generation G)` for lvmlockd-format keys, `0x…` otherwise.
@@ -165,7 +166,10 @@ fn print_keys(k: &Keys) {
         println!("key {}", describe_key(*key));
     }
     if k.truncated {
-        println!("(truncated: the device reported {} bytes of keys)", k.reported_len_bytes);
+        println!(
+            "(truncated: the device reported {} bytes of keys)",
+            k.reported_len_bytes
+        );
     }
 }
 
@@ -176,8 +180,10 @@ fn print_reservation(r: &ReservationState) {
         Some(res) => println!(
             "reservation {} ({}) by {} scope {}",
             res.pr_type.map_or("unknown", PrType::short),
-            res.pr_type
-                .map_or_else(|| format!("type code {}", res.type_code), |t| t.long_name().to_string()),
+            res.pr_type.map_or_else(
+                || format!("type code {}", res.type_code),
+                |t| t.long_name().to_string()
+            ),
             describe_key(res.key),
             res.scope
         ),
@@ -203,7 +209,9 @@ pub fn run(c: &PrCommand) -> Result<()> {
     match c {
         PrCommand::Probe(a) => probe(a),
         PrCommand::ReadKeys(a) => {
-            let k = open(&a.device, false)?.read_keys().map_err(|e| on(&a.device, e))?;
+            let k = open(&a.device, false)?
+                .read_keys()
+                .map_err(|e| on(&a.device, e))?;
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&keys_json(&k))?);
             } else {
@@ -253,7 +261,11 @@ pub fn run(c: &PrCommand) -> Result<()> {
             open(&a.device, true)?
                 .release(a.key, a.pr_type)
                 .map_err(|e| on(&a.device, e))?;
-            println!("released {} held by {}", a.pr_type.short(), describe_key(a.key));
+            println!(
+                "released {} held by {}",
+                a.pr_type.short(),
+                describe_key(a.key)
+            );
             Ok(())
         }
         PrCommand::Preempt(a) => {
