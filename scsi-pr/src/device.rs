@@ -66,8 +66,7 @@ impl PrDevice {
         mut buf: Option<&mut [u8]>,
         out: Option<&[u8]>,
     ) -> Result<usize, PrError> {
-        let mut attempt = 0;
-        loop {
+        retry_unit_attention(|| {
             let mut sense = [0u8; SENSE_BYTES];
             let data = match (&mut buf, out) {
                 (Some(b), _) => Data::FromDevice(b),
@@ -86,14 +85,8 @@ impl PrDevice {
                 driver_status: r.driver_status,
                 sense: &sense[..r.sense_len],
             };
-            match verdict(what, done) {
-                Ok(()) => return Ok(len - r.resid_bytes),
-                Err(PrError::UnitAttention { .. }) if attempt < UNIT_ATTENTION_RETRIES => {
-                    attempt += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+            verdict(what, done).map(|()| len - r.resid_bytes)
+        })
     }
 
     fn ioctl_error(&self, e: io::Error) -> PrError {
@@ -280,6 +273,18 @@ impl PrDevice {
     }
 }
 
+/// Runs `send` again after UNIT ATTENTION, at most [`UNIT_ATTENTION_RETRIES`] times; any
+/// other result is returned as it is.
+fn retry_unit_attention<T>(mut send: impl FnMut() -> Result<T, PrError>) -> Result<T, PrError> {
+    let mut attempt = 0;
+    loop {
+        match send() {
+            Err(PrError::UnitAttention { .. }) if attempt < UNIT_ATTENTION_RETRIES => attempt += 1,
+            other => return other,
+        }
+    }
+}
+
 fn own(key: u64) -> OutParams {
     OutParams {
         reservation_key: key,
@@ -362,5 +367,60 @@ impl Probe {
             None => {}
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ua() -> PrError {
+        PrError::UnitAttention {
+            what: "X",
+            reason: "reservations preempted".into(),
+        }
+    }
+
+    #[test]
+    fn unit_attention_is_retried_a_bounded_number_of_times() {
+        let mut calls = 0;
+        let r = retry_unit_attention(|| {
+            calls += 1;
+            if calls < 3 {
+                Err(ua())
+            } else {
+                Ok(calls)
+            }
+        });
+        assert_eq!(r.unwrap(), 3);
+        let mut calls = 0;
+        let r: Result<(), PrError> = retry_unit_attention(|| {
+            calls += 1;
+            Err(ua())
+        });
+        assert!(matches!(r, Err(PrError::UnitAttention { .. })));
+        assert_eq!(calls, 1 + UNIT_ATTENTION_RETRIES);
+        let mut calls = 0;
+        let r: Result<(), PrError> = retry_unit_attention(|| {
+            calls += 1;
+            Err(PrError::ReservationConflict { what: "X" })
+        });
+        assert!(r.unwrap_err().is_reservation_conflict());
+        assert_eq!(calls, 1, "a reservation conflict is not retried");
+    }
+
+    #[test]
+    fn the_probe_of_a_file_says_why() {
+        let p = PrDevice::probe(Path::new("/proc/self/status"));
+        assert!(!p.supported());
+        assert!(p.keys.as_ref().unwrap_err().is_not_supported());
+        assert!(
+            p.summary().contains("does not take SCSI commands"),
+            "{}",
+            p.summary()
+        );
+        assert_eq!(p.write_exclusive_registrants_only(), None);
+        let p = PrDevice::probe(Path::new("/nonexistent/x"));
+        assert!(matches!(p.keys, Err(PrError::Open { .. })));
     }
 }
