@@ -1098,6 +1098,17 @@ def pr_basics(bed: Bed, res: Result) -> None:
         out = pr(g, f"read-keys {PR_DEV}")
         if f"0x{ka:x}" in out or f"0x{kb:x}" not in out:
             v.append(f"{g.name}: READ KEYS after the preempt: {out.strip()}")
+    # The JSON forms, as a script would read them.
+    try:
+        kj = json.loads(pr(b, f"read-keys --json {PR_DEV}"))
+        rj = json.loads(pr(b, f"read-reservation --json {PR_DEV}"))
+        got = [(k["key"], k["host_id"], k["host_generation"]) for k in kj["keys"]]
+        if got != [(f"0x{kb:x}", 2, 1)] or kj["truncated"]:
+            v.append(f"read-keys --json after the preempt: {kj}")
+        if (rj["reservation"] or {}).get("type") != "we-ro" or rj["reservation"]["key"] != f"0x{kb:x}":
+            v.append(f"read-reservation --json after the preempt: {rj}")
+    except (ValueError, KeyError, TypeError) as e:
+        v.append(f"the --json output did not parse as expected: {e}")
     rc, out = b.sh(f"sg_persist -n -k {PR_DEV}", check=False)
     keys_seen = [w for w in out.split() if w.startswith("0x")]
     facts["keys_after"] = ",".join(keys_seen) or "none"
