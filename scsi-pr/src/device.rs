@@ -53,6 +53,11 @@ impl PrDevice {
         })
     }
 
+    /// Sets how long each command may take (the kernel aborts it then); at least 1 ms.
+    pub fn set_timeout_ms(&mut self, timeout_ms: u32) {
+        self.timeout_ms = timeout_ms.max(1);
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -247,7 +252,13 @@ impl PrDevice {
     /// A read-only look at what the device supports and holds: READ KEYS, then (if that
     /// worked) READ RESERVATION and REPORT CAPABILITIES.
     pub fn probe(path: &Path) -> Probe {
-        let dev = match PrDevice::open(path, false) {
+        PrDevice::probe_with_timeout(path, DEFAULT_TIMEOUT_MS)
+    }
+
+    /// [`PrDevice::probe`] with each of its (at most three) commands bounded by
+    /// `timeout_ms`.
+    pub fn probe_with_timeout(path: &Path, timeout_ms: u32) -> Probe {
+        let mut dev = match PrDevice::open(path, false) {
             Ok(d) => d,
             Err(e) => {
                 return Probe {
@@ -257,6 +268,7 @@ impl PrDevice {
                 }
             }
         };
+        dev.set_timeout_ms(timeout_ms);
         let keys = dev.read_keys();
         if keys.is_err() {
             return Probe {

@@ -549,15 +549,17 @@ fn lockspace_checks(run_dir: &Path, ls: &LsView, samples: u32, checks: &mut Vec<
     };
     geometry_check(ls, &who, dev_sector, &first, checks);
     io_timeout_check(run_dir, ls, &who, io_timeout, checks);
-    pr_check(ls, &who, checks);
+    pr_check(ls, &who, io_timeout, checks);
 }
 
 /// Whether the lockspace's device answers SCSI-3 persistent reservations (a read-only
 /// probe: PERSISTENT RESERVE IN only). Informational, always PASS: lockd fences by
 /// watchdog today, and storage fencing by PR is not configured anywhere yet (see
 /// docs/fencing.md); the line says whether a device could take part in it.
-fn pr_check(ls: &LsView, who: &str, checks: &mut Vec<Check>) {
-    let probe = lockd_scsi_pr::PrDevice::probe(Path::new(&ls.path));
+fn pr_check(ls: &LsView, who: &str, io_timeout: u64, checks: &mut Vec<Check>) {
+    // Each of the probe's (at most three) commands is bounded like a storage read.
+    let timeout_ms = u32::try_from(io_timeout.clamp(1, 10) * 1000).unwrap_or(10_000);
+    let probe = lockd_scsi_pr::PrDevice::probe_with_timeout(Path::new(&ls.path), timeout_ms);
     let detail = if probe.supported() {
         format!("{who}: {}", probe.summary())
     } else {
