@@ -2,8 +2,8 @@
 //! themselves, a read-only probe, and a preempt confirmed by reading the keys back.
 //!
 //! Invariants:
-//! * the probe and the READ commands send PERSISTENT RESERVE IN only, on a descriptor
-//!   opened read-only;
+//! * the probe and the READ commands send PERSISTENT RESERVE IN only; every descriptor is
+//!   opened read-only (SG_IO needs no write access, and no udev re-probe follows);
 //! * UNIT ATTENTION (the device reporting a reset or a preempt before running the
 //!   command) is answered by sending the same command again, at most
 //!   [`UNIT_ATTENTION_RETRIES`] times; every other error is returned as it is;
@@ -36,11 +36,16 @@ pub struct PrDevice {
 }
 
 impl PrDevice {
-    /// Opens `path` read-only (`for_out` false: PR IN only) or read-write (PR OUT).
-    pub fn open(path: &Path, for_out: bool) -> Result<PrDevice, PrError> {
+    /// Opens `path` for SG_IO. Always read-only and non-blocking, as `sg_persist` does:
+    /// the kernel lets a process with CAP_SYS_RAWIO send PR OUT on such a descriptor, and
+    /// closing a block device opened for writing makes udev re-probe it (a "change"
+    /// event). Without CAP_SYS_RAWIO the kernel refuses PR OUT on it (EPERM), reported as
+    /// [`PrError::NeedsRawIo`].
+    pub fn open(path: &Path) -> Result<PrDevice, PrError> {
+        use std::os::unix::fs::OpenOptionsExt;
         let file = OpenOptions::new()
             .read(true)
-            .write(for_out)
+            .custom_flags(libc::O_NONBLOCK)
             .open(path)
             .map_err(|source| PrError::Open {
                 path: path.to_path_buf(),
@@ -104,6 +109,10 @@ impl PrDevice {
                     source: e,
                 }
             }
+            Some(libc::EPERM) | Some(libc::EACCES) => PrError::NeedsRawIo {
+                path: self.path.clone(),
+                source: e,
+            },
             _ => PrError::Io(e),
         }
     }
@@ -139,7 +148,7 @@ impl PrDevice {
         parse::report_capabilities(&self.pr_in(InAction::ReportCapabilities, 8)?)
     }
 
-    /// Any PR OUT command (needs a descriptor opened with `for_out`).
+    /// Any PR OUT command (needs CAP_SYS_RAWIO).
     pub fn pr_out(
         &self,
         action: OutAction,
@@ -258,7 +267,7 @@ impl PrDevice {
     /// [`PrDevice::probe`] with each of its (at most three) commands bounded by
     /// `timeout_ms`.
     pub fn probe_with_timeout(path: &Path, timeout_ms: u32) -> Probe {
-        let mut dev = match PrDevice::open(path, false) {
+        let mut dev = match PrDevice::open(path) {
             Ok(d) => d,
             Err(e) => {
                 return Probe {

@@ -17,6 +17,9 @@ pub enum PrError {
          need a SCSI disk (sd), a device-mapper map over the whole of one, or its sg node"
     )]
     NotScsi { path: PathBuf, source: io::Error },
+    /// The kernel refused to pass the command: PR OUT through SG_IO needs CAP_SYS_RAWIO.
+    #[error("{path}: the kernel refused the SCSI command ({source}): persistent reservation commands need root (CAP_SYS_RAWIO)")]
+    NeedsRawIo { path: PathBuf, source: io::Error },
     #[error("SG_IO failed: {0}")]
     Io(io::Error),
     /// SCSI status RESERVATION CONFLICT: another registrant holds a reservation this

@@ -2,8 +2,8 @@
 //! only), read-keys, read-reservation, register, reserve, release, preempt (confirmed by
 //! reading the keys back), clear, and `key` (lvmlockd's key of a host_id and generation).
 //!
-//! Invariants: the read commands and `probe` send PERSISTENT RESERVE IN only, on a
-//! read-only descriptor; a command that changes registrations names every key it uses
+//! Invariants: the read commands and `probe` send PERSISTENT RESERVE IN only; the device
+//! is opened read-only for every command (as sg_persist does); a command that changes registrations names every key it uses
 //! (no default keys); a device without PR gets one line saying why, never a panic.
 
 use std::path::{Path, PathBuf};
@@ -190,8 +190,8 @@ fn print_reservation(r: &ReservationState) {
     }
 }
 
-fn open(device: &Path, for_out: bool) -> Result<PrDevice> {
-    Ok(PrDevice::open(device, for_out)?)
+fn open(device: &Path) -> Result<PrDevice> {
+    Ok(PrDevice::open(device)?)
 }
 
 /// The error of a command on `device`, with the device named once.
@@ -209,9 +209,7 @@ pub fn run(c: &PrCommand) -> Result<()> {
     match c {
         PrCommand::Probe(a) => probe(a),
         PrCommand::ReadKeys(a) => {
-            let k = open(&a.device, false)?
-                .read_keys()
-                .map_err(|e| on(&a.device, e))?;
+            let k = open(&a.device)?.read_keys().map_err(|e| on(&a.device, e))?;
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&keys_json(&k))?);
             } else {
@@ -220,7 +218,7 @@ pub fn run(c: &PrCommand) -> Result<()> {
             Ok(())
         }
         PrCommand::ReadReservation(a) => {
-            let r = open(&a.device, false)?
+            let r = open(&a.device)?
                 .read_reservation()
                 .map_err(|e| on(&a.device, e))?;
             if a.json {
@@ -234,7 +232,7 @@ pub fn run(c: &PrCommand) -> Result<()> {
             if a.key == 0 && (a.old_key == 0 || a.ignore_existing) {
                 bail!("--key 0 unregisters: it needs --old-key KEY (the key to remove)");
             }
-            let d = open(&a.device, true)?;
+            let d = open(&a.device)?;
             if a.ignore_existing {
                 d.register_ignore_existing(a.key)
             } else {
@@ -250,7 +248,7 @@ pub fn run(c: &PrCommand) -> Result<()> {
         }
         PrCommand::Reserve(a) => {
             nonzero(a.key)?;
-            open(&a.device, true)?
+            open(&a.device)?
                 .reserve(a.key, a.pr_type)
                 .map_err(|e| on(&a.device, e))?;
             println!("reserved {} by {}", a.pr_type.short(), describe_key(a.key));
@@ -258,7 +256,7 @@ pub fn run(c: &PrCommand) -> Result<()> {
         }
         PrCommand::Release(a) => {
             nonzero(a.key)?;
-            open(&a.device, true)?
+            open(&a.device)?
                 .release(a.key, a.pr_type)
                 .map_err(|e| on(&a.device, e))?;
             println!(
@@ -276,7 +274,7 @@ pub fn run(c: &PrCommand) -> Result<()> {
             if a.victim == a.key {
                 bail!("--victim is this host's own --key: to drop it, use register --key 0 --old-key KEY");
             }
-            let out = open(&a.device, true)?
+            let out = open(&a.device)?
                 .preempt_confirmed(a.key, a.victim, a.pr_type, a.abort)
                 .map_err(|e| on(&a.device, e))?;
             if let Some(why) = &out.abort_refused {
@@ -293,7 +291,7 @@ pub fn run(c: &PrCommand) -> Result<()> {
         }
         PrCommand::Clear(a) => {
             nonzero(a.key)?;
-            open(&a.device, true)?
+            open(&a.device)?
                 .clear(a.key)
                 .map_err(|e| on(&a.device, e))?;
             println!("cleared every registration and the reservation");
