@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every cargo-fuzz target (disk-format, client-lib, wdmd decoders, lockd.toml, the
-# CLI's spec parsers) for N seconds
+# CLI's spec parsers, the SCSI PR answers and sense data) for N seconds
 # each (default 10). cargo-fuzz needs nightly features; RUSTC_BOOTSTRAP=1 enables them
 # on the stable toolchain. A build failure or a crash fails the script.
 set -euo pipefail

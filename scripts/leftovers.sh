@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Loop devices, lockd-faultfs mounts and mounts below the Debian chroots
-# (/var/tmp/lockd-chroots, scripts/debian-chroot.sh) the tests leave behind.
+# Loop devices, lockd-faultfs mounts, mounts below the Debian chroots
+# (/var/tmp/lockd-chroots, scripts/debian-chroot.sh) and the virtual-machine bed's
+# processes (QEMU, tgtd, ganesha) the tests leave behind.
 #   leftovers.sh snapshot FILE   record what is attached and mounted now
 #   leftovers.sh check FILE      fail, listing them, if anything is attached or mounted
 #                                that FILE did not record
@@ -13,6 +14,8 @@ state() {
         losetup -n -l -O NAME,BACK-FILE --raw 2>/dev/null || true
         mount | awk '/lockd-faultfs/ {print "mount " $3}'
         awk '$5 ~ "^/var/tmp/lockd-chroots/" {print "mount " $5}' /proc/self/mountinfo
+        # The virtual-machine bed's guests, iSCSI target and NFS server.
+        ps -eo pid=,comm= | awk '$2 ~ /^(qemu-system-x86|tgtd|ganesha.nfsd)/ {print "process " $2 " " $1}'
     } | sort
 }
 case "${1:-}" in

@@ -10,9 +10,12 @@ seeds="${1:-2000}"
 cargo build --release -q -p lease-core --features sim --bin lockd-sim
 sim=target/release/lockd-sim
 "$sim" --seeds "$seeds" --hosts 4
+# The model of storage fencing by persistent reservations (issue 24): fence, confirm, take.
+"$sim" --model fence --seeds "$seeds" --hosts 4
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-for bug in skip-phase2 no-host-dead-wait stale-known-hosts own-name-short-delay; do
+for bug in skip-phase2 no-host-dead-wait stale-known-hosts own-name-short-delay \
+    take-before-preempt-confirmed; do
     if "$sim" --seeds "$seeds" --hosts 4 --plant-bug "$bug" >"$log" 2>&1; then
         echo "sim: the planted bug $bug was NOT caught:"
         tail -n 3 "$log"

@@ -120,6 +120,10 @@ enum DirectCommand {
     Update(direct::rindex::UpdateArgs),
     /// Rebuild a resource index from the leases on disk, without the index lease.
     Rebuild(direct::rindex::RebuildArgs),
+    /// SCSI-3 persistent reservations on a device: probe, read-keys, read-reservation,
+    /// register, reserve, release, preempt, clear; `key` prints lvmlockd's key format.
+    #[command(subcommand)]
+    Pr(direct::pr::PrCommand),
 }
 
 /// `lockd daemon`: the same entry point as the `lockd-daemon` binary.
@@ -166,6 +170,7 @@ fn main() -> ExitCode {
         Command::Direct(DirectCommand::Lookup(a)) => direct::rindex::lookup(a),
         Command::Direct(DirectCommand::Update(a)) => direct::rindex::update(a),
         Command::Direct(DirectCommand::Rebuild(a)) => direct::rindex::rebuild(a),
+        Command::Direct(DirectCommand::Pr(c)) => direct::pr::run(c),
         Command::AddLockspace(a) => client::lockspace::add(a),
         Command::RemLockspace(a) => client::lockspace::rem(a),
         Command::InqLockspace(a) => client::lockspace::inq(a),

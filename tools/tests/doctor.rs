@@ -3,7 +3,8 @@
 //! different io_timeout (WARN, 1), a host name a restart would change (WARN, 1), no wdmd
 //! for a daemon that uses the watchdog (FAIL, 2); and the checks that should pass on a
 //! sane daemon do (daemon, socket, storage latency, geometry, io_timeouts, host name,
-//! and wdmd once a wdmd over the emulated watchdog answers).
+//! and wdmd once a wdmd over the emulated watchdog answers); the PR line says a loop device
+//! has no persistent reservations.
 //!
 //! Needs root (loop device) and `mount` (losetup). Every daemon is stopped by PID.
 
@@ -198,6 +199,13 @@ fn doctor_finds_each_planted_problem() {
     ] {
         assert_eq!(levels(&v, name), ["PASS"], "{name}: {}", detail(&v, name));
     }
+    // A loop device has no persistent reservations: said, informational (PASS).
+    assert_eq!(levels(&v, "pr"), ["PASS"], "{}", detail(&v, "pr"));
+    assert!(
+        detail(&v, "pr").contains("does not take SCSI commands"),
+        "{}",
+        detail(&v, "pr")
+    );
     // -w 0: the watchdog being off, its device and wdmd missing are warnings, not failures.
     assert_eq!(levels(&v, "watchdog"), ["WARN"]);
     assert_eq!(levels(&v, "wdmd"), ["WARN"]);

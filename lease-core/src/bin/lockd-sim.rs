@@ -1,12 +1,19 @@
 //! `lockd-sim`: runs seeded multi-host simulations of lease-core and checks its invariants.
 //!
 //! Usage: `lockd-sim --seeds N [--first-seed S] [--hosts H] [--duration SECONDS]
-//! [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|own-name-short-delay] [--verbose] [--trace]`
+//! [--model lease|fence]
+//! [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|own-name-short-delay|take-before-preempt-confirmed]
+//! [--verbose] [--trace]`
+//!
+//! `--model fence` runs the model of storage fencing by persistent reservations
+//! (`lease_core::sim::fence`) instead of the lease algorithms; its planted bug
+//! `take-before-preempt-confirmed` selects that model by itself.
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 use std::time::Instant;
 
+use lease_core::sim::fence::{parse_fence_bug, run_fence_seed};
 use lease_core::sim::{parse_planted_bug, run_seed, SimConfig};
 
 struct Args {
@@ -17,11 +24,13 @@ struct Args {
     bug_name: Option<String>,
     verbose: bool,
     trace: bool,
+    fence_model: bool,
 }
 
 fn usage() -> String {
     "usage: lockd-sim --seeds N [--first-seed S] [--hosts H (2-16)] [--duration SECONDS] \
-     [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|own-name-short-delay] [--verbose] [--trace]"
+     [--model lease|fence] [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|\
+     own-name-short-delay|take-before-preempt-confirmed] [--verbose] [--trace]"
         .to_string()
 }
 
@@ -34,6 +43,7 @@ fn parse_args() -> Result<Args, String> {
         bug_name: None,
         verbose: false,
         trace: false,
+        fence_model: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -60,11 +70,18 @@ fn parse_args() -> Result<Args, String> {
             }
             "--plant-bug" => {
                 let name = value("--plant-bug")?;
-                if parse_planted_bug(&name).is_none() {
+                if parse_fence_bug(&name).is_some() {
+                    a.fence_model = true;
+                } else if parse_planted_bug(&name).is_none() {
                     return Err(format!("unknown planted bug {name:?}"));
                 }
                 a.bug_name = Some(name);
             }
+            "--model" => match value("--model")?.as_str() {
+                "lease" => a.fence_model = false,
+                "fence" => a.fence_model = true,
+                m => return Err(format!("unknown model {m:?}: lease or fence")),
+            },
             "--verbose" | "-v" => a.verbose = true,
             "--trace" => a.trace = true,
             "--help" | "-h" => return Err(usage()),
@@ -82,6 +99,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.bug_name.is_some()
+        && args.fence_model != args.bug_name.as_deref().and_then(parse_fence_bug).is_some()
+    {
+        eprintln!("the planted bug belongs to the other model");
+        return ExitCode::from(2);
+    }
+    if args.fence_model {
+        return run_fence(&args);
+    }
     let cfg = SimConfig {
         hosts: args.hosts,
         duration_s: args.duration_s,
@@ -128,6 +154,53 @@ fn main() -> ExitCode {
     }
     println!(
         "seeds={} acquisitions={acquisitions} faults={faults} violations={violations} wall_s={:.1}",
+        args.seeds,
+        start.elapsed().as_secs_f64()
+    );
+    if violations == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `--model fence`: the same report lines, with takes for acquisitions.
+fn run_fence(args: &Args) -> ExitCode {
+    let bug = args.bug_name.as_deref().and_then(parse_fence_bug);
+    let start = Instant::now();
+    let (mut takes, mut fences, mut refused, mut faults, mut violations) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
+    for i in 0..args.seeds {
+        let seed = args.first_seed.wrapping_add(i);
+        let r = run_fence_seed(seed, args.hosts, args.duration_s, bug, args.trace);
+        takes += r.stats.takes;
+        fences += r.stats.fences;
+        refused += r.stats.writes_refused;
+        faults += r.stats.faults;
+        if args.verbose {
+            eprintln!("seed={seed} {:?}", r.stats);
+        }
+        for line in &r.trace {
+            println!("seed={seed} {line}");
+        }
+        if !r.violations.is_empty() {
+            violations += r.violations.len() as u64;
+            let b = args
+                .bug_name
+                .as_deref()
+                .map(|b| format!(" --plant-bug {b}"))
+                .unwrap_or_default();
+            println!(
+                "FAIL seed={seed} violations={} first: {} | replay: lockd-sim --model fence --seeds 1 --first-seed {seed} --hosts {} --duration {}{b} --trace",
+                r.violations.len(),
+                r.violations[0],
+                args.hosts,
+                args.duration_s
+            );
+        }
+    }
+    println!(
+        "model=fence seeds={} acquisitions={takes} fences={fences} refused_writes={refused} faults={faults} violations={violations} wall_s={:.1}",
         args.seeds,
         start.elapsed().as_secs_f64()
     );

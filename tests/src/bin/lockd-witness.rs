@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! lockd-witness hold  --log L --host H --res R [--ignore-term] [--heartbeat-ms 100]
+//!                     [--disk PATH --disk-offset BYTES]
 //! lockd-witness note  LOG HOST RES EVENT [PID]   (positional: a killpath gets at most 8 args)
 //! lockd-witness check --log L
 //! ```
@@ -10,7 +11,17 @@
 //! heartbeat until SIGTERM (logged as `sigterm`, then `end` and exit — unless
 //! `--ignore-term`, when it keeps holding). `note` appends one event (a killpath program
 //! uses it). `check` runs the witness checker and exits 1 on any violation.
+//!
+//! With `--disk`, every heartbeat also writes a stamp to the shared storage itself: one
+//! 4 KiB block at `--disk-offset`, with O_DIRECT, holding
+//! `lockd-witness host=H res=R lver=L seq=N` (then zeros). The virtual-machine bed
+//! (tests/vmbed) reads these blocks from the host side of the storage, so what it sees is
+//! what reached the disk, stamped by the host's clock. A failed write (EBADE after a fence,
+//! EIO) is logged as `write_error` and the holder keeps trying: a stale holder that still
+//! writes is exactly what the bed must catch.
 
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -54,6 +65,43 @@ fn held_lver(res: &str) -> Result<u64> {
     }
 }
 
+/// One O_DIRECT-aligned block for the on-storage stamp.
+#[repr(C, align(4096))]
+struct StampBlock([u8; 4096]);
+
+/// The `--disk` stamp writer of `hold`.
+struct DiskStamp {
+    file: File,
+    offset: u64,
+    block: Box<StampBlock>,
+}
+
+impl DiskStamp {
+    fn open(path: &str, offset: u64) -> Result<Self> {
+        if offset % 4096 != 0 {
+            bail!("--disk-offset {offset} is not a multiple of 4096");
+        }
+        let file = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
+            .open(path)
+            .with_context(|| format!("open {path} with O_DIRECT"))?;
+        Ok(Self {
+            file,
+            offset,
+            block: Box::new(StampBlock([0; 4096])),
+        })
+    }
+
+    fn write(&mut self, host: &str, res: &str, lver: u64, seq: u64) -> std::io::Result<()> {
+        let text = format!("lockd-witness host={host} res={res} lver={lver} seq={seq}\n");
+        self.block.0.fill(0);
+        let n = text.len().min(self.block.0.len());
+        self.block.0[..n].copy_from_slice(&text.as_bytes()[..n]);
+        self.file.write_all_at(&self.block.0, self.offset)
+    }
+}
+
 fn hold(args: &[String]) -> Result<()> {
     let log = PathBuf::from(req(args, "--log")?);
     let host = req(args, "--host")?;
@@ -62,9 +110,25 @@ fn hold(args: &[String]) -> Result<()> {
     let beat = Duration::from_millis(opt(args, "--heartbeat-ms").map_or(Ok(100), |v| v.parse())?);
     let term = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGTERM, term.clone())?;
+    let mut stamp = match opt(args, "--disk") {
+        Some(path) => Some(DiskStamp::open(
+            &path,
+            req(args, "--disk-offset")?
+                .parse()
+                .context("--disk-offset BYTES")?,
+        )?),
+        None => None,
+    };
     let lver = held_lver(&res)?;
     witness::append(&log, &host, &res, "start", &format!("lver={lver}"))?;
+    let mut seq = 0u64;
     loop {
+        if let Some(stamp) = stamp.as_mut() {
+            seq += 1;
+            if let Err(e) = stamp.write(&host, &res, lver, seq) {
+                witness::append(&log, &host, &res, "write_error", &format!("errno={}", e.raw_os_error().unwrap_or(0)))?;
+            }
+        }
         if term.swap(false, Ordering::SeqCst) {
             witness::append(&log, &host, &res, "sigterm", "")?;
             if !ignore_term {

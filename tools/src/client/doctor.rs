@@ -8,7 +8,8 @@
 //! io_timeout), the lease sector size and alignment against the device, and other hosts
 //! whose io_timeout differs (GET_HOSTS); a host name that survives a restart; the
 //! daemon's locked memory (the resident part of its locked mappings, from smaps: VmLck
-//! also counts lock-on-fault mappings never touched).
+//! also counts lock-on-fault mappings never touched); per joined lockspace, whether its
+//! device answers SCSI-3 persistent reservations (informational: PERSISTENT RESERVE IN).
 //!
 //! Doctor only reads: it never writes storage, never registers with wdmd, and every wait
 //! (daemon reply, storage read, wdmd reply) is bounded.
@@ -548,6 +549,27 @@ fn lockspace_checks(run_dir: &Path, ls: &LsView, samples: u32, checks: &mut Vec<
     };
     geometry_check(ls, &who, dev_sector, &first, checks);
     io_timeout_check(run_dir, ls, &who, io_timeout, checks);
+    pr_check(ls, &who, io_timeout, checks);
+}
+
+/// Whether the lockspace's device answers SCSI-3 persistent reservations (a read-only
+/// probe: PERSISTENT RESERVE IN only). Informational, always PASS: lockd fences by
+/// watchdog today, and storage fencing by PR is not configured anywhere yet (see
+/// docs/fencing.md); the line says whether a device could take part in it.
+fn pr_check(ls: &LsView, who: &str, io_timeout: u64, checks: &mut Vec<Check>) {
+    // Each of the probe's (at most three) commands is bounded like a storage read.
+    let timeout_ms = u32::try_from(io_timeout.clamp(1, 10) * 1000).unwrap_or(10_000);
+    let probe = lockd_scsi_pr::PrDevice::probe_with_timeout(Path::new(&ls.path), timeout_ms);
+    let detail = if probe.supported() {
+        format!("{who}: {}", probe.summary())
+    } else {
+        format!(
+            "{who}: {}; storage fencing by SCSI-3 PR cannot use this device (watchdog \
+             fencing is unaffected)",
+            probe.summary()
+        )
+    };
+    checks.push(check("pr", Level::Pass, detail, ""));
 }
 
 fn geometry_check(

@@ -3,6 +3,7 @@
 
 pub mod dump;
 pub mod init;
+pub mod pr;
 pub mod read_leader;
 pub mod rindex;
 

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Builds the virtual-machine bed's guest image: Debian's 6.1 kernel (unpacked from its
+# package by scripts/vmbed-setup.sh) and an initramfs holding busybox, the kernel modules a
+# guest needs (virtio SCSI/net, sd, sg, i6300esb, NFS v4, device-mapper), the project's
+# release binaries (lockd, lockd-daemon, wdmd, lockd-witness) and Debian's sanlock 3.8.5,
+# sg_persist and dmsetup, each with its shared libraries, and the guest's /init and agent.
+#
+# usage: build-initramfs.sh OUT_DIR BIN_DIR
+#   OUT_DIR gets vmlinuz and initrd.gz; BIN_DIR holds the release binaries.
+# Nothing is downloaded here: the kernel comes from /var/tmp/lockd-vmbed/kernel (made by
+# scripts/vmbed-setup.sh from Debian's package), everything else from this machine.
+set -euo pipefail
+out=${1:?OUT_DIR}
+bins=${2:?BIN_DIR}
+here=$(cd "$(dirname "$0")" && pwd)
+kroot=/var/tmp/lockd-vmbed/kernel/root
+kver=$(ls "$kroot/lib/modules" | head -1)
+[ -n "$kver" ] && [ -f "$kroot/boot/vmlinuz-$kver" ] || {
+    echo "build-initramfs: no kernel under $kroot; run scripts/vmbed-setup.sh" >&2
+    exit 1
+}
+command -v busybox >/dev/null || { echo "build-initramfs: busybox-static missing" >&2; exit 1; }
+bb=$(command -v busybox)
+file -L "$bb" 2>/dev/null | grep -q static || [ -x /bin/busybox ] || true
+
+root=$(mktemp -d /var/tmp/lockd-initramfs.XXXXXX)
+trap 'rm -rf "$root"' EXIT
+mkdir -p "$root"/{bin,sbin,etc,proc,sys,dev,tmp,run,mnt,var/tmp,lib64,usr/lib,lib/x86_64-linux-gnu}
+cp /bin/busybox "$root/bin/busybox"
+for applet in $("$root/bin/busybox" --list); do
+    [ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
+done
+
+# Kernel modules with everything they depend on (modprobe in the guest reads modules.dep).
+mods="virtio_pci virtio_scsi sd_mod sg i6300esb nfsv4 virtio_net dm-mod"
+mdir=$kroot/lib/modules/$kver
+mkdir -p "$root/lib/modules/$kver"
+for m in $mods; do
+    line=$(grep -E "(^|/)$m\.ko:" "$mdir/modules.dep") || { echo "module $m not found" >&2; exit 1; }
+    for f in ${line%%:*} ${line#*:}; do
+        mkdir -p "$root/lib/modules/$kver/$(dirname "$f")"
+        cp -n "$mdir/$f" "$root/lib/modules/$kver/$f"
+    done
+done
+cp "$mdir"/modules.{order,builtin,builtin.modinfo} "$root/lib/modules/$kver/" 2>/dev/null || true
+depmod -b "$root" "$kver"
+
+# Programs and their shared libraries.
+copy_with_libs() {
+    local src=$1 dst=$2
+    install -D -m 0755 "$src" "$root$dst"
+    ldd "$src" | awk '/=>/ {print $3} /^\s*\/lib64/ {print $1}' | while read -r lib; do
+        [ -n "$lib" ] && [ -f "$lib" ] || continue
+        mkdir -p "$root$(dirname "$lib")"
+        cp -nL "$lib" "$root$lib"
+    done
+}
+for b in lockd lockd-daemon wdmd lockd-witness; do
+    [ -x "$bins/$b" ] || { echo "build-initramfs: $bins/$b missing (cargo build --release)" >&2; exit 1; }
+    copy_with_libs "$bins/$b" "/usr/bin/$b"
+done
+copy_with_libs /usr/sbin/sanlock /usr/sbin/sanlock
+copy_with_libs /usr/sbin/wdmd /usr/sbin/wdmd.sanlock
+copy_with_libs /usr/bin/sg_persist /usr/bin/sg_persist
+copy_with_libs /usr/sbin/dmsetup /usr/sbin/dmsetup
+cp -nL /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
+
+cat >"$root/etc/passwd" <<'P'
+root:x:0:0:root:/root:/bin/sh
+sanlock:x:179:179:sanlock:/run/sanlock:/bin/false
+P
+cat >"$root/etc/group" <<'G'
+root:x:0:
+sanlock:x:179:
+disk:x:6:sanlock
+G
+echo "127.0.0.1 localhost" >"$root/etc/hosts"
+install -m 0755 "$here/guest-init.sh" "$root/init"
+install -m 0755 "$here/guest-agent.sh" "$root/bin/guest-agent"
+
+mkdir -p "$out"
+cp "$kroot/boot/vmlinuz-$kver" "$out/vmlinuz"
+(cd "$root" && find . | busybox cpio -o -H newc 2>/dev/null | gzip -1) >"$out/initrd.gz.tmp"
+mv "$out/initrd.gz.tmp" "$out/initrd.gz"
+echo "build-initramfs: $out/initrd.gz ($(du -h "$out/initrd.gz" | cut -f1)), kernel $kver"

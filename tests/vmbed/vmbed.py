@@ -1,0 +1,1256 @@
+#!/usr/bin/env python3
+"""lockd's virtual-machine test bed: real kernels, a real SCSI target, a real watchdog.
+
+Each guest is a QEMU TCG machine running Debian's 6.1 kernel from an initramfs built by
+build-initramfs.sh (busybox, lockd's release binaries, Debian's sanlock 3.8.5). Guests
+share
+
+* an iSCSI LUN served by tgt (Debian's userspace target) on 127.0.0.1, attached through
+  QEMU's own initiator (libiscsi) as a `scsi-block` disk: /dev/sda in the guest, with its
+  own block layer and O_DIRECT. Each guest reaches tgt through its own TCP relay here
+  (`Relay`), which the bed can stall (bytes are held) or cut (connections closed and
+  refused): the path to the storage of one guest, failed from outside it;
+* an NFS v4.1 export served by nfs-ganesha (VFS backend, userspace) on 127.0.0.1, mounted by
+  the guest kernel's NFS client over QEMU's user-mode network (the host is 10.0.2.2; a
+  guest's link can be cut with QMP `set_link`).
+
+Each guest has an i6300esb watchdog (`-action watchdog=reset`, `-no-reboot`): wdmd drives
+/dev/watchdog0, and a reset ends the QEMU process, which the bed sees as the QMP event
+WATCHDOG and the exit of the process, stamped by the host's clock.
+
+Three serial ports per guest: ttyS0 the console (a file), ttyS1 the command agent
+(guest-agent.sh: one base64 script in, status and base64 output back), ttyS2 the event
+port: the witness holder in the guest (`lockd-witness hold --log /dev/ttyS2`) writes its
+start, heartbeats, killpath/SIGTERM notes and write errors there, and the bed stamps each
+line on arrival with the host's clock.
+
+The witness is kept on the host, from outside the guests, two ways:
+* storage stamps: each holder writes `host= res= lver= seq=` with O_DIRECT into its own 4 KiB
+  block of the shared storage on every heartbeat; the bed polls the blocks in tgt's backing
+  file (and in the exported file for NFS) every 20 ms. What it sees is what reached the
+  disk;
+* event lines from ttyS2.
+An overlap is a write (or sign of life) under an older lease version seen after the first
+write under a newer one by another guest: certain, not guessed.
+
+The bed also polls every host's delta lease (its renewal timestamp) in the backing store,
+so a guest's last renewal is what the storage saw, stamped on the host.
+
+Everything is timed from the host's monotonic clock, in seconds since the bed started.
+TCG guests are slow and their clocks drift: timelines are judged by order and by the
+bounds of the timing contract (docs/fencing.md), not by tight absolute numbers.
+
+This driver is Python rather than Rust because it is glue around external programs
+(qemu, tgtd, tgtadm, ganesha.nfsd) and three byte streams per guest; the programs under
+test (lockd-daemon, wdmd, lockd, lockd-witness) are the project's Rust release binaries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import queue
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+VMBED_ROOT = Path("/var/tmp/lockd-vmbed")
+IMAGE_DIR = Path(os.environ.get("LOCKD_VMBED_IMAGE", VMBED_ROOT / "image"))
+IQN = "iqn.2026-11.io.lockd:bed"
+LUN_BYTES = 64 << 20
+LOCKSPACE = "vb"
+RESOURCE = "r1"
+RES_OFFSET = 1 << 20
+SLOT_BASE = 4 << 20
+SLOT_BYTES = 4096
+GUEST_IP = "10.0.2.15"
+HOST_IP = "10.0.2.2"
+
+# Scenario name -> (storage, description).
+SCENARIOS = {
+    "kill-daemon": ("iscsi", "SIGKILL the holder's lockd daemon"),
+    "sigstop-daemon": ("iscsi", "SIGSTOP the holder's lockd daemon"),
+    "stall-io": ("iscsi", "stall the holder's path to the LUN (its relay holds the bytes)"),
+    "eio": ("iscsi", "the holder's lease device returns EIO (device-mapper error table)"),
+    "kill-wdmd": ("iscsi", "SIGKILL the holder's wdmd"),
+    "kill-client": ("iscsi", "SIGKILL the holder process"),
+    "stubborn-holder": ("iscsi", "stall the holder's storage; the holder ignores SIGTERM"),
+    "freeze-guest": ("iscsi", "SIGSTOP the holder's whole QEMU process, resume after takeover"),
+    "cut-storage": ("iscsi", "cut the holder's iSCSI connection and refuse new ones"),
+    "nfs-server-restart": ("nfs", "restart ganesha under a lockspace in a file on the export"),
+    "nfs-cut": ("nfs", "cut the holder guest's network link (NFS unreachable)"),
+    "mixed-sanlock": ("iscsi", "sanlock 3.8.5 guest holds; its daemon is killed; lockd takes over"),
+    "pr-basics": ("iscsi", "SCSI-3 PR by `lockd direct pr`: B preempts A's key; A's writes bounce (EBADE)"),
+}
+CI_SUBSET = ["kill-daemon", "freeze-guest", "nfs-cut"]
+
+
+class BedError(Exception):
+    pass
+
+
+class Clock:
+    """Seconds since the bed started, from the host's monotonic clock."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+
+class Timeline:
+    def __init__(self, clock: Clock, path: Path) -> None:
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.events: list[tuple[float, str, str]] = []
+        self.file = open(path, "a", buffering=1)
+
+    def mark(self, who: str, what: str, t: float | None = None) -> float:
+        t = self.clock.now() if t is None else t
+        with self.lock:
+            self.events.append((t, who, what))
+            self.file.write(f"{t:9.3f} {who:8} {what}\n")
+        return t
+
+    def first(self, who: str, prefix: str, after: float = 0.0) -> float | None:
+        with self.lock:
+            for t, w, e in self.events:
+                if w == who and e.startswith(prefix) and t >= after:
+                    return t
+        return None
+
+
+def run(cmd: list[str], check: bool = True, **kw) -> subprocess.CompletedProcess:
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if check and p.returncode != 0:
+        raise BedError(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()}")
+    return p
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------
+# Storage: tgt, its per-guest relays, ganesha.
+
+
+class Tgt:
+    """tgtd serving one file-backed LUN; killed by PID (it ignores SIGTERM)."""
+
+    def __init__(self, workdir: Path, backing: Path) -> None:
+        self.port = free_port()
+        self.control = 100 + (os.getpid() % 800)
+        self.log = open(workdir / "tgtd.log", "w")
+        self.proc = subprocess.Popen(
+            ["tgtd", "-f", "-C", str(self.control), "--iscsi", f"portal=127.0.0.1:{self.port}"],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            p = self.adm(["--op", "show", "--mode", "target"], check=False)
+            if p.returncode == 0:
+                break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise BedError(f"tgtd did not start (see {workdir}/tgtd.log)")
+            time.sleep(0.1)
+        self.adm(["--op", "new", "--mode", "target", "--tid", "1", "-T", IQN])
+        self.adm(["--op", "new", "--mode", "logicalunit", "--tid", "1", "--lun", "1", "-b", str(backing)])
+        self.adm(["--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL"])
+
+    def adm(self, args: list[str], check: bool = True) -> subprocess.CompletedProcess:
+        return run(["tgtadm", "-C", str(self.control), "--lld", "iscsi", *args], check=check)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Relay:
+    """A TCP relay between one guest's iSCSI initiator and tgt: `pass`, `stall` (bytes are
+    held in both directions), or `cut` (every connection closed, new ones refused)."""
+
+    def __init__(self, name: str, target_port: int, timeline: Timeline) -> None:
+        self.name = name
+        self.target_port = target_port
+        self.timeline = timeline
+        self.mode = "pass"
+        self.generation = 0
+        self.cond = threading.Condition()
+        self.conns: list[socket.socket] = []
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.port = self.listener.getsockname()[1]
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def set_mode(self, mode: str) -> None:
+        with self.cond:
+            self.mode = mode
+            if mode == "cut":
+                for c in self.conns:
+                    try:
+                        c.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    c.close()
+                self.conns.clear()
+            self.cond.notify_all()
+        self.timeline.mark(self.name, f"storage path {mode}")
+
+    def drop_connections(self) -> None:
+        """The guest behind this relay is gone (reset or killed): its in-flight bytes die
+        with it, as a reset host's TCP stack does; held bytes are never delivered."""
+        with self.cond:
+            self.generation += 1
+            for c in self.conns:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                c.close()
+            self.conns.clear()
+            self.cond.notify_all()
+        self.timeline.mark(self.name, "guest gone: its connections and held bytes dropped")
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            with self.cond:
+                if self.mode == "cut":
+                    client.close()
+                    continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            with self.cond:
+                self.conns += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        with self.cond:
+            gen = self.generation
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            with self.cond:
+                while self.mode == "stall" and self.generation == gen:
+                    self.cond.wait()
+                if self.mode == "cut" or self.generation != gen:
+                    break
+            try:
+                dst.sendall(data)
+            except OSError:
+                break
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.closed = True
+        self.set_mode("cut")
+        self.listener.close()
+
+
+class Ganesha:
+    """nfs-ganesha exporting one host directory as /bed over NFS v4.1 on 127.0.0.1."""
+
+    def __init__(self, workdir: Path, export: Path, timeline: Timeline) -> None:
+        self.workdir = workdir
+        self.export = export
+        self.timeline = timeline
+        self.port = free_port()
+        self.conf = workdir / "ganesha.conf"
+        (workdir / "ganesha-recov").mkdir(exist_ok=True)
+        self.conf.write_text(
+            f"""NFS_CORE_PARAM {{
+    Protocols = 4; NFS_Port = {self.port}; Bind_addr = 127.0.0.1;
+    Enable_NLM = false; Enable_RQUOTA = false;
+}}
+NFSV4 {{
+    Grace_Period = 5; Lease_Lifetime = 5;
+    RecoveryBackend = fs; RecoveryRoot = {workdir}/ganesha-recov;
+}}
+EXPORT {{
+    Export_Id = 1; Path = {export}; Pseudo = /bed; Access_Type = RW;
+    Squash = No_Root_Squash; SecType = sys; Protocols = 4; Transports = TCP;
+    FSAL {{ Name = VFS; }}
+}}
+"""
+        )
+        self.proc: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["ganesha.nfsd", "-F", "-f", str(self.conf), "-L", str(self.workdir / "ganesha.log"),
+             "-p", str(self.workdir / "ganesha.pid"), "-N", "NIV_EVENT"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise BedError(f"ganesha did not start (see {self.workdir}/ganesha.log)")
+                time.sleep(0.2)
+        self.timeline.mark("ganesha", f"serving on port {self.port}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.timeline.mark("ganesha", "stopped")
+
+
+# ---------------------------------------------------------------------------------------
+# Guests.
+
+
+class Guest:
+    def __init__(self, bed: "Bed", index: int, kind: str = "lockd") -> None:
+        self.bed = bed
+        self.index = index
+        self.name = f"g{index}"
+        self.kind = kind
+        self.dir = bed.workdir / self.name
+        self.dir.mkdir(exist_ok=True)
+        self.proc: subprocess.Popen | None = None
+        self.boots = 0
+        self.agent: socket.socket | None = None
+        self.replies: queue.Queue = queue.Queue()
+        self.seq = 0
+        self.lock = threading.Lock()
+        self.exit_t: float | None = None
+        self.watchdog_t: list[float] = []
+
+    # --- life cycle
+
+    def start(self) -> None:
+        b = self.bed
+        self.boots += 1
+        for sock in ("agent.sock", "events.sock", "qmp.sock"):
+            (self.dir / sock).unlink(missing_ok=True)
+        drive = (
+            f"driver=iscsi,transport=tcp,portal=127.0.0.1:{b.relays[self.index].port},"
+            f"target={IQN},lun=1,initiator-name={IQN}:{self.name},if=none,id=d0,cache.direct=on"
+        )
+        cmd = [
+            "qemu-system-x86_64", "-accel", "tcg", "-m", "256", "-smp", "1",
+            "-nographic", "-no-reboot", "-monitor", "none",
+            "-kernel", str(IMAGE_DIR / "vmlinuz"), "-initrd", str(IMAGE_DIR / "initrd.gz"),
+            "-append", f"console=ttyS0 panic=-1 quiet bed.host={self.name} nfs.nfs4_unique_id=lockd-vmbed-{self.name}",
+            "-chardev", f"file,id=con,path={self.dir}/console.{self.boots}.log", "-serial", "chardev:con",
+            "-chardev", f"socket,id=ag,path={self.dir}/agent.sock,server=on,wait=off", "-serial", "chardev:ag",
+            "-chardev", f"socket,id=ev,path={self.dir}/events.sock,server=on,wait=off", "-serial", "chardev:ev",
+            "-qmp", f"unix:{self.dir}/qmp.sock,server=on,wait=off",
+            "-device", "i6300esb", "-action", "watchdog=reset",
+            "-device", "virtio-scsi-pci,id=scsi0", "-drive", drive, "-device", "scsi-block,drive=d0,bus=scsi0.0",
+            "-netdev", "user,id=n0", "-device", f"virtio-net-pci,netdev=n0,mac=52:54:00:12:34:{self.index:02x}",
+        ]
+        self.exit_t = None
+        self.proc = subprocess.Popen(cmd, stdout=open(self.dir / f"qemu.{self.boots}.log", "w"),
+                                     stderr=subprocess.STDOUT)
+        b.timeline.mark(self.name, f"boot {self.boots} (qemu pid {self.proc.pid})")
+        qmp = self._connect("qmp.sock")
+        agent = self._connect("agent.sock")
+        events = self._connect("events.sock")
+        threading.Thread(target=self._qmp_reader, args=(qmp, self.proc), daemon=True).start()
+        threading.Thread(target=self._event_reader, args=(events,), daemon=True).start()
+        self.agent = agent
+        self.replies = queue.Queue()
+        threading.Thread(target=self._agent_reader, args=(agent, self.replies), daemon=True).start()
+        try:
+            kind, _ = self.replies.get(timeout=180)
+        except queue.Empty:
+            raise BedError(f"{self.name}: no agent after 180 s; see {self.dir}/console.{self.boots}.log")
+        b.timeline.mark(self.name, "agent ready")
+
+    def _connect(self, sock: str) -> socket.socket:
+        deadline = time.monotonic() + 20
+        while True:
+            s = socket.socket(socket.AF_UNIX)
+            try:
+                s.connect(str(self.dir / sock))
+                return s
+            except OSError:
+                s.close()
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise BedError(f"{self.name}: qemu did not open {sock}; see {self.dir}")
+                time.sleep(0.05)
+
+    def _qmp_reader(self, s: socket.socket, proc: subprocess.Popen) -> None:
+        f = s.makefile("rwb", buffering=0)
+        self._qmp_file = f
+        f.readline()
+        f.write(b'{"execute": "qmp_capabilities"}\n')
+        for line in f:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            ev = msg.get("event")
+            if ev == "WATCHDOG":
+                t = self.bed.timeline.mark(self.name, f"WATCHDOG {msg.get('data', {}).get('action')}")
+                self.watchdog_t.append(t)
+                # A hardware reset ends the machine's in-flight I/O at once. QEMU instead
+                # drains its block requests before it exits, so a write held in a stalled
+                # path would be sent after the "reset": drop the guest's storage
+                # connections now and end QEMU if it does not exit by itself.
+                self.bed.relays[self.index].drop_connections()
+                threading.Thread(target=self._reap_after_reset, args=(proc,), daemon=True).start()
+            elif ev in ("STOP", "RESUME", "SHUTDOWN", "RESET"):
+                self.bed.timeline.mark(self.name, f"qmp {ev}")
+        proc.wait()
+        self.exit_t = self.bed.timeline.mark(self.name, f"qemu exited ({proc.returncode})")
+        self.bed.relays[self.index].drop_connections()
+
+    def _reap_after_reset(self, proc: subprocess.Popen) -> None:
+        try:
+            proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            self.bed.timeline.mark(self.name, "qemu still draining I/O 3 s after the reset: SIGKILL")
+            proc.kill()
+
+    def qmp(self, command: str, **arguments) -> None:
+        msg = {"execute": command}
+        if arguments:
+            msg["arguments"] = arguments
+        self._qmp_file.write(json.dumps(msg).encode() + b"\n")
+
+    def _event_reader(self, s: socket.socket) -> None:
+        buf = b""
+        while True:
+            try:
+                data = s.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            t = self.bed.clock.now()
+            buf += data
+            *lines, buf = buf.split(b"\n")
+            for raw in lines:
+                line = raw.decode(errors="replace").strip()
+                if line:
+                    self.bed.witness.event(self.name, t, line)
+
+    def _agent_reader(self, s: socket.socket, replies: queue.Queue) -> None:
+        buf = b""
+        while True:
+            try:
+                data = s.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            buf += data
+            *lines, buf = buf.split(b"\n")
+            for raw in lines:
+                parts = raw.decode(errors="replace").strip().split(" ")
+                if parts[0] == "READY":
+                    replies.put(("ready", None))
+                elif parts[0] == "R" and len(parts) >= 3:
+                    out = base64.b64decode(parts[3]).decode(errors="replace") if len(parts) > 3 else ""
+                    replies.put((int(parts[1]), (int(parts[2]), out)))
+
+    def sh(self, script: str, timeout: float = 60, check: bool = True) -> tuple[int, str]:
+        """Runs a shell script in the guest; returns (status, output)."""
+        with self.lock:
+            self.seq += 1
+            sid = self.seq
+            assert self.agent is not None
+            self.agent.sendall(f"{sid} {base64.b64encode(script.encode()).decode()}\n".encode())
+            deadline = time.monotonic() + timeout
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise BedError(f"{self.name}: no answer in {timeout} s to: {script[:200]}")
+                try:
+                    rid, val = self.replies.get(timeout=left)
+                except queue.Empty:
+                    continue
+                if rid == sid:
+                    rc, out = val
+                    if check and rc != 0:
+                        raise BedError(f"{self.name}: exit {rc}: {script[:200]}\n{out}")
+                    return rc, out
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.kill()
+            self.proc.wait()
+
+    def sigstop(self) -> None:
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        self.bed.timeline.mark(self.name, "qemu SIGSTOP (frozen)")
+
+    def sigcont(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+        self.bed.timeline.mark(self.name, "qemu SIGCONT (resumed)")
+
+
+# ---------------------------------------------------------------------------------------
+# Witness: storage stamps and event lines, stamped on the host.
+
+
+@dataclass
+class Tenure:
+    host: str
+    lver: int
+    first: float
+    last: float
+    source: str
+
+
+class Witness:
+    def __init__(self, bed: "Bed") -> None:
+        self.bed = bed
+        self.lock = threading.Lock()
+        self.tenures: dict[tuple[str, int, str], Tenure] = {}
+        self.writes: list[tuple[float, str, int, int]] = []
+        self.notes: list[tuple[float, str, str]] = []
+        self.renewals: dict[int, list[float]] = {}
+        self.current_lver: dict[str, int] = {}
+        self.stop_flag = False
+
+    def _tenure(self, host: str, lver: int, t: float, source: str) -> None:
+        key = (host, lver, source)
+        with self.lock:
+            ten = self.tenures.get(key)
+            if ten is None:
+                self.tenures[key] = Tenure(host, lver, t, t, source)
+                self.bed.timeline.mark(host, f"witness: first {source} under lver {lver}", t)
+            else:
+                ten.last = max(ten.last, t)
+
+    def event(self, guest: str, t: float, line: str) -> None:
+        kv = dict(p.split("=", 1) for p in line.split() if "=" in p)
+        ev = kv.get("event", "?")
+        if ev == "start" and "lver" in kv:
+            self.current_lver[guest] = int(kv["lver"])
+        if ev in ("start", "alive") and guest in self.current_lver:
+            self._tenure(guest, self.current_lver[guest], t, "life")
+        if ev != "alive":
+            extra = " ".join(f"{k}={v}" for k, v in kv.items() if k in ("lver", "errno", "holder"))
+            self.bed.timeline.mark(guest, f"holder {ev} {extra}".strip(), t)
+            with self.lock:
+                self.notes.append((t, guest, ev))
+
+    def poll(self, backing: Path, slots: dict[int, str], lockspace_offset: int, sector: int) -> None:
+        """Polls the storage stamps and delta leases in `backing` until stopped."""
+        last_slot: dict[int, bytes] = {}
+        last_ts: dict[int, int] = {}
+        while not self.stop_flag:
+            t = self.bed.clock.now()
+            try:
+                with open(backing, "rb") as f:
+                    for idx in slots:
+                        f.seek(SLOT_BASE + idx * SLOT_BYTES)
+                        blk = f.read(256)
+                        if blk != last_slot.get(idx):
+                            last_slot[idx] = blk
+                            text = blk.split(b"\0", 1)[0].decode(errors="replace")
+                            if text.startswith("lockd-witness "):
+                                kv = dict(p.split("=", 1) for p in text.split()[1:] if "=" in p)
+                                lver, seq = int(kv.get("lver", 0)), int(kv.get("seq", 0))
+                                with self.lock:
+                                    self.writes.append((t, kv.get("host", "?"), lver, seq))
+                                self._tenure(kv.get("host", "?"), lver, t, "disk")
+                    for host_id in slots:
+                        f.seek(lockspace_offset + (host_id - 1) * sector)
+                        rec = f.read(512)
+                        ts = int.from_bytes(rec[152:160], "little") if len(rec) >= 160 else 0
+                        if ts != last_ts.get(host_id):
+                            last_ts[host_id] = ts
+                            if ts != 0:
+                                with self.lock:
+                                    self.renewals.setdefault(host_id, []).append(t)
+                            else:
+                                self.bed.timeline.mark(f"g{host_id}", "delta lease released (timestamp 0)", t)
+            except OSError:
+                pass
+            time.sleep(0.02)
+
+    def last_renewal_before(self, host_id: int, t: float) -> float | None:
+        with self.lock:
+            ts = [x for x in self.renewals.get(host_id, []) if x <= t]
+        return max(ts) if ts else None
+
+    def overlaps(self) -> list[str]:
+        """Certain violations: a sign of life or a write under an older lease version, by
+        one guest, seen after the first write or start under a newer version by another."""
+        out = []
+        with self.lock:
+            tens = list(self.tenures.values())
+        for a in tens:
+            for b in tens:
+                if a.host != b.host and a.lver < b.lver and a.last > b.first + 0.05:
+                    out.append(
+                        f"{a.host} lver {a.lver} ({a.source}) active at {a.last:.2f}s after "
+                        f"{b.host} lver {b.lver} ({b.source}) began at {b.first:.2f}s"
+                    )
+                if a.host < b.host and a.lver == b.lver:
+                    out.append(f"{a.host} and {b.host} both held lver {a.lver}")
+        return out
+
+    def takeover(self, loser: str, after: float) -> float | None:
+        """First write or start by another guest than `loser`, after `after`."""
+        with self.lock:
+            ts = [t.first for t in self.tenures.values() if t.host != loser and t.first >= after]
+        return min(ts) if ts else None
+
+
+# ---------------------------------------------------------------------------------------
+# The bed.
+
+
+class Bed:
+    def __init__(self, scenario: str, io_timeout_s: int, fire_timeout_s: int, keep: bool) -> None:
+        self.scenario = scenario
+        self.storage, _ = SCENARIOS[scenario]
+        self.io_timeout_s = io_timeout_s
+        self.fire_timeout_s = fire_timeout_s
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"vmbed-{scenario}-", dir="/var/tmp"))
+        self.keep = keep
+        self.clock = Clock()
+        self.timeline = Timeline(self.clock, self.workdir / "timeline.txt")
+        self.witness = Witness(self)
+        self.guests: dict[int, Guest] = {}
+        self.relays: dict[int, Relay] = {}
+        self.tgt: Tgt | None = None
+        self.ganesha: Ganesha | None = None
+        self.lun = self.workdir / "lun.img"
+        self.export = self.workdir / "export"
+        self.poller: threading.Thread | None = None
+
+    # --- storage
+
+    def lockd(self, *args: str) -> None:
+        run([str(bin_dir() / "lockd"), *args])
+
+    def init_area(self, path: Path) -> None:
+        with open(path, "wb") as f:
+            f.truncate(LUN_BYTES if path == self.lun else 8 << 20)
+        self.lockd("direct", "init", "-s", f"{LOCKSPACE}:0:{path}:0", "-o", str(self.io_timeout_s))
+        self.lockd("direct", "init", "-r", f"{LOCKSPACE}:{RESOURCE}:{path}:{RES_OFFSET}")
+
+    def start_storage(self, n: int) -> None:
+        self.init_area(self.lun)
+        self.tgt = Tgt(self.workdir, self.lun)
+        for i in range(1, n + 1):
+            self.relays[i] = Relay(f"relay{i}", self.tgt.port, self.timeline)
+        self.export.mkdir()
+        if self.storage == "nfs":
+            self.init_area(self.export / "leases")
+            self.ganesha = Ganesha(self.workdir, self.export, self.timeline)
+        backing = self.lun if self.storage == "iscsi" else self.export / "leases"
+        self.poller = threading.Thread(
+            target=self.witness.poll, args=(backing, {i: f"g{i}" for i in range(1, n + 1)}, 0, 512),
+            daemon=True)
+        self.poller.start()
+
+    def lease_path(self) -> str:
+        return "/dev/mapper/lease" if self.storage == "iscsi" else "/mnt/nfs/leases"
+
+    # --- guests
+
+    def boot(self, index: int, kind: str = "lockd") -> Guest:
+        g = self.guests.get(index) or Guest(self, index, kind)
+        self.guests[index] = g
+        g.start()
+        self.guest_setup(g)
+        return g
+
+    def guest_setup(self, g: Guest) -> None:
+        """Storage path, wdmd on the real watchdog, the daemon; then joins the lockspace."""
+        d, w = self.io_timeout_s, self.fire_timeout_s
+        if self.storage == "iscsi":
+            # A linear device-mapper map over the LUN: the eio scenario swaps its table.
+            g.sh("n=$(blockdev --getsz /dev/sda); echo \"0 $n linear /dev/sda 0\" | dmsetup create lease && dmsetup mknodes lease && [ -b /dev/mapper/lease ]")
+        else:
+            g.sh(
+                f"mount -t nfs4 -o vers=4.1,port={self.ganesha.port},addr={HOST_IP},"
+                f"clientaddr={GUEST_IP},hard,timeo=20,retrans=2 {HOST_IP}:/bed /mnt/nfs && "
+                "dd if=/mnt/nfs/leases of=/dev/null bs=1M count=2 iflag=direct 2>/dev/null"
+            )
+        g.sh("stty -F /dev/ttyS2 raw -echo -opost 115200")
+        if g.kind == "sanlock":
+            g.sh(
+                "/usr/sbin/wdmd.sanlock -D -w /dev/watchdog0 >/var/tmp/wdmd.log 2>&1 & echo $! >/run/wdmd.pid\n"
+                "for i in $(seq 100); do [ -S /run/wdmd/wdmd.sock ] && break; sleep 0.1; done\n"
+                f"SANLOCK_RUN_DIR=/run/sanlock sanlock daemon -D -w 1 -U root -G root -e {g.name} "
+                f"-o {d} >/var/tmp/daemon.log 2>&1 & echo $! >/run/daemon.pid\n"
+                "for i in $(seq 100); do [ -S /run/sanlock/sanlock.sock ] && break; sleep 0.1; done\n"
+                "[ -S /run/sanlock/sanlock.sock ]"
+            )
+        else:
+            g.sh(
+                f"printf 'watchdog_fire_timeout = {w}\\n' >/run/lockd.toml\n"
+                f"wdmd -D -w /dev/watchdog0 --fire-timeout {w} >/var/tmp/wdmd.log 2>&1 & echo $! >/run/wdmd.pid\n"
+                "for i in $(seq 100); do [ -S /run/wdmd/wdmd.sock ] && break; sleep 0.1; done\n"
+                f"lockd-daemon -D -w 1 -e {g.name} -o {d} -g 2 -c /run/lockd.toml "
+                ">/var/tmp/daemon.log 2>&1 & echo $! >/run/daemon.pid\n"
+                "for i in $(seq 100); do [ -S /run/lockd/sanlock.sock ] && break; sleep 0.1; done\n"
+                "[ -S /run/lockd/sanlock.sock ] || { cat /var/tmp/daemon.log; exit 1; }"
+            )
+        self.timeline.mark(g.name, f"{g.kind} daemon and wdmd up")
+
+    def env(self, g: Guest) -> str:
+        return "SANLOCK_RUN_DIR=/run/sanlock " if g.kind == "sanlock" else ""
+
+    def join(self, g: Guest) -> None:
+        t = self.timeline.mark(g.name, "add-lockspace")
+        rc, out = g.sh(
+            f"{self.env(g)}lockd add-lockspace -s {LOCKSPACE}:{g.index}:{self.lease_path()}:0",
+            timeout=300, check=False)
+        if rc != 0:
+            raise BedError(f"{g.name}: add-lockspace failed: {out}")
+        self.timeline.mark(g.name, f"joined host_id {g.index} ({self.clock.now() - t:.1f} s)")
+
+    def holder_cmd(self, g: Guest, ignore_term: bool = False, killpath: bool = True) -> str:
+        res = f"{LOCKSPACE}:{RESOURCE}:{self.lease_path()}:{RES_OFFSET}"
+        data = "/dev/sda" if self.storage == "iscsi" else "/mnt/nfs/leases"
+        hold = (f"lockd-witness hold --log /dev/ttyS2 --host {g.name} --res {RESOURCE} "
+                f"--disk {data} --disk-offset {SLOT_BASE + g.index * SLOT_BYTES}")
+        if ignore_term:
+            hold += " --ignore-term"
+        kp = (f"--killpath /usr/bin/lockd-witness --killpath-args "
+              f"'note /dev/ttyS2 {g.name} {RESOURCE} killpath' ") if killpath else ""
+        restrict = "--restrict sigkill " if ignore_term else ""
+        return f"{self.env(g)}lockd acquire {kp}{restrict}-r {res} -- {hold}"
+
+    def start_holder(self, g: Guest, **kw) -> None:
+        g.sh(f"cat >/run/hold.sh <<'EOS'\n{self.holder_cmd(g, **kw)}\nEOS\n"
+             "setsid sh /run/hold.sh >/var/tmp/holder.log 2>&1 &")
+
+    def start_contender(self, g: Guest) -> None:
+        """Retries the acquire until it holds, as a service waiting for its lease would."""
+        g.sh(f"cat >/run/contend.sh <<'EOS'\nwhile true; do\n{self.holder_cmd(g)} && break\n"
+             "sleep 0.5\ndone\nEOS\nsetsid sh /run/contend.sh >/var/tmp/contender.log 2>&1 &")
+
+    def wait_for(self, what: str, pred, timeout: float) -> float | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            v = pred()
+            if v:
+                return v
+            time.sleep(0.1)
+        return None
+
+    def collect_logs(self) -> None:
+        """Copies the guests' daemon, wdmd, holder and kernel logs into the work dir."""
+        for g in self.guests.values():
+            if not g.alive():
+                continue
+            try:
+                _, out = g.sh("for f in /var/tmp/*.log; do echo \"== $f\"; tail -n 200 $f; done; "
+                              "echo '== dmesg'; dmesg | tail -n 80", timeout=10, check=False)
+                (g.dir / f"logs.{g.boots}.txt").write_text(out)
+            except BedError:
+                pass
+
+    def close(self) -> None:
+        if self.keep:
+            self.collect_logs()
+        self.witness.stop_flag = True
+        for g in self.guests.values():
+            g.kill()
+        for r in self.relays.values():
+            r.close()
+        if self.ganesha:
+            self.ganesha.stop()
+        if self.tgt:
+            self.tgt.stop()
+        if not self.keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def bin_dir() -> Path:
+    return Path(os.environ.get("LOCKD_VMBED_BINS", REPO / "target" / "release"))
+
+
+# ---------------------------------------------------------------------------------------
+# Scenarios.
+
+
+@dataclass
+class Result:
+    scenario: str
+    storage: str
+    fault: float | None = None
+    last_renewal: float | None = None
+    recovery: float | None = None
+    watchdog: float | None = None
+    host_dead: float | None = None
+    takeover: float | None = None
+    rejoin: float | None = None
+    overlaps: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        f = lambda v: "none" if v is None else f"{v:.2f}"
+        return (f"scenario={self.scenario} storage={self.storage} watchdog=i6300esb fault_s={f(self.fault)} "
+                f"last_renewal_s={f(self.last_renewal)} recovery_s={f(self.recovery)} "
+                f"watchdog_fire_s={f(self.watchdog)} host_dead_s={f(self.host_dead)} "
+                f"takeover_s={f(self.takeover)} rejoin_s={f(self.rejoin)} overlaps={len(self.overlaps)}")
+
+
+def run_scenario(name: str, io_timeout_s: int, fire_timeout_s: int, keep: bool) -> Result:
+    if name == "mixed-sanlock":
+        fire_timeout_s = 60  # sanlock 3.8.5's fixed W: every host of a lockspace shares W
+    if SCENARIOS[name][0] == "nfs" and io_timeout_s < 5:
+        # The NFS client of a TCG guest on a busy 2-core machine has taken more than 3 s
+        # for a first 1 MiB read (a join then fails with -202, as it would on sanlock):
+        # NFS scenarios run with io_timeout 5.
+        io_timeout_s = 5
+    bed = Bed(name, io_timeout_s, fire_timeout_s, keep or bool(os.environ.get("LOCKD_VMBED_KEEP")))
+    res = Result(name, bed.storage)
+    print(f"vmbed: {name}: {SCENARIOS[name][1]} (work dir {bed.workdir})", file=sys.stderr, flush=True)
+    try:
+        scenario_body(bed, res)
+    except BedError as e:
+        res.violations.append(f"bed error: {e}")
+    finally:
+        res.overlaps = bed.witness.overlaps()
+        for o in res.overlaps:
+            res.violations.append(f"overlap: {o}")
+        with bed.timeline.lock:
+            events = sorted(bed.timeline.events)
+        print(f"--- timeline of {name} (seconds since the bed started)", file=sys.stderr)
+        for t, who, what in events:
+            print(f"{t:9.3f} {who:8} {what}", file=sys.stderr)
+        if res.violations:
+            bed.keep = True
+        bed.close()
+        if res.violations:
+            print(f"vmbed: {name}: kept {bed.workdir}", file=sys.stderr)
+    return res
+
+
+def scenario_body(bed: Bed, res: Result) -> None:
+    name = bed.scenario
+    if name in PR_BODIES:
+        return PR_BODIES[name](bed, res)
+    d, w = bed.io_timeout_s, bed.fire_timeout_s
+    host_dead = 8 * d + w
+    bed.start_storage(3)
+    kinds = {1: "sanlock" if name == "mixed-sanlock" else "lockd", 2: "lockd", 3: "lockd"}
+    threads = []
+    errors: list[Exception] = []
+
+    def boot(i: int) -> None:
+        try:
+            bed.boot(i, kinds[i])
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    for i in (1, 2, 3):
+        th = threading.Thread(target=boot, args=(i,))
+        th.start()
+        threads.append(th)
+    for th in threads:
+        th.join()
+    if errors:
+        raise BedError(str(errors[0]))
+    g1, g2, g3 = bed.guests[1], bed.guests[2], bed.guests[3]
+    for g in (g1, g2, g3):
+        bed.join(g)
+
+    stubborn = name == "stubborn-holder"
+    bed.start_holder(g1, ignore_term=stubborn, killpath=name != "eio")
+    if not bed.wait_for("g1 holds", lambda: bed.witness.takeover("none", 0.0), 60):
+        raise BedError("g1 never wrote under its lease")
+    bed.start_contender(g2)
+    bed.start_contender(g3)
+    time.sleep(2 * 2 * d + 1)  # two renewals seen by the poller
+
+    fault = bed.timeline.mark("bed", f"FAULT {name}")
+    res.fault = fault
+    if name in ("kill-daemon", "mixed-sanlock"):
+        g1.sh("kill -KILL $(cat /run/daemon.pid)")
+    elif name == "sigstop-daemon":
+        g1.sh("kill -STOP $(cat /run/daemon.pid)")
+    elif name in ("stall-io", "stubborn-holder"):
+        bed.relays[1].set_mode("stall")
+    elif name == "cut-storage":
+        bed.relays[1].set_mode("cut")
+    elif name == "eio":
+        g1.sh("n=$(blockdev --getsz /dev/sda); dmsetup suspend --noflush lease && "
+              "echo \"0 $n error\" | dmsetup load lease && dmsetup resume lease")
+    elif name == "kill-wdmd":
+        g1.sh("kill -KILL $(cat /run/wdmd.pid)")
+    elif name == "kill-client":
+        g1.sh("kill -KILL $(pgrep -f 'lockd-witness hold' | head -1) 2>/dev/null || "
+              "for p in /proc/[0-9]*; do grep -q 'lockd-witness.hold' $p/cmdline 2>/dev/null && kill -KILL ${p#/proc/} && break; done")
+    elif name == "freeze-guest":
+        g1.sigstop()
+    elif name == "nfs-cut":
+        g1.qmp("set_link", name="n0", up=False)
+        bed.timeline.mark("g1", "network link down")
+    elif name == "nfs-server-restart":
+        bed.ganesha.stop()
+        time.sleep(2 * d + 1)
+        bed.ganesha.start()
+    else:
+        raise BedError(f"scenario {name} not handled")
+
+    limit = host_dead + 2 * d + 60
+    take = bed.wait_for("takeover", lambda: bed.witness.takeover("g1", fault), limit)
+    res.takeover = take
+    resumed = None
+    if name == "freeze-guest":
+        # Resume only once another guest holds the lease. The frozen guest must not write:
+        # its clock jumps on resume, so its daemon finds the delta lease expired and kills
+        # the holder, or its watchdog resets it. Watch long enough for the i6300esb's second
+        # stage (one more fire timeout) to end it if nothing else does.
+        bed.wait_for("takeover", lambda: bed.witness.takeover("g1", fault), 10)
+        g1.sigcont()
+        resumed = bed.clock.now()
+        time.sleep(w + 2 * d + 3)
+    time.sleep(1.0)
+    res.watchdog = g1.watchdog_t[0] if g1.watchdog_t else None
+    end = res.takeover or bed.clock.now()
+    res.last_renewal = bed.witness.last_renewal_before(1, res.watchdog or end)
+    if res.last_renewal is not None and res.last_renewal < fault - 2 * d - 1:
+        res.violations.append(f"last renewal {res.last_renewal:.2f}s long before the fault")
+    with bed.witness.lock:
+        notes = [(t, e) for t, h, e in bed.witness.notes if h == "g1" and t >= fault]
+    rec = [t for t, e in notes if e in ("killpath", "sigterm")]
+    res.recovery = min(rec) if rec else None
+    if res.last_renewal is not None:
+        res.host_dead = res.last_renewal + host_dead
+
+    # --- judge the timeline
+    slack = 1.0
+    v = res.violations
+    if take is None:
+        v.append("no other guest took the lease")
+    elif name == "kill-client":
+        if res.watchdog is not None:
+            v.append("the watchdog fired although only a client died")
+        if take - fault > 2 * d + 5:
+            v.append(f"takeover {take - fault:.2f}s after a client death")
+    else:
+        if name == "nfs-server-restart" and res.watchdog is None:
+            # The server came back within the renewal timeout: no one failed, the holder
+            # keeps its lease; a takeover would be a violation.
+            v.append(f"takeover at {take:.2f}s although the holder was never reset")
+        if res.host_dead is not None and take + slack < res.host_dead and (
+                res.watchdog is None or take + slack < res.watchdog):
+            v.append(f"takeover at {take:.2f}s before host_dead {res.host_dead:.2f}s and before any reset")
+        if res.watchdog is not None and res.host_dead is not None and res.watchdog > res.host_dead + 2 * d + 5:
+            # TCG: the guest's timers run late; allow 2D + 5 s.
+            v.append(f"watchdog at {res.watchdog:.2f}s, after host_dead {res.host_dead:.2f}s + 2D + 5")
+    if name in ("kill-daemon", "sigstop-daemon", "kill-wdmd", "mixed-sanlock",
+                "cut-storage", "stall-io", "stubborn-holder", "nfs-cut") and res.watchdog is None:
+        v.append("the watchdog never reset the failed guest")
+    if resumed is not None and res.watchdog is None:
+        # Not reset: the guest's daemon must have ended the holder and left the lockspace.
+        rc, out = g1.sh("lockd status 2>&1; lockd gets 2>&1", check=False, timeout=30)
+        bed.timeline.mark("g1", "after resume: " + " | ".join(out.strip().splitlines()[:6]))
+        if f" {RESOURCE} " in out or f":{RESOURCE}:" in out:
+            v.append(f"g1 still holds {RESOURCE} after resuming: {out}")
+
+    # After a reset the guest boots again and rejoins; a guest that was not reset (its
+    # daemon left the failed lockspace) joins again.
+    if res.watchdog is None and name != "kill-client" and g1.alive():
+        heal(bed, g1, name)
+        try:
+            bed.join(g1)
+            res.rejoin = bed.clock.now()
+        except BedError as e:
+            v.append(f"g1 did not rejoin after resuming: {e}")
+    if res.watchdog is not None:
+        bed.wait_for("qemu exit", lambda: g1.exit_t, 30)
+        heal(bed, g1, name)
+        t0 = bed.clock.now()
+        try:
+            bed.boot(1, kinds[1])
+            bed.join(g1)
+            res.rejoin = bed.clock.now()
+        except BedError as e:
+            v.append(f"g1 did not rejoin after its reset: {e}")
+        del t0
+
+
+def heal(bed: Bed, g1: Guest, name: str) -> None:
+    """Ends the fault before g1 rejoins (after its reset, or after its daemon left the
+    failed lockspace)."""
+    if name in ("stall-io", "stubborn-holder", "cut-storage"):
+        bed.relays[1].set_mode("pass")
+    if not g1.alive() or g1.exit_t is not None:
+        return
+    if name == "eio":
+        g1.sh("n=$(blockdev --getsz /dev/sda); dmsetup suspend --noflush lease && "
+              "echo \"0 $n linear /dev/sda 0\" | dmsetup load lease && dmsetup resume lease")
+        bed.timeline.mark("g1", "lease device healed (linear table)")
+    elif name == "nfs-cut":
+        g1.qmp("set_link", name="n0", up=True)
+        bed.timeline.mark("g1", "network link up")
+
+
+# ---------------------------------------------------------------------------------------
+# SCSI-3 persistent reservations (issue 24): `lockd direct pr` in the guests against tgt.
+
+PR_BLOCK_A = 32 << 20  # a 4 KiB block guest A writes, before and after it is preempted
+PR_BLOCK_B = PR_BLOCK_A + 4096  # B's block
+PR_DEV = "/dev/sda"
+
+
+def pr_key(host_id: int, generation: int) -> int:
+    """lvmlockd's key format 0x100000YYYYYYXXXX (what `lockd direct pr key` prints)."""
+    return (0x100000 << 40) | (generation << 16) | host_id
+
+
+def pr_write_cmd(offset: int, text: str) -> str:
+    """A guest script writing one 4 KiB block holding `text` with O_DIRECT; prints dd's
+    status and its error text (busybox dd: 'Invalid exchange' is EBADE)."""
+    return (f"printf '%s' '{text}' | dd of=/tmp/blk bs=4096 conv=sync 2>/dev/null\n"
+            f"dd if=/tmp/blk of={PR_DEV} bs=4096 count=1 seek={offset // 4096} oflag=direct "
+            f"conv=notrunc 2>/tmp/dd.err; rc=$?; cat /tmp/dd.err; echo dd_rc=$rc")
+
+
+def pr_read_cmd(offset: int) -> str:
+    return (f"dd if={PR_DEV} of=/tmp/rd bs=4096 count=1 skip={offset // 4096} iflag=direct "
+            f"2>/tmp/dd.err; rc=$?; cat /tmp/dd.err; echo dd_rc=$rc; head -c 32 /tmp/rd | tr -d '\\000'; echo")
+
+
+def pr_basics(bed: Bed, res: Result) -> None:
+    """Two guests, no daemons: A registers and reserves Write Exclusive – Registrants Only,
+    B registers, B preempts A (PREEMPT AND ABORT tried, PREEMPT where tgt refuses it) and
+    the preempt is confirmed by READ KEYS; A's O_DIRECT write then fails with EBADE and
+    never reaches the LUN (checked in tgt's backing file), A's read works, B's write works;
+    READ KEYS (lockd's and sg_persist's) lists only B; then release and clear. Everything
+    through `lockd direct pr` in the guests."""
+    bed.start_storage(2)
+    errors: list[Exception] = []
+
+    def boot(i: int) -> None:
+        try:
+            g = Guest(bed, i, "lockd")
+            bed.guests[i] = g
+            g.start()
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=boot, args=(i,)) for i in (1, 2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise BedError(str(errors[0]))
+    a, b = bed.guests[1], bed.guests[2]
+    ka, kb = pr_key(1, 1), pr_key(2, 1)
+    v = res.violations
+    facts: dict[str, str] = {}
+
+    def dd(g: Guest, script: str, what: str) -> str:
+        _, out = g.sh(script, check=False)
+        bed.timeline.mark(g.name, f"{what}: {' '.join(out.split())[:160]}")
+        return out
+
+    def pr(g: Guest, args: str, check: bool = True) -> str:
+        rc, out = g.sh(f"lockd direct pr {args} 2>&1", check=False)
+        bed.timeline.mark(g.name, f"lockd direct pr {args.split()[0]} -> {rc}: {out.strip()[:160]}")
+        if check and rc != 0:
+            raise BedError(f"{g.name}: lockd direct pr {args} failed ({rc}): {out}")
+        return out
+
+    # The key of `lockd direct pr key` is lvmlockd's format, as computed here.
+    out = pr(a, "key --host-id 1 --generation 1").strip()
+    if out != f"0x{ka:x}":
+        v.append(f"lockd direct pr key printed {out}, expected 0x{ka:x}")
+    out = pr(a, f"probe {PR_DEV}")
+    facts["probe"] = "supported" if "persistent reservations supported" in out else "unsupported"
+    if facts["probe"] != "supported":
+        v.append(f"probe of the tgt LUN: {out.strip()}")
+    # A whole-device device-mapper map passes SG_IO through (the bed's lockspaces live on one).
+    a.sh("n=$(blockdev --getsz /dev/sda); echo \"0 $n linear /dev/sda 0\" | dmsetup create prmap && dmsetup mknodes prmap")
+    out = pr(a, "probe /dev/mapper/prmap", check=False)
+    facts["probe_dm"] = "supported" if "persistent reservations supported" in out else "unsupported"
+    if facts["probe_dm"] != "supported":
+        v.append(f"probe through a linear device-mapper map: {out.strip()}")
+    a.sh("dmsetup remove prmap")
+    pr(a, f"register {PR_DEV} --key 0x{ka:x}")
+    pr(a, f"reserve {PR_DEV} --key 0x{ka:x} --type we-ro")
+    pr(b, f"register {PR_DEV} --key 0x{kb:x}")
+    out = pr(b, f"read-reservation {PR_DEV}")
+    if "reservation we-ro" not in out or f"0x{ka:x}" not in out:
+        v.append(f"B does not see A's we-ro reservation: {out.strip()}")
+    out = pr(b, f"read-keys {PR_DEV}")
+    if f"0x{ka:x}" not in out or f"0x{kb:x}" not in out:
+        v.append(f"READ KEYS before the preempt lacks a key: {out.strip()}")
+
+    # Both are registrants: under WE-RO both may write.
+    for g, off, text in ((a, PR_BLOCK_A, "pr-basics A before"), (b, PR_BLOCK_B, "pr-basics B before")):
+        out = dd(g, pr_write_cmd(off, text), "O_DIRECT write as a registrant")
+        if "dd_rc=0" not in out:
+            v.append(f"{g.name}'s write as a registrant failed: {out.strip()}")
+
+    # The fence.
+    res.fault = bed.timeline.mark("bed", "FAULT pr-basics: B preempts A")
+    out = pr(b, f"preempt {PR_DEV} --key 0x{kb:x} --victim 0x{ka:x} --type we-ro --abort", check=False)
+    res.takeover = bed.clock.now()
+    if "confirmed" not in out:
+        v.append(f"preempt not confirmed: {out.strip()}")
+    facts["preempt"] = ("PREEMPT_AND_ABORT" if "(PREEMPT AND ABORT)" in out
+                        else "PREEMPT" if "(PREEMPT)" in out else "failed")
+    facts["abort_refused"] = "yes" if "PREEMPT AND ABORT refused" in out else "no"
+
+    # A is fenced: its write bounces with EBADE and never reaches the LUN; reads work.
+    out = dd(a, pr_write_cmd(PR_BLOCK_A, "pr-basics A AFTER FENCE"), "O_DIRECT write, preempted")
+    facts["a_write"] = ("EBADE" if "Invalid exchange" in out and "dd_rc=0" not in out
+                        else "ok" if "dd_rc=0" in out else "error")
+    if facts["a_write"] != "EBADE":
+        v.append(f"A's write after the preempt did not fail with EBADE: {out.strip()}")
+    out = dd(a, pr_read_cmd(PR_BLOCK_B), "O_DIRECT read, preempted")
+    facts["a_read"] = "ok" if "dd_rc=0" in out else "error"
+    if facts["a_read"] != "ok":
+        v.append(f"A's read after the preempt failed: {out.strip()}")
+    out = dd(b, pr_write_cmd(PR_BLOCK_B, "pr-basics B after"), "O_DIRECT write, after preempting A")
+    facts["b_write"] = "ok" if "dd_rc=0" in out else "error"
+    if facts["b_write"] != "ok":
+        v.append(f"B's write after the preempt failed: {out.strip()}")
+
+    # What reached the disk, read in tgt's backing file from the host.
+    with open(bed.lun, "rb") as f:
+        f.seek(PR_BLOCK_A)
+        blk_a = f.read(64).split(b"\0", 1)[0].decode(errors="replace")
+        f.seek(PR_BLOCK_B)
+        blk_b = f.read(64).split(b"\0", 1)[0].decode(errors="replace")
+    facts["fenced_write_on_lun"] = "no" if blk_a == "pr-basics A before" else "YES"
+    if blk_a != "pr-basics A before":
+        v.append(f"A's block on the LUN holds {blk_a!r}: the fenced write reached the disk")
+    if blk_b != "pr-basics B after":
+        v.append(f"B's block on the LUN holds {blk_b!r}, not B's write after the preempt")
+
+    # Only B's key is left, as lockd (from both guests) and sg_persist see it.
+    for g in (a, b):
+        out = pr(g, f"read-keys {PR_DEV}")
+        if f"0x{ka:x}" in out or f"0x{kb:x}" not in out:
+            v.append(f"{g.name}: READ KEYS after the preempt: {out.strip()}")
+    # The JSON forms, as a script would read them.
+    try:
+        kj = json.loads(pr(b, f"read-keys --json {PR_DEV}"))
+        rj = json.loads(pr(b, f"read-reservation --json {PR_DEV}"))
+        got = [(k["key"], k["host_id"], k["host_generation"]) for k in kj["keys"]]
+        if got != [(f"0x{kb:x}", 2, 1)] or kj["truncated"]:
+            v.append(f"read-keys --json after the preempt: {kj}")
+        if (rj["reservation"] or {}).get("type") != "we-ro" or rj["reservation"]["key"] != f"0x{kb:x}":
+            v.append(f"read-reservation --json after the preempt: {rj}")
+    except (ValueError, KeyError, TypeError) as e:
+        v.append(f"the --json output did not parse as expected: {e}")
+    rc, out = b.sh(f"sg_persist -n -k {PR_DEV}", check=False)
+    keys_seen = [w for w in out.split() if w.startswith("0x")]
+    facts["keys_after"] = ",".join(keys_seen) or "none"
+    if rc != 0 or keys_seen != [f"0x{kb:x}"]:
+        v.append(f"sg_persist -k after the preempt: {out.strip()}")
+    out = pr(b, f"read-reservation {PR_DEV}")
+    if "reservation we-ro" not in out or f"0x{kb:x}" not in out:
+        v.append(f"B does not hold the we-ro reservation after preempting its holder: {out.strip()}")
+    # A fenced host's PR OUT with its old key is refused.
+    out = pr(a, f"reserve {PR_DEV} --key 0x{ka:x}", check=False)
+    if "RESERVATION CONFLICT" not in out:
+        v.append(f"A's reserve with its preempted key was not a reservation conflict: {out.strip()}")
+
+    # Release and clear leave the LUN as it began.
+    pr(b, f"release {PR_DEV} --key 0x{kb:x} --type we-ro")
+    if "no reservation" not in pr(b, f"read-reservation {PR_DEV}"):
+        v.append("reservation left after release")
+    pr(b, f"clear {PR_DEV} --key 0x{kb:x}")
+    if "no keys registered" not in pr(a, f"read-keys {PR_DEV}"):
+        v.append("keys left after clear")
+    print("pr: scenario=pr-basics storage=iscsi target=tgt " + " ".join(f"{k}={x}" for k, x in facts.items())
+          + f" violations={len(v)}", flush=True)
+
+
+PR_BODIES = {"pr-basics": pr_basics}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("scenarios", nargs="*")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--ci", action="store_true", help=f"run the CI subset: {' '.join(CI_SUBSET)}")
+    ap.add_argument("--io-timeout", type=int, default=2)
+    ap.add_argument("--fire-timeout", type=int, default=10)
+    ap.add_argument("--keep", action="store_true")
+    a = ap.parse_args()
+    if a.list:
+        for n, (st, desc) in SCENARIOS.items():
+            print(f"{n:20} {st:6} {desc}")
+        return 0
+    names = CI_SUBSET if a.ci else (a.scenarios or list(SCENARIOS))
+    for n in names:
+        if n not in SCENARIOS:
+            print(f"vmbed: unknown scenario {n}; --list lists them", file=sys.stderr)
+            return 2
+    for p in ("vmlinuz", "initrd.gz"):
+        if not (IMAGE_DIR / p).exists():
+            print(f"vmbed: {IMAGE_DIR / p} missing: run scripts/vmbed.sh (it builds the image)", file=sys.stderr)
+            return 2
+    results = []
+    for n in names:
+        r = run_scenario(n, a.io_timeout, a.fire_timeout, a.keep)
+        print(r.line(), flush=True)
+        for v in r.violations:
+            print(f"  VIOLATION {v}", flush=True)
+        results.append(r)
+    f = lambda v, base: "-" if v is None else f"{v - base:7.2f}"
+    print()
+    print(f"{'scenario':20} {'storage':7} {'fault':>7} {'renewal':>8} {'recovery':>8} {'watchdog':>8} "
+          f"{'host_dead':>9} {'takeover':>8} {'rejoin':>7} overlaps  result")
+    print("(seconds after the fault; renewal = the holder's last delta-lease renewal seen on the storage)")
+    for r in results:
+        base = r.fault or 0.0
+        print(f"{r.scenario:20} {r.storage:7} {f(r.fault, base):>7} {f(r.last_renewal, base):>8} "
+              f"{f(r.recovery, base):>8} {f(r.watchdog, base):>8} {f(r.host_dead, base):>9} "
+              f"{f(r.takeover, base):>8} {f(r.rejoin, base):>7} {len(r.overlaps):8}  "
+              f"{'ok' if not r.violations else 'FAILED'}")
+    return 0 if all(not r.violations for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
