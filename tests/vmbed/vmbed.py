@@ -935,6 +935,25 @@ def scenario_body(bed: Bed, res: Result) -> None:
     else:
         raise BedError(f"scenario {name} not handled")
 
+    if name == "nfs-server-restart":
+        # The server is back well within 8·D: nobody fails, nobody takes over, g1 keeps
+        # renewing and holding. Watch for longer than host_dead.
+        back = bed.timeline.first("ganesha", "serving", after=fault) or fault
+        res.takeover = bed.wait_for("takeover", lambda: bed.witness.takeover("g1", fault), host_dead + 2 * d)
+        res.last_renewal = bed.witness.last_renewal_before(1, bed.clock.now())
+        res.watchdog = g1.watchdog_t[0] if g1.watchdog_t else None
+        with bed.witness.lock:
+            alive_after = max((t.last for t in bed.witness.tenures.values() if t.host == "g1"), default=0.0)
+        bed.timeline.mark("bed", f"g1 last renewal {res.last_renewal:.2f}s, holder last seen {alive_after:.2f}s")
+        if res.takeover is not None:
+            res.violations.append(f"takeover at {res.takeover:.2f}s although the server came back at {back:.2f}s")
+        if res.watchdog is not None:
+            res.violations.append("g1 was reset by an NFS server restart shorter than 8·D")
+        if res.last_renewal is None or res.last_renewal < back + 2 * d:
+            res.violations.append("g1 stopped renewing after the server came back")
+        if alive_after < bed.clock.now() - 2:
+            res.violations.append("g1's holder stopped although its lease was never lost")
+        return
     limit = host_dead + 2 * d + 60
     take = bed.wait_for("takeover", lambda: bed.witness.takeover("g1", fault), limit)
     res.takeover = take
@@ -983,8 +1002,19 @@ def scenario_body(bed: Bed, res: Result) -> None:
             # TCG: the guest's timers run late; allow 2D + 5 s.
             v.append(f"watchdog at {res.watchdog:.2f}s, after host_dead {res.host_dead:.2f}s + 2D + 5")
     if name in ("kill-daemon", "sigstop-daemon", "kill-wdmd", "mixed-sanlock",
-                "cut-storage", "stall-io", "stubborn-holder", "nfs-cut") and res.watchdog is None:
+                "stubborn-holder") and res.watchdog is None:
+        # No daemon to end the holders (or a holder that outlives SIGKILL's absence):
+        # only the watchdog can stop this guest.
         v.append("the watchdog never reset the failed guest")
+    if name in ("stall-io", "eio", "cut-storage", "nfs-cut", "stubborn-holder"):
+        # The daemon is alive: recovery (killpath or SIGTERM) at last_renewal + 8·D. Then
+        # either the holders died (the lockspace is left, the watchdog disarmed) or the
+        # watchdog resets the guest (a holder stuck in uninterruptible I/O).
+        due = None if res.last_renewal is None else res.last_renewal + 8 * d
+        if res.recovery is None and res.watchdog is None:
+            v.append("neither recovery nor a reset: g1's holder was never stopped")
+        elif res.recovery is not None and due is not None and not (due - slack <= res.recovery <= due + 2 + slack):
+            v.append(f"recovery at {res.recovery:.2f}s, expected at last_renewal + 8D = {due:.2f}s")
     if resumed is not None and res.watchdog is None:
         # Not reset: the guest's daemon must have ended the holder and left the lockspace.
         rc, out = g1.sh("lockd status 2>&1; lockd gets 2>&1", check=False, timeout=30)
@@ -996,22 +1026,33 @@ def scenario_body(bed: Bed, res: Result) -> None:
     # daemon left the failed lockspace) joins again.
     if res.watchdog is None and name != "kill-client" and g1.alive():
         heal(bed, g1, name)
-        try:
-            bed.join(g1)
-            res.rejoin = bed.clock.now()
-        except BedError as e:
-            v.append(f"g1 did not rejoin after resuming: {e}")
+        rejoin(bed, g1, res)
     if res.watchdog is not None:
         bed.wait_for("qemu exit", lambda: g1.exit_t, 30)
         heal(bed, g1, name)
         t0 = bed.clock.now()
         try:
             bed.boot(1, kinds[1])
+        except BedError as e:
+            v.append(f"g1 did not boot again after its reset: {e}")
+            return
+        rejoin(bed, g1, res)
+        del t0
+
+
+def rejoin(bed: Bed, g1: Guest, res: Result) -> None:
+    """g1 joins again once its fault is over. Storage that has just come back (an NFS
+    client recovering its session, a path reconnecting) may fail the first tries, as it
+    would for an operator: up to three tries, each failure on the timeline."""
+    for attempt in range(3):
+        try:
             bed.join(g1)
             res.rejoin = bed.clock.now()
+            return
         except BedError as e:
-            v.append(f"g1 did not rejoin after its reset: {e}")
-        del t0
+            bed.timeline.mark(g1.name, f"rejoin try {attempt + 1} failed: {str(e)[-80:]}")
+            time.sleep(2 * bed.io_timeout_s)
+    res.violations.append("g1 did not rejoin after its fault ended (3 tries)")
 
 
 def heal(bed: Bed, g1: Guest, name: str) -> None:

@@ -78,7 +78,7 @@ struct DiskStamp {
 
 impl DiskStamp {
     fn open(path: &str, offset: u64) -> Result<Self> {
-        if offset % 4096 != 0 {
+        if !offset.is_multiple_of(4096) {
             bail!("--disk-offset {offset} is not a multiple of 4096");
         }
         let file = OpenOptions::new()
@@ -126,7 +126,13 @@ fn hold(args: &[String]) -> Result<()> {
         if let Some(stamp) = stamp.as_mut() {
             seq += 1;
             if let Err(e) = stamp.write(&host, &res, lver, seq) {
-                witness::append(&log, &host, &res, "write_error", &format!("errno={}", e.raw_os_error().unwrap_or(0)))?;
+                witness::append(
+                    &log,
+                    &host,
+                    &res,
+                    "write_error",
+                    &format!("errno={}", e.raw_os_error().unwrap_or(0)),
+                )?;
             }
         }
         if term.swap(false, Ordering::SeqCst) {
