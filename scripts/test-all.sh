@@ -58,6 +58,8 @@ bash scripts/sim.sh
 
 step "fencing scenarios on the multi-host test bed"
 bash scripts/testbed.sh
+step "virtual-machine bed, CI subset (QEMU guests, tgt iSCSI, ganesha NFS, i6300esb watchdog)"
+bash scripts/vmbed.sh --ci
 
 step "fuzz smoke run"
 bash scripts/fuzz-smoke.sh 10

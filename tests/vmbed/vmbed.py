@@ -93,7 +93,7 @@ SCENARIOS = {
     "mixed-sanlock": ("iscsi", "sanlock 3.8.5 guest holds; its daemon is killed; lockd takes over"),
     "pr-basics": ("iscsi", "SCSI-3 PR by `lockd direct pr`: B preempts A's key; A's writes bounce (EBADE)"),
 }
-CI_SUBSET = ["kill-daemon", "freeze-guest", "nfs-cut"]
+CI_SUBSET = ["kill-daemon", "kill-wdmd", "nfs-cut"]
 
 
 class BedError(Exception):
