@@ -74,6 +74,11 @@ pub struct Space {
     pub examine_running: AtomicBool,
     /// Another examine was asked for while one ran: the running thread goes again.
     pub examine_pending: AtomicBool,
+    /// The lockspace failed (our delta lease lost) while processes of this host held
+    /// leases in it: their writes may outlive them (see [`keep_armed_after_failure`]).
+    pub failed_with_holders: AtomicBool,
+    /// The lockspace's storage is a network filesystem (read at the join).
+    pub on_network_fs: AtomicBool,
     /// Duration of each successful renewal (metrics).
     pub renewal_hist: crate::metrics::Histogram,
     /// Failed renewal attempts (metrics).
@@ -245,6 +250,8 @@ fn new_space(
         rindex_busy: AtomicBool::new(false),
         examine_running: AtomicBool::new(false),
         examine_pending: AtomicBool::new(false),
+        failed_with_holders: AtomicBool::new(false),
+        on_network_fs: AtomicBool::new(false),
         renewal_hist: crate::metrics::Histogram::default(),
         renewal_failures: std::sync::atomic::AtomicU64::new(0),
         added_by_uid: added_by.as_ref().map_or(0, crate::access::Caller::uid),
@@ -613,6 +620,12 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, i32> {
         warn!(error = %e, "cannot open lockspace disk");
         -libc::ENODEV
     })?;
+    // Read now, while the storage answered the open: on an unreachable hard-mounted NFS
+    // server statfs would block.
+    space.on_network_fs.store(
+        is_network_fs(std::path::Path::new(&space.path)),
+        Ordering::SeqCst,
+    );
     // Joining aborts (every I/O fails, sleeps end) as soon as removal is requested.
     let bdisk = BlockingDisk {
         disk,
@@ -737,7 +750,17 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
     renew_loop(d, space, &run_disk, &clock, &params, &mut state, &mut wd);
     lock(&space.st).releasing = true;
     // No holder is left (renew_loop returns only then): the lockspace no longer needs
-    // the watchdog.
+    // the watchdog — unless its holders' writes may still be on their way.
+    if let Some(w) = wd.take_if(|_| keep_armed_after_failure(space)) {
+        error!(
+            path = %space.path,
+            "the lockspace failed while its holders wrote to a network filesystem: a killed \
+             process's writes stay queued in the kernel's client and are sent when the server \
+             is reachable again, after other hosts may hold the leases; the watchdog stays \
+             armed so that this host resets before host_dead"
+        );
+        lock(&AWAITING_RESET).push(w);
+    }
     if let Some(w) = wd.take() {
         match w.disarm() {
             Ok(()) => info!("watchdog disarmed"),
@@ -761,6 +784,42 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
     }
     mark_gone(d, space);
     info!("lockspace removed");
+}
+
+/// Watchdog connections of failed lockspaces that must end in a reset (see
+/// [`keep_armed_after_failure`]): kept open, never disarmed, so wdmd stops petting at their
+/// expiry and the device resets the host.
+static AWAITING_RESET: Mutex<Vec<LockspaceWatchdog>> = Mutex::new(Vec::new());
+
+/// Filesystem magic numbers (statfs `f_type`) of network filesystems whose client keeps a
+/// killed process's writes queued and sends them later: NFS, SMB/CIFS (three magics), Ceph.
+const NETWORK_FS_MAGICS: [u64; 5] = [0x6969, 0x517B, 0xFF53_4D42, 0xFE53_4D42, 0x00C3_6400];
+
+/// True when a failed lockspace must not disarm the watchdog although its holders are
+/// gone: it failed (not a requested removal) while processes held leases in it, and its
+/// storage is a network filesystem. On a block device a process cannot exit while its
+/// direct I/O is in flight, so its exit means its writes are done or failed. On NFS (seen
+/// in the virtual-machine bed, scenario nfs-cut) the process dies at SIGKILL while its
+/// write RPC stays queued in the client, and the write lands when the server is reachable
+/// again — after host_dead, under another host's lease. Only a reset of this host drops
+/// that queue, and it comes before host_dead: the expiry wdmd holds is this lockspace's.
+fn keep_armed_after_failure(space: &Space) -> bool {
+    let failed = {
+        let st = lock(&space.st);
+        st.space_dead && !st.kill_now
+    };
+    failed
+        && space.failed_with_holders.load(Ordering::SeqCst)
+        && space.on_network_fs.load(Ordering::SeqCst)
+}
+
+/// Whether `path` lies on a network filesystem ([`NETWORK_FS_MAGICS`]); a path whose
+/// filesystem cannot be read counts as one (the safe answer).
+fn is_network_fs(path: &std::path::Path) -> bool {
+    match nix::sys::statfs::statfs(path) {
+        Ok(st) => NETWORK_FS_MAGICS.contains(&(st.filesystem_type().0 as u64)),
+        Err(_) => true,
+    }
 }
 
 /// How long a removal's first step (holders stopped, lease still held and renewed) lasts
@@ -1079,6 +1138,16 @@ pub fn check_our_leases(d: &Arc<Daemon>) -> Vec<Arc<Space>> {
         if let Some(age) = e.failed_after_s {
             error!(ls = %s.name, age, corrupt,
                    "lockspace failed: our delta lease is lost; killing lease holders");
+            let holders = {
+                let tables = lock(&d.tables);
+                tables
+                    .resources
+                    .values()
+                    .any(|r| r.ls.same_as(&s.name) && !r.orphan)
+            };
+            if holders {
+                s.failed_with_holders.store(true, Ordering::SeqCst);
+            }
         } else if let Some(age) = e.failing_for_s {
             let fail = timeouts::id_renewal_fail_seconds(u64::from(s.io_timeout));
             warn!(ls = %s.name, age, "renewals failing; lockspace will fail at {fail} s");
@@ -1112,4 +1181,21 @@ pub fn check_our_leases(d: &Arc<Daemon>) -> Vec<Arc<Space>> {
 /// Last successful renewal (monotime s) of a lockspace.
 pub fn last_success(space: &Space) -> u64 {
     lock(&space.st).last_success_s
+}
+
+#[cfg(test)]
+mod network_fs_tests {
+    use super::is_network_fs;
+
+    #[test]
+    fn local_and_unreadable_filesystems() {
+        // The test machines' /var/tmp and /proc are local; a path that cannot be read
+        // counts as a network filesystem (the safe answer). NFS itself is checked in the
+        // virtual-machine bed (scenario nfs-cut), where guests have an NFS client.
+        assert!(!is_network_fs(std::path::Path::new("/proc")));
+        assert!(!is_network_fs(std::path::Path::new("/var/tmp")));
+        assert!(is_network_fs(std::path::Path::new(
+            "/nonexistent/lockd/lease"
+        )));
+    }
 }

@@ -868,6 +868,24 @@ def run_scenario(name: str, io_timeout_s: int, fire_timeout_s: int, keep: bool) 
     return res
 
 
+def join_all(bed: Bed, guests: list[Guest]) -> None:
+    errors: list[BedError] = []
+
+    def one(g: Guest) -> None:
+        try:
+            bed.join(g)
+        except BedError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(g,)) for g in guests]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise errors[0]
+
+
 def scenario_body(bed: Bed, res: Result) -> None:
     name = bed.scenario
     if name in PR_BODIES:
@@ -894,8 +912,8 @@ def scenario_body(bed: Bed, res: Result) -> None:
     if errors:
         raise BedError(str(errors[0]))
     g1, g2, g3 = bed.guests[1], bed.guests[2], bed.guests[3]
-    for g in (g1, g2, g3):
-        bed.join(g)
+    # The three joins run at once (each host its own host_id), as hosts booting together do.
+    join_all(bed, [g1, g2, g3])
 
     stubborn = name == "stubborn-holder"
     bed.start_holder(g1, ignore_term=stubborn, killpath=name != "eio")
@@ -1002,9 +1020,10 @@ def scenario_body(bed: Bed, res: Result) -> None:
             # TCG: the guest's timers run late; allow 2D + 5 s.
             v.append(f"watchdog at {res.watchdog:.2f}s, after host_dead {res.host_dead:.2f}s + 2D + 5")
     if name in ("kill-daemon", "sigstop-daemon", "kill-wdmd", "mixed-sanlock",
-                "stubborn-holder") and res.watchdog is None:
-        # No daemon to end the holders (or a holder that outlives SIGKILL's absence):
-        # only the watchdog can stop this guest.
+                "stubborn-holder", "nfs-cut") and res.watchdog is None:
+        # No daemon to end the holders (or a holder that outlives SIGKILL's absence), or
+        # (nfs-cut) a killed holder's write still queued in the NFS client: only the
+        # watchdog can stop this guest.
         v.append("the watchdog never reset the failed guest")
     if name in ("stall-io", "eio", "cut-storage", "nfs-cut", "stubborn-holder"):
         # The daemon is alive: recovery (killpath or SIGTERM) at last_renewal + 8·D. Then
