@@ -742,7 +742,7 @@ class Bed:
     def join(self, g: Guest) -> None:
         t = self.timeline.mark(g.name, "add-lockspace")
         rc, out = g.sh(
-            f"{self.env(g)}lockd add-lockspace -s {LOCKSPACE}:{g.index}:{self.lease_path()}:0",
+            f"{self.env(g)}lockd add-lockspace -o {self.io_timeout_s} -s {LOCKSPACE}:{g.index}:{self.lease_path()}:0",
             timeout=300, check=False)
         if rc != 0:
             raise BedError(f"{g.name}: add-lockspace failed: {out}")
