@@ -13,8 +13,9 @@
 //!   just what sanlock drains.
 //! - Each failure maps to the result code sanlock answers ([`RequestError::code`]): a short
 //!   payload is `-ENOTCONN`, too many resources or LVB bytes `-E2BIG`, a bad `num_disks`
-//!   `-ERANGE`, an undecodable host event or disk `-EINVAL`; an unknown command gets no
-//!   reply at all.
+//!   `-ERANGE`, an undecodable host event or disk `-EINVAL`, and an unknown command
+//!   (drained whole) `-EOPNOTSUPP`: sanlock 3.8/5.1 send no reply to it, which leaves a
+//!   newer client waiting forever for an answer, so lockd answers instead.
 //! - Nothing here panics on bytes from a peer, and nothing here decides policy (targets,
 //!   permissions, lockspace state): that is the daemon's.
 
@@ -31,6 +32,7 @@ const ENOTCONN: i32 = 107;
 const E2BIG: i32 = 7;
 const ERANGE: i32 = 34;
 const EINVAL: i32 = 22;
+const EOPNOTSUPP: i32 = 95;
 
 /// Most LVB bytes a SET_LVB may carry (sanlock's bound).
 pub const MAX_LVB_LEN: usize = 4096;
@@ -72,20 +74,20 @@ pub enum RequestError {
     /// A struct arrived but does not decode (`-EINVAL`).
     #[error("{what}: invalid")]
     Invalid { what: &'static str },
-    /// A command the daemon does not know: sanlock ignores it and sends no reply.
+    /// A command the daemon does not know (`-EOPNOTSUPP`; sanlock sends no reply).
     #[error("unknown command {cmd}")]
     Unknown { cmd: u32 },
 }
 
 impl RequestError {
-    /// The result code to reply with; `None` when no reply is due (unknown command).
-    pub fn code(&self) -> Option<i32> {
+    /// The result code to reply with (every request gets a reply, also an unknown one).
+    pub fn code(&self) -> i32 {
         match self {
-            RequestError::Short { .. } => Some(-ENOTCONN),
-            RequestError::TooMany { .. } => Some(-E2BIG),
-            RequestError::DiskCount { .. } => Some(-ERANGE),
-            RequestError::Invalid { .. } => Some(-EINVAL),
-            RequestError::Unknown { .. } => None,
+            RequestError::Short { .. } => -ENOTCONN,
+            RequestError::TooMany { .. } => -E2BIG,
+            RequestError::DiskCount { .. } => -ERANGE,
+            RequestError::Invalid { .. } => -EINVAL,
+            RequestError::Unknown { .. } => -EOPNOTSUPP,
         }
     }
 }

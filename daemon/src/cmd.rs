@@ -341,7 +341,7 @@ pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, calle
     };
     let (rv, data2, payload) = match read_request(h, conn) {
         Ok(req) => client_cmd(d, conn.ci, caller, h, target, req),
-        Err(e) => (e.code().unwrap_or(-libc::EINVAL), 0, Vec::new()),
+        Err(e) => (e.code(), 0, Vec::new()),
     };
     let op = match h.cmd {
         SM_CMD_ACQUIRE => Some(crate::metrics::Op::Acquire),

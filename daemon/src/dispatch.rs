@@ -10,7 +10,8 @@
 //! - bytes are read exactly as sanlock reads them (the reader's contract); a request that
 //!   cannot be read is answered with the reader's code in the command's reply shape (bare
 //!   result, or result and a zeroed `sanlk_rentry` for the rindex entry commands), and an
-//!   unknown command gets no reply;
+//!   unknown command gets `-EOPNOTSUPP` (sanlock sends nothing, so a newer client would
+//!   wait for ever) with the connection left open;
 //! - the registered-client commands (ACQUIRE, RELEASE, INQUIRE, CONVERT, KILLPATH) resolve
 //!   and mark their target client from the header *before* the payload is read, as sanlock
 //!   does: a refused target drains the message unread ([`crate::cmd::registered_cmd`]);
@@ -126,12 +127,11 @@ fn after(cmd: u32) -> After {
 
 /// Answers a request that could not be read.
 fn refuse(conn: &mut Conn, h: &Header, e: &RequestError) -> After {
-    let Some(rv) = e.code() else {
-        // Unknown command: sanlock ignores it (no reply, connection stays open); the
-        // reader has drained it.
-        debug!(ci = conn.ci, cmd = h.cmd, "ignoring unknown command");
-        return After::Keep;
-    };
+    let rv = e.code();
+    if let RequestError::Unknown { cmd } = e {
+        // The reader has drained it; the connection stays open, as sanlock leaves it.
+        debug!(ci = conn.ci, cmd, "refusing unknown command");
+    }
     match h.cmd {
         // The entry commands always answer with a sanlk_rentry after the result, also
         // when the request was cut short (then all zero), as sanlock does.
