@@ -5,7 +5,7 @@
 //! record changes. Acquiring waits long enough that any previous owner has either shown
 //! itself (the record changed → [`LeaseError::HostIdBusy`]) or been reset by its watchdog.
 
-use disk_format::leader::{LeaderExpect, DELTA_DISK_MAGIC, LEADER_RECORD_LEN, VERSION_MAJOR_MASK};
+use disk_format::leader::{LeaderExpect, DELTA_DISK_MAGIC, LEADER_RECORD_LEN, LFL_DEAD_EXT};
 use disk_format::{DeltaSector, FormatError, Geometry, LeaderKind, LeaderRecord, Name};
 
 use crate::error::{IoOp, LeaseError};
@@ -188,9 +188,7 @@ pub async fn read_lockspace_geometry<D: Disk>(
         }
         .into());
     }
-    if leader.version & VERSION_MAJOR_MASK
-        != disk_format::leader::DELTA_DISK_VERSION & VERSION_MAJOR_MASK
-    {
+    if !LeaderKind::Delta.major_supported(leader.version) {
         return Err(FormatError::Version {
             record: "delta lease",
             found: leader.version,
@@ -345,6 +343,9 @@ async fn acquire_inner<D: Disk, C: Clock>(
 ) -> Result<DeltaState, LeaseError> {
     p.check()?;
     let mut leader = read_host_record(disk, p, p.host_id).await?;
+    // A record with a 5.x flag lockd does not implement (CAW, NO_TIMEOUT) is never
+    // written: the join is refused before any write.
+    leader.check_writable(LeaderKind::Delta)?;
     let other_io = if leader.io_timeout != 0 {
         u64::from(leader.io_timeout)
     } else {
@@ -368,6 +369,7 @@ async fn acquire_inner<D: Disk, C: Clock>(
         if leader != before && leader.timestamp != 0 {
             return Err(LeaseError::HostIdBusy);
         }
+        leader.check_writable(LeaderKind::Delta)?;
     }
     let now_ms = clock.now_ms();
     let mut new = leader;
@@ -376,6 +378,12 @@ async fn acquire_inner<D: Disk, C: Clock>(
     new.owner_id = p.host_id;
     new.owner_generation = leader.owner_generation.wrapping_add(1);
     new.resource_name = p.host_name;
+    // A DEAD_EXT mark (and the setter stamp beside it) names the previous generation:
+    // our new generation is alive, so the mark is not carried over.
+    if new.flags & LFL_DEAD_EXT != 0 {
+        new.flags &= !LFL_DEAD_EXT;
+        new.unused1 = 0;
+    }
     new.seal();
     assert!(
         new.timestamp != 0 && new.owner_id == p.host_id,
@@ -446,6 +454,14 @@ pub async fn renew<D: Disk, C: Clock>(
     let own_at = (p.host_id - 1) as usize * sector;
     let own = LeaderRecord::decode(&buf[own_at..own_at + sector])?;
     own.verify(LeaderKind::Delta, &p.expect())?;
+    // An external fencer declared us dead (sanlock 5.x `set_host DEAD_EXT`, or `lockd
+    // set-host --dead`): others may already be taking our leases. Never overwrite the
+    // mark; the lockspace fails now.
+    if own.dead_ext() && own.owner_generation == state.leader.owner_generation {
+        state.last_renewal_ok = false;
+        return Err(LeaseError::RenewDeadExt);
+    }
+    own.check_writable(LeaderKind::Delta)?;
     if own.owner_id != p.host_id
         || own.owner_generation != state.leader.owner_generation
         || !own.resource_name.same_as(&p.host_name)

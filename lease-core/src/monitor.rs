@@ -295,6 +295,14 @@ impl HostMonitor {
         if delta.timestamp == 0 || delta.owner_generation > gen {
             return false;
         }
+        // sanlock 5.x marks: DEAD_EXT on this generation = fenced, dead now; NO_TIMEOUT =
+        // never dead by time.
+        if delta.dead_ext() && delta.owner_generation == gen {
+            return false;
+        }
+        if delta.flags & disk_format::leader::LFL_NO_TIMEOUT != 0 {
+            return true;
+        }
         let Some(h) = obs else { return true };
         if h.last_check_s == 0 || h.timestamp == 0 || h.owner_generation != delta.owner_generation {
             return true;
