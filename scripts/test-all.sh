@@ -37,6 +37,11 @@ else
     echo "MINIMUM RUST VERSION CHECK NOT RUN: rustup could not fetch $msrv" >&2
 fi
 
+step "sid chroot with sanlock 5.1.1 (daemon/tests/mixed_cluster_sanlock5.rs)"
+# Built with debootstrap on first use (a few minutes), then cached under
+# /var/tmp/lockd-chroots/sid; the test also ensures it, this step just times it apart.
+bash scripts/debian-chroot.sh ensure sid sanlock
+
 step "unit, property and system tests"
 # `lockd-sim` needs lease-core's `sim` feature; the production binaries are built without.
 cargo build --workspace --bins --examples

@@ -72,7 +72,9 @@ impl Sanlock5 {
         let child = in_chroot(
             &[&run_dir],
             &run_dir,
-            &["sanlock", "daemon", "-D", "-w", "0", "-U", "root", "-G", "root", "-e", host_name],
+            &[
+                "sanlock", "daemon", "-D", "-w", "0", "-U", "root", "-G", "root", "-e", host_name,
+            ],
         )
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("dup"))
@@ -81,7 +83,8 @@ impl Sanlock5 {
         .expect("start sanlock 5.1.1");
         let sock = run_dir.join("sanlock.sock");
         assert!(
-            wait_for(30, || std::os::unix::net::UnixStream::connect(&sock).is_ok()),
+            wait_for(30, || std::os::unix::net::UnixStream::connect(&sock)
+                .is_ok()),
             "sanlock 5.1.1's socket never appeared (log: {})",
             s.dir.join("sanlock5.log").display()
         );
@@ -132,7 +135,8 @@ fn acquire_script(dev: &str) -> String {
 fn delta_version(dev: &Path, host_id: u64) -> u32 {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = std::fs::File::open(dev).expect("open dev");
-    f.seek(SeekFrom::Start((host_id - 1) * 512 + 4)).expect("seek");
+    f.seek(SeekFrom::Start((host_id - 1) * 512 + 4))
+        .expect("seek");
     let mut b = [0u8; 4];
     f.read_exact(&mut b).expect("read");
     u32::from_le_bytes(b)
@@ -150,12 +154,26 @@ fn sanlock_511_and_lockd_share_a_511_formatted_lockspace() {
     // sanlock 5.1.1 formats: delta 5.0, paxos 7.0.
     let o = sl.cmd(
         &lo.dev,
-        &["sanlock", "direct", "init", "-s", &format!("ls:0:{dev}:0"), "-o", "1"],
+        &[
+            "sanlock",
+            "direct",
+            "init",
+            "-s",
+            &format!("ls:0:{dev}:0"),
+            "-o",
+            "1",
+        ],
     );
     assert!(o.status.success(), "5.1.1 init -s: {}", text(&o));
     let o = sl.cmd(
         &lo.dev,
-        &["sanlock", "direct", "init", "-r", &format!("ls:r1:{dev}:{RES_OFF}")],
+        &[
+            "sanlock",
+            "direct",
+            "init",
+            "-r",
+            &format!("ls:r1:{dev}:{RES_OFF}"),
+        ],
     );
     assert!(o.status.success(), "5.1.1 init -r: {}", text(&o));
     assert_eq!(delta_version(&lo.dev, 1), 0x0005_0000);
@@ -166,17 +184,37 @@ fn sanlock_511_and_lockd_share_a_511_formatted_lockspace() {
         let mut c = in_chroot(
             &[&sl.run_dir],
             &sl.run_dir,
-            &["sanlock", "client", "add_lockspace", "-o", "1", "-s", &format!("ls:1:{dev}:0")],
+            &[
+                "sanlock",
+                "client",
+                "add_lockspace",
+                "-o",
+                "1",
+                "-s",
+                &format!("ls:1:{dev}:0"),
+            ],
         );
         std::thread::spawn(move || run(&mut c))
     };
     let joined = lk.python(&format!(
         "import sanlock\nsanlock.add_lockspace(b'ls', 2, b'{dev}', 0, iotimeout=1)\nprint('joined')\n"
     ));
-    assert_eq!(joined.trim(), "joined", "lockd joins a 5.1.1-formatted lockspace");
+    assert_eq!(
+        joined.trim(),
+        "joined",
+        "lockd joins a 5.1.1-formatted lockspace"
+    );
     let o = t.join().expect("join thread");
-    assert!(o.status.success(), "sanlock 5.1.1 add_lockspace: {}", text(&o));
-    assert_eq!(delta_version(&lo.dev, 2), 0x0005_0000, "lockd keeps version 5.0");
+    assert!(
+        o.status.success(),
+        "sanlock 5.1.1 add_lockspace: {}",
+        text(&o)
+    );
+    assert_eq!(
+        delta_version(&lo.dev, 2),
+        0x0005_0000,
+        "lockd keeps version 5.0"
+    );
 
     let gets = |h: &str| text(&sl.cmd(&lo.dev, &["sanlock", "client", "gets", "-h", h]));
     assert!(
@@ -187,9 +225,11 @@ fn sanlock_511_and_lockd_share_a_511_formatted_lockspace() {
         gets("1")
     );
     assert!(
-        wait_for(30, || lk
+        wait_for(30, || {
+            lk
             .python("import sanlock\nprint([(h['host_id'], h['flags']) for h in sanlock.get_hosts(b'ls')])")
-            .contains("(1, 3)")),
+            .contains("(1, 3)")
+        }),
         "lockd never saw sanlock 5.1.1 LIVE"
     );
 
@@ -197,7 +237,16 @@ fn sanlock_511_and_lockd_share_a_511_formatted_lockspace() {
     let mut holder = in_chroot(
         &[&sl.run_dir],
         &sl.run_dir,
-        &["sanlock", "client", "command", "-r", &format!("ls:r1:{dev}:{RES_OFF}"), "-c", "/bin/sleep", "12"],
+        &[
+            "sanlock",
+            "client",
+            "command",
+            "-r",
+            &format!("ls:r1:{dev}:{RES_OFF}"),
+            "-c",
+            "/bin/sleep",
+            "12",
+        ],
     )
     .stdout(Stdio::null())
     .stderr(Stdio::null())
@@ -206,7 +255,13 @@ fn sanlock_511_and_lockd_share_a_511_formatted_lockspace() {
     let owned_by_5 = || {
         text(&sl.cmd(
             &lo.dev,
-            &["sanlock", "direct", "read_leader", "-r", &format!("ls:r1:{dev}:{RES_OFF}")],
+            &[
+                "sanlock",
+                "direct",
+                "read_leader",
+                "-r",
+                &format!("ls:r1:{dev}:{RES_OFF}"),
+            ],
         ))
     };
     assert!(
@@ -229,7 +284,15 @@ fn sanlock_511_and_lockd_share_a_511_formatted_lockspace() {
     assert_eq!(lholder.line(), "held");
     let o = sl.cmd(
         &lo.dev,
-        &["sanlock", "client", "command", "-r", &format!("ls:r1:{dev}:{RES_OFF}"), "-c", "/bin/true"],
+        &[
+            "sanlock",
+            "client",
+            "command",
+            "-r",
+            &format!("ls:r1:{dev}:{RES_OFF}"),
+            "-c",
+            "/bin/true",
+        ],
     );
     let t5 = text(&o);
     assert!(
@@ -248,17 +311,33 @@ fn sanlock_511_and_lockd_share_a_511_formatted_lockspace() {
         wait_for(20, || {
             let o = sl.cmd(
                 &lo.dev,
-                &["sanlock", "client", "command", "-r", &format!("ls:r1:{dev}:{RES_OFF}"), "-c", "/bin/true"],
+                &[
+                    "sanlock",
+                    "client",
+                    "command",
+                    "-r",
+                    &format!("ls:r1:{dev}:{RES_OFF}"),
+                    "-c",
+                    "/bin/true",
+                ],
             );
             o.status.success()
         }),
         "sanlock 5.1.1 could not take r1 after lockd's holder died"
     );
 
-    lk.python(&format!("import sanlock\nsanlock.rem_lockspace(b'ls', 2, b'{dev}', 0)"));
+    lk.python(&format!(
+        "import sanlock\nsanlock.rem_lockspace(b'ls', 2, b'{dev}', 0)"
+    ));
     let o = sl.cmd(
         &lo.dev,
-        &["sanlock", "client", "rem_lockspace", "-s", &format!("ls:1:{dev}:0")],
+        &[
+            "sanlock",
+            "client",
+            "rem_lockspace",
+            "-s",
+            &format!("ls:1:{dev}:0"),
+        ],
     );
     assert!(o.status.success(), "5.1.1 rem_lockspace: {}", text(&o));
     assert_eq!(delta_version(&lo.dev, 1), 0x0005_0000);
@@ -281,7 +360,17 @@ fn no_timeout_lockspace_from_511_is_refused_and_left_untouched() {
     let o = run(&mut in_chroot(
         &[&run_dir],
         &run_dir,
-        &["sanlock", "direct", "init", "-s", &format!("nt:0:{dev}:0"), "-o", "1", "-N", "1"],
+        &[
+            "sanlock",
+            "direct",
+            "init",
+            "-s",
+            &format!("nt:0:{dev}:0"),
+            "-o",
+            "1",
+            "-N",
+            "1",
+        ],
     ));
     assert!(o.status.success(), "5.1.1 init -N 1: {}", text(&o));
     let before = std::fs::read(&file).expect("read backing");
@@ -290,8 +379,16 @@ fn no_timeout_lockspace_from_511_is_refused_and_left_untouched() {
         "import sanlock\ntry:\n    sanlock.add_lockspace(b'nt', 1, b'{dev}', 0, iotimeout=1)\n    print('joined')\n\
          except sanlock.SanlockException as e:\n    print('err', e.errno)\n"
     ));
-    assert_eq!(out.trim(), "err 95", "NO_TIMEOUT refused with -EOPNOTSUPP (python3-sanlock shows errno codes positive)");
-    assert_eq!(std::fs::read(&file).expect("read"), before, "nothing written");
+    assert_eq!(
+        out.trim(),
+        "err 95",
+        "NO_TIMEOUT refused with -EOPNOTSUPP (python3-sanlock shows errno codes positive)"
+    );
+    assert_eq!(
+        std::fs::read(&file).expect("read"),
+        before,
+        "nothing written"
+    );
     drop(lk);
     drop(lo);
 }

@@ -103,7 +103,8 @@ fn malformed_messages_are_harmless() {
     // (sanlock sends nothing), and the connection keeps serving.
     let mut c = connect(&d);
     for (cmd, payload) in [(41u32, 0usize), (45, 0), (999, 300)] {
-        c.write_all(&header(cmd, 32 + payload as u32, 7, 0)).unwrap();
+        c.write_all(&header(cmd, 32 + payload as u32, 7, 0))
+            .unwrap();
         c.write_all(&vec![0xA5u8; payload]).unwrap();
         let r = read_reply(&mut c);
         assert_eq!(

@@ -58,7 +58,10 @@ fn expect_ls(ls: &Name) -> LeaderExpect<'_> {
 fn fresh_lockspace_is_lockds_format_with_version_5() {
     let got = fixture("lockspace-fresh.bin");
     let l = LeaderRecord::decode(&got).unwrap();
-    assert_eq!((l.magic, l.version), (DELTA_DISK_MAGIC, DELTA_DISK_VERSION_5));
+    assert_eq!(
+        (l.magic, l.version),
+        (DELTA_DISK_MAGIC, DELTA_DISK_VERSION_5)
+    );
     let ls = myls();
     l.verify(LeaderKind::Delta, &expect_ls(&ls)).unwrap();
     l.check_writable(LeaderKind::Delta).unwrap();
@@ -77,7 +80,10 @@ fn fresh_lockspace_is_lockds_format_with_version_5() {
 fn fresh_resource_is_lockds_format_with_version_7() {
     let got = fixture("resource-fresh.bin");
     let l = LeaderRecord::decode(&got).unwrap();
-    assert_eq!((l.magic, l.version), (PAXOS_DISK_MAGIC, PAXOS_DISK_VERSION_7));
+    assert_eq!(
+        (l.magic, l.version),
+        (PAXOS_DISK_MAGIC, PAXOS_DISK_VERSION_7)
+    );
     let (ls, res) = (myls(), Name::new("myres").unwrap());
     l.verify(
         LeaderKind::Paxos,
@@ -153,13 +159,17 @@ fn caw_records_are_read_but_refused_for_writing() {
     d.verify(LeaderKind::Delta, &expect_ls(&ls)).unwrap();
     assert_ne!(d.flags & LFL_CAW, 0);
     assert_eq!(
-        d.check_writable(LeaderKind::Delta).unwrap_err().sanlk_code(),
+        d.check_writable(LeaderKind::Delta)
+            .unwrap_err()
+            .sanlk_code(),
         rv::SANLK_WRONG_CAW
     );
     let p = LeaderRecord::decode(&fixture("resource-caw-crafted.bin")).unwrap();
     p.verify(LeaderKind::Paxos, &Default::default()).unwrap();
     assert_eq!(
-        p.check_writable(LeaderKind::Paxos).unwrap_err().sanlk_code(),
+        p.check_writable(LeaderKind::Paxos)
+            .unwrap_err()
+            .sanlk_code(),
         rv::SANLK_WRONG_CAW
     );
 }
@@ -200,7 +210,9 @@ fn other_majors_are_refused() {
         l.version = v;
         l.seal();
         assert_eq!(
-            l.verify(kind, &Default::default()).unwrap_err().sanlk_code(),
+            l.verify(kind, &Default::default())
+                .unwrap_err()
+                .sanlk_code(),
             rv::SANLK_LEADER_VERSION,
             "{kind:?} 0x{v:08x}"
         );

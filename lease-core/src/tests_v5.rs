@@ -191,7 +191,10 @@ fn dead_ext_owner_lease_is_taken_at_once_and_the_fenced_host_fails() {
     assert_eq!(e, LeaseError::RenewDeadExt);
     assert_eq!(e.sanlk_code(), -263);
     assert!(e.is_corrupt());
-    assert!(!block_on(delta::release(&d, &b.p, &b.st)).unwrap(), "no release write");
+    assert!(
+        !block_on(delta::release(&d, &b.p, &b.st)).unwrap(),
+        "no release write"
+    );
     let l = record(&d, 512);
     assert!(l.dead_ext());
     assert_eq!(l.owner_generation, gen_b);
