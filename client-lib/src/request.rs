@@ -24,7 +24,7 @@ use thiserror::Error;
 use crate::ext::{LOCKD_CMD_ACQUIRE_FOR_PID, LOCKD_CMD_LEADER, LOCKD_CMD_METRICS, LOCKD_CMD_WATCH};
 use crate::proto::*;
 use crate::wire::{
-    self, Disk, Header, HostEvent, Lockspace, Options, Rentry, Resource, ResourceHead, Rindex,
+    self, Disk, Header, Host, HostEvent, Lockspace, Options, Rentry, Resource, ResourceHead, Rindex,
 };
 
 // Linux errno values of the result codes a request can fail with (client-lib has no libc).
@@ -160,6 +160,16 @@ pub enum Request {
         /// The options string (libsanlock never sends one; read and kept as sent).
         options_str: Vec<u8>,
     },
+    /// SM_CMD_ACQUIRE2 (5.x `sanlock_acquire2`): read as ACQUIRE.
+    Acquire2 {
+        resources: Vec<Resource>,
+        options: Options,
+        options_str: Vec<u8>,
+    },
+    /// SM_CMD_READ_LOCKSPACE_HOST (5.x).
+    ReadLockspaceHost(Lockspace),
+    /// SM_CMD_SET_HOST (5.x): the lockspace, then the host to act on.
+    SetHost(Lockspace, Host),
     Release(ReleaseWhat),
     Inquire,
     Convert(ResourceHead),
@@ -186,7 +196,12 @@ pub enum Request {
 pub fn is_client_cmd(cmd: u32) -> bool {
     matches!(
         cmd,
-        SM_CMD_ACQUIRE | SM_CMD_RELEASE | SM_CMD_INQUIRE | SM_CMD_CONVERT | SM_CMD_KILLPATH
+        SM_CMD_ACQUIRE
+            | SM_CMD_ACQUIRE2
+            | SM_CMD_RELEASE
+            | SM_CMD_INQUIRE
+            | SM_CMD_CONVERT
+            | SM_CMD_KILLPATH
     )
 }
 
@@ -389,7 +404,13 @@ pub fn read_request(h: &Header, src: &mut impl PayloadSource) -> Result<Request,
             let (ri, re) = rindex_entry(src)?;
             Request::DeleteResource(ri, re)
         }
-        SM_CMD_ACQUIRE => {
+        SM_CMD_READ_LOCKSPACE_HOST => Request::ReadLockspaceHost(lockspace(src)?),
+        SM_CMD_SET_HOST => {
+            let ls = lockspace(src)?;
+            let b = read(src, wire::HOST_LEN, "sanlk_host")?;
+            Request::SetHost(ls, Host::decode(&b).map_err(short("sanlk_host"))?)
+        }
+        SM_CMD_ACQUIRE | SM_CMD_ACQUIRE2 => {
             check_count(src, h, h.data)?;
             let resources = resources(src, h, h.data, 0)?;
             let b = read(src, wire::OPTIONS_LEN, "sanlk_options")?;
@@ -403,10 +424,18 @@ pub fn read_request(h: &Header, src: &mut impl PayloadSource) -> Result<Request,
             } else {
                 Vec::new()
             };
-            Request::Acquire {
-                resources,
-                options,
-                options_str,
+            if h.cmd == SM_CMD_ACQUIRE2 {
+                Request::Acquire2 {
+                    resources,
+                    options,
+                    options_str,
+                }
+            } else {
+                Request::Acquire {
+                    resources,
+                    options,
+                    options_str,
+                }
             }
         }
         SM_CMD_RELEASE => Request::Release(read_release(h, src)?),
@@ -530,6 +559,9 @@ impl Request {
             Request::CreateResource(..) => SM_CMD_CREATE_RESOURCE,
             Request::DeleteResource(..) => SM_CMD_DELETE_RESOURCE,
             Request::Acquire { .. } => SM_CMD_ACQUIRE,
+            Request::Acquire2 { .. } => SM_CMD_ACQUIRE2,
+            Request::ReadLockspaceHost(_) => SM_CMD_READ_LOCKSPACE_HOST,
+            Request::SetHost(..) => SM_CMD_SET_HOST,
             Request::Release(_) => SM_CMD_RELEASE,
             Request::Inquire => SM_CMD_INQUIRE,
             Request::Convert(_) => SM_CMD_CONVERT,
@@ -568,7 +600,12 @@ impl Request {
             | Request::RemLockspace(ls)
             | Request::WriteLockspace(ls)
             | Request::ReadLockspace(ls)
+            | Request::ReadLockspaceHost(ls)
             | Request::ExamineLockspace(ls) => ls.encode_into(&mut p),
+            Request::SetHost(ls, host) => {
+                ls.encode_into(&mut p);
+                host.encode_into(&mut p);
+            }
             Request::RegEvent(ls) => {
                 ls.encode_into(&mut p);
                 HostEvent::default().encode_into(&mut p);
@@ -600,6 +637,11 @@ impl Request {
                 p.extend_from_slice(&re.encode());
             }
             Request::Acquire {
+                resources,
+                options,
+                options_str,
+            }
+            | Request::Acquire2 {
                 resources,
                 options,
                 options_str,

@@ -180,50 +180,70 @@ fn read_leader_sector(
 /// size (the storage's block size when none is given), so a sector size the storage
 /// cannot do is -EINVAL; the leader's own sizes are not compared with the request.
 pub fn read_lockspace(d: &Daemon, ls: &mut wire::Lockspace) -> (i32, u32) {
-    let disk = match open_lockspace_disk(&ls.host_id_disk, Need::Read) {
-        Ok(d) => d,
-        Err(rv) => return (rv, 0),
-    };
-    let (req_sector, _) = match requested_sizes(ls.flags) {
-        Ok(r) => r,
-        Err(rv) => return (rv, 0),
-    };
+    match read_lockspace_record(d, ls) {
+        Ok(rec) => (0, u32::from(rec.io_timeout)),
+        Err(rv) => (rv, 0),
+    }
+}
+
+/// READ_LOCKSPACE_HOST (5.x): as READ_LOCKSPACE, plus the host's delta lease as a
+/// `sanlk_host` (owner, generation, timestamp, io_timeout from the record; flags 0, as
+/// sanlock 5.1.1 answers).
+pub fn read_lockspace_host(d: &Daemon, ls: &mut wire::Lockspace) -> (i32, u32, wire::Host) {
+    match read_lockspace_record(d, ls) {
+        Ok(rec) => (
+            0,
+            u32::from(rec.io_timeout),
+            wire::Host {
+                host_id: rec.owner_id,
+                generation: rec.owner_generation,
+                timestamp: rec.timestamp,
+                io_timeout: u32::from(rec.io_timeout),
+                flags: 0,
+            },
+        ),
+        Err(rv) => (rv, 0, wire::Host::default()),
+    }
+}
+
+/// Reads and verifies the delta lease of `ls.host_id` (1 when 0) at `ls`'s disk, and
+/// fills in `ls`'s name and flags (geometry, and 5.x's NO_TIMEOUT / USING_CAW from the
+/// record, as sanlock 5.1.1 reports them).
+fn read_lockspace_record(d: &Daemon, ls: &mut wire::Lockspace) -> Result<LeaderRecord, i32> {
+    let disk = open_lockspace_disk(&ls.host_id_disk, Need::Read)?;
+    let (req_sector, _) = requested_sizes(ls.flags)?;
     let unit = req_sector.unwrap_or(disk.io_block());
     let timeout = Duration::from_secs(u64::from(d.cfg.io_timeout_s));
-    let first = match read_leader_sector(&disk, ls.host_id_disk.offset, unit, timeout) {
-        Ok(l) => l,
-        Err(rv) => return (rv, 0),
-    };
+    let first = read_leader_sector(&disk, ls.host_id_disk.offset, unit, timeout)?;
     if first
         .verify(LeaderKind::Delta, &Default::default())
         .is_err()
     {
-        return (disk_format::rv::SANLK_LEADER_MAGIC, 0);
+        return Err(disk_format::rv::SANLK_LEADER_MAGIC);
     }
-    let g = match Geometry::from_leader(first.sector_size, first.flags) {
-        Ok(g) => g,
-        Err(e) => return (e.sanlk_code(), 0),
-    };
+    let g = Geometry::from_leader(first.sector_size, first.flags).map_err(|e| e.sanlk_code())?;
     let host_id = ls.host_id.max(1);
     if host_id > g.max_hosts() {
-        return (-libc::EINVAL, 0);
+        return Err(-libc::EINVAL);
     }
     let rec = if host_id == 1 {
         first
     } else {
         let sector = req_sector.map_or(g.sector_bytes(), u64::from);
         let off = ls.host_id_disk.offset + (host_id - 1) * sector;
-        match read_leader_sector(&disk, off, sector as u32, timeout) {
-            Ok(l) => l,
-            Err(rv) => return (rv, 0),
-        }
+        read_leader_sector(&disk, off, sector as u32, timeout)?
     };
-    if let Err(e) = rec.verify(LeaderKind::Delta, &Default::default()) {
-        return (e.sanlk_code(), 0);
-    }
+    rec.verify(LeaderKind::Delta, &Default::default())
+        .map_err(|e| e.sanlk_code())?;
     ls.name = rec.space_name;
     ls.flags = (ls.flags & !0x3F0) | g.api_flags();
-    (0, u32::from(rec.io_timeout))
+    if rec.flags & disk_format::leader::LFL_NO_TIMEOUT != 0 {
+        ls.flags |= client_lib::proto::SANLK_LSF_NO_TIMEOUT;
+    }
+    if rec.flags & disk_format::leader::LFL_CAW != 0 {
+        ls.flags |= client_lib::proto::SANLK_LSF_USING_CAW;
+    }
+    Ok(rec)
 }
 
 /// WRITE_RESOURCE: format a resource area. `num_hosts` comes from header.data (quirk).

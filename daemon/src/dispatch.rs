@@ -88,7 +88,7 @@ fn refused_by_uid(d: &Daemon, caller: &Caller, req: &Request) -> Option<i32> {
         Request::ExamineLockspace(ls) => {
             access::may_act_on_holders(d, caller, |l, _| same(l, &ls.name))
         }
-        Request::RemLockspace(ls) => space_rule(&ls.name, true),
+        Request::RemLockspace(ls) | Request::SetHost(ls, _) => space_rule(&ls.name, true),
         Request::SetConfig(ls) | Request::SetEvent(ls, _) => space_rule(&ls.name, false),
         _ => true,
     };
@@ -199,6 +199,14 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
             conn.reply_with(h, rv, io_timeout, &ls.encode());
             return After::Keep;
         }
+        Request::ReadLockspaceHost(mut ls) => {
+            let (rv, io_timeout, host) = admin::read_lockspace_host(d, &mut ls);
+            let mut p = ls.encode().to_vec();
+            host.encode_into(&mut p);
+            conn.reply_with(h, rv, io_timeout, &p);
+            return After::Keep;
+        }
+        Request::SetHost(ls, host) => lockspace::set_host(d, &ls, &host, h.data),
         Request::WriteResource(res) => {
             admin::write_resource(d, &res, h.data, h.cmd_flags & SANLK_WRITE_CLEAR != 0)
         }

@@ -52,6 +52,8 @@ pub const SANLK_RINDEX_VERSION: i32 = -275;
 pub const SANLK_RINDEX_LOCKSPACE: i32 = -276;
 pub const SANLK_RINDEX_OFFSET: i32 = -277;
 pub const SANLK_RINDEX_DIFF: i32 = -278;
+/// 5.x: a host's delta lease is not of the generation named.
+pub const SANLK_WRONG_GENERATION: i32 = -280;
 /// 5.x: the lease uses (or does not use) COMPARE AND WRITE, unlike the I/O asked for.
 pub const SANLK_WRONG_CAW: i32 = -281;
 
@@ -105,6 +107,7 @@ pub fn name(rv: i32) -> Option<&'static str> {
         SANLK_RINDEX_LOCKSPACE => "SANLK_RINDEX_LOCKSPACE",
         SANLK_RINDEX_OFFSET => "SANLK_RINDEX_OFFSET",
         SANLK_RINDEX_DIFF => "SANLK_RINDEX_DIFF",
+        SANLK_WRONG_GENERATION => "SANLK_WRONG_GENERATION",
         SANLK_WRONG_CAW => "SANLK_WRONG_CAW",
         _ => return None,
     })

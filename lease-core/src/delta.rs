@@ -546,6 +546,71 @@ pub async fn release<D: Disk>(
     Ok(true)
 }
 
+/// Marks `host_id`'s delta lease DEAD_EXT (sanlock 5.x `set_host`, lockd `set-host
+/// --dead`): an external fencer vouches that this host generation no longer writes.
+///
+/// Refused, with nothing written, when: the host is us ([`LeaseError::Invalid`]); the
+/// record is 3.x's version ([`LeaseError::VersionIncompat`], as sanlock 5.1.1); it names
+/// another generation than `generation` (when non-zero; [`LeaseError::WrongGeneration`]);
+/// it is free, or its timestamp is not `seen_timestamp` — it was renewed after the
+/// caller last judged the host not alive ([`LeaseError::HostIdBusy`]); or it carries CAW
+/// or NO_TIMEOUT. The rest of the sector (bitmap, timestamp, event fields) is kept: only
+/// the flag and the checksum change. Returns the record written.
+pub async fn mark_dead_ext<D: Disk>(
+    disk: &D,
+    p: &LockspaceParams,
+    host_id: u64,
+    generation: u64,
+    seen_timestamp: u64,
+) -> Result<LeaderRecord, LeaseError> {
+    p.check()?;
+    if host_id == p.host_id {
+        return Err(LeaseError::Invalid("cannot mark our own host_id dead"));
+    }
+    let off = p
+        .host_sector_offset(host_id)
+        .ok_or(LeaseError::InvalidHostId {
+            host_id,
+            max_hosts: p.geometry.max_hosts(),
+        })?;
+    let sector = p.geometry.sector_bytes() as usize;
+    let buf = disk
+        .read(off, sector, p.io_ms())
+        .await
+        .map_err(|e| LeaseError::io(IoOp::LeaderRead, e))?;
+    if buf.len() < sector {
+        return Err(LeaseError::io(IoOp::LeaderRead, crate::io::IoError::Failed));
+    }
+    let mut s = DeltaSector::decode(&buf)?;
+    s.leader.verify(LeaderKind::Delta, &p.expect())?;
+    if s.leader.version & disk_format::leader::VERSION_MAJOR_MASK
+        != disk_format::leader::DELTA_DISK_VERSION_5 & disk_format::leader::VERSION_MAJOR_MASK
+    {
+        return Err(LeaseError::VersionIncompat);
+    }
+    s.leader.check_writable(LeaderKind::Delta)?;
+    if generation != 0 && s.leader.owner_generation != generation {
+        return Err(LeaseError::WrongGeneration {
+            host_id,
+            on_disk: s.leader.owner_generation,
+            requested: generation,
+        });
+    }
+    if s.leader.timestamp == 0 || s.leader.timestamp != seen_timestamp {
+        return Err(LeaseError::HostIdBusy);
+    }
+    s.leader.flags |= LFL_DEAD_EXT;
+    s.leader.seal();
+    let mut out = buf[..sector].to_vec();
+    let rest = out[disk_format::delta::DELTA_SECTOR_MIN..].to_vec();
+    s.encode_into(&mut out);
+    out[disk_format::delta::DELTA_SECTOR_MIN..].copy_from_slice(&rest);
+    disk.write(off, &out, p.io_ms())
+        .await
+        .map_err(|e| LeaseError::io(IoOp::LeaderWrite, e))?;
+    Ok(s.leader)
+}
+
 /// How long after `state.last_success_ms` the lockspace fails (8D), in ms — the wdmd expiry.
 pub fn fail_deadline_ms(p: &LockspaceParams, state: &DeltaState) -> u64 {
     state.last_success_ms + crate::timeouts::id_renewal_fail_seconds(u64::from(p.io_timeout)) * 1000

@@ -55,6 +55,20 @@ pub enum LeaseError {
         /// Owner host_id.
         owner_id: u64,
     },
+    /// `set_host DEAD_EXT` on an area whose delta leases are 3.x's version (sanlock 5.1.1
+    /// refuses it the same way: SANLK_VERSION_INCOMPAT).
+    #[error("the lockspace's delta leases are version 3.x: DEAD_EXT needs a 5.x area")]
+    VersionIncompat,
+    /// The host's delta lease is not of the generation named (SANLK_WRONG_GENERATION).
+    #[error("delta lease of host {host_id} is generation {on_disk}, not {requested}")]
+    WrongGeneration {
+        /// The host.
+        host_id: u64,
+        /// Generation on disk.
+        on_disk: u64,
+        /// Generation asked for.
+        requested: u64,
+    },
     /// A ballot saw a dblock for a newer lease version.
     #[error("ballot aborted: newer lver in a dblock")]
     DblockLver,
@@ -167,6 +181,8 @@ impl LeaseError {
             LeaseError::RenewOwner => rv::SANLK_RENEW_OWNER,
             LeaseError::RenewDiff => rv::SANLK_RENEW_DIFF,
             LeaseError::RenewDeadExt => rv::SANLK_RENEW_DEAD_EXT,
+            LeaseError::VersionIncompat => rv::SANLK_VERSION_INCOMPAT,
+            LeaseError::WrongGeneration { .. } => rv::SANLK_WRONG_GENERATION,
             LeaseError::OwnedNoTimeout { .. } => rv::SANLK_ACQUIRE_OWNED_NO_TIMEOUT,
             LeaseError::DblockLver => rv::SANLK_DBLOCK_LVER,
             LeaseError::DblockMbal => rv::SANLK_DBLOCK_MBAL,
