@@ -11,117 +11,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
+use common::sid::*;
 use common::*;
 
 const RES_OFF: u64 = 1 << 20;
-const SUITE: &str = "sid";
-
-fn chroot_script() -> PathBuf {
-    let p = std::env::var_os("LOCKD_CHROOT_SCRIPT").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/debian-chroot.sh"),
-        PathBuf::from,
-    );
-    assert!(
-        p.exists(),
-        "{} is missing: the sid chroot cannot be made",
-        p.display()
-    );
-    p
-}
-
-/// Makes sure the sid chroot with sanlock 5.1.1 exists (built and cached on first use).
-fn ensure_chroot() {
-    let out = run(Command::new("bash")
-        .arg(chroot_script())
-        .args(["ensure", SUITE, "sanlock"]));
-    assert!(
-        out.status.success(),
-        "debian-chroot.sh ensure {SUITE} sanlock failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A command run inside the chroot with `binds` bind-mounted and `SANLOCK_RUN_DIR` set.
-fn in_chroot(binds: &[&Path], run_dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new("bash");
-    c.arg(chroot_script()).args(["run", SUITE]);
-    for b in binds {
-        c.arg("--bind").arg(b);
-    }
-    c.arg("--").args(args);
-    c.env("SANLOCK_RUN_DIR", run_dir)
-        .env("SANLOCK_PRIVILEGED", "0");
-    c
-}
-
-/// sanlock 5.1.1's `sanlock daemon -D -w 0` in the chroot, stopped on drop (by its
-/// `shutdown -f 1` command, then by the PID in its pid file).
-struct Sanlock5 {
-    child: Child,
-    run_dir: PathBuf,
-}
-
-impl Sanlock5 {
-    fn start(s: &Scratch, host_name: &str) -> Sanlock5 {
-        let run_dir = s.dir.join("run-sanlock5");
-        std::fs::create_dir_all(&run_dir).expect("run dir");
-        let log = std::fs::File::create(s.dir.join("sanlock5.log")).expect("log");
-        let child = in_chroot(
-            &[&run_dir],
-            &run_dir,
-            &[
-                "sanlock", "daemon", "-D", "-w", "0", "-U", "root", "-G", "root", "-e", host_name,
-            ],
-        )
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("dup"))
-        .stderr(log)
-        .spawn()
-        .expect("start sanlock 5.1.1");
-        let sock = run_dir.join("sanlock.sock");
-        assert!(
-            wait_for(30, || std::os::unix::net::UnixStream::connect(&sock)
-                .is_ok()),
-            "sanlock 5.1.1's socket never appeared (log: {})",
-            s.dir.join("sanlock5.log").display()
-        );
-        Sanlock5 { child, run_dir }
-    }
-
-    /// `sanlock ARGS` in the chroot with `dev`'s directory and the run dir bound.
-    fn cmd(&self, dev: &Path, args: &[&str]) -> std::process::Output {
-        let _ = dev;
-        run(&mut in_chroot(&[&self.run_dir], &self.run_dir, args))
-    }
-}
-
-impl Drop for Sanlock5 {
-    fn drop(&mut self) {
-        let _ = run(&mut in_chroot(
-            &[&self.run_dir],
-            &self.run_dir,
-            &["sanlock", "client", "shutdown", "-f", "1"],
-        ));
-        if !wait_for(15, || matches!(self.child.try_wait(), Ok(Some(_)))) {
-            if let Ok(pid) = std::fs::read_to_string(self.run_dir.join("sanlock.pid")) {
-                let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
-            }
-            let _ = wait_for(10, || matches!(self.child.try_wait(), Ok(Some(_))));
-        }
-        let _ = self.child.wait();
-    }
-}
-
-fn text(o: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 fn acquire_script(dev: &str) -> String {
     format!(
@@ -145,7 +41,7 @@ fn delta_version(dev: &Path, host_id: u64) -> u32 {
 #[test]
 fn sanlock_511_and_lockd_share_a_511_formatted_lockspace() {
     require_python_sanlock();
-    ensure_chroot();
+    ensure_chroot(&[]);
     let s = Scratch::new("mixed5");
     let file = s.file("backing", 8);
     let lo = Loop::attach(&file);
@@ -350,7 +246,7 @@ fn sanlock_511_and_lockd_share_a_511_formatted_lockspace() {
 #[test]
 fn no_timeout_lockspace_from_511_is_refused_and_left_untouched() {
     require_python_sanlock();
-    ensure_chroot();
+    ensure_chroot(&[]);
     let s = Scratch::new("nt5");
     let file = s.file("backing", 2);
     let lo = Loop::attach(&file);
