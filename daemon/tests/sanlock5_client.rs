@@ -2,12 +2,13 @@
 //!
 //! `tests/c/probe51.c` is built in the sid chroot against libsanlock-dev 5.1.1 and calls
 //! `sanlock_read_lockspace_host`, `sanlock_get_hosts(SANLK_GET_HOST_LOCAL)`,
-//! `sanlock_acquire2`, `sanlock_set_host(SANLK_SET_HOST_DEAD_EXT)` and
-//! `sanlock_init_lockspace_host`, printing one line per call. sanlock 5.1.1 (host 1,
+//! `sanlock_acquire2`, `sanlock_set_host(SANLK_SET_HOST_DEAD_EXT)`,
+//! `sanlock_init_lockspace_host` and `sanlock_write_lockspace(SANLK_LSF_NO_TIMEOUT)`,
+//! printing one line per call. sanlock 5.1.1 (host 1,
 //! "host5") and lockd (host 2, "hostL") share one lockspace that 5.1.1 formatted; each
 //! call goes to both daemons and the lines are compared. Where lockd differs on purpose
-//! (set_host on a host still renewing; init_lockspace_host, not served), the test says
-//! so. Last, the 5.1.1 host crashes holding r1: `set_host DEAD_EXT` sent to lockd frees
+//! (set_host on a host still renewing; init_lockspace_host, not served; NO_TIMEOUT
+//! lockspaces, refused), the test says so. Last, the 5.1.1 host crashes holding r1: `set_host DEAD_EXT` sent to lockd frees
 //! r1 for lockd at once, instead of after
 //! host_dead_seconds (`sanlock_set_host`, the command `lockd set-host --dead` sends).
 
@@ -243,6 +244,50 @@ fn libsanlock_511_calls_against_lockd_and_sanlock_511() {
     assert_eq!(
         probe.call(&l, &["init_ls_host", "ls", "7", &dev, "0", "3", "0", "2"]),
         "init_ls_host rv=-95"
+    );
+
+    // write_lockspace with SANLK_LSF_NO_TIMEOUT: sanlock 5.1.1 formats a NO_TIMEOUT
+    // lockspace (leader flag 0x2); lockd refuses (-EOPNOTSUPP) and writes nothing.
+    let flags_at = |off: u64| {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = std::fs::File::open(&lo.dev).expect("dev");
+        f.seek(SeekFrom::Start(off)).expect("seek");
+        let mut b = [0u8; 512];
+        f.read_exact(&mut b).expect("read");
+        b
+    };
+    assert_eq!(
+        probe.call(
+            &s5,
+            &[
+                "write_ls",
+                "nt",
+                &dev,
+                &(5u64 << 20).to_string(),
+                "0",
+                "0x4"
+            ]
+        ),
+        "write_ls rv=0"
+    );
+    assert_eq!(flags_at(5 << 20)[8] & 0x2, 0x2, "5.1.1 wrote NO_TIMEOUT");
+    assert_eq!(
+        probe.call(
+            &l,
+            &[
+                "write_ls",
+                "nt",
+                &dev,
+                &(4u64 << 20).to_string(),
+                "0",
+                "0x4"
+            ]
+        ),
+        "write_ls rv=-95"
+    );
+    assert!(
+        flags_at(4 << 20).iter().all(|&b| b == 0),
+        "lockd wrote nothing"
     );
 
     // set_host DEAD_EXT on a host still renewing: lockd refuses (-EBUSY); sanlock 5.1.1
