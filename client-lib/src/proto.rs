@@ -62,7 +62,8 @@ pub const SM_CMD_REBUILD_RINDEX: u32 = 40;
 pub const SM_CMD_ACQUIRE2: u32 = 41;
 /// `sanlock_read_lockspace_host`: one host's delta lease, read from disk.
 pub const SM_CMD_READ_LOCKSPACE_HOST: u32 = 42;
-/// `sanlock_init_lockspace_host`: rewrite one host's delta lease (not served by lockd).
+/// `sanlock_init_lockspace_host`: rewrite one host's delta lease (cmd_flags = USE/NO_CAW,
+/// data2 = io_timeout).
 pub const SM_CMD_INIT_LOCKSPACE_HOST: u32 = 43;
 /// `sanlock_set_host`: data = operation (`SANLK_SET_HOST_DEAD_EXT`).
 pub const SM_CMD_SET_HOST: u32 = 44;

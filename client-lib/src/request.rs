@@ -170,6 +170,9 @@ pub enum Request {
     ReadLockspaceHost(Lockspace),
     /// SM_CMD_SET_HOST (5.x): the lockspace, then the host to act on.
     SetHost(Lockspace, Host),
+    /// SM_CMD_INIT_LOCKSPACE_HOST (5.x): the lockspace (host_id, disk), then a leader
+    /// record carrying the owner, generation, host name and timestamp to write.
+    InitLockspaceHost(Lockspace, Box<disk_format::LeaderRecord>),
     Release(ReleaseWhat),
     Inquire,
     Convert(ResourceHead),
@@ -410,6 +413,14 @@ pub fn read_request(h: &Header, src: &mut impl PayloadSource) -> Result<Request,
             let b = read(src, wire::HOST_LEN, "sanlk_host")?;
             Request::SetHost(ls, Host::decode(&b).map_err(short("sanlk_host"))?)
         }
+        SM_CMD_INIT_LOCKSPACE_HOST => {
+            let ls = lockspace(src)?;
+            let b = read(src, disk_format::leader::LEADER_RECORD_LEN, "leader_record")?;
+            let rec = disk_format::LeaderRecord::decode(&b).map_err(|_| RequestError::Short {
+                what: "leader_record",
+            })?;
+            Request::InitLockspaceHost(ls, Box::new(rec))
+        }
         SM_CMD_ACQUIRE | SM_CMD_ACQUIRE2 => {
             check_count(src, h, h.data)?;
             let resources = resources(src, h, h.data, 0)?;
@@ -562,6 +573,7 @@ impl Request {
             Request::Acquire2 { .. } => SM_CMD_ACQUIRE2,
             Request::ReadLockspaceHost(_) => SM_CMD_READ_LOCKSPACE_HOST,
             Request::SetHost(..) => SM_CMD_SET_HOST,
+            Request::InitLockspaceHost(..) => SM_CMD_INIT_LOCKSPACE_HOST,
             Request::Release(_) => SM_CMD_RELEASE,
             Request::Inquire => SM_CMD_INQUIRE,
             Request::Convert(_) => SM_CMD_CONVERT,
@@ -605,6 +617,10 @@ impl Request {
             Request::SetHost(ls, host) => {
                 ls.encode_into(&mut p);
                 host.encode_into(&mut p);
+            }
+            Request::InitLockspaceHost(ls, rec) => {
+                ls.encode_into(&mut p);
+                p.extend_from_slice(&rec.encode());
             }
             Request::RegEvent(ls) => {
                 ls.encode_into(&mut p);

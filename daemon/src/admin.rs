@@ -20,7 +20,7 @@ use lease_core::paxos::{self, Mode, ResourceParams};
 use tracing::{info, warn};
 
 use crate::access::{self, Need};
-use crate::state::Daemon;
+use crate::state::{lock, Daemon};
 use lockd_diskio::{BlockingDisk, Disk, EngineKind};
 
 /// sanlock's write_init_io_timeout: formatting writes get 60 s.
@@ -211,6 +211,109 @@ pub fn read_lockspace_host(d: &Daemon, ls: &mut wire::Lockspace) -> (i32, u32, w
         ),
         Err(rv) => (rv, 0, wire::Host::default()),
     }
+}
+
+/// INIT_LOCKSPACE_HOST (5.x `sanlock_init_lockspace_host`): rewrites the delta lease of
+/// `ls.host_id` with the owner, generation, host name and timestamp of `req` (timestamp
+/// 1 = now, as sanlock), io_timeout `io_timeout` (the default when 0), keeping the
+/// record's version and geometry flags; a DEAD_EXT mark is dropped. lockd never writes a
+/// CAW record (`SANLK_INIT_HOST_USE_CAW` is ignored, as by a sanlock configured
+/// `use_compare_and_write = no`).
+///
+/// lockd's terms (sanlock 5.1.1 rewrites any record): nothing is written, with -EBUSY,
+/// unless the host is not one that may be alive — if this daemon has joined the
+/// lockspace, the host_id is not ours and our monitor sees it DEAD or FREE (or its record
+/// was never used); otherwise the record must be free (timestamp 0), unused, or already
+/// carry the host name being written (a host re-initialising its own lease before it
+/// joins). NO_TIMEOUT (asked for, or on the record) is refused with -95 and a CAW record
+/// with SANLK_WRONG_CAW.
+pub fn init_lockspace_host(
+    d: &Daemon,
+    ls: &wire::Lockspace,
+    req: &LeaderRecord,
+    io_timeout: u32,
+) -> i32 {
+    if ls.flags & SANLK_LSF_NO_TIMEOUT != 0 {
+        return -libc::EOPNOTSUPP;
+    }
+    let host_id = ls.host_id;
+    if host_id == 0 {
+        return -libc::EINVAL;
+    }
+    let mut probe = ls.clone();
+    let old = match read_lockspace_record(d, &mut probe) {
+        Ok(r) => r,
+        Err(rv) => return rv,
+    };
+    if let Err(e) = old.check_writable(LeaderKind::Delta) {
+        return e.sanlk_code();
+    }
+    let g = match Geometry::from_leader(old.sector_size, old.flags) {
+        Ok(g) => g,
+        Err(e) => return e.sanlk_code(),
+    };
+    let path = ls.host_id_disk.path.to_text();
+    let joined = d
+        .find_space(&ls.name)
+        .filter(|s| s.path == path && s.offset == ls.host_id_disk.offset);
+    let allowed = match &joined {
+        Some(s) if s.host_id == host_id => false,
+        Some(s) => {
+            let state = lock(&s.monitor).state(host_id, lockd_diskio::monotime());
+            lease_core::delta::record_unused(&old)
+                || matches!(
+                    state,
+                    Some(lease_core::HostState::Dead | lease_core::HostState::Free)
+                )
+        }
+        None => {
+            old.timestamp == 0
+                || lease_core::delta::record_unused(&old)
+                || old.resource_name.same_as(&req.resource_name)
+        }
+    };
+    if !allowed {
+        warn!(
+            ls = %ls.name,
+            host_id,
+            "init_lockspace_host refused: the host's delta lease may be in use"
+        );
+        return -libc::EBUSY;
+    }
+    let disk = match open_lockspace_disk(&ls.host_id_disk, Need::Write) {
+        Ok(d) => d,
+        Err(rv) => return rv,
+    };
+    let io = if io_timeout == 0 {
+        d.cfg.io_timeout_s
+    } else {
+        io_timeout
+    };
+    let mut rec = old;
+    rec.flags = old.flags & disk_format::geometry::LFL_ALIGN_MASK;
+    rec.owner_id = host_id;
+    rec.owner_generation = req.owner_generation;
+    rec.resource_name = req.resource_name;
+    rec.timestamp = if req.timestamp == 1 {
+        lockd_diskio::monotime().max(1)
+    } else {
+        req.timestamp
+    };
+    rec.io_timeout = io.min(255) as u16;
+    rec.unused1 = 0;
+    rec.write_id = 0;
+    rec.write_generation = 0;
+    rec.write_timestamp = 0;
+    rec.seal();
+    let mut sector = vec![0u8; g.sector_bytes() as usize];
+    disk_format::DeltaSector::from_leader(rec).encode_into(&mut sector);
+    let off = ls.host_id_disk.offset + (host_id - 1) * g.sector_bytes();
+    let timeout = Duration::from_secs(u64::from(d.cfg.io_timeout_s));
+    if let Err(e) = disk.write(off, &sector, timeout) {
+        return e.rv();
+    }
+    info!(ls = %ls.name, host_id, generation = rec.owner_generation, "delta lease re-initialised");
+    0
 }
 
 /// Reads and verifies the delta lease of `ls.host_id` (1 when 0) at `ls`'s disk, and

@@ -88,7 +88,9 @@ fn refused_by_uid(d: &Daemon, caller: &Caller, req: &Request) -> Option<i32> {
         Request::ExamineLockspace(ls) => {
             access::may_act_on_holders(d, caller, |l, _| same(l, &ls.name))
         }
-        Request::RemLockspace(ls) | Request::SetHost(ls, _) => space_rule(&ls.name, true),
+        Request::RemLockspace(ls) | Request::SetHost(ls, _) | Request::InitLockspaceHost(ls, _) => {
+            space_rule(&ls.name, true)
+        }
         Request::SetConfig(ls) | Request::SetEvent(ls, _) => space_rule(&ls.name, false),
         _ => true,
     };
@@ -207,6 +209,7 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
             return After::Keep;
         }
         Request::SetHost(ls, host) => lockspace::set_host(d, &ls, &host, h.data),
+        Request::InitLockspaceHost(ls, rec) => admin::init_lockspace_host(d, &ls, &rec, h.data2),
         Request::WriteResource(res) => {
             admin::write_resource(d, &res, h.data, h.cmd_flags & SANLK_WRITE_CLEAR != 0)
         }

@@ -98,11 +98,11 @@ fn malformed_messages_are_harmless() {
     c.write_all(&[0u8; 128]).unwrap();
     assert_eq!(read_reply(&mut c).result(), -libc::ERANGE);
 
-    // Commands lockd does not implement (43: sanlock 5.1's INIT_LOCKSPACE_HOST; 45: past
-    // sanlock 5.1.1's; 999 with a payload): each is drained and answered -EOPNOTSUPP,
-    // never left waiting (sanlock sends nothing), and the connection keeps serving.
+    // Commands lockd does not know (45 and 60: past sanlock 5.1.1's 44; 999 with a
+    // payload): each is drained and answered -EOPNOTSUPP, never left waiting (sanlock
+    // sends nothing), and the connection keeps serving.
     let mut c = connect(&d);
-    for (cmd, payload) in [(43u32, 0usize), (45, 0), (999, 300)] {
+    for (cmd, payload) in [(45u32, 0usize), (60, 0), (999, 300)] {
         c.write_all(&header(cmd, 32 + payload as u32, 7, 0))
             .unwrap();
         c.write_all(&vec![0xA5u8; payload]).unwrap();

@@ -7,8 +7,8 @@
 //! printing one line per call. sanlock 5.1.1 (host 1,
 //! "host5") and lockd (host 2, "hostL") share one lockspace that 5.1.1 formatted; each
 //! call goes to both daemons and the lines are compared. Where lockd differs on purpose
-//! (set_host on a host still renewing; init_lockspace_host, not served; NO_TIMEOUT
-//! lockspaces, refused), the test says so. Last, the 5.1.1 host crashes holding r1: `set_host DEAD_EXT` sent to lockd frees
+//! (set_host and init_lockspace_host of a host that may be alive; NO_TIMEOUT
+//! lockspaces), the test says so. Last, the 5.1.1 host crashes holding r1: `set_host DEAD_EXT` sent to lockd frees
 //! r1 for lockd at once, instead of after
 //! host_dead_seconds (`sanlock_set_host`, the command `lockd set-host --dead` sends).
 
@@ -240,10 +240,50 @@ fn libsanlock_511_calls_against_lockd_and_sanlock_511() {
         format!("acquire2 rv=-243 owner_id=1 owner_gen=1 owner_ts={ts} owner_flags=0x3 owner_name=host5")
     );
 
-    // init_lockspace_host: sanlock 5.1.1 serves it; lockd answers -EOPNOTSUPP at once.
+    // init_lockspace_host of an unused host_id (generation 3, free, NO_CAW, io_timeout
+    // 1): sanlock 5.1.1 writes host 7's record; lockd then writes the same arguments over
+    // it, and the sector is byte-identical.
+    let sector_of = |host: u64| {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = std::fs::File::open(&lo.dev).expect("dev");
+        f.seek(SeekFrom::Start((host - 1) * 512)).expect("seek");
+        let mut b = vec![0u8; 512];
+        f.read_exact(&mut b).expect("read");
+        b
+    };
+    let init7 = ["init_ls_host", "ls", "7", &dev, "0", "3", "0", "2", "1"];
+    assert_eq!(probe.call(&s5, &init7), "init_ls_host rv=0");
+    let by_sanlock = sector_of(7);
+    assert_eq!(&by_sanlock[4..8], &[0, 0, 5, 0], "version 5.0");
+    // (lockd's daemon is in the lockspace: it waits until its monitor has read the
+    // record sanlock wrote, then sees host 7 FREE.)
+    assert!(
+        wait_for(10, || probe.call(&l, &init7) == "init_ls_host rv=0"),
+        "lockd init_lockspace_host of a free host"
+    );
     assert_eq!(
-        probe.call(&l, &["init_ls_host", "ls", "7", &dev, "0", "3", "0", "2"]),
-        "init_ls_host rv=-95"
+        sector_of(7),
+        by_sanlock,
+        "lockd wrote what sanlock 5.1.1 wrote"
+    );
+    // lockd refuses a host that may be alive (sanlock 5.1.1 would rewrite it): the live
+    // 5.1.1 host 1, and lockd's own host 2; nothing written.
+    let before = (sector_of(1), sector_of(2));
+    for host in ["1", "2"] {
+        assert_eq!(
+            probe.call(
+                &l,
+                &["init_ls_host", "ls", host, &dev, "0", "9", "0", "2", "1"]
+            ),
+            "init_ls_host rv=-16",
+            "host {host}"
+        );
+    }
+    assert_eq!(sector_of(2), before.1);
+    assert_eq!(
+        sector_of(1)[32..48],
+        before.0[32..48],
+        "owner and generation of host 1"
     );
 
     // write_lockspace with SANLK_LSF_NO_TIMEOUT: sanlock 5.1.1 formats a NO_TIMEOUT

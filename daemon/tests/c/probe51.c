@@ -40,7 +40,7 @@ static void usage(void)
 		"probe51 read_ls PATH OFF\n"
 		"probe51 read_res PATH OFF\n"
 		"probe51 read_ls_host LS HOST_ID PATH OFF\n"
-		"probe51 init_ls_host LS HOST_ID PATH OFF GEN TS FLAGS\n"
+		"probe51 init_ls_host LS HOST_ID PATH OFF GEN TS FLAGS [IO_TIMEOUT]\n"
 		"probe51 write_ls LS PATH OFF FLAGS LSFLAGS\n"
 		"probe51 get_hosts LS HOST_ID FLAGS\n"
 		"probe51 set_host LS PATH OFF HOST_ID GEN\n"
@@ -80,12 +80,13 @@ int main(int argc, char **argv)
 		       rv, ls.flags, io, (unsigned long long)hs.host_id,
 		       (unsigned long long)hs.generation, (unsigned long long)hs.timestamp,
 		       hs.io_timeout, hs.flags);
-	} else if (!strcmp(op, "init_ls_host") && argc == 9) {
+	} else if (!strcmp(op, "init_ls_host") && (argc == 9 || argc == 10)) {
 		set_ls(&ls, argv[2], strtoull(argv[3], NULL, 0), argv[4],
 		       strtoull(argv[5], NULL, 0));
 		rv = sanlock_init_lockspace_host(&ls, "probe51host", strtoull(argv[6], NULL, 0),
 						 strtoull(argv[7], NULL, 0),
-						 strtoul(argv[8], NULL, 0), 0);
+						 strtoul(argv[8], NULL, 0),
+						 argc == 10 ? strtoul(argv[9], NULL, 0) : 0);
 		printf("init_ls_host rv=%d\n", rv);
 	} else if (!strcmp(op, "write_ls") && argc == 7) {
 		set_ls(&ls, argv[2], 0, argv[3], strtoull(argv[4], NULL, 0));
