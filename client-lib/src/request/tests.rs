@@ -474,7 +474,10 @@ fn sanlock_51_commands() {
         Ok(Request::SetHost(_, h)) if (h.host_id, h.generation) == (3, 7)
     ));
     // ... cut short after the lockspace: -ENOTCONN.
-    let m = msg(header(SM_CMD_SET_HOST, 0, p.len(), 1, 0), &p[..wire::LOCKSPACE_LEN]);
+    let m = msg(
+        header(SM_CMD_SET_HOST, 0, p.len(), 1, 0),
+        &p[..wire::LOCKSPACE_LEN],
+    );
     assert_eq!(read_msg(&m).0.unwrap_err().code(), -ENOTCONN);
     // INIT_LOCKSPACE_HOST: sanlk_lockspace then a 200-byte leader record.
     let mut p = lockspace_bytes("ls", 3, "/dev/x", 0);
