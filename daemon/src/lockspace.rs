@@ -529,7 +529,8 @@ pub fn get_hosts(d: &Daemon, name: &Name, host_id: u64) -> Result<Vec<wire::Host
             generation: obs.owner_generation,
             timestamp: obs.timestamp,
             io_timeout: u32::from(obs.io_timeout),
-            flags: state as u32,
+            // sanlock 5.x sets SANLK_HOST_DEAD_EXT beside the state of a marked host.
+            flags: state as u32 | if obs.dead_ext { SANLK_HOST_DEAD_EXT } else { 0 },
         });
     }
     if host_id == 0 || host_id == space.host_id {

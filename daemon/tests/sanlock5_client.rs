@@ -364,6 +364,14 @@ fn libsanlock_511_calls_against_lockd_and_sanlock_511() {
         0x4,
         "DEAD_EXT set in host 1's record: 0x{flags:x}"
     );
+    // lockd reports the marked host DEAD with SANLK_HOST_DEAD_EXT (0x10), as 5.1.1 does.
+    assert!(
+        wait_for(10, || probe
+            .call(&l, &["get_hosts", "ls", "1", "0"])
+            .contains("[id=1 gen=1 state=5 flags=0x15]")),
+        "get_hosts after DEAD_EXT: {}",
+        probe.call(&l, &["get_hosts", "ls", "1", "0"])
+    );
     let got = acq2(&l);
     let taken = killed.elapsed().as_secs_f64();
     assert!(got.starts_with("acquire2 rv=0 "), "{got}");

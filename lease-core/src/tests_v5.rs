@@ -208,3 +208,38 @@ fn dead_ext_owner_lease_is_taken_at_once_and_the_fenced_host_fails() {
     assert_eq!(st.leader, l);
     let _ = DeltaSector::decode(&d.get(512, 512)).unwrap();
 }
+
+#[test]
+fn monitor_reports_a_dead_ext_host_dead_even_while_its_record_changes() {
+    let d = v5_disk();
+    let (c, mut a, mut b) = two_hosts(&d);
+    let now = |c: &TestClock| c.now_ms.get() / 1000;
+    assert_eq!(
+        a.mon.borrow().state(2, now(&c)),
+        Some(crate::monitor::HostState::Live)
+    );
+    // sanlock 5.1.1's set_host also re-stamps the timestamp: still DEAD.
+    edit(&d, 512, |l| {
+        l.flags |= LFL_DEAD_EXT;
+        l.timestamp += 5;
+    });
+    advance(&c, 2);
+    a.renew(&d, &c).unwrap();
+    assert_eq!(
+        a.mon.borrow().state(2, now(&c)),
+        Some(crate::monitor::HostState::Dead)
+    );
+    assert!(a.mon.borrow().hosts(now(&c))[0].1.dead_ext);
+    // B rejoins (a new generation, the mark cleared): LIVE again once seen renewing.
+    assert!(b.renew(&d, &c).is_err());
+    let mut b2 = Host::join(&d, &c, 2);
+    for _ in 0..2 {
+        advance(&c, 2);
+        b2.renew(&d, &c).unwrap();
+        a.renew(&d, &c).unwrap();
+    }
+    assert_eq!(
+        a.mon.borrow().state(2, now(&c)),
+        Some(crate::monitor::HostState::Live)
+    );
+}

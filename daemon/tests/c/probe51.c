@@ -100,8 +100,13 @@ int main(int argc, char **argv)
 				       strtoul(argv[4], NULL, 0));
 		printf("get_hosts rv=%d count=%d", rv, n);
 		for (i = 0; i < n; i++)
-			printf(" [id=%llu gen=%llu state=%u]", (unsigned long long)hss[i].host_id,
+		{
+			printf(" [id=%llu gen=%llu state=%u", (unsigned long long)hss[i].host_id,
 			       (unsigned long long)hss[i].generation, hss[i].flags & SANLK_HOST_MASK);
+			if (hss[i].flags & ~SANLK_HOST_MASK)
+				printf(" flags=0x%x", hss[i].flags);
+			printf("]");
+		}
 		printf("\n");
 		free(hss);
 	} else if (!strcmp(op, "set_host") && argc == 7) {
