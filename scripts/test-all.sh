@@ -37,6 +37,12 @@ else
     echo "MINIMUM RUST VERSION CHECK NOT RUN: rustup could not fetch $msrv" >&2
 fi
 
+step "sid chroot with sanlock 5.1.1 (daemon/tests/mixed_cluster_sanlock5.rs, sanlock5_client.rs)"
+# Built with debootstrap on first use (about a minute here), then cached under
+# /var/tmp/lockd-chroots/sid; the tests also ensure it, this step just times it apart.
+# gcc, libc6-dev and libsanlock-dev build tests/c/probe51.c against libsanlock 5.1.1.
+bash scripts/debian-chroot.sh ensure sid sanlock libsanlock-dev gcc libc6-dev
+
 step "unit, property and system tests"
 # `lockd-sim` needs lease-core's `sim` feature; the production binaries are built without.
 cargo build --workspace --bins --examples

@@ -13,8 +13,9 @@
 //!   just what sanlock drains.
 //! - Each failure maps to the result code sanlock answers ([`RequestError::code`]): a short
 //!   payload is `-ENOTCONN`, too many resources or LVB bytes `-E2BIG`, a bad `num_disks`
-//!   `-ERANGE`, an undecodable host event or disk `-EINVAL`; an unknown command gets no
-//!   reply at all.
+//!   `-ERANGE`, an undecodable host event or disk `-EINVAL`, and an unknown command
+//!   (drained whole) `-EOPNOTSUPP`: sanlock 3.8/5.1 send no reply to it, which leaves a
+//!   newer client waiting forever for an answer, so lockd answers instead.
 //! - Nothing here panics on bytes from a peer, and nothing here decides policy (targets,
 //!   permissions, lockspace state): that is the daemon's.
 
@@ -23,7 +24,7 @@ use thiserror::Error;
 use crate::ext::{LOCKD_CMD_ACQUIRE_FOR_PID, LOCKD_CMD_LEADER, LOCKD_CMD_METRICS, LOCKD_CMD_WATCH};
 use crate::proto::*;
 use crate::wire::{
-    self, Disk, Header, HostEvent, Lockspace, Options, Rentry, Resource, ResourceHead, Rindex,
+    self, Disk, Header, Host, HostEvent, Lockspace, Options, Rentry, Resource, ResourceHead, Rindex,
 };
 
 // Linux errno values of the result codes a request can fail with (client-lib has no libc).
@@ -31,6 +32,7 @@ const ENOTCONN: i32 = 107;
 const E2BIG: i32 = 7;
 const ERANGE: i32 = 34;
 const EINVAL: i32 = 22;
+const EOPNOTSUPP: i32 = 95;
 
 /// Most LVB bytes a SET_LVB may carry (sanlock's bound).
 pub const MAX_LVB_LEN: usize = 4096;
@@ -72,20 +74,20 @@ pub enum RequestError {
     /// A struct arrived but does not decode (`-EINVAL`).
     #[error("{what}: invalid")]
     Invalid { what: &'static str },
-    /// A command the daemon does not know: sanlock ignores it and sends no reply.
+    /// A command the daemon does not know (`-EOPNOTSUPP`; sanlock sends no reply).
     #[error("unknown command {cmd}")]
     Unknown { cmd: u32 },
 }
 
 impl RequestError {
-    /// The result code to reply with; `None` when no reply is due (unknown command).
-    pub fn code(&self) -> Option<i32> {
+    /// The result code to reply with (every request gets a reply, also an unknown one).
+    pub fn code(&self) -> i32 {
         match self {
-            RequestError::Short { .. } => Some(-ENOTCONN),
-            RequestError::TooMany { .. } => Some(-E2BIG),
-            RequestError::DiskCount { .. } => Some(-ERANGE),
-            RequestError::Invalid { .. } => Some(-EINVAL),
-            RequestError::Unknown { .. } => None,
+            RequestError::Short { .. } => -ENOTCONN,
+            RequestError::TooMany { .. } => -E2BIG,
+            RequestError::DiskCount { .. } => -ERANGE,
+            RequestError::Invalid { .. } => -EINVAL,
+            RequestError::Unknown { .. } => -EOPNOTSUPP,
         }
     }
 }
@@ -158,6 +160,19 @@ pub enum Request {
         /// The options string (libsanlock never sends one; read and kept as sent).
         options_str: Vec<u8>,
     },
+    /// SM_CMD_ACQUIRE2 (5.x `sanlock_acquire2`): read as ACQUIRE.
+    Acquire2 {
+        resources: Vec<Resource>,
+        options: Options,
+        options_str: Vec<u8>,
+    },
+    /// SM_CMD_READ_LOCKSPACE_HOST (5.x).
+    ReadLockspaceHost(Lockspace),
+    /// SM_CMD_SET_HOST (5.x): the lockspace, then the host to act on.
+    SetHost(Lockspace, Host),
+    /// SM_CMD_INIT_LOCKSPACE_HOST (5.x): the lockspace (host_id, disk), then a leader
+    /// record carrying the owner, generation, host name and timestamp to write.
+    InitLockspaceHost(Lockspace, Box<disk_format::LeaderRecord>),
     Release(ReleaseWhat),
     Inquire,
     Convert(ResourceHead),
@@ -184,7 +199,12 @@ pub enum Request {
 pub fn is_client_cmd(cmd: u32) -> bool {
     matches!(
         cmd,
-        SM_CMD_ACQUIRE | SM_CMD_RELEASE | SM_CMD_INQUIRE | SM_CMD_CONVERT | SM_CMD_KILLPATH
+        SM_CMD_ACQUIRE
+            | SM_CMD_ACQUIRE2
+            | SM_CMD_RELEASE
+            | SM_CMD_INQUIRE
+            | SM_CMD_CONVERT
+            | SM_CMD_KILLPATH
     )
 }
 
@@ -387,7 +407,21 @@ pub fn read_request(h: &Header, src: &mut impl PayloadSource) -> Result<Request,
             let (ri, re) = rindex_entry(src)?;
             Request::DeleteResource(ri, re)
         }
-        SM_CMD_ACQUIRE => {
+        SM_CMD_READ_LOCKSPACE_HOST => Request::ReadLockspaceHost(lockspace(src)?),
+        SM_CMD_SET_HOST => {
+            let ls = lockspace(src)?;
+            let b = read(src, wire::HOST_LEN, "sanlk_host")?;
+            Request::SetHost(ls, Host::decode(&b).map_err(short("sanlk_host"))?)
+        }
+        SM_CMD_INIT_LOCKSPACE_HOST => {
+            let ls = lockspace(src)?;
+            let b = read(src, disk_format::leader::LEADER_RECORD_LEN, "leader_record")?;
+            let rec = disk_format::LeaderRecord::decode(&b).map_err(|_| RequestError::Short {
+                what: "leader_record",
+            })?;
+            Request::InitLockspaceHost(ls, Box::new(rec))
+        }
+        SM_CMD_ACQUIRE | SM_CMD_ACQUIRE2 => {
             check_count(src, h, h.data)?;
             let resources = resources(src, h, h.data, 0)?;
             let b = read(src, wire::OPTIONS_LEN, "sanlk_options")?;
@@ -401,10 +435,18 @@ pub fn read_request(h: &Header, src: &mut impl PayloadSource) -> Result<Request,
             } else {
                 Vec::new()
             };
-            Request::Acquire {
-                resources,
-                options,
-                options_str,
+            if h.cmd == SM_CMD_ACQUIRE2 {
+                Request::Acquire2 {
+                    resources,
+                    options,
+                    options_str,
+                }
+            } else {
+                Request::Acquire {
+                    resources,
+                    options,
+                    options_str,
+                }
             }
         }
         SM_CMD_RELEASE => Request::Release(read_release(h, src)?),
@@ -528,6 +570,10 @@ impl Request {
             Request::CreateResource(..) => SM_CMD_CREATE_RESOURCE,
             Request::DeleteResource(..) => SM_CMD_DELETE_RESOURCE,
             Request::Acquire { .. } => SM_CMD_ACQUIRE,
+            Request::Acquire2 { .. } => SM_CMD_ACQUIRE2,
+            Request::ReadLockspaceHost(_) => SM_CMD_READ_LOCKSPACE_HOST,
+            Request::SetHost(..) => SM_CMD_SET_HOST,
+            Request::InitLockspaceHost(..) => SM_CMD_INIT_LOCKSPACE_HOST,
             Request::Release(_) => SM_CMD_RELEASE,
             Request::Inquire => SM_CMD_INQUIRE,
             Request::Convert(_) => SM_CMD_CONVERT,
@@ -566,7 +612,16 @@ impl Request {
             | Request::RemLockspace(ls)
             | Request::WriteLockspace(ls)
             | Request::ReadLockspace(ls)
+            | Request::ReadLockspaceHost(ls)
             | Request::ExamineLockspace(ls) => ls.encode_into(&mut p),
+            Request::SetHost(ls, host) => {
+                ls.encode_into(&mut p);
+                host.encode_into(&mut p);
+            }
+            Request::InitLockspaceHost(ls, rec) => {
+                ls.encode_into(&mut p);
+                p.extend_from_slice(&rec.encode());
+            }
             Request::RegEvent(ls) => {
                 ls.encode_into(&mut p);
                 HostEvent::default().encode_into(&mut p);
@@ -598,6 +653,11 @@ impl Request {
                 p.extend_from_slice(&re.encode());
             }
             Request::Acquire {
+                resources,
+                options,
+                options_str,
+            }
+            | Request::Acquire2 {
                 resources,
                 options,
                 options_str,

@@ -20,7 +20,7 @@ use lease_core::paxos::{self, Mode, ResourceParams};
 use tracing::{info, warn};
 
 use crate::access::{self, Need};
-use crate::state::Daemon;
+use crate::state::{lock, Daemon};
 use lockd_diskio::{BlockingDisk, Disk, EngineKind};
 
 /// sanlock's write_init_io_timeout: formatting writes get 60 s.
@@ -125,6 +125,13 @@ pub fn align(disk: &wire::Disk) -> i32 {
 
 /// WRITE_LOCKSPACE: format a lockspace area (two-step, as sanlock).
 pub fn write_lockspace(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> i32 {
+    // sanlock 5.x NO_TIMEOUT lockspaces (leases that never expire; recovery only by
+    // fencing) are not made by lockd, which has no storage fencing: refused before any
+    // I/O rather than formatted without the flag the caller asked for.
+    if ls.flags & SANLK_LSF_NO_TIMEOUT != 0 {
+        warn!("write_lockspace with SANLK_LSF_NO_TIMEOUT refused: not implemented");
+        return -libc::EOPNOTSUPP;
+    }
     // An empty name is formatted as sanlock does (it is a name like any other on disk).
     let disk = match open_lockspace_disk(&ls.host_id_disk, Need::Write) {
         Ok(d) => d,
@@ -180,53 +187,176 @@ fn read_leader_sector(
 /// size (the storage's block size when none is given), so a sector size the storage
 /// cannot do is -EINVAL; the leader's own sizes are not compared with the request.
 pub fn read_lockspace(d: &Daemon, ls: &mut wire::Lockspace) -> (i32, u32) {
-    let disk = match open_lockspace_disk(&ls.host_id_disk, Need::Read) {
-        Ok(d) => d,
-        Err(rv) => return (rv, 0),
-    };
-    let (req_sector, _) = match requested_sizes(ls.flags) {
+    match read_lockspace_record(d, ls) {
+        Ok(rec) => (0, u32::from(rec.io_timeout)),
+        Err(rv) => (rv, 0),
+    }
+}
+
+/// READ_LOCKSPACE_HOST (5.x): as READ_LOCKSPACE, plus the host's delta lease as a
+/// `sanlk_host` (owner, generation, timestamp, io_timeout from the record; flags 0, as
+/// sanlock 5.1.1 answers).
+pub fn read_lockspace_host(d: &Daemon, ls: &mut wire::Lockspace) -> (i32, u32, wire::Host) {
+    match read_lockspace_record(d, ls) {
+        Ok(rec) => (
+            0,
+            u32::from(rec.io_timeout),
+            wire::Host {
+                host_id: rec.owner_id,
+                generation: rec.owner_generation,
+                timestamp: rec.timestamp,
+                io_timeout: u32::from(rec.io_timeout),
+                flags: 0,
+            },
+        ),
+        Err(rv) => (rv, 0, wire::Host::default()),
+    }
+}
+
+/// INIT_LOCKSPACE_HOST (5.x `sanlock_init_lockspace_host`): rewrites the delta lease of
+/// `ls.host_id` with the owner, generation, host name and timestamp of `req` (timestamp
+/// 1 = now, as sanlock), io_timeout `io_timeout` (the default when 0), keeping the
+/// record's version and geometry flags; a DEAD_EXT mark is dropped. lockd never writes a
+/// CAW record (`SANLK_INIT_HOST_USE_CAW` is ignored, as by a sanlock configured
+/// `use_compare_and_write = no`).
+///
+/// lockd's terms (sanlock 5.1.1 rewrites any record): nothing is written, with -EBUSY,
+/// unless the host is not one that may be alive — if this daemon has joined the
+/// lockspace, the host_id is not ours and our monitor sees it DEAD or FREE (or its record
+/// was never used); otherwise the record must be free (timestamp 0), unused, or already
+/// carry the host name being written (a host re-initialising its own lease before it
+/// joins). NO_TIMEOUT (asked for, or on the record) is refused with -95 and a CAW record
+/// with SANLK_WRONG_CAW.
+pub fn init_lockspace_host(
+    d: &Daemon,
+    ls: &wire::Lockspace,
+    req: &LeaderRecord,
+    io_timeout: u32,
+) -> i32 {
+    if ls.flags & SANLK_LSF_NO_TIMEOUT != 0 {
+        return -libc::EOPNOTSUPP;
+    }
+    let host_id = ls.host_id;
+    if host_id == 0 {
+        return -libc::EINVAL;
+    }
+    let mut probe = ls.clone();
+    let old = match read_lockspace_record(d, &mut probe) {
         Ok(r) => r,
-        Err(rv) => return (rv, 0),
+        Err(rv) => return rv,
     };
+    if let Err(e) = old.check_writable(LeaderKind::Delta) {
+        return e.sanlk_code();
+    }
+    let g = match Geometry::from_leader(old.sector_size, old.flags) {
+        Ok(g) => g,
+        Err(e) => return e.sanlk_code(),
+    };
+    let path = ls.host_id_disk.path.to_text();
+    let joined = d
+        .find_space(&ls.name)
+        .filter(|s| s.path == path && s.offset == ls.host_id_disk.offset);
+    let allowed = match &joined {
+        Some(s) if s.host_id == host_id => false,
+        Some(s) => {
+            let state = lock(&s.monitor).state(host_id, lockd_diskio::monotime());
+            lease_core::delta::record_unused(&old)
+                || matches!(
+                    state,
+                    Some(lease_core::HostState::Dead | lease_core::HostState::Free)
+                )
+        }
+        None => {
+            old.timestamp == 0
+                || lease_core::delta::record_unused(&old)
+                || old.resource_name.same_as(&req.resource_name)
+        }
+    };
+    if !allowed {
+        warn!(
+            ls = %ls.name,
+            host_id,
+            "init_lockspace_host refused: the host's delta lease may be in use"
+        );
+        return -libc::EBUSY;
+    }
+    let disk = match open_lockspace_disk(&ls.host_id_disk, Need::Write) {
+        Ok(d) => d,
+        Err(rv) => return rv,
+    };
+    let io = if io_timeout == 0 {
+        d.cfg.io_timeout_s
+    } else {
+        io_timeout
+    };
+    let mut rec = old;
+    rec.flags = old.flags & disk_format::geometry::LFL_ALIGN_MASK;
+    rec.owner_id = host_id;
+    rec.owner_generation = req.owner_generation;
+    rec.resource_name = req.resource_name;
+    rec.timestamp = if req.timestamp == 1 {
+        lockd_diskio::monotime().max(1)
+    } else {
+        req.timestamp
+    };
+    rec.io_timeout = io.min(255) as u16;
+    rec.unused1 = 0;
+    rec.write_id = 0;
+    rec.write_generation = 0;
+    rec.write_timestamp = 0;
+    rec.seal();
+    let mut sector = vec![0u8; g.sector_bytes() as usize];
+    disk_format::DeltaSector::from_leader(rec).encode_into(&mut sector);
+    let off = ls.host_id_disk.offset + (host_id - 1) * g.sector_bytes();
+    let timeout = Duration::from_secs(u64::from(d.cfg.io_timeout_s));
+    if let Err(e) = disk.write(off, &sector, timeout) {
+        return e.rv();
+    }
+    info!(ls = %ls.name, host_id, generation = rec.owner_generation, "delta lease re-initialised");
+    0
+}
+
+/// Reads and verifies the delta lease of `ls.host_id` (1 when 0) at `ls`'s disk, and
+/// fills in `ls`'s name and flags (geometry, and 5.x's NO_TIMEOUT / USING_CAW from the
+/// record, as sanlock 5.1.1 reports them).
+fn read_lockspace_record(d: &Daemon, ls: &mut wire::Lockspace) -> Result<LeaderRecord, i32> {
+    let disk = open_lockspace_disk(&ls.host_id_disk, Need::Read)?;
+    let (req_sector, _) = requested_sizes(ls.flags)?;
     let unit = req_sector.unwrap_or(disk.io_block());
     let timeout = Duration::from_secs(u64::from(d.cfg.io_timeout_s));
-    let first = match read_leader_sector(&disk, ls.host_id_disk.offset, unit, timeout) {
-        Ok(l) => l,
-        Err(rv) => return (rv, 0),
-    };
+    let first = read_leader_sector(&disk, ls.host_id_disk.offset, unit, timeout)?;
     if first
         .verify(LeaderKind::Delta, &Default::default())
         .is_err()
     {
-        return (disk_format::rv::SANLK_LEADER_MAGIC, 0);
+        return Err(disk_format::rv::SANLK_LEADER_MAGIC);
     }
-    let g = match Geometry::from_leader(first.sector_size, first.flags) {
-        Ok(g) => g,
-        Err(e) => return (e.sanlk_code(), 0),
-    };
+    let g = Geometry::from_leader(first.sector_size, first.flags).map_err(|e| e.sanlk_code())?;
     let host_id = ls.host_id.max(1);
     if host_id > g.max_hosts() {
-        return (-libc::EINVAL, 0);
+        return Err(-libc::EINVAL);
     }
     let rec = if host_id == 1 {
         first
     } else {
         let sector = req_sector.map_or(g.sector_bytes(), u64::from);
         let off = ls.host_id_disk.offset + (host_id - 1) * sector;
-        match read_leader_sector(&disk, off, sector as u32, timeout) {
-            Ok(l) => l,
-            Err(rv) => return (rv, 0),
-        }
+        read_leader_sector(&disk, off, sector as u32, timeout)?
     };
-    if let Err(e) = rec.verify(LeaderKind::Delta, &Default::default()) {
-        return (e.sanlk_code(), 0);
-    }
+    rec.verify(LeaderKind::Delta, &Default::default())
+        .map_err(|e| e.sanlk_code())?;
     ls.name = rec.space_name;
     // The host_id whose record was read (1 when the request said 0), as sanlock answers:
     // `sanlock client read -s NAME:0:PATH:OFF` prints NAME:1:PATH:OFF.
     ls.host_id = host_id;
     ls.flags = (ls.flags & !0x3F0) | g.api_flags();
-    (0, u32::from(rec.io_timeout))
+    if rec.flags & disk_format::leader::LFL_NO_TIMEOUT != 0 {
+        ls.flags |= client_lib::proto::SANLK_LSF_NO_TIMEOUT;
+    }
+    if rec.flags & disk_format::leader::LFL_CAW != 0 {
+        ls.flags |= client_lib::proto::SANLK_LSF_USING_CAW;
+    }
+    Ok(rec)
 }
 
 /// WRITE_RESOURCE: format a resource area. `num_hosts` comes from header.data (quirk).

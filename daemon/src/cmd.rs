@@ -341,10 +341,10 @@ pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, calle
     };
     let (rv, data2, payload) = match read_request(h, conn) {
         Ok(req) => client_cmd(d, conn.ci, caller, h, target, req),
-        Err(e) => (e.code().unwrap_or(-libc::EINVAL), 0, Vec::new()),
+        Err(e) => (e.code(), 0, Vec::new()),
     };
     let op = match h.cmd {
-        SM_CMD_ACQUIRE => Some(crate::metrics::Op::Acquire),
+        SM_CMD_ACQUIRE | SM_CMD_ACQUIRE2 => Some(crate::metrics::Op::Acquire),
         SM_CMD_RELEASE => Some(crate::metrics::Op::Release),
         SM_CMD_CONVERT => Some(crate::metrics::Op::Convert),
         _ => None,
@@ -374,6 +374,18 @@ fn client_cmd(
         Request::Acquire {
             resources, options, ..
         } => (acquire(d, h, target, &resources, &options), 0, Vec::new()),
+        Request::Acquire2 {
+            resources, options, ..
+        } => {
+            let rv = acquire(d, h, target, &resources, &options);
+            match (rv, resources.first()) {
+                (rv, Some(r)) if rv < 0 => match acquire2_owner(d, r) {
+                    Some(payload) => (rv, h.data2, payload),
+                    None => (rv, 0, Vec::new()),
+                },
+                (rv, _) => (rv, 0, Vec::new()),
+            }
+        }
         Request::Release(what) => (release(d, target, what), 0, Vec::new()),
         Request::Inquire => inquire(d, target),
         Request::Convert(head) => (convert(d, h, target, &head), 0, Vec::new()),
@@ -384,6 +396,35 @@ fn client_cmd(
         ),
         _ => (-libc::EINVAL, 0, Vec::new()),
     }
+}
+
+/// The owner part of a failed ACQUIRE2's reply (as sanlock 5.1.1 sends it when another
+/// host holds the lease): a `sanlk_host` (owner host_id, generation, the leader's
+/// timestamp, io_timeout 0, the owner's state in our view) and its 48-byte host name.
+/// `None` when nobody else holds it (then the reply is the bare result).
+fn acquire2_owner(d: &Arc<Daemon>, r: &wire::Resource) -> Option<Vec<u8>> {
+    let info = crate::watch::leader(d, r).ok()?;
+    let ours = d
+        .find_space(&r.head.lockspace_name)
+        .is_some_and(|s| s.host_id == info.host_id);
+    if info.host_id == 0 || ours {
+        return None;
+    }
+    let timestamp = crate::admin::read_resource_owners(d, r)
+        .ok()
+        .and_then(|(_, owners)| owners.first().map(|o| o.timestamp))
+        .unwrap_or(0);
+    let mut p = Vec::new();
+    wire::Host {
+        host_id: info.host_id,
+        generation: info.generation,
+        timestamp,
+        io_timeout: 0,
+        flags: info.host_state,
+    }
+    .encode_into(&mut p);
+    p.extend_from_slice(&info.host_name.0);
+    Some(p)
 }
 
 fn resolve_target(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> Result<u32, i32> {
@@ -721,7 +762,12 @@ fn killpath(
 }
 
 pub(crate) fn get_hosts(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, ls: &wire::Lockspace) {
-    match lockspace::get_hosts(d, &ls.name, ls.host_id) {
+    // 5.x SANLK_GET_HOST_LOCAL: only our own entry.
+    let host_id = match d.find_space(&ls.name) {
+        Some(s) if h.cmd_flags & SANLK_GET_HOST_LOCAL != 0 => s.host_id,
+        _ => ls.host_id,
+    };
+    match lockspace::get_hosts(d, &ls.name, host_id) {
         Ok(hosts) => {
             let mut p = Vec::new();
             for host in &hosts {

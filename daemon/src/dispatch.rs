@@ -10,7 +10,8 @@
 //! - bytes are read exactly as sanlock reads them (the reader's contract); a request that
 //!   cannot be read is answered with the reader's code in the command's reply shape (bare
 //!   result, or result and a zeroed `sanlk_rentry` for the rindex entry commands), and an
-//!   unknown command gets no reply;
+//!   unknown command gets `-EOPNOTSUPP` (sanlock sends nothing, so a newer client would
+//!   wait for ever) with the connection left open;
 //! - the registered-client commands (ACQUIRE, RELEASE, INQUIRE, CONVERT, KILLPATH) resolve
 //!   and mark their target client from the header *before* the payload is read, as sanlock
 //!   does: a refused target drains the message unread ([`crate::cmd::registered_cmd`]);
@@ -87,7 +88,9 @@ fn refused_by_uid(d: &Daemon, caller: &Caller, req: &Request) -> Option<i32> {
         Request::ExamineLockspace(ls) => {
             access::may_act_on_holders(d, caller, |l, _| same(l, &ls.name))
         }
-        Request::RemLockspace(ls) => space_rule(&ls.name, true),
+        Request::RemLockspace(ls) | Request::SetHost(ls, _) | Request::InitLockspaceHost(ls, _) => {
+            space_rule(&ls.name, true)
+        }
         Request::SetConfig(ls) | Request::SetEvent(ls, _) => space_rule(&ls.name, false),
         _ => true,
     };
@@ -126,12 +129,11 @@ fn after(cmd: u32) -> After {
 
 /// Answers a request that could not be read.
 fn refuse(conn: &mut Conn, h: &Header, e: &RequestError) -> After {
-    let Some(rv) = e.code() else {
-        // Unknown command: sanlock ignores it (no reply, connection stays open); the
-        // reader has drained it.
-        debug!(ci = conn.ci, cmd = h.cmd, "ignoring unknown command");
-        return After::Keep;
-    };
+    let rv = e.code();
+    if let RequestError::Unknown { cmd } = e {
+        // The reader has drained it; the connection stays open, as sanlock leaves it.
+        debug!(ci = conn.ci, cmd, "refusing unknown command");
+    }
     match h.cmd {
         // The entry commands always answer with a sanlk_rentry after the result, also
         // when the request was cut short (then all zero), as sanlock does.
@@ -199,6 +201,15 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
             conn.reply_with(h, rv, io_timeout, &ls.encode());
             return After::Keep;
         }
+        Request::ReadLockspaceHost(mut ls) => {
+            let (rv, io_timeout, host) = admin::read_lockspace_host(d, &mut ls);
+            let mut p = ls.encode().to_vec();
+            host.encode_into(&mut p);
+            conn.reply_with(h, rv, io_timeout, &p);
+            return After::Keep;
+        }
+        Request::SetHost(ls, host) => lockspace::set_host(d, &ls, &host, h.data),
+        Request::InitLockspaceHost(ls, rec) => admin::init_lockspace_host(d, &ls, &rec, h.data2),
         Request::WriteResource(res) => {
             admin::write_resource(d, &res, h.data, h.cmd_flags & SANLK_WRITE_CLEAR != 0)
         }

@@ -547,7 +547,8 @@ pub fn get_hosts(d: &Daemon, name: &Name, host_id: u64) -> Result<Vec<wire::Host
             generation: obs.owner_generation,
             timestamp: obs.timestamp,
             io_timeout: u32::from(obs.io_timeout),
-            flags: state as u32,
+            // sanlock 5.x sets SANLK_HOST_DEAD_EXT beside the state of a marked host.
+            flags: state as u32 | if obs.dead_ext { SANLK_HOST_DEAD_EXT } else { 0 },
         });
     }
     if host_id == 0 || host_id == space.host_id {
@@ -561,6 +562,69 @@ pub fn get_hosts(d: &Daemon, name: &Name, host_id: u64) -> Result<Vec<wire::Host
     }
     hosts.sort_by_key(|h| h.host_id);
     Ok(hosts)
+}
+
+/// SET_HOST (5.x `sanlock_set_host`) and `lockd set-host --dead`: mark `host`'s delta
+/// lease DEAD_EXT so its leases may be taken at once. Only `SANLK_SET_HOST_DEAD_EXT`
+/// (header data) exists. lockd's terms, safer than sanlock 5.1.1's (which marks a host
+/// whatever its state): the lockspace must be joined here, the host must not be us, and
+/// our monitor must have seen its lease stop being renewed (state FAIL or DEAD), with the
+/// record on disk still exactly as last seen; else -EBUSY (still renewing, or not seen
+/// yet) or SANLK_HOSTID_BUSY (renewed since). A 3.x-format area gets
+/// SANLK_VERSION_INCOMPAT (-204), another generation SANLK_WRONG_GENERATION (-280), as on
+/// sanlock 5.1.1. Nothing is written on any refusal.
+pub fn set_host(d: &Daemon, ls: &wire::Lockspace, host: &wire::Host, op: u32) -> i32 {
+    if op != client_lib::proto::SANLK_SET_HOST_DEAD_EXT {
+        return -libc::EINVAL;
+    }
+    let Some(space) = d.find_space(&ls.name) else {
+        return -libc::ENOENT;
+    };
+    if (ls.host_id != 0 && ls.host_id != space.host_id) || host.host_id == space.host_id {
+        return -libc::EINVAL;
+    }
+    let now = lockd_diskio::monotime();
+    let (state, obs) = {
+        let mon = lock(&space.monitor);
+        (
+            mon.state(host.host_id, now),
+            lease_core::HostObserver::observation(&*mon, host.host_id),
+        )
+    };
+    let Some(obs) = obs else {
+        return -libc::EBUSY;
+    };
+    if !matches!(state, Some(HostState::Fail | HostState::Dead)) {
+        warn!(
+            host_id = host.host_id,
+            ?state,
+            "set_host DEAD_EXT refused: the host's delta lease is still renewed (or not seen)"
+        );
+        return -libc::EBUSY;
+    }
+    let Some(joined) = space.joined.get() else {
+        return -libc::ENOSPC;
+    };
+    match block_on(delta::mark_dead_ext(
+        &joined.disk,
+        &joined.params,
+        host.host_id,
+        host.generation,
+        obs.timestamp,
+    )) {
+        Ok(l) => {
+            info!(
+                host_id = host.host_id,
+                generation = l.owner_generation,
+                "host marked DEAD_EXT: its leases may be taken now"
+            );
+            0
+        }
+        Err(e) => {
+            warn!(host_id = host.host_id, error = %e, "set_host DEAD_EXT refused");
+            e.sanlk_code()
+        }
+    }
 }
 
 fn finish_add(space: &Space, rv: i32) {

@@ -106,7 +106,8 @@ impl Tables {
         if !c.registered || c.pid <= 0 || c.pid_dead {
             return Err(-libc::EBUSY);
         }
-        if c.kill_count > 0 && t.cmd == SM_CMD_ACQUIRE {
+        if c.kill_count > 0 && matches!(t.cmd, SM_CMD_ACQUIRE | client_lib::proto::SM_CMD_ACQUIRE2)
+        {
             return Err(-libc::EBUSY);
         }
         if c.cmd_active != 0 {

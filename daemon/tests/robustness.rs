@@ -98,11 +98,24 @@ fn malformed_messages_are_harmless() {
     c.write_all(&[0u8; 128]).unwrap();
     assert_eq!(read_reply(&mut c).result(), -libc::ERANGE);
 
-    // Unknown command: no reply, connection open.
+    // Commands lockd does not know (45 and 60: past sanlock 5.1.1's 44; 999 with a
+    // payload): each is drained and answered -EOPNOTSUPP, never left waiting (sanlock
+    // sends nothing), and the connection keeps serving.
     let mut c = connect(&d);
-    c.write_all(&header(999, 32, 0, 0)).unwrap();
+    for (cmd, payload) in [(45u32, 0usize), (60, 0), (999, 300)] {
+        c.write_all(&header(cmd, 32 + payload as u32, 7, 0))
+            .unwrap();
+        c.write_all(&vec![0xA5u8; payload]).unwrap();
+        let r = read_reply(&mut c);
+        assert_eq!(
+            (r.cmd, r.result(), r.length),
+            (cmd, -libc::EOPNOTSUPP, 32),
+            "unknown command {cmd}"
+        );
+    }
     c.write_all(&header(SM_CMD_VERSION, 32, 0, 0)).unwrap();
     assert_eq!(read_reply(&mut c).cmd, SM_CMD_VERSION);
+    version_ok(&d);
 
     // 10,000 random messages over 500 connections (SHUTDOWN and SHUTDOWN_WAIT excluded:
     // they are legitimate requests to stop). The daemon keeps answering throughout.

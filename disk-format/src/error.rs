@@ -53,6 +53,10 @@ pub enum FormatError {
     Geometry { sector_size: u32, align_bytes: u64 },
     #[error("rindex offset {found} does not match the area offset {expected}")]
     RindexOffset { found: u64, expected: u64 },
+    #[error("{record} uses SCSI COMPARE AND WRITE (sanlock 5.x CAW flag), which lockd does not implement")]
+    Caw { record: &'static str },
+    #[error("lockspace is NO_TIMEOUT (sanlock 5.x): its leases never expire, and lockd has no storage fencing to recover them")]
+    NoTimeout,
     #[error("name is {len} bytes, the limit is 48: {name:?}")]
     NameTooLong { len: usize, name: String },
     #[error("name is empty")]
@@ -94,6 +98,8 @@ impl FormatError {
             },
             FormatError::Geometry { .. } => rv::SANLK_ADDLS_SIZES,
             FormatError::RindexOffset { .. } => rv::SANLK_RINDEX_OFFSET,
+            FormatError::Caw { .. } => rv::SANLK_WRONG_CAW,
+            FormatError::NoTimeout => -libc_eopnotsupp(),
             FormatError::NameTooLong { .. } | FormatError::NameEmpty | FormatError::NameHasNul => {
                 -libc_einval()
             }
@@ -104,4 +110,9 @@ impl FormatError {
 /// EINVAL on Linux; kept here so this crate needs no libc.
 const fn libc_einval() -> i32 {
     22
+}
+
+/// EOPNOTSUPP on Linux.
+const fn libc_eopnotsupp() -> i32 {
+    95
 }

@@ -11,6 +11,17 @@
 //! ```
 //! The checksum covers bytes 0..168 only; io_timeout and the write_* triple are not
 //! protected by it (a known gap of the format, kept for compatibility).
+//!
+//! Versions: sanlock 3.x writes delta 3.4 / paxos 6.4; sanlock 5.1 writes delta 5.0 /
+//! paxos 7.0 with the same layout (observed: a 5.1.1 `direct init` differs from 3.8.5's
+//! only in the version words and checksums, and its joins, renewals and acquires write
+//! the same fields). Both majors are read ([`LeaderRecord::verify`]); lockd formats 3.4 /
+//! 6.4 and otherwise rewrites a record with the version it was read with, so an area stays
+//! in the format it was made in. 5.x added leader flags: [`LFL_NO_TIMEOUT`],
+//! [`LFL_DEAD_EXT`] and [`LFL_CAW`] (values learnt by setting them with sanlock 5.1.1 and
+//! by reading crafted records back through it). lockd implements DEAD_EXT only; a record
+//! with NO_TIMEOUT or CAW is readable but never written by lockd
+//! ([`LeaderRecord::check_writable`]).
 
 use serde::Serialize;
 
@@ -36,11 +47,24 @@ pub const PAXOS_DISK_CLEAR: u32 = 0x1128_2016;
 pub const DELTA_DISK_VERSION: u32 = 0x0003_0004;
 /// Paxos lease version written (major 6, minor 4).
 pub const PAXOS_DISK_VERSION: u32 = 0x0006_0004;
+/// Delta lease version sanlock 5.x writes (major 5, minor 0).
+pub const DELTA_DISK_VERSION_5: u32 = 0x0005_0000;
+/// Paxos lease version sanlock 5.x writes (major 7, minor 0).
+pub const PAXOS_DISK_VERSION_7: u32 = 0x0007_0000;
 /// Mask selecting the major half of a version.
 pub const VERSION_MAJOR_MASK: u32 = 0xFFFF_0000;
 
 /// Leader flag: held exclusively only to grant a shared lease.
 pub const LFL_SHORT_HOLD: u32 = 0x1;
+/// Delta leader flag (sanlock 5.x): the lockspace's leases never expire by time; a host
+/// is recovered only by fencing. Not implemented by lockd.
+pub const LFL_NO_TIMEOUT: u32 = 0x2;
+/// Delta leader flag (sanlock 4.2+/5.x `set_host DEAD_EXT`): an external fencer declared
+/// this host_id + generation dead; its leases may be taken at once.
+pub const LFL_DEAD_EXT: u32 = 0x4;
+/// Delta and paxos leader flag (sanlock 5.x): the record must be updated with SCSI
+/// COMPARE AND WRITE by every host. Not implemented by lockd.
+pub const LFL_CAW: u32 = 0x8;
 
 /// Which kind of leader a caller expects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -61,6 +85,21 @@ impl LeaderKind {
         match self {
             LeaderKind::Delta => DELTA_DISK_VERSION,
             LeaderKind::Paxos => PAXOS_DISK_VERSION,
+        }
+    }
+
+    /// True when `version`'s major is one lockd reads for this kind (3.x's and 5.x's).
+    pub fn major_supported(self, version: u32) -> bool {
+        let major = version & VERSION_MAJOR_MASK;
+        match self {
+            LeaderKind::Delta => {
+                major == DELTA_DISK_VERSION & VERSION_MAJOR_MASK
+                    || major == DELTA_DISK_VERSION_5 & VERSION_MAJOR_MASK
+            }
+            LeaderKind::Paxos => {
+                major == PAXOS_DISK_VERSION & VERSION_MAJOR_MASK
+                    || major == PAXOS_DISK_VERSION_7 & VERSION_MAJOR_MASK
+            }
         }
     }
 
@@ -213,7 +252,7 @@ impl LeaderRecord {
                 expected: kind.magic(),
             });
         }
-        if self.version & VERSION_MAJOR_MASK != kind.version() & VERSION_MAJOR_MASK {
+        if !kind.major_supported(self.version) {
             return Err(FormatError::Version {
                 record,
                 found: self.version,
@@ -254,6 +293,28 @@ impl LeaderRecord {
             });
         }
         Ok(())
+    }
+
+    /// Refuses a record written with a 5.x flag lockd does not implement, before lockd
+    /// writes to the lease it belongs to: CAW ([`FormatError::Caw`], sanlock's
+    /// `SANLK_WRONG_CAW`) — its owners update it with COMPARE AND WRITE, which plain
+    /// writes would defeat — and, for delta leases, NO_TIMEOUT ([`FormatError::NoTimeout`])
+    /// — its leases never expire, and lockd has no storage fencing to end them with.
+    pub fn check_writable(&self, kind: LeaderKind) -> Result<(), FormatError> {
+        let record = kind.record();
+        if self.flags & LFL_CAW != 0 {
+            return Err(FormatError::Caw { record });
+        }
+        if kind == LeaderKind::Delta && self.flags & LFL_NO_TIMEOUT != 0 {
+            return Err(FormatError::NoTimeout);
+        }
+        Ok(())
+    }
+
+    /// True when this delta record says its host_id + generation was declared dead by an
+    /// external fencer (`set_host DEAD_EXT`).
+    pub fn dead_ext(&self) -> bool {
+        self.flags & LFL_DEAD_EXT != 0
     }
 
     /// The paxos leader's byte range that identifies a lease instance (before timestamp).
@@ -340,7 +401,7 @@ mod tests {
             crate::rv::SANLK_LEADER_MAGIC
         );
         let mut v = l;
-        v.version = 0x0007_0004;
+        v.version = 0x0008_0000;
         assert_eq!(
             v.verify(LeaderKind::Paxos, &ok).unwrap_err().sanlk_code(),
             crate::rv::SANLK_LEADER_VERSION

@@ -5,6 +5,8 @@ pub const SANLK_OK: i32 = 1;
 pub const SANLK_ERROR: i32 = -201;
 pub const SANLK_AIO_TIMEOUT: i32 = -202;
 pub const SANLK_WD_ERROR: i32 = -203;
+/// 5.x: the on-disk version does not support the operation (`set_host` on a 3.x area).
+pub const SANLK_VERSION_INCOMPAT: i32 = -204;
 pub const SANLK_DBLOCK_READ: i32 = -210;
 pub const SANLK_DBLOCK_WRITE: i32 = -211;
 pub const SANLK_DBLOCK_LVER: i32 = -212;
@@ -30,11 +32,17 @@ pub const SANLK_ACQUIRE_OWNED: i32 = -244;
 pub const SANLK_ACQUIRE_OTHER: i32 = -245;
 pub const SANLK_ACQUIRE_SHRETRY: i32 = -246;
 pub const SANLK_ACQUIRE_OWNED_RETRY: i32 = -247;
+/// 5.x.
+pub const SANLK_ACQUIRE_OWNER_GEN_REVERTED: i32 = -248;
+/// 5.x: the owner's delta lease is NO_TIMEOUT: it never expires by time.
+pub const SANLK_ACQUIRE_OWNED_NO_TIMEOUT: i32 = -249;
 pub const SANLK_RELEASE_LVER: i32 = -250;
 pub const SANLK_RELEASE_OWNER: i32 = -251;
 pub const SANLK_RENEW_OWNER: i32 = -260;
 pub const SANLK_RENEW_DIFF: i32 = -261;
 pub const SANLK_HOSTID_BUSY: i32 = -262;
+/// 5.x: our own delta lease was marked DEAD_EXT by an external fencer.
+pub const SANLK_RENEW_DEAD_EXT: i32 = -263;
 pub const SANLK_REQUEST_MAGIC: i32 = -270;
 pub const SANLK_REQUEST_VERSION: i32 = -271;
 pub const SANLK_REQUEST_OLD: i32 = -272;
@@ -44,6 +52,10 @@ pub const SANLK_RINDEX_VERSION: i32 = -275;
 pub const SANLK_RINDEX_LOCKSPACE: i32 = -276;
 pub const SANLK_RINDEX_OFFSET: i32 = -277;
 pub const SANLK_RINDEX_DIFF: i32 = -278;
+/// 5.x: a host's delta lease is not of the generation named.
+pub const SANLK_WRONG_GENERATION: i32 = -280;
+/// 5.x: the lease uses (or does not use) COMPARE AND WRITE, unlike the I/O asked for.
+pub const SANLK_WRONG_CAW: i32 = -281;
 
 /// The symbolic name of a result code, for logs and CLI output.
 pub fn name(rv: i32) -> Option<&'static str> {
@@ -52,6 +64,7 @@ pub fn name(rv: i32) -> Option<&'static str> {
         SANLK_ERROR => "SANLK_ERROR",
         SANLK_AIO_TIMEOUT => "SANLK_AIO_TIMEOUT",
         SANLK_WD_ERROR => "SANLK_WD_ERROR",
+        SANLK_VERSION_INCOMPAT => "SANLK_VERSION_INCOMPAT",
         SANLK_DBLOCK_READ => "SANLK_DBLOCK_READ",
         SANLK_DBLOCK_WRITE => "SANLK_DBLOCK_WRITE",
         SANLK_DBLOCK_LVER => "SANLK_DBLOCK_LVER",
@@ -77,11 +90,14 @@ pub fn name(rv: i32) -> Option<&'static str> {
         SANLK_ACQUIRE_OTHER => "SANLK_ACQUIRE_OTHER",
         SANLK_ACQUIRE_SHRETRY => "SANLK_ACQUIRE_SHRETRY",
         SANLK_ACQUIRE_OWNED_RETRY => "SANLK_ACQUIRE_OWNED_RETRY",
+        SANLK_ACQUIRE_OWNER_GEN_REVERTED => "SANLK_ACQUIRE_OWNER_GEN_REVERTED",
+        SANLK_ACQUIRE_OWNED_NO_TIMEOUT => "SANLK_ACQUIRE_OWNED_NO_TIMEOUT",
         SANLK_RELEASE_LVER => "SANLK_RELEASE_LVER",
         SANLK_RELEASE_OWNER => "SANLK_RELEASE_OWNER",
         SANLK_RENEW_OWNER => "SANLK_RENEW_OWNER",
         SANLK_RENEW_DIFF => "SANLK_RENEW_DIFF",
         SANLK_HOSTID_BUSY => "SANLK_HOSTID_BUSY",
+        SANLK_RENEW_DEAD_EXT => "SANLK_RENEW_DEAD_EXT",
         SANLK_REQUEST_MAGIC => "SANLK_REQUEST_MAGIC",
         SANLK_REQUEST_VERSION => "SANLK_REQUEST_VERSION",
         SANLK_REQUEST_OLD => "SANLK_REQUEST_OLD",
@@ -91,6 +107,8 @@ pub fn name(rv: i32) -> Option<&'static str> {
         SANLK_RINDEX_LOCKSPACE => "SANLK_RINDEX_LOCKSPACE",
         SANLK_RINDEX_OFFSET => "SANLK_RINDEX_OFFSET",
         SANLK_RINDEX_DIFF => "SANLK_RINDEX_DIFF",
+        SANLK_WRONG_GENERATION => "SANLK_WRONG_GENERATION",
+        SANLK_WRONG_CAW => "SANLK_WRONG_CAW",
         _ => return None,
     })
 }

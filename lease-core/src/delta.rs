@@ -5,7 +5,7 @@
 //! record changes. Acquiring waits long enough that any previous owner has either shown
 //! itself (the record changed → [`LeaseError::HostIdBusy`]) or been reset by its watchdog.
 
-use disk_format::leader::{LeaderExpect, DELTA_DISK_MAGIC, LEADER_RECORD_LEN, VERSION_MAJOR_MASK};
+use disk_format::leader::{LeaderExpect, DELTA_DISK_MAGIC, LEADER_RECORD_LEN, LFL_DEAD_EXT};
 use disk_format::{DeltaSector, FormatError, Geometry, LeaderKind, LeaderRecord, Name};
 
 use crate::error::{IoOp, LeaseError};
@@ -188,9 +188,7 @@ pub async fn read_lockspace_geometry<D: Disk>(
         }
         .into());
     }
-    if leader.version & VERSION_MAJOR_MASK
-        != disk_format::leader::DELTA_DISK_VERSION & VERSION_MAJOR_MASK
-    {
+    if !LeaderKind::Delta.major_supported(leader.version) {
         return Err(FormatError::Version {
             record: "delta lease",
             found: leader.version,
@@ -345,6 +343,9 @@ async fn acquire_inner<D: Disk, C: Clock>(
 ) -> Result<DeltaState, LeaseError> {
     p.check()?;
     let mut leader = read_host_record(disk, p, p.host_id).await?;
+    // A record with a 5.x flag lockd does not implement (CAW, NO_TIMEOUT) is never
+    // written: the join is refused before any write.
+    leader.check_writable(LeaderKind::Delta)?;
     let other_io = if leader.io_timeout != 0 {
         u64::from(leader.io_timeout)
     } else {
@@ -368,6 +369,7 @@ async fn acquire_inner<D: Disk, C: Clock>(
         if leader != before && leader.timestamp != 0 {
             return Err(LeaseError::HostIdBusy);
         }
+        leader.check_writable(LeaderKind::Delta)?;
     }
     let now_ms = clock.now_ms();
     let mut new = leader;
@@ -376,6 +378,12 @@ async fn acquire_inner<D: Disk, C: Clock>(
     new.owner_id = p.host_id;
     new.owner_generation = leader.owner_generation.wrapping_add(1);
     new.resource_name = p.host_name;
+    // A DEAD_EXT mark (and the setter stamp beside it) names the previous generation:
+    // our new generation is alive, so the mark is not carried over.
+    if new.flags & LFL_DEAD_EXT != 0 {
+        new.flags &= !LFL_DEAD_EXT;
+        new.unused1 = 0;
+    }
     new.seal();
     assert!(
         new.timestamp != 0 && new.owner_id == p.host_id,
@@ -446,6 +454,14 @@ pub async fn renew<D: Disk, C: Clock>(
     let own_at = (p.host_id - 1) as usize * sector;
     let own = LeaderRecord::decode(&buf[own_at..own_at + sector])?;
     own.verify(LeaderKind::Delta, &p.expect())?;
+    // An external fencer declared us dead (sanlock 5.x `set_host DEAD_EXT`, or `lockd
+    // set-host --dead`): others may already be taking our leases. Never overwrite the
+    // mark; the lockspace fails now.
+    if own.dead_ext() && own.owner_generation == state.leader.owner_generation {
+        state.last_renewal_ok = false;
+        return Err(LeaseError::RenewDeadExt);
+    }
+    own.check_writable(LeaderKind::Delta)?;
     if own.owner_id != p.host_id
         || own.owner_generation != state.leader.owner_generation
         || !own.resource_name.same_as(&p.host_name)
@@ -528,6 +544,71 @@ pub async fn release<D: Disk>(
     new.seal();
     write_own(disk, p, &DeltaSector::from_leader(new), p.io_ms()).await?;
     Ok(true)
+}
+
+/// Marks `host_id`'s delta lease DEAD_EXT (sanlock 5.x `set_host`, lockd `set-host
+/// --dead`): an external fencer vouches that this host generation no longer writes.
+///
+/// Refused, with nothing written, when: the host is us ([`LeaseError::Invalid`]); the
+/// record is 3.x's version ([`LeaseError::VersionIncompat`], as sanlock 5.1.1); it names
+/// another generation than `generation` (when non-zero; [`LeaseError::WrongGeneration`]);
+/// it is free, or its timestamp is not `seen_timestamp` — it was renewed after the
+/// caller last judged the host not alive ([`LeaseError::HostIdBusy`]); or it carries CAW
+/// or NO_TIMEOUT. The rest of the sector (bitmap, timestamp, event fields) is kept: only
+/// the flag and the checksum change. Returns the record written.
+pub async fn mark_dead_ext<D: Disk>(
+    disk: &D,
+    p: &LockspaceParams,
+    host_id: u64,
+    generation: u64,
+    seen_timestamp: u64,
+) -> Result<LeaderRecord, LeaseError> {
+    p.check()?;
+    if host_id == p.host_id {
+        return Err(LeaseError::Invalid("cannot mark our own host_id dead"));
+    }
+    let off = p
+        .host_sector_offset(host_id)
+        .ok_or(LeaseError::InvalidHostId {
+            host_id,
+            max_hosts: p.geometry.max_hosts(),
+        })?;
+    let sector = p.geometry.sector_bytes() as usize;
+    let buf = disk
+        .read(off, sector, p.io_ms())
+        .await
+        .map_err(|e| LeaseError::io(IoOp::LeaderRead, e))?;
+    if buf.len() < sector {
+        return Err(LeaseError::io(IoOp::LeaderRead, crate::io::IoError::Failed));
+    }
+    let mut s = DeltaSector::decode(&buf)?;
+    s.leader.verify(LeaderKind::Delta, &p.expect())?;
+    if s.leader.version & disk_format::leader::VERSION_MAJOR_MASK
+        != disk_format::leader::DELTA_DISK_VERSION_5 & disk_format::leader::VERSION_MAJOR_MASK
+    {
+        return Err(LeaseError::VersionIncompat);
+    }
+    s.leader.check_writable(LeaderKind::Delta)?;
+    if generation != 0 && s.leader.owner_generation != generation {
+        return Err(LeaseError::WrongGeneration {
+            host_id,
+            on_disk: s.leader.owner_generation,
+            requested: generation,
+        });
+    }
+    if s.leader.timestamp == 0 || s.leader.timestamp != seen_timestamp {
+        return Err(LeaseError::HostIdBusy);
+    }
+    s.leader.flags |= LFL_DEAD_EXT;
+    s.leader.seal();
+    let mut out = buf[..sector].to_vec();
+    let rest = out[disk_format::delta::DELTA_SECTOR_MIN..].to_vec();
+    s.encode_into(&mut out);
+    out[disk_format::delta::DELTA_SECTOR_MIN..].copy_from_slice(&rest);
+    disk.write(off, &out, p.io_ms())
+        .await
+        .map_err(|e| LeaseError::io(IoOp::LeaderWrite, e))?;
+    Ok(s.leader)
 }
 
 /// How long after `state.last_success_ms` the lockspace fails (8D), in ms — the wdmd expiry.

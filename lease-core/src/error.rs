@@ -44,6 +44,31 @@ pub enum LeaseError {
     /// Our delta lease on disk differs from what we last wrote.
     #[error("delta lease differs from our last write")]
     RenewDiff,
+    /// Our delta lease on disk was marked DEAD_EXT by an external fencer (sanlock 5.x
+    /// `set_host`): our leases are being taken; the lockspace fails at once.
+    #[error("our delta lease was declared dead by an external fencer (DEAD_EXT)")]
+    RenewDeadExt,
+    /// The lease's owner has a NO_TIMEOUT delta lease (sanlock 5.x): it never expires by
+    /// time, so the lease is never taken from it.
+    #[error("lease owned by host {owner_id}, whose delta lease never times out (NO_TIMEOUT)")]
+    OwnedNoTimeout {
+        /// Owner host_id.
+        owner_id: u64,
+    },
+    /// `set_host DEAD_EXT` on an area whose delta leases are 3.x's version (sanlock 5.1.1
+    /// refuses it the same way: SANLK_VERSION_INCOMPAT).
+    #[error("the lockspace's delta leases are version 3.x: DEAD_EXT needs a 5.x area")]
+    VersionIncompat,
+    /// The host's delta lease is not of the generation named (SANLK_WRONG_GENERATION).
+    #[error("delta lease of host {host_id} is generation {on_disk}, not {requested}")]
+    WrongGeneration {
+        /// The host.
+        host_id: u64,
+        /// Generation on disk.
+        on_disk: u64,
+        /// Generation asked for.
+        requested: u64,
+    },
     /// A ballot saw a dblock for a newer lease version.
     #[error("ballot aborted: newer lver in a dblock")]
     DblockLver,
@@ -155,6 +180,10 @@ impl LeaseError {
             LeaseError::HostIdBusy => rv::SANLK_HOSTID_BUSY,
             LeaseError::RenewOwner => rv::SANLK_RENEW_OWNER,
             LeaseError::RenewDiff => rv::SANLK_RENEW_DIFF,
+            LeaseError::RenewDeadExt => rv::SANLK_RENEW_DEAD_EXT,
+            LeaseError::VersionIncompat => rv::SANLK_VERSION_INCOMPAT,
+            LeaseError::WrongGeneration { .. } => rv::SANLK_WRONG_GENERATION,
+            LeaseError::OwnedNoTimeout { .. } => rv::SANLK_ACQUIRE_OWNED_NO_TIMEOUT,
             LeaseError::DblockLver => rv::SANLK_DBLOCK_LVER,
             LeaseError::DblockMbal => rv::SANLK_DBLOCK_MBAL,
             LeaseError::AcquireLver { .. } => rv::SANLK_ACQUIRE_LVER,
@@ -181,7 +210,10 @@ impl LeaseError {
     pub fn is_corrupt(&self) -> bool {
         matches!(
             self,
-            LeaseError::RenewOwner | LeaseError::RenewDiff | LeaseError::Format(_)
+            LeaseError::RenewOwner
+                | LeaseError::RenewDiff
+                | LeaseError::RenewDeadExt
+                | LeaseError::Format(_)
         )
     }
 

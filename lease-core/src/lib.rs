@@ -31,6 +31,8 @@ mod tests_delta;
 #[cfg(test)]
 mod tests_paxos;
 #[cfg(test)]
+mod tests_v5;
+#[cfg(test)]
 mod testutil;
 
 pub use delta::{DeltaState, LockspaceParams, RenewInput};

@@ -48,6 +48,9 @@ pub struct HostObservation {
     pub last_check_s: u64,
     /// When a read last found (owner, generation, timestamp) changed; 0 = never.
     pub last_live_s: u64,
+    /// The record carries DEAD_EXT (sanlock 5.x `set_host`): an external fencer declared
+    /// this generation dead. Such a held record is DEAD whatever its timestamp does.
+    pub dead_ext: bool,
 }
 
 impl HostObservation {
@@ -201,6 +204,7 @@ impl HostMonitor {
                             first_check_s: now_s,
                             last_check_s: now_s,
                             last_live_s: 0,
+                            dead_ext: l.dead_ext(),
                         },
                     );
                 }
@@ -217,6 +221,7 @@ impl HostMonitor {
                         h.last_live_s = now_s;
                     }
                     h.last_check_s = now_s;
+                    h.dead_ext = l.dead_ext();
                 }
             }
             if l.timestamp != 0 && sector.host_bit(self.our_host_id) {
@@ -248,6 +253,9 @@ impl HostMonitor {
     fn state_of(&self, h: &HostObservation, now_s: u64) -> HostState {
         if h.timestamp == 0 {
             return HostState::Free;
+        }
+        if h.dead_ext {
+            return HostState::Dead;
         }
         let io = u64::from(h.io_timeout);
         let fail = id_renewal_fail_seconds(io);
@@ -294,6 +302,14 @@ impl HostMonitor {
     ) -> bool {
         if delta.timestamp == 0 || delta.owner_generation > gen {
             return false;
+        }
+        // sanlock 5.x marks: DEAD_EXT on this generation = fenced, dead now; NO_TIMEOUT =
+        // never dead by time.
+        if delta.dead_ext() && delta.owner_generation == gen {
+            return false;
+        }
+        if delta.flags & disk_format::leader::LFL_NO_TIMEOUT != 0 {
+            return true;
         }
         let Some(h) = obs else { return true };
         if h.last_check_s == 0 || h.timestamp == 0 || h.owner_generation != delta.owner_generation {

@@ -345,6 +345,9 @@ async fn read_area<D: Disk>(
             .map_err(|e| LeaseError::io(IoOp::LeaderRead, e))?;
         let leader = LeaderRecord::decode(&buf)?;
         leader.verify(LeaderKind::Paxos, &expect(res))?;
+        // A CAW lease (sanlock 5.x) is updated with COMPARE AND WRITE by its hosts:
+        // refused (SANLK_WRONG_CAW) before any ballot writes to it.
+        leader.check_writable(LeaderKind::Paxos)?;
         let lg = leader_geometry(&leader, res)?;
         if lg != g {
             g = lg;
@@ -701,6 +704,20 @@ async fn wait_for_owner<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             || owner_delta.owner_generation > cur.owner_generation
         {
             return Ok(OwnerVerdict::Run);
+        }
+        // sanlock 5.x marks: an external fencer declared exactly this owner generation
+        // dead (DEAD_EXT: its leases are free at once, as on sanlock 5.1.1); a NO_TIMEOUT
+        // owner never expires by time, so its lease is never taken by waiting.
+        if owner_delta.dead_ext() && owner_delta.owner_generation == cur.owner_generation {
+            return Ok(OwnerVerdict::Run);
+        }
+        if owner_delta.flags & disk_format::leader::LFL_NO_TIMEOUT != 0 {
+            return Err(AcquireFail {
+                err: LeaseError::OwnedNoTimeout {
+                    owner_id: cur.owner_id,
+                },
+                leader: Some(*cur),
+            });
         }
         if last_timestamp == 0 {
             last_timestamp = owner_delta.timestamp;

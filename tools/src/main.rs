@@ -62,6 +62,10 @@ enum Command {
     Examine(client::admin::ExamineArgs),
     /// Send a host event to other hosts of a lockspace.
     SetEvent(client::admin::SetEventArgs),
+    /// Declare a host of a lockspace dead after it was fenced (external fencing, sanlock
+    /// 5.1's set_host DEAD_EXT): its leases can be taken at once. Refused while its
+    /// delta lease is still renewed.
+    SetHost(client::admin::SetHostArgs),
     /// Change a lockspace's settings (used, used-by-orphans).
     SetConfig(client::admin::SetConfigArgs),
     /// Read or set the value block (LVB) of a lease held with `acquire --lvb`.
@@ -183,6 +187,7 @@ fn main() -> ExitCode {
         Command::Request(a) => client::admin::request(a),
         Command::Examine(a) => client::admin::examine(a),
         Command::SetEvent(a) => client::admin::set_event(a),
+        Command::SetHost(a) => client::admin::set_host(a),
         Command::SetConfig(a) => client::admin::set_config(a),
         Command::Rindex(c) => client::rindex::run(c),
         Command::Lvb(c) => client::lvb::run(c),

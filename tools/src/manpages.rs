@@ -488,6 +488,15 @@ fn sub_extra(name: &str) -> String {
                 "lockd set-event -s vg1 -i 2 --cur-generation -e 1 -d 7",
             )],
         ),
+        "set-host" => sections(
+            client,
+            default,
+            &[(
+                "After host_id 2 of vg1 was fenced (its lease no longer renewed), free its \
+                 leases now instead of after host_dead seconds:",
+                "lockd set-host -s vg1 -i 2:7 --dead",
+            )],
+        ),
         "shutdown" => sections(
             client,
             default,

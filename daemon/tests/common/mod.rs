@@ -6,6 +6,8 @@
 //! is skipped silently.
 #![allow(dead_code)]
 
+pub mod sid;
+
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,129 @@
+//! Debian unstable (sid) in a debootstrapped chroot (`scripts/debian-chroot.sh`, cached
+//! under /var/tmp/lockd-chroots/sid): its sanlock 5.1.1 daemon and tools run beside lockd
+//! on this host, sharing loop devices (/dev is bound) and run dirs (bound by path).
+//! `LOCKD_CHROOT_SCRIPT` may name another copy of debian-chroot.sh.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use super::*;
+
+pub const SUITE: &str = "sid";
+
+pub fn chroot_script() -> PathBuf {
+    let p = std::env::var_os("LOCKD_CHROOT_SCRIPT").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/debian-chroot.sh"),
+        PathBuf::from,
+    );
+    assert!(
+        p.exists(),
+        "{} is missing: the sid chroot cannot be made",
+        p.display()
+    );
+    p
+}
+
+/// Makes sure the sid chroot with sanlock 5.1.1 and `extra` packages exists (built and
+/// cached on first use).
+pub fn ensure_chroot(extra: &[&str]) {
+    let out = run(Command::new("bash")
+        .arg(chroot_script())
+        .args(["ensure", SUITE, "sanlock"])
+        .args(extra));
+    assert!(
+        out.status.success(),
+        "debian-chroot.sh ensure {SUITE} sanlock {extra:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A command run inside the chroot with `binds` bind-mounted and `SANLOCK_RUN_DIR` set.
+pub fn in_chroot(binds: &[&Path], run_dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new("bash");
+    c.arg(chroot_script()).args(["run", SUITE]);
+    for b in binds {
+        c.arg("--bind").arg(b);
+    }
+    c.arg("--").args(args);
+    c.env("SANLOCK_RUN_DIR", run_dir)
+        .env("SANLOCK_PRIVILEGED", "0");
+    c
+}
+
+/// sanlock 5.1.1's `sanlock daemon -D -w 0` in the chroot, stopped on drop (by its
+/// `shutdown -f 1` command, then by the PID in its pid file).
+pub struct Sanlock5 {
+    pub child: Child,
+    pub run_dir: PathBuf,
+}
+
+impl Sanlock5 {
+    pub fn start(s: &Scratch, host_name: &str) -> Sanlock5 {
+        let run_dir = s.dir.join("run-sanlock5");
+        std::fs::create_dir_all(&run_dir).expect("run dir");
+        let log = std::fs::File::create(s.dir.join("sanlock5.log")).expect("log");
+        let child = in_chroot(
+            &[&run_dir],
+            &run_dir,
+            &[
+                "sanlock", "daemon", "-D", "-w", "0", "-U", "root", "-G", "root", "-e", host_name,
+            ],
+        )
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("dup"))
+        .stderr(log)
+        .spawn()
+        .expect("start sanlock 5.1.1");
+        let sock = run_dir.join("sanlock.sock");
+        assert!(
+            wait_for(30, || std::os::unix::net::UnixStream::connect(&sock)
+                .is_ok()),
+            "sanlock 5.1.1's socket never appeared (log: {})",
+            s.dir.join("sanlock5.log").display()
+        );
+        Sanlock5 { child, run_dir }
+    }
+
+    /// `sanlock ARGS` in the chroot with `dev`'s directory and the run dir bound.
+    pub fn cmd(&self, dev: &Path, args: &[&str]) -> std::process::Output {
+        let _ = dev;
+        run(&mut in_chroot(&[&self.run_dir], &self.run_dir, args))
+    }
+}
+
+impl Sanlock5 {
+    /// Kills the daemon with SIGKILL (by the PID in its pid file): a host that crashed.
+    pub fn kill9(&mut self) {
+        let pid = std::fs::read_to_string(self.run_dir.join("sanlock.pid")).expect("sanlock.pid");
+        let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+        assert!(
+            wait_for(15, || matches!(self.child.try_wait(), Ok(Some(_)))),
+            "sanlock 5.1.1 did not end after SIGKILL"
+        );
+    }
+}
+
+impl Drop for Sanlock5 {
+    fn drop(&mut self) {
+        let _ = run(&mut in_chroot(
+            &[&self.run_dir],
+            &self.run_dir,
+            &["sanlock", "client", "shutdown", "-f", "1"],
+        ));
+        if !wait_for(15, || matches!(self.child.try_wait(), Ok(Some(_)))) {
+            if let Ok(pid) = std::fs::read_to_string(self.run_dir.join("sanlock.pid")) {
+                let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+            }
+            let _ = wait_for(10, || matches!(self.child.try_wait(), Ok(Some(_))));
+        }
+        let _ = self.child.wait();
+    }
+}
+
+pub fn text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}

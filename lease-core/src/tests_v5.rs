@@ -1,0 +1,245 @@
+//! sanlock 5.x areas: delta 5.0 / paxos 7.0 records are used and keep their version;
+//! the 5.x flags lockd does not implement (CAW, NO_TIMEOUT) are refused before any write;
+//! DEAD_EXT frees a fenced owner's lease at once, fails the fenced host's own lockspace,
+//! and is not carried into a new generation.
+
+use std::cell::RefCell;
+
+use disk_format::leader::{
+    DELTA_DISK_VERSION_5, LFL_CAW, LFL_DEAD_EXT, LFL_NO_TIMEOUT, PAXOS_DISK_VERSION_7,
+};
+use disk_format::{DeltaSector, LeaderRecord};
+
+use crate::delta::{self, DeltaState, LockspaceParams, RenewInput};
+use crate::error::LeaseError;
+use crate::exec::block_on;
+use crate::monitor::HostMonitor;
+use crate::paxos::{self, AcquireOptions, HostContext};
+use crate::testutil::{ls_params, res_params, MemDisk, TestClock, RES_OFFSET};
+
+/// Rewrites the record at `offset` through `f` (checksum redone).
+fn edit(d: &MemDisk, offset: u64, f: impl Fn(&mut LeaderRecord)) {
+    let mut sector = d.get(offset, 512);
+    let mut l = LeaderRecord::decode(&sector).unwrap();
+    f(&mut l);
+    l.seal();
+    l.encode_into(&mut sector);
+    d.put(offset, &sector);
+}
+
+fn record(d: &MemDisk, offset: u64) -> LeaderRecord {
+    LeaderRecord::decode(&d.get(offset, 512)).unwrap()
+}
+
+/// A formatted disk whose every delta record and the resource leader carry 5.x's versions.
+fn v5_disk() -> MemDisk {
+    let d = MemDisk::formatted();
+    for h in 0..8 {
+        edit(&d, h * 512, |l| l.version = DELTA_DISK_VERSION_5);
+    }
+    edit(&d, RES_OFFSET, |l| l.version = PAXOS_DISK_VERSION_7);
+    d
+}
+
+struct Host {
+    p: LockspaceParams,
+    st: DeltaState,
+    mon: RefCell<HostMonitor>,
+}
+
+impl Host {
+    fn join(d: &MemDisk, c: &TestClock, id: u64) -> Host {
+        let p = ls_params(id, &format!("host{id}"));
+        let st = block_on(delta::acquire(d, c, &p)).unwrap();
+        Host {
+            mon: RefCell::new(HostMonitor::new(id, p.watchdog_fire)),
+            p,
+            st,
+        }
+    }
+
+    fn renew(&mut self, d: &MemDisk, c: &TestClock) -> Result<(), LeaseError> {
+        let snap = block_on(delta::renew(
+            d,
+            c,
+            &self.p,
+            &mut self.st,
+            &RenewInput::default(),
+        ))?;
+        self.mon.borrow_mut().observe(snap.read_at_s, &snap.sectors);
+        Ok(())
+    }
+
+    fn acquire(&self, d: &MemDisk, c: &TestClock) -> Result<paxos::Token, LeaseError> {
+        let ctx = HostContext {
+            lockspace_disk: d,
+            lockspace: &self.p,
+            generation: self.st.generation(),
+            observer: &self.mon,
+        };
+        block_on(paxos::acquire(
+            d,
+            c,
+            &ctx,
+            &res_params(),
+            &AcquireOptions::default(),
+        ))
+    }
+}
+
+fn advance(c: &TestClock, s: u64) {
+    c.now_ms.set(c.now_ms.get() + s * 1000);
+}
+
+fn two_hosts(d: &MemDisk) -> (TestClock, Host, Host) {
+    let c = TestClock::at_s(1000);
+    let mut a = Host::join(d, &c, 1);
+    let mut b = Host::join(d, &c, 2);
+    for _ in 0..2 {
+        advance(&c, 2);
+        a.renew(d, &c).unwrap();
+        b.renew(d, &c).unwrap();
+    }
+    (c, a, b)
+}
+
+#[test]
+fn v5_lockspace_and_lease_are_shared_and_keep_their_versions() {
+    let d = v5_disk();
+    let (c, mut a, mut b) = two_hosts(&d);
+    assert_eq!(record(&d, 0).version, DELTA_DISK_VERSION_5);
+    assert_eq!(record(&d, 512).version, DELTA_DISK_VERSION_5);
+    let t = b.acquire(&d, &c).unwrap();
+    assert_eq!(record(&d, RES_OFFSET).version, PAXOS_DISK_VERSION_7);
+    advance(&c, 2);
+    b.renew(&d, &c).unwrap();
+    a.renew(&d, &c).unwrap();
+    assert_eq!(a.acquire(&d, &c).unwrap_err().sanlk_code(), -243, "IDLIVE");
+    block_on(paxos::release(&d, &c, &t)).unwrap();
+    a.acquire(&d, &c).unwrap();
+    let l = record(&d, RES_OFFSET);
+    assert_eq!((l.owner_id, l.version), (1, PAXOS_DISK_VERSION_7));
+}
+
+#[test]
+fn caw_and_no_timeout_lockspaces_are_refused_before_any_write() {
+    for (flag, code) in [(LFL_CAW, -281), (LFL_NO_TIMEOUT, -95)] {
+        let d = v5_disk();
+        edit(&d, 0, |l| l.flags |= flag);
+        let before = d.get(0, 1 << 20);
+        let c = TestClock::at_s(100);
+        let e = block_on(delta::acquire(&d, &c, &ls_params(1, "hostA"))).unwrap_err();
+        assert_eq!(e.sanlk_code(), code, "flag 0x{flag:x}: {e}");
+        assert_eq!(d.get(0, 1 << 20), before, "nothing written");
+    }
+}
+
+#[test]
+fn caw_lease_is_refused_before_any_write() {
+    let d = v5_disk();
+    let (c, a, _b) = two_hosts(&d);
+    edit(&d, RES_OFFSET, |l| l.flags |= LFL_CAW);
+    let before = d.get(RES_OFFSET, 1 << 20);
+    assert_eq!(a.acquire(&d, &c).unwrap_err().sanlk_code(), -281);
+    assert_eq!(d.get(RES_OFFSET, 1 << 20), before, "nothing written");
+}
+
+#[test]
+fn owner_with_no_timeout_is_never_waited_out() {
+    let d = v5_disk();
+    let (c, mut a, b) = two_hosts(&d);
+    b.acquire(&d, &c).unwrap();
+    // B's record gains NO_TIMEOUT (a 5.x init_host -N 1), then B stops renewing.
+    edit(&d, 512, |l| l.flags |= LFL_NO_TIMEOUT);
+    for _ in 0..30 {
+        advance(&c, 2);
+        a.renew(&d, &c).unwrap();
+    }
+    let e = a.acquire(&d, &c).unwrap_err();
+    assert_eq!(
+        e,
+        LeaseError::OwnedNoTimeout { owner_id: 2 },
+        "never taken by waiting"
+    );
+    assert_eq!(e.sanlk_code(), -249);
+    assert_eq!(record(&d, RES_OFFSET).owner_id, 2);
+}
+
+#[test]
+fn dead_ext_owner_lease_is_taken_at_once_and_the_fenced_host_fails() {
+    let d = v5_disk();
+    let (c, mut a, mut b) = two_hosts(&d);
+    b.acquire(&d, &c).unwrap();
+    // B renews once more so A has just seen it alive, then an external fencer marks B's
+    // generation dead.
+    advance(&c, 2);
+    b.renew(&d, &c).unwrap();
+    a.renew(&d, &c).unwrap();
+    let gen_b = b.st.generation();
+    edit(&d, 512, |l| {
+        l.flags |= LFL_DEAD_EXT;
+        l.unused1 = 0x0001_0001;
+    });
+    let slept = c.slept_ms.get();
+    let t = a.acquire(&d, &c).unwrap();
+    assert!(c.slept_ms.get() - slept <= 1_000, "no host_dead wait");
+    assert_eq!(t.lver(), 2);
+    assert_eq!(record(&d, RES_OFFSET).owner_id, 1);
+    // B's next renewal fails with RENEW_DEAD_EXT and does not overwrite the mark.
+    advance(&c, 2);
+    let e = b.renew(&d, &c).unwrap_err();
+    assert_eq!(e, LeaseError::RenewDeadExt);
+    assert_eq!(e.sanlk_code(), -263);
+    assert!(e.is_corrupt());
+    assert!(
+        !block_on(delta::release(&d, &b.p, &b.st)).unwrap(),
+        "no release write"
+    );
+    let l = record(&d, 512);
+    assert!(l.dead_ext());
+    assert_eq!(l.owner_generation, gen_b);
+    // B joins again: a new generation, without the mark.
+    let st = block_on(delta::acquire(&d, &c, &b.p)).unwrap();
+    let l = record(&d, 512);
+    assert_eq!(l.owner_generation, gen_b + 1);
+    assert!(!l.dead_ext());
+    assert_eq!(l.unused1, 0);
+    assert_eq!(l.version, DELTA_DISK_VERSION_5);
+    assert_eq!(st.leader, l);
+    let _ = DeltaSector::decode(&d.get(512, 512)).unwrap();
+}
+
+#[test]
+fn monitor_reports_a_dead_ext_host_dead_even_while_its_record_changes() {
+    let d = v5_disk();
+    let (c, mut a, mut b) = two_hosts(&d);
+    let now = |c: &TestClock| c.now_ms.get() / 1000;
+    assert_eq!(
+        a.mon.borrow().state(2, now(&c)),
+        Some(crate::monitor::HostState::Live)
+    );
+    // sanlock 5.1.1's set_host also re-stamps the timestamp: still DEAD.
+    edit(&d, 512, |l| {
+        l.flags |= LFL_DEAD_EXT;
+        l.timestamp += 5;
+    });
+    advance(&c, 2);
+    a.renew(&d, &c).unwrap();
+    assert_eq!(
+        a.mon.borrow().state(2, now(&c)),
+        Some(crate::monitor::HostState::Dead)
+    );
+    assert!(a.mon.borrow().hosts(now(&c))[0].1.dead_ext);
+    // B rejoins (a new generation, the mark cleared): LIVE again once seen renewing.
+    assert!(b.renew(&d, &c).is_err());
+    let mut b2 = Host::join(&d, &c, 2);
+    for _ in 0..2 {
+        advance(&c, 2);
+        b2.renew(&d, &c).unwrap();
+        a.renew(&d, &c).unwrap();
+    }
+    assert_eq!(
+        a.mon.borrow().state(2, now(&c)),
+        Some(crate::monitor::HostState::Live)
+    );
+}
