@@ -1621,6 +1621,9 @@ pub async fn request<D: Disk>(
 ) -> Result<RequestOutcome, LeaseError> {
     let g = res.geometry;
     let leader = read_leader_at(disk, res, g).await?;
+    // A CAW lease's sectors are only ever changed with COMPARE AND WRITE by its owners:
+    // no plain write to its request sector either.
+    leader.check_writable(LeaderKind::Paxos)?;
     let owner_id = (leader.timestamp != 0).then_some(leader.owner_id);
     let off = res.disk_offset + REQUEST_SECTOR * g.sector_bytes();
     let write = |rr: RequestRecord| async move {

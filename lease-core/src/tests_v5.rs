@@ -145,6 +145,20 @@ fn caw_lease_is_refused_before_any_write() {
 }
 
 #[test]
+fn request_to_a_caw_lease_is_refused_before_any_write() {
+    let d = v5_disk();
+    let (c, a, _b) = two_hosts(&d);
+    a.acquire(&d, &c).unwrap();
+    edit(&d, RES_OFFSET, |l| l.flags |= LFL_CAW);
+    let before = d.get(RES_OFFSET, 1 << 20);
+    for lver in [paxos::RequestLver::Next, paxos::RequestLver::Exact(0)] {
+        let e = block_on(paxos::request(&d, &res_params(), lver, 1)).unwrap_err();
+        assert_eq!(e.sanlk_code(), -281, "{e}");
+    }
+    assert_eq!(d.get(RES_OFFSET, 1 << 20), before, "nothing written");
+}
+
+#[test]
 fn owner_with_no_timeout_is_never_waited_out() {
     let d = v5_disk();
     let (c, mut a, b) = two_hosts(&d);
