@@ -65,10 +65,7 @@ pub(crate) fn shutdown_wait(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> Aft
     // the last lockspace is gone, and this reply goes first.
     let mut done = lock(&d.shutdown_mutex);
     while !*done {
-        done = match d.shutdown_cond.wait(done) {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        done = crate::state::wait(&d.shutdown_cond, done);
     }
     drop(done);
     crate::wait_spaces_gone(d);
@@ -552,10 +549,7 @@ fn start_acquire_after_release(
                     return Err(rv);
                 }
                 // The release ends with `finish_release` under this lock, then notifies.
-                drop(match d.released.wait_timeout(tables, left) {
-                    Ok((g, _)) => g,
-                    Err(p) => p.into_inner().0,
-                });
+                drop(crate::state::wait_timeout(&d.released, tables, left));
             }
             other => return other.map(|start| (space, start)),
         }

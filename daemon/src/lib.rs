@@ -135,6 +135,7 @@ pub fn wait_spaces_gone(d: &Daemon) {
 /// single-threaded (it forks the helper first), with tracing already set up via
 /// [`observability::init`] using `ring`.
 pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
+    stop_on_panic();
     if !cfg.foreground {
         daemonize(&cfg.log_file)?;
     }
@@ -181,6 +182,19 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
     let running = start(cfg, Some(helper), ring, mlock_level, true)?;
     running.wait_and_stop();
     Ok(())
+}
+
+/// Makes a panic on any thread stop the process once it is reported: a panicking thread
+/// may have left a transition half applied, and no thread may go on from there. Release
+/// builds abort on panic anyway (`panic = "abort"`); this covers debug builds, which the
+/// tests run.
+fn stop_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        eprintln!("lockd-daemon: a thread panicked; stopping the daemon");
+        std::process::abort();
+    }));
 }
 
 /// A daemon serving its socket, started by `start` (from [`run`], or inside a test
@@ -366,10 +380,7 @@ impl Running {
         {
             let mut done = lock(&d.shutdown_mutex);
             while !*done {
-                done = match d.shutdown_cond.wait(done) {
-                    Ok(g) => g,
-                    Err(p) => p.into_inner(),
-                };
+                done = state::wait(&d.shutdown_cond, done);
             }
         }
         d.notifier.stopping("lockd stopping");

@@ -335,10 +335,7 @@ fn wait_add_result(space: &Space) -> i32 {
         if let Some(rv) = st.add_result {
             return rv;
         }
-        st = match space.cond.wait(st) {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        st = crate::state::wait(&space.cond, st);
     }
 }
 
@@ -378,10 +375,7 @@ pub fn inq(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> i32 {
 fn wait_gone(space: &Space) {
     let mut st = lock(&space.st);
     while !st.gone {
-        st = match space.cond.wait(st) {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        st = crate::state::wait(&space.cond, st);
     }
 }
 

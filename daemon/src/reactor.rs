@@ -565,9 +565,17 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
         d.request_shutdown();
         return;
     }
+    // Test hook, debug builds only: every job panics holding the tables lock, as a bug
+    // in the middle of a transition would (daemon/tests/panic_stops.rs).
+    let panic_in_job =
+        cfg!(debug_assertions) && std::env::var_os("LOCKD_DEBUG_PANIC_IN_JOB").is_some();
     let pool = {
         let (d, weak_r) = (d.clone(), Arc::downgrade(&r));
         Pool::new("lockd-worker", MAX_WORKERS, move |job| {
+            if panic_in_job {
+                let _tables = crate::state::lock(&d.tables);
+                panic!("LOCKD_DEBUG_PANIC_IN_JOB: a job panics holding the tables lock");
+            }
             if let Some(r) = weak_r.upgrade() {
                 run_job(&d, &r, job);
             }

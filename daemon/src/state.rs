@@ -41,13 +41,41 @@ pub enum Refused {
     UidLimit,
 }
 
-/// Locks a mutex, recovering the data if a panicking thread poisoned it (the state is
-/// plain data, consistent at every unlock).
+/// Locks a mutex. A poisoned mutex means a thread panicked while holding it, possibly in
+/// the middle of a transition, so the data it guards cannot be trusted: this panics
+/// rather than recover it, and a panic stops the daemon (`panic = "abort"` in release,
+/// the hook [`crate::run`] installs, and the pool's worker abort otherwise).
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
-        Err(p) => p.into_inner(),
+        Err(_) => poisoned(),
     }
+}
+
+/// Waits on `cond` with `guard` held; panics on a poisoned mutex, as [`lock`].
+pub fn wait<'a, T>(cond: &std::sync::Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    match cond.wait(guard) {
+        Ok(g) => g,
+        Err(_) => poisoned(),
+    }
+}
+
+/// Waits on `cond` with `guard` held for at most `dur`; panics on a poisoned mutex, as
+/// [`lock`].
+pub fn wait_timeout<'a, T>(
+    cond: &std::sync::Condvar,
+    guard: MutexGuard<'a, T>,
+    dur: std::time::Duration,
+) -> (MutexGuard<'a, T>, std::sync::WaitTimeoutResult) {
+    match cond.wait_timeout(guard, dur) {
+        Ok(r) => r,
+        Err(_) => poisoned(),
+    }
+}
+
+#[cold]
+fn poisoned() -> ! {
+    panic!("a lock is poisoned: a thread panicked while holding it, mid-transition; stopping")
 }
 
 /// One resource held by one client.
@@ -349,6 +377,21 @@ impl Daemon {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[should_panic(expected = "a lock is poisoned")]
+    fn a_poisoned_lock_panics_instead_of_recovering() {
+        let m = std::sync::Arc::new(Mutex::new(0u32));
+        let m2 = m.clone();
+        let _ = std::thread::spawn(move || {
+            let mut g = lock(&m2);
+            *g = 1; // half of a two-field transition
+            panic!("mid-transition on purpose");
+        })
+        .join();
+        assert!(m.is_poisoned());
+        drop(lock(&m));
+    }
 
     fn fill(c: &mut Clients, uid: u32, n: usize) -> usize {
         (0..n).filter(|_| c.add(-1, 1, uid, None).is_ok()).count()
