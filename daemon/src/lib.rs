@@ -17,7 +17,6 @@
 pub mod access;
 pub mod admin;
 pub(crate) mod cmd;
-pub mod config;
 pub(crate) mod confirm;
 mod dispatch;
 pub(crate) mod forpid;
@@ -51,12 +50,12 @@ use std::sync::Arc;
 use thiserror::Error;
 use tracing::{error, info, warn};
 
-pub use config::{Config, DaemonArgs};
+/// The configuration schema lives in `lockd-config` (shared with the CLI); the daemon's
+/// modules name it `crate::config`.
+pub use lockd_config as config;
+pub use lockd_config::{Config, DaemonArgs, PID_FILE};
 use observability::LogRing;
 use state::{lock, Daemon};
-
-/// Name of the pid file in the run dir.
-pub const PID_FILE: &str = "lockd.pid";
 
 /// STATUS `mlock_level` once current and future pages are locked (`sys::lock_memory`): sanlock's
 /// level 2 (its level 1 is MCL_CURRENT alone, 0 no mlockall).

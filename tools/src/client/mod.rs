@@ -51,8 +51,8 @@ impl Conn {
             return PathBuf::from(v);
         }
         // Where the daemon's config puts it (drop-in mode: run_dir = "/run/sanlock").
-        let cfg = std::path::Path::new(lockd_daemon::config::DEFAULT_CONFIG_PATH);
-        if let Ok(Some(dir)) = lockd_daemon::config::load_file(cfg, false).map(|f| f.run_dir) {
+        let cfg = std::path::Path::new(lockd_config::DEFAULT_CONFIG_PATH);
+        if let Ok(Some(dir)) = lockd_config::load_file(cfg, false).map(|f| f.run_dir) {
             return dir;
         }
         client_lib::default_run_dir()
