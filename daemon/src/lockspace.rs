@@ -96,9 +96,9 @@ impl Space {
             host_id: self.host_id,
             flags,
             pad: 0,
-            host_id_disk: wire::Disk::default(),
+            host_id_disk: wire::DiskLocation::default(),
         };
-        if let Ok(disk) = wire::Disk::new(&self.path, self.offset) {
+        if let Ok(disk) = wire::DiskLocation::new(&self.path, self.offset) {
             ls.host_id_disk = disk;
         }
         ls

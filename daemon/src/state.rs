@@ -80,11 +80,11 @@ fn poisoned() -> ! {
 
 /// One resource held by one client.
 #[derive(Debug, Clone)]
-pub struct Token {
+pub struct ClientToken {
     pub token_id: u32,
     pub ls: Name,
     pub name: Name,
-    pub disks: Vec<wire::Disk>,
+    pub disks: Vec<wire::DiskLocation>,
     pub shared: bool,
     pub persistent: bool,
     pub lver: u64,
@@ -93,7 +93,7 @@ pub struct Token {
     pub acquired: u64,
 }
 
-impl Token {
+impl ClientToken {
     pub fn key(&self) -> (Name, Name) {
         (self.ls, self.name)
     }
@@ -126,7 +126,7 @@ pub struct Client {
     /// How the last killpath run for this client ended (`exit:N`, `signal:N`,
     /// `noexec:ERRNO`), as the helper reported it.
     pub killpath_status: Option<String>,
-    pub tokens: Vec<Token>,
+    pub tokens: Vec<ClientToken>,
     pub owner_name: Name,
     pub kill_count: u32,
     pub kill_last: u64,
@@ -261,7 +261,7 @@ impl Clients {
 pub struct LocalRes {
     pub ls: Name,
     pub name: Name,
-    pub disks: Vec<wire::Disk>,
+    pub disks: Vec<wire::DiskLocation>,
     pub shared: bool,
     /// Client slots holding it (several only for shared).
     pub holders: Vec<u32>,

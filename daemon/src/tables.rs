@@ -31,7 +31,7 @@ use client_lib::wire;
 use disk_format::Name;
 
 use crate::paxos::Held;
-use crate::state::{Clients, KillPath, LocalRes, Token};
+use crate::state::{ClientToken, Clients, KillPath, LocalRes};
 
 /// A lease's key: (lockspace, resource).
 pub type Key = (Name, Name);
@@ -123,7 +123,7 @@ impl Tables {
     /// Ends the command [`Tables::start_command`] started on `target`. If the client died
     /// meanwhile, its slot goes and its tokens are returned, to be released as a dead
     /// holder's.
-    pub fn finish_command(&mut self, target: u32) -> Option<Vec<Token>> {
+    pub fn finish_command(&mut self, target: u32) -> Option<Vec<ClientToken>> {
         let c = self.clients.slots.get_mut(&target)?;
         c.cmd_active = 0;
         if !c.pid_dead {
@@ -138,7 +138,7 @@ impl Tables {
     /// goes. A registered client's slot goes and its tokens are returned (pid, tokens) to
     /// be released as a dead holder's — unless a command from another connection is
     /// running on it, which then ends it ([`Tables::finish_command`]).
-    pub fn client_ended(&mut self, ci: u32) -> Option<(i32, Vec<Token>)> {
+    pub fn client_ended(&mut self, ci: u32) -> Option<(i32, Vec<ClientToken>)> {
         let c = self.clients.slots.get_mut(&ci)?;
         if !c.registered {
             self.clients.slots.remove(&ci);
@@ -193,7 +193,7 @@ impl Tables {
         key: Key,
         shared: bool,
         cmd_flags: u32,
-        disks: &[wire::Disk],
+        disks: &[wire::DiskLocation],
     ) -> Result<AcquireStart, i32> {
         if let Some(c) = self.clients.slots.get(&ci) {
             if c.tokens.iter().any(|t| t.key() == key) {
@@ -279,7 +279,11 @@ impl Tables {
 
     /// Records an acquire request's tokens on its client; if the client's slot went
     /// meanwhile, the tokens come back to be released.
-    pub fn record_tokens(&mut self, ci: u32, tokens: Vec<Token>) -> Result<(), Vec<Token>> {
+    pub fn record_tokens(
+        &mut self,
+        ci: u32,
+        tokens: Vec<ClientToken>,
+    ) -> Result<(), Vec<ClientToken>> {
         match self.clients.slots.get_mut(&ci) {
             Some(c) => {
                 c.tokens.extend(tokens);
@@ -292,7 +296,7 @@ impl Tables {
     /// Drops client `ci` as a holder of `token`'s resource; when this was its last
     /// holder, the lease is to be released on disk, or, if the holder died (`dying`) with
     /// a persistent lease, kept as an orphan (sanlock §2.9).
-    pub fn start_release(&mut self, ci: u32, token: &Token, dying: bool) -> ReleaseStart {
+    pub fn start_release(&mut self, ci: u32, token: &ClientToken, dying: bool) -> ReleaseStart {
         let Some(lr) = self.resources.get_mut(&token.key()) else {
             return ReleaseStart::NotHeld;
         };
@@ -333,7 +337,7 @@ impl Tables {
     }
 
     /// Takes every token of client `ci` (RELEASE of all).
-    pub fn take_all_tokens(&mut self, ci: u32) -> Vec<Token> {
+    pub fn take_all_tokens(&mut self, ci: u32) -> Vec<ClientToken> {
         self.clients
             .slots
             .get_mut(&ci)
@@ -343,7 +347,7 @@ impl Tables {
 
     /// Takes the tokens of client `ci` named in `keys`; the flag tells whether one of them
     /// was not held. -ESRCH without the client.
-    pub fn take_tokens(&mut self, ci: u32, keys: &[Key]) -> Result<(Vec<Token>, bool), i32> {
+    pub fn take_tokens(&mut self, ci: u32, keys: &[Key]) -> Result<(Vec<ClientToken>, bool), i32> {
         let c = self.clients.slots.get_mut(&ci).ok_or(-libc::ESRCH)?;
         let mut picked = Vec::new();
         let mut missing = false;
@@ -359,7 +363,7 @@ impl Tables {
     /// Client `ci`'s token for `key`, if converting it to `to_shared` makes sense:
     /// -ESRCH without the client, -ENOENT when it does not hold the lease, -EALREADY when
     /// the lease is in that mode already.
-    pub fn convert_token(&self, ci: u32, key: Key, to_shared: bool) -> Result<Token, i32> {
+    pub fn convert_token(&self, ci: u32, key: Key, to_shared: bool) -> Result<ClientToken, i32> {
         let c = self.clients.slots.get(&ci).ok_or(-libc::ESRCH)?;
         let token = c
             .tokens
@@ -452,7 +456,8 @@ impl Tables {
             }
         }
         for c in self.clients.slots.values() {
-            let keys: std::collections::HashSet<Key> = c.tokens.iter().map(Token::key).collect();
+            let keys: std::collections::HashSet<Key> =
+                c.tokens.iter().map(ClientToken::key).collect();
             if keys.len() != c.tokens.len() {
                 return Err(format!("client {}: two tokens for one resource", c.ci));
             }
@@ -482,8 +487,8 @@ mod tests {
         ci
     }
 
-    fn token(k: Key, shared: bool, persistent: bool) -> Token {
-        Token {
+    fn token(k: Key, shared: bool, persistent: bool) -> ClientToken {
+        ClientToken {
             token_id: 1,
             ls: k.0,
             name: k.1,

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 use client_lib::proto::SANLK_RES_SHARED;
-use client_lib::{describe_rv, Client, Disk, Lockspace, Resource, ResourceHead};
+use client_lib::{describe_rv, Client, DiskLocation, Lockspace, Resource, ResourceHead};
 use disk_format::Name;
 
 use crate::spec::{LockspaceSpec, ResourceSpec};
@@ -111,7 +111,7 @@ pub fn wire_resource(text: &str) -> Result<Resource> {
             flags,
             num_disks: 1,
         },
-        disks: vec![Disk::new(&r.path.to_string_lossy(), r.offset)?],
+        disks: vec![DiskLocation::new(&r.path.to_string_lossy(), r.offset)?],
     })
 }
 
