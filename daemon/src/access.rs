@@ -38,14 +38,8 @@ use crate::server::Conn;
 use crate::state::Daemon;
 use crate::sys;
 
-/// Credentials to act with: uid, gid and supplementary groups (for a storage open, the
-/// filesystem credentials; for a killpath, the process's).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FsCreds {
-    pub uid: u32,
-    pub gid: u32,
-    pub groups: Vec<u32>,
-}
+/// Credentials to act with (plain data, kept in the core's client table with a killpath).
+pub use lockd_core::FsCreds;
 
 /// Who sent the command being run: uid, gid and supplementary groups at connect time.
 #[derive(Debug, Clone, PartialEq, Eq)]
