@@ -16,42 +16,87 @@ use crate::helper::Helper;
 use crate::lockspace::Space;
 use crate::notify::Notifier;
 use crate::observability::LogRing;
-use crate::tables::Tables;
+use crate::tables::TablesLock;
 
 /// Locks a mutex. A poisoned mutex means a thread panicked while holding it, possibly in
 /// the middle of a transition, so the data it guards cannot be trusted: this panics
 /// rather than recover it, and a panic stops the daemon (`panic = "abort"` in release,
 /// the hook [`crate::run`] installs, and the pool's worker abort otherwise).
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(_) => poisoned(),
+pub fn lock<L: Lock + ?Sized>(m: &L) -> L::Guard<'_> {
+    m.lock_or_stop()
+}
+
+/// A lock [`lock`] takes: a plain mutex, or the tables' (`crate::tables::TablesLock`,
+/// whose guard checks the tables' invariants in debug builds as it lets go).
+pub trait Lock {
+    type Guard<'a>
+    where
+        Self: 'a;
+    fn lock_or_stop(&self) -> Self::Guard<'_>;
+}
+
+impl<T: ?Sized> Lock for Mutex<T> {
+    type Guard<'a>
+        = MutexGuard<'a, T>
+    where
+        T: 'a;
+    fn lock_or_stop(&self) -> MutexGuard<'_, T> {
+        match self.lock() {
+            Ok(g) => g,
+            Err(_) => poisoned(),
+        }
+    }
+}
+
+impl<L: Lock + ?Sized> Lock for Arc<L> {
+    type Guard<'a>
+        = L::Guard<'a>
+    where
+        L: 'a;
+    fn lock_or_stop(&self) -> L::Guard<'_> {
+        L::lock_or_stop(self)
+    }
+}
+
+/// A guard a condition variable can wait with: it gives up its mutex guard for the wait
+/// and is made again from the one the wait returns.
+pub trait WaitGuard<'a, T: 'a>: Sized {
+    fn into_mutex_guard(self) -> MutexGuard<'a, T>;
+    fn from_mutex_guard(g: MutexGuard<'a, T>) -> Self;
+}
+
+impl<'a, T: 'a> WaitGuard<'a, T> for MutexGuard<'a, T> {
+    fn into_mutex_guard(self) -> MutexGuard<'a, T> {
+        self
+    }
+    fn from_mutex_guard(g: MutexGuard<'a, T>) -> Self {
+        g
     }
 }
 
 /// Waits on `cond` with `guard` held; panics on a poisoned mutex, as [`lock`].
-pub fn wait<'a, T>(cond: &std::sync::Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
-    match cond.wait(guard) {
-        Ok(g) => g,
+pub fn wait<'a, T: 'a, G: WaitGuard<'a, T>>(cond: &Condvar, guard: G) -> G {
+    match cond.wait(guard.into_mutex_guard()) {
+        Ok(g) => G::from_mutex_guard(g),
         Err(_) => poisoned(),
     }
 }
 
 /// Waits on `cond` with `guard` held for at most `dur`; panics on a poisoned mutex, as
 /// [`lock`].
-pub fn wait_timeout<'a, T>(
-    cond: &std::sync::Condvar,
-    guard: MutexGuard<'a, T>,
+pub fn wait_timeout<'a, T: 'a, G: WaitGuard<'a, T>>(
+    cond: &Condvar,
+    guard: G,
     dur: std::time::Duration,
-) -> (MutexGuard<'a, T>, std::sync::WaitTimeoutResult) {
-    match cond.wait_timeout(guard, dur) {
-        Ok(r) => r,
+) -> (G, std::sync::WaitTimeoutResult) {
+    match cond.wait_timeout(guard.into_mutex_guard(), dur) {
+        Ok((g, r)) => (G::from_mutex_guard(g), r),
         Err(_) => poisoned(),
     }
 }
 
 #[cold]
-fn poisoned() -> ! {
+pub(crate) fn poisoned() -> ! {
     panic!("a lock is poisoned: a thread panicked while holding it, mid-transition; stopping")
 }
 
@@ -75,7 +120,7 @@ pub struct Daemon {
     pub notifier: Notifier,
     pub log: Arc<LogRing>,
     /// The client and resource tables: their one owner (`crate::tables`).
-    pub tables: Mutex<Tables>,
+    pub tables: TablesLock,
     /// Notified (after the `tables` lock has recorded it) whenever a release on disk has
     /// ended: acquires of the same lease wait on it with the `tables` lock.
     pub released: Condvar,
@@ -103,7 +148,7 @@ impl Daemon {
             helper,
             notifier: Notifier::from_env(),
             log,
-            tables: Mutex::new(Tables::default()),
+            tables: TablesLock::default(),
             released: Condvar::new(),
             spaces: Mutex::new(Vec::new()),
             watchers: Mutex::new(Vec::new()),

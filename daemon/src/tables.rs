@@ -3,9 +3,13 @@
 //! of the client's socket, shut down at exit) and on-disk lease state
 //! ([`crate::paxos::Held`]: lease-core's token and who opened the disk).
 
+use std::ops::{Deref, DerefMut};
 use std::os::unix::net::UnixStream;
+use std::sync::{Mutex, MutexGuard};
 
 pub use lockd_core::tables::{AcquireStart, CommandTarget, Key};
+
+use crate::state::{Lock, WaitGuard};
 
 /// The client and resource tables, behind the daemon's one `tables` lock.
 pub type Tables = lockd_core::Tables<UnixStream, crate::paxos::Held>;
@@ -13,8 +17,116 @@ pub type Tables = lockd_core::Tables<UnixStream, crate::paxos::Held>;
 /// What a release's first step left to do.
 pub type ReleaseStart = lockd_core::ReleaseStart<crate::paxos::Held>;
 
+/// The tables behind their one lock (`crate::state::lock(&d.tables)`). In debug builds
+/// (the tests') the guard runs [`lockd_core::Tables::check`] each time it lets go of the
+/// lock (dropped, or given up for a condvar wait) and panics on a broken invariant, which
+/// stops the daemon: every test that drives the daemon also checks that no handler, and
+/// no write outside the transitions, leaves the tables inconsistent. Release builds skip
+/// the check (it is O(table)).
+#[derive(Debug, Default)]
+pub struct TablesLock(Mutex<Tables>);
+
+/// The tables, locked (see [`TablesLock`]).
+pub struct TablesGuard<'a>(Option<MutexGuard<'a, Tables>>);
+
+impl Lock for TablesLock {
+    type Guard<'a> = TablesGuard<'a>;
+    fn lock_or_stop(&self) -> TablesGuard<'_> {
+        TablesGuard(Some(self.0.lock_or_stop()))
+    }
+}
+
+impl TablesGuard<'_> {
+    fn check(tables: &Tables) {
+        if cfg!(debug_assertions) && !std::thread::panicking() {
+            if let Err(broken) = tables.check() {
+                panic!("the client/resource tables broke an invariant: {broken}");
+            }
+        }
+    }
+}
+
+impl Deref for TablesGuard<'_> {
+    type Target = Tables;
+    fn deref(&self) -> &Tables {
+        match &self.0 {
+            Some(g) => g,
+            None => unreachable!("a TablesGuard is emptied only as it is consumed"),
+        }
+    }
+}
+
+impl DerefMut for TablesGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Tables {
+        match &mut self.0 {
+            Some(g) => g,
+            None => unreachable!("a TablesGuard is emptied only as it is consumed"),
+        }
+    }
+}
+
+impl Drop for TablesGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(g) = &self.0 {
+            TablesGuard::check(g);
+        }
+    }
+}
+
+impl<'a> WaitGuard<'a, Tables> for TablesGuard<'a> {
+    fn into_mutex_guard(mut self) -> MutexGuard<'a, Tables> {
+        let g = self
+            .0
+            .take()
+            .unwrap_or_else(|| unreachable!("a TablesGuard is emptied only as it is consumed"));
+        TablesGuard::check(&g);
+        g
+    }
+    fn from_mutex_guard(g: MutexGuard<'a, Tables>) -> Self {
+        TablesGuard(Some(g))
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// In debug builds (tests), letting go of the tables with a broken invariant panics.
+    #[test]
+    #[should_panic(expected = "broke an invariant")]
+    fn the_guard_checks_the_tables_as_it_lets_go() {
+        let tables = TablesLock::default();
+        let mut g = crate::state::lock(&tables);
+        let ci = g.clients.add(-1, 10, 1000, None).expect("a slot");
+        let name = disk_format::Name::new("r").expect("name");
+        g.clients
+            .slots
+            .get_mut(&ci)
+            .expect("slot")
+            .tokens
+            .push(lockd_core::ClientToken {
+                token_id: 1,
+                ls: name,
+                name,
+                disks: Vec::new(),
+                shared: false,
+                persistent: false,
+                lver: 1,
+                acquired: 0,
+            });
+        drop(g);
+    }
+
+    /// A consistent table passes the check, also across a condvar wait.
+    #[test]
+    fn a_consistent_table_passes_the_guard() {
+        let tables = TablesLock::default();
+        let cond = std::sync::Condvar::new();
+        let mut g = crate::state::lock(&tables);
+        g.clients.add(-1, 10, 1000, None).expect("a slot");
+        let (g, _) = crate::state::wait_timeout(&cond, g, std::time::Duration::from_millis(1));
+        assert_eq!(g.clients.slots.len(), 1);
+    }
     /// The core answers with its own errno table (it does not link libc): the values
     /// must be the ones the daemon's other replies use.
     #[test]
