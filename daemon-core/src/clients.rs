@@ -63,7 +63,7 @@ impl ClientToken {
 }
 
 /// A killpath registered with KILLPATH.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KillPath {
     pub path: String,
     pub args: String,

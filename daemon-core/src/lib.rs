@@ -12,7 +12,12 @@
 //!   `--for-pid` process, with its [`ClientToken`]s) and the resource-table entry
 //!   ([`LocalRes`]);
 //! - [`tables`]: the one owner of both tables ([`Tables`]), the lease lifecycle's
-//!   transitions and [`Tables::check`], the invariant check.
+//!   transitions and [`Tables::check`], the invariant check;
+//! - [`space_state`]: one lockspace's status and its transitions (renewal outcomes, the
+//!   expiry check that decides notice, loss and kill);
+//! - [`kill`]: kill escalation as decisions ([`kill::plan_kills`]);
+//! - [`step`]: [`step::Core::step`], the input → effects form, so far for one path (a
+//!   lockspace's lease growing old and lost: its holders' loss notices, then the kills).
 //!
 //! The shell's own types enter as parameters: `S`, the handle it keeps with a connection
 //! slot, and `H`, the on-disk state of a held lease ([`LeaseHold`]).
@@ -20,10 +25,14 @@
 
 pub mod clients;
 pub mod errno;
+pub mod kill;
+pub mod space_state;
+pub mod step;
 pub mod tables;
 
 pub use clients::{
     Client, ClientToken, Clients, FsCreds, KillPath, LeaseHold, LocalRes, Refused, Waiting,
     MAX_CLIENTS, MAX_CLIENTS_PER_UID, ROOT_RESERVED_SLOTS,
 };
+pub use step::{Core, Effect, Input};
 pub use tables::{AcquireStart, CommandTarget, Key, ReleaseStart, Tables};

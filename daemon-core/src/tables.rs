@@ -438,6 +438,25 @@ impl<S, H: LeaseHold> Tables<S, H> {
         0
     }
 
+    /// The pids of the live clients holding a lease of lockspace `ls` (of resource `res`
+    /// only, when given): the ones a lease-loss or request notice is for.
+    pub fn holder_pids(&self, ls: &Name, res: Option<&Name>) -> Vec<i32> {
+        let mut pids: Vec<i32> = self
+            .clients
+            .slots
+            .values()
+            .filter(|c| !c.pid_dead && c.pid > 0)
+            .filter(|c| {
+                c.tokens
+                    .iter()
+                    .any(|t| t.ls.same_as(ls) && res.is_none_or(|r| t.name.same_as(r)))
+            })
+            .map(|c| c.pid)
+            .collect();
+        pids.sort_unstable();
+        pids
+    }
+
     /// Whether any lease (held or orphaned) of lockspace `ls` is in the table.
     pub fn space_in_use(&self, ls: &Name) -> bool {
         self.resources.keys().any(|(l, _)| l.same_as(ls))

@@ -32,7 +32,8 @@ pub(crate) mod pool;
 pub(crate) mod reactor;
 pub(crate) mod rindex;
 pub(crate) mod server;
-pub mod space_state;
+/// One lockspace's status and its transitions: the core's (`lockd_core::space_state`).
+pub use lockd_core::space_state;
 pub mod state;
 #[allow(unsafe_code)]
 pub(crate) mod sys;

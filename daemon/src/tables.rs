@@ -143,6 +143,8 @@ mod tests {
             (errno::EMFILE, libc::EMFILE),
             (errno::EALREADY, libc::EALREADY),
             (errno::EUCLEAN, libc::EUCLEAN),
+            (lockd_core::kill::SIGKILL, libc::SIGKILL),
+            (lockd_core::kill::SIGTERM, libc::SIGTERM),
         ] {
             assert_eq!(core, libc);
         }
