@@ -76,7 +76,7 @@ pub struct KillPath {
 /// One connection slot. `S` is the shell's handle kept with it (the daemon: a clone of
 /// the connection, to shut it down at exit); the core never looks inside it.
 #[derive(Debug)]
-pub struct Client<S> {
+pub struct ClientSlot<S> {
     pub ci: u32,
     pub fd: i32,
     pub pid: i32,
@@ -115,7 +115,7 @@ pub struct Waiting {
 /// All connection slots.
 #[derive(Debug)]
 pub struct Clients<S> {
-    pub slots: HashMap<u32, Client<S>>,
+    pub slots: HashMap<u32, ClientSlot<S>>,
     next_ci: u32,
 }
 
@@ -164,7 +164,7 @@ impl<S> Clients<S> {
         self.next_ci = self.next_ci.max(ci + 1);
         self.slots.insert(
             ci,
-            Client {
+            ClientSlot {
                 ci,
                 fd,
                 pid,

@@ -8,7 +8,7 @@
 //! runs in a unit test exactly as it runs in the daemon.
 //!
 //! What is here so far (issue 23 moves the rest over step by step, docs/architecture.md):
-//! - [`clients`]: the client table ([`Clients`], one [`Client`] slot per connection or
+//! - [`clients`]: the client table ([`Clients`], one [`ClientSlot`] per connection or
 //!   `--for-pid` process, with its [`ClientToken`]s) and the resource-table entry
 //!   ([`LocalRes`]);
 //! - [`tables`]: the one owner of both tables ([`Tables`]), the lease lifecycle's
@@ -31,7 +31,7 @@ pub mod step;
 pub mod tables;
 
 pub use clients::{
-    Client, ClientToken, Clients, FsCreds, KillPath, LeaseHold, LocalRes, Refused, Waiting,
+    ClientSlot, ClientToken, Clients, FsCreds, KillPath, LeaseHold, LocalRes, Refused, Waiting,
     MAX_CLIENTS, MAX_CLIENTS_PER_UID, ROOT_RESERVED_SLOTS,
 };
 pub use step::{Core, Effect, Input};

@@ -107,7 +107,7 @@ pub use lockd_core::{
     ROOT_RESERVED_SLOTS,
 };
 /// One connection slot (the stream: a clone of the connection, shut down at exit).
-pub type Client = lockd_core::Client<UnixStream>;
+pub type ClientSlot = lockd_core::ClientSlot<UnixStream>;
 /// All connection slots.
 pub type Clients = lockd_core::Clients<UnixStream>;
 /// A lease held on this host.
