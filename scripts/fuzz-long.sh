@@ -57,7 +57,7 @@ run_one() { # crate target
 }
 
 targets=()
-for crate in disk-format client-lib wdmd daemon tools; do
+for crate in disk-format client-lib wdmd config tools; do
     for t in $(cd "$crate" && cargo fuzz list); do
         if [ "${#only[@]}" -eq 0 ] || [[ " ${only[*]} " == *" $crate/$t "* ]]; then
             targets+=("$crate $t")

@@ -13,7 +13,7 @@ fi
 export RUSTC_BOOTSTRAP=1 RUST_LIB_BACKTRACE=0
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-for crate in disk-format client-lib wdmd daemon tools; do
+for crate in disk-format client-lib wdmd config tools; do
     for target in $(cd "$crate" && cargo fuzz list); do
         if ! (cd "$crate" && cargo fuzz run "$target" -- -max_total_time="$secs") >"$log" 2>&1; then
             echo "fuzz: $crate/$target FAILED:"

@@ -298,7 +298,7 @@ impl Client {
             host_id,
             flags: 0,
             pad: 0,
-            host_id_disk: Disk::default(),
+            host_id_disk: DiskLocation::default(),
         };
         let (h, p) = self.call_ok(SM_CMD_GET_HOSTS, 0, 0, 0, &ls.encode())?;
         let n = (h.data2 as usize).min(p.len() / HOST_LEN);
@@ -334,7 +334,7 @@ impl Client {
             host_id: 0,
             flags: 0,
             pad: 0,
-            host_id_disk: Disk::default(),
+            host_id_disk: DiskLocation::default(),
         };
         self.send(cmd, 0, 0, 0, &ls.encode())?;
         let h = self.recv_header()?;
@@ -423,7 +423,7 @@ impl Client {
                     }
                     let mut disks = Vec::new();
                     for _ in 0..head.num_disks {
-                        disks.push(Disk::decode(&self.recv_exact(DISK_LEN)?)?);
+                        disks.push(DiskLocation::decode(&self.recv_exact(DISK_LEN)?)?);
                     }
                     rec.resource = Some(Resource { head, disks });
                 }

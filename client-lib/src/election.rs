@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::ext::LeaderInfo;
-use crate::lease::{self, AcquireOptions, Lease, LeaseError, LeaseSpec, LossNotice, Wait};
+use crate::lease::{self, AcquireOptions, ClientLeaseError, Lease, LeaseSpec, LossNotice, Wait};
 
 /// One election: a lease and the daemon to go through.
 #[derive(Debug, Clone)]
@@ -62,7 +62,7 @@ impl Leadership {
     }
 
     /// etcd's Resign: gives the lease up so another candidate can take it.
-    pub fn resign(self) -> Result<(), LeaseError> {
+    pub fn resign(self) -> Result<(), ClientLeaseError> {
         self.lease.release()
     }
 }
@@ -95,7 +95,7 @@ impl LeaderElection {
     }
 
     /// etcd's Campaign: blocks until we are the leader (or `timeout` passes).
-    pub fn campaign(&self, timeout: Option<Duration>) -> Result<Leadership, LeaseError> {
+    pub fn campaign(&self, timeout: Option<Duration>) -> Result<Leadership, ClientLeaseError> {
         let opts = AcquireOptions {
             run_dir: self.run_dir.clone(),
             shared: false,
@@ -112,7 +112,7 @@ impl LeaderElection {
     }
 
     /// etcd's Leader: who holds the lease now (host_id 0 when nobody does).
-    pub fn leader(&self) -> Result<LeaderInfo, LeaseError> {
+    pub fn leader(&self) -> Result<LeaderInfo, ClientLeaseError> {
         lease::leader(&self.run_dir, &self.spec)
     }
 
@@ -124,7 +124,7 @@ impl LeaderElection {
         interval: Duration,
         stop: &AtomicBool,
         mut f: impl FnMut(&LeaderInfo) -> bool,
-    ) -> Result<(), LeaseError> {
+    ) -> Result<(), ClientLeaseError> {
         let mut last: Option<LeaderInfo> = None;
         while !stop.load(Ordering::SeqCst) {
             let now = self.leader()?;
@@ -148,11 +148,11 @@ impl LeaderElection {
         stop: &AtomicBool,
         mut on_elected: impl FnMut(&Leadership),
         mut on_lost: impl FnMut(LossNotice),
-    ) -> Result<(), LeaseError> {
+    ) -> Result<(), ClientLeaseError> {
         while !stop.load(Ordering::SeqCst) {
             let leadership = match self.campaign(Some(Duration::from_secs(1))) {
                 Ok(l) => l,
-                Err(LeaseError::Timeout { .. }) => continue,
+                Err(ClientLeaseError::Timeout { .. }) => continue,
                 Err(e) => return Err(e),
             };
             on_elected(&leadership);

@@ -35,7 +35,7 @@ use crate::ext::{
     LOCKD_CMD_WATCH, LOCKD_MSG_WATCH_EVENT, NO_DEADLINE, WATCH_EVENT_LEN,
 };
 use crate::proto::{SANLK_ACQUIRE_OWNER_NOWAIT, SANLK_RES_SHARED};
-use crate::wire::{Disk, Resource, ResourceHead, HEADER_LEN};
+use crate::wire::{DiskLocation, Resource, ResourceHead, HEADER_LEN};
 
 /// With no heartbeat for this long, the daemon is taken for stopped and the lease lost.
 pub const SILENCE_LIMIT: Duration = Duration::from_millis(3000);
@@ -46,7 +46,7 @@ const EXT_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Why a lease operation failed.
 #[derive(Debug, Error)]
 #[non_exhaustive]
-pub enum LeaseError {
+pub enum ClientLeaseError {
     #[error(transparent)]
     Client(#[from] ClientError),
     #[error("{op} {lease}: {} ({rv})", describe_rv(*rv))]
@@ -65,12 +65,12 @@ pub enum LeaseError {
     NoExtensions(PathBuf),
 }
 
-impl LeaseError {
+impl ClientLeaseError {
     /// The sanlock-style result code behind the error, when there is one.
     pub fn code(&self) -> Option<i32> {
         match self {
-            LeaseError::Refused { rv, .. } | LeaseError::Busy { rv, .. } => Some(*rv),
-            LeaseError::Client(e) => Some(e.code()),
+            ClientLeaseError::Refused { rv, .. } | ClientLeaseError::Busy { rv, .. } => Some(*rv),
+            ClientLeaseError::Client(e) => Some(e.code()),
             _ => None,
         }
     }
@@ -105,8 +105,8 @@ pub struct LeaseSpec {
 impl LeaseSpec {
     /// Parses `LOCKSPACE:NAME:PATH:OFFSET`; OFFSET takes a K/M/G suffix (powers of 1024).
     /// PATH may contain `:` (the last field is the offset).
-    pub fn parse(text: &str) -> Result<LeaseSpec, LeaseError> {
-        let bad = |why: &str| LeaseError::BadSpec {
+    pub fn parse(text: &str) -> Result<LeaseSpec, ClientLeaseError> {
+        let bad = |why: &str| ClientLeaseError::BadSpec {
             spec: text.to_string(),
             why: why.to_string(),
         };
@@ -135,7 +135,7 @@ impl LeaseSpec {
         format!("{}:{}", self.lockspace, self.name)
     }
 
-    fn resource(&self, shared: bool) -> Result<Resource, LeaseError> {
+    fn resource(&self, shared: bool) -> Result<Resource, ClientLeaseError> {
         Ok(Resource {
             head: ResourceHead {
                 lockspace_name: self.lockspace,
@@ -147,12 +147,12 @@ impl LeaseSpec {
                 flags: if shared { SANLK_RES_SHARED } else { 0 },
                 num_disks: 1,
             },
-            disks: vec![
-                Disk::new(&self.path, self.offset).map_err(|e| LeaseError::BadSpec {
+            disks: vec![DiskLocation::new(&self.path, self.offset).map_err(|e| {
+                ClientLeaseError::BadSpec {
                     spec: self.to_string(),
                     why: e.to_string(),
-                })?,
-            ],
+                }
+            })?],
         })
     }
 }
@@ -180,7 +180,7 @@ fn parse_size(t: &str) -> Option<u64> {
 /// How long [`Lease::acquire`] waits for a lease someone else holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
-    /// One attempt; a held lease gives [`LeaseError::Busy`] at once (the daemon does not
+    /// One attempt; a held lease gives [`ClientLeaseError::Busy`] at once (the daemon does not
     /// wait on an owner whose liveness it does not know yet: OWNER_NOWAIT).
     NoWait,
     /// Retry with back-off until this much time has passed.
@@ -326,7 +326,7 @@ impl std::fmt::Debug for Lease {
 /// The error of a lockd extension command's reply: a reply that never came (the read
 /// timed out) means a daemon without lockd's extensions, e.g. sanlock, which ignores
 /// unknown commands.
-fn ext_error(run_dir: &Path, e: ClientError) -> LeaseError {
+fn ext_error(run_dir: &Path, e: ClientError) -> ClientLeaseError {
     match e {
         ClientError::Io(io)
             if matches!(
@@ -334,14 +334,14 @@ fn ext_error(run_dir: &Path, e: ClientError) -> LeaseError {
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
             ) =>
         {
-            LeaseError::NoExtensions(run_dir.to_path_buf())
+            ClientLeaseError::NoExtensions(run_dir.to_path_buf())
         }
         e => e.into(),
     }
 }
 
 /// Opens a watch connection for our pid; returns it and the heartbeat interval.
-fn open_watch(run_dir: &Path) -> Result<(UnixStream, Duration), LeaseError> {
+fn open_watch(run_dir: &Path) -> Result<(UnixStream, Duration), ClientLeaseError> {
     let mut c = Client::connect(run_dir)?;
     c.set_read_timeout(Some(EXT_REPLY_TIMEOUT))?;
     c.send(LOCKD_CMD_WATCH, 0, 0, 0, &[])?;
@@ -350,7 +350,7 @@ fn open_watch(run_dir: &Path) -> Result<(UnixStream, Duration), LeaseError> {
         Err(e) => return Err(ext_error(run_dir, e)),
     };
     if h.result() < 0 {
-        return Err(LeaseError::Refused {
+        return Err(ClientLeaseError::Refused {
             op: "watch",
             lease: String::new(),
             rv: h.result(),
@@ -362,7 +362,7 @@ fn open_watch(run_dir: &Path) -> Result<(UnixStream, Duration), LeaseError> {
 }
 
 /// Asks the daemon in `run_dir` who holds `spec` (lockd extension).
-pub fn leader(run_dir: &Path, spec: &LeaseSpec) -> Result<LeaderInfo, LeaseError> {
+pub fn leader(run_dir: &Path, spec: &LeaseSpec) -> Result<LeaderInfo, ClientLeaseError> {
     let mut c = Client::connect(run_dir)?;
     c.set_read_timeout(Some(EXT_REPLY_TIMEOUT))?;
     let res = spec.resource(false)?;
@@ -372,7 +372,7 @@ pub fn leader(run_dir: &Path, spec: &LeaseSpec) -> Result<LeaderInfo, LeaseError
         Err(e) => return Err(ext_error(run_dir, e)),
     };
     if h.result() < 0 {
-        return Err(LeaseError::Refused {
+        return Err(ClientLeaseError::Refused {
             op: "read leader of",
             lease: spec.to_string(),
             rv: h.result(),
@@ -391,7 +391,7 @@ pub fn leader(run_dir: &Path, spec: &LeaseSpec) -> Result<LeaderInfo, LeaseError
 
 /// Asks the daemon in `run_dir` for its metrics (lockd extension): the Prometheus text
 /// exposition, format 0.0.4.
-pub fn metrics(run_dir: &Path) -> Result<String, LeaseError> {
+pub fn metrics(run_dir: &Path) -> Result<String, ClientLeaseError> {
     let mut c = Client::connect(run_dir)?;
     c.set_read_timeout(Some(EXT_REPLY_TIMEOUT))?;
     c.send(LOCKD_CMD_METRICS, 0, 0, 0, &[])?;
@@ -400,23 +400,23 @@ pub fn metrics(run_dir: &Path) -> Result<String, LeaseError> {
         Err(e) => return Err(ext_error(run_dir, e)),
     };
     if h.result() < 0 {
-        return Err(LeaseError::Refused {
+        return Err(ClientLeaseError::Refused {
             op: "read metrics",
             lease: String::new(),
             rv: h.result(),
         });
     }
     String::from_utf8(p).map_err(|_| {
-        LeaseError::from(crate::error::WireError::BadField {
+        ClientLeaseError::from(crate::error::WireError::BadField {
             what: "metrics reply",
             why: "not UTF-8",
         })
     })
 }
 
-impl From<crate::error::WireError> for LeaseError {
+impl From<crate::error::WireError> for ClientLeaseError {
     fn from(e: crate::error::WireError) -> Self {
-        LeaseError::Client(e.into())
+        ClientLeaseError::Client(e.into())
     }
 }
 
@@ -511,10 +511,10 @@ fn loss_reason(e: &WatchEvent, spec: &LeaseSpec) -> Option<LossReason> {
 impl Lease {
     /// Acquires `spec` (retrying per `opts.wait`), then starts its loss watch. The watch
     /// is open before this returns, so no loss decision can go unnoticed.
-    pub fn acquire(spec: &LeaseSpec, opts: &AcquireOptions) -> Result<Lease, LeaseError> {
+    pub fn acquire(spec: &LeaseSpec, opts: &AcquireOptions) -> Result<Lease, ClientLeaseError> {
         let res = spec.resource(opts.shared)?;
         let owner = match &opts.owner_name {
-            Some(n) => Some(Name::new(n).map_err(|e| LeaseError::BadSpec {
+            Some(n) => Some(Name::new(n).map_err(|e| ClientLeaseError::BadSpec {
                 spec: n.clone(),
                 why: format!("owner name: {e}"),
             })?),
@@ -550,7 +550,7 @@ impl Lease {
         if opts.restrict != 0 {
             let rv = c.restrict(opts.restrict)?;
             if rv < 0 {
-                return Err(LeaseError::Refused {
+                return Err(ClientLeaseError::Refused {
                     op: "restrict",
                     lease: spec.to_string(),
                     rv,
@@ -568,7 +568,7 @@ impl Lease {
                 break c;
             }
             if !is_busy_code(rv) {
-                return Err(LeaseError::Refused {
+                return Err(ClientLeaseError::Refused {
                     op: "acquire",
                     lease: spec.to_string(),
                     rv,
@@ -577,13 +577,13 @@ impl Lease {
             let waited = started.elapsed();
             match opts.wait {
                 Wait::NoWait => {
-                    return Err(LeaseError::Busy {
+                    return Err(ClientLeaseError::Busy {
                         lease: spec.to_string(),
                         rv,
                     })
                 }
                 Wait::Timeout(t) if waited >= t => {
-                    return Err(LeaseError::Timeout {
+                    return Err(ClientLeaseError::Timeout {
                         lease: spec.to_string(),
                         waited,
                     })
@@ -684,11 +684,11 @@ impl Lease {
     }
 
     /// Releases the lease (also done on drop).
-    pub fn release(mut self) -> Result<(), LeaseError> {
+    pub fn release(mut self) -> Result<(), ClientLeaseError> {
         self.release_inner()
     }
 
-    fn release_inner(&mut self) -> Result<(), LeaseError> {
+    fn release_inner(&mut self) -> Result<(), ClientLeaseError> {
         self.loss
             .closing
             .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -702,7 +702,7 @@ impl Lease {
         let head = self.spec.resource(self.shared)?.head;
         let rv = c.release(-1, 0, &[head])?;
         if rv < 0 {
-            return Err(LeaseError::Refused {
+            return Err(ClientLeaseError::Refused {
                 op: "release",
                 lease: self.spec.to_string(),
                 rv,
@@ -720,10 +720,14 @@ impl Drop for Lease {
 
 /// The lver this registration holds `spec` at: from INQUIRE for an exclusive lease, from
 /// the leader record for a shared one (INQUIRE shows `:SH` there).
-fn token_of(client: &mut Client, run_dir: &Path, spec: &LeaseSpec) -> Result<u64, LeaseError> {
+fn token_of(
+    client: &mut Client,
+    run_dir: &Path,
+    spec: &LeaseSpec,
+) -> Result<u64, ClientLeaseError> {
     let (rv, _, state) = client.inquire(-1)?;
     if rv < 0 {
-        return Err(LeaseError::Refused {
+        return Err(ClientLeaseError::Refused {
             op: "inquire",
             lease: spec.to_string(),
             rv,
@@ -742,7 +746,7 @@ fn token_of(client: &mut Client, run_dir: &Path, spec: &LeaseSpec) -> Result<u64
             return Ok(lver);
         }
     }
-    Err(LeaseError::Refused {
+    Err(ClientLeaseError::Refused {
         op: "inquire (lease not listed)",
         lease: spec.to_string(),
         rv: -2,

@@ -26,9 +26,9 @@ pub use client::{default_run_dir, Client, StateRecord};
 pub use election::{LeaderElection, Leadership};
 pub use error::{describe_rv, ClientError, WireError};
 pub use ext::LeaderInfo;
-pub use lease::{AcquireOptions, Lease, LeaseError, LeaseSpec, LossNotice, LossReason, Wait};
+pub use lease::{AcquireOptions, ClientLeaseError, Lease, LeaseSpec, LossNotice, LossReason, Wait};
 pub use request::{read_request, PayloadSource, ReleaseWhat, Request, RequestError};
 pub use wire::{
-    Disk, EventCb, Header, Host, HostEvent, Lockspace, Options, PathField, Rentry, Resource,
-    ResourceHead, Rindex, State,
+    DiskLocation, EventCb, Header, Host, HostEvent, Lockspace, Options, PathField, Rentry,
+    Resource, ResourceHead, Rindex, State,
 };

@@ -24,7 +24,8 @@ use thiserror::Error;
 use crate::ext::{LOCKD_CMD_ACQUIRE_FOR_PID, LOCKD_CMD_LEADER, LOCKD_CMD_METRICS, LOCKD_CMD_WATCH};
 use crate::proto::*;
 use crate::wire::{
-    self, Disk, Header, Host, HostEvent, Lockspace, Options, Rentry, Resource, ResourceHead, Rindex,
+    self, DiskLocation, Header, Host, HostEvent, Lockspace, Options, Rentry, Resource,
+    ResourceHead, Rindex,
 };
 
 // Linux errno values of the result codes a request can fail with (client-lib has no libc).
@@ -132,7 +133,7 @@ pub enum Request {
     AddLockspace(Lockspace),
     InqLockspace(Lockspace),
     RemLockspace(Lockspace),
-    Align(Disk),
+    Align(DiskLocation),
     WriteLockspace(Lockspace),
     ReadLockspace(Lockspace),
     WriteResource(Resource),
@@ -244,7 +245,7 @@ fn resource(src: &mut impl PayloadSource) -> Result<Resource, RequestError> {
     let b = read(src, head.num_disks as usize * wire::DISK_LEN, "sanlk_disk")?;
     let disks = b
         .chunks_exact(wire::DISK_LEN)
-        .map(Disk::decode)
+        .map(DiskLocation::decode)
         .collect::<Result<Vec<_>, _>>()
         .map_err(short("sanlk_disk"))?;
     Ok(Resource { head, disks })
@@ -358,7 +359,8 @@ pub fn read_request(h: &Header, src: &mut impl PayloadSource) -> Result<Request,
         SM_CMD_ALIGN => {
             let b = read(src, wire::DISK_LEN, "sanlk_disk")?;
             Request::Align(
-                Disk::decode(&b).map_err(|_| RequestError::Invalid { what: "sanlk_disk" })?,
+                DiskLocation::decode(&b)
+                    .map_err(|_| RequestError::Invalid { what: "sanlk_disk" })?,
             )
         }
         SM_CMD_WRITE_LOCKSPACE => Request::WriteLockspace(lockspace(src)?),

@@ -218,16 +218,16 @@ impl std::fmt::Debug for PathField {
 
 /// `struct sanlk_disk`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Disk {
+pub struct DiskLocation {
     pub path: PathField,
     pub offset: u64,
     pub pad1: u32,
     pub pad2: u32,
 }
 
-impl Disk {
-    pub fn new(path: &str, offset: u64) -> Result<Disk, WireError> {
-        Ok(Disk {
+impl DiskLocation {
+    pub fn new(path: &str, offset: u64) -> Result<DiskLocation, WireError> {
+        Ok(DiskLocation {
             path: PathField::new(path)?,
             offset,
             pad1: 0,
@@ -235,9 +235,9 @@ impl Disk {
         })
     }
 
-    pub fn decode(b: &[u8]) -> Result<Disk, WireError> {
+    pub fn decode(b: &[u8]) -> Result<DiskLocation, WireError> {
         exact(b, DISK_LEN, "sanlk_disk")?;
-        Ok(Disk {
+        Ok(DiskLocation {
             path: PathField::from_slice(&b[..SANLK_PATH_LEN]),
             offset: get_u64(b, 1024),
             pad1: get_u32(b, 1032),
@@ -318,7 +318,7 @@ impl ResourceHead {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resource {
     pub head: ResourceHead,
-    pub disks: Vec<Disk>,
+    pub disks: Vec<DiskLocation>,
 }
 
 impl Resource {
@@ -335,7 +335,7 @@ impl Resource {
                 num_disks: 1,
                 ..ResourceHead::named(lockspace_name, name)
             },
-            disks: vec![Disk::new(path, offset)?],
+            disks: vec![DiskLocation::new(path, offset)?],
         })
     }
 
@@ -379,7 +379,7 @@ impl Resource {
         }
         let disks = b[RESOURCE_LEN..need]
             .chunks_exact(DISK_LEN)
-            .map(Disk::decode)
+            .map(DiskLocation::decode)
             .collect::<Result<Vec<_>, _>>()?;
         Ok((Resource { head, disks }, need))
     }
@@ -406,7 +406,7 @@ pub struct Lockspace {
     pub host_id: u64,
     pub flags: u32,
     pub pad: u32,
-    pub host_id_disk: Disk,
+    pub host_id_disk: DiskLocation,
 }
 
 impl Lockspace {
@@ -416,7 +416,7 @@ impl Lockspace {
             host_id,
             flags: 0,
             pad: 0,
-            host_id_disk: Disk::new(path, offset)?,
+            host_id_disk: DiskLocation::new(path, offset)?,
         })
     }
 
@@ -427,7 +427,7 @@ impl Lockspace {
             host_id: get_u64(b, 48),
             flags: get_u32(b, 56),
             pad: get_u32(b, 60),
-            host_id_disk: Disk::decode(&b[64..])?,
+            host_id_disk: DiskLocation::decode(&b[64..])?,
         })
     }
 
@@ -458,7 +458,7 @@ pub struct Rindex {
     pub max_resources: u32,
     pub unused: u64,
     pub lockspace_name: Name,
-    pub disk: Disk,
+    pub disk: DiskLocation,
 }
 
 impl Rindex {
@@ -468,7 +468,7 @@ impl Rindex {
             max_resources: 0,
             unused: 0,
             lockspace_name,
-            disk: Disk::new(path, offset)?,
+            disk: DiskLocation::new(path, offset)?,
         })
     }
 
@@ -479,7 +479,7 @@ impl Rindex {
             max_resources: get_u32(b, 4),
             unused: get_u64(b, 8),
             lockspace_name: Name::from_field(&b[16..64]),
-            disk: Disk::decode(&b[64..])?,
+            disk: DiskLocation::decode(&b[64..])?,
         })
     }
 
@@ -841,7 +841,7 @@ mod tests {
                 flags: crate::proto::SANLK_RES_SHARED,
                 num_disks: 1,
             },
-            disks: vec![Disk::new("/var/tmp/x", 1 << 20).unwrap()],
+            disks: vec![DiskLocation::new("/var/tmp/x", 1 << 20).unwrap()],
         };
         let b = r.encode();
         assert_eq!(b.len(), RESOURCE_LEN + DISK_LEN);

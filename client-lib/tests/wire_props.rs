@@ -1,7 +1,9 @@
 //! Property tests: decoders never panic on arbitrary bytes, and encode→decode round-trips.
 
 use client_lib::wire::*;
-use client_lib::{Disk, Header, Host, HostEvent, Lockspace, Options, Resource, ResourceHead};
+use client_lib::{
+    DiskLocation, Header, Host, HostEvent, Lockspace, Options, Resource, ResourceHead,
+};
 use disk_format::Name;
 use proptest::prelude::*;
 
@@ -9,7 +11,7 @@ fn name_strategy() -> impl Strategy<Value = Name> {
     proptest::collection::vec(any::<u8>(), 48).prop_map(|v| Name::from_field(&v))
 }
 
-fn disk_strategy() -> impl Strategy<Value = Disk> {
+fn disk_strategy() -> impl Strategy<Value = DiskLocation> {
     (
         proptest::collection::vec(any::<u8>(), 1040),
         any::<u64>(),
@@ -18,7 +20,7 @@ fn disk_strategy() -> impl Strategy<Value = Disk> {
         .prop_map(|(mut raw, off, pad)| {
             raw[1024..1032].copy_from_slice(&off.to_ne_bytes());
             raw[1032..1036].copy_from_slice(&pad.to_ne_bytes());
-            Disk::decode(&raw).expect("1040 bytes always decode")
+            DiskLocation::decode(&raw).expect("1040 bytes always decode")
         })
 }
 
@@ -26,7 +28,7 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..3000)) {
         let _ = Header::decode(&bytes);
-        let _ = Disk::decode(&bytes);
+        let _ = DiskLocation::decode(&bytes);
         let _ = ResourceHead::decode(&bytes);
         let _ = Resource::decode(&bytes, 4);
         let _ = Resource::decode_prefix(&bytes, 4);

@@ -30,7 +30,7 @@
 use std::cell::RefCell;
 use std::path::Path;
 
-use lockd_diskio::{Access, Disk, EngineKind, IoError};
+use lockd_diskio::{Access, DirectDisk, EngineKind, IoError};
 use tracing::warn;
 
 use crate::config::ClientPrivileges;
@@ -38,14 +38,8 @@ use crate::server::Conn;
 use crate::state::Daemon;
 use crate::sys;
 
-/// Credentials to act with: uid, gid and supplementary groups (for a storage open, the
-/// filesystem credentials; for a killpath, the process's).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FsCreds {
-    pub uid: u32,
-    pub gid: u32,
-    pub groups: Vec<u32>,
-}
+/// Credentials to act with (plain data, kept in the core's client table with a killpath).
+pub use lockd_core::FsCreds;
 
 /// Who sent the command being run: uid, gid and supplementary groups at connect time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,7 +116,7 @@ pub enum Need {
 
 /// Opens lease storage named by the caller of the command running on this thread, with
 /// that caller's rights (see the module header).
-pub(crate) fn open_disk(path: &Path, need: Need, kind: EngineKind) -> Result<Disk, IoError> {
+pub(crate) fn open_disk(path: &Path, need: Need, kind: EngineKind) -> Result<DirectDisk, IoError> {
     open_disk_as(current().as_ref(), path, need, kind)
 }
 
@@ -132,18 +126,18 @@ pub(crate) fn open_disk_as(
     path: &Path,
     need: Need,
     kind: EngineKind,
-) -> Result<Disk, IoError> {
+) -> Result<DirectDisk, IoError> {
     // A daemon not running as root (sanlock's own model: a service user) has no more
     // right than that user, and could not take another user's credentials anyway.
     let Some(caller) = caller.filter(|c| !c.is_root() && sys::geteuid() == 0) else {
-        return Disk::open_with(path, kind);
+        return DirectDisk::open_with(path, kind);
     };
     let access = match need {
         Need::Read => Access::ReadOnly,
         Need::Write => Access::ReadWrite,
     };
     let creds = &caller.creds;
-    Disk::open_via(path, access, kind, |p, a| {
+    DirectDisk::open_via(path, access, kind, |p, a| {
         sys::with_fs_creds(creds, || lockd_diskio::open_direct(p, a))?
     })
 }

@@ -21,14 +21,14 @@ use tracing::{info, warn};
 
 use crate::access::{self, Need};
 use crate::state::{lock, Daemon};
-use lockd_diskio::{BlockingDisk, Disk, EngineKind};
+use lockd_diskio::{BlockingDisk, DirectDisk, EngineKind};
 
 /// sanlock's write_init_io_timeout: formatting writes get 60 s.
 const WRITE_INIT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Opens a disk a client named, with that client's rights (`crate::access`): read-only
 /// for a non-root client when `need` is [`Need::Read`].
-pub(crate) fn open(disk: &wire::Disk, need: Need) -> Result<Disk, i32> {
+pub(crate) fn open(disk: &wire::DiskLocation, need: Need) -> Result<DirectDisk, i32> {
     let path = disk.path.to_text();
     if path.is_empty() {
         return Err(-libc::EINVAL);
@@ -41,7 +41,7 @@ pub(crate) fn open(disk: &wire::Disk, need: Need) -> Result<Disk, i32> {
 
 /// Opens a lockspace's disk: an empty path or a disk that cannot be opened is -ENODEV,
 /// as sanlock's WRITE_LOCKSPACE and READ_LOCKSPACE answer.
-fn open_lockspace_disk(disk: &wire::Disk, need: Need) -> Result<Disk, i32> {
+fn open_lockspace_disk(disk: &wire::DiskLocation, need: Need) -> Result<DirectDisk, i32> {
     open(disk, need).map_err(|_| -libc::ENODEV)
 }
 
@@ -85,13 +85,13 @@ fn leader_align(leader: &LeaderRecord) -> u64 {
 
 /// True when writes of whole `g` sectors at `offset` suit the storage (O_DIRECT would
 /// refuse the others with EINVAL); checked before anything is written.
-fn writable_with(disk: &Disk, g: Geometry, offset: u64) -> bool {
+fn writable_with(disk: &DirectDisk, g: Geometry, offset: u64) -> bool {
     let unit = u64::from(disk.io_block());
     g.sector_bytes().is_multiple_of(unit) && offset.is_multiple_of(unit)
 }
 
 /// The geometry from API flags, else sanlock's default for the device's sector size.
-pub(crate) fn geometry_for(disk: &Disk, flags: u32) -> Result<Geometry, i32> {
+pub(crate) fn geometry_for(disk: &DirectDisk, flags: u32) -> Result<Geometry, i32> {
     match Geometry::from_api_flags(flags) {
         Ok(Some(g)) => Ok(g),
         Ok(None) => {
@@ -105,7 +105,7 @@ pub(crate) fn geometry_for(disk: &Disk, flags: u32) -> Result<Geometry, i32> {
 /// The geometry WRITE_LOCKSPACE / WRITE_RESOURCE format with: as sanlock's
 /// `sizes_from_flags`, a sector flag without an align flag (or the reverse) or a pair
 /// that is not a valid geometry is -1.
-fn format_geometry(disk: &Disk, flags: u32) -> Result<Geometry, i32> {
+fn format_geometry(disk: &DirectDisk, flags: u32) -> Result<Geometry, i32> {
     if Geometry::from_api_flags(flags).is_err() {
         return Err(-1);
     }
@@ -113,7 +113,7 @@ fn format_geometry(disk: &Disk, flags: u32) -> Result<Geometry, i32> {
 }
 
 /// ALIGN: the default area size for the disk (1 MiB for 512-byte sectors, 8 MiB for 4K).
-pub fn align(disk: &wire::Disk) -> i32 {
+pub fn align(disk: &wire::DiskLocation) -> i32 {
     match open(disk, Need::Read) {
         Ok(d) => match SectorSize::from_bytes(d.sector_size()) {
             Some(ss) => Geometry::default_for(ss).align_bytes() as i32,
@@ -171,7 +171,7 @@ pub fn write_lockspace(d: &Daemon, ls: &wire::Lockspace, io_timeout: u32) -> i32
 }
 
 fn read_leader_sector(
-    disk: &Disk,
+    disk: &DirectDisk,
     offset: u64,
     len: u32,
     timeout: Duration,

@@ -18,7 +18,7 @@ use tracing::{info, info_span, warn};
 
 use crate::access::{self, Caller};
 use crate::server::{After, Conn};
-use crate::state::{lock, Daemon, KillPath, LocalRes, Token};
+use crate::state::{lock, ClientToken, Daemon, KillPath, LocalRes};
 use crate::tables::{AcquireStart, ReleaseStart};
 use crate::{admin, lockspace, paxos, sys};
 
@@ -65,10 +65,7 @@ pub(crate) fn shutdown_wait(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> Aft
     // the last lockspace is gone, and this reply goes first.
     let mut done = lock(&d.shutdown_mutex);
     while !*done {
-        done = match d.shutdown_cond.wait(done) {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        done = crate::state::wait(&d.shutdown_cond, done);
     }
     drop(done);
     crate::wait_spaces_gone(d);
@@ -258,13 +255,13 @@ pub fn connection_closed(d: &Arc<Daemon>, ci: u32) {
 }
 
 /// Releases tokens of client `ci` (local bookkeeping, then disk for the last holder).
-pub fn release_tokens(d: &Arc<Daemon>, ci: u32, tokens: Vec<Token>) -> i32 {
+pub fn release_tokens(d: &Arc<Daemon>, ci: u32, tokens: Vec<ClientToken>) -> i32 {
     release_tokens_as(d, ci, tokens, false)
 }
 
 /// As [`release_tokens`]; when the holder died (`dying`), a persistent lease whose last
 /// local holder it was becomes an orphan instead of being released (sanlock §2.9).
-pub fn release_tokens_as(d: &Arc<Daemon>, ci: u32, tokens: Vec<Token>, dying: bool) -> i32 {
+pub fn release_tokens_as(d: &Arc<Daemon>, ci: u32, tokens: Vec<ClientToken>, dying: bool) -> i32 {
     release_tokens_with(d, ci, tokens, dying, None)
 }
 
@@ -273,7 +270,7 @@ pub fn release_tokens_as(d: &Arc<Daemon>, ci: u32, tokens: Vec<Token>, dying: bo
 fn release_tokens_with(
     d: &Arc<Daemon>,
     ci: u32,
-    tokens: Vec<Token>,
+    tokens: Vec<ClientToken>,
     dying: bool,
     rename: Option<&Name>,
 ) -> i32 {
@@ -449,7 +446,7 @@ fn acquire(
     if let Some(c) = lock(&d.tables).clients.slots.get_mut(&target) {
         c.owner_name = opt.owner_name;
     }
-    let mut done: Vec<Token> = Vec::new();
+    let mut done: Vec<ClientToken> = Vec::new();
     for r in wanted {
         let span = info_span!("resource", ls = %r.head.lockspace_name, res = %r.head.name);
         let _g = span.enter();
@@ -505,7 +502,7 @@ pub(crate) fn acquire_one(
     ci: u32,
     r: &wire::Resource,
     cmd_flags: u32,
-) -> Result<Token, i32> {
+) -> Result<ClientToken, i32> {
     let shared = r.head.flags & SANLK_RES_SHARED != 0;
     let key = (r.head.lockspace_name, r.head.name);
     // A lease held here already is shared or adopted without disk I/O: a non-root
@@ -527,7 +524,7 @@ pub(crate) fn acquire_one(
         })?;
     }
     let (space, start) = start_acquire_after_release(d, ci, r, cmd_flags)?;
-    let token = Token {
+    let token = ClientToken {
         token_id: d
             .next_token_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -547,7 +544,7 @@ pub(crate) fn acquire_one(
         if adopted_orphan {
             info!("orphan adopted");
         }
-        return Ok(Token { lver, ..token });
+        return Ok(ClientToken { lver, ..token });
     }
     let want_lver = if r.head.flags & SANLK_RES_LVER != 0 {
         Some(r.head.lver)
@@ -557,7 +554,7 @@ pub(crate) fn acquire_one(
     let result = paxos::acquire(d, &space, r, shared, want_lver, cmd_flags);
     let lver = lock(&d.tables).finish_acquire(key, ci, result)?;
     info!(lver, shared, "acquired");
-    Ok(Token { lver, ..token })
+    Ok(ClientToken { lver, ..token })
 }
 
 /// How long an acquire waits for a local release of the same lease to end: a release is
@@ -593,10 +590,7 @@ fn start_acquire_after_release(
                     return Err(rv);
                 }
                 // The release ends with `finish_release` under this lock, then notifies.
-                drop(match d.released.wait_timeout(tables, left) {
-                    Ok((g, _)) => g,
-                    Err(p) => p.into_inner().0,
-                });
+                drop(crate::state::wait_timeout(&d.released, tables, left));
             }
             other => return other.map(|start| (space, start)),
         }
@@ -673,7 +667,7 @@ fn release_renamed(
 }
 
 /// sanlock's INQUIRE state string for one token.
-pub fn token_state_string(t: &Token) -> String {
+pub fn token_state_string(t: &ClientToken) -> String {
     // Raw names, as sanlock's state string has them (Display escapes for logs).
     let mut s = format!("{}:{}", t.ls.to_text(), t.name.to_text());
     for disk in &t.disks {
@@ -978,11 +972,11 @@ mod tests {
 
     #[test]
     fn state_string_matches_sanlock_format() {
-        let t = Token {
+        let t = ClientToken {
             token_id: 1,
             ls: Name::new("ls").unwrap(),
             name: Name::new("res").unwrap(),
-            disks: vec![wire::Disk::new("/var/tmp/a b:c", 1048576).unwrap()],
+            disks: vec![wire::DiskLocation::new("/var/tmp/a b:c", 1048576).unwrap()],
             shared: false,
             persistent: false,
             lver: 3,
@@ -992,7 +986,7 @@ mod tests {
             token_state_string(&t),
             "ls:res:/var/tmp/a\\ b\\:c:1048576:3"
         );
-        let sh = Token { shared: true, ..t };
+        let sh = ClientToken { shared: true, ..t };
         assert_eq!(
             token_state_string(&sh),
             "ls:res:/var/tmp/a\\ b\\:c:1048576:SH"

@@ -87,10 +87,7 @@ impl ConfirmReads {
                 self.reads.fetch_add(1, Relaxed);
                 return Step::Read(seq);
             }
-            st = self
-                .done
-                .wait(st)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            st = crate::state::wait(&self.done, st);
         }
     }
 

@@ -23,7 +23,7 @@ use client_lib::wire::{self, Header};
 use tracing::{info, info_span, warn};
 
 use crate::server::Conn;
-use crate::state::{lock, Daemon, KillPath, Token};
+use crate::state::{lock, ClientToken, Daemon, KillPath};
 use crate::sys;
 
 /// Real uid and state letter of `pid` from /proc (None when it is gone).
@@ -92,7 +92,7 @@ pub(crate) fn acquire_for_pid(
         Ok(ci) => ci,
         Err(rv) => return rv,
     };
-    let mut done: Vec<Token> = Vec::new();
+    let mut done: Vec<ClientToken> = Vec::new();
     let mut rv = 0;
     for r in wanted {
         let span = info_span!("resource", ls = %r.head.lockspace_name, res = %r.head.name);

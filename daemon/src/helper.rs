@@ -260,10 +260,7 @@ impl Helper {
     /// Queues an order without blocking; returns false if it was dropped.
     pub fn send(&self, msg: &HelperMsg) -> bool {
         let bytes = msg.encode();
-        let mut w = match self.writer.lock() {
-            Ok(w) => w,
-            Err(p) => p.into_inner(),
-        };
+        let mut w = crate::state::lock(&self.writer);
         // Pipe writes of ≤ PIPE_BUF (4096) bytes are atomic: all or nothing.
         match w.write(&bytes) {
             Ok(n) if n == HELPER_MSG_LEN => true,
@@ -311,10 +308,7 @@ pub fn status_loop(d: &std::sync::Arc<crate::state::Daemon>) {
     let Some(helper) = d.helper.as_ref() else {
         return;
     };
-    let reader = match helper.status.lock() {
-        Ok(mut g) => g.take(),
-        Err(p) => p.into_inner().take(),
-    };
+    let reader = crate::state::lock(&helper.status).take();
     let Some(mut reader) = reader else {
         return;
     };
@@ -352,10 +346,7 @@ pub fn status_loop(d: &std::sync::Arc<crate::state::Daemon>) {
 fn helper_loop(mut reader: io::PipeReader, status: io::PipeWriter, run_dir: &std::path::Path) {
     let status = std::sync::Arc::new(Mutex::new(status));
     let report = |st: PathStatus, status: &Mutex<io::PipeWriter>| {
-        let mut w = match status.lock() {
-            Ok(w) => w,
-            Err(p) => p.into_inner(),
-        };
+        let mut w = crate::state::lock(status);
         // 16 bytes ≤ PIPE_BUF: written whole. The daemon reads continuously.
         let _ = w.write_all(&st.encode());
     };

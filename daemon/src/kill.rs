@@ -1,13 +1,10 @@
 //! Kill escalation for holders of leases in a failed or removed lockspace
-//! (sanlock `kill_pids`), carried out by the helper so the daemon never blocks.
-//!
-//! Per client, at most one order per second, at most `KILL_COUNT_MAX` orders:
-//! - lockspace removed / forced shutdown: SIGKILL at once;
-//! - failed lockspace, while now < last_success + id_renewal_fail + kill_grace: the
-//!   client's killpath once (if set and grace > 0), else SIGTERM;
-//! - afterwards: SIGKILL;
-//! - RESTRICT_SIGKILL turns SIGKILL into SIGTERM; RESTRICT_SIGTERM turns SIGTERM into
-//!   SIGKILL.
+//! (sanlock `kill_pids`), carried out by the helper so the daemon never blocks. The
+//! schedule and who gets what are the core's (`lockd_core::kill`: one order per client
+//! per second at most, killpath or SIGTERM in the grace time, then SIGKILL, RESTRICT
+//! flags); this module reads the clock, asks the core for the orders and hands them to
+//! the helper with no lock held. It also reads request records (`examine_lockspace`)
+//! and runs the monitor loop.
 
 use std::sync::Arc;
 
@@ -18,65 +15,11 @@ use tracing::{error, warn};
 use crate::lockspace::{self, Space};
 use crate::state::{lock, Daemon};
 
-/// sanlock's kill_count_max.
-pub const KILL_COUNT_MAX: u32 = 100;
+use lockd_core::kill::{plan_kills, KillOrder, SpaceKill};
 
-/// What to do to one client now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KillAction {
-    RunKillpath,
-    Signal(i32),
-    Nothing,
-}
-
-/// Everything the kill decision depends on.
-#[derive(Debug, Clone, Copy)]
-pub struct KillInput {
-    /// Removal or forced shutdown: SIGKILL at once.
-    pub kill_now: bool,
-    pub now: u64,
-    pub last_success: u64,
-    pub fail_s: u64,
-    pub grace_s: u64,
-    pub has_killpath: bool,
-    pub kill_count: u32,
-    pub restricted: u32,
-}
-
-/// Decides the next kill action (pure; unit-tested).
-pub fn decide(k: KillInput) -> KillAction {
-    let KillInput {
-        kill_now,
-        now,
-        last_success,
-        fail_s,
-        grace_s,
-        has_killpath,
-        kill_count,
-        restricted,
-    } = k;
-    let in_grace = !kill_now && now < last_success + fail_s + grace_s;
-    let sig = if in_grace {
-        if has_killpath && grace_s > 0 {
-            return if kill_count == 0 {
-                KillAction::RunKillpath
-            } else {
-                KillAction::Nothing
-            };
-        }
-        libc::SIGTERM
-    } else {
-        libc::SIGKILL
-    };
-    let sig = match sig {
-        libc::SIGKILL if restricted & SANLK_RESTRICT_SIGKILL != 0 => libc::SIGTERM,
-        libc::SIGTERM if restricted & SANLK_RESTRICT_SIGTERM != 0 => libc::SIGKILL,
-        s => s,
-    };
-    KillAction::Signal(sig)
-}
-
-/// One pass of escalation over the holders of `space`.
+/// One pass of escalation over the holders of `space`: the core plans it under the
+/// tables lock (`lockd_core::kill::plan_kills`); the orders go to the helper after the
+/// lock is released.
 pub fn kill_holders(d: &Arc<Daemon>, space: &Space) {
     let now = lockd_diskio::monotime();
     let (kill_now, last_success) = {
@@ -88,49 +31,33 @@ pub fn kill_holders(d: &Arc<Daemon>, space: &Space) {
     let Some(helper) = d.helper.as_ref() else {
         return;
     };
-    let mut tables = lock(&d.tables);
-    let clients = &mut tables.clients;
-    for c in clients.slots.values_mut() {
-        if c.pid_dead || c.pid <= 0 || !c.tokens.iter().any(|t| t.ls.same_as(&space.name)) {
-            continue;
-        }
-        if c.kill_count >= KILL_COUNT_MAX {
-            if c.kill_count == KILL_COUNT_MAX {
-                error!(pid = c.pid, ls = %space.name, "client is stuck: kill attempts exhausted");
-                c.kill_count += 1;
-            }
-            continue;
-        }
-        if c.kill_count > 0 && now < c.kill_last + 1 {
-            continue;
-        }
-        let action = decide(KillInput {
+    let orders = plan_kills(
+        &mut *lock(&d.tables),
+        &space.name,
+        SpaceKill {
             kill_now,
             now,
             last_success,
             fail_s,
             grace_s,
-            has_killpath: c.killpath.is_some(),
-            kill_count: c.kill_count,
-            restricted: c.restricted,
-        });
-        match action {
-            KillAction::Nothing => continue,
-            KillAction::RunKillpath => {
-                if let Some(kp) = &c.killpath {
-                    warn!(pid = c.pid, ls = %space.name, path = ?kp.path, args = ?kp.args, "running killpath");
-                    helper.run_path(kp, c.pid);
-                    crate::metrics::global().kill(crate::metrics::KillStep::Killpath);
-                }
+        },
+    );
+    for order in orders {
+        match order {
+            KillOrder::Exhausted { pid, .. } => {
+                error!(pid, ls = %space.name, "client is stuck: kill attempts exhausted");
             }
-            KillAction::Signal(sig) => {
-                warn!(pid = c.pid, ls = %space.name, sig, "killing lease holder");
-                helper.kill(c.pid, sig);
+            KillOrder::RunKillpath { pid, killpath, .. } => {
+                warn!(pid, ls = %space.name, path = ?killpath.path, args = ?killpath.args, "running killpath");
+                helper.run_path(&killpath, pid);
+                crate::metrics::global().kill(crate::metrics::KillStep::Killpath);
+            }
+            KillOrder::Signal { pid, sig, .. } => {
+                warn!(pid, ls = %space.name, sig, "killing lease holder");
+                helper.kill(pid, sig);
                 crate::metrics::global().kill(crate::metrics::KillStep::from_signal(sig));
             }
         }
-        c.kill_count += 1;
-        c.kill_last = now;
     }
 }
 
@@ -214,48 +141,5 @@ pub fn monitor_loop(d: &Arc<Daemon>) {
             }
         }
         std::thread::sleep(tick);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escalation_schedule() {
-        // Failed lockspace, D=1: fail 8 s, grace 40 s; last success at 100.
-        let k = |kill_now, now, grace_s, has_killpath, kill_count, restricted| KillInput {
-            kill_now,
-            now,
-            last_success: 100,
-            fail_s: 8,
-            grace_s,
-            has_killpath,
-            kill_count,
-            restricted,
-        };
-        let f = |now, kp, count, restricted| decide(k(false, now, 40, kp, count, restricted));
-        assert_eq!(f(108, false, 0, 0), KillAction::Signal(libc::SIGTERM));
-        assert_eq!(f(108, true, 0, 0), KillAction::RunKillpath);
-        assert_eq!(f(109, true, 1, 0), KillAction::Nothing);
-        assert_eq!(f(148, true, 5, 0), KillAction::Signal(libc::SIGKILL));
-        assert_eq!(
-            f(148, false, 5, SANLK_RESTRICT_SIGKILL),
-            KillAction::Signal(libc::SIGTERM)
-        );
-        assert_eq!(
-            f(110, false, 0, SANLK_RESTRICT_SIGTERM),
-            KillAction::Signal(libc::SIGKILL)
-        );
-        // Removal: SIGKILL at once, even with a killpath.
-        assert_eq!(
-            decide(k(true, 101, 40, true, 0, 0)),
-            KillAction::Signal(libc::SIGKILL)
-        );
-        // Grace 0: no killpath, SIGTERM until fail, then SIGKILL.
-        assert_eq!(
-            decide(k(false, 108, 0, true, 0, 0)),
-            KillAction::Signal(libc::SIGKILL)
-        );
     }
 }

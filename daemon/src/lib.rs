@@ -17,7 +17,6 @@
 pub mod access;
 pub mod admin;
 pub(crate) mod cmd;
-pub mod config;
 pub(crate) mod confirm;
 mod dispatch;
 pub(crate) mod forpid;
@@ -33,7 +32,8 @@ pub(crate) mod pool;
 pub(crate) mod reactor;
 pub(crate) mod rindex;
 pub(crate) mod server;
-pub mod space_state;
+/// One lockspace's status and its transitions: the core's (`lockd_core::space_state`).
+pub use lockd_core::space_state;
 pub mod state;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
@@ -51,12 +51,12 @@ use std::sync::Arc;
 use thiserror::Error;
 use tracing::{error, info, warn};
 
-pub use config::{Config, DaemonArgs};
+/// The configuration schema lives in `lockd-config` (shared with the CLI); the daemon's
+/// modules name it `crate::config`.
+pub use lockd_config as config;
+pub use lockd_config::{Config, DaemonArgs, PID_FILE};
 use observability::LogRing;
 use state::{lock, Daemon};
-
-/// Name of the pid file in the run dir.
-pub const PID_FILE: &str = "lockd.pid";
 
 /// STATUS `mlock_level` once current and future pages are locked (`sys::lock_memory`): sanlock's
 /// level 2 (its level 1 is MCL_CURRENT alone, 0 no mlockall).
@@ -135,6 +135,7 @@ pub fn wait_spaces_gone(d: &Daemon) {
 /// single-threaded (it forks the helper first), with tracing already set up via
 /// [`observability::init`] using `ring`.
 pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
+    stop_on_panic();
     if !cfg.foreground {
         daemonize(&cfg.log_file)?;
     }
@@ -181,6 +182,19 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
     let running = start(cfg, Some(helper), ring, mlock_level, true)?;
     running.wait_and_stop();
     Ok(())
+}
+
+/// Makes a panic on any thread stop the process once it is reported: a panicking thread
+/// may have left a transition half applied, and no thread may go on from there. Release
+/// builds abort on panic anyway (`panic = "abort"`); this covers debug builds, which the
+/// tests run.
+fn stop_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        eprintln!("lockd-daemon: a thread panicked; stopping the daemon");
+        std::process::abort();
+    }));
 }
 
 /// A daemon serving its socket, started by `start` (from [`run`], or inside a test
@@ -366,10 +380,7 @@ impl Running {
         {
             let mut done = lock(&d.shutdown_mutex);
             while !*done {
-                done = match d.shutdown_cond.wait(done) {
-                    Ok(g) => g,
-                    Err(p) => p.into_inner(),
-                };
+                done = state::wait(&d.shutdown_cond, done);
             }
         }
         d.notifier.stopping("lockd stopping");

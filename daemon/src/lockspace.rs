@@ -105,9 +105,9 @@ impl Space {
             host_id: self.host_id,
             flags,
             pad: 0,
-            host_id_disk: wire::Disk::default(),
+            host_id_disk: wire::DiskLocation::default(),
         };
-        if let Ok(disk) = wire::Disk::new(&self.path, self.offset) {
+        if let Ok(disk) = wire::DiskLocation::new(&self.path, self.offset) {
             ls.host_id_disk = disk;
         }
         ls
@@ -346,10 +346,7 @@ fn wait_add_result(space: &Space) -> i32 {
         if let Some(rv) = st.add_result {
             return rv;
         }
-        st = match space.cond.wait(st) {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        st = crate::state::wait(&space.cond, st);
     }
 }
 
@@ -396,10 +393,7 @@ pub fn inq(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> i32 {
 fn wait_gone(space: &Space) {
     let mut st = lock(&space.st);
     while !st.gone {
-        st = match space.cond.wait(st) {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        st = crate::state::wait(&space.cond, st);
     }
 }
 

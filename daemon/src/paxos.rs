@@ -30,6 +30,12 @@ pub struct Held {
     pub opened_by: Option<access::Caller>,
 }
 
+impl lockd_core::LeaseHold for Held {
+    fn lver(&self) -> u64 {
+        Held::lver(self)
+    }
+}
+
 impl Held {
     pub fn lver(&self) -> u64 {
         self.token.as_ref().map_or(0, Token::lver)

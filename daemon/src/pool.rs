@@ -11,8 +11,10 @@
 //!   (counting a busy worker whose job has called [`Pool::ending`] as idle),
 //!   and a worker idle for [`IDLE_EXIT`] exits unless it is one of the last
 //!   [`KEEP_THREADS`]: an idle daemon keeps few threads, a burst gets up to the bound;
-//! - a panic in a job is caught on its worker (the panic hook still reports it), so the
-//!   thread count stays true and the pool keeps serving.
+//! - a panic in a job stops the whole process (the worker aborts it once the panic hook
+//!   has reported the panic): a job that panicked may have left the tables half updated,
+//!   and no one may go on from there. In release builds `panic = "abort"` does it
+//!   already; the worker's guard makes debug builds and tests behave the same.
 //!
 //! Hand-written rather than taken from a crate: the pool is ~100 lines over `Mutex` and
 //! `Condvar`, must start threads through `crate::threads` (small stacks under mlockall),
@@ -21,13 +23,12 @@
 
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use tracing::{error, warn};
+use tracing::warn;
 
-use crate::state::lock;
+use crate::state::{lock, wait_timeout};
 
 /// A worker idle this long exits (unless it is one of the last [`KEEP_THREADS`]).
 pub const IDLE_EXIT: Duration = Duration::from_secs(30);
@@ -181,10 +182,7 @@ fn work<J>(inner: &Inner<J>) {
                     return;
                 }
                 st.idle += 1;
-                let (guard, waited) = match inner.wake.wait_timeout(st, IDLE_EXIT) {
-                    Ok(r) => r,
-                    Err(p) => p.into_inner(),
-                };
+                let (guard, waited) = wait_timeout(&inner.wake, st, IDLE_EXIT);
                 st = guard;
                 st.idle -= 1;
                 if waited.timed_out() && st.queue.is_empty() && st.threads > KEEP_THREADS {
@@ -193,9 +191,23 @@ fn work<J>(inner: &Inner<J>) {
                 }
             }
         };
-        if catch_unwind(AssertUnwindSafe(|| (inner.run)(job))).is_err() {
-            error!(pool = inner.name, "a job panicked; its worker goes on");
-        }
+        let guard = AbortOnUnwind(inner.name);
+        (inner.run)(job);
+        std::mem::forget(guard);
+    }
+}
+
+/// Dropped only when a job unwinds (a finished job forgets it): aborts the process.
+struct AbortOnUnwind(&'static str);
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        eprintln!(
+            "{}: a job panicked (reported above); stopping the process, since the state \
+             it was changing may be half updated",
+            self.0
+        );
+        std::process::abort();
     }
 }
 
@@ -240,8 +252,16 @@ mod tests {
         assert_eq!((c.threads, c.high_water, c.queued), (3, 3, 0));
     }
 
+    /// Set for the child test process of `a_panicking_job_stops_the_process`.
+    const CHILD_ENV: &str = "LOCKD_POOL_PANIC_CHILD";
+
+    /// Run only as a child of the test below (a plain run returns at once): a job panics
+    /// on a worker; the process must die before the next job runs.
     #[test]
-    fn a_panicking_job_does_not_cost_a_worker() {
+    fn child_panicking_job() {
+        if std::env::var_os(CHILD_ENV).is_none() {
+            return;
+        }
         let (tx, rx) = mpsc::channel();
         let tx = Mutex::new(tx);
         let pool = Pool::new("test-worker", 1, move |n: u32| {
@@ -252,8 +272,36 @@ mod tests {
         });
         pool.submit(0);
         pool.submit(1);
-        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(1));
-        assert_eq!(pool.counts().threads, 1);
+        if rx.recv_timeout(Duration::from_secs(10)) == Ok(1) {
+            // Exit 0 with this marker: the parent sees the pool went on.
+            println!("POOL WENT ON AFTER A PANIC");
+        }
+    }
+
+    /// A panic in a job ends the process (SIGABRT) instead of the pool serving on with
+    /// whatever the job left half done.
+    #[test]
+    fn a_panicking_job_stops_the_process() {
+        use std::os::unix::process::ExitStatusExt;
+        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--exact", "pool::tests::child_panicking_job", "--nocapture"])
+            .env(CHILD_ENV, "1")
+            .output()
+            .expect("run the child test");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stdout.contains("POOL WENT ON"),
+            "the pool ran a job after a panic: {stdout}"
+        );
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGABRT),
+            "status {:?}; stdout:\n{stdout}\nstderr:\n{stderr}",
+            out.status
+        );
+        assert!(stderr.contains("job 0 panics on purpose"), "{stderr}");
+        assert!(stderr.contains("stopping the process"), "{stderr}");
     }
 
     #[test]

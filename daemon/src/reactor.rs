@@ -565,9 +565,41 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
         d.request_shutdown();
         return;
     }
+    // Test hook, debug builds only (daemon/tests/panic_stops.rs): every job panics
+    // holding the tables lock, as a bug in the middle of a transition would ("panic"), or
+    // leaves the tables with a broken invariant, as a buggy write would ("break-tables").
+    let hook = std::env::var("LOCKD_DEBUG_PANIC_IN_JOB")
+        .ok()
+        .filter(|_| cfg!(debug_assertions));
     let pool = {
         let (d, weak_r) = (d.clone(), Arc::downgrade(&r));
         Pool::new("lockd-worker", MAX_WORKERS, move |job| {
+            match hook.as_deref() {
+                Some("break-tables") => {
+                    // A resource held by nobody, neither busy nor an orphan: the guard's
+                    // debug check panics as it lets go of the lock.
+                    let name = disk_format::Name::new("broken").expect("a valid name");
+                    crate::state::lock(&d.tables).resources.insert(
+                        (name, name),
+                        crate::state::LocalRes {
+                            ls: name,
+                            name,
+                            disks: Vec::new(),
+                            shared: false,
+                            holders: Vec::new(),
+                            busy: false,
+                            releasing: false,
+                            orphan: false,
+                            held: crate::paxos::Held::default(),
+                        },
+                    );
+                }
+                Some(_) => {
+                    let _tables = crate::state::lock(&d.tables);
+                    panic!("LOCKD_DEBUG_PANIC_IN_JOB: a job panics holding the tables lock");
+                }
+                None => {}
+            }
             if let Some(r) = weak_r.upgrade() {
                 run_job(&d, &r, job);
             }

@@ -5,12 +5,10 @@
 //! done while holding any of these locks. The client and resource tables have one owner,
 //! [`Tables`] (`crate::tables`), behind the one `tables` lock.
 
-use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use client_lib::wire;
 use disk_format::Name;
 
 use crate::config::Config;
@@ -18,238 +16,102 @@ use crate::helper::Helper;
 use crate::lockspace::Space;
 use crate::notify::Notifier;
 use crate::observability::LogRing;
-use crate::tables::Tables;
+use crate::tables::TablesLock;
 
-/// Most client slots (sanlock's CLIENT_NALLOC).
-pub const MAX_CLIENTS: usize = 1024;
-
-/// Slots only uid 0 may take: when other uids have filled the rest, root's admin commands
-/// (status, shutdown, rem-lockspace, host_status…) still get a slot.
-pub const ROOT_RESERVED_SLOTS: usize = 32;
-
-/// Most slots one non-root uid may hold at a time, so one uid that opens connections in a
-/// loop cannot take the slots every other uid needs. Root has no per-uid bound (it can use
-/// every slot, the reserve included).
-pub const MAX_CLIENTS_PER_UID: usize = 256;
-
-/// Why [`Clients::add`] refused a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
-    /// Every slot is taken (for a non-root uid: every slot outside root's reserve).
-    Full,
-    /// This non-root uid already holds [`MAX_CLIENTS_PER_UID`] slots.
-    UidLimit,
+/// Locks a mutex. A poisoned mutex means a thread panicked while holding it, possibly in
+/// the middle of a transition, so the data it guards cannot be trusted: this panics
+/// rather than recover it, and a panic stops the daemon (`panic = "abort"` in release,
+/// the hook [`crate::run`] installs, and the pool's worker abort otherwise).
+pub fn lock<L: Lock + ?Sized>(m: &L) -> L::Guard<'_> {
+    m.lock_or_stop()
 }
 
-/// Locks a mutex, recovering the data if a panicking thread poisoned it (the state is
-/// plain data, consistent at every unlock).
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
+/// A lock [`lock`] takes: a plain mutex, or the tables' (`crate::tables::TablesLock`,
+/// whose guard checks the tables' invariants in debug builds as it lets go).
+pub trait Lock {
+    type Guard<'a>
+    where
+        Self: 'a;
+    fn lock_or_stop(&self) -> Self::Guard<'_>;
+}
+
+impl<T: ?Sized> Lock for Mutex<T> {
+    type Guard<'a>
+        = MutexGuard<'a, T>
+    where
+        T: 'a;
+    fn lock_or_stop(&self) -> MutexGuard<'_, T> {
+        match self.lock() {
+            Ok(g) => g,
+            Err(_) => poisoned(),
+        }
     }
 }
 
-/// One resource held by one client.
-#[derive(Debug, Clone)]
-pub struct Token {
-    pub token_id: u32,
-    pub ls: Name,
-    pub name: Name,
-    pub disks: Vec<wire::Disk>,
-    pub shared: bool,
-    pub persistent: bool,
-    pub lver: u64,
-    /// When the client asked for it (daemon monotime, s): `acquired=` in STATUS details
-    /// (a lockd addition; `lockd status` shows "held for" from it).
-    pub acquired: u64,
-}
-
-impl Token {
-    pub fn key(&self) -> (Name, Name) {
-        (self.ls, self.name)
+impl<L: Lock + ?Sized> Lock for Arc<L> {
+    type Guard<'a>
+        = L::Guard<'a>
+    where
+        L: 'a;
+    fn lock_or_stop(&self) -> L::Guard<'_> {
+        L::lock_or_stop(self)
     }
 }
 
-/// A killpath registered with KILLPATH.
-#[derive(Debug, Clone, Default)]
-pub struct KillPath {
-    pub path: String,
-    pub args: String,
-    pub with_pid: bool,
-    /// Run it with these credentials (the client that set it); None: as the daemon
-    /// (root), for a root client or with `client_privileges = "sanlock"`.
-    pub run_as: Option<crate::access::FsCreds>,
+/// A guard a condition variable can wait with: it gives up its mutex guard for the wait
+/// and is made again from the one the wait returns.
+pub trait WaitGuard<'a, T: 'a>: Sized {
+    fn into_mutex_guard(self) -> MutexGuard<'a, T>;
+    fn from_mutex_guard(g: MutexGuard<'a, T>) -> Self;
 }
 
-/// One connection slot.
-#[derive(Debug)]
-pub struct Client {
-    pub ci: u32,
-    pub fd: i32,
-    pub pid: i32,
-    pub uid: u32,
-    pub registered: bool,
-    pub restricted: u32,
-    pub cmd_active: u32,
-    pub cmd_last: u32,
-    pub pid_dead: bool,
-    pub killpath: Option<KillPath>,
-    /// How the last killpath run for this client ended (`exit:N`, `signal:N`,
-    /// `noexec:ERRNO`), as the helper reported it.
-    pub killpath_status: Option<String>,
-    pub tokens: Vec<Token>,
-    pub owner_name: Name,
-    pub kill_count: u32,
-    pub kill_last: u64,
-    /// A clone of the connection, to shut it down at daemon exit.
-    pub stream: Option<UnixStream>,
-    /// The lease this client's last acquire found held by another holder (a candidate
-    /// waiting its turn), until an acquire succeeds; shown by STATUS (`waiting=`).
-    pub waiting: Option<Waiting>,
+impl<'a, T: 'a> WaitGuard<'a, T> for MutexGuard<'a, T> {
+    fn into_mutex_guard(self) -> MutexGuard<'a, T> {
+        self
+    }
+    fn from_mutex_guard(g: MutexGuard<'a, T>) -> Self {
+        g
+    }
 }
 
-/// A registered client whose acquire of `ls:name` was refused as busy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Waiting {
-    pub ls: Name,
-    pub name: Name,
-    /// Monotonic seconds of the first busy refusal in this wait.
-    pub since: u64,
-    /// The last refusal's result code.
-    pub last_rv: i32,
+/// Waits on `cond` with `guard` held; panics on a poisoned mutex, as [`lock`].
+pub fn wait<'a, T: 'a, G: WaitGuard<'a, T>>(cond: &Condvar, guard: G) -> G {
+    match cond.wait(guard.into_mutex_guard()) {
+        Ok(g) => G::from_mutex_guard(g),
+        Err(_) => poisoned(),
+    }
 }
 
+/// Waits on `cond` with `guard` held for at most `dur`; panics on a poisoned mutex, as
+/// [`lock`].
+pub fn wait_timeout<'a, T: 'a, G: WaitGuard<'a, T>>(
+    cond: &Condvar,
+    guard: G,
+    dur: std::time::Duration,
+) -> (G, std::sync::WaitTimeoutResult) {
+    match cond.wait_timeout(guard.into_mutex_guard(), dur) {
+        Ok((g, r)) => (G::from_mutex_guard(g), r),
+        Err(_) => poisoned(),
+    }
+}
+
+#[cold]
+pub(crate) fn poisoned() -> ! {
+    panic!("a lock is poisoned: a thread panicked while holding it, mid-transition; stopping")
+}
+
+/// The client and resource tables' types, from the core (`lockd-core`), with the
+/// daemon's connection handle and on-disk lease state filled in.
+pub use lockd_core::{
+    ClientToken, FsCreds, KillPath, Refused, Waiting, MAX_CLIENTS, MAX_CLIENTS_PER_UID,
+    ROOT_RESERVED_SLOTS,
+};
+/// One connection slot (the stream: a clone of the connection, shut down at exit).
+pub type ClientSlot = lockd_core::ClientSlot<UnixStream>;
 /// All connection slots.
-#[derive(Debug, Default)]
-pub struct Clients {
-    pub slots: HashMap<u32, Client>,
-    next_ci: u32,
-}
-
-impl Clients {
-    /// Adds a slot, or says why not: at most [`MAX_CLIENTS`] in all, of which the last
-    /// [`ROOT_RESERVED_SLOTS`] only for uid 0, and at most [`MAX_CLIENTS_PER_UID`] per
-    /// non-root uid.
-    pub fn add(
-        &mut self,
-        fd: i32,
-        pid: i32,
-        uid: u32,
-        stream: Option<UnixStream>,
-    ) -> Result<u32, Refused> {
-        self.admit(uid)?;
-        Ok(self.insert(fd, pid, uid, stream))
-    }
-
-    /// Adds a slot in place of one of the same uid just closed (the reactor's idle
-    /// eviction): the total and the uid's own count stay what they were, so the bounds
-    /// of [`Clients::add`] hold without checking them again (for a non-root uid the
-    /// table may be full of root's slots; its own slot is still its own). Only the
-    /// total is checked again: another thread may have taken the freed slot meanwhile.
-    pub fn add_in_place_of_own(
-        &mut self,
-        fd: i32,
-        pid: i32,
-        uid: u32,
-        stream: Option<UnixStream>,
-    ) -> Result<u32, Refused> {
-        if self.slots.len() >= MAX_CLIENTS {
-            return Err(Refused::Full);
-        }
-        Ok(self.insert(fd, pid, uid, stream))
-    }
-
-    fn insert(&mut self, fd: i32, pid: i32, uid: u32, stream: Option<UnixStream>) -> u32 {
-        // Lowest free index, like sanlock's slot array (ci values stay small).
-        let mut ci = 0;
-        while self.slots.contains_key(&ci) {
-            ci += 1;
-        }
-        self.next_ci = self.next_ci.max(ci + 1);
-        self.slots.insert(
-            ci,
-            Client {
-                ci,
-                fd,
-                pid,
-                uid,
-                registered: false,
-                restricted: 0,
-                cmd_active: 0,
-                cmd_last: 0,
-                pid_dead: false,
-                killpath: None,
-                killpath_status: None,
-                tokens: Vec::new(),
-                owner_name: Name::EMPTY,
-                kill_count: 0,
-                kill_last: 0,
-                stream,
-                waiting: None,
-            },
-        );
-        assert!(
-            self.slots.len() <= MAX_CLIENTS,
-            "client table holds {} slots, more than {MAX_CLIENTS}",
-            self.slots.len()
-        );
-        ci
-    }
-
-    /// Whether a connection from `uid` may take a slot now. A scan of at most MAX_CLIENTS
-    /// slots per accepted connection: cheap, and no second count to keep in step with
-    /// the places that remove slots.
-    fn admit(&self, uid: u32) -> Result<(), Refused> {
-        let used = self.slots.len();
-        if uid == 0 {
-            return if used < MAX_CLIENTS {
-                Ok(())
-            } else {
-                Err(Refused::Full)
-            };
-        }
-        if used >= MAX_CLIENTS - ROOT_RESERVED_SLOTS {
-            return Err(Refused::Full);
-        }
-        let of_uid = self.slots.values().filter(|c| c.uid == uid).count();
-        if of_uid >= MAX_CLIENTS_PER_UID {
-            return Err(Refused::UidLimit);
-        }
-        Ok(())
-    }
-
-    /// The live registered client with this pid.
-    pub fn by_pid(&self, pid: i32) -> Option<u32> {
-        self.slots
-            .values()
-            .find(|c| c.registered && c.pid == pid && !c.pid_dead)
-            .map(|c| c.ci)
-    }
-}
-
-/// How a resource is held locally.
-#[derive(Debug, Clone)]
-pub struct LocalRes {
-    pub ls: Name,
-    pub name: Name,
-    pub disks: Vec<wire::Disk>,
-    pub shared: bool,
-    /// Client slots holding it (several only for shared).
-    pub holders: Vec<u32>,
-    /// Being acquired, converted or released on disk: other local requests are refused
-    /// (see [`crate::tables::Tables::start_acquire`]).
-    pub busy: bool,
-    /// `busy` with a release on disk (the last holder's, or an orphan's). A local acquire
-    /// of it waits for the release to end (bounded), then goes on; if the wait runs out it
-    /// gets -EAGAIN, sanlock's answer for a resource being released. Set only with `busy`.
-    pub releasing: bool,
-    /// A persistent lease whose holder exited: held on disk, adoptable with
-    /// ACQUIRE_ORPHAN, released with REL_ORPHAN or at lockspace removal.
-    pub orphan: bool,
-    /// The on-disk state needed to release or convert.
-    pub held: crate::paxos::Held,
-}
+pub type Clients = lockd_core::Clients<UnixStream>;
+/// A lease held on this host.
+pub type LocalRes = lockd_core::LocalRes<crate::paxos::Held>;
 
 /// Everything the daemon's threads share.
 pub struct Daemon {
@@ -258,7 +120,7 @@ pub struct Daemon {
     pub notifier: Notifier,
     pub log: Arc<LogRing>,
     /// The client and resource tables: their one owner (`crate::tables`).
-    pub tables: Mutex<Tables>,
+    pub tables: TablesLock,
     /// Notified (after the `tables` lock has recorded it) whenever a release on disk has
     /// ended: acquires of the same lease wait on it with the `tables` lock.
     pub released: Condvar,
@@ -286,7 +148,7 @@ impl Daemon {
             helper,
             notifier: Notifier::from_env(),
             log,
-            tables: Mutex::new(Tables::default()),
+            tables: TablesLock::default(),
             released: Condvar::new(),
             spaces: Mutex::new(Vec::new()),
             watchers: Mutex::new(Vec::new()),
@@ -350,40 +212,18 @@ impl Daemon {
 mod tests {
     use super::*;
 
-    fn fill(c: &mut Clients, uid: u32, n: usize) -> usize {
-        (0..n).filter(|_| c.add(-1, 1, uid, None).is_ok()).count()
-    }
-
     #[test]
-    fn one_uid_gets_at_most_its_share() {
-        let mut c = Clients::default();
-        assert_eq!(fill(&mut c, 1000, 5000), MAX_CLIENTS_PER_UID);
-        assert_eq!(c.add(-1, 1, 1000, None), Err(Refused::UidLimit));
-        // Another uid is not affected.
-        assert!(c.add(-1, 1, 1001, None).is_ok());
-    }
-
-    #[test]
-    fn root_keeps_its_reserve_when_other_uids_fill_the_table() {
-        let mut c = Clients::default();
-        let mut taken = 0;
-        for uid in 1000..1010 {
-            taken += fill(&mut c, uid, 5000);
-        }
-        assert_eq!(taken, MAX_CLIENTS - ROOT_RESERVED_SLOTS);
-        assert_eq!(c.add(-1, 1, 2000, None), Err(Refused::Full));
-        assert_eq!(fill(&mut c, 0, 5000), ROOT_RESERVED_SLOTS);
-        assert_eq!(c.add(-1, 1, 0, None), Err(Refused::Full));
-        assert_eq!(c.slots.len(), MAX_CLIENTS);
-        // A freed slot is reused, by root or (outside the reserve) anyone.
-        let ci = *c.slots.keys().next().unwrap();
-        c.slots.remove(&ci);
-        assert_eq!(c.add(-1, 1, 0, None), Ok(ci));
-    }
-
-    #[test]
-    fn root_may_use_every_slot() {
-        let mut c = Clients::default();
-        assert_eq!(fill(&mut c, 0, 5000), MAX_CLIENTS);
+    #[should_panic(expected = "a lock is poisoned")]
+    fn a_poisoned_lock_panics_instead_of_recovering() {
+        let m = std::sync::Arc::new(Mutex::new(0u32));
+        let m2 = m.clone();
+        let _ = std::thread::spawn(move || {
+            let mut g = lock(&m2);
+            *g = 1; // half of a two-field transition
+            panic!("mid-transition on purpose");
+        })
+        .join();
+        assert!(m.is_poisoned());
+        drop(lock(&m));
     }
 }

@@ -146,18 +146,7 @@ fn send_to(d: &Daemon, pids: &[i32], make: impl Fn(i32) -> WatchEvent) -> usize 
 
 /// Pids of live clients holding a lease in lockspace `ls` (and named `res`, if given).
 fn holder_pids(d: &Daemon, ls: &Name, res: Option<&Name>) -> Vec<i32> {
-    lock(&d.tables)
-        .clients
-        .slots
-        .values()
-        .filter(|c| !c.pid_dead && c.pid > 0)
-        .filter(|c| {
-            c.tokens
-                .iter()
-                .any(|t| t.ls.same_as(ls) && res.is_none_or(|r| t.name.same_as(r)))
-        })
-        .map(|c| c.pid)
-        .collect()
+    lock(&d.tables).holder_pids(ls, res)
 }
 
 /// Deadlines of a lockspace's holders, from its last successful renewal: (kill escalation

@@ -61,7 +61,7 @@ print([l['flags'] for l in sanlock.get_lockspaces()])\n",
     assert!(dump.contains("lockspace joined"), "{dump}");
     // ALIGN: 1 MiB for a 512-byte-sector file.
     let mut c = Client::connect(&d.run_dir).unwrap();
-    let disk_field = client_lib::Disk::new(&disk.display().to_string(), 0).unwrap();
+    let disk_field = client_lib::DiskLocation::new(&disk.display().to_string(), 0).unwrap();
     let mut p = Vec::new();
     disk_field.encode_into(&mut p);
     let (h, _) = c.call(SM_CMD_ALIGN, 0, 0, 0, &p).unwrap();

@@ -4,7 +4,7 @@
 mod common;
 
 use client_lib::proto::*;
-use client_lib::{Client, Disk, Lockspace, Resource, ResourceHead};
+use client_lib::{Client, DiskLocation, Lockspace, Resource, ResourceHead};
 use common::*;
 use disk_format::Name;
 
@@ -27,7 +27,7 @@ fn client_lib_drives_the_daemon() {
             flags: 0,
             num_disks: 1,
         },
-        disks: vec![Disk::new(&path, 1 << 20).unwrap()],
+        disks: vec![DiskLocation::new(&path, 1 << 20).unwrap()],
     };
     let mut c = Client::connect(&d.run_dir).unwrap();
     assert_eq!(c.write_lockspace(&ls, 1).unwrap(), 0);
@@ -120,7 +120,7 @@ fn persistent_leases_become_orphans() {
             flags: SANLK_RES_PERSISTENT,
             num_disks: 1,
         },
-        disks: vec![Disk::new(&path, 1 << 20).unwrap()],
+        disks: vec![DiskLocation::new(&path, 1 << 20).unwrap()],
     };
     let owners = |c: &mut Client| c.read_resource_owners(&res).unwrap().1.len();
     {

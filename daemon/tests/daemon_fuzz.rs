@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use client_lib::proto::*;
 use client_lib::wire::Header;
-use client_lib::{Client, Disk, Lockspace, Resource, ResourceHead};
+use client_lib::{Client, DiskLocation, Lockspace, Resource, ResourceHead};
 use common::*;
 use disk_format::Name;
 use lockd_daemon::observability::LogRing;
@@ -87,7 +87,7 @@ impl Bed {
                 flags: if shared { SANLK_RES_SHARED } else { 0 },
                 num_disks: 1,
             },
-            disks: vec![Disk::new(&self.path, off).unwrap()],
+            disks: vec![DiskLocation::new(&self.path, off).unwrap()],
         }
     }
 

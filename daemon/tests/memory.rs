@@ -10,7 +10,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use client_lib::{Client, Disk, Lockspace, Resource, ResourceHead};
+use client_lib::{Client, DiskLocation, Lockspace, Resource, ResourceHead};
 use common::*;
 use disk_format::Name;
 
@@ -115,7 +115,7 @@ fn rss_stays_small_with_200_lease_holders() {
                 flags: 0,
                 num_disks: 1,
             },
-            disks: vec![Disk::new(&path, (i as u64 + 1) << 20).unwrap()],
+            disks: vec![DiskLocation::new(&path, (i as u64 + 1) << 20).unwrap()],
         })
         .collect();
     for r in &res {

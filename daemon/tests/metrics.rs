@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use client_lib::{Client, Disk, Lockspace, Resource, ResourceHead};
+use client_lib::{Client, DiskLocation, Lockspace, Resource, ResourceHead};
 use common::*;
 use disk_format::Name;
 
@@ -168,7 +168,7 @@ fn resource(ls: Name, name: &str, path: &str) -> Resource {
             flags: 0,
             num_disks: 1,
         },
-        disks: vec![Disk::new(path, 1 << 20).unwrap()],
+        disks: vec![DiskLocation::new(path, 1 << 20).unwrap()],
     }
 }
 

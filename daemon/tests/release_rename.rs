@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 
 use client_lib::proto::SANLK_REL_RENAME;
-use client_lib::{Client, Disk, Lockspace, Resource, ResourceHead};
+use client_lib::{Client, DiskLocation, Lockspace, Resource, ResourceHead};
 use common::*;
 use disk_format::{LeaderRecord, Name};
 
@@ -43,7 +43,7 @@ fn run_steps(run_dir: &Path, disk: &Path) -> Outcome {
     assert_eq!(admin.add_lockspace(&ls, 0, 0).unwrap(), 0, "add_lockspace");
     let res = Resource {
         head: head(ls_name, "vg_lock"),
-        disks: vec![Disk::new(&path, RES_OFF).unwrap()],
+        disks: vec![DiskLocation::new(&path, RES_OFF).unwrap()],
     };
     let mut reg = Client::connect(run_dir).unwrap();
     reg.register().unwrap();

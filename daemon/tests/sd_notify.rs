@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use client_lib::{Client, Disk, Lockspace, Resource, ResourceHead};
+use client_lib::{Client, DiskLocation, Lockspace, Resource, ResourceHead};
 use common::*;
 use disk_format::Name;
 
@@ -149,7 +149,7 @@ fn ready_status_watchdog_stopping() {
             flags: 0,
             num_disks: 1,
         },
-        disks: vec![Disk::new(&path, 1 << 20).unwrap()],
+        disks: vec![DiskLocation::new(&path, 1 << 20).unwrap()],
     };
     let mut c = Client::connect(&run_dir).unwrap();
     assert_eq!(c.write_lockspace(&ls, 1).unwrap(), 0);

@@ -37,7 +37,7 @@ enum Command {
     #[command(subcommand)]
     Direct(DirectCommand),
     /// Run the lockd daemon (as `lockd-daemon`; -D keeps it in the foreground).
-    Daemon(lockd_daemon::DaemonArgs),
+    Daemon(lockd_config::DaemonArgs),
     /// Join a lockspace (acquire a host_id lease).
     AddLockspace(client::lockspace::AddArgs),
     /// Leave a lockspace.
@@ -131,11 +131,11 @@ enum DirectCommand {
 }
 
 /// `lockd daemon`: the same entry point as the `lockd-daemon` binary.
-fn run_daemon(args: &lockd_daemon::DaemonArgs) -> ExitCode {
+fn run_daemon(args: &lockd_config::DaemonArgs) -> ExitCode {
     let ring = std::sync::Arc::new(lockd_daemon::observability::LogRing::default());
     lockd_daemon::observability::init(ring.clone());
     let run_dir_env = std::env::var_os("LOCKD_RUN_DIR").map(Into::into);
-    let cfg = match lockd_daemon::Config::resolve(args, run_dir_env) {
+    let cfg = match lockd_config::Config::resolve(args, run_dir_env) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("lockd: error: {e}");

@@ -687,7 +687,7 @@ fn lockd_pages(cmd: clap::Command) -> Result<Vec<(String, Vec<u8>)>> {
 }
 
 fn daemon_page() -> Result<Vec<u8>> {
-    let cmd = <lockd_daemon::DaemonArgs as Args>::augment_args(
+    let cmd = <lockd_config::DaemonArgs as Args>::augment_args(
         clap::Command::new("lockd-daemon")
             .version(env!("CARGO_PKG_VERSION"))
             .about("lockd daemon: sanlock-compatible shared-storage lease manager")
@@ -933,7 +933,7 @@ fn config_page() -> Vec<u8> {
     ));
     s.push('\n');
     s.push_str(".SH KEYS\n");
-    for k in lockd_daemon::config::CONFIG_KEYS {
+    for k in lockd_config::CONFIG_KEYS {
         s.push_str(&format!(
             ".TP\n.BR {} \" = \" \\fI{}\\fR\n",
             esc(k.key),
@@ -952,7 +952,7 @@ fn config_page() -> Vec<u8> {
         s.push('\n');
     }
     let mut example = String::new();
-    for k in lockd_daemon::config::CONFIG_KEYS {
+    for k in lockd_config::CONFIG_KEYS {
         example.push_str(&format!("{} = {}\n", k.key, k.example));
     }
     s.push_str(&sections(

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use client_lib::{AcquireOptions, LeaderElection, Lease, LeaseError, LeaseSpec, Wait};
+use client_lib::{AcquireOptions, ClientLeaseError, LeaderElection, Lease, LeaseSpec, Wait};
 use lockd_system_tests::{
     join_lockspace, lease_device, lockd_cli, scratch_dir, LockdProc, LoopDevice,
 };
@@ -431,7 +431,7 @@ fn rust_lease_api_tokens_loss_and_release() {
     assert!(first.is_trusted());
     // A second holder on the same host is refused at once with NoWait...
     match Lease::acquire(&spec, &opts) {
-        Err(LeaseError::Busy { .. }) => {}
+        Err(ClientLeaseError::Busy { .. }) => {}
         other => panic!("second acquire: {other:?}"),
     }
     // ... and times out with a timeout.
@@ -441,7 +441,7 @@ fn rust_lease_api_tokens_loss_and_release() {
     };
     assert!(matches!(
         Lease::acquire(&spec, &t_opts),
-        Err(LeaseError::Timeout { .. })
+        Err(ClientLeaseError::Timeout { .. })
     ));
     drop(first); // releases
     let second = {
@@ -449,7 +449,7 @@ fn rust_lease_api_tokens_loss_and_release() {
         loop {
             match Lease::acquire(&spec, &opts) {
                 Ok(l) => break l,
-                Err(LeaseError::Busy { .. }) if Instant::now() < deadline => {
+                Err(ClientLeaseError::Busy { .. }) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(100))
                 }
                 Err(e) => panic!("reacquire: {e}"),

@@ -241,7 +241,7 @@ fn killpath_runs_with_the_pid_on_a_graceful_request() {
 
 /// Group `disk` (gid 6 on Debian).
 fn disk_gid() -> u32 {
-    lockd_daemon::config::group_to_gid("disk").expect("group disk")
+    lockd_config::group_to_gid("disk").expect("group disk")
 }
 
 /// Gives the device node udev's usual owner and mode (root:disk 0660; a container without

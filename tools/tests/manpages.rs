@@ -195,7 +195,7 @@ fn man_pages_render_and_cover_every_command() {
     keys.dedup(); // run_dir has two commented examples (default and drop-in mode)
     assert_eq!(
         keys.len(),
-        lockd_daemon::config::CONFIG_KEYS.len(),
+        lockd_config::CONFIG_KEYS.len(),
         "keys parsed from packaging/lockd.toml: {keys:?}"
     );
     for k in keys {

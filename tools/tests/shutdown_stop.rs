@@ -309,7 +309,7 @@ fn a_non_root_shutdown_reports_the_refusal() {
     use std::os::unix::fs::PermissionsExt;
     let tmp = scratch_dir();
     let dir = tmp.path();
-    let gid = lockd_daemon::config::group_to_gid("sanlock").expect(
+    let gid = lockd_config::group_to_gid("sanlock").expect(
         "group `sanlock` is missing: install the Debian package `sanlock`, which creates it",
     );
     let mut d = Daemon::start(dir, "hostA");

@@ -3,7 +3,7 @@
 //! layout.
 #![no_main]
 use client_lib::wire::{
-    Disk, EventCb, Header, Host, HostEvent, Lockspace, Options, Rentry, Resource, ResourceHead,
+    DiskLocation, EventCb, Header, Host, HostEvent, Lockspace, Options, Rentry, Resource, ResourceHead,
     Rindex, State, RENTRY_LEN, RINDEX_LEN,
 };
 use client_lib::ext::{LeaderInfo, WatchEvent, LEADER_INFO_LEN, WATCH_EVENT_LEN};
@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(&h.encode()[..], &data[..32]);
         let _ = h.payload_len(1 << 20);
     }
-    let _ = Disk::decode(data);
+    let _ = DiskLocation::decode(data);
     let _ = ResourceHead::decode(data);
     for max in [0, 1, 4] {
         let _ = Resource::decode(data, max);

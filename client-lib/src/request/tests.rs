@@ -389,13 +389,13 @@ fn round_trips_of_the_encoder() {
             num_disks: 1,
             ..ResourceHead::named(name("ls"), name("r"))
         },
-        disks: vec![Disk::new("/var/tmp/x", 1048576).unwrap()],
+        disks: vec![DiskLocation::new("/var/tmp/x", 1048576).unwrap()],
     };
     let reqs = vec![
         Request::Version,
         Request::GetHosts(ls.clone()),
         Request::RegEvent(ls.clone()),
-        Request::Align(Disk::new("/var/tmp/x", 0).unwrap()),
+        Request::Align(DiskLocation::new("/var/tmp/x", 0).unwrap()),
         Request::WriteResource(res.clone()),
         Request::RequestLease(res.clone()),
         Request::Convert(ResourceHead::named(name("ls"), name("r"))),

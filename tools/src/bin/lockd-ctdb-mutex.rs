@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use clap::Parser;
 use client_lib::proto::SANLK_RESTRICT_SIGKILL;
-use client_lib::{AcquireOptions, Client, ClientError, Lease, LeaseError, LeaseSpec, Wait};
+use client_lib::{AcquireOptions, Client, ClientError, ClientLeaseError, Lease, LeaseSpec, Wait};
 use ctdb_mutex_cli::Args;
 
 const PROG: &str = "lockd-ctdb-mutex";
@@ -134,7 +134,7 @@ fn take(spec: &LeaseSpec, run_dir: &std::path::Path) -> Result<Lease, TakeError>
     };
     match Lease::acquire(spec, &opts) {
         Ok(l) => Ok(l),
-        Err(LeaseError::Busy { .. }) => Err(TakeError::Busy),
+        Err(ClientLeaseError::Busy { .. }) => Err(TakeError::Busy),
         Err(e) => Err(TakeError::Other(
             anyhow!(e).context(format!("acquire {}", spec.short())),
         )),

@@ -34,7 +34,7 @@ use crate::disk::DirectDisk;
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
     /// The daemon's TOML config (for our_host_name, socket_group, wdmd_run_dir).
-    #[arg(short = 'c', long = "config", default_value = lockd_daemon::config::DEFAULT_CONFIG_PATH)]
+    #[arg(short = 'c', long = "config", default_value = lockd_config::DEFAULT_CONFIG_PATH)]
     pub config: PathBuf,
     /// wdmd's run dir (default: config wdmd_run_dir, $WDMD_RUN_DIR, /run/wdmd).
     #[arg(long = "wdmd-run-dir")]
@@ -117,9 +117,9 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
     let run_dir = a.conn.run_dir();
-    let file = lockd_daemon::config::load_file(
+    let file = lockd_config::load_file(
         &a.config,
-        a.config.as_path() != Path::new(lockd_daemon::config::DEFAULT_CONFIG_PATH),
+        a.config.as_path() != Path::new(lockd_config::DEFAULT_CONFIG_PATH),
     );
     let mut checks = Vec::new();
     let file = match file {
@@ -139,7 +139,7 @@ pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
                 e.to_string(),
                 "fix the file; the daemon refuses to start with it (docs/daemon.md lists keys and ranges)",
             ));
-            lockd_daemon::config::FileConfig::default()
+            lockd_config::FileConfig::default()
         }
     };
     let view = daemon_checks(&run_dir, &mut checks);
@@ -272,7 +272,7 @@ fn group_name(gid: u32) -> String {
         .unwrap_or_else(|| gid.to_string())
 }
 
-fn socket_checks(run_dir: &Path, file: &lockd_daemon::config::FileConfig, checks: &mut Vec<Check>) {
+fn socket_checks(run_dir: &Path, file: &lockd_config::FileConfig, checks: &mut Vec<Check>) {
     let path = run_dir.join(SOCKET_NAME);
     let meta = match std::fs::symlink_metadata(&path) {
         Ok(m) => m,
@@ -298,8 +298,8 @@ fn socket_checks(run_dir: &Path, file: &lockd_daemon::config::FileConfig, checks
     let mode = meta.mode() & 0o7777;
     let gid = meta.gid();
     let want_gid = match &file.socket_group {
-        Some(g) => lockd_daemon::config::group_to_gid(g),
-        None => lockd_daemon::config::group_to_gid("sanlock"),
+        Some(g) => lockd_config::group_to_gid(g),
+        None => lockd_config::group_to_gid("sanlock"),
     };
     let detail = format!(
         "{} mode {mode:04o} owner uid {} group {}",
@@ -341,7 +341,7 @@ fn socket_checks(run_dir: &Path, file: &lockd_daemon::config::FileConfig, checks
 
 fn watchdog_checks(
     a: &DoctorArgs,
-    file: &lockd_daemon::config::FileConfig,
+    file: &lockd_config::FileConfig,
     view: Option<&DaemonView>,
     checks: &mut Vec<Check>,
 ) {
@@ -406,7 +406,7 @@ fn watchdog_checks(
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)
         })
-        .unwrap_or_else(|| PathBuf::from(lockd_daemon::config::DEFAULT_WDMD_RUN_DIR));
+        .unwrap_or_else(|| PathBuf::from(lockd_config::DEFAULT_WDMD_RUN_DIR));
     let sock = wdmd::client::socket_path(&wdmd_dir);
     let fix = "start wdmd (systemctl start wdmd) before lockd; without it every join fails \
                with SANLK_WD_ERROR (-203)";
@@ -686,14 +686,14 @@ fn io_timeout_check(
 }
 
 fn host_name_check(
-    file: &lockd_daemon::config::FileConfig,
+    file: &lockd_config::FileConfig,
     view: Option<&DaemonView>,
     checks: &mut Vec<Check>,
 ) {
     let (expected, source) = match &file.our_host_name {
         Some(n) => (n.clone(), "our_host_name in the config"),
         None => (
-            lockd_daemon::config::derived_host_name(),
+            lockd_config::derived_host_name(),
             "derived from /etc/machine-id, the boot id and the host name",
         ),
     };
@@ -731,7 +731,7 @@ fn memory_check(run_dir: &Path, daemon_up: bool, checks: &mut Vec<Check>) {
     if !daemon_up {
         return;
     }
-    let pid_path = run_dir.join(lockd_daemon::PID_FILE);
+    let pid_path = run_dir.join(lockd_config::PID_FILE);
     let pid = std::fs::read_to_string(&pid_path)
         .ok()
         .and_then(|s| s.trim().parse::<u32>().ok());

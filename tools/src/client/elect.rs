@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use client_lib::{LeaderElection, LeaseError, LeaseSpec};
+use client_lib::{ClientLeaseError, LeaderElection, LeaseSpec};
 use serde_json::json;
 
 use super::{print_json, Conn};
@@ -188,7 +188,7 @@ pub fn elect(a: &ElectArgs) -> Result<ExitCode> {
         // Short campaigns so that a signal is noticed while waiting.
         match election.campaign(Some(Duration::from_secs(1))) {
             Ok(l) => break l,
-            Err(LeaseError::Timeout { .. }) => {
+            Err(ClientLeaseError::Timeout { .. }) => {
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     bail!("not elected within {} s", a.timeout_s.unwrap_or(0));
                 }

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 use client_lib::proto::SANLK_RES_SHARED;
-use client_lib::{describe_rv, Client, Disk, Lockspace, Resource, ResourceHead};
+use client_lib::{describe_rv, Client, DiskLocation, Lockspace, Resource, ResourceHead};
 use disk_format::Name;
 
 use crate::spec::{LockspaceSpec, ResourceSpec};
@@ -51,8 +51,8 @@ impl Conn {
             return PathBuf::from(v);
         }
         // Where the daemon's config puts it (drop-in mode: run_dir = "/run/sanlock").
-        let cfg = std::path::Path::new(lockd_daemon::config::DEFAULT_CONFIG_PATH);
-        if let Ok(Some(dir)) = lockd_daemon::config::load_file(cfg, false).map(|f| f.run_dir) {
+        let cfg = std::path::Path::new(lockd_config::DEFAULT_CONFIG_PATH);
+        if let Ok(Some(dir)) = lockd_config::load_file(cfg, false).map(|f| f.run_dir) {
             return dir;
         }
         client_lib::default_run_dir()
@@ -111,7 +111,7 @@ pub fn wire_resource(text: &str) -> Result<Resource> {
             flags,
             num_disks: 1,
         },
-        disks: vec![Disk::new(&r.path.to_string_lossy(), r.offset)?],
+        disks: vec![DiskLocation::new(&r.path.to_string_lossy(), r.offset)?],
     })
 }
 

@@ -90,7 +90,7 @@ pub struct RebuildArgs {
 
 /// Opens the index's device for O_DIRECT I/O; failure carries the errno, as sanlock's.
 fn open(op: &str, path: &Path) -> Result<BlockingDisk> {
-    let disk = lockd_diskio::Disk::open(path)
+    let disk = lockd_diskio::DirectDisk::open(path)
         .map_err(|e| coded(op, format!("{}: cannot open", path.display()), e.rv()))?;
     Ok(BlockingDisk::new(disk))
 }

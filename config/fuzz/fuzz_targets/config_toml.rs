@@ -2,7 +2,7 @@
 //! `ConfigError`, never a panic; an accepted configuration is inside the documented ranges.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use lockd_daemon::Config;
+use lockd_config::Config;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

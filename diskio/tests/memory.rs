@@ -1,10 +1,10 @@
-//! Memory disks through the public `Disk` API. Its own test binary: `memory::install`
-//! changes every `Disk` open in the process for good.
+//! Memory disks through the public `DirectDisk` API. Its own test binary: `memory::install`
+//! changes every `DirectDisk` open in the process for good.
 
 use std::path::Path;
 use std::time::Duration;
 
-use lockd_diskio::{memory, Disk, EngineKind, IoError};
+use lockd_diskio::{memory, DirectDisk, EngineKind, IoError};
 
 const T: Duration = Duration::from_secs(1);
 
@@ -19,7 +19,7 @@ fn installed_memory_disks_serve_every_open() {
         EngineKind::SharedRing,
         EngineKind::OwnRing,
     ] {
-        let disk = Disk::open_with(Path::new("/lockd-mem/a"), kind).unwrap();
+        let disk = DirectDisk::open_with(Path::new("/lockd-mem/a"), kind).unwrap();
         assert!(!disk.uses_io_uring());
         assert_eq!(
             (disk.sector_size(), disk.io_block(), disk.size()),
@@ -43,7 +43,7 @@ fn installed_memory_disks_serve_every_open() {
     assert_eq!(image.snapshot(4096, 2).unwrap(), vec![5, 5]);
 
     // A failing image answers EIO (sanlock's -EIO at the protocol edge).
-    let disk = Disk::open(Path::new("/lockd-mem/a")).unwrap();
+    let disk = DirectDisk::open(Path::new("/lockd-mem/a")).unwrap();
     image.set_failing(true);
     let e = disk.write(0, &[1u8; 512], T).unwrap_err();
     assert_eq!(e.rv(), -libc::EIO);
@@ -51,14 +51,14 @@ fn installed_memory_disks_serve_every_open() {
     assert_eq!(image.snapshot(0, 512).unwrap(), vec![0u8; 512]);
 
     // Any other path, even one that exists on the file system, is not found.
-    let e = Disk::open(Path::new("/etc/hostname")).err().unwrap();
+    let e = DirectDisk::open(Path::new("/etc/hostname")).err().unwrap();
     assert_eq!(e.rv(), -libc::ENOENT);
 
     // 4096-byte sectors.
     disks
         .create(Path::new("/lockd-mem/4k"), 1 << 20, 4096)
         .unwrap();
-    let disk = Disk::open(Path::new("/lockd-mem/4k")).unwrap();
+    let disk = DirectDisk::open(Path::new("/lockd-mem/4k")).unwrap();
     assert_eq!(disk.io_block(), 4096);
     assert!(matches!(
         disk.write(512, &[0u8; 512], T),

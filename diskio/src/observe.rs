@@ -1,4 +1,4 @@
-//! The process-wide I/O observer: told of every [`Disk`](crate::Disk) read and write when
+//! The process-wide I/O observer: told of every [`DirectDisk`](crate::DirectDisk) read and write when
 //! it ends (the daemon feeds its metrics from it).
 //!
 //! Invariant: set at most once per process (the first [`set_observer`] wins), and called
@@ -42,7 +42,7 @@ mod tests {
 
     use super::*;
     use crate::test_support::scratch;
-    use crate::{Disk, EngineKind};
+    use crate::{DirectDisk, EngineKind};
 
     static READS: AtomicUsize = AtomicUsize::new(0);
     static WRITES: AtomicUsize = AtomicUsize::new(0);
@@ -65,7 +65,7 @@ mod tests {
         assert!(set_observer(count));
         assert!(!set_observer(count), "the first observer stays");
         let (_d, path) = scratch(1 << 20);
-        let disk = Disk::open_with(&path, EngineKind::Threads).unwrap();
+        let disk = DirectDisk::open_with(&path, EngineKind::Threads).unwrap();
         let (r0, w0, e0) = (
             READS.load(Ordering::SeqCst),
             WRITES.load(Ordering::SeqCst),

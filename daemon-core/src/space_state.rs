@@ -185,7 +185,7 @@ mod tests {
         assert!(warn < fail);
         let mut st = joined_at(100);
         assert_eq!(st.check_expiry(100 + warn - 1, IO_S), Expiry::default());
-        st.renewal_failed(-libc::EIO, false);
+        st.renewal_failed(-crate::errno::EIO, false);
         let e = st.check_expiry(100 + warn, IO_S);
         assert_eq!(e.notice, Some(WatchKind::RenewalFailing));
         assert_eq!(e.failing_for_s, Some(warn));

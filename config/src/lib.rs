@@ -1,5 +1,13 @@
-//! Daemon configuration: command line over TOML file over defaults, parsed once into a
-//! validated [`Config`].
+//! lockd's configuration schema, shared by the daemon and the `lockd` CLI (which reads
+//! lockd.toml for `doctor` and the run dir, and documents its keys in lockd.toml(5)):
+//! command line over TOML file over defaults, parsed once into a validated [`Config`];
+//! the default paths, [`FileConfig`] and [`CONFIG_KEYS`], group lookup, the derived host
+//! name and the pid file's name ([`PID_FILE`]).
+//!
+//! Invariants: a [`Config`] holds only values inside the documented ranges (every key is
+//! checked when [`Config::resolve`] builds it); bad text or values are a [`ConfigError`],
+//! never a panic (fuzzed: `config/fuzz`, target `config_toml`). No I/O beyond reading
+//! the config file, /proc and /etc/machine-id, and an NSS group lookup.
 
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
@@ -343,6 +351,9 @@ pub struct Config {
     /// What non-root clients may do (`client_privileges`).
     pub client_privileges: ClientPrivileges,
 }
+
+/// The pid file in the run dir (locked by the running daemon; `lockd doctor` reads it).
+pub const PID_FILE: &str = "lockd.pid";
 
 /// Default log file in the background.
 pub const DEFAULT_LOG_FILE: &str = "/var/log/lockd.log";

@@ -5,17 +5,17 @@
 //! * [`DirectFile`]: a device or file opened with O_DIRECT (O_SYNC when writable), with
 //!   its formatting sector size, its I/O block ([`storage_block_size`]: BLKSSZGET, sysfs
 //!   or a probe read) and its size — plain blocking positioned I/O, for `lockd direct`;
-//! * [`Disk`]: a [`DirectFile`] with an engine (io_uring with linked timeouts, or one
+//! * [`DirectDisk`]: a [`DirectFile`] with an engine (io_uring with linked timeouts, or one
 //!   worker thread per I/O) and a timeout on every I/O, for the daemon (and `lockd
 //!   direct`'s resource-index commands);
-//! * [`BlockingDisk`] and [`SystemClock`]: lease-core's `Disk` and `Clock` over a [`Disk`]
+//! * [`BlockingDisk`] and [`SystemClock`]: lease-core's `Disk` and `Clock` over a [`DirectDisk`]
 //!   and CLOCK_MONOTONIC ([`monotime`], [`monotime_ms`]);
-//! * [`memory`]: in-memory images that serve every [`Disk`] open of a test process that
+//! * [`memory`]: in-memory images that serve every [`DirectDisk`] open of a test process that
 //!   installs them (the daemon running inside a test);
-//! * [`set_observer`]: one process-wide hook told of every [`Disk`] read and write
+//! * [`set_observer`]: one process-wide hook told of every [`DirectDisk`] read and write
 //!   (the daemon's metrics).
 //!
-//! Invariants: every offset and length a [`Disk`] submits is a multiple of the storage's
+//! Invariants: every offset and length a [`DirectDisk`] submits is a multiple of the storage's
 //! I/O block (checked before submit; a [`DirectFile`]'s callers check their own, as
 //! `lockd direct` does with its own messages); a buffer handed to the kernel is owned by
 //! the engine until the kernel is done with it, even when the caller timed out; nothing
@@ -37,7 +37,7 @@ mod sys;
 
 pub use blocksize::storage_block_size;
 pub use buf::AlignedBuf;
-pub use disk::{Disk, EngineKind, IoError, Pending, MAX_INFLIGHT};
+pub use disk::{DirectDisk, EngineKind, IoError, Pending, MAX_INFLIGHT};
 pub use file::{open_direct, Access, DirectFile, OpenError, OpenStep};
 pub use lc::{BlockingDisk, SystemClock};
 pub use observe::{set_observer, IoObserver};

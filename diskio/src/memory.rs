@@ -1,7 +1,7 @@
 //! In-memory lease storage, for running the whole daemon inside a test process.
 //!
 //! [`install`] turns on one process-wide table of [`MemoryImage`]s. From then on every
-//! [`Disk::open`](crate::Disk::open) / [`Disk::open_with`](crate::Disk::open_with) in the
+//! [`DirectDisk::open`](crate::DirectDisk::open) / [`DirectDisk::open_with`](crate::DirectDisk::open_with) in the
 //! process is served from that table: a path that names an image uses it, any other path
 //! fails to open with ENOENT (so a test cannot touch real storage by mistake). Nothing in
 //! the daemon, the CLI or the configuration can turn this on; only a test harness that
@@ -10,7 +10,7 @@
 //! affected.
 //!
 //! Why here and not lease-core's `MemDisk`: that one is single-threaded test code inside
-//! lease-core, below the daemon's I/O layer. Backing a [`Disk`](crate::Disk) keeps the
+//! lease-core, below the daemon's I/O layer. Backing a [`DirectDisk`](crate::DirectDisk) keeps the
 //! daemon's whole I/O path in a test — alignment checks, the in-flight limit, per-I/O
 //! timeouts, the metrics observer — with only the storage itself replaced.
 //!
@@ -175,7 +175,7 @@ impl MemoryDisks {
 
 static INSTALLED: OnceLock<MemoryDisks> = OnceLock::new();
 
-/// Serves every later [`Disk`](crate::Disk) open in this process from memory; returns the
+/// Serves every later [`DirectDisk`](crate::DirectDisk) open in this process from memory; returns the
 /// table to create images in. Calling it again returns the same table.
 pub fn install() -> &'static MemoryDisks {
     INSTALLED.get_or_init(MemoryDisks::default)

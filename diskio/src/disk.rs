@@ -17,7 +17,7 @@
 //!   I/O O_DIRECT would refuse is refused with -EINVAL before anything reaches the storage;
 //! - at most [`MAX_INFLIGHT`] I/Os per disk are outstanding; beyond that submission fails
 //!   at once (a hung device must not grow threads without bound);
-//! - every [`Disk::read`] and [`Disk::write`] is reported to the observer
+//! - every [`DirectDisk::read`] and [`DirectDisk::write`] is reported to the observer
 //!   ([`set_observer`](crate::set_observer)).
 
 use std::io;
@@ -85,7 +85,7 @@ impl IoError {
 
 /// An open lease device or file.
 #[derive(Clone)]
-pub struct Disk {
+pub struct DirectDisk {
     inner: Arc<DiskInner>,
 }
 
@@ -133,7 +133,7 @@ fn shared_ring() -> Option<Arc<UringEngine>> {
 /// An I/O that did not finish within its timeout; its buffer stays with the worker.
 pub struct Pending {
     rx: Receiver<Completion>,
-    disk: Disk,
+    disk: DirectDisk,
     op: &'static str,
     offset: u64,
 }
@@ -160,19 +160,19 @@ impl Pending {
     }
 }
 
-impl Disk {
+impl DirectDisk {
     /// Opens read-write with O_DIRECT | O_SYNC, on the shared ring (or worker threads).
-    pub fn open(path: &Path) -> Result<Disk, IoError> {
-        Disk::open_with(path, EngineKind::SharedRing)
+    pub fn open(path: &Path) -> Result<DirectDisk, IoError> {
+        DirectDisk::open_with(path, EngineKind::SharedRing)
     }
 
     /// Opens with a chosen engine; ring engines fall back to worker threads when io_uring
     /// is unavailable or `LOCKD_IO_ENGINE=threads`.
-    pub fn open_with(path: &Path, kind: EngineKind) -> Result<Disk, IoError> {
-        Disk::open_via(path, Access::ReadWrite, kind, crate::file::open_direct)
+    pub fn open_with(path: &Path, kind: EngineKind) -> Result<DirectDisk, IoError> {
+        DirectDisk::open_via(path, Access::ReadWrite, kind, crate::file::open_direct)
     }
 
-    /// As [`Disk::open_with`], opened with `access`, the open(2) itself done by `opener`
+    /// As [`DirectDisk::open_with`], opened with `access`, the open(2) itself done by `opener`
     /// (see [`DirectFile::open_via`]): the daemon opens a client-named path with the
     /// client's rights this way and keeps using that fd. A read-only disk fails every
     /// write. In-memory images ([`crate::memory`]) are served without calling `opener`.
@@ -181,13 +181,13 @@ impl Disk {
         access: Access,
         kind: EngineKind,
         opener: impl FnOnce(&Path, Access) -> io::Result<std::fs::File>,
-    ) -> Result<Disk, IoError> {
+    ) -> Result<DirectDisk, IoError> {
         if let Some(found) = memory::lookup(path) {
             let image = found.map_err(|source| IoError::Open {
                 path: path.to_path_buf(),
                 source,
             })?;
-            return Ok(Disk {
+            return Ok(DirectDisk {
                 inner: Arc::new(DiskInner {
                     backing: Backing::Memory(image),
                     inflight: Arc::new(AtomicUsize::new(0)),
@@ -211,7 +211,7 @@ impl Disk {
             path: e.path,
             source: e.source,
         })?;
-        Ok(Disk {
+        Ok(DirectDisk {
             inner: Arc::new(DiskInner {
                 backing: Backing::File(file),
                 inflight: Arc::new(AtomicUsize::new(0)),
@@ -408,7 +408,7 @@ impl Disk {
         let t0 = std::time::Instant::now();
         let r = self
             .submit_read(offset, len, timeout)
-            .and_then(|p| Disk::finish(p, timeout));
+            .and_then(|p| DirectDisk::finish(p, timeout));
         record("read", t0, r.as_ref().map(|_| ()));
         r
     }
@@ -418,7 +418,7 @@ impl Disk {
         let t0 = std::time::Instant::now();
         let r = self
             .submit("write", offset, AlignedBuf::copy_of(data), timeout)
-            .and_then(|p| Disk::finish(p, timeout).map(|_| ()));
+            .and_then(|p| DirectDisk::finish(p, timeout).map(|_| ()));
         record("write", t0, r.as_ref().map(|_| ()));
         r
     }
@@ -438,7 +438,7 @@ mod tests {
     #[test]
     fn direct_read_write_round_trip_uring() {
         let (_d, path) = scratch(1 << 20);
-        let disk = Disk::open_with(&path, EngineKind::OwnRing).unwrap();
+        let disk = DirectDisk::open_with(&path, EngineKind::OwnRing).unwrap();
         assert!(
             disk.uses_io_uring(),
             "io_uring must be available on the test machine (kernel.io_uring_disabled = 0)"
@@ -449,7 +449,7 @@ mod tests {
     #[test]
     fn uring_many_concurrent_ios() {
         let (_d, path) = scratch(1 << 20);
-        let disk = Disk::open_with(&path, EngineKind::OwnRing).unwrap();
+        let disk = DirectDisk::open_with(&path, EngineKind::OwnRing).unwrap();
         let handles: Vec<_> = (0..32u64)
             .map(|i| {
                 let disk = disk.clone();
@@ -468,7 +468,7 @@ mod tests {
 
     fn round_trip(kind: EngineKind) {
         let (_d, path) = scratch(1 << 20);
-        let disk = Disk::open_with(&path, kind).unwrap();
+        let disk = DirectDisk::open_with(&path, kind).unwrap();
         assert_eq!(disk.uses_io_uring(), kind != EngineKind::Threads);
         assert_eq!(disk.sector_size(), 512);
         let data: Vec<u8> = (0..1024u32).map(|i| (i % 251) as u8).collect();
@@ -481,7 +481,7 @@ mod tests {
     #[test]
     fn file_on_var_tmp_has_a_block_size() {
         let (_d, path) = scratch(1 << 20);
-        let disk = Disk::open(&path).unwrap();
+        let disk = DirectDisk::open(&path).unwrap();
         assert!(
             crate::blocksize::valid_block(disk.io_block()),
             "{}",
@@ -493,7 +493,7 @@ mod tests {
     #[test]
     fn rejects_unaligned() {
         let (_d, path) = scratch(1 << 20);
-        let disk = Disk::open(&path).unwrap();
+        let disk = DirectDisk::open(&path).unwrap();
         assert!(matches!(
             disk.read(100, 512, Duration::from_secs(1)),
             Err(IoError::Unaligned { .. })
@@ -508,7 +508,7 @@ mod tests {
     fn read_past_end_fails() {
         for kind in [EngineKind::Threads, EngineKind::OwnRing] {
             let (_d, path) = scratch(1 << 20);
-            let disk = Disk::open_with(&path, kind).unwrap();
+            let disk = DirectDisk::open_with(&path, kind).unwrap();
             let e = disk.read(1 << 20, 512, Duration::from_secs(5)).unwrap_err();
             assert!(matches!(e, IoError::Failed { .. }), "{kind:?}: {e}");
         }

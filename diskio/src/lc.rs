@@ -1,5 +1,5 @@
 //! Glue between lease-core's async algorithms and a blocking world (the daemon's threads,
-//! `lockd direct`): a [`lease_core::io::Disk`] over [`crate::Disk`], a
+//! `lockd direct`): a [`lease_core::io::Disk`] over [`crate::DirectDisk`], a
 //! [`lease_core::io::Clock`] over CLOCK_MONOTONIC.
 //!
 //! Invariant: the futures are driven with `lease_core::exec::block_on`; they never return
@@ -13,20 +13,20 @@ use std::time::Duration;
 
 use lease_core::io::{Clock, Disk as LcDisk, IoError as LcIoError};
 
-use crate::disk::{Disk, IoError};
+use crate::disk::{DirectDisk, IoError};
 use crate::sys;
 
 /// A lease disk for lease-core; `abort` makes every later I/O fail at once (used to cut
 /// short an add_lockspace that is being removed).
 #[derive(Clone)]
 pub struct BlockingDisk {
-    pub disk: Disk,
+    pub disk: DirectDisk,
     pub abort: Arc<AtomicBool>,
 }
 
 impl BlockingDisk {
     /// `disk` with its own, unset, abort flag.
-    pub fn new(disk: Disk) -> BlockingDisk {
+    pub fn new(disk: DirectDisk) -> BlockingDisk {
         BlockingDisk {
             disk,
             abort: Arc::new(AtomicBool::new(false)),

@@ -1,0 +1,38 @@
+//! lockd-core: the daemon's lease state as a pure value, driven from outside.
+//!
+//! The daemon (`lockd-daemon`) is a shell around it: sockets, threads, disk I/O, the
+//! clock, signals and the helper process live there; this crate holds the state those
+//! feed and the transitions that change it, each a plain function of the state and its
+//! arguments. Nothing here does I/O, reads a clock, starts a thread or touches a socket
+//! (no nix, libc or lockd-diskio dependency; `forbid(unsafe_code)`), so every transition
+//! runs in a unit test exactly as it runs in the daemon.
+//!
+//! What is here so far (issue 23 moves the rest over step by step, docs/architecture.md):
+//! - [`clients`]: the client table ([`Clients`], one [`ClientSlot`] per connection or
+//!   `--for-pid` process, with its [`ClientToken`]s) and the resource-table entry
+//!   ([`LocalRes`]);
+//! - [`tables`]: the one owner of both tables ([`Tables`]), the lease lifecycle's
+//!   transitions and [`Tables::check`], the invariant check;
+//! - [`space_state`]: one lockspace's status and its transitions (renewal outcomes, the
+//!   expiry check that decides notice, loss and kill);
+//! - [`kill`]: kill escalation as decisions ([`kill::plan_kills`]);
+//! - [`step`]: [`step::Core::step`], the input → effects form, so far for one path (a
+//!   lockspace's lease growing old and lost: its holders' loss notices, then the kills).
+//!
+//! The shell's own types enter as parameters: `S`, the handle it keeps with a connection
+//! slot, and `H`, the on-disk state of a held lease ([`LeaseHold`]).
+#![forbid(unsafe_code)]
+
+pub mod clients;
+pub mod errno;
+pub mod kill;
+pub mod space_state;
+pub mod step;
+pub mod tables;
+
+pub use clients::{
+    ClientSlot, ClientToken, Clients, FsCreds, KillPath, LeaseHold, LocalRes, Refused, Waiting,
+    MAX_CLIENTS, MAX_CLIENTS_PER_UID, ROOT_RESERVED_SLOTS,
+};
+pub use step::{Core, Effect, Input};
+pub use tables::{AcquireStart, CommandTarget, Key, ReleaseStart, Tables};

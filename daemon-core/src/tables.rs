@@ -1,0 +1,933 @@
+//! The one owner of the daemon's client and resource state: the client table (one slot per
+//! connection or `--for-pid` process, with the leases it holds) and the resource table
+//! (one [`LocalRes`] per lease held on this host).
+//!
+//! Both tables live in one [`Tables`] value behind the daemon's single `tables` lock, so a
+//! change that touches both (a client's end releasing its leases, an acquire recording its
+//! holder) is one step, and there is no lock order between them. The lease lifecycle is a
+//! set of transitions on `Tables` — start and finish an acquire, a convert or a release,
+//! end a command or a client, open a `--for-pid` slot, pick orphans — each a plain function of the tables and its
+//! arguments: no disk I/O, no socket, no other lock, no thread. The daemon's handlers (`cmd.rs`)
+//! call a transition, do the disk I/O with no lock held, and report the outcome with the
+//! matching `finish_*` transition; the unit tests below drive the same transitions with no
+//! daemon at all. Other modules read the tables and set per-client fields (kill
+//! escalation's counters, a killpath's exit status, restriction flags) under the same lock.
+//!
+//! Invariants, which [`Tables::check`] checks (the unit tests after every transition;
+//! the daemon, in debug builds, whenever it lets go of the tables lock):
+//! - a resource that is neither `busy` (disk I/O in flight) nor an `orphan` has at least
+//!   one holder, and no slot is listed twice as its holder;
+//! - only a shared resource has more than one holder;
+//! - an orphan has no holder, and is `busy` only while released;
+//! - a resource `releasing` is `busy`; a resource is filed under its own key;
+//! - a client holds at most one token per (lockspace, resource), and each of its tokens
+//!   names a resource in the table that lists the client as a holder, in the token's
+//!   mode;
+//! - a slot is filed under its own index, and there are at most `MAX_CLIENTS` slots.
+
+use std::collections::HashMap;
+
+use client_lib::proto::{
+    SANLK_ACQUIRE_ORPHAN, SANLK_ACQUIRE_ORPHAN_ONLY, SANLK_FOR_CLIENT_ID, SM_CMD_ACQUIRE,
+    SM_CMD_KILLPATH,
+};
+use client_lib::wire;
+use disk_format::Name;
+
+use crate::clients::{ClientToken, Clients, KillPath, LeaseHold, LocalRes};
+use crate::errno::*;
+
+/// A lease's key: (lockspace, resource).
+pub type Key = (Name, Name);
+
+/// The client and resource tables (see the module header). `S` is the shell's handle of
+/// a connection, `H` the on-disk state of a held lease (see [`crate::clients`]).
+#[derive(Debug)]
+pub struct Tables<S, H> {
+    pub clients: Clients<S>,
+    pub resources: HashMap<Key, LocalRes<H>>,
+}
+
+impl<S, H> Default for Tables<S, H> {
+    fn default() -> Tables<S, H> {
+        Tables {
+            clients: Clients::default(),
+            resources: HashMap::new(),
+        }
+    }
+}
+
+/// How an acquire goes on after [`Tables::start_acquire`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcquireStart {
+    /// Held at once without disk I/O: an orphan adopted, or shared with another local
+    /// holder. The client is recorded as a holder; its token has this lver.
+    Local { lver: u64, adopted_orphan: bool },
+    /// The resource is now in the table, `busy`, with no holder: run the disk acquire,
+    /// then [`Tables::finish_acquire`].
+    Disk,
+}
+
+/// What [`Tables::start_release`] left to do.
+#[derive(Debug, Clone)]
+pub enum ReleaseStart<H> {
+    /// This was the last holder: release the lease on disk (the resource is now `busy`),
+    /// then [`Tables::finish_release`].
+    Disk(Box<LocalRes<H>>),
+    /// The last holder died holding a persistent lease: kept as an orphan, no disk I/O.
+    Orphaned,
+    /// Other local holders share it: nothing more to do.
+    OthersHold,
+    /// The resource is not in the table (nothing to do).
+    NotHeld,
+}
+
+/// Who a registered-client command acts on, from its header ([`Tables::start_command`]).
+#[derive(Debug, Clone, Copy)]
+pub struct CommandTarget {
+    /// The connection the command came on.
+    pub conn_ci: u32,
+    /// Its peer's uid.
+    pub conn_uid: u32,
+    pub cmd: u32,
+    pub cmd_flags: u32,
+    /// The header's data2: a client id (with SANLK_FOR_CLIENT_ID), or, read as signed, a
+    /// pid, or -1 for the connection's own client.
+    pub data2: u32,
+}
+
+impl<S, H: LeaseHold> Tables<S, H> {
+    /// Resolves the client a registered-client command acts on and marks it active; a
+    /// second command on the same client is refused with -EBUSY until
+    /// [`Tables::finish_command`] (sanlock's `cmd_active`).
+    pub fn start_command(&mut self, t: CommandTarget) -> Result<u32, i32> {
+        let by_id = t.cmd_flags & SANLK_FOR_CLIENT_ID != 0 && t.cmd != SM_CMD_KILLPATH;
+        let pid = i32::from_ne_bytes(t.data2.to_ne_bytes());
+        let ci = if by_id {
+            if self.clients.slots.contains_key(&t.data2) {
+                t.data2
+            } else {
+                return Err(-ESRCH);
+            }
+        } else if pid == -1 {
+            t.conn_ci
+        } else {
+            self.clients.by_pid(pid).ok_or(-ESRCH)?
+        };
+        let Some(c) = self.clients.slots.get_mut(&ci) else {
+            return Err(-ESRCH);
+        };
+        if !c.registered || c.pid <= 0 || c.pid_dead {
+            return Err(-EBUSY);
+        }
+        if c.kill_count > 0 && matches!(t.cmd, SM_CMD_ACQUIRE | client_lib::proto::SM_CMD_ACQUIRE2)
+        {
+            return Err(-EBUSY);
+        }
+        if c.cmd_active != 0 {
+            return Err(-EBUSY);
+        }
+        // A process may act on another uid's leases only as root.
+        if t.conn_uid != 0 && t.conn_uid != c.uid {
+            return Err(-EPERM);
+        }
+        c.cmd_active = t.cmd;
+        Ok(ci)
+    }
+
+    /// Ends the command [`Tables::start_command`] started on `target`. If the client died
+    /// meanwhile, its slot goes and its tokens are returned, to be released as a dead
+    /// holder's.
+    pub fn finish_command(&mut self, target: u32) -> Option<Vec<ClientToken>> {
+        let c = self.clients.slots.get_mut(&target)?;
+        c.cmd_active = 0;
+        if !c.pid_dead {
+            return None;
+        }
+        let tokens = std::mem::take(&mut c.tokens);
+        self.clients.slots.remove(&target);
+        Some(tokens)
+    }
+
+    /// A connection closed (or a `--for-pid` process exited). An unregistered slot just
+    /// goes. A registered client's slot goes and its tokens are returned (pid, tokens) to
+    /// be released as a dead holder's — unless a command from another connection is
+    /// running on it, which then ends it ([`Tables::finish_command`]).
+    pub fn client_ended(&mut self, ci: u32) -> Option<(i32, Vec<ClientToken>)> {
+        let c = self.clients.slots.get_mut(&ci)?;
+        if !c.registered {
+            self.clients.slots.remove(&ci);
+            return None;
+        }
+        c.pid_dead = true;
+        if c.cmd_active != 0 {
+            return None;
+        }
+        let tokens = std::mem::take(&mut c.tokens);
+        let pid = c.pid;
+        self.clients.slots.remove(&ci);
+        Some((pid, tokens))
+    }
+
+    /// A connection-less client slot for process `pid` (`lockd acquire --for-pid`),
+    /// registered and with an ACQUIRE running until [`Tables::finish_command`]; -EEXIST
+    /// when a registered client of that pid holds its own leases (two owners of one pid
+    /// would confuse release and escalation), -EMFILE when no slot is free.
+    pub fn add_pid_client(
+        &mut self,
+        pid: i32,
+        uid: u32,
+        killpath: Option<KillPath>,
+    ) -> Result<u32, i32> {
+        if self.clients.by_pid(pid).is_some() {
+            return Err(-EEXIST);
+        }
+        let ci = self.clients.add(-1, pid, uid, None).map_err(|_| -EMFILE)?;
+        if let Some(c) = self.clients.slots.get_mut(&ci) {
+            c.registered = true;
+            c.owner_name = Name::from_field(format!("pid{pid}").as_bytes());
+            c.killpath = killpath;
+            c.cmd_active = SM_CMD_ACQUIRE;
+        }
+        Ok(ci)
+    }
+
+    /// The first step of acquiring `key` for client `ci`: refused if the client holds it
+    /// already (-EEXIST), if it is being released on disk (-EAGAIN: the caller may wait
+    /// for the release to end and try again), if another local request is acquiring or
+    /// converting it (-EBUSY), if it is an orphan and the flags do not adopt it in its mode
+    /// (-EUCLEAN), if it is held exclusive here (-EEXIST), or if only an orphan was wanted
+    /// (-ENOENT). As sanlock: -EAGAIN for a resource being released, -EBUSY for one being
+    /// added.
+    pub fn start_acquire(
+        &mut self,
+        ci: u32,
+        key: Key,
+        shared: bool,
+        cmd_flags: u32,
+        disks: &[wire::DiskLocation],
+    ) -> Result<AcquireStart, i32> {
+        if let Some(c) = self.clients.slots.get(&ci) {
+            if c.tokens.iter().any(|t| t.key() == key) {
+                return Err(-EEXIST);
+            }
+        }
+        if let Some(lr) = self.resources.get_mut(&key) {
+            if lr.busy {
+                return Err(if lr.releasing { -EAGAIN } else { -EBUSY });
+            }
+            if lr.orphan {
+                // Adopt an orphan only when asked to, and only in its mode.
+                if cmd_flags & (SANLK_ACQUIRE_ORPHAN | SANLK_ACQUIRE_ORPHAN_ONLY) == 0
+                    || lr.shared != shared
+                {
+                    return Err(-EUCLEAN);
+                }
+                lr.orphan = false;
+                lr.holders.push(ci);
+                return Ok(AcquireStart::Local {
+                    lver: lr.held.lver(),
+                    adopted_orphan: true,
+                });
+            }
+            if shared && lr.shared {
+                // Another local process holds it shared: share without disk I/O.
+                lr.holders.push(ci);
+                return Ok(AcquireStart::Local {
+                    lver: lr.held.lver(),
+                    adopted_orphan: false,
+                });
+            }
+            return Err(-EEXIST);
+        }
+        if cmd_flags & SANLK_ACQUIRE_ORPHAN_ONLY != 0 {
+            return Err(-ENOENT);
+        }
+        self.resources.insert(
+            key,
+            LocalRes {
+                ls: key.0,
+                name: key.1,
+                disks: disks.to_vec(),
+                shared,
+                holders: Vec::new(),
+                busy: true,
+                releasing: false,
+                orphan: false,
+                held: H::default(),
+            },
+        );
+        Ok(AcquireStart::Disk)
+    }
+
+    /// The disk acquire [`AcquireStart::Disk`] asked for ended: on success `ci` holds the
+    /// lease and its lver is returned; on failure the resource leaves the table.
+    pub fn finish_acquire(
+        &mut self,
+        key: Key,
+        ci: u32,
+        result: Result<H, i32>,
+    ) -> Result<u64, i32> {
+        match result {
+            Ok(held) => {
+                let lver = held.lver();
+                if let Some(lr) = self.resources.get_mut(&key) {
+                    lr.held = held;
+                    lr.busy = false;
+                    lr.holders.push(ci);
+                }
+                Ok(lver)
+            }
+            Err(rv) => {
+                self.resources.remove(&key);
+                Err(rv)
+            }
+        }
+    }
+
+    /// Records an acquire request's tokens on its client; if the client's slot went
+    /// meanwhile, the tokens come back to be released.
+    pub fn record_tokens(
+        &mut self,
+        ci: u32,
+        tokens: Vec<ClientToken>,
+    ) -> Result<(), Vec<ClientToken>> {
+        match self.clients.slots.get_mut(&ci) {
+            Some(c) => {
+                c.tokens.extend(tokens);
+                Ok(())
+            }
+            None => Err(tokens),
+        }
+    }
+
+    /// Drops client `ci` as a holder of `token`'s resource; when this was its last
+    /// holder, the lease is to be released on disk, or, if the holder died (`dying`) with
+    /// a persistent lease, kept as an orphan (sanlock §2.9).
+    pub fn start_release(&mut self, ci: u32, token: &ClientToken, dying: bool) -> ReleaseStart<H> {
+        let Some(lr) = self.resources.get_mut(&token.key()) else {
+            return ReleaseStart::NotHeld;
+        };
+        lr.holders.retain(|&h| h != ci);
+        if !lr.holders.is_empty() {
+            return ReleaseStart::OthersHold;
+        }
+        if dying && token.persistent {
+            lr.orphan = true;
+            return ReleaseStart::Orphaned;
+        }
+        lr.busy = true;
+        lr.releasing = true;
+        ReleaseStart::Disk(Box::new(lr.clone()))
+    }
+
+    /// The disk release of `key` ended (whatever its result): the lease leaves the table.
+    pub fn finish_release(&mut self, key: &Key) {
+        self.resources.remove(key);
+    }
+
+    /// Orphans of lockspace `ls` to release: the one named `name`, or all when `name` is
+    /// empty; each is marked `busy` and ends with [`Tables::finish_release`].
+    pub fn start_orphan_release(&mut self, ls: &Name, name: &Name) -> Vec<LocalRes<H>> {
+        let mut picked = Vec::new();
+        for lr in self.resources.values_mut() {
+            if lr.orphan
+                && !lr.busy
+                && lr.ls.same_as(ls)
+                && (name.is_empty() || lr.name.same_as(name))
+            {
+                lr.busy = true;
+                lr.releasing = true;
+                picked.push(lr.clone());
+            }
+        }
+        picked
+    }
+
+    /// Takes every token of client `ci` (RELEASE of all).
+    pub fn take_all_tokens(&mut self, ci: u32) -> Vec<ClientToken> {
+        self.clients
+            .slots
+            .get_mut(&ci)
+            .map(|c| std::mem::take(&mut c.tokens))
+            .unwrap_or_default()
+    }
+
+    /// Takes the tokens of client `ci` named in `keys`; the flag tells whether one of them
+    /// was not held. -ESRCH without the client.
+    pub fn take_tokens(&mut self, ci: u32, keys: &[Key]) -> Result<(Vec<ClientToken>, bool), i32> {
+        let c = self.clients.slots.get_mut(&ci).ok_or(-ESRCH)?;
+        let mut picked = Vec::new();
+        let mut missing = false;
+        for key in keys {
+            match c.tokens.iter().position(|t| t.key() == *key) {
+                Some(i) => picked.push(c.tokens.remove(i)),
+                None => missing = true,
+            }
+        }
+        Ok((picked, missing))
+    }
+
+    /// Client `ci`'s token for `key`, if converting it to `to_shared` makes sense:
+    /// -ESRCH without the client, -ENOENT when it does not hold the lease, -EALREADY when
+    /// the lease is in that mode already.
+    pub fn convert_token(&self, ci: u32, key: Key, to_shared: bool) -> Result<ClientToken, i32> {
+        let c = self.clients.slots.get(&ci).ok_or(-ESRCH)?;
+        let token = c
+            .tokens
+            .iter()
+            .find(|t| t.key() == key)
+            .cloned()
+            .ok_or(-ENOENT)?;
+        if token.shared == to_shared {
+            return Err(-EALREADY);
+        }
+        Ok(token)
+    }
+
+    /// The first step of converting client `ci`'s lease `key` to shared (or exclusive):
+    /// [`Tables::convert_token`]'s checks, then the resource, marked `busy`. Refused when
+    /// another local request is on its disk I/O (-EAGAIN), or when other local holders
+    /// share it and it should become exclusive (-EAGAIN: they would lose their lease).
+    pub fn start_convert(
+        &mut self,
+        ci: u32,
+        key: Key,
+        to_shared: bool,
+    ) -> Result<LocalRes<H>, i32> {
+        self.convert_token(ci, key, to_shared)?;
+        let lr = self.resources.get_mut(&key).ok_or(-ENOENT)?;
+        if lr.busy {
+            return Err(-EAGAIN);
+        }
+        if !to_shared && lr.holders.len() > 1 {
+            return Err(-EAGAIN);
+        }
+        lr.busy = true;
+        Ok(lr.clone())
+    }
+
+    /// The disk convert [`Tables::start_convert`] asked for ended: on success the
+    /// resource and client `ci`'s token take the new mode and lver.
+    pub fn finish_convert(
+        &mut self,
+        ci: u32,
+        key: Key,
+        to_shared: bool,
+        result: Result<H, i32>,
+    ) -> i32 {
+        let Some(lr) = self.resources.get_mut(&key) else {
+            return result.err().unwrap_or(0);
+        };
+        lr.busy = false;
+        let held = match result {
+            Ok(h) => h,
+            Err(rv) => return rv,
+        };
+        let lver = held.lver();
+        lr.held = held;
+        lr.shared = to_shared;
+        if let Some(t) = self
+            .clients
+            .slots
+            .get_mut(&ci)
+            .and_then(|c| c.tokens.iter_mut().find(|t| t.key() == key))
+        {
+            t.shared = to_shared;
+            t.lver = lver;
+        }
+        0
+    }
+
+    /// The pids of the live clients holding a lease of lockspace `ls` (of resource `res`
+    /// only, when given): the ones a lease-loss or request notice is for.
+    pub fn holder_pids(&self, ls: &Name, res: Option<&Name>) -> Vec<i32> {
+        let mut pids: Vec<i32> = self
+            .clients
+            .slots
+            .values()
+            .filter(|c| !c.pid_dead && c.pid > 0)
+            .filter(|c| {
+                c.tokens
+                    .iter()
+                    .any(|t| t.ls.same_as(ls) && res.is_none_or(|r| t.name.same_as(r)))
+            })
+            .map(|c| c.pid)
+            .collect();
+        pids.sort_unstable();
+        pids
+    }
+
+    /// Whether any lease (held or orphaned) of lockspace `ls` is in the table.
+    pub fn space_in_use(&self, ls: &Name) -> bool {
+        self.resources.keys().any(|(l, _)| l.same_as(ls))
+    }
+
+    /// Checks the invariants of the module header; the first one broken, if any.
+    pub fn check(&self) -> Result<(), String> {
+        if self.clients.slots.len() > crate::MAX_CLIENTS {
+            return Err(format!(
+                "{} client slots, more than {}",
+                self.clients.slots.len(),
+                crate::MAX_CLIENTS
+            ));
+        }
+        for (key, lr) in &self.resources {
+            if (lr.ls, lr.name) != *key {
+                return Err(format!("{key:?}: filed under another key than its own"));
+            }
+            if lr.releasing && !lr.busy {
+                return Err(format!("{key:?}: releasing, yet not busy"));
+            }
+            if !lr.busy && !lr.orphan && lr.holders.is_empty() {
+                return Err(format!(
+                    "{key:?}: held by nobody, yet neither busy nor an orphan"
+                ));
+            }
+            if lr.orphan && !lr.holders.is_empty() {
+                return Err(format!("{key:?}: an orphan with holders"));
+            }
+            if lr.orphan && lr.busy && !lr.releasing {
+                return Err(format!("{key:?}: an orphan busy other than releasing"));
+            }
+            let mut seen = lr.holders.clone();
+            seen.sort_unstable();
+            seen.dedup();
+            if seen.len() != lr.holders.len() {
+                return Err(format!("{key:?}: a slot is listed twice as holder"));
+            }
+            if !lr.shared && lr.holders.len() > 1 {
+                return Err(format!(
+                    "{key:?}: exclusive, with {} holders",
+                    lr.holders.len()
+                ));
+            }
+        }
+        for (&ci, c) in &self.clients.slots {
+            if c.ci != ci {
+                return Err(format!("slot {ci} holds client {}", c.ci));
+            }
+            let keys: std::collections::HashSet<Key> =
+                c.tokens.iter().map(ClientToken::key).collect();
+            if keys.len() != c.tokens.len() {
+                return Err(format!("client {}: two tokens for one resource", c.ci));
+            }
+            // A token is recorded after its holder (finish_acquire, then record_tokens)
+            // and taken before it (take_tokens, then start_release): a client's token
+            // always names a resource that lists it as holder, in the token's mode.
+            for t in &c.tokens {
+                let Some(lr) = self.resources.get(&t.key()) else {
+                    return Err(format!(
+                        "client {}: token for {:?}, which is not in the table",
+                        c.ci,
+                        t.key()
+                    ));
+                };
+                if !lr.holders.contains(&ci) {
+                    return Err(format!(
+                        "client {}: token for {:?}, which does not list it as holder",
+                        c.ci,
+                        t.key()
+                    ));
+                }
+                if lr.shared != t.shared {
+                    return Err(format!(
+                        "client {}: token for {:?} in another mode than the resource",
+                        c.ci,
+                        t.key()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The lease lifecycle driven through the transitions alone: no daemon, no socket, no
+    //! disk. The disk outcome each `finish_*` gets is chosen by the test.
+    use super::*;
+    use client_lib::proto::{SANLK_ACQUIRE_ORPHAN, SANLK_ACQUIRE_ORPHAN_ONLY, SM_CMD_RELEASE};
+
+    /// The tables with no connection handle and a bare lease version as disk state.
+    type Tables = super::Tables<(), Held>;
+
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    struct Held {
+        lver: u64,
+    }
+
+    impl LeaseHold for Held {
+        fn lver(&self) -> u64 {
+            self.lver
+        }
+    }
+
+    const UID: u32 = 1000;
+
+    fn key(name: &str) -> Key {
+        (Name::new("ls").unwrap(), Name::new(name).unwrap())
+    }
+
+    /// A registered client with pid `pid`, as REGISTER leaves it.
+    fn client(t: &mut Tables, pid: i32) -> u32 {
+        let ci = t.clients.add(-1, pid, UID, None).unwrap();
+        let c = t.clients.slots.get_mut(&ci).unwrap();
+        c.registered = true;
+        ci
+    }
+
+    fn token(k: Key, shared: bool, persistent: bool) -> ClientToken {
+        ClientToken {
+            token_id: 1,
+            ls: k.0,
+            name: k.1,
+            disks: Vec::new(),
+            shared,
+            persistent,
+            lver: 0,
+            acquired: 0,
+        }
+    }
+
+    /// Start, disk success, record: what one ACQUIRE of one lease does.
+    fn acquire(t: &mut Tables, ci: u32, k: Key, shared: bool, persistent: bool) {
+        assert_eq!(
+            t.start_acquire(ci, k, shared, 0, &[]),
+            Ok(AcquireStart::Disk)
+        );
+        t.check().unwrap();
+        assert_eq!(t.finish_acquire(k, ci, Ok(Held::default())), Ok(0));
+        t.record_tokens(ci, vec![token(k, shared, persistent)])
+            .unwrap();
+        t.check().unwrap();
+    }
+
+    fn target(conn_ci: u32, cmd: u32, pid: i32, conn_uid: u32) -> CommandTarget {
+        CommandTarget {
+            conn_ci,
+            conn_uid,
+            cmd,
+            cmd_flags: 0,
+            data2: u32::from_ne_bytes(pid.to_ne_bytes()),
+        }
+    }
+
+    #[test]
+    fn exclusive_acquire_refuses_everyone_else_until_released() {
+        let mut t = Tables::default();
+        let (a, b) = (client(&mut t, 10), client(&mut t, 11));
+        let k = key("r1");
+        assert_eq!(t.start_acquire(a, k, false, 0, &[]), Ok(AcquireStart::Disk));
+        // While the disk acquire runs, another local request is refused: -EBUSY, as
+        // sanlock answers for a resource being added.
+        assert_eq!(t.start_acquire(b, k, false, 0, &[]), Err(-EBUSY));
+        assert_eq!(t.start_acquire(b, k, true, 0, &[]), Err(-EBUSY));
+        t.finish_acquire(k, a, Ok(Held::default())).unwrap();
+        t.record_tokens(a, vec![token(k, false, false)]).unwrap();
+        assert_eq!(t.start_acquire(a, k, false, 0, &[]), Err(-EEXIST));
+        assert_eq!(t.start_acquire(b, k, false, 0, &[]), Err(-EEXIST));
+        assert_eq!(t.start_acquire(b, k, true, 0, &[]), Err(-EEXIST));
+        let (taken, missing) = t.take_tokens(a, &[k]).unwrap();
+        assert!(!missing);
+        let step = t.start_release(a, &taken[0], false);
+        assert!(
+            matches!(step, ReleaseStart::Disk(ref lr) if lr.busy && lr.releasing && lr.holders.is_empty())
+        );
+        t.check().unwrap();
+        // While the release runs: -EAGAIN (the daemon waits for the release, then retries).
+        assert_eq!(t.start_acquire(b, k, false, 0, &[]), Err(-EAGAIN));
+        t.finish_release(&k);
+        assert!(!t.space_in_use(&k.0));
+        acquire(&mut t, b, k, false, false);
+    }
+
+    #[test]
+    fn a_failed_disk_acquire_leaves_nothing_behind() {
+        let mut t = Tables::default();
+        let a = client(&mut t, 10);
+        let k = key("r1");
+        t.start_acquire(a, k, false, 0, &[]).unwrap();
+        assert_eq!(t.finish_acquire(k, a, Err(-EAGAIN)), Err(-EAGAIN));
+        assert!(t.resources.is_empty());
+        t.check().unwrap();
+    }
+
+    #[test]
+    fn shared_holders_share_without_disk_and_the_last_one_releases_on_disk() {
+        let mut t = Tables::default();
+        let (a, b) = (client(&mut t, 10), client(&mut t, 11));
+        let k = key("r1");
+        acquire(&mut t, a, k, true, false);
+        assert_eq!(
+            t.start_acquire(b, k, true, 0, &[]),
+            Ok(AcquireStart::Local {
+                lver: 0,
+                adopted_orphan: false
+            })
+        );
+        t.record_tokens(b, vec![token(k, true, false)]).unwrap();
+        t.check().unwrap();
+        assert_eq!(t.resources[&k].holders, vec![a, b]);
+        // Exclusive now would take the lease from b.
+        assert_eq!(t.start_convert(a, k, false).err(), Some(-EAGAIN));
+        let ta = t.take_all_tokens(a);
+        assert!(matches!(
+            t.start_release(a, &ta[0], false),
+            ReleaseStart::OthersHold
+        ));
+        t.check().unwrap();
+        let tb = t.take_all_tokens(b);
+        assert!(matches!(
+            t.start_release(b, &tb[0], false),
+            ReleaseStart::Disk(_)
+        ));
+        t.finish_release(&k);
+        assert!(t.resources.is_empty());
+    }
+
+    #[test]
+    fn a_dead_holders_persistent_lease_becomes_an_orphan_adoptable_only_on_request() {
+        let mut t = Tables::default();
+        let (a, b) = (client(&mut t, 10), client(&mut t, 11));
+        let k = key("r1");
+        acquire(&mut t, a, k, false, true);
+        let (pid, tokens) = t.client_ended(a).unwrap();
+        assert_eq!((pid, tokens.len()), (10, 1));
+        assert!(!t.clients.slots.contains_key(&a));
+        assert!(matches!(
+            t.start_release(a, &tokens[0], true),
+            ReleaseStart::Orphaned
+        ));
+        t.check().unwrap();
+        assert!(t.space_in_use(&k.0));
+        assert_eq!(t.start_acquire(b, k, false, 0, &[]), Err(-EUCLEAN));
+        assert_eq!(
+            t.start_acquire(b, k, true, SANLK_ACQUIRE_ORPHAN, &[]),
+            Err(-EUCLEAN),
+            "an orphan is adopted only in its own mode"
+        );
+        assert_eq!(
+            t.start_acquire(b, k, false, SANLK_ACQUIRE_ORPHAN, &[]),
+            Ok(AcquireStart::Local {
+                lver: 0,
+                adopted_orphan: true
+            })
+        );
+        t.check().unwrap();
+        assert!(t.start_orphan_release(&k.0, &Name::EMPTY).is_empty());
+        assert_eq!(
+            t.start_acquire(b, key("r2"), false, SANLK_ACQUIRE_ORPHAN_ONLY, &[]),
+            Err(-ENOENT)
+        );
+        assert!(!t.resources.contains_key(&key("r2")));
+    }
+
+    #[test]
+    fn orphan_release_picks_only_idle_orphans_of_the_named_lockspace() {
+        let mut t = Tables::default();
+        let a = client(&mut t, 10);
+        let (k1, k2) = (key("r1"), key("r2"));
+        acquire(&mut t, a, k1, false, true);
+        acquire(&mut t, a, k2, false, true);
+        let (_, tokens) = t.client_ended(a).unwrap();
+        for tok in &tokens {
+            assert!(matches!(
+                t.start_release(a, tok, true),
+                ReleaseStart::Orphaned
+            ));
+        }
+        assert!(t
+            .start_orphan_release(&Name::new("other").unwrap(), &Name::EMPTY)
+            .is_empty());
+        let one = t.start_orphan_release(&k1.0, &k1.1);
+        assert_eq!(one.len(), 1);
+        assert!(t.resources[&k1].busy && t.resources[&k1].releasing);
+        t.check().unwrap();
+        // A busy orphan is not picked twice.
+        let rest = t.start_orphan_release(&k1.0, &Name::EMPTY);
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].name, k2.1);
+        t.finish_release(&k1);
+        t.finish_release(&k2);
+        assert!(t.resources.is_empty());
+    }
+
+    #[test]
+    fn one_command_at_a_time_per_client_and_a_client_that_dies_meanwhile_is_freed_after() {
+        let mut t = Tables::default();
+        let a = client(&mut t, 10);
+        let other = client(&mut t, 20);
+        let k = key("r1");
+        acquire(&mut t, a, k, false, false);
+        // A second connection acts on pid 10's client.
+        let first = t
+            .start_command(target(other, SM_CMD_RELEASE, 10, 0))
+            .unwrap();
+        assert_eq!(first, a);
+        assert_eq!(
+            t.start_command(target(a, SM_CMD_ACQUIRE, -1, UID)),
+            Err(-EBUSY)
+        );
+        // Its connection closes meanwhile: the running command frees it when done.
+        assert!(t.client_ended(a).is_none());
+        assert!(t.clients.slots[&a].pid_dead);
+        let tokens = t.finish_command(a).unwrap();
+        assert_eq!(tokens.len(), 1);
+        assert!(!t.clients.slots.contains_key(&a));
+    }
+
+    #[test]
+    fn command_targets_are_checked_as_sanlock_checks_them() {
+        let mut t = Tables::default();
+        let a = client(&mut t, 10);
+        let unregistered = t.clients.add(-1, 30, UID, None).unwrap();
+        assert_eq!(
+            t.start_command(target(a, SM_CMD_ACQUIRE, 99, UID)),
+            Err(-ESRCH)
+        );
+        assert_eq!(
+            t.start_command(target(unregistered, SM_CMD_ACQUIRE, -1, UID)),
+            Err(-EBUSY)
+        );
+        // Another non-root uid may not act on this client's leases; root may.
+        assert_eq!(
+            t.start_command(target(a, SM_CMD_ACQUIRE, 10, UID + 1)),
+            Err(-EPERM)
+        );
+        assert_eq!(t.start_command(target(a, SM_CMD_ACQUIRE, 10, 0)), Ok(a));
+        assert!(t.finish_command(a).is_none());
+        // A client being killed takes no new leases.
+        t.clients.slots.get_mut(&a).unwrap().kill_count = 1;
+        assert_eq!(
+            t.start_command(target(a, SM_CMD_ACQUIRE, -1, UID)),
+            Err(-EBUSY)
+        );
+        assert_eq!(t.start_command(target(a, SM_CMD_RELEASE, -1, UID)), Ok(a));
+    }
+
+    #[test]
+    fn convert_checks_then_takes_the_new_mode_only_on_success() {
+        let mut t = Tables::default();
+        let a = client(&mut t, 10);
+        let k = key("r1");
+        assert_eq!(t.convert_token(a, k, true).err(), Some(-ENOENT));
+        assert_eq!(t.convert_token(99, k, true).err(), Some(-ESRCH));
+        acquire(&mut t, a, k, false, false);
+        assert_eq!(t.convert_token(a, k, false).err(), Some(-EALREADY));
+        t.start_convert(a, k, true).unwrap();
+        assert_eq!(t.start_convert(a, k, true).err(), Some(-EAGAIN));
+        assert_eq!(t.finish_convert(a, k, true, Err(-EIO)), -EIO);
+        assert!(!t.resources[&k].busy && !t.resources[&k].shared);
+        assert!(!t.clients.slots[&a].tokens[0].shared);
+        t.start_convert(a, k, true).unwrap();
+        assert_eq!(t.finish_convert(a, k, true, Ok(Held::default())), 0);
+        assert!(t.resources[&k].shared && t.clients.slots[&a].tokens[0].shared);
+        t.check().unwrap();
+    }
+
+    #[test]
+    fn tokens_for_a_client_that_went_come_back_to_be_released() {
+        let mut t = Tables::default();
+        let a = client(&mut t, 10);
+        let k = key("r1");
+        t.start_acquire(a, k, false, 0, &[]).unwrap();
+        t.finish_acquire(k, a, Ok(Held::default())).unwrap();
+        t.clients.slots.remove(&a);
+        let back = t
+            .record_tokens(a, vec![token(k, false, false)])
+            .unwrap_err();
+        assert_eq!(back.len(), 1);
+        assert!(matches!(
+            t.start_release(a, &back[0], false),
+            ReleaseStart::Disk(_)
+        ));
+    }
+
+    #[test]
+    fn a_for_pid_slot_is_one_per_pid_and_runs_its_acquire_as_a_command() {
+        let mut t = Tables::default();
+        let ci = t.add_pid_client(42, UID, None).unwrap();
+        assert_eq!(t.add_pid_client(42, UID, None), Err(-EEXIST));
+        assert_eq!(
+            t.start_command(target(ci, SM_CMD_RELEASE, 42, 0)),
+            Err(-EBUSY),
+            "no other command while its acquire runs"
+        );
+        acquire(&mut t, ci, key("r1"), false, false);
+        assert!(t.finish_command(ci).is_none());
+        assert_eq!(t.clients.slots[&ci].owner_name, Name::new("pid42").unwrap());
+        assert_eq!(t.start_command(target(ci, SM_CMD_RELEASE, 42, 0)), Ok(ci));
+    }
+
+    #[test]
+    fn check_finds_broken_invariants() {
+        let mut t = Tables::default();
+        let a = client(&mut t, 10);
+        let k = key("r1");
+        acquire(&mut t, a, k, false, false);
+        t.resources.get_mut(&k).unwrap().holders.push(a);
+        assert!(t.check().unwrap_err().contains("listed twice"));
+        t.resources.get_mut(&k).unwrap().holders = vec![a, a + 1];
+        assert!(t.check().unwrap_err().contains("exclusive"));
+        t.resources.get_mut(&k).unwrap().holders.clear();
+        assert!(t.check().unwrap_err().contains("nobody"));
+        t.resources.clear();
+        let dup = token(k, false, false);
+        t.clients.slots.get_mut(&a).unwrap().tokens.push(dup);
+        assert!(t.check().unwrap_err().contains("two tokens"));
+    }
+
+    #[test]
+    fn check_finds_tokens_and_orphans_out_of_step() {
+        let mut t = Tables::default();
+        let (a, b) = (client(&mut t, 10), client(&mut t, 11));
+        let k = key("r1");
+        acquire(&mut t, a, k, true, true);
+        // A token whose resource lists another holder.
+        t.resources.get_mut(&k).unwrap().holders = vec![b];
+        assert!(t.check().unwrap_err().contains("does not list it"));
+        t.resources.get_mut(&k).unwrap().holders = vec![a];
+        t.check().unwrap();
+        // A token in another mode than its resource.
+        t.resources.get_mut(&k).unwrap().shared = false;
+        assert!(t.check().unwrap_err().contains("another mode"));
+        t.resources.get_mut(&k).unwrap().shared = true;
+        // An orphan with a holder, and one busy without a release.
+        t.resources.get_mut(&k).unwrap().orphan = true;
+        assert!(t.check().unwrap_err().contains("orphan with holders"));
+        let ta = t.take_all_tokens(a);
+        assert!(matches!(
+            t.start_release(a, &ta[0], true),
+            ReleaseStart::Orphaned
+        ));
+        t.check().unwrap();
+        t.resources.get_mut(&k).unwrap().busy = true;
+        assert!(t.check().unwrap_err().contains("busy other than releasing"));
+        t.resources.get_mut(&k).unwrap().busy = false;
+        // A token whose resource left the table.
+        t.resources.clear();
+        t.clients
+            .slots
+            .get_mut(&b)
+            .unwrap()
+            .tokens
+            .push(token(k, true, false));
+        assert!(t.check().unwrap_err().contains("not in the table"));
+        t.clients.slots.get_mut(&b).unwrap().tokens.clear();
+        // A resource under another key, a slot under another index.
+        let mut lr = None;
+        acquire(&mut t, a, k, false, false);
+        if let Some(r) = t.resources.remove(&k) {
+            lr = Some(r);
+        }
+        t.resources.insert(key("other"), lr.unwrap());
+        assert!(t.check().unwrap_err().contains("another key"));
+        t.resources.clear();
+        t.clients.slots.get_mut(&a).unwrap().tokens.clear();
+        let c = t.clients.slots.remove(&b).unwrap();
+        t.clients.slots.insert(b + 7, c);
+        assert!(t.check().unwrap_err().contains("slot"));
+    }
+}
