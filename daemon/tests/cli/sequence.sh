@@ -62,12 +62,18 @@ c set_config -s cli -u 0
 c set_config -s nosuch -u 1
 
 # A registered client holding r1 (`client command` registers, acquires, then execs).
-sanlock client command -r "$R1" -c /bin/sleep 300 > /dev/null 2>&1 &
+sanlock client command -r "$R1" -c /bin/sleep 300 > /dev/null 2> "$(dirname "$D")/command.err" &
 pid=$!
+# Wait for it with STATUS, not INQUIRE -p: an inquire of the pid makes its client busy
+# for that moment (sanlock's cmd_active, lockd's too), and the client's own ACQUIRE
+# arriving then gets -EBUSY and `client command` exits (seen once in CI).
 for _ in $(seq 100); do
-    sanlock client inquire -p "$pid" 2>/dev/null | grep -q "cli:r1" && break
+    sanlock client status 2>/dev/null | grep -q "^r cli:r1:.* p $pid\$" && break
     sleep 0.1
 done
+if ! kill -0 "$pid" 2>/dev/null; then
+    echo "client command exited before holding r1: $(cat "$(dirname "$D")/command.err")" >&2
+fi
 c inquire -p "$pid"
 c acquire -p "$pid" -r "$R1"
 c acquire -p "$pid" -r "$R2"
