@@ -77,36 +77,7 @@ fn sanlock_511_and_lockd_share_a_511_formatted_lockspace() {
 
     let lk = LockdDaemon::start(&s, "hostL", &[]);
     // Both join, in parallel (sanlock host 1 via its CLI, lockd host 2 via python3-sanlock).
-    let t = {
-        let mut c = in_chroot(
-            &[&sl.run_dir],
-            &sl.run_dir,
-            &[
-                "sanlock",
-                "client",
-                "add_lockspace",
-                "-o",
-                "1",
-                "-s",
-                &format!("ls:1:{dev}:0"),
-            ],
-        );
-        std::thread::spawn(move || run(&mut c))
-    };
-    let joined = lk.python(&format!(
-        "import sanlock\nsanlock.add_lockspace(b'ls', 2, b'{dev}', 0, iotimeout=1)\nprint('joined')\n"
-    ));
-    assert_eq!(
-        joined.trim(),
-        "joined",
-        "lockd joins a 5.1.1-formatted lockspace"
-    );
-    let o = t.join().expect("join thread");
-    assert!(
-        o.status.success(),
-        "sanlock 5.1.1 add_lockspace: {}",
-        text(&o)
-    );
+    join_both(&sl.run_dir, &lk, &dev);
     assert_eq!(
         delta_version(&lo.dev, 2),
         0x0005_0000,

@@ -126,30 +126,7 @@ fn libsanlock_511_calls_against_lockd_and_sanlock_511() {
         assert!(o.status.success(), "{args:?}: {}", text(&o));
     }
     let lk = LockdDaemon::start(&s, "hostL", &[]);
-    let t = {
-        let mut c = in_chroot(
-            &[&sl.run_dir],
-            &sl.run_dir,
-            &[
-                "sanlock",
-                "client",
-                "add_lockspace",
-                "-o",
-                "1",
-                "-s",
-                &format!("ls:1:{dev}:0"),
-            ],
-        );
-        std::thread::spawn(move || run(&mut c))
-    };
-    assert_eq!(
-        lk.python(&format!(
-            "import sanlock\nsanlock.add_lockspace(b'ls', 2, b'{dev}', 0, iotimeout=1)\nprint('joined')\n"
-        ))
-        .trim(),
-        "joined"
-    );
-    assert!(t.join().expect("join").status.success());
+    join_both(&sl.run_dir, &lk, &dev);
     let (s5, l) = (sl.run_dir.clone(), lk.run_dir.clone());
     assert!(
         wait_for(30, || {

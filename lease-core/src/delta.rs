@@ -200,12 +200,12 @@ pub async fn read_lockspace_geometry<D: Disk>(
     Ok((g, leader))
 }
 
-/// Reads and verifies one host's delta lease record.
-pub async fn read_host_record<D: Disk>(
+/// Reads the sector of `host_id`'s delta lease: its offset and bytes (not verified).
+async fn read_host_sector<D: Disk>(
     disk: &D,
     p: &LockspaceParams,
     host_id: u64,
-) -> Result<LeaderRecord, LeaseError> {
+) -> Result<(u64, D::Buf), LeaseError> {
     let off = p
         .host_sector_offset(host_id)
         .ok_or(LeaseError::InvalidHostId {
@@ -216,6 +216,16 @@ pub async fn read_host_record<D: Disk>(
         .read(off, p.geometry.sector_bytes() as usize, p.io_ms())
         .await
         .map_err(|e| LeaseError::io(IoOp::LeaderRead, e))?;
+    Ok((off, buf))
+}
+
+/// Reads and verifies one host's delta lease record.
+pub async fn read_host_record<D: Disk>(
+    disk: &D,
+    p: &LockspaceParams,
+    host_id: u64,
+) -> Result<LeaderRecord, LeaseError> {
+    let (_, buf) = read_host_sector(disk, p, host_id).await?;
     let leader = LeaderRecord::decode(&buf)?;
     leader.verify(LeaderKind::Delta, &p.expect())?;
     Ok(leader)
@@ -567,17 +577,8 @@ pub async fn mark_dead_ext<D: Disk>(
     if host_id == p.host_id {
         return Err(LeaseError::Invalid("cannot mark our own host_id dead"));
     }
-    let off = p
-        .host_sector_offset(host_id)
-        .ok_or(LeaseError::InvalidHostId {
-            host_id,
-            max_hosts: p.geometry.max_hosts(),
-        })?;
+    let (off, buf) = read_host_sector(disk, p, host_id).await?;
     let sector = p.geometry.sector_bytes() as usize;
-    let buf = disk
-        .read(off, sector, p.io_ms())
-        .await
-        .map_err(|e| LeaseError::io(IoOp::LeaderRead, e))?;
     if buf.len() < sector {
         return Err(LeaseError::io(IoOp::LeaderRead, crate::io::IoError::Failed));
     }

@@ -206,13 +206,7 @@ class Relay:
         with self.cond:
             self.mode = mode
             if mode == "cut":
-                for c in self.conns:
-                    try:
-                        c.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
-                    c.close()
-                self.conns.clear()
+                self._close_all()
             self.cond.notify_all()
         self.timeline.mark(self.name, f"storage path {mode}")
 
@@ -221,15 +215,19 @@ class Relay:
         with it, as a reset host's TCP stack does; held bytes are never delivered."""
         with self.cond:
             self.generation += 1
-            for c in self.conns:
-                try:
-                    c.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                c.close()
-            self.conns.clear()
+            self._close_all()
             self.cond.notify_all()
         self.timeline.mark(self.name, "guest gone: its connections and held bytes dropped")
+
+    def _close_all(self) -> None:
+        """Closes every relayed connection (the caller holds `cond`)."""
+        for c in self.conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+        self.conns.clear()
 
     def _accept(self) -> None:
         while not self.closed:

@@ -50,6 +50,35 @@ pub fn in_chroot(binds: &[&Path], run_dir: &Path, args: &[&str]) -> Command {
     c
 }
 
+/// sanlock 5.1.1 (its CLI, as host 1) and lockd (python3-sanlock, as host 2) join
+/// lockspace `ls` on `dev` at once, io_timeout 1; panics unless both succeed.
+pub fn join_both(sanlock_run_dir: &Path, lockd: &LockdDaemon, dev: &str) {
+    let mut c = in_chroot(
+        &[sanlock_run_dir],
+        sanlock_run_dir,
+        &[
+            "sanlock",
+            "client",
+            "add_lockspace",
+            "-o",
+            "1",
+            "-s",
+            &format!("ls:1:{dev}:0"),
+        ],
+    );
+    let t = std::thread::spawn(move || run(&mut c));
+    let joined = lockd.python(&format!(
+        "import sanlock\nsanlock.add_lockspace(b'ls', 2, b'{dev}', 0, iotimeout=1)\nprint('joined')\n"
+    ));
+    assert_eq!(joined.trim(), "joined", "lockd joins lockspace ls on {dev}");
+    let o = t.join().expect("join thread");
+    assert!(
+        o.status.success(),
+        "sanlock 5.1.1 add_lockspace: {}",
+        text(&o)
+    );
+}
+
 /// sanlock 5.1.1's `sanlock daemon -D -w 0` in the chroot, stopped on drop (by its
 /// `shutdown -f 1` command, then by the PID in its pid file).
 pub struct Sanlock5 {
