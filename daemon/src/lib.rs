@@ -19,6 +19,7 @@ pub mod admin;
 pub(crate) mod cmd;
 pub(crate) mod confirm;
 mod dispatch;
+pub mod fence;
 pub(crate) mod forpid;
 pub mod helper;
 pub(crate) mod inuse;

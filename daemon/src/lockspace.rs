@@ -79,6 +79,9 @@ pub struct Space {
     pub failed_with_holders: AtomicBool,
     /// The lockspace's storage is a network filesystem (read at the join).
     pub on_network_fs: AtomicBool,
+    /// Storage fencing (SCSI-3 PR), set at the join when the configuration names this
+    /// lockspace (`crate::fence`).
+    pub fence: OnceLock<Arc<crate::fence::SpaceFence>>,
     /// Duration of each successful renewal (metrics).
     pub renewal_hist: crate::metrics::Histogram,
     /// Failed renewal attempts (metrics).
@@ -252,6 +255,7 @@ fn new_space(
         examine_pending: AtomicBool::new(false),
         failed_with_holders: AtomicBool::new(false),
         on_network_fs: AtomicBool::new(false),
+        fence: OnceLock::new(),
         renewal_hist: crate::metrics::Histogram::default(),
         renewal_failures: std::sync::atomic::AtomicU64::new(0),
         added_by_uid: added_by.as_ref().map_or(0, crate::access::Caller::uid),
@@ -735,10 +739,36 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, i32> {
         monitor_hosts: None,
     };
     lock(&space.st).acquire_last_attempt = lockd_diskio::monotime();
+    // Storage fencing: our key for the generation the acquire writes is registered
+    // before it, since a reservation refuses an unregistered host's writes.
+    let fence = if d.cfg.fence.scsi_pr_for(&space.name) {
+        Some(join_fence(d, space, &bdisk, &params).map_err(aborted)?)
+    } else {
+        None
+    };
     let state = block_on(delta::acquire(&bdisk, &clock, &params)).map_err(|e| {
         warn!(error = %e, "delta lease acquire failed");
+        if let Some(f) = &fence {
+            f.unregister();
+        }
         aborted(e.sanlk_code())
     })?;
+    if let Some(f) = fence {
+        if let Err(e) = f.confirm_generation(state.generation()) {
+            warn!(error = %e, "storage fencing: cannot register the joined generation; leaving");
+            if let Err(re) = block_on(delta::release(&bdisk, &params, &state)) {
+                warn!(error = %re, "delta lease release after a fencing failure failed");
+            }
+            f.unregister();
+            return Err(crate::fence::FENCE_JOIN_RV);
+        }
+        let first = space.fence.set(f).is_ok();
+        assert!(
+            first,
+            "lockspace {}: fencing set up twice",
+            space.name.to_text()
+        );
+    }
     if let Some(w) = wd.as_mut() {
         let renewal_s = state.last_success_ms / 1000;
         let expire_s = delta::fail_deadline_ms(&params, &state) / 1000;
@@ -752,6 +782,63 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, i32> {
         info!(renewal_s, expire_s, "watchdog armed");
     }
     Ok((bdisk, params, state, wd))
+}
+
+/// Opens the lockspace's PR devices and registers our key for the coming generation
+/// (`crate::fence`); any failure is logged and refuses the join.
+fn join_fence(
+    d: &Daemon,
+    space: &Space,
+    bdisk: &BlockingDisk,
+    params: &LockspaceParams,
+) -> Result<Arc<crate::fence::SpaceFence>, i32> {
+    let cfg = &d.cfg.fence;
+    let fence = crate::fence::SpaceFence::open(
+        std::path::Path::new(&space.path),
+        &cfg.devices_for(&space.name),
+        space.host_id,
+        u64::from(space.io_timeout),
+        u64::from(cfg.preempt_s),
+    )
+    .map_err(|e| {
+        error!(error = %e, "storage fencing is configured for this lockspace but cannot be used; not joining");
+        crate::fence::FENCE_JOIN_RV
+    })?;
+    let prev = block_on(delta::read_host_record(bdisk, params, space.host_id)).map_err(|e| {
+        warn!(error = %e, "cannot read our delta lease");
+        e.sanlk_code()
+    })?;
+    fence
+        .register_for_join(&prev, u64::from(d.cfg.watchdog_fire_timeout_s), &space.stop)
+        .map_err(|e| {
+            error!(error = %e, "storage fencing: cannot register our key; not joining");
+            if matches!(e, crate::fence::FenceError::Stopped) {
+                disk_format::rv::SANLK_ERROR
+            } else {
+                crate::fence::FENCE_JOIN_RV
+            }
+        })?;
+    Ok(Arc::new(fence))
+}
+
+/// The fence thread of a fenced lockspace: once a second until the lockspace is being
+/// released, [`crate::fence::SpaceFence::check`]; finding ourselves fenced fails the
+/// lockspace at once (its holders get the loss notice, then kill escalation).
+fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
+    loop {
+        {
+            let st = lock(&space.st);
+            if st.releasing || st.gone || st.lease_lost() {
+                return;
+            }
+        }
+        let out = fence.check(&space.monitor, lockd_diskio::monotime());
+        if out.we_are_fenced {
+            lock(&space.st).renewal_failed(-libc::EBADE, true);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+    }
 }
 
 fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
@@ -798,6 +885,16 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
             if wd.is_some() { "armed" } else { "off" }
         ));
     }
+    if let Some(f) = space.fence.get().cloned() {
+        let s2 = space.clone();
+        if let Err(e) = crate::threads::spawn(format!("lockd-fence{}", space.space_id), move || {
+            fence_thread(&s2, &f)
+        }) {
+            // Without it we never preempt a failed peer (its leases wait host_dead, as
+            // without fencing) and never notice our own key gone (our writes still fail).
+            error!(error = %e, "cannot start the fence thread");
+        }
+    }
     // Renewals must keep going while lease holders are being killed; the abort flag only
     // cut short the join, so give renewals a disk that is not aborted.
     let run_disk = BlockingDisk {
@@ -833,7 +930,12 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
     };
     if !dead && ok && state.last_renewal_ok {
         match block_on(delta::release(&run_disk, &params, &state)) {
-            Ok(true) => info!("delta lease released"),
+            Ok(true) => {
+                info!("delta lease released");
+                if let Some(f) = space.fence.get() {
+                    f.unregister();
+                }
+            }
             Ok(false) => warn!("delta lease left on disk (last renewal failed)"),
             Err(e) => warn!(error = %e, "delta lease release failed"),
         }
@@ -958,11 +1060,20 @@ fn renew_loop(
             }
             Err(e) => {
                 let code = e.sanlk_code();
-                warn!(error = %e, rv = code, "renewal failed");
+                if e.is_fenced() {
+                    error!(
+                        error = %e,
+                        "renewal refused by the storage: this host has been fenced (its \
+                         reservation key was preempted); the lockspace's leases are lost"
+                    );
+                } else {
+                    warn!(error = %e, rv = code, "renewal failed");
+                }
                 space
                     .renewal_failures
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                lock(&space.st).renewal_failed(code, e.is_corrupt());
+                // Fenced: lost at once, as a corrupt lease (no retry can succeed).
+                lock(&space.st).renewal_failed(code, e.is_corrupt() || e.is_fenced());
                 // sanlock retries a failed renewal after 500 ms.
                 next_attempt_ms = lockd_diskio::monotime_ms() + 500;
             }

@@ -36,6 +36,10 @@ impl BlockingDisk {
     fn map(e: &IoError) -> LcIoError {
         match e {
             IoError::Timeout { .. } | IoError::Busy { .. } => LcIoError::TimedOut,
+            // SCSI RESERVATION CONFLICT: our PR key was preempted (storage fencing).
+            IoError::Failed { source, .. } if source.raw_os_error() == Some(libc::EBADE) => {
+                LcIoError::ReservationConflict
+            }
             _ => LcIoError::Failed,
         }
     }
@@ -130,5 +134,28 @@ impl Clock for SystemClock {
         x ^= x >> 27;
         self.seed.store(x, Ordering::Relaxed);
         x.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(errno: i32) -> IoError {
+        IoError::Failed {
+            path: "/dev/x".into(),
+            op: "write",
+            offset: 0,
+            source: std::io::Error::from_raw_os_error(errno),
+        }
+    }
+
+    #[test]
+    fn a_reservation_conflict_is_told_apart_from_other_failures() {
+        assert_eq!(
+            BlockingDisk::map(&failed(libc::EBADE)),
+            LcIoError::ReservationConflict
+        );
+        assert_eq!(BlockingDisk::map(&failed(libc::EIO)), LcIoError::Failed);
     }
 }

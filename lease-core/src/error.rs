@@ -32,6 +32,14 @@ pub enum LeaseError {
         /// True for a timeout (SANLK_AIO_TIMEOUT), false for an I/O error.
         timed_out: bool,
     },
+    /// The storage refused an I/O with a reservation conflict: this host has been fenced
+    /// (its SCSI-3 PR key preempted by another host). It answers clients with the code of
+    /// the I/O that was refused, as any I/O failure; the daemon treats it as lease loss.
+    #[error("{op:?} refused by the storage: reservation conflict (this host is fenced)")]
+    Fenced {
+        /// What the I/O was for.
+        op: IoOp,
+    },
     /// A record on disk failed verification (magic, version, names, sector size, checksum).
     #[error(transparent)]
     Format(#[from] FormatError),
@@ -169,7 +177,7 @@ impl LeaseError {
             LeaseError::Io {
                 timed_out: true, ..
             } => rv::SANLK_AIO_TIMEOUT,
-            LeaseError::Io { op, .. } => match op {
+            LeaseError::Io { op, .. } | LeaseError::Fenced { op } => match op {
                 IoOp::LeaderRead => rv::SANLK_LEADER_READ,
                 IoOp::LeaderWrite => rv::SANLK_LEADER_WRITE,
                 IoOp::DblockRead => rv::SANLK_DBLOCK_READ,
@@ -217,10 +225,19 @@ impl LeaseError {
         )
     }
 
+    /// True when the storage refused an I/O because this host's reservation key is gone
+    /// (storage fencing): its leases on that storage are lost.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, LeaseError::Fenced { .. })
+    }
+
     pub(crate) fn io(op: IoOp, e: IoError) -> LeaseError {
-        LeaseError::Io {
-            op,
-            timed_out: e == IoError::TimedOut,
+        match e {
+            IoError::ReservationConflict => LeaseError::Fenced { op },
+            IoError::Failed | IoError::TimedOut => LeaseError::Io {
+                op,
+                timed_out: e == IoError::TimedOut,
+            },
         }
     }
 }
@@ -240,6 +257,12 @@ mod tests {
             -211
         );
         assert_eq!(LeaseError::HostIdBusy.sanlk_code(), -262);
+        // A reservation conflict answers as the refused I/O, and only it is "fenced".
+        let fenced = LeaseError::io(IoOp::LeaderWrite, IoError::ReservationConflict);
+        assert_eq!(fenced.sanlk_code(), -221);
+        assert!(fenced.is_fenced());
+        assert!(!fenced.is_corrupt());
+        assert!(!LeaseError::io(IoOp::LeaderWrite, IoError::Failed).is_fenced());
         assert_eq!(
             LeaseError::IdLive {
                 owner_id: 1,

@@ -18,6 +18,11 @@ pub enum IoError {
     /// The operation did not complete within its timeout. A timed-out write may or may not
     /// have landed; the algorithms treat both as possible.
     TimedOut,
+    /// The device refused the operation with a SCSI RESERVATION CONFLICT (`EBADE` from
+    /// Linux): this host's persistent-reservation key was removed (storage fencing). A
+    /// refused write did not land, and no later write of this host will while the fence
+    /// stands.
+    ReservationConflict,
 }
 
 /// One shared block device (or file) holding lockspace and resource areas.

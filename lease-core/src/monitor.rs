@@ -51,9 +51,19 @@ pub struct HostObservation {
     /// The record carries DEAD_EXT (sanlock 5.x `set_host`): an external fencer declared
     /// this generation dead. Such a held record is DEAD whatever its timestamp does.
     pub dead_ext: bool,
+    /// The generation of this host that storage fencing removed from the storage (its
+    /// persistent-reservation key preempted and the removal confirmed), 0 = none. That
+    /// generation can no longer write, so it is DEAD for lease purposes at once; a newer
+    /// generation (the host rejoined with a new key) is judged by time again.
+    pub fenced_generation: u64,
 }
 
 impl HostObservation {
+    /// True when storage fencing has removed exactly `generation` of this host.
+    pub fn fenced(&self, generation: u64) -> bool {
+        self.fenced_generation != 0 && self.fenced_generation == generation
+    }
+
     /// True when our latest read saw the record change (sanlock: last_check == last_live).
     pub fn changed_at_last_check(&self) -> bool {
         self.last_live_s != 0 && self.last_live_s == self.last_check_s
@@ -205,6 +215,7 @@ impl HostMonitor {
                             last_check_s: now_s,
                             last_live_s: 0,
                             dead_ext: l.dead_ext(),
+                            fenced_generation: 0,
                         },
                     );
                 }
@@ -254,7 +265,7 @@ impl HostMonitor {
         if h.timestamp == 0 {
             return HostState::Free;
         }
-        if h.dead_ext {
+        if h.dead_ext || h.fenced(h.owner_generation) {
             return HostState::Dead;
         }
         let io = u64::from(h.io_timeout);
@@ -274,6 +285,19 @@ impl HostMonitor {
             HostState::Dead
         } else {
             HostState::Fail
+        }
+    }
+
+    /// Records that storage fencing removed `generation` of `host_id` (its key preempted
+    /// and confirmed gone from the storage). Only a host we have observed holding exactly
+    /// that generation is marked; returns whether it was.
+    pub fn mark_fenced(&mut self, host_id: u64, generation: u64) -> bool {
+        match self.hosts.get_mut(&host_id) {
+            Some(h) if generation != 0 && h.owner_generation == generation => {
+                h.fenced_generation = generation;
+                true
+            }
+            _ => false,
         }
     }
 
@@ -306,6 +330,10 @@ impl HostMonitor {
         // sanlock 5.x marks: DEAD_EXT on this generation = fenced, dead now; NO_TIMEOUT =
         // never dead by time.
         if delta.dead_ext() && delta.owner_generation == gen {
+            return false;
+        }
+        // Fenced by this host (its key preempted and confirmed gone): it cannot write.
+        if obs.is_some_and(|h| h.fenced(gen) && delta.owner_generation == gen) {
             return false;
         }
         if delta.flags & disk_format::leader::LFL_NO_TIMEOUT != 0 {

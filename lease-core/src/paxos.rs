@@ -711,6 +711,16 @@ async fn wait_for_owner<D: Disk, C: Clock, L: Disk, O: HostObserver>(
         if owner_delta.dead_ext() && owner_delta.owner_generation == cur.owner_generation {
             return Ok(OwnerVerdict::Run);
         }
+        // Storage fencing on this host removed exactly this owner generation's key from
+        // the storage (preempt confirmed): it can no longer write, its leases are free.
+        if host
+            .observer
+            .observation(cur.owner_id)
+            .is_some_and(|h| h.owner_id == cur.owner_id && h.fenced(cur.owner_generation))
+            && owner_delta.owner_generation == cur.owner_generation
+        {
+            return Ok(OwnerVerdict::Run);
+        }
         if owner_delta.flags & disk_format::leader::LFL_NO_TIMEOUT != 0 {
             return Err(AcquireFail {
                 err: LeaseError::OwnedNoTimeout {

@@ -1,7 +1,9 @@
 //! sanlock 5.x areas: delta 5.0 / paxos 7.0 records are used and keep their version;
 //! the 5.x flags lockd does not implement (CAW, NO_TIMEOUT) are refused before any write;
 //! DEAD_EXT frees a fenced owner's lease at once, fails the fenced host's own lockspace,
-//! and is not carried into a new generation.
+//! and is not carried into a new generation. Also here, on 3.x and 5.x areas alike:
+//! storage fencing's mark (a generation whose reservation key was preempted) frees that
+//! generation's leases at once, and only that generation's.
 
 use std::cell::RefCell;
 
@@ -256,4 +258,80 @@ fn monitor_reports_a_dead_ext_host_dead_even_while_its_record_changes() {
         a.mon.borrow().state(2, now(&c)),
         Some(crate::monitor::HostState::Live)
     );
+}
+
+/// Storage fencing (the daemon's `fence` module) marks a peer generation fenced in the
+/// monitor once its key is confirmed gone: that generation's exclusive lease is taken
+/// without the host_dead wait, on a 3.x area too; a newer generation is not.
+#[test]
+fn fenced_owner_generation_is_taken_at_once_and_only_that_generation() {
+    for v5 in [false, true] {
+        let d = if v5 { v5_disk() } else { MemDisk::formatted() };
+        let (c, mut a, mut b) = two_hosts(&d);
+        b.acquire(&d, &c).unwrap();
+        advance(&c, 2);
+        b.renew(&d, &c).unwrap();
+        a.renew(&d, &c).unwrap();
+        // B stops renewing; A's monitor still calls it alive: IDLIVE without the mark.
+        let now = |c: &TestClock| c.now_ms.get() / 1000;
+        assert_eq!(a.acquire(&d, &c).unwrap_err().sanlk_code(), -243);
+        // A mark of another generation changes nothing.
+        assert!(!a.mon.borrow_mut().mark_fenced(2, b.st.generation() + 1));
+        assert!(!a.mon.borrow_mut().mark_fenced(3, 1), "never observed");
+        assert_eq!(a.acquire(&d, &c).unwrap_err().sanlk_code(), -243);
+        assert!(a.mon.borrow_mut().mark_fenced(2, b.st.generation()));
+        assert_eq!(
+            a.mon.borrow().state(2, now(&c)),
+            Some(crate::monitor::HostState::Dead)
+        );
+        let slept = c.slept_ms.get();
+        let t = a.acquire(&d, &c).unwrap();
+        assert!(
+            c.slept_ms.get() - slept <= 1_000,
+            "no host_dead wait (v5 {v5})"
+        );
+        assert_eq!(record(&d, RES_OFFSET).owner_id, 1);
+        block_on(paxos::release(&d, &c, &t)).unwrap();
+        // B rejoins with a new generation and takes the lease: the old mark does not
+        // make the new generation dead.
+        let mut b2 = Host::join(&d, &c, 2);
+        for _ in 0..2 {
+            advance(&c, 2);
+            b2.renew(&d, &c).unwrap();
+            a.renew(&d, &c).unwrap();
+        }
+        b2.acquire(&d, &c).unwrap();
+        assert_eq!(
+            a.mon.borrow().state(2, now(&c)),
+            Some(crate::monitor::HostState::Live)
+        );
+        assert_eq!(a.acquire(&d, &c).unwrap_err().sanlk_code(), -243);
+    }
+}
+
+/// A shared holder whose generation is fenced is not alive: an exclusive acquire over
+/// its shared lease does not wait for it.
+#[test]
+fn fenced_shared_holder_is_not_alive() {
+    let d = MemDisk::formatted();
+    let (c, a, b) = two_hosts(&d);
+    let now_s = c.now_ms.get() / 1000;
+    let delta_b = record(&d, 512);
+    let obs = a.mon.borrow().hosts(now_s)[0].1;
+    assert!(HostMonitor::shared_holder_live(
+        Some(obs),
+        &delta_b,
+        b.st.generation(),
+        now_s,
+        10
+    ));
+    assert!(a.mon.borrow_mut().mark_fenced(2, b.st.generation()));
+    let obs = a.mon.borrow().hosts(now_s)[0].1;
+    assert!(!HostMonitor::shared_holder_live(
+        Some(obs),
+        &delta_b,
+        b.st.generation(),
+        now_s,
+        10
+    ));
 }
