@@ -354,8 +354,8 @@ impl SpaceFence {
                             host_id,
                             generation,
                             age_s = age,
-                            "storage fencing: host fenced (key preempted and confirmed); its \
-                             leases may be taken now"
+                            "storage fencing: host marked fenced (its key's removal confirmed); \
+                             its leases may be taken now"
                         );
                         out.fenced.push((host_id, generation));
                     }

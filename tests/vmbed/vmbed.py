@@ -92,7 +92,17 @@ SCENARIOS = {
     "nfs-cut": ("nfs", "cut the holder guest's network link (NFS unreachable)"),
     "mixed-sanlock": ("iscsi", "sanlock 3.8.5 guest holds; its daemon is killed; lockd takes over"),
     "pr-basics": ("iscsi", "SCSI-3 PR by `lockd direct pr`: B preempts A's key; A's writes bounce (EBADE)"),
+    "pr-kill-daemon": ("iscsi", "fence=scsi-pr: SIGKILL the holder's lockd daemon; a survivor preempts its key"),
+    "pr-freeze-guest": ("iscsi", "fence=scsi-pr: SIGSTOP the holder's QEMU, resume after the takeover"),
+    "pr-cut-storage": ("iscsi", "fence=scsi-pr: cut the holder's iSCSI connection, heal after the takeover"),
+    "pr-slow-storage": ("iscsi", "fence=scsi-pr: the holder's storage path delays every byte by 3 s"),
 }
+# Storage fencing scenarios (issue 24): io_timeout 1, fence_preempt_s below.
+PR_FENCE_SCENARIOS = ["pr-kill-daemon", "pr-freeze-guest", "pr-cut-storage", "pr-slow-storage"]
+PR_PREEMPT_S = 5
+PR_TAKEOVER_LIMIT_S = 10.0
+# A "slow" relay holds each chunk this long before passing it on.
+SLOW_DELAY_S = 3.0
 CI_SUBSET = ["kill-daemon", "kill-wdmd", "nfs-cut"]
 
 
@@ -264,6 +274,11 @@ class Relay:
                     self.cond.wait()
                 if self.mode == "cut" or self.generation != gen:
                     break
+                slow = self.mode == "slow"
+            if slow:
+                # Slow storage: every chunk arrives SLOW_DELAY_S late (in order, per
+                # direction), as a congested or failing path delivers it.
+                time.sleep(SLOW_DELAY_S)
             try:
                 dst.sendall(data)
             except OSError:
@@ -615,12 +630,14 @@ class Witness:
             ts = [x for x in self.renewals.get(host_id, []) if x <= t]
         return max(ts) if ts else None
 
-    def overlaps(self) -> list[str]:
+    def overlaps(self, sources: tuple[str, ...] = ("life", "disk")) -> list[str]:
         """Certain violations: a sign of life or a write under an older lease version, by
-        one guest, seen after the first write or start under a newer version by another."""
+        one guest, seen after the first write or start under a newer version by another.
+        With storage fencing only writes that reached the storage count (`sources`
+        ("disk",)): a fenced holder may live on, its writes bouncing off the target."""
         out = []
         with self.lock:
-            tens = list(self.tenures.values())
+            tens = [t for t in self.tenures.values() if t.source in sources]
         for a in tens:
             for b in tens:
                 if a.host != b.host and a.lver < b.lver and a.last > b.first + 0.05:
@@ -688,6 +705,16 @@ class Bed:
             daemon=True)
         self.poller.start()
 
+    def fence_toml(self) -> str:
+        """lockd.toml lines turning storage fencing on for the bed's lockspace, with the
+        LUN's whole-disk path as its data device (the holders write there)."""
+        return ("cat >>/run/lockd.toml <<'EOT'\n"
+                'fence = "scsi-pr"\n'
+                f'fence_lockspaces = ["{LOCKSPACE}"]\n'
+                f'fence_devices = ["{LOCKSPACE}:/dev/sda"]\n'
+                f"fence_preempt_s = {PR_PREEMPT_S}\n"
+                "EOT\n")
+
     def lease_path(self) -> str:
         return "/dev/mapper/lease" if self.storage == "iscsi" else "/mnt/nfs/leases"
 
@@ -723,12 +750,28 @@ class Bed:
                 "[ -S /run/sanlock/sanlock.sock ]"
             )
         else:
+            daemon = f"lockd-daemon -D -w 1 -e {g.name} -o {d} -g 2 -c /run/lockd.toml"
+            if self.scenario in PR_FENCE_SCENARIOS:
+                # The daemon's log passes through a loop that appends it to daemon.log and
+                # sends its fencing lines at once as events, stamped on the host's
+                # timeline; the pid file still names the daemon itself (exec).
+                start = (
+                    f"(sh -c 'echo $$ >/run/daemon.pid; exec {daemon}' 2>&1 | "
+                    "while IFS= read -r l; do printf '%s\\n' \"$l\" >>/var/tmp/daemon.log; case \"$l\" in "
+                    "*'key preempted'*) echo event=fence-preempt >/dev/ttyS2;; "
+                    "*'marked fenced'*) echo event=fence-marked >/dev/ttyS2;; "
+                    "*'has been fenced'*) echo event=fenced-self >/dev/ttyS2;; "
+                    "*'key registered'*) echo event=fence-registered >/dev/ttyS2;; "
+                    "esac; done) </dev/null >/dev/null 2>&1 &\n"
+                )
+            else:
+                start = f"{daemon} >/var/tmp/daemon.log 2>&1 & echo $! >/run/daemon.pid\n"
             g.sh(
                 f"printf 'watchdog_fire_timeout = {w}\\n' >/run/lockd.toml\n"
+                + (self.fence_toml() if self.scenario in PR_FENCE_SCENARIOS else "") +
                 f"wdmd -D -w /dev/watchdog0 --fire-timeout {w} >/var/tmp/wdmd.log 2>&1 & echo $! >/run/wdmd.pid\n"
                 "for i in $(seq 100); do [ -S /run/wdmd/wdmd.sock ] && break; sleep 0.1; done\n"
-                f"lockd-daemon -D -w 1 -e {g.name} -o {d} -g 2 -c /run/lockd.toml "
-                ">/var/tmp/daemon.log 2>&1 & echo $! >/run/daemon.pid\n"
+                + start +
                 "for i in $(seq 100); do [ -S /run/lockd/sanlock.sock ] && break; sleep 0.1; done\n"
                 "[ -S /run/lockd/sanlock.sock ] || { cat /var/tmp/daemon.log; exit 1; }"
             )
@@ -825,16 +868,27 @@ class Result:
     rejoin: float | None = None
     overlaps: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
+    # Storage fencing scenarios: the survivors' first preempt and fence mark, and the
+    # fenced guest's writes refused by the target after the fault.
+    fence: str | None = None
+    preempt: float | None = None
+    fenced_mark: float | None = None
+    fenced_write_errors: int = 0
 
     def line(self) -> str:
         f = lambda v: "none" if v is None else f"{v:.2f}"
         return (f"scenario={self.scenario} storage={self.storage} watchdog=i6300esb fault_s={f(self.fault)} "
                 f"last_renewal_s={f(self.last_renewal)} recovery_s={f(self.recovery)} "
                 f"watchdog_fire_s={f(self.watchdog)} host_dead_s={f(self.host_dead)} "
-                f"takeover_s={f(self.takeover)} rejoin_s={f(self.rejoin)} overlaps={len(self.overlaps)}")
+                f"takeover_s={f(self.takeover)} rejoin_s={f(self.rejoin)} overlaps={len(self.overlaps)}"
+                + (f" fence={self.fence} preempt_s={PR_PREEMPT_S} preempt_at_s={f(self.preempt)} "
+                   f"fenced_at_s={f(self.fenced_mark)} fenced_write_errors={self.fenced_write_errors}"
+                   if self.fence else ""))
 
 
 def run_scenario(name: str, io_timeout_s: int, fire_timeout_s: int, keep: bool) -> Result:
+    if name in PR_FENCE_SCENARIOS:
+        io_timeout_s = 1  # issue 24: fencing scenarios run at io_timeout 1
     if name == "mixed-sanlock":
         fire_timeout_s = 60  # sanlock 3.8.5's fixed W: every host of a lockspace shares W
     if SCENARIOS[name][0] == "nfs" and io_timeout_s < 5:
@@ -843,14 +897,14 @@ def run_scenario(name: str, io_timeout_s: int, fire_timeout_s: int, keep: bool) 
         # NFS scenarios run with io_timeout 5.
         io_timeout_s = 5
     bed = Bed(name, io_timeout_s, fire_timeout_s, keep or bool(os.environ.get("LOCKD_VMBED_KEEP")))
-    res = Result(name, bed.storage)
+    res = Result(name, bed.storage, fence="scsi-pr" if name in PR_FENCE_SCENARIOS else None)
     print(f"vmbed: {name}: {SCENARIOS[name][1]} (work dir {bed.workdir})", file=sys.stderr, flush=True)
     try:
         scenario_body(bed, res)
     except BedError as e:
         res.violations.append(f"bed error: {e}")
     finally:
-        res.overlaps = bed.witness.overlaps()
+        res.overlaps = bed.witness.overlaps(("disk",) if name in PR_FENCE_SCENARIOS else ("life", "disk"))
         for o in res.overlaps:
             res.violations.append(f"overlap: {o}")
         with bed.timeline.lock:
@@ -923,7 +977,12 @@ def scenario_body(bed: Bed, res: Result) -> None:
 
     fault = bed.timeline.mark("bed", f"FAULT {name}")
     res.fault = fault
-    if name in ("kill-daemon", "mixed-sanlock"):
+    fenced = name in PR_FENCE_SCENARIOS
+    if fenced:
+        name = name[len("pr-"):]  # the same fault as the unfenced scenario
+    if name == "slow-storage":
+        bed.relays[1].set_mode("slow")
+    elif name in ("kill-daemon", "mixed-sanlock"):
         g1.sh("kill -KILL $(cat /run/daemon.pid)")
     elif name == "sigstop-daemon":
         g1.sh("kill -STOP $(cat /run/daemon.pid)")
@@ -951,6 +1010,8 @@ def scenario_body(bed: Bed, res: Result) -> None:
     else:
         raise BedError(f"scenario {name} not handled")
 
+    if fenced:
+        return judge_fenced(bed, res, g1, name, fault, kinds)
     if name == "nfs-server-restart":
         # The server is back well within 8·D: nobody fails, nobody takes over, g1 keeps
         # renewing and holding. Watch for longer than host_dead.
@@ -1055,6 +1116,85 @@ def scenario_body(bed: Bed, res: Result) -> None:
             return
         rejoin(bed, g1, res)
         del t0
+
+
+def judge_fenced(bed: Bed, res: Result, g1: Guest, kind: str, fault: float, kinds: dict) -> None:
+    """A storage-fencing scenario after its fault: a survivor preempts g1's key and marks
+    it fenced, another guest takes the lease within PR_TAKEOVER_LIMIT_S of the fault and
+    after the mark, no write of g1 reaches the LUN after the takeover (the witness reads
+    the LUN's backing file), and a g1 whose daemon lives gets the lost-lease notice. Then
+    the fault ends and g1 rejoins with a new generation (its old key stays preempted)."""
+    d, w = bed.io_timeout_s, bed.fire_timeout_s
+    v = res.violations
+    take = bed.wait_for("takeover", lambda: bed.witness.takeover("g1", fault), 8 * d + w + 30)
+    res.takeover = take
+    if kind == "freeze-guest":
+        # Resume once another guest holds: g1's renewals and holder's writes now bounce.
+        g1.sigcont()
+    if kind == "kill-daemon":
+        # No daemon: wdmd lets the watchdog reset g1 (after the takeover, which needed
+        # no wait for it); its holder lives on until then, its writes refused.
+        bed.wait_for("watchdog", lambda: g1.watchdog_t, 8 * d + w + 30)
+    # Let the fenced guest act: its daemon (if alive) notices (EBADE, or the lease
+    # aging out at 8·D), its holder writes and is refused, or its watchdog fires.
+    time.sleep(8 * d + 4)
+    with bed.witness.lock:
+        notes = [(t, h, e) for t, h, e in bed.witness.notes if t >= fault]
+        g1_writes = [t for t, h, _lver, _seq in bed.witness.writes if h == "g1" and t >= fault]
+    pre = [t for t, h, e in notes if h != "g1" and e == "fence-preempt"]
+    marks = [t for t, h, e in notes if h != "g1" and e == "fence-marked"]
+    res.preempt = min(pre) if pre else None
+    res.fenced_mark = min(marks) if marks else None
+    res.fenced_write_errors = sum(1 for _t, h, e in notes if h == "g1" and e == "write_error")
+    rec = [t for t, h, e in notes if h == "g1" and e in ("killpath", "sigterm")]
+    res.recovery = min(rec) if rec else None
+    res.watchdog = g1.watchdog_t[0] if g1.watchdog_t else None
+    res.last_renewal = bed.witness.last_renewal_before(1, take or bed.clock.now())
+    if res.last_renewal is not None:
+        res.host_dead = res.last_renewal + 8 * d + w
+    if take is None:
+        v.append("no other guest took the lease")
+    elif take - fault > PR_TAKEOVER_LIMIT_S:
+        v.append(f"takeover {take - fault:.2f}s after the fault (limit {PR_TAKEOVER_LIMIT_S} s)")
+    if res.fenced_mark is None:
+        v.append("no survivor marked g1 fenced")
+    elif take is not None and take + 0.5 < res.fenced_mark:
+        v.append(f"takeover at {take:.2f}s before the fence was confirmed at {res.fenced_mark:.2f}s")
+    if res.preempt is None:
+        v.append("no survivor preempted g1's key")
+    late = [t for t in g1_writes if take is not None and t > take]
+    if late:
+        v.append(f"{len(late)} write(s) of g1 reached the LUN after the takeover (first {late[0]:.2f}s)")
+    if kind != "kill-daemon" and res.recovery is None and res.watchdog is None:
+        v.append("g1's daemon lives but its holder got no lost-lease notice (killpath/SIGTERM)")
+    bed.timeline.mark("bed", f"fenced: preempt {res.preempt}, mark {res.fenced_mark}, takeover {take}, "
+                             f"g1 write errors {res.fenced_write_errors}, notice {res.recovery}")
+    # The fault ends; g1 (rebooted after a reset, or its daemon having left the failed
+    # lockspace) joins again under a new generation and key.
+    if kind in ("cut-storage", "slow-storage"):
+        bed.relays[1].set_mode("pass")
+    if res.watchdog is not None or not g1.alive():
+        bed.wait_for("qemu exit", lambda: g1.exit_t, 30)
+        try:
+            bed.boot(1, kinds[1])
+        except BedError as e:
+            v.append(f"g1 did not boot again after its reset: {e}")
+            return
+    elif kind == "kill-daemon":
+        v.append("g1's daemon was killed but its watchdog never reset it")
+        return
+    bed.wait_for("lockspace left",
+                 lambda: f"{LOCKSPACE}:" not in g1.sh("lockd gets 2>&1", check=False, timeout=30)[1], 60)
+    rejoin(bed, g1, res)
+    if res.rejoin is not None:
+        rc, out = g1.sh("lockd direct pr read-keys --json /dev/sda 2>&1", check=False)
+        bed.timeline.mark("g1", "keys after the rejoin: " + " ".join(out.split())[:200])
+        try:
+            ours = [k for k in json.loads(out)["keys"] if k["host_id"] == 1]
+        except (ValueError, KeyError, TypeError):
+            ours = []
+        if rc != 0 or len(ours) != 1:
+            v.append(f"after its rejoin g1 does not have exactly one key registered: {out.strip()}")
 
 
 def rejoin(bed: Bed, g1: Guest, res: Result) -> None:
@@ -1307,6 +1447,17 @@ def main() -> int:
               f"{f(r.recovery, base):>8} {f(r.watchdog, base):>8} {f(r.host_dead, base):>9} "
               f"{f(r.takeover, base):>8} {f(r.rejoin, base):>7} {len(r.overlaps):8}  "
               f"{'ok' if not r.violations else 'FAILED'}")
+    fenced = [r for r in results if r.fence]
+    if fenced:
+        print()
+        print(f"storage fencing (fence=scsi-pr, io_timeout 1, preempt_s {PR_PREEMPT_S}; seconds after the fault)")
+        print(f"{'scenario':20} {'preempt':>7} {'fenced':>7} {'takeover':>8} {'notice':>7} {'watchdog':>8} "
+              f"{'write_errors':>12} overlaps  result")
+        for r in fenced:
+            base = r.fault or 0.0
+            print(f"{r.scenario:20} {f(r.preempt, base):>7} {f(r.fenced_mark, base):>7} {f(r.takeover, base):>8} "
+                  f"{f(r.recovery, base):>7} {f(r.watchdog, base):>8} {r.fenced_write_errors:12} "
+                  f"{len(r.overlaps):8}  {'ok' if not r.violations else 'FAILED'}")
     return 0 if all(not r.violations for r in results) else 1
 
 
