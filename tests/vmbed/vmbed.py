@@ -103,7 +103,7 @@ PR_PREEMPT_S = 5
 PR_TAKEOVER_LIMIT_S = 10.0
 # A "slow" relay holds each chunk this long before passing it on.
 SLOW_DELAY_S = 3.0
-CI_SUBSET = ["kill-daemon", "kill-wdmd", "nfs-cut"]
+CI_SUBSET = ["kill-daemon", "pr-kill-daemon", "nfs-cut"]
 
 
 class BedError(Exception):

@@ -206,6 +206,17 @@ fn doctor_finds_each_planted_problem() {
         "{}",
         detail(&v, "pr")
     );
+    // With storage fencing configured for this lockspace, the same device is a FAIL (the
+    // daemon would refuse to join it).
+    let cfg_f = d.join("fenced.toml");
+    std::fs::write(
+        &cfg_f,
+        "our_host_name = \"hostA\"\nfence = \"scsi-pr\"\nfence_lockspaces = [\"dls\"]\n",
+    )
+    .unwrap();
+    let (_, vf) = doctor(&a.run_dir, &cfg_f, &no_wdmd, &[]);
+    assert_eq!(levels(&vf, "pr"), ["FAIL"], "{}", detail(&vf, "pr"));
+    assert!(detail(&vf, "pr").contains("fence = scsi-pr"), "{}", detail(&vf, "pr"));
     // -w 0: the watchdog being off, its device and wdmd missing are warnings, not failures.
     assert_eq!(levels(&v, "watchdog"), ["WARN"]);
     assert_eq!(levels(&v, "wdmd"), ["WARN"]);

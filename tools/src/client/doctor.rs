@@ -147,7 +147,7 @@ pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
     watchdog_checks(a, &file, view.as_ref(), &mut checks);
     if let Some(v) = &view {
         for ls in &v.lockspaces {
-            lockspace_checks(&run_dir, ls, a.samples, &mut checks);
+            lockspace_checks(&run_dir, ls, a.samples, &file, &mut checks);
         }
     }
     host_name_check(&file, view.as_ref(), &mut checks);
@@ -505,7 +505,13 @@ fn measure(
         .unwrap_or_else(|_| Err(format!("reads did not finish within {deadline:?}")))
 }
 
-fn lockspace_checks(run_dir: &Path, ls: &LsView, samples: u32, checks: &mut Vec<Check>) {
+fn lockspace_checks(
+    run_dir: &Path,
+    ls: &LsView,
+    samples: u32,
+    file: &lockd_config::FileConfig,
+    checks: &mut Vec<Check>,
+) {
     let io_timeout: u64 = ls
         .kv
         .get("io_timeout")
@@ -549,19 +555,45 @@ fn lockspace_checks(run_dir: &Path, ls: &LsView, samples: u32, checks: &mut Vec<
     };
     geometry_check(ls, &who, dev_sector, &first, checks);
     io_timeout_check(run_dir, ls, &who, io_timeout, checks);
-    pr_check(ls, &who, io_timeout, checks);
+    pr_check(ls, &who, io_timeout, fenced_by_pr(file, &ls.name), checks);
+}
+
+/// Whether the configuration turns storage fencing (SCSI-3 PR) on for lockspace `name`.
+fn fenced_by_pr(file: &lockd_config::FileConfig, name: &Name) -> bool {
+    file.fence.as_deref() == Some("scsi-pr")
+        && file
+            .fence_lockspaces
+            .iter()
+            .flatten()
+            .any(|n| Name::new(n).is_ok_and(|n| n.same_as(name)))
 }
 
 /// Whether the lockspace's device answers SCSI-3 persistent reservations (a read-only
-/// probe: PERSISTENT RESERVE IN only). Informational, always PASS: lockd fences by
-/// watchdog today, and storage fencing by PR is not configured anywhere yet (see
-/// docs/fencing.md); the line says whether a device could take part in it.
-fn pr_check(ls: &LsView, who: &str, io_timeout: u64, checks: &mut Vec<Check>) {
+/// probe: PERSISTENT RESERVE IN only). For a lockspace the configuration fences by PR
+/// (`fence = "scsi-pr"`, `fence_lockspaces`) a device without PR is a FAIL (the daemon
+/// refuses to join it); otherwise the line is informational (PASS) and says whether the
+/// device could take part in storage fencing (docs/fencing.md).
+fn pr_check(ls: &LsView, who: &str, io_timeout: u64, fenced: bool, checks: &mut Vec<Check>) {
     // Each of the probe's (at most three) commands is bounded like a storage read.
     let timeout_ms = u32::try_from(io_timeout.clamp(1, 10) * 1000).unwrap_or(10_000);
     let probe = lockd_scsi_pr::PrDevice::probe_with_timeout(Path::new(&ls.path), timeout_ms);
+    if fenced {
+        let (level, fix) = if probe.supported() {
+            (Level::Pass, "")
+        } else {
+            (
+                Level::Fail,
+                "storage fencing (fence = \"scsi-pr\") needs a device that answers PERSISTENT \
+                 RESERVE: use the SCSI device itself, or remove the lockspace from \
+                 fence_lockspaces",
+            )
+        };
+        let detail = format!("{who}: fence = scsi-pr; {}", probe.summary());
+        checks.push(check("pr", level, detail, fix));
+        return;
+    }
     let detail = if probe.supported() {
-        format!("{who}: {}", probe.summary())
+        format!("{who}: {}; storage fencing off for it", probe.summary())
     } else {
         format!(
             "{who}: {}; storage fencing by SCSI-3 PR cannot use this device (watchdog \
