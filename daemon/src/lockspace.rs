@@ -658,6 +658,9 @@ type JoinResult = (
 /// before the acquire and armed right after it — before the lockspace is reported joined,
 /// so no client can hold a lease in it unprotected.
 fn join(d: &Daemon, space: &Space) -> Result<JoinResult, i32> {
+    if d.cfg.use_watchdog {
+        watchdog_fits(space.io_timeout, d.cfg.watchdog_fire_timeout_s)?;
+    }
     let mut wd = if d.cfg.use_watchdog {
         let w = LockspaceWatchdog::open(&d.cfg.wdmd_run_dir, d.cfg.watchdog_fire_timeout_s)
             .map_err(|e| {
@@ -839,6 +842,40 @@ fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
         }
         std::thread::sleep(Duration::from_millis(1000));
     }
+}
+
+/// Refuses (-EINVAL, before anything is opened or written) an io_timeout whose lease
+/// expiry, 8·io_timeout after a renewal, is never more than wdmd's test interval ahead
+/// for the fire timeout `w`: wdmd counts a lockspace whose expiry is within one test
+/// interval as failed, so every test would fail and the watchdog would reset a healthy
+/// host W seconds later (sanlock accepts it and the host is reset; seen in the VM bed
+/// with io_timeout 1 and W = 60, test interval 10 s). Warns when the margin is too small
+/// to hold just before every renewal (6·io_timeout): some tests fail, and a run of them
+/// as long as W resets the host.
+fn watchdog_fits(io_timeout_s: u32, w: u32) -> Result<(), i32> {
+    let interval = wdmd::proto::test_interval_for(w);
+    if 8 * io_timeout_s <= interval {
+        error!(
+            io_timeout_s,
+            watchdog_fire_timeout_s = w,
+            test_interval_s = interval,
+            "io_timeout too short for this watchdog fire timeout: the lease expiry (8·io_timeout) \
+             would always be within wdmd's test interval, and wdmd would let the watchdog reset \
+             this healthy host; use a larger io_timeout or a smaller watchdog_fire_timeout \
+             (test interval: 10 s for W >= 60, 5 s for 30..59, 2 s for 10..29, 1 s below)"
+        );
+        return Err(-libc::EINVAL);
+    }
+    if 6 * io_timeout_s <= interval {
+        warn!(
+            io_timeout_s,
+            watchdog_fire_timeout_s = w,
+            test_interval_s = interval,
+            "io_timeout is short for this watchdog fire timeout: just before each renewal the \
+             lease expiry is within wdmd's test interval, so some watchdog tests fail"
+        );
+    }
+    Ok(())
 }
 
 fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
@@ -1366,5 +1403,30 @@ mod network_fs_tests {
         assert!(is_network_fs(std::path::Path::new(
             "/nonexistent/lockd/lease"
         )));
+    }
+}
+
+#[cfg(test)]
+mod watchdog_fit_tests {
+    use super::watchdog_fits;
+
+    #[test]
+    fn io_timeouts_that_would_reset_a_healthy_host_are_refused() {
+        // W = 60 tests every 10 s: io_timeout 1 (expiry 8 s ahead) always fails a test.
+        assert_eq!(watchdog_fits(1, 60), Err(-libc::EINVAL));
+        assert_eq!(
+            watchdog_fits(2, 60),
+            Ok(()),
+            "16 s ahead at most, 12 s at least"
+        );
+        assert_eq!(watchdog_fits(10, 60), Ok(()), "sanlock's defaults");
+        // W = 10 tests every 2 s; W = 5 every second: io_timeout 1 fits (the beds).
+        assert_eq!(watchdog_fits(1, 10), Ok(()));
+        assert_eq!(watchdog_fits(1, 5), Ok(()));
+        assert_eq!(
+            watchdog_fits(1, 30),
+            Ok(()),
+            "8 s ahead, 5 s interval (warned)"
+        );
     }
 }

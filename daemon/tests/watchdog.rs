@@ -143,6 +143,42 @@ fn no_wdmd_means_no_join() {
     assert!(!String::from_utf8_lossy(&dump.stdout).contains("hostW"));
 }
 
+/// io_timeout 1 with W = 60: wdmd tests every 10 s and counts an expiry within one
+/// interval as a failure, and the expiry is only 8 s ahead, so a healthy host would be
+/// reset. The join is refused (-EINVAL) before wdmd is even asked, with a log line that
+/// says why; io_timeout 2 gets past that check (and then meets the missing wdmd).
+#[test]
+fn an_io_timeout_the_watchdog_cannot_test_is_refused() {
+    require_tool("sanlock", "sanlock");
+    let s = Scratch::new("wd-fit");
+    let img = s.file("ls.img", 2);
+    init_lockspace("wdls", &img, 0);
+    let cfg = s.dir.join("w60.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "watchdog_fire_timeout = 60\nwdmd_run_dir = \"{}\"\n",
+            s.dir.join("no-wdmd-here").display()
+        ),
+    )
+    .unwrap();
+    let d = LockdDaemon::start_args(&s, "hostW", &["-w", "1", "-c", cfg.to_str().unwrap()], &[]);
+    let spec = format!("wdls:1:{}:0", img.display());
+    let out = add_lockspace(&d, &spec);
+    assert!(out.contains("done -22"), "{out}\n{}", d.log_text());
+    assert!(
+        d.log_text()
+            .contains("io_timeout too short for this watchdog fire timeout"),
+        "{}",
+        d.log_text()
+    );
+    let out = stdout(&d.sanlock_client(&["add_lockspace", "-o", "2", "-s", &spec]));
+    assert!(
+        out.contains("done -203"),
+        "io_timeout 2 passes the check: {out}"
+    );
+}
+
 #[test]
 fn lockspace_is_armed_renewed_and_disarmed() {
     require_tool("sanlock", "sanlock");

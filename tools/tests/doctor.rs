@@ -216,7 +216,11 @@ fn doctor_finds_each_planted_problem() {
     .unwrap();
     let (_, vf) = doctor(&a.run_dir, &cfg_f, &no_wdmd, &[]);
     assert_eq!(levels(&vf, "pr"), ["FAIL"], "{}", detail(&vf, "pr"));
-    assert!(detail(&vf, "pr").contains("fence = scsi-pr"), "{}", detail(&vf, "pr"));
+    assert!(
+        detail(&vf, "pr").contains("fence = scsi-pr"),
+        "{}",
+        detail(&vf, "pr")
+    );
     // -w 0: the watchdog being off, its device and wdmd missing are warnings, not failures.
     assert_eq!(levels(&v, "watchdog"), ["WARN"]);
     assert_eq!(levels(&v, "wdmd"), ["WARN"]);
