@@ -463,6 +463,40 @@ impl<S, H: LeaseHold> Tables<S, H> {
         self.resources.keys().any(|(l, _)| l.same_as(ls))
     }
 
+    /// The part of [`Tables::check`] cheap enough for release builds, run by the daemon
+    /// each time it lets go of the tables lock and by the core after every step: one
+    /// pass over the resources with no allocation and no lookup — filed under its own
+    /// key, `releasing` only with `busy`, an orphan without holders, and never more than
+    /// one holder of an exclusive lease. (The rest — tokens against holders, duplicate
+    /// holders or tokens — needs lookups per token and runs in debug builds.)
+    pub fn check_cheap(&self) -> Result<(), String> {
+        if self.clients.slots.len() > crate::MAX_CLIENTS {
+            return Err(format!(
+                "{} client slots, more than {}",
+                self.clients.slots.len(),
+                crate::MAX_CLIENTS
+            ));
+        }
+        for (key, lr) in &self.resources {
+            if (lr.ls, lr.name) != *key {
+                return Err(format!("{key:?}: filed under another key than its own"));
+            }
+            if lr.releasing && !lr.busy {
+                return Err(format!("{key:?}: releasing, yet not busy"));
+            }
+            if lr.orphan && !lr.holders.is_empty() {
+                return Err(format!("{key:?}: an orphan with holders"));
+            }
+            if !lr.shared && lr.holders.len() > 1 {
+                return Err(format!(
+                    "{key:?}: exclusive, with {} holders",
+                    lr.holders.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks the invariants of the module header; the first one broken, if any.
     pub fn check(&self) -> Result<(), String> {
         if self.clients.slots.len() > crate::MAX_CLIENTS {

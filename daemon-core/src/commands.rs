@@ -1,0 +1,572 @@
+//! The request path of [`Core::step`]: a client's requests (register, add and remove a
+//! lockspace, acquire, release, convert, inquire), the disk operations they need as
+//! [`Effect::Disk`], their completions ([`crate::Input::DiskDone`]), and a client's end
+//! (connection closed, pid exited). Every change of the client and resource tables goes
+//! through the [`Tables`](crate::Tables) transitions (`start_command`, `start_acquire`,
+//! `finish_acquire`, `record_tokens`, `start_release`, `finish_release`, `start_convert`,
+//! `finish_convert`, `client_ended`, `finish_command`); this module only sequences them.
+//!
+//! Invariants:
+//! - one command per client at a time (`Tables::start_command`'s `cmd_active`), kept in
+//!   `Core::cmds` until its reply;
+//! - an ACQUIRE of several leases takes them in order and is all or none: when one fails,
+//!   the ones taken are released again before the error is answered;
+//! - a RELEASE is answered only when every disk release it asked for has ended;
+//! - a disk acquire ending after its lockspace was lost (or is being removed) is released
+//!   again and answered -ENOSPC;
+//! - an acquire that meets a release of the same lease in progress (-EAGAIN) waits for it
+//!   and goes on when it ends;
+//! - a client that dies during a command keeps its slot (`pid_dead`) until the command
+//!   ends; then its leases are released as a dead holder's.
+
+use client_lib::proto::{
+    SM_CMD_ACQUIRE, SM_CMD_CONVERT, SM_CMD_INQUIRE, SM_CMD_RELEASE,
+};
+use disk_format::Name;
+
+use crate::clients::{ClientToken, LeaseHold};
+use crate::errno::*;
+use crate::space_state::{Phase, RenewalRec, SpaceSt};
+use crate::step::{
+    Core, CoreSpace, DiskOp, Effect, HeldLease, OpId, PlantedBug, ReqKind, Reply, Request,
+    ResSpec,
+};
+use crate::tables::{AcquireStart, CommandTarget, Key, ReleaseStart};
+
+/// A client's command in progress.
+#[derive(Debug)]
+pub(crate) enum Cmd {
+    Acquire(AcquireCmd),
+    /// Disk releases still running, and the result so far.
+    Release { pending: usize, rv: i32 },
+    Convert { key: Key },
+}
+
+#[derive(Debug)]
+pub(crate) struct AcquireCmd {
+    specs: Vec<ResSpec>,
+    cmd_flags: u32,
+    /// The next spec to acquire.
+    next: usize,
+    /// The leases taken so far (holders in the table, not yet the client's tokens).
+    got: Vec<ClientToken>,
+    /// Waiting for the disk release of this lease to end (-EAGAIN).
+    waiting: Option<Key>,
+}
+
+/// A lockspace addition or removal waiting for its end, and the connection to answer.
+#[derive(Debug)]
+pub(crate) struct AdminCmd {
+    pub ci: u32,
+    pub ls: Name,
+    pub kind: ReqKind,
+}
+
+/// What a disk operation in flight is for.
+#[derive(Debug)]
+pub(crate) enum OpFor {
+    Acquire { ci: u32, key: Key },
+    /// A release; `reply_to` the client whose RELEASE waits for it (none for a dead
+    /// holder's, a failed acquire's or a planted early reply's).
+    Release { reply_to: Option<u32>, key: Key },
+    Convert { ci: u32, key: Key, to_shared: bool },
+}
+
+impl OpFor {
+    pub(crate) fn key(&self) -> Key {
+        match self {
+            OpFor::Acquire { key, .. } | OpFor::Release { key, .. } | OpFor::Convert { key, .. } => {
+                *key
+            }
+        }
+    }
+}
+
+fn reply<H>(fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, rv: i32, leases: Vec<HeldLease>) {
+    fx.push(Effect::Reply {
+        ci,
+        reply: Reply { kind, rv, leases },
+    });
+}
+
+fn held_lease(t: &ClientToken) -> HeldLease {
+    HeldLease {
+        ls: t.ls,
+        name: t.name,
+        shared: t.shared,
+        lver: t.lver,
+    }
+}
+
+impl<S, H: LeaseHold> Core<S, H> {
+    fn new_op(&mut self) -> OpId {
+        let op = self.next_op;
+        self.next_op += 1;
+        op
+    }
+
+    /// Whether a reply to `ci` can still be written (its slot is there and alive).
+    fn live(&self, ci: u32) -> bool {
+        self.tables
+            .clients
+            .slots
+            .get(&ci)
+            .is_some_and(|c| !c.pid_dead)
+    }
+
+    fn answer(&self, fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, rv: i32, leases: Vec<HeldLease>) {
+        if self.live(ci) {
+            reply(fx, ci, kind, rv, leases);
+        }
+    }
+
+    pub(crate) fn request(&mut self, now_s: u64, ci: u32, req: Request, fx: &mut Vec<Effect<H>>) {
+        let kind = req.kind();
+        let Some(uid) = self.tables.clients.slots.get(&ci).map(|c| c.uid) else {
+            return;
+        };
+        let cmd = match &req {
+            Request::Register => {
+                if let Some(c) = self.tables.clients.slots.get_mut(&ci) {
+                    let rv = if c.registered { -EALREADY } else { 0 };
+                    c.registered = true;
+                    reply(fx, ci, kind, rv, Vec::new());
+                }
+                return;
+            }
+            Request::AddLockspace { ls, io_timeout_s } => {
+                if self.space(ls).is_some() {
+                    reply(fx, ci, kind, -EEXIST, Vec::new());
+                    return;
+                }
+                self.spaces.push(CoreSpace {
+                    name: *ls,
+                    st: SpaceSt::default(),
+                    io_timeout_s: *io_timeout_s,
+                });
+                self.admin.push(crate::commands::AdminCmd { ci, ls: *ls, kind });
+                fx.push(Effect::JoinLockspace {
+                    ls: *ls,
+                    io_timeout_s: *io_timeout_s,
+                });
+                return;
+            }
+            Request::RemLockspace { ls } => {
+                let Some(s) = self.space_mut(ls) else {
+                    reply(fx, ci, kind, -ENOENT, Vec::new());
+                    return;
+                };
+                if s.st.phase == Phase::Adding {
+                    reply(fx, ci, kind, -EBUSY, Vec::new());
+                    return;
+                }
+                s.st.kill_now = true;
+                s.st.phase = Phase::Removing;
+                self.admin.push(AdminCmd { ci, ls: *ls, kind });
+                // The holders are killed at the next tick; the lockspace goes when its
+                // last lease has left the table.
+                self.finish_removals(fx);
+                return;
+            }
+            Request::Acquire { .. } => SM_CMD_ACQUIRE,
+            Request::Release { .. } => SM_CMD_RELEASE,
+            Request::Convert { .. } => SM_CMD_CONVERT,
+            Request::Inquire => SM_CMD_INQUIRE,
+        };
+        let target = CommandTarget {
+            conn_ci: ci,
+            conn_uid: uid,
+            cmd,
+            cmd_flags: 0,
+            data2: u32::MAX,
+        };
+        let ci = match self.tables.start_command(target) {
+            Ok(ci) => ci,
+            Err(rv) => {
+                reply(fx, ci, kind, rv, Vec::new());
+                return;
+            }
+        };
+        match req {
+            Request::Acquire { res, cmd_flags } => {
+                self.cmds.insert(
+                    ci,
+                    Cmd::Acquire(AcquireCmd {
+                        specs: res,
+                        cmd_flags,
+                        next: 0,
+                        got: Vec::new(),
+                        waiting: None,
+                    }),
+                );
+                self.advance_acquire(now_s, ci, fx);
+            }
+            Request::Release { keys } => {
+                let (tokens, missing) = if keys.is_empty() {
+                    (self.tables.take_all_tokens(ci), false)
+                } else {
+                    self.tables.take_tokens(ci, &keys).unwrap_or_default()
+                };
+                let mut pending = 0;
+                for t in &tokens {
+                    if self.release_token(ci, t, false, Some(ci), fx) {
+                        pending += 1;
+                    }
+                }
+                let rv = if missing { -ENOENT } else { 0 };
+                let leases = tokens.iter().map(held_lease).collect();
+                if pending == 0 {
+                    self.answer(fx, ci, kind, rv, leases);
+                    self.end_command(ci, fx);
+                } else {
+                    self.cmds.insert(ci, Cmd::Release { pending, rv });
+                }
+            }
+            Request::Convert { key, to_shared } => match self.tables.start_convert(ci, key, to_shared) {
+                Ok(lr) => {
+                    let op = self.new_op();
+                    self.ops.insert(op, OpFor::Convert { ci, key, to_shared });
+                    self.cmds.insert(ci, Cmd::Convert { key });
+                    fx.push(Effect::Disk {
+                        op,
+                        ls: key.0,
+                        what: DiskOp::Convert {
+                            key,
+                            held: lr.held,
+                            to_shared,
+                        },
+                    });
+                }
+                Err(rv) => {
+                    self.answer(fx, ci, kind, rv, Vec::new());
+                    self.end_command(ci, fx);
+                }
+            },
+            Request::Inquire => {
+                let leases = self.tables.clients.slots[&ci].tokens.iter().map(held_lease).collect();
+                self.answer(fx, ci, kind, 0, leases);
+                self.end_command(ci, fx);
+            }
+            Request::Register | Request::AddLockspace { .. } | Request::RemLockspace { .. } => {}
+        }
+    }
+
+    /// Ends client `ci`'s command; a client that died meanwhile goes now, its leases
+    /// released as a dead holder's.
+    fn end_command(&mut self, ci: u32, fx: &mut Vec<Effect<H>>) {
+        self.cmds.remove(&ci);
+        if let Some(tokens) = self.tables.finish_command(ci) {
+            for t in &tokens {
+                self.release_token(ci, t, true, None, fx);
+            }
+        }
+    }
+
+    /// [`crate::Tables::start_release`] of one token, and the disk release it may need;
+    /// true when a disk release was asked for. `reply_to`: the RELEASE waiting for it.
+    fn release_token(
+        &mut self,
+        ci: u32,
+        t: &ClientToken,
+        dying: bool,
+        reply_to: Option<u32>,
+        fx: &mut Vec<Effect<H>>,
+    ) -> bool {
+        let ReleaseStart::Disk(lr) = self.tables.start_release(ci, t, dying) else {
+            return false;
+        };
+        let key = t.key();
+        let op = self.new_op();
+        let early = self.planted(PlantedBug::ReleaseBeforeDisk);
+        self.ops.insert(
+            op,
+            OpFor::Release {
+                reply_to: if early { None } else { reply_to },
+                key,
+            },
+        );
+        fx.push(Effect::Disk {
+            op,
+            ls: key.0,
+            what: DiskOp::Release { key, held: lr.held },
+        });
+        if early {
+            // Planted: the slot is freed now, and the caller answers at once.
+            self.tables.finish_release(&key);
+            return false;
+        }
+        true
+    }
+
+    /// Takes the next leases of client `ci`'s ACQUIRE until one needs the disk (or waits
+    /// for a release), then answers when all are taken or one failed.
+    fn advance_acquire(&mut self, now_s: u64, ci: u32, fx: &mut Vec<Effect<H>>) {
+        loop {
+            let Some(Cmd::Acquire(a)) = self.cmds.get(&ci) else {
+                return;
+            };
+            if a.waiting.is_some() {
+                return;
+            }
+            let Some(spec) = a.specs.get(a.next).cloned() else {
+                self.acquire_done(ci, fx);
+                return;
+            };
+            let flags = a.cmd_flags;
+            if !self.space_usable(&spec.ls) {
+                self.acquire_failed(ci, -ENOSPC, fx);
+                return;
+            }
+            let key = spec.key();
+            match self
+                .tables
+                .start_acquire(ci, key, spec.shared, flags, &spec.disks)
+            {
+                Ok(AcquireStart::Local { lver, .. }) => {
+                    let t = self.token(&spec, lver, now_s);
+                    if let Some(Cmd::Acquire(a)) = self.cmds.get_mut(&ci) {
+                        a.got.push(t);
+                        a.next += 1;
+                    }
+                }
+                Ok(AcquireStart::Disk) => {
+                    let op = self.new_op();
+                    self.ops.insert(op, OpFor::Acquire { ci, key });
+                    fx.push(Effect::Disk {
+                        op,
+                        ls: key.0,
+                        what: DiskOp::Acquire {
+                            key,
+                            shared: spec.shared,
+                            disks: spec.disks.clone(),
+                        },
+                    });
+                    return;
+                }
+                Err(rv) if rv == -EAGAIN => {
+                    // Released on disk right now: go on when that ends.
+                    if let Some(Cmd::Acquire(a)) = self.cmds.get_mut(&ci) {
+                        a.waiting = Some(key);
+                    }
+                    return;
+                }
+                Err(rv) => {
+                    self.acquire_failed(ci, rv, fx);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn token(&mut self, spec: &ResSpec, lver: u64, now_s: u64) -> ClientToken {
+        let token_id = self.next_token_id;
+        self.next_token_id = self.next_token_id.wrapping_add(1).max(1);
+        ClientToken {
+            token_id,
+            ls: spec.ls,
+            name: spec.name,
+            disks: spec.disks.clone(),
+            shared: spec.shared,
+            persistent: spec.persistent,
+            lver,
+            acquired: now_s,
+        }
+    }
+
+    fn acquire_done(&mut self, ci: u32, fx: &mut Vec<Effect<H>>) {
+        let Some(Cmd::Acquire(a)) = self.cmds.remove(&ci) else {
+            return;
+        };
+        let leases: Vec<HeldLease> = a.got.iter().map(held_lease).collect();
+        if let Some(c) = self.tables.clients.slots.get_mut(&ci) {
+            c.waiting = None;
+        }
+        match self.tables.record_tokens(ci, a.got) {
+            Ok(()) => self.answer(fx, ci, ReqKind::Acquire, 0, leases),
+            Err(back) => {
+                for t in &back {
+                    self.release_token(ci, t, true, None, fx);
+                }
+            }
+        }
+        self.end_command(ci, fx);
+    }
+
+    /// One lease of the ACQUIRE failed: the ones taken are released, the error answered.
+    fn acquire_failed(&mut self, ci: u32, rv: i32, fx: &mut Vec<Effect<H>>) {
+        let Some(Cmd::Acquire(a)) = self.cmds.remove(&ci) else {
+            return;
+        };
+        for t in &a.got {
+            self.release_token(ci, t, false, None, fx);
+        }
+        self.answer(fx, ci, ReqKind::Acquire, rv, Vec::new());
+        self.end_command(ci, fx);
+    }
+
+    pub(crate) fn disk_done(&mut self, now_s: u64, op: OpId, result: Result<H, i32>, fx: &mut Vec<Effect<H>>) {
+        let Some(what) = self.ops.remove(&op) else {
+            // Not ours (a completion for an operation of an earlier core): nothing.
+            return;
+        };
+        match what {
+            OpFor::Acquire { ci, key } => {
+                let spec = match self.cmds.get(&ci) {
+                    Some(Cmd::Acquire(a)) => a.specs.get(a.next).cloned(),
+                    _ => None,
+                };
+                let lost = !self.space_usable(&key.0)
+                    && !self.planted(PlantedBug::GrantInLostLockspace);
+                match (self.tables.finish_acquire(key, ci, result), spec) {
+                    (Ok(lver), Some(spec)) if !lost => {
+                        let t = self.token(&spec, lver, now_s);
+                        if let Some(Cmd::Acquire(a)) = self.cmds.get_mut(&ci) {
+                            a.got.push(t);
+                            a.next += 1;
+                        }
+                        self.advance_acquire(now_s, ci, fx);
+                    }
+                    (Ok(lver), spec) => {
+                        // Held on disk, but its lockspace was lost meanwhile (or the
+                        // command is gone): give it back.
+                        let spec = spec.unwrap_or(ResSpec {
+                            ls: key.0,
+                            name: key.1,
+                            shared: false,
+                            persistent: false,
+                            disks: Vec::new(),
+                        });
+                        let t = self.token(&spec, lver, now_s);
+                        self.release_token(ci, &t, false, None, fx);
+                        self.acquire_failed(ci, -ENOSPC, fx);
+                    }
+                    (Err(rv), _) => self.acquire_failed(ci, rv, fx),
+                }
+            }
+            OpFor::Release { reply_to, key } => {
+                if !self.planted(PlantedBug::ReleaseBeforeDisk) {
+                    self.tables.finish_release(&key);
+                }
+                let rv_disk = result.err().unwrap_or(0);
+                if let Some(ci) = reply_to {
+                    if let Some(Cmd::Release { pending, rv }) = self.cmds.get_mut(&ci) {
+                        *pending -= 1;
+                        if *rv == 0 {
+                            *rv = rv_disk;
+                        }
+                        if *pending == 0 {
+                            let rv = *rv;
+                            self.answer(fx, ci, ReqKind::Release, rv, Vec::new());
+                            self.end_command(ci, fx);
+                        }
+                    }
+                }
+                // Acquires waiting for this release go on.
+                let mut waiting: Vec<u32> = self
+                    .cmds
+                    .iter()
+                    .filter(|(_, c)| matches!(c, Cmd::Acquire(a) if a.waiting == Some(key)))
+                    .map(|(ci, _)| *ci)
+                    .collect();
+                waiting.sort_unstable();
+                for ci in waiting {
+                    if let Some(Cmd::Acquire(a)) = self.cmds.get_mut(&ci) {
+                        a.waiting = None;
+                    }
+                    self.advance_acquire(now_s, ci, fx);
+                }
+                self.finish_removals(fx);
+            }
+            OpFor::Convert { ci, key, to_shared } => {
+                let rv = self.tables.finish_convert(ci, key, to_shared, result);
+                let leases = self.tables.clients.slots.get(&ci).map(|c| {
+                    c.tokens.iter().filter(|t| t.key() == key).map(held_lease).collect()
+                });
+                self.answer(fx, ci, ReqKind::Convert, rv, leases.unwrap_or_default());
+                if matches!(self.cmds.get(&ci), Some(Cmd::Convert { key: k }) if *k == key) {
+                    self.end_command(ci, fx);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn join_done(&mut self, now_s: u64, ls: Name, result: Result<(), i32>, fx: &mut Vec<Effect<H>>) {
+        let asked: Vec<u32> = self
+            .admin
+            .iter()
+            .filter(|a| a.kind == ReqKind::AddLockspace && a.ls.same_as(&ls))
+            .map(|a| a.ci)
+            .collect();
+        self.admin
+            .retain(|a| !(a.kind == ReqKind::AddLockspace && a.ls.same_as(&ls)));
+        let rv = match result {
+            Ok(()) => {
+                if let Some(s) = self.space_mut(&ls) {
+                    s.st.phase = Phase::Joined;
+                    s.st.renewal_ok(
+                        now_s,
+                        RenewalRec {
+                            timestamp: now_s,
+                            read_ms: 0,
+                            write_ms: 0,
+                        },
+                    );
+                }
+                0
+            }
+            Err(rv) => {
+                self.spaces.retain(|s| !s.name.same_as(&ls));
+                rv
+            }
+        };
+        for ci in asked {
+            self.answer(fx, ci, ReqKind::AddLockspace, rv, Vec::new());
+        }
+    }
+
+    /// A client's connection closed or its process exited.
+    pub(crate) fn client_gone(&mut self, ci: u32, fx: &mut Vec<Effect<H>>) {
+        self.admin.retain(|a| a.ci != ci);
+        if let Some((_pid, tokens)) = self.tables.client_ended(ci) {
+            self.cmds.remove(&ci);
+            for t in &tokens {
+                self.release_token(ci, t, true, None, fx);
+            }
+        }
+    }
+
+    /// Lockspaces that can go now: being removed, or lost, with no lease of theirs left
+    /// in the table and no acquire on the way.
+    pub(crate) fn finish_removals(&mut self, fx: &mut Vec<Effect<H>>) {
+        let mut gone = Vec::new();
+        for s in &self.spaces {
+            let ls = s.name;
+            let removing = s.st.phase == Phase::Removing;
+            let lost = s.st.phase == Phase::Joined && s.st.space_dead && !s.st.kill_now;
+            if !(removing || lost) || self.tables.space_in_use(&ls) {
+                continue;
+            }
+            let acquiring = self.cmds.values().any(|c| {
+                matches!(c, Cmd::Acquire(a) if a.specs.iter().any(|r| r.ls.same_as(&ls)))
+            });
+            if !acquiring {
+                gone.push((ls, lost));
+            }
+        }
+        for (ls, lost) in gone {
+            self.spaces.retain(|s| !s.name.same_as(&ls));
+            fx.push(Effect::LockspaceGone { ls, lost });
+            let asked: Vec<u32> = self
+                .admin
+                .iter()
+                .filter(|a| a.kind == ReqKind::RemLockspace && a.ls.same_as(&ls))
+                .map(|a| a.ci)
+                .collect();
+            self.admin
+                .retain(|a| !(a.kind == ReqKind::RemLockspace && a.ls.same_as(&ls)));
+            for ci in asked {
+                self.answer(fx, ci, ReqKind::RemLockspace, 0, Vec::new());
+            }
+        }
+    }
+}
