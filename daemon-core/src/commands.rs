@@ -570,3 +570,397 @@ impl<S, H: LeaseHold> Core<S, H> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The request path driven through `Core::step` alone: the disk completions are
+    //! chosen by the test, in the order it wants.
+    use super::*;
+    use crate::kill::KillOrder;
+    use crate::step::Input;
+    use client_lib::ext::WatchKind;
+    use lease_core::timeouts;
+
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    struct Held {
+        lver: u64,
+    }
+
+    impl LeaseHold for Held {
+        fn lver(&self) -> u64 {
+            self.lver
+        }
+    }
+
+    type TestCore = Core<(), Held>;
+    type Fx = Vec<Effect<Held>>;
+
+    const IO_S: u64 = 10;
+
+    fn name(s: &str) -> Name {
+        Name::new(s).expect("name")
+    }
+
+    fn spec(res: &str, shared: bool) -> ResSpec {
+        ResSpec {
+            ls: name("ls"),
+            name: name(res),
+            shared,
+            persistent: false,
+            disks: Vec::new(),
+        }
+    }
+
+    fn step(c: &mut TestCore, now: u64, input: Input<(), Held>) -> Fx {
+        let fx = c.step(now, input);
+        c.check().expect("the core's invariants after a step");
+        fx
+    }
+
+    /// A core with lockspace "ls" joined at t=100 through ADD_LOCKSPACE.
+    fn joined() -> TestCore {
+        let mut c = TestCore::new(40);
+        let admin = connect(&mut c, 1);
+        let fx = step(
+            &mut c,
+            100,
+            Input::Request {
+                ci: admin,
+                req: Request::AddLockspace {
+                    ls: name("ls"),
+                    io_timeout_s: IO_S,
+                },
+            },
+        );
+        assert_eq!(
+            fx,
+            vec![Effect::JoinLockspace {
+                ls: name("ls"),
+                io_timeout_s: IO_S
+            }]
+        );
+        assert!(!c.space_usable(&name("ls")), "usable only once joined");
+        let fx = step(
+            &mut c,
+            100,
+            Input::JoinDone {
+                ls: name("ls"),
+                result: Ok(()),
+            },
+        );
+        assert_eq!(replies(&fx), vec![(admin, ReqKind::AddLockspace, 0)]);
+        assert!(c.space_usable(&name("ls")));
+        c
+    }
+
+    fn connect(c: &mut TestCore, pid: i32) -> u32 {
+        let fx = step(
+            c,
+            100,
+            Input::Connected {
+                pid,
+                uid: 0,
+                stream: None,
+            },
+        );
+        match fx.as_slice() {
+            [Effect::Accepted { ci }] => *ci,
+            other => panic!("not accepted: {other:?}"),
+        }
+    }
+
+    fn client(c: &mut TestCore, pid: i32) -> u32 {
+        let ci = connect(c, pid);
+        let fx = step(
+            c,
+            100,
+            Input::Request {
+                ci,
+                req: Request::Register,
+            },
+        );
+        assert_eq!(replies(&fx), vec![(ci, ReqKind::Register, 0)]);
+        ci
+    }
+
+    fn replies(fx: &Fx) -> Vec<(u32, ReqKind, i32)> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Reply { ci, reply } => Some((*ci, reply.kind, reply.rv)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The disk operations asked for: (op, key, is a release).
+    fn disk_ops(fx: &Fx) -> Vec<(OpId, Key, &'static str)> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Disk { op, what, .. } => Some(match what {
+                    DiskOp::Acquire { key, .. } => (*op, *key, "acquire"),
+                    DiskOp::Release { key, .. } => (*op, *key, "release"),
+                    DiskOp::Convert { key, .. } => (*op, *key, "convert"),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn acquire(c: &mut TestCore, now: u64, ci: u32, res: Vec<ResSpec>) -> Fx {
+        step(
+            c,
+            now,
+            Input::Request {
+                ci,
+                req: Request::Acquire { res, cmd_flags: 0 },
+            },
+        )
+    }
+
+    fn done(c: &mut TestCore, now: u64, op: OpId, result: Result<Held, i32>) -> Fx {
+        step(c, now, Input::DiskDone { op, result })
+    }
+
+    /// Client `ci` holds `res` exclusive through ACQUIRE and its disk completion.
+    fn hold(c: &mut TestCore, ci: u32, res: &str, lver: u64) {
+        let fx = acquire(c, 101, ci, vec![spec(res, false)]);
+        let [(op, _, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        let fx = done(c, 101, op, Ok(Held { lver }));
+        assert_eq!(replies(&fx), vec![(ci, ReqKind::Acquire, 0)]);
+    }
+
+    #[test]
+    fn release_is_answered_only_after_the_disk_release_and_a_local_acquire_waits_for_it() {
+        let mut c = joined();
+        let (a, b) = (client(&mut c, 10), client(&mut c, 11));
+        hold(&mut c, a, "r1", 1);
+        let fx = step(
+            &mut c,
+            102,
+            Input::Request {
+                ci: a,
+                req: Request::Release { keys: Vec::new() },
+            },
+        );
+        let [(rel, key, "release")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        assert!(replies(&fx).is_empty(), "answered before the disk: {fx:?}");
+        assert!(c.tables.resources[&key].releasing);
+        // B asks meanwhile: no disk acquire yet, no answer; it waits for the release.
+        let fx = acquire(&mut c, 102, b, vec![spec("r1", false)]);
+        assert!(fx.is_empty(), "{fx:?}");
+        let fx = done(&mut c, 103, rel, Ok(Held::default()));
+        assert_eq!(replies(&fx), vec![(a, ReqKind::Release, 0)]);
+        let ops = disk_ops(&fx);
+        assert!(
+            matches!(ops[..], [(_, k, "acquire")] if k == key),
+            "B goes on after the release: {fx:?}"
+        );
+        let reply_at = fx.iter().position(|e| matches!(e, Effect::Reply { .. }));
+        let acquire_at = fx.iter().position(|e| matches!(e, Effect::Disk { .. }));
+        assert!(reply_at < acquire_at);
+    }
+
+    #[test]
+    fn a_failed_lease_of_a_multi_lease_acquire_gives_back_the_ones_taken() {
+        let mut c = joined();
+        let a = client(&mut c, 10);
+        let fx = acquire(&mut c, 101, a, vec![spec("r1", false), spec("r2", true)]);
+        let [(op1, k1, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        let fx = done(&mut c, 101, op1, Ok(Held { lver: 3 }));
+        assert!(replies(&fx).is_empty());
+        let [(op2, _, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        let fx = done(&mut c, 102, op2, Err(-EAGAIN));
+        assert_eq!(replies(&fx), vec![(a, ReqKind::Acquire, -EAGAIN)]);
+        let [(rel, k, "release")] = disk_ops(&fx)[..] else {
+            panic!("the first lease is given back: {fx:?}")
+        };
+        assert_eq!(k, k1);
+        assert!(c.tables.clients.slots[&a].tokens.is_empty());
+        done(&mut c, 103, rel, Ok(Held::default()));
+        assert!(c.tables.resources.is_empty());
+        assert!(c.cmds.is_empty() && c.ops.is_empty());
+    }
+
+    #[test]
+    fn an_acquire_ending_after_the_lockspace_was_lost_is_given_back() {
+        let mut c = joined();
+        let a = client(&mut c, 10);
+        let fx = acquire(&mut c, 101, a, vec![spec("r1", false)]);
+        let [(op, _, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        let fail = timeouts::id_renewal_fail_seconds(IO_S);
+        let fx = step(&mut c, 100 + fail, Input::Tick);
+        assert!(fx
+            .iter()
+            .any(|e| matches!(e, Effect::LockspaceFailed { .. })));
+        assert!(
+            !fx.iter().any(|e| matches!(e, Effect::Kill { .. })),
+            "no holder yet: {fx:?}"
+        );
+        let fx = done(&mut c, 100 + fail, op, Ok(Held { lver: 5 }));
+        assert_eq!(replies(&fx), vec![(a, ReqKind::Acquire, -ENOSPC)]);
+        let [(rel, _, "release")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        assert!(c.tables.clients.slots[&a].tokens.is_empty());
+        // Once the lease is back on disk, the lost lockspace goes.
+        let fx = done(&mut c, 100 + fail + 1, rel, Ok(Held::default()));
+        assert!(fx.contains(&Effect::LockspaceGone {
+            ls: name("ls"),
+            lost: true
+        }));
+    }
+
+    #[test]
+    fn a_client_dying_mid_acquire_gets_no_reply_and_its_lease_is_released_after() {
+        let mut c = joined();
+        let a = client(&mut c, 10);
+        let fx = acquire(&mut c, 101, a, vec![spec("r1", false)]);
+        let [(op, key, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        let fx = step(&mut c, 101, Input::PidExit { pid: 10 });
+        assert_eq!(fx, vec![Effect::Close { ci: a }]);
+        assert!(c.tables.clients.slots[&a].pid_dead, "kept until the command ends");
+        let fx = done(&mut c, 102, op, Ok(Held { lver: 2 }));
+        assert!(replies(&fx).is_empty(), "{fx:?}");
+        let [(rel, k, "release")] = disk_ops(&fx)[..] else {
+            panic!("a dead holder's lease is released: {fx:?}")
+        };
+        assert_eq!(k, key);
+        assert!(!c.tables.clients.slots.contains_key(&a));
+        done(&mut c, 103, rel, Ok(Held::default()));
+        assert!(c.tables.resources.is_empty());
+    }
+
+    #[test]
+    fn a_lost_lease_gives_its_request_made_holders_the_notice_before_the_kill() {
+        let mut c = joined();
+        let (a, _idle) = (client(&mut c, 10), client(&mut c, 11));
+        hold(&mut c, a, "r1", 1);
+        step(
+            &mut c,
+            105,
+            Input::RenewalFailed {
+                ls: name("ls"),
+                code: -EIO,
+                corrupt: false,
+            },
+        );
+        let fail = timeouts::id_renewal_fail_seconds(IO_S);
+        let fx = step(&mut c, 100 + fail, Input::Tick);
+        let notice = fx.iter().position(|e| {
+            matches!(e, Effect::LossNotice { kind: WatchKind::LockspaceFailed, pids, .. } if pids == &[10])
+        });
+        let kills: Vec<(usize, i32)> = fx
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| match e {
+                Effect::Kill {
+                    order: KillOrder::Signal { pid, .. },
+                    ..
+                } => Some((i, *pid)),
+                _ => None,
+            })
+            .collect();
+        let notice = notice.expect("a notice");
+        assert_eq!(kills.len(), 1, "only the holder is killed: {fx:?}");
+        assert_eq!(kills[0].1, 10);
+        assert!(notice < kills[0].0, "{fx:?}");
+        // A new acquire in the lost lockspace is refused.
+        let b = client(&mut c, 12);
+        let fx = acquire(&mut c, 100 + fail, b, vec![spec("r2", false)]);
+        assert_eq!(replies(&fx), vec![(b, ReqKind::Acquire, -ENOSPC)]);
+    }
+
+    #[test]
+    fn convert_answers_after_the_disk_and_takes_the_new_mode() {
+        let mut c = joined();
+        let a = client(&mut c, 10);
+        hold(&mut c, a, "r1", 1);
+        let key = spec("r1", false).key();
+        let fx = step(
+            &mut c,
+            102,
+            Input::Request {
+                ci: a,
+                req: Request::Convert {
+                    key,
+                    to_shared: true,
+                },
+            },
+        );
+        assert!(replies(&fx).is_empty());
+        let [(op, _, "convert")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        let fx = done(&mut c, 102, op, Ok(Held { lver: 1 }));
+        assert_eq!(replies(&fx), vec![(a, ReqKind::Convert, 0)]);
+        assert!(c.tables.resources[&key].shared);
+        let fx = step(
+            &mut c,
+            103,
+            Input::Request {
+                ci: a,
+                req: Request::Inquire,
+            },
+        );
+        match &fx[..] {
+            [Effect::Reply { reply, .. }] => {
+                assert_eq!(reply.leases.len(), 1);
+                assert!(reply.leases[0].shared);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn removing_a_lockspace_kills_its_holders_without_a_loss_notice_then_it_goes() {
+        let mut c = joined();
+        let admin = connect(&mut c, 1);
+        let a = client(&mut c, 10);
+        hold(&mut c, a, "r1", 1);
+        let fx = step(
+            &mut c,
+            103,
+            Input::Request {
+                ci: admin,
+                req: Request::RemLockspace { ls: name("ls") },
+            },
+        );
+        assert!(fx.is_empty(), "{fx:?}");
+        let fx = step(&mut c, 104, Input::Tick);
+        assert!(!fx.iter().any(|e| matches!(e, Effect::LossNotice { .. })));
+        assert!(fx.iter().any(|e| matches!(
+            e,
+            Effect::Kill {
+                order: KillOrder::Signal {
+                    pid: 10,
+                    sig: crate::kill::SIGKILL,
+                    ..
+                },
+                ..
+            }
+        )));
+        let fx = step(&mut c, 104, Input::PidExit { pid: 10 });
+        let [(rel, _, "release")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        let fx = done(&mut c, 105, rel, Ok(Held::default()));
+        assert!(fx.contains(&Effect::LockspaceGone {
+            ls: name("ls"),
+            lost: false
+        }));
+        assert_eq!(replies(&fx), vec![(admin, ReqKind::RemLockspace, 0)]);
+        assert!(c.spaces.is_empty());
+    }
+}
