@@ -22,7 +22,8 @@ pub struct Checker {
     holds: BTreeMap<usize, BTreeMap<ClientId, bool>>,
     /// (host, pid) given the loss notice of the lockspace.
     noticed: BTreeSet<(usize, i32)>,
-    /// (host, resource index) with a disk release in flight, and how many.
+    /// (host, resource index) with a disk release in flight for a RELEASE of client
+    /// slot `ci` (the slot whose request asked for it).
     releasing: BTreeMap<(usize, usize), u32>,
     violations: Vec<String>,
 }
@@ -105,22 +106,18 @@ impl Checker {
         }
     }
 
-    pub fn release_started(&mut self, host: usize, res: usize) {
-        *self.releasing.entry((host, res)).or_default() += 1;
+    /// A disk release of `res` on `host` began for a RELEASE of client slot `ci`.
+    pub fn release_started(&mut self, host: usize, res: usize, ci: u32) {
+        self.releasing.insert((host, res), ci);
     }
 
     pub fn release_ended(&mut self, host: usize, res: usize) {
-        if let Some(n) = self.releasing.get_mut(&(host, res)) {
-            *n -= 1;
-            if *n == 0 {
-                self.releasing.remove(&(host, res));
-            }
-        }
+        self.releasing.remove(&(host, res));
     }
 
-    /// A RELEASE of `res` was answered on `host`.
-    pub fn release_answered(&mut self, now_ms: u64, host: usize, res: usize) {
-        if self.releasing.contains_key(&(host, res)) {
+    /// A RELEASE of `res` by client slot `ci` was answered on `host`.
+    pub fn release_answered(&mut self, now_ms: u64, host: usize, res: usize, ci: u32) {
+        if self.releasing.get(&(host, res)) == Some(&ci) {
             self.violate(
                 now_ms,
                 format!("host{host}: RELEASE of res{res} answered before its disk release ended"),
@@ -178,11 +175,14 @@ mod tests {
     #[test]
     fn finds_a_release_answered_before_the_disk() {
         let mut c = Checker::default();
-        c.release_started(0, 1);
-        c.release_answered(0, 0, 1);
+        c.release_started(0, 1, 7);
+        c.release_answered(0, 0, 1, 7);
+        assert_eq!(c.violations().len(), 1);
+        // Another client's release of a lease it shared needed no disk release.
+        c.release_answered(0, 0, 1, 8);
         assert_eq!(c.violations().len(), 1);
         c.release_ended(0, 1);
-        c.release_answered(1, 0, 1);
+        c.release_answered(1, 0, 1, 7);
         assert_eq!(c.violations().len(), 1);
     }
 }

@@ -155,6 +155,8 @@ struct Sim {
     checker: RefCell<Checker>,
     stats: RefCell<Stats>,
     next_client: Cell<ClientId>,
+    /// The client slot whose RELEASE is being stepped (its disk releases are its own).
+    releasing_ci: Cell<Option<u32>>,
 }
 
 /// Runs one seed.
@@ -214,6 +216,7 @@ pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
         checker: RefCell::new(Checker::default()),
         stats: RefCell::new(Stats::default()),
         next_client: Cell::new(1),
+        releasing_ci: Cell::new(None),
     });
     {
         let mut hr = world.hosts.borrow_mut();
@@ -379,6 +382,20 @@ impl Sim {
                 return;
             };
             let now_s = self.world.local_now(h) / 1000;
+            match &input {
+                Input::Tick | Input::RenewalOk { .. } => {}
+                Input::DiskDone { op, result } => self.world.log(|| {
+                    format!("host{h} < disk op {op} done: {:?}", result.as_ref().map(|r| r.lver()))
+                }),
+                other => self.world.log(|| format!("host{h} < {other:?}")),
+            }
+            self.releasing_ci.set(match &input {
+                Input::Request {
+                    ci,
+                    req: Request::Release { .. },
+                } => Some(*ci),
+                _ => None,
+            });
             let fx = core.step(now_s, input);
             self.stats.borrow_mut().steps += 1;
             if let Err(broken) = core.check() {
@@ -404,6 +421,18 @@ impl Sim {
 
     fn effect(self: &Rc<Self>, h: usize, e: Effect<SimHeld>) {
         let now = self.now_ms();
+        match &e {
+            Effect::Reply { ci, reply } => self.world.log(|| format!("host{h} > reply to {ci}: {reply:?}")),
+            Effect::Disk { op, what, .. } => self.world.log(|| {
+                let what = match what {
+                    DiskOp::Acquire { key, shared, .. } => format!("acquire {:?} shared={shared}", key.1),
+                    DiskOp::Release { key, held } => format!("release {:?} lver {}", key.1, held.lver()),
+                    DiskOp::Convert { key, to_shared, .. } => format!("convert {:?} to_shared={to_shared}", key.1),
+                };
+                format!("host{h} > disk op {op}: {what}")
+            }),
+            _ => {}
+        }
         match e {
             Effect::LossNotice { kind, pids, .. } => {
                 if kind == client_lib::ext::WatchKind::LockspaceFailed {
@@ -452,10 +481,10 @@ impl Sim {
             Effect::Accepted { .. } | Effect::Refused { .. } | Effect::Close { .. } => {}
             Effect::Reply { ci, reply } => self.reply(h, ci, reply),
             Effect::Disk { op, what, .. } => {
-                if let DiskOp::Release { key, .. } = &what {
+                if let (DiskOp::Release { key, .. }, Some(ci)) = (&what, self.releasing_ci.get()) {
                     self.checker
                         .borrow_mut()
-                        .release_started(h, res_index(&key.1));
+                        .release_started(h, res_index(&key.1), ci);
                 }
                 let sim = self.clone();
                 self.spawn(h, Box::pin(disk_task(sim, h, op, what)));
@@ -522,6 +551,16 @@ impl Sim {
         self.world.log(|| format!("host{h} pid {} dies", c.pid));
         self.wake(c.task.get());
         self.input(h, Input::PidExit { pid: c.pid });
+        // Another process takes its place a little later.
+        let sim = self.clone();
+        let ms = self.world.range(1_000, 10_000);
+        self.spawn(
+            h,
+            Box::pin(async move {
+                sim.sleep(h, ms).await;
+                sim.new_client(h);
+            }),
+        );
     }
 
     /// A new daemon on host `h`, `delay_ms` from now: a new core, the lockspace added,
@@ -972,7 +1011,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
         let now = sim.now_ms();
         for &(r, _) in &held {
             if reply.rv == 0 {
-                sim.checker.borrow_mut().release_answered(now, h, r);
+                sim.checker.borrow_mut().release_answered(now, h, r, ci);
             }
         }
     }
