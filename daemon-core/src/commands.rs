@@ -19,17 +19,14 @@
 //! - a client that dies during a command keeps its slot (`pid_dead`) until the command
 //!   ends; then its leases are released as a dead holder's.
 
-use client_lib::proto::{
-    SM_CMD_ACQUIRE, SM_CMD_CONVERT, SM_CMD_INQUIRE, SM_CMD_RELEASE,
-};
+use client_lib::proto::{SM_CMD_ACQUIRE, SM_CMD_CONVERT, SM_CMD_INQUIRE, SM_CMD_RELEASE};
 use disk_format::Name;
 
 use crate::clients::{ClientToken, LeaseHold};
 use crate::errno::*;
 use crate::space_state::{Phase, RenewalRec, SpaceSt};
 use crate::step::{
-    Core, CoreSpace, DiskOp, Effect, HeldLease, OpId, PlantedBug, ReqKind, Reply, Request,
-    ResSpec,
+    Core, CoreSpace, DiskOp, Effect, HeldLease, OpId, PlantedBug, Reply, ReqKind, Request, ResSpec,
 };
 use crate::tables::{AcquireStart, CommandTarget, Key, ReleaseStart};
 
@@ -38,8 +35,13 @@ use crate::tables::{AcquireStart, CommandTarget, Key, ReleaseStart};
 pub(crate) enum Cmd {
     Acquire(AcquireCmd),
     /// Disk releases still running, and the result so far.
-    Release { pending: usize, rv: i32 },
-    Convert { key: Key },
+    Release {
+        pending: usize,
+        rv: i32,
+    },
+    Convert {
+        key: Key,
+    },
 }
 
 #[derive(Debug)]
@@ -65,19 +67,29 @@ pub(crate) struct AdminCmd {
 /// What a disk operation in flight is for.
 #[derive(Debug)]
 pub(crate) enum OpFor {
-    Acquire { ci: u32, key: Key },
+    Acquire {
+        ci: u32,
+        key: Key,
+    },
     /// A release; `reply_to` the client whose RELEASE waits for it (none for a dead
     /// holder's, a failed acquire's or a planted early reply's).
-    Release { reply_to: Option<u32>, key: Key },
-    Convert { ci: u32, key: Key, to_shared: bool },
+    Release {
+        reply_to: Option<u32>,
+        key: Key,
+    },
+    Convert {
+        ci: u32,
+        key: Key,
+        to_shared: bool,
+    },
 }
 
 impl OpFor {
     pub(crate) fn key(&self) -> Key {
         match self {
-            OpFor::Acquire { key, .. } | OpFor::Release { key, .. } | OpFor::Convert { key, .. } => {
-                *key
-            }
+            OpFor::Acquire { key, .. }
+            | OpFor::Release { key, .. }
+            | OpFor::Convert { key, .. } => *key,
         }
     }
 }
@@ -114,7 +126,14 @@ impl<S, H: LeaseHold> Core<S, H> {
             .is_some_and(|c| !c.pid_dead)
     }
 
-    fn answer(&self, fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, rv: i32, leases: Vec<HeldLease>) {
+    fn answer(
+        &self,
+        fx: &mut Vec<Effect<H>>,
+        ci: u32,
+        kind: ReqKind,
+        rv: i32,
+        leases: Vec<HeldLease>,
+    ) {
         if self.live(ci) {
             reply(fx, ci, kind, rv, leases);
         }
@@ -144,7 +163,8 @@ impl<S, H: LeaseHold> Core<S, H> {
                     st: SpaceSt::default(),
                     io_timeout_s: *io_timeout_s,
                 });
-                self.admin.push(crate::commands::AdminCmd { ci, ls: *ls, kind });
+                self.admin
+                    .push(crate::commands::AdminCmd { ci, ls: *ls, kind });
                 fx.push(Effect::JoinLockspace {
                     ls: *ls,
                     io_timeout_s: *io_timeout_s,
@@ -222,28 +242,34 @@ impl<S, H: LeaseHold> Core<S, H> {
                     self.cmds.insert(ci, Cmd::Release { pending, rv });
                 }
             }
-            Request::Convert { key, to_shared } => match self.tables.start_convert(ci, key, to_shared) {
-                Ok(lr) => {
-                    let op = self.new_op();
-                    self.ops.insert(op, OpFor::Convert { ci, key, to_shared });
-                    self.cmds.insert(ci, Cmd::Convert { key });
-                    fx.push(Effect::Disk {
-                        op,
-                        ls: key.0,
-                        what: DiskOp::Convert {
-                            key,
-                            held: lr.held,
-                            to_shared,
-                        },
-                    });
+            Request::Convert { key, to_shared } => {
+                match self.tables.start_convert(ci, key, to_shared) {
+                    Ok(lr) => {
+                        let op = self.new_op();
+                        self.ops.insert(op, OpFor::Convert { ci, key, to_shared });
+                        self.cmds.insert(ci, Cmd::Convert { key });
+                        fx.push(Effect::Disk {
+                            op,
+                            ls: key.0,
+                            what: DiskOp::Convert {
+                                key,
+                                held: lr.held,
+                                to_shared,
+                            },
+                        });
+                    }
+                    Err(rv) => {
+                        self.answer(fx, ci, kind, rv, Vec::new());
+                        self.end_command(ci, fx);
+                    }
                 }
-                Err(rv) => {
-                    self.answer(fx, ci, kind, rv, Vec::new());
-                    self.end_command(ci, fx);
-                }
-            },
+            }
             Request::Inquire => {
-                let leases = self.tables.clients.slots[&ci].tokens.iter().map(held_lease).collect();
+                let leases = self.tables.clients.slots[&ci]
+                    .tokens
+                    .iter()
+                    .map(held_lease)
+                    .collect();
                 self.answer(fx, ci, kind, 0, leases);
                 self.end_command(ci, fx);
             }
@@ -404,7 +430,13 @@ impl<S, H: LeaseHold> Core<S, H> {
         self.end_command(ci, fx);
     }
 
-    pub(crate) fn disk_done(&mut self, now_s: u64, op: OpId, result: Result<H, i32>, fx: &mut Vec<Effect<H>>) {
+    pub(crate) fn disk_done(
+        &mut self,
+        now_s: u64,
+        op: OpId,
+        result: Result<H, i32>,
+        fx: &mut Vec<Effect<H>>,
+    ) {
         let Some(what) = self.ops.remove(&op) else {
             // Not ours (a completion for an operation of an earlier core): nothing.
             return;
@@ -415,8 +447,8 @@ impl<S, H: LeaseHold> Core<S, H> {
                     Some(Cmd::Acquire(a)) => a.specs.get(a.next).cloned(),
                     _ => None,
                 };
-                let lost = !self.space_usable(&key.0)
-                    && !self.planted(PlantedBug::GrantInLostLockspace);
+                let lost =
+                    !self.space_usable(&key.0) && !self.planted(PlantedBug::GrantInLostLockspace);
                 match (self.tables.finish_acquire(key, ci, result), spec) {
                     (Ok(lver), Some(spec)) if !lost => {
                         let t = self.token(&spec, lver, now_s);
@@ -480,7 +512,11 @@ impl<S, H: LeaseHold> Core<S, H> {
             OpFor::Convert { ci, key, to_shared } => {
                 let rv = self.tables.finish_convert(ci, key, to_shared, result);
                 let leases = self.tables.clients.slots.get(&ci).map(|c| {
-                    c.tokens.iter().filter(|t| t.key() == key).map(held_lease).collect()
+                    c.tokens
+                        .iter()
+                        .filter(|t| t.key() == key)
+                        .map(held_lease)
+                        .collect()
                 });
                 self.answer(fx, ci, ReqKind::Convert, rv, leases.unwrap_or_default());
                 if matches!(self.cmds.get(&ci), Some(Cmd::Convert { key: k }) if *k == key) {
@@ -490,7 +526,13 @@ impl<S, H: LeaseHold> Core<S, H> {
         }
     }
 
-    pub(crate) fn join_done(&mut self, now_s: u64, ls: Name, result: Result<(), i32>, fx: &mut Vec<Effect<H>>) {
+    pub(crate) fn join_done(
+        &mut self,
+        now_s: u64,
+        ls: Name,
+        result: Result<(), i32>,
+        fx: &mut Vec<Effect<H>>,
+    ) {
         let asked: Vec<u32> = self
             .admin
             .iter()
@@ -546,9 +588,10 @@ impl<S, H: LeaseHold> Core<S, H> {
             if !(removing || lost) || self.tables.space_in_use(&ls) {
                 continue;
             }
-            let acquiring = self.cmds.values().any(|c| {
-                matches!(c, Cmd::Acquire(a) if a.specs.iter().any(|r| r.ls.same_as(&ls)))
-            });
+            let acquiring = self
+                .cmds
+                .values()
+                .any(|c| matches!(c, Cmd::Acquire(a) if a.specs.iter().any(|r| r.ls.same_as(&ls))));
             if !acquiring {
                 gone.push((ls, lost));
             }
@@ -830,7 +873,10 @@ mod tests {
         };
         let fx = step(&mut c, 101, Input::PidExit { pid: 10 });
         assert_eq!(fx, vec![Effect::Close { ci: a }]);
-        assert!(c.tables.clients.slots[&a].pid_dead, "kept until the command ends");
+        assert!(
+            c.tables.clients.slots[&a].pid_dead,
+            "kept until the command ends"
+        );
         let fx = done(&mut c, 102, op, Ok(Held { lver: 2 }));
         assert!(replies(&fx).is_empty(), "{fx:?}");
         let [(rel, k, "release")] = disk_ops(&fx)[..] else {

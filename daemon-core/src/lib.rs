@@ -41,6 +41,6 @@ pub use clients::{
     MAX_CLIENTS, MAX_CLIENTS_PER_UID, ROOT_RESERVED_SLOTS,
 };
 pub use step::{
-    Core, DiskOp, Effect, HeldLease, Input, OpId, PlantedBug, ReqKind, Reply, Request, ResSpec,
+    Core, DiskOp, Effect, HeldLease, Input, OpId, PlantedBug, Reply, ReqKind, Request, ResSpec,
 };
 pub use tables::{AcquireStart, CommandTarget, Key, ReleaseStart, Tables};

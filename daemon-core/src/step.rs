@@ -427,7 +427,8 @@ impl<S, H: LeaseHold> Core<S, H> {
         cis.sort_unstable();
         for ci in cis {
             let c = &self.tables.clients.slots[&ci];
-            if c.registered && c.pid > 0 && !c.pid_dead && c.kill_count == 0 && c.tokens.is_empty() {
+            if c.registered && c.pid > 0 && !c.pid_dead && c.kill_count == 0 && c.tokens.is_empty()
+            {
                 kills.push(Effect::Kill {
                     ls: *ls,
                     order: KillOrder::Signal {
@@ -439,7 +440,6 @@ impl<S, H: LeaseHold> Core<S, H> {
             }
         }
     }
-
 
     /// The core's invariants: the tables' ([`Tables::check`]); for each lockspace, a
     /// loss notice is marked given only for a lost lease or a removal; every command
@@ -459,7 +459,11 @@ impl<S, H: LeaseHold> Core<S, H> {
         for (ci, cmd) in &self.cmds {
             match self.tables.clients.slots.get(ci) {
                 Some(c) if c.cmd_active != 0 => {}
-                _ => return Err(format!("client {ci}: a command {cmd:?} with no active slot")),
+                _ => {
+                    return Err(format!(
+                        "client {ci}: a command {cmd:?} with no active slot"
+                    ))
+                }
             }
         }
         for (op, what) in &self.ops {

@@ -905,6 +905,8 @@ mod tests {
         assert!(t.check().unwrap_err().contains("listed twice"));
         t.resources.get_mut(&k).unwrap().holders = vec![a, a + 1];
         assert!(t.check().unwrap_err().contains("exclusive"));
+        // The cheap part, run in release builds, finds this one too.
+        assert!(t.check_cheap().unwrap_err().contains("exclusive"));
         t.resources.get_mut(&k).unwrap().holders.clear();
         assert!(t.check().unwrap_err().contains("nobody"));
         t.resources.clear();

@@ -142,7 +142,10 @@ fn main() -> ExitCode {
     }
     if let Some(bug) = &args.bug_name {
         if violations > 0 {
-            println!("planted bug {bug}: caught on {failed_seeds} of {} seeds", args.seeds);
+            println!(
+                "planted bug {bug}: caught on {failed_seeds} of {} seeds",
+                args.seeds
+            );
         } else {
             println!("planted bug {bug}: NOT caught in {} seeds", args.seeds);
         }

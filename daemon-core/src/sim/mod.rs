@@ -40,7 +40,7 @@ use self::checker::{Checker, ClientId};
 use crate::clients::LeaseHold;
 use crate::kill::KillOrder;
 use crate::space_state::RenewalRec;
-use crate::step::{Core, DiskOp, Effect, Input, PlantedBug, ReqKind, Reply, Request, ResSpec};
+use crate::step::{Core, DiskOp, Effect, Input, PlantedBug, Reply, ReqKind, Request, ResSpec};
 
 /// What one run looks like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,7 +206,10 @@ pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
                 core: RefCell::new(None),
                 params: RefCell::new(None),
                 generation: Cell::new(0),
-                monitor: Rc::new(RefCell::new(HostMonitor::new(i as u64 + 1, WATCHDOG_FIRE_S))),
+                monitor: Rc::new(RefCell::new(HostMonitor::new(
+                    i as u64 + 1,
+                    WATCHDOG_FIRE_S,
+                ))),
                 in_core: Cell::new(false),
                 renew_fail_until: Cell::new(0),
                 clients: RefCell::new(BTreeMap::new()),
@@ -385,7 +388,10 @@ impl Sim {
             match &input {
                 Input::Tick | Input::RenewalOk { .. } => {}
                 Input::DiskDone { op, result } => self.world.log(|| {
-                    format!("host{h} < disk op {op} done: {:?}", result.as_ref().map(|r| r.lver()))
+                    format!(
+                        "host{h} < disk op {op} done: {:?}",
+                        result.as_ref().map(|r| r.lver())
+                    )
                 }),
                 other => self.world.log(|| format!("host{h} < {other:?}")),
             }
@@ -422,12 +428,20 @@ impl Sim {
     fn effect(self: &Rc<Self>, h: usize, e: Effect<SimHeld>) {
         let now = self.now_ms();
         match &e {
-            Effect::Reply { ci, reply } => self.world.log(|| format!("host{h} > reply to {ci}: {reply:?}")),
+            Effect::Reply { ci, reply } => self
+                .world
+                .log(|| format!("host{h} > reply to {ci}: {reply:?}")),
             Effect::Disk { op, what, .. } => self.world.log(|| {
                 let what = match what {
-                    DiskOp::Acquire { key, shared, .. } => format!("acquire {:?} shared={shared}", key.1),
-                    DiskOp::Release { key, held } => format!("release {:?} lver {}", key.1, held.lver()),
-                    DiskOp::Convert { key, to_shared, .. } => format!("convert {:?} to_shared={to_shared}", key.1),
+                    DiskOp::Acquire { key, shared, .. } => {
+                        format!("acquire {:?} shared={shared}", key.1)
+                    }
+                    DiskOp::Release { key, held } => {
+                        format!("release {:?} lver {}", key.1, held.lver())
+                    }
+                    DiskOp::Convert { key, to_shared, .. } => {
+                        format!("convert {:?} to_shared={to_shared}", key.1)
+                    }
                 };
                 format!("host{h} > disk op {op}: {what}")
             }),
@@ -457,7 +471,8 @@ impl Sim {
                 };
                 self.stats.borrow_mut().kills += 1;
                 let client = self.client_by_pid(h, pid);
-                self.world.log(|| format!("host{h} KILL pid {pid} sig {sig}"));
+                self.world
+                    .log(|| format!("host{h} KILL pid {pid} sig {sig}"));
                 self.checker
                     .borrow_mut()
                     .killed(now, h, pid, client.as_ref().map(|c| c.id));
@@ -576,10 +591,7 @@ impl Sim {
                 sim.sleep(h, delay_ms).await;
                 let host = &sim.hosts[h];
                 let mut core = SimCore::new(KILL_GRACE_S);
-                #[cfg(feature = "sim")]
-                {
-                    core.bug = sim.cfg.planted_bug;
-                }
+                core.bug = sim.cfg.planted_bug;
                 *host.core.borrow_mut() = Some(core);
                 let name = format!("dsim{h}.{inc}.{:x}", sim.world.rand(u64::MAX));
                 *host.params.borrow_mut() = Some(LockspaceParams {
@@ -722,7 +734,8 @@ async fn renew_fault(sim: Rc<Sim>, h: usize, at: u64, dur: u64) {
         .log(|| format!("host{h} renewals FAIL for {dur} ms"));
     let until = sim.now_ms() + dur;
     let host = &sim.hosts[h];
-    host.renew_fail_until.set(host.renew_fail_until.get().max(until));
+    host.renew_fail_until
+        .set(host.renew_fail_until.get().max(until));
 }
 
 async fn restart_at(sim: Rc<Sim>, h: usize, at: u64) {
@@ -778,9 +791,11 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
         if !host.in_core.get() {
             return;
         }
-        let lost = host.core.borrow().as_ref().is_none_or(|c| {
-            c.space(&sim.space).is_none_or(|s| s.st.lease_lost())
-        });
+        let lost = host
+            .core
+            .borrow()
+            .as_ref()
+            .is_none_or(|c| c.space(&sim.space).is_none_or(|s| s.st.lease_lost()));
         if lost {
             // Other hosts must see it expire: no more renewals.
             return;
@@ -851,7 +866,11 @@ async fn disk_task(sim: Rc<Sim>, h: usize, op: crate::step::OpId, what: DiskOp<S
         DiskOp::Acquire { key, shared, .. } => {
             let res = sim.resource_params(h, res_index(&key.1));
             let opts = AcquireOptions {
-                mode: if shared { Mode::Shared } else { Mode::Exclusive },
+                mode: if shared {
+                    Mode::Shared
+                } else {
+                    Mode::Exclusive
+                },
                 owner_nowait: sim.world.rand(100) < 30,
                 ..AcquireOptions::default()
             };
@@ -882,7 +901,11 @@ async fn disk_task(sim: Rc<Sim>, h: usize, op: crate::step::OpId, what: DiskOp<S
             held, to_shared, ..
         } => match held.0 {
             Some(mut t) => {
-                let to = if to_shared { Mode::Shared } else { Mode::Exclusive };
+                let to = if to_shared {
+                    Mode::Shared
+                } else {
+                    Mode::Exclusive
+                };
                 match paxos::convert(&disk, &clock, &ctx, &mut t, to, true).await {
                     Ok(()) => Ok(SimHeld(Some(t))),
                     Err(e) => Err(e.sanlk_code()),
@@ -1002,7 +1025,9 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
         let keys = if w.rand(2) == 0 {
             Vec::new()
         } else {
-            held.iter().map(|&(r, _)| (sim.space, res_name(r))).collect()
+            held.iter()
+                .map(|&(r, _)| (sim.space, res_name(r)))
+                .collect()
         };
         sim.send(h, &c, Request::Release { keys });
         let Some(reply) = sim.await_reply(&c).await else {
@@ -1014,5 +1039,47 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
                 sim.checker.borrow_mut().release_answered(now, h, r, ci);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn short() -> SimConfig {
+        SimConfig {
+            duration_s: 200,
+            ..SimConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_run_is_a_function_of_its_seed() {
+        let a = run_seed(7, &short());
+        let b = run_seed(7, &short());
+        assert_eq!(a.stats.steps, b.stats.steps);
+        assert_eq!(a.stats.acquisitions, b.stats.acquisitions);
+        assert!(
+            a.stats.acquisitions > 0,
+            "clients got leases: {:?}",
+            a.stats
+        );
+    }
+
+    #[test]
+    fn clean_seeds_pass_and_every_planted_bug_is_caught() {
+        for seed in 1..=20 {
+            let r = run_seed(seed, &short());
+            assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        }
+        for (name, bug) in PlantedBug::ALL {
+            let cfg = SimConfig {
+                planted_bug: Some(bug),
+                ..short()
+            };
+            let caught = (1..=100).any(|seed| !run_seed(seed, &cfg).violations.is_empty());
+            assert!(caught, "{name} was not caught in 100 seeds");
+        }
+        assert_eq!(PlantedBug::parse("nope"), None);
     }
 }
