@@ -122,6 +122,8 @@ struct Client {
     inbox: RefCell<VecDeque<Reply>>,
     task: Cell<usize>,
     dead: Cell<bool>,
+    /// Ignores SIGTERM: only the SIGKILL after the kill grace time ends it.
+    stubborn: bool,
 }
 
 /// One host: its daemon (core) and what its shell keeps.
@@ -136,6 +138,12 @@ struct Host {
     monitor: Rc<RefCell<HostMonitor>>,
     /// The lockspace is in the core (joined or joining); renewals stop when it goes.
     in_core: Cell<bool>,
+    /// Bumped at each join: a renewal loop of an earlier join stops.
+    join_seq: Cell<u64>,
+    /// The lockspace left the core lost (no delta release) rather than removed.
+    gone_lost: Cell<bool>,
+    /// A REM_LOCKSPACE is in progress: its kills come with no loss notice.
+    removing: Cell<bool>,
     /// Renewals fail until this global time (ms): the host's path to the lockspace is
     /// broken.
     renew_fail_until: Cell<u64>,
@@ -211,6 +219,9 @@ pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
                     WATCHDOG_FIRE_S,
                 ))),
                 in_core: Cell::new(false),
+                join_seq: Cell::new(0),
+                gone_lost: Cell::new(false),
+                removing: Cell::new(false),
                 renew_fail_until: Cell::new(0),
                 clients: RefCell::new(BTreeMap::new()),
                 admin_ci: Cell::new(None),
@@ -241,6 +252,10 @@ pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
         for _ in 0..rng.range(0, 1) {
             let at = rng.range(20_000, end.max(20_001));
             sim.spawn_global(Box::pin(restart_at(sim.clone(), h, at)));
+        }
+        if rng.below(4) == 0 {
+            let at = rng.range(20_000, end.max(20_001));
+            sim.spawn_global(Box::pin(remove_at(sim.clone(), h, at)));
         }
     }
     sim.run(end);
@@ -473,10 +488,15 @@ impl Sim {
                 let client = self.client_by_pid(h, pid);
                 self.world
                     .log(|| format!("host{h} KILL pid {pid} sig {sig}"));
-                self.checker
-                    .borrow_mut()
-                    .killed(now, h, pid, client.as_ref().map(|c| c.id));
-                if let Some(c) = client {
+                let removal = self.hosts[h].removing.get();
+                self.checker.borrow_mut().killed(
+                    now,
+                    h,
+                    pid,
+                    client.as_ref().map(|c| c.id),
+                    !removal,
+                );
+                if let Some(c) = client.filter(|c| sig == crate::kill::SIGKILL || !c.stubborn) {
                     // It dies a little later (SIGTERM handlers take their time).
                     let ms = if sig == crate::kill::SIGKILL {
                         self.world.range(0, 100)
@@ -505,12 +525,17 @@ impl Sim {
                 self.spawn(h, Box::pin(disk_task(sim, h, op, what)));
             }
             Effect::JoinLockspace { .. } => {
-                self.hosts[h].in_core.set(true);
+                let host = &self.hosts[h];
+                host.in_core.set(true);
+                host.join_seq.set(host.join_seq.get() + 1);
                 let sim = self.clone();
                 self.spawn(h, Box::pin(lockspace_task(sim, h)));
             }
             Effect::LockspaceGone { lost, .. } => {
-                self.hosts[h].in_core.set(false);
+                let host = &self.hosts[h];
+                host.in_core.set(false);
+                host.gone_lost.set(lost);
+                host.removing.set(false);
                 self.world
                     .log(|| format!("host{h} lockspace gone (lost: {lost})"));
                 // Rejoin a while later, as an administrator would.
@@ -529,6 +554,13 @@ impl Sim {
 
     fn reply(self: &Rc<Self>, h: usize, ci: u32, reply: Reply) {
         let now = self.now_ms();
+        if Some(ci) == self.hosts[h].admin_ci.get()
+            && reply.kind == ReqKind::RemLockspace
+            && reply.rv != 0
+        {
+            // Refused (still joining): no removal in progress.
+            self.hosts[h].removing.set(false);
+        }
         let Some(client) = self.hosts[h].clients.borrow().get(&ci).cloned() else {
             return;
         };
@@ -667,6 +699,7 @@ impl Sim {
             inbox: RefCell::new(VecDeque::new()),
             task: Cell::new(usize::MAX),
             dead: Cell::new(false),
+            stubborn: self.world.rand(100) < 20,
         });
         let t = self.spawn(h, Box::pin(client_task(self.clone(), h, c.clone())));
         c.task.set(t);
@@ -743,6 +776,28 @@ async fn restart_at(sim: Rc<Sim>, h: usize, at: u64) {
     sim.restart(h);
 }
 
+/// An administrator removes the lockspace of host `h` at `at` (global ms); it is added
+/// again a while after it went.
+async fn remove_at(sim: Rc<Sim>, h: usize, at: u64) {
+    sim.sleep(h, at.saturating_sub(sim.now_ms())).await;
+    let host = &sim.hosts[h];
+    let Some(ci) = host.admin_ci.get() else {
+        return;
+    };
+    if !host.in_core.get() {
+        return;
+    }
+    sim.world.log(|| format!("host{h} REM_LOCKSPACE"));
+    host.removing.set(true);
+    sim.input(
+        h,
+        Input::Request {
+            ci,
+            req: Request::RemLockspace { ls: sim.space },
+        },
+    );
+}
+
 /// The monitor's tick: once a second of the host's clock.
 async fn tick_task(sim: Rc<Sim>, h: usize) {
     loop {
@@ -760,6 +815,7 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
         return;
     };
     let (disk, clock) = (sim.disk(h), sim.clock(h));
+    let seq = host.join_seq.get();
     let mut st = loop {
         match delta::acquire(&disk, &clock, &params).await {
             Ok(st) => break st,
@@ -788,7 +844,15 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
         if now < due {
             clock.sleep_ms(due - now).await;
         }
+        if host.join_seq.get() != seq {
+            return;
+        }
         if !host.in_core.get() {
+            if !host.gone_lost.get() {
+                // Removed: our delta lease is released, as the daemon does.
+                let _ = delta::release(&disk, &params, &st).await;
+                sim.world.log(|| format!("host{h} delta lease released"));
+            }
             return;
         }
         let lost = host
