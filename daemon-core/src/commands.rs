@@ -929,6 +929,30 @@ mod tests {
     }
 
     #[test]
+    fn check_finds_a_disk_operation_on_a_freed_resource_and_a_command_without_its_slot() {
+        let mut c = joined();
+        let a = client(&mut c, 10);
+        hold(&mut c, a, "r1", 1);
+        let fx = step(
+            &mut c,
+            102,
+            Input::Request {
+                ci: a,
+                req: Request::Release { keys: Vec::new() },
+            },
+        );
+        let [(_, key, "release")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        // What release-before-disk does: the slot freed while the release runs.
+        c.tables.finish_release(&key);
+        assert!(c.check().unwrap_err().contains("not busy"));
+        c.ops.clear();
+        c.tables.clients.slots.get_mut(&a).expect("slot").cmd_active = 0;
+        assert!(c.check().unwrap_err().contains("no active slot"));
+    }
+
+    #[test]
     fn convert_answers_after_the_disk_and_takes_the_new_mode() {
         let mut c = joined();
         let a = client(&mut c, 10);

@@ -674,14 +674,20 @@ impl Sim {
             let core = core.as_mut()?;
             let now_s = self.world.local_now(h) / 1000;
             self.stats.borrow_mut().steps += 1;
-            core.step(
+            let fx = core.step(
                 now_s,
                 Input::Connected {
                     pid,
                     uid: 0,
                     stream: None,
                 },
-            )
+            );
+            if let Err(broken) = core.check() {
+                self.checker
+                    .borrow_mut()
+                    .violate(self.now_ms(), format!("host{h}: Core::check: {broken}"));
+            }
+            fx
         };
         fx.iter().find_map(|e| match e {
             Effect::Accepted { ci } => Some(*ci),
