@@ -435,6 +435,7 @@ impl<S, H: LeaseHold> Core<S, H> {
         now_s: u64,
         op: OpId,
         result: Result<H, i32>,
+        failed_state: Option<H>,
         fx: &mut Vec<Effect<H>>,
     ) {
         let Some(what) = self.ops.remove(&op) else {
@@ -510,6 +511,9 @@ impl<S, H: LeaseHold> Core<S, H> {
                 self.finish_removals(fx);
             }
             OpFor::Convert { ci, key, to_shared } => {
+                if let (Err(_), Some(state)) = (&result, failed_state) {
+                    self.tables.convert_failed_state(key, state);
+                }
                 let rv = self.tables.finish_convert(ci, key, to_shared, result);
                 let leases = self.tables.clients.slots.get(&ci).map(|c| {
                     c.tokens
@@ -761,7 +765,15 @@ mod tests {
     }
 
     fn done(c: &mut TestCore, now: u64, op: OpId, result: Result<Held, i32>) -> Fx {
-        step(c, now, Input::DiskDone { op, result })
+        step(
+            c,
+            now,
+            Input::DiskDone {
+                op,
+                result,
+                failed_state: None,
+            },
+        )
     }
 
     /// Client `ci` holds `res` exclusive through ACQUIRE and its disk completion.
@@ -950,6 +962,66 @@ mod tests {
         c.ops.clear();
         c.tables.clients.slots.get_mut(&a).expect("slot").cmd_active = 0;
         assert!(c.check().unwrap_err().contains("no active slot"));
+    }
+
+    #[test]
+    fn a_convert_failing_half_way_keeps_its_new_state_for_the_release() {
+        let mut c = joined();
+        let a = client(&mut c, 10);
+        let fx = acquire(&mut c, 101, a, vec![spec("r1", true)]);
+        let [(op, key, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        done(&mut c, 101, op, Ok(Held { lver: 4 }));
+        let fx = step(
+            &mut c,
+            102,
+            Input::Request {
+                ci: a,
+                req: Request::Convert {
+                    key,
+                    to_shared: false,
+                },
+            },
+        );
+        let [(op, _, "convert")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        // The ballot ran (our dblock is newer), then live shared holders made it fail.
+        let fx = step(
+            &mut c,
+            103,
+            Input::DiskDone {
+                op,
+                result: Err(-EAGAIN),
+                failed_state: Some(Held { lver: 5 }),
+            },
+        );
+        assert_eq!(replies(&fx), vec![(a, ReqKind::Convert, -EAGAIN)]);
+        assert!(c.tables.resources[&key].shared, "still shared");
+        let fx = step(
+            &mut c,
+            104,
+            Input::Request {
+                ci: a,
+                req: Request::Release { keys: Vec::new() },
+            },
+        );
+        let released: Vec<u64> = fx
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Disk {
+                    what: DiskOp::Release { held, .. },
+                    ..
+                } => Some(held.lver),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            released,
+            vec![5],
+            "released with the convert's state: {fx:?}"
+        );
     }
 
     #[test]

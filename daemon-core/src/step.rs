@@ -218,7 +218,16 @@ pub enum Input<S, H> {
     /// A request arrived on connection `ci`.
     Request { ci: u32, req: Request },
     /// The disk operation `op` ended: the lease's new state, or sanlock's error code.
-    DiskDone { op: OpId, result: Result<H, i32> },
+    /// `failed_state`: after a failure, the lease's state when the operation changed it
+    /// on the way (a convert that failed half-way: lease-core's token then holds our
+    /// newer dblock and how to release it). It must be kept: a release with the token of
+    /// before would write an older dblock over the ballot's, and an accepted value could
+    /// be forgotten — two exclusive holders (found by `lockd-daemon-sim`).
+    DiskDone {
+        op: OpId,
+        result: Result<H, i32>,
+        failed_state: Option<H>,
+    },
     /// The join that [`Effect::JoinLockspace`] asked for ended.
     JoinDone { ls: Name, result: Result<(), i32> },
     /// Connection `ci` closed (its process is gone or let go of it).
@@ -322,7 +331,11 @@ impl<S, H: LeaseHold> Core<S, H> {
                 }
             }
             Input::Request { ci, req } => self.request(now_s, ci, req, &mut fx),
-            Input::DiskDone { op, result } => self.disk_done(now_s, op, result, &mut fx),
+            Input::DiskDone {
+                op,
+                result,
+                failed_state,
+            } => self.disk_done(now_s, op, result, failed_state, &mut fx),
             Input::JoinDone { ls, result } => self.join_done(now_s, ls, result, &mut fx),
             Input::Closed { ci } => self.client_gone(ci, &mut fx),
             Input::PidExit { pid } => {

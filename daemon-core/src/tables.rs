@@ -439,6 +439,21 @@ impl<S, H: LeaseHold> Tables<S, H> {
         0
     }
 
+    /// A disk convert of `key` failed half-way and changed the lease's on-disk state
+    /// (lease-core's token: our slot holds the ballot's dblock, `erase_all` may be set):
+    /// the resource keeps that state, in its old mode, so that its release writes the
+    /// newer dblock and clears what the convert left. Call it before
+    /// [`Tables::finish_convert`] with the error. Without it, the release would write the
+    /// dblock of before over the ballot's and an accepted value could be forgotten (two
+    /// exclusive holders: `lockd-daemon-sim` found this).
+    pub fn convert_failed_state(&mut self, key: Key, held: H) {
+        if let Some(lr) = self.resources.get_mut(&key) {
+            if lr.busy && !lr.releasing {
+                lr.held = held;
+            }
+        }
+    }
+
     /// The pids of the live clients holding a lease of lockspace `ls` (of resource `res`
     /// only, when given): the ones a lease-loss or request notice is for.
     pub fn holder_pids(&self, ls: &Name, res: Option<&Name>) -> Vec<i32> {

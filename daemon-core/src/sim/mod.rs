@@ -402,7 +402,7 @@ impl Sim {
             let now_s = self.world.local_now(h) / 1000;
             match &input {
                 Input::Tick | Input::RenewalOk { .. } => {}
-                Input::DiskDone { op, result } => self.world.log(|| {
+                Input::DiskDone { op, result, .. } => self.world.log(|| {
                     format!(
                         "host{h} < disk op {op} done: {:?}",
                         result.as_ref().map(|r| r.lver())
@@ -932,6 +932,7 @@ async fn disk_task(sim: Rc<Sim>, h: usize, op: crate::step::OpId, what: DiskOp<S
         observer: &*monitor,
     };
     let mut released = None;
+    let mut failed_state = None;
     let result = match what {
         DiskOp::Acquire { key, shared, .. } => {
             let res = sim.resource_params(h, res_index(&key.1));
@@ -978,7 +979,12 @@ async fn disk_task(sim: Rc<Sim>, h: usize, op: crate::step::OpId, what: DiskOp<S
                 };
                 match paxos::convert(&disk, &clock, &ctx, &mut t, to, true).await {
                     Ok(()) => Ok(SimHeld(Some(t))),
-                    Err(e) => Err(e.sanlk_code()),
+                    Err(e) => {
+                        // The token may have changed on the way (our newer dblock,
+                        // erase_all): the core keeps it for the release.
+                        failed_state = Some(SimHeld(Some(t)));
+                        Err(e.sanlk_code())
+                    }
                 }
             }
             None => Err(-crate::errno::ENOENT),
@@ -989,7 +995,14 @@ async fn disk_task(sim: Rc<Sim>, h: usize, op: crate::step::OpId, what: DiskOp<S
     if let Some(r) = released {
         sim.checker.borrow_mut().release_ended(h, r);
     }
-    sim.input(h, Input::DiskDone { op, result });
+    sim.input(
+        h,
+        Input::DiskDone {
+            op,
+            result,
+            failed_state,
+        },
+    );
 }
 
 /// A client process: connect, register, then acquire (one or two leases, shared or
@@ -1134,6 +1147,23 @@ mod tests {
             "clients got leases: {:?}",
             a.stats
         );
+    }
+
+    /// Seeds that found bugs (4 hosts, 300 s), kept clean:
+    /// * 100046 and 100185: a convert to exclusive failed half-way (live shared holders),
+    ///   the core kept the token of before, and the release wrote our dblock of before
+    ///   over the ballot's: another host's exclusive acquire then won beside ours
+    ///   ([`Input::DiskDone`]'s `failed_state`, `Tables::convert_failed_state`).
+    #[test]
+    fn seeds_that_found_bugs_stay_clean() {
+        let cfg = SimConfig {
+            hosts: 4,
+            ..SimConfig::default()
+        };
+        for seed in [100_046, 100_185] {
+            let r = run_seed(seed, &cfg);
+            assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        }
     }
 
     #[test]
