@@ -56,12 +56,15 @@ pub(crate) struct AcquireCmd {
     waiting: Option<Key>,
 }
 
-/// A lockspace addition or removal waiting for its end, and the connection to answer.
+/// A lockspace addition or removal, or an orphan release, waiting for its end, and the
+/// connection to answer.
 #[derive(Debug)]
 pub(crate) struct AdminCmd {
     pub ci: u32,
     pub ls: Name,
     pub kind: ReqKind,
+    /// The disk releases an orphan release waits for.
+    pub ops: Vec<OpId>,
 }
 
 /// What a disk operation in flight is for.
@@ -163,8 +166,12 @@ impl<S, H: LeaseHold> Core<S, H> {
                     st: SpaceSt::default(),
                     io_timeout_s: *io_timeout_s,
                 });
-                self.admin
-                    .push(crate::commands::AdminCmd { ci, ls: *ls, kind });
+                self.admin.push(AdminCmd {
+                    ci,
+                    ls: *ls,
+                    kind,
+                    ops: Vec::new(),
+                });
                 fx.push(Effect::JoinLockspace {
                     ls: *ls,
                     io_timeout_s: *io_timeout_s,
@@ -182,10 +189,29 @@ impl<S, H: LeaseHold> Core<S, H> {
                 }
                 s.st.kill_now = true;
                 s.st.phase = Phase::Removing;
-                self.admin.push(AdminCmd { ci, ls: *ls, kind });
-                // The holders are killed at the next tick; the lockspace goes when its
-                // last lease has left the table.
+                self.admin.push(AdminCmd {
+                    ci,
+                    ls: *ls,
+                    kind,
+                    ops: Vec::new(),
+                });
+                // The holders are killed at the next tick, the orphans released now; the
+                // lockspace goes when its last lease has left the table.
                 self.finish_removals(fx);
+                return;
+            }
+            Request::ReleaseOrphans { ls, name } => {
+                let ops = self.release_orphans(ls, name, fx);
+                if ops.is_empty() {
+                    reply(fx, ci, kind, 0, Vec::new());
+                } else {
+                    self.admin.push(AdminCmd {
+                        ci,
+                        ls: *ls,
+                        kind,
+                        ops,
+                    });
+                }
                 return;
             }
             Request::Acquire { .. } => SM_CMD_ACQUIRE,
@@ -273,7 +299,10 @@ impl<S, H: LeaseHold> Core<S, H> {
                 self.answer(fx, ci, kind, 0, leases);
                 self.end_command(ci, fx);
             }
-            Request::Register | Request::AddLockspace { .. } | Request::RemLockspace { .. } => {}
+            Request::Register
+            | Request::AddLockspace { .. }
+            | Request::RemLockspace { .. }
+            | Request::ReleaseOrphans { .. } => {}
         }
     }
 
@@ -322,6 +351,32 @@ impl<S, H: LeaseHold> Core<S, H> {
             return false;
         }
         true
+    }
+
+    /// Starts the disk release of the idle orphans of `ls` (`name`, or all when empty);
+    /// their operation ids.
+    fn release_orphans(&mut self, ls: &Name, name: &Name, fx: &mut Vec<Effect<H>>) -> Vec<OpId> {
+        let mut picked = self.tables.start_orphan_release(ls, name);
+        picked.sort_by_key(|lr| lr.name.0);
+        let mut ops = Vec::new();
+        for lr in picked {
+            let key = (lr.ls, lr.name);
+            let op = self.new_op();
+            self.ops.insert(
+                op,
+                OpFor::Release {
+                    reply_to: None,
+                    key,
+                },
+            );
+            fx.push(Effect::Disk {
+                op,
+                ls: key.0,
+                what: DiskOp::Release { key, held: lr.held },
+            });
+            ops.push(op);
+        }
+        ops
     }
 
     /// Takes the next leases of client `ci`'s ACQUIRE until one needs the disk (or waits
@@ -494,6 +549,21 @@ impl<S, H: LeaseHold> Core<S, H> {
                         }
                     }
                 }
+                // An orphan release waiting for this one may be done.
+                let mut done = Vec::new();
+                for a in &mut self.admin {
+                    if a.kind == ReqKind::ReleaseOrphans {
+                        a.ops.retain(|o| *o != op);
+                        if a.ops.is_empty() {
+                            done.push(a.ci);
+                        }
+                    }
+                }
+                self.admin
+                    .retain(|a| !(a.kind == ReqKind::ReleaseOrphans && a.ops.is_empty()));
+                for ci in done {
+                    self.answer(fx, ci, ReqKind::ReleaseOrphans, 0, Vec::new());
+                }
                 // Acquires waiting for this release go on.
                 let mut waiting: Vec<u32> = self
                     .cmds
@@ -585,6 +655,19 @@ impl<S, H: LeaseHold> Core<S, H> {
     /// in the table and no acquire on the way.
     pub(crate) fn finish_removals(&mut self, fx: &mut Vec<Effect<H>>) {
         let mut gone = Vec::new();
+        let ending: Vec<Name> = self
+            .spaces
+            .iter()
+            .filter(|s| {
+                s.st.phase == Phase::Removing
+                    || (s.st.phase == Phase::Joined && s.st.space_dead && !s.st.kill_now)
+            })
+            .map(|s| s.name)
+            .collect();
+        for ls in &ending {
+            // Its orphans go too (sanlock releases them with the lockspace).
+            self.release_orphans(ls, &Name::EMPTY, fx);
+        }
         for s in &self.spaces {
             let ls = s.name;
             let removing = s.st.phase == Phase::Removing;
@@ -1022,6 +1105,92 @@ mod tests {
             vec![5],
             "released with the convert's state: {fx:?}"
         );
+    }
+
+    #[test]
+    fn a_dead_holders_persistent_lease_is_an_orphan_until_adopted_or_released() {
+        let mut c = joined();
+        let admin = connect(&mut c, 1);
+        let (a, b) = (client(&mut c, 10), client(&mut c, 11));
+        let mut persistent = spec("r1", false);
+        persistent.persistent = true;
+        let fx = acquire(&mut c, 101, a, vec![persistent.clone()]);
+        let [(op, key, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        done(&mut c, 101, op, Ok(Held { lver: 2 }));
+        // Its holder dies: no disk release, an orphan.
+        let fx = step(&mut c, 102, Input::PidExit { pid: 10 });
+        assert!(disk_ops(&fx).is_empty(), "{fx:?}");
+        assert!(c.tables.resources[&key].orphan);
+        // Adopted only when asked to, at once and with no disk I/O.
+        let fx = acquire(&mut c, 103, b, vec![persistent.clone()]);
+        assert_eq!(replies(&fx), vec![(b, ReqKind::Acquire, -EUCLEAN)]);
+        let fx = step(
+            &mut c,
+            103,
+            Input::Request {
+                ci: b,
+                req: Request::Acquire {
+                    res: vec![persistent.clone()],
+                    cmd_flags: client_lib::proto::SANLK_ACQUIRE_ORPHAN,
+                },
+            },
+        );
+        assert!(disk_ops(&fx).is_empty());
+        assert_eq!(replies(&fx), vec![(b, ReqKind::Acquire, 0)]);
+        // Orphaned again, then released by REL_ORPHAN, answered after the disk.
+        step(&mut c, 104, Input::PidExit { pid: 11 });
+        let fx = step(
+            &mut c,
+            105,
+            Input::Request {
+                ci: admin,
+                req: Request::ReleaseOrphans {
+                    ls: name("ls"),
+                    name: Name::EMPTY,
+                },
+            },
+        );
+        assert!(replies(&fx).is_empty());
+        let [(rel, _, "release")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        let fx = done(&mut c, 106, rel, Ok(Held::default()));
+        assert_eq!(replies(&fx), vec![(admin, ReqKind::ReleaseOrphans, 0)]);
+        assert!(c.tables.resources.is_empty());
+    }
+
+    #[test]
+    fn removing_a_lockspace_releases_its_orphans() {
+        let mut c = joined();
+        let admin = connect(&mut c, 1);
+        let a = client(&mut c, 10);
+        let mut persistent = spec("r1", false);
+        persistent.persistent = true;
+        let fx = acquire(&mut c, 101, a, vec![persistent]);
+        let [(op, _, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        done(&mut c, 101, op, Ok(Held { lver: 2 }));
+        step(&mut c, 102, Input::PidExit { pid: 10 });
+        let fx = step(
+            &mut c,
+            103,
+            Input::Request {
+                ci: admin,
+                req: Request::RemLockspace { ls: name("ls") },
+            },
+        );
+        let [(rel, _, "release")] = disk_ops(&fx)[..] else {
+            panic!("the orphan is released: {fx:?}")
+        };
+        let fx = done(&mut c, 104, rel, Ok(Held::default()));
+        assert!(fx.contains(&Effect::LockspaceGone {
+            ls: name("ls"),
+            lost: false
+        }));
+        assert_eq!(replies(&fx), vec![(admin, ReqKind::RemLockspace, 0)]);
     }
 
     #[test]

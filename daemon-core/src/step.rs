@@ -136,6 +136,9 @@ pub enum Request {
     Convert { key: Key, to_shared: bool },
     /// INQUIRE: the client's leases.
     Inquire,
+    /// RELEASE with `SANLK_REL_ORPHAN`: release the orphans of `ls` (the one named
+    /// `name`, or all when it is empty) on disk; answered when those releases ended.
+    ReleaseOrphans { ls: Name, name: Name },
 }
 
 impl Request {
@@ -148,6 +151,7 @@ impl Request {
             Request::Release { .. } => ReqKind::Release,
             Request::Convert { .. } => ReqKind::Convert,
             Request::Inquire => ReqKind::Inquire,
+            Request::ReleaseOrphans { .. } => ReqKind::ReleaseOrphans,
         }
     }
 }
@@ -162,6 +166,7 @@ pub enum ReqKind {
     Release,
     Convert,
     Inquire,
+    ReleaseOrphans,
 }
 
 /// A lease as a reply names it.
