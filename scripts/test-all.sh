@@ -44,11 +44,13 @@ step "sid chroot with sanlock 5.1.1 (daemon/tests/mixed_cluster_sanlock5.rs, san
 bash scripts/debian-chroot.sh ensure sid sanlock libsanlock-dev gcc libc6-dev
 
 step "unit, property and system tests"
-# `lockd-sim` needs lease-core's `sim` feature; the production binaries are built without.
+# `lockd-sim` needs lease-core's `sim` feature, `lockd-daemon-sim` lockd-core's; the
+# production binaries are built without.
 cargo build --workspace --bins --examples
 cargo build -p lease-core --features sim --bins
 cargo test --workspace
 cargo test -p lease-core --features sim
+cargo test -p lockd-core --features sim
 
 step "python package (wheel, examples, real lockd and sanlock daemons)"
 bash scripts/test-python.sh
@@ -59,7 +61,7 @@ bash packaging/verify-units.sh
 step "Debian 13 in a trixie chroot: the .deb, python3-sanlock 3.9.5 and sanlock 3.9.5's CLI against lockd"
 bash scripts/test-trixie.sh
 
-step "deterministic simulation (lease-core)"
+step "deterministic simulation (lease-core, and the whole daemon: lockd-core)"
 bash scripts/sim.sh
 
 step "fencing scenarios on the multi-host test bed"

@@ -12,3 +12,4 @@ pub const EEXIST: i32 = 17;
 pub const EMFILE: i32 = 24;
 pub const EALREADY: i32 = 114;
 pub const EUCLEAN: i32 = 117;
+pub const ENOSPC: i32 = 28;

@@ -16,16 +16,22 @@
 //! - [`space_state`]: one lockspace's status and its transitions (renewal outcomes, the
 //!   expiry check that decides notice, loss and kill);
 //! - [`kill`]: kill escalation as decisions ([`kill::plan_kills`]);
-//! - [`step`]: [`step::Core::step`], the input → effects form, so far for one path (a
-//!   lockspace's lease growing old and lost: its holders' loss notices, then the kills).
+//! - [`step`]: [`step::Core::step`], the input → effects form, for two paths: a
+//!   lockspace's lease growing old and lost (its holders' loss notices, then the kills),
+//!   and a client's requests (acquire, release, convert, inquire, add/remove a lockspace)
+//!   with the disk operations they need and their completions (`commands`);
+//! - `sim` (feature `sim` only): the whole-daemon simulator behind `lockd-daemon-sim`.
 //!
 //! The shell's own types enter as parameters: `S`, the handle it keeps with a connection
 //! slot, and `H`, the on-disk state of a held lease ([`LeaseHold`]).
 #![forbid(unsafe_code)]
 
 pub mod clients;
+mod commands;
 pub mod errno;
 pub mod kill;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod space_state;
 pub mod step;
 pub mod tables;
@@ -34,5 +40,7 @@ pub use clients::{
     ClientSlot, ClientToken, Clients, FsCreds, KillPath, LeaseHold, LocalRes, Refused, Waiting,
     MAX_CLIENTS, MAX_CLIENTS_PER_UID, ROOT_RESERVED_SLOTS,
 };
-pub use step::{Core, Effect, Input};
+pub use step::{
+    Core, DiskOp, Effect, HeldLease, Input, OpId, PlantedBug, Reply, ReqKind, Request, ResSpec,
+};
 pub use tables::{AcquireStart, CommandTarget, Key, ReleaseStart, Tables};

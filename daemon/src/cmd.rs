@@ -721,7 +721,17 @@ fn convert(d: &Arc<Daemon>, h: &Header, target: u32, head: &wire::ResourceHead) 
     let span = info_span!("resource", ls = %key.0, res = %key.1);
     let _g = span.enter();
     let result = paxos::convert(d, &space, &lr, to_shared, h.cmd_flags);
-    let rv = lock(&d.tables).finish_convert(target, key, to_shared, result);
+    let rv = {
+        let mut tables = lock(&d.tables);
+        let result = result.map_err(|(rv, state)| {
+            // A convert failed half-way: its release must use the token it left.
+            if let Some(state) = state {
+                tables.convert_failed_state(key, *state);
+            }
+            rv
+        });
+        tables.finish_convert(target, key, to_shared, result)
+    };
     if rv == 0 {
         info!(to_shared, "converted");
     }

@@ -189,16 +189,21 @@ pub fn release(
     }
 }
 
-/// Converts a held resource between shared and exclusive.
+/// Converts a held resource between shared and exclusive. On failure, the error and the
+/// lease's state when the convert changed it on the way (lease-core's token: our slot
+/// holds the ballot's newer dblock, `erase_all` may be set): the caller keeps it for the
+/// release (`Tables::convert_failed_state`), or the release would write our dblock of
+/// before over the ballot's and an accepted value could be forgotten (two exclusive
+/// holders; found by lockd-core's whole-daemon simulator).
 pub fn convert(
     _d: &Daemon,
     space: &Space,
     lr: &LocalRes,
     to_shared: bool,
     cmd_flags: u32,
-) -> Result<Held, i32> {
-    let mut token = lr.held.token.clone().ok_or(-libc::ENOENT)?;
-    let disk = open_held(lr, Need::Write)?;
+) -> Result<Held, (i32, Option<Box<Held>>)> {
+    let mut token = lr.held.token.clone().ok_or((-libc::ENOENT, None))?;
+    let disk = open_held(lr, Need::Write).map_err(|rv| (rv, None))?;
     let to = if to_shared {
         Mode::Shared
     } else {
@@ -208,13 +213,15 @@ pub fn convert(
     let c = clock();
     let out = with_host(space, |host| {
         block_on(paxos::convert(&disk, &c, host, &mut token, to, nowait))
-    })?;
+    })
+    .map_err(|rv| (rv, None))?;
+    let held = Held {
+        token: Some(token),
+        opened_by: lr.held.opened_by.clone(),
+    };
     match out {
-        Ok(()) => Ok(Held {
-            token: Some(token),
-            opened_by: lr.held.opened_by.clone(),
-        }),
-        Err(e) => Err(e.sanlk_code()),
+        Ok(()) => Ok(held),
+        Err(e) => Err((e.sanlk_code(), Some(Box::new(held)))),
     }
 }
 

@@ -10,7 +10,7 @@ pub mod checker;
 pub mod fence;
 mod host;
 pub mod rng;
-mod world;
+pub mod world;
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;

@@ -18,7 +18,7 @@ use crate::io::{Clock, Disk, IoError};
 
 /// Something that happens at a virtual time.
 #[derive(Debug)]
-pub(crate) enum Ev {
+pub enum Ev {
     /// Poll a task.
     Wake(usize),
     /// A write reaches the disk.
@@ -70,7 +70,7 @@ impl Ord for Scheduled {
 
 /// Per-host runtime state owned by the world (survives incarnations).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct HostRt {
+pub struct HostRt {
     pub clock_offset_ms: u64,
     /// Clock rate error in parts per million (|ppm| ≤ the configured bound).
     pub ppm: i64,
@@ -111,7 +111,7 @@ pub struct Stats {
     pub events: u64,
 }
 
-pub(crate) struct World {
+pub struct World {
     now: Cell<u64>,
     seq: Cell<u64>,
     queue: RefCell<BinaryHeap<Scheduled>>,
@@ -236,7 +236,7 @@ fn until(world: &Rc<World>, at: u64) -> Until {
 
 /// A host's view of time.
 #[derive(Clone)]
-pub(crate) struct SimClock {
+pub struct SimClock {
     pub world: Rc<World>,
     pub host: usize,
 }
@@ -266,7 +266,7 @@ struct IoPlan {
 
 /// A host's path to the shared disk: latency, errors and timeouts come from here.
 #[derive(Clone)]
-pub(crate) struct SimDisk {
+pub struct SimDisk {
     pub world: Rc<World>,
     pub host: usize,
 }

@@ -1,0 +1,1277 @@
+//! The request path of [`Core::step`]: a client's requests (register, add and remove a
+//! lockspace, acquire, release, convert, inquire), the disk operations they need as
+//! [`Effect::Disk`], their completions ([`crate::Input::DiskDone`]), and a client's end
+//! (connection closed, pid exited). Every change of the client and resource tables goes
+//! through the [`Tables`](crate::Tables) transitions (`start_command`, `start_acquire`,
+//! `finish_acquire`, `record_tokens`, `start_release`, `finish_release`, `start_convert`,
+//! `finish_convert`, `client_ended`, `finish_command`); this module only sequences them.
+//!
+//! Invariants:
+//! - one command per client at a time (`Tables::start_command`'s `cmd_active`), kept in
+//!   `Core::cmds` until its reply;
+//! - an ACQUIRE of several leases takes them in order and is all or none: when one fails,
+//!   the ones taken are released again before the error is answered;
+//! - a RELEASE is answered only when every disk release it asked for has ended;
+//! - a disk acquire ending after its lockspace was lost (or is being removed) is released
+//!   again and answered -ENOSPC;
+//! - an acquire that meets a release of the same lease in progress (-EAGAIN) waits for it
+//!   and goes on when it ends;
+//! - a client that dies during a command keeps its slot (`pid_dead`) until the command
+//!   ends; then its leases are released as a dead holder's.
+
+use client_lib::proto::{SM_CMD_ACQUIRE, SM_CMD_CONVERT, SM_CMD_INQUIRE, SM_CMD_RELEASE};
+use disk_format::Name;
+
+use crate::clients::{ClientToken, LeaseHold};
+use crate::errno::*;
+use crate::space_state::{Phase, RenewalRec, SpaceSt};
+use crate::step::{
+    Core, CoreSpace, DiskOp, Effect, HeldLease, OpId, PlantedBug, Reply, ReqKind, Request, ResSpec,
+};
+use crate::tables::{AcquireStart, CommandTarget, Key, ReleaseStart};
+
+/// A client's command in progress.
+#[derive(Debug)]
+pub(crate) enum Cmd {
+    Acquire(AcquireCmd),
+    /// Disk releases still running, and the result so far.
+    Release {
+        pending: usize,
+        rv: i32,
+    },
+    Convert {
+        key: Key,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct AcquireCmd {
+    specs: Vec<ResSpec>,
+    cmd_flags: u32,
+    /// The next spec to acquire.
+    next: usize,
+    /// The leases taken so far (holders in the table, not yet the client's tokens).
+    got: Vec<ClientToken>,
+    /// Waiting for the disk release of this lease to end (-EAGAIN).
+    waiting: Option<Key>,
+}
+
+/// A lockspace addition or removal, or an orphan release, waiting for its end, and the
+/// connection to answer.
+#[derive(Debug)]
+pub(crate) struct AdminCmd {
+    pub ci: u32,
+    pub ls: Name,
+    pub kind: ReqKind,
+    /// The disk releases an orphan release waits for.
+    pub ops: Vec<OpId>,
+}
+
+/// What a disk operation in flight is for.
+#[derive(Debug)]
+pub(crate) enum OpFor {
+    Acquire {
+        ci: u32,
+        key: Key,
+    },
+    /// A release; `reply_to` the client whose RELEASE waits for it (none for a dead
+    /// holder's, a failed acquire's or a planted early reply's).
+    Release {
+        reply_to: Option<u32>,
+        key: Key,
+    },
+    Convert {
+        ci: u32,
+        key: Key,
+        to_shared: bool,
+    },
+}
+
+impl OpFor {
+    pub(crate) fn key(&self) -> Key {
+        match self {
+            OpFor::Acquire { key, .. }
+            | OpFor::Release { key, .. }
+            | OpFor::Convert { key, .. } => *key,
+        }
+    }
+}
+
+fn reply<H>(fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, rv: i32, leases: Vec<HeldLease>) {
+    fx.push(Effect::Reply {
+        ci,
+        reply: Reply { kind, rv, leases },
+    });
+}
+
+fn held_lease(t: &ClientToken) -> HeldLease {
+    HeldLease {
+        ls: t.ls,
+        name: t.name,
+        shared: t.shared,
+        lver: t.lver,
+    }
+}
+
+impl<S, H: LeaseHold> Core<S, H> {
+    fn new_op(&mut self) -> OpId {
+        let op = self.next_op;
+        self.next_op += 1;
+        op
+    }
+
+    /// Whether a reply to `ci` can still be written (its slot is there and alive).
+    fn live(&self, ci: u32) -> bool {
+        self.tables
+            .clients
+            .slots
+            .get(&ci)
+            .is_some_and(|c| !c.pid_dead)
+    }
+
+    fn answer(
+        &self,
+        fx: &mut Vec<Effect<H>>,
+        ci: u32,
+        kind: ReqKind,
+        rv: i32,
+        leases: Vec<HeldLease>,
+    ) {
+        if self.live(ci) {
+            reply(fx, ci, kind, rv, leases);
+        }
+    }
+
+    pub(crate) fn request(&mut self, now_s: u64, ci: u32, req: Request, fx: &mut Vec<Effect<H>>) {
+        let kind = req.kind();
+        let Some(uid) = self.tables.clients.slots.get(&ci).map(|c| c.uid) else {
+            return;
+        };
+        let cmd = match &req {
+            Request::Register => {
+                if let Some(c) = self.tables.clients.slots.get_mut(&ci) {
+                    let rv = if c.registered { -EALREADY } else { 0 };
+                    c.registered = true;
+                    reply(fx, ci, kind, rv, Vec::new());
+                }
+                return;
+            }
+            Request::AddLockspace { ls, io_timeout_s } => {
+                if self.space(ls).is_some() {
+                    reply(fx, ci, kind, -EEXIST, Vec::new());
+                    return;
+                }
+                self.spaces.push(CoreSpace {
+                    name: *ls,
+                    st: SpaceSt::default(),
+                    io_timeout_s: *io_timeout_s,
+                });
+                self.admin.push(AdminCmd {
+                    ci,
+                    ls: *ls,
+                    kind,
+                    ops: Vec::new(),
+                });
+                fx.push(Effect::JoinLockspace {
+                    ls: *ls,
+                    io_timeout_s: *io_timeout_s,
+                });
+                return;
+            }
+            Request::RemLockspace { ls } => {
+                let Some(s) = self.space_mut(ls) else {
+                    reply(fx, ci, kind, -ENOENT, Vec::new());
+                    return;
+                };
+                if s.st.phase == Phase::Adding {
+                    reply(fx, ci, kind, -EBUSY, Vec::new());
+                    return;
+                }
+                s.st.kill_now = true;
+                s.st.phase = Phase::Removing;
+                self.admin.push(AdminCmd {
+                    ci,
+                    ls: *ls,
+                    kind,
+                    ops: Vec::new(),
+                });
+                // The holders are killed at the next tick, the orphans released now; the
+                // lockspace goes when its last lease has left the table.
+                self.finish_removals(fx);
+                return;
+            }
+            Request::ReleaseOrphans { ls, name } => {
+                let ops = self.release_orphans(ls, name, fx);
+                if ops.is_empty() {
+                    reply(fx, ci, kind, 0, Vec::new());
+                } else {
+                    self.admin.push(AdminCmd {
+                        ci,
+                        ls: *ls,
+                        kind,
+                        ops,
+                    });
+                }
+                return;
+            }
+            Request::Acquire { .. } => SM_CMD_ACQUIRE,
+            Request::Release { .. } => SM_CMD_RELEASE,
+            Request::Convert { .. } => SM_CMD_CONVERT,
+            Request::Inquire => SM_CMD_INQUIRE,
+        };
+        let target = CommandTarget {
+            conn_ci: ci,
+            conn_uid: uid,
+            cmd,
+            cmd_flags: 0,
+            data2: u32::MAX,
+        };
+        let ci = match self.tables.start_command(target) {
+            Ok(ci) => ci,
+            Err(rv) => {
+                reply(fx, ci, kind, rv, Vec::new());
+                return;
+            }
+        };
+        match req {
+            Request::Acquire { res, cmd_flags } => {
+                self.cmds.insert(
+                    ci,
+                    Cmd::Acquire(AcquireCmd {
+                        specs: res,
+                        cmd_flags,
+                        next: 0,
+                        got: Vec::new(),
+                        waiting: None,
+                    }),
+                );
+                self.advance_acquire(now_s, ci, fx);
+            }
+            Request::Release { keys } => {
+                let (tokens, missing) = if keys.is_empty() {
+                    (self.tables.take_all_tokens(ci), false)
+                } else {
+                    self.tables.take_tokens(ci, &keys).unwrap_or_default()
+                };
+                let mut pending = 0;
+                for t in &tokens {
+                    if self.release_token(ci, t, false, Some(ci), fx) {
+                        pending += 1;
+                    }
+                }
+                let rv = if missing { -ENOENT } else { 0 };
+                let leases = tokens.iter().map(held_lease).collect();
+                if pending == 0 {
+                    self.answer(fx, ci, kind, rv, leases);
+                    self.end_command(ci, fx);
+                } else {
+                    self.cmds.insert(ci, Cmd::Release { pending, rv });
+                }
+            }
+            Request::Convert { key, to_shared } => {
+                match self.tables.start_convert(ci, key, to_shared) {
+                    Ok(lr) => {
+                        let op = self.new_op();
+                        self.ops.insert(op, OpFor::Convert { ci, key, to_shared });
+                        self.cmds.insert(ci, Cmd::Convert { key });
+                        fx.push(Effect::Disk {
+                            op,
+                            ls: key.0,
+                            what: DiskOp::Convert {
+                                key,
+                                held: lr.held,
+                                to_shared,
+                            },
+                        });
+                    }
+                    Err(rv) => {
+                        self.answer(fx, ci, kind, rv, Vec::new());
+                        self.end_command(ci, fx);
+                    }
+                }
+            }
+            Request::Inquire => {
+                let leases = self.tables.clients.slots[&ci]
+                    .tokens
+                    .iter()
+                    .map(held_lease)
+                    .collect();
+                self.answer(fx, ci, kind, 0, leases);
+                self.end_command(ci, fx);
+            }
+            Request::Register
+            | Request::AddLockspace { .. }
+            | Request::RemLockspace { .. }
+            | Request::ReleaseOrphans { .. } => {}
+        }
+    }
+
+    /// Ends client `ci`'s command; a client that died meanwhile goes now, its leases
+    /// released as a dead holder's.
+    fn end_command(&mut self, ci: u32, fx: &mut Vec<Effect<H>>) {
+        self.cmds.remove(&ci);
+        if let Some(tokens) = self.tables.finish_command(ci) {
+            for t in &tokens {
+                self.release_token(ci, t, true, None, fx);
+            }
+        }
+    }
+
+    /// [`crate::Tables::start_release`] of one token, and the disk release it may need;
+    /// true when a disk release was asked for. `reply_to`: the RELEASE waiting for it.
+    fn release_token(
+        &mut self,
+        ci: u32,
+        t: &ClientToken,
+        dying: bool,
+        reply_to: Option<u32>,
+        fx: &mut Vec<Effect<H>>,
+    ) -> bool {
+        let ReleaseStart::Disk(lr) = self.tables.start_release(ci, t, dying) else {
+            return false;
+        };
+        let key = t.key();
+        let op = self.new_op();
+        let early = self.planted(PlantedBug::ReleaseBeforeDisk);
+        self.ops.insert(
+            op,
+            OpFor::Release {
+                reply_to: if early { None } else { reply_to },
+                key,
+            },
+        );
+        fx.push(Effect::Disk {
+            op,
+            ls: key.0,
+            what: DiskOp::Release { key, held: lr.held },
+        });
+        if early {
+            // Planted: the slot is freed now, and the caller answers at once.
+            self.tables.finish_release(&key);
+            return false;
+        }
+        true
+    }
+
+    /// Starts the disk release of the idle orphans of `ls` (`name`, or all when empty);
+    /// their operation ids.
+    fn release_orphans(&mut self, ls: &Name, name: &Name, fx: &mut Vec<Effect<H>>) -> Vec<OpId> {
+        let mut picked = self.tables.start_orphan_release(ls, name);
+        picked.sort_by_key(|lr| lr.name.0);
+        let mut ops = Vec::new();
+        for lr in picked {
+            let key = (lr.ls, lr.name);
+            let op = self.new_op();
+            self.ops.insert(
+                op,
+                OpFor::Release {
+                    reply_to: None,
+                    key,
+                },
+            );
+            fx.push(Effect::Disk {
+                op,
+                ls: key.0,
+                what: DiskOp::Release { key, held: lr.held },
+            });
+            ops.push(op);
+        }
+        ops
+    }
+
+    /// Takes the next leases of client `ci`'s ACQUIRE until one needs the disk (or waits
+    /// for a release), then answers when all are taken or one failed.
+    fn advance_acquire(&mut self, now_s: u64, ci: u32, fx: &mut Vec<Effect<H>>) {
+        loop {
+            let Some(Cmd::Acquire(a)) = self.cmds.get(&ci) else {
+                return;
+            };
+            if a.waiting.is_some() {
+                return;
+            }
+            let Some(spec) = a.specs.get(a.next).cloned() else {
+                self.acquire_done(ci, fx);
+                return;
+            };
+            let flags = a.cmd_flags;
+            if !self.space_usable(&spec.ls) {
+                self.acquire_failed(ci, -ENOSPC, fx);
+                return;
+            }
+            let key = spec.key();
+            match self
+                .tables
+                .start_acquire(ci, key, spec.shared, flags, &spec.disks)
+            {
+                Ok(AcquireStart::Local { lver, .. }) => {
+                    let t = self.token(&spec, lver, now_s);
+                    if let Some(Cmd::Acquire(a)) = self.cmds.get_mut(&ci) {
+                        a.got.push(t);
+                        a.next += 1;
+                    }
+                }
+                Ok(AcquireStart::Disk) => {
+                    let op = self.new_op();
+                    self.ops.insert(op, OpFor::Acquire { ci, key });
+                    fx.push(Effect::Disk {
+                        op,
+                        ls: key.0,
+                        what: DiskOp::Acquire {
+                            key,
+                            shared: spec.shared,
+                            disks: spec.disks.clone(),
+                        },
+                    });
+                    return;
+                }
+                Err(rv) if rv == -EAGAIN => {
+                    // Released on disk right now: go on when that ends.
+                    if let Some(Cmd::Acquire(a)) = self.cmds.get_mut(&ci) {
+                        a.waiting = Some(key);
+                    }
+                    return;
+                }
+                Err(rv) => {
+                    self.acquire_failed(ci, rv, fx);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn token(&mut self, spec: &ResSpec, lver: u64, now_s: u64) -> ClientToken {
+        let token_id = self.next_token_id;
+        self.next_token_id = self.next_token_id.wrapping_add(1).max(1);
+        ClientToken {
+            token_id,
+            ls: spec.ls,
+            name: spec.name,
+            disks: spec.disks.clone(),
+            shared: spec.shared,
+            persistent: spec.persistent,
+            lver,
+            acquired: now_s,
+        }
+    }
+
+    fn acquire_done(&mut self, ci: u32, fx: &mut Vec<Effect<H>>) {
+        let Some(Cmd::Acquire(a)) = self.cmds.remove(&ci) else {
+            return;
+        };
+        let leases: Vec<HeldLease> = a.got.iter().map(held_lease).collect();
+        if let Some(c) = self.tables.clients.slots.get_mut(&ci) {
+            c.waiting = None;
+        }
+        match self.tables.record_tokens(ci, a.got) {
+            Ok(()) => self.answer(fx, ci, ReqKind::Acquire, 0, leases),
+            Err(back) => {
+                for t in &back {
+                    self.release_token(ci, t, true, None, fx);
+                }
+            }
+        }
+        self.end_command(ci, fx);
+    }
+
+    /// One lease of the ACQUIRE failed: the ones taken are released, the error answered.
+    fn acquire_failed(&mut self, ci: u32, rv: i32, fx: &mut Vec<Effect<H>>) {
+        let Some(Cmd::Acquire(a)) = self.cmds.remove(&ci) else {
+            return;
+        };
+        for t in &a.got {
+            self.release_token(ci, t, false, None, fx);
+        }
+        self.answer(fx, ci, ReqKind::Acquire, rv, Vec::new());
+        self.end_command(ci, fx);
+    }
+
+    pub(crate) fn disk_done(
+        &mut self,
+        now_s: u64,
+        op: OpId,
+        result: Result<H, i32>,
+        failed_state: Option<H>,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        let Some(what) = self.ops.remove(&op) else {
+            // Not ours (a completion for an operation of an earlier core): nothing.
+            return;
+        };
+        match what {
+            OpFor::Acquire { ci, key } => {
+                let spec = match self.cmds.get(&ci) {
+                    Some(Cmd::Acquire(a)) => a.specs.get(a.next).cloned(),
+                    _ => None,
+                };
+                let lost =
+                    !self.space_usable(&key.0) && !self.planted(PlantedBug::GrantInLostLockspace);
+                match (self.tables.finish_acquire(key, ci, result), spec) {
+                    (Ok(lver), Some(spec)) if !lost => {
+                        let t = self.token(&spec, lver, now_s);
+                        if let Some(Cmd::Acquire(a)) = self.cmds.get_mut(&ci) {
+                            a.got.push(t);
+                            a.next += 1;
+                        }
+                        self.advance_acquire(now_s, ci, fx);
+                    }
+                    (Ok(lver), spec) => {
+                        // Held on disk, but its lockspace was lost meanwhile (or the
+                        // command is gone): give it back.
+                        let spec = spec.unwrap_or(ResSpec {
+                            ls: key.0,
+                            name: key.1,
+                            shared: false,
+                            persistent: false,
+                            disks: Vec::new(),
+                        });
+                        let t = self.token(&spec, lver, now_s);
+                        self.release_token(ci, &t, false, None, fx);
+                        self.acquire_failed(ci, -ENOSPC, fx);
+                    }
+                    (Err(rv), _) => self.acquire_failed(ci, rv, fx),
+                }
+            }
+            OpFor::Release { reply_to, key } => {
+                if !self.planted(PlantedBug::ReleaseBeforeDisk) {
+                    self.tables.finish_release(&key);
+                }
+                let rv_disk = result.err().unwrap_or(0);
+                if let Some(ci) = reply_to {
+                    if let Some(Cmd::Release { pending, rv }) = self.cmds.get_mut(&ci) {
+                        *pending -= 1;
+                        if *rv == 0 {
+                            *rv = rv_disk;
+                        }
+                        if *pending == 0 {
+                            let rv = *rv;
+                            self.answer(fx, ci, ReqKind::Release, rv, Vec::new());
+                            self.end_command(ci, fx);
+                        }
+                    }
+                }
+                // An orphan release waiting for this one may be done.
+                let mut done = Vec::new();
+                for a in &mut self.admin {
+                    if a.kind == ReqKind::ReleaseOrphans {
+                        a.ops.retain(|o| *o != op);
+                        if a.ops.is_empty() {
+                            done.push(a.ci);
+                        }
+                    }
+                }
+                self.admin
+                    .retain(|a| !(a.kind == ReqKind::ReleaseOrphans && a.ops.is_empty()));
+                for ci in done {
+                    self.answer(fx, ci, ReqKind::ReleaseOrphans, 0, Vec::new());
+                }
+                // Acquires waiting for this release go on.
+                let mut waiting: Vec<u32> = self
+                    .cmds
+                    .iter()
+                    .filter(|(_, c)| matches!(c, Cmd::Acquire(a) if a.waiting == Some(key)))
+                    .map(|(ci, _)| *ci)
+                    .collect();
+                waiting.sort_unstable();
+                for ci in waiting {
+                    if let Some(Cmd::Acquire(a)) = self.cmds.get_mut(&ci) {
+                        a.waiting = None;
+                    }
+                    self.advance_acquire(now_s, ci, fx);
+                }
+                self.finish_removals(fx);
+            }
+            OpFor::Convert { ci, key, to_shared } => {
+                if let (Err(_), Some(state)) = (&result, failed_state) {
+                    self.tables.convert_failed_state(key, state);
+                }
+                let rv = self.tables.finish_convert(ci, key, to_shared, result);
+                let leases = self.tables.clients.slots.get(&ci).map(|c| {
+                    c.tokens
+                        .iter()
+                        .filter(|t| t.key() == key)
+                        .map(held_lease)
+                        .collect()
+                });
+                self.answer(fx, ci, ReqKind::Convert, rv, leases.unwrap_or_default());
+                if matches!(self.cmds.get(&ci), Some(Cmd::Convert { key: k }) if *k == key) {
+                    self.end_command(ci, fx);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn join_done(
+        &mut self,
+        now_s: u64,
+        ls: Name,
+        result: Result<(), i32>,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        let asked: Vec<u32> = self
+            .admin
+            .iter()
+            .filter(|a| a.kind == ReqKind::AddLockspace && a.ls.same_as(&ls))
+            .map(|a| a.ci)
+            .collect();
+        self.admin
+            .retain(|a| !(a.kind == ReqKind::AddLockspace && a.ls.same_as(&ls)));
+        let rv = match result {
+            Ok(()) => {
+                if let Some(s) = self.space_mut(&ls) {
+                    s.st.phase = Phase::Joined;
+                    s.st.renewal_ok(
+                        now_s,
+                        RenewalRec {
+                            timestamp: now_s,
+                            read_ms: 0,
+                            write_ms: 0,
+                        },
+                    );
+                }
+                0
+            }
+            Err(rv) => {
+                self.spaces.retain(|s| !s.name.same_as(&ls));
+                rv
+            }
+        };
+        for ci in asked {
+            self.answer(fx, ci, ReqKind::AddLockspace, rv, Vec::new());
+        }
+    }
+
+    /// A client's connection closed or its process exited.
+    pub(crate) fn client_gone(&mut self, ci: u32, fx: &mut Vec<Effect<H>>) {
+        self.admin.retain(|a| a.ci != ci);
+        if let Some((_pid, tokens)) = self.tables.client_ended(ci) {
+            self.cmds.remove(&ci);
+            for t in &tokens {
+                self.release_token(ci, t, true, None, fx);
+            }
+        }
+    }
+
+    /// Lockspaces that can go now: being removed, or lost, with no lease of theirs left
+    /// in the table and no acquire on the way.
+    pub(crate) fn finish_removals(&mut self, fx: &mut Vec<Effect<H>>) {
+        let mut gone = Vec::new();
+        let ending: Vec<Name> = self
+            .spaces
+            .iter()
+            .filter(|s| {
+                s.st.phase == Phase::Removing
+                    || (s.st.phase == Phase::Joined && s.st.space_dead && !s.st.kill_now)
+            })
+            .map(|s| s.name)
+            .collect();
+        for ls in &ending {
+            // Its orphans go too (sanlock releases them with the lockspace).
+            self.release_orphans(ls, &Name::EMPTY, fx);
+        }
+        for s in &self.spaces {
+            let ls = s.name;
+            let removing = s.st.phase == Phase::Removing;
+            let lost = s.st.phase == Phase::Joined && s.st.space_dead && !s.st.kill_now;
+            if !(removing || lost) || self.tables.space_in_use(&ls) {
+                continue;
+            }
+            let acquiring = self
+                .cmds
+                .values()
+                .any(|c| matches!(c, Cmd::Acquire(a) if a.specs.iter().any(|r| r.ls.same_as(&ls))));
+            if !acquiring {
+                gone.push((ls, lost));
+            }
+        }
+        for (ls, lost) in gone {
+            self.spaces.retain(|s| !s.name.same_as(&ls));
+            fx.push(Effect::LockspaceGone { ls, lost });
+            let asked: Vec<u32> = self
+                .admin
+                .iter()
+                .filter(|a| a.kind == ReqKind::RemLockspace && a.ls.same_as(&ls))
+                .map(|a| a.ci)
+                .collect();
+            self.admin
+                .retain(|a| !(a.kind == ReqKind::RemLockspace && a.ls.same_as(&ls)));
+            for ci in asked {
+                self.answer(fx, ci, ReqKind::RemLockspace, 0, Vec::new());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The request path driven through `Core::step` alone: the disk completions are
+    //! chosen by the test, in the order it wants.
+    use super::*;
+    use crate::kill::KillOrder;
+    use crate::step::Input;
+    use client_lib::ext::WatchKind;
+    use lease_core::timeouts;
+
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    struct Held {
+        lver: u64,
+    }
+
+    impl LeaseHold for Held {
+        fn lver(&self) -> u64 {
+            self.lver
+        }
+    }
+
+    type TestCore = Core<(), Held>;
+    type Fx = Vec<Effect<Held>>;
+
+    const IO_S: u64 = 10;
+
+    fn name(s: &str) -> Name {
+        Name::new(s).expect("name")
+    }
+
+    fn spec(res: &str, shared: bool) -> ResSpec {
+        ResSpec {
+            ls: name("ls"),
+            name: name(res),
+            shared,
+            persistent: false,
+            disks: Vec::new(),
+        }
+    }
+
+    fn step(c: &mut TestCore, now: u64, input: Input<(), Held>) -> Fx {
+        let fx = c.step(now, input);
+        c.check().expect("the core's invariants after a step");
+        fx
+    }
+
+    /// A core with lockspace "ls" joined at t=100 through ADD_LOCKSPACE.
+    fn joined() -> TestCore {
+        let mut c = TestCore::new(40);
+        let admin = connect(&mut c, 1);
+        let fx = step(
+            &mut c,
+            100,
+            Input::Request {
+                ci: admin,
+                req: Request::AddLockspace {
+                    ls: name("ls"),
+                    io_timeout_s: IO_S,
+                },
+            },
+        );
+        assert_eq!(
+            fx,
+            vec![Effect::JoinLockspace {
+                ls: name("ls"),
+                io_timeout_s: IO_S
+            }]
+        );
+        assert!(!c.space_usable(&name("ls")), "usable only once joined");
+        let fx = step(
+            &mut c,
+            100,
+            Input::JoinDone {
+                ls: name("ls"),
+                result: Ok(()),
+            },
+        );
+        assert_eq!(replies(&fx), vec![(admin, ReqKind::AddLockspace, 0)]);
+        assert!(c.space_usable(&name("ls")));
+        c
+    }
+
+    fn connect(c: &mut TestCore, pid: i32) -> u32 {
+        let fx = step(
+            c,
+            100,
+            Input::Connected {
+                pid,
+                uid: 0,
+                stream: None,
+            },
+        );
+        match fx.as_slice() {
+            [Effect::Accepted { ci }] => *ci,
+            other => panic!("not accepted: {other:?}"),
+        }
+    }
+
+    fn client(c: &mut TestCore, pid: i32) -> u32 {
+        let ci = connect(c, pid);
+        let fx = step(
+            c,
+            100,
+            Input::Request {
+                ci,
+                req: Request::Register,
+            },
+        );
+        assert_eq!(replies(&fx), vec![(ci, ReqKind::Register, 0)]);
+        ci
+    }
+
+    fn replies(fx: &Fx) -> Vec<(u32, ReqKind, i32)> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Reply { ci, reply } => Some((*ci, reply.kind, reply.rv)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The disk operations asked for: (op, key, is a release).
+    fn disk_ops(fx: &Fx) -> Vec<(OpId, Key, &'static str)> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Disk { op, what, .. } => Some(match what {
+                    DiskOp::Acquire { key, .. } => (*op, *key, "acquire"),
+                    DiskOp::Release { key, .. } => (*op, *key, "release"),
+                    DiskOp::Convert { key, .. } => (*op, *key, "convert"),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn acquire(c: &mut TestCore, now: u64, ci: u32, res: Vec<ResSpec>) -> Fx {
+        step(
+            c,
+            now,
+            Input::Request {
+                ci,
+                req: Request::Acquire { res, cmd_flags: 0 },
+            },
+        )
+    }
+
+    fn done(c: &mut TestCore, now: u64, op: OpId, result: Result<Held, i32>) -> Fx {
+        step(
+            c,
+            now,
+            Input::DiskDone {
+                op,
+                result,
+                failed_state: None,
+            },
+        )
+    }
+
+    /// Client `ci` holds `res` exclusive through ACQUIRE and its disk completion.
+    fn hold(c: &mut TestCore, ci: u32, res: &str, lver: u64) {
+        let fx = acquire(c, 101, ci, vec![spec(res, false)]);
+        let [(op, _, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        let fx = done(c, 101, op, Ok(Held { lver }));
+        assert_eq!(replies(&fx), vec![(ci, ReqKind::Acquire, 0)]);
+    }
+
+    #[test]
+    fn release_is_answered_only_after_the_disk_release_and_a_local_acquire_waits_for_it() {
+        let mut c = joined();
+        let (a, b) = (client(&mut c, 10), client(&mut c, 11));
+        hold(&mut c, a, "r1", 1);
+        let fx = step(
+            &mut c,
+            102,
+            Input::Request {
+                ci: a,
+                req: Request::Release { keys: Vec::new() },
+            },
+        );
+        let [(rel, key, "release")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        assert!(replies(&fx).is_empty(), "answered before the disk: {fx:?}");
+        assert!(c.tables.resources[&key].releasing);
+        // B asks meanwhile: no disk acquire yet, no answer; it waits for the release.
+        let fx = acquire(&mut c, 102, b, vec![spec("r1", false)]);
+        assert!(fx.is_empty(), "{fx:?}");
+        let fx = done(&mut c, 103, rel, Ok(Held::default()));
+        assert_eq!(replies(&fx), vec![(a, ReqKind::Release, 0)]);
+        let ops = disk_ops(&fx);
+        assert!(
+            matches!(ops[..], [(_, k, "acquire")] if k == key),
+            "B goes on after the release: {fx:?}"
+        );
+        let reply_at = fx.iter().position(|e| matches!(e, Effect::Reply { .. }));
+        let acquire_at = fx.iter().position(|e| matches!(e, Effect::Disk { .. }));
+        assert!(reply_at < acquire_at);
+    }
+
+    #[test]
+    fn a_failed_lease_of_a_multi_lease_acquire_gives_back_the_ones_taken() {
+        let mut c = joined();
+        let a = client(&mut c, 10);
+        let fx = acquire(&mut c, 101, a, vec![spec("r1", false), spec("r2", true)]);
+        let [(op1, k1, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        let fx = done(&mut c, 101, op1, Ok(Held { lver: 3 }));
+        assert!(replies(&fx).is_empty());
+        let [(op2, _, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        let fx = done(&mut c, 102, op2, Err(-EAGAIN));
+        assert_eq!(replies(&fx), vec![(a, ReqKind::Acquire, -EAGAIN)]);
+        let [(rel, k, "release")] = disk_ops(&fx)[..] else {
+            panic!("the first lease is given back: {fx:?}")
+        };
+        assert_eq!(k, k1);
+        assert!(c.tables.clients.slots[&a].tokens.is_empty());
+        done(&mut c, 103, rel, Ok(Held::default()));
+        assert!(c.tables.resources.is_empty());
+        assert!(c.cmds.is_empty() && c.ops.is_empty());
+    }
+
+    #[test]
+    fn an_acquire_ending_after_the_lockspace_was_lost_is_given_back() {
+        let mut c = joined();
+        let a = client(&mut c, 10);
+        let fx = acquire(&mut c, 101, a, vec![spec("r1", false)]);
+        let [(op, _, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        let fail = timeouts::id_renewal_fail_seconds(IO_S);
+        let fx = step(&mut c, 100 + fail, Input::Tick);
+        assert!(fx
+            .iter()
+            .any(|e| matches!(e, Effect::LockspaceFailed { .. })));
+        assert!(
+            !fx.iter().any(|e| matches!(e, Effect::Kill { .. })),
+            "no holder yet: {fx:?}"
+        );
+        let fx = done(&mut c, 100 + fail, op, Ok(Held { lver: 5 }));
+        assert_eq!(replies(&fx), vec![(a, ReqKind::Acquire, -ENOSPC)]);
+        let [(rel, _, "release")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        assert!(c.tables.clients.slots[&a].tokens.is_empty());
+        // Once the lease is back on disk, the lost lockspace goes.
+        let fx = done(&mut c, 100 + fail + 1, rel, Ok(Held::default()));
+        assert!(fx.contains(&Effect::LockspaceGone {
+            ls: name("ls"),
+            lost: true
+        }));
+    }
+
+    #[test]
+    fn a_client_dying_mid_acquire_gets_no_reply_and_its_lease_is_released_after() {
+        let mut c = joined();
+        let a = client(&mut c, 10);
+        let fx = acquire(&mut c, 101, a, vec![spec("r1", false)]);
+        let [(op, key, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        let fx = step(&mut c, 101, Input::PidExit { pid: 10 });
+        assert_eq!(fx, vec![Effect::Close { ci: a }]);
+        assert!(
+            c.tables.clients.slots[&a].pid_dead,
+            "kept until the command ends"
+        );
+        let fx = done(&mut c, 102, op, Ok(Held { lver: 2 }));
+        assert!(replies(&fx).is_empty(), "{fx:?}");
+        let [(rel, k, "release")] = disk_ops(&fx)[..] else {
+            panic!("a dead holder's lease is released: {fx:?}")
+        };
+        assert_eq!(k, key);
+        assert!(!c.tables.clients.slots.contains_key(&a));
+        done(&mut c, 103, rel, Ok(Held::default()));
+        assert!(c.tables.resources.is_empty());
+    }
+
+    #[test]
+    fn a_lost_lease_gives_its_request_made_holders_the_notice_before_the_kill() {
+        let mut c = joined();
+        let (a, _idle) = (client(&mut c, 10), client(&mut c, 11));
+        hold(&mut c, a, "r1", 1);
+        step(
+            &mut c,
+            105,
+            Input::RenewalFailed {
+                ls: name("ls"),
+                code: -EIO,
+                corrupt: false,
+            },
+        );
+        let fail = timeouts::id_renewal_fail_seconds(IO_S);
+        let fx = step(&mut c, 100 + fail, Input::Tick);
+        let notice = fx.iter().position(|e| {
+            matches!(e, Effect::LossNotice { kind: WatchKind::LockspaceFailed, pids, .. } if pids == &[10])
+        });
+        let kills: Vec<(usize, i32)> = fx
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| match e {
+                Effect::Kill {
+                    order: KillOrder::Signal { pid, .. },
+                    ..
+                } => Some((i, *pid)),
+                _ => None,
+            })
+            .collect();
+        let notice = notice.expect("a notice");
+        assert_eq!(kills.len(), 1, "only the holder is killed: {fx:?}");
+        assert_eq!(kills[0].1, 10);
+        assert!(notice < kills[0].0, "{fx:?}");
+        // A new acquire in the lost lockspace is refused.
+        let b = client(&mut c, 12);
+        let fx = acquire(&mut c, 100 + fail, b, vec![spec("r2", false)]);
+        assert_eq!(replies(&fx), vec![(b, ReqKind::Acquire, -ENOSPC)]);
+    }
+
+    #[test]
+    fn check_finds_a_disk_operation_on_a_freed_resource_and_a_command_without_its_slot() {
+        let mut c = joined();
+        let a = client(&mut c, 10);
+        hold(&mut c, a, "r1", 1);
+        let fx = step(
+            &mut c,
+            102,
+            Input::Request {
+                ci: a,
+                req: Request::Release { keys: Vec::new() },
+            },
+        );
+        let [(_, key, "release")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        // What release-before-disk does: the slot freed while the release runs.
+        c.tables.finish_release(&key);
+        assert!(c.check().unwrap_err().contains("not busy"));
+        c.ops.clear();
+        c.tables.clients.slots.get_mut(&a).expect("slot").cmd_active = 0;
+        assert!(c.check().unwrap_err().contains("no active slot"));
+    }
+
+    #[test]
+    fn a_convert_failing_half_way_keeps_its_new_state_for_the_release() {
+        let mut c = joined();
+        let a = client(&mut c, 10);
+        let fx = acquire(&mut c, 101, a, vec![spec("r1", true)]);
+        let [(op, key, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        done(&mut c, 101, op, Ok(Held { lver: 4 }));
+        let fx = step(
+            &mut c,
+            102,
+            Input::Request {
+                ci: a,
+                req: Request::Convert {
+                    key,
+                    to_shared: false,
+                },
+            },
+        );
+        let [(op, _, "convert")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        // The ballot ran (our dblock is newer), then live shared holders made it fail.
+        let fx = step(
+            &mut c,
+            103,
+            Input::DiskDone {
+                op,
+                result: Err(-EAGAIN),
+                failed_state: Some(Held { lver: 5 }),
+            },
+        );
+        assert_eq!(replies(&fx), vec![(a, ReqKind::Convert, -EAGAIN)]);
+        assert!(c.tables.resources[&key].shared, "still shared");
+        let fx = step(
+            &mut c,
+            104,
+            Input::Request {
+                ci: a,
+                req: Request::Release { keys: Vec::new() },
+            },
+        );
+        let released: Vec<u64> = fx
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Disk {
+                    what: DiskOp::Release { held, .. },
+                    ..
+                } => Some(held.lver),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            released,
+            vec![5],
+            "released with the convert's state: {fx:?}"
+        );
+    }
+
+    #[test]
+    fn a_dead_holders_persistent_lease_is_an_orphan_until_adopted_or_released() {
+        let mut c = joined();
+        let admin = connect(&mut c, 1);
+        let (a, b) = (client(&mut c, 10), client(&mut c, 11));
+        let mut persistent = spec("r1", false);
+        persistent.persistent = true;
+        let fx = acquire(&mut c, 101, a, vec![persistent.clone()]);
+        let [(op, key, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        done(&mut c, 101, op, Ok(Held { lver: 2 }));
+        // Its holder dies: no disk release, an orphan.
+        let fx = step(&mut c, 102, Input::PidExit { pid: 10 });
+        assert!(disk_ops(&fx).is_empty(), "{fx:?}");
+        assert!(c.tables.resources[&key].orphan);
+        // Adopted only when asked to, at once and with no disk I/O.
+        let fx = acquire(&mut c, 103, b, vec![persistent.clone()]);
+        assert_eq!(replies(&fx), vec![(b, ReqKind::Acquire, -EUCLEAN)]);
+        let fx = step(
+            &mut c,
+            103,
+            Input::Request {
+                ci: b,
+                req: Request::Acquire {
+                    res: vec![persistent.clone()],
+                    cmd_flags: client_lib::proto::SANLK_ACQUIRE_ORPHAN,
+                },
+            },
+        );
+        assert!(disk_ops(&fx).is_empty());
+        assert_eq!(replies(&fx), vec![(b, ReqKind::Acquire, 0)]);
+        // Orphaned again, then released by REL_ORPHAN, answered after the disk.
+        step(&mut c, 104, Input::PidExit { pid: 11 });
+        let fx = step(
+            &mut c,
+            105,
+            Input::Request {
+                ci: admin,
+                req: Request::ReleaseOrphans {
+                    ls: name("ls"),
+                    name: Name::EMPTY,
+                },
+            },
+        );
+        assert!(replies(&fx).is_empty());
+        let [(rel, _, "release")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        let fx = done(&mut c, 106, rel, Ok(Held::default()));
+        assert_eq!(replies(&fx), vec![(admin, ReqKind::ReleaseOrphans, 0)]);
+        assert!(c.tables.resources.is_empty());
+    }
+
+    #[test]
+    fn removing_a_lockspace_releases_its_orphans() {
+        let mut c = joined();
+        let admin = connect(&mut c, 1);
+        let a = client(&mut c, 10);
+        let mut persistent = spec("r1", false);
+        persistent.persistent = true;
+        let fx = acquire(&mut c, 101, a, vec![persistent]);
+        let [(op, _, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        done(&mut c, 101, op, Ok(Held { lver: 2 }));
+        step(&mut c, 102, Input::PidExit { pid: 10 });
+        let fx = step(
+            &mut c,
+            103,
+            Input::Request {
+                ci: admin,
+                req: Request::RemLockspace { ls: name("ls") },
+            },
+        );
+        let [(rel, _, "release")] = disk_ops(&fx)[..] else {
+            panic!("the orphan is released: {fx:?}")
+        };
+        let fx = done(&mut c, 104, rel, Ok(Held::default()));
+        assert!(fx.contains(&Effect::LockspaceGone {
+            ls: name("ls"),
+            lost: false
+        }));
+        assert_eq!(replies(&fx), vec![(admin, ReqKind::RemLockspace, 0)]);
+    }
+
+    #[test]
+    fn convert_answers_after_the_disk_and_takes_the_new_mode() {
+        let mut c = joined();
+        let a = client(&mut c, 10);
+        hold(&mut c, a, "r1", 1);
+        let key = spec("r1", false).key();
+        let fx = step(
+            &mut c,
+            102,
+            Input::Request {
+                ci: a,
+                req: Request::Convert {
+                    key,
+                    to_shared: true,
+                },
+            },
+        );
+        assert!(replies(&fx).is_empty());
+        let [(op, _, "convert")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        let fx = done(&mut c, 102, op, Ok(Held { lver: 1 }));
+        assert_eq!(replies(&fx), vec![(a, ReqKind::Convert, 0)]);
+        assert!(c.tables.resources[&key].shared);
+        let fx = step(
+            &mut c,
+            103,
+            Input::Request {
+                ci: a,
+                req: Request::Inquire,
+            },
+        );
+        match &fx[..] {
+            [Effect::Reply { reply, .. }] => {
+                assert_eq!(reply.leases.len(), 1);
+                assert!(reply.leases[0].shared);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn removing_a_lockspace_kills_its_holders_without_a_loss_notice_then_it_goes() {
+        let mut c = joined();
+        let admin = connect(&mut c, 1);
+        let a = client(&mut c, 10);
+        hold(&mut c, a, "r1", 1);
+        let fx = step(
+            &mut c,
+            103,
+            Input::Request {
+                ci: admin,
+                req: Request::RemLockspace { ls: name("ls") },
+            },
+        );
+        assert!(fx.is_empty(), "{fx:?}");
+        let fx = step(&mut c, 104, Input::Tick);
+        assert!(!fx.iter().any(|e| matches!(e, Effect::LossNotice { .. })));
+        assert!(fx.iter().any(|e| matches!(
+            e,
+            Effect::Kill {
+                order: KillOrder::Signal {
+                    pid: 10,
+                    sig: crate::kill::SIGKILL,
+                    ..
+                },
+                ..
+            }
+        )));
+        let fx = step(&mut c, 104, Input::PidExit { pid: 10 });
+        let [(rel, _, "release")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        let fx = done(&mut c, 105, rel, Ok(Held::default()));
+        assert!(fx.contains(&Effect::LockspaceGone {
+            ls: name("ls"),
+            lost: false
+        }));
+        assert_eq!(replies(&fx), vec![(admin, ReqKind::RemLockspace, 0)]);
+        assert!(c.spaces.is_empty());
+    }
+}

@@ -1,0 +1,199 @@
+//! The simulator's checks from the outside, judged from the clients' point of view.
+//!
+//! A client holds a lease from the reply that grants it (ACQUIRE, or CONVERT to
+//! exclusive) until it asks to release it (a downgrade to shared counts from the request)
+//! or dies (killed, exited, or its daemon restarted). The checks:
+//! - never two holders of one resource at one instant unless both hold it shared, across
+//!   all hosts;
+//! - a kill order for a failed lockspace goes only to a pid that was given that
+//!   lockspace's loss notice before, and that holds a lease of it at that instant;
+//! - a RELEASE is answered only after the disk release of each lease it gave up ended
+//!   (no disk release of that lease on that host is still in flight).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A simulated client, unique over a whole run (never reused, like its pid).
+pub type ClientId = u64;
+
+/// The checks' state for one run.
+#[derive(Debug, Default)]
+pub struct Checker {
+    /// resource index → holder → shared.
+    holds: BTreeMap<usize, BTreeMap<ClientId, bool>>,
+    /// (host, pid) given the loss notice of the lockspace.
+    noticed: BTreeSet<(usize, i32)>,
+    /// (host, resource index) with a disk release in flight for a RELEASE of client
+    /// slot `ci` (the slot whose request asked for it).
+    releasing: BTreeMap<(usize, usize), u32>,
+    violations: Vec<String>,
+}
+
+impl Checker {
+    pub fn violations(&self) -> &[String] {
+        &self.violations
+    }
+
+    pub fn violate(&mut self, now_ms: u64, msg: String) {
+        self.violations
+            .push(format!("t={}.{:03}s {msg}", now_ms / 1000, now_ms % 1000));
+    }
+
+    /// `who` was granted `res` (shared or not) by a reply.
+    pub fn granted(&mut self, now_ms: u64, who: ClientId, res: usize, shared: bool) {
+        let holders = self.holds.entry(res).or_default();
+        let conflicts: Vec<(ClientId, bool)> = holders
+            .iter()
+            .filter(|(h, s)| **h != who && (!shared || !**s))
+            .map(|(h, s)| (*h, *s))
+            .collect();
+        holders.insert(who, shared);
+        for (h, s) in conflicts {
+            self.violate(
+                now_ms,
+                format!(
+                    "client {who} got res{res} {} while client {h} holds it {}",
+                    mode(shared),
+                    mode(s)
+                ),
+            );
+        }
+    }
+
+    /// `who` asked to downgrade `res` to shared: it holds it shared from now on.
+    pub fn downgraded(&mut self, who: ClientId, res: usize) {
+        if let Some(s) = self.holds.get_mut(&res).and_then(|h| h.get_mut(&who)) {
+            *s = true;
+        }
+    }
+
+    /// `who` asked to release `res`.
+    pub fn released(&mut self, who: ClientId, res: usize) {
+        if let Some(h) = self.holds.get_mut(&res) {
+            h.remove(&who);
+        }
+    }
+
+    /// `who` died: it holds nothing from now on.
+    pub fn gone(&mut self, who: ClientId) {
+        for h in self.holds.values_mut() {
+            h.remove(&who);
+        }
+    }
+
+    /// Whether `who` holds any lease now (the simulation has one lockspace).
+    pub fn holds_any(&self, who: ClientId) -> bool {
+        self.holds.values().any(|h| h.contains_key(&who))
+    }
+
+    /// The lockspace's loss notice reached `pid` on `host`.
+    pub fn noticed(&mut self, host: usize, pid: i32) {
+        self.noticed.insert((host, pid));
+    }
+
+    /// A kill order reached `pid` (client `who`, if it is one); `notice_due` for a failed
+    /// lockspace (a removal kills with no notice).
+    pub fn killed(
+        &mut self,
+        now_ms: u64,
+        host: usize,
+        pid: i32,
+        who: Option<ClientId>,
+        notice_due: bool,
+    ) {
+        if notice_due && !self.noticed.contains(&(host, pid)) {
+            self.violate(
+                now_ms,
+                format!("host{host}: pid {pid} killed before its loss notice"),
+            );
+        }
+        if !who.is_some_and(|w| self.holds_any(w)) {
+            self.violate(
+                now_ms,
+                format!("host{host}: pid {pid} killed, holding no lease of the lockspace"),
+            );
+        }
+    }
+
+    /// A disk release of `res` on `host` began for a RELEASE of client slot `ci`.
+    pub fn release_started(&mut self, host: usize, res: usize, ci: u32) {
+        self.releasing.insert((host, res), ci);
+    }
+
+    pub fn release_ended(&mut self, host: usize, res: usize) {
+        self.releasing.remove(&(host, res));
+    }
+
+    /// A RELEASE of `res` by client slot `ci` was answered on `host`.
+    pub fn release_answered(&mut self, now_ms: u64, host: usize, res: usize, ci: u32) {
+        if self.releasing.get(&(host, res)) == Some(&ci) {
+            self.violate(
+                now_ms,
+                format!("host{host}: RELEASE of res{res} answered before its disk release ended"),
+            );
+        }
+    }
+
+    /// The host's daemon is gone (restart): its disk operations stop with it.
+    pub fn host_restarted(&mut self, host: usize) {
+        self.releasing.retain(|(h, _), _| *h != host);
+    }
+}
+
+fn mode(shared: bool) -> &'static str {
+    if shared {
+        "shared"
+    } else {
+        "exclusive"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_two_exclusive_holders_and_exclusive_beside_shared() {
+        let mut c = Checker::default();
+        c.granted(0, 1, 0, true);
+        c.granted(0, 2, 0, true);
+        assert!(c.violations().is_empty());
+        c.granted(1, 3, 0, false);
+        assert_eq!(c.violations().len(), 2);
+        c.gone(3);
+        c.released(1, 0);
+        c.released(2, 0);
+        c.granted(2, 4, 0, false);
+        assert_eq!(c.violations().len(), 2);
+    }
+
+    #[test]
+    fn finds_kills_before_notice_or_of_non_holders() {
+        let mut c = Checker::default();
+        c.granted(0, 1, 0, false);
+        c.killed(1, 0, 100, Some(1), true);
+        assert_eq!(c.violations().len(), 1);
+        // A removal's kill needs no notice.
+        c.killed(1, 0, 100, Some(1), false);
+        assert_eq!(c.violations().len(), 1);
+        c.noticed(0, 100);
+        c.killed(2, 0, 100, Some(1), true);
+        assert_eq!(c.violations().len(), 1);
+        c.noticed(0, 101);
+        c.killed(3, 0, 101, Some(2), true);
+        assert_eq!(c.violations().len(), 2);
+    }
+
+    #[test]
+    fn finds_a_release_answered_before_the_disk() {
+        let mut c = Checker::default();
+        c.release_started(0, 1, 7);
+        c.release_answered(0, 0, 1, 7);
+        assert_eq!(c.violations().len(), 1);
+        // Another client's release of a lease it shared needed no disk release.
+        c.release_answered(0, 0, 1, 8);
+        assert_eq!(c.violations().len(), 1);
+        c.release_ended(0, 1);
+        c.release_answered(1, 0, 1, 7);
+        assert_eq!(c.violations().len(), 1);
+    }
+}

@@ -1,0 +1,1213 @@
+//! The whole-daemon simulator behind `lockd-daemon-sim` (feature `sim` only).
+//!
+//! One seed = one run: 2–8 hosts, each running a [`Core`] as its daemon, share one
+//! in-memory disk with a lockspace and a few resource leases (lease-core's simulated disk
+//! and clocks, `lease_core::sim::world`). The simulator is every host's shell: it feeds
+//! the core its inputs (requests of simulated clients, ticks, renewal outcomes, pid exits)
+//! and carries out the effects — each [`Effect::Disk`] runs lease-core's real paxos code
+//! against the simulated disk, with random latencies, errors and an extra random delay
+//! before its completion comes back, so completions arrive in random order; each
+//! [`Effect::JoinLockspace`] runs the real delta-lease join and renewals. Faults: renewals
+//! failing for a while (a lockspace failing mid-acquire, up to the lease's loss: notices,
+//! kills, and a rejoin later), clients dying mid-acquire or exiting while they hold
+//! leases, and daemon restarts (a host's core is dropped with its clients and rebuilt; its
+//! leases on disk stay and age out).
+//!
+//! After every step the simulator runs [`Core::check`] and the checks of [`checker`],
+//! from the clients' point of view: never two exclusive holders of one resource (nor
+//! exclusive beside shared); a lost lease's holders get the notice before any kill; no
+//! kill of a pid that holds no lease of the failed lockspace; a RELEASE answered only
+//! after its disk release ended. A run is a pure function of its seed and configuration.
+
+pub mod checker;
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use disk_format::area::{format_lockspace_area, format_resource_area, ResourceInit};
+use disk_format::{Geometry, Name};
+use lease_core::delta::{self, LockspaceParams, RenewInput};
+use lease_core::io::Clock;
+use lease_core::paxos::{self, AcquireOptions, HostContext, Mode, ResourceParams};
+use lease_core::sim::world::{Ev, SimClock, SimDisk, World};
+use lease_core::{timeouts, HostMonitor};
+
+use self::checker::{Checker, ClientId};
+use crate::clients::LeaseHold;
+use crate::kill::KillOrder;
+use crate::space_state::RenewalRec;
+use crate::step::{Core, DiskOp, Effect, Input, PlantedBug, Reply, ReqKind, Request, ResSpec};
+
+/// What one run looks like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimConfig {
+    /// Hosts (2..=8).
+    pub hosts: usize,
+    /// Virtual seconds to simulate.
+    pub duration_s: u64,
+    /// A bug planted in every host's core.
+    pub planted_bug: Option<PlantedBug>,
+    /// Record a trace.
+    pub trace: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> SimConfig {
+        SimConfig {
+            hosts: 3,
+            duration_s: 300,
+            planted_bug: None,
+            trace: false,
+        }
+    }
+}
+
+/// Counters of one run.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    /// Core steps.
+    pub steps: u64,
+    /// Leases granted to clients.
+    pub acquisitions: u64,
+    /// Lockspace leases lost.
+    pub losses: u64,
+    /// Kill orders.
+    pub kills: u64,
+    /// Daemon restarts.
+    pub restarts: u64,
+    /// Clients that died mid-acquire or while holding.
+    pub deaths: u64,
+}
+
+/// The result of one seed.
+#[derive(Debug, Clone)]
+pub struct SimReport {
+    pub seed: u64,
+    pub stats: Stats,
+    pub violations: Vec<String>,
+    pub trace: Vec<String>,
+}
+
+/// The on-disk state of a held lease in the simulation: lease-core's token.
+#[derive(Debug, Clone, Default)]
+pub struct SimHeld(Option<paxos::Token>);
+
+impl LeaseHold for SimHeld {
+    fn lver(&self) -> u64 {
+        self.0.as_ref().map_or(0, paxos::Token::lver)
+    }
+}
+
+type SimCore = Core<(), SimHeld>;
+type Task = Pin<Box<dyn Future<Output = ()>>>;
+
+const WATCHDOG_FIRE_S: u64 = 60;
+const KILL_GRACE_S: u64 = 40;
+
+struct Slot {
+    host: usize,
+    inc: u64,
+    fut: Option<Task>,
+}
+
+/// One simulated client process.
+struct Client {
+    id: ClientId,
+    pid: i32,
+    ci: Cell<Option<u32>>,
+    inbox: RefCell<VecDeque<Reply>>,
+    task: Cell<usize>,
+    dead: Cell<bool>,
+    /// Ignores SIGTERM: only the SIGKILL after the kill grace time ends it.
+    stubborn: bool,
+}
+
+/// One host: its daemon (core) and what its shell keeps.
+struct Host {
+    host_id: u64,
+    io_timeout: u16,
+    /// Bumped at each daemon restart; tasks of an older incarnation are dropped.
+    inc: Cell<u64>,
+    core: RefCell<Option<SimCore>>,
+    params: RefCell<Option<LockspaceParams>>,
+    generation: Cell<u64>,
+    monitor: Rc<RefCell<HostMonitor>>,
+    /// The lockspace is in the core (joined or joining); renewals stop when it goes.
+    in_core: Cell<bool>,
+    /// Bumped at each join: a renewal loop of an earlier join stops.
+    join_seq: Cell<u64>,
+    /// The lockspace left the core lost (no delta release) rather than removed.
+    gone_lost: Cell<bool>,
+    /// A REM_LOCKSPACE is in progress: its kills come with no loss notice.
+    removing: Cell<bool>,
+    /// Renewals fail until this global time (ms): the host's path to the lockspace is
+    /// broken.
+    renew_fail_until: Cell<u64>,
+    clients: RefCell<BTreeMap<u32, Rc<Client>>>,
+    admin_ci: Cell<Option<u32>>,
+}
+
+struct Sim {
+    world: Rc<World>,
+    cfg: SimConfig,
+    geometry: Geometry,
+    space: Name,
+    resources: usize,
+    num_hosts: u64,
+    tasks: RefCell<Vec<Slot>>,
+    hosts: Vec<Host>,
+    checker: RefCell<Checker>,
+    stats: RefCell<Stats>,
+    next_client: Cell<ClientId>,
+    /// The client slot whose RELEASE is being stepped (its disk releases are its own).
+    releasing_ci: Cell<Option<u32>>,
+}
+
+/// Runs one seed.
+pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
+    let mut rng = lease_core::sim::rng::Rng::new(seed);
+    let hosts = cfg.hosts.clamp(2, 8);
+    let geometry = Geometry::ALL[0];
+    let resources = rng.range(2, 4) as usize;
+    let disk_bytes = (resources + 1) * geometry.align_bytes() as usize;
+    let world = Rc::new(World::new(rng.next_u64(), disk_bytes, hosts));
+    if cfg.trace {
+        *world.trace.borrow_mut() = Some(Vec::new());
+    }
+    let space = Name::new("dsimls").unwrap_or(Name::EMPTY);
+    let num_hosts = 16;
+    let io0 = rng.range(1, 2) as u16;
+    {
+        let mut disk = world.disk.borrow_mut();
+        let f = format_lockspace_area(geometry, &space, io0);
+        disk[..f.area.len()].copy_from_slice(&f.area);
+        disk[..f.first_sector.len()].copy_from_slice(&f.first_sector);
+        for r in 0..resources {
+            let area = format_resource_area(&ResourceInit {
+                geometry,
+                space_name: space,
+                resource_name: res_name(r),
+                num_hosts,
+                clear_at_monotime_s: None,
+            });
+            let off = (r + 1) * geometry.align_bytes() as usize;
+            disk[off..off + area.len()].copy_from_slice(&area);
+        }
+    }
+    let sim = Rc::new(Sim {
+        world: world.clone(),
+        cfg: SimConfig { hosts, ..*cfg },
+        geometry,
+        space,
+        resources,
+        num_hosts,
+        tasks: RefCell::new(Vec::new()),
+        hosts: (0..hosts)
+            .map(|i| Host {
+                host_id: i as u64 + 1,
+                io_timeout: rng.range(1, 2) as u16,
+                inc: Cell::new(0),
+                core: RefCell::new(None),
+                params: RefCell::new(None),
+                generation: Cell::new(0),
+                monitor: Rc::new(RefCell::new(HostMonitor::new(
+                    i as u64 + 1,
+                    WATCHDOG_FIRE_S,
+                ))),
+                in_core: Cell::new(false),
+                join_seq: Cell::new(0),
+                gone_lost: Cell::new(false),
+                removing: Cell::new(false),
+                renew_fail_until: Cell::new(0),
+                clients: RefCell::new(BTreeMap::new()),
+                admin_ci: Cell::new(None),
+            })
+            .collect(),
+        checker: RefCell::new(Checker::default()),
+        stats: RefCell::new(Stats::default()),
+        next_client: Cell::new(1),
+        releasing_ci: Cell::new(None),
+    });
+    {
+        let mut hr = world.hosts.borrow_mut();
+        for h in hr.iter_mut() {
+            h.up = true;
+            h.clock_offset_ms = rng.range(1_000_000, 100_000_000);
+            h.ppm = rng.range(0, 2_000) as i64 - 1_000;
+        }
+    }
+    let end = cfg.duration_s * 1000;
+    for h in 0..hosts {
+        sim.start_daemon(h, rng.range(0, 2_000));
+        // Renewal faults: some shorter than the lease's fail time, some longer.
+        for _ in 0..rng.range(0, 2) {
+            let at = rng.range(20_000, end.max(20_001));
+            let dur = rng.log_range(2_000, 60_000);
+            sim.spawn_global(Box::pin(renew_fault(sim.clone(), h, at, dur)));
+        }
+        for _ in 0..rng.range(0, 1) {
+            let at = rng.range(20_000, end.max(20_001));
+            sim.spawn_global(Box::pin(restart_at(sim.clone(), h, at)));
+        }
+        if rng.below(4) == 0 {
+            let at = rng.range(20_000, end.max(20_001));
+            sim.spawn_global(Box::pin(remove_at(sim.clone(), h, at)));
+        }
+    }
+    sim.run(end);
+    let stats = sim.stats.borrow().clone();
+    let violations = sim.checker.borrow().violations().to_vec();
+    let trace = world.trace.borrow_mut().take().unwrap_or_default();
+    // Break the cycles between the tasks and the simulation.
+    sim.tasks.borrow_mut().clear();
+    SimReport {
+        seed,
+        stats,
+        violations,
+        trace,
+    }
+}
+
+fn res_name(r: usize) -> Name {
+    Name::new(&format!("res{r}")).unwrap_or(Name::EMPTY)
+}
+
+fn res_index(name: &Name) -> usize {
+    name.to_text()
+        .strip_prefix("res")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(usize::MAX)
+}
+
+/// Resolves when `f` returns something, polled at each wake of its task.
+struct WaitFor<F>(F);
+
+impl<T, F: FnMut() -> Option<T> + Unpin> Future for WaitFor<F> {
+    type Output = T;
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<T> {
+        match (self.0)() {
+            Some(v) => Poll::Ready(v),
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl Sim {
+    fn now_ms(&self) -> u64 {
+        self.world.now()
+    }
+
+    fn clock(&self, h: usize) -> SimClock {
+        SimClock {
+            world: self.world.clone(),
+            host: h,
+        }
+    }
+
+    fn disk(&self, h: usize) -> SimDisk {
+        SimDisk {
+            world: self.world.clone(),
+            host: h,
+        }
+    }
+
+    async fn sleep(&self, h: usize, ms: u64) {
+        self.clock(h).sleep_ms(ms).await;
+    }
+
+    /// A task of host `h`'s current daemon (dropped when it restarts).
+    fn spawn(&self, h: usize, fut: Task) -> usize {
+        let inc = self.hosts[h].inc.get();
+        self.spawn_tagged(h, inc, fut)
+    }
+
+    /// A task outside every daemon (fault schedules): never dropped.
+    fn spawn_global(&self, fut: Task) -> usize {
+        self.spawn_tagged(usize::MAX, 0, fut)
+    }
+
+    fn spawn_tagged(&self, host: usize, inc: u64, fut: Task) -> usize {
+        let mut tasks = self.tasks.borrow_mut();
+        let id = tasks.len();
+        tasks.push(Slot {
+            host,
+            inc,
+            fut: Some(fut),
+        });
+        self.world.schedule(self.world.now(), Ev::Wake(id));
+        id
+    }
+
+    fn current(&self, host: usize, inc: u64) -> bool {
+        host == usize::MAX || self.hosts[host].inc.get() == inc
+    }
+
+    fn run(&self, end: u64) {
+        while let Some((at, ev)) = self.world.pop() {
+            if at > end {
+                break;
+            }
+            match ev {
+                Ev::Wake(t) => self.poll(t),
+                Ev::Land { offset, data } => {
+                    let mut disk = self.world.disk.borrow_mut();
+                    let o = offset as usize;
+                    disk[o..o + data.len()].copy_from_slice(&data);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn poll(&self, t: usize) {
+        let (host, inc, fut) = {
+            let mut tasks = self.tasks.borrow_mut();
+            let Some(slot) = tasks.get_mut(t) else {
+                return;
+            };
+            (slot.host, slot.inc, slot.fut.take())
+        };
+        let Some(mut fut) = fut else {
+            return;
+        };
+        if !self.current(host, inc) {
+            return;
+        }
+        self.world.set_current(t);
+        let mut cx = Context::from_waker(Waker::noop());
+        let pending = fut.as_mut().poll(&mut cx).is_pending();
+        self.world.set_current(usize::MAX);
+        if pending && self.current(host, inc) {
+            if let Some(slot) = self.tasks.borrow_mut().get_mut(t) {
+                slot.fut = Some(fut);
+            }
+        }
+    }
+
+    fn wake(&self, t: usize) {
+        self.world.schedule(self.world.now(), Ev::Wake(t));
+    }
+
+    /// Steps host `h`'s core with `input` and carries out the effects.
+    fn input(self: &Rc<Self>, h: usize, input: Input<(), SimHeld>) {
+        let fx = {
+            let mut core = self.hosts[h].core.borrow_mut();
+            let Some(core) = core.as_mut() else {
+                return;
+            };
+            let now_s = self.world.local_now(h) / 1000;
+            match &input {
+                Input::Tick | Input::RenewalOk { .. } => {}
+                Input::DiskDone { op, result, .. } => self.world.log(|| {
+                    format!(
+                        "host{h} < disk op {op} done: {:?}",
+                        result.as_ref().map(|r| r.lver())
+                    )
+                }),
+                other => self.world.log(|| format!("host{h} < {other:?}")),
+            }
+            self.releasing_ci.set(match &input {
+                Input::Request {
+                    ci,
+                    req: Request::Release { .. },
+                } => Some(*ci),
+                _ => None,
+            });
+            let fx = core.step(now_s, input);
+            self.stats.borrow_mut().steps += 1;
+            if let Err(broken) = core.check() {
+                self.checker
+                    .borrow_mut()
+                    .violate(self.now_ms(), format!("host{h}: Core::check: {broken}"));
+            }
+            fx
+        };
+        for e in fx {
+            self.effect(h, e);
+        }
+    }
+
+    fn client_by_pid(&self, h: usize, pid: i32) -> Option<Rc<Client>> {
+        self.hosts[h]
+            .clients
+            .borrow()
+            .values()
+            .find(|c| c.pid == pid)
+            .cloned()
+    }
+
+    fn effect(self: &Rc<Self>, h: usize, e: Effect<SimHeld>) {
+        let now = self.now_ms();
+        match &e {
+            Effect::Reply { ci, reply } => self
+                .world
+                .log(|| format!("host{h} > reply to {ci}: {reply:?}")),
+            Effect::Disk { op, what, .. } => self.world.log(|| {
+                let what = match what {
+                    DiskOp::Acquire { key, shared, .. } => {
+                        format!("acquire {:?} shared={shared}", key.1)
+                    }
+                    DiskOp::Release { key, held } => {
+                        format!("release {:?} lver {}", key.1, held.lver())
+                    }
+                    DiskOp::Convert { key, to_shared, .. } => {
+                        format!("convert {:?} to_shared={to_shared}", key.1)
+                    }
+                };
+                format!("host{h} > disk op {op}: {what}")
+            }),
+            _ => {}
+        }
+        match e {
+            Effect::LossNotice { kind, pids, .. } => {
+                if kind == client_lib::ext::WatchKind::LockspaceFailed {
+                    self.world
+                        .log(|| format!("host{h} loss notice to {pids:?}"));
+                    for pid in pids {
+                        self.checker.borrow_mut().noticed(h, pid);
+                    }
+                }
+            }
+            Effect::LockspaceFailed { age_s, .. } => {
+                self.stats.borrow_mut().losses += 1;
+                self.world
+                    .log(|| format!("host{h} lockspace FAILED after {age_s} s"));
+            }
+            Effect::RenewalsFailing { .. } => {}
+            Effect::Kill { order, .. } => {
+                let (pid, sig) = match order {
+                    KillOrder::Signal { pid, sig, .. } => (pid, sig),
+                    KillOrder::RunKillpath { pid, .. } => (pid, crate::kill::SIGTERM),
+                    KillOrder::Exhausted { .. } => return,
+                };
+                self.stats.borrow_mut().kills += 1;
+                let client = self.client_by_pid(h, pid);
+                self.world
+                    .log(|| format!("host{h} KILL pid {pid} sig {sig}"));
+                let removal = self.hosts[h].removing.get();
+                self.checker.borrow_mut().killed(
+                    now,
+                    h,
+                    pid,
+                    client.as_ref().map(|c| c.id),
+                    !removal,
+                );
+                if let Some(c) = client.filter(|c| sig == crate::kill::SIGKILL || !c.stubborn) {
+                    // It dies a little later (SIGTERM handlers take their time).
+                    let ms = if sig == crate::kill::SIGKILL {
+                        self.world.range(0, 100)
+                    } else {
+                        self.world.range(0, 1_500)
+                    };
+                    let sim = self.clone();
+                    self.spawn(
+                        h,
+                        Box::pin(async move {
+                            sim.sleep(h, ms).await;
+                            sim.client_dies(h, &c);
+                        }),
+                    );
+                }
+            }
+            Effect::Accepted { .. } | Effect::Refused { .. } | Effect::Close { .. } => {}
+            Effect::Reply { ci, reply } => self.reply(h, ci, reply),
+            Effect::Disk { op, what, .. } => {
+                if let (DiskOp::Release { key, .. }, Some(ci)) = (&what, self.releasing_ci.get()) {
+                    self.checker
+                        .borrow_mut()
+                        .release_started(h, res_index(&key.1), ci);
+                }
+                let sim = self.clone();
+                self.spawn(h, Box::pin(disk_task(sim, h, op, what)));
+            }
+            Effect::JoinLockspace { .. } => {
+                let host = &self.hosts[h];
+                host.in_core.set(true);
+                host.join_seq.set(host.join_seq.get() + 1);
+                let sim = self.clone();
+                self.spawn(h, Box::pin(lockspace_task(sim, h)));
+            }
+            Effect::LockspaceGone { lost, .. } => {
+                let host = &self.hosts[h];
+                host.in_core.set(false);
+                host.gone_lost.set(lost);
+                host.removing.set(false);
+                self.world
+                    .log(|| format!("host{h} lockspace gone (lost: {lost})"));
+                // Rejoin a while later, as an administrator would.
+                let sim = self.clone();
+                let ms = self.world.range(5_000, 20_000);
+                self.spawn(
+                    h,
+                    Box::pin(async move {
+                        sim.sleep(h, ms).await;
+                        sim.add_lockspace(h);
+                    }),
+                );
+            }
+        }
+    }
+
+    fn reply(self: &Rc<Self>, h: usize, ci: u32, reply: Reply) {
+        let now = self.now_ms();
+        if Some(ci) == self.hosts[h].admin_ci.get()
+            && reply.kind == ReqKind::RemLockspace
+            && reply.rv != 0
+        {
+            // Refused (still joining): no removal in progress.
+            self.hosts[h].removing.set(false);
+        }
+        let Some(client) = self.hosts[h].clients.borrow().get(&ci).cloned() else {
+            return;
+        };
+        if client.dead.get() {
+            return;
+        }
+        {
+            let mut ck = self.checker.borrow_mut();
+            match reply.kind {
+                ReqKind::Acquire if reply.rv == 0 => {
+                    for l in &reply.leases {
+                        ck.granted(now, client.id, res_index(&l.name), l.shared);
+                    }
+                    self.stats.borrow_mut().acquisitions += reply.leases.len() as u64;
+                }
+                ReqKind::Convert if reply.rv == 0 => {
+                    for l in reply.leases.iter().filter(|l| !l.shared) {
+                        ck.granted(now, client.id, res_index(&l.name), false);
+                    }
+                }
+                _ => {}
+            }
+        }
+        client.inbox.borrow_mut().push_back(reply);
+        self.wake(client.task.get());
+    }
+
+    /// A client process dies: it holds nothing from now on; its daemon sees the pid exit.
+    fn client_dies(self: &Rc<Self>, h: usize, c: &Rc<Client>) {
+        if c.dead.replace(true) {
+            return;
+        }
+        self.stats.borrow_mut().deaths += 1;
+        self.checker.borrow_mut().gone(c.id);
+        self.world.log(|| format!("host{h} pid {} dies", c.pid));
+        self.wake(c.task.get());
+        self.input(h, Input::PidExit { pid: c.pid });
+        // Another process takes its place a little later.
+        let sim = self.clone();
+        let ms = self.world.range(1_000, 10_000);
+        self.spawn(
+            h,
+            Box::pin(async move {
+                sim.sleep(h, ms).await;
+                sim.new_client(h);
+            }),
+        );
+    }
+
+    /// A new daemon on host `h`, `delay_ms` from now: a new core, the lockspace added,
+    /// a few clients.
+    fn start_daemon(self: &Rc<Self>, h: usize, delay_ms: u64) {
+        let host = &self.hosts[h];
+        host.inc.set(host.inc.get() + 1);
+        let inc = host.inc.get();
+        let sim = self.clone();
+        self.spawn(
+            h,
+            Box::pin(async move {
+                sim.sleep(h, delay_ms).await;
+                let host = &sim.hosts[h];
+                let mut core = SimCore::new(KILL_GRACE_S);
+                core.bug = sim.cfg.planted_bug;
+                *host.core.borrow_mut() = Some(core);
+                let name = format!("dsim{h}.{inc}.{:x}", sim.world.rand(u64::MAX));
+                *host.params.borrow_mut() = Some(LockspaceParams {
+                    space_name: sim.space,
+                    disk_offset: 0,
+                    geometry: sim.geometry,
+                    host_id: host.host_id,
+                    host_name: Name::new(&name).unwrap_or(Name::EMPTY),
+                    io_timeout: host.io_timeout,
+                    watchdog_fire: WATCHDOG_FIRE_S,
+                    stable_host_name: false,
+                    monitor_hosts: Some(sim.cfg.hosts as u64),
+                });
+                *host.monitor.borrow_mut() = HostMonitor::new(host.host_id, WATCHDOG_FIRE_S);
+                sim.world.log(|| format!("host{h} daemon START {inc}"));
+                let admin = sim.connect(h, 1);
+                host.admin_ci.set(admin);
+                sim.add_lockspace(h);
+                sim.spawn(h, Box::pin(tick_task(sim.clone(), h)));
+                sim.spawn(h, Box::pin(orphan_task(sim.clone(), h)));
+                for _ in 0..sim.world.range(2, 4) {
+                    sim.new_client(h);
+                }
+            }),
+        );
+    }
+
+    fn add_lockspace(self: &Rc<Self>, h: usize) {
+        let Some(ci) = self.hosts[h].admin_ci.get() else {
+            return;
+        };
+        let io = u64::from(self.hosts[h].io_timeout);
+        self.input(
+            h,
+            Input::Request {
+                ci,
+                req: Request::AddLockspace {
+                    ls: self.space,
+                    io_timeout_s: io,
+                },
+            },
+        );
+    }
+
+    /// Connects process `pid` to host `h`'s daemon.
+    fn connect(self: &Rc<Self>, h: usize, pid: i32) -> Option<u32> {
+        let fx = {
+            let mut core = self.hosts[h].core.borrow_mut();
+            let core = core.as_mut()?;
+            let now_s = self.world.local_now(h) / 1000;
+            self.stats.borrow_mut().steps += 1;
+            let fx = core.step(
+                now_s,
+                Input::Connected {
+                    pid,
+                    uid: 0,
+                    stream: None,
+                },
+            );
+            if let Err(broken) = core.check() {
+                self.checker
+                    .borrow_mut()
+                    .violate(self.now_ms(), format!("host{h}: Core::check: {broken}"));
+            }
+            fx
+        };
+        fx.iter().find_map(|e| match e {
+            Effect::Accepted { ci } => Some(*ci),
+            _ => None,
+        })
+    }
+
+    fn new_client(self: &Rc<Self>, h: usize) {
+        let id = self.next_client.get();
+        self.next_client.set(id + 1);
+        let c = Rc::new(Client {
+            id,
+            pid: 1000 + id as i32,
+            ci: Cell::new(None),
+            inbox: RefCell::new(VecDeque::new()),
+            task: Cell::new(usize::MAX),
+            dead: Cell::new(false),
+            stubborn: self.world.rand(100) < 20,
+        });
+        let t = self.spawn(h, Box::pin(client_task(self.clone(), h, c.clone())));
+        c.task.set(t);
+    }
+
+    /// The daemon of host `h` stops (killed) and starts again: its clients die with it
+    /// (their leases stay on disk and age out with its delta lease).
+    fn restart(self: &Rc<Self>, h: usize) {
+        let host = &self.hosts[h];
+        if host.core.borrow().is_none() {
+            return;
+        }
+        self.stats.borrow_mut().restarts += 1;
+        self.world.log(|| format!("host{h} daemon RESTART"));
+        *host.core.borrow_mut() = None;
+        host.in_core.set(false);
+        host.admin_ci.set(None);
+        let clients: Vec<Rc<Client>> = std::mem::take(&mut *host.clients.borrow_mut())
+            .into_values()
+            .collect();
+        for c in clients {
+            if !c.dead.replace(true) {
+                self.checker.borrow_mut().gone(c.id);
+            }
+        }
+        self.checker.borrow_mut().host_restarted(h);
+        let delay = self.world.range(500, 5_000);
+        self.start_daemon(h, delay);
+    }
+
+    fn send(self: &Rc<Self>, h: usize, c: &Client, req: Request) {
+        if let Some(ci) = c.ci.get() {
+            self.input(h, Input::Request { ci, req });
+        }
+    }
+
+    /// The next reply to client `c`, or None when it died first.
+    async fn await_reply(&self, c: &Rc<Client>) -> Option<Reply> {
+        let c2 = c.clone();
+        WaitFor(move || {
+            if c2.dead.get() {
+                return Some(None);
+            }
+            c2.inbox.borrow_mut().pop_front().map(Some)
+        })
+        .await
+    }
+
+    fn resource_params(&self, h: usize, r: usize) -> ResourceParams {
+        ResourceParams {
+            space_name: self.space,
+            resource_name: res_name(r),
+            disk_offset: (r as u64 + 1) * self.geometry.align_bytes(),
+            geometry: self.geometry,
+            io_timeout: self.hosts[h].io_timeout,
+            num_hosts_hint: self.num_hosts,
+        }
+    }
+}
+
+/// A renewal fault on host `h`: from `at` (global ms) renewals fail for `dur` ms.
+async fn renew_fault(sim: Rc<Sim>, h: usize, at: u64, dur: u64) {
+    sim.sleep(h, at.saturating_sub(sim.now_ms())).await;
+    sim.world
+        .log(|| format!("host{h} renewals FAIL for {dur} ms"));
+    let until = sim.now_ms() + dur;
+    let host = &sim.hosts[h];
+    host.renew_fail_until
+        .set(host.renew_fail_until.get().max(until));
+}
+
+async fn restart_at(sim: Rc<Sim>, h: usize, at: u64) {
+    sim.sleep(h, at.saturating_sub(sim.now_ms())).await;
+    sim.restart(h);
+}
+
+/// An administrator removes the lockspace of host `h` at `at` (global ms); it is added
+/// again a while after it went.
+async fn remove_at(sim: Rc<Sim>, h: usize, at: u64) {
+    sim.sleep(h, at.saturating_sub(sim.now_ms())).await;
+    let host = &sim.hosts[h];
+    let Some(ci) = host.admin_ci.get() else {
+        return;
+    };
+    if !host.in_core.get() {
+        return;
+    }
+    sim.world.log(|| format!("host{h} REM_LOCKSPACE"));
+    host.removing.set(true);
+    sim.input(
+        h,
+        Input::Request {
+            ci,
+            req: Request::RemLockspace { ls: sim.space },
+        },
+    );
+}
+
+/// An administrator releases the host's orphans now and then (REL_ORPHAN).
+async fn orphan_task(sim: Rc<Sim>, h: usize) {
+    loop {
+        let ms = sim.world.range(20_000, 60_000);
+        sim.sleep(h, ms).await;
+        if let Some(ci) = sim.hosts[h].admin_ci.get() {
+            sim.input(
+                h,
+                Input::Request {
+                    ci,
+                    req: Request::ReleaseOrphans {
+                        ls: sim.space,
+                        name: Name::EMPTY,
+                    },
+                },
+            );
+        }
+    }
+}
+
+/// The monitor's tick: once a second of the host's clock.
+async fn tick_task(sim: Rc<Sim>, h: usize) {
+    loop {
+        sim.sleep(h, 1_000).await;
+        sim.input(h, Input::Tick);
+    }
+}
+
+/// The shell's side of [`Effect::JoinLockspace`]: the delta-lease join, then renewals
+/// every id_renewal_seconds until the lockspace leaves the core (released when it went
+/// cleanly) or the core finds its lease lost.
+async fn lockspace_task(sim: Rc<Sim>, h: usize) {
+    let host = &sim.hosts[h];
+    let Some(params) = host.params.borrow().clone() else {
+        return;
+    };
+    let (disk, clock) = (sim.disk(h), sim.clock(h));
+    let seq = host.join_seq.get();
+    let mut st = loop {
+        match delta::acquire(&disk, &clock, &params).await {
+            Ok(st) => break st,
+            Err(e) => {
+                sim.world.log(|| format!("host{h} join: {e}"));
+                let ms = sim.world.range(500, 3_000);
+                clock.sleep_ms(ms).await;
+            }
+        }
+    };
+    host.generation.set(st.generation());
+    sim.world
+        .log(|| format!("host{h} JOINED gen {}", st.generation()));
+    sim.input(
+        h,
+        Input::JoinDone {
+            ls: sim.space,
+            result: Ok(()),
+        },
+    );
+    let io = u64::from(params.io_timeout);
+    let renew_ms = timeouts::id_renewal_seconds(io) * 1000;
+    loop {
+        let now = clock.now_ms();
+        let due = st.last_success_ms + renew_ms;
+        if now < due {
+            clock.sleep_ms(due - now).await;
+        }
+        if host.join_seq.get() != seq {
+            return;
+        }
+        if !host.in_core.get() {
+            if !host.gone_lost.get() {
+                // Removed: our delta lease is released, as the daemon does.
+                let _ = delta::release(&disk, &params, &st).await;
+                sim.world.log(|| format!("host{h} delta lease released"));
+            }
+            return;
+        }
+        let lost = host
+            .core
+            .borrow()
+            .as_ref()
+            .is_none_or(|c| c.space(&sim.space).is_none_or(|s| s.st.lease_lost()));
+        if lost {
+            // Other hosts must see it expire: no more renewals.
+            return;
+        }
+        if sim.now_ms() < host.renew_fail_until.get() {
+            sim.input(
+                h,
+                Input::RenewalFailed {
+                    ls: sim.space,
+                    code: -crate::errno::EIO,
+                    corrupt: false,
+                },
+            );
+            clock.sleep_ms(1_000).await;
+            continue;
+        }
+        let started = clock.now_ms();
+        match delta::renew(&disk, &clock, &params, &mut st, &RenewInput::default()).await {
+            Ok(snap) => {
+                host.monitor
+                    .borrow_mut()
+                    .observe(snap.read_at_s, &snap.sectors);
+                sim.input(
+                    h,
+                    Input::RenewalOk {
+                        ls: sim.space,
+                        rec: RenewalRec {
+                            timestamp: st.leader.timestamp,
+                            read_ms: clock.now_ms().saturating_sub(started),
+                            write_ms: 0,
+                        },
+                    },
+                );
+            }
+            Err(e) => {
+                sim.input(
+                    h,
+                    Input::RenewalFailed {
+                        ls: sim.space,
+                        code: e.sanlk_code(),
+                        corrupt: e.is_corrupt(),
+                    },
+                );
+                clock.sleep_ms(500).await;
+            }
+        }
+    }
+}
+
+/// The shell's side of [`Effect::Disk`]: lease-core's paxos operation on the simulated
+/// disk, then, after a random delay (completions come back in random order), its
+/// completion.
+async fn disk_task(sim: Rc<Sim>, h: usize, op: crate::step::OpId, what: DiskOp<SimHeld>) {
+    let host = &sim.hosts[h];
+    let Some(params) = host.params.borrow().clone() else {
+        return;
+    };
+    let (disk, clock) = (sim.disk(h), sim.clock(h));
+    let monitor = host.monitor.clone();
+    let ctx = HostContext {
+        lockspace_disk: &disk,
+        lockspace: &params,
+        generation: host.generation.get(),
+        observer: &*monitor,
+    };
+    let mut released = None;
+    let mut failed_state = None;
+    let result = match what {
+        DiskOp::Acquire { key, shared, .. } => {
+            let res = sim.resource_params(h, res_index(&key.1));
+            let opts = AcquireOptions {
+                mode: if shared {
+                    Mode::Shared
+                } else {
+                    Mode::Exclusive
+                },
+                owner_nowait: sim.world.rand(100) < 30,
+                ..AcquireOptions::default()
+            };
+            paxos::acquire(&disk, &clock, &ctx, &res, &opts)
+                .await
+                .map(|t| SimHeld(Some(t)))
+                .map_err(|e| e.sanlk_code())
+        }
+        DiskOp::Release { key, held } => {
+            released = Some(res_index(&key.1));
+            match &held.0 {
+                Some(t) => {
+                    let mut r = paxos::release(&disk, &clock, t).await;
+                    // The shell retries a release that failed on I/O, as the daemon does.
+                    for _ in 0..2 {
+                        if !matches!(r, Err(lease_core::LeaseError::Io { .. })) {
+                            break;
+                        }
+                        clock.sleep_ms(u64::from(params.io_timeout) * 1000).await;
+                        r = paxos::release(&disk, &clock, t).await;
+                    }
+                    r.map(|()| SimHeld::default()).map_err(|e| e.sanlk_code())
+                }
+                None => Ok(SimHeld::default()),
+            }
+        }
+        DiskOp::Convert {
+            held, to_shared, ..
+        } => match held.0 {
+            Some(mut t) => {
+                let to = if to_shared {
+                    Mode::Shared
+                } else {
+                    Mode::Exclusive
+                };
+                match paxos::convert(&disk, &clock, &ctx, &mut t, to, true).await {
+                    Ok(()) => Ok(SimHeld(Some(t))),
+                    Err(e) => {
+                        // The token may have changed on the way (our newer dblock,
+                        // erase_all): the core keeps it for the release.
+                        failed_state = Some(SimHeld(Some(t)));
+                        Err(e.sanlk_code())
+                    }
+                }
+            }
+            None => Err(-crate::errno::ENOENT),
+        },
+    };
+    let ms = sim.world.range(0, 300);
+    clock.sleep_ms(ms).await;
+    if let Some(r) = released {
+        sim.checker.borrow_mut().release_ended(h, r);
+    }
+    sim.input(
+        h,
+        Input::DiskDone {
+            op,
+            result,
+            failed_state,
+        },
+    );
+}
+
+/// A client process: connect, register, then acquire (one or two leases, shared or
+/// exclusive), hold, maybe convert, release — or die mid-acquire, or exit holding.
+async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
+    let w = sim.world.clone();
+    let Some(ci) = sim.connect(h, c.pid) else {
+        return;
+    };
+    c.ci.set(Some(ci));
+    sim.hosts[h].clients.borrow_mut().insert(ci, c.clone());
+    sim.send(h, &c, Request::Register);
+    if sim.await_reply(&c).await.is_none() {
+        return;
+    }
+    loop {
+        let pause = w.range(100, 3_000);
+        sim.sleep(h, pause).await;
+        if c.dead.get() {
+            return;
+        }
+        let first = w.rand(sim.resources as u64) as usize;
+        let mut res = vec![first];
+        if w.rand(100) < 20 {
+            let second = (first + 1 + w.rand(sim.resources as u64 - 1) as usize) % sim.resources;
+            res.push(second);
+        }
+        let specs: Vec<ResSpec> = res
+            .iter()
+            .map(|&r| ResSpec {
+                ls: sim.space,
+                name: res_name(r),
+                shared: w.rand(100) < 50,
+                persistent: w.rand(100) < 15,
+                disks: Vec::new(),
+            })
+            .collect();
+        // Sometimes ready to adopt an orphan (a persistent lease whose holder died).
+        let cmd_flags = if w.rand(100) < 30 {
+            client_lib::proto::SANLK_ACQUIRE_ORPHAN
+        } else {
+            0
+        };
+        if w.rand(100) < 4 {
+            // Dies while its acquire runs.
+            let ms = w.range(0, 500);
+            let (sim2, c2) = (sim.clone(), c.clone());
+            sim.spawn(
+                h,
+                Box::pin(async move {
+                    sim2.sleep(h, ms).await;
+                    sim2.client_dies(h, &c2);
+                }),
+            );
+        }
+        sim.send(
+            h,
+            &c,
+            Request::Acquire {
+                res: specs,
+                cmd_flags,
+            },
+        );
+        let Some(reply) = sim.await_reply(&c).await else {
+            return;
+        };
+        if reply.rv != 0 {
+            continue;
+        }
+        let held: Vec<(usize, bool)> = reply
+            .leases
+            .iter()
+            .map(|l| (res_index(&l.name), l.shared))
+            .collect();
+        sim.sleep(h, w.range(100, 5_000)).await;
+        if c.dead.get() {
+            return;
+        }
+        if w.rand(100) < 3 {
+            // Exits holding its leases: the daemon releases them.
+            sim.client_dies(h, &c);
+            return;
+        }
+        if w.rand(100) < 40 {
+            let (r, shared) = held[0];
+            if !shared {
+                // A downgrade counts from the request.
+                sim.checker.borrow_mut().downgraded(c.id, r);
+            }
+            sim.send(
+                h,
+                &c,
+                Request::Convert {
+                    key: (sim.space, res_name(r)),
+                    to_shared: !shared,
+                },
+            );
+            if sim.await_reply(&c).await.is_none() {
+                return;
+            }
+            sim.sleep(h, w.range(100, 3_000)).await;
+            if c.dead.get() {
+                return;
+            }
+        }
+        for &(r, _) in &held {
+            sim.checker.borrow_mut().released(c.id, r);
+        }
+        let keys = if w.rand(2) == 0 {
+            Vec::new()
+        } else {
+            held.iter()
+                .map(|&(r, _)| (sim.space, res_name(r)))
+                .collect()
+        };
+        sim.send(h, &c, Request::Release { keys });
+        let Some(reply) = sim.await_reply(&c).await else {
+            return;
+        };
+        let now = sim.now_ms();
+        for &(r, _) in &held {
+            if reply.rv == 0 {
+                sim.checker.borrow_mut().release_answered(now, h, r, ci);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn short() -> SimConfig {
+        SimConfig {
+            duration_s: 200,
+            ..SimConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_run_is_a_function_of_its_seed() {
+        let a = run_seed(7, &short());
+        let b = run_seed(7, &short());
+        assert_eq!(a.stats.steps, b.stats.steps);
+        assert_eq!(a.stats.acquisitions, b.stats.acquisitions);
+        assert!(
+            a.stats.acquisitions > 0,
+            "clients got leases: {:?}",
+            a.stats
+        );
+    }
+
+    /// Seeds that find bugs (4 hosts, 300 s), kept clean:
+    /// * 100049 and 102307 (first found as 100046 and 100185 with an earlier client mix):
+    ///   a convert to exclusive failed half-way (live shared holders), the core kept the
+    ///   token of before, and the release wrote our dblock of before over the ballot's:
+    ///   another host's exclusive acquire then won beside ours ([`Input::DiskDone`]'s
+    ///   `failed_state`, `Tables::convert_failed_state`). Both fail without that fix.
+    #[test]
+    fn seeds_that_found_bugs_stay_clean() {
+        let cfg = SimConfig {
+            hosts: 4,
+            ..SimConfig::default()
+        };
+        for seed in [100_049, 102_307] {
+            let r = run_seed(seed, &cfg);
+            assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        }
+    }
+
+    #[test]
+    fn clean_seeds_pass_and_every_planted_bug_is_caught() {
+        for seed in 1..=20 {
+            let r = run_seed(seed, &short());
+            assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        }
+        for (name, bug) in PlantedBug::ALL {
+            let cfg = SimConfig {
+                planted_bug: Some(bug),
+                ..short()
+            };
+            let caught = (1..=100).any(|seed| !run_seed(seed, &cfg).violations.is_empty());
+            assert!(caught, "{name} was not caught in 100 seeds");
+        }
+        assert_eq!(PlantedBug::parse("nope"), None);
+    }
+}
