@@ -25,8 +25,8 @@ runs as __main__, and a second import would make a second set of its classes.
 
 from __future__ import annotations
 
+import threading
 import time
-from pathlib import Path
 from types import ModuleType
 
 SCENARIOS = {
@@ -38,7 +38,7 @@ SCENARIOS = {
 
 VG = "vgbed"
 LV = "lv1"
-LVM_LUN_BYTES = 1 << 30  # lvmlockd's lock LV alone takes 256 MiB
+LVM_LUN_BYTES = 2 << 30  # lvmlockd 2.03.31 makes its lock LV 1 GiB (256 extents of 4 MiB)
 PV = "/dev/sda"
 LVM = "/trixie/sbin/lvm"
 DELTA_MAGIC = (0x12212010).to_bytes(4, "little")
@@ -78,7 +78,7 @@ def bodies(vm: ModuleType) -> dict:
     BedError = vm.BedError
 
     def start_storage(bed) -> None:
-        """An empty 1 GiB LUN (sparse), tgt and one relay per guest; no lockd areas: the
+        """An empty 2 GiB LUN (sparse), tgt and one relay per guest; no lockd areas: the
         VG and its lock LV are made by vgcreate in a guest."""
         with open(bed.lun, "wb") as f:
             f.truncate(LVM_LUN_BYTES)
@@ -102,7 +102,6 @@ def bodies(vm: ModuleType) -> dict:
             except Exception as e:  # reported below
                 errors.append(e)
 
-        import threading
         threads = [threading.Thread(target=one, args=(i,)) for i in kinds]
         for th in threads:
             th.start()
@@ -160,6 +159,11 @@ def bodies(vm: ModuleType) -> dict:
     def must(bed, g, args: str, timeout: float = 300) -> str:
         rc, out = lvm(bed, g, args, timeout)
         if rc != 0:
+            # What device-mapper and lvm show at that moment, for the report.
+            _, diag = g.sh(f"dmsetup ls 2>&1; ls -l /dev/mapper 2>&1; {LVM} lvs -a -o lv_name,lv_attr {VG} 2>&1; "
+                           "dmesg | tail -n 8", check=False)
+            bed.timeline.mark(g.name, "after the failure: " + " | ".join(
+                " ".join(x.split()) for x in diag.splitlines() if x.strip() and "udev" not in x)[:800])
             raise BedError(f"{g.name}: lvm {args} failed ({rc}): {out.strip()[-600:]}")
         return out
 
@@ -197,13 +201,31 @@ def bodies(vm: ModuleType) -> dict:
                       check=False)
         bed.timeline.mark(g.name, "state: " + " | ".join(" ".join(x.split()) for x in out.splitlines() if x.strip())[:600])
 
+    def lockstart(bed, g) -> None:
+        """vgchange --lockstart on a host that did not make the VG. lvm activates the lock
+        LV and asks lvmlockd to join at once; with no udev in the guest, libdevmapper makes
+        /dev/mapper/VG-lvmlock only when the command ends, after lvmlockd has looked for it
+        ("prepare_lockspace_san stat error 2", start_vg -212, "invalid parameters for
+        sanlock"). A second start, the node now there, joins: that retry (only for that
+        error, and only once) is the guest's missing udev, not the lock manager's."""
+        rc, out = lvm(bed, g, f"vgchange --lockstart {VG}", timeout=300)
+        if rc != 0 and "invalid parameters for sanlock" in out:
+            _, logs = g.sh("grep -c 'prepare_lockspace_san stat error 2' /var/tmp/lvmlockd.log; "
+                           f"ls /dev/mapper/{VG}-lvmlock", check=False)
+            if logs.split()[0] != "0" and f"/dev/mapper/{VG}-lvmlock" in logs:
+                bed.timeline.mark(g.name, "lvmlockd looked for the lock LV's node before lvm made it "
+                                          "(no udev): lockstart again")
+                rc, out = lvm(bed, g, f"vgchange --lockstart {VG}", timeout=300)
+        if rc != 0:
+            raise BedError(f"{g.name}: vgchange --lockstart {VG} failed ({rc}): {out.strip()[-600:]}")
+
     def create_vg(bed, a, b) -> None:
         """a makes the shared VG and the LV; both start the VG's lockspace."""
         must(bed, a, f"vgcreate --shared --locktype sanlock {VG} {PV}", timeout=600)
         # vgcreate starts the lockspace on the host that made it; a start is harmless there.
         must(bed, a, f"vgchange --lockstart {VG}", timeout=300)
         must(bed, a, f"lvcreate -an -L 8m -n {LV} {VG}")
-        must(bed, b, f"vgchange --lockstart {VG}", timeout=300)
+        lockstart(bed, b)
         out = must(bed, b, f"vgs -o vg_name,vg_lock_type,vg_lock_args {VG}")
         if "sanlock" not in out:
             raise BedError(f"{VG} is not a sanlock VG: {out}")
@@ -238,16 +260,18 @@ def bodies(vm: ModuleType) -> dict:
         expect_refused(bed, y, f"lvchange -aey {VG}/{LV}", v, f"{x.name} holds it shared")
         must(bed, x, f"lvchange -an {VG}/{LV}")
 
-    def find_lockspace(bed) -> int | None:
-        """Offset in the LUN's backing file of the VG's lockspace (host 1's delta lease):
-        the first 1 MiB-aligned sector holding a delta-lease magic and the VG's name."""
+    def find_lockspace(bed) -> tuple[int, int] | None:
+        """Offset in the LUN's backing file of the VG's lockspace (host 1's delta lease)
+        and its sector size (the stride between hosts' delta leases; lvmlockd 2.03.31
+        formats with 4096 even on a 512-byte LUN): the first 1 MiB-aligned sector holding
+        a delta-lease magic and the VG's lockspace name."""
         want = f"lvm_{VG}".encode()
         with open(bed.lun, "rb") as f:
-            for mib in range(0, 300):
+            for mib in range(0, 2048):
                 f.seek(mib << 20)
                 rec = f.read(512)
                 if rec[:4] == DELTA_MAGIC and rec[56:56 + len(want)] == want:
-                    return mib << 20
+                    return mib << 20, int.from_bytes(rec[12:16], "little")
         return None
 
     def versions(bed, g) -> None:
@@ -267,12 +291,12 @@ def bodies(vm: ModuleType) -> dict:
 
         # The killed holder: a holds the LV exclusively, its lockd daemon is SIGKILLed; b's
         # activation must wait for a's reset by its watchdog or a's delta lease to be dead.
-        ls_off = find_lockspace(bed)
-        if ls_off is None:
-            raise BedError(f"no lockspace lvm_{VG} found in the LUN's first 300 MiB")
-        bed.timeline.mark("bed", f"lockspace lvm_{VG} at LUN offset {ls_off} (host 1's delta lease)")
-        import threading
-        bed.poller = threading.Thread(target=bed.witness.poll, args=(bed.lun, {1: "g1", 2: "g2"}, ls_off, 512),
+        found = find_lockspace(bed)
+        if found is None:
+            raise BedError(f"no lockspace lvm_{VG} found in the LUN's first 2 GiB")
+        ls_off, sector = found
+        bed.timeline.mark("bed", f"lockspace lvm_{VG} at LUN offset {ls_off}, sector size {sector}")
+        bed.poller = threading.Thread(target=bed.witness.poll, args=(bed.lun, {1: "g1", 2: "g2"}, ls_off, sector),
                                       daemon=True)
         bed.poller.start()
         must(bed, a, f"lvchange -aey {VG}/{LV}")
