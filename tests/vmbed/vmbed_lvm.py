@@ -34,6 +34,8 @@ SCENARIOS = {
                  "-aey/-asy exclusion, holder's daemon killed"),
     "lvmlockd-mixed": ("iscsi", "lvm2-lockd 2.03.31: sanlock 3.9.5 on g1, lockd on g2: "
                        "-aey/-asy exclusion both ways, vgremove"),
+    "lvmlockd-sanlock": ("iscsi", "reference for lvmlockd-mixed: lvm2-lockd 2.03.31 with sanlock 3.9.5 "
+                         "on both guests, the same steps"),
 }
 
 VG = "vgbed"
@@ -142,6 +144,7 @@ def bodies(vm: ModuleType) -> dict:
             "for i in $(seq 150); do [ -S /run/lvm/lvmlockd.socket ] && break; sleep 0.1; done\n"
             "[ -S /run/lvm/lvmlockd.socket ] || { cat /var/tmp/lvmlockd.log; exit 1; }"
         )
+        g.run_dir = run_dir
         bed.timeline.mark(g.name, f"{'sanlock 3.9.5' if g.kind == 'sanlock' else 'lockd'}, wdmd and "
                                   f"lvmlockd 2.03.31 up (SANLOCK_RUN_DIR={run_dir})")
 
@@ -149,7 +152,8 @@ def bodies(vm: ModuleType) -> dict:
         """Runs one lvm command in guest g; marks it on the timeline with its duration,
         exit status and the gist of its output."""
         t0 = bed.clock.now()
-        rc, out = g.sh(f"{LVM} {args} 2>&1", timeout=timeout, check=False)
+        # busybox timeout keeps the guest's agent free for the logs if lvm hangs.
+        rc, out = g.sh(f"timeout -s KILL {int(timeout)} {LVM} {args} 2>&1", timeout=timeout + 30, check=False)
         # Drop lvm's notes about the busybox environment (no udev) from the summary.
         lines = [ln.strip() for ln in out.splitlines() if ln.strip() and "udev" not in ln]
         bed.timeline.mark(g.name, f"lvm {args} -> rc {rc} ({bed.clock.now() - t0:.1f} s)"
@@ -184,6 +188,8 @@ def bodies(vm: ModuleType) -> dict:
 
     def expect_refused(bed, g, args: str, v: list[str], why: str) -> str:
         rc, out = lvm(bed, g, args)
+        bed.lvm_tries = getattr(bed, "lvm_tries", 0) + 1
+        bed.lvm_refused = getattr(bed, "lvm_refused", 0) + (rc != 0)
         if rc == 0:
             v.append(f"{g.name}: lvm {args} succeeded although {why}")
         elif "locked by other host" not in out and "held by other host" not in out.lower() \
@@ -197,7 +203,7 @@ def bodies(vm: ModuleType) -> dict:
     def info(bed, g) -> None:
         """lvs and lvmlockctl --info, on the timeline (what an operator would look at)."""
         _, out = g.sh(f"{LVM} lvs -a -o lv_name,lv_attr,lv_size,lv_lock_args {VG} 2>&1 | grep -v udev; "
-                      "/trixie/sbin/lvmlockctl --info 2>&1 | grep -E 'info=(ls|r) ' | head -8",
+                      "/trixie/sbin/lvmlockctl --info 2>&1 | head -8",
                       check=False)
         bed.timeline.mark(g.name, "state: " + " | ".join(" ".join(x.split()) for x in out.splitlines() if x.strip())[:600])
 
@@ -338,15 +344,20 @@ def bodies(vm: ModuleType) -> dict:
         if take is not None:
             info(bed, b)
             must(bed, b, f"lvchange -an {VG}/{LV}")
+        print(f"lvm: scenario={bed.scenario} manager_g1=lockd manager_g2=lockd "
+              f"refused={getattr(bed, 'lvm_refused', 0)}/{getattr(bed, 'lvm_tries', 0)} "
+              f"takeover_refusals={refused} violations={len(v)}", flush=True)
 
-    def lvmlockd_mixed(bed, res) -> None:
-        """g1: sanlock 3.9.5; g2: lockd. The VG is made on the sanlock host."""
+    def lvmlockd_mixed(bed, res, kind2: str = "lockd") -> None:
+        """g1: sanlock 3.9.5; g2: lockd (or sanlock 3.9.5 for the reference run). The VG
+        is made on the sanlock host."""
         v = res.violations
+        facts: dict[str, str] = {}
         # sanlock 3.9.5's watchdog fire timeout is fixed at 60 s; every host of a lockspace
         # must share W, so lockd's is set to it.
         bed.fire_timeout_s = 60
         start_storage(bed)
-        boot(bed, {1: "sanlock", 2: "lockd"})
+        boot(bed, {1: "sanlock", 2: kind2})
         a, b = bed.guests[1], bed.guests[2]
         versions(bed, a)
         _, out = a.sh("SANLOCK_RUN_DIR=/run/sanlock /trixie/sbin/sanlock version 2>&1", check=False)
@@ -354,15 +365,49 @@ def bodies(vm: ModuleType) -> dict:
         create_vg(bed, a, b)
         res.fault = bed.timeline.mark("bed", "exclusion: g1 (sanlock) holds first")
         exclusion(bed, a, b, v)
-        bed.timeline.mark("bed", "exclusion: g2 (lockd) holds first")
+        bed.timeline.mark("bed", f"exclusion: g2 ({kind2}) holds first")
         exclusion(bed, b, a, v)
         shared(bed, a, b, v)
         shared(bed, b, a, v)
         info(bed, a)
-        # vgremove: the other host stops the lockspace first; lvmlockd frees the leases.
-        must(bed, b, f"vgchange --lockstop {VG}")
-        must(bed, a, f"lvremove -y {VG}/{LV}")
-        must(bed, a, f"vgremove -y {VG}")
-        res.takeover = None
+        # vgremove on g2 (lockd; sanlock in the reference run): g1 stops the lockspace
+        # first and lvmlockd frees the leases, renaming its VG and global locks
+        # (SANLK_REL_RENAME).
+        must(bed, a, f"vgchange --lockstop {VG}")
+        must(bed, b, f"lvremove -y {VG}/{LV}")
+        # lvmlockd refuses vgremove while its lock manager still counts another host LIVE,
+        # and a lock manager notices the other host's released delta lease (timestamp 0)
+        # only when it next reads it: wait until g2's no longer lists host 1 as LIVE (the
+        # sanlock 3.9.5 CLI, which speaks to either daemon), then remove once.
+        give_up = time.monotonic() + 8 * bed.io_timeout_s + 20
+        while True:
+            _, out = b.sh(f"SANLOCK_RUN_DIR={b.run_dir} /trixie/sbin/sanlock client gets -h 1 2>&1", check=False)
+            if not [ln for ln in out.splitlines() if ln.strip().startswith("h 1 ") and "LIVE" in ln]:
+                bed.timeline.mark("g2", "hosts: " + " | ".join(" ".join(x.split()) for x in out.splitlines())[:300])
+                break
+            if time.monotonic() > give_up:
+                raise BedError(f"g2's {kind2} still lists host 1 LIVE after g1 stopped the lockspace: {out}")
+            time.sleep(1)
+        facts["refused"] = f"{getattr(bed, 'lvm_refused', 0)}/{getattr(bed, 'lvm_tries', 0)}"
+        rc, out = lvm(bed, b, f"vgremove -y {VG}", timeout=90)
+        facts["vgremove"] = "ok" if rc == 0 else ("hung (killed after 90 s)" if rc == 137 else f"failed ({rc})")
+        if rc != 0:
+            # sanlock and lvmlockd log to the console (no syslog in the guest): the host has it.
+            cons = (b.dir / f"console.{b.boots}.log").read_text(errors="replace").replace("\r", "")
+            said = [" ".join(x.split()) for x in cons.splitlines()
+                    if ("sanlock[" in x or "lvmlockd[" in x) and "count" not in x]
+            bed.timeline.mark("g2", f"vgremove on {kind2} failed; g2's console: " + " | ".join(said[-10:])[:1200])
+            if kind2 == "lockd":
+                v.append(f"g2: vgremove -y {VG} failed or hung ({rc}): {out.strip()[-300:]}")
+            else:
+                # The reference records what sanlock 3.9.5 does (docs/integrations.md).
+                bed.timeline.mark("bed", f"reference: vgremove with sanlock 3.9.5 {facts['vgremove']}")
+        else:
+            rc, out = lvm(bed, a, f"vgs {VG}")
+            if rc == 0:
+                v.append(f"g1 still sees {VG} after g2 removed it: {out.strip()}")
+        print(f"lvm: scenario={bed.scenario} manager_g1=sanlock-3.9.5 manager_g2={kind2} "
+              + " ".join(f"{k}={x}" for k, x in facts.items()) + f" violations={len(v)}", flush=True)
 
-    return {"lvmlockd": lvmlockd_both, "lvmlockd-mixed": lvmlockd_mixed}
+    return {"lvmlockd": lvmlockd_both, "lvmlockd-mixed": lvmlockd_mixed,
+            "lvmlockd-sanlock": lambda bed, res: lvmlockd_mixed(bed, res, "sanlock")}
