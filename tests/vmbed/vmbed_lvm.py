@@ -16,8 +16,9 @@ on both at once and blocks an exclusive one; `lvs` and `lvmlockctl --info` show 
 `lvmlockd` the guest holding the LV then loses its lockd daemon (SIGKILL): the other guest's
 `lvchange -aey` must fail until the holder's watchdog has reset it or its delta lease has
 been dead for 8·D + W (judged on the delta lease renewals the host sees in the LUN's
-backing file), then succeed. In `lvmlockd-mixed` the exclusions hold both ways, and both hosts
-stop the VG's lockspace at the end. `lvmlockd-sanlock` is the reference: the same steps with
+backing file), then succeed. In `lvmlockd-mixed` the exclusions hold both ways; then g1's sanlock
+daemon is killed while g1 holds the LV, with the same judgement, and g2 stops the VG's
+lockspace at the end. `lvmlockd-sanlock` is the reference: the same steps with
 sanlock 3.9.5 on both guests.
 
 This module is handed the vmbed module (`bodies(vm)`) instead of importing it: vmbed.py
@@ -34,7 +35,7 @@ SCENARIOS = {
     "lvmlockd": ("iscsi", "lvm2-lockd 2.03.31 (Debian 13), both guests on lockd: shared VG, "
                  "-aey/-asy exclusion, holder's daemon killed"),
     "lvmlockd-mixed": ("iscsi", "lvm2-lockd 2.03.31: sanlock 3.9.5 on g1, lockd on g2: "
-                       "-aey/-asy exclusion both ways, lockstop"),
+                       "-aey/-asy exclusion both ways, g1's sanlock killed"),
     "lvmlockd-sanlock": ("iscsi", "reference for lvmlockd-mixed: lvm2-lockd 2.03.31 with sanlock 3.9.5 "
                          "on both guests, the same steps"),
 }
@@ -285,19 +286,12 @@ def bodies(vm: ModuleType) -> dict:
         _, out = g.sh("cat /trixie/versions", check=False)
         bed.timeline.mark(g.name, "trixie packages: " + ", ".join(out.split("\n"))[:300])
 
-    def lvmlockd_both(bed, res) -> None:
-        """Both guests on lockd."""
+    def killed_holder(bed, res, a, b) -> int:
+        """a holds the LV exclusively and its lock manager's daemon is SIGKILLed; b's
+        `lvchange -aey`, retried every second, must not succeed before a's reset by its
+        watchdog or a's host_dead (last renewal + 8·D + W, the renewals read by the bed in
+        the LUN's backing file), and must succeed after. Returns b's refusals."""
         v = res.violations
-        start_storage(bed)
-        boot(bed, {1: "lockd", 2: "lockd"})
-        a, b = bed.guests[1], bed.guests[2]
-        versions(bed, a)
-        create_vg(bed, a, b)
-        exclusion(bed, a, b, v)
-        shared(bed, a, b, v)
-
-        # The killed holder: a holds the LV exclusively, its lockd daemon is SIGKILLed; b's
-        # activation must wait for a's reset by its watchdog or a's delta lease to be dead.
         found = find_lockspace(bed)
         if found is None:
             raise BedError(f"no lockspace lvm_{VG} found in the LUN's first 2 GiB")
@@ -309,7 +303,7 @@ def bodies(vm: ModuleType) -> dict:
         must(bed, a, f"lvchange -aey {VG}/{LV}")
         time.sleep(2 * 2 * bed.io_timeout_s + 1)  # renewals seen by the poller
         d, w = bed.io_timeout_s, bed.fire_timeout_s
-        res.fault = bed.timeline.mark("bed", "FAULT lvmlockd: SIGKILL g1's lockd daemon (g1 holds the LV -aey)")
+        res.fault = bed.timeline.mark("bed", f"FAULT {bed.scenario}: SIGKILL g1's {a.kind} daemon (g1 holds the LV -aey)")
         a.sh("kill -KILL $(cat /run/daemon.pid)")
         take = None
         refused = 0
@@ -334,6 +328,8 @@ def bodies(vm: ModuleType) -> dict:
         res.last_renewal = bed.witness.last_renewal_before(1, res.watchdog or take or bed.clock.now())
         if res.last_renewal is not None:
             res.host_dead = res.last_renewal + 8 * d + w
+        else:
+            v.append("the bed saw no renewal of g1's delta lease: host_dead cannot be judged")
         if take is None:
             v.append("g2 never got the LV after g1's daemon was killed")
         elif res.host_dead is not None and take + 1.0 < res.host_dead and (
@@ -341,10 +337,24 @@ def bodies(vm: ModuleType) -> dict:
             v.append(f"g2 got the LV at {take:.2f}s, before g1's host_dead {res.host_dead:.2f}s "
                      f"and before any reset of g1")
         if res.watchdog is None:
-            v.append("g1's watchdog never reset it after its lockd daemon was killed")
+            v.append(f"g1's watchdog never reset it after its {a.kind} daemon was killed")
         if take is not None:
             info(bed, b)
             must(bed, b, f"lvchange -an {VG}/{LV}")
+        return refused
+
+    def lvmlockd_both(bed, res) -> None:
+        """Both guests on lockd."""
+        v = res.violations
+        start_storage(bed)
+        boot(bed, {1: "lockd", 2: "lockd"})
+        a, b = bed.guests[1], bed.guests[2]
+        versions(bed, a)
+        create_vg(bed, a, b)
+        exclusion(bed, a, b, v)
+        shared(bed, a, b, v)
+
+        refused = killed_holder(bed, res, a, b)
         print(f"lvm: scenario={bed.scenario} manager_g1=lockd manager_g2=lockd "
               f"refused={getattr(bed, 'lvm_refused', 0)}/{getattr(bed, 'lvm_tries', 0)} "
               f"takeover_refusals={refused} violations={len(v)}", flush=True)
@@ -364,20 +374,23 @@ def bodies(vm: ModuleType) -> dict:
         _, out = a.sh("SANLOCK_RUN_DIR=/run/sanlock /trixie/sbin/sanlock version 2>&1", check=False)
         bed.timeline.mark("g1", f"sanlock daemon: {' '.join(out.split())[:120]}")
         create_vg(bed, a, b)
-        res.fault = bed.timeline.mark("bed", "exclusion: g1 (sanlock) holds first")
+        bed.timeline.mark("bed", "exclusion: g1 (sanlock) holds first")
         exclusion(bed, a, b, v)
         bed.timeline.mark("bed", f"exclusion: g2 ({kind2}) holds first")
         exclusion(bed, b, a, v)
         shared(bed, a, b, v)
         shared(bed, b, a, v)
         info(bed, a)
-        # Both stop the VG's lockspace; each lock manager then lists no lvm_vgbed. (No
+        # g2 stops the VG's lockspace; its lock manager then lists no lvm_vgbed. (No
         # vgremove: with lvmlockd 2.03.31 it hangs here on sanlock 3.9.5 as on lockd —
         # lvmlockd's SANLK_REL_RENAME releases of the VG and global locks come on a
         # connection that does not hold them, both daemons answer -1, and lvmlockd then
         # ignores the SIGTERMs of the lockspace removal; docs/integrations.md.)
         facts["refused"] = f"{getattr(bed, 'lvm_refused', 0)}/{getattr(bed, 'lvm_tries', 0)}"
-        for g in (a, b):
+        # The killed holder, across managers: g1's sanlock 3.9.5 daemon dies while g1 holds
+        # the LV; g2 may have it only after g1's reset or host_dead (W = 60 here).
+        facts["takeover_refusals"] = str(killed_holder(bed, res, a, b))
+        for g in (b,):
             must(bed, g, f"vgchange --lockstop {VG}")
             _, out = g.sh(f"SANLOCK_RUN_DIR={g.run_dir} /trixie/sbin/sanlock client gets 2>&1", check=False)
             bed.timeline.mark(g.name, f"after lockstop, {g.kind}: " + " | ".join(out.split("\n"))[:200])
