@@ -3,7 +3,8 @@
 # kernel, an iSCSI LUN from tgt, an NFS export from nfs-ganesha, wdmd on each guest's
 # i6300esb watchdog. Installs what it needs, builds the release binaries and the guest
 # image, then runs the named scenarios (all without arguments; --list lists them; --ci the
-# CI subset) and prints one line per scenario and a table.
+# CI subset) and prints one line per scenario and a table. The lvmlockd scenarios also need
+# the cached Debian 13 chroot (scripts/debian-chroot.sh; made here if missing).
 #
 #   scripts/vmbed.sh [--ci | --list | SCENARIO…] [--io-timeout D] [--fire-timeout W] [--keep]
 set -euo pipefail
@@ -19,6 +20,27 @@ cargo build -q --release -p lockd-tools -p lockd-daemon -p wdmd -p lockd-system-
 # second worktree on the same machine gives its own so the two do not overwrite each other.
 export LOCKD_VMBED_IMAGE="${LOCKD_VMBED_IMAGE:-/var/tmp/lockd-vmbed/image}"
 bash tests/vmbed/build-initramfs.sh "$LOCKD_VMBED_IMAGE" target/release
+# The lvmlockd scenarios boot that image plus Debian 13's lvm2/lvm2-lockd 2.03.31 and sanlock
+# 3.9.5 (tests/vmbed/build-trixie-lvm.sh, from the cached trixie chroot): built when the full
+# run or an lvmlockd scenario is asked for, not for --ci.
+want_lvm=1
+names=0
+skip=0
+for a in "$@"; do
+    if [ "$skip" = 1 ]; then skip=0; continue; fi
+    case $a in
+        --ci) want_lvm=0 ;;
+        --io-timeout|--fire-timeout) skip=1 ;;
+        -*) ;;
+        lvmlockd*) names=2 ;;
+        *) [ "$names" = 2 ] || names=1 ;;
+    esac
+done
+[ "$names" = 1 ] && want_lvm=0
+if [ "$want_lvm" = 1 ]; then
+    bash scripts/debian-chroot.sh ensure trixie lvm2 lvm2-lockd sanlock >/dev/null
+    bash tests/vmbed/build-trixie-lvm.sh "$LOCKD_VMBED_IMAGE"
+fi
 baseline=$(mktemp)
 trap 'rm -f "$baseline"' EXIT
 bash scripts/leftovers.sh snapshot "$baseline"

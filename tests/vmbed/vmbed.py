@@ -373,6 +373,8 @@ class Guest:
         self.lock = threading.Lock()
         self.exit_t: float | None = None
         self.watchdog_t: list[float] = []
+        # The initramfs it boots (the lvmlockd scenarios give initrd-lvm.gz: vmbed_lvm.py).
+        self.initrd = IMAGE_DIR / "initrd.gz"
 
     # --- life cycle
 
@@ -388,7 +390,7 @@ class Guest:
         cmd = [
             "qemu-system-x86_64", "-accel", "tcg", "-m", "256", "-smp", "1",
             "-nographic", "-no-reboot", "-monitor", "none",
-            "-kernel", str(IMAGE_DIR / "vmlinuz"), "-initrd", str(IMAGE_DIR / "initrd.gz"),
+            "-kernel", str(IMAGE_DIR / "vmlinuz"), "-initrd", str(self.initrd),
             "-append", f"console=ttyS0 panic=-1 quiet bed.host={self.name} nfs.nfs4_unique_id=lockd-vmbed-{self.name}",
             "-chardev", f"file,id=con,path={self.dir}/console.{self.boots}.log", "-serial", "chardev:con",
             "-chardev", f"socket,id=ag,path={self.dir}/agent.sock,server=on,wait=off", "-serial", "chardev:ag",
@@ -942,6 +944,8 @@ def scenario_body(bed: Bed, res: Result) -> None:
     name = bed.scenario
     if name in PR_BODIES:
         return PR_BODIES[name](bed, res)
+    if name in LVM_BODIES:
+        return LVM_BODIES[name](bed, res)
     d, w = bed.io_timeout_s, bed.fire_timeout_s
     host_dead = 8 * d + w
     bed.start_storage(3)
@@ -1405,6 +1409,12 @@ def pr_basics(bed: Bed, res: Result) -> None:
 
 
 PR_BODIES = {"pr-basics": pr_basics}
+
+# lvmlockd 2.03.31 (Debian 13) on a shared VG (issue 26): tests/vmbed/vmbed_lvm.py.
+import vmbed_lvm  # noqa: E402  (it is handed this module: no import cycle)
+
+SCENARIOS.update(vmbed_lvm.SCENARIOS)
+LVM_BODIES = vmbed_lvm.bodies(sys.modules[__name__])
 
 
 def main() -> int:
