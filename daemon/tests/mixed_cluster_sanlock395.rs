@@ -175,19 +175,9 @@ fn sees_each_other(sl: &Sanlock5, lk: &LockdDaemon, dev: &str, lockd_host: u64, 
 
 #[test]
 fn sanlock_395_and_lockd_share_a_395_formatted_lockspace() {
-    require_python_sanlock();
-    ensure_chroot_in(TRIXIE, &["python3-sanlock"]);
-    let s = Scratch::new("mixed395");
-    let file = s.file("backing", 8);
-    let lo = Loop::attach(&file);
-    let dev = lo.dev.display().to_string();
-    let sl = Sanlock5::start_in(TRIXIE, &s, "host395");
+    let (_s, lo, dev, sl, lk) = joined_pair("mixed395");
     let v = text(&sl.cmd(&lo.dev, &["sanlock", "version"]));
     assert!(v.contains("3.9.5"), "trixie's sanlock is 3.9.5: {v}");
-    format_395(&sl, &dev);
-    let lk = LockdDaemon::start(&s, "hostL", &[]);
-    join_both_in(TRIXIE, &sl.run_dir, &lk, &dev);
-    sees_each_other(&sl, &lk, &dev, 2, 1);
 
     // sanlock 3.9.5's client holds r1: lockd's client gets IDLIVE (-243).
     let h = Holder395::start(&sl, &dev, false);
@@ -269,22 +259,31 @@ fn timed_acquire(mut once: impl FnMut() -> String) -> (String, f64) {
     }
 }
 
-#[test]
-fn dead_host_lease_passes_between_sanlock_395_and_lockd_after_host_dead() {
+/// Both daemons on a fresh 3.9.5-formatted lockspace (sanlock host 1, lockd host 2),
+/// each seeing the other LIVE.
+fn joined_pair(tag: &str) -> (Scratch, Loop, String, Sanlock5, LockdDaemon) {
     require_python_sanlock();
     ensure_chroot_in(TRIXIE, &["python3-sanlock"]);
-    let s = Scratch::new("dead395");
+    let s = Scratch::new(tag);
     let file = s.file("backing", 8);
     let lo = Loop::attach(&file);
     let dev = lo.dev.display().to_string();
-    let mut sl = Sanlock5::start_in(TRIXIE, &s, "host395");
+    let sl = Sanlock5::start_in(TRIXIE, &s, "host395");
     format_395(&sl, &dev);
-    let mut lk = LockdDaemon::start(&s, "hostL", &[]);
+    let lk = LockdDaemon::start(&s, "hostL", &[]);
     join_both_in(TRIXIE, &sl.run_dir, &lk, &dev);
     sees_each_other(&sl, &lk, &dev, 2, 1);
+    (s, lo, dev, sl, lk)
+}
 
-    // 1. sanlock 3.9.5's client holds r1; the daemon dies with SIGKILL; lockd takes r1
-    //    only after host_dead_seconds, and not much later.
+// The two directions are two tests (each waits host_dead_seconds), so that they run at
+// the same time.
+
+#[test]
+fn dead_sanlock_395_host_lease_is_taken_by_lockd_after_host_dead() {
+    let (_s, lo, dev, mut sl, lk) = joined_pair("dead395a");
+    // sanlock 3.9.5's client holds r1; the daemon dies with SIGKILL; lockd takes r1 only
+    // after host_dead_seconds, and not much later.
     let h = Holder395::start(&sl, &dev, false);
     sl.kill9();
     drop(h);
@@ -296,24 +295,15 @@ fn dead_host_lease_passes_between_sanlock_395_and_lockd_after_host_dead() {
         "lockd took the lease after {secs:.1} s (host_dead {HOST_DEAD_S} s)"
     );
     drop(sl);
+    drop(lk);
+    drop(lo);
+}
 
-    // 2. A new sanlock 3.9.5 joins as host 3; lockd's client holds r1; lockd dies with
-    //    SIGKILL; sanlock 3.9.5 takes r1 only after host_dead_seconds.
-    let sl = Sanlock5::start_in(TRIXIE, &s, "host395b");
-    let o = sl.cmd(
-        &lo.dev,
-        &[
-            "sanlock",
-            "client",
-            "add_lockspace",
-            "-o",
-            "1",
-            "-s",
-            &format!("ls:3:{dev}:0"),
-        ],
-    );
-    assert!(o.status.success(), "3.9.5 rejoin as host 3: {}", text(&o));
-    sees_each_other(&sl, &lk, &dev, 2, 3);
+#[test]
+fn dead_lockd_host_lease_is_taken_by_sanlock_395_after_host_dead() {
+    let (_s, lo, dev, sl, mut lk) = joined_pair("dead395b");
+    // lockd's client holds r1; lockd dies with SIGKILL; sanlock 3.9.5 takes r1 only after
+    // host_dead_seconds, and not much later.
     let mut lh = lockd_holder(&lk, &dev, false);
     let _ = lk.child.kill();
     let _ = lk.child.wait();
