@@ -37,7 +37,6 @@ daemon=$target_dir/debug/lockd-daemon
 cli=$target_dir/debug/lockd
 [ -x "$daemon" ] && [ -x "$cli" ] || cargo build -q -p lockd-daemon -p lockd-tools --bins
 command -v sanlock >/dev/null || fail "sanlock (3.8.5 CLI) is missing: scripts/setup.sh installs it"
-[ -e /dev/kvm ] || true # TCG only: no /dev/kvm needed
 
 t0=$SECONDS
 "$chroot_sh" ensure "$suite" libvirt-daemon libvirt-daemon-driver-qemu \
