@@ -13,8 +13,10 @@
 #    the chroot (`run --exec`), with its socket dir bound so that virsh reaches it;
 #  * domain A (TCG, 32 MiB, no kernel: it sits in SeaBIOS) with a 1 MiB raw disk starts;
 #    `lockd status` and `sanlock client status` show A's qemu pid holding the disk's lease;
-#  * domain B with the same disk fails to start, and libvirt's error is sanlock's busy
-#    code from lockd (-243), not qemu's own image locking;
+#  * domain B with the same disk fails to start on the lease: libvirt says "Failed to
+#    acquire lock: File exists" (-EEXIST: the holder is another pid of this host; from
+#    another host it would be -243); qemu's own image locking is turned off by an
+#    emulator wrapper so that it cannot be what refuses B (see below);
 #  * A is destroyed: its lease is released, B starts and its qemu pid holds the lease.
 # With the argument `sanlock`, the same runs against a real sanlock 3.9.5 daemon (trixie's,
 # in the chroot, -w 0) in lockd's place, to show the answers are sanlock's (the lease
