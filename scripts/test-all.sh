@@ -43,6 +43,11 @@ step "sid chroot with sanlock 5.1.1 (daemon/tests/mixed_cluster_sanlock5.rs, san
 # gcc, libc6-dev and libsanlock-dev build tests/c/probe51.c against libsanlock 5.1.1.
 bash scripts/debian-chroot.sh ensure sid sanlock libsanlock-dev gcc libc6-dev
 
+step "trixie chroot with sanlock 3.9.5 (daemon/tests/mixed_cluster_sanlock395.rs)"
+# The same for Debian 13 (also used by scripts/test-trixie.sh below, which adds its own
+# packages); the test ensures it too.
+bash scripts/debian-chroot.sh ensure trixie sanlock python3-sanlock
+
 step "unit, property and system tests"
 # `lockd-sim` needs lease-core's `sim` feature, `lockd-daemon-sim` lockd-core's; the
 # production binaries are built without.
@@ -58,7 +63,7 @@ bash scripts/test-python.sh
 step "systemd units (systemd-analyze verify against the built binaries)"
 bash packaging/verify-units.sh
 
-step "Debian 13 in a trixie chroot: the .deb, python3-sanlock 3.9.5 and sanlock 3.9.5's CLI against lockd"
+step "Debian 13 in a trixie chroot: the .deb, python3-sanlock 3.9.5, sanlock 3.9.5's CLI, ctdb 4.22 and libvirt 11.3 against lockd"
 bash scripts/test-trixie.sh
 
 step "deterministic simulation (lease-core, and the whole daemon: lockd-core)"

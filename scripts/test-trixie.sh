@@ -10,7 +10,11 @@
 #     (daemon/tests/cli/compare-cli-in-chroot.sh), and the same with the host's own
 #     sanlock 3.8.5 (no chroot);
 #  4. ctdb 4.22: tools/tests/ctdb_mutex.rs's real cluster (failover, rejoin) with trixie's
-#     ctdbd and ctdb (LOCKD_CTDB_CHROOT=trixie).
+#     ctdbd and ctdb (LOCKD_CTDB_CHROOT=trixie);
+#  5. libvirt 11.3's sanlock lock driver: libvirtd with lock_manager = "sanlock" and
+#     auto_disk_leases starts TCG domains whose disk lease lockd holds
+#     (scripts/test-libvirt-sanlock.sh), once against trixie's sanlock 3.9.5 daemon and
+#     once against lockd.
 # Run as root from scripts/test-all.sh, after the workspace's binaries are built. Prints
 # each part's time.
 set -euo pipefail
@@ -22,7 +26,8 @@ suite=trixie
 
 t=$SECONDS
 scripts/debian-chroot.sh ensure "$suite" sanlock python3-sanlock python3 lintian systemd adduser \
-    ctdb >/dev/null
+    ctdb libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-plugin-sanlock libvirt-clients \
+    qemu-system-x86 >/dev/null
 echo "test-trixie: chroot ready in $((SECONDS - t)) s"
 
 daemon=$target_dir/debug/lockd-daemon
@@ -51,5 +56,11 @@ t=$SECONDS
 LOCKD_CTDB_CHROOT=$suite cargo test -q -p lockd-tools --test ctdb_mutex \
     real_ctdb_cluster_failover_and_rejoin -- --exact --nocapture
 echo "test-trixie: ctdb 4.22 cluster in $((SECONDS - t)) s"
+
+# libvirt 11.3 with its sanlock plugin: against sanlock 3.9.5 (the reference), then lockd.
+t=$SECONDS
+scripts/test-libvirt-sanlock.sh sanlock
+scripts/test-libvirt-sanlock.sh lockd
+echo "test-trixie: libvirt 11.3 sanlock lock driver in $((SECONDS - t)) s"
 
 echo "test-trixie: all passed"

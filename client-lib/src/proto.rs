@@ -152,6 +152,9 @@ pub const SANLK_GET_HOST_LOCAL: u32 = 0x1;
 pub const SANLK_SET_HOST_DEAD_EXT: u32 = 0x1;
 /// 5.x sanlk_host.flags bit beside the state: the delta lease has DEAD_EXT.
 pub const SANLK_HOST_DEAD_EXT: u32 = 0x10;
+/// 5.x sanlk_host.flags bit: host_dead_seconds have passed since the host's record last
+/// changed. sanlock 5.1.1 sets it only beside [`SANLK_HOST_DEAD_EXT`] (observed).
+pub const SANLK_HOST_DEAD_SEC: u32 = 0x20;
 
 // Resource flags (sanlk_resource.flags).
 pub const SANLK_RES_LVER: u32 = 0x1;

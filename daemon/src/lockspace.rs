@@ -545,8 +545,14 @@ pub fn get_hosts(d: &Daemon, name: &Name, host_id: u64) -> Result<Vec<wire::Host
             generation: obs.owner_generation,
             timestamp: obs.timestamp,
             io_timeout: u32::from(obs.io_timeout),
-            // sanlock 5.x sets SANLK_HOST_DEAD_EXT beside the state of a marked host.
-            flags: state as u32 | if obs.dead_ext { SANLK_HOST_DEAD_EXT } else { 0 },
+            // sanlock 5.x sets SANLK_HOST_DEAD_EXT beside the state of a marked host, and
+            // SANLK_HOST_DEAD_SEC too once host_dead_seconds have passed (only then).
+            flags: state as u32
+                | match (obs.dead_ext, mon.past_host_dead(&obs, now)) {
+                    (false, _) => 0,
+                    (true, false) => SANLK_HOST_DEAD_EXT,
+                    (true, true) => SANLK_HOST_DEAD_EXT | SANLK_HOST_DEAD_SEC,
+                },
         });
     }
     if host_id == 0 || host_id == space.host_id {

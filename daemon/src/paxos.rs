@@ -185,7 +185,8 @@ pub fn release(
     };
     match block_on(paxos::release_renamed(&disk, &clock(), token, rename)) {
         Ok(()) => 0,
-        Err(e) => e.sanlk_code(),
+        // 5.x areas get 5.x's release numbers (-252/-253), 3.x areas 3.x's.
+        Err(e) => e.sanlk_code_for(token.leader.version),
     }
 }
 

@@ -13,7 +13,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 
 use common::sid::*;
 use common::*;
@@ -342,5 +342,172 @@ fn no_timeout_lockspace_from_511_is_refused_and_left_untouched() {
         "nothing written"
     );
     drop(lk);
+    drop(lo);
+}
+
+/// Rewrites the paxos leader at `off` on `dev` through `f` (checksum redone): another
+/// host's write that our holder did not make.
+fn edit_leader(dev: &Path, off: u64, f: impl Fn(&mut disk_format::LeaderRecord)) {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dev)
+        .expect("open dev");
+    let mut sector = [0u8; 512];
+    file.seek(SeekFrom::Start(off)).expect("seek");
+    file.read_exact(&mut sector).expect("read");
+    let mut l = disk_format::LeaderRecord::decode(&sector).expect("leader");
+    f(&mut l);
+    l.seal();
+    l.encode_into(&mut sector);
+    file.seek(SeekFrom::Start(off)).expect("seek");
+    file.write_all(&sector).expect("write");
+    file.sync_all().expect("sync");
+}
+
+/// A release whose leader changed on disk under the holder (lver, then owner generation)
+/// is answered with sanlock 5.x's numbers in a 5.x area: -252 and -253, as sanlock 5.1.1
+/// answers the same release (3.x areas keep 3.x's -250/-251: lease-core's unit test).
+#[test]
+fn release_of_a_changed_leader_gets_5x_codes_like_sanlock_511() {
+    require_python_sanlock();
+    ensure_chroot(&[]);
+    let s = Scratch::new("rel5");
+    let file = s.file("backing", 4);
+    let lo = Loop::attach(&file);
+    let dev = lo.dev.display().to_string();
+    let sl = Sanlock5::start(&s, "host5");
+    for (flag, spec) in [
+        ("-s", format!("ls:0:{dev}:0")),
+        ("-r", format!("ls:r1:{dev}:{RES_OFF}")),
+    ] {
+        let o = sl.cmd(
+            &lo.dev,
+            &["sanlock", "direct", "init", flag, &spec, "-o", "1"],
+        );
+        assert!(o.status.success(), "5.1.1 init {flag}: {}", text(&o));
+    }
+    let res = format!("ls:r1:{dev}:{RES_OFF}");
+    let mut answers = Vec::new();
+
+    // sanlock 5.1.1, alone as host 1: `client command` holds r1, the leader is changed,
+    // `client release -p` answers.
+    let o = sl.cmd(
+        &lo.dev,
+        &[
+            "sanlock",
+            "client",
+            "add_lockspace",
+            "-o",
+            "1",
+            "-s",
+            &format!("ls:1:{dev}:0"),
+        ],
+    );
+    assert!(o.status.success(), "5.1.1 add_lockspace: {}", text(&o));
+    for field in ["lver", "owner_generation"] {
+        let mut holder = in_chroot(
+            &[&sl.run_dir],
+            &sl.run_dir,
+            &[
+                "sanlock",
+                "client",
+                "command",
+                "-r",
+                &res,
+                "-c",
+                "/bin/sleep",
+                "30",
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("5.1.1 holder");
+        let pid = || {
+            text(&sl.cmd(&lo.dev, &["sanlock", "client", "status"]))
+                .lines()
+                .find(|l| l.starts_with("r ls:r1:"))
+                .and_then(|l| l.rsplit(' ').next().map(str::to_string))
+        };
+        assert!(
+            wait_for(10, || pid().is_some()),
+            "5.1.1 holder never got r1"
+        );
+        let pid = pid().unwrap();
+        edit_leader(&lo.dev, RES_OFF, |l| match field {
+            "lver" => l.lver += 5,
+            _ => l.owner_generation += 5,
+        });
+        let out = text(&sl.cmd(
+            &lo.dev,
+            &["sanlock", "client", "release", "-r", &res, "-p", &pid],
+        ));
+        let code = out
+            .lines()
+            .find_map(|l| l.strip_prefix("release done "))
+            .unwrap_or_else(|| panic!("5.1.1 release: {out}"))
+            .trim()
+            .to_string();
+        answers.push(("sanlock 5.1.1", field, code));
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let _ = holder.kill();
+        let _ = holder.wait();
+        let o = sl.cmd(&lo.dev, &["sanlock", "direct", "init", "-r", &res]);
+        assert!(o.status.success(), "5.1.1 re-init -r: {}", text(&o));
+    }
+    let o = sl.cmd(
+        &lo.dev,
+        &[
+            "sanlock",
+            "client",
+            "rem_lockspace",
+            "-s",
+            &format!("ls:1:{dev}:0"),
+        ],
+    );
+    assert!(o.status.success(), "5.1.1 rem_lockspace: {}", text(&o));
+
+    // lockd, alone as host 2: the same through python3-sanlock.
+    let lk = LockdDaemon::start(&s, "hostL", &[]);
+    lk.python(&format!(
+        "import sanlock\nsanlock.add_lockspace(b'ls', 2, b'{dev}', 0, iotimeout=1)"
+    ));
+    for field in ["lver", "owner_generation"] {
+        let flag = s.dir.join(format!("edited-{field}"));
+        let mut h = lk.python_child(&format!(
+            "import sanlock, os, time\nfd = sanlock.register()\n\
+             sanlock.acquire(b'ls', b'r1', [(b'{dev}', {RES_OFF})], slkfd=fd)\nprint('held')\n\
+             while not os.path.exists('{flag}'):\n    time.sleep(0.05)\n\
+             try:\n    sanlock.release(b'ls', b'r1', [(b'{dev}', {RES_OFF})], slkfd=fd)\n    print('ok')\n\
+             except sanlock.SanlockException as e:\n    print('err', e.errno)\n",
+            flag = flag.display()
+        ));
+        assert_eq!(h.line(), "held");
+        edit_leader(&lo.dev, RES_OFF, |l| match field {
+            "lver" => l.lver += 5,
+            _ => l.owner_generation += 5,
+        });
+        std::fs::write(&flag, b"").expect("flag");
+        let line = h.line();
+        let code = line.strip_prefix("err ").unwrap_or(&line).to_string();
+        answers.push(("lockd", field, code));
+        h.kill9();
+        let o = sl.cmd(&lo.dev, &["sanlock", "direct", "init", "-r", &res]);
+        assert!(o.status.success(), "5.1.1 re-init -r: {}", text(&o));
+    }
+    eprintln!("release answers: {answers:?}");
+    assert_eq!(
+        answers,
+        vec![
+            ("sanlock 5.1.1", "lver", "-252".to_string()),
+            ("sanlock 5.1.1", "owner_generation", "-253".to_string()),
+            ("lockd", "lver", "-252".to_string()),
+            ("lockd", "owner_generation", "-253".to_string()),
+        ]
+    );
+    drop(lk);
+    drop(sl);
     drop(lo);
 }

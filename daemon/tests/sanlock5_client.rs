@@ -328,7 +328,8 @@ fn libsanlock_511_calls_against_lockd_and_sanlock_511() {
         "set_host DEAD_EXT never accepted after the crash"
     );
     let marked = killed.elapsed().as_secs_f64();
-    let mut rec = [0u8; 12];
+    // Host 1's record and lockd's own (host 2).
+    let mut rec = [0u8; 1024];
     {
         use std::io::{Read, Seek, SeekFrom};
         let mut f = std::fs::File::open(&lo.dev).expect("dev");
@@ -340,6 +341,19 @@ fn libsanlock_511_calls_against_lockd_and_sanlock_511() {
         flags & 0x4,
         0x4,
         "DEAD_EXT set in host 1's record: 0x{flags:x}"
+    );
+    // The setter stamp, as sanlock 5.1.1 writes it: the setter's generation (u16) at 160,
+    // its host_id (u16) at 162.
+    let lockd_gen = u64::from_le_bytes(rec[512 + 40..512 + 48].try_into().unwrap());
+    assert_eq!(
+        u64::from_le_bytes(rec[512 + 32..512 + 40].try_into().unwrap()),
+        2,
+        "lockd is host 2"
+    );
+    assert_eq!(
+        &rec[160..168],
+        &[lockd_gen as u8, (lockd_gen >> 8) as u8, 2, 0, 0, 0, 0, 0],
+        "setter stamp in host 1's DEAD_EXT record"
     );
     // lockd reports the marked host DEAD with SANLK_HOST_DEAD_EXT (0x10), as 5.1.1 does.
     assert!(

@@ -36,8 +36,15 @@ pub const SANLK_ACQUIRE_OWNED_RETRY: i32 = -247;
 pub const SANLK_ACQUIRE_OWNER_GEN_REVERTED: i32 = -248;
 /// 5.x: the owner's delta lease is NO_TIMEOUT: it never expires by time.
 pub const SANLK_ACQUIRE_OWNED_NO_TIMEOUT: i32 = -249;
+/// 3.x: the leader changed (lver) before our release (5.x renumbered it: -252).
 pub const SANLK_RELEASE_LVER: i32 = -250;
+/// 3.x: the leader changed (owner) before our release (5.x renumbered it: -253).
 pub const SANLK_RELEASE_OWNER: i32 = -251;
+/// 5.x's number for [`SANLK_RELEASE_LVER`] (sanlock 5.1.1 answers it to an explicit
+/// release whose leader's lver changed on disk; observed).
+pub const SANLK5_RELEASE_LVER: i32 = -252;
+/// 5.x's number for [`SANLK_RELEASE_OWNER`] (the leader's owner or generation changed).
+pub const SANLK5_RELEASE_OWNER: i32 = -253;
 pub const SANLK_RENEW_OWNER: i32 = -260;
 pub const SANLK_RENEW_DIFF: i32 = -261;
 pub const SANLK_HOSTID_BUSY: i32 = -262;
@@ -94,6 +101,8 @@ pub fn name(rv: i32) -> Option<&'static str> {
         SANLK_ACQUIRE_OWNED_NO_TIMEOUT => "SANLK_ACQUIRE_OWNED_NO_TIMEOUT",
         SANLK_RELEASE_LVER => "SANLK_RELEASE_LVER",
         SANLK_RELEASE_OWNER => "SANLK_RELEASE_OWNER",
+        SANLK5_RELEASE_LVER => "SANLK_RELEASE_LVER (5.x)",
+        SANLK5_RELEASE_OWNER => "SANLK_RELEASE_OWNER (5.x)",
         SANLK_RENEW_OWNER => "SANLK_RENEW_OWNER",
         SANLK_RENEW_DIFF => "SANLK_RENEW_DIFF",
         SANLK_HOSTID_BUSY => "SANLK_HOSTID_BUSY",

@@ -134,8 +134,10 @@ fn dead_ext_record() {
     assert_eq!(l.flags, 0x10 | LFL_DEAD_EXT);
     assert!(l.dead_ext());
     assert_eq!((l.owner_id, l.owner_generation), (2, 5));
-    // set_host also stamped the record (the setter's time) and the field after the
-    // timestamp (0x0001_0001 here: the setter was host 1, generation 1).
+    // set_host keeps the timestamp (the marked host's last renewal) and stamps the field
+    // after it with the setter: generation as u16 at 160, host_id as u16 at 162
+    // (0x0001_0001 here: host 1, generation 1; a setter host 4 of generation 3 writes
+    // 0x0004_0003, observed with 5.1.1).
     assert_ne!(l.timestamp, 0);
     assert_eq!(l.unused1, 0x0001_0001);
     // DEAD_EXT is a flag lockd implements: the record stays writable.

@@ -565,7 +565,14 @@ pub async fn release<D: Disk>(
 /// it is free, or its timestamp is not `seen_timestamp` — it was renewed after the
 /// caller last judged the host not alive ([`LeaseError::HostIdBusy`]); or it carries CAW
 /// or NO_TIMEOUT. The rest of the sector (bitmap, timestamp, event fields) is kept: only
-/// the flag and the checksum change. Returns the record written.
+/// the flag, the setter stamp and the checksum change. Returns the record written.
+///
+/// The setter stamp is what sanlock 5.1.1's `set_host DEAD_EXT` writes (observed on disk:
+/// setters host 1 generation 1 → `01 00 01 00`, host 4 generation 3 → `03 00 04 00`):
+/// the field after the timestamp (`unused1`, offset 160) holds the setter's generation
+/// (low 16 bits) at 160 and its host_id (16 bits) at 162, see [`dead_ext_stamp`]. Our
+/// generation is read from our own record, which must name us ([`LeaseError::Invalid`]
+/// otherwise: our lockspace is not ours to act for).
 pub async fn mark_dead_ext<D: Disk>(
     disk: &D,
     p: &LockspaceParams,
@@ -600,7 +607,14 @@ pub async fn mark_dead_ext<D: Disk>(
     if s.leader.timestamp == 0 || s.leader.timestamp != seen_timestamp {
         return Err(LeaseError::HostIdBusy);
     }
+    let own = read_host_record(disk, p, p.host_id).await?;
+    if own.owner_id != p.host_id || own.timestamp == 0 {
+        return Err(LeaseError::Invalid(
+            "our own delta lease does not name us: not marking another host",
+        ));
+    }
     s.leader.flags |= LFL_DEAD_EXT;
+    s.leader.unused1 = dead_ext_stamp(p.host_id, own.owner_generation);
     s.leader.seal();
     let mut out = buf[..sector].to_vec();
     let rest = out[disk_format::delta::DELTA_SECTOR_MIN..].to_vec();
@@ -610,6 +624,13 @@ pub async fn mark_dead_ext<D: Disk>(
         .await
         .map_err(|e| LeaseError::io(IoOp::LeaderWrite, e))?;
     Ok(s.leader)
+}
+
+/// The setter stamp sanlock 5.1.1 writes into a DEAD_EXT record's `unused1` (offset 160,
+/// little-endian): the setter's generation in bits 0..16 and its host_id in bits 16..32
+/// (both truncated to 16 bits, the width 5.1.1 gives them; host_ids are at most 2000).
+pub fn dead_ext_stamp(setter_host_id: u64, setter_generation: u64) -> u64 {
+    ((setter_host_id & 0xffff) << 16) | (setter_generation & 0xffff)
 }
 
 /// How long after `state.last_success_ms` the lockspace fails (8D), in ms — the wdmd expiry.

@@ -171,6 +171,20 @@ const EINVAL: i32 = 22;
 const E2BIG: i32 = 7;
 
 impl LeaseError {
+    /// [`Self::sanlk_code`] for a lease whose paxos leader has on-disk `paxos_version`:
+    /// in a 5.x area (paxos 7.x, formatted by sanlock 5.x) the release errors carry 5.x's
+    /// numbers (-252/-253, what sanlock 5.1.1 answers and 5.x clients' headers name);
+    /// elsewhere 3.x's (-250/-251, what 3.8.5/3.9.5 answer and their clients know).
+    pub fn sanlk_code_for(&self, paxos_version: u32) -> i32 {
+        let v5 = paxos_version & disk_format::leader::VERSION_MAJOR_MASK
+            == disk_format::leader::PAXOS_DISK_VERSION_7;
+        match self {
+            LeaseError::ReleaseLver if v5 => rv::SANLK5_RELEASE_LVER,
+            LeaseError::ReleaseOwner if v5 => rv::SANLK5_RELEASE_OWNER,
+            _ => self.sanlk_code(),
+        }
+    }
+
     /// sanlock's result code for this error (negative).
     pub fn sanlk_code(&self) -> i32 {
         match self {
@@ -245,6 +259,36 @@ impl LeaseError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn release_codes_follow_the_area_version() {
+        use disk_format::leader::{PAXOS_DISK_VERSION, PAXOS_DISK_VERSION_7};
+        assert_eq!(
+            LeaseError::ReleaseLver.sanlk_code_for(PAXOS_DISK_VERSION),
+            -250
+        );
+        assert_eq!(
+            LeaseError::ReleaseOwner.sanlk_code_for(PAXOS_DISK_VERSION),
+            -251
+        );
+        assert_eq!(
+            LeaseError::ReleaseLver.sanlk_code_for(PAXOS_DISK_VERSION_7),
+            -252
+        );
+        assert_eq!(
+            LeaseError::ReleaseOwner.sanlk_code_for(PAXOS_DISK_VERSION_7),
+            -253
+        );
+        assert_eq!(
+            LeaseError::ReleaseOwner.sanlk_code_for(PAXOS_DISK_VERSION_7 | 1),
+            -253,
+            "minor versions do not matter"
+        );
+        assert_eq!(
+            LeaseError::ShRetry.sanlk_code_for(PAXOS_DISK_VERSION_7),
+            -246
+        );
+    }
 
     #[test]
     fn codes() {

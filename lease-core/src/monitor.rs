@@ -271,12 +271,7 @@ impl HostMonitor {
         let io = u64::from(h.io_timeout);
         let fail = id_renewal_fail_seconds(io);
         let dead = host_dead_seconds(io, self.watchdog_fire);
-        let last = if h.last_live_s != 0 {
-            h.last_live_s
-        } else {
-            h.first_check_s
-        };
-        let age = now_s.saturating_sub(last);
+        let age = Self::age_s(h, now_s);
         if h.last_live_s == 0 && age <= fail {
             HostState::Unknown
         } else if age <= fail {
@@ -299,6 +294,27 @@ impl HostMonitor {
             }
             _ => false,
         }
+    }
+
+    /// Seconds since the record last changed (or since our first read of it, when we
+    /// never saw it change).
+    fn age_s(h: &HostObservation, now_s: u64) -> u64 {
+        let last = if h.last_live_s != 0 {
+            h.last_live_s
+        } else {
+            h.first_check_s
+        };
+        now_s.saturating_sub(last)
+    }
+
+    /// True when host_dead_seconds (of the host's io_timeout) have passed since its record
+    /// last changed: the host would be DEAD by time alone. sanlock 5.1.1 reports this
+    /// beside DEAD_EXT as `SANLK_HOST_DEAD_SEC` (observed: a DEAD_EXT host's flags go from
+    /// 0x15 to 0x35 once host_dead_seconds have passed; a host DEAD by time alone gets 0x5).
+    pub fn past_host_dead(&self, h: &HostObservation, now_s: u64) -> bool {
+        h.timestamp != 0
+            && Self::age_s(h, now_s)
+                > host_dead_seconds(u64::from(h.io_timeout), self.watchdog_fire)
     }
 
     /// Every observed host (not us) with its state, ordered by host_id.
@@ -495,6 +511,23 @@ mod tests {
         m.observe(104, &[sector(1, 1, 9, 1), sector(2, 3, 52, 1)]);
         assert!(!m.observation(2).unwrap().changed_at_last_check());
         assert_eq!(m.observation(2).unwrap().last_live_s, 102);
+    }
+
+    #[test]
+    fn past_host_dead_follows_the_last_change() {
+        // D = 1, W = 10 → dead 18 s after the last change.
+        let mut m = HostMonitor::new(1, 10);
+        m.observe(100, &[sector(1, 1, 5, 1), sector(2, 3, 50, 1)]);
+        m.observe(102, &[sector(1, 1, 7, 1), sector(2, 3, 52, 1)]);
+        let o = m.observation(2).unwrap();
+        assert!(!m.past_host_dead(&o, 120));
+        assert!(m.past_host_dead(&o, 121));
+        m.observe(130, &[sector(1, 1, 9, 1), sector(2, 0, 0, 1)]);
+        let free = m.observation(2).unwrap();
+        assert!(
+            !m.past_host_dead(&free, 200),
+            "a free record is never DEAD_SEC"
+        );
     }
 
     #[test]

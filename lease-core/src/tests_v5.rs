@@ -260,6 +260,45 @@ fn monitor_reports_a_dead_ext_host_dead_even_while_its_record_changes() {
     );
 }
 
+#[test]
+fn dead_ext_mark_stamps_the_setter_as_sanlock_511_does() {
+    let d = v5_disk();
+    let (c, mut a, b) = two_hosts(&d);
+    // A joins again so that its generation (2) differs from its host_id (1).
+    block_on(delta::release(&d, &a.p, &a.st)).unwrap();
+    a.st = block_on(delta::acquire(&d, &c, &a.p)).unwrap();
+    let gen_a = a.st.generation();
+    assert_eq!(gen_a, 2);
+    let before = d.get(512, 512);
+    let l_b = record(&d, 512);
+    let l = block_on(delta::mark_dead_ext(
+        &d,
+        &a.p,
+        2,
+        b.st.generation(),
+        l_b.timestamp,
+    ))
+    .unwrap();
+    let after = d.get(512, 512);
+    assert!(l.dead_ext());
+    // 5.1.1's layout: setter generation at 160 (u16), setter host_id at 162 (u16).
+    assert_eq!(&after[160..168], &[2, 0, 1, 0, 0, 0, 0, 0]);
+    assert_eq!(l.unused1, delta::dead_ext_stamp(1, 2));
+    // Only the flags (8..12), the stamp (160..168) and the checksum (168..172) changed.
+    for (i, (x, y)) in before.iter().zip(after.iter()).enumerate() {
+        if !(8..12).contains(&i) && !(160..172).contains(&i) {
+            assert_eq!(x, y, "byte {i} changed");
+        }
+    }
+    assert_eq!(l.timestamp, l_b.timestamp, "the timestamp is kept");
+    assert_eq!(delta::dead_ext_stamp(4, 3), 0x0004_0003);
+    assert_eq!(
+        delta::dead_ext_stamp(1, 0x1_0005),
+        0x0001_0005,
+        "16-bit generation"
+    );
+}
+
 /// Storage fencing (the daemon's `fence` module) marks a peer generation fenced in the
 /// monitor once its key is confirmed gone: that generation's exclusive lease is taken
 /// without the host_dead wait, on a 3.x area too; a newer generation is not.

@@ -1,6 +1,8 @@
 //! Debian unstable (sid) in a debootstrapped chroot (`scripts/debian-chroot.sh`, cached
 //! under /var/tmp/lockd-chroots/sid): its sanlock 5.1.1 daemon and tools run beside lockd
 //! on this host, sharing loop devices (/dev is bound) and run dirs (bound by path).
+//! The same helpers serve other suites' chroots (trixie's sanlock 3.9.5): the `_in`
+//! variants take the suite.
 //! `LOCKD_CHROOT_SCRIPT` may name another copy of debian-chroot.sh.
 
 use std::path::{Path, PathBuf};
@@ -26,21 +28,31 @@ pub fn chroot_script() -> PathBuf {
 /// Makes sure the sid chroot with sanlock 5.1.1 and `extra` packages exists (built and
 /// cached on first use).
 pub fn ensure_chroot(extra: &[&str]) {
+    ensure_chroot_in(SUITE, extra);
+}
+
+/// Makes sure `suite`'s chroot with its sanlock and `extra` packages exists.
+pub fn ensure_chroot_in(suite: &str, extra: &[&str]) {
     let out = run(Command::new("bash")
         .arg(chroot_script())
-        .args(["ensure", SUITE, "sanlock"])
+        .args(["ensure", suite, "sanlock"])
         .args(extra));
     assert!(
         out.status.success(),
-        "debian-chroot.sh ensure {SUITE} sanlock {extra:?} failed: {}",
+        "debian-chroot.sh ensure {suite} sanlock {extra:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
 
 /// A command run inside the chroot with `binds` bind-mounted and `SANLOCK_RUN_DIR` set.
 pub fn in_chroot(binds: &[&Path], run_dir: &Path, args: &[&str]) -> Command {
+    in_chroot_of(SUITE, binds, run_dir, args)
+}
+
+/// [`in_chroot`] in `suite`'s chroot.
+pub fn in_chroot_of(suite: &str, binds: &[&Path], run_dir: &Path, args: &[&str]) -> Command {
     let mut c = Command::new("bash");
-    c.arg(chroot_script()).args(["run", SUITE]);
+    c.arg(chroot_script()).args(["run", suite]);
     for b in binds {
         c.arg("--bind").arg(b);
     }
@@ -53,7 +65,13 @@ pub fn in_chroot(binds: &[&Path], run_dir: &Path, args: &[&str]) -> Command {
 /// sanlock 5.1.1 (its CLI, as host 1) and lockd (python3-sanlock, as host 2) join
 /// lockspace `ls` on `dev` at once, io_timeout 1; panics unless both succeed.
 pub fn join_both(sanlock_run_dir: &Path, lockd: &LockdDaemon, dev: &str) {
-    let mut c = in_chroot(
+    join_both_in(SUITE, sanlock_run_dir, lockd, dev);
+}
+
+/// [`join_both`] with `suite`'s sanlock CLI as host 1.
+pub fn join_both_in(suite: &str, sanlock_run_dir: &Path, lockd: &LockdDaemon, dev: &str) {
+    let mut c = in_chroot_of(
+        suite,
         &[sanlock_run_dir],
         sanlock_run_dir,
         &[
@@ -74,24 +92,39 @@ pub fn join_both(sanlock_run_dir: &Path, lockd: &LockdDaemon, dev: &str) {
     let o = t.join().expect("join thread");
     assert!(
         o.status.success(),
-        "sanlock 5.1.1 add_lockspace: {}",
+        "{suite}'s sanlock add_lockspace: {}",
         text(&o)
     );
 }
 
 /// sanlock 5.1.1's `sanlock daemon -D -w 0` in the chroot, stopped on drop (by its
 /// `shutdown -f 1` command, then by the PID in its pid file).
+/// With [`Sanlock5::start_in`], another suite's sanlock (trixie's 3.9.5).
 pub struct Sanlock5 {
     pub child: Child,
     pub run_dir: PathBuf,
+    pub suite: &'static str,
 }
 
 impl Sanlock5 {
     pub fn start(s: &Scratch, host_name: &str) -> Sanlock5 {
-        let run_dir = s.dir.join("run-sanlock5");
+        Sanlock5::start_in(SUITE, s, host_name)
+    }
+
+    /// `suite`'s sanlock daemon, run dir `run-sanlock-SUITE` and log `sanlock-SUITE.log`
+    /// in the scratch dir (for sid: `run-sanlock5`, `sanlock5.log`).
+    pub fn start_in(suite: &'static str, s: &Scratch, host_name: &str) -> Sanlock5 {
+        let tag = if suite == SUITE {
+            "5".to_string()
+        } else {
+            format!("-{suite}")
+        };
+        let run_dir = s.dir.join(format!("run-sanlock{tag}"));
         std::fs::create_dir_all(&run_dir).expect("run dir");
-        let log = std::fs::File::create(s.dir.join("sanlock5.log")).expect("log");
-        let child = in_chroot(
+        let log_path = s.dir.join(format!("sanlock{tag}.log"));
+        let log = std::fs::File::create(&log_path).expect("log");
+        let child = in_chroot_of(
+            suite,
             &[&run_dir],
             &run_dir,
             &[
@@ -102,21 +135,30 @@ impl Sanlock5 {
         .stdout(log.try_clone().expect("dup"))
         .stderr(log)
         .spawn()
-        .expect("start sanlock 5.1.1");
+        .expect("start a chroot's sanlock daemon");
         let sock = run_dir.join("sanlock.sock");
         assert!(
             wait_for(30, || std::os::unix::net::UnixStream::connect(&sock)
                 .is_ok()),
-            "sanlock 5.1.1's socket never appeared (log: {})",
-            s.dir.join("sanlock5.log").display()
+            "{suite}'s sanlock daemon socket never appeared (log: {})",
+            log_path.display()
         );
-        Sanlock5 { child, run_dir }
+        Sanlock5 {
+            child,
+            run_dir,
+            suite,
+        }
     }
 
     /// `sanlock ARGS` in the chroot with `dev`'s directory and the run dir bound.
     pub fn cmd(&self, dev: &Path, args: &[&str]) -> std::process::Output {
         let _ = dev;
-        run(&mut in_chroot(&[&self.run_dir], &self.run_dir, args))
+        run(&mut in_chroot_of(
+            self.suite,
+            &[&self.run_dir],
+            &self.run_dir,
+            args,
+        ))
     }
 }
 
@@ -134,7 +176,8 @@ impl Sanlock5 {
 
 impl Drop for Sanlock5 {
     fn drop(&mut self) {
-        let _ = run(&mut in_chroot(
+        let _ = run(&mut in_chroot_of(
+            self.suite,
             &[&self.run_dir],
             &self.run_dir,
             &["sanlock", "client", "shutdown", "-f", "1"],
