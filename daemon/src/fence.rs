@@ -14,7 +14,8 @@
 //!   no key of that host_id on the lockspace's device while a reservation stands, and
 //!   either our own PREEMPT removed that generation's key or an earlier read of ours saw
 //!   it registered (so a host that never registered is never taken for fenced); every
-//!   `fence_devices` entry holds no key of it either;
+//!   `fence_devices` entry holds no key of it either (older keys of the host are
+//!   preempted too; a newer one means it joined again, and nothing is fenced);
 //! - our key is only ever registered with a new generation: a join that finds its
 //!   previous generation unreleased and no key of its host_id (it was fenced, or never
 //!   registered) while a reservation stands waits host_dead before registering, so that
@@ -376,48 +377,58 @@ impl SpaceFence {
 
     /// Removes `generation` of `host_id` from every device; true once confirmed (see the
     /// module's first invariant). `keys` is the lockspace device's list read just now.
+    /// Older keys of the host (a device its last join did not re-register) go too; a
+    /// newer one means the host has joined again, and nothing is preempted.
     fn fence_peer(&self, host_id: u64, generation: u64, keys: &Keys) -> Result<bool, FenceError> {
         let victim = lvm_key(host_id, generation)?;
         let our_key = self.key();
         let seen_before = lock(&self.seen).contains(&victim);
         let mut preempted_here = false;
-        for dev in &self.devices {
-            let now_keys = if std::ptr::eq(dev, &self.devices[0]) {
+        for (i, dev) in self.devices.iter().enumerate() {
+            let now_keys = if i == 0 {
                 keys.clone()
             } else {
                 self.cmd(dev, "READ KEYS", dev.read_keys())?
             };
-            if now_keys.keys.contains(&victim) {
+            let doomed = match keys_to_preempt(&now_keys.keys, host_id, generation) {
+                DevicePlan::Rejoined => return Ok(false),
+                DevicePlan::Preempt(doomed) => doomed,
+            };
+            if !doomed.is_empty() {
                 // A preempt without a reservation would leave the victim free to write.
                 self.ensure_reservation(dev, our_key)?;
+            }
+            for key in doomed {
                 let t0 = std::time::Instant::now();
                 let done = self.cmd(
                     dev,
                     "PREEMPT",
-                    dev.preempt_confirmed(our_key, victim, RESERVATION, true),
+                    dev.preempt_confirmed(our_key, key, RESERVATION, true),
                 )?;
                 info!(
                     device = %dev.path().display(),
                     host_id,
                     generation,
+                    key = format_args!("{key:#018x}"),
                     action = ?done.action,
                     ms = t0.elapsed().as_millis() as u64,
                     "storage fencing: key preempted"
                 );
-                preempted_here = true;
+                preempted_here |= key == victim;
             }
         }
-        // Confirm on the lockspace's device: a reservation stands and no key of host_id
-        // (a new generation's key would mean its processes can write again).
-        let dev0 = &self.devices[0];
-        let after = self.cmd(dev0, "READ KEYS", dev0.read_keys())?;
-        let resv = self.cmd(dev0, "READ RESERVATION", dev0.read_reservation())?;
-        let any_of_host = after
-            .keys
-            .iter()
-            .any(|k| lvm_key_parts(*k).is_some_and(|(h, _)| h == host_id));
-        if after.truncated || any_of_host || resv.reservation.is_none() {
-            return Ok(false);
+        // Confirm on every device: a reservation stands and no key of host_id is left (a
+        // new generation's key would mean its processes can write again).
+        for dev in &self.devices {
+            let after = self.cmd(dev, "READ KEYS", dev.read_keys())?;
+            let resv = self.cmd(dev, "READ RESERVATION", dev.read_reservation())?;
+            let any_of_host = after
+                .keys
+                .iter()
+                .any(|k| lvm_key_parts(*k).is_some_and(|(h, _)| h == host_id));
+            if after.truncated || any_of_host || resv.reservation.is_none() {
+                return Ok(false);
+            }
         }
         if preempted_here || seen_before {
             return Ok(true);
@@ -432,6 +443,27 @@ impl SpaceFence {
         }
         Ok(false)
     }
+}
+
+/// What to do on one device to fence `generation` of a host.
+#[derive(Debug, PartialEq, Eq)]
+enum DevicePlan {
+    /// A key of a newer generation is registered: the host joined again; fence nothing.
+    Rejoined,
+    /// Preempt these keys of the host (its generation's and any older one's).
+    Preempt(Vec<u64>),
+}
+
+fn keys_to_preempt(keys: &[u64], host_id: u64, generation: u64) -> DevicePlan {
+    let mut doomed = Vec::new();
+    for &k in keys {
+        match lvm_key_parts(k) {
+            Some((h, g)) if h == host_id && g > generation => return DevicePlan::Rejoined,
+            Some((h, _)) if h == host_id => doomed.push(k),
+            _ => {}
+        }
+    }
+    DevicePlan::Preempt(doomed)
 }
 
 #[cfg(test)]
@@ -460,6 +492,21 @@ mod tests {
         assert_eq!(fence(1, 2).preempt_after_s(1), 4);
         // A peer with a longer io_timeout is judged by its own D.
         assert_eq!(fence(1, 5).preempt_after_s(3), 12);
+    }
+
+    #[test]
+    fn every_key_of_the_fenced_generation_or_older_goes_and_a_newer_one_stops_the_fence() {
+        let k = |h, g| lvm_key(h, g).unwrap();
+        let others = [k(1, 4), k(3, 9), 0x1234];
+        assert_eq!(keys_to_preempt(&others, 2, 5), DevicePlan::Preempt(vec![]));
+        assert_eq!(
+            keys_to_preempt(&[k(1, 4), k(2, 5), k(2, 3)], 2, 5),
+            DevicePlan::Preempt(vec![k(2, 5), k(2, 3)])
+        );
+        assert_eq!(
+            keys_to_preempt(&[k(2, 5), k(2, 6)], 2, 5),
+            DevicePlan::Rejoined
+        );
     }
 
     #[test]
