@@ -41,6 +41,7 @@ pub use clients::{
     MAX_CLIENTS, MAX_CLIENTS_PER_UID, ROOT_RESERVED_SLOTS,
 };
 pub use step::{
-    Core, DiskOp, Effect, HeldLease, Input, OpId, PlantedBug, Reply, ReqKind, Request, ResSpec,
+    apply_renewal, lost_lease_tick, Core, DiskOp, Effect, HeldLease, Input, OpId, PlantedBug,
+    RenewalOutcome, Reply, ReqKind, Request, ResSpec, SpaceView,
 };
 pub use tables::{AcquireStart, CommandTarget, Key, ReleaseStart, Tables};
