@@ -52,7 +52,7 @@ fn lost_lease_step(d: &Daemon, spaces: &[Arc<Space>], now_s: u64) -> Vec<Effect<
         .zip(sts.iter_mut())
         .map(|(s, st)| SpaceView {
             name: s.name,
-            st: &mut **st,
+            st,
             io_timeout_s: u64::from(s.io_timeout),
         })
         .collect();
