@@ -19,7 +19,9 @@
 //! - [`step`]: [`step::Core::step`], the input → effects form, for two paths: a
 //!   lockspace's lease growing old and lost (its holders' loss notices, then the kills),
 //!   and a client's requests (acquire, release, convert, inquire, add/remove a lockspace)
-//!   with the disk operations they need and their completions (`commands`);
+//!   with the disk operations they need and their completions (`commands`); the daemon
+//!   runs the lost-lease path's code over its own state ([`step::lost_lease_tick`],
+//!   [`step::apply_renewal`]) and carries out the effects in order;
 //! - `sim` (feature `sim` only): the whole-daemon simulator behind `lockd-daemon-sim`.
 //!
 //! The shell's own types enter as parameters: `S`, the handle it keeps with a connection
@@ -41,6 +43,7 @@ pub use clients::{
     MAX_CLIENTS, MAX_CLIENTS_PER_UID, ROOT_RESERVED_SLOTS,
 };
 pub use step::{
-    Core, DiskOp, Effect, HeldLease, Input, OpId, PlantedBug, Reply, ReqKind, Request, ResSpec,
+    apply_renewal, lost_lease_tick, Core, DiskOp, Effect, HeldLease, Input, OpId, PlantedBug,
+    RenewalOutcome, Reply, ReqKind, Request, ResSpec, SpaceView,
 };
 pub use tables::{AcquireStart, CommandTarget, Key, ReleaseStart, Tables};

@@ -1,7 +1,9 @@
 //! One lockspace's status ([`SpaceSt`], under `Space::st`) and the transitions that change
 //! it: a renewal's outcome, posted by the lockspace's renewal thread
-//! ([`SpaceSt::renewal_ok`], [`SpaceSt::renewal_failed`]), and the monitor thread's
-//! once-a-second look at our lease's age ([`SpaceSt::check_expiry`]). Each is a plain
+//! ([`SpaceSt::renewal_ok`], [`SpaceSt::renewal_failed`], through
+//! [`crate::step::apply_renewal`]), and the once-a-second look at our lease's age
+//! ([`SpaceSt::check_expiry`], in the tick the monitor runs,
+//! [`crate::step::lost_lease_tick`]). Each is a plain
 //! function of the status, the time and the timeouts: no I/O, no other lock, no clock
 //! read inside, so the unit tests below run the lease's whole life (joined, renewals
 //! failing, lost) in virtual seconds.

@@ -4,8 +4,10 @@
 //! the renewal outcomes that feed it), and a client's requests — connect, register, add
 //! and remove a lockspace, acquire (one or more leases, shared or exclusive), release,
 //! convert, inquire — with the disk operations they need as effects whose completions
-//! come back as inputs ([`crate::commands`]). The daemon's shell still calls the
-//! transitions of [`crate::tables`] and [`crate::space_state`] directly; the simulator
+//! come back as inputs ([`crate::commands`]). The daemon's shell drives the lost-lease
+//! path through the same code over state it keeps in its own places ([`lost_lease_tick`]
+//! and [`apply_renewal`], which `step` itself runs) and carries out the effects in order;
+//! for the request path it still calls the transitions of [`crate::tables`] directly; the simulator
 //! (`lockd-daemon-sim`, feature `sim`) drives the core through `step` alone
 //! (issue 23, docs/architecture.md).
 //!
@@ -321,12 +323,12 @@ impl<S, H: LeaseHold> Core<S, H> {
             Input::Tick => self.tick(now_s, &mut fx),
             Input::RenewalOk { ls, rec } => {
                 if let Some(s) = self.space_mut(&ls) {
-                    s.st.renewal_ok(now_s, rec);
+                    apply_renewal(&mut s.st, now_s, RenewalOutcome::Ok(rec));
                 }
             }
             Input::RenewalFailed { ls, code, corrupt } => {
                 if let Some(s) = self.space_mut(&ls) {
-                    s.st.renewal_failed(code, corrupt);
+                    apply_renewal(&mut s.st, now_s, RenewalOutcome::Failed { code, corrupt });
                 }
             }
             Input::Connected { pid, uid, stream } => {
@@ -382,80 +384,32 @@ impl<S, H: LeaseHold> Core<S, H> {
         })
     }
 
-    /// Every lockspace's expiry check: first all the loss notices (and logs), then the
-    /// kill orders for the lockspaces whose lease is lost or being removed; then the
+    /// Every lockspace's expiry check and kill pass ([`lost_lease_tick`]); then the
     /// lockspaces that can go (lost or removed, with no lease left in the table).
     fn tick(&mut self, now_s: u64, effects: &mut Vec<Effect<H>>) {
-        let mut dead = Vec::new();
-        let mut notices = Vec::new();
-        for s in &mut self.spaces {
-            let ls = &s.name;
-            let e = s.st.check_expiry(now_s, s.io_timeout_s);
-            if let Some(kind) = e.notice {
-                let pids = self.tables.holder_pids(ls, None);
-                if !pids.is_empty() {
-                    notices.push(Effect::LossNotice {
-                        ls: *ls,
-                        kind,
-                        pids,
-                    });
-                }
-            }
-            if let Some(age_s) = e.failed_after_s {
-                notices.push(Effect::LockspaceFailed {
-                    ls: *ls,
-                    age_s,
-                    corrupt: s.st.corrupt_result,
-                });
-            } else if let Some(age_s) = e.failing_for_s {
-                notices.push(Effect::RenewalsFailing { ls: *ls, age_s });
-            }
-            if e.kill {
-                dead.push((
-                    *ls,
-                    SpaceKill {
-                        kill_now: s.st.kill_now,
-                        now: now_s,
-                        last_success: s.st.last_success_s,
-                        fail_s: timeouts::id_renewal_fail_seconds(s.io_timeout_s),
-                        grace_s: self.kill_grace_s,
-                    },
-                ));
-            }
-        }
-        let mut kills = Vec::new();
-        for (ls, space) in dead {
-            for order in plan_kills(&mut self.tables, &ls, space) {
-                kills.push(Effect::Kill { ls, order });
-            }
-            if self.planted(PlantedBug::KillNonHolders) {
-                self.plant_kill_non_holders(&ls, &mut kills);
-            }
-        }
-        if self.planted(PlantedBug::KillBeforeNotice) {
-            effects.append(&mut kills);
-        }
-        effects.append(&mut notices);
-        effects.append(&mut kills);
+        let bug = self.active_bug();
+        let mut views: Vec<SpaceView<'_>> = self
+            .spaces
+            .iter_mut()
+            .map(|s| SpaceView {
+                name: s.name,
+                st: &mut s.st,
+                io_timeout_s: s.io_timeout_s,
+            })
+            .collect();
+        let mut fx = expiry_pass(&mut self.tables, &mut views, now_s, self.kill_grace_s, bug);
+        effects.append(&mut fx);
         self.finish_removals(effects);
     }
 
-    fn plant_kill_non_holders(&mut self, ls: &Name, kills: &mut Vec<Effect<H>>) {
-        let mut cis: Vec<u32> = self.tables.clients.slots.keys().copied().collect();
-        cis.sort_unstable();
-        for ci in cis {
-            let c = &self.tables.clients.slots[&ci];
-            if c.registered && c.pid > 0 && !c.pid_dead && c.kill_count == 0 && c.tokens.is_empty()
-            {
-                kills.push(Effect::Kill {
-                    ls: *ls,
-                    order: KillOrder::Signal {
-                        ci,
-                        pid: c.pid,
-                        sig: crate::kill::SIGTERM,
-                    },
-                });
-            }
+    fn active_bug(&self) -> Option<PlantedBug> {
+        #[cfg(feature = "sim")]
+        {
+            self.bug
+        }
+        #[cfg(not(feature = "sim"))]
+        {
+            None
         }
     }
 
@@ -504,6 +458,133 @@ impl<S, H: LeaseHold> Core<S, H> {
             }
         }
         Ok(())
+    }
+}
+
+/// One lockspace's status lent to [`lost_lease_tick`] by a shell that keeps it in its
+/// own place (the daemon: each lockspace's `Space::st` mutex).
+#[derive(Debug)]
+pub struct SpaceView<'a> {
+    pub name: Name,
+    pub st: &'a mut SpaceSt,
+    pub io_timeout_s: u64,
+}
+
+/// A renewal's outcome, for [`apply_renewal`].
+#[derive(Debug, Clone, Copy)]
+pub enum RenewalOutcome {
+    Ok(RenewalRec),
+    Failed { code: i32, corrupt: bool },
+}
+
+/// The lost-lease part of [`Core::step`]'s [`Input::Tick`], over tables and lockspace
+/// statuses that the caller owns and has locked: every lockspace's expiry check, then
+/// the kill pass of each lockspace whose lease is lost or being removed. The effects
+/// come in the core's order — every [`Effect::LossNotice`] (and the logs
+/// [`Effect::LockspaceFailed`], [`Effect::RenewalsFailing`]) before the first
+/// [`Effect::Kill`] — and are the same `Core::step` gives for the same state: it runs
+/// this very function. The removal of lockspaces that can go is not part of it (the
+/// daemon still does that itself, docs/architecture.md).
+pub fn lost_lease_tick<S, H: LeaseHold>(
+    tables: &mut Tables<S, H>,
+    spaces: &mut [SpaceView<'_>],
+    now_s: u64,
+    kill_grace_s: u64,
+) -> Vec<Effect<H>> {
+    expiry_pass(tables, spaces, now_s, kill_grace_s, None)
+}
+
+/// [`Core::step`]'s [`Input::RenewalOk`]/[`Input::RenewalFailed`] on one lockspace's
+/// status, for a shell that keeps it in its own place. A renewal's outcome gives no
+/// effect by itself: whether the lease is lost is the next tick's decision.
+pub fn apply_renewal(st: &mut SpaceSt, now_s: u64, outcome: RenewalOutcome) {
+    match outcome {
+        RenewalOutcome::Ok(rec) => st.renewal_ok(now_s, rec),
+        RenewalOutcome::Failed { code, corrupt } => st.renewal_failed(code, corrupt),
+    }
+}
+
+fn expiry_pass<S, H: LeaseHold>(
+    tables: &mut Tables<S, H>,
+    spaces: &mut [SpaceView<'_>],
+    now_s: u64,
+    kill_grace_s: u64,
+    bug: Option<PlantedBug>,
+) -> Vec<Effect<H>> {
+    let mut dead = Vec::new();
+    let mut notices = Vec::new();
+    for s in spaces.iter_mut() {
+        let ls = &s.name;
+        let e = s.st.check_expiry(now_s, s.io_timeout_s);
+        if let Some(kind) = e.notice {
+            let pids = tables.holder_pids(ls, None);
+            if !pids.is_empty() {
+                notices.push(Effect::LossNotice {
+                    ls: *ls,
+                    kind,
+                    pids,
+                });
+            }
+        }
+        if let Some(age_s) = e.failed_after_s {
+            notices.push(Effect::LockspaceFailed {
+                ls: *ls,
+                age_s,
+                corrupt: s.st.corrupt_result,
+            });
+        } else if let Some(age_s) = e.failing_for_s {
+            notices.push(Effect::RenewalsFailing { ls: *ls, age_s });
+        }
+        if e.kill {
+            dead.push((
+                *ls,
+                SpaceKill {
+                    kill_now: s.st.kill_now,
+                    now: now_s,
+                    last_success: s.st.last_success_s,
+                    fail_s: timeouts::id_renewal_fail_seconds(s.io_timeout_s),
+                    grace_s: kill_grace_s,
+                },
+            ));
+        }
+    }
+    let mut kills = Vec::new();
+    for (ls, space) in dead {
+        for order in plan_kills(tables, &ls, space) {
+            kills.push(Effect::Kill { ls, order });
+        }
+        if bug == Some(PlantedBug::KillNonHolders) {
+            plant_kill_non_holders(tables, &ls, &mut kills);
+        }
+    }
+    let mut effects = Vec::new();
+    if bug == Some(PlantedBug::KillBeforeNotice) {
+        effects.append(&mut kills);
+    }
+    effects.append(&mut notices);
+    effects.append(&mut kills);
+    effects
+}
+
+fn plant_kill_non_holders<S, H: LeaseHold>(
+    tables: &Tables<S, H>,
+    ls: &Name,
+    kills: &mut Vec<Effect<H>>,
+) {
+    let mut cis: Vec<u32> = tables.clients.slots.keys().copied().collect();
+    cis.sort_unstable();
+    for ci in cis {
+        let c = &tables.clients.slots[&ci];
+        if c.registered && c.pid > 0 && !c.pid_dead && c.kill_count == 0 && c.tokens.is_empty() {
+            kills.push(Effect::Kill {
+                ls: *ls,
+                order: KillOrder::Signal {
+                    ci,
+                    pid: c.pid,
+                    sig: crate::kill::SIGTERM,
+                },
+            });
+        }
     }
 }
 
@@ -704,6 +785,38 @@ mod tests {
             .step(100 + fail + 1, Input::Tick)
             .iter()
             .any(|e| matches!(e, Effect::Kill { .. })));
+    }
+
+    /// The daemon's form of the tick ([`lost_lease_tick`], over lent state) gives the
+    /// very effects `Core::step` gives for the same state, notices before kills.
+    #[test]
+    fn the_lent_state_tick_gives_the_steps_effects() {
+        let fail = timeouts::id_renewal_fail_seconds(IO_S);
+        let mut a = core(&["a", "b"], 100, &[(11, "a", "r"), (12, "b", "r")]);
+        let mut b = core(&["a", "b"], 100, &[(11, "a", "r"), (12, "b", "r")]);
+        for t in [100 + fail - 5, 100 + fail, 100 + fail + 1, 100 + fail + 45] {
+            let from_step = a.step(t, Input::Tick);
+            let mut views: Vec<SpaceView<'_>> = b
+                .spaces
+                .iter_mut()
+                .map(|s| SpaceView {
+                    name: s.name,
+                    st: &mut s.st,
+                    io_timeout_s: s.io_timeout_s,
+                })
+                .collect();
+            let lent = lost_lease_tick(&mut b.tables, &mut views, t, b.kill_grace_s);
+            assert_eq!(from_step, lent, "at {t}");
+        }
+        apply_renewal(
+            &mut b.spaces[0].st,
+            100 + fail + 50,
+            RenewalOutcome::Failed {
+                code: -5,
+                corrupt: true,
+            },
+        );
+        assert_eq!(b.spaces[0].st.corrupt_result, -5);
     }
 
     #[test]

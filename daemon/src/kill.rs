@@ -1,11 +1,19 @@
-//! Kill escalation for holders of leases in a failed or removed lockspace
-//! (sanlock `kill_pids`), carried out by the helper so the daemon never blocks. The
-//! schedule and who gets what are the core's (`lockd_core::kill`: one order per client
-//! per second at most, killpath or SIGTERM in the grace time, then SIGKILL, RESTRICT
-//! flags); this module reads the clock, asks the core for the orders and hands them to
-//! the helper with no lock held. It also reads request records (`examine_lockspace`)
-//! and runs the monitor loop.
+//! The monitor loop, and kill escalation for holders of leases in a failed or removed
+//! lockspace (sanlock `kill_pids`), carried out by the helper so the daemon never blocks.
+//! Once a second the monitor reads the clock and runs the core's step for the lost-lease
+//! path (`lockd_core::lost_lease_tick`, the code of `Core::step`'s tick) over the
+//! daemon's tables and lockspace statuses, under the locks only while it runs; then it
+//! carries out the effects in the order the core gave them: loss notices (the watch
+//! machinery), logs, kill orders (the helper). The schedule and who gets what are the
+//! core's (`lockd_core::kill`: one order per client per second at most, killpath or
+//! SIGTERM in the grace time, then SIGKILL, RESTRICT flags). This module also reads
+//! request records (`examine_lockspace`).
+//!
+//! Invariant: within one pass, every watcher of a holder has been written its loss notice
+//! before the first kill order of the pass goes to the helper (the core's effect order,
+//! kept by running the effects one after the other on one thread).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use client_lib::proto::{SANLK_RESTRICT_SIGKILL, SANLK_RESTRICT_SIGTERM};
@@ -15,48 +23,96 @@ use tracing::{error, warn};
 use crate::lockspace::{self, Space};
 use crate::state::{lock, Daemon};
 
-use lockd_core::kill::{plan_kills, KillOrder, SpaceKill};
+use crate::paxos::Held;
+use lockd_core::kill::KillOrder;
+use lockd_core::{lost_lease_tick, Effect, SpaceView};
 
-/// One pass of escalation over the holders of `space`: the core plans it under the
-/// tables lock (`lockd_core::kill::plan_kills`); the orders go to the helper after the
-/// lock is released.
-pub fn kill_holders(d: &Arc<Daemon>, space: &Space) {
-    let now = lockd_diskio::monotime();
-    let (kill_now, last_success) = {
-        let st = lock(&space.st);
-        (st.kill_now, st.last_success_s)
-    };
-    let fail_s = timeouts::id_renewal_fail_seconds(u64::from(space.io_timeout));
-    let grace_s = u64::from(d.cfg.kill_grace_s);
+/// The monitor's once-a-second pass over the lost-lease path: the core decides
+/// ([`lost_lease_step`]), the daemon carries out the effects in the core's order
+/// ([`run_effect`]: loss notices through the watch machinery, then kill orders through
+/// the helper), then retires failed lockspaces no lease holds any more
+/// ([`lockspace::retire_failed`]).
+pub fn monitor_pass(d: &Arc<Daemon>) {
+    let spaces: Vec<Arc<Space>> = lock(&d.spaces).clone();
+    for effect in lost_lease_step(d, &spaces, lockd_diskio::monotime()) {
+        run_effect(d, &spaces, effect);
+    }
+    lockspace::retire_failed(d, &spaces);
+}
+
+/// The core's step for the monitor's tick at `now_s`, over the daemon's tables and the
+/// statuses of `spaces` (`lockd_core::lost_lease_tick`). The locks are taken in the
+/// daemon's order (`tables` → `Space::st`, state.rs) and are all let go before this
+/// returns: no effect runs under them.
+fn lost_lease_step(d: &Daemon, spaces: &[Arc<Space>], now_s: u64) -> Vec<Effect<Held>> {
+    let mut tables = lock(&d.tables);
+    let mut sts: Vec<_> = spaces.iter().map(|s| lock(&s.st)).collect();
+    let mut views: Vec<SpaceView<'_>> = spaces
+        .iter()
+        .zip(sts.iter_mut())
+        .map(|(s, st)| SpaceView {
+            name: s.name,
+            st,
+            io_timeout_s: u64::from(s.io_timeout),
+        })
+        .collect();
+    lost_lease_tick(
+        &mut tables,
+        &mut views,
+        now_s,
+        u64::from(d.cfg.kill_grace_s),
+    )
+}
+
+/// Carries out one effect of the monitor's step, with no lock held.
+fn run_effect(d: &Arc<Daemon>, spaces: &[Arc<Space>], effect: Effect<Held>) {
+    let space = |ls: &disk_format::Name| spaces.iter().find(|s| s.name.same_as(ls));
+    match effect {
+        Effect::LossNotice { ls, kind, pids } => {
+            if let Some(s) = space(&ls) {
+                crate::watch::notify_loss_to(d, s, kind, &pids);
+            }
+        }
+        Effect::LockspaceFailed { ls, age_s, corrupt } => {
+            error!(%ls, age = age_s, corrupt,
+                   "lockspace failed: our delta lease is lost; killing lease holders");
+            let holders = lock(&d.tables)
+                .resources
+                .values()
+                .any(|r| r.ls.same_as(&ls) && !r.orphan);
+            if let (true, Some(s)) = (holders, space(&ls)) {
+                s.failed_with_holders.store(true, Ordering::SeqCst);
+            }
+        }
+        Effect::RenewalsFailing { ls, age_s } => {
+            let io_timeout_s = space(&ls).map_or(0, |s| u64::from(s.io_timeout));
+            let fail = timeouts::id_renewal_fail_seconds(io_timeout_s);
+            warn!(%ls, age = age_s, "renewals failing; lockspace will fail at {fail} s");
+        }
+        Effect::Kill { ls, order } => run_kill_order(d, &ls, order),
+        other => error!(effect = ?other, "the monitor's step gave an effect it does not give"),
+    }
+}
+
+/// One kill order, handed to the helper (without a helper — a daemon started inside a
+/// test process — nothing is killed).
+fn run_kill_order(d: &Daemon, ls: &disk_format::Name, order: KillOrder) {
     let Some(helper) = d.helper.as_ref() else {
         return;
     };
-    let orders = plan_kills(
-        &mut *lock(&d.tables),
-        &space.name,
-        SpaceKill {
-            kill_now,
-            now,
-            last_success,
-            fail_s,
-            grace_s,
-        },
-    );
-    for order in orders {
-        match order {
-            KillOrder::Exhausted { pid, .. } => {
-                error!(pid, ls = %space.name, "client is stuck: kill attempts exhausted");
-            }
-            KillOrder::RunKillpath { pid, killpath, .. } => {
-                warn!(pid, ls = %space.name, path = ?killpath.path, args = ?killpath.args, "running killpath");
-                helper.run_path(&killpath, pid);
-                crate::metrics::global().kill(crate::metrics::KillStep::Killpath);
-            }
-            KillOrder::Signal { pid, sig, .. } => {
-                warn!(pid, ls = %space.name, sig, "killing lease holder");
-                helper.kill(pid, sig);
-                crate::metrics::global().kill(crate::metrics::KillStep::from_signal(sig));
-            }
+    match order {
+        KillOrder::Exhausted { pid, .. } => {
+            error!(pid, %ls, "client is stuck: kill attempts exhausted");
+        }
+        KillOrder::RunKillpath { pid, killpath, .. } => {
+            warn!(pid, %ls, path = ?killpath.path, args = ?killpath.args, "running killpath");
+            helper.run_path(&killpath, pid);
+            crate::metrics::global().kill(crate::metrics::KillStep::Killpath);
+        }
+        KillOrder::Signal { pid, sig, .. } => {
+            warn!(pid, %ls, sig, "killing lease holder");
+            helper.kill(pid, sig);
+            crate::metrics::global().kill(crate::metrics::KillStep::from_signal(sig));
         }
     }
 }
@@ -133,13 +189,186 @@ pub fn monitor_loop(d: &Arc<Daemon>) {
         }
         if last_check.is_none_or(|t| t.elapsed() + tick / 2 >= CHECK_EVERY) {
             last_check = Some(Instant::now());
-            for space in lockspace::check_our_leases(d) {
-                kill_holders(d, &space);
-            }
+            monitor_pass(d);
             if !d.is_shutting_down() {
                 d.notifier.status_if_changed(&d.summary());
             }
         }
         std::thread::sleep(tick);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The daemon's side of "the notice before the kill": the monitor's step, run over a
+    //! daemon's real tables, lockspace status and watch connections, gives effects whose
+    //! loss notice is on the watcher's socket before the first kill order is reached.
+    use super::*;
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+
+    use client_lib::ext::WatchKind;
+    use client_lib::wire::{self, Header, HEADER_LEN};
+    use disk_format::Name;
+    use lockd_core::kill::SIGTERM;
+
+    use crate::lockspace::{Phase, RenewalRec};
+    use crate::state::ClientToken;
+
+    fn daemon() -> Arc<Daemon> {
+        let args = crate::DaemonArgs {
+            foreground: true,
+            use_watchdog: Some(0),
+            host_name: Some("kill-unit".into()),
+            io_timeout: Some(1),
+            run_dir: Some("/nonexistent/lockd-kill-unit".into()),
+            config: Some("/dev/null".into()),
+            ..Default::default()
+        };
+        let cfg = crate::Config::resolve(&args, None).expect("config");
+        Arc::new(Daemon::new(
+            cfg,
+            None,
+            Arc::new(crate::observability::LogRing::default()),
+        ))
+    }
+
+    /// Lockspace `ls` joined at `t` (io_timeout 1) and a registered client `pid` holding
+    /// lease `ls:r` in it.
+    fn joined_with_holder(d: &Arc<Daemon>, t: u64, pid: i32) -> Arc<Space> {
+        let ls = Name::new("ls").expect("name");
+        let wl = wire::Lockspace {
+            name: ls,
+            host_id: 1,
+            flags: 0,
+            pad: 0,
+            host_id_disk: wire::DiskLocation {
+                path: wire::PathField::new("/nonexistent/lockd-kill-unit/ids").expect("path"),
+                ..Default::default()
+            },
+        };
+        let space = Arc::new(lockspace::new_space(d, &wl, 1, None));
+        {
+            let mut st = lock(&space.st);
+            st.phase = Phase::Joined;
+            st.renewal_ok(
+                t,
+                RenewalRec {
+                    timestamp: t,
+                    read_ms: 1,
+                    write_ms: 0,
+                },
+            );
+        }
+        lock(&d.spaces).push(space.clone());
+        let mut tables = lock(&d.tables);
+        let ci = tables.clients.add(-1, pid, 0, None).expect("a slot");
+        tables.clients.slots.get_mut(&ci).expect("slot").registered = true;
+        let key = (ls, Name::new("r").expect("name"));
+        assert_eq!(
+            tables.start_acquire(ci, key, false, 0, &[]),
+            Ok(lockd_core::AcquireStart::Disk)
+        );
+        let held = Held {
+            token: None,
+            opened_by: None,
+        };
+        let lver = tables.finish_acquire(key, ci, Ok(held)).expect("held");
+        tables
+            .record_tokens(
+                ci,
+                vec![ClientToken {
+                    token_id: 1,
+                    ls,
+                    name: key.1,
+                    disks: Vec::new(),
+                    shared: false,
+                    persistent: false,
+                    lver,
+                    acquired: t,
+                }],
+            )
+            .expect("recorded");
+        space
+    }
+
+    /// The watch events waiting on `peer` (non-blocking), as their kinds' codes.
+    fn events_on(peer: &mut UnixStream) -> Vec<u32> {
+        let mut buf = vec![0u8; 4096];
+        let n = match peer.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+            Err(e) => panic!("reading the watch connection: {e}"),
+        };
+        let msg_len = HEADER_LEN + client_lib::ext::WATCH_EVENT_LEN;
+        assert_eq!(n % msg_len, 0, "whole watch messages only: {n} bytes");
+        buf[..n]
+            .chunks(msg_len)
+            .map(|m| Header::decode(&m[..HEADER_LEN]).expect("a header").data)
+            .collect()
+    }
+
+    #[test]
+    fn the_monitor_writes_the_loss_notice_before_it_reaches_the_first_kill() {
+        const PID: i32 = 4242;
+        let d = daemon();
+        let space = joined_with_holder(&d, 100, PID);
+        let (ours, mut peer) = UnixStream::pair().expect("a socket pair");
+        peer.set_nonblocking(true).expect("non-blocking");
+        lock(&d.watchers).push(crate::watch::Watcher {
+            ci: 999,
+            pid: PID,
+            stream: ours,
+        });
+        let spaces = vec![space.clone()];
+        let fail_s = timeouts::id_renewal_fail_seconds(1);
+
+        // A young lease: no effect at all.
+        assert!(lost_lease_step(&d, &spaces, 101).is_empty());
+
+        // At id_renewal_fail the lease is lost: the step gives the notice, the log and
+        // the SIGTERM (grace time) in that order; when the daemon reaches the kill, the
+        // notice is already on the watcher's socket.
+        let effects = lost_lease_step(&d, &spaces, 100 + fail_s);
+        assert!(
+            matches!(effects.first(), Some(Effect::LossNotice { kind: WatchKind::LockspaceFailed, pids, .. }) if pids == &[PID]),
+            "{effects:?}"
+        );
+        let mut kills = 0;
+        let mut seen = Vec::new();
+        for effect in effects {
+            if let Effect::Kill { order, .. } = &effect {
+                seen.extend(events_on(&mut peer));
+                assert_eq!(
+                    seen,
+                    vec![WatchKind::LockspaceFailed.code()],
+                    "the loss notice must be on the socket before the kill order runs"
+                );
+                assert!(matches!(
+                    order,
+                    KillOrder::Signal {
+                        pid: PID,
+                        sig: SIGTERM,
+                        ..
+                    }
+                ));
+                kills += 1;
+            }
+            run_effect(&d, &spaces, effect);
+        }
+        assert_eq!(kills, 1);
+        assert!(lock(&space.st).space_dead);
+        assert!(space.failed_with_holders.load(Ordering::SeqCst));
+
+        // A second later: escalation goes on, the notice is not repeated.
+        let effects = lost_lease_step(&d, &spaces, 100 + fail_s + 1);
+        assert!(!effects
+            .iter()
+            .any(|e| matches!(e, Effect::LossNotice { .. })));
+        assert!(effects.iter().any(|e| matches!(e, Effect::Kill { .. })));
+        for effect in effects {
+            run_effect(&d, &spaces, effect);
+        }
+        assert!(events_on(&mut peer).is_empty());
     }
 }

@@ -224,7 +224,7 @@ impl Space {
     }
 }
 
-fn new_space(
+pub(crate) fn new_space(
     d: &Daemon,
     ls: &wire::Lockspace,
     io_timeout: u32,
@@ -1097,7 +1097,11 @@ fn renew_loop(
                     read_ms: t1.saturating_sub(t0),
                     write_ms: 0,
                 };
-                lock(&space.st).renewal_ok(state.last_success_ms / 1000, rec);
+                lockd_core::apply_renewal(
+                    &mut lock(&space.st),
+                    state.last_success_ms / 1000,
+                    lockd_core::RenewalOutcome::Ok(rec),
+                );
                 space.renewal_hist.observe_ms(t1.saturating_sub(t0));
                 next_attempt_ms = state.last_success_ms + renewal_ms;
             }
@@ -1116,7 +1120,12 @@ fn renew_loop(
                     .renewal_failures
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 // Fenced: lost at once, as a corrupt lease (no retry can succeed).
-                lock(&space.st).renewal_failed(code, e.is_corrupt() || e.is_fenced());
+                let corrupt = e.is_corrupt() || e.is_fenced();
+                lockd_core::apply_renewal(
+                    &mut lock(&space.st),
+                    lockd_diskio::monotime(),
+                    lockd_core::RenewalOutcome::Failed { code, corrupt },
+                );
                 // sanlock retries a failed renewal after 500 ms.
                 next_attempt_ms = lockd_diskio::monotime_ms() + 500;
             }
@@ -1329,65 +1338,39 @@ fn with_space(d: &Daemon, space_id: u32, f: impl FnOnce(&Space) -> bool) -> bool
     space.is_some_and(|s| f(&s))
 }
 
-/// Once a second: check each lockspace's own lease (sanlock `check_our_lease`) and mark it
-/// dead at id_renewal_fail or on a corrupt result. Returns the lockspaces whose holders
-/// must be killed.
-pub fn check_our_leases(d: &Arc<Daemon>) -> Vec<Arc<Space>> {
-    let now = lockd_diskio::monotime();
-    let spaces: Vec<_> = lock(&d.spaces).clone();
-    let mut dead = Vec::new();
+/// After the monitor's step (`crate::kill::monitor_pass`; the core's expiry check, sanlock
+/// `check_our_lease`, marked lost lockspaces dead): a failed lockspace still listed as
+/// joined goes away once its lease holders are gone (sanlock frees it); its orphans are
+/// released first, and its delta lease is left on disk to expire. The daemon still does
+/// this itself (docs/architecture.md).
+pub fn retire_failed(d: &Arc<Daemon>, spaces: &[Arc<Space>]) {
     for s in spaces {
-        let (e, used_by_orphans, corrupt) = {
-            let mut st = lock(&s.st);
-            let e = st.check_expiry(now, u64::from(s.io_timeout));
-            (e, st.used_by_orphans, st.corrupt_result)
+        let (failed, used_by_orphans) = {
+            let st = lock(&s.st);
+            (
+                st.space_dead && !st.kill_now && st.phase == Phase::Joined,
+                st.used_by_orphans,
+            )
         };
-        // Lease-loss notices go out before this lockspace reaches the kill escalation
-        // (the caller kills after we return).
-        if let Some(kind) = e.notice {
-            crate::watch::notify_loss(d, &s, kind);
+        if !failed {
+            continue;
         }
-        if let Some(age) = e.failed_after_s {
-            error!(ls = %s.name, age, corrupt,
-                   "lockspace failed: our delta lease is lost; killing lease holders");
-            let holders = {
-                let tables = lock(&d.tables);
-                tables
-                    .resources
-                    .values()
-                    .any(|r| r.ls.same_as(&s.name) && !r.orphan)
-            };
-            if holders {
-                s.failed_with_holders.store(true, Ordering::SeqCst);
-            }
-        } else if let Some(age) = e.failing_for_s {
-            let fail = timeouts::id_renewal_fail_seconds(u64::from(s.io_timeout));
-            warn!(ls = %s.name, age, "renewals failing; lockspace will fail at {fail} s");
+        let (holders, total) = {
+            let tables = lock(&d.tables);
+            let res = &tables.resources;
+            let mine: Vec<_> = res.values().filter(|r| r.ls.same_as(&s.name)).collect();
+            (mine.iter().filter(|r| !r.orphan).count(), mine.len())
+        };
+        if holders == 0 && total > 0 && !used_by_orphans {
+            crate::cmd::release_orphans(d, &s.name, &Name::EMPTY);
         }
-        if e.kill {
-            dead.push(s.clone());
-        }
-        // A failed lockspace goes away once its lease holders are gone (sanlock frees it);
-        // its delta lease is left on disk to expire.
-        if e.remove_when_unused {
-            let (holders, total) = {
-                let tables = lock(&d.tables);
-                let res = &tables.resources;
-                let mine: Vec<_> = res.values().filter(|r| r.ls.same_as(&s.name)).collect();
-                (mine.iter().filter(|r| !r.orphan).count(), mine.len())
-            };
-            if holders == 0 && total > 0 && !used_by_orphans {
-                crate::cmd::release_orphans(d, &s.name, &Name::EMPTY);
-            }
-            if !space_in_use(d, &s.name) {
-                warn!(ls = %s.name, "failed lockspace removed: no lease holders left");
-                lock(&s.st).phase = Phase::Removing;
-                s.stop.store(true, Ordering::SeqCst);
-                s.cond.notify_all();
-            }
+        if !space_in_use(d, &s.name) {
+            warn!(ls = %s.name, "failed lockspace removed: no lease holders left");
+            lock(&s.st).phase = Phase::Removing;
+            s.stop.store(true, Ordering::SeqCst);
+            s.cond.notify_all();
         }
     }
-    dead
 }
 
 /// Last successful renewal (monotime s) of a lockspace.

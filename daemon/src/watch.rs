@@ -5,10 +5,10 @@
 //! loss notice whenever it decides a lease of that pid can no longer be trusted.
 //!
 //! Invariants:
-//! * a loss notice is written *before* the action it announces: [`notify_loss`] is called
-//!   by the deciding code path before it returns the lockspace to the kill escalation
-//!   (monitor loop), before REM_LOCKSPACE/forced shutdown set `kill_now`, and before a
-//!   FORCE/GRACEFUL request is acted on;
+//! * a loss notice is written *before* the action it announces: the monitor runs the
+//!   core's `LossNotice` effects ([`notify_loss_to`]) before the same step's kill orders
+//!   (`crate::kill`); [`notify_loss`] is called before REM_LOCKSPACE/forced shutdown set
+//!   `kill_now`, and before a FORCE/GRACEFUL request is acted on;
 //! * writing never blocks a decision for long: every watch stream has a short write
 //!   timeout, and a watcher whose write fails is dropped;
 //! * `watchers` is a leaf lock: nothing else is locked while it is held, and it is held
@@ -169,6 +169,12 @@ pub fn deadlines(d: &Daemon, space: &Space) -> (i64, i64, u64) {
 /// acting on the decision.
 pub fn notify_loss(d: &Daemon, space: &Space, kind: WatchKind) {
     let pids = holder_pids(d, &space.name, None);
+    notify_loss_to(d, space, kind, &pids);
+}
+
+/// [`notify_loss`] to the watchers of `pids`, the holders the core named in its
+/// `LossNotice` effect.
+pub fn notify_loss_to(d: &Daemon, space: &Space, kind: WatchKind, pids: &[i32]) {
     if pids.is_empty() {
         return;
     }
@@ -177,7 +183,7 @@ pub fn notify_loss(d: &Daemon, space: &Space, kind: WatchKind) {
         kill_in = 0;
         wd_in = NO_DEADLINE;
     }
-    let n = send_to(d, &pids, |pid| WatchEvent {
+    let n = send_to(d, pids, |pid| WatchEvent {
         kind,
         force_mode: 0,
         leases: 0,
