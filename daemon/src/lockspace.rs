@@ -843,7 +843,15 @@ fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
         }
         let out = fence.check(&space.monitor, lockd_diskio::monotime());
         if out.we_are_fenced {
-            lock(&space.st).renewal_failed(-libc::EBADE, true);
+            // Our key is gone: the lease is lost, as a corrupt one (the core's transition).
+            lockd_core::apply_renewal(
+                &mut lock(&space.st),
+                lockd_diskio::monotime(),
+                lockd_core::RenewalOutcome::Failed {
+                    code: -libc::EBADE,
+                    corrupt: true,
+                },
+            );
             return;
         }
         std::thread::sleep(Duration::from_millis(1000));
