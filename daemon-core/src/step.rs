@@ -81,6 +81,17 @@ impl PlantedBug {
     }
 }
 
+impl CoreSpace {
+    /// The lockspace as [`lost_lease_tick`] takes it.
+    pub fn view(&mut self) -> SpaceView<'_> {
+        SpaceView {
+            name: self.name,
+            st: &mut self.st,
+            io_timeout_s: self.io_timeout_s,
+        }
+    }
+}
+
 /// Everything the core owns so far: the client/resource tables, the lockspaces, and the
 /// requests and disk operations in progress.
 #[derive(Debug)]
@@ -388,15 +399,7 @@ impl<S, H: LeaseHold> Core<S, H> {
     /// lockspaces that can go (lost or removed, with no lease left in the table).
     fn tick(&mut self, now_s: u64, effects: &mut Vec<Effect<H>>) {
         let bug = self.active_bug();
-        let mut views: Vec<SpaceView<'_>> = self
-            .spaces
-            .iter_mut()
-            .map(|s| SpaceView {
-                name: s.name,
-                st: &mut s.st,
-                io_timeout_s: s.io_timeout_s,
-            })
-            .collect();
+        let mut views: Vec<SpaceView<'_>> = self.spaces.iter_mut().map(CoreSpace::view).collect();
         let mut fx = expiry_pass(&mut self.tables, &mut views, now_s, self.kill_grace_s, bug);
         effects.append(&mut fx);
         self.finish_removals(effects);
@@ -796,15 +799,7 @@ mod tests {
         let mut b = core(&["a", "b"], 100, &[(11, "a", "r"), (12, "b", "r")]);
         for t in [100 + fail - 5, 100 + fail, 100 + fail + 1, 100 + fail + 45] {
             let from_step = a.step(t, Input::Tick);
-            let mut views: Vec<SpaceView<'_>> = b
-                .spaces
-                .iter_mut()
-                .map(|s| SpaceView {
-                    name: s.name,
-                    st: &mut s.st,
-                    io_timeout_s: s.io_timeout_s,
-                })
-                .collect();
+            let mut views: Vec<SpaceView<'_>> = b.spaces.iter_mut().map(CoreSpace::view).collect();
             let lent = lost_lease_tick(&mut b.tables, &mut views, t, b.kill_grace_s);
             assert_eq!(from_step, lent, "at {t}");
         }

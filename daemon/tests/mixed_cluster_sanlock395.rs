@@ -122,35 +122,6 @@ fn lockd_holder(lk: &LockdDaemon, dev: &str, shared: bool) -> PyChild {
     c
 }
 
-/// sanlock 3.9.5 formats lockspace `ls` (io_timeout 1) and resource r1 on `dev`.
-fn format_395(sl: &Sanlock5, dev: &str) {
-    let d = Path::new(dev);
-    let o = sl.cmd(
-        d,
-        &[
-            "sanlock",
-            "direct",
-            "init",
-            "-s",
-            &format!("ls:0:{dev}:0"),
-            "-o",
-            "1",
-        ],
-    );
-    assert!(o.status.success(), "3.9.5 init -s: {}", text(&o));
-    let o = sl.cmd(
-        d,
-        &[
-            "sanlock",
-            "direct",
-            "init",
-            "-r",
-            &format!("ls:r1:{dev}:{RES_OFF}"),
-        ],
-    );
-    assert!(o.status.success(), "3.9.5 init -r: {}", text(&o));
-}
-
 fn sees_each_other(sl: &Sanlock5, lk: &LockdDaemon, dev: &str, lockd_host: u64, sl_host: u64) {
     let d = Path::new(dev);
     let gets = || text(&sl.cmd(d, &["sanlock", "client", "gets", "-h", "1"]));
@@ -230,17 +201,7 @@ fn sanlock_395_and_lockd_share_a_395_formatted_lockspace() {
     lk.python(&format!(
         "import sanlock\nsanlock.rem_lockspace(b'ls', 2, b'{dev}', 0)"
     ));
-    let o = sl.cmd(
-        &lo.dev,
-        &[
-            "sanlock",
-            "client",
-            "rem_lockspace",
-            "-s",
-            &format!("ls:1:{dev}:0"),
-        ],
-    );
-    assert!(o.status.success(), "3.9.5 rem_lockspace: {}", text(&o));
+    sl.rem_lockspace(&dev, 1);
     drop(lk);
     drop(sl);
     drop(lo);
@@ -269,7 +230,7 @@ fn joined_pair(tag: &str) -> (Scratch, Loop, String, Sanlock5, LockdDaemon) {
     let lo = Loop::attach(&file);
     let dev = lo.dev.display().to_string();
     let sl = Sanlock5::start_in(TRIXIE, &s, "host395");
-    format_395(&sl, &dev);
+    sl.format_ls_r1(&dev, RES_OFF);
     let lk = LockdDaemon::start(&s, "hostL", &[]);
     join_both_in(TRIXIE, &sl.run_dir, &lk, &dev);
     sees_each_other(&sl, &lk, &dev, 2, 1);

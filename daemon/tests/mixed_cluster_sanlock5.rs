@@ -49,30 +49,7 @@ fn sanlock_511_and_lockd_share_a_511_formatted_lockspace() {
     let dev = lo.dev.display().to_string();
     let sl = Sanlock5::start(&s, "host5");
     // sanlock 5.1.1 formats: delta 5.0, paxos 7.0.
-    let o = sl.cmd(
-        &lo.dev,
-        &[
-            "sanlock",
-            "direct",
-            "init",
-            "-s",
-            &format!("ls:0:{dev}:0"),
-            "-o",
-            "1",
-        ],
-    );
-    assert!(o.status.success(), "5.1.1 init -s: {}", text(&o));
-    let o = sl.cmd(
-        &lo.dev,
-        &[
-            "sanlock",
-            "direct",
-            "init",
-            "-r",
-            &format!("ls:r1:{dev}:{RES_OFF}"),
-        ],
-    );
-    assert!(o.status.success(), "5.1.1 init -r: {}", text(&o));
+    sl.format_ls_r1(&dev, RES_OFF);
     assert_eq!(delta_version(&lo.dev, 1), 0x0005_0000);
 
     let lk = LockdDaemon::start(&s, "hostL", &[]);
@@ -282,17 +259,7 @@ fn sanlock_511_and_lockd_share_a_511_formatted_lockspace() {
     lk.python(&format!(
         "import sanlock\ntry:\n    sanlock.rem_lockspace(b'ls', 2, b'{dev}', 0)\nexcept sanlock.SanlockException:\n    pass"
     ));
-    let o = sl.cmd(
-        &lo.dev,
-        &[
-            "sanlock",
-            "client",
-            "rem_lockspace",
-            "-s",
-            &format!("ls:1:{dev}:0"),
-        ],
-    );
-    assert!(o.status.success(), "5.1.1 rem_lockspace: {}", text(&o));
+    sl.rem_lockspace(&dev, 1);
     assert_eq!(delta_version(&lo.dev, 1), 0x0005_0000);
     drop(lk);
     drop(sl);
@@ -457,17 +424,7 @@ fn release_of_a_changed_leader_gets_5x_codes_like_sanlock_511() {
         let o = sl.cmd(&lo.dev, &["sanlock", "direct", "init", "-r", &res]);
         assert!(o.status.success(), "5.1.1 re-init -r: {}", text(&o));
     }
-    let o = sl.cmd(
-        &lo.dev,
-        &[
-            "sanlock",
-            "client",
-            "rem_lockspace",
-            "-s",
-            &format!("ls:1:{dev}:0"),
-        ],
-    );
-    assert!(o.status.success(), "5.1.1 rem_lockspace: {}", text(&o));
+    sl.rem_lockspace(&dev, 1);
 
     // lockd, alone as host 2: the same through python3-sanlock.
     let lk = LockdDaemon::start(&s, "hostL", &[]);

@@ -922,22 +922,28 @@ def run_scenario(name: str, io_timeout_s: int, fire_timeout_s: int, keep: bool) 
     return res
 
 
-def join_all(bed: Bed, guests: list[Guest]) -> None:
-    errors: list[BedError] = []
+def in_parallel(fn, items) -> None:
+    """Runs fn(item) for every item at once (guests booting or joining together, as hosts
+    do); then raises the first failure as a BedError."""
+    errors: list[Exception] = []
 
-    def one(g: Guest) -> None:
+    def one(item) -> None:
         try:
-            bed.join(g)
-        except BedError as e:
+            fn(item)
+        except Exception as e:  # reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=one, args=(g,)) for g in guests]
+    threads = [threading.Thread(target=one, args=(x,)) for x in items]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
     if errors:
-        raise errors[0]
+        raise errors[0] if isinstance(errors[0], BedError) else BedError(str(errors[0]))
+
+
+def join_all(bed: Bed, guests: list[Guest]) -> None:
+    in_parallel(bed.join, guests)
 
 
 def scenario_body(bed: Bed, res: Result) -> None:
@@ -950,23 +956,7 @@ def scenario_body(bed: Bed, res: Result) -> None:
     host_dead = 8 * d + w
     bed.start_storage(3)
     kinds = {1: "sanlock" if name == "mixed-sanlock" else "lockd", 2: "lockd", 3: "lockd"}
-    threads = []
-    errors: list[Exception] = []
-
-    def boot(i: int) -> None:
-        try:
-            bed.boot(i, kinds[i])
-        except Exception as e:  # reported below
-            errors.append(e)
-
-    for i in (1, 2, 3):
-        th = threading.Thread(target=boot, args=(i,))
-        th.start()
-        threads.append(th)
-    for th in threads:
-        th.join()
-    if errors:
-        raise BedError(str(errors[0]))
+    in_parallel(lambda i: bed.boot(i, kinds[i]), (1, 2, 3))
     g1, g2, g3 = bed.guests[1], bed.guests[2], bed.guests[3]
     # The three joins run at once (each host its own host_id), as hosts booting together do.
     join_all(bed, [g1, g2, g3])
@@ -1266,23 +1256,13 @@ def pr_basics(bed: Bed, res: Result) -> None:
     READ KEYS (lockd's and sg_persist's) lists only B; then release and clear. Everything
     through `lockd direct pr` in the guests."""
     bed.start_storage(2)
-    errors: list[Exception] = []
 
     def boot(i: int) -> None:
-        try:
-            g = Guest(bed, i, "lockd")
-            bed.guests[i] = g
-            g.start()
-        except Exception as e:  # reported below
-            errors.append(e)
+        g = Guest(bed, i, "lockd")
+        bed.guests[i] = g
+        g.start()
 
-    threads = [threading.Thread(target=boot, args=(i,)) for i in (1, 2)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    if errors:
-        raise BedError(str(errors[0]))
+    in_parallel(boot, (1, 2))
     a, b = bed.guests[1], bed.guests[2]
     ka, kb = pr_key(1, 1), pr_key(2, 1)
     v = res.violations

@@ -94,25 +94,15 @@ def bodies(vm: ModuleType) -> dict:
         initrd = vm.IMAGE_DIR / "initrd-lvm.gz"
         if not initrd.exists():
             raise BedError(f"{initrd} missing: scripts/vmbed.sh builds it (tests/vmbed/build-trixie-lvm.sh)")
-        errors: list[Exception] = []
 
         def one(i: int) -> None:
-            try:
-                g = vm.Guest(bed, i, kinds[i])
-                g.initrd = initrd
-                bed.guests[i] = g
-                g.start()
-                daemons(bed, g)
-            except Exception as e:  # reported below
-                errors.append(e)
+            g = vm.Guest(bed, i, kinds[i])
+            g.initrd = initrd
+            bed.guests[i] = g
+            g.start()
+            daemons(bed, g)
 
-        threads = [threading.Thread(target=one, args=(i,)) for i in kinds]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        if errors:
-            raise BedError(str(errors[0]))
+        vm.in_parallel(one, kinds)
 
     def daemons(bed, g) -> None:
         """wdmd on the i6300esb, the lock manager (lockd or sanlock 3.9.5), then lvmlockd

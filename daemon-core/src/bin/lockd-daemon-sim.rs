@@ -12,18 +12,9 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use lease_core::sim::cli::{SimArgs, SimCli};
 use lockd_core::sim::{run_seed, SimConfig};
 use lockd_core::PlantedBug;
-
-struct Args {
-    seeds: u64,
-    first_seed: u64,
-    hosts: usize,
-    duration_s: u64,
-    bug_name: Option<String>,
-    verbose: bool,
-    trace: bool,
-}
 
 fn usage() -> String {
     let bugs: Vec<&str> = PlantedBug::ALL.iter().map(|(n, _)| *n).collect();
@@ -34,53 +25,16 @@ fn usage() -> String {
     )
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        seeds: 100,
-        first_seed: 1,
-        hosts: SimConfig::default().hosts,
-        duration_s: SimConfig::default().duration_s,
-        bug_name: None,
-        verbose: false,
-        trace: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
-        let num = |name: &str, v: String| {
-            v.parse::<u64>()
-                .map_err(|_| format!("{name}: not a number: {v:?}"))
-        };
-        match flag.as_str() {
-            "--seeds" => a.seeds = num("--seeds", value("--seeds")?)?,
-            "--first-seed" => a.first_seed = num("--first-seed", value("--first-seed")?)?,
-            "--hosts" => {
-                let h = num("--hosts", value("--hosts")?)?;
-                if !(2..=8).contains(&h) {
-                    return Err(format!("--hosts must be 2..8, got {h}"));
-                }
-                a.hosts = h as usize;
-            }
-            "--duration" => {
-                a.duration_s = num("--duration", value("--duration")?)?;
-                if a.duration_s == 0 {
-                    return Err("--duration must be positive".into());
-                }
-            }
-            "--plant-bug" => {
-                let name = value("--plant-bug")?;
-                if PlantedBug::parse(&name).is_none() {
-                    return Err(format!("unknown planted bug {name:?}\n{}", usage()));
-                }
-                a.bug_name = Some(name);
-            }
-            "--verbose" | "-v" => a.verbose = true,
-            "--trace" => a.trace = true,
-            "--help" | "-h" => return Err(usage()),
-            other => return Err(format!("unknown argument {other:?}\n{}", usage())),
-        }
+fn parse_args() -> Result<SimArgs, String> {
+    SimCli {
+        usage: &usage(),
+        hosts: 2..=8,
+        default_hosts: SimConfig::default().hosts,
+        default_duration_s: SimConfig::default().duration_s,
+        known_bug: &|n: &str| PlantedBug::parse(n).is_some(),
+        models: &[],
     }
-    Ok(a)
+    .parse(std::env::args().skip(1))
 }
 
 fn main() -> ExitCode {

@@ -163,6 +163,45 @@ impl Sanlock5 {
 }
 
 impl Sanlock5 {
+    /// This suite's `sanlock direct init` of lockspace `ls` (io_timeout 1) at offset 0 and
+    /// of resource `ls:r1` at `res_off` on `dev`, each asserted.
+    pub fn format_ls_r1(&self, dev: &str, res_off: u64) {
+        let d = Path::new(dev);
+        for (what, spec) in [
+            ("-s", format!("ls:0:{dev}:0")),
+            ("-r", format!("ls:r1:{dev}:{res_off}")),
+        ] {
+            let mut args = vec!["sanlock", "direct", "init", what, spec.as_str()];
+            if what == "-s" {
+                args.extend(["-o", "1"]);
+            }
+            let o = self.cmd(d, &args);
+            assert!(
+                o.status.success(),
+                "{}'s init {what}: {}",
+                self.suite,
+                text(&o)
+            );
+        }
+    }
+
+    /// This suite's `sanlock client rem_lockspace -s ls:HOST_ID:DEV:0`, asserted.
+    pub fn rem_lockspace(&self, dev: &str, host_id: u64) {
+        let spec = format!("ls:{host_id}:{dev}:0");
+        let o = self.cmd(
+            Path::new(dev),
+            &["sanlock", "client", "rem_lockspace", "-s", &spec],
+        );
+        assert!(
+            o.status.success(),
+            "{}'s rem_lockspace: {}",
+            self.suite,
+            text(&o)
+        );
+    }
+}
+
+impl Sanlock5 {
     /// Kills the daemon with SIGKILL (by the PID in its pid file): a host that crashed.
     pub fn kill9(&mut self) {
         let pid = std::fs::read_to_string(self.run_dir.join("sanlock.pid")).expect("sanlock.pid");

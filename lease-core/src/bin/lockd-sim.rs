@@ -13,9 +13,11 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use lease_core::sim::cli::SimCli;
 use lease_core::sim::fence::{parse_fence_bug, run_fence_seed};
 use lease_core::sim::{parse_planted_bug, run_seed, SimConfig};
 
+/// What was asked, with the model chosen: `--model`, or the planted bug's own.
 struct Args {
     seeds: u64,
     first_seed: u64,
@@ -27,68 +29,36 @@ struct Args {
     fence_model: bool,
 }
 
-fn usage() -> String {
+const USAGE: &str =
     "usage: lockd-sim --seeds N [--first-seed S] [--hosts H (2-16)] [--duration SECONDS] \
      [--model lease|fence] [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|\
-     own-name-short-delay|take-before-preempt-confirmed] [--verbose] [--trace]"
-        .to_string()
-}
+     own-name-short-delay|take-before-preempt-confirmed] [--verbose] [--trace]";
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        seeds: 100,
-        first_seed: 1,
-        hosts: 4,
-        duration_s: SimConfig::default().duration_s,
-        bug_name: None,
-        verbose: false,
-        trace: false,
-        fence_model: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
-        let num = |name: &str, v: String| {
-            v.parse::<u64>()
-                .map_err(|_| format!("{name}: not a number: {v:?}"))
-        };
-        match flag.as_str() {
-            "--seeds" => a.seeds = num("--seeds", value("--seeds")?)?,
-            "--first-seed" => a.first_seed = num("--first-seed", value("--first-seed")?)?,
-            "--hosts" => {
-                let h = num("--hosts", value("--hosts")?)?;
-                if !(2..=16).contains(&h) {
-                    return Err(format!("--hosts must be 2..16, got {h}"));
-                }
-                a.hosts = h as usize;
-            }
-            "--duration" => {
-                a.duration_s = num("--duration", value("--duration")?)?;
-                if a.duration_s == 0 {
-                    return Err("--duration must be positive".into());
-                }
-            }
-            "--plant-bug" => {
-                let name = value("--plant-bug")?;
-                if parse_fence_bug(&name).is_some() {
-                    a.fence_model = true;
-                } else if parse_planted_bug(&name).is_none() {
-                    return Err(format!("unknown planted bug {name:?}"));
-                }
-                a.bug_name = Some(name);
-            }
-            "--model" => match value("--model")?.as_str() {
-                "lease" => a.fence_model = false,
-                "fence" => a.fence_model = true,
-                m => return Err(format!("unknown model {m:?}: lease or fence")),
-            },
-            "--verbose" | "-v" => a.verbose = true,
-            "--trace" => a.trace = true,
-            "--help" | "-h" => return Err(usage()),
-            other => return Err(format!("unknown argument {other:?}\n{}", usage())),
-        }
+    let known = |n: &str| parse_fence_bug(n).is_some() || parse_planted_bug(n).is_some();
+    let a = SimCli {
+        usage: USAGE,
+        hosts: 2..=16,
+        default_hosts: 4,
+        default_duration_s: SimConfig::default().duration_s,
+        known_bug: &known,
+        models: &["lease", "fence"],
     }
-    Ok(a)
+    .parse(std::env::args().skip(1))?;
+    let fence_model = match a.model.as_deref() {
+        Some(m) => m == "fence",
+        None => a.bug_name.as_deref().and_then(parse_fence_bug).is_some(),
+    };
+    Ok(Args {
+        seeds: a.seeds,
+        first_seed: a.first_seed,
+        hosts: a.hosts,
+        duration_s: a.duration_s,
+        bug_name: a.bug_name,
+        verbose: a.verbose,
+        trace: a.trace,
+        fence_model,
+    })
 }
 
 fn main() -> ExitCode {

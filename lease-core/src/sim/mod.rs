@@ -7,6 +7,7 @@
 //! its configuration, and takes milliseconds of wall time.
 
 pub mod checker;
+pub mod cli;
 pub mod fence;
 mod host;
 pub mod rng;
