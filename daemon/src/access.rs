@@ -1,5 +1,5 @@
-//! What a client may make the daemon do: storage opened with the client's own rights, and
-//! the uid rules of the commands that act on other clients' leases and processes.
+//! Storage opened with the client's own rights: who sent the command being run
+//! ([`Caller`], [`current`]) and [`open_disk`].
 //!
 //! The daemon runs as root; its socket is open to group `sanlock`. A path a client names
 //! (WRITE/READ_LOCKSPACE, WRITE/READ_RESOURCE, READ_RESOURCE_OWNERS, ALIGN, the rindex
@@ -23,9 +23,8 @@
 //! - a lockspace is joined with the rights of the client that added it (its thread opens
 //!   the disk with the [`Caller`] stored in the lockspace).
 //!
-//! The command rules ([`may_act_on_holders`] and friends) apply with
-//! `client_privileges = "uid"` (the default); `"sanlock"` lets every client that can
-//! reach the socket do what sanlock lets it (docs/daemon.md, "What group sanlock may do").
+//! The uid rules of the commands (who may remove a lockspace, signal holders, shut down)
+//! are in `crate::permit`.
 
 use std::cell::RefCell;
 use std::path::Path;
@@ -33,9 +32,7 @@ use std::path::Path;
 use lockd_diskio::{Access, DirectDisk, EngineKind, IoError};
 use tracing::warn;
 
-use crate::config::ClientPrivileges;
 use crate::server::Conn;
-use crate::state::Daemon;
 use crate::sys;
 
 /// Credentials to act with (plain data, kept in the core's client table with a killpath).
@@ -140,61 +137,6 @@ pub(crate) fn open_disk_as(
     DirectDisk::open_via(path, access, kind, |p, a| {
         sys::with_fs_creds(creds, || lockd_diskio::open_direct(p, a))?
     })
-}
-
-/// True when the uid rules are on (`client_privileges = "uid"`) and `caller` is subject to
-/// them (not root).
-fn restricted(d: &Daemon, caller: &Caller) -> bool {
-    d.cfg.client_privileges == ClientPrivileges::Uid && !caller.is_root()
-}
-
-/// SHUTDOWN and SHUTDOWN_WAIT: root only (under the uid rules).
-pub(crate) fn may_shutdown(d: &Daemon, caller: &Caller) -> bool {
-    !restricted(d, caller)
-}
-
-/// Whether `caller` may act on the local holders of leases selected by `pick` (REQUEST
-/// and EXAMINE, which end in a holder being signalled): only when every process of this
-/// host holding one was given its leases by `caller`'s uid.
-pub(crate) fn may_act_on_holders(
-    d: &Daemon,
-    caller: &Caller,
-    pick: impl Fn(&disk_format::Name, &disk_format::Name) -> bool,
-) -> bool {
-    if !restricted(d, caller) {
-        return true;
-    }
-    let tables = crate::state::lock(&d.tables);
-    tables
-        .clients
-        .slots
-        .values()
-        .filter(|c| c.tokens.iter().any(|t| pick(&t.ls, &t.name)))
-        .all(|c| c.uid == caller.uid())
-}
-
-/// REM_LOCKSPACE, SET_CONFIG, SET_EVENT on lockspace `space`: root, or the uid that added
-/// it — and, for removal (`kills_holders`), only while no process of another uid holds a
-/// lease in it (removal SIGKILLs the holders).
-pub(crate) fn may_manage_space(
-    d: &Daemon,
-    caller: &Caller,
-    space: &crate::lockspace::Space,
-    kills_holders: bool,
-) -> bool {
-    if !restricted(d, caller) {
-        return true;
-    }
-    if space.added_by_uid != caller.uid() {
-        return false;
-    }
-    !kills_holders || may_act_on_holders(d, caller, |ls, _| ls.same_as(&space.name))
-}
-
-/// The credentials a killpath registered by `caller` runs with: None (as the daemon,
-/// root) for root or with `client_privileges = "sanlock"`.
-pub(crate) fn killpath_creds(d: &Daemon, caller: &Caller) -> Option<FsCreds> {
-    restricted(d, caller).then(|| caller.creds.clone())
 }
 
 #[cfg(test)]

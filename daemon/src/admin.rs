@@ -20,7 +20,8 @@ use lease_core::paxos::{self, Mode, ResourceParams};
 use tracing::{info, warn};
 
 use crate::access::{self, Need};
-use crate::state::{lock, Daemon};
+use crate::state::Daemon;
+use crate::sync::lock;
 use lockd_diskio::{BlockingDisk, DirectDisk, EngineKind};
 
 /// sanlock's write_init_io_timeout: formatting writes get 60 s.

@@ -18,9 +18,11 @@ use tracing::{info, info_span, warn};
 
 use crate::access::{self, Caller};
 use crate::server::{After, Conn};
-use crate::state::{lock, ClientToken, Daemon, KillPath, LocalRes};
+use crate::state::Daemon;
+use crate::sync::lock;
 use crate::tables::{AcquireStart, ReleaseStart};
-use crate::{admin, lockspace, paxos, sys};
+use crate::tables::{ClientToken, KillPath, LocalRes};
+use crate::{admin, lockspace, paxos, permit, sys};
 
 /// RESTRICT: the connection's restriction flags (from `cmd_flags`).
 pub(crate) fn restrict(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> i32 {
@@ -65,7 +67,7 @@ pub(crate) fn shutdown_wait(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> Aft
     // the last lockspace is gone, and this reply goes first.
     let mut done = lock(&d.shutdown_mutex);
     while !*done {
-        done = crate::state::wait(&d.shutdown_cond, done);
+        done = crate::sync::wait(&d.shutdown_cond, done);
     }
     drop(done);
     crate::wait_spaces_gone(d);
@@ -489,7 +491,7 @@ fn note_waiting(d: &Daemon, target: u32, r: &wire::Resource, rv: i32) {
         Some(w) if w.ls.same_as(&ls) && w.name.same_as(&name) => w.since,
         _ => lockd_diskio::monotime(),
     };
-    c.waiting = Some(crate::state::Waiting {
+    c.waiting = Some(crate::tables::Waiting {
         ls,
         name,
         since,
@@ -572,7 +574,7 @@ fn start_acquire_after_release(
     ci: u32,
     r: &wire::Resource,
     cmd_flags: u32,
-) -> Result<(Arc<lockspace::Space>, AcquireStart), i32> {
+) -> Result<(Arc<crate::space::Space>, AcquireStart), i32> {
     let shared = r.head.flags & SANLK_RES_SHARED != 0;
     let key = (r.head.lockspace_name, r.head.name);
     let mut deadline = None;
@@ -590,7 +592,7 @@ fn start_acquire_after_release(
                     return Err(rv);
                 }
                 // The release ends with `finish_release` under this lock, then notifies.
-                drop(crate::state::wait_timeout(&d.released, tables, left));
+                drop(crate::sync::wait_timeout(&d.released, tables, left));
             }
             other => return other.map(|start| (space, start)),
         }
@@ -608,7 +610,7 @@ fn release(d: &Arc<Daemon>, target: u32, what: ReleaseWhat) -> i32 {
             // manage their lockspace (the uid rules of `crate::access`).
             let refused = access::current().is_some_and(|caller| {
                 d.find_space(&r.lockspace_name)
-                    .is_some_and(|s| !access::may_manage_space(d, &caller, &s, false))
+                    .is_some_and(|s| !permit::may_manage_space(d, &caller, &s, false))
             });
             if refused {
                 warn!(
@@ -739,7 +741,7 @@ fn convert(d: &Arc<Daemon>, h: &Header, target: u32, head: &wire::ResourceHead) 
 }
 
 /// KILLPATH (on the client's own connection): the program runs, when the time comes,
-/// with the rights of the client that set it (`crate::access::killpath_creds`).
+/// with the rights of the client that set it (`crate::permit::killpath_creds`).
 fn killpath(
     d: &Arc<Daemon>,
     ci: u32,
@@ -752,7 +754,7 @@ fn killpath(
     if target != ci {
         return -libc::EINVAL;
     }
-    let run_as = access::killpath_creds(d, caller);
+    let run_as = permit::killpath_creds(d, caller);
     if let Some(c) = lock(&d.tables).clients.slots.get_mut(&target) {
         info!(pid = c.pid, path = ?path, args = ?args, run_as_uid = run_as.as_ref().map_or(0, |r| r.uid), "killpath set");
         c.killpath = Some(KillPath {

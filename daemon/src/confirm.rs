@@ -21,7 +21,7 @@ use lease_core::error::LeaseError;
 use lease_core::io::Disk;
 use lease_core::monitor::{HostMonitor, HostObservation, HostObserver};
 
-use crate::state::lock;
+use crate::sync::lock;
 
 /// The outcome of one read: the host_ids whose delta lease was in use, ascending.
 type ReadResult = Result<Arc<Vec<u64>>, LeaseError>;
@@ -87,7 +87,7 @@ impl ConfirmReads {
                 self.reads.fetch_add(1, Relaxed);
                 return Step::Read(seq);
             }
-            st = crate::state::wait(&self.done, st);
+            st = crate::sync::wait(&self.done, st);
         }
     }
 

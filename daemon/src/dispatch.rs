@@ -1,7 +1,7 @@
 //! The dispatch table: one request from its header to its handler.
 //!
-//! A pool worker hands every header the event loop read (magic, restriction and version
-//! checked by `server.rs`) to [`dispatch`], which reads the whole request with
+//! A pool worker hands every header the event loop read to [`run_command`], which checks
+//! its magic, the connection's restriction and the protocol version, then to [`dispatch`], which reads the whole request with
 //! `client_lib::request::read_request` and then runs the handler of its [`Request`]
 //! variant. Handlers never read from the socket; they act on the typed request and write
 //! their reply on the connection.
@@ -27,14 +27,67 @@ use std::sync::Arc;
 
 use client_lib::proto::*;
 use client_lib::request::{self, read_request, Request, RequestError};
-use client_lib::wire::{Header, Rentry};
+use client_lib::wire::{Header, Rentry, HEADER_LEN};
 use disk_format::Name;
 use tracing::{debug, warn};
 
 use crate::access::{self, Caller};
-use crate::cmd;
 use crate::server::{After, Conn};
 use crate::state::Daemon;
+use crate::sync::lock;
+use crate::{cmd, permit};
+
+/// Runs the one request whose 32-byte header `hb` the reactor read from `conn`.
+///
+/// Commands are answered during a shutdown too, until the last lockspace is gone (the
+/// event loop then stops): closing a connection instead would, for a lease holder that
+/// the shutdown could not kill (SIGKILL restricted), release its lease while it runs.
+/// What a shutdown must refuse, the handlers refuse (ADD_LOCKSPACE: -EAGAIN; acquires
+/// find their lockspace removed: -ENOSPC).
+pub(crate) fn run_command(d: &Arc<Daemon>, conn: &mut Conn, hb: &[u8; HEADER_LEN]) -> After {
+    let Ok(h) = Header::decode(hb) else {
+        return After::Close;
+    };
+    if h.magic != SM_MAGIC {
+        // sanlock ignores such a message: no reply, connection left open.
+        debug!(
+            ci = conn.ci,
+            magic = h.magic,
+            "ignoring message with bad magic"
+        );
+        return After::Keep;
+    }
+    let restricted = lock(&d.tables)
+        .clients
+        .slots
+        .get(&conn.ci)
+        .map(|c| c.restricted)
+        .unwrap_or(0);
+    if restricted & SANLK_RESTRICT_ALL != 0 {
+        debug!(
+            ci = conn.ci,
+            cmd = h.cmd,
+            "ignoring message on restricted connection"
+        );
+        conn.drain(&h, 0);
+        return After::Keep;
+    }
+    if h.version != 0
+        && h.cmd != SM_CMD_VERSION
+        && (h.version & 0xFFFF_0000) > (SM_PROTO & 0xFFFF_0000)
+    {
+        debug!(
+            ci = conn.ci,
+            version = h.version,
+            "ignoring message of newer protocol"
+        );
+        return After::Keep;
+    }
+    if let Some(c) = lock(&d.tables).clients.slots.get_mut(&conn.ci) {
+        c.cmd_last = h.cmd;
+    }
+    dispatch(d, conn, &h)
+}
 
 /// Runs one command whose header `h` was read from `conn`.
 pub(crate) fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
@@ -75,18 +128,18 @@ fn refused_by_uid(d: &Daemon, caller: &Caller, req: &Request) -> Option<i32> {
     let same = |a: &Name, b: &Name| a.same_as(b);
     let space_rule = |name: &Name, kills_holders: bool| {
         d.find_space(name)
-            .is_none_or(|s| access::may_manage_space(d, caller, &s, kills_holders))
+            .is_none_or(|s| permit::may_manage_space(d, caller, &s, kills_holders))
     };
     let allowed = match req {
-        Request::Shutdown | Request::ShutdownWait => access::may_shutdown(d, caller),
-        Request::RequestLease(res) => access::may_act_on_holders(d, caller, |ls, name| {
+        Request::Shutdown | Request::ShutdownWait => permit::may_shutdown(d, caller),
+        Request::RequestLease(res) => permit::may_act_on_holders(d, caller, |ls, name| {
             same(ls, &res.head.lockspace_name) && same(name, &res.head.name)
         }),
-        Request::ExamineResource(head) => access::may_act_on_holders(d, caller, |ls, name| {
+        Request::ExamineResource(head) => permit::may_act_on_holders(d, caller, |ls, name| {
             same(ls, &head.lockspace_name) && same(name, &head.name)
         }),
         Request::ExamineLockspace(ls) => {
-            access::may_act_on_holders(d, caller, |l, _| same(l, &ls.name))
+            permit::may_act_on_holders(d, caller, |l, _| same(l, &ls.name))
         }
         Request::RemLockspace(ls) | Request::SetHost(ls, _) | Request::InitLockspaceHost(ls, _) => {
             space_rule(&ls.name, true)

@@ -35,7 +35,7 @@ use lease_core::timeouts;
 use lockd_scsi_pr::{lvm_key, lvm_key_parts, Keys, PrDevice, PrError, PrType};
 use tracing::{error, info, warn};
 
-use crate::state::lock;
+use crate::sync::lock;
 
 /// The reservation lockd holds: writes only from registered I_T nexuses.
 const RESERVATION: PrType = PrType::WriteExclusiveRegistrantsOnly;

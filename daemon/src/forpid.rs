@@ -23,8 +23,10 @@ use client_lib::wire::{self, Header};
 use tracing::{info, info_span, warn};
 
 use crate::server::Conn;
-use crate::state::{lock, ClientToken, Daemon, KillPath};
+use crate::state::Daemon;
+use crate::sync::lock;
 use crate::sys;
+use crate::tables::{ClientToken, KillPath};
 
 /// Real uid and state letter of `pid` from /proc (None when it is gone).
 fn proc_uid_state(pid: i32) -> Option<(u32, char)> {
@@ -80,7 +82,7 @@ pub(crate) fn acquire_for_pid(
         Some(_) => {}
     }
     // The killpath runs with the rights of the client that asked (`crate::access`).
-    let run_as = crate::access::killpath_creds(d, &crate::access::Caller::of(conn));
+    let run_as = crate::permit::killpath_creds(d, &crate::access::Caller::of(conn));
     let killpath = (!killpath_path.is_empty()).then(|| KillPath {
         path: killpath_path.clone(),
         args: killpath_args.clone(),

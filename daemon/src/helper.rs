@@ -260,7 +260,7 @@ impl Helper {
     /// Queues an order without blocking; returns false if it was dropped.
     pub fn send(&self, msg: &HelperMsg) -> bool {
         let bytes = msg.encode();
-        let mut w = crate::state::lock(&self.writer);
+        let mut w = crate::sync::lock(&self.writer);
         // Pipe writes of ≤ PIPE_BUF (4096) bytes are atomic: all or nothing.
         match w.write(&bytes) {
             Ok(n) if n == HELPER_MSG_LEN => true,
@@ -285,7 +285,7 @@ impl Helper {
 
     /// Runs a client's killpath program, appending `pid` when `with_pid`, as
     /// `kp.run_as` (as root when None).
-    pub fn run_path(&self, kp: &crate::state::KillPath, pid: i32) -> bool {
+    pub fn run_path(&self, kp: &crate::tables::KillPath, pid: i32) -> bool {
         self.send(&HelperMsg {
             kind: HELPER_MSG_RUNPATH,
             flags: if kp.with_pid { HELPER_FLAG_WITH_PID } else { 0 },
@@ -308,7 +308,7 @@ pub fn status_loop(d: &std::sync::Arc<crate::state::Daemon>) {
     let Some(helper) = d.helper.as_ref() else {
         return;
     };
-    let reader = crate::state::lock(&helper.status).take();
+    let reader = crate::sync::lock(&helper.status).take();
     let Some(mut reader) = reader else {
         return;
     };
@@ -333,7 +333,7 @@ pub fn status_loop(d: &std::sync::Arc<crate::state::Daemon>) {
                 "killpath failed"
             );
         }
-        let mut tables = crate::state::lock(&d.tables);
+        let mut tables = crate::sync::lock(&d.tables);
         let clients = &mut tables.clients;
         for c in clients.slots.values_mut() {
             if c.pid == st.client_pid && c.killpath.is_some() {
@@ -346,7 +346,7 @@ pub fn status_loop(d: &std::sync::Arc<crate::state::Daemon>) {
 fn helper_loop(mut reader: io::PipeReader, status: io::PipeWriter, run_dir: &std::path::Path) {
     let status = std::sync::Arc::new(Mutex::new(status));
     let report = |st: PathStatus, status: &Mutex<io::PipeWriter>| {
-        let mut w = crate::state::lock(status);
+        let mut w = crate::sync::lock(status);
         // 16 bytes ≤ PIPE_BUF: written whole. The daemon reads continuously.
         let _ = w.write_all(&st.encode());
     };

@@ -23,7 +23,8 @@ use std::path::Path;
 
 use tracing::warn;
 
-use crate::state::{lock, Daemon};
+use crate::state::Daemon;
+use crate::sync::lock;
 
 /// What identifies a disk whatever path names it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,10 +20,12 @@ use client_lib::proto::{SANLK_RESTRICT_SIGKILL, SANLK_RESTRICT_SIGTERM};
 use lease_core::timeouts;
 use tracing::{error, warn};
 
-use crate::lockspace::{self, Space};
-use crate::state::{lock, Daemon};
+use crate::lockspace;
+use crate::space::Space;
+use crate::state::Daemon;
+use crate::sync::lock;
 
-use crate::paxos::Held;
+use crate::tables::Held;
 use lockd_core::kill::KillOrder;
 use lockd_core::{lost_lease_tick, Effect, SpaceView};
 
@@ -212,8 +214,8 @@ mod tests {
     use disk_format::Name;
     use lockd_core::kill::SIGTERM;
 
-    use crate::lockspace::{Phase, RenewalRec};
-    use crate::state::ClientToken;
+    use crate::space::{Phase, RenewalRec};
+    use crate::tables::ClientToken;
 
     fn daemon() -> Arc<Daemon> {
         let args = crate::DaemonArgs {
@@ -247,7 +249,7 @@ mod tests {
                 ..Default::default()
             },
         };
-        let space = Arc::new(lockspace::new_space(d, &wl, 1, None));
+        let space = Arc::new(d.new_space(&wl, 1, None));
         {
             let mut st = lock(&space.st);
             st.phase = Phase::Joined;

@@ -18,7 +18,7 @@ pub mod access;
 pub mod admin;
 pub(crate) mod cmd;
 pub(crate) mod confirm;
-mod dispatch;
+pub(crate) mod dispatch;
 pub mod fence;
 pub(crate) mod forpid;
 pub mod helper;
@@ -29,13 +29,16 @@ pub mod metrics;
 pub(crate) mod notify;
 pub mod observability;
 pub mod paxos;
+pub(crate) mod permit;
 pub(crate) mod pool;
 pub(crate) mod reactor;
 pub(crate) mod rindex;
 pub(crate) mod server;
 /// One lockspace's status and its transitions: the core's (`lockd_core::space_state`).
 pub use lockd_core::space_state;
+pub mod space;
 pub mod state;
+pub mod sync;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
 pub mod tables;
@@ -57,7 +60,8 @@ use tracing::{error, info, warn};
 pub use lockd_config as config;
 pub use lockd_config::{Config, DaemonArgs, PID_FILE};
 use observability::LogRing;
-use state::{lock, Daemon};
+use state::Daemon;
+use sync::lock;
 
 /// STATUS `mlock_level` once current and future pages are locked (`sys::lock_memory`): sanlock's
 /// level 2 (its level 1 is MCL_CURRENT alone, 0 no mlockall).
@@ -168,7 +172,7 @@ pub fn run(cfg: Config, ring: Arc<LogRing>) -> Result<(), DaemonError> {
     sys::ignore_sigpipe().map_err(DaemonError::Signals)?;
     // Two fds per client slot (the connection and the clone kept to shut it down), plus
     // disks, the io_uring rings and the log: ask for room well beyond that.
-    let want_fds = (state::MAX_CLIENTS as u64).saturating_mul(4);
+    let want_fds = (tables::MAX_CLIENTS as u64).saturating_mul(4);
     match sys::raise_nofile_limit(want_fds) {
         Ok(n) if n >= want_fds => {}
         Ok(n) => warn!(
@@ -381,7 +385,7 @@ impl Running {
         {
             let mut done = lock(&d.shutdown_mutex);
             while !*done {
-                done = state::wait(&d.shutdown_cond, done);
+                done = sync::wait(&d.shutdown_cond, done);
             }
         }
         d.notifier.stopping("lockd stopping");

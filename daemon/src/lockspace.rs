@@ -12,286 +12,24 @@
 //! waits until it is gone).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use client_lib::proto::*;
-use client_lib::wire::{self, State};
+use client_lib::wire;
 use disk_format::{Geometry, Name};
-use lease_core::delta::{self, DeltaState, LockspaceParams, RenewInput};
-use lease_core::monitor::{HostMonitor, HostState};
+use lease_core::delta::{self, DeltaState, LockspaceParams};
+use lease_core::monitor::HostState;
 use lease_core::timeouts;
 use tracing::{error, info, info_span, warn};
 
-use crate::state::{lock, Daemon};
+use crate::state::Daemon;
+use crate::sync::lock;
 use crate::watchdog::LockspaceWatchdog;
 use lease_core::exec::block_on;
 use lockd_diskio::{BlockingDisk, EngineKind, SystemClock};
 
-pub use crate::space_state::{Phase, RenewalRec, SpaceSt};
-
-/// A joined lockspace's disk and parameters.
-pub struct JoinedDisk {
-    pub disk: BlockingDisk,
-    pub params: LockspaceParams,
-}
-
-/// What our next renewals write into our delta sector for other hosts to see.
-#[derive(Default)]
-pub struct Outgoing {
-    /// The host event (SET_EVENT), and when it was set (monotime s).
-    pub host_event: (wire::HostEvent, u64),
-    /// Hosts whose bit we set in our bitmap (REQUEST, SET_EVENT), until our time (s).
-    pub bitmap_until: std::collections::HashMap<u64, u64>,
-}
-
-/// One lockspace.
-pub struct Space {
-    pub space_id: u32,
-    pub name: Name,
-    pub host_id: u64,
-    pub path: String,
-    pub offset: u64,
-    pub io_timeout: u32,
-    pub st: Mutex<SpaceSt>,
-    pub cond: Condvar,
-    pub stop: Arc<AtomicBool>,
-    pub monitor: Arc<Mutex<HostMonitor>>,
-    /// Shared confirmation reads of known-hosts ballots (`crate::confirm`).
-    pub confirm: crate::confirm::ConfirmReads,
-    /// The lockspace disk and parameters, set once when the join succeeded and never
-    /// changed after (lease I/O in this lockspace needs both).
-    pub joined: OnceLock<JoinedDisk>,
-    /// What our renewals carry to the other hosts (SET_EVENT, REQUEST bits).
-    pub outgoing: Mutex<Outgoing>,
-    /// When we last examined our resources because of a host's bitmap (per host).
-    pub last_examine: Mutex<std::collections::HashMap<u64, u64>>,
-    /// Connections registered with REG_EVENT (at most MAX_EVENT_FDS).
-    pub event_fds: Mutex<Vec<std::os::unix::net::UnixStream>>,
-    /// A rindex operation runs in this lockspace (sanlock allows one at a time).
-    pub rindex_busy: AtomicBool,
-    /// An examine thread runs for this lockspace (at most one at a time).
-    pub examine_running: AtomicBool,
-    /// Another examine was asked for while one ran: the running thread goes again.
-    pub examine_pending: AtomicBool,
-    /// The lockspace failed (our delta lease lost) while processes of this host held
-    /// leases in it: their writes may outlive them (see [`keep_armed_after_failure`]).
-    pub failed_with_holders: AtomicBool,
-    /// The lockspace's storage is a network filesystem (read at the join).
-    pub on_network_fs: AtomicBool,
-    /// Storage fencing (SCSI-3 PR), set at the join when the configuration names this
-    /// lockspace (`crate::fence`).
-    pub fence: OnceLock<Arc<crate::fence::SpaceFence>>,
-    /// Duration of each successful renewal (metrics).
-    pub renewal_hist: crate::metrics::Histogram,
-    /// Failed renewal attempts (metrics).
-    pub renewal_failures: std::sync::atomic::AtomicU64,
-    /// The client that added it (None: the daemon itself or a test): its disk is opened
-    /// with that client's rights (`crate::access`).
-    pub added_by: Option<crate::access::Caller>,
-    /// The uid that added it (0 when `added_by` is None): who may remove it and change
-    /// its settings under `client_privileges = "uid"`.
-    pub added_by_uid: u32,
-}
-
-/// Event listeners per lockspace (sanlock's MAX_EVENT_FDS).
-pub const MAX_EVENT_FDS: usize = 32;
-
-impl Space {
-    pub fn snapshot_phase(&self) -> Phase {
-        lock(&self.st).phase
-    }
-
-    pub fn wire_lockspace(&self, flags: u32) -> wire::Lockspace {
-        let mut ls = wire::Lockspace {
-            name: self.name,
-            host_id: self.host_id,
-            flags,
-            pad: 0,
-            host_id_disk: wire::DiskLocation::default(),
-        };
-        if let Ok(disk) = wire::DiskLocation::new(&self.path, self.offset) {
-            ls.host_id_disk = disk;
-        }
-        ls
-    }
-
-    /// The lockspace's geometry, once joined.
-    pub fn geometry(&self) -> Option<Geometry> {
-        lock(&self.st).geometry
-    }
-
-    pub fn generation(&self) -> u64 {
-        lock(&self.st).host_generation
-    }
-
-    pub fn is_dead(&self) -> bool {
-        lock(&self.st).space_dead
-    }
-
-    /// sanlock's lockspace state text.
-    pub fn status_text(&self, list: &str) -> String {
-        let st = lock(&self.st);
-        format!(
-            "list={} space_id={} io_timeout={} sector_size={} align_size={} host_generation={} \
-             renew_fail={} space_dead={} killing_pids={} used_retries=0 external_used={} \
-             used_by_orphans={} renewal_read_extend_sec={} set_max_sectors_kb=0 corrupt_result={} \
-             acquire_last_result={} renewal_last_result={} acquire_last_attempt={} \
-             acquire_last_success={} renewal_last_attempt={} renewal_last_success={}",
-            list,
-            self.space_id,
-            self.io_timeout,
-            st.geometry.map_or(0, |g| g.sector_bytes()),
-            st.geometry.map_or(0, |g| g.align_bytes()),
-            st.host_generation,
-            u8::from(st.renew_fail),
-            u8::from(st.space_dead),
-            u8::from(st.space_dead),
-            u8::from(st.external_used),
-            u8::from(st.used_by_orphans),
-            self.io_timeout,
-            st.corrupt_result,
-            st.acquire_last_result,
-            st.renewal_last_result,
-            st.acquire_last_attempt,
-            st.acquire_last_success,
-            st.renewal_last_attempt,
-            st.renewal_last_success,
-        )
-    }
-
-    /// HOST_STATUS records: every host we have observed, plus ourselves.
-    pub fn host_state_records(&self, out: &mut Vec<u8>) {
-        let now = lockd_diskio::monotime();
-        let (gen, last) = {
-            let st = lock(&self.st);
-            (st.host_generation, st.last_success_s)
-        };
-        let mon = lock(&self.monitor);
-        let mut rows: Vec<(u64, String, u64)> = Vec::new();
-        for (id, obs, _state) in mon.hosts(now) {
-            if obs.last_live_s == 0 && obs.owner_id == 0 {
-                continue;
-            }
-            rows.push((
-                id,
-                format!(
-                    "last_check={} last_live={} last_req=0 owner_id={} owner_generation={} \
-                     timestamp={} io_timeout={} owner_name={}",
-                    obs.last_check_s,
-                    obs.last_live_s,
-                    obs.owner_id,
-                    obs.owner_generation,
-                    obs.timestamp,
-                    obs.io_timeout,
-                    obs.host_name.to_text()
-                ),
-                obs.timestamp,
-            ));
-        }
-        if gen != 0 {
-            rows.push((
-                self.host_id,
-                format!(
-                    "last_check={last} last_live={last} last_req=0 owner_id={} owner_generation={gen} \
-                     timestamp={last} io_timeout={} owner_name={}",
-                    self.host_id,
-                    self.io_timeout,
-                    self.joined
-                        .get()
-                        .map(|j| j.params.host_name.to_text())
-                        .unwrap_or_default()
-                ),
-                last,
-            ));
-        }
-        rows.sort_by_key(|r| r.0);
-        for (id, text, ts) in rows {
-            State::encode_with_text(SANLK_STATE_HOST, id as u32, ts, Name::EMPTY, &text, out);
-        }
-    }
-
-    /// RENEWAL records, oldest first.
-    pub fn renewal_records(&self, out: &mut Vec<u8>) {
-        let st = lock(&self.st);
-        for r in &st.renewals {
-            let text = format!(
-                "timestamp={} read_ms={} write_ms={} next_timeouts=0 next_errors=0",
-                r.timestamp, r.read_ms, r.write_ms
-            );
-            State::encode_with_text(SANLK_STATE_RENEWAL, 0, r.timestamp, Name::EMPTY, &text, out);
-        }
-    }
-}
-
-pub(crate) fn new_space(
-    d: &Daemon,
-    ls: &wire::Lockspace,
-    io_timeout: u32,
-    added_by: Option<crate::access::Caller>,
-) -> Space {
-    Space {
-        space_id: d.next_space_id.fetch_add(1, Ordering::Relaxed),
-        name: ls.name,
-        host_id: ls.host_id,
-        path: ls.host_id_disk.path.to_text(),
-        offset: ls.host_id_disk.offset,
-        io_timeout,
-        st: Mutex::new(SpaceSt::default()),
-        cond: Condvar::new(),
-        stop: Arc::new(AtomicBool::new(false)),
-        monitor: Arc::new(Mutex::new({
-            let mut m = HostMonitor::new(ls.host_id, u64::from(d.cfg.watchdog_fire_timeout_s));
-            m.set_read_known_hosts(!d.cfg.read_all_dblocks);
-            m
-        })),
-        confirm: crate::confirm::ConfirmReads::default(),
-        joined: OnceLock::new(),
-        outgoing: Mutex::new(Outgoing::default()),
-        last_examine: Mutex::new(std::collections::HashMap::new()),
-        event_fds: Mutex::new(Vec::new()),
-        rindex_busy: AtomicBool::new(false),
-        examine_running: AtomicBool::new(false),
-        examine_pending: AtomicBool::new(false),
-        failed_with_holders: AtomicBool::new(false),
-        on_network_fs: AtomicBool::new(false),
-        fence: OnceLock::new(),
-        renewal_hist: crate::metrics::Histogram::default(),
-        renewal_failures: std::sync::atomic::AtomicU64::new(0),
-        added_by_uid: added_by.as_ref().map_or(0, crate::access::Caller::uid),
-        added_by,
-    }
-}
-
-impl Space {
-    /// Sets `host_id`'s bit in our bitmap for set_bitmap_seconds (REQUEST), so that host
-    /// examines its leases at its next look at our delta lease.
-    pub fn set_host_bit(&self, host_id: u64) {
-        let until =
-            lockd_diskio::monotime() + timeouts::set_bitmap_seconds(u64::from(self.io_timeout));
-        lock(&self.outgoing).bitmap_until.insert(host_id, until);
-    }
-
-    fn renew_input(&self) -> RenewInput {
-        let now = lockd_diskio::monotime();
-        let mut input = RenewInput::default();
-        let mut out = lock(&self.outgoing);
-        let he = out.host_event.0;
-        input.event = lease_core::delta::EventFields {
-            target_generation: he.generation,
-            event: he.event,
-            data: he.data,
-        };
-        out.bitmap_until.retain(|_, until| *until >= now);
-        for &host_id in out.bitmap_until.keys() {
-            if (1..=2048).contains(&host_id) {
-                let i = (host_id - 1) as usize;
-                input.bitmap[i / 8] |= 1 << (i % 8);
-            }
-        }
-        input
-    }
-}
+use crate::space::{JoinedDisk, Phase, RenewalRec, Space, MAX_EVENT_FDS};
 
 /// ADD_LOCKSPACE.
 pub fn add(d: &Arc<Daemon>, ls: &wire::Lockspace, io_timeout: u32, flags: u32) -> i32 {
@@ -324,7 +62,7 @@ pub fn add(d: &Arc<Daemon>, ls: &wire::Lockspace, io_timeout: u32, flags: u32) -
                 return -libc::EINVAL;
             }
         }
-        let s = Arc::new(new_space(d, ls, io_timeout, crate::access::current()));
+        let s = Arc::new(d.new_space(ls, io_timeout, crate::access::current()));
         spaces.push(s.clone());
         s
     };
@@ -350,7 +88,7 @@ fn wait_add_result(space: &Space) -> i32 {
         if let Some(rv) = st.add_result {
             return rv;
         }
-        st = crate::state::wait(&space.cond, st);
+        st = crate::sync::wait(&space.cond, st);
     }
 }
 
@@ -397,7 +135,7 @@ pub fn inq(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> i32 {
 fn wait_gone(space: &Space) {
     let mut st = lock(&space.st);
     while !st.gone {
-        st = crate::state::wait(&space.cond, st);
+        st = crate::sync::wait(&space.cond, st);
     }
 }
 
@@ -522,50 +260,7 @@ pub fn set_config(d: &Daemon, name: &Name, data: u32) -> i32 {
 
 /// GET_HOSTS: `host_id` 0 = every host whose record has a timestamp.
 pub fn get_hosts(d: &Daemon, name: &Name, host_id: u64) -> Result<Vec<wire::Host>, i32> {
-    let space = d.find_space(name).ok_or(-libc::ENOENT)?;
-    let now = lockd_diskio::monotime();
-    let (gen, last) = {
-        let st = lock(&space.st);
-        (st.host_generation, st.last_success_s)
-    };
-    let mon = lock(&space.monitor);
-    if mon.checks() == 0 {
-        return Err(-libc::EAGAIN);
-    }
-    let mut hosts = Vec::new();
-    for (id, obs, state) in mon.hosts(now) {
-        if host_id != 0 && id != host_id {
-            continue;
-        }
-        if host_id == 0 && obs.timestamp == 0 {
-            continue;
-        }
-        hosts.push(wire::Host {
-            host_id: id,
-            generation: obs.owner_generation,
-            timestamp: obs.timestamp,
-            io_timeout: u32::from(obs.io_timeout),
-            // sanlock 5.x sets SANLK_HOST_DEAD_EXT beside the state of a marked host, and
-            // SANLK_HOST_DEAD_SEC too once host_dead_seconds have passed (only then).
-            flags: state as u32
-                | match (obs.dead_ext, mon.past_host_dead(&obs, now)) {
-                    (false, _) => 0,
-                    (true, false) => SANLK_HOST_DEAD_EXT,
-                    (true, true) => SANLK_HOST_DEAD_EXT | SANLK_HOST_DEAD_SEC,
-                },
-        });
-    }
-    if host_id == 0 || host_id == space.host_id {
-        hosts.push(wire::Host {
-            host_id: space.host_id,
-            generation: gen,
-            timestamp: last,
-            io_timeout: space.io_timeout,
-            flags: HostState::Live as u32,
-        });
-    }
-    hosts.sort_by_key(|h| h.host_id);
-    Ok(hosts)
+    d.find_space(name).ok_or(-libc::ENOENT)?.hosts(host_id)
 }
 
 /// SET_HOST (5.x `sanlock_set_host`) and `lockd set-host --dead`: mark `host`'s delta
@@ -1379,11 +1074,6 @@ pub fn retire_failed(d: &Arc<Daemon>, spaces: &[Arc<Space>]) {
             s.cond.notify_all();
         }
     }
-}
-
-/// Last successful renewal (monotime s) of a lockspace.
-pub fn last_success(space: &Space) -> u64 {
-    lock(&space.st).last_success_s
 }
 
 #[cfg(test)]

@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
-use crate::state::{lock, Daemon};
+use crate::state::Daemon;
+use crate::sync::lock;
 
 /// Bucket upper bounds (seconds) of the renewal and disk I/O latency histograms: 1 ms to
 /// 10 s, so an io_timeout of 1..=10 s falls inside the range and slow storage shows.
@@ -291,7 +292,7 @@ struct SpaceView {
     expiry_s: Option<i64>,
     hosts: [u64; HOST_STATES.len()],
     leases: u64,
-    space: Arc<crate::lockspace::Space>,
+    space: Arc<crate::space::Space>,
 }
 
 /// The whole exposition for this daemon.
@@ -304,7 +305,7 @@ pub fn render(d: &Daemon) -> String {
         let reg = c.slots.values().filter(|c| c.registered).count();
         (c.slots.len() as u64, reg as u64)
     };
-    let spaces: Vec<Arc<crate::lockspace::Space>> = lock(&d.spaces).clone();
+    let spaces: Vec<Arc<crate::space::Space>> = lock(&d.spaces).clone();
     let mut leases_by_space: BTreeMap<String, u64> = BTreeMap::new();
     for r in lock(&d.tables).resources.values() {
         *leases_by_space.entry(r.ls.to_text()).or_insert(0) += 1;
@@ -576,16 +577,12 @@ fn encode_results(e: &mut Encoder, g: &Registry) {
     }
 }
 
-fn space_view(
-    s: &Arc<crate::lockspace::Space>,
-    now: u64,
-    leases: &BTreeMap<String, u64>,
-) -> SpaceView {
+fn space_view(s: &Arc<crate::space::Space>, now: u64, leases: &BTreeMap<String, u64>) -> SpaceView {
     let name = s.name.to_text();
     let io = u64::from(s.io_timeout);
     let (joined, last, gen, dead) = {
         let st = lock(&s.st);
-        let joined = st.phase == crate::lockspace::Phase::Joined && !st.space_dead;
+        let joined = st.phase == crate::space::Phase::Joined && !st.space_dead;
         (joined, st.last_success_s, st.host_generation, st.space_dead)
     };
     let (renewal_age_s, expiry_s) = if last == 0 {

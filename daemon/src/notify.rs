@@ -80,7 +80,7 @@ impl Notifier {
 
     /// `READY=1` with a first status line.
     pub fn ready(&self, status: &str) {
-        *crate::state::lock(&self.last_status) = status.to_string();
+        *crate::sync::lock(&self.last_status) = status.to_string();
         self.send(&[NotifyState::Ready, NotifyState::Status(status)]);
         self.ready_sent
             .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -106,7 +106,7 @@ impl Notifier {
         }
         let text = summary.to_string();
         {
-            let mut last = crate::state::lock(&self.last_status);
+            let mut last = crate::sync::lock(&self.last_status);
             if *last == text {
                 return;
             }

@@ -22,7 +22,7 @@ pub struct LogRing {
 
 impl LogRing {
     pub fn push(&self, line: String) {
-        let mut g = crate::state::lock(&self.inner);
+        let mut g = crate::sync::lock(&self.inner);
         g.1 += line.len() + 1;
         g.0.push_back(line);
         while g.1 > LOG_RING_BYTES {
@@ -35,7 +35,7 @@ impl LogRing {
 
     /// All kept lines, newline-terminated.
     pub fn dump(&self) -> Vec<u8> {
-        let g = crate::state::lock(&self.inner);
+        let g = crate::sync::lock(&self.inner);
         let mut out = Vec::with_capacity(g.1);
         for l in &g.0 {
             out.extend_from_slice(l.as_bytes());

@@ -10,49 +10,15 @@ use std::sync::Arc;
 use client_lib::proto::*;
 use client_lib::wire;
 use lease_core::exec::block_on;
-use lease_core::paxos::{self, AcquireOptions, HostContext, Mode, ResourceParams, Token};
+use lease_core::paxos::{self, AcquireOptions, HostContext, Mode, ResourceParams};
 use tracing::warn;
 
 use crate::access::{self, Need};
 use crate::confirm::SpaceObserver;
-use crate::lockspace::Space;
-use crate::state::{Daemon, LocalRes};
+use crate::space::Space;
+use crate::state::Daemon;
+use crate::tables::{Held, LocalRes};
 use lockd_diskio::{BlockingDisk, EngineKind, SystemClock};
-
-/// The on-disk state of a held resource.
-#[derive(Debug, Clone, Default)]
-pub struct Held {
-    pub token: Option<Token>,
-    /// The client whose ACQUIRE opened the disk (None: root, or outside a command):
-    /// every later open of this lease's disk (release, convert, examine) is made with the
-    /// same rights (`crate::access`), so a path changed after the acquire reaches
-    /// nothing that client could not.
-    pub opened_by: Option<access::Caller>,
-}
-
-impl lockd_core::LeaseHold for Held {
-    fn lver(&self) -> u64 {
-        Held::lver(self)
-    }
-}
-
-impl Held {
-    pub fn lver(&self) -> u64 {
-        self.token.as_ref().map_or(0, Token::lver)
-    }
-
-    pub fn sector_size(&self) -> u64 {
-        self.token
-            .as_ref()
-            .map_or(0, |t| t.resource.geometry.sector_bytes())
-    }
-
-    pub fn align_size(&self) -> u64 {
-        self.token
-            .as_ref()
-            .map_or(0, |t| t.resource.geometry.align_bytes())
-    }
-}
 
 /// Opens a resource disk: during a client's command, with that client's rights
 /// (`crate::access`); otherwise (a dead client's release, examine) as the daemon.

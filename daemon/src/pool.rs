@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use tracing::warn;
 
-use crate::state::{lock, wait_timeout};
+use crate::sync::{lock, wait_timeout};
 
 /// A worker idle this long exits (unless it is one of the last [`KEEP_THREADS`]).
 pub const IDLE_EXIT: Duration = Duration::from_secs(30);

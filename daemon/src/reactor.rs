@@ -67,8 +67,10 @@ use tracing::{debug, info, warn};
 
 use crate::pool::{Pool, PoolCounts};
 use crate::server::{After, Conn, RateLimit, REFUSAL_LOG_INTERVAL};
-use crate::state::{lock, Daemon, Refused};
+use crate::state::Daemon;
+use crate::sync::lock;
 use crate::sys;
+use crate::tables::Refused;
 
 /// Most worker threads running client commands at once. Commands that wait (a synchronous
 /// add_lockspace waits 2·io_timeout and more, shutdown --wait until the daemon exits)
@@ -424,7 +426,7 @@ fn run_job(d: &Arc<Daemon>, r: &Reactor, job: Job) {
             mut conn,
             mut header,
         } => loop {
-            match crate::server::run_command(d, &mut conn, &header) {
+            match crate::dispatch::run_command(d, &mut conn, &header) {
                 After::Keep => {}
                 _ => break r.close(d, conn),
             }
@@ -461,7 +463,7 @@ fn run_job(d: &Arc<Daemon>, r: &Reactor, job: Job) {
 
 /// Accepts every pending connection on the (non-blocking) listener. A connection that
 /// gets no slot (table full, or its uid at its bound; see
-/// [`crate::state::Clients::add`]) is closed at once. Returns false when `accept` failed
+/// [`crate::tables::Clients::add`]) is closed at once. Returns false when `accept` failed
 /// (EMFILE and the like): the connection stays in the backlog and the listener readable.
 fn accept_all(
     d: &Arc<Daemon>,
@@ -549,7 +551,7 @@ fn stopped(d: &Daemon) -> bool {
 }
 
 /// The loop: runs until shutdown and the last lockspace's end (see [`stopped`]; in
-/// between, commands are still answered, see `server::run_command`), then stops the pool
+/// between, commands are still answered, see `dispatch::run_command`), then stops the pool
 /// (running commands finish) and drops the parked connections.
 pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
     if let Err(e) = listener.set_nonblocking(true).and_then(|()| {
@@ -579,9 +581,9 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
                     // A resource held by nobody, neither busy nor an orphan: the guard's
                     // debug check panics as it lets go of the lock.
                     let name = disk_format::Name::new("broken").expect("a valid name");
-                    crate::state::lock(&d.tables).resources.insert(
+                    crate::sync::lock(&d.tables).resources.insert(
                         (name, name),
-                        crate::state::LocalRes {
+                        crate::tables::LocalRes {
                             ls: name,
                             name,
                             disks: Vec::new(),
@@ -590,12 +592,12 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
                             busy: false,
                             releasing: false,
                             orphan: false,
-                            held: crate::paxos::Held::default(),
+                            held: crate::tables::Held::default(),
                         },
                     );
                 }
                 Some(_) => {
-                    let _tables = crate::state::lock(&d.tables);
+                    let _tables = crate::sync::lock(&d.tables);
                     panic!("LOCKD_DEBUG_PANIC_IN_JOB: a job panics holding the tables lock");
                 }
                 None => {}

@@ -32,7 +32,7 @@ use lease_core::rindex::{self, RindexError, RindexParams, UpdateOp};
 use tracing::{info, warn};
 
 use crate::access::Need;
-use crate::lockspace::{Phase, Space};
+use crate::space::{Phase, Space};
 use crate::state::Daemon;
 use crate::{admin, paxos};
 use lockd_diskio::BlockingDisk;

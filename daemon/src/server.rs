@@ -1,7 +1,7 @@
 //! The socket server's connections: binding the socket, and running one request.
 //!
 //! The reactor (`reactor.rs`) accepts connections and reads each 32-byte header; a pool
-//! worker then runs the command to the end with [`run_command`] before the connection is
+//! worker then runs the command to the end (`dispatch::run_command`) before the connection is
 //! watched for the next, so a registered client's commands are serialised exactly as
 //! sanlock serialises them (it suspends the fd while a command runs). The header goes
 //! to `dispatch.rs`, which reads the request's payload through this connection's
@@ -16,7 +16,6 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use client_lib::proto::*;
@@ -24,7 +23,6 @@ use client_lib::request::{PayloadSource, ShortRead};
 use client_lib::wire::{Header, HEADER_LEN};
 use tracing::debug;
 
-use crate::state::{lock, Daemon};
 use crate::sys::PeerCred;
 
 /// How long a payload may take to arrive once its header did.
@@ -189,58 +187,6 @@ impl PayloadSource for Conn {
 pub enum After {
     Keep,
     Close,
-}
-
-/// Runs the one request whose 32-byte header `hb` the reactor read from `conn`.
-///
-/// Commands are answered during a shutdown too, until the last lockspace is gone (the
-/// event loop then stops): closing a connection instead would, for a lease holder that
-/// the shutdown could not kill (SIGKILL restricted), release its lease while it runs.
-/// What a shutdown must refuse, the handlers refuse (ADD_LOCKSPACE: -EAGAIN; acquires
-/// find their lockspace removed: -ENOSPC).
-pub(crate) fn run_command(d: &Arc<Daemon>, conn: &mut Conn, hb: &[u8; HEADER_LEN]) -> After {
-    let Ok(h) = Header::decode(hb) else {
-        return After::Close;
-    };
-    if h.magic != SM_MAGIC {
-        // sanlock ignores such a message: no reply, connection left open.
-        debug!(
-            ci = conn.ci,
-            magic = h.magic,
-            "ignoring message with bad magic"
-        );
-        return After::Keep;
-    }
-    let restricted = lock(&d.tables)
-        .clients
-        .slots
-        .get(&conn.ci)
-        .map(|c| c.restricted)
-        .unwrap_or(0);
-    if restricted & SANLK_RESTRICT_ALL != 0 {
-        debug!(
-            ci = conn.ci,
-            cmd = h.cmd,
-            "ignoring message on restricted connection"
-        );
-        conn.drain(&h, 0);
-        return After::Keep;
-    }
-    if h.version != 0
-        && h.cmd != SM_CMD_VERSION
-        && (h.version & 0xFFFF_0000) > (SM_PROTO & 0xFFFF_0000)
-    {
-        debug!(
-            ci = conn.ci,
-            version = h.version,
-            "ignoring message of newer protocol"
-        );
-        return After::Keep;
-    }
-    if let Some(c) = lock(&d.tables).clients.slots.get_mut(&conn.ci) {
-        c.cmd_last = h.cmd;
-    }
-    crate::dispatch::dispatch(d, conn, &h)
 }
 
 #[cfg(test)]

@@ -5,113 +5,20 @@
 //! done while holding any of these locks. The client and resource tables have one owner,
 //! [`Tables`] (`crate::tables`), behind the one `tables` lock.
 
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
+use client_lib::wire;
 use disk_format::Name;
+use lease_core::monitor::HostMonitor;
 
 use crate::config::Config;
 use crate::helper::Helper;
-use crate::lockspace::Space;
 use crate::notify::Notifier;
 use crate::observability::LogRing;
+use crate::space::{Outgoing, Space, SpaceSt};
+use crate::sync::lock;
 use crate::tables::TablesLock;
-
-/// Locks a mutex. A poisoned mutex means a thread panicked while holding it, possibly in
-/// the middle of a transition, so the data it guards cannot be trusted: this panics
-/// rather than recover it, and a panic stops the daemon (`panic = "abort"` in release,
-/// the hook [`crate::run`] installs, and the pool's worker abort otherwise).
-pub fn lock<L: Lock + ?Sized>(m: &L) -> L::Guard<'_> {
-    m.lock_or_stop()
-}
-
-/// A lock [`lock`] takes: a plain mutex, or the tables' (`crate::tables::TablesLock`,
-/// whose guard checks the tables' invariants in debug builds as it lets go).
-pub trait Lock {
-    type Guard<'a>
-    where
-        Self: 'a;
-    fn lock_or_stop(&self) -> Self::Guard<'_>;
-}
-
-impl<T: ?Sized> Lock for Mutex<T> {
-    type Guard<'a>
-        = MutexGuard<'a, T>
-    where
-        T: 'a;
-    fn lock_or_stop(&self) -> MutexGuard<'_, T> {
-        match self.lock() {
-            Ok(g) => g,
-            Err(_) => poisoned(),
-        }
-    }
-}
-
-impl<L: Lock + ?Sized> Lock for Arc<L> {
-    type Guard<'a>
-        = L::Guard<'a>
-    where
-        L: 'a;
-    fn lock_or_stop(&self) -> L::Guard<'_> {
-        L::lock_or_stop(self)
-    }
-}
-
-/// A guard a condition variable can wait with: it gives up its mutex guard for the wait
-/// and is made again from the one the wait returns.
-pub trait WaitGuard<'a, T: 'a>: Sized {
-    fn into_mutex_guard(self) -> MutexGuard<'a, T>;
-    fn from_mutex_guard(g: MutexGuard<'a, T>) -> Self;
-}
-
-impl<'a, T: 'a> WaitGuard<'a, T> for MutexGuard<'a, T> {
-    fn into_mutex_guard(self) -> MutexGuard<'a, T> {
-        self
-    }
-    fn from_mutex_guard(g: MutexGuard<'a, T>) -> Self {
-        g
-    }
-}
-
-/// Waits on `cond` with `guard` held; panics on a poisoned mutex, as [`lock`].
-pub fn wait<'a, T: 'a, G: WaitGuard<'a, T>>(cond: &Condvar, guard: G) -> G {
-    match cond.wait(guard.into_mutex_guard()) {
-        Ok(g) => G::from_mutex_guard(g),
-        Err(_) => poisoned(),
-    }
-}
-
-/// Waits on `cond` with `guard` held for at most `dur`; panics on a poisoned mutex, as
-/// [`lock`].
-pub fn wait_timeout<'a, T: 'a, G: WaitGuard<'a, T>>(
-    cond: &Condvar,
-    guard: G,
-    dur: std::time::Duration,
-) -> (G, std::sync::WaitTimeoutResult) {
-    match cond.wait_timeout(guard.into_mutex_guard(), dur) {
-        Ok((g, r)) => (G::from_mutex_guard(g), r),
-        Err(_) => poisoned(),
-    }
-}
-
-#[cold]
-pub(crate) fn poisoned() -> ! {
-    panic!("a lock is poisoned: a thread panicked while holding it, mid-transition; stopping")
-}
-
-/// The client and resource tables' types, from the core (`lockd-core`), with the
-/// daemon's connection handle and on-disk lease state filled in.
-pub use lockd_core::{
-    ClientToken, FsCreds, KillPath, Refused, Waiting, MAX_CLIENTS, MAX_CLIENTS_PER_UID,
-    ROOT_RESERVED_SLOTS,
-};
-/// One connection slot (the stream: a clone of the connection, shut down at exit).
-pub type ClientSlot = lockd_core::ClientSlot<UnixStream>;
-/// All connection slots.
-pub type Clients = lockd_core::Clients<UnixStream>;
-/// A lease held on this host.
-pub type LocalRes = lockd_core::LocalRes<crate::paxos::Held>;
 
 /// Everything the daemon's threads share.
 pub struct Daemon {
@@ -163,6 +70,48 @@ impl Daemon {
         }
     }
 
+    /// A new lockspace record (not yet listed in `spaces`): the next space id, and a host
+    /// monitor with this daemon's watchdog fire timeout and dblock reading.
+    pub(crate) fn new_space(
+        &self,
+        ls: &wire::Lockspace,
+        io_timeout: u32,
+        added_by: Option<crate::access::Caller>,
+    ) -> Space {
+        Space {
+            space_id: self.next_space_id.fetch_add(1, Ordering::Relaxed),
+            name: ls.name,
+            host_id: ls.host_id,
+            path: ls.host_id_disk.path.to_text(),
+            offset: ls.host_id_disk.offset,
+            io_timeout,
+            st: Mutex::new(SpaceSt::default()),
+            cond: Condvar::new(),
+            stop: Arc::new(AtomicBool::new(false)),
+            monitor: Arc::new(Mutex::new({
+                let mut m =
+                    HostMonitor::new(ls.host_id, u64::from(self.cfg.watchdog_fire_timeout_s));
+                m.set_read_known_hosts(!self.cfg.read_all_dblocks);
+                m
+            })),
+            confirm: crate::confirm::ConfirmReads::default(),
+            joined: OnceLock::new(),
+            outgoing: Mutex::new(Outgoing::default()),
+            last_examine: Mutex::new(std::collections::HashMap::new()),
+            event_fds: Mutex::new(Vec::new()),
+            rindex_busy: AtomicBool::new(false),
+            examine_running: AtomicBool::new(false),
+            examine_pending: AtomicBool::new(false),
+            failed_with_holders: AtomicBool::new(false),
+            on_network_fs: AtomicBool::new(false),
+            fence: OnceLock::new(),
+            renewal_hist: crate::metrics::Histogram::default(),
+            renewal_failures: std::sync::atomic::AtomicU64::new(0),
+            added_by_uid: added_by.as_ref().map_or(0, crate::access::Caller::uid),
+            added_by,
+        }
+    }
+
     /// The lockspace with this name, in any phase.
     pub fn find_space(&self, name: &Name) -> Option<Arc<Space>> {
         lock(&self.spaces)
@@ -177,7 +126,7 @@ impl Daemon {
         let spaces: Vec<_> = lock(&self.spaces).clone();
         let lockspaces = spaces
             .iter()
-            .filter(|s| s.snapshot_phase() == crate::lockspace::Phase::Joined)
+            .filter(|s| s.snapshot_phase() == crate::space::Phase::Joined)
             .count();
         let tables = lock(&self.tables);
         let leases = tables.resources.len();
@@ -205,25 +154,5 @@ impl Daemon {
         let mut done = lock(&self.shutdown_mutex);
         *done = true;
         self.shutdown_cond.notify_all();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    #[should_panic(expected = "a lock is poisoned")]
-    fn a_poisoned_lock_panics_instead_of_recovering() {
-        let m = std::sync::Arc::new(Mutex::new(0u32));
-        let m2 = m.clone();
-        let _ = std::thread::spawn(move || {
-            let mut g = lock(&m2);
-            *g = 1; // half of a two-field transition
-            panic!("mid-transition on purpose");
-        })
-        .join();
-        assert!(m.is_poisoned());
-        drop(lock(&m));
     }
 }

@@ -1,7 +1,7 @@
 //! The client and resource tables are the core's (`lockd_core::tables`: the transitions,
 //! their invariants and `check`); here they get the daemon's connection handle (a clone
 //! of the client's socket, shut down at exit) and on-disk lease state
-//! ([`crate::paxos::Held`]: lease-core's token and who opened the disk).
+//! ([`Held`]: lease-core's token and who opened the disk).
 
 use std::ops::{Deref, DerefMut};
 use std::os::unix::net::UnixStream;
@@ -9,15 +9,64 @@ use std::sync::{Mutex, MutexGuard};
 
 pub use lockd_core::tables::{AcquireStart, CommandTarget, Key};
 
-use crate::state::{Lock, WaitGuard};
+use crate::sync::{Lock, WaitGuard};
+use lease_core::paxos::Token;
+
+/// The client and resource tables' types, from the core (`lockd-core`), with the
+/// daemon's connection handle and on-disk lease state filled in.
+pub use lockd_core::{
+    ClientToken, FsCreds, KillPath, Refused, Waiting, MAX_CLIENTS, MAX_CLIENTS_PER_UID,
+    ROOT_RESERVED_SLOTS,
+};
+/// One connection slot (the stream: a clone of the connection, shut down at exit).
+pub type ClientSlot = lockd_core::ClientSlot<UnixStream>;
+/// All connection slots.
+pub type Clients = lockd_core::Clients<UnixStream>;
+/// A lease held on this host.
+pub type LocalRes = lockd_core::LocalRes<Held>;
+
+/// The on-disk state of a held resource.
+#[derive(Debug, Clone, Default)]
+pub struct Held {
+    pub token: Option<Token>,
+    /// The client whose ACQUIRE opened the disk (None: root, or outside a command):
+    /// every later open of this lease's disk (release, convert, examine) is made with the
+    /// same rights (`crate::access`), so a path changed after the acquire reaches
+    /// nothing that client could not.
+    pub opened_by: Option<crate::access::Caller>,
+}
+
+impl lockd_core::LeaseHold for Held {
+    fn lver(&self) -> u64 {
+        Held::lver(self)
+    }
+}
+
+impl Held {
+    pub fn lver(&self) -> u64 {
+        self.token.as_ref().map_or(0, Token::lver)
+    }
+
+    pub fn sector_size(&self) -> u64 {
+        self.token
+            .as_ref()
+            .map_or(0, |t| t.resource.geometry.sector_bytes())
+    }
+
+    pub fn align_size(&self) -> u64 {
+        self.token
+            .as_ref()
+            .map_or(0, |t| t.resource.geometry.align_bytes())
+    }
+}
 
 /// The client and resource tables, behind the daemon's one `tables` lock.
-pub type Tables = lockd_core::Tables<UnixStream, crate::paxos::Held>;
+pub type Tables = lockd_core::Tables<UnixStream, Held>;
 
 /// What a release's first step left to do.
-pub type ReleaseStart = lockd_core::ReleaseStart<crate::paxos::Held>;
+pub type ReleaseStart = lockd_core::ReleaseStart<Held>;
 
-/// The tables behind their one lock (`crate::state::lock(&d.tables)`). In debug builds
+/// The tables behind their one lock (`crate::sync::lock(&d.tables)`). In debug builds
 /// (the tests') the guard runs [`lockd_core::Tables::check`] each time it lets go of the
 /// lock (dropped, or given up for a condvar wait) and panics on a broken invariant, which
 /// stops the daemon: every test that drives the daemon also checks that no handler, and
@@ -103,7 +152,7 @@ mod tests {
     #[should_panic(expected = "broke an invariant")]
     fn the_guard_checks_the_tables_as_it_lets_go() {
         let tables = TablesLock::default();
-        let mut g = crate::state::lock(&tables);
+        let mut g = crate::sync::lock(&tables);
         let ci = g.clients.add(-1, 10, 1000, None).expect("a slot");
         let name = disk_format::Name::new("r").expect("name");
         g.clients
@@ -129,9 +178,9 @@ mod tests {
     fn a_consistent_table_passes_the_guard() {
         let tables = TablesLock::default();
         let cond = std::sync::Condvar::new();
-        let mut g = crate::state::lock(&tables);
+        let mut g = crate::sync::lock(&tables);
         g.clients.add(-1, 10, 1000, None).expect("a slot");
-        let (g, _) = crate::state::wait_timeout(&cond, g, std::time::Duration::from_millis(1));
+        let (g, _) = crate::sync::wait_timeout(&cond, g, std::time::Duration::from_millis(1));
         assert_eq!(g.clients.slots.len(), 1);
     }
     /// The core answers with its own errno table (it does not link libc): the values

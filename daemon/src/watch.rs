@@ -25,9 +25,10 @@ use disk_format::Name;
 use lease_core::timeouts;
 use tracing::{debug, info, warn};
 
-use crate::lockspace::Space;
 use crate::server::Conn;
-use crate::state::{lock, Daemon};
+use crate::space::Space;
+use crate::state::Daemon;
+use crate::sync::lock;
 
 /// Interval of heartbeats on a watch connection.
 pub const HEARTBEAT_MS: u32 = 500;
@@ -153,7 +154,7 @@ fn holder_pids(d: &Daemon, ls: &Name, res: Option<&Name>) -> Vec<i32> {
 /// in ms, watchdog reset in ms, renewal age in ms).
 pub fn deadlines(d: &Daemon, space: &Space) -> (i64, i64, u64) {
     let now_ms = lockd_diskio::monotime_ms() as i64;
-    let last_ms = (crate::lockspace::last_success(space) * 1000) as i64;
+    let last_ms = (crate::space::last_success(space) * 1000) as i64;
     let fail_ms = (timeouts::id_renewal_fail_seconds(u64::from(space.io_timeout)) * 1000) as i64;
     let kill_in = last_ms + fail_ms - now_ms;
     let wd_in = if d.cfg.use_watchdog {
@@ -296,7 +297,8 @@ pub fn leader(d: &Daemon, res: &wire::Resource) -> Result<LeaderInfo, i32> {
         }
         Some(s) => {
             let obs = lease_core::HostObserver::observation(&*lock(&s.monitor), owner.host_id);
-            let state = crate::lockspace::get_hosts(d, &s.name, owner.host_id)
+            let state = s
+                .hosts(owner.host_id)
                 .ok()
                 .and_then(|h| {
                     h.first()

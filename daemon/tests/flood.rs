@@ -18,7 +18,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-use lockd_daemon::state::{MAX_CLIENTS, MAX_CLIENTS_PER_UID, ROOT_RESERVED_SLOTS};
+use lockd_daemon::tables::{MAX_CLIENTS, MAX_CLIENTS_PER_UID, ROOT_RESERVED_SLOTS};
 
 /// Commands of one non-root uid on the workers at once (`reactor::MAX_WORKERS_PER_UID`,
 /// private to the daemon).

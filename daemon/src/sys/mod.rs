@@ -28,7 +28,7 @@ use std::os::unix::net::UnixStream;
 
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 
-pub use crate::access::FsCreds;
+pub use lockd_core::FsCreds;
 use nix::sys::signal::{SigHandler, SigSet, Signal};
 use nix::unistd::Pid;
 
