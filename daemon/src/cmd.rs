@@ -21,7 +21,7 @@ use crate::server::{After, Conn};
 use crate::state::Daemon;
 use crate::sync::lock;
 use crate::tables::{AcquireStart, ReleaseStart};
-use crate::tables::{ClientToken, KillPath, LocalRes};
+use crate::tables::{ClientToken, KillPath};
 use crate::{admin, lockspace, paxos, permit, sys};
 
 /// RESTRICT: the connection's restriction flags (from `cmd_flags`).
@@ -140,7 +140,7 @@ pub(crate) fn examine(d: &Arc<Daemon>, ls: &Name) -> i32 {
 
 /// lockd METRICS: the Prometheus text, or -E2BIG when it does not fit one message.
 pub(crate) fn metrics(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
-    let text = crate::metrics::render(d);
+    let text = crate::exporter::render(d);
     if text.len() + wire::HEADER_LEN > MAX_CLIENT_MSG as usize {
         conn.reply(h, -libc::E2BIG);
     } else {
@@ -285,41 +285,10 @@ fn release_tokens_with(
             info!("holder exited: persistent lease kept as an orphan");
         }
         if let ReleaseStart::Disk(lr) = step {
-            let rv = release_on_disk(d, &lr, rename);
+            let rv = paxos::release_on_disk(d, &lr, rename);
             if rv < 0 {
                 result = rv;
             }
-        }
-    }
-    result
-}
-
-fn release_on_disk(d: &Arc<Daemon>, lr: &LocalRes, rename: Option<&Name>) -> i32 {
-    let space = d.find_space(&lr.ls);
-    let rv = paxos::release(d, space.as_deref(), lr, rename);
-    if rv < 0 {
-        warn!(rv, "release on disk failed");
-    } else {
-        info!("released");
-    }
-    lock(&d.tables).finish_release(&(lr.ls, lr.name));
-    // Acquires of this lease may be waiting for the release to end.
-    d.released.notify_all();
-    rv
-}
-
-/// Releases orphans of lockspace `ls`: the one named `name`, or all when `name` is empty.
-/// Returns how many were released (0 when none matched, as sanlock), or a release error.
-pub fn release_orphans(d: &Arc<Daemon>, ls: &Name, name: &Name) -> i32 {
-    let picked: Vec<LocalRes> = lock(&d.tables).start_orphan_release(ls, name);
-    // As sanlock: the result is the number of orphans released (0 when none matched).
-    let mut result = i32::try_from(picked.len()).unwrap_or(i32::MAX);
-    for lr in picked {
-        let span = info_span!("resource", ls = %lr.ls, res = %lr.name);
-        let _g = span.enter();
-        let rv = release_on_disk(d, &lr, None);
-        if rv < 0 {
-            result = rv;
         }
     }
     result
@@ -619,7 +588,7 @@ fn release(d: &Arc<Daemon>, target: u32, what: ReleaseWhat) -> i32 {
                 );
                 return -libc::EPERM;
             }
-            return release_orphans(d, &r.lockspace_name, &r.name);
+            return paxos::release_orphans(d, &r.lockspace_name, &r.name);
         }
         ReleaseWhat::Rename { old, new } => return release_renamed(d, target, &old, &new),
         ReleaseWhat::Named(heads) => heads,

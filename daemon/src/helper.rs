@@ -303,11 +303,8 @@ impl Helper {
 }
 
 /// The daemon's `lockd-helper-status` thread: logs each killpath's end and records it
-/// on the client it was run for. Returns when the helper is gone.
-pub fn status_loop(d: &std::sync::Arc<crate::state::Daemon>) {
-    let Some(helper) = d.helper.as_ref() else {
-        return;
-    };
+/// on the client it was run for (in `tables`). Returns when the helper is gone.
+pub fn status_loop(helper: &Helper, tables: &crate::tables::TablesLock) {
     let reader = crate::sync::lock(&helper.status).take();
     let Some(mut reader) = reader else {
         return;
@@ -333,7 +330,7 @@ pub fn status_loop(d: &std::sync::Arc<crate::state::Daemon>) {
                 "killpath failed"
             );
         }
-        let mut tables = crate::sync::lock(&d.tables);
+        let mut tables = crate::sync::lock(tables);
         let clients = &mut tables.clients;
         for c in clients.slots.values_mut() {
             if c.pid == st.client_pid && c.killpath.is_some() {

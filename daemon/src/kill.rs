@@ -20,8 +20,7 @@ use client_lib::proto::{SANLK_RESTRICT_SIGKILL, SANLK_RESTRICT_SIGTERM};
 use lease_core::timeouts;
 use tracing::{error, warn};
 
-use crate::lockspace;
-use crate::space::Space;
+use crate::space::{Phase, Space};
 use crate::state::Daemon;
 use crate::sync::lock;
 
@@ -33,13 +32,13 @@ use lockd_core::{lost_lease_tick, Effect, SpaceView};
 /// ([`lost_lease_step`]), the daemon carries out the effects in the core's order
 /// ([`run_effect`]: loss notices through the watch machinery, then kill orders through
 /// the helper), then retires failed lockspaces no lease holds any more
-/// ([`lockspace::retire_failed`]).
+/// ([`retire_failed`]).
 pub fn monitor_pass(d: &Arc<Daemon>) {
     let spaces: Vec<Arc<Space>> = lock(&d.spaces).clone();
     for effect in lost_lease_step(d, &spaces, lockd_diskio::monotime()) {
         run_effect(d, &spaces, effect);
     }
-    lockspace::retire_failed(d, &spaces);
+    retire_failed(d, &spaces);
 }
 
 /// The core's step for the monitor's tick at `now_s`, over the daemon's tables and the
@@ -200,6 +199,41 @@ pub fn monitor_loop(d: &Arc<Daemon>) {
     }
 }
 
+/// After the monitor's step ([`monitor_pass`]; the core's expiry check, sanlock
+/// `check_our_lease`, marked lost lockspaces dead): a failed lockspace still listed as
+/// joined goes away once its lease holders are gone (sanlock frees it); its orphans are
+/// released first, and its delta lease is left on disk to expire. The daemon still does
+/// this itself (docs/architecture.md).
+pub fn retire_failed(d: &Arc<Daemon>, spaces: &[Arc<Space>]) {
+    for s in spaces {
+        let (failed, used_by_orphans) = {
+            let st = lock(&s.st);
+            (
+                st.space_dead && !st.kill_now && st.phase == Phase::Joined,
+                st.used_by_orphans,
+            )
+        };
+        if !failed {
+            continue;
+        }
+        let (holders, total) = {
+            let tables = lock(&d.tables);
+            let res = &tables.resources;
+            let mine: Vec<_> = res.values().filter(|r| r.ls.same_as(&s.name)).collect();
+            (mine.iter().filter(|r| !r.orphan).count(), mine.len())
+        };
+        if holders == 0 && total > 0 && !used_by_orphans {
+            crate::paxos::release_orphans(d, &s.name, &disk_format::Name::EMPTY);
+        }
+        if !lock(&d.tables).space_in_use(&s.name) {
+            warn!(ls = %s.name, "failed lockspace removed: no lease holders left");
+            lock(&s.st).phase = Phase::Removing;
+            s.stop.store(true, Ordering::SeqCst);
+            s.cond.notify_all();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! The daemon's side of "the notice before the kill": the monitor's step, run over a
@@ -317,7 +351,7 @@ mod tests {
         let space = joined_with_holder(&d, 100, PID);
         let (ours, mut peer) = UnixStream::pair().expect("a socket pair");
         peer.set_nonblocking(true).expect("non-blocking");
-        lock(&d.watchers).push(crate::watch::Watcher {
+        lock(&d.watchers).push(crate::state::Watcher {
             ci: 999,
             pid: PID,
             stream: ours,

@@ -19,6 +19,7 @@ pub mod admin;
 pub(crate) mod cmd;
 pub(crate) mod confirm;
 pub(crate) mod dispatch;
+pub mod exporter;
 pub mod fence;
 pub(crate) mod forpid;
 pub mod helper;
@@ -301,7 +302,7 @@ fn start(
         })?,
     );
     // Set once, here, before any client can connect.
-    let _ = d.reactor.set(reactor.clone());
+    let _ = d.reactor.set(reactor.clone() as Arc<dyn state::EventLoop>);
     threads::spawn("lockd-reactor", move || {
         reactor::serve(d_listen, reactor, listener)
     })
@@ -311,7 +312,9 @@ fn start(
         .map_err(DaemonError::Thread)?;
     let d_status = d.clone();
     threads::spawn("lockd-helper-status", move || {
-        helper::status_loop(&d_status)
+        if let Some(helper) = d_status.helper.as_ref() {
+            helper::status_loop(helper, &d_status.tables)
+        }
     })
     .map_err(DaemonError::Thread)?;
     let d_watch = d.clone();
@@ -319,7 +322,7 @@ fn start(
         .map_err(DaemonError::Thread)?;
     if let Some(l) = metrics_listener {
         let d_metrics = d.clone();
-        threads::spawn("lockd-metrics", move || metrics::serve(d_metrics, l))
+        threads::spawn("lockd-metrics", move || exporter::serve(d_metrics, l))
             .map_err(DaemonError::Thread)?;
     }
     if handle_signals {

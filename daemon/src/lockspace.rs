@@ -161,7 +161,7 @@ pub fn rem(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> i32 {
             return -libc::EBUSY;
         }
         // Orphans have no process to kill: release them now so removal can finish.
-        crate::cmd::release_orphans(d, &ls.name, &Name::EMPTY);
+        crate::paxos::release_orphans(d, &ls.name, &Name::EMPTY);
     }
     if space.snapshot_phase() == Phase::Removing {
         return -libc::EINPROGRESS;
@@ -1039,41 +1039,6 @@ fn with_space(d: &Daemon, space_id: u32, f: impl FnOnce(&Space) -> bool) -> bool
         .find(|s| s.space_id == space_id)
         .cloned();
     space.is_some_and(|s| f(&s))
-}
-
-/// After the monitor's step (`crate::kill::monitor_pass`; the core's expiry check, sanlock
-/// `check_our_lease`, marked lost lockspaces dead): a failed lockspace still listed as
-/// joined goes away once its lease holders are gone (sanlock frees it); its orphans are
-/// released first, and its delta lease is left on disk to expire. The daemon still does
-/// this itself (docs/architecture.md).
-pub fn retire_failed(d: &Arc<Daemon>, spaces: &[Arc<Space>]) {
-    for s in spaces {
-        let (failed, used_by_orphans) = {
-            let st = lock(&s.st);
-            (
-                st.space_dead && !st.kill_now && st.phase == Phase::Joined,
-                st.used_by_orphans,
-            )
-        };
-        if !failed {
-            continue;
-        }
-        let (holders, total) = {
-            let tables = lock(&d.tables);
-            let res = &tables.resources;
-            let mine: Vec<_> = res.values().filter(|r| r.ls.same_as(&s.name)).collect();
-            (mine.iter().filter(|r| !r.orphan).count(), mine.len())
-        };
-        if holders == 0 && total > 0 && !used_by_orphans {
-            crate::cmd::release_orphans(d, &s.name, &Name::EMPTY);
-        }
-        if !space_in_use(d, &s.name) {
-            warn!(ls = %s.name, "failed lockspace removed: no lease holders left");
-            lock(&s.st).phase = Phase::Removing;
-            s.stop.store(true, Ordering::SeqCst);
-            s.cond.notify_all();
-        }
-    }
 }
 
 #[cfg(test)]

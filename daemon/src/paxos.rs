@@ -9,14 +9,16 @@ use std::sync::Arc;
 
 use client_lib::proto::*;
 use client_lib::wire;
+use disk_format::Name;
 use lease_core::exec::block_on;
 use lease_core::paxos::{self, AcquireOptions, HostContext, Mode, ResourceParams};
-use tracing::warn;
+use tracing::{info, info_span, warn};
 
 use crate::access::{self, Need};
 use crate::confirm::SpaceObserver;
 use crate::space::Space;
 use crate::state::Daemon;
+use crate::sync::lock;
 use crate::tables::{Held, LocalRes};
 use lockd_diskio::{BlockingDisk, EngineKind, SystemClock};
 
@@ -238,4 +240,37 @@ pub fn request(
         Ok(out) => Ok(out.owner_id),
         Err(e) => Err(e.sanlk_code()),
     }
+}
+
+/// Releases `lr` on disk (from the table's release step), then finishes the release in
+/// the tables and wakes the acquires waiting for it. Returns the release's result.
+pub(crate) fn release_on_disk(d: &Arc<Daemon>, lr: &LocalRes, rename: Option<&Name>) -> i32 {
+    let space = d.find_space(&lr.ls);
+    let rv = release(d, space.as_deref(), lr, rename);
+    if rv < 0 {
+        warn!(rv, "release on disk failed");
+    } else {
+        info!("released");
+    }
+    lock(&d.tables).finish_release(&(lr.ls, lr.name));
+    // Acquires of this lease may be waiting for the release to end.
+    d.released.notify_all();
+    rv
+}
+
+/// Releases orphans of lockspace `ls`: the one named `name`, or all when `name` is empty.
+/// Returns how many were released (0 when none matched, as sanlock), or a release error.
+pub fn release_orphans(d: &Arc<Daemon>, ls: &Name, name: &Name) -> i32 {
+    let picked: Vec<LocalRes> = lock(&d.tables).start_orphan_release(ls, name);
+    // As sanlock: the result is the number of orphans released (0 when none matched).
+    let mut result = i32::try_from(picked.len()).unwrap_or(i32::MAX);
+    for lr in picked {
+        let span = info_span!("resource", ls = %lr.ls, res = %lr.name);
+        let _g = span.enter();
+        let rv = release_on_disk(d, &lr, None);
+        if rv < 0 {
+            result = rv;
+        }
+    }
+    result
 }

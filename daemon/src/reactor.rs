@@ -294,7 +294,7 @@ impl Reactor {
     }
 
     /// Watches `pid` (slot `ci`) through `pidfd`: when it exits, its slot is closed.
-    pub(crate) fn watch_pid(&self, ci: u32, pid: i32, pidfd: OwnedFd) -> io::Result<()> {
+    fn watch_pid_now(&self, ci: u32, pid: i32, pidfd: OwnedFd) -> io::Result<()> {
         let token = self.token() | PID_TOKEN_BIT;
         let mut pids = lock(&self.pids);
         self.epoll
@@ -318,7 +318,7 @@ impl Reactor {
     }
 
     /// Jobs waiting because their uid has its share of the workers.
-    pub(crate) fn jobs_over_share(&self) -> usize {
+    fn jobs_waiting(&self) -> usize {
         lock(&self.shares).waiting.len()
     }
 
@@ -336,12 +336,12 @@ impl Reactor {
     }
 
     /// Pid watches alive (tests and status).
-    pub(crate) fn watched_pids(&self) -> usize {
+    fn pids_watched(&self) -> usize {
         lock(&self.pids).len()
     }
 
     /// The worker pool's counts now (None before the loop starts).
-    pub(crate) fn pool_counts(&self) -> Option<PoolCounts> {
+    fn counts(&self) -> Option<PoolCounts> {
         self.pool.get().map(Pool::counts)
     }
 
@@ -687,6 +687,21 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
     lock(&r.parked).clear();
     lock(&r.shares).waiting.clear();
     info!("listener stopped");
+}
+
+impl crate::state::EventLoop for Reactor {
+    fn watch_pid(&self, ci: u32, pid: i32, pidfd: OwnedFd) -> io::Result<()> {
+        self.watch_pid_now(ci, pid, pidfd)
+    }
+    fn pool_counts(&self) -> Option<PoolCounts> {
+        self.counts()
+    }
+    fn jobs_over_share(&self) -> usize {
+        self.jobs_waiting()
+    }
+    fn watched_pids(&self) -> usize {
+        self.pids_watched()
+    }
 }
 
 #[cfg(test)]

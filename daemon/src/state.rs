@@ -20,6 +20,29 @@ use crate::space::{Outgoing, Space, SpaceSt};
 use crate::sync::lock;
 use crate::tables::TablesLock;
 
+/// One lease-loss watch connection (lockd extension, `crate::watch`).
+#[derive(Debug)]
+pub struct Watcher {
+    /// Client slot of the watch connection.
+    pub ci: u32,
+    /// The pid whose leases are watched.
+    pub pid: i32,
+    pub stream: std::os::unix::net::UnixStream,
+}
+
+/// What the handlers and the exporter ask of the event loop that runs them.
+pub trait EventLoop: Send + Sync {
+    /// Watches `pid` (through `pidfd`) for the connection-less slot `ci`: the slot's
+    /// leases are released when the process exits.
+    fn watch_pid(&self, ci: u32, pid: i32, pidfd: std::os::fd::OwnedFd) -> std::io::Result<()>;
+    /// The worker pool's threads, busy and idle (None before the pool runs).
+    fn pool_counts(&self) -> Option<crate::pool::PoolCounts>;
+    /// Commands of non-root uids held back because their uid has its share of workers.
+    fn jobs_over_share(&self) -> usize;
+    /// Processes watched for exit (ACQUIRE for a pid).
+    fn watched_pids(&self) -> usize;
+}
+
 /// Everything the daemon's threads share.
 pub struct Daemon {
     pub cfg: Config,
@@ -33,7 +56,7 @@ pub struct Daemon {
     pub released: Condvar,
     pub spaces: Mutex<Vec<Arc<Space>>>,
     /// Lease-loss watch connections (lockd extension); a leaf lock.
-    pub watchers: Mutex<Vec<crate::watch::Watcher>>,
+    pub watchers: Mutex<Vec<Watcher>>,
     pub shutdown: AtomicBool,
     pub shutdown_cond: Condvar,
     pub shutdown_mutex: Mutex<bool>,
@@ -42,9 +65,10 @@ pub struct Daemon {
     pub started_monotime: u64,
     /// STATUS `mlock_level`: [`crate::MLOCK_LEVEL_ALL`] once mlockall succeeded, else 0.
     pub mlock_level: std::sync::atomic::AtomicU8,
-    /// The event loop serving the socket; set when the daemon starts serving (a `Daemon`
-    /// built for handler tests has none).
-    pub(crate) reactor: std::sync::OnceLock<Arc<crate::reactor::Reactor>>,
+    /// The event loop serving the socket (`crate::reactor`, which is built on this
+    /// state, hence a trait object); set when the daemon starts serving (a `Daemon` built
+    /// for handler tests has none).
+    pub(crate) reactor: OnceLock<Arc<dyn EventLoop>>,
 }
 
 impl Daemon {
@@ -66,7 +90,7 @@ impl Daemon {
             next_token_id: AtomicU32::new(1),
             started_monotime: lockd_diskio::monotime(),
             mlock_level: std::sync::atomic::AtomicU8::new(0),
-            reactor: std::sync::OnceLock::new(),
+            reactor: OnceLock::new(),
         }
     }
 

@@ -14,7 +14,6 @@
 //! * `watchers` is a leaf lock: nothing else is locked while it is held, and it is held
 //!   during a whole message write so messages never interleave.
 
-use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +26,7 @@ use tracing::{debug, info, warn};
 
 use crate::server::Conn;
 use crate::space::Space;
-use crate::state::Daemon;
+use crate::state::{Daemon, Watcher};
 use crate::sync::lock;
 
 /// Interval of heartbeats on a watch connection.
@@ -36,16 +35,6 @@ pub const HEARTBEAT_MS: u32 = 500;
 pub const MAX_WATCHERS: usize = 256;
 /// A write to a watcher that takes longer than this drops the watcher.
 const WRITE_TIMEOUT: Duration = Duration::from_millis(200);
-
-/// One watch connection.
-#[derive(Debug)]
-pub struct Watcher {
-    /// Client slot of the watch connection.
-    pub ci: u32,
-    /// The pid whose leases are watched.
-    pub pid: i32,
-    pub stream: UnixStream,
-}
 
 /// `LOCKD_CMD_WATCH`: registers `conn` as a watch of `h.data` (0 = the caller's pid).
 /// Only root may watch another user's process.
