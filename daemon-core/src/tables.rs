@@ -192,6 +192,20 @@ impl<S, H: LeaseHold> Tables<S, H> {
         Ok(ci)
     }
 
+    /// A `--for-pid` slot ([`Tables::add_pid_client`]) whose ACQUIRE failed goes, once the
+    /// tokens it got were released; -EBUSY (and the slot kept, its command still active)
+    /// if it still holds a token, which would otherwise be lost with the slot.
+    pub fn drop_failed_pid_client(&mut self, ci: u32) -> Result<(), i32> {
+        match self.clients.slots.get(&ci) {
+            None => Ok(()),
+            Some(c) if !c.tokens.is_empty() => Err(-EBUSY),
+            Some(_) => {
+                self.clients.slots.remove(&ci);
+                Ok(())
+            }
+        }
+    }
+
     /// The first step of acquiring `key` for client `ci`: refused if the client holds it
     /// already (-EEXIST), if it is being released on disk (-EAGAIN: the caller may wait
     /// for the release to end and try again), if another local request is acquiring or
@@ -888,6 +902,28 @@ mod tests {
         assert!(t.finish_command(ci).is_none());
         assert_eq!(t.clients.slots[&ci].owner_name, Name::new("pid42").unwrap());
         assert_eq!(t.start_command(target(ci, SM_CMD_RELEASE, 42, 0)), Ok(ci));
+    }
+
+    #[test]
+    fn a_failed_for_pid_slot_goes_only_without_tokens() {
+        let mut t = Tables::default();
+        let ci = t.add_pid_client(42, UID, None).unwrap();
+        let held = token(key("r1"), false, false);
+        t.clients.slots.get_mut(&ci).unwrap().tokens.push(held);
+        assert_eq!(t.drop_failed_pid_client(ci), Err(-EBUSY));
+        assert!(
+            t.clients.slots.contains_key(&ci),
+            "a token is never lost with its slot"
+        );
+        t.clients.slots.get_mut(&ci).unwrap().tokens.clear();
+        assert_eq!(t.drop_failed_pid_client(ci), Ok(()));
+        assert!(!t.clients.slots.contains_key(&ci));
+        assert_eq!(t.drop_failed_pid_client(ci), Ok(()), "a slot already gone");
+        assert_eq!(
+            t.add_pid_client(42, UID, None).map(|_| ()),
+            Ok(()),
+            "the pid is free again"
+        );
     }
 
     #[test]

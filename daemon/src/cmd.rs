@@ -791,21 +791,19 @@ pub(crate) fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
         &daemon_text,
         &mut out,
     );
-    if depth != SANLK_STATE_DAEMON {
-        let tables = lock(&d.tables);
-        let clients = &tables.clients;
-        let mut cis: Vec<_> = clients.slots.keys().copied().collect();
-        cis.sort_unstable();
-        for ci in cis {
-            let c = &clients.slots[&ci];
+    // One short look at the tables (a copy of what the records show); the text is
+    // formatted after the lock is let go, so STATUS never holds acquires back.
+    let snap = (depth != SANLK_STATE_DAEMON).then(|| StatusSnapshot::take(d));
+    if let Some(snap) = &snap {
+        for c in &snap.clients {
             let text = format!(
                 "ci={} fd={} pid={} flags={:x} restricted={:x} cmd_active={} cmd_last={} \
                  pid_dead={} kill_count={} kill_last={} suspend=0 need_free=0 \
                  killpath_status={}{}",
                 c.ci,
                 c.fd,
-                if c.registered { c.pid } else { -1 },
-                u32::from(c.killpath.as_ref().is_some_and(|k| k.with_pid)),
+                c.pid,
+                u32::from(c.killpath_with_pid),
                 c.restricted,
                 c.cmd_active,
                 c.cmd_last,
@@ -818,13 +816,7 @@ pub(crate) fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
                     w.ls, w.name, w.since, w.last_rv
                 )),
             );
-            let name = if c.registered {
-                c.owner_name
-            } else {
-                Name::from_field(conn_owner_name(c.cmd_last).as_bytes())
-            };
-            let pid = if c.registered { c.pid } else { -1 };
-            State::encode_with_text(SANLK_STATE_CLIENT, pid as u32, 0, name, &text, &mut out);
+            State::encode_with_text(SANLK_STATE_CLIENT, c.pid as u32, 0, c.name, &text, &mut out);
         }
     }
     if depth != SANLK_STATE_DAEMON && depth != SANLK_STATE_CLIENT {
@@ -843,70 +835,172 @@ pub(crate) fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
     }
     if depth != SANLK_STATE_DAEMON && depth != SANLK_STATE_CLIENT && depth != SANLK_STATE_LOCKSPACE
     {
-        let tables = lock(&d.tables);
-        let res = &tables.resources;
-        for c in tables.clients.slots.values() {
-            for t in &c.tokens {
-                let lr = res.get(&t.key());
-                let text = format!(
-                    "list=held flags={:x} sector_size={} align_size={} lver={} reused=0 res_id=0 token_id={} acquired={}",
-                    if t.shared { SANLK_RES_SHARED } else { 0 },
-                    lr.map_or(0, |l| l.held.sector_size()),
-                    lr.map_or(0, |l| l.held.align_size()),
-                    t.lver,
-                    t.token_id,
-                    t.acquired,
-                );
-                State::encode_with_text(
-                    SANLK_STATE_RESOURCE,
-                    c.pid as u32,
-                    t.lver,
-                    t.name,
-                    &text,
-                    &mut out,
-                );
-                wire::Resource {
-                    head: wire::ResourceHead {
-                        lockspace_name: t.ls,
-                        name: t.name,
-                        lver: t.lver,
-                        data64: 0,
-                        data32: 0,
-                        unused: 0,
-                        flags: if t.shared { SANLK_RES_SHARED } else { 0 },
-                        num_disks: t.disks.len() as u32,
-                    },
-                    disks: t.disks.clone(),
-                }
-                .encode_into(&mut out);
-            }
-        }
-        for lr in res.values().filter(|r| r.orphan) {
-            let lver = lr.held.lver();
+        let snap = snap
+            .as_ref()
+            .expect("taken for every depth but the daemon's");
+        for (pid, t, sector_size, align_size) in &snap.held {
             let text = format!(
-                "list=orphan flags={:x} sector_size={} align_size={} lver={lver} reused=0 res_id=0 token_id=0",
-                if lr.shared { SANLK_RES_SHARED } else { 0 },
-                lr.held.sector_size(),
-                lr.held.align_size(),
+                "list=held flags={:x} sector_size={sector_size} align_size={align_size} lver={} reused=0 res_id=0 token_id={} acquired={}",
+                if t.shared { SANLK_RES_SHARED } else { 0 },
+                t.lver,
+                t.token_id,
+                t.acquired,
             );
-            State::encode_with_text(SANLK_STATE_RESOURCE, 0, lver, lr.name, &text, &mut out);
+            State::encode_with_text(
+                SANLK_STATE_RESOURCE,
+                *pid as u32,
+                t.lver,
+                t.name,
+                &text,
+                &mut out,
+            );
             wire::Resource {
                 head: wire::ResourceHead {
-                    lockspace_name: lr.ls,
-                    name: lr.name,
-                    lver,
+                    lockspace_name: t.ls,
+                    name: t.name,
+                    lver: t.lver,
                     data64: 0,
                     data32: 0,
                     unused: 0,
-                    flags: SANLK_RES_PERSISTENT | if lr.shared { SANLK_RES_SHARED } else { 0 },
-                    num_disks: lr.disks.len() as u32,
+                    flags: if t.shared { SANLK_RES_SHARED } else { 0 },
+                    num_disks: t.disks.len() as u32,
                 },
-                disks: lr.disks.clone(),
+                disks: t.disks.clone(),
+            }
+            .encode_into(&mut out);
+        }
+        for o in &snap.orphans {
+            let text = format!(
+                "list=orphan flags={:x} sector_size={} align_size={} lver={} reused=0 res_id=0 token_id=0",
+                if o.shared { SANLK_RES_SHARED } else { 0 },
+                o.sector_size,
+                o.align_size,
+                o.lver,
+            );
+            State::encode_with_text(SANLK_STATE_RESOURCE, 0, o.lver, o.name, &text, &mut out);
+            wire::Resource {
+                head: wire::ResourceHead {
+                    lockspace_name: o.ls,
+                    name: o.name,
+                    lver: o.lver,
+                    data64: 0,
+                    data32: 0,
+                    unused: 0,
+                    flags: SANLK_RES_PERSISTENT | if o.shared { SANLK_RES_SHARED } else { 0 },
+                    num_disks: o.disks.len() as u32,
+                },
+                disks: o.disks.clone(),
             }
             .encode_into(&mut out);
         }
     }
     conn.send(&out);
+}
+
+/// What STATUS shows of one client slot, copied under the tables lock.
+struct ClientRow {
+    ci: u32,
+    fd: i32,
+    /// -1 for a connection that did not register.
+    pid: i32,
+    name: Name,
+    killpath_with_pid: bool,
+    restricted: u32,
+    cmd_active: u32,
+    cmd_last: u32,
+    pid_dead: bool,
+    kill_count: u32,
+    kill_last: u64,
+    killpath_status: Option<String>,
+    waiting: Option<crate::tables::Waiting>,
+}
+
+/// What STATUS shows of one orphan lease, copied under the tables lock.
+struct OrphanRow {
+    ls: Name,
+    name: Name,
+    shared: bool,
+    lver: u64,
+    sector_size: u64,
+    align_size: u64,
+    disks: Vec<wire::DiskLocation>,
+}
+
+/// The tables as STATUS shows them, copied in one look under the tables lock.
+struct StatusSnapshot {
+    /// In slot order.
+    clients: Vec<ClientRow>,
+    /// (holder pid, token, sector size, align size) of every lease held by a client.
+    held: Vec<(i32, ClientToken, u64, u64)>,
+    orphans: Vec<OrphanRow>,
+}
+
+impl StatusSnapshot {
+    fn take(d: &Daemon) -> StatusSnapshot {
+        let tables = lock(&d.tables);
+        let mut cis: Vec<u32> = tables.clients.slots.keys().copied().collect();
+        cis.sort_unstable();
+        let clients = cis
+            .iter()
+            .map(|ci| {
+                let c = &tables.clients.slots[ci];
+                ClientRow {
+                    ci: c.ci,
+                    fd: c.fd,
+                    pid: if c.registered { c.pid } else { -1 },
+                    name: if c.registered {
+                        c.owner_name
+                    } else {
+                        Name::from_field(conn_owner_name(c.cmd_last).as_bytes())
+                    },
+                    killpath_with_pid: c.killpath.as_ref().is_some_and(|k| k.with_pid),
+                    restricted: c.restricted,
+                    cmd_active: c.cmd_active,
+                    cmd_last: c.cmd_last,
+                    pid_dead: c.pid_dead,
+                    kill_count: c.kill_count,
+                    kill_last: c.kill_last,
+                    killpath_status: c.killpath_status.clone(),
+                    waiting: c.waiting,
+                }
+            })
+            .collect();
+        let res = &tables.resources;
+        let held = tables
+            .clients
+            .slots
+            .values()
+            .flat_map(|c| {
+                c.tokens.iter().map(move |t| {
+                    let lr = res.get(&t.key());
+                    (
+                        c.pid,
+                        t.clone(),
+                        lr.map_or(0, |l| l.held.sector_size()),
+                        lr.map_or(0, |l| l.held.align_size()),
+                    )
+                })
+            })
+            .collect();
+        let orphans = res
+            .values()
+            .filter(|r| r.orphan)
+            .map(|lr| OrphanRow {
+                ls: lr.ls,
+                name: lr.name,
+                shared: lr.shared,
+                lver: lr.held.lver(),
+                sector_size: lr.held.sector_size(),
+                align_size: lr.held.align_size(),
+                disks: lr.disks.clone(),
+            })
+            .collect();
+        StatusSnapshot {
+            clients,
+            held,
+            orphans,
+        }
+    }
 }
 
 /// The name sanlock gives an unregistered connection in STATUS, from its last command.

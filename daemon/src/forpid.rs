@@ -109,7 +109,10 @@ pub(crate) fn acquire_for_pid(
     }
     if rv != 0 {
         crate::cmd::release_tokens(d, ci, done);
-        lock(&d.tables).clients.slots.remove(&ci);
+        if let Err(busy) = lock(&d.tables).drop_failed_pid_client(ci) {
+            // Only its own acquire ran on the slot, and its tokens were just released.
+            panic!("a failed --for-pid slot still holds a token ({busy}); stopping");
+        }
         return rv;
     }
     let names: Vec<String> = done

@@ -11,7 +11,9 @@
 //! All `unsafe` lives in `sys`; the rest of the crate denies it. Modules are `pub(crate)`
 //! unless something outside the crate uses them: the binaries (`run`, `config`,
 //! `observability`) and the tests that call handlers or read state directly (`admin`,
-//! `lockspace`, `paxos`, `state`, `metrics`, `threads`, `helper` for `Daemon::new`).
+//! `lockspace`, `space`, `paxos`, `state`, `sync`, `tables`, `metrics`, `exporter`,
+//! `threads`, `helper` for `Daemon::new`). No module imports one above it
+//! (docs/architecture.md, "The daemon's modules, in layers"; `tests/module_graph.rs`).
 #![deny(unsafe_code)]
 
 pub mod access;

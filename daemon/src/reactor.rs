@@ -537,7 +537,8 @@ fn accept_all(
         };
         if let Err(e) = r.adopt(Conn { stream, ci, cred }) {
             warn!(error = %e, "cannot watch a new connection; closing it");
-            lock(&d.tables).clients.slots.remove(&ci);
+            // Not registered yet: its slot just goes.
+            lock(&d.tables).client_ended(ci);
         }
     }
 }
