@@ -17,7 +17,7 @@ use disk_format::Name;
 use tracing::{info, info_span, warn};
 
 use crate::access::{self, Caller};
-use crate::server::{After, Conn};
+use crate::server::{After, Conn, Reply};
 use crate::state::Daemon;
 use crate::sync::lock;
 use crate::tables::{AcquireStart, ReleaseStart};
@@ -39,7 +39,7 @@ pub(crate) fn restrict(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> i32 {
 }
 
 /// VERSION: a fresh header carrying sanlock's combined version in data2.
-pub(crate) fn version(conn: &mut Conn) -> After {
+pub(crate) fn version() -> Reply {
     let r = Header {
         magic: SM_MAGIC,
         version: SM_PROTO,
@@ -50,8 +50,7 @@ pub(crate) fn version(conn: &mut Conn) -> After {
         data: 0,
         data2: SANLOCK_VERSION_COMBINED,
     };
-    conn.send(&r.encode());
-    After::Keep
+    Reply(r.encode().to_vec())
 }
 
 /// SHUTDOWN_WAIT: -EBUSY while lockspaces exist (unless forced); otherwise replies when
@@ -75,43 +74,32 @@ pub(crate) fn shutdown_wait(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> Aft
     After::Close
 }
 
-pub(crate) fn log_dump(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
+pub(crate) fn log_dump(d: &Arc<Daemon>, h: &Header) -> Reply {
     let text = d.log.dump();
     let mut r = h.result_reply(0);
     r.data = u32::try_from(text.len()).unwrap_or(0);
     let mut msg = r.encode().to_vec();
     msg.extend_from_slice(&text);
-    conn.send(&msg);
+    Reply(msg)
 }
 
-pub(crate) fn get_lockspaces(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
+pub(crate) fn get_lockspaces(d: &Arc<Daemon>, h: &Header) -> Reply {
     let list = lockspace::get_lockspaces(d);
     let mut p = Vec::new();
     for ls in &list {
         ls.encode_into(&mut p);
     }
-    conn.reply_with(h, 0, list.len() as u32, &p);
+    Reply::with(h, 0, list.len() as u32, &p)
 }
 
-pub(crate) fn read_resource(
-    d: &Arc<Daemon>,
-    conn: &mut Conn,
-    h: &Header,
-    mut res: wire::Resource,
-) -> After {
+pub(crate) fn read_resource(d: &Arc<Daemon>, h: &Header, mut res: wire::Resource) -> Reply {
     let rv = admin::read_resource(d, &mut res);
     let mut p = Vec::new();
     res.head.encode_into(&mut p);
-    conn.reply_with(h, rv, 0, &p);
-    After::Keep
+    Reply::with(h, rv, 0, &p)
 }
 
-pub(crate) fn read_resource_owners(
-    d: &Arc<Daemon>,
-    conn: &mut Conn,
-    h: &Header,
-    res: &wire::Resource,
-) -> After {
+pub(crate) fn read_resource_owners(d: &Arc<Daemon>, h: &Header, res: &wire::Resource) -> Reply {
     match admin::read_resource_owners(d, res) {
         Ok((head, hosts)) => {
             let mut p = Vec::new();
@@ -119,11 +107,10 @@ pub(crate) fn read_resource_owners(
             for host in &hosts {
                 host.encode_into(&mut p);
             }
-            conn.reply_with(h, 0, hosts.len() as u32, &p);
+            Reply::with(h, 0, hosts.len() as u32, &p)
         }
-        Err(rv) => conn.reply(h, rv),
+        Err(rv) => Reply::result(h, rv),
     }
-    After::Keep
 }
 
 /// EXAMINE_LOCKSPACE / EXAMINE_RESOURCE: -ENOENT unless the lockspace exists.
@@ -139,12 +126,12 @@ pub(crate) fn examine(d: &Arc<Daemon>, ls: &Name) -> i32 {
 }
 
 /// lockd METRICS: the Prometheus text, or -E2BIG when it does not fit one message.
-pub(crate) fn metrics(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
+pub(crate) fn metrics(d: &Arc<Daemon>, h: &Header) -> Reply {
     let text = crate::exporter::render(d);
     if text.len() + wire::HEADER_LEN > MAX_CLIENT_MSG as usize {
-        conn.reply(h, -libc::E2BIG);
+        Reply::result(h, -libc::E2BIG)
     } else {
-        conn.reply_with(h, 0, 0, text.as_bytes());
+        Reply::with(h, 0, 0, text.as_bytes())
     }
 }
 
@@ -736,7 +723,7 @@ fn killpath(
     0
 }
 
-pub(crate) fn get_hosts(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, ls: &wire::Lockspace) {
+pub(crate) fn get_hosts(d: &Arc<Daemon>, h: &Header, ls: &wire::Lockspace) -> Reply {
     // 5.x SANLK_GET_HOST_LOCAL: only our own entry.
     let host_id = match d.find_space(&ls.name) {
         Some(s) if h.cmd_flags & SANLK_GET_HOST_LOCAL != 0 => s.host_id,
@@ -748,13 +735,13 @@ pub(crate) fn get_hosts(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, ls: &wire:
             for host in &hosts {
                 host.encode_into(&mut p);
             }
-            conn.reply_with(h, 0, hosts.len() as u32, &p);
+            Reply::with(h, 0, hosts.len() as u32, &p)
         }
-        Err(rv) => conn.reply(h, rv),
+        Err(rv) => Reply::result(h, rv),
     }
 }
 
-pub(crate) fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
+pub(crate) fn status(d: &Arc<Daemon>, h: &Header) -> Reply {
     let mut out = h.result_reply(0).encode().to_vec();
     let depth = h.data;
     let helper_pid = d.helper.as_ref().map_or(0, |x| x.pid);
@@ -894,7 +881,7 @@ pub(crate) fn status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
             .encode_into(&mut out);
         }
     }
-    conn.send(&out);
+    Reply(out)
 }
 
 /// What STATUS shows of one client slot, copied under the tables lock.
@@ -1021,29 +1008,91 @@ fn conn_owner_name(cmd: u32) -> String {
     }
 }
 
-pub(crate) fn host_status(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, ls: &wire::Lockspace) {
+pub(crate) fn host_status(d: &Arc<Daemon>, h: &Header, ls: &wire::Lockspace) -> Reply {
     let Some(space) = d.find_space(&ls.name) else {
-        return conn.reply(h, -libc::ENOSPC);
+        return Reply::result(h, -libc::ENOSPC);
     };
     let mut out = h.result_reply(0).encode().to_vec();
     space.host_state_records(&mut out);
-    conn.send(&out);
+    Reply(out)
 }
 
-pub(crate) fn renewal(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, ls: &wire::Lockspace) {
+pub(crate) fn renewal(d: &Arc<Daemon>, h: &Header, ls: &wire::Lockspace) -> Reply {
     let Some(space) = d.find_space(&ls.name) else {
-        return conn.reply(h, -libc::ENOSPC);
+        return Reply::result(h, -libc::ENOSPC);
     };
     let mut r = h.result_reply(0);
     r.data2 = space.io_timeout;
     let mut out = r.encode().to_vec();
     space.renewal_records(&mut out);
-    conn.send(&out);
+    Reply(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A daemon's state with no socket, helper or watchdog (handler tests).
+    fn test_daemon() -> Arc<Daemon> {
+        let args = crate::DaemonArgs {
+            foreground: true,
+            use_watchdog: Some(0),
+            host_name: Some("status-host".into()),
+            io_timeout: Some(1),
+            run_dir: Some("/nonexistent/lockd-cmd-tests".into()),
+            config: Some("/dev/null".into()),
+            ..Default::default()
+        };
+        let cfg = crate::Config::resolve(&args, None).expect("config");
+        Arc::new(Daemon::new(
+            cfg,
+            None,
+            Arc::new(crate::observability::LogRing::default()),
+        ))
+    }
+
+    fn request(cmd: u32, data: u32) -> Header {
+        Header {
+            magic: SM_MAGIC,
+            version: SM_PROTO,
+            cmd,
+            cmd_flags: 0,
+            length: wire::HEADER_LEN as u32,
+            seq: 7,
+            data,
+            data2: 0,
+        }
+    }
+
+    #[test]
+    fn status_and_version_replies_are_made_without_a_socket() {
+        let d = test_daemon();
+        let ci = {
+            let mut tables = lock(&d.tables);
+            let ci = tables.clients.add(-1, 4242, 0, None).expect("a slot");
+            let c = tables.clients.slots.get_mut(&ci).expect("the slot");
+            c.registered = true;
+            c.owner_name = Name::new("holder").unwrap();
+            ci
+        };
+        let Reply(bytes) = status(&d, &request(SM_CMD_STATUS, 0));
+        let head = Header::decode(bytes[..wire::HEADER_LEN].try_into().unwrap()).unwrap();
+        assert_eq!((head.cmd, head.seq, head.data), (SM_CMD_STATUS, 7, 0));
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains("our_host_name=status-host"), "{text}");
+        assert!(text.contains(&format!("ci={ci} fd=-1 pid=4242")), "{text}");
+        // Depth "daemon" stops after the daemon's record.
+        let Reply(short) = status(&d, &request(SM_CMD_STATUS, SANLK_STATE_DAEMON));
+        assert!(short.len() < bytes.len());
+        assert!(!String::from_utf8_lossy(&short).contains("pid=4242"));
+
+        let Reply(v) = version();
+        let vh = Header::decode(v[..].try_into().unwrap()).unwrap();
+        assert_eq!(
+            (v.len(), vh.data2),
+            (wire::HEADER_LEN, SANLOCK_VERSION_COMBINED)
+        );
+    }
 
     #[test]
     fn state_string_matches_sanlock_format() {

@@ -32,7 +32,7 @@ use disk_format::Name;
 use tracing::{debug, warn};
 
 use crate::access::{self, Caller};
-use crate::server::{After, Conn};
+use crate::server::{After, Conn, Reply};
 use crate::state::Daemon;
 use crate::sync::lock;
 use crate::{cmd, permit};
@@ -202,6 +202,12 @@ fn refuse(conn: &mut Conn, h: &Header, e: &RequestError) -> After {
 }
 
 /// The table: each request to its handler.
+/// Writes a handler's reply and says what becomes of the connection.
+fn send(conn: &mut Conn, reply: Reply, after: After) -> After {
+    conn.send_reply(reply);
+    after
+}
+
 fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
     use crate::{admin, lockspace, rindex, watch};
     let rv = match req {
@@ -210,36 +216,18 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
             return After::Keep;
         }
         Request::Restrict => cmd::restrict(d, conn, h),
-        Request::Version => return cmd::version(conn),
+        Request::Version => return send(conn, cmd::version(), After::Keep),
         Request::Shutdown => {
             cmd::shutdown(d, h.data != 0);
             return After::Close;
         }
         Request::ShutdownWait => return cmd::shutdown_wait(d, conn, h),
-        Request::Status => {
-            cmd::status(d, conn, h);
-            return After::Close;
-        }
-        Request::HostStatus(ls) => {
-            cmd::host_status(d, conn, h, &ls);
-            return After::Close;
-        }
-        Request::Renewal(ls) => {
-            cmd::renewal(d, conn, h, &ls);
-            return After::Close;
-        }
-        Request::LogDump => {
-            cmd::log_dump(d, conn, h);
-            return After::Close;
-        }
-        Request::GetLockspaces => {
-            cmd::get_lockspaces(d, conn, h);
-            return After::Close;
-        }
-        Request::GetHosts(ls) => {
-            cmd::get_hosts(d, conn, h, &ls);
-            return After::Close;
-        }
+        Request::Status => return send(conn, cmd::status(d, h), After::Close),
+        Request::HostStatus(ls) => return send(conn, cmd::host_status(d, h, &ls), After::Close),
+        Request::Renewal(ls) => return send(conn, cmd::renewal(d, h, &ls), After::Close),
+        Request::LogDump => return send(conn, cmd::log_dump(d, h), After::Close),
+        Request::GetLockspaces => return send(conn, cmd::get_lockspaces(d, h), After::Close),
+        Request::GetHosts(ls) => return send(conn, cmd::get_hosts(d, h, &ls), After::Close),
         Request::SetConfig(ls) => lockspace::set_config(d, &ls.name, h.data),
         Request::RegEvent(ls) => lockspace::reg_event(d, &ls, &conn.stream),
         Request::EndEvent(ls) => lockspace::end_event(d, &ls),
@@ -251,30 +239,36 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
         Request::WriteLockspace(ls) => admin::write_lockspace(d, &ls, h.data2),
         Request::ReadLockspace(mut ls) => {
             let (rv, io_timeout) = admin::read_lockspace(d, &mut ls);
-            conn.reply_with(h, rv, io_timeout, &ls.encode());
-            return After::Keep;
+            return send(
+                conn,
+                Reply::with(h, rv, io_timeout, &ls.encode()),
+                After::Keep,
+            );
         }
         Request::ReadLockspaceHost(mut ls) => {
             let (rv, io_timeout, host) = admin::read_lockspace_host(d, &mut ls);
             let mut p = ls.encode().to_vec();
             host.encode_into(&mut p);
-            conn.reply_with(h, rv, io_timeout, &p);
-            return After::Keep;
+            return send(conn, Reply::with(h, rv, io_timeout, &p), After::Keep);
         }
         Request::SetHost(ls, host) => lockspace::set_host(d, &ls, &host, h.data),
         Request::InitLockspaceHost(ls, rec) => admin::init_lockspace_host(d, &ls, &rec, h.data2),
         Request::WriteResource(res) => {
             admin::write_resource(d, &res, h.data, h.cmd_flags & SANLK_WRITE_CLEAR != 0)
         }
-        Request::ReadResource(res) => return cmd::read_resource(d, conn, h, res),
-        Request::ReadResourceOwners(res) => return cmd::read_resource_owners(d, conn, h, &res),
+        Request::ReadResource(res) => {
+            return send(conn, cmd::read_resource(d, h, res), After::Keep);
+        }
+        Request::ReadResourceOwners(res) => {
+            return send(conn, cmd::read_resource_owners(d, h, &res), After::Keep);
+        }
         Request::SetLvb { resource, lvb } => cmd::set_lvb(d, &resource, &lvb),
         Request::GetLvb(head) => {
-            match cmd::get_lvb(d, &head, h.data2 as usize) {
-                Ok(lvb) => conn.reply_with(h, 0, 0, &lvb),
-                Err(rv) => conn.reply(h, rv),
-            }
-            return After::Keep;
+            let reply = match cmd::get_lvb(d, &head, h.data2 as usize) {
+                Ok(lvb) => Reply::with(h, 0, 0, &lvb),
+                Err(rv) => Reply::result(h, rv),
+            };
+            return send(conn, reply, After::Keep);
         }
         Request::RequestLease(res) => cmd::request(d, &res, h),
         Request::ExamineLockspace(ls) => cmd::examine(d, &ls.name),
@@ -286,8 +280,7 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
         | Request::CreateResource(ri, re)
         | Request::DeleteResource(ri, re) => {
             let (rv, out) = rindex::entry(d, h, &ri, &re);
-            conn.reply_with(h, rv, 0, &out.encode());
-            return After::Keep;
+            return send(conn, Reply::with(h, rv, 0, &out.encode()), After::Keep);
         }
         Request::Watch => {
             watch::handle_watch(d, conn, h);
@@ -299,16 +292,13 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
             resources,
         } => crate::forpid::acquire_for_pid(d, conn, h, killpath_path, killpath_args, &resources),
         Request::Leader(res) => {
-            match watch::leader(d, &res) {
-                Ok(info) => conn.reply_with(h, 0, 0, &info.encode()),
-                Err(rv) => conn.reply(h, rv),
-            }
-            return After::Keep;
+            let reply = match watch::leader(d, &res) {
+                Ok(info) => Reply::with(h, 0, 0, &info.encode()),
+                Err(rv) => Reply::result(h, rv),
+            };
+            return send(conn, reply, After::Keep);
         }
-        Request::Metrics => {
-            cmd::metrics(d, conn, h);
-            return After::Close;
-        }
+        Request::Metrics => return send(conn, cmd::metrics(d, h), After::Close),
         // The registered-client commands go through `cmd::registered_cmd`; a variant
         // added to the reader without a handler here is refused, never ignored.
         _ => -libc::EINVAL,

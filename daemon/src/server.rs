@@ -153,21 +153,44 @@ impl Conn {
         }
     }
 
+    /// Writes a handler's reply.
+    pub fn send_reply(&mut self, reply: Reply) {
+        self.send(&reply.0);
+    }
+
     /// sanlock's `send_result`: request header, version SM_PROTO, length 32,
     /// data = result, data2 = 0.
     pub fn reply(&mut self, h: &Header, result: i32) {
-        self.send(&h.result_reply(result).encode());
+        self.send_reply(Reply::result(h, result));
     }
 
     /// A reply header with data/data2 and a payload.
     pub fn reply_with(&mut self, h: &Header, result: i32, data2: u32, payload: &[u8]) {
+        self.send_reply(Reply::with(h, result, data2, payload));
+    }
+}
+
+/// A whole reply message as a handler made it; the dispatcher writes it
+/// ([`Conn::send_reply`]), so the handlers that return one never touch the socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply(pub Vec<u8>);
+
+impl Reply {
+    /// sanlock's `send_result`: the request's header with `data` = `result`.
+    pub fn result(h: &Header, result: i32) -> Reply {
+        Reply(h.result_reply(result).encode().to_vec())
+    }
+
+    /// The request's header with `data` = `result`, `data2`, and `payload` after it
+    /// (`length` covers both).
+    pub fn with(h: &Header, result: i32, data2: u32, payload: &[u8]) -> Reply {
         let mut r = h.result_reply(result);
         r.data2 = data2;
         r.length = u32::try_from(HEADER_LEN + payload.len()).unwrap_or(u32::MAX);
         let mut msg = Vec::with_capacity(HEADER_LEN + payload.len());
         msg.extend_from_slice(&r.encode());
         msg.extend_from_slice(payload);
-        self.send(&msg);
+        Reply(msg)
     }
 }
 
