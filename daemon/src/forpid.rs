@@ -152,7 +152,12 @@ pub(crate) fn acquire_for_pid(
 
 /// Slot numbers are reused: is `ci` still the connection-less slot of `pid`?
 pub(crate) fn still_ours(d: &Daemon, ci: u32, pid: i32) -> bool {
-    lock(&d.tables)
+    is_pid_slot(&lock(&d.tables), ci, pid)
+}
+
+/// [`still_ours`] on tables the caller has locked.
+pub(crate) fn is_pid_slot(tables: &crate::tables::Tables, ci: u32, pid: i32) -> bool {
+    tables
         .clients
         .slots
         .get(&ci)

@@ -406,14 +406,31 @@ impl Reactor {
     }
 
     fn forget_released_pids(&self, d: &Daemon) {
+        // Never `pids` and `tables` at once (neither lock is taken under the other): copy
+        // the watches, ask the tables which are still ours, then drop the others.
+        let watched: Vec<(u64, u32, i32)> = lock(&self.pids)
+            .iter()
+            .map(|(token, w)| (*token, w.ci, w.pid))
+            .collect();
+        if watched.is_empty() {
+            return;
+        }
+        let gone: Vec<(u64, u32, i32)> = {
+            let tables = lock(&d.tables);
+            watched
+                .into_iter()
+                .filter(|(_, ci, pid)| !crate::forpid::is_pid_slot(&tables, *ci, *pid))
+                .collect()
+        };
         let mut pids = lock(&self.pids);
-        pids.retain(|_, w| {
-            let keep = crate::forpid::still_ours(d, w.ci, w.pid);
-            if !keep {
-                let _ = self.epoll.delete(w.pidfd.as_fd());
+        for (token, ci, pid) in gone {
+            // The same watch (a token is never reused), unless its pid exited meanwhile.
+            if pids.get(&token).is_some_and(|w| w.ci == ci && w.pid == pid) {
+                if let Some(w) = pids.remove(&token) {
+                    let _ = self.epoll.delete(w.pidfd.as_fd());
+                }
             }
-            keep
-        });
+        }
     }
 }
 

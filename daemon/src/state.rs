@@ -1,7 +1,10 @@
 //! Shared daemon state: clients (connections), lockspaces and locally held resources.
 //!
 //! Lock order (never take an earlier lock while holding a later one):
-//! `tables` → `spaces` → `Space::st`; `watchers` is a leaf (taken alone). Disk I/O is never
+//! `tables` → `spaces` → `Space::st`; `watchers` is a leaf (taken alone), and so are the
+//! event loop's `parked`, `pids` and `shares` (`crate::reactor`: none is held while
+//! another lock is taken; the pid watches are checked against the tables by copying
+//! them first). The helper's pipe is written with no lock held. Disk I/O is never
 //! done while holding any of these locks. The client and resource tables have one owner,
 //! [`Tables`] (`crate::tables`), behind the one `tables` lock.
 
