@@ -140,7 +140,7 @@ pub(crate) fn metrics(d: &Arc<Daemon>, h: &Header) -> Reply {
 pub(crate) fn request(d: &Arc<Daemon>, r: &wire::Resource, h: &Header) -> i32 {
     let space = match lockspace::joined(d, &r.head.lockspace_name) {
         Ok(s) => Some(s),
-        Err(rv) => return rv,
+        Err(e) => return e.code(),
     };
     let span = info_span!("resource", ls = %r.head.lockspace_name, res = %r.head.name);
     let _g = span.enter();
@@ -468,7 +468,7 @@ pub(crate) fn acquire_one(
     // (`crate::access`; the disk acquire below opens it so anyway). A lockspace that is
     // not joined answers first, as before the check.
     if let Some(caller) = access::current().filter(|c| !c.is_root()) {
-        lockspace::joined(d, &r.head.lockspace_name)?;
+        lockspace::joined(d, &r.head.lockspace_name).map_err(crate::space::SpaceError::code)?;
         let path = r.disks.first().ok_or(-libc::EINVAL)?.path.to_text();
         access::open_disk_as(
             Some(&caller),
@@ -536,7 +536,8 @@ fn start_acquire_after_release(
     let mut deadline = None;
     loop {
         // Checked again after every wait: the lockspace may have gone meanwhile.
-        let space = lockspace::joined(d, &r.head.lockspace_name)?;
+        let space =
+            lockspace::joined(d, &r.head.lockspace_name).map_err(crate::space::SpaceError::code)?;
         let until =
             *deadline.get_or_insert_with(|| Instant::now() + release_wait(space.io_timeout));
         let mut tables = lock(&d.tables);
@@ -669,7 +670,7 @@ fn convert(d: &Arc<Daemon>, h: &Header, target: u32, head: &wire::ResourceHead) 
     }
     let space = match lockspace::joined(d, &key.0) {
         Ok(s) => s,
-        Err(rv) => return rv,
+        Err(e) => return e.code(),
     };
     let started = lock(&d.tables).start_convert(target, key, to_shared);
     let lr = match started {
@@ -737,7 +738,7 @@ pub(crate) fn get_hosts(d: &Arc<Daemon>, h: &Header, ls: &wire::Lockspace) -> Re
             }
             Reply::with(h, 0, hosts.len() as u32, &p)
         }
-        Err(rv) => Reply::result(h, rv),
+        Err(e) => Reply::result(h, e.code()),
     }
 }
 

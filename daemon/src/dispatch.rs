@@ -29,10 +29,11 @@ use client_lib::proto::*;
 use client_lib::request::{self, read_request, Request, RequestError};
 use client_lib::wire::{Header, Rentry, HEADER_LEN};
 use disk_format::Name;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::access::{self, Caller};
 use crate::server::{After, Conn, Reply};
+use crate::space::SpaceError;
 use crate::state::Daemon;
 use crate::sync::lock;
 use crate::{cmd, permit};
@@ -202,6 +203,22 @@ fn refuse(conn: &mut Conn, h: &Header, e: &RequestError) -> After {
 }
 
 /// The table: each request to its handler.
+/// A lockspace command's reply code: 0, or the refusal's code (its reason is logged, at
+/// debug level for INQ_LOCKSPACE, which clients poll).
+fn space_code(h: &Header, result: Result<(), SpaceError>) -> i32 {
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            if h.cmd == SM_CMD_INQ_LOCKSPACE {
+                debug!(cmd = h.cmd, reason = %e, "lockspace command refused");
+            } else {
+                info!(cmd = h.cmd, reason = %e, code = e.code(), "lockspace command refused");
+            }
+            e.code()
+        }
+    }
+}
+
 /// Writes a handler's reply and says what becomes of the connection.
 fn send(conn: &mut Conn, reply: Reply, after: After) -> After {
     conn.send_reply(reply);
@@ -228,13 +245,13 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
         Request::LogDump => return send(conn, cmd::log_dump(d, h), After::Close),
         Request::GetLockspaces => return send(conn, cmd::get_lockspaces(d, h), After::Close),
         Request::GetHosts(ls) => return send(conn, cmd::get_hosts(d, h, &ls), After::Close),
-        Request::SetConfig(ls) => lockspace::set_config(d, &ls.name, h.data),
-        Request::RegEvent(ls) => lockspace::reg_event(d, &ls, &conn.stream),
-        Request::EndEvent(ls) => lockspace::end_event(d, &ls),
-        Request::SetEvent(ls, he) => lockspace::set_event(d, &ls, &he, h.cmd_flags),
-        Request::AddLockspace(ls) => lockspace::add(d, &ls, h.data, h.cmd_flags),
-        Request::InqLockspace(ls) => lockspace::inq(d, &ls, h.cmd_flags),
-        Request::RemLockspace(ls) => lockspace::rem(d, &ls, h.cmd_flags),
+        Request::SetConfig(ls) => space_code(h, lockspace::set_config(d, &ls.name, h.data)),
+        Request::RegEvent(ls) => space_code(h, lockspace::reg_event(d, &ls, &conn.stream)),
+        Request::EndEvent(ls) => space_code(h, lockspace::end_event(d, &ls)),
+        Request::SetEvent(ls, he) => space_code(h, lockspace::set_event(d, &ls, &he, h.cmd_flags)),
+        Request::AddLockspace(ls) => space_code(h, lockspace::add(d, &ls, h.data, h.cmd_flags)),
+        Request::InqLockspace(ls) => space_code(h, lockspace::inq(d, &ls, h.cmd_flags)),
+        Request::RemLockspace(ls) => space_code(h, lockspace::rem(d, &ls, h.cmd_flags)),
         Request::Align(disk) => admin::align(&disk),
         Request::WriteLockspace(ls) => admin::write_lockspace(d, &ls, h.data2),
         Request::ReadLockspace(mut ls) => {
@@ -251,7 +268,7 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
             host.encode_into(&mut p);
             return send(conn, Reply::with(h, rv, io_timeout, &p), After::Keep);
         }
-        Request::SetHost(ls, host) => lockspace::set_host(d, &ls, &host, h.data),
+        Request::SetHost(ls, host) => space_code(h, lockspace::set_host(d, &ls, &host, h.data)),
         Request::InitLockspaceHost(ls, rec) => admin::init_lockspace_host(d, &ls, &rec, h.data2),
         Request::WriteResource(res) => {
             admin::write_resource(d, &res, h.data, h.cmd_flags & SANLK_WRITE_CLEAR != 0)

@@ -29,15 +29,22 @@ use crate::watchdog::LockspaceWatchdog;
 use lease_core::exec::block_on;
 use lockd_diskio::{BlockingDisk, EngineKind, SystemClock};
 
-use crate::space::{JoinedDisk, Phase, RenewalRec, Space, MAX_EVENT_FDS};
+use crate::space::{JoinedDisk, Phase, RenewalRec, Space, SpaceError, MAX_EVENT_FDS};
 
 /// ADD_LOCKSPACE.
-pub fn add(d: &Arc<Daemon>, ls: &wire::Lockspace, io_timeout: u32, flags: u32) -> i32 {
+pub fn add(
+    d: &Arc<Daemon>,
+    ls: &wire::Lockspace,
+    io_timeout: u32,
+    flags: u32,
+) -> Result<(), SpaceError> {
     if ls.name.is_empty() || ls.host_id == 0 || ls.host_id_disk.path.as_bytes().is_empty() {
-        return -libc::EINVAL;
+        return Err(SpaceError::Invalid(
+            "a name, a host_id and a path are needed",
+        ));
     }
     if d.is_shutting_down() {
-        return -libc::EAGAIN;
+        return Err(SpaceError::Again("the daemon is shutting down"));
     }
     let io_timeout = if io_timeout == 0 {
         d.cfg.io_timeout_s
@@ -51,15 +58,21 @@ pub fn add(d: &Arc<Daemon>, ls: &wire::Lockspace, io_timeout: u32, flags: u32) -
             let same_disk = s.path == path && s.offset == ls.host_id_disk.offset;
             if s.name.same_as(&ls.name) {
                 let identical = same_disk && s.host_id == ls.host_id;
-                return match lock(&s.st).phase {
-                    Phase::Removing => -libc::EAGAIN,
-                    Phase::Adding if identical => -libc::EINPROGRESS,
-                    Phase::Joined if identical => -libc::EEXIST,
-                    _ => -libc::EINVAL,
-                };
+                return Err(match lock(&s.st).phase {
+                    Phase::Removing => {
+                        SpaceError::Again("a lockspace of that name is being removed")
+                    }
+                    Phase::Adding if identical => SpaceError::InProgress,
+                    Phase::Joined if identical => SpaceError::Exists,
+                    _ => {
+                        SpaceError::Invalid("a lockspace of that name has another host_id or disk")
+                    }
+                });
             }
             if same_disk {
-                return -libc::EINVAL;
+                return Err(SpaceError::Invalid(
+                    "another lockspace is on that disk area",
+                ));
             }
         }
         let s = Arc::new(d.new_space(ls, io_timeout, crate::access::current()));
@@ -74,12 +87,14 @@ pub fn add(d: &Arc<Daemon>, ls: &wire::Lockspace, io_timeout: u32, flags: u32) -
     if let Err(e) = spawned {
         error!(error = %e, "cannot start lockspace thread");
         lock(&d.spaces).retain(|s| !Arc::ptr_eq(s, &space));
-        return -libc::ENOMEM;
+        return Err(SpaceError::NoResources(
+            "cannot start the lockspace's thread",
+        ));
     }
     if flags & SANLK_ADD_ASYNC != 0 {
-        return 0;
+        return Ok(());
     }
-    wait_add_result(&space)
+    SpaceError::from_code(wait_add_result(&space))
 }
 
 fn wait_add_result(space: &Space) -> i32 {
@@ -103,32 +118,32 @@ fn find_matching(d: &Daemon, ls: &wire::Lockspace) -> Option<Arc<Space>> {
 }
 
 /// INQ_LOCKSPACE.
-pub fn inq(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> i32 {
+pub fn inq(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> Result<(), SpaceError> {
     let Some(space) = find_matching(d, ls) else {
-        return -libc::ENOENT;
+        return Err(SpaceError::NotFound);
     };
     let (phase, releasing) = {
         let st = lock(&space.st);
         (st.phase, st.releasing)
     };
     match phase {
-        Phase::Joined => 0,
+        Phase::Joined => Ok(()),
         // Removal requested, holders still being stopped: the delta lease is still held
         // and renewed, so the lockspace is still there (with or without WAIT), as on
         // sanlock, whose lockspace stays on its joined list until its pids are dead.
-        Phase::Removing if !releasing => 0,
+        Phase::Removing if !releasing => Ok(()),
         Phase::Adding if flags & SANLK_INQ_WAIT != 0 => {
             if wait_add_result(&space) == 0 {
-                0
+                Ok(())
             } else {
-                -libc::ENOENT
+                Err(SpaceError::NotFound)
             }
         }
         Phase::Removing if flags & SANLK_INQ_WAIT != 0 => {
             wait_gone(&space);
-            -libc::ENOENT
+            Err(SpaceError::NotFound)
         }
-        Phase::Adding | Phase::Removing => -libc::EINPROGRESS,
+        Phase::Adding | Phase::Removing => Err(SpaceError::InProgress),
     }
 }
 
@@ -145,12 +160,12 @@ pub fn space_in_use(d: &Daemon, name: &Name) -> bool {
 }
 
 /// REM_LOCKSPACE.
-pub fn rem(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> i32 {
+pub fn rem(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> Result<(), SpaceError> {
     let Some(space) = find_matching(d, ls) else {
-        return -libc::ENOENT;
+        return Err(SpaceError::NotFound);
     };
     if flags & SANLK_REM_UNUSED != 0 && space_in_use(d, &ls.name) {
-        return -libc::EBUSY;
+        return Err(SpaceError::Busy("leases are held in it (REM_UNUSED)"));
     }
     let has_orphans = lock(&d.tables)
         .resources
@@ -158,20 +173,22 @@ pub fn rem(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> i32 {
         .any(|r| r.orphan && r.ls.same_as(&ls.name));
     if has_orphans {
         if lock(&space.st).used_by_orphans {
-            return -libc::EBUSY;
+            return Err(SpaceError::Busy(
+                "its orphan leases are in use (SET_CONFIG)",
+            ));
         }
         // Orphans have no process to kill: release them now so removal can finish.
         crate::paxos::release_orphans(d, &ls.name, &Name::EMPTY);
     }
     if space.snapshot_phase() == Phase::Removing {
-        return -libc::EINPROGRESS;
+        return Err(SpaceError::InProgress);
     }
     // Watchers hear of the removal before kill_now lets the monitor kill the holders.
     crate::watch::notify_loss(d, &space, client_lib::ext::WatchKind::LockspaceRemoved);
     {
         let mut st = lock(&space.st);
         if st.phase == Phase::Removing {
-            return -libc::EINPROGRESS;
+            return Err(SpaceError::InProgress);
         }
         st.phase = Phase::Removing;
         st.kill_now = true;
@@ -180,10 +197,10 @@ pub fn rem(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> i32 {
     space.cond.notify_all();
     info!(ls = %ls.name, "removing lockspace");
     if flags & SANLK_REM_ASYNC != 0 {
-        return 0;
+        return Ok(());
     }
     wait_gone(&space);
-    0
+    Ok(())
 }
 
 /// Stops every lockspace (forced shutdown).
@@ -201,12 +218,13 @@ pub fn stop_all(d: &Arc<Daemon>) {
     }
 }
 
-/// A joined, live lockspace for resource operations (`-ENOSPC` otherwise, as sanlock).
-pub fn joined(d: &Daemon, name: &Name) -> Result<Arc<Space>, i32> {
-    let space = d.find_space(name).ok_or(-libc::ENOSPC)?;
+/// A joined, live lockspace for resource operations ([`SpaceError::NotJoined`] otherwise:
+/// `-ENOSPC`, as sanlock).
+pub fn joined(d: &Daemon, name: &Name) -> Result<Arc<Space>, SpaceError> {
+    let space = d.find_space(name).ok_or(SpaceError::NotJoined)?;
     let st = lock(&space.st);
     if st.phase != Phase::Joined || st.space_dead {
-        return Err(-libc::ENOSPC);
+        return Err(SpaceError::NotJoined);
     }
     drop(st);
     Ok(space)
@@ -243,9 +261,9 @@ pub fn status_list(d: &Daemon) -> Vec<(Arc<Space>, &'static str)> {
 }
 
 /// SET_CONFIG.
-pub fn set_config(d: &Daemon, name: &Name, data: u32) -> i32 {
+pub fn set_config(d: &Daemon, name: &Name, data: u32) -> Result<(), SpaceError> {
     let Some(space) = d.find_space(name) else {
-        return -libc::ENOENT;
+        return Err(SpaceError::NotFound);
     };
     let mut st = lock(&space.st);
     match data {
@@ -253,14 +271,16 @@ pub fn set_config(d: &Daemon, name: &Name, data: u32) -> i32 {
         0x2 => st.external_used = false,
         0x4 => st.used_by_orphans = true,
         0x8 => st.used_by_orphans = false,
-        _ => return -libc::EINVAL,
+        _ => return Err(SpaceError::Invalid("unknown SET_CONFIG value")),
     }
-    0
+    Ok(())
 }
 
 /// GET_HOSTS: `host_id` 0 = every host whose record has a timestamp.
-pub fn get_hosts(d: &Daemon, name: &Name, host_id: u64) -> Result<Vec<wire::Host>, i32> {
-    d.find_space(name).ok_or(-libc::ENOENT)?.hosts(host_id)
+pub fn get_hosts(d: &Daemon, name: &Name, host_id: u64) -> Result<Vec<wire::Host>, SpaceError> {
+    d.find_space(name)
+        .ok_or(SpaceError::NotFound)?
+        .hosts(host_id)
 }
 
 /// SET_HOST (5.x `sanlock_set_host`) and `lockd set-host --dead`: mark `host`'s delta
@@ -272,15 +292,24 @@ pub fn get_hosts(d: &Daemon, name: &Name, host_id: u64) -> Result<Vec<wire::Host
 /// yet) or SANLK_HOSTID_BUSY (renewed since). A 3.x-format area gets
 /// SANLK_VERSION_INCOMPAT (-204), another generation SANLK_WRONG_GENERATION (-280), as on
 /// sanlock 5.1.1. Nothing is written on any refusal.
-pub fn set_host(d: &Daemon, ls: &wire::Lockspace, host: &wire::Host, op: u32) -> i32 {
+pub fn set_host(
+    d: &Daemon,
+    ls: &wire::Lockspace,
+    host: &wire::Host,
+    op: u32,
+) -> Result<(), SpaceError> {
     if op != client_lib::proto::SANLK_SET_HOST_DEAD_EXT {
-        return -libc::EINVAL;
+        return Err(SpaceError::Invalid(
+            "SET_HOST knows only SANLK_SET_HOST_DEAD_EXT",
+        ));
     }
     let Some(space) = d.find_space(&ls.name) else {
-        return -libc::ENOENT;
+        return Err(SpaceError::NotFound);
     };
     if (ls.host_id != 0 && ls.host_id != space.host_id) || host.host_id == space.host_id {
-        return -libc::EINVAL;
+        return Err(SpaceError::Invalid(
+            "another host_id than ours is to be marked",
+        ));
     }
     let now = lockd_diskio::monotime();
     let (state, obs) = {
@@ -291,7 +320,7 @@ pub fn set_host(d: &Daemon, ls: &wire::Lockspace, host: &wire::Host, op: u32) ->
         )
     };
     let Some(obs) = obs else {
-        return -libc::EBUSY;
+        return Err(SpaceError::Busy("the host's delta lease has not been seen"));
     };
     if !matches!(state, Some(HostState::Fail | HostState::Dead)) {
         warn!(
@@ -299,10 +328,10 @@ pub fn set_host(d: &Daemon, ls: &wire::Lockspace, host: &wire::Host, op: u32) ->
             ?state,
             "set_host DEAD_EXT refused: the host's delta lease is still renewed (or not seen)"
         );
-        return -libc::EBUSY;
+        return Err(SpaceError::Busy("the host's delta lease is still renewed"));
     }
     let Some(joined) = space.joined.get() else {
-        return -libc::ENOSPC;
+        return Err(SpaceError::NotJoined);
     };
     match block_on(delta::mark_dead_ext(
         &joined.disk,
@@ -317,11 +346,11 @@ pub fn set_host(d: &Daemon, ls: &wire::Lockspace, host: &wire::Host, op: u32) ->
                 generation = l.owner_generation,
                 "host marked DEAD_EXT: its leases may be taken now"
             );
-            0
+            Ok(())
         }
         Err(e) => {
             warn!(host_id = host.host_id, error = %e, "set_host DEAD_EXT refused");
-            e.sanlk_code()
+            Err(SpaceError::Failed(e.sanlk_code()))
         }
     }
 }
@@ -874,21 +903,28 @@ fn deliver_events(space: &Space, notes: &[lease_core::Notification]) {
 }
 
 /// SET_EVENT: the event our renewals carry, and whose bits they set.
-pub fn set_event(d: &Daemon, ls: &wire::Lockspace, he: &wire::HostEvent, flags: u32) -> i32 {
+pub fn set_event(
+    d: &Daemon,
+    ls: &wire::Lockspace,
+    he: &wire::HostEvent,
+    flags: u32,
+) -> Result<(), SpaceError> {
     const CUR_GENERATION: u32 = 0x1;
     const CLEAR_HOSTID: u32 = 0x2;
     const CLEAR_EVENT: u32 = 0x4;
     const REPLACE_EVENT: u32 = 0x8;
     const ALL_HOSTS: u32 = 0x10;
     if ls.name.is_empty() || he.host_id == 0 || he.host_id > 2000 {
-        return -libc::EINVAL;
+        return Err(SpaceError::Invalid(
+            "a name and a host_id of 1 to 2000 are needed",
+        ));
     }
     let Some(space) = d.find_space(&ls.name) else {
-        return -libc::ENOENT;
+        return Err(SpaceError::NotFound);
     };
     let max_hosts = space.geometry().map_or(2000, Geometry::max_hosts);
     if he.host_id > max_hosts {
-        return -libc::EINVAL;
+        return Err(SpaceError::Invalid("host_id beyond the lockspace's hosts"));
     }
     let mut he = *he;
     if he.generation == 0 && flags & CUR_GENERATION != 0 {
@@ -901,11 +937,11 @@ pub fn set_event(d: &Daemon, ls: &wire::Lockspace, he: &wire::HostEvent, flags: 
     let mut out = lock(&space.outgoing);
     if flags & CLEAR_EVENT != 0 {
         out.host_event = (wire::HostEvent::default(), now);
-        return 0;
+        return Ok(());
     }
     if flags & CLEAR_HOSTID != 0 {
         out.bitmap_until.remove(&he.host_id);
-        return 0;
+        return Ok(());
     }
     let cur = out.host_event;
     if flags & REPLACE_EVENT == 0
@@ -914,7 +950,9 @@ pub fn set_event(d: &Daemon, ls: &wire::Lockspace, he: &wire::HostEvent, flags: 
         && he.event != 0
         && cur.0.event != he.event
     {
-        return -libc::EBUSY;
+        return Err(SpaceError::Busy(
+            "another event is being sent (REPLACE_EVENT replaces it)",
+        ));
     }
     out.host_event = (he, now);
     let bits = &mut out.bitmap_until;
@@ -925,7 +963,7 @@ pub fn set_event(d: &Daemon, ls: &wire::Lockspace, he: &wire::HostEvent, flags: 
     } else {
         bits.insert(he.host_id, now + period);
     }
-    0
+    Ok(())
 }
 
 /// Drops event fds whose client ended (wrote u32 1) or closed (sanlock `_clean_event_fds`).
@@ -945,36 +983,42 @@ fn clean_event_fds(space: &Space) -> usize {
 }
 
 /// REG_EVENT: keep a duplicate of this connection to send host events on.
-pub fn reg_event(d: &Daemon, ls: &wire::Lockspace, stream: &std::os::unix::net::UnixStream) -> i32 {
+pub fn reg_event(
+    d: &Daemon,
+    ls: &wire::Lockspace,
+    stream: &std::os::unix::net::UnixStream,
+) -> Result<(), SpaceError> {
     if ls.name.is_empty() {
-        return -libc::EINVAL;
+        return Err(SpaceError::Invalid("a lockspace name is needed"));
     }
     let Some(space) = d.find_space(&ls.name) else {
-        return -libc::ENOENT;
+        return Err(SpaceError::NotFound);
     };
     if lock(&space.event_fds).len() >= MAX_EVENT_FDS && clean_event_fds(&space) == 0 {
-        return -libc::ENOCSI;
+        return Err(SpaceError::TooManyEventFds);
     }
     let Ok(dup) = stream.try_clone() else {
-        return -libc::ENOMEM;
+        return Err(SpaceError::NoResources("cannot duplicate the connection"));
     };
     if dup.set_nonblocking(true).is_err() {
-        return -libc::EINVAL;
+        return Err(SpaceError::Invalid(
+            "the connection cannot be made non-blocking",
+        ));
     }
     lock(&space.event_fds).push(dup);
-    0
+    Ok(())
 }
 
 /// END_EVENT.
-pub fn end_event(d: &Daemon, ls: &wire::Lockspace) -> i32 {
+pub fn end_event(d: &Daemon, ls: &wire::Lockspace) -> Result<(), SpaceError> {
     if ls.name.is_empty() {
-        return -libc::EINVAL;
+        return Err(SpaceError::Invalid("a lockspace name is needed"));
     }
     let Some(space) = d.find_space(&ls.name) else {
-        return -libc::ENOENT;
+        return Err(SpaceError::NotFound);
     };
     clean_event_fds(&space);
-    0
+    Ok(())
 }
 
 /// Another host set our bit: examine our leases in this lockspace (at most once per

@@ -86,6 +86,72 @@ pub struct Space {
     pub added_by_uid: u32,
 }
 
+/// Why a lockspace command was refused. What sanlock's clients get is [`SpaceError::code`],
+/// the one place these reasons meet errno values (the dispatcher logs the reason and sends
+/// the code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SpaceError {
+    /// A missing, malformed or contradictory argument (-EINVAL).
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    /// No lockspace of that name (and disk, for INQ/REM) here (-ENOENT).
+    #[error("no such lockspace")]
+    NotFound,
+    /// A lease command's lockspace is not joined here: absent, failed, being added or
+    /// removed (-ENOSPC, as sanlock).
+    #[error("the lockspace is not joined")]
+    NotJoined,
+    /// The lockspace is being added or removed (-EINPROGRESS).
+    #[error("the lockspace is being added or removed")]
+    InProgress,
+    /// Refused for now; the same request may succeed later (-EAGAIN).
+    #[error("try again: {0}")]
+    Again(&'static str),
+    /// The same lockspace is joined already (-EEXIST).
+    #[error("the lockspace is joined already")]
+    Exists,
+    /// In use, or in a state that refuses the request (-EBUSY).
+    #[error("busy: {0}")]
+    Busy(&'static str),
+    /// A resource of the daemon ran out: a thread, a file descriptor (-ENOMEM).
+    #[error("out of resources: {0}")]
+    NoResources(&'static str),
+    /// All [`MAX_EVENT_FDS`] event registrations of the lockspace are in use (-ENOCSI, as
+    /// sanlock).
+    #[error("too many event registrations")]
+    TooManyEventFds,
+    /// The join or a disk operation ended with this code: a negative errno of the I/O, or
+    /// one of sanlock's codes from lease-core (e.g. SANLK_HOSTID_BUSY).
+    #[error("failed with code {0}")]
+    Failed(i32),
+}
+
+impl SpaceError {
+    /// The result code sanlock's clients get.
+    pub fn code(self) -> i32 {
+        match self {
+            SpaceError::Invalid(_) => -libc::EINVAL,
+            SpaceError::NotFound => -libc::ENOENT,
+            SpaceError::NotJoined => -libc::ENOSPC,
+            SpaceError::InProgress => -libc::EINPROGRESS,
+            SpaceError::Again(_) => -libc::EAGAIN,
+            SpaceError::Exists => -libc::EEXIST,
+            SpaceError::Busy(_) => -libc::EBUSY,
+            SpaceError::NoResources(_) => -libc::ENOMEM,
+            SpaceError::TooManyEventFds => -libc::ENOCSI,
+            SpaceError::Failed(code) => code,
+        }
+    }
+
+    /// A result code as a result: 0 is success, anything else [`SpaceError::Failed`].
+    pub fn from_code(code: i32) -> Result<(), SpaceError> {
+        match code {
+            0 => Ok(()),
+            code => Err(SpaceError::Failed(code)),
+        }
+    }
+}
+
 /// Event listeners per lockspace (sanlock's MAX_EVENT_FDS).
 pub const MAX_EVENT_FDS: usize = 32;
 
@@ -249,7 +315,7 @@ impl Space {
 impl Space {
     /// GET_HOSTS of this lockspace: `host_id` 0 = every host whose record has a timestamp
     /// (and us); -EAGAIN until the monitor has read the lockspace once.
-    pub fn hosts(&self, host_id: u64) -> Result<Vec<wire::Host>, i32> {
+    pub fn hosts(&self, host_id: u64) -> Result<Vec<wire::Host>, SpaceError> {
         let space = self;
         let now = lockd_diskio::monotime();
         let (gen, last) = {
@@ -258,7 +324,7 @@ impl Space {
         };
         let mon = lock(&space.monitor);
         if mon.checks() == 0 {
-            return Err(-libc::EAGAIN);
+            return Err(SpaceError::Again("the lockspace has not been read yet"));
         }
         let mut hosts = Vec::new();
         for (id, obs, state) in mon.hosts(now) {
@@ -300,4 +366,29 @@ impl Space {
 /// Last successful renewal (monotime s) of a lockspace.
 pub fn last_success(space: &Space) -> u64 {
     lock(&space.st).last_success_s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SpaceError;
+
+    #[test]
+    fn each_refusal_has_the_code_sanlock_clients_get() {
+        for (e, code) in [
+            (SpaceError::Invalid("x"), -libc::EINVAL),
+            (SpaceError::NotFound, -libc::ENOENT),
+            (SpaceError::NotJoined, -libc::ENOSPC),
+            (SpaceError::InProgress, -libc::EINPROGRESS),
+            (SpaceError::Again("x"), -libc::EAGAIN),
+            (SpaceError::Exists, -libc::EEXIST),
+            (SpaceError::Busy("x"), -libc::EBUSY),
+            (SpaceError::NoResources("x"), -libc::ENOMEM),
+            (SpaceError::TooManyEventFds, -libc::ENOCSI),
+            (SpaceError::Failed(-243), -243),
+        ] {
+            assert_eq!(e.code(), code, "{e}");
+        }
+        assert_eq!(SpaceError::from_code(0), Ok(()));
+        assert_eq!(SpaceError::from_code(-5), Err(SpaceError::Failed(-5)));
+    }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use client_lib::wire::{Lockspace, Resource};
 use disk_format::{rv, Name};
 use lockd_daemon::observability::LogRing;
+use lockd_daemon::space::SpaceError;
 use lockd_daemon::state::Daemon;
 use lockd_daemon::{admin, lockspace, paxos, Config, DaemonArgs};
 use lockd_diskio::memory::{self, MemoryImage};
@@ -71,15 +72,18 @@ fn format_join_acquire_and_remove_without_a_socket() {
     assert_eq!(admin::read_lockspace(&d, &mut read_back), (0, 1));
     assert_eq!(read_back.name, Name::new("HS").unwrap());
 
-    assert_eq!(lockspace::add(&d, &space(path, 1), 1, 0), 0);
-    assert_eq!(lockspace::add(&d, &space(path, 1), 1, 0), -libc::EEXIST);
+    assert_eq!(lockspace::add(&d, &space(path, 1), 1, 0), Ok(()));
+    assert_eq!(
+        lockspace::add(&d, &space(path, 1), 1, 0).map_err(SpaceError::code),
+        Err(-libc::EEXIST)
+    );
     // GET_HOSTS answers -EAGAIN until the first renewal has read the delta area.
     let deadline = Instant::now() + Duration::from_secs(10);
     let hosts = loop {
         match lockspace::get_hosts(&d, &Name::new("HS").unwrap(), 0) {
             Ok(h) => break h,
-            Err(rv) => {
-                assert_eq!(rv, -libc::EAGAIN);
+            Err(e) => {
+                assert_eq!(e.code(), -libc::EAGAIN, "{e}");
                 assert!(Instant::now() < deadline, "no delta area read in 10 s");
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -103,8 +107,11 @@ fn format_join_acquire_and_remove_without_a_socket() {
     assert!(paxos::acquire(&d, &sp, &resource(path, "r2", 2 << 20), false, None, 0).is_err());
     assert_eq!(img.snapshot(2 << 20, 1 << 20).unwrap(), before);
 
-    assert_eq!(lockspace::rem(&d, &space(path, 1), 0), 0);
-    assert_eq!(lockspace::rem(&d, &space(path, 1), 0), -libc::ENOENT);
+    assert_eq!(lockspace::rem(&d, &space(path, 1), 0), Ok(()));
+    assert_eq!(
+        lockspace::rem(&d, &space(path, 1), 0),
+        Err(SpaceError::NotFound)
+    );
 }
 
 #[test]
@@ -121,7 +128,7 @@ fn a_failing_or_missing_disk_is_an_error_and_changes_nothing() {
     // (sanlock's code for a delta lease record without its magic number.)
     assert_eq!(
         lockspace::add(&d, &space(path, 1), 1, 0),
-        rv::SANLK_LEADER_MAGIC
+        Err(SpaceError::Failed(rv::SANLK_LEADER_MAGIC))
     );
     assert!(img.snapshot(0, 2 << 20).unwrap().iter().all(|&b| b == 0));
     // (WRITE_LOCKSPACE answers -ENODEV for a disk it cannot open, as sanlock.)
@@ -141,8 +148,8 @@ fn two_hosts_share_one_image() {
     image(path, 4);
     let (a, b) = (daemon("hostA"), daemon("hostB"));
     format(&a, path);
-    assert_eq!(lockspace::add(&a, &space(path, 1), 1, 0), 0);
-    assert_eq!(lockspace::add(&b, &space(path, 2), 1, 0), 0);
+    assert_eq!(lockspace::add(&a, &space(path, 1), 1, 0), Ok(()));
+    assert_eq!(lockspace::add(&b, &space(path, 2), 1, 0), Ok(()));
     let ls = Name::new("HS").unwrap();
     let (sa, sb) = (
         lockspace::joined(&a, &ls).unwrap(),
@@ -170,7 +177,7 @@ fn two_hosts_share_one_image() {
     );
     // Host A leaves the lockspace (its delta lease is released): the owner is gone, and
     // host B takes the lease with the next lver.
-    assert_eq!(lockspace::rem(&a, &space(path, 1), 0), 0);
+    assert_eq!(lockspace::rem(&a, &space(path, 1), 0), Ok(()));
     let deadline = Instant::now() + Duration::from_secs(30);
     let taken = loop {
         match paxos::acquire(&b, &sb, &r1, false, None, 0) {
@@ -182,5 +189,5 @@ fn two_hosts_share_one_image() {
         }
     };
     assert_eq!(taken.lver(), 2);
-    assert_eq!(lockspace::rem(&b, &space(path, 2), 0), 0);
+    assert_eq!(lockspace::rem(&b, &space(path, 2), 0), Ok(()));
 }
