@@ -15,7 +15,7 @@ use anyhow::{anyhow, Result};
 use clap::Args;
 use client_lib::describe_rv;
 use lease_core::exec::block_on;
-use lease_core::rindex::{self, Rentry, RindexError, RindexParams, UpdateOp};
+use lease_core::rindex::{self, RindexError, RindexParams, RindexSlot, UpdateOp};
 use lockd_diskio::BlockingDisk;
 use serde_json::json;
 
@@ -120,7 +120,7 @@ fn parse_args(op: &str, rindex: &str, entry: Option<&str>) -> Result<(RindexSpec
     parsed.map_err(|e| coded(op, format!("{e:#}"), -libc::EINVAL))
 }
 
-fn print_entry(json: bool, op: &str, e: &Rentry) {
+fn print_entry(json: bool, op: &str, e: &RindexSlot) {
     if json {
         println!(
             "{}",
@@ -209,7 +209,7 @@ pub fn update(a: &UpdateArgs) -> Result<()> {
     let out =
         block_on(rindex::update(&disk, &params(&s), op)).map_err(|err| fail("update", &err))?;
     let shown = if a.clear == 1 {
-        Rentry {
+        RindexSlot {
             name: e.name,
             offset: e.offset,
         }
