@@ -19,7 +19,7 @@ use lease_core::rindex::{self, RindexError, RindexParams, RindexSlot, UpdateOp};
 use lockd_diskio::BlockingDisk;
 use serde_json::json;
 
-use crate::disk::DirectDisk;
+use crate::disk::CheckedDisk;
 use crate::spec::{RentrySpec, RindexSpec};
 
 /// io_timeout of direct index I/O (sanlock's default).
@@ -140,7 +140,7 @@ pub fn format(a: &FormatArgs) -> Result<()> {
     let (s, _) = parse_args("format", &a.rindex, None)?;
     let disk = open("format", &s.path)?;
     let geometry = {
-        let probe = DirectDisk::open(&s.path, false)?;
+        let probe = CheckedDisk::open(&s.path, false)?;
         let g = super::resolve_geometry(&probe, a.sector_size, a.align_size.as_deref())
             .map_err(|e| coded("format", format!("{e:#}"), -libc::EINVAL))?;
         super::refuse_misaligned(&probe, s.offset, g)
