@@ -26,8 +26,8 @@ use crate::clients::{ClientToken, LeaseHold};
 use crate::errno::*;
 use crate::space_state::{Phase, RenewalRec, SpaceSt};
 use crate::step::{
-    Core, CorePlantedBug, CoreRequest, CoreSpace, DiskOp, Effect, HeldLease, OpId, Reply, ReqKind,
-    ResSpec,
+    Core, CorePlantedBug, CoreReply, CoreRequest, CoreSpace, DiskOp, Effect, HeldLease, OpId,
+    ReqKind, ResSpec,
 };
 use crate::tables::{AcquireStart, CommandTarget, Key, ReleaseStart};
 
@@ -101,7 +101,7 @@ impl OpFor {
 fn reply<H>(fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, rv: i32, leases: Vec<HeldLease>) {
     fx.push(Effect::Reply {
         ci,
-        reply: Reply { kind, rv, leases },
+        reply: CoreReply { kind, rv, leases },
     });
 }
 

@@ -172,7 +172,7 @@ impl CoreRequest {
     }
 }
 
-/// Which request a [`Reply`] answers.
+/// Which request a [`CoreReply`] answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReqKind {
     Register,
@@ -197,7 +197,7 @@ pub struct HeldLease {
 /// The answer to one request: sanlock's result code (0 or -errno) and, for ACQUIRE,
 /// CONVERT and INQUIRE, the leases concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
+pub struct CoreReply {
     pub kind: ReqKind,
     pub rv: i32,
     pub leases: Vec<HeldLease>,
@@ -277,7 +277,7 @@ pub enum Effect<H> {
     /// The connection got no slot: close it.
     Refused { why: Refused },
     /// Write this reply on connection `ci`.
-    Reply { ci: u32, reply: Reply },
+    Reply { ci: u32, reply: CoreReply },
     /// Run this paxos operation on a lease of lockspace `ls`; answer with
     /// [`Input::DiskDone`] `op`.
     Disk { op: OpId, ls: Name, what: DiskOp<H> },

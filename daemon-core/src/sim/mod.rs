@@ -41,7 +41,7 @@ use crate::clients::LeaseHold;
 use crate::kill::KillOrder;
 use crate::space_state::RenewalRec;
 use crate::step::{
-    Core, CorePlantedBug, CoreRequest, DiskOp, Effect, Input, Reply, ReqKind, ResSpec,
+    Core, CorePlantedBug, CoreReply, CoreRequest, DiskOp, Effect, Input, ReqKind, ResSpec,
 };
 
 /// What one run looks like.
@@ -121,7 +121,7 @@ struct Client {
     id: ClientId,
     pid: i32,
     ci: Cell<Option<u32>>,
-    inbox: RefCell<VecDeque<Reply>>,
+    inbox: RefCell<VecDeque<CoreReply>>,
     task: Cell<usize>,
     dead: Cell<bool>,
     /// Ignores SIGTERM: only the SIGKILL after the kill grace time ends it.
@@ -554,7 +554,7 @@ impl Sim {
         }
     }
 
-    fn reply(self: &Rc<Self>, h: usize, ci: u32, reply: Reply) {
+    fn reply(self: &Rc<Self>, h: usize, ci: u32, reply: CoreReply) {
         let now = self.now_ms();
         if Some(ci) == self.hosts[h].admin_ci.get()
             && reply.kind == ReqKind::RemLockspace
@@ -746,7 +746,7 @@ impl Sim {
     }
 
     /// The next reply to client `c`, or None when it died first.
-    async fn await_reply(&self, c: &Rc<Client>) -> Option<Reply> {
+    async fn await_reply(&self, c: &Rc<Client>) -> Option<CoreReply> {
         let c2 = c.clone();
         WaitFor(move || {
             if c2.dead.get() {
