@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::ext::LeaderInfo;
-use crate::lease::{self, AcquireOptions, ClientLeaseError, Lease, LeaseSpec, LossNotice, Wait};
+use crate::lease::{
+    self, ClientLeaseError, Lease, LeaseAcquireOptions, LeaseSpec, LossNotice, Wait,
+};
 
 /// One election: a lease and the daemon to go through.
 #[derive(Debug, Clone)]
@@ -78,7 +80,7 @@ impl LeaderElection {
         }
     }
 
-    /// `SANLK_RESTRICT_*` flags for our registration (see [`AcquireOptions::restrict`]).
+    /// `SANLK_RESTRICT_*` flags for our registration (see [`LeaseAcquireOptions::restrict`]).
     pub fn with_restrict(mut self, flags: u32) -> LeaderElection {
         self.restrict = flags;
         self
@@ -96,7 +98,7 @@ impl LeaderElection {
 
     /// etcd's Campaign: blocks until we are the leader (or `timeout` passes).
     pub fn campaign(&self, timeout: Option<Duration>) -> Result<Leadership, ClientLeaseError> {
-        let opts = AcquireOptions {
+        let opts = LeaseAcquireOptions {
             run_dir: self.run_dir.clone(),
             shared: false,
             wait: match timeout {

@@ -191,7 +191,7 @@ pub enum Wait {
 
 /// Options of [`Lease::acquire`].
 #[derive(Debug, Clone)]
-pub struct AcquireOptions {
+pub struct LeaseAcquireOptions {
     /// Daemon run dir (sanlock.sock); default as [`crate::default_run_dir`].
     pub run_dir: PathBuf,
     pub shared: bool,
@@ -204,9 +204,9 @@ pub struct AcquireOptions {
     pub restrict: u32,
 }
 
-impl Default for AcquireOptions {
+impl Default for LeaseAcquireOptions {
     fn default() -> Self {
-        AcquireOptions {
+        LeaseAcquireOptions {
             run_dir: crate::default_run_dir(),
             shared: false,
             wait: Wait::Forever,
@@ -511,7 +511,10 @@ fn loss_reason(e: &WatchEvent, spec: &LeaseSpec) -> Option<LossReason> {
 impl Lease {
     /// Acquires `spec` (retrying per `opts.wait`), then starts its loss watch. The watch
     /// is open before this returns, so no loss decision can go unnoticed.
-    pub fn acquire(spec: &LeaseSpec, opts: &AcquireOptions) -> Result<Lease, ClientLeaseError> {
+    pub fn acquire(
+        spec: &LeaseSpec,
+        opts: &LeaseAcquireOptions,
+    ) -> Result<Lease, ClientLeaseError> {
         let res = spec.resource(opts.shared)?;
         let owner = match &opts.owner_name {
             Some(n) => Some(Name::new(n).map_err(|e| ClientLeaseError::BadSpec {

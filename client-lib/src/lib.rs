@@ -26,7 +26,9 @@ pub use client::{default_run_dir, Client, StateRecord};
 pub use election::{LeaderElection, Leadership};
 pub use error::{describe_rv, ClientError, WireError};
 pub use ext::LeaderInfo;
-pub use lease::{AcquireOptions, ClientLeaseError, Lease, LeaseSpec, LossNotice, LossReason, Wait};
+pub use lease::{
+    ClientLeaseError, Lease, LeaseAcquireOptions, LeaseSpec, LossNotice, LossReason, Wait,
+};
 pub use request::{read_request, PayloadSource, ReleaseWhat, Request, RequestError};
 pub use wire::{
     DiskLocation, EventCb, Header, Host, HostEvent, Lockspace, Options, PathField, Rentry,

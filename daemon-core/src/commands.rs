@@ -26,7 +26,8 @@ use crate::clients::{ClientToken, LeaseHold};
 use crate::errno::*;
 use crate::space_state::{Phase, RenewalRec, SpaceSt};
 use crate::step::{
-    Core, CoreSpace, DiskOp, Effect, HeldLease, OpId, PlantedBug, Reply, ReqKind, Request, ResSpec,
+    Core, CorePlantedBug, CoreReply, CoreRequest, CoreSpace, DiskOp, Effect, HeldLease, OpId,
+    ReqKind, ResSpec,
 };
 use crate::tables::{AcquireStart, CommandTarget, Key, ReleaseStart};
 
@@ -100,7 +101,7 @@ impl OpFor {
 fn reply<H>(fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, rv: i32, leases: Vec<HeldLease>) {
     fx.push(Effect::Reply {
         ci,
-        reply: Reply { kind, rv, leases },
+        reply: CoreReply { kind, rv, leases },
     });
 }
 
@@ -142,13 +143,19 @@ impl<S, H: LeaseHold> Core<S, H> {
         }
     }
 
-    pub(crate) fn request(&mut self, now_s: u64, ci: u32, req: Request, fx: &mut Vec<Effect<H>>) {
+    pub(crate) fn request(
+        &mut self,
+        now_s: u64,
+        ci: u32,
+        req: CoreRequest,
+        fx: &mut Vec<Effect<H>>,
+    ) {
         let kind = req.kind();
         let Some(uid) = self.tables.clients.slots.get(&ci).map(|c| c.uid) else {
             return;
         };
         let cmd = match &req {
-            Request::Register => {
+            CoreRequest::Register => {
                 if let Some(c) = self.tables.clients.slots.get_mut(&ci) {
                     let rv = if c.registered { -EALREADY } else { 0 };
                     c.registered = true;
@@ -156,7 +163,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 }
                 return;
             }
-            Request::AddLockspace { ls, io_timeout_s } => {
+            CoreRequest::AddLockspace { ls, io_timeout_s } => {
                 if self.space(ls).is_some() {
                     reply(fx, ci, kind, -EEXIST, Vec::new());
                     return;
@@ -178,7 +185,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 });
                 return;
             }
-            Request::RemLockspace { ls } => {
+            CoreRequest::RemLockspace { ls } => {
                 let Some(s) = self.space_mut(ls) else {
                     reply(fx, ci, kind, -ENOENT, Vec::new());
                     return;
@@ -200,7 +207,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 self.finish_removals(fx);
                 return;
             }
-            Request::ReleaseOrphans { ls, name } => {
+            CoreRequest::ReleaseOrphans { ls, name } => {
                 let ops = self.release_orphans(ls, name, fx);
                 if ops.is_empty() {
                     reply(fx, ci, kind, 0, Vec::new());
@@ -214,10 +221,10 @@ impl<S, H: LeaseHold> Core<S, H> {
                 }
                 return;
             }
-            Request::Acquire { .. } => SM_CMD_ACQUIRE,
-            Request::Release { .. } => SM_CMD_RELEASE,
-            Request::Convert { .. } => SM_CMD_CONVERT,
-            Request::Inquire => SM_CMD_INQUIRE,
+            CoreRequest::Acquire { .. } => SM_CMD_ACQUIRE,
+            CoreRequest::Release { .. } => SM_CMD_RELEASE,
+            CoreRequest::Convert { .. } => SM_CMD_CONVERT,
+            CoreRequest::Inquire => SM_CMD_INQUIRE,
         };
         let target = CommandTarget {
             conn_ci: ci,
@@ -234,7 +241,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             }
         };
         match req {
-            Request::Acquire { res, cmd_flags } => {
+            CoreRequest::Acquire { res, cmd_flags } => {
                 self.cmds.insert(
                     ci,
                     Cmd::Acquire(AcquireCmd {
@@ -247,7 +254,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 );
                 self.advance_acquire(now_s, ci, fx);
             }
-            Request::Release { keys } => {
+            CoreRequest::Release { keys } => {
                 let (tokens, missing) = if keys.is_empty() {
                     (self.tables.take_all_tokens(ci), false)
                 } else {
@@ -268,7 +275,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                     self.cmds.insert(ci, Cmd::Release { pending, rv });
                 }
             }
-            Request::Convert { key, to_shared } => {
+            CoreRequest::Convert { key, to_shared } => {
                 match self.tables.start_convert(ci, key, to_shared) {
                     Ok(lr) => {
                         let op = self.new_op();
@@ -290,7 +297,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                     }
                 }
             }
-            Request::Inquire => {
+            CoreRequest::Inquire => {
                 let leases = self.tables.clients.slots[&ci]
                     .tokens
                     .iter()
@@ -299,10 +306,10 @@ impl<S, H: LeaseHold> Core<S, H> {
                 self.answer(fx, ci, kind, 0, leases);
                 self.end_command(ci, fx);
             }
-            Request::Register
-            | Request::AddLockspace { .. }
-            | Request::RemLockspace { .. }
-            | Request::ReleaseOrphans { .. } => {}
+            CoreRequest::Register
+            | CoreRequest::AddLockspace { .. }
+            | CoreRequest::RemLockspace { .. }
+            | CoreRequest::ReleaseOrphans { .. } => {}
         }
     }
 
@@ -332,7 +339,7 @@ impl<S, H: LeaseHold> Core<S, H> {
         };
         let key = t.key();
         let op = self.new_op();
-        let early = self.planted(PlantedBug::ReleaseBeforeDisk);
+        let early = self.planted(CorePlantedBug::ReleaseBeforeDisk);
         self.ops.insert(
             op,
             OpFor::Release {
@@ -503,8 +510,8 @@ impl<S, H: LeaseHold> Core<S, H> {
                     Some(Cmd::Acquire(a)) => a.specs.get(a.next).cloned(),
                     _ => None,
                 };
-                let lost =
-                    !self.space_usable(&key.0) && !self.planted(PlantedBug::GrantInLostLockspace);
+                let lost = !self.space_usable(&key.0)
+                    && !self.planted(CorePlantedBug::GrantInLostLockspace);
                 match (self.tables.finish_acquire(key, ci, result), spec) {
                     (Ok(lver), Some(spec)) if !lost => {
                         let t = self.token(&spec, lver, now_s);
@@ -532,7 +539,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 }
             }
             OpFor::Release { reply_to, key } => {
-                if !self.planted(PlantedBug::ReleaseBeforeDisk) {
+                if !self.planted(CorePlantedBug::ReleaseBeforeDisk) {
                     self.tables.finish_release(&key);
                 }
                 let rv_disk = result.err().unwrap_or(0);
@@ -756,7 +763,7 @@ mod tests {
             100,
             Input::Request {
                 ci: admin,
-                req: Request::AddLockspace {
+                req: CoreRequest::AddLockspace {
                     ls: name("ls"),
                     io_timeout_s: IO_S,
                 },
@@ -806,7 +813,7 @@ mod tests {
             100,
             Input::Request {
                 ci,
-                req: Request::Register,
+                req: CoreRequest::Register,
             },
         );
         assert_eq!(replies(&fx), vec![(ci, ReqKind::Register, 0)]);
@@ -842,7 +849,7 @@ mod tests {
             now,
             Input::Request {
                 ci,
-                req: Request::Acquire { res, cmd_flags: 0 },
+                req: CoreRequest::Acquire { res, cmd_flags: 0 },
             },
         )
     }
@@ -879,7 +886,7 @@ mod tests {
             102,
             Input::Request {
                 ci: a,
-                req: Request::Release { keys: Vec::new() },
+                req: CoreRequest::Release { keys: Vec::new() },
             },
         );
         let [(rel, key, "release")] = disk_ops(&fx)[..] else {
@@ -1033,7 +1040,7 @@ mod tests {
             102,
             Input::Request {
                 ci: a,
-                req: Request::Release { keys: Vec::new() },
+                req: CoreRequest::Release { keys: Vec::new() },
             },
         );
         let [(_, key, "release")] = disk_ops(&fx)[..] else {
@@ -1061,7 +1068,7 @@ mod tests {
             102,
             Input::Request {
                 ci: a,
-                req: Request::Convert {
+                req: CoreRequest::Convert {
                     key,
                     to_shared: false,
                 },
@@ -1087,7 +1094,7 @@ mod tests {
             104,
             Input::Request {
                 ci: a,
-                req: Request::Release { keys: Vec::new() },
+                req: CoreRequest::Release { keys: Vec::new() },
             },
         );
         let released: Vec<u64> = fx
@@ -1131,7 +1138,7 @@ mod tests {
             103,
             Input::Request {
                 ci: b,
-                req: Request::Acquire {
+                req: CoreRequest::Acquire {
                     res: vec![persistent.clone()],
                     cmd_flags: client_lib::proto::SANLK_ACQUIRE_ORPHAN,
                 },
@@ -1146,7 +1153,7 @@ mod tests {
             105,
             Input::Request {
                 ci: admin,
-                req: Request::ReleaseOrphans {
+                req: CoreRequest::ReleaseOrphans {
                     ls: name("ls"),
                     name: Name::EMPTY,
                 },
@@ -1179,7 +1186,7 @@ mod tests {
             103,
             Input::Request {
                 ci: admin,
-                req: Request::RemLockspace { ls: name("ls") },
+                req: CoreRequest::RemLockspace { ls: name("ls") },
             },
         );
         let [(rel, _, "release")] = disk_ops(&fx)[..] else {
@@ -1204,7 +1211,7 @@ mod tests {
             102,
             Input::Request {
                 ci: a,
-                req: Request::Convert {
+                req: CoreRequest::Convert {
                     key,
                     to_shared: true,
                 },
@@ -1222,7 +1229,7 @@ mod tests {
             103,
             Input::Request {
                 ci: a,
-                req: Request::Inquire,
+                req: CoreRequest::Inquire,
             },
         );
         match &fx[..] {
@@ -1245,7 +1252,7 @@ mod tests {
             103,
             Input::Request {
                 ci: admin,
-                req: Request::RemLockspace { ls: name("ls") },
+                req: CoreRequest::RemLockspace { ls: name("ls") },
             },
         );
         assert!(fx.is_empty(), "{fx:?}");

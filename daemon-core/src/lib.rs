@@ -43,7 +43,7 @@ pub use clients::{
     MAX_CLIENTS, MAX_CLIENTS_PER_UID, ROOT_RESERVED_SLOTS,
 };
 pub use step::{
-    apply_renewal, lost_lease_tick, Core, DiskOp, Effect, HeldLease, Input, OpId, PlantedBug,
-    RenewalOutcome, Reply, ReqKind, Request, ResSpec, SpaceView,
+    apply_renewal, lost_lease_tick, Core, CorePlantedBug, CoreReply, CoreRequest, DiskOp, Effect,
+    HeldLease, Input, OpId, RenewalOutcome, ReqKind, ResSpec, SpaceView,
 };
 pub use tables::{AcquireStart, CommandTarget, Key, ReleaseStart, Tables};

@@ -54,7 +54,7 @@ pub type OpId = u64;
 /// core consults it only with the `sim` feature (its `bug` field exists only then), so a
 /// production build carries the name and none of the bugs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PlantedBug {
+pub enum CorePlantedBug {
     /// A lost lockspace's kill orders come before the holders' loss notices.
     KillBeforeNotice,
     /// RELEASE is answered, and the resource freed in the table, before the disk release
@@ -66,17 +66,20 @@ pub enum PlantedBug {
     KillNonHolders,
 }
 
-impl PlantedBug {
+impl CorePlantedBug {
     /// Every planted bug with its command-line name.
-    pub const ALL: [(&'static str, PlantedBug); 4] = [
-        ("kill-before-notice", PlantedBug::KillBeforeNotice),
-        ("release-before-disk", PlantedBug::ReleaseBeforeDisk),
-        ("grant-in-lost-lockspace", PlantedBug::GrantInLostLockspace),
-        ("kill-non-holders", PlantedBug::KillNonHolders),
+    pub const ALL: [(&'static str, CorePlantedBug); 4] = [
+        ("kill-before-notice", CorePlantedBug::KillBeforeNotice),
+        ("release-before-disk", CorePlantedBug::ReleaseBeforeDisk),
+        (
+            "grant-in-lost-lockspace",
+            CorePlantedBug::GrantInLostLockspace,
+        ),
+        ("kill-non-holders", CorePlantedBug::KillNonHolders),
     ];
 
     /// The bug named `name` on the command line.
-    pub fn parse(name: &str) -> Option<PlantedBug> {
+    pub fn parse(name: &str) -> Option<CorePlantedBug> {
         Self::ALL.iter().find(|(n, _)| *n == name).map(|(_, b)| *b)
     }
 }
@@ -110,7 +113,7 @@ pub struct Core<S, H> {
     pub(crate) next_op: OpId,
     pub(crate) next_token_id: u32,
     #[cfg(feature = "sim")]
-    pub bug: Option<PlantedBug>,
+    pub bug: Option<CorePlantedBug>,
 }
 
 /// One lease to acquire: `sanlk_resource` as the core needs it.
@@ -131,7 +134,7 @@ impl ResSpec {
 
 /// A client's request, decoded by the shell.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Request {
+pub enum CoreRequest {
     /// REGISTER: the connection's process becomes a client that can hold leases.
     Register,
     /// ADD_LOCKSPACE: the shell joins it ([`Effect::JoinLockspace`]) and reports the end
@@ -154,22 +157,22 @@ pub enum Request {
     ReleaseOrphans { ls: Name, name: Name },
 }
 
-impl Request {
+impl CoreRequest {
     pub fn kind(&self) -> ReqKind {
         match self {
-            Request::Register => ReqKind::Register,
-            Request::AddLockspace { .. } => ReqKind::AddLockspace,
-            Request::RemLockspace { .. } => ReqKind::RemLockspace,
-            Request::Acquire { .. } => ReqKind::Acquire,
-            Request::Release { .. } => ReqKind::Release,
-            Request::Convert { .. } => ReqKind::Convert,
-            Request::Inquire => ReqKind::Inquire,
-            Request::ReleaseOrphans { .. } => ReqKind::ReleaseOrphans,
+            CoreRequest::Register => ReqKind::Register,
+            CoreRequest::AddLockspace { .. } => ReqKind::AddLockspace,
+            CoreRequest::RemLockspace { .. } => ReqKind::RemLockspace,
+            CoreRequest::Acquire { .. } => ReqKind::Acquire,
+            CoreRequest::Release { .. } => ReqKind::Release,
+            CoreRequest::Convert { .. } => ReqKind::Convert,
+            CoreRequest::Inquire => ReqKind::Inquire,
+            CoreRequest::ReleaseOrphans { .. } => ReqKind::ReleaseOrphans,
         }
     }
 }
 
-/// Which request a [`Reply`] answers.
+/// Which request a [`CoreReply`] answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReqKind {
     Register,
@@ -194,7 +197,7 @@ pub struct HeldLease {
 /// The answer to one request: sanlock's result code (0 or -errno) and, for ACQUIRE,
 /// CONVERT and INQUIRE, the leases concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
+pub struct CoreReply {
     pub kind: ReqKind,
     pub rv: i32,
     pub leases: Vec<HeldLease>,
@@ -234,7 +237,7 @@ pub enum Input<S, H> {
         stream: Option<S>,
     },
     /// A request arrived on connection `ci`.
-    Request { ci: u32, req: Request },
+    Request { ci: u32, req: CoreRequest },
     /// The disk operation `op` ended: the lease's new state, or sanlock's error code.
     /// `failed_state`: after a failure, the lease's state when the operation changed it
     /// on the way (a convert that failed half-way: lease-core's token then holds our
@@ -274,7 +277,7 @@ pub enum Effect<H> {
     /// The connection got no slot: close it.
     Refused { why: Refused },
     /// Write this reply on connection `ci`.
-    Reply { ci: u32, reply: Reply },
+    Reply { ci: u32, reply: CoreReply },
     /// Run this paxos operation on a lease of lockspace `ls`; answer with
     /// [`Input::DiskDone`] `op`.
     Disk { op: OpId, ls: Name, what: DiskOp<H> },
@@ -305,7 +308,7 @@ impl<S, H: LeaseHold> Core<S, H> {
 
     /// Whether a planted bug is active (then a broken invariant is the simulator's to
     /// report, not a panic).
-    pub(crate) fn planted(&self, _bug: PlantedBug) -> bool {
+    pub(crate) fn planted(&self, _bug: CorePlantedBug) -> bool {
         #[cfg(feature = "sim")]
         {
             self.bug == Some(_bug)
@@ -405,7 +408,7 @@ impl<S, H: LeaseHold> Core<S, H> {
         self.finish_removals(effects);
     }
 
-    fn active_bug(&self) -> Option<PlantedBug> {
+    fn active_bug(&self) -> Option<CorePlantedBug> {
         #[cfg(feature = "sim")]
         {
             self.bug
@@ -512,7 +515,7 @@ fn expiry_pass<S, H: LeaseHold>(
     spaces: &mut [SpaceView<'_>],
     now_s: u64,
     kill_grace_s: u64,
-    bug: Option<PlantedBug>,
+    bug: Option<CorePlantedBug>,
 ) -> Vec<Effect<H>> {
     let mut dead = Vec::new();
     let mut notices = Vec::new();
@@ -556,12 +559,12 @@ fn expiry_pass<S, H: LeaseHold>(
         for order in plan_kills(tables, &ls, space) {
             kills.push(Effect::Kill { ls, order });
         }
-        if bug == Some(PlantedBug::KillNonHolders) {
+        if bug == Some(CorePlantedBug::KillNonHolders) {
             plant_kill_non_holders(tables, &ls, &mut kills);
         }
     }
     let mut effects = Vec::new();
-    if bug == Some(PlantedBug::KillBeforeNotice) {
+    if bug == Some(CorePlantedBug::KillBeforeNotice) {
         effects.append(&mut kills);
     }
     effects.append(&mut notices);

@@ -29,7 +29,7 @@
 use std::cell::RefCell;
 use std::path::Path;
 
-use lockd_diskio::{Access, DirectDisk, EngineKind, IoError};
+use lockd_diskio::{Access, DirectDisk, DirectIoError, EngineKind};
 use tracing::warn;
 
 use crate::server::Conn;
@@ -113,7 +113,11 @@ pub enum Need {
 
 /// Opens lease storage named by the caller of the command running on this thread, with
 /// that caller's rights (see the module header).
-pub(crate) fn open_disk(path: &Path, need: Need, kind: EngineKind) -> Result<DirectDisk, IoError> {
+pub(crate) fn open_disk(
+    path: &Path,
+    need: Need,
+    kind: EngineKind,
+) -> Result<DirectDisk, DirectIoError> {
     open_disk_as(current().as_ref(), path, need, kind)
 }
 
@@ -123,7 +127,7 @@ pub(crate) fn open_disk_as(
     path: &Path,
     need: Need,
     kind: EngineKind,
-) -> Result<DirectDisk, IoError> {
+) -> Result<DirectDisk, DirectIoError> {
     // A daemon not running as root (sanlock's own model: a service user) has no more
     // right than that user, and could not take another user's credentials anyway.
     let Some(caller) = caller.filter(|c| !c.is_root() && sys::geteuid() == 0) else {

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use thiserror::Error;
-use wdmd::client::{ClientError, OpenWatchdog, WdmdClient};
+use wdmd::client::{OpenWatchdog, WdmdClient, WdmdClientError};
 
 /// How long to wait for a 3.9 OPEN_WATCHDOG reply before treating wdmd as 3.8.
 const OPEN_REPLY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -30,7 +30,7 @@ pub enum WatchdogError {
     Client {
         run_dir: PathBuf,
         #[source]
-        source: ClientError,
+        source: WdmdClientError,
     },
     #[error("wdmd refused to open the watchdog with fire timeout {fire_timeout_s}s")]
     Refused { fire_timeout_s: u32 },
@@ -54,7 +54,7 @@ pub struct LockspaceWatchdog {
 }
 
 impl LockspaceWatchdog {
-    fn wrap(&self, source: ClientError) -> WatchdogError {
+    fn wrap(&self, source: WdmdClientError) -> WatchdogError {
         WatchdogError::Client {
             run_dir: self.run_dir.clone(),
             source,

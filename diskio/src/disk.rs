@@ -41,7 +41,7 @@ pub const MAX_INFLIGHT: usize = 64;
 
 /// I/O errors, mapped to sanlock codes at the protocol edge.
 #[derive(Debug, Error)]
-pub enum IoError {
+pub enum DirectIoError {
     #[error("{path:?}: cannot open: {source}")]
     Open { path: PathBuf, source: io::Error },
     #[error("{path:?}: {op} at {offset}: {source}")]
@@ -69,16 +69,16 @@ pub enum IoError {
     Busy { path: PathBuf, max: usize },
 }
 
-impl IoError {
+impl DirectIoError {
     /// Negative result code for clients (sanlock uses -EIO style codes and AIO_TIMEOUT).
     pub fn rv(&self) -> i32 {
         match self {
-            IoError::Open { source, .. } | IoError::Failed { source, .. } => {
+            DirectIoError::Open { source, .. } | DirectIoError::Failed { source, .. } => {
                 -source.raw_os_error().unwrap_or(libc::EIO)
             }
-            IoError::Timeout { .. } => disk_format::rv::SANLK_AIO_TIMEOUT,
-            IoError::Unaligned { .. } => -libc::EINVAL,
-            IoError::Busy { .. } => disk_format::rv::SANLK_AIO_TIMEOUT,
+            DirectIoError::Timeout { .. } => disk_format::rv::SANLK_AIO_TIMEOUT,
+            DirectIoError::Unaligned { .. } => -libc::EINVAL,
+            DirectIoError::Busy { .. } => disk_format::rv::SANLK_AIO_TIMEOUT,
         }
     }
 }
@@ -140,17 +140,17 @@ pub struct Pending {
 
 impl Pending {
     /// Waits up to `timeout` more for the I/O.
-    pub fn wait(self, timeout: Duration) -> Result<Result<AlignedBuf, IoError>, Pending> {
+    pub fn wait(self, timeout: Duration) -> Result<Result<AlignedBuf, DirectIoError>, Pending> {
         match self.rx.recv_timeout(timeout) {
             Ok((Ok(()), buf)) => Ok(Ok(buf)),
-            Ok((Err(source), _buf)) => Ok(Err(IoError::Failed {
+            Ok((Err(source), _buf)) => Ok(Err(DirectIoError::Failed {
                 path: self.disk.path().to_path_buf(),
                 op: self.op,
                 offset: self.offset,
                 source,
             })),
             Err(RecvTimeoutError::Timeout) => Err(self),
-            Err(RecvTimeoutError::Disconnected) => Ok(Err(IoError::Failed {
+            Err(RecvTimeoutError::Disconnected) => Ok(Err(DirectIoError::Failed {
                 path: self.disk.path().to_path_buf(),
                 op: self.op,
                 offset: self.offset,
@@ -162,13 +162,13 @@ impl Pending {
 
 impl DirectDisk {
     /// Opens read-write with O_DIRECT | O_SYNC, on the shared ring (or worker threads).
-    pub fn open(path: &Path) -> Result<DirectDisk, IoError> {
+    pub fn open(path: &Path) -> Result<DirectDisk, DirectIoError> {
         DirectDisk::open_with(path, EngineKind::SharedRing)
     }
 
     /// Opens with a chosen engine; ring engines fall back to worker threads when io_uring
     /// is unavailable or `LOCKD_IO_ENGINE=threads`.
-    pub fn open_with(path: &Path, kind: EngineKind) -> Result<DirectDisk, IoError> {
+    pub fn open_with(path: &Path, kind: EngineKind) -> Result<DirectDisk, DirectIoError> {
         DirectDisk::open_via(path, Access::ReadWrite, kind, crate::file::open_direct)
     }
 
@@ -181,9 +181,9 @@ impl DirectDisk {
         access: Access,
         kind: EngineKind,
         opener: impl FnOnce(&Path, Access) -> io::Result<std::fs::File>,
-    ) -> Result<DirectDisk, IoError> {
+    ) -> Result<DirectDisk, DirectIoError> {
         if let Some(found) = memory::lookup(path) {
-            let image = found.map_err(|source| IoError::Open {
+            let image = found.map_err(|source| DirectIoError::Open {
                 path: path.to_path_buf(),
                 source,
             })?;
@@ -207,7 +207,7 @@ impl DirectDisk {
                 },
             }
         };
-        let file = DirectFile::open_via(path, access, opener).map_err(|e| IoError::Open {
+        let file = DirectFile::open_via(path, access, opener).map_err(|e| DirectIoError::Open {
             path: e.path,
             source: e.source,
         })?;
@@ -259,10 +259,10 @@ impl DirectDisk {
         }
     }
 
-    fn check(&self, offset: u64, len: usize) -> Result<(), IoError> {
+    fn check(&self, offset: u64, len: usize) -> Result<(), DirectIoError> {
         let unit = u64::from(self.io_block());
         if !offset.is_multiple_of(unit) || !(len as u64).is_multiple_of(unit) || len == 0 {
-            return Err(IoError::Unaligned {
+            return Err(DirectIoError::Unaligned {
                 path: self.path().to_path_buf(),
                 offset,
                 len,
@@ -278,12 +278,12 @@ impl DirectDisk {
         offset: u64,
         buf: AlignedBuf,
         timeout: Duration,
-    ) -> Result<Pending, IoError> {
+    ) -> Result<Pending, DirectIoError> {
         self.check(offset, buf.len())?;
         let n = self.inner.inflight.fetch_add(1, Ordering::SeqCst);
         if n >= MAX_INFLIGHT {
             self.inner.inflight.fetch_sub(1, Ordering::SeqCst);
-            return Err(IoError::Busy {
+            return Err(DirectIoError::Busy {
                 path: self.path().to_path_buf(),
                 max: MAX_INFLIGHT,
             });
@@ -300,7 +300,7 @@ impl DirectDisk {
             };
             let rx = engine
                 .submit(kind, target, offset, buf, timeout)
-                .map_err(|source| IoError::Failed {
+                .map_err(|source| DirectIoError::Failed {
                     path: self.path().to_path_buf(),
                     op,
                     offset,
@@ -325,7 +325,7 @@ impl DirectDisk {
         });
         if let Err(source) = spawned {
             self.inner.inflight.fetch_sub(1, Ordering::SeqCst);
-            return Err(IoError::Failed {
+            return Err(DirectIoError::Failed {
                 path: self.path().to_path_buf(),
                 op,
                 offset,
@@ -373,11 +373,11 @@ impl DirectDisk {
         offset: u64,
         len: usize,
         timeout: Duration,
-    ) -> Result<Pending, IoError> {
+    ) -> Result<Pending, DirectIoError> {
         self.submit("read", offset, AlignedBuf::zeroed(len), timeout)
     }
 
-    fn finish(pending: Pending, timeout: Duration) -> Result<AlignedBuf, IoError> {
+    fn finish(pending: Pending, timeout: Duration) -> Result<AlignedBuf, DirectIoError> {
         let (path, op, offset) = (
             pending.disk.path().to_path_buf(),
             pending.op,
@@ -385,8 +385,10 @@ impl DirectDisk {
         );
         // A ring cancels the I/O itself at `timeout`; allow it a moment to report that.
         match pending.wait(timeout + Duration::from_millis(200)) {
-            Ok(Err(IoError::Failed { source, .. })) if source.kind() == io::ErrorKind::TimedOut => {
-                Err(IoError::Timeout {
+            Ok(Err(DirectIoError::Failed { source, .. }))
+                if source.kind() == io::ErrorKind::TimedOut =>
+            {
+                Err(DirectIoError::Timeout {
                     path,
                     op,
                     offset,
@@ -394,7 +396,7 @@ impl DirectDisk {
                 })
             }
             Ok(r) => r,
-            Err(_still_pending) => Err(IoError::Timeout {
+            Err(_still_pending) => Err(DirectIoError::Timeout {
                 path,
                 op,
                 offset,
@@ -404,7 +406,12 @@ impl DirectDisk {
     }
 
     /// Reads `len` bytes at `offset` within `timeout`.
-    pub fn read(&self, offset: u64, len: usize, timeout: Duration) -> Result<AlignedBuf, IoError> {
+    pub fn read(
+        &self,
+        offset: u64,
+        len: usize,
+        timeout: Duration,
+    ) -> Result<AlignedBuf, DirectIoError> {
         let t0 = std::time::Instant::now();
         let r = self
             .submit_read(offset, len, timeout)
@@ -414,7 +421,7 @@ impl DirectDisk {
     }
 
     /// Writes `data` (whole sectors) at `offset` within `timeout`.
-    pub fn write(&self, offset: u64, data: &[u8], timeout: Duration) -> Result<(), IoError> {
+    pub fn write(&self, offset: u64, data: &[u8], timeout: Duration) -> Result<(), DirectIoError> {
         let t0 = std::time::Instant::now();
         let r = self
             .submit("write", offset, AlignedBuf::copy_of(data), timeout)
@@ -496,11 +503,11 @@ mod tests {
         let disk = DirectDisk::open(&path).unwrap();
         assert!(matches!(
             disk.read(100, 512, Duration::from_secs(1)),
-            Err(IoError::Unaligned { .. })
+            Err(DirectIoError::Unaligned { .. })
         ));
         assert!(matches!(
             disk.write(0, &[0u8; 100], Duration::from_secs(1)),
-            Err(IoError::Unaligned { .. })
+            Err(DirectIoError::Unaligned { .. })
         ));
     }
 
@@ -510,7 +517,7 @@ mod tests {
             let (_d, path) = scratch(1 << 20);
             let disk = DirectDisk::open_with(&path, kind).unwrap();
             let e = disk.read(1 << 20, 512, Duration::from_secs(5)).unwrap_err();
-            assert!(matches!(e, IoError::Failed { .. }), "{kind:?}: {e}");
+            assert!(matches!(e, DirectIoError::Failed { .. }), "{kind:?}: {e}");
         }
     }
 }

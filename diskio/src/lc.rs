@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::io::{Clock, Disk as LcDisk, IoError as LcIoError};
+use lease_core::io::{Clock, Disk as LcDisk, IoError};
 
-use crate::disk::{DirectDisk, IoError};
+use crate::disk::{DirectDisk, DirectIoError};
 use crate::sys;
 
 /// A lease disk for lease-core; `abort` makes every later I/O fail at once (used to cut
@@ -33,14 +33,14 @@ impl BlockingDisk {
         }
     }
 
-    fn map(e: &IoError) -> LcIoError {
+    fn map(e: &DirectIoError) -> IoError {
         match e {
-            IoError::Timeout { .. } | IoError::Busy { .. } => LcIoError::TimedOut,
+            DirectIoError::Timeout { .. } | DirectIoError::Busy { .. } => IoError::TimedOut,
             // SCSI RESERVATION CONFLICT: our PR key was preempted (storage fencing).
-            IoError::Failed { source, .. } if source.raw_os_error() == Some(libc::EBADE) => {
-                LcIoError::ReservationConflict
+            DirectIoError::Failed { source, .. } if source.raw_os_error() == Some(libc::EBADE) => {
+                IoError::ReservationConflict
             }
-            _ => LcIoError::Failed,
+            _ => IoError::Failed,
         }
     }
 }
@@ -54,9 +54,9 @@ impl LcDisk for BlockingDisk {
         offset: u64,
         len: usize,
         timeout_ms: u64,
-    ) -> impl Future<Output = Result<crate::AlignedBuf, LcIoError>> {
+    ) -> impl Future<Output = Result<crate::AlignedBuf, IoError>> {
         let r = if self.abort.load(Ordering::SeqCst) {
-            Err(LcIoError::Failed)
+            Err(IoError::Failed)
         } else {
             self.disk
                 .read(offset, len, Duration::from_millis(timeout_ms))
@@ -73,9 +73,9 @@ impl LcDisk for BlockingDisk {
         offset: u64,
         data: &[u8],
         timeout_ms: u64,
-    ) -> impl Future<Output = Result<(), LcIoError>> {
+    ) -> impl Future<Output = Result<(), IoError>> {
         let r = if self.abort.load(Ordering::SeqCst) {
-            Err(LcIoError::Failed)
+            Err(IoError::Failed)
         } else {
             self.disk
                 .write(offset, data, Duration::from_millis(timeout_ms))
@@ -141,8 +141,8 @@ impl Clock for SystemClock {
 mod tests {
     use super::*;
 
-    fn failed(errno: i32) -> IoError {
-        IoError::Failed {
+    fn failed(errno: i32) -> DirectIoError {
+        DirectIoError::Failed {
             path: "/dev/x".into(),
             op: "write",
             offset: 0,
@@ -154,8 +154,8 @@ mod tests {
     fn a_reservation_conflict_is_told_apart_from_other_failures() {
         assert_eq!(
             BlockingDisk::map(&failed(libc::EBADE)),
-            LcIoError::ReservationConflict
+            IoError::ReservationConflict
         );
-        assert_eq!(BlockingDisk::map(&failed(libc::EIO)), LcIoError::Failed);
+        assert_eq!(BlockingDisk::map(&failed(libc::EIO)), IoError::Failed);
     }
 }

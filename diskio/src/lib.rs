@@ -37,7 +37,7 @@ mod sys;
 
 pub use blocksize::storage_block_size;
 pub use buf::AlignedBuf;
-pub use disk::{DirectDisk, EngineKind, IoError, Pending, MAX_INFLIGHT};
+pub use disk::{DirectDisk, DirectIoError, EngineKind, Pending, MAX_INFLIGHT};
 pub use file::{open_direct, Access, DirectFile, OpenError, OpenStep};
 pub use lc::{BlockingDisk, SystemClock};
 pub use observe::{set_observer, IoObserver};

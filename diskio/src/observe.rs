@@ -8,11 +8,11 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::disk::IoError;
+use crate::disk::DirectIoError;
 
 /// Receives one finished I/O: `op` is `"read"` or `"write"`, `took` its latency
 /// (submission to completion, as the caller waited), `outcome` `Ok(())` or
-/// `Err("timeout")` ([`IoError::Timeout`])
+/// `Err("timeout")` ([`DirectIoError::Timeout`])
 /// or `Err("error")` (any other failure).
 pub type IoObserver = fn(op: &'static str, took: Duration, outcome: Result<(), &'static str>);
 
@@ -24,13 +24,13 @@ pub fn set_observer(observer: IoObserver) -> bool {
 }
 
 /// Feeds one I/O's latency or failure to the observer, if there is one.
-pub(crate) fn record(op: &'static str, t0: Instant, r: Result<(), &IoError>) {
+pub(crate) fn record(op: &'static str, t0: Instant, r: Result<(), &DirectIoError>) {
     let Some(observer) = OBSERVER.get() else {
         return;
     };
     let outcome = match r {
         Ok(()) => Ok(()),
-        Err(IoError::Timeout { .. }) => Err("timeout"),
+        Err(DirectIoError::Timeout { .. }) => Err("timeout"),
         Err(_) => Err("error"),
     };
     observer(op, t0.elapsed(), outcome);

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use lockd_diskio::{memory, DirectDisk, EngineKind, IoError};
+use lockd_diskio::{memory, DirectDisk, DirectIoError, EngineKind};
 
 const T: Duration = Duration::from_secs(1);
 
@@ -33,11 +33,11 @@ fn installed_memory_disks_serve_every_open() {
         // The daemon's checks still apply.
         assert!(matches!(
             disk.read(100, 512, T),
-            Err(IoError::Unaligned { .. })
+            Err(DirectIoError::Unaligned { .. })
         ));
         assert!(matches!(
             disk.read(1 << 20, 512, T),
-            Err(IoError::Failed { .. })
+            Err(DirectIoError::Failed { .. })
         ));
     }
     assert_eq!(image.snapshot(4096, 2).unwrap(), vec![5, 5]);
@@ -62,6 +62,6 @@ fn installed_memory_disks_serve_every_open() {
     assert_eq!(disk.io_block(), 4096);
     assert!(matches!(
         disk.write(512, &[0u8; 512], T),
-        Err(IoError::Unaligned { .. })
+        Err(DirectIoError::Unaligned { .. })
     ));
 }

@@ -73,7 +73,7 @@ impl RindexParams {
 
 /// One resource of the index (sanlock's `struct sanlk_rentry`): empty name = free slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rentry {
+pub struct RindexSlot {
     /// Resource name (empty for a free slot).
     pub name: Name,
     /// Byte offset of the resource lease on the disk.
@@ -99,7 +99,7 @@ pub enum UpdateOp {
 
 /// A verified rindex header and what follows from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rindex {
+pub struct VerifiedRindex {
     /// The header as read.
     pub header: RindexHeader,
     /// Sector and align size of the index (and of its leases).
@@ -109,7 +109,7 @@ pub struct Rindex {
     pub max_resources: u32,
 }
 
-impl Rindex {
+impl VerifiedRindex {
     /// Byte offset of the resource lease of slot `i`.
     pub fn slot_offset(&self, i: u32) -> u64 {
         let a = self.geometry.align_bytes();
@@ -310,7 +310,7 @@ fn geometry_of(h: &RindexHeader) -> Result<Geometry, RindexError> {
 
 /// Verifies a header read at `p.disk_offset` (sanlock's `read_rindex_header` checks, in its
 /// order, then the geometry).
-pub fn verify_header(h: &RindexHeader, p: &RindexParams) -> Result<Rindex, RindexError> {
+pub fn verify_header(h: &RindexHeader, p: &RindexParams) -> Result<VerifiedRindex, RindexError> {
     if h.magic != RINDEX_DISK_MAGIC {
         return Err(RindexError::Magic { found: h.magic });
     }
@@ -336,7 +336,7 @@ pub fn verify_header(h: &RindexHeader, p: &RindexParams) -> Result<Rindex, Rinde
     } else {
         h.max_resources
     };
-    Ok(Rindex {
+    Ok(VerifiedRindex {
         header: *h,
         geometry,
         max_resources: (u64::from(max).min(fit)) as u32,
@@ -344,7 +344,10 @@ pub fn verify_header(h: &RindexHeader, p: &RindexParams) -> Result<Rindex, Rinde
 }
 
 /// Reads and verifies the header.
-pub async fn read_header<D: Disk>(disk: &D, p: &RindexParams) -> Result<Rindex, RindexError> {
+pub async fn read_header<D: Disk>(
+    disk: &D,
+    p: &RindexParams,
+) -> Result<VerifiedRindex, RindexError> {
     let buf = disk
         .read(p.disk_offset, HEADER_PROBE_LEN, p.io_ms())
         .await
@@ -359,7 +362,7 @@ pub async fn read_header<D: Disk>(disk: &D, p: &RindexParams) -> Result<Rindex, 
 async fn read_area<D: Disk>(
     disk: &D,
     p: &RindexParams,
-    rx: &Rindex,
+    rx: &VerifiedRindex,
 ) -> Result<Vec<u8>, RindexError> {
     let len = rx.geometry.align_bytes() as usize;
     let buf = disk
@@ -379,21 +382,21 @@ async fn read_area<D: Disk>(
 pub async fn read_entries<D: Disk>(
     disk: &D,
     p: &RindexParams,
-) -> Result<(Rindex, Vec<RindexEntry>), RindexError> {
+) -> Result<(VerifiedRindex, Vec<RindexEntry>), RindexError> {
     let rx = read_header(disk, p).await?;
     let area = read_area(disk, p, &rx).await?;
     let entries = (0..rx.max_resources).map(|i| rx.entry(&area, i)).collect();
     Ok((rx, entries))
 }
 
-fn find_name(rx: &Rindex, area: &[u8], name: &Name) -> Option<u32> {
+fn find_name(rx: &VerifiedRindex, area: &[u8], name: &Name) -> Option<u32> {
     (0..rx.max_resources).find(|&i| {
         let e = rx.entry(area, i);
         !e.name.is_empty() && e.name.same_as(name)
     })
 }
 
-fn find_free(rx: &Rindex, area: &[u8]) -> Option<u32> {
+fn find_free(rx: &VerifiedRindex, area: &[u8]) -> Option<u32> {
     (0..rx.max_resources).find(|&i| rx.entry(area, i).is_free())
 }
 
@@ -401,7 +404,7 @@ fn find_free(rx: &Rindex, area: &[u8]) -> Option<u32> {
 async fn write_entry<D: Disk>(
     disk: &D,
     p: &RindexParams,
-    rx: &Rindex,
+    rx: &VerifiedRindex,
     area: &mut [u8],
     i: u32,
     entry: &RindexEntry,
@@ -445,7 +448,7 @@ pub async fn format<D: Disk>(
     p: &RindexParams,
     geometry: Geometry,
     max_resources: u32,
-) -> Result<Rindex, RindexError> {
+) -> Result<VerifiedRindex, RindexError> {
     if p.space_name.is_empty() {
         return Err(RindexError::Invalid("empty lockspace name"));
     }
@@ -493,13 +496,13 @@ pub async fn lookup<D: Disk>(
     p: &RindexParams,
     name: Option<&Name>,
     offset: u64,
-) -> Result<Rentry, RindexError> {
+) -> Result<RindexSlot, RindexError> {
     let rx = read_header(disk, p).await?;
     let area = read_area(disk, p, &rx).await?;
     let name = name.filter(|n| !n.is_empty());
     match (name, offset) {
         (None, 0) => match find_free(&rx, &area) {
-            Some(i) => Ok(Rentry {
+            Some(i) => Ok(RindexSlot {
                 name: Name::EMPTY,
                 offset: rx.slot_offset(i),
             }),
@@ -508,7 +511,7 @@ pub async fn lookup<D: Disk>(
             }),
         },
         (Some(n), 0) => match find_name(&rx, &area, n) {
-            Some(i) => Ok(Rentry {
+            Some(i) => Ok(RindexSlot {
                 name: *n,
                 offset: rx.slot_offset(i),
             }),
@@ -516,7 +519,7 @@ pub async fn lookup<D: Disk>(
         },
         (None, off) => {
             let i = rx.slot_of(off)?;
-            Ok(Rentry {
+            Ok(RindexSlot {
                 name: rx.entry(&area, i).name,
                 offset: off,
             })
@@ -525,7 +528,7 @@ pub async fn lookup<D: Disk>(
             let i = rx.slot_of(off)?;
             let found = rx.entry(&area, i).name;
             if found.same_as(n) {
-                Ok(Rentry {
+                Ok(RindexSlot {
                     name: found,
                     offset: off,
                 })
@@ -547,7 +550,7 @@ pub async fn update<D: Disk>(
     disk: &D,
     p: &RindexParams,
     op: UpdateOp,
-) -> Result<Rentry, RindexError> {
+) -> Result<RindexSlot, RindexError> {
     let rx = read_header(disk, p).await?;
     let mut area = read_area(disk, p, &rx).await?;
     match op {
@@ -570,7 +573,7 @@ pub async fn update<D: Disk>(
                 }
             }
             write_entry(disk, p, &rx, &mut area, i, &new_entry(name, offset)).await?;
-            Ok(Rentry { name, offset })
+            Ok(RindexSlot { name, offset })
         }
         UpdateOp::Remove { offset } => {
             if offset == 0 {
@@ -578,7 +581,7 @@ pub async fn update<D: Disk>(
             }
             let i = rx.slot_of(offset)?;
             write_entry(disk, p, &rx, &mut area, i, &new_entry(Name::EMPTY, 0)).await?;
-            Ok(Rentry {
+            Ok(RindexSlot {
                 name: Name::EMPTY,
                 offset: 0,
             })
@@ -594,7 +597,7 @@ async fn with_rindex_lease<D, C, L, O, T, F, Fut>(
     clock: &C,
     host: &HostContext<'_, L, O>,
     p: &RindexParams,
-    rx: &Rindex,
+    rx: &VerifiedRindex,
     body: F,
 ) -> Result<T, RindexError>
 where
@@ -652,7 +655,7 @@ pub async fn create<D, C, L, O>(
     name: &Name,
     num_hosts: u64,
     in_use: &dyn Fn(u64, u64) -> bool,
-) -> Result<Rentry, RindexError>
+) -> Result<RindexSlot, RindexError>
 where
     D: Disk,
     C: Clock,
@@ -688,7 +691,7 @@ where
             .await
             .map_err(|e| RindexError::io("writing the new resource lease", e))?;
         write_entry(disk, p, &rx, &mut area, i, &new_entry(*name, offset)).await?;
-        Ok(Rentry {
+        Ok(RindexSlot {
             name: *name,
             offset,
         })
@@ -701,7 +704,7 @@ where
 async fn find_usable_free<D: Disk>(
     disk: &D,
     p: &RindexParams,
-    rx: &Rindex,
+    rx: &VerifiedRindex,
     area: &[u8],
     in_use: &dyn Fn(u64, u64) -> bool,
 ) -> Result<Option<u32>, RindexError> {
@@ -737,7 +740,7 @@ pub async fn delete<D, C, L, O>(
     p: &RindexParams,
     name: &Name,
     offset: u64,
-) -> Result<Rentry, RindexError>
+) -> Result<RindexSlot, RindexError>
 where
     D: Disk,
     C: Clock,
@@ -773,7 +776,7 @@ where
         disk.write(at, &cleared, p.io_ms())
             .await
             .map_err(|e| RindexError::io("clearing the resource lease", e))?;
-        Ok(Rentry {
+        Ok(RindexSlot {
             name: *name,
             offset: at,
         })
@@ -784,9 +787,9 @@ where
 async fn rebuild_scan<D: Disk>(
     disk: &D,
     p: &RindexParams,
-    rx: &Rindex,
+    rx: &VerifiedRindex,
     device_len: u64,
-) -> Result<Vec<Rentry>, RindexError> {
+) -> Result<Vec<RindexSlot>, RindexError> {
     let mut area = read_area(disk, p, rx).await?;
     let sector = rx.geometry.sector_bytes() as usize;
     area[sector..].fill(0);
@@ -810,7 +813,7 @@ async fn rebuild_scan<D: Disk>(
         let e = new_entry(leader.resource_name, off);
         let pos = rx.entry_pos(i);
         e.encode_into(&mut area[pos..pos + RINDEX_ENTRY_LEN]);
-        found.push(Rentry {
+        found.push(RindexSlot {
             name: leader.resource_name,
             offset: off,
         });
@@ -831,7 +834,7 @@ pub async fn rebuild<D, C, L, O>(
     host: &HostContext<'_, L, O>,
     p: &RindexParams,
     device_len: u64,
-) -> Result<Vec<Rentry>, RindexError>
+) -> Result<Vec<RindexSlot>, RindexError>
 where
     D: Disk,
     C: Clock,
@@ -851,7 +854,7 @@ pub async fn rebuild_unlocked<D: Disk>(
     disk: &D,
     p: &RindexParams,
     device_len: u64,
-) -> Result<Vec<Rentry>, RindexError> {
+) -> Result<Vec<RindexSlot>, RindexError> {
     let rx = read_header(disk, p).await?;
     rebuild_scan(disk, p, &rx, device_len).await
 }
@@ -1373,7 +1376,7 @@ mod tests {
                 create(&sd, &clock_b, &b.ctx(&sd), &p, &n("vb"), 0, &|_, _| false),
                 pattern,
             );
-            let ok: Vec<Rentry> = [&ra, &rb]
+            let ok: Vec<RindexSlot> = [&ra, &rb]
                 .iter()
                 .filter_map(|r| r.as_ref().ok().copied())
                 .collect();

@@ -106,7 +106,7 @@ impl Drop for Proc {
 }
 
 /// One simulated host.
-pub struct Host {
+pub struct BedHost {
     pub index: u32,
     pub name: String,
     pub kind: HostKind,
@@ -129,7 +129,7 @@ pub struct Bed {
     pub io_timeout_s: u64,
     pub fire_timeout_s: u64,
     pub programs: Programs,
-    pub hosts: Vec<Host>,
+    pub hosts: Vec<BedHost>,
     pub lockspace: String,
     /// The loop device over the image (`new_on_loop`); detached after the hosts stop.
     loop_device: Option<crate::LoopDevice>,
@@ -362,7 +362,7 @@ impl Bed {
             &format!("{name} daemon socket"),
         )
         .with_context(|| fs::read_to_string(dir.join("init.log")).unwrap_or_default())?;
-        self.hosts.push(Host {
+        self.hosts.push(BedHost {
             index,
             name,
             kind,
@@ -375,7 +375,7 @@ impl Bed {
         Ok(())
     }
 
-    pub fn host(&self, index: u32) -> &Host {
+    pub fn host(&self, index: u32) -> &BedHost {
         self.hosts
             .iter()
             .find(|h| h.index == index)

@@ -60,14 +60,16 @@ pub enum DiskError {
     },
 }
 
-/// An open lease device or file.
-pub struct DirectDisk {
+/// An open lease device or file whose every read and write is checked before it reaches
+/// O_DIRECT: whole aligned blocks, below the largest file offset, and (for a write to a
+/// block device) not past its end.
+pub struct CheckedDisk {
     file: DirectFile,
 }
 
-impl DirectDisk {
+impl CheckedDisk {
     /// Opens read-write (or read-only) with O_DIRECT | O_SYNC (O_DIRECT alone read-only).
-    pub fn open(path: &Path, writable: bool) -> Result<DirectDisk, DiskError> {
+    pub fn open(path: &Path, writable: bool) -> Result<CheckedDisk, DiskError> {
         let access = if writable {
             Access::ReadWrite
         } else {
@@ -86,7 +88,7 @@ impl DirectDisk {
                 source,
             }
         })?;
-        Ok(DirectDisk { file })
+        Ok(CheckedDisk { file })
     }
 
     pub fn path(&self) -> &Path {

@@ -3,7 +3,7 @@
 //!
 //! Pages: lockd(8) with every subcommand listed, one lockd-SUBCOMMAND(8) page per
 //! subcommand (as git does), lockd-daemon(8) from the daemon's `DaemonArgs`, wdmd(8) from
-//! `wdmd::cli::Args`, lockd-killpath(8) and lockd-ctdb-mutex(8) from those helpers' own
+//! `wdmd::cli::WdmdArgs`, lockd-killpath(8) and lockd-ctdb-mutex(8) from those helpers' own
 //! argument definitions (`killpath_cli.rs`, `ctdb_mutex_cli.rs`), and lockd.toml(5) from
 //! the daemon's `CONFIG_KEYS` table.
 //!
@@ -751,7 +751,7 @@ fn daemon_page() -> Result<Vec<u8>> {
 }
 
 fn wdmd_page() -> Result<Vec<u8>> {
-    let cmd = wdmd::cli::Args::command().long_about(
+    let cmd = wdmd::cli::WdmdArgs::command().long_about(
         "wdmd multiplexes one hardware watchdog among lockspaces: each client (a lockd or \
          sanlock lockspace) keeps an expiry time fresh, and wdmd stops petting the device \
          when any armed client expires, so the host is reset.",

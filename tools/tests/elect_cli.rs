@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use client_lib::{AcquireOptions, ClientLeaseError, LeaderElection, Lease, LeaseSpec, Wait};
+use client_lib::{ClientLeaseError, LeaderElection, Lease, LeaseAcquireOptions, LeaseSpec, Wait};
 use lockd_system_tests::{
     join_lockspace, lease_device, lockd_cli, scratch_dir, LockdProc, LoopDevice,
 };
@@ -420,10 +420,10 @@ fn bad_input_gives_clear_errors_and_holds_nothing() {
 fn rust_lease_api_tokens_loss_and_release() {
     let s = setup("elapi");
     let spec = LeaseSpec::parse(&s.spec("other", "2M")).unwrap();
-    let opts = AcquireOptions {
+    let opts = LeaseAcquireOptions {
         run_dir: s.run_dir.clone(),
         wait: Wait::NoWait,
-        ..AcquireOptions::default()
+        ..LeaseAcquireOptions::default()
     };
     let first = Lease::acquire(&spec, &opts).expect("acquire");
     let t1 = first.token();
@@ -435,7 +435,7 @@ fn rust_lease_api_tokens_loss_and_release() {
         other => panic!("second acquire: {other:?}"),
     }
     // ... and times out with a timeout.
-    let t_opts = AcquireOptions {
+    let t_opts = LeaseAcquireOptions {
         wait: Wait::Timeout(Duration::from_millis(700)),
         ..opts.clone()
     };

@@ -9,7 +9,7 @@ use crate::{daemon, proto};
 /// Watchdog multiplexer compatible with sanlock's wdmd (socket protocol of libwdmd).
 #[derive(Debug, Parser)]
 #[command(name = "wdmd", version)]
-pub struct Args {
+pub struct WdmdArgs {
     /// Print the daemon's debug state (DUMP_DEBUG) and exit.
     #[arg(short = 'd', long = "dump")]
     pub dump: bool,

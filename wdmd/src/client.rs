@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::proto::{self, Cmd, Header, ProtoError, HEADER_SIZE};
+use crate::proto::{self, Cmd, ProtoError, WdmdHeader, HEADER_SIZE};
 
 pub use crate::sys::monotime;
 
 /// Errors of the wdmd client.
 #[derive(Debug, Error)]
-pub enum ClientError {
+pub enum WdmdClientError {
     /// connect(2) failed.
     #[error("cannot connect to wdmd at {path}")]
     Connect {
@@ -93,9 +93,9 @@ pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl WdmdClient {
     /// Connect to `<run_dir>/wdmd.sock`.
-    pub fn connect(run_dir: &Path) -> Result<WdmdClient, ClientError> {
+    pub fn connect(run_dir: &Path) -> Result<WdmdClient, WdmdClientError> {
         let path = socket_path(run_dir);
-        let stream = UnixStream::connect(&path).map_err(|source| ClientError::Connect {
+        let stream = UnixStream::connect(&path).map_err(|source| WdmdClientError::Connect {
             path: path.display().to_string(),
             source,
         })?;
@@ -106,32 +106,32 @@ impl WdmdClient {
     }
 
     /// Connect to the production wdmd at `/run/wdmd/wdmd.sock`.
-    pub fn connect_default() -> Result<WdmdClient, ClientError> {
+    pub fn connect_default() -> Result<WdmdClient, WdmdClientError> {
         WdmdClient::connect(Path::new(proto::DEFAULT_RUN_DIR))
     }
 
-    fn send(&mut self, op: &'static str, h: &Header) -> Result<(), ClientError> {
+    fn send(&mut self, op: &'static str, h: &WdmdHeader) -> Result<(), WdmdClientError> {
         self.stream
             .write_all(&h.encode())
-            .map_err(|source| ClientError::Io { op, source })
+            .map_err(|source| WdmdClientError::Io { op, source })
     }
 
     /// Read one reply header, waiting at most `timeout`.
-    fn recv(&mut self, op: &'static str, timeout: Duration) -> Result<Header, ClientError> {
+    fn recv(&mut self, op: &'static str, timeout: Duration) -> Result<WdmdHeader, WdmdClientError> {
         let deadline = Instant::now() + timeout;
         let mut buf = [0u8; HEADER_SIZE];
         let mut got = 0;
         while got < HEADER_SIZE {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(ClientError::Timeout { op, timeout });
+                return Err(WdmdClientError::Timeout { op, timeout });
             }
             self.stream
                 .set_read_timeout(Some(left))
-                .map_err(|source| ClientError::Io { op, source })?;
+                .map_err(|source| WdmdClientError::Io { op, source })?;
             match self.stream.read(&mut buf[got..]) {
                 Ok(0) => {
-                    return Err(ClientError::Io {
+                    return Err(WdmdClientError::Io {
                         op,
                         source: io::Error::new(
                             ErrorKind::UnexpectedEof,
@@ -142,46 +142,46 @@ impl WdmdClient {
                 Ok(n) => got += n,
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                     if got == 0 {
-                        return Err(ClientError::Timeout { op, timeout });
+                        return Err(WdmdClientError::Timeout { op, timeout });
                     }
                     // A partial header: keep waiting until the deadline.
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(source) => return Err(ClientError::Io { op, source }),
+                Err(source) => return Err(WdmdClientError::Io { op, source }),
             }
         }
-        Ok(Header::decode(&buf)?)
+        Ok(WdmdHeader::decode(&buf)?)
     }
 
     /// CMD_REGISTER with a name such as `"lockd_<lockspace>:<host_id>"` (≤ 128 bytes).
-    pub fn register(&mut self, name: &str) -> Result<(), ClientError> {
-        let mut h = Header::new(Cmd::Register);
+    pub fn register(&mut self, name: &str) -> Result<(), WdmdClientError> {
+        let mut h = WdmdHeader::new(Cmd::Register);
         h.set_name(name)?;
         self.send("register", &h)
     }
 
     /// CMD_REFCOUNT_SET: wdmd will not exit on SIGTERM while set.
-    pub fn refcount_set(&mut self) -> Result<(), ClientError> {
-        self.send("refcount_set", &Header::new(Cmd::RefcountSet))
+    pub fn refcount_set(&mut self) -> Result<(), WdmdClientError> {
+        self.send("refcount_set", &WdmdHeader::new(Cmd::RefcountSet))
     }
 
     /// CMD_REFCOUNT_CLEAR.
-    pub fn refcount_clear(&mut self) -> Result<(), ClientError> {
-        self.send("refcount_clear", &Header::new(Cmd::RefcountClear))
+    pub fn refcount_clear(&mut self) -> Result<(), WdmdClientError> {
+        self.send("refcount_clear", &WdmdHeader::new(Cmd::RefcountClear))
     }
 
     /// CMD_TEST_LIVE: arm with (renewal, expire) in CLOCK_MONOTONIC seconds;
     /// `(0, 0)` disarms. wdmd stops petting one test interval before `expire`.
-    pub fn test_live(&mut self, renewal: u64, expire: u64) -> Result<(), ClientError> {
-        let mut h = Header::new(Cmd::TestLive);
+    pub fn test_live(&mut self, renewal: u64, expire: u64) -> Result<(), WdmdClientError> {
+        let mut h = WdmdHeader::new(Cmd::TestLive);
         h.renewal_time = renewal;
         h.expire_time = expire;
         self.send("test_live", &h)
     }
 
     /// CMD_STATUS.
-    pub fn status(&mut self) -> Result<Status, ClientError> {
-        self.send("status", &Header::new(Cmd::Status))?;
+    pub fn status(&mut self) -> Result<Status, WdmdClientError> {
+        self.send("status", &WdmdHeader::new(Cmd::Status))?;
         loop {
             let r = self.recv("status", REPLY_TIMEOUT)?;
             if r.cmd == Cmd::OpenWatchdog && self.stray_open_reply {
@@ -203,14 +203,14 @@ impl WdmdClient {
         &mut self,
         fire_timeout: u32,
         timeout: Duration,
-    ) -> Result<OpenWatchdog, ClientError> {
-        let mut h = Header::new(Cmd::OpenWatchdog);
+    ) -> Result<OpenWatchdog, WdmdClientError> {
+        let mut h = WdmdHeader::new(Cmd::OpenWatchdog);
         h.fire_timeout = fire_timeout;
         self.send("open_watchdog", &h)?;
         match self.recv("open_watchdog", timeout) {
             Ok(r) if r.fire_timeout == 0 => Ok(OpenWatchdog::Refused),
             Ok(r) => Ok(OpenWatchdog::Granted(r.fire_timeout)),
-            Err(ClientError::Timeout { .. }) => {
+            Err(WdmdClientError::Timeout { .. }) => {
                 self.stray_open_reply = true;
                 Ok(OpenWatchdog::NoReply)
             }
@@ -225,9 +225,9 @@ impl WdmdClient {
 }
 
 /// CMD_DUMP_DEBUG on a fresh connection; returns wdmd's text.
-pub fn dump_debug(run_dir: &Path) -> Result<String, ClientError> {
+pub fn dump_debug(run_dir: &Path) -> Result<String, WdmdClientError> {
     let mut c = WdmdClient::connect(run_dir)?;
-    c.send("dump_debug", &Header::new(Cmd::DumpDebug))?;
+    c.send("dump_debug", &WdmdHeader::new(Cmd::DumpDebug))?;
     let op = "dump_debug";
     let mut out = Vec::new();
     let mut buf = [0u8; 65536];
@@ -237,7 +237,7 @@ pub fn dump_debug(run_dir: &Path) -> Result<String, ClientError> {
     loop {
         c.stream
             .set_read_timeout(Some(wait))
-            .map_err(|source| ClientError::Io { op, source })?;
+            .map_err(|source| WdmdClientError::Io { op, source })?;
         match c.stream.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
@@ -246,7 +246,7 @@ pub fn dump_debug(run_dir: &Path) -> Result<String, ClientError> {
             }
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                 if out.is_empty() {
-                    return Err(ClientError::Timeout {
+                    return Err(WdmdClientError::Timeout {
                         op,
                         timeout: REPLY_TIMEOUT,
                     });
@@ -254,7 +254,7 @@ pub fn dump_debug(run_dir: &Path) -> Result<String, ClientError> {
                 break;
             }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(source) => return Err(ClientError::Io { op, source }),
+            Err(source) => return Err(WdmdClientError::Io { op, source }),
         }
         if out.len() > 1 << 20 {
             break;
@@ -344,7 +344,7 @@ mod tests {
         let _peer = l.accept().unwrap();
         assert!(matches!(
             c.register(&"n".repeat(200)),
-            Err(ClientError::Proto(ProtoError::NameTooLong(200)))
+            Err(WdmdClientError::Proto(ProtoError::NameTooLong(200)))
         ));
     }
 
@@ -359,13 +359,13 @@ mod tests {
         // The peer now answers the OPEN_WATCHDOG late and then the STATUS.
         let mut req = [0u8; HEADER_SIZE];
         peer.read_exact(&mut req).unwrap();
-        let mut late = Header::decode(&req).unwrap();
+        let mut late = WdmdHeader::decode(&req).unwrap();
         late.fire_timeout = 60;
         peer.write_all(&late.encode()).unwrap();
         let t = std::thread::spawn(move || {
             let mut req = [0u8; HEADER_SIZE];
             peer.read_exact(&mut req).unwrap();
-            let mut st = Header::decode(&req).unwrap();
+            let mut st = WdmdHeader::decode(&req).unwrap();
             assert_eq!(st.cmd, Cmd::Status);
             st.test_interval = 1;
             st.fire_timeout = 5;

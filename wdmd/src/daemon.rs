@@ -13,7 +13,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::device::{self, DeviceError, DeviceSpec, Watchdog};
-use crate::proto::{self, Cmd, Header, HEADER_SIZE};
+use crate::proto::{self, Cmd, WdmdHeader, HEADER_SIZE};
 use crate::scripts::Scripts;
 use crate::sys;
 
@@ -31,10 +31,10 @@ pub const DEFAULT_SCRIPTS_DIR: &str = "/etc/wdmd.d";
 
 /// Daemon settings.
 #[derive(Debug, Clone)]
-pub struct Config {
+pub struct WdmdConfig {
     /// Directory of the socket and pid file.
     pub run_dir: PathBuf,
-    /// Start-up guard marker (see [`Config::default_marker`]).
+    /// Start-up guard marker (see [`WdmdConfig::default_marker`]).
     pub marker: PathBuf,
     /// `-w`: the device to try first.
     pub device: Option<DeviceSpec>,
@@ -50,11 +50,11 @@ pub struct Config {
     pub socket_gid: Option<u32>,
 }
 
-impl Config {
+impl WdmdConfig {
     /// Defaults for a run dir.
-    pub fn new(run_dir: PathBuf) -> Config {
-        let marker = Config::default_marker(&run_dir);
-        Config {
+    pub fn new(run_dir: PathBuf) -> WdmdConfig {
+        let marker = WdmdConfig::default_marker(&run_dir);
+        WdmdConfig {
             run_dir,
             marker,
             device: None,
@@ -89,7 +89,7 @@ impl Config {
 
 /// Errors that stop wdmd from starting.
 #[derive(Debug, Error)]
-pub enum DaemonError {
+pub enum WdmdError {
     /// Another wdmd holds the pid file lock.
     #[error("another wdmd is running (pid file {path} is locked{pid})")]
     AlreadyRunning {
@@ -127,9 +127,9 @@ pub enum DaemonError {
     Device(#[from] DeviceError),
 }
 
-fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> DaemonError {
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> WdmdError {
     let what = what.into();
-    move |source| DaemonError::Io { what, source }
+    move |source| WdmdError::Io { what, source }
 }
 
 /// How the daemon ended.
@@ -148,8 +148,8 @@ pub struct Marker {
 }
 
 impl Marker {
-    /// Create the marker or fail with [`DaemonError::NotCleanlyStopped`].
-    pub fn create(path: &Path) -> Result<Marker, DaemonError> {
+    /// Create the marker or fail with [`WdmdError::NotCleanlyStopped`].
+    pub fn create(path: &Path) -> Result<Marker, WdmdError> {
         match OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -159,7 +159,7 @@ impl Marker {
             Ok(_) => Ok(Marker {
                 path: path.to_path_buf(),
             }),
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => Err(DaemonError::NotCleanlyStopped {
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => Err(WdmdError::NotCleanlyStopped {
                 path: path.display().to_string(),
             }),
             Err(e) => Err(io_err(format!("cannot create marker {}", path.display()))(
@@ -189,7 +189,7 @@ pub struct PidFile {
 
 impl PidFile {
     /// Create the run dir (0775) and lock/write the pid file.
-    pub fn lock(run_dir: &Path, path: &Path) -> Result<PidFile, DaemonError> {
+    pub fn lock(run_dir: &Path, path: &Path) -> Result<PidFile, WdmdError> {
         std::fs::create_dir_all(run_dir).map_err(io_err(format!(
             "cannot create run dir {}",
             run_dir.display()
@@ -212,7 +212,7 @@ impl PidFile {
                         "" => String::new(),
                         p => format!(", pid {p}"),
                     };
-                    return Err(DaemonError::AlreadyRunning {
+                    return Err(WdmdError::AlreadyRunning {
                         path: path.display().to_string(),
                         pid,
                     });
@@ -239,12 +239,12 @@ impl Drop for PidFile {
 }
 
 /// `--probe` with the start-up guard (refused while a wdmd uses the device).
-pub fn probe(cfg: &Config) -> Result<String, DaemonError> {
+pub fn probe(cfg: &WdmdConfig) -> Result<String, WdmdError> {
     if let Some(dir) = cfg.marker.parent() {
         std::fs::create_dir_all(dir).map_err(io_err(format!("cannot create {}", dir.display())))?;
     }
     let marker = Marker::create(&cfg.marker).map_err(|e| match e {
-        DaemonError::NotCleanlyStopped { path } => DaemonError::ProbeInUse { path },
+        WdmdError::NotCleanlyStopped { path } => WdmdError::ProbeInUse { path },
         other => other,
     })?;
     let res = device::probe(
@@ -323,7 +323,7 @@ impl State {
     }
 
     /// Open the device with timeout `w` unless already enabled; returns the granted timeout.
-    fn enable(&mut self, cfg: &Config, w: u32) -> Result<u32, DeviceError> {
+    fn enable(&mut self, cfg: &WdmdConfig, w: u32) -> Result<u32, DeviceError> {
         if self.test_loop_enable {
             return Ok(self.fire_timeout);
         }
@@ -394,7 +394,7 @@ impl State {
         fails
     }
 
-    fn dump(&self, cfg: &Config) -> String {
+    fn dump(&self, cfg: &WdmdConfig) -> String {
         let now = sys::monotime();
         let mut s = format!(
             "wdmd {} socket_gid {} high_priority 0 now {now} last_keepalive {} last_closeunclean {} allow_scripts {} kill_script_sec {} fire_timeout {} test_interval {} device {} open {} resetting {}\n",
@@ -430,7 +430,7 @@ impl State {
 }
 
 struct Shared {
-    cfg: Config,
+    cfg: WdmdConfig,
     state: Mutex<State>,
 }
 
@@ -473,7 +473,7 @@ fn serve_connection(shared: Arc<Shared>, mut stream: UnixStream) {
             break;
         }
         // Any 176 bytes decode; unknown commands are ignored like the C switch.
-        let h = match Header::decode(&buf) {
+        let h = match WdmdHeader::decode(&buf) {
             Ok(h) => h,
             Err(e) => {
                 tracing::error!("ci {id}: {e}");
@@ -509,11 +509,11 @@ fn serve_connection(shared: Arc<Shared>, mut stream: UnixStream) {
 }
 
 fn handle(
-    cfg: &Config,
+    cfg: &WdmdConfig,
     st: &mut State,
     id: u64,
     stream: &UnixStream,
-    h: &Header,
+    h: &WdmdHeader,
 ) -> Option<Vec<u8>> {
     match h.cmd {
         Cmd::Register => {
@@ -624,7 +624,7 @@ fn handle(
     }
 }
 
-fn setup_listener(cfg: &Config) -> Result<UnixListener, DaemonError> {
+fn setup_listener(cfg: &WdmdConfig) -> Result<UnixListener, WdmdError> {
     let path = cfg.socket_path();
     match std::fs::remove_file(&path) {
         Ok(()) => {}
@@ -648,7 +648,7 @@ fn setup_listener(cfg: &Config) -> Result<UnixListener, DaemonError> {
 
 /// Run the daemon until a clean or unclean exit. `ready` is called once the
 /// socket accepts connections.
-pub fn run(cfg: Config, ready: impl FnOnce()) -> Result<Exit, DaemonError> {
+pub fn run(cfg: WdmdConfig, ready: impl FnOnce()) -> Result<Exit, WdmdError> {
     let _pid = PidFile::lock(&cfg.run_dir, &cfg.pid_path())?;
     let marker = Marker::create(&cfg.marker)?;
     if let Err(e) = sys::install_signal_flags() {

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use wdmd::cli::Args;
-use wdmd::daemon::{self, Config, Exit};
+use wdmd::cli::WdmdArgs;
+use wdmd::daemon::{self, Exit, WdmdConfig};
 use wdmd::device::DeviceSpec;
 use wdmd::proto;
 
@@ -17,8 +17,8 @@ fn group_gid(name: &str) -> Result<Option<u32>> {
         .map(|g| g.gid.as_raw()))
 }
 
-fn config(a: &Args) -> Result<Config> {
-    let mut cfg = Config::new(a.run_dir.clone());
+fn config(a: &WdmdArgs) -> Result<WdmdConfig> {
+    let mut cfg = WdmdConfig::new(a.run_dir.clone());
     if let Some(m) = &a.marker {
         cfg.marker = m.clone();
     }
@@ -39,7 +39,7 @@ fn config(a: &Args) -> Result<Config> {
 
 /// Start a detached copy of ourselves with -D, logging to RUN_DIR/wdmd.log,
 /// and wait until its socket is up.
-fn daemonize(a: &Args) -> Result<ExitCode> {
+fn daemonize(a: &WdmdArgs) -> Result<ExitCode> {
     std::fs::create_dir_all(&a.run_dir)
         .with_context(|| format!("cannot create {}", a.run_dir.display()))?;
     let log_path = a.run_dir.join("wdmd.log");
@@ -79,7 +79,7 @@ fn daemonize(a: &Args) -> Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
-    let a = Args::parse();
+    let a = WdmdArgs::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -97,7 +97,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn real_main(a: &Args) -> Result<ExitCode> {
+fn real_main(a: &WdmdArgs) -> Result<ExitCode> {
     if a.dump {
         let text = wdmd::client::dump_debug(&a.run_dir)?;
         print!("{text}");

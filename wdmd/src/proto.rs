@@ -110,7 +110,7 @@ pub enum ProtoError {
 
 /// A decoded `struct wdmd_header`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Header {
+pub struct WdmdHeader {
     /// Unused by wdmd; 0 from libwdmd.
     pub magic: u32,
     /// Command.
@@ -133,10 +133,10 @@ pub struct Header {
     pub name: [u8; NAME_SIZE],
 }
 
-impl Header {
+impl WdmdHeader {
     /// An all-zero header carrying `cmd`.
-    pub fn new(cmd: Cmd) -> Header {
-        Header {
+    pub fn new(cmd: Cmd) -> WdmdHeader {
+        WdmdHeader {
             magic: 0,
             cmd,
             len: 0,
@@ -188,7 +188,7 @@ impl Header {
     }
 
     /// Decode exactly one header. Any byte pattern of the right length decodes.
-    pub fn decode(buf: &[u8]) -> Result<Header, ProtoError> {
+    pub fn decode(buf: &[u8]) -> Result<WdmdHeader, ProtoError> {
         if buf.len() < HEADER_SIZE {
             return Err(ProtoError::Short(buf.len()));
         }
@@ -197,7 +197,7 @@ impl Header {
         }
         let mut name = [0u8; NAME_SIZE];
         name.copy_from_slice(&buf[OFF_NAME..OFF_NAME + NAME_SIZE]);
-        Ok(Header {
+        Ok(WdmdHeader {
             magic: get32(buf, OFF_MAGIC),
             cmd: Cmd::from_u32(get32(buf, OFF_CMD)),
             len: get32(buf, OFF_LEN),
@@ -251,7 +251,7 @@ mod tests {
     #[cfg(target_endian = "little")]
     #[test]
     fn golden_bytes_little_endian() {
-        let mut h = Header::new(Cmd::TestLive);
+        let mut h = WdmdHeader::new(Cmd::TestLive);
         h.flags = 0x0a0b0c0d;
         h.test_interval = 10;
         h.fire_timeout = 60;
@@ -274,17 +274,20 @@ mod tests {
         want.extend_from_slice(b"sanlock_ls:1");
         want.resize(HEADER_SIZE, 0);
         assert_eq!(b.to_vec(), want);
-        assert_eq!(Header::decode(&b).unwrap(), h);
+        assert_eq!(WdmdHeader::decode(&b).unwrap(), h);
         assert_eq!(h.name_str(), "sanlock_ls:1");
     }
 
     #[test]
     fn short_and_oversized_are_errors() {
         for n in [0usize, 1, 47, 175] {
-            assert_eq!(Header::decode(&vec![0; n]), Err(ProtoError::Short(n)));
+            assert_eq!(WdmdHeader::decode(&vec![0; n]), Err(ProtoError::Short(n)));
         }
         for n in [177usize, 352, 4096] {
-            assert_eq!(Header::decode(&vec![0; n]), Err(ProtoError::Oversized(n)));
+            assert_eq!(
+                WdmdHeader::decode(&vec![0; n]),
+                Err(ProtoError::Oversized(n))
+            );
         }
     }
 
@@ -300,7 +303,7 @@ mod tests {
                 x ^= x << 17;
                 *byte = (x >> 24) as u8;
             }
-            let h = Header::decode(&buf).expect("any 176 bytes decode");
+            let h = WdmdHeader::decode(&buf).expect("any 176 bytes decode");
             // Name decoding tolerates invalid UTF-8 and missing NUL.
             let _ = h.name_str();
             assert_eq!(h.encode(), buf, "decode/encode must be lossless");
@@ -309,9 +312,9 @@ mod tests {
 
     #[test]
     fn unknown_commands_are_kept() {
-        let mut b = Header::new(Cmd::Status).encode();
+        let mut b = WdmdHeader::new(Cmd::Status).encode();
         b[4..8].copy_from_slice(&99u32.to_ne_bytes());
-        let h = Header::decode(&b).unwrap();
+        let h = WdmdHeader::decode(&b).unwrap();
         assert_eq!(h.cmd, Cmd::Unknown(99));
         for v in 1..=7 {
             assert_eq!(Cmd::from_u32(v).as_u32(), v);
@@ -320,7 +323,7 @@ mod tests {
 
     #[test]
     fn names() {
-        let mut h = Header::new(Cmd::Register);
+        let mut h = WdmdHeader::new(Cmd::Register);
         assert_eq!(
             h.set_name(&"x".repeat(129)),
             Err(ProtoError::NameTooLong(129))

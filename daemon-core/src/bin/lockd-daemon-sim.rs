@@ -13,11 +13,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use lease_core::sim::cli::{SimArgs, SimCli};
-use lockd_core::sim::{run_seed, SimConfig};
-use lockd_core::PlantedBug;
+use lockd_core::sim::{run_seed, DaemonSimConfig};
+use lockd_core::CorePlantedBug;
 
 fn usage() -> String {
-    let bugs: Vec<&str> = PlantedBug::ALL.iter().map(|(n, _)| *n).collect();
+    let bugs: Vec<&str> = CorePlantedBug::ALL.iter().map(|(n, _)| *n).collect();
     format!(
         "usage: lockd-daemon-sim --seeds N [--first-seed S] [--hosts H (2-8)] \
          [--duration SECONDS] [--plant-bug {}] [--verbose] [--trace]",
@@ -29,9 +29,9 @@ fn parse_args() -> Result<SimArgs, String> {
     SimCli {
         usage: &usage(),
         hosts: 2..=8,
-        default_hosts: SimConfig::default().hosts,
-        default_duration_s: SimConfig::default().duration_s,
-        known_bug: &|n: &str| PlantedBug::parse(n).is_some(),
+        default_hosts: DaemonSimConfig::default().hosts,
+        default_duration_s: DaemonSimConfig::default().duration_s,
+        known_bug: &|n: &str| CorePlantedBug::parse(n).is_some(),
         models: &[],
     }
     .parse(std::env::args().skip(1))
@@ -45,10 +45,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let cfg = SimConfig {
+    let cfg = DaemonSimConfig {
         hosts: args.hosts,
         duration_s: args.duration_s,
-        planted_bug: args.bug_name.as_deref().and_then(PlantedBug::parse),
+        planted_bug: args.bug_name.as_deref().and_then(CorePlantedBug::parse),
         trace: args.trace,
     };
     let start = Instant::now();
@@ -76,7 +76,7 @@ fn main() -> ExitCode {
                 .as_deref()
                 .map(|b| format!(" --plant-bug {b}"))
                 .unwrap_or_default();
-            let dur = if args.duration_s == SimConfig::default().duration_s {
+            let dur = if args.duration_s == DaemonSimConfig::default().duration_s {
                 String::new()
             } else {
                 format!(" --duration {}", args.duration_s)

@@ -17,7 +17,7 @@ pub type ClientId = u64;
 
 /// The checks' state for one run.
 #[derive(Debug, Default)]
-pub struct Checker {
+pub struct DaemonSimChecker {
     /// resource index → holder → shared.
     holds: BTreeMap<usize, BTreeMap<ClientId, bool>>,
     /// (host, pid) given the loss notice of the lockspace.
@@ -28,7 +28,7 @@ pub struct Checker {
     violations: Vec<String>,
 }
 
-impl Checker {
+impl DaemonSimChecker {
     pub fn violations(&self) -> &[String] {
         &self.violations
     }
@@ -153,7 +153,7 @@ mod tests {
 
     #[test]
     fn finds_two_exclusive_holders_and_exclusive_beside_shared() {
-        let mut c = Checker::default();
+        let mut c = DaemonSimChecker::default();
         c.granted(0, 1, 0, true);
         c.granted(0, 2, 0, true);
         assert!(c.violations().is_empty());
@@ -168,7 +168,7 @@ mod tests {
 
     #[test]
     fn finds_kills_before_notice_or_of_non_holders() {
-        let mut c = Checker::default();
+        let mut c = DaemonSimChecker::default();
         c.granted(0, 1, 0, false);
         c.killed(1, 0, 100, Some(1), true);
         assert_eq!(c.violations().len(), 1);
@@ -185,7 +185,7 @@ mod tests {
 
     #[test]
     fn finds_a_release_answered_before_the_disk() {
-        let mut c = Checker::default();
+        let mut c = DaemonSimChecker::default();
         c.release_started(0, 1, 7);
         c.release_answered(0, 0, 1, 7);
         assert_eq!(c.violations().len(), 1);

@@ -36,28 +36,30 @@ use lease_core::paxos::{self, AcquireOptions, HostContext, Mode, ResourceParams}
 use lease_core::sim::world::{Ev, SimClock, SimDisk, World};
 use lease_core::{timeouts, HostMonitor};
 
-use self::checker::{Checker, ClientId};
+use self::checker::{ClientId, DaemonSimChecker};
 use crate::clients::LeaseHold;
 use crate::kill::KillOrder;
 use crate::space_state::RenewalRec;
-use crate::step::{Core, DiskOp, Effect, Input, PlantedBug, Reply, ReqKind, Request, ResSpec};
+use crate::step::{
+    Core, CorePlantedBug, CoreReply, CoreRequest, DiskOp, Effect, Input, ReqKind, ResSpec,
+};
 
 /// What one run looks like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SimConfig {
+pub struct DaemonSimConfig {
     /// Hosts (2..=8).
     pub hosts: usize,
     /// Virtual seconds to simulate.
     pub duration_s: u64,
     /// A bug planted in every host's core.
-    pub planted_bug: Option<PlantedBug>,
+    pub planted_bug: Option<CorePlantedBug>,
     /// Record a trace.
     pub trace: bool,
 }
 
-impl Default for SimConfig {
-    fn default() -> SimConfig {
-        SimConfig {
+impl Default for DaemonSimConfig {
+    fn default() -> DaemonSimConfig {
+        DaemonSimConfig {
             hosts: 3,
             duration_s: 300,
             planted_bug: None,
@@ -68,7 +70,7 @@ impl Default for SimConfig {
 
 /// Counters of one run.
 #[derive(Debug, Clone, Default)]
-pub struct Stats {
+pub struct DaemonSimStats {
     /// Core steps.
     pub steps: u64,
     /// Leases granted to clients.
@@ -85,9 +87,9 @@ pub struct Stats {
 
 /// The result of one seed.
 #[derive(Debug, Clone)]
-pub struct SimReport {
+pub struct DaemonSimReport {
     pub seed: u64,
-    pub stats: Stats,
+    pub stats: DaemonSimStats,
     pub violations: Vec<String>,
     pub trace: Vec<String>,
 }
@@ -119,7 +121,7 @@ struct Client {
     id: ClientId,
     pid: i32,
     ci: Cell<Option<u32>>,
-    inbox: RefCell<VecDeque<Reply>>,
+    inbox: RefCell<VecDeque<CoreReply>>,
     task: Cell<usize>,
     dead: Cell<bool>,
     /// Ignores SIGTERM: only the SIGKILL after the kill grace time ends it.
@@ -153,22 +155,22 @@ struct Host {
 
 struct Sim {
     world: Rc<World>,
-    cfg: SimConfig,
+    cfg: DaemonSimConfig,
     geometry: Geometry,
     space: Name,
     resources: usize,
     num_hosts: u64,
     tasks: RefCell<Vec<Slot>>,
     hosts: Vec<Host>,
-    checker: RefCell<Checker>,
-    stats: RefCell<Stats>,
+    checker: RefCell<DaemonSimChecker>,
+    stats: RefCell<DaemonSimStats>,
     next_client: Cell<ClientId>,
     /// The client slot whose RELEASE is being stepped (its disk releases are its own).
     releasing_ci: Cell<Option<u32>>,
 }
 
 /// Runs one seed.
-pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
+pub fn run_seed(seed: u64, cfg: &DaemonSimConfig) -> DaemonSimReport {
     let mut rng = lease_core::sim::rng::Rng::new(seed);
     let hosts = cfg.hosts.clamp(2, 8);
     let geometry = Geometry::ALL[0];
@@ -200,7 +202,7 @@ pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
     }
     let sim = Rc::new(Sim {
         world: world.clone(),
-        cfg: SimConfig { hosts, ..*cfg },
+        cfg: DaemonSimConfig { hosts, ..*cfg },
         geometry,
         space,
         resources,
@@ -227,8 +229,8 @@ pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
                 admin_ci: Cell::new(None),
             })
             .collect(),
-        checker: RefCell::new(Checker::default()),
-        stats: RefCell::new(Stats::default()),
+        checker: RefCell::new(DaemonSimChecker::default()),
+        stats: RefCell::new(DaemonSimStats::default()),
         next_client: Cell::new(1),
         releasing_ci: Cell::new(None),
     });
@@ -264,7 +266,7 @@ pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
     let trace = world.trace.borrow_mut().take().unwrap_or_default();
     // Break the cycles between the tasks and the simulation.
     sim.tasks.borrow_mut().clear();
-    SimReport {
+    DaemonSimReport {
         seed,
         stats,
         violations,
@@ -413,7 +415,7 @@ impl Sim {
             self.releasing_ci.set(match &input {
                 Input::Request {
                     ci,
-                    req: Request::Release { .. },
+                    req: CoreRequest::Release { .. },
                 } => Some(*ci),
                 _ => None,
             });
@@ -552,7 +554,7 @@ impl Sim {
         }
     }
 
-    fn reply(self: &Rc<Self>, h: usize, ci: u32, reply: Reply) {
+    fn reply(self: &Rc<Self>, h: usize, ci: u32, reply: CoreReply) {
         let now = self.now_ms();
         if Some(ci) == self.hosts[h].admin_ci.get()
             && reply.kind == ReqKind::RemLockspace
@@ -660,7 +662,7 @@ impl Sim {
             h,
             Input::Request {
                 ci,
-                req: Request::AddLockspace {
+                req: CoreRequest::AddLockspace {
                     ls: self.space,
                     io_timeout_s: io,
                 },
@@ -737,14 +739,14 @@ impl Sim {
         self.start_daemon(h, delay);
     }
 
-    fn send(self: &Rc<Self>, h: usize, c: &Client, req: Request) {
+    fn send(self: &Rc<Self>, h: usize, c: &Client, req: CoreRequest) {
         if let Some(ci) = c.ci.get() {
             self.input(h, Input::Request { ci, req });
         }
     }
 
     /// The next reply to client `c`, or None when it died first.
-    async fn await_reply(&self, c: &Rc<Client>) -> Option<Reply> {
+    async fn await_reply(&self, c: &Rc<Client>) -> Option<CoreReply> {
         let c2 = c.clone();
         WaitFor(move || {
             if c2.dead.get() {
@@ -800,7 +802,7 @@ async fn remove_at(sim: Rc<Sim>, h: usize, at: u64) {
         h,
         Input::Request {
             ci,
-            req: Request::RemLockspace { ls: sim.space },
+            req: CoreRequest::RemLockspace { ls: sim.space },
         },
     );
 }
@@ -815,7 +817,7 @@ async fn orphan_task(sim: Rc<Sim>, h: usize) {
                 h,
                 Input::Request {
                     ci,
-                    req: Request::ReleaseOrphans {
+                    req: CoreRequest::ReleaseOrphans {
                         ls: sim.space,
                         name: Name::EMPTY,
                     },
@@ -1035,7 +1037,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
     };
     c.ci.set(Some(ci));
     sim.hosts[h].clients.borrow_mut().insert(ci, c.clone());
-    sim.send(h, &c, Request::Register);
+    sim.send(h, &c, CoreRequest::Register);
     if sim.await_reply(&c).await.is_none() {
         return;
     }
@@ -1082,7 +1084,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
         sim.send(
             h,
             &c,
-            Request::Acquire {
+            CoreRequest::Acquire {
                 res: specs,
                 cmd_flags,
             },
@@ -1116,7 +1118,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
             sim.send(
                 h,
                 &c,
-                Request::Convert {
+                CoreRequest::Convert {
                     key: (sim.space, res_name(r)),
                     to_shared: !shared,
                 },
@@ -1139,7 +1141,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
                 .map(|&(r, _)| (sim.space, res_name(r)))
                 .collect()
         };
-        sim.send(h, &c, Request::Release { keys });
+        sim.send(h, &c, CoreRequest::Release { keys });
         let Some(reply) = sim.await_reply(&c).await else {
             return;
         };
@@ -1156,10 +1158,10 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
 mod tests {
     use super::*;
 
-    fn short() -> SimConfig {
-        SimConfig {
+    fn short() -> DaemonSimConfig {
+        DaemonSimConfig {
             duration_s: 200,
-            ..SimConfig::default()
+            ..DaemonSimConfig::default()
         }
     }
 
@@ -1184,9 +1186,9 @@ mod tests {
     ///   `failed_state`, `Tables::convert_failed_state`). Both fail without that fix.
     #[test]
     fn seeds_that_found_bugs_stay_clean() {
-        let cfg = SimConfig {
+        let cfg = DaemonSimConfig {
             hosts: 4,
-            ..SimConfig::default()
+            ..DaemonSimConfig::default()
         };
         for seed in [100_049, 102_307] {
             let r = run_seed(seed, &cfg);
@@ -1200,14 +1202,14 @@ mod tests {
             let r = run_seed(seed, &short());
             assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
         }
-        for (name, bug) in PlantedBug::ALL {
-            let cfg = SimConfig {
+        for (name, bug) in CorePlantedBug::ALL {
+            let cfg = DaemonSimConfig {
                 planted_bug: Some(bug),
                 ..short()
             };
             let caught = (1..=100).any(|seed| !run_seed(seed, &cfg).violations.is_empty());
             assert!(caught, "{name} was not caught in 100 seeds");
         }
-        assert_eq!(PlantedBug::parse("nope"), None);
+        assert_eq!(CorePlantedBug::parse("nope"), None);
     }
 }

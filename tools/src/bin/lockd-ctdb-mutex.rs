@@ -46,7 +46,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use clap::Parser;
 use client_lib::proto::SANLK_RESTRICT_SIGKILL;
-use client_lib::{AcquireOptions, Client, ClientError, ClientLeaseError, Lease, LeaseSpec, Wait};
+use client_lib::{
+    Client, ClientError, ClientLeaseError, Lease, LeaseAcquireOptions, LeaseSpec, Wait,
+};
 use ctdb_mutex_cli::Args;
 
 const PROG: &str = "lockd-ctdb-mutex";
@@ -125,7 +127,7 @@ fn take(spec: &LeaseSpec, run_dir: &std::path::Path) -> Result<Lease, TakeError>
             spec.lockspace
         )));
     }
-    let opts = AcquireOptions {
+    let opts = LeaseAcquireOptions {
         run_dir: run_dir.to_path_buf(),
         shared: false,
         wait: Wait::NoWait,

@@ -10,7 +10,7 @@ use client_lib::proto::{
 use client_lib::HostEvent;
 use serde_json::json;
 
-use super::{check_rv, lockspace_by_name, print_json, wire_resource, Conn};
+use super::{check_rv, lockspace_by_name, print_json, wire_resource, ConnArgs};
 
 /// `SANLK_SETEV_*` flags of SET_EVENT.
 const SETEV_CUR_GENERATION: u32 = 0x1;
@@ -37,7 +37,7 @@ pub struct RequestArgs {
     #[arg(short = 'f', long = "force-mode", value_parser = ["force", "graceful", "clear"])]
     pub force_mode: String,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Args)]
@@ -54,7 +54,7 @@ pub struct ExamineArgs {
     #[arg(short = 's', long = "lockspace")]
     pub lockspace: Option<String>,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Args)]
@@ -90,7 +90,7 @@ pub struct SetEventArgs {
     #[arg(long)]
     pub all_hosts: bool,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Args)]
@@ -107,7 +107,7 @@ pub struct SetHostArgs {
     #[arg(long, required = true)]
     pub dead: bool,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Args)]
@@ -122,10 +122,10 @@ pub struct SetConfigArgs {
     #[arg(short = 'O', long = "used-by-orphans", value_parser = ["0", "1"])]
     pub used_by_orphans: Option<String>,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
-fn report(conn: &Conn, op: &str, rv: i32) -> Result<()> {
+fn report(conn: &ConnArgs, op: &str, rv: i32) -> Result<()> {
     if conn.json {
         print_json(&json!({"op": op, "result": rv}));
     }

@@ -11,7 +11,7 @@ use client_lib::proto::{
 use client_lib::{Client, StateRecord};
 use serde_json::json;
 
-use super::{check_rv, print_json, Conn};
+use super::{check_rv, print_json, ConnArgs};
 use crate::sys;
 
 #[derive(Debug, Args)]
@@ -24,13 +24,13 @@ pub struct StatusArgs {
     #[arg(short = 'D', long = "details")]
     pub details: bool,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct VersionArgs {
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Args)]
@@ -43,13 +43,13 @@ pub struct ShutdownArgs {
     #[arg(short = 'w', long)]
     pub wait: bool,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct LogDumpArgs {
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Args)]
@@ -58,7 +58,7 @@ pub struct RenewalArgs {
     #[arg(short = 's', long = "lockspace", value_name = "NAME")]
     pub lockspace: String,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 /// `lockd log-dump`: the daemon's in-memory recent log (LOG_DUMP), as sanlock's `client
@@ -212,7 +212,7 @@ pub fn version(a: &VersionArgs) -> Result<()> {
 const EXIT_WAIT: Duration = Duration::from_secs(60);
 
 /// Names of the lockspaces the daemon has (joined, being added or removed).
-fn lockspace_names(conn: &Conn) -> Result<Vec<String>> {
+fn lockspace_names(conn: &ConnArgs) -> Result<Vec<String>> {
     Ok(conn
         .connect()?
         .get_lockspaces()?

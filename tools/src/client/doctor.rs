@@ -28,8 +28,8 @@ use client_lib::Client;
 use disk_format::Name;
 use serde_json::json;
 
-use super::{print_json, Conn};
-use crate::disk::DirectDisk;
+use super::{print_json, ConnArgs};
+use crate::disk::CheckedDisk;
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
@@ -46,7 +46,7 @@ pub struct DoctorArgs {
     #[arg(long = "samples", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub samples: u32,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 /// A check's outcome; ordered so the worst is the largest.
@@ -483,7 +483,7 @@ fn measure(
     let p = PathBuf::from(path);
     std::thread::spawn(move || {
         let r = (|| {
-            let disk = DirectDisk::open(&p, false).map_err(|e| e.to_string())?;
+            let disk = CheckedDisk::open(&p, false).map_err(|e| e.to_string())?;
             let len = disk.io_block().max(4096) as usize;
             let mut times = Vec::new();
             let mut first = Vec::new();

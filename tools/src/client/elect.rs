@@ -37,7 +37,7 @@ use clap::Args;
 use client_lib::{ClientLeaseError, LeaderElection, LeaseSpec};
 use serde_json::json;
 
-use super::{print_json, Conn};
+use super::{print_json, ConnArgs};
 use crate::sys;
 
 /// Exit status of `lockd elect` when leadership was lost (or it was told to stop).
@@ -62,7 +62,7 @@ pub struct ElectArgs {
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Args)]
@@ -71,7 +71,7 @@ pub struct LeaderArgs {
     #[arg(short = 'r', long = "resource")]
     pub resource: String,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 /// Finds `program` as exec would: a path if it contains '/', else in $PATH.
@@ -338,7 +338,7 @@ pub fn elect(a: &ElectArgs) -> Result<ExitCode> {
 
 /// The candidates waiting on this host for `lease` (`LOCKSPACE:NAME`): registered
 /// clients whose last acquire of it was refused as busy.
-fn local_candidates(conn: &Conn, lease: &str) -> Result<Vec<super::timeline::ClientInfo>> {
+fn local_candidates(conn: &ConnArgs, lease: &str) -> Result<Vec<super::timeline::ClientInfo>> {
     let snap = super::timeline::snapshot(conn, false)?;
     Ok(snap
         .clients

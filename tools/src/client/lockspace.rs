@@ -15,7 +15,7 @@ use client_lib::proto::{
 };
 use serde_json::json;
 
-use super::{check_rv, lockspace_by_name, print_json, wire_lockspace, Conn};
+use super::{check_rv, lockspace_by_name, print_json, wire_lockspace, ConnArgs};
 
 #[derive(Debug, Args)]
 pub struct AddArgs {
@@ -29,7 +29,7 @@ pub struct AddArgs {
     #[arg(long = "async")]
     pub asynchronous: bool,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Args)]
@@ -44,7 +44,7 @@ pub struct RemArgs {
     #[arg(long)]
     pub unused: bool,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Args)]
@@ -56,7 +56,7 @@ pub struct InqArgs {
     #[arg(long)]
     pub wait: bool,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Args)]
@@ -65,7 +65,7 @@ pub struct GetsArgs {
     #[arg(long)]
     pub hosts: bool,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Args)]
@@ -74,7 +74,7 @@ pub struct HostStatusArgs {
     #[arg(short = 's', long = "lockspace")]
     pub lockspace: String,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 /// The name of a host state (`SANLK_HOST_*`).
@@ -209,7 +209,7 @@ pub fn inq(a: &InqArgs) -> Result<()> {
 
 /// GET_HOSTS, retrying while the daemon answers -EAGAIN: right after a join it has not
 /// yet looked at the other hosts' records (it needs one renewal read).
-fn hosts_of(conn: &Conn, name: disk_format::Name) -> Result<Vec<client_lib::Host>> {
+fn hosts_of(conn: &ConnArgs, name: disk_format::Name) -> Result<Vec<client_lib::Host>> {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         match conn.connect()?.get_hosts(name, 0) {

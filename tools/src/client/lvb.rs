@@ -12,7 +12,7 @@ use client_lib::proto::SM_CMD_SET_LVB;
 use disk_format::Name;
 use serde_json::json;
 
-use super::{check_rv, print_json, wire_resource, Conn};
+use super::{check_rv, print_json, wire_resource, ConnArgs};
 
 /// The largest LVB sanlock accepts (its largest sector size).
 const MAX_LVB_LEN: usize = 4096;
@@ -37,7 +37,7 @@ pub struct GetArgs {
     #[arg(long)]
     pub hex: bool,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Args)]
@@ -52,7 +52,7 @@ pub struct SetArgs {
     #[arg(long)]
     pub hex: Option<String>,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 /// A resource head from `LS:NAME` or a full resource spec.

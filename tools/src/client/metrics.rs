@@ -5,12 +5,12 @@
 use anyhow::{Context, Result};
 use clap::Args;
 
-use super::Conn;
+use super::ConnArgs;
 
 #[derive(Debug, Args)]
 pub struct MetricsArgs {
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 pub fn run(a: &MetricsArgs) -> Result<()> {

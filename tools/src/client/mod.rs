@@ -30,7 +30,7 @@ use crate::spec::{LockspaceSpec, ResourceSpec};
 /// Where to find the daemon: `--run-dir`, else `$LOCKD_RUN_DIR`/`$SANLOCK_RUN_DIR`,
 /// else `run_dir` of /etc/lockd/lockd.toml, else /run/lockd.
 #[derive(Debug, Args, Clone)]
-pub struct Conn {
+pub struct ConnArgs {
     /// Daemon run directory holding sanlock.sock.
     #[arg(long = "run-dir", global = true)]
     pub run_dir: Option<PathBuf>,
@@ -39,7 +39,7 @@ pub struct Conn {
     pub json: bool,
 }
 
-impl Conn {
+impl ConnArgs {
     pub fn run_dir(&self) -> PathBuf {
         if let Some(d) = &self.run_dir {
             return d.clone();

@@ -28,7 +28,7 @@ use client_lib::{describe_rv, Resource, ResourceHead};
 use disk_format::Name;
 use serde_json::json;
 
-use super::{check_rv, print_json, wire_resource, Conn};
+use super::{check_rv, print_json, wire_resource, ConnArgs};
 use crate::sys;
 
 #[derive(Debug, Args)]
@@ -74,7 +74,7 @@ pub struct AcquireArgs {
     #[arg(last = true)]
     pub command: Vec<String>,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Args)]
@@ -89,7 +89,7 @@ pub struct ReleaseArgs {
     #[arg(long)]
     pub all: bool,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Args)]
@@ -98,7 +98,7 @@ pub struct InquireArgs {
     #[arg(short = 'p', long = "pid")]
     pub pid: i32,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Args)]
@@ -110,7 +110,7 @@ pub struct ConvertArgs {
     #[arg(short = 'p', long = "pid")]
     pub pid: i32,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 fn owner_name(a: &AcquireArgs) -> Result<Option<Name>> {
@@ -271,7 +271,7 @@ fn retry_while_held(
 
 /// Who holds each of `resources` now, as `lockd leader` tells it: "held by host 1
 /// (hostA), live" for one lease, each prefixed with its name for several.
-fn holders(conn: &Conn, resources: &[Resource]) -> String {
+fn holders(conn: &ConnArgs, resources: &[Resource]) -> String {
     let run_dir = conn.run_dir();
     let one = resources.len() == 1;
     resources

@@ -12,7 +12,7 @@ use client_lib::{Rentry, Rindex};
 use disk_format::{AlignSize, Geometry, Name, SectorSize};
 use serde_json::json;
 
-use super::{check_rv, print_json, Conn};
+use super::{check_rv, print_json, ConnArgs};
 use crate::spec::{RentrySpec, RindexSpec};
 
 #[derive(Debug, Subcommand)]
@@ -40,7 +40,7 @@ pub struct Target {
     #[arg(short = 'x', long = "rindex")]
     pub rindex: String,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 #[derive(Debug, Args)]
@@ -154,7 +154,7 @@ fn geometry_flags(sector: Option<u32>, align: Option<&str>) -> Result<u32> {
     Ok(g.api_flags())
 }
 
-fn report_entry(conn: &Conn, op: &str, rv: i32, e: &Rentry) -> Result<()> {
+fn report_entry(conn: &ConnArgs, op: &str, rv: i32, e: &Rentry) -> Result<()> {
     if conn.json {
         print_json(&json!({
             "op": op,
@@ -175,7 +175,7 @@ fn report_entry(conn: &Conn, op: &str, rv: i32, e: &Rentry) -> Result<()> {
     Ok(())
 }
 
-fn report(conn: &Conn, op: &str, rv: i32) -> Result<()> {
+fn report(conn: &ConnArgs, op: &str, rv: i32) -> Result<()> {
     if conn.json {
         print_json(&json!({ "op": op, "result": rv }));
     }
@@ -192,9 +192,9 @@ fn report(conn: &Conn, op: &str, rv: i32) -> Result<()> {
 /// use `--force` (the daemon's own refusal of areas it uses stays).
 fn check_format_target(a: &FormatArgs) -> Result<()> {
     use crate::direct::{refuse_misaligned, refuse_overwrite, resolve_geometry};
-    use crate::disk::DirectDisk;
+    use crate::disk::CheckedDisk;
     let s = RindexSpec::parse(&a.target.rindex)?;
-    let disk = match DirectDisk::open(&s.path, false) {
+    let disk = match CheckedDisk::open(&s.path, false) {
         Ok(d) => d,
         Err(e) if a.force => {
             eprintln!(

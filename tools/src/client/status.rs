@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use serde_json::json;
 
 use super::timeline::{self, until, wall_clock, Snapshot, Timeline};
-use super::{print_json, Conn};
+use super::{print_json, ConnArgs};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StatusFormat {
@@ -23,7 +23,7 @@ pub struct ExplainArgs {
     #[arg(short = 's', long = "lockspace", value_name = "NAME")]
     pub lockspace: Option<String>,
     #[command(flatten)]
-    pub conn: Conn,
+    pub conn: ConnArgs,
 }
 
 /// ANSI colours, only when stdout is a terminal and NO_COLOR is not set.
@@ -285,7 +285,7 @@ fn status_human(s: &Snapshot) {
 }
 
 /// `lockd status` in the human or JSON form.
-pub fn status(conn: &Conn) -> Result<()> {
+pub fn status(conn: &ConnArgs) -> Result<()> {
     let s = timeline::snapshot(conn, false)?;
     if conn.json {
         print_json(&status_json(&s));

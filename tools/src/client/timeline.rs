@@ -18,7 +18,7 @@ use lease_core::timeouts;
 use serde::Serialize;
 
 use super::lockspace::host_state_name;
-use super::Conn;
+use super::ConnArgs;
 
 /// `key=value` pairs of a STATUS detail string.
 pub fn details(text: &str) -> BTreeMap<&str, &str> {
@@ -102,7 +102,7 @@ pub struct Snapshot {
 }
 
 /// Reads one snapshot (several connections: STATUS and HOST_STATUS close after replying).
-pub fn snapshot(conn: &Conn, wait_hosts: bool) -> Result<Snapshot> {
+pub fn snapshot(conn: &ConnArgs, wait_hosts: bool) -> Result<Snapshot> {
     let records: Vec<StateRecord> = conn.connect()?.status(4).context("STATUS")?;
     let mut daemon = DaemonInfo {
         host_name: String::new(),

@@ -17,7 +17,7 @@ use disk_format::rindex::{RindexEntry, RindexHeader, RINDEX_DISK_MAGIC, RINDEX_E
 use disk_format::{DeltaSector, Geometry, RequestRecord};
 use serde::Serialize;
 
-use crate::disk::DirectDisk;
+use crate::disk::CheckedDisk;
 use crate::spec::{area_end, AreaSpec};
 use lockd_diskio::AlignedBuf;
 
@@ -127,7 +127,7 @@ pub enum Area {
 
 pub fn run(args: &DumpArgs) -> Result<()> {
     let spec = AreaSpec::parse(&args.target)?;
-    let disk = DirectDisk::open(&spec.path, false)?;
+    let disk = CheckedDisk::open(&spec.path, false)?;
     let areas = scan(&disk, spec.offset, spec.size)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&areas)?);
@@ -172,7 +172,7 @@ impl Area {
 }
 
 /// Scans `[offset, offset+size)` and returns the recognised areas in order.
-pub fn scan(disk: &DirectDisk, offset: u64, size: Option<u64>) -> Result<Vec<Area>> {
+pub fn scan(disk: &CheckedDisk, offset: u64, size: Option<u64>) -> Result<Vec<Area>> {
     let unit = u64::from(disk.io_block());
     if !offset.is_multiple_of(unit) {
         bail!(
@@ -234,7 +234,7 @@ fn geometry_of(leader: &LeaderRecord) -> Result<Geometry> {
     })
 }
 
-fn read_area(disk: &DirectDisk, pos: u64, len: u64) -> Result<AlignedBuf> {
+fn read_area(disk: &CheckedDisk, pos: u64, len: u64) -> Result<AlignedBuf> {
     if area_end(pos, len)? > disk.size() {
         bail!(
             "area at offset {pos} needs {len} bytes but the device ends after {} (truncated)",
@@ -244,7 +244,12 @@ fn read_area(disk: &DirectDisk, pos: u64, len: u64) -> Result<AlignedBuf> {
     Ok(disk.read(pos, len as usize)?)
 }
 
-fn area_at(disk: &DirectDisk, pos: u64, leader: &LeaderRecord, head: &[u8]) -> Result<(Area, u64)> {
+fn area_at(
+    disk: &CheckedDisk,
+    pos: u64,
+    leader: &LeaderRecord,
+    head: &[u8],
+) -> Result<(Area, u64)> {
     if leader.magic == RINDEX_DISK_MAGIC {
         return rindex_at(disk, pos, head);
     }
@@ -383,7 +388,7 @@ fn area_at(disk: &DirectDisk, pos: u64, leader: &LeaderRecord, head: &[u8]) -> R
     Ok((area, geometry.align_bytes()))
 }
 
-fn rindex_at(disk: &DirectDisk, pos: u64, head: &[u8]) -> Result<(Area, u64)> {
+fn rindex_at(disk: &CheckedDisk, pos: u64, head: &[u8]) -> Result<(Area, u64)> {
     let h = RindexHeader::decode(head)?;
     h.verify(None, Some(pos))?;
     let flags_as_leader = (h.flags & 0xF) << 4;

@@ -13,7 +13,7 @@ use disk_format::area::{format_lockspace_area, format_resource_area, ResourceIni
 use disk_format::Geometry;
 
 use super::{refuse_local_daemon_use, refuse_misaligned, refuse_overwrite, resolve_geometry};
-use crate::disk::DirectDisk;
+use crate::disk::CheckedDisk;
 use crate::spec::{area_end, LockspaceSpec, ResourceSpec};
 
 /// Arguments of `lockd direct init`.
@@ -68,9 +68,9 @@ pub fn run(args: &InitArgs) -> Result<()> {
 fn open_checked(
     path: &std::path::Path,
     offset: u64,
-    geometry_of: impl Fn(&DirectDisk) -> Result<Geometry>,
-) -> Result<(DirectDisk, Geometry)> {
-    let disk = DirectDisk::open(path, true)?;
+    geometry_of: impl Fn(&CheckedDisk) -> Result<Geometry>,
+) -> Result<(CheckedDisk, Geometry)> {
+    let disk = CheckedDisk::open(path, true)?;
     let geometry = geometry_of(&disk)?;
     if !offset.is_multiple_of(geometry.sector_bytes())
         || !offset.is_multiple_of(u64::from(disk.io_block()))

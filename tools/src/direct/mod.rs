@@ -16,12 +16,12 @@ use disk_format::leader::{LeaderRecord, DELTA_DISK_MAGIC, PAXOS_DISK_MAGIC};
 use disk_format::scan::{describe, find_records, leader_align_bytes, FoundRecord};
 use disk_format::{AlignSize, Geometry, SectorSize};
 
-use crate::disk::DirectDisk;
+use crate::disk::CheckedDisk;
 
 /// Picks the geometry from `-Z`/`-A` and the device, as sanlock does when a flag is
 /// missing: sector size from the device (512 for files), align size by the old rule.
 pub fn resolve_geometry(
-    disk: &DirectDisk,
+    disk: &CheckedDisk,
     sector_flag: Option<u32>,
     align_flag: Option<&str>,
 ) -> Result<Geometry> {
@@ -71,7 +71,7 @@ pub fn resolve_geometry(
 /// Refuses an offset that is not a multiple of the area's align size: lease areas start
 /// at align-size boundaries, and an area written elsewhere overlaps two of them (the end
 /// of one lease, with its ballots, and the start of the next).
-pub fn refuse_misaligned(disk: &DirectDisk, offset: u64, geometry: Geometry) -> Result<()> {
+pub fn refuse_misaligned(disk: &CheckedDisk, offset: u64, geometry: Geometry) -> Result<()> {
     if !offset.is_multiple_of(geometry.align_bytes()) {
         bail!(
             "{}: offset {offset} is not a multiple of the align size {} ({} bytes); lease \
@@ -90,7 +90,7 @@ const SCAN_CHUNK: u64 = 8 << 20;
 
 /// The valid lease records (see `disk_format::scan`) in `[offset, offset + len)`, as far
 /// as the storage reaches.
-pub fn records_in(disk: &DirectDisk, offset: u64, len: u64) -> Result<Vec<FoundRecord>> {
+pub fn records_in(disk: &CheckedDisk, offset: u64, len: u64) -> Result<Vec<FoundRecord>> {
     let unit = u64::from(disk.io_block().max(512));
     let end = offset.saturating_add(len).min(disk.size());
     let end = end - end % unit;
@@ -107,7 +107,7 @@ pub fn records_in(disk: &DirectDisk, offset: u64, len: u64) -> Result<Vec<FoundR
 
 /// Refuses to write `[offset, offset + len)` while it holds any valid lease record, unless
 /// `force` (then it warns and names what is overwritten).
-pub fn refuse_overwrite(disk: &DirectDisk, offset: u64, len: u64, force: bool) -> Result<()> {
+pub fn refuse_overwrite(disk: &CheckedDisk, offset: u64, len: u64, force: bool) -> Result<()> {
     let found = records_in(disk, offset, len)?;
     if found.is_empty() {
         return Ok(());
@@ -142,7 +142,7 @@ fn disk_identity(path: &Path) -> Option<(u64, u64)> {
 }
 
 /// The area at `offset` of `disk`: the align size its leader names, else 1 MiB.
-fn area_len_at(disk: &DirectDisk, offset: u64) -> u64 {
+fn area_len_at(disk: &CheckedDisk, offset: u64) -> u64 {
     let unit = disk.io_block().max(512) as usize;
     disk.read(offset, unit)
         .ok()
@@ -156,8 +156,8 @@ fn area_len_at(disk: &DirectDisk, offset: u64) -> u64 {
 /// whose area overlaps `[offset, offset + len)` of this disk, the write is refused. No
 /// daemon answering (no socket) means nothing to check; one that answers but not STATUS
 /// is an error (what it uses cannot be told).
-pub fn refuse_local_daemon_use(disk: &DirectDisk, offset: u64, len: u64) -> Result<()> {
-    let run_dir = crate::client::Conn {
+pub fn refuse_local_daemon_use(disk: &CheckedDisk, offset: u64, len: u64) -> Result<()> {
+    let run_dir = crate::client::ConnArgs {
         run_dir: None,
         json: false,
     }

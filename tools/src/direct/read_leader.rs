@@ -7,7 +7,7 @@ use disk_format::leader::{LeaderExpect, LeaderKind, LeaderRecord};
 use disk_format::{rv, FormatError, Geometry};
 use serde_json::json;
 
-use crate::disk::DirectDisk;
+use crate::disk::CheckedDisk;
 use crate::spec::{area_end, LockspaceSpec, ResourceSpec};
 
 /// Arguments of `lockd direct read-leader`.
@@ -53,7 +53,7 @@ pub fn run(args: &ReadLeaderArgs) -> Result<()> {
     } else {
         bail!("give -s LOCKSPACE or -r RESOURCE");
     };
-    let disk = DirectDisk::open(&path, false)?;
+    let disk = CheckedDisk::open(&path, false)?;
     let unit = disk.io_block();
     let first = disk.read(offset, unit.max(512) as usize)?;
     let first_leader = LeaderRecord::decode(first.as_slice())?;

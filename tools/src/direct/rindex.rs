@@ -15,11 +15,11 @@ use anyhow::{anyhow, Result};
 use clap::Args;
 use client_lib::describe_rv;
 use lease_core::exec::block_on;
-use lease_core::rindex::{self, Rentry, RindexError, RindexParams, UpdateOp};
+use lease_core::rindex::{self, RindexError, RindexParams, RindexSlot, UpdateOp};
 use lockd_diskio::BlockingDisk;
 use serde_json::json;
 
-use crate::disk::DirectDisk;
+use crate::disk::CheckedDisk;
 use crate::spec::{RentrySpec, RindexSpec};
 
 /// io_timeout of direct index I/O (sanlock's default).
@@ -120,7 +120,7 @@ fn parse_args(op: &str, rindex: &str, entry: Option<&str>) -> Result<(RindexSpec
     parsed.map_err(|e| coded(op, format!("{e:#}"), -libc::EINVAL))
 }
 
-fn print_entry(json: bool, op: &str, e: &Rentry) {
+fn print_entry(json: bool, op: &str, e: &RindexSlot) {
     if json {
         println!(
             "{}",
@@ -140,7 +140,7 @@ pub fn format(a: &FormatArgs) -> Result<()> {
     let (s, _) = parse_args("format", &a.rindex, None)?;
     let disk = open("format", &s.path)?;
     let geometry = {
-        let probe = DirectDisk::open(&s.path, false)?;
+        let probe = CheckedDisk::open(&s.path, false)?;
         let g = super::resolve_geometry(&probe, a.sector_size, a.align_size.as_deref())
             .map_err(|e| coded("format", format!("{e:#}"), -libc::EINVAL))?;
         super::refuse_misaligned(&probe, s.offset, g)
@@ -209,7 +209,7 @@ pub fn update(a: &UpdateArgs) -> Result<()> {
     let out =
         block_on(rindex::update(&disk, &params(&s), op)).map_err(|err| fail("update", &err))?;
     let shown = if a.clear == 1 {
-        Rentry {
+        RindexSlot {
             name: e.name,
             offset: e.offset,
         }
