@@ -20,7 +20,7 @@ use crate::access::{self, Caller};
 use crate::server::{After, Conn, Reply};
 use crate::state::Daemon;
 use crate::sync::lock;
-use crate::tables::{AcquireStart, ReleaseStart};
+use crate::tables::{AcquireStart, ReleaseStep};
 use crate::tables::{ClientToken, KillPath};
 use crate::{admin, lockspace, paxos, permit, sys};
 
@@ -268,10 +268,10 @@ fn release_tokens_with(
         let span = info_span!("resource", ls = %t.ls, res = %t.name);
         let _g = span.enter();
         let step = lock(&d.tables).start_release(ci, &t, dying);
-        if matches!(step, ReleaseStart::Orphaned) {
+        if matches!(step, ReleaseStep::Orphaned) {
             info!("holder exited: persistent lease kept as an orphan");
         }
-        if let ReleaseStart::Disk(lr) = step {
+        if let ReleaseStep::Disk(lr) = step {
             let rv = paxos::release_on_disk(d, &lr, rename);
             if rv < 0 {
                 result = rv;
@@ -521,7 +521,7 @@ fn release_wait(io_timeout_s: u32) -> Duration {
     Duration::from_secs(4 * u64::from(io_timeout_s.max(1)))
 }
 
-/// The first step of an acquire ([`crate::tables::Tables::start_acquire`]) in the joined
+/// The first step of an acquire ([`lockd_core::Tables::start_acquire`]) in the joined
 /// lockspace it names. A lease being released here (the previous holder just exited,
 /// say) is waited for, up to [`release_wait`], then tried again: back-to-back holders
 /// need no retry loop of their own. Still being released after that: -EAGAIN.

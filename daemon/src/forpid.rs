@@ -156,7 +156,7 @@ pub(crate) fn still_ours(d: &Daemon, ci: u32, pid: i32) -> bool {
 }
 
 /// [`still_ours`] on tables the caller has locked.
-pub(crate) fn is_pid_slot(tables: &crate::tables::Tables, ci: u32, pid: i32) -> bool {
+pub(crate) fn is_pid_slot(tables: &crate::tables::LeaseTables, ci: u32, pid: i32) -> bool {
     tables
         .clients
         .slots

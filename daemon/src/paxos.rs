@@ -19,7 +19,7 @@ use crate::confirm::SpaceObserver;
 use crate::space::Space;
 use crate::state::Daemon;
 use crate::sync::lock;
-use crate::tables::{Held, LocalRes};
+use crate::tables::{Held, HeldRes};
 use lockd_diskio::{BlockingDisk, EngineKind, SystemClock};
 
 /// Opens a resource disk: during a client's command, with that client's rights
@@ -34,7 +34,7 @@ fn open(path: &str, need: Need) -> Result<BlockingDisk, i32> {
 }
 
 /// Opens a held lease's disk with the rights of the client that acquired it.
-fn open_held(lr: &LocalRes, need: Need) -> Result<BlockingDisk, i32> {
+fn open_held(lr: &HeldRes, need: Need) -> Result<BlockingDisk, i32> {
     access::open_disk_as(
         lr.held.opened_by.as_ref(),
         Path::new(&lr.disks[0].path.to_text()),
@@ -132,7 +132,7 @@ pub fn acquire(
 pub fn release(
     _d: &Daemon,
     space: Option<&Space>,
-    lr: &LocalRes,
+    lr: &HeldRes,
     rename: Option<&disk_format::Name>,
 ) -> i32 {
     let Some(token) = lr.held.token.as_ref() else {
@@ -167,7 +167,7 @@ pub fn release(
 pub fn convert(
     _d: &Daemon,
     space: &Space,
-    lr: &LocalRes,
+    lr: &HeldRes,
     to_shared: bool,
     cmd_flags: u32,
 ) -> Result<Held, (i32, Option<Box<Held>>)> {
@@ -196,7 +196,7 @@ pub fn convert(
 
 /// Reads a held resource's request record: `Some(force_mode)` when another host asks for a
 /// newer lver with a non-zero force mode.
-pub fn examine(lr: &LocalRes) -> Option<u32> {
+pub fn examine(lr: &HeldRes) -> Option<u32> {
     let token = lr.held.token.as_ref()?;
     let disk = open_held(lr, Need::Read).ok()?;
     match block_on(paxos::examine(&disk, token)) {
@@ -244,7 +244,7 @@ pub fn request(
 
 /// Releases `lr` on disk (from the table's release step), then finishes the release in
 /// the tables and wakes the acquires waiting for it. Returns the release's result.
-pub(crate) fn release_on_disk(d: &Arc<Daemon>, lr: &LocalRes, rename: Option<&Name>) -> i32 {
+pub(crate) fn release_on_disk(d: &Arc<Daemon>, lr: &HeldRes, rename: Option<&Name>) -> i32 {
     let space = d.find_space(&lr.ls);
     let rv = release(d, space.as_deref(), lr, rename);
     if rv < 0 {
@@ -261,7 +261,7 @@ pub(crate) fn release_on_disk(d: &Arc<Daemon>, lr: &LocalRes, rename: Option<&Na
 /// Releases orphans of lockspace `ls`: the one named `name`, or all when `name` is empty.
 /// Returns how many were released (0 when none matched, as sanlock), or a release error.
 pub fn release_orphans(d: &Arc<Daemon>, ls: &Name, name: &Name) -> i32 {
-    let picked: Vec<LocalRes> = lock(&d.tables).start_orphan_release(ls, name);
+    let picked: Vec<HeldRes> = lock(&d.tables).start_orphan_release(ls, name);
     // As sanlock: the result is the number of orphans released (0 when none matched).
     let mut result = i32::try_from(picked.len()).unwrap_or(i32::MAX);
     for lr in picked {

@@ -480,7 +480,7 @@ fn run_job(d: &Arc<Daemon>, r: &Reactor, job: Job) {
 
 /// Accepts every pending connection on the (non-blocking) listener. A connection that
 /// gets no slot (table full, or its uid at its bound; see
-/// [`crate::tables::Clients::add`]) is closed at once. Returns false when `accept` failed
+/// [`lockd_core::Clients::add`]) is closed at once. Returns false when `accept` failed
 /// (EMFILE and the like): the connection stays in the backlog and the listener readable.
 fn accept_all(
     d: &Arc<Daemon>,
@@ -601,7 +601,7 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
                     let name = disk_format::Name::new("broken").expect("a valid name");
                     crate::sync::lock(&d.tables).resources.insert(
                         (name, name),
-                        crate::tables::LocalRes {
+                        crate::tables::HeldRes {
                             ls: name,
                             name,
                             disks: Vec::new(),

@@ -6,7 +6,7 @@
 //! another lock is taken; the pid watches are checked against the tables by copying
 //! them first). The helper's pipe is written with no lock held. Disk I/O is never
 //! done while holding any of these locks. The client and resource tables have one owner,
-//! [`Tables`] (`crate::tables`), behind the one `tables` lock.
+//! [`LeaseTables`](crate::tables::LeaseTables), behind the one `tables` lock.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};

@@ -18,12 +18,8 @@ pub use lockd_core::{
     ClientToken, FsCreds, KillPath, Refused, Waiting, MAX_CLIENTS, MAX_CLIENTS_PER_UID,
     ROOT_RESERVED_SLOTS,
 };
-/// One connection slot (the stream: a clone of the connection, shut down at exit).
-pub type ClientSlot = lockd_core::ClientSlot<UnixStream>;
-/// All connection slots.
-pub type Clients = lockd_core::Clients<UnixStream>;
-/// A lease held on this host.
-pub type LocalRes = lockd_core::LocalRes<Held>;
+/// A lease held on this host: the core's `LocalRes` with the daemon's on-disk state.
+pub type HeldRes = lockd_core::LocalRes<Held>;
 
 /// The on-disk state of a held resource.
 #[derive(Debug, Clone, Default)]
@@ -60,11 +56,12 @@ impl Held {
     }
 }
 
-/// The client and resource tables, behind the daemon's one `tables` lock.
-pub type Tables = lockd_core::Tables<UnixStream, Held>;
+/// The client and resource tables (the core's `Tables`, each client slot holding a clone
+/// of its connection, shut down at exit), behind the daemon's one `tables` lock.
+pub type LeaseTables = lockd_core::Tables<UnixStream, Held>;
 
-/// What a release's first step left to do.
-pub type ReleaseStart = lockd_core::ReleaseStart<Held>;
+/// What a release's first step left to do (the core's `ReleaseStart`).
+pub type ReleaseStep = lockd_core::ReleaseStart<Held>;
 
 /// The tables behind their one lock (`crate::sync::lock(&d.tables)`). In debug builds
 /// (the tests') the guard runs [`lockd_core::Tables::check`] each time it lets go of the
@@ -74,10 +71,10 @@ pub type ReleaseStart = lockd_core::ReleaseStart<Held>;
 /// its cheap part, [`lockd_core::Tables::check_cheap`] (one pass over the resources, no
 /// allocation: never two holders of an exclusive lease, among others).
 #[derive(Debug, Default)]
-pub struct TablesLock(Mutex<Tables>);
+pub struct TablesLock(Mutex<LeaseTables>);
 
 /// The tables, locked (see [`TablesLock`]).
-pub struct TablesGuard<'a>(Option<MutexGuard<'a, Tables>>);
+pub struct TablesGuard<'a>(Option<MutexGuard<'a, LeaseTables>>);
 
 impl Lock for TablesLock {
     type Guard<'a> = TablesGuard<'a>;
@@ -87,7 +84,7 @@ impl Lock for TablesLock {
 }
 
 impl TablesGuard<'_> {
-    fn check(tables: &Tables) {
+    fn check(tables: &LeaseTables) {
         if std::thread::panicking() {
             return;
         }
@@ -103,8 +100,8 @@ impl TablesGuard<'_> {
 }
 
 impl Deref for TablesGuard<'_> {
-    type Target = Tables;
-    fn deref(&self) -> &Tables {
+    type Target = LeaseTables;
+    fn deref(&self) -> &LeaseTables {
         match &self.0 {
             Some(g) => g,
             None => unreachable!("a TablesGuard is emptied only as it is consumed"),
@@ -113,7 +110,7 @@ impl Deref for TablesGuard<'_> {
 }
 
 impl DerefMut for TablesGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Tables {
+    fn deref_mut(&mut self) -> &mut LeaseTables {
         match &mut self.0 {
             Some(g) => g,
             None => unreachable!("a TablesGuard is emptied only as it is consumed"),
@@ -129,8 +126,8 @@ impl Drop for TablesGuard<'_> {
     }
 }
 
-impl<'a> WaitGuard<'a, Tables> for TablesGuard<'a> {
-    fn into_mutex_guard(mut self) -> MutexGuard<'a, Tables> {
+impl<'a> WaitGuard<'a, LeaseTables> for TablesGuard<'a> {
+    fn into_mutex_guard(mut self) -> MutexGuard<'a, LeaseTables> {
         let g = self
             .0
             .take()
@@ -138,7 +135,7 @@ impl<'a> WaitGuard<'a, Tables> for TablesGuard<'a> {
         TablesGuard::check(&g);
         g
     }
-    fn from_mutex_guard(g: MutexGuard<'a, Tables>) -> Self {
+    fn from_mutex_guard(g: MutexGuard<'a, LeaseTables>) -> Self {
         TablesGuard(Some(g))
     }
 }

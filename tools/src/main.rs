@@ -117,13 +117,13 @@ enum DirectCommand {
     ReadLeader(direct::read_leader::ReadLeaderArgs),
     /// Format a resource index (-x LOCKSPACE:PATH:OFFSET). The offset must be a multiple
     /// of the align size; valid lease records in its two areas need --force.
-    Format(direct::rindex::FormatArgs),
+    Format(direct::rindex::DirectFormatArgs),
     /// Look up a resource index entry by name, by offset, or the first free slot.
-    Lookup(direct::rindex::LookupArgs),
+    Lookup(direct::rindex::DirectLookupArgs),
     /// Add or (-z 1) remove a resource index entry, without the index lease.
-    Update(direct::rindex::UpdateArgs),
+    Update(direct::rindex::DirectUpdateArgs),
     /// Rebuild a resource index from the leases on disk, without the index lease.
-    Rebuild(direct::rindex::RebuildArgs),
+    Rebuild(direct::rindex::DirectRebuildArgs),
     /// SCSI-3 persistent reservations on a device: probe, read-keys, read-reservation,
     /// register, reserve, release, preempt, clear; `key` prints lvmlockd's key format.
     #[command(subcommand)]

@@ -26,7 +26,7 @@ use crate::spec::{RentrySpec, RindexSpec};
 const IO_TIMEOUT_S: u16 = 10;
 
 #[derive(Debug, Args)]
-pub struct FormatArgs {
+pub struct DirectFormatArgs {
     /// The index: LOCKSPACE:PATH:OFFSET (OFFSET takes K/M/G).
     #[arg(short = 'x', long = "rindex")]
     pub rindex: String,
@@ -50,7 +50,7 @@ pub struct FormatArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct LookupArgs {
+pub struct DirectLookupArgs {
     /// The index: LOCKSPACE:PATH:OFFSET.
     #[arg(short = 'x', long = "rindex")]
     pub rindex: String,
@@ -63,7 +63,7 @@ pub struct LookupArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct UpdateArgs {
+pub struct DirectUpdateArgs {
     /// The index: LOCKSPACE:PATH:OFFSET.
     #[arg(short = 'x', long = "rindex")]
     pub rindex: String,
@@ -79,7 +79,7 @@ pub struct UpdateArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct RebuildArgs {
+pub struct DirectRebuildArgs {
     /// The index: LOCKSPACE:PATH:OFFSET.
     #[arg(short = 'x', long = "rindex")]
     pub rindex: String,
@@ -136,7 +136,7 @@ fn print_entry(json: bool, op: &str, e: &RindexSlot) {
     }
 }
 
-pub fn format(a: &FormatArgs) -> Result<()> {
+pub fn format(a: &DirectFormatArgs) -> Result<()> {
     let (s, _) = parse_args("format", &a.rindex, None)?;
     let disk = open("format", &s.path)?;
     let geometry = {
@@ -185,7 +185,7 @@ pub fn format(a: &FormatArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn lookup(a: &LookupArgs) -> Result<()> {
+pub fn lookup(a: &DirectLookupArgs) -> Result<()> {
     let (s, e) = parse_args("lookup", &a.rindex, a.entry.as_deref())?;
     let disk = open("lookup", &s.path)?;
     let name = (!e.name.is_empty()).then_some(&e.name);
@@ -195,7 +195,7 @@ pub fn lookup(a: &LookupArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn update(a: &UpdateArgs) -> Result<()> {
+pub fn update(a: &DirectUpdateArgs) -> Result<()> {
     let (s, e) = parse_args("update", &a.rindex, Some(&a.entry))?;
     let op = if a.clear == 1 {
         UpdateOp::Remove { offset: e.offset }
@@ -233,7 +233,7 @@ pub fn update(a: &UpdateArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn rebuild(a: &RebuildArgs) -> Result<()> {
+pub fn rebuild(a: &DirectRebuildArgs) -> Result<()> {
     let (s, _) = parse_args("rebuild", &a.rindex, None)?;
     let disk = open("rebuild", &s.path)?;
     let device_len = disk.disk.size();
