@@ -842,20 +842,8 @@ pub(crate) fn status(d: &Arc<Daemon>, h: &Header) -> Reply {
                 &text,
                 &mut out,
             );
-            wire::Resource {
-                head: wire::ResourceHead {
-                    lockspace_name: t.ls,
-                    name: t.name,
-                    lver: t.lver,
-                    data64: 0,
-                    data32: 0,
-                    unused: 0,
-                    flags: if t.shared { SANLK_RES_SHARED } else { 0 },
-                    num_disks: t.disks.len() as u32,
-                },
-                disks: t.disks.clone(),
-            }
-            .encode_into(&mut out);
+            let flags = if t.shared { SANLK_RES_SHARED } else { 0 };
+            encode_resource(&mut out, (t.ls, t.name), t.lver, flags, &t.disks);
         }
         for o in &snap.orphans {
             let text = format!(
@@ -866,23 +854,35 @@ pub(crate) fn status(d: &Arc<Daemon>, h: &Header) -> Reply {
                 o.lver,
             );
             State::encode_with_text(SANLK_STATE_RESOURCE, 0, o.lver, o.name, &text, &mut out);
-            wire::Resource {
-                head: wire::ResourceHead {
-                    lockspace_name: o.ls,
-                    name: o.name,
-                    lver: o.lver,
-                    data64: 0,
-                    data32: 0,
-                    unused: 0,
-                    flags: SANLK_RES_PERSISTENT | if o.shared { SANLK_RES_SHARED } else { 0 },
-                    num_disks: o.disks.len() as u32,
-                },
-                disks: o.disks.clone(),
-            }
-            .encode_into(&mut out);
+            let flags = SANLK_RES_PERSISTENT | if o.shared { SANLK_RES_SHARED } else { 0 };
+            encode_resource(&mut out, (o.ls, o.name), o.lver, flags, &o.disks);
         }
     }
     Reply(out)
+}
+
+/// The `sanlk_resource` (and its disks) after a STATUS resource record.
+fn encode_resource(
+    out: &mut Vec<u8>,
+    (ls, name): (Name, Name),
+    lver: u64,
+    flags: u32,
+    disks: &[wire::DiskLocation],
+) {
+    wire::Resource {
+        head: wire::ResourceHead {
+            lockspace_name: ls,
+            name,
+            lver,
+            data64: 0,
+            data32: 0,
+            unused: 0,
+            flags,
+            num_disks: disks.len() as u32,
+        },
+        disks: disks.to_vec(),
+    }
+    .encode_into(out);
 }
 
 /// What STATUS shows of one client slot, copied under the tables lock.
@@ -1033,25 +1033,6 @@ pub(crate) fn renewal(d: &Arc<Daemon>, h: &Header, ls: &wire::Lockspace) -> Repl
 mod tests {
     use super::*;
 
-    /// A daemon's state with no socket, helper or watchdog (handler tests).
-    fn test_daemon() -> Arc<Daemon> {
-        let args = crate::DaemonArgs {
-            foreground: true,
-            use_watchdog: Some(0),
-            host_name: Some("status-host".into()),
-            io_timeout: Some(1),
-            run_dir: Some("/nonexistent/lockd-cmd-tests".into()),
-            config: Some("/dev/null".into()),
-            ..Default::default()
-        };
-        let cfg = crate::Config::resolve(&args, None).expect("config");
-        Arc::new(Daemon::new(
-            cfg,
-            None,
-            Arc::new(crate::observability::LogRing::default()),
-        ))
-    }
-
     fn request(cmd: u32, data: u32) -> Header {
         Header {
             magic: SM_MAGIC,
@@ -1067,7 +1048,7 @@ mod tests {
 
     #[test]
     fn status_and_version_replies_are_made_without_a_socket() {
-        let d = test_daemon();
+        let d = Daemon::for_tests("status-host");
         let ci = {
             let mut tables = lock(&d.tables);
             let ci = tables.clients.add(-1, 4242, 0, None).expect("a slot");

@@ -139,6 +139,23 @@ impl Daemon {
         }
     }
 
+    /// A daemon's state for unit tests: host `host_name`, io_timeout 1, no watchdog,
+    /// helper, socket or configuration file.
+    #[cfg(test)]
+    pub(crate) fn for_tests(host_name: &str) -> Arc<Daemon> {
+        let args = crate::DaemonArgs {
+            foreground: true,
+            use_watchdog: Some(0),
+            host_name: Some(host_name.into()),
+            io_timeout: Some(1),
+            run_dir: Some(format!("/nonexistent/lockd-unit-{host_name}").into()),
+            config: Some("/dev/null".into()),
+            ..Default::default()
+        };
+        let cfg = crate::Config::resolve(&args, None).expect("config");
+        Arc::new(Daemon::new(cfg, None, Arc::new(LogRing::default())))
+    }
+
     /// The lockspace with this name, in any phase.
     pub fn find_space(&self, name: &Name) -> Option<Arc<Space>> {
         lock(&self.spaces)
