@@ -250,7 +250,11 @@ pub fn examined_lease<S, H: LeaseHold>(
             decide_request(force_mode, c.killpath.is_some(), c.restricted),
             &c.killpath,
         ) {
-            (KillAction::Signal(sig), _) => KillOrder::Signal { ci, pid: c.pid, sig },
+            (KillAction::Signal(sig), _) => KillOrder::Signal {
+                ci,
+                pid: c.pid,
+                sig,
+            },
             (KillAction::RunKillpath, Some(kp)) => KillOrder::RunKillpath {
                 ci,
                 pid: c.pid,
@@ -349,12 +353,21 @@ mod tests {
         // FORCE: SIGKILL, SIGTERM if SIGKILL is restricted; a killpath plays no part.
         assert_eq!(decide_request(SANLK_REQ_FORCE, false, 0), Signal(SIGKILL));
         assert_eq!(decide_request(SANLK_REQ_FORCE, true, 0), Signal(SIGKILL));
-        assert_eq!(decide_request(SANLK_REQ_FORCE, false, kill), Signal(SIGTERM));
-        assert_eq!(decide_request(SANLK_REQ_FORCE, false, term), Signal(SIGKILL));
+        assert_eq!(
+            decide_request(SANLK_REQ_FORCE, false, kill),
+            Signal(SIGTERM)
+        );
+        assert_eq!(
+            decide_request(SANLK_REQ_FORCE, false, term),
+            Signal(SIGKILL)
+        );
         // GRACEFUL: the killpath, else SIGTERM, SIGKILL if SIGTERM is restricted.
         assert_eq!(decide_request(SANLK_REQ_GRACEFUL, true, 0), RunKillpath);
         assert_eq!(decide_request(SANLK_REQ_GRACEFUL, true, term), RunKillpath);
-        assert_eq!(decide_request(SANLK_REQ_GRACEFUL, false, 0), Signal(SIGTERM));
+        assert_eq!(
+            decide_request(SANLK_REQ_GRACEFUL, false, 0),
+            Signal(SIGTERM)
+        );
         assert_eq!(
             decide_request(SANLK_REQ_GRACEFUL, false, term),
             Signal(SIGKILL)

@@ -45,9 +45,9 @@ pub use clients::{
     ClientSlot, ClientToken, Clients, FsCreds, KillPath, LeaseHold, LocalRes, Refused, Waiting,
     MAX_CLIENTS, MAX_CLIENTS_PER_UID, ROOT_RESERVED_SLOTS,
 };
+pub use kill::examined_lease;
 pub use step::{
     apply_renewal, lost_lease_tick, Core, DiskOp, Effect, HeldLease, Input, OpId, PlantedBug,
     RenewalOutcome, Reply, ReqKind, Request, ResSpec, SpaceView,
 };
-pub use kill::examined_lease;
 pub use tables::{AcquireStart, CommandTarget, Key, ReleaseStart, Tables};
