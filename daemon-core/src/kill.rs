@@ -23,9 +23,10 @@
 //! - any other force mode: the notice and no order (sanlock logs it and does nothing).
 //!
 //! Invariant ([`examined_lease`]): an order goes only to a live client (pid > 0, not
-//! dead) holding a token of the examined lease, whose pid the notice before it named;
-//! nothing happens to a lease that is busy (acquired, converted or released on disk
-//! right now) or no longer held at the lver the record was compared with.
+//! dead) listed as a holder of the examined lease (as in sanlock, also one whose acquire
+//! of several leases has taken this one and not ended yet), whose pid the notice before
+//! it named; nothing happens to a lease that is busy (acquired, converted or released
+//! on disk right now) or no longer held at the lver the record was compared with.
 
 use client_lib::proto::{
     SANLK_REQ_FORCE, SANLK_REQ_GRACEFUL, SANLK_RESTRICT_SIGKILL, SANLK_RESTRICT_SIGTERM,
@@ -236,15 +237,9 @@ pub fn examined_lease<S, H: LeaseHold>(
         if c.pid <= 0 || c.pid_dead {
             continue;
         }
-        // A holder is a client with the lease's token: one whose acquire of several
-        // leases has not ended holds none of them yet (its reply is still to come).
-        if !c
-            .tokens
-            .iter()
-            .any(|t| t.ls.same_as(ls) && t.name.same_as(name))
-        {
-            continue;
-        }
+        // A holder whose acquire of several leases has not ended has no token yet, but
+        // holds this lease on disk: it is ordered as the others (sanlock's holder of a
+        // resource on its held list), and named by the notice before.
         pids.push(c.pid);
         let order = match (
             decide_request(force_mode, c.killpath.is_some(), c.restricted),
@@ -480,7 +475,7 @@ mod tests {
     }
 
     #[test]
-    fn dead_pidless_and_not_yet_holding_clients_get_nothing() {
+    fn dead_and_pidless_holders_get_nothing_and_a_holder_mid_acquire_is_named_first() {
         let mut t = Tables::default();
         let dead = holder(&mut t, 401, "ls", "r", true);
         let pidless = holder(&mut t, 402, "ls", "r", true);
@@ -495,20 +490,19 @@ mod tests {
             Ok(AcquireStart::Local { .. })
         ));
         let fx = examine(&t, "r", SANLK_REQ_FORCE);
-        assert!(matches!(&fx[0], Effect::RequestNotice { pids, .. } if pids == &[403]));
-        assert_eq!(
-            &fx[1..],
-            &[Effect::Kill {
-                ls: name("ls"),
-                order: KillOrder::Signal {
-                    ci: live,
-                    pid: 403,
-                    sig: SIGKILL
-                }
-            }]
-        );
+        assert!(matches!(&fx[0], Effect::RequestNotice { pids, .. } if pids == &[403, 404]));
+        let kill = |ci, pid| Effect::Kill {
+            ls: name("ls"),
+            order: KillOrder::Signal {
+                ci,
+                pid,
+                sig: SIGKILL,
+            },
+        };
+        assert_eq!(&fx[1..], &[kill(live, 403), kill(pending, 404)]);
         // With no live holder left: nothing at all, not even the notice.
         t.clients.slots.get_mut(&live).expect("slot").pid_dead = true;
+        t.clients.slots.get_mut(&pending).expect("slot").pid_dead = true;
         assert_eq!(examine(&t, "r", SANLK_REQ_FORCE), Vec::new());
     }
 

@@ -19,7 +19,8 @@
 //!   holder hears that its lease is going before anything is done to it; likewise a
 //!   request's notice comes before the kill orders for that lease;
 //! - a kill order names only a live client holding a token of a lockspace whose lease is
-//!   lost or being removed, or (for a request) a token of the requested lease;
+//!   lost or being removed, or (for a request) a client listed as a holder of the
+//!   requested lease;
 //! - a client is told its lease is released only after the disk release ended (its
 //!   resource stays `busy`/`releasing` until then, so no local acquire slips in);
 //! - a disk acquire that ends after its lockspace's lease was lost is released again and

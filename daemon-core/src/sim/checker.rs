@@ -8,8 +8,9 @@
 //! - a kill order for a failed lockspace goes only to a pid that was given that
 //!   lockspace's loss notice before, and that holds a lease of it at that instant;
 //! - a kill order for another host's request of a lease goes only to a pid that holds
-//!   that lease at that instant and was named by the request's notice earlier in the
-//!   same step (the core's `Input::Examined`);
+//!   that lease at that instant (or has an acquire of it under way: its daemon may hold
+//!   it on disk already, as the first of several) and was named by the request's notice
+//!   earlier in the same step (the core's `Input::Examined`);
 //! - a RELEASE is answered only after the disk release of each lease it gave up ended
 //!   (no disk release of that lease on that host is still in flight).
 
@@ -25,6 +26,8 @@ pub struct Checker {
     holds: BTreeMap<usize, BTreeMap<ClientId, bool>>,
     /// (host, pid) given the loss notice of the lockspace.
     noticed: BTreeSet<(usize, i32)>,
+    /// Clients with an ACQUIRE sent and not answered → the resources it asks for.
+    acquiring: BTreeMap<ClientId, BTreeSet<usize>>,
     /// (host, resource index) → pids given the request notice in the host's examine
     /// step being carried out.
     request_noticed: BTreeMap<(usize, usize), BTreeSet<i32>>,
@@ -84,6 +87,17 @@ impl Checker {
         for h in self.holds.values_mut() {
             h.remove(&who);
         }
+        self.acquiring.remove(&who);
+    }
+
+    /// `who` sent an ACQUIRE of `res`.
+    pub fn acquire_sent(&mut self, who: ClientId, res: &[usize]) {
+        self.acquiring.insert(who, res.iter().copied().collect());
+    }
+
+    /// `who`'s ACQUIRE was answered (granted or not).
+    pub fn acquire_answered(&mut self, who: ClientId) {
+        self.acquiring.remove(&who);
     }
 
     /// Whether `who` holds any lease now (the simulation has one lockspace).
@@ -153,11 +167,14 @@ impl Checker {
                 format!("host{host}: pid {pid} killed for a request of res{res} before its request notice"),
             );
         }
-        let holds = who.is_some_and(|w| self.holds.get(&res).is_some_and(|h| h.contains_key(&w)));
+        let holds = who.is_some_and(|w| {
+            self.holds.get(&res).is_some_and(|h| h.contains_key(&w))
+                || self.acquiring.get(&w).is_some_and(|r| r.contains(&res))
+        });
         if !holds {
             self.violate(
                 now_ms,
-                format!("host{host}: pid {pid} killed for a request of res{res}, which it does not hold"),
+                format!("host{host}: pid {pid} killed for a request of res{res}, which it neither holds nor is acquiring"),
             );
         }
     }
@@ -254,6 +271,16 @@ mod tests {
         c.request_noticed(1, 0, &[100]);
         c.examine_killed(5, 0, 100, Some(1), 0);
         assert_eq!(c.violations().len(), 5);
+        // A client with an acquire of res0 under way may be ordered; once it is
+        // answered (and refused), no more.
+        c.examine_begin(0);
+        c.request_noticed(0, 0, &[102]);
+        c.acquire_sent(3, &[1, 0]);
+        c.examine_killed(6, 0, 102, Some(3), 0);
+        assert_eq!(c.violations().len(), 5);
+        c.acquire_answered(3);
+        c.examine_killed(7, 0, 102, Some(3), 0);
+        assert_eq!(c.violations().len(), 6);
     }
 
     #[test]

@@ -617,6 +617,9 @@ impl Sim {
         }
         {
             let mut ck = self.checker.borrow_mut();
+            if reply.kind == ReqKind::Acquire {
+                ck.acquire_answered(client.id);
+            }
             match reply.kind {
                 ReqKind::Acquire if reply.rv == 0 => {
                     for l in &reply.leases {
@@ -1205,6 +1208,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
                 }),
             );
         }
+        sim.checker.borrow_mut().acquire_sent(c.id, &res);
         sim.send(
             h,
             &c,
