@@ -40,12 +40,13 @@ for bug in skip-phase2 no-host-dead-wait stale-known-hosts own-name-short-delay 
 done
 
 # The whole daemon (issue 23): 4 hosts' lockd-core cores, their simulated clients,
-# renewal failures, removals, daemon restarts; lockd-core's `sim` feature, off in
-# production.
+# renewal failures, removals, daemon restarts, requests from other hosts (examined by
+# the holders: notice, then kill orders); lockd-core's `sim` feature, off in production.
 cargo build --release -q -p lockd-core --features sim --bin lockd-daemon-sim
 dsim=target/release/lockd-daemon-sim
 "$dsim" --seeds "$daemon_seeds" --hosts 4
 # Each planted core bug on 200 seeds (each is caught on 10-100% of seeds).
-for bug in kill-before-notice release-before-disk grant-in-lost-lockspace kill-non-holders; do
+for bug in kill-before-notice release-before-disk grant-in-lost-lockspace kill-non-holders \
+    examine-kills-lockspace examine-kill-before-notice; do
     expect_caught "$bug" "$dsim" --seeds 200 --hosts 3 --plant-bug "$bug"
 done

@@ -589,7 +589,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             }
             OpFor::Convert { ci, key, to_shared } => {
                 if let (Err(_), Some(state)) = (&result, failed_state) {
-                    self.tables.convert_failed_state(key, state);
+                    self.tables.convert_failed_state(key, state, to_shared);
                 }
                 let rv = self.tables.finish_convert(ci, key, to_shared, result);
                 let leases = self.tables.clients.slots.get(&ci).map(|c| {

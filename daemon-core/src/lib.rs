@@ -15,13 +15,16 @@
 //!   transitions and [`Tables::check`], the invariant check;
 //! - [`space_state`]: one lockspace's status and its transitions (renewal outcomes, the
 //!   expiry check that decides notice, loss and kill);
-//! - [`kill`]: kill escalation as decisions ([`kill::plan_kills`]);
-//! - [`step`]: [`step::Core::step`], the input → effects form, for two paths: a
+//! - [`kill`]: kill escalation as decisions ([`kill::plan_kills`]), and what a request
+//!   from another host does to one lease's holders ([`kill::examined_lease`]);
+//! - [`step`]: [`step::Core::step`], the input → effects form, for three paths: a
 //!   lockspace's lease growing old and lost (its holders' loss notices, then the kills),
-//!   and a client's requests (acquire, release, convert, inquire, add/remove a lockspace)
+//!   another host's request for a lease we hold (its notice, then its kill orders), and
+//!   a client's requests (acquire, release, convert, inquire, add/remove a lockspace)
 //!   with the disk operations they need and their completions (`commands`); the daemon
-//!   runs the lost-lease path's code over its own state ([`step::lost_lease_tick`],
-//!   [`step::apply_renewal`]) and carries out the effects in order;
+//!   runs the lost-lease and examine paths' code over its own state
+//!   ([`step::lost_lease_tick`], [`step::apply_renewal`], [`kill::examined_lease`]) and
+//!   carries out the effects in order;
 //! - `sim` (feature `sim` only): the whole-daemon simulator behind `lockd-daemon-sim`.
 //!
 //! The shell's own types enter as parameters: `S`, the handle it keeps with a connection
@@ -42,6 +45,7 @@ pub use clients::{
     ClientSlot, ClientToken, Clients, FsCreds, KillPath, LeaseHold, LocalRes, Refused, Waiting,
     MAX_CLIENTS, MAX_CLIENTS_PER_UID, ROOT_RESERVED_SLOTS,
 };
+pub use kill::examined_lease;
 pub use step::{
     apply_renewal, lost_lease_tick, Core, CorePlantedBug, CoreReply, CoreRequest, DiskOp, Effect,
     HeldLease, Input, OpId, RenewalOutcome, ReqKind, ResSpec, SpaceView,

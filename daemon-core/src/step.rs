@@ -1,21 +1,26 @@
 //! The core as one state machine: [`Core::step`] takes the time and one [`Input`] and
-//! returns the [`Effect`]s the shell is to carry out, in order. It covers two paths of the
-//! daemon: a lockspace's lease growing old and lost (the monitor's once-a-second tick and
-//! the renewal outcomes that feed it), and a client's requests — connect, register, add
-//! and remove a lockspace, acquire (one or more leases, shared or exclusive), release,
-//! convert, inquire — with the disk operations they need as effects whose completions
-//! come back as inputs ([`crate::commands`]). The daemon's shell drives the lost-lease
-//! path through the same code over state it keeps in its own places ([`lost_lease_tick`]
-//! and [`apply_renewal`], which `step` itself runs) and carries out the effects in order;
-//! for the request path it still calls the transitions of [`crate::tables`] directly; the simulator
-//! (`lockd-daemon-sim`, feature `sim`) drives the core through `step` alone
+//! returns the [`Effect`]s the shell is to carry out, in order. It covers three paths of
+//! the daemon: a lockspace's lease growing old and lost (the monitor's once-a-second tick
+//! and the renewal outcomes that feed it); another host's request for a lease we hold,
+//! once the shell has read its request record ([`Input::Examined`]: the holders' notice,
+//! then their kill orders); and a client's requests — connect, register, add and remove
+//! a lockspace, acquire (one or more leases, shared or exclusive), release, convert,
+//! inquire — with the disk operations they need as effects whose completions come back
+//! as inputs ([`crate::commands`]). The daemon's shell drives the lost-lease and examine
+//! paths through the same code over state it keeps in its own places
+//! ([`lost_lease_tick`], [`apply_renewal`] and [`crate::kill::examined_lease`], which
+//! `step` itself runs) and carries out the effects in order, with no lock held; for the
+//! client-request path it still calls the transitions of [`crate::tables`] directly; the
+//! simulator (`lockd-daemon-sim`, feature `sim`) drives the core through `step` alone
 //! (issue 23, docs/architecture.md).
 //!
 //! Invariants:
 //! - within one step's effects, every lease-loss notice comes before every kill order: a
-//!   holder hears that its lease is going before anything is done to it;
+//!   holder hears that its lease is going before anything is done to it; likewise a
+//!   request's notice comes before the kill orders for that lease;
 //! - a kill order names only a live client holding a token of a lockspace whose lease is
-//!   lost or being removed;
+//!   lost or being removed, or (for a request) a client listed as a holder of the
+//!   requested lease;
 //! - a client is told its lease is released only after the disk release ended (its
 //!   resource stays `busy`/`releasing` until then, so no local acquire slips in);
 //! - a disk acquire that ends after its lockspace's lease was lost is released again and
@@ -34,7 +39,7 @@ use lease_core::timeouts;
 
 use crate::clients::{LeaseHold, Refused};
 use crate::commands::{AdminCmd, Cmd, OpFor};
-use crate::kill::{plan_kills, KillOrder, SpaceKill};
+use crate::kill::{examined_lease, plan_kills, KillOrder, SpaceKill};
 use crate::space_state::{Phase, RenewalRec, SpaceSt};
 use crate::tables::{Key, Tables};
 
@@ -64,11 +69,15 @@ pub enum CorePlantedBug {
     GrantInLostLockspace,
     /// A lost lockspace's kill pass also signals clients holding none of its leases.
     KillNonHolders,
+    /// A request for one lease also kills the holders of the lockspace's other leases.
+    ExamineKillsLockspace,
+    /// A request's kill orders come before the holders' request notice.
+    ExamineKillBeforeNotice,
 }
 
 impl CorePlantedBug {
     /// Every planted bug with its command-line name.
-    pub const ALL: [(&'static str, CorePlantedBug); 4] = [
+    pub const ALL: [(&'static str, CorePlantedBug); 6] = [
         ("kill-before-notice", CorePlantedBug::KillBeforeNotice),
         ("release-before-disk", CorePlantedBug::ReleaseBeforeDisk),
         (
@@ -76,6 +85,14 @@ impl CorePlantedBug {
             CorePlantedBug::GrantInLostLockspace,
         ),
         ("kill-non-holders", CorePlantedBug::KillNonHolders),
+        (
+            "examine-kills-lockspace",
+            CorePlantedBug::ExamineKillsLockspace,
+        ),
+        (
+            "examine-kill-before-notice",
+            CorePlantedBug::ExamineKillBeforeNotice,
+        ),
     ];
 
     /// The bug named `name` on the command line.
@@ -255,6 +272,16 @@ pub enum Input<S, H> {
     Closed { ci: u32 },
     /// Process `pid` exited (seen by its pidfd).
     PidExit { pid: i32 },
+    /// The shell read the request record of lease `ls:name`, held at `lver`, and found
+    /// another host asking for a newer lver with `force_mode` (`SANLK_REQ_FORCE`,
+    /// `SANLK_REQ_GRACEFUL`): the holders' notice, then their kill orders
+    /// ([`crate::kill::examined_lease`]).
+    Examined {
+        ls: Name,
+        name: Name,
+        lver: u64,
+        force_mode: u32,
+    },
 }
 
 /// What the shell is to do, in the order given.
@@ -270,7 +297,17 @@ pub enum Effect<H> {
     LockspaceFailed { ls: Name, age_s: u64, corrupt: i32 },
     /// Log: renewals of `ls` have failed for `age_s`.
     RenewalsFailing { ls: Name, age_s: u64 },
-    /// A kill order for a holder of leases in `ls`.
+    /// Tell the watchers of these holder pids that another host requested lease
+    /// `ls:name`, held at `lver`, with `force_mode` (before any kill order for it).
+    RequestNotice {
+        ls: Name,
+        name: Name,
+        lver: u64,
+        force_mode: u32,
+        pids: Vec<i32>,
+    },
+    /// A kill order for a holder of leases in `ls` (a lost or removed lockspace's, or a
+    /// request's for one lease of it).
     Kill { ls: Name, order: KillOrder },
     /// The connection is client slot `ci` from now on.
     Accepted { ci: u32 },
@@ -365,6 +402,12 @@ impl<S, H: LeaseHold> Core<S, H> {
                     fx.push(Effect::Close { ci });
                 }
             }
+            Input::Examined {
+                ls,
+                name,
+                lver,
+                force_mode,
+            } => fx = self.examined(&ls, &name, lver, force_mode),
         }
         if !self.any_planted() {
             if let Err(broken) = self.check_cheap() {
@@ -406,6 +449,21 @@ impl<S, H: LeaseHold> Core<S, H> {
         let mut fx = expiry_pass(&mut self.tables, &mut views, now_s, self.kill_grace_s, bug);
         effects.append(&mut fx);
         self.finish_removals(effects);
+    }
+
+    /// [`Input::Examined`]: [`crate::kill::examined_lease`], and the planted bugs of the
+    /// request path.
+    fn examined(&self, ls: &Name, name: &Name, lver: u64, force_mode: u32) -> Vec<Effect<H>> {
+        let mut fx = examined_lease(&self.tables, ls, name, lver, force_mode);
+        if self.planted(CorePlantedBug::ExamineKillsLockspace) && !fx.is_empty() {
+            plant_examine_kills_lockspace(&self.tables, ls, &mut fx);
+        }
+        if self.planted(CorePlantedBug::ExamineKillBeforeNotice) && !fx.is_empty() {
+            // The notice is the first effect: move it behind the kills.
+            let notice = fx.remove(0);
+            fx.push(notice);
+        }
+        fx
     }
 
     fn active_bug(&self) -> Option<CorePlantedBug> {
@@ -588,6 +646,34 @@ fn plant_kill_non_holders<S, H: LeaseHold>(
                     ci,
                     pid: c.pid,
                     sig: crate::kill::SIGTERM,
+                },
+            });
+        }
+    }
+}
+
+/// The planted bug `examine-kills-lockspace`: after a request's orders, one more for
+/// every other live client holding any lease of `ls` (what a decision that looked at the
+/// lockspace rather than the lease would do).
+fn plant_examine_kills_lockspace<S, H: LeaseHold>(
+    tables: &Tables<S, H>,
+    ls: &Name,
+    fx: &mut Vec<Effect<H>>,
+) {
+    let mut cis: Vec<u32> = tables.clients.slots.keys().copied().collect();
+    cis.sort_unstable();
+    for ci in cis {
+        let c = &tables.clients.slots[&ci];
+        let ordered = fx.iter().any(|e| {
+            matches!(e, Effect::Kill { order: KillOrder::Signal { ci: o, .. } | KillOrder::RunKillpath { ci: o, .. }, .. } if *o == ci)
+        });
+        if c.pid > 0 && !c.pid_dead && !ordered && c.tokens.iter().any(|t| t.ls.same_as(ls)) {
+            fx.push(Effect::Kill {
+                ls: *ls,
+                order: KillOrder::Signal {
+                    ci,
+                    pid: c.pid,
+                    sig: crate::kill::SIGKILL,
                 },
             });
         }
@@ -815,6 +901,37 @@ mod tests {
             },
         );
         assert_eq!(b.spaces[0].st.corrupt_result, -5);
+    }
+
+    /// [`Input::Examined`] gives what [`examined_lease`] gives for the same tables (the
+    /// daemon's form): the notice, then the kill order of the requested lease's holder
+    /// only; and nothing once the lease is held at another lver.
+    #[test]
+    fn an_examined_request_steps_as_the_daemon_decides() {
+        use client_lib::proto::SANLK_REQ_FORCE;
+        let mut c = core(&["ls"], 100, &[(21, "ls", "r1"), (22, "ls", "r2")]);
+        let input = |lver| Input::Examined {
+            ls: name("ls"),
+            name: name("r1"),
+            lver,
+            force_mode: SANLK_REQ_FORCE,
+        };
+        let direct = examined_lease(&c.tables, &name("ls"), &name("r1"), 1, SANLK_REQ_FORCE);
+        let fx = c.step(101, input(1));
+        assert_eq!(fx, direct);
+        assert!(matches!(&fx[0], Effect::RequestNotice { pids, lver: 1, .. } if pids == &[21]));
+        assert!(matches!(
+            &fx[1..],
+            [Effect::Kill {
+                order: KillOrder::Signal {
+                    pid: 21,
+                    sig: SIGKILL,
+                    ..
+                },
+                ..
+            }]
+        ));
+        assert_eq!(c.step(102, input(2)), Vec::new());
     }
 
     #[test]

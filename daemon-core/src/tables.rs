@@ -455,15 +455,39 @@ impl<S, H: LeaseHold> Tables<S, H> {
 
     /// A disk convert of `key` failed half-way and changed the lease's on-disk state
     /// (lease-core's token: our slot holds the ballot's dblock, `erase_all` may be set):
-    /// the resource keeps that state, in its old mode, so that its release writes the
-    /// newer dblock and clears what the convert left. Call it before
-    /// [`Tables::finish_convert`] with the error. Without it, the release would write the
-    /// dblock of before over the ballot's and an accepted value could be forgotten (two
-    /// exclusive holders: `lockd-daemon-sim` found this).
-    pub fn convert_failed_state(&mut self, key: Key, held: H) {
-        if let Some(lr) = self.resources.get_mut(&key) {
-            if lr.busy && !lr.releasing {
+    /// the resource keeps that state, so that its release writes the newer dblock and
+    /// clears what the convert left. Call it before [`Tables::finish_convert`] with the
+    /// error. Without it, the release would write the dblock of before over the ballot's
+    /// and an accepted value could be forgotten (two exclusive holders: `lockd-daemon-sim`
+    /// found this).
+    ///
+    /// A failed exclusive → shared convert (`to_shared`) also leaves the lease shared
+    /// here, as lease-core's token already is: the convert may have written our shared
+    /// mode block and released the leader before it failed, so other hosts may hold the
+    /// lease shared now. Kept exclusive, the lease could become an exclusive orphan when
+    /// its holder dies, and adopting that orphan (no disk I/O) would make an exclusive
+    /// holder beside their shared ones (`lockd-daemon-sim` found this with request
+    /// traffic). Shared, it can only be adopted, or joined here, shared.
+    pub fn convert_failed_state(&mut self, key: Key, held: H, to_shared: bool) {
+        let holders = match self.resources.get_mut(&key) {
+            Some(lr) if lr.busy && !lr.releasing => {
                 lr.held = held;
+                if !to_shared || lr.shared {
+                    return;
+                }
+                lr.shared = true;
+                lr.holders.clone()
+            }
+            _ => return,
+        };
+        for ci in holders {
+            let token = self
+                .clients
+                .slots
+                .get_mut(&ci)
+                .and_then(|c| c.tokens.iter_mut().find(|t| t.key() == key));
+            if let Some(t) = token {
+                t.shared = true;
             }
         }
     }
@@ -728,6 +752,47 @@ mod tests {
         ));
         t.finish_release(&k);
         assert!(t.resources.is_empty());
+    }
+
+    #[test]
+    fn a_failed_exclusive_to_shared_convert_leaves_the_lease_shared_and_its_orphan_too() {
+        let mut t = Tables::default();
+        let (a, b) = (client(&mut t, 10), client(&mut t, 11));
+        let k = key("r1");
+        acquire(&mut t, a, k, false, true);
+        assert!(t.start_convert(a, k, true).is_ok());
+        // lease-core gave up exclusive, wrote part of the convert, then failed (-202).
+        t.convert_failed_state(k, Held { lver: 1 }, true);
+        assert_eq!(t.finish_convert(a, k, true, Err(-202)), -202);
+        t.check().unwrap();
+        assert!(t.resources[&k].shared, "other hosts may hold it shared now");
+        assert!(t.clients.slots[&a].tokens[0].shared);
+        // Its holder dies: the orphan is shared, and no exclusive holder can take it
+        // with no disk I/O.
+        let (_, tokens) = t.client_ended(a).unwrap();
+        assert!(matches!(
+            t.start_release(a, &tokens[0], true),
+            ReleaseStart::Orphaned
+        ));
+        assert_eq!(
+            t.start_acquire(b, k, false, SANLK_ACQUIRE_ORPHAN, &[]),
+            Err(-EUCLEAN)
+        );
+        assert!(matches!(
+            t.start_acquire(b, k, true, SANLK_ACQUIRE_ORPHAN, &[]),
+            Ok(AcquireStart::Local { .. })
+        ));
+        t.check().unwrap();
+
+        // A failed shared → exclusive convert stays shared.
+        let c = client(&mut t, 12);
+        let k2 = key("r2");
+        acquire(&mut t, c, k2, true, false);
+        assert!(t.start_convert(c, k2, false).is_ok());
+        t.convert_failed_state(k2, Held { lver: 2 }, false);
+        assert_eq!(t.finish_convert(c, k2, false, Err(-202)), -202);
+        assert!(t.resources[&k2].shared && t.clients.slots[&c].tokens[0].shared);
+        t.check().unwrap();
     }
 
     #[test]

@@ -685,7 +685,7 @@ fn convert(d: &Arc<Daemon>, h: &Header, target: u32, head: &wire::ResourceHead) 
         let result = result.map_err(|(rv, state)| {
             // A convert failed half-way: its release must use the token it left.
             if let Some(state) = state {
-                tables.convert_failed_state(key, *state);
+                tables.convert_failed_state(key, *state, to_shared);
             }
             rv
         });

@@ -6,17 +6,21 @@
 //! carries out the effects in the order the core gave them: loss notices (the watch
 //! machinery), logs, kill orders (the helper). The schedule and who gets what are the
 //! core's (`lockd_core::kill`: one order per client per second at most, killpath or
-//! SIGTERM in the grace time, then SIGKILL, RESTRICT flags). This module also reads
-//! request records (`examine_lockspace`).
+//! SIGTERM in the grace time, then SIGKILL, RESTRICT flags). The examine path goes the
+//! same way ([`examine_lockspace`]): the daemon reads each held lease's request record
+//! with no lock held, the core decides what a request for a newer lver does
+//! (`lockd_core::examined_lease`, under the tables lock only while it runs), and the
+//! daemon carries out its effects in order: the request notice, then the kill orders.
 //!
-//! Invariant: within one pass, every watcher of a holder has been written its loss notice
-//! before the first kill order of the pass goes to the helper (the core's effect order,
-//! kept by running the effects one after the other on one thread).
+//! Invariants: within one pass, every watcher of a holder has been written its loss
+//! notice (or, for a request, its request notice) before the first kill order of the
+//! pass goes to the helper (the core's effect order, kept by running the effects one
+//! after the other on one thread); no signal is sent and no killpath run while the
+//! tables lock (or a lockspace's status lock) is held.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use client_lib::proto::{SANLK_RESTRICT_SIGKILL, SANLK_RESTRICT_SIGTERM};
 use lease_core::timeouts;
 use tracing::{error, warn};
 
@@ -65,6 +69,15 @@ fn lost_lease_step(d: &Daemon, spaces: &[Arc<Space>], now_s: u64) -> Vec<Effect<
     )
 }
 
+/// Why a kill order is carried out: a lost or removed lockspace's escalation (counted in
+/// `lockd_kill_escalations_total`), or another host's request for one lease (not
+/// counted there, docs/operations.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KillCause {
+    Escalation,
+    Request,
+}
+
 /// Carries out one effect of the monitor's step, with no lock held.
 fn run_effect(d: &Arc<Daemon>, spaces: &[Arc<Space>], effect: Effect<Held>) {
     let space = |ls: &disk_format::Name| spaces.iter().find(|s| s.name.same_as(ls));
@@ -90,37 +103,46 @@ fn run_effect(d: &Arc<Daemon>, spaces: &[Arc<Space>], effect: Effect<Held>) {
             let fail = timeouts::id_renewal_fail_seconds(io_timeout_s);
             warn!(%ls, age = age_s, "renewals failing; lockspace will fail at {fail} s");
         }
-        Effect::Kill { ls, order } => run_kill_order(d, &ls, order),
+        Effect::Kill { ls, order } => run_kill_order(d, &ls, order, KillCause::Escalation),
         other => error!(effect = ?other, "the monitor's step gave an effect it does not give"),
     }
 }
 
 /// One kill order, handed to the helper (without a helper — a daemon started inside a
 /// test process — nothing is killed).
-fn run_kill_order(d: &Daemon, ls: &disk_format::Name, order: KillOrder) {
+fn run_kill_order(d: &Daemon, ls: &disk_format::Name, order: KillOrder, cause: KillCause) {
     let Some(helper) = d.helper.as_ref() else {
         return;
+    };
+    let count = |step| {
+        if cause == KillCause::Escalation {
+            crate::metrics::global().kill(step);
+        }
     };
     match order {
         KillOrder::Exhausted { pid, .. } => {
             error!(pid, %ls, "client is stuck: kill attempts exhausted");
         }
         KillOrder::RunKillpath { pid, killpath, .. } => {
-            warn!(pid, %ls, path = ?killpath.path, args = ?killpath.args, "running killpath");
+            warn!(pid, %ls, path = ?killpath.path, args = ?killpath.args, ?cause,
+                  "running killpath");
             helper.run_path(&killpath, pid);
-            crate::metrics::global().kill(crate::metrics::KillStep::Killpath);
+            count(crate::metrics::KillStep::Killpath);
         }
         KillOrder::Signal { pid, sig, .. } => {
-            warn!(pid, %ls, sig, "killing lease holder");
+            warn!(pid, %ls, sig, ?cause, "killing lease holder");
             helper.kill(pid, sig);
-            crate::metrics::global().kill(crate::metrics::KillStep::from_signal(sig));
+            count(crate::metrics::KillStep::from_signal(sig));
         }
     }
 }
 
-/// Reads the request record of every resource we hold in lockspace `ls` and acts on
-/// requests for a newer lver: FORCE → SIGKILL the holders (SIGTERM if SIGKILL is
-/// restricted); GRACEFUL → their killpath, else SIGTERM (SIGKILL if SIGTERM is restricted).
+/// Reads the request record of every lease we hold in lockspace `ls` (with no lock
+/// held) and, for each that another host asks for at a newer lver, runs the core's
+/// decision ([`examine_step`]) and carries out its effects in order with no lock held:
+/// the request notice to the holders' watchers, then one kill order per holder of that
+/// lease (FORCE → SIGKILL, SIGTERM if SIGKILL is restricted; GRACEFUL → the killpath,
+/// else SIGTERM, SIGKILL if SIGTERM is restricted; `lockd_core::kill::decide_request`).
 pub fn examine_lockspace(d: &Arc<Daemon>, ls: &disk_format::Name) {
     let held: Vec<_> = lock(&d.tables)
         .resources
@@ -134,38 +156,39 @@ pub fn examine_lockspace(d: &Arc<Daemon>, ls: &disk_format::Name) {
         let span = tracing::info_span!("resource", ls = %lr.ls, res = %lr.name);
         let _g = span.enter();
         warn!(force_mode, "lease requested by another host");
-        // The holders' watchers hear of it before the holders are signalled.
-        crate::watch::notify_requested(d, &lr.ls, &lr.name, lr.held.lver(), force_mode);
-        let Some(helper) = d.helper.as_ref() else {
-            return;
-        };
-        let tables = lock(&d.tables);
-        let clients = &tables.clients;
-        for ci in &lr.holders {
-            let Some(c) = clients.slots.get(ci) else {
-                continue;
-            };
-            if c.pid <= 0 || c.pid_dead {
-                continue;
-            }
-            if force_mode == client_lib::proto::SANLK_REQ_FORCE {
-                let sig = if c.restricted & SANLK_RESTRICT_SIGKILL != 0 {
-                    libc::SIGTERM
-                } else {
-                    libc::SIGKILL
-                };
-                helper.kill(c.pid, sig);
-            } else if let Some(kp) = &c.killpath {
-                helper.run_path(kp, c.pid);
-            } else {
-                let sig = if c.restricted & SANLK_RESTRICT_SIGTERM != 0 {
-                    libc::SIGKILL
-                } else {
-                    libc::SIGTERM
-                };
-                helper.kill(c.pid, sig);
-            }
+        for effect in examine_step(d, &lr.ls, &lr.name, lr.held.lver(), force_mode) {
+            run_examine_effect(d, effect);
         }
+    }
+}
+
+/// The core's step for a request found on lease `ls:name`, read while held at `lver`
+/// (`lockd_core::examined_lease`, what `Core::step` runs for `Input::Examined`), over
+/// the daemon's tables. The tables lock is let go before this returns: no effect runs
+/// under it.
+fn examine_step(
+    d: &Daemon,
+    ls: &disk_format::Name,
+    name: &disk_format::Name,
+    lver: u64,
+    force_mode: u32,
+) -> Vec<Effect<Held>> {
+    let tables = lock(&d.tables);
+    lockd_core::examined_lease(&tables, ls, name, lver, force_mode)
+}
+
+/// Carries out one effect of an examine step, with no lock held.
+fn run_examine_effect(d: &Daemon, effect: Effect<Held>) {
+    match effect {
+        Effect::Kill { ls, order } => run_kill_order(d, &ls, order, KillCause::Request),
+        Effect::RequestNotice {
+            ls,
+            name,
+            lver,
+            force_mode,
+            pids,
+        } => crate::watch::notify_requested_to(d, &ls, &name, lver, force_mode, &pids),
+        other => error!(effect = ?other, "the examine step gave an effect it does not give"),
     }
 }
 
@@ -406,5 +429,99 @@ mod tests {
             run_effect(&d, &spaces, effect);
         }
         assert!(events_on(&mut peer).is_empty());
+    }
+
+    /// The examine path's step: a FORCE request found on `ls:r` gives the request notice,
+    /// then one SIGKILL for the holder of `ls:r` only (not the holder of `ls:r2`); the
+    /// tables lock is free when the effects come back, and the notice is on the
+    /// watcher's socket before the kill order is reached.
+    #[test]
+    fn an_examined_request_notifies_then_kills_that_leases_holder_with_no_lock_held() {
+        use client_lib::proto::SANLK_REQ_FORCE;
+        use lockd_core::kill::SIGKILL;
+        const PID: i32 = 4343;
+        const OTHER: i32 = 4344;
+        let d = daemon();
+        joined_with_holder(&d, 100, PID);
+        let ls = Name::new("ls").expect("name");
+        {
+            let mut tables = lock(&d.tables);
+            let ci = tables.clients.add(-1, OTHER, 0, None).expect("a slot");
+            tables.clients.slots.get_mut(&ci).expect("slot").registered = true;
+            let key = (ls, Name::new("r2").expect("name"));
+            assert_eq!(
+                tables.start_acquire(ci, key, false, 0, &[]),
+                Ok(lockd_core::AcquireStart::Disk)
+            );
+            let held = Held {
+                token: None,
+                opened_by: None,
+            };
+            let lver = tables.finish_acquire(key, ci, Ok(held)).expect("held");
+            tables
+                .record_tokens(
+                    ci,
+                    vec![ClientToken {
+                        token_id: 2,
+                        ls,
+                        name: key.1,
+                        disks: Vec::new(),
+                        shared: false,
+                        persistent: false,
+                        lver,
+                        acquired: 100,
+                    }],
+                )
+                .expect("recorded");
+        }
+        let (ours, mut peer) = UnixStream::pair().expect("a socket pair");
+        peer.set_nonblocking(true).expect("non-blocking");
+        lock(&d.watchers).push(crate::state::Watcher {
+            ci: 999,
+            pid: PID,
+            stream: ours,
+        });
+        let r = Name::new("r").expect("name");
+        let effects = examine_step(&d, &ls, &r, 0, SANLK_REQ_FORCE);
+        // The tables lock is free while the effects run: another thread takes it at once.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let d2 = d.clone();
+        std::thread::spawn(move || {
+            drop(lock(&d2.tables));
+            let _ = tx.send(());
+        });
+        assert!(
+            rx.recv_timeout(std::time::Duration::from_secs(10)).is_ok(),
+            "the tables lock is let go before any effect runs"
+        );
+        assert!(
+            matches!(effects.first(), Some(Effect::RequestNotice { pids, force_mode: SANLK_REQ_FORCE, .. }) if pids == &[PID]),
+            "{effects:?}"
+        );
+        let mut kills = Vec::new();
+        for effect in effects {
+            if let Effect::Kill { order, .. } = &effect {
+                assert_eq!(
+                    events_on(&mut peer),
+                    vec![WatchKind::Requested.code()],
+                    "the request notice must be on the socket before the kill order runs"
+                );
+                kills.push(order.clone());
+            }
+            run_examine_effect(&d, effect);
+        }
+        assert!(
+            matches!(
+                kills.as_slice(),
+                [KillOrder::Signal {
+                    pid: PID,
+                    sig: SIGKILL,
+                    ..
+                }]
+            ),
+            "{kills:?}"
+        );
+        // Read at an lver the lease is no longer held at: nothing.
+        assert!(examine_step(&d, &ls, &r, 5, SANLK_REQ_FORCE).is_empty());
     }
 }

@@ -8,7 +8,8 @@
 //! * a loss notice is written *before* the action it announces: the monitor runs the
 //!   core's `LossNotice` effects ([`notify_loss_to`]) before the same step's kill orders
 //!   (`crate::kill`); [`notify_loss`] is called before REM_LOCKSPACE/forced shutdown set
-//!   `kill_now`, and before a FORCE/GRACEFUL request is acted on;
+//!   `kill_now`; a request's notice ([`notify_requested_to`], the core's `RequestNotice`
+//!   effect) before the kill orders of the same examine step;
 //! * writing never blocks a decision for long: every watch stream has a short write
 //!   timeout, and a watcher whose write fails is dropped;
 //! * `watchers` is a leaf lock: nothing else is locked while it is held, and it is held
@@ -191,10 +192,17 @@ pub fn notify_loss_to(d: &Daemon, space: &Space, kind: WatchKind, pids: &[i32]) 
     }
 }
 
-/// Announces that another host requested resource `res` (held at `lver`) with
-/// `force_mode`; the holders are signalled right after.
-pub fn notify_requested(d: &Daemon, ls: &Name, res: &Name, lver: u64, force_mode: u32) {
-    let pids = holder_pids(d, ls, Some(res));
+/// Announces to the watchers of `pids` — the holders the core named in its
+/// `RequestNotice` effect — that another host requested resource `res` (held at `lver`)
+/// with `force_mode`; the core's kill orders for them come right after.
+pub fn notify_requested_to(
+    d: &Daemon,
+    ls: &Name,
+    res: &Name,
+    lver: u64,
+    force_mode: u32,
+    pids: &[i32],
+) {
     if pids.is_empty() {
         return;
     }
@@ -203,7 +211,7 @@ pub fn notify_requested(d: &Daemon, ls: &Name, res: &Name, lver: u64, force_mode
         .as_deref()
         .map(|s| deadlines(d, s))
         .unwrap_or((0, NO_DEADLINE, 0));
-    let n = send_to(d, &pids, |pid| WatchEvent {
+    let n = send_to(d, pids, |pid| WatchEvent {
         kind: WatchKind::Requested,
         force_mode,
         leases: 0,

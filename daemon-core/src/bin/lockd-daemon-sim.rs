@@ -2,10 +2,12 @@
 //! cores over lease-core's simulated disk and clocks) and checks their invariants.
 //!
 //! Usage: `lockd-daemon-sim --seeds N [--first-seed S] [--hosts H] [--duration SECONDS]
-//! [--plant-bug kill-before-notice|release-before-disk|grant-in-lost-lockspace|kill-non-holders]
+//! [--plant-bug kill-before-notice|release-before-disk|grant-in-lost-lockspace|kill-non-holders|
+//! examine-kills-lockspace|examine-kill-before-notice]
 //! [--verbose] [--trace]`
 //!
-//! The last line is `seeds=… steps=… … violations=…`; the exit status is non-zero when a
+//! The last line is `seeds=… steps=… … violations=…` (`kills` counts every kill order,
+//! `examine_kills` those of requests from other hosts); the exit status is non-zero when a
 //! violation was found. With `--plant-bug`, a line says whether the bug was caught.
 #![forbid(unsafe_code)]
 
@@ -50,9 +52,11 @@ fn main() -> ExitCode {
         duration_s: args.duration_s,
         planted_bug: args.bug_name.as_deref().and_then(CorePlantedBug::parse),
         trace: args.trace,
+        requests: true,
     };
     let start = Instant::now();
     let (mut steps, mut acquisitions, mut losses, mut kills, mut restarts) = (0, 0, 0, 0, 0);
+    let (mut requests, mut examine_kills) = (0, 0);
     let (mut violations, mut failed_seeds) = (0u64, 0u64);
     for i in 0..args.seeds {
         let seed = args.first_seed.wrapping_add(i);
@@ -62,6 +66,8 @@ fn main() -> ExitCode {
         losses += r.stats.losses;
         kills += r.stats.kills;
         restarts += r.stats.restarts;
+        requests += r.stats.requests;
+        examine_kills += r.stats.examine_kills;
         if args.verbose {
             eprintln!("seed={seed} {:?}", r.stats);
         }
@@ -105,7 +111,7 @@ fn main() -> ExitCode {
         }
     }
     println!(
-        "seeds={} steps={steps} acquisitions={acquisitions} losses={losses} kills={kills} restarts={restarts} violations={violations} wall_s={:.1}",
+        "seeds={} steps={steps} acquisitions={acquisitions} losses={losses} kills={kills} restarts={restarts} requests={requests} examine_kills={examine_kills} violations={violations} wall_s={:.1}",
         args.seeds,
         start.elapsed().as_secs_f64()
     );

@@ -7,6 +7,10 @@
 //!   all hosts;
 //! - a kill order for a failed lockspace goes only to a pid that was given that
 //!   lockspace's loss notice before, and that holds a lease of it at that instant;
+//! - a kill order for another host's request of a lease goes only to a pid that holds
+//!   that lease at that instant (or has an acquire of it under way: its daemon may hold
+//!   it on disk already, as the first of several) and was named by the request's notice
+//!   earlier in the same step (the core's `Input::Examined`);
 //! - a RELEASE is answered only after the disk release of each lease it gave up ended
 //!   (no disk release of that lease on that host is still in flight).
 
@@ -22,6 +26,11 @@ pub struct DaemonSimChecker {
     holds: BTreeMap<usize, BTreeMap<ClientId, bool>>,
     /// (host, pid) given the loss notice of the lockspace.
     noticed: BTreeSet<(usize, i32)>,
+    /// Clients with an ACQUIRE sent and not answered → the resources it asks for.
+    acquiring: BTreeMap<ClientId, BTreeSet<usize>>,
+    /// (host, resource index) → pids given the request notice in the host's examine
+    /// step being carried out.
+    request_noticed: BTreeMap<(usize, usize), BTreeSet<i32>>,
     /// (host, resource index) with a disk release in flight for a RELEASE of client
     /// slot `ci` (the slot whose request asked for it).
     releasing: BTreeMap<(usize, usize), u32>,
@@ -78,6 +87,17 @@ impl DaemonSimChecker {
         for h in self.holds.values_mut() {
             h.remove(&who);
         }
+        self.acquiring.remove(&who);
+    }
+
+    /// `who` sent an ACQUIRE of `res`.
+    pub fn acquire_sent(&mut self, who: ClientId, res: &[usize]) {
+        self.acquiring.insert(who, res.iter().copied().collect());
+    }
+
+    /// `who`'s ACQUIRE was answered (granted or not).
+    pub fn acquire_answered(&mut self, who: ClientId) {
+        self.acquiring.remove(&who);
     }
 
     /// Whether `who` holds any lease now (the simulation has one lockspace).
@@ -110,6 +130,51 @@ impl DaemonSimChecker {
             self.violate(
                 now_ms,
                 format!("host{host}: pid {pid} killed, holding no lease of the lockspace"),
+            );
+        }
+    }
+
+    /// An examine step of `host` begins: request notices of its earlier steps no longer
+    /// count.
+    pub fn examine_begin(&mut self, host: usize) {
+        self.request_noticed.retain(|(h, _), _| *h != host);
+    }
+
+    /// The request notice of `res` reached `pids` on `host`.
+    pub fn request_noticed(&mut self, host: usize, res: usize, pids: &[i32]) {
+        self.request_noticed
+            .entry((host, res))
+            .or_default()
+            .extend(pids.iter().copied());
+    }
+
+    /// A request's kill order for `res` reached `pid` (client `who`, if it is one).
+    pub fn examine_killed(
+        &mut self,
+        now_ms: u64,
+        host: usize,
+        pid: i32,
+        who: Option<ClientId>,
+        res: usize,
+    ) {
+        if !self
+            .request_noticed
+            .get(&(host, res))
+            .is_some_and(|p| p.contains(&pid))
+        {
+            self.violate(
+                now_ms,
+                format!("host{host}: pid {pid} killed for a request of res{res} before its request notice"),
+            );
+        }
+        let holds = who.is_some_and(|w| {
+            self.holds.get(&res).is_some_and(|h| h.contains_key(&w))
+                || self.acquiring.get(&w).is_some_and(|r| r.contains(&res))
+        });
+        if !holds {
+            self.violate(
+                now_ms,
+                format!("host{host}: pid {pid} killed for a request of res{res}, which it neither holds nor is acquiring"),
             );
         }
     }
@@ -181,6 +246,41 @@ mod tests {
         c.noticed(0, 101);
         c.killed(3, 0, 101, Some(2), true);
         assert_eq!(c.violations().len(), 2);
+    }
+
+    #[test]
+    fn finds_request_kills_before_the_notice_or_of_other_leases_holders() {
+        let mut c = DaemonSimChecker::default();
+        c.granted(0, 1, 0, false);
+        c.granted(0, 2, 1, false);
+        c.examine_begin(0);
+        // Killed before the notice of its lease.
+        c.examine_killed(1, 0, 100, Some(1), 0);
+        assert_eq!(c.violations().len(), 1);
+        c.request_noticed(0, 0, &[100]);
+        c.examine_killed(2, 0, 100, Some(1), 0);
+        assert_eq!(c.violations().len(), 1);
+        // A holder of another lease: neither noticed nor a holder of res0.
+        c.examine_killed(3, 0, 101, Some(2), 0);
+        assert_eq!(c.violations().len(), 3);
+        // A notice of an earlier step does not count for this one.
+        c.examine_begin(0);
+        c.examine_killed(4, 0, 100, Some(1), 0);
+        assert_eq!(c.violations().len(), 4);
+        // Another host's notice is its own.
+        c.request_noticed(1, 0, &[100]);
+        c.examine_killed(5, 0, 100, Some(1), 0);
+        assert_eq!(c.violations().len(), 5);
+        // A client with an acquire of res0 under way may be ordered; once it is
+        // answered (and refused), no more.
+        c.examine_begin(0);
+        c.request_noticed(0, 0, &[102]);
+        c.acquire_sent(3, &[1, 0]);
+        c.examine_killed(6, 0, 102, Some(3), 0);
+        assert_eq!(c.violations().len(), 5);
+        c.acquire_answered(3);
+        c.examine_killed(7, 0, 102, Some(3), 0);
+        assert_eq!(c.violations().len(), 6);
     }
 
     #[test]

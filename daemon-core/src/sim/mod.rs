@@ -7,7 +7,12 @@
 //! and carries out the effects — each [`Effect::Disk`] runs lease-core's real paxos code
 //! against the simulated disk, with random latencies, errors and an extra random delay
 //! before its completion comes back, so completions arrive in random order; each
-//! [`Effect::JoinLockspace`] runs the real delta-lease join and renewals. Faults: renewals
+//! [`Effect::JoinLockspace`] runs the real delta-lease join and renewals. Request
+//! traffic: now and then a host writes a request (FORCE or GRACEFUL, for the next lver)
+//! into a lease's request record with lease-core's `paxos::request`; the lease's owner
+//! (and sometimes every host, as an administrator's EXAMINE would) then reads the record
+//! of each lease it holds with `paxos::examine` and gives its core
+//! [`Input::Examined`], whose notice and kill orders the simulator carries out. Faults: renewals
 //! failing for a while (a lockspace failing mid-acquire, up to the lease's loss: notices,
 //! kills, and a rejoin later), clients dying mid-acquire or exiting while they hold
 //! leases, and daemon restarts (a host's core is dropped with its clients and rebuilt; its
@@ -16,8 +21,10 @@
 //! After every step the simulator runs [`Core::check`] and the checks of [`checker`],
 //! from the clients' point of view: never two exclusive holders of one resource (nor
 //! exclusive beside shared); a lost lease's holders get the notice before any kill; no
-//! kill of a pid that holds no lease of the failed lockspace; a RELEASE answered only
-//! after its disk release ended. A run is a pure function of its seed and configuration.
+//! kill of a pid that holds no lease of the failed lockspace; a request's kill orders
+//! go only to holders of the requested lease, each named by the request notice before
+//! (in the same step); a RELEASE answered only after its disk release ended. A run is a
+//! pure function of its seed and configuration.
 
 pub mod checker;
 
@@ -55,6 +62,10 @@ pub struct DaemonSimConfig {
     pub planted_bug: Option<CorePlantedBug>,
     /// Record a trace.
     pub trace: bool,
+    /// Request traffic (requests written by other hosts, examined by the holders). Off,
+    /// a seed runs as it did before request traffic existed (the seeds kept in the tests
+    /// replay so).
+    pub requests: bool,
 }
 
 impl Default for DaemonSimConfig {
@@ -64,6 +75,7 @@ impl Default for DaemonSimConfig {
             duration_s: 300,
             planted_bug: None,
             trace: false,
+            requests: true,
         }
     }
 }
@@ -83,6 +95,10 @@ pub struct DaemonSimStats {
     pub restarts: u64,
     /// Clients that died mid-acquire or while holding.
     pub deaths: u64,
+    /// Request records written (another host asking for a lease).
+    pub requests: u64,
+    /// Kill orders of requests (part of `kills`).
+    pub examine_kills: u64,
 }
 
 /// The result of one seed.
@@ -167,6 +183,9 @@ struct Sim {
     next_client: Cell<ClientId>,
     /// The client slot whose RELEASE is being stepped (its disk releases are its own).
     releasing_ci: Cell<Option<u32>>,
+    /// The resource whose [`Input::Examined`] step's effects are being carried out (its
+    /// kill orders are a request's).
+    examining: Cell<Option<usize>>,
 }
 
 /// Runs one seed.
@@ -233,6 +252,7 @@ pub fn run_seed(seed: u64, cfg: &DaemonSimConfig) -> DaemonSimReport {
         stats: RefCell::new(DaemonSimStats::default()),
         next_client: Cell::new(1),
         releasing_ci: Cell::new(None),
+        examining: Cell::new(None),
     });
     {
         let mut hr = world.hosts.borrow_mut();
@@ -259,6 +279,9 @@ pub fn run_seed(seed: u64, cfg: &DaemonSimConfig) -> DaemonSimReport {
             let at = rng.range(20_000, end.max(20_001));
             sim.spawn_global(Box::pin(remove_at(sim.clone(), h, at)));
         }
+    }
+    if cfg.requests {
+        sim.spawn_global(Box::pin(request_task(sim.clone())));
     }
     sim.run(end);
     let stats = sim.stats.borrow().clone();
@@ -419,6 +442,10 @@ impl Sim {
                 } => Some(*ci),
                 _ => None,
             });
+            let examined = match &input {
+                Input::Examined { name, .. } => Some(res_index(name)),
+                _ => None,
+            };
             let fx = core.step(now_s, input);
             self.stats.borrow_mut().steps += 1;
             if let Err(broken) = core.check() {
@@ -426,11 +453,17 @@ impl Sim {
                     .borrow_mut()
                     .violate(self.now_ms(), format!("host{h}: Core::check: {broken}"));
             }
-            fx
+            if examined.is_some() {
+                self.checker.borrow_mut().examine_begin(h);
+            }
+            (fx, examined)
         };
+        let (fx, examined) = fx;
+        let before = self.examining.replace(examined);
         for e in fx {
             self.effect(h, e);
         }
+        self.examining.set(before);
     }
 
     fn client_by_pid(&self, h: usize, pid: i32) -> Option<Rc<Client>> {
@@ -480,6 +513,19 @@ impl Sim {
                     .log(|| format!("host{h} lockspace FAILED after {age_s} s"));
             }
             Effect::RenewalsFailing { .. } => {}
+            Effect::RequestNotice {
+                name,
+                force_mode,
+                pids,
+                ..
+            } => {
+                self.world.log(|| {
+                    format!("host{h} request notice of {name:?} mode {force_mode} to {pids:?}")
+                });
+                self.checker
+                    .borrow_mut()
+                    .request_noticed(h, res_index(&name), &pids);
+            }
             Effect::Kill { order, .. } => {
                 let (pid, sig) = match order {
                     KillOrder::Signal { pid, sig, .. } => (pid, sig),
@@ -490,14 +536,16 @@ impl Sim {
                 let client = self.client_by_pid(h, pid);
                 self.world
                     .log(|| format!("host{h} KILL pid {pid} sig {sig}"));
-                let removal = self.hosts[h].removing.get();
-                self.checker.borrow_mut().killed(
-                    now,
-                    h,
-                    pid,
-                    client.as_ref().map(|c| c.id),
-                    !removal,
-                );
+                let who = client.as_ref().map(|c| c.id);
+                if let Some(res) = self.examining.get() {
+                    self.stats.borrow_mut().examine_kills += 1;
+                    self.checker
+                        .borrow_mut()
+                        .examine_killed(now, h, pid, who, res);
+                } else {
+                    let removal = self.hosts[h].removing.get();
+                    self.checker.borrow_mut().killed(now, h, pid, who, !removal);
+                }
                 if let Some(c) = client.filter(|c| sig == crate::kill::SIGKILL || !c.stubborn) {
                     // It dies a little later (SIGTERM handlers take their time).
                     let ms = if sig == crate::kill::SIGKILL {
@@ -571,6 +619,9 @@ impl Sim {
         }
         {
             let mut ck = self.checker.borrow_mut();
+            if reply.kind == ReqKind::Acquire {
+                ck.acquire_answered(client.id);
+            }
             match reply.kind {
                 ReqKind::Acquire if reply.rv == 0 => {
                     for l in &reply.leases {
@@ -824,6 +875,84 @@ async fn orphan_task(sim: Rc<Sim>, h: usize) {
                 },
             );
         }
+    }
+}
+
+/// Request traffic: every 5–30 s a random host asks for a random lease (FORCE or
+/// GRACEFUL, the next lver) by writing its request record; the lease's owner examines
+/// its leases a little later (it would see its bit in the requester's bitmap), and
+/// sometimes every host does (an administrator's EXAMINE).
+async fn request_task(sim: Rc<Sim>) {
+    use client_lib::proto::{SANLK_REQ_FORCE, SANLK_REQ_GRACEFUL};
+    let hosts = sim.hosts.len();
+    loop {
+        let ms = sim.world.range(5_000, 30_000);
+        sim.sleep(0, ms).await;
+        let from = sim.world.rand(hosts as u64) as usize;
+        let r = sim.world.rand(sim.resources as u64) as usize;
+        let force_mode = if sim.world.rand(2) == 0 {
+            SANLK_REQ_FORCE
+        } else {
+            SANLK_REQ_GRACEFUL
+        };
+        let res = sim.resource_params(from, r);
+        let out = paxos::request(&sim.disk(from), &res, paxos::RequestLver::Next, force_mode).await;
+        let out = match out {
+            Ok(out) => out,
+            Err(e) => {
+                sim.world
+                    .log(|| format!("host{from} request of res{r} refused: {e}"));
+                continue;
+            }
+        };
+        sim.stats.borrow_mut().requests += 1;
+        sim.world.log(|| {
+            format!(
+                "host{from} REQUEST res{r} mode {force_mode} lver {} owner {:?}",
+                out.lver, out.owner_id
+            )
+        });
+        let everyone = sim.world.rand(100) < 30;
+        for h in 0..hosts {
+            let owner = out.owner_id == Some(sim.hosts[h].host_id);
+            if owner || everyone {
+                let delay = sim.world.range(0, 3_000);
+                sim.spawn(h, Box::pin(examine_task(sim.clone(), h, r, delay)));
+            }
+        }
+    }
+}
+
+/// Host `h`'s daemon examines lease `r` after `delay_ms`, as the daemon's
+/// `examine_lockspace` does: if held (not busy, not an orphan), its request record is
+/// read with lease-core's `paxos::examine`; a request for a newer lver goes to the core
+/// as [`Input::Examined`], with the lver the record was compared with.
+async fn examine_task(sim: Rc<Sim>, h: usize, r: usize, delay_ms: u64) {
+    sim.sleep(h, delay_ms).await;
+    let key = (sim.space, res_name(r));
+    let held = sim.hosts[h].core.borrow().as_ref().and_then(|c| {
+        c.tables
+            .resources
+            .get(&key)
+            .filter(|lr| !lr.busy && !lr.orphan && !lr.holders.is_empty())
+            .and_then(|lr| lr.held.0.clone())
+    });
+    let Some(token) = held else {
+        return;
+    };
+    let lver = token.lver();
+    match paxos::examine(&sim.disk(h), &token).await {
+        Ok(Some(force_mode)) => sim.input(
+            h,
+            Input::Examined {
+                ls: sim.space,
+                name: key.1,
+                lver,
+                force_mode,
+            },
+        ),
+        Ok(None) => {}
+        Err(e) => sim.world.log(|| format!("host{h} examine res{r}: {e}")),
     }
 }
 
@@ -1081,6 +1210,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
                 }),
             );
         }
+        sim.checker.borrow_mut().acquire_sent(c.id, &res);
         sim.send(
             h,
             &c,
@@ -1178,19 +1308,53 @@ mod tests {
         );
     }
 
+    /// Request traffic reaches the cores: requests are written, examined, and some of
+    /// them end in kill orders, each judged by the checker (clean on these seeds).
+    #[test]
+    fn request_traffic_ends_in_checked_examine_kills() {
+        let (mut requests, mut examine_kills) = (0, 0);
+        for seed in 1..=10 {
+            let r = run_seed(seed, &short());
+            assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+            requests += r.stats.requests;
+            examine_kills += r.stats.examine_kills;
+        }
+        assert!(requests >= 10, "{requests} requests in 10 seeds");
+        assert!(examine_kills > 0, "no request ended in a kill order");
+        let quiet = DaemonSimConfig {
+            requests: false,
+            ..short()
+        };
+        assert_eq!(run_seed(1, &quiet).stats.requests, 0);
+    }
+
     /// Seeds that find bugs (4 hosts, 300 s), kept clean:
     /// * 100049 and 102307 (first found as 100046 and 100185 with an earlier client mix):
     ///   a convert to exclusive failed half-way (live shared holders), the core kept the
     ///   token of before, and the release wrote our dblock of before over the ballot's:
     ///   another host's exclusive acquire then won beside ours ([`Input::DiskDone`]'s
     ///   `failed_state`, `Tables::convert_failed_state`). Both fail without that fix.
+    /// * 5666 (2 hosts) and 5072 (6 hosts), with request traffic: see the test.
     #[test]
     fn seeds_that_found_bugs_stay_clean() {
         let cfg = DaemonSimConfig {
             hosts: 4,
+            requests: false,
             ..DaemonSimConfig::default()
         };
         for seed in [100_049, 102_307] {
+            let r = run_seed(seed, &cfg);
+            assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        }
+        // With request traffic: a convert to shared failed half-way (I/O timeout) after
+        // other hosts could take the lease shared; the tables kept it exclusive, its
+        // holder was killed by a request, and its exclusive orphan was adopted beside
+        // their shared holders (`Tables::convert_failed_state` now leaves it shared).
+        for (seed, hosts) in [(5_666, 2), (5_072, 6)] {
+            let cfg = DaemonSimConfig {
+                hosts,
+                ..DaemonSimConfig::default()
+            };
             let r = run_seed(seed, &cfg);
             assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
         }
