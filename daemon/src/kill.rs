@@ -275,21 +275,7 @@ mod tests {
     use crate::tables::ClientToken;
 
     fn daemon() -> Arc<Daemon> {
-        let args = crate::DaemonArgs {
-            foreground: true,
-            use_watchdog: Some(0),
-            host_name: Some("kill-unit".into()),
-            io_timeout: Some(1),
-            run_dir: Some("/nonexistent/lockd-kill-unit".into()),
-            config: Some("/dev/null".into()),
-            ..Default::default()
-        };
-        let cfg = crate::Config::resolve(&args, None).expect("config");
-        Arc::new(Daemon::new(
-            cfg,
-            None,
-            Arc::new(crate::observability::LogRing::default()),
-        ))
+        Daemon::for_tests("kill-unit")
     }
 
     /// Lockspace `ls` joined at `t` (io_timeout 1) and a registered client `pid` holding
