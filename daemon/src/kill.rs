@@ -306,10 +306,15 @@ mod tests {
             );
         }
         lock(&d.spaces).push(space.clone());
+        hold(d, pid, (ls, Name::new("r").expect("name")), t);
+        space
+    }
+
+    /// A registered client `pid` holding lease `key` exclusive, acquired at `t`.
+    fn hold(d: &Daemon, pid: i32, key: (Name, Name), t: u64) {
         let mut tables = lock(&d.tables);
         let ci = tables.clients.add(-1, pid, 0, None).expect("a slot");
         tables.clients.slots.get_mut(&ci).expect("slot").registered = true;
-        let key = (ls, Name::new("r").expect("name"));
         assert_eq!(
             tables.start_acquire(ci, key, false, 0, &[]),
             Ok(lockd_core::AcquireStart::Disk)
@@ -319,22 +324,17 @@ mod tests {
             opened_by: None,
         };
         let lver = tables.finish_acquire(key, ci, Ok(held)).expect("held");
-        tables
-            .record_tokens(
-                ci,
-                vec![ClientToken {
-                    token_id: 1,
-                    ls,
-                    name: key.1,
-                    disks: Vec::new(),
-                    shared: false,
-                    persistent: false,
-                    lver,
-                    acquired: t,
-                }],
-            )
-            .expect("recorded");
-        space
+        let token = ClientToken {
+            token_id: ci,
+            ls: key.0,
+            name: key.1,
+            disks: Vec::new(),
+            shared: false,
+            persistent: false,
+            lver,
+            acquired: t,
+        };
+        tables.record_tokens(ci, vec![token]).expect("recorded");
     }
 
     /// The watch events waiting on `peer` (non-blocking), as their kinds' codes.
@@ -430,36 +430,7 @@ mod tests {
         let d = daemon();
         joined_with_holder(&d, 100, PID);
         let ls = Name::new("ls").expect("name");
-        {
-            let mut tables = lock(&d.tables);
-            let ci = tables.clients.add(-1, OTHER, 0, None).expect("a slot");
-            tables.clients.slots.get_mut(&ci).expect("slot").registered = true;
-            let key = (ls, Name::new("r2").expect("name"));
-            assert_eq!(
-                tables.start_acquire(ci, key, false, 0, &[]),
-                Ok(lockd_core::AcquireStart::Disk)
-            );
-            let held = Held {
-                token: None,
-                opened_by: None,
-            };
-            let lver = tables.finish_acquire(key, ci, Ok(held)).expect("held");
-            tables
-                .record_tokens(
-                    ci,
-                    vec![ClientToken {
-                        token_id: 2,
-                        ls,
-                        name: key.1,
-                        disks: Vec::new(),
-                        shared: false,
-                        persistent: false,
-                        lver,
-                        acquired: 100,
-                    }],
-                )
-                .expect("recorded");
-        }
+        hold(&d, OTHER, (ls, Name::new("r2").expect("name")), 100);
         let (ours, mut peer) = UnixStream::pair().expect("a socket pair");
         peer.set_nonblocking(true).expect("non-blocking");
         lock(&d.watchers).push(crate::state::Watcher {
