@@ -337,6 +337,19 @@ mod tests {
         tables.record_tokens(ci, vec![token]).expect("recorded");
     }
 
+    /// A watch connection for `pid`: the daemon's end is registered, the peer's returned
+    /// (non-blocking).
+    fn watch(d: &Daemon, pid: i32) -> UnixStream {
+        let (ours, peer) = UnixStream::pair().expect("a socket pair");
+        peer.set_nonblocking(true).expect("non-blocking");
+        lock(&d.watchers).push(crate::state::Watcher {
+            ci: 999,
+            pid,
+            stream: ours,
+        });
+        peer
+    }
+
     /// The watch events waiting on `peer` (non-blocking), as their kinds' codes.
     fn events_on(peer: &mut UnixStream) -> Vec<u32> {
         let mut buf = vec![0u8; 4096];
@@ -358,13 +371,7 @@ mod tests {
         const PID: i32 = 4242;
         let d = daemon();
         let space = joined_with_holder(&d, 100, PID);
-        let (ours, mut peer) = UnixStream::pair().expect("a socket pair");
-        peer.set_nonblocking(true).expect("non-blocking");
-        lock(&d.watchers).push(crate::state::Watcher {
-            ci: 999,
-            pid: PID,
-            stream: ours,
-        });
+        let mut peer = watch(&d, PID);
         let spaces = vec![space.clone()];
         let fail_s = timeouts::id_renewal_fail_seconds(1);
 
@@ -431,13 +438,7 @@ mod tests {
         joined_with_holder(&d, 100, PID);
         let ls = Name::new("ls").expect("name");
         hold(&d, OTHER, (ls, Name::new("r2").expect("name")), 100);
-        let (ours, mut peer) = UnixStream::pair().expect("a socket pair");
-        peer.set_nonblocking(true).expect("non-blocking");
-        lock(&d.watchers).push(crate::state::Watcher {
-            ci: 999,
-            pid: PID,
-            stream: ours,
-        });
+        let mut peer = watch(&d, PID);
         let r = Name::new("r").expect("name");
         let effects = examine_step(&d, &ls, &r, 0, SANLK_REQ_FORCE);
         // The tables lock is free while the effects run: another thread takes it at once.
