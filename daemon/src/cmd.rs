@@ -14,10 +14,12 @@ use client_lib::proto::*;
 use client_lib::request::{read_request, ReleaseWhat, Request};
 use client_lib::wire::{self, Header, State};
 use disk_format::Name;
-use tracing::{info, info_span, warn};
+use tracing::{info, info_span};
 
 use crate::access::{self, Caller};
+use crate::cmd_error::LeaseCmdError;
 use crate::server::{After, Conn, Reply};
+use crate::space::SpaceError;
 use crate::state::Daemon;
 use crate::sync::lock;
 use crate::tables::{AcquireStart, ReleaseStep};
@@ -114,15 +116,12 @@ pub(crate) fn read_resource_owners(d: &Arc<Daemon>, h: &Header, res: &wire::Reso
 }
 
 /// EXAMINE_LOCKSPACE / EXAMINE_RESOURCE: -ENOENT unless the lockspace exists.
-pub(crate) fn examine(d: &Arc<Daemon>, ls: &Name) -> i32 {
-    if let Some(space) = d.find_space(ls) {
-        // On the lockspace's one examine thread: EXAMINE in a loop
-        // cannot start threads without bound.
-        lockspace::examine_in_background(d, &space);
-        0
-    } else {
-        -libc::ENOENT
-    }
+pub(crate) fn examine(d: &Arc<Daemon>, ls: &Name) -> Result<(), SpaceError> {
+    let space = d.find_space(ls).ok_or(SpaceError::NotFound)?;
+    // On the lockspace's one examine thread: EXAMINE in a loop cannot start threads
+    // without bound.
+    lockspace::examine_in_background(d, &space);
+    Ok(())
 }
 
 /// lockd METRICS: the Prometheus text, or -E2BIG when it does not fit one message.
@@ -137,58 +136,56 @@ pub(crate) fn metrics(d: &Arc<Daemon>, h: &Header) -> Reply {
 
 /// REQUEST: ask the holder of a lease to give it up (force mode in header.data).
 /// As sanlock, the lockspace must be joined (and not failed): -ENOSPC otherwise.
-pub(crate) fn request(d: &Arc<Daemon>, r: &wire::Resource, h: &Header) -> i32 {
-    let space = match lockspace::joined(d, &r.head.lockspace_name) {
-        Ok(s) => Some(s),
-        Err(e) => return e.code(),
-    };
+pub(crate) fn request(
+    d: &Arc<Daemon>,
+    r: &wire::Resource,
+    h: &Header,
+) -> Result<(), LeaseCmdError> {
+    let space = lockspace::joined(d, &r.head.lockspace_name)?;
     let span = info_span!("resource", ls = %r.head.lockspace_name, res = %r.head.name);
     let _g = span.enter();
     let force_mode = h.data;
     let next = h.cmd_flags & SANLK_REQUEST_NEXT_LVER != 0;
-    match paxos::request(space.as_deref(), r, force_mode, next) {
-        Ok(owner) => {
-            info!(force_mode, owner = ?owner, "request written");
-            if r.head.lver == 0 && force_mode == 0 && !next {
-                return 0;
-            }
-            if let (Some(owner), Some(space)) = (owner, space) {
-                space.set_host_bit(owner);
-            }
-            0
-        }
-        Err(rv) => rv,
+    let owner = paxos::request(Some(&space), r, force_mode, next)?;
+    info!(force_mode, owner = ?owner, "request written");
+    if r.head.lver == 0 && force_mode == 0 && !next {
+        return Ok(());
     }
+    if let Some(owner) = owner {
+        space.set_host_bit(owner);
+    }
+    Ok(())
 }
 
 /// SET_LVB of a lease this host holds.
-pub(crate) fn set_lvb(d: &Arc<Daemon>, r: &wire::ResourceHead, data: &[u8]) -> i32 {
+pub(crate) fn set_lvb(
+    d: &Arc<Daemon>,
+    r: &wire::ResourceHead,
+    data: &[u8],
+) -> Result<(), LeaseCmdError> {
     let mut tables = lock(&d.tables);
-    let res = &mut tables.resources;
-    let Some(lr) = res.get_mut(&(r.lockspace_name, r.name)) else {
-        return -libc::ENOENT;
-    };
-    let Some(token) = lr.held.token.as_mut() else {
-        return -libc::ENOENT;
-    };
-    match token.set_lvb(data) {
-        Ok(()) => 0,
-        Err(e) => e.sanlk_code(),
-    }
+    let token = tables
+        .resources
+        .get_mut(&(r.lockspace_name, r.name))
+        .and_then(|lr| lr.held.token.as_mut())
+        .ok_or(LeaseCmdError::NotHeld("SET_LVB of a lease not held here"))?;
+    token.set_lvb(data).map_err(LeaseCmdError::paxos)
 }
 
 pub(crate) fn get_lvb(
     d: &Arc<Daemon>,
     r: &wire::ResourceHead,
     want: usize,
-) -> Result<Vec<u8>, i32> {
+) -> Result<Vec<u8>, LeaseCmdError> {
     let tables = lock(&d.tables);
-    let lr = tables
+    let token = tables
         .resources
         .get(&(r.lockspace_name, r.name))
-        .ok_or(-libc::ENOENT)?;
-    let token = lr.held.token.as_ref().ok_or(-libc::ENOENT)?;
-    let lvb = token.lvb().ok_or(-libc::EINVAL)?;
+        .and_then(|lr| lr.held.token.as_ref())
+        .ok_or(LeaseCmdError::NotHeld("GET_LVB of a lease not held here"))?;
+    let lvb = token.lvb().ok_or(LeaseCmdError::Invalid(
+        "GET_LVB of a lease acquired without SANLK_ACQUIRE_LVB",
+    ))?;
     let n = if want == 0 {
         lvb.len()
     } else {
@@ -238,32 +235,42 @@ pub fn connection_closed(d: &Arc<Daemon>, ci: u32) {
     if !tokens.is_empty() {
         // On the pool worker that saw the connection close (or the pid exit): the release
         // I/O holds up that worker only, never the event loop or another client (sanlock
-        // releases asynchronously for the same reason).
-        release_tokens_as(d, ci, tokens, true);
+        // releases asynchronously for the same reason). Failures are logged where they
+        // happen; nobody waits for the answer.
+        let _ = release_tokens_as(d, ci, tokens, true);
     }
 }
 
 /// Releases tokens of client `ci` (local bookkeeping, then disk for the last holder).
-pub fn release_tokens(d: &Arc<Daemon>, ci: u32, tokens: Vec<ClientToken>) -> i32 {
+pub fn release_tokens(
+    d: &Arc<Daemon>,
+    ci: u32,
+    tokens: Vec<ClientToken>,
+) -> Result<(), LeaseCmdError> {
     release_tokens_as(d, ci, tokens, false)
 }
 
 /// As [`release_tokens`]; when the holder died (`dying`), a persistent lease whose last
 /// local holder it was becomes an orphan instead of being released (sanlock §2.9).
-pub fn release_tokens_as(d: &Arc<Daemon>, ci: u32, tokens: Vec<ClientToken>, dying: bool) -> i32 {
+pub fn release_tokens_as(
+    d: &Arc<Daemon>,
+    ci: u32,
+    tokens: Vec<ClientToken>,
+    dying: bool,
+) -> Result<(), LeaseCmdError> {
     release_tokens_with(d, ci, tokens, dying, None)
 }
 
 /// The release path shared by all callers; `rename` renames leaders we clear on disk
-/// (`SANLK_REL_RENAME`).
+/// (`SANLK_REL_RENAME`). Every token is released; the result is the last failure.
 fn release_tokens_with(
     d: &Arc<Daemon>,
     ci: u32,
     tokens: Vec<ClientToken>,
     dying: bool,
     rename: Option<&Name>,
-) -> i32 {
-    let mut result = 0;
+) -> Result<(), LeaseCmdError> {
+    let mut result = Ok(());
     for t in tokens {
         let span = info_span!("resource", ls = %t.ls, res = %t.name);
         let _g = span.enter();
@@ -272,9 +279,8 @@ fn release_tokens_with(
             info!("holder exited: persistent lease kept as an orphan");
         }
         if let ReleaseStep::Disk(lr) = step {
-            let rv = paxos::release_on_disk(d, &lr, rename);
-            if rv < 0 {
-                result = rv;
+            if let Err(e) = paxos::release_on_disk(d, &lr, rename) {
+                result = Err(e);
             }
         }
     }
@@ -288,9 +294,9 @@ fn release_tokens_with(
 pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, caller: &Caller) {
     let target = match resolve_target(d, conn, h) {
         Ok(ci) => ci,
-        Err(rv) => {
+        Err(e) => {
             conn.drain(h, 0);
-            conn.reply(h, rv);
+            conn.reply(h, LeaseCmdError::reply_code(h.cmd, &Err(e)));
             return;
         }
     };
@@ -310,13 +316,15 @@ pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, calle
     // Clear cmd_active; if the client died meanwhile, release what it holds now.
     let dead_tokens = lock(&d.tables).finish_command(target);
     if let Some(tokens) = dead_tokens {
-        release_tokens_as(d, target, tokens, true);
+        // A dead client's releases answer nobody; failures are logged where they happen.
+        let _ = release_tokens_as(d, target, tokens, true);
     }
     conn.reply_with(h, rv, data2, &payload);
 }
 
 /// The registered-client commands' table: (result, reply data2, reply payload) of a
-/// request from connection `ci` acting on client `target`.
+/// request from connection `ci` acting on client `target`. The protocol edge of these
+/// commands: their typed errors become sanlock's codes here, with the reason logged.
 fn client_cmd(
     d: &Arc<Daemon>,
     ci: u32,
@@ -325,14 +333,19 @@ fn client_cmd(
     target: u32,
     req: Request,
 ) -> (i32, u32, Vec<u8>) {
+    let code = |result: Result<(), LeaseCmdError>| LeaseCmdError::reply_code(h.cmd, &result);
     match req {
         Request::Acquire {
             resources, options, ..
-        } => (acquire(d, h, target, &resources, &options), 0, Vec::new()),
+        } => (
+            code(acquire(d, h, target, &resources, &options)),
+            0,
+            Vec::new(),
+        ),
         Request::Acquire2 {
             resources, options, ..
         } => {
-            let rv = acquire(d, h, target, &resources, &options);
+            let rv = code(acquire(d, h, target, &resources, &options));
             match (rv, resources.first()) {
                 (rv, Some(r)) if rv < 0 => match acquire2_owner(d, r) {
                     Some(payload) => (rv, h.data2, payload),
@@ -341,15 +354,28 @@ fn client_cmd(
                 (rv, _) => (rv, 0, Vec::new()),
             }
         }
-        Request::Release(what) => (release(d, target, what), 0, Vec::new()),
-        Request::Inquire => inquire(d, target),
-        Request::Convert(head) => (convert(d, h, target, &head), 0, Vec::new()),
+        Request::Release(what) => match release(d, target, what) {
+            // As sanlock: a release of orphans answers how many it released.
+            Ok(released) => (i32::try_from(released).unwrap_or(i32::MAX), 0, Vec::new()),
+            Err(e) => (code(Err(e)), 0, Vec::new()),
+        },
+        Request::Inquire => match inquire(d, target) {
+            Ok((count, state)) => (0, count, state),
+            Err(e) => (code(Err(e)), 0, Vec::new()),
+        },
+        Request::Convert(head) => (code(convert(d, h, target, &head)), 0, Vec::new()),
         Request::Killpath { path, args } => (
-            killpath(d, ci, caller, h, target, path, args),
+            code(killpath(d, ci, caller, h, target, path, args)),
             0,
             Vec::new(),
         ),
-        _ => (-libc::EINVAL, 0, Vec::new()),
+        _ => (
+            code(Err(LeaseCmdError::Invalid(
+                "not a registered-client command",
+            ))),
+            0,
+            Vec::new(),
+        ),
     }
 }
 
@@ -382,14 +408,16 @@ fn acquire2_owner(d: &Arc<Daemon>, r: &wire::Resource) -> Option<Vec<u8>> {
     Some(p)
 }
 
-fn resolve_target(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> Result<u32, i32> {
-    lock(&d.tables).start_command(crate::tables::CommandTarget {
-        conn_ci: conn.ci,
-        conn_uid: conn.cred.uid,
-        cmd: h.cmd,
-        cmd_flags: h.cmd_flags,
-        data2: h.data2,
-    })
+fn resolve_target(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> Result<u32, LeaseCmdError> {
+    lock(&d.tables)
+        .start_command(crate::tables::CommandTarget {
+            conn_ci: conn.ci,
+            conn_uid: conn.cred.uid,
+            cmd: h.cmd,
+            cmd_flags: h.cmd_flags,
+            data2: h.data2,
+        })
+        .map_err(LeaseCmdError::Tables)
 }
 
 fn acquire(
@@ -398,7 +426,7 @@ fn acquire(
     target: u32,
     wanted: &[wire::Resource],
     opt: &wire::Options,
-) -> i32 {
+) -> Result<(), LeaseCmdError> {
     // Every ACQUIRE names the client anew from its options, an empty name included, as
     // sanlock does (`sanlock client command` leaves its client with no name in STATUS).
     if let Some(c) = lock(&d.tables).clients.slots.get_mut(&target) {
@@ -410,11 +438,13 @@ fn acquire(
         let _g = span.enter();
         match acquire_one(d, target, r, h.cmd_flags) {
             Ok(t) => done.push(t),
-            Err(rv) => {
-                info!(rv, "acquire failed; undoing this request's other acquires");
-                release_tokens(d, target, done);
-                note_waiting(d, target, r, rv);
-                return rv;
+            Err(e) => {
+                info!(error = %e, "acquire failed; undoing this request's other acquires");
+                // Failures of the undo are logged where they happen; the client gets the
+                // acquire's error.
+                let _ = release_tokens(d, target, done);
+                note_waiting(d, target, r, e.code());
+                return Err(e);
             }
         }
     }
@@ -423,10 +453,10 @@ fn acquire(
         c.waiting = None;
     }
     match recorded {
-        Ok(()) => 0,
+        Ok(()) => Ok(()),
         Err(done) => {
-            release_tokens(d, target, done);
-            -libc::ESTALE
+            let _ = release_tokens(d, target, done);
+            Err(LeaseCmdError::ClientGone)
         }
     }
 }
@@ -460,7 +490,7 @@ pub(crate) fn acquire_one(
     ci: u32,
     r: &wire::Resource,
     cmd_flags: u32,
-) -> Result<ClientToken, i32> {
+) -> Result<ClientToken, LeaseCmdError> {
     let shared = r.head.flags & SANLK_RES_SHARED != 0;
     let key = (r.head.lockspace_name, r.head.name);
     // A lease held here already is shared or adopted without disk I/O: a non-root
@@ -468,18 +498,19 @@ pub(crate) fn acquire_one(
     // (`crate::access`; the disk acquire below opens it so anyway). A lockspace that is
     // not joined answers first, as before the check.
     if let Some(caller) = access::current().filter(|c| !c.is_root()) {
-        lockspace::joined(d, &r.head.lockspace_name).map_err(crate::space::SpaceError::code)?;
-        let path = r.disks.first().ok_or(-libc::EINVAL)?.path.to_text();
+        lockspace::joined(d, &r.head.lockspace_name)?;
+        let path = r
+            .disks
+            .first()
+            .ok_or(LeaseCmdError::Invalid("a lease with no disk"))?
+            .path
+            .to_text();
         access::open_disk_as(
             Some(&caller),
             std::path::Path::new(&path),
             access::Need::Write,
             lockd_diskio::EngineKind::SharedRing,
-        )
-        .map_err(|e| {
-            info!(error = %e, "acquire refused: the client cannot open the disk");
-            e.rv()
-        })?;
+        )?;
     }
     let (space, start) = start_acquire_after_release(d, ci, r, cmd_flags)?;
     let token = ClientToken {
@@ -509,8 +540,16 @@ pub(crate) fn acquire_one(
     } else {
         None
     };
-    let result = paxos::acquire(d, &space, r, shared, want_lver, cmd_flags);
-    let lver = lock(&d.tables).finish_acquire(key, ci, result)?;
+    let lver = match paxos::acquire(d, &space, r, shared, want_lver, cmd_flags) {
+        Ok(held) => lock(&d.tables)
+            .finish_acquire(key, ci, Ok(held))
+            .map_err(LeaseCmdError::Tables)?,
+        Err(e) => {
+            // The tables forget the resource; the client gets the disk's error.
+            let _ = lock(&d.tables).finish_acquire(key, ci, Err(e.code()));
+            return Err(e);
+        }
+    };
     info!(lver, shared, "acquired");
     Ok(ClientToken { lver, ..token })
 }
@@ -530,14 +569,13 @@ fn start_acquire_after_release(
     ci: u32,
     r: &wire::Resource,
     cmd_flags: u32,
-) -> Result<(Arc<crate::space::Space>, AcquireStart), i32> {
+) -> Result<(Arc<crate::space::Space>, AcquireStart), LeaseCmdError> {
     let shared = r.head.flags & SANLK_RES_SHARED != 0;
     let key = (r.head.lockspace_name, r.head.name);
     let mut deadline = None;
     loop {
         // Checked again after every wait: the lockspace may have gone meanwhile.
-        let space =
-            lockspace::joined(d, &r.head.lockspace_name).map_err(crate::space::SpaceError::code)?;
+        let space = lockspace::joined(d, &r.head.lockspace_name)?;
         let until =
             *deadline.get_or_insert_with(|| Instant::now() + release_wait(space.io_timeout));
         let mut tables = lock(&d.tables);
@@ -545,22 +583,27 @@ fn start_acquire_after_release(
             Err(rv) if rv == -libc::EAGAIN => {
                 let left = until.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    info!("still being released here after the wait: -EAGAIN");
-                    return Err(rv);
+                    return Err(LeaseCmdError::StillReleasing);
                 }
                 // The release ends with `finish_release` under this lock, then notifies.
                 drop(crate::sync::wait_timeout(&d.released, tables, left));
             }
-            other => return other.map(|start| (space, start)),
+            other => {
+                return other
+                    .map(|start| (space, start))
+                    .map_err(LeaseCmdError::Tables)
+            }
         }
     }
 }
 
-fn release(d: &Arc<Daemon>, target: u32, what: ReleaseWhat) -> i32 {
+/// RELEASE: `Ok(n)` with the number of orphans released for `SANLK_REL_ORPHAN`, 0
+/// otherwise.
+fn release(d: &Arc<Daemon>, target: u32, what: ReleaseWhat) -> Result<u32, LeaseCmdError> {
     let heads = match what {
         ReleaseWhat::All => {
             let tokens = lock(&d.tables).take_all_tokens(target);
-            return release_tokens(d, target, tokens);
+            return release_tokens(d, target, tokens).map(|()| 0);
         }
         ReleaseWhat::Orphans(r) => {
             // Orphans have no client left to own them: releasing them is for whoever may
@@ -570,32 +613,27 @@ fn release(d: &Arc<Daemon>, target: u32, what: ReleaseWhat) -> i32 {
                     .is_some_and(|s| !permit::may_manage_space(d, &caller, &s, false))
             });
             if refused {
-                warn!(
-                    ls = %r.lockspace_name,
-                    "release of orphans refused: not allowed for this uid (client_privileges = \"uid\")"
-                );
-                return -libc::EPERM;
+                return Err(LeaseCmdError::NotPermitted(
+                    "release of orphans: not allowed for this uid (client_privileges = \"uid\")",
+                ));
             }
             return paxos::release_orphans(d, &r.lockspace_name, &r.name);
         }
-        ReleaseWhat::Rename { old, new } => return release_renamed(d, target, &old, &new),
+        ReleaseWhat::Rename { old, new } => {
+            return release_renamed(d, target, &old, &new).map(|()| 0)
+        }
         ReleaseWhat::Named(heads) => heads,
     };
     let names: Vec<_> = heads.iter().map(|r| (r.lockspace_name, r.name)).collect();
     // As sanlock: every named lease the client holds is released; one it does not hold
     // makes the result -1 without stopping the others.
     let taken = lock(&d.tables).take_tokens(target, &names);
-    let (picked, missing) = match taken {
-        Ok(t) => t,
-        Err(rv) => return rv,
-    };
-    let rv = release_tokens(d, target, picked);
-    if rv < 0 {
-        rv
-    } else if missing {
-        -1
+    let (picked, missing) = taken.map_err(LeaseCmdError::Tables)?;
+    release_tokens(d, target, picked)?;
+    if missing {
+        Err(LeaseCmdError::SomeNotHeld)
     } else {
-        0
+        Ok(0)
     }
 }
 
@@ -608,19 +646,14 @@ fn release_renamed(
     target: u32,
     old: &wire::ResourceHead,
     new: &wire::ResourceHead,
-) -> i32 {
+) -> Result<(), LeaseCmdError> {
     if new.name.is_empty() {
-        return -libc::EINVAL;
+        return Err(LeaseCmdError::Invalid("a rename to an empty name"));
     }
     let key = (old.lockspace_name, old.name);
     let taken = lock(&d.tables).take_tokens(target, &[key]);
-    let picked = match taken {
-        Err(rv) => return rv,
-        Ok((mut picked, _)) => match picked.pop() {
-            Some(t) => t,
-            None => return -1,
-        },
-    };
+    let (mut picked, _) = taken.map_err(LeaseCmdError::Tables)?;
+    let picked = picked.pop().ok_or(LeaseCmdError::SomeNotHeld)?;
     info!(res = %old.name, new_name = %new.name, "release with rename");
     release_tokens_with(d, target, vec![picked], false, Some(&new.name))
 }
@@ -647,54 +680,63 @@ pub fn token_state_string(t: &ClientToken) -> String {
     s
 }
 
-fn inquire(d: &Arc<Daemon>, target: u32) -> (i32, u32, Vec<u8>) {
+/// INQUIRE: the number of leases the client holds and their state strings (none when it
+/// holds none).
+fn inquire(d: &Arc<Daemon>, target: u32) -> Result<(u32, Vec<u8>), LeaseCmdError> {
     let tables = lock(&d.tables);
-    let Some(c) = tables.clients.slots.get(&target) else {
-        return (-libc::ESRCH, 0, Vec::new());
-    };
+    let c = tables
+        .clients
+        .slots
+        .get(&target)
+        .ok_or(LeaseCmdError::NoClient)?;
     if c.tokens.is_empty() {
-        return (0, 0, Vec::new());
+        return Ok((0, Vec::new()));
     }
     let state: Vec<String> = c.tokens.iter().map(token_state_string).collect();
     let mut p = state.join(" ").into_bytes();
     p.push(0);
-    (0, c.tokens.len() as u32, p)
+    Ok((c.tokens.len() as u32, p))
 }
 
-fn convert(d: &Arc<Daemon>, h: &Header, target: u32, head: &wire::ResourceHead) -> i32 {
+fn convert(
+    d: &Arc<Daemon>,
+    h: &Header,
+    target: u32,
+    head: &wire::ResourceHead,
+) -> Result<(), LeaseCmdError> {
     let to_shared = head.flags & SANLK_RES_SHARED != 0;
     let key = (head.lockspace_name, head.name);
     let checked = lock(&d.tables).convert_token(target, key, to_shared);
-    if let Err(rv) = checked {
-        return rv;
-    }
-    let space = match lockspace::joined(d, &key.0) {
-        Ok(s) => s,
-        Err(e) => return e.code(),
-    };
+    checked.map_err(LeaseCmdError::Tables)?;
+    let space = lockspace::joined(d, &key.0)?;
     let started = lock(&d.tables).start_convert(target, key, to_shared);
-    let lr = match started {
-        Ok(lr) => lr,
-        Err(rv) => return rv,
-    };
+    let lr = started.map_err(LeaseCmdError::Tables)?;
     let span = info_span!("resource", ls = %key.0, res = %key.1);
     let _g = span.enter();
     let result = paxos::convert(d, &space, &lr, to_shared, h.cmd_flags);
-    let rv = {
-        let mut tables = lock(&d.tables);
-        let result = result.map_err(|(rv, state)| {
+    let mut tables = lock(&d.tables);
+    let (result, failure) = match result {
+        Ok(held) => (Ok(held), None),
+        Err((e, state)) => {
             // A convert failed half-way: its release must use the token it left.
             if let Some(state) = state {
                 tables.convert_failed_state(key, *state, to_shared);
             }
-            rv
-        });
-        tables.finish_convert(target, key, to_shared, result)
+            (Err(e.code()), Some(e))
+        }
     };
-    if rv == 0 {
-        info!(to_shared, "converted");
+    // The tables' code is the failure's own (or their own refusal).
+    match (
+        tables.finish_convert(target, key, to_shared, result),
+        failure,
+    ) {
+        (0, _) => {
+            info!(to_shared, "converted");
+            Ok(())
+        }
+        (_, Some(e)) => Err(e),
+        (rv, None) => Err(LeaseCmdError::Tables(rv)),
     }
-    rv
 }
 
 /// KILLPATH (on the client's own connection): the program runs, when the time comes,
@@ -707,9 +749,11 @@ fn killpath(
     target: u32,
     path: String,
     args: String,
-) -> i32 {
+) -> Result<(), LeaseCmdError> {
     if target != ci {
-        return -libc::EINVAL;
+        return Err(LeaseCmdError::Invalid(
+            "KILLPATH is for the client's own connection",
+        ));
     }
     let run_as = permit::killpath_creds(d, caller);
     if let Some(c) = lock(&d.tables).clients.slots.get_mut(&target) {
@@ -721,7 +765,7 @@ fn killpath(
             run_as,
         });
     }
-    0
+    Ok(())
 }
 
 pub(crate) fn get_hosts(d: &Arc<Daemon>, h: &Header, ls: &wire::Lockspace) -> Reply {

@@ -32,6 +32,7 @@ use disk_format::Name;
 use tracing::{debug, info, warn};
 
 use crate::access::{self, Caller};
+use crate::cmd_error::LeaseCmdError;
 use crate::server::{After, Conn, Reply};
 use crate::space::SpaceError;
 use crate::state::Daemon;
@@ -219,6 +220,11 @@ fn space_code(h: &Header, result: Result<(), SpaceError>) -> i32 {
     }
 }
 
+/// A lease command's reply code: 0, or the failure's code (its reason is logged).
+fn lease_code(h: &Header, result: Result<(), LeaseCmdError>) -> i32 {
+    LeaseCmdError::reply_code(h.cmd, &result)
+}
+
 /// Writes a handler's reply and says what becomes of the connection.
 fn send(conn: &mut Conn, reply: Reply, after: After) -> After {
     conn.send_reply(reply);
@@ -279,17 +285,17 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
         Request::ReadResourceOwners(res) => {
             return send(conn, cmd::read_resource_owners(d, h, &res), After::Keep);
         }
-        Request::SetLvb { resource, lvb } => cmd::set_lvb(d, &resource, &lvb),
+        Request::SetLvb { resource, lvb } => lease_code(h, cmd::set_lvb(d, &resource, &lvb)),
         Request::GetLvb(head) => {
             let reply = match cmd::get_lvb(d, &head, h.data2 as usize) {
                 Ok(lvb) => Reply::with(h, 0, 0, &lvb),
-                Err(rv) => Reply::result(h, rv),
+                Err(e) => Reply::result(h, lease_code(h, Err(e))),
             };
             return send(conn, reply, After::Keep);
         }
-        Request::RequestLease(res) => cmd::request(d, &res, h),
-        Request::ExamineLockspace(ls) => cmd::examine(d, &ls.name),
-        Request::ExamineResource(head) => cmd::examine(d, &head.lockspace_name),
+        Request::RequestLease(res) => lease_code(h, cmd::request(d, &res, h)),
+        Request::ExamineLockspace(ls) => space_code(h, cmd::examine(d, &ls.name)),
+        Request::ExamineResource(head) => space_code(h, cmd::examine(d, &head.lockspace_name)),
         Request::FormatRindex(ri) => rindex::format(d, &ri),
         Request::RebuildRindex(ri) => rindex::rebuild(d, &ri, h.cmd_flags),
         Request::LookupRindex(ri, re)
@@ -307,7 +313,10 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
             killpath_path,
             killpath_args,
             resources,
-        } => crate::forpid::acquire_for_pid(d, conn, h, killpath_path, killpath_args, &resources),
+        } => lease_code(
+            h,
+            crate::forpid::acquire_for_pid(d, conn, h, killpath_path, killpath_args, &resources),
+        ),
         Request::Leader(res) => {
             let reply = match watch::leader(d, &res) {
                 Ok(info) => Reply::with(h, 0, 0, &info.encode()),

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use client_lib::wire::{self, Header};
 use tracing::{info, info_span, warn};
 
+use crate::cmd_error::LeaseCmdError;
 use crate::server::Conn;
 use crate::state::Daemon;
 use crate::sync::lock;
@@ -43,8 +44,7 @@ fn proc_uid_state(pid: i32) -> Option<(u32, char)> {
     Some((uid?, state?))
 }
 
-/// `LOCKD_CMD_ACQUIRE_FOR_PID` (read by `client_lib::request::read_request`): the
-/// result to reply.
+/// `LOCKD_CMD_ACQUIRE_FOR_PID` (read by `client_lib::request::read_request`).
 pub(crate) fn acquire_for_pid(
     d: &Arc<Daemon>,
     conn: &Conn,
@@ -52,24 +52,21 @@ pub(crate) fn acquire_for_pid(
     killpath_path: String,
     killpath_args: String,
     wanted: &[wire::Resource],
-) -> i32 {
+) -> Result<(), LeaseCmdError> {
     let pid = h.data as i32;
     if pid <= 0 {
-        return -libc::EINVAL;
+        return Err(LeaseCmdError::Invalid("a pid that is not positive"));
     }
     // The pidfd first: from here on the process cannot exit unnoticed.
     let pidfd = match sys::pidfd_open(pid) {
         Ok(fd) => fd,
         Err(e) => {
-            info!(pid, error = %e, "acquire for pid refused: no such process");
-            return -libc::ESRCH;
+            info!(pid, error = %e, "acquire for pid: pidfd_open failed");
+            return Err(LeaseCmdError::NoProcess);
         }
     };
     match proc_uid_state(pid) {
-        None | Some((_, 'Z')) | Some((_, 'X')) => {
-            info!(pid, "acquire for pid refused: the process has exited");
-            return -libc::ESRCH;
-        }
+        None | Some((_, 'Z')) | Some((_, 'X')) => return Err(LeaseCmdError::NoProcess),
         Some((uid, _)) if conn.cred.uid != 0 && uid != conn.cred.uid => {
             warn!(
                 pid,
@@ -77,7 +74,7 @@ pub(crate) fn acquire_for_pid(
                 owner_uid = uid,
                 "acquire for pid refused: another user's process"
             );
-            return -libc::EPERM;
+            return Err(LeaseCmdError::NotPermitted("another user's process"));
         }
         Some(_) => {}
     }
@@ -90,30 +87,29 @@ pub(crate) fn acquire_for_pid(
         run_as,
     });
     let added = lock(&d.tables).add_pid_client(pid, conn.cred.uid, killpath);
-    let ci = match added {
-        Ok(ci) => ci,
-        Err(rv) => return rv,
-    };
+    let ci = added.map_err(LeaseCmdError::Tables)?;
     let mut done: Vec<ClientToken> = Vec::new();
-    let mut rv = 0;
+    let mut failed = None;
     for r in wanted {
         let span = info_span!("resource", ls = %r.head.lockspace_name, res = %r.head.name);
         let _g = span.enter();
         match crate::cmd::acquire_one(d, ci, r, h.cmd_flags) {
             Ok(t) => done.push(t),
             Err(e) => {
-                rv = e;
+                failed = Some(e);
                 break;
             }
         }
     }
-    if rv != 0 {
-        crate::cmd::release_tokens(d, ci, done);
+    if let Some(e) = failed {
+        // Failures of the undo are logged where they happen; the caller gets the
+        // acquire's error.
+        let _ = crate::cmd::release_tokens(d, ci, done);
         if let Err(busy) = lock(&d.tables).drop_failed_pid_client(ci) {
             // Only its own acquire ran on the slot, and its tokens were just released.
             panic!("a failed --for-pid slot still holds a token ({busy}); stopping");
         }
-        return rv;
+        return Err(e);
     }
     let names: Vec<String> = done
         .iter()
@@ -133,8 +129,8 @@ pub(crate) fn acquire_for_pid(
             pid,
             ci, "the slot went while its leases were acquired; releasing them"
         );
-        crate::cmd::release_tokens(d, ci, tokens);
-        return -libc::ESTALE;
+        let _ = crate::cmd::release_tokens(d, ci, tokens);
+        return Err(LeaseCmdError::ClientGone);
     }
     info!(pid, ci, leases = ?names, killpath = ?killpath_path, "leases acquired for pid");
     let watched = match d.reactor.get() {
@@ -145,9 +141,9 @@ pub(crate) fn acquire_for_pid(
         // Without a watch the leases would outlive the process: give them back.
         warn!(pid, error = %e, "cannot watch the process; releasing its leases");
         crate::cmd::connection_closed(d, ci);
-        return -libc::ENOMEM;
+        return Err(LeaseCmdError::NoResources("a watch of the process"));
     }
-    0
+    Ok(())
 }
 
 /// Slot numbers are reused: is `ci` still the connection-less slot of `pid`?

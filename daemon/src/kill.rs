@@ -246,7 +246,8 @@ pub fn retire_failed(d: &Arc<Daemon>, spaces: &[Arc<Space>]) {
             (mine.iter().filter(|r| !r.orphan).count(), mine.len())
         };
         if holders == 0 && total > 0 && !used_by_orphans {
-            crate::paxos::release_orphans(d, &s.name, &disk_format::Name::EMPTY);
+            // Failures are logged where they happen (`paxos::release_on_disk`).
+            let _ = crate::paxos::release_orphans(d, &s.name, &disk_format::Name::EMPTY);
         }
         if !lock(&d.tables).space_in_use(&s.name) {
             warn!(ls = %s.name, "failed lockspace removed: no lease holders left");

@@ -19,6 +19,7 @@
 pub mod access;
 pub mod admin;
 pub(crate) mod cmd;
+pub mod cmd_error;
 pub(crate) mod confirm;
 pub(crate) mod dispatch;
 pub mod exporter;

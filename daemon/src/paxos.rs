@@ -15,8 +15,9 @@ use lease_core::paxos::{self, AcquireOptions, HostContext, Mode, ResourceParams}
 use tracing::{info, info_span, warn};
 
 use crate::access::{self, Need};
+use crate::cmd_error::LeaseCmdError;
 use crate::confirm::SpaceObserver;
-use crate::space::Space;
+use crate::space::{Space, SpaceError};
 use crate::state::Daemon;
 use crate::sync::lock;
 use crate::tables::{Held, HeldRes};
@@ -24,28 +25,22 @@ use lockd_diskio::{BlockingDisk, EngineKind, SystemClock};
 
 /// Opens a resource disk: during a client's command, with that client's rights
 /// (`crate::access`); otherwise (a dead client's release, examine) as the daemon.
-fn open(path: &str, need: Need) -> Result<BlockingDisk, i32> {
-    access::open_disk(Path::new(path), need, EngineKind::SharedRing)
-        .map(BlockingDisk::new)
-        .map_err(|e| {
-            warn!(error = %e, "cannot open resource disk");
-            e.rv()
-        })
+fn open(path: &str, need: Need) -> Result<BlockingDisk, LeaseCmdError> {
+    Ok(BlockingDisk::new(access::open_disk(
+        Path::new(path),
+        need,
+        EngineKind::SharedRing,
+    )?))
 }
 
 /// Opens a held lease's disk with the rights of the client that acquired it.
-fn open_held(lr: &HeldRes, need: Need) -> Result<BlockingDisk, i32> {
-    access::open_disk_as(
+fn open_held(lr: &HeldRes, need: Need) -> Result<BlockingDisk, LeaseCmdError> {
+    Ok(BlockingDisk::new(access::open_disk_as(
         lr.held.opened_by.as_ref(),
         Path::new(&lr.disks[0].path.to_text()),
         need,
         EngineKind::SharedRing,
-    )
-    .map(BlockingDisk::new)
-    .map_err(|e| {
-        warn!(error = %e, "cannot open resource disk");
-        e.rv()
-    })
+    )?))
 }
 
 pub(crate) fn clock() -> SystemClock {
@@ -79,12 +74,11 @@ pub fn acquire(
     shared: bool,
     want_lver: Option<u64>,
     cmd_flags: u32,
-) -> Result<Held, i32> {
+) -> Result<Held, LeaseCmdError> {
     if r.disks.len() != 1 {
-        // Multi-disk (majority) leases are not supported by lockd.
-        return Err(-libc::EOPNOTSUPP);
+        return Err(LeaseCmdError::Unsupported("a lease on several disks"));
     }
-    let geometry = space.geometry().ok_or(-libc::ENOSPC)?;
+    let geometry = space.geometry().ok_or(SpaceError::NotJoined)?;
     let disk = open(&r.disks[0].path.to_text(), Need::Write)?;
     let res = ResourceParams {
         space_name: r.head.lockspace_name,
@@ -114,16 +108,14 @@ pub fn acquire(
     let c = clock();
     let out = with_host(space, |host| {
         block_on(paxos::acquire(&disk, &c, host, &res, &opts))
-    })?;
+    })
+    .map_err(|_| SpaceError::NotJoined)?;
     match out {
         Ok(token) => Ok(Held {
             token: Some(token),
             opened_by: access::current().filter(|c| !c.is_root()),
         }),
-        Err(e) => {
-            warn!(error = %e, rv = e.sanlk_code(), "paxos acquire failed");
-            Err(e.sanlk_code())
-        }
+        Err(e) => Err(LeaseCmdError::paxos(e)),
     }
 }
 
@@ -134,28 +126,23 @@ pub fn release(
     space: Option<&Space>,
     lr: &HeldRes,
     rename: Option<&disk_format::Name>,
-) -> i32 {
+) -> Result<(), LeaseCmdError> {
     let Some(token) = lr.held.token.as_ref() else {
-        return 0;
+        return Ok(());
     };
     match space {
         Some(s) if !s.is_dead() => {}
         _ => {
             warn!("lockspace lost: resource left to expire with our host_id");
-            return 0;
+            return Ok(());
         }
     }
     // With the acquiring client's rights, whoever releases (the client, root by pid,
     // the daemon when the client died).
-    let disk = match open_held(lr, Need::Write) {
-        Ok(d) => d,
-        Err(rv) => return rv,
-    };
-    match block_on(paxos::release_renamed(&disk, &clock(), token, rename)) {
-        Ok(()) => 0,
+    let disk = open_held(lr, Need::Write)?;
+    block_on(paxos::release_renamed(&disk, &clock(), token, rename))
         // 5.x areas get 5.x's release numbers (-252/-253), 3.x areas 3.x's.
-        Err(e) => e.sanlk_code_for(token.leader.version),
-    }
+        .map_err(|e| LeaseCmdError::paxos_release(e, token.leader.version))
 }
 
 /// Converts a held resource between shared and exclusive. On failure, the error and the
@@ -170,9 +157,13 @@ pub fn convert(
     lr: &HeldRes,
     to_shared: bool,
     cmd_flags: u32,
-) -> Result<Held, (i32, Option<Box<Held>>)> {
-    let mut token = lr.held.token.clone().ok_or((-libc::ENOENT, None))?;
-    let disk = open_held(lr, Need::Write).map_err(|rv| (rv, None))?;
+) -> Result<Held, (LeaseCmdError, Option<Box<Held>>)> {
+    let mut token = lr
+        .held
+        .token
+        .clone()
+        .ok_or((LeaseCmdError::NotHeld("the lease has no token"), None))?;
+    let disk = open_held(lr, Need::Write).map_err(|e| (e, None))?;
     let to = if to_shared {
         Mode::Shared
     } else {
@@ -183,14 +174,14 @@ pub fn convert(
     let out = with_host(space, |host| {
         block_on(paxos::convert(&disk, &c, host, &mut token, to, nowait))
     })
-    .map_err(|rv| (rv, None))?;
+    .map_err(|_| (SpaceError::NotJoined.into(), None))?;
     let held = Held {
         token: Some(token),
         opened_by: lr.held.opened_by.clone(),
     };
     match out {
         Ok(()) => Ok(held),
-        Err(e) => Err((e.sanlk_code(), Some(Box::new(held)))),
+        Err(e) => Err((LeaseCmdError::paxos(e), Some(Box::new(held)))),
     }
 }
 
@@ -198,7 +189,13 @@ pub fn convert(
 /// newer lver with a non-zero force mode.
 pub fn examine(lr: &HeldRes) -> Option<u32> {
     let token = lr.held.token.as_ref()?;
-    let disk = open_held(lr, Need::Read).ok()?;
+    let disk = match open_held(lr, Need::Read) {
+        Ok(disk) => disk,
+        Err(e) => {
+            warn!(error = %e, "examine: cannot open the lease's disk");
+            return None;
+        }
+    };
     match block_on(paxos::examine(&disk, token)) {
         Ok(m) => m,
         Err(e) => {
@@ -214,9 +211,9 @@ pub fn request(
     r: &wire::Resource,
     force_mode: u32,
     next_lver: bool,
-) -> Result<Option<u64>, i32> {
+) -> Result<Option<u64>, LeaseCmdError> {
     if r.disks.len() != 1 {
-        return Err(-libc::EOPNOTSUPP);
+        return Err(LeaseCmdError::Unsupported("a lease on several disks"));
     }
     let geometry = match space.and_then(Space::geometry) {
         Some(g) => g,
@@ -236,40 +233,43 @@ pub fn request(
     } else {
         paxos::RequestLver::Exact(r.head.lver)
     };
-    match block_on(paxos::request(&disk, &res, lver, force_mode)) {
-        Ok(out) => Ok(out.owner_id),
-        Err(e) => Err(e.sanlk_code()),
-    }
+    block_on(paxos::request(&disk, &res, lver, force_mode))
+        .map(|out| out.owner_id)
+        .map_err(LeaseCmdError::paxos)
 }
 
 /// Releases `lr` on disk (from the table's release step), then finishes the release in
 /// the tables and wakes the acquires waiting for it. Returns the release's result.
-pub(crate) fn release_on_disk(d: &Arc<Daemon>, lr: &HeldRes, rename: Option<&Name>) -> i32 {
+pub(crate) fn release_on_disk(
+    d: &Arc<Daemon>,
+    lr: &HeldRes,
+    rename: Option<&Name>,
+) -> Result<(), LeaseCmdError> {
     let space = d.find_space(&lr.ls);
-    let rv = release(d, space.as_deref(), lr, rename);
-    if rv < 0 {
-        warn!(rv, "release on disk failed");
-    } else {
-        info!("released");
+    let result = release(d, space.as_deref(), lr, rename);
+    match &result {
+        Err(e) => warn!(error = %e, rv = e.code(), "release on disk failed"),
+        Ok(()) => info!("released"),
     }
     lock(&d.tables).finish_release(&(lr.ls, lr.name));
     // Acquires of this lease may be waiting for the release to end.
     d.released.notify_all();
-    rv
+    result
 }
 
 /// Releases orphans of lockspace `ls`: the one named `name`, or all when `name` is empty.
-/// Returns how many were released (0 when none matched, as sanlock), or a release error.
-pub fn release_orphans(d: &Arc<Daemon>, ls: &Name, name: &Name) -> i32 {
+/// Returns how many were released (0 when none matched, as sanlock), or the last
+/// release error.
+pub fn release_orphans(d: &Arc<Daemon>, ls: &Name, name: &Name) -> Result<u32, LeaseCmdError> {
     let picked: Vec<HeldRes> = lock(&d.tables).start_orphan_release(ls, name);
     // As sanlock: the result is the number of orphans released (0 when none matched).
-    let mut result = i32::try_from(picked.len()).unwrap_or(i32::MAX);
+    let count = u32::try_from(picked.len()).unwrap_or(u32::MAX);
+    let mut result = Ok(count);
     for lr in picked {
         let span = info_span!("resource", ls = %lr.ls, res = %lr.name);
         let _g = span.enter();
-        let rv = release_on_disk(d, &lr, None);
-        if rv < 0 {
-            result = rv;
+        if let Err(e) = release_on_disk(d, &lr, None) {
+            result = Err(e);
         }
     }
     result

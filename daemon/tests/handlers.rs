@@ -166,7 +166,8 @@ fn two_hosts_share_one_image() {
         false,
         None,
         client_lib::proto::SANLK_ACQUIRE_OWNER_NOWAIT,
-    );
+    )
+    .map_err(|e| e.code());
     // As sanlock: -243 once host B has seen host A renew, -247 before it knows.
     assert!(
         matches!(
@@ -182,8 +183,8 @@ fn two_hosts_share_one_image() {
     let taken = loop {
         match paxos::acquire(&b, &sb, &r1, false, None, 0) {
             Ok(h) => break h,
-            Err(rv) => {
-                assert!(Instant::now() < deadline, "host B never got r1: {rv}");
+            Err(e) => {
+                assert!(Instant::now() < deadline, "host B never got r1: {e}");
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
