@@ -156,11 +156,13 @@ impl<S, H: LeaseHold> Core<S, H> {
         };
         let cmd = match &req {
             CoreRequest::Register => {
-                if let Some(c) = self.tables.clients.slots.get_mut(&ci) {
-                    let rv = if c.registered { -EALREADY } else { 0 };
-                    c.registered = true;
-                    reply(fx, ci, kind, rv, Vec::new());
-                }
+                let Some(c) = self.tables.clients.slots.get(&ci) else {
+                    return;
+                };
+                let rv = if c.registered { -EALREADY } else { 0 };
+                let (pid, uid) = (c.pid, c.uid);
+                self.tables.register_client(ci, pid, uid);
+                reply(fx, ci, kind, rv, Vec::new());
                 return;
             }
             CoreRequest::AddLockspace { ls, io_timeout_s } => {
@@ -1112,6 +1114,53 @@ mod tests {
             vec![5],
             "released with the convert's state: {fx:?}"
         );
+    }
+
+    #[test]
+    fn register_names_the_client_after_its_pid_and_a_killpaths_end_is_kept_for_status() {
+        let mut c = joined();
+        let ci = client(&mut c, 4321);
+        let slot = &c.tables.clients.slots[&ci];
+        assert!(slot.registered);
+        assert_eq!(slot.owner_name.to_text(), "4321");
+        // A second REGISTER on the same connection is refused, and changes nothing.
+        let fx = step(
+            &mut c,
+            100,
+            Input::Request {
+                ci,
+                req: CoreRequest::Register,
+            },
+        );
+        assert_eq!(replies(&fx), vec![(ci, ReqKind::Register, -EALREADY)]);
+        // The helper's report of a killpath reaches only a client of that pid that set one.
+        let other = client(&mut c, 4322);
+        let killpath = crate::KillPath {
+            path: "/usr/libexec/fence-vm".into(),
+            ..Default::default()
+        };
+        assert_eq!(c.tables.set_killpath(ci, killpath), Some(4321));
+        let fx = step(
+            &mut c,
+            101,
+            Input::KillpathEnded {
+                pid: 4321,
+                status: "exit:0".into(),
+            },
+        );
+        assert!(fx.is_empty(), "{fx:?}");
+        let status = |c: &TestCore, ci: u32| c.tables.clients.slots[&ci].killpath_status.clone();
+        assert_eq!(status(&c, ci).as_deref(), Some("exit:0"));
+        assert_eq!(status(&c, other), None);
+        step(
+            &mut c,
+            102,
+            Input::KillpathEnded {
+                pid: 4322,
+                status: "signal:9".into(),
+            },
+        );
+        assert_eq!(status(&c, other), None, "no killpath was set for that pid");
     }
 
     #[test]

@@ -282,6 +282,11 @@ pub enum Input<S, H> {
         lver: u64,
         force_mode: u32,
     },
+    /// The helper reported how a killpath run for process `pid` ended (`exit:N`,
+    /// `signal:N`, `noexec:ERRNO`): kept on the process's clients for STATUS
+    /// ([`Tables::killpath_ended`](crate::Tables::killpath_ended), the transition the
+    /// daemon's helper status thread runs).
+    KillpathEnded { pid: i32, status: String },
 }
 
 /// What the shell is to do, in the order given.
@@ -408,6 +413,9 @@ impl<S, H: LeaseHold> Core<S, H> {
                 lver,
                 force_mode,
             } => fx = self.examined(&ls, &name, lver, force_mode),
+            Input::KillpathEnded { pid, status } => {
+                self.tables.killpath_ended(pid, &status);
+            }
         }
         if !self.any_planted() {
             if let Err(broken) = self.check_cheap() {

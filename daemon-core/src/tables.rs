@@ -10,8 +10,11 @@
 //! arguments: no disk I/O, no socket, no other lock, no thread. The daemon's handlers (`cmd.rs`)
 //! call a transition, do the disk I/O with no lock held, and report the outcome with the
 //! matching `finish_*` transition; the unit tests below drive the same transitions with no
-//! daemon at all. Other modules read the tables and set per-client fields (kill
-//! escalation's counters, a killpath's exit status, restriction flags) under the same lock.
+//! daemon at all. Every change of a slot's fields is a transition too (`note_command`,
+//! `register_client`, `set_restrict`, `set_owner_name`, `set_killpath`, `killpath_ended`,
+//! `note_acquire_result`, `clear_waiting`, `change_held`); kill escalation's counters are changed by
+//! the core's kill decision (`crate::kill`). The daemon reads the tables but writes them
+//! only through these (`daemon/tests/module_graph.rs` fails on a direct write).
 //!
 //! Invariants, which [`Tables::check`] checks (the unit tests after every transition;
 //! the daemon, in debug builds, whenever it lets go of the tables lock):
@@ -34,7 +37,7 @@ use client_lib::proto::{
 use client_lib::wire;
 use disk_format::Name;
 
-use crate::clients::{ClientToken, Clients, KillPath, LeaseHold, LocalRes};
+use crate::clients::{ClientToken, Clients, KillPath, LeaseHold, LocalRes, Waiting};
 use crate::errno::*;
 
 /// A lease's key: (lockspace, resource).
@@ -203,6 +206,101 @@ impl<S, H: LeaseHold> Tables<S, H> {
                 self.clients.slots.remove(&ci);
                 Ok(())
             }
+        }
+    }
+
+    /// Changes the on-disk state kept for held lease `key` (SET_LVB writes the value
+    /// block into lease-core's token) with `change`; None when the lease is not held here.
+    pub fn change_held<R>(&mut self, key: &Key, change: impl FnOnce(&mut H) -> R) -> Option<R> {
+        self.resources.get_mut(key).map(|lr| change(&mut lr.held))
+    }
+
+    /// A command arrived on connection `ci` (STATUS shows it as `cmd_last`).
+    pub fn note_command(&mut self, ci: u32, cmd: u32) {
+        if let Some(c) = self.clients.slots.get_mut(&ci) {
+            c.cmd_last = cmd;
+        }
+    }
+
+    /// REGISTER on connection `ci` from process `pid` of `uid`: the slot becomes a
+    /// registered client named after its pid (as sanlock names it until an ACQUIRE
+    /// names it). False when the slot is gone.
+    pub fn register_client(&mut self, ci: u32, pid: i32, uid: u32) -> bool {
+        let Some(c) = self.clients.slots.get_mut(&ci) else {
+            return false;
+        };
+        c.registered = true;
+        c.pid = pid;
+        c.uid = uid;
+        c.owner_name = Name::from_field(pid.to_string().as_bytes());
+        true
+    }
+
+    /// RESTRICT: connection `ci`'s restriction flags.
+    pub fn set_restrict(&mut self, ci: u32, flags: u32) {
+        if let Some(c) = self.clients.slots.get_mut(&ci) {
+            c.restricted = flags;
+        }
+    }
+
+    /// An ACQUIRE names its client anew from its options (an empty name included).
+    pub fn set_owner_name(&mut self, ci: u32, owner_name: Name) {
+        if let Some(c) = self.clients.slots.get_mut(&ci) {
+            c.owner_name = owner_name;
+        }
+    }
+
+    /// KILLPATH: the program run for client `ci` before it is signalled. Returns the
+    /// client's pid, or None when the slot is gone.
+    pub fn set_killpath(&mut self, ci: u32, killpath: KillPath) -> Option<i32> {
+        let c = self.clients.slots.get_mut(&ci)?;
+        c.killpath = Some(killpath);
+        Some(c.pid)
+    }
+
+    /// The helper reported how a killpath run for process `pid` ended (`exit:N`,
+    /// `signal:N`, `noexec:ERRNO`): kept on each of its clients that set a killpath, for
+    /// STATUS. Returns how many slots took it.
+    pub fn killpath_ended(&mut self, pid: i32, status: &str) -> usize {
+        let mut noted = 0;
+        for c in self.clients.slots.values_mut() {
+            if c.pid == pid && c.killpath.is_some() {
+                c.killpath_status = Some(status.to_string());
+                noted += 1;
+            }
+        }
+        noted
+    }
+
+    /// How client `ci`'s acquire of `key` ended, for STATUS's `waiting=`: a registered
+    /// client refused as `busy` (another holder has the lease) is a candidate waiting
+    /// since its first such refusal of that lease (`now_s` then); anything else ends the
+    /// wait.
+    pub fn note_acquire_result(&mut self, ci: u32, key: Key, rv: i32, busy: bool, now_s: u64) {
+        let Some(c) = self.clients.slots.get_mut(&ci) else {
+            return;
+        };
+        if !c.registered || !busy {
+            c.waiting = None;
+            return;
+        }
+        let (ls, name) = key;
+        let since = match c.waiting {
+            Some(w) if w.ls.same_as(&ls) && w.name.same_as(&name) => w.since,
+            _ => now_s,
+        };
+        c.waiting = Some(Waiting {
+            ls,
+            name,
+            since,
+            last_rv: rv,
+        });
+    }
+
+    /// Client `ci`'s acquire succeeded: it waits for nothing any more.
+    pub fn clear_waiting(&mut self, ci: u32) {
+        if let Some(c) = self.clients.slots.get_mut(&ci) {
+            c.waiting = None;
         }
     }
 
@@ -708,6 +806,34 @@ mod tests {
         t.finish_release(&k);
         assert!(!t.space_in_use(&k.0));
         acquire(&mut t, b, k, false, false);
+    }
+
+    #[test]
+    fn a_busy_refusal_starts_a_wait_that_lasts_until_another_lease_or_a_success() {
+        let mut t = Tables::default();
+        let a = client(&mut t, 10);
+        let (k1, k2) = (key("r1"), key("r2"));
+        let waiting = |t: &Tables| t.clients.slots[&a].waiting;
+        t.note_acquire_result(a, k1, -243, true, 100);
+        t.note_acquire_result(a, k1, -247, true, 130);
+        // The same lease: the wait keeps its start and takes the last code.
+        let w = waiting(&t).expect("waiting");
+        assert_eq!((w.name, w.since, w.last_rv), (k1.1, 100, -247));
+        // Another lease starts a new wait; a refusal that is not busy ends it.
+        t.note_acquire_result(a, k2, -243, true, 140);
+        assert_eq!(waiting(&t).map(|w| (w.name, w.since)), Some((k2.1, 140)));
+        t.note_acquire_result(a, k2, -5, false, 150);
+        assert_eq!(waiting(&t), None);
+        t.note_acquire_result(a, k1, -243, true, 160);
+        t.clear_waiting(a);
+        assert_eq!(waiting(&t), None);
+        // Unregistered slots are never candidates.
+        let u = t.clients.add(-1, 12, 0, None).unwrap();
+        t.note_acquire_result(u, k1, -243, true, 170);
+        assert_eq!(t.clients.slots[&u].waiting, None);
+        assert!(t.register_client(u, 12, 0));
+        assert_eq!(t.clients.slots[&u].owner_name.to_text(), "12");
+        t.check().unwrap();
     }
 
     #[test]

@@ -28,9 +28,7 @@ use crate::{admin, lockspace, paxos, permit, sys};
 
 /// RESTRICT: the connection's restriction flags (from `cmd_flags`).
 pub(crate) fn restrict(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> i32 {
-    if let Some(c) = lock(&d.tables).clients.slots.get_mut(&conn.ci) {
-        c.restricted = h.cmd_flags;
-    }
+    lock(&d.tables).set_restrict(conn.ci, h.cmd_flags);
     info!(
         ci = conn.ci,
         pid = conn.cred.pid,
@@ -163,13 +161,14 @@ pub(crate) fn set_lvb(
     r: &wire::ResourceHead,
     data: &[u8],
 ) -> Result<(), LeaseCmdError> {
-    let mut tables = lock(&d.tables);
-    let token = tables
-        .resources
-        .get_mut(&(r.lockspace_name, r.name))
-        .and_then(|lr| lr.held.token.as_mut())
-        .ok_or(LeaseCmdError::NotHeld("SET_LVB of a lease not held here"))?;
-    token.set_lvb(data).map_err(LeaseCmdError::paxos)
+    let not_held = LeaseCmdError::NotHeld("SET_LVB of a lease not held here");
+    let set = lock(&d.tables).change_held(&(r.lockspace_name, r.name), |held| {
+        held.token.as_mut().map(|token| token.set_lvb(data))
+    });
+    match set.flatten() {
+        None => Err(not_held),
+        Some(result) => result.map_err(LeaseCmdError::paxos),
+    }
 }
 
 pub(crate) fn get_lvb(
@@ -195,13 +194,10 @@ pub(crate) fn get_lvb(
 }
 
 pub(crate) fn register(d: &Arc<Daemon>, conn: &Conn) {
-    if let Some(c) = lock(&d.tables).clients.slots.get_mut(&conn.ci) {
-        c.registered = true;
-        c.pid = conn.cred.pid;
-        c.uid = conn.cred.uid;
-        c.owner_name = Name::from_field(conn.cred.pid.to_string().as_bytes());
+    let (ci, pid, uid) = (conn.ci, conn.cred.pid, conn.cred.uid);
+    if lock(&d.tables).register_client(ci, pid, uid) {
+        info!(ci, pid, "client registered");
     }
-    info!(ci = conn.ci, pid = conn.cred.pid, "client registered");
 }
 
 pub(crate) fn shutdown(d: &Arc<Daemon>, force: bool) {
@@ -429,9 +425,7 @@ fn acquire(
 ) -> Result<(), LeaseCmdError> {
     // Every ACQUIRE names the client anew from its options, an empty name included, as
     // sanlock does (`sanlock client command` leaves its client with no name in STATUS).
-    if let Some(c) = lock(&d.tables).clients.slots.get_mut(&target) {
-        c.owner_name = opt.owner_name;
-    }
+    lock(&d.tables).set_owner_name(target, opt.owner_name);
     let mut done: Vec<ClientToken> = Vec::new();
     for r in wanted {
         let span = info_span!("resource", ls = %r.head.lockspace_name, res = %r.head.name);
@@ -448,10 +442,11 @@ fn acquire(
             }
         }
     }
-    let recorded = lock(&d.tables).record_tokens(target, done);
-    if let Some(c) = lock(&d.tables).clients.slots.get_mut(&target) {
-        c.waiting = None;
-    }
+    let recorded = {
+        let mut tables = lock(&d.tables);
+        tables.clear_waiting(target);
+        tables.record_tokens(target, done)
+    };
     match recorded {
         Ok(()) => Ok(()),
         Err(done) => {
@@ -464,25 +459,10 @@ fn acquire(
 /// Records (or clears) that client `target` is a candidate waiting for `r`: a busy
 /// refusal (another holder has it) marks it, any other failure clears the mark.
 fn note_waiting(d: &Daemon, target: u32, r: &wire::Resource, rv: i32) {
-    let mut tables = lock(&d.tables);
-    let Some(c) = tables.clients.slots.get_mut(&target) else {
-        return;
-    };
-    if !c.registered || !client_lib::lease::is_busy_code(rv) {
-        c.waiting = None;
-        return;
-    }
-    let (ls, name) = (r.head.lockspace_name, r.head.name);
-    let since = match c.waiting {
-        Some(w) if w.ls.same_as(&ls) && w.name.same_as(&name) => w.since,
-        _ => lockd_diskio::monotime(),
-    };
-    c.waiting = Some(crate::tables::Waiting {
-        ls,
-        name,
-        since,
-        last_rv: rv,
-    });
+    let key = (r.head.lockspace_name, r.head.name);
+    let busy = client_lib::lease::is_busy_code(rv);
+    let now_s = lockd_diskio::monotime();
+    lock(&d.tables).note_acquire_result(target, key, rv, busy, now_s);
 }
 
 pub(crate) fn acquire_one(
@@ -756,14 +736,15 @@ fn killpath(
         ));
     }
     let run_as = permit::killpath_creds(d, caller);
-    if let Some(c) = lock(&d.tables).clients.slots.get_mut(&target) {
-        info!(pid = c.pid, path = ?path, args = ?args, run_as_uid = run_as.as_ref().map_or(0, |r| r.uid), "killpath set");
-        c.killpath = Some(KillPath {
-            path,
-            args,
-            with_pid: h.cmd_flags & SANLK_KILLPATH_PID != 0,
-            run_as,
-        });
+    let run_as_uid = run_as.as_ref().map_or(0, |r| r.uid);
+    let killpath = KillPath {
+        path: path.clone(),
+        args: args.clone(),
+        with_pid: h.cmd_flags & SANLK_KILLPATH_PID != 0,
+        run_as,
+    };
+    if let Some(pid) = lock(&d.tables).set_killpath(target, killpath) {
+        info!(pid, path = ?path, args = ?args, run_as_uid, "killpath set");
     }
     Ok(())
 }

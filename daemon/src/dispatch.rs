@@ -85,9 +85,7 @@ pub(crate) fn run_command(d: &Arc<Daemon>, conn: &mut Conn, hb: &[u8; HEADER_LEN
         );
         return After::Keep;
     }
-    if let Some(c) = lock(&d.tables).clients.slots.get_mut(&conn.ci) {
-        c.cmd_last = h.cmd;
-    }
+    lock(&d.tables).note_command(conn.ci, h.cmd);
     dispatch(d, conn, &h)
 }
 

@@ -330,13 +330,7 @@ pub fn status_loop(helper: &Helper, tables: &crate::tables::TablesLock) {
                 "killpath failed"
             );
         }
-        let mut tables = crate::sync::lock(tables);
-        let clients = &mut tables.clients;
-        for c in clients.slots.values_mut() {
-            if c.pid == st.client_pid && c.killpath.is_some() {
-                c.killpath_status = Some(status.clone());
-            }
-        }
+        crate::sync::lock(tables).killpath_ended(st.client_pid, &status);
     }
 }
 

@@ -198,3 +198,66 @@ fn the_reader_finds_imports_and_skips_comments_and_tests() {
     let got: Vec<String> = imports(&code).into_iter().collect();
     assert_eq!(got, ["a", "b", "e", "h"]);
 }
+
+/// Writes to the client and resource tables that bypass `lockd_core::Tables`'s
+/// transitions: a mutable borrow of a slot or a resource, or an insert or removal.
+const DIRECT_TABLE_WRITES: [&str; 8] = [
+    "slots.get_mut(",
+    "slots.values_mut(",
+    "slots.iter_mut(",
+    "slots.insert(",
+    "slots.remove(",
+    "resources.get_mut(",
+    "resources.insert(",
+    "resources.remove(",
+];
+
+/// The one place allowed to write the tables directly: the debug-build hook that breaks
+/// them on purpose (`LOCKD_DEBUG_PANIC_IN_JOB=break-tables`, to test that a broken
+/// invariant stops the daemon).
+const ALLOWED_DIRECT_WRITES: [(&str, &str); 1] = [("reactor", "resources.insert(")];
+
+/// Issue 23: one owner of the lease state. Outside its tests, the daemon changes the
+/// client and resource tables only through the core's transitions (`Tables::start_*`,
+/// `finish_*`, `register_client`, `set_killpath` …), each of which keeps the invariants
+/// `Tables::check` checks.
+#[test]
+fn the_daemon_writes_the_tables_only_through_the_cores_transitions() {
+    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for (module, text) in module_sources(&src_dir) {
+        // Without white space: a call split over lines by rustfmt is still one match.
+        let code: String = strip_test_items(&strip_comments(&text))
+            .split_whitespace()
+            .collect();
+        for pattern in DIRECT_TABLE_WRITES {
+            if ALLOWED_DIRECT_WRITES.contains(&(module.as_str(), pattern)) {
+                continue;
+            }
+            let n = code.matches(pattern).count();
+            if n > 0 {
+                found.push(format!("{module}.rs: {n} × {pattern}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "direct writes to the lease tables (add a transition to lockd_core::Tables):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_write_check_sees_a_direct_write_and_not_one_in_a_test_or_a_comment() {
+    let src = "fn f(t: &mut T) { t.clients.slots.get_mut(&1); t.resources\n   .remove(&k); }\n\
+               // t.resources.get_mut(&k)\n\
+               #[cfg(test)]\nmod tests { fn g() { t.resources.insert(k, v); } }\n";
+    let code: String = strip_test_items(&strip_comments(src))
+        .split_whitespace()
+        .collect();
+    let hits: Vec<&str> = DIRECT_TABLE_WRITES
+        .into_iter()
+        .filter(|p| code.contains(p))
+        .collect();
+    assert_eq!(hits, vec!["slots.get_mut(", "resources.remove("]);
+}
