@@ -530,8 +530,15 @@ pub fn read_resource_owners(
         if (sector, align) == (first.sector_size, actual_align) {
             break;
         }
-        if actual_align == 0 || tries > 1 {
-            return Err(AdminError::Invalid("the leader's sizes are not a geometry"));
+        if actual_align == 0 {
+            return Err(AdminError::Invalid(
+                "the leader's sector size has no align size",
+            ));
+        }
+        if tries > 1 {
+            return Err(AdminError::Invalid(
+                "the leader's sizes changed between reads",
+            ));
         }
         (sector, align) = (first.sector_size, actual_align);
     }

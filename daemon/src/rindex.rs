@@ -89,9 +89,9 @@ pub(crate) enum RindexCmdError {
     Index {
         /// The operation (format, rebuild, lookup, update, create, delete).
         op: &'static str,
-        /// Why.
+        /// Why (boxed: lease-core's error is large, and this is the rare path).
         #[source]
-        source: RindexError,
+        source: Box<RindexError>,
     },
 }
 
@@ -128,7 +128,10 @@ impl RindexCmdError {
     }
 
     fn index(op: &'static str) -> impl FnOnce(RindexError) -> RindexCmdError {
-        move |source| RindexCmdError::Index { op, source }
+        move |source| RindexCmdError::Index {
+            op,
+            source: Box::new(source),
+        }
     }
 }
 
@@ -375,7 +378,7 @@ mod tests {
             op: "format_rindex",
             area: "lockspace ls (our host_id 1)".into(),
         };
-        let index = |source| RindexCmdError::Index { op: "x", source };
+        let index = |source| RindexCmdError::index("x")(source);
         for (e, code) in [
             (RindexCmdError::Invalid("x"), -libc::EINVAL),
             (
@@ -441,11 +444,11 @@ mod tests {
         assert_eq!(differs.rentry(), Rentry::new(name, 1 << 20));
         let diff_elsewhere = RindexCmdError::Index {
             op: "update",
-            source: RindexError::Diff {
+            source: Box::new(RindexError::Diff {
                 found: name,
                 expected: Name::EMPTY,
                 offset: 1 << 20,
-            },
+            }),
         };
         assert_eq!(diff_elsewhere.rentry(), Rentry::new(Name::EMPTY, 0));
         assert_eq!(RindexCmdError::Busy.rentry(), Rentry::new(Name::EMPTY, 0));
