@@ -53,8 +53,8 @@ pub(crate) enum RindexCmdError {
     /// A missing or malformed argument (-EINVAL).
     #[error("invalid argument: {0}")]
     Invalid(&'static str),
-    /// The rindex disk cannot be opened, or its geometry is not one (the disk command's
-    /// code: `crate::admin`).
+    /// The rindex disk cannot be opened, or the sizes asked for (or the device's) make no
+    /// geometry: the code `crate::admin` gives it.
     #[error(transparent)]
     Disk(#[from] AdminError),
     /// The lockspace is not here, or not joined yet (-ENOENT, as sanlock).
@@ -127,6 +127,7 @@ impl RindexCmdError {
         code
     }
 
+    /// Wraps lease-core's error of the index operation `op` (for `map_err`).
     fn index(op: &'static str) -> impl FnOnce(RindexError) -> RindexCmdError {
         move |source| RindexCmdError::Index {
             op,
