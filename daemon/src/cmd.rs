@@ -93,7 +93,7 @@ pub(crate) fn get_lockspaces(d: &Arc<Daemon>, h: &Header) -> Reply {
 }
 
 pub(crate) fn read_resource(d: &Arc<Daemon>, h: &Header, mut res: wire::Resource) -> Reply {
-    let rv = admin::read_resource(d, &mut res);
+    let rv = admin::read_resource(d, &mut res).map_or_else(|e| e.refused(h.cmd), |()| 0);
     let mut p = Vec::new();
     res.head.encode_into(&mut p);
     Reply::with(h, rv, 0, &p)
@@ -109,7 +109,7 @@ pub(crate) fn read_resource_owners(d: &Arc<Daemon>, h: &Header, res: &wire::Reso
             }
             Reply::with(h, 0, hosts.len() as u32, &p)
         }
-        Err(rv) => Reply::result(h, rv),
+        Err(e) => Reply::result(h, e.refused(h.cmd)),
     }
 }
 

@@ -27,12 +27,14 @@ use std::sync::Arc;
 
 use client_lib::proto::*;
 use client_lib::request::{self, read_request, Request, RequestError};
-use client_lib::wire::{Header, Rentry, HEADER_LEN};
+use client_lib::wire::{self, Header, Rentry, HEADER_LEN};
 use disk_format::Name;
 use tracing::{debug, info, warn};
 
 use crate::access::{self, Caller};
+use crate::admin::AdminError;
 use crate::cmd_error::LeaseCmdError;
+use crate::rindex::RindexCmdError;
 use crate::server::{After, Conn, Reply};
 use crate::space::SpaceError;
 use crate::state::Daemon;
@@ -223,6 +225,18 @@ fn lease_code(h: &Header, result: Result<(), LeaseCmdError>) -> i32 {
     LeaseCmdError::reply_code(h.cmd, &result)
 }
 
+/// A disk command's reply code (`crate::admin`): 0, or the refusal's code, its reason
+/// logged.
+fn admin_code(h: &Header, result: Result<(), AdminError>) -> i32 {
+    result.map_or_else(|e| e.refused(h.cmd), |()| 0)
+}
+
+/// FORMAT_RINDEX's and REBUILD_RINDEX's reply code (`crate::rindex`): 0, or the
+/// refusal's code, its reason logged.
+fn rindex_code(h: &Header, result: Result<(), RindexCmdError>) -> i32 {
+    result.map_or_else(|e| e.refused(h.cmd), |()| 0)
+}
+
 /// Writes a handler's reply and says what becomes of the connection.
 fn send(conn: &mut Conn, reply: Reply, after: After) -> After {
     conn.send_reply(reply);
@@ -256,10 +270,13 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
         Request::AddLockspace(ls) => space_code(h, lockspace::add(d, &ls, h.data, h.cmd_flags)),
         Request::InqLockspace(ls) => space_code(h, lockspace::inq(d, &ls, h.cmd_flags)),
         Request::RemLockspace(ls) => space_code(h, lockspace::rem(d, &ls, h.cmd_flags)),
-        Request::Align(disk) => admin::align(&disk),
-        Request::WriteLockspace(ls) => admin::write_lockspace(d, &ls, h.data2),
+        Request::Align(disk) => admin::align(&disk).unwrap_or_else(|e| e.refused(h.cmd)),
+        Request::WriteLockspace(ls) => admin_code(h, admin::write_lockspace(d, &ls, h.data2)),
         Request::ReadLockspace(mut ls) => {
-            let (rv, io_timeout) = admin::read_lockspace(d, &mut ls);
+            let (rv, io_timeout) = match admin::read_lockspace(d, &mut ls) {
+                Ok(io_timeout) => (0, io_timeout),
+                Err(e) => (e.refused(h.cmd), 0),
+            };
             return send(
                 conn,
                 Reply::with(h, rv, io_timeout, &ls.encode()),
@@ -267,16 +284,22 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
             );
         }
         Request::ReadLockspaceHost(mut ls) => {
-            let (rv, io_timeout, host) = admin::read_lockspace_host(d, &mut ls);
+            let (rv, io_timeout, host) = match admin::read_lockspace_host(d, &mut ls) {
+                Ok((io_timeout, host)) => (0, io_timeout, host),
+                Err(e) => (e.refused(h.cmd), 0, wire::Host::default()),
+            };
             let mut p = ls.encode().to_vec();
             host.encode_into(&mut p);
             return send(conn, Reply::with(h, rv, io_timeout, &p), After::Keep);
         }
         Request::SetHost(ls, host) => space_code(h, lockspace::set_host(d, &ls, &host, h.data)),
-        Request::InitLockspaceHost(ls, rec) => admin::init_lockspace_host(d, &ls, &rec, h.data2),
-        Request::WriteResource(res) => {
-            admin::write_resource(d, &res, h.data, h.cmd_flags & SANLK_WRITE_CLEAR != 0)
+        Request::InitLockspaceHost(ls, rec) => {
+            admin_code(h, admin::init_lockspace_host(d, &ls, &rec, h.data2))
         }
+        Request::WriteResource(res) => admin_code(
+            h,
+            admin::write_resource(d, &res, h.data, h.cmd_flags & SANLK_WRITE_CLEAR != 0),
+        ),
         Request::ReadResource(res) => {
             return send(conn, cmd::read_resource(d, h, res), After::Keep);
         }
@@ -294,13 +317,16 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
         Request::RequestLease(res) => lease_code(h, cmd::request(d, &res, h)),
         Request::ExamineLockspace(ls) => space_code(h, cmd::examine(d, &ls.name)),
         Request::ExamineResource(head) => space_code(h, cmd::examine(d, &head.lockspace_name)),
-        Request::FormatRindex(ri) => rindex::format(d, &ri),
-        Request::RebuildRindex(ri) => rindex::rebuild(d, &ri, h.cmd_flags),
+        Request::FormatRindex(ri) => rindex_code(h, rindex::format(d, &ri)),
+        Request::RebuildRindex(ri) => rindex_code(h, rindex::rebuild(d, &ri, h.cmd_flags)),
         Request::LookupRindex(ri, re)
         | Request::UpdateRindex(ri, re)
         | Request::CreateResource(ri, re)
         | Request::DeleteResource(ri, re) => {
-            let (rv, out) = rindex::entry(d, h, &ri, &re);
+            let (rv, out) = match rindex::entry(d, h, &ri, &re) {
+                Ok(out) => (0, out),
+                Err(e) => (e.refused(h.cmd), e.rentry()),
+            };
             return send(conn, Reply::with(h, rv, 0, &out.encode()), After::Keep);
         }
         Request::Watch => {
@@ -318,7 +344,7 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
         Request::Leader(res) => {
             let reply = match watch::leader(d, &res) {
                 Ok(info) => Reply::with(h, 0, 0, &info.encode()),
-                Err(rv) => Reply::result(h, rv),
+                Err(e) => Reply::result(h, e.refused(h.cmd)),
             };
             return send(conn, reply, After::Keep);
         }

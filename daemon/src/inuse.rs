@@ -2,10 +2,10 @@
 //! WRITE_RESOURCE, FORMAT_RINDEX, and the lease CREATE_RESOURCE places).
 //!
 //! Invariants:
-//! - A write of `[start, start + len)` on a disk is refused with `-EBUSY` when it overlaps
-//!   the lockspace area of any lockspace in our table (adding, joined or being removed),
-//!   or the area of any resource lease in our resource table (held, orphaned, or being
-//!   acquired or released). sanlock's protocol has no force flag for these commands and
+//! - A write of `[start, start + len)` on a disk is refused ([`InUse`], -EBUSY for the
+//!   client) when it overlaps the lockspace area of any lockspace in our table (adding,
+//!   joined or being removed), or the area of any resource lease in our resource table
+//!   (held, orphaned, or being acquired or released). sanlock's protocol has no force flag for these commands and
 //!   lockd's CLI `--force` never reaches here: no client can override this.
 //! - "The same disk" is decided by identity, not by the path text: the device number of a
 //!   block device, or (device, inode) of a regular file, so `/dev/dm-3` and
@@ -105,15 +105,26 @@ pub(crate) fn in_use(d: &Daemon, path: &str, start: u64, len: u64) -> bool {
     area_in_use(d, path, start, len).is_some()
 }
 
-/// `Err(-EBUSY)` when writing `len` bytes at `start` of `path` would overwrite a
-/// lockspace we joined (or are joining) or a lease we hold; `what` names the write.
+/// A client-requested write refused because it would overwrite an area this daemon uses
+/// (-EBUSY for sanlock's clients: `AdminError::code`, `RindexCmdError::code`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{op} would overwrite {area}, which this daemon uses")]
+pub struct InUse {
+    /// The refused write (e.g. "write_resource").
+    pub op: &'static str,
+    /// What is there: a lockspace or a lease, named.
+    pub area: String,
+}
+
+/// [`InUse`] when writing `len` bytes at `start` of `path` would overwrite a lockspace we
+/// joined (or are joining) or a lease we hold; `what` names the write.
 pub(crate) fn refuse_if_in_use(
     d: &Daemon,
-    what: &str,
+    what: &'static str,
     path: &str,
     start: u64,
     len: u64,
-) -> Result<(), i32> {
+) -> Result<(), InUse> {
     match area_in_use(d, path, start, len) {
         None => Ok(()),
         Some(a) => {
@@ -126,7 +137,10 @@ pub(crate) fn refuse_if_in_use(
                 area_offset = a.start,
                 "refusing to write over an area this daemon uses (-EBUSY)"
             );
-            Err(-libc::EBUSY)
+            Err(InUse {
+                op: what,
+                area: a.what,
+            })
         }
     }
 }
@@ -134,6 +148,18 @@ pub(crate) fn refuse_if_in_use(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_write_says_what_it_would_overwrite() {
+        let e = InUse {
+            op: "write_resource",
+            area: "resource lease ls:r held by this host".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "write_resource would overwrite resource lease ls:r held by this host, which this daemon uses"
+        );
+    }
 
     #[test]
     fn overlap_bounds() {

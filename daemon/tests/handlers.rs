@@ -55,11 +55,8 @@ fn resource(path: &str, name: &str, offset: u64) -> Resource {
 
 /// Formats lockspace HS at 0 and resource `r1` at 1 MiB.
 fn format(d: &Daemon, path: &str) {
-    assert_eq!(admin::write_lockspace(d, &space(path, 1), 1), 0);
-    assert_eq!(
-        admin::write_resource(d, &resource(path, "r1", 1 << 20), 0, false),
-        0
-    );
+    admin::write_lockspace(d, &space(path, 1), 1).expect("write_lockspace");
+    admin::write_resource(d, &resource(path, "r1", 1 << 20), 0, false).expect("write_resource");
 }
 
 #[test]
@@ -69,7 +66,10 @@ fn format_join_acquire_and_remove_without_a_socket() {
     let d = daemon("hostA");
     format(&d, path);
     let mut read_back = space(path, 0);
-    assert_eq!(admin::read_lockspace(&d, &mut read_back), (0, 1));
+    assert_eq!(
+        admin::read_lockspace(&d, &mut read_back).map_err(|e| e.code()),
+        Ok(1)
+    );
     assert_eq!(read_back.name, Name::new("HS").unwrap());
 
     assert_eq!(lockspace::add(&d, &space(path, 1), 1, 0), Ok(()));
@@ -120,7 +120,10 @@ fn a_failing_or_missing_disk_is_an_error_and_changes_nothing() {
     let img = image(path, 2);
     let d = daemon("hostF");
     img.set_failing(true);
-    assert_eq!(admin::write_lockspace(&d, &space(path, 1), 1), -libc::EIO);
+    assert_eq!(
+        admin::write_lockspace(&d, &space(path, 1), 1).map_err(|e| e.code()),
+        Err(-libc::EIO)
+    );
     img.set_failing(false);
     assert!(img.snapshot(0, 2 << 20).unwrap().iter().all(|&b| b == 0));
 
@@ -132,14 +135,12 @@ fn a_failing_or_missing_disk_is_an_error_and_changes_nothing() {
     );
     assert!(img.snapshot(0, 2 << 20).unwrap().iter().all(|&b| b == 0));
     // (WRITE_LOCKSPACE answers -ENODEV for a disk it cannot open, as sanlock.)
-    assert_eq!(
-        admin::write_lockspace(&d, &space("/lockd-mem/none", 1), 1),
-        -libc::ENODEV
-    );
-    assert_eq!(
-        admin::write_resource(&d, &resource("/lockd-mem/none", "r1", 0), 0, false),
-        -libc::ENOENT
-    );
+    let e = admin::write_lockspace(&d, &space("/lockd-mem/none", 1), 1).unwrap_err();
+    assert_eq!(e.code(), -libc::ENODEV, "{e}");
+    assert!(matches!(e, admin::AdminError::LockspaceDisk(_)), "{e:?}");
+    let e = admin::write_resource(&d, &resource("/lockd-mem/none", "r1", 0), 0, false).unwrap_err();
+    assert_eq!(e.code(), -libc::ENOENT, "{e}");
+    assert!(matches!(e, admin::AdminError::Open(_)), "{e:?}");
 }
 
 #[test]
