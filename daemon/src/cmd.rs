@@ -27,7 +27,7 @@ use crate::tables::{ClientToken, KillPath};
 use crate::{admin, lockspace, paxos, permit, sys};
 
 /// RESTRICT: the connection's restriction flags (from `cmd_flags`).
-pub(crate) fn restrict(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> i32 {
+pub(crate) fn restrict(d: &Arc<Daemon>, conn: &Conn, h: &Header) {
     lock(&d.tables).set_restrict(conn.ci, h.cmd_flags);
     info!(
         ci = conn.ci,
@@ -35,7 +35,6 @@ pub(crate) fn restrict(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> i32 {
         flags = h.cmd_flags,
         "restrict"
     );
-    0
 }
 
 /// VERSION: a fresh header carrying sanlock's combined version in data2.

@@ -250,7 +250,10 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
             cmd::register(d, conn);
             return After::Keep;
         }
-        Request::Restrict => cmd::restrict(d, conn, h),
+        Request::Restrict => {
+            cmd::restrict(d, conn, h);
+            0
+        }
         Request::Version => return send(conn, cmd::version(), After::Keep),
         Request::Shutdown => {
             cmd::shutdown(d, h.data != 0);

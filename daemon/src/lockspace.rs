@@ -29,7 +29,7 @@ use crate::watchdog::LockspaceWatchdog;
 use lease_core::exec::block_on;
 use lockd_diskio::{BlockingDisk, EngineKind, SystemClock};
 
-use crate::space::{JoinedDisk, Phase, RenewalRec, Space, SpaceError, MAX_EVENT_FDS};
+use crate::space::{JoinError, JoinedDisk, Phase, RenewalRec, Space, SpaceError, MAX_EVENT_FDS};
 
 /// ADD_LOCKSPACE.
 pub fn add(
@@ -388,17 +388,15 @@ type JoinResult = (
 /// Opens the disk and joins (delta acquire). With the watchdog on, the wdmd link is opened
 /// before the acquire and armed right after it — before the lockspace is reported joined,
 /// so no client can hold a lease in it unprotected.
-fn join(d: &Daemon, space: &Space) -> Result<JoinResult, i32> {
+fn join(d: &Daemon, space: &Space) -> Result<JoinResult, JoinError> {
     if d.cfg.use_watchdog {
         watchdog_fits(space.io_timeout, d.cfg.watchdog_fire_timeout_s)?;
     }
     let mut wd = if d.cfg.use_watchdog {
-        let w = LockspaceWatchdog::open(&d.cfg.wdmd_run_dir, d.cfg.watchdog_fire_timeout_s)
-            .map_err(|e| {
-                warn!(error = %e, "cannot use the watchdog; not joining");
-                e.sanlk_code()
-            })?;
-        Some(w)
+        Some(LockspaceWatchdog::open(
+            &d.cfg.wdmd_run_dir,
+            d.cfg.watchdog_fire_timeout_s,
+        )?)
     } else {
         None
     };
@@ -411,11 +409,7 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, i32> {
         std::path::Path::new(&space.path),
         crate::access::Need::Write,
         EngineKind::OwnRing,
-    )
-    .map_err(|e| {
-        warn!(error = %e, "cannot open lockspace disk");
-        -libc::ENODEV
-    })?;
+    )?;
     // Read now, while the storage answered the open: on an unreachable hard-mounted NFS
     // server statfs would block.
     space.on_network_fs.store(
@@ -432,33 +426,31 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, i32> {
     // then answers SANLK_ERROR (-201), as sanlock's delta_lease_acquire does when it sees
     // `external_remove` or `external_shutdown` in its waits — not the code of the I/O
     // the abort cut short (a read error, -220).
-    let aborted = |rv: i32| {
+    let aborted = |e: JoinError| {
         if space.stop.load(Ordering::SeqCst) {
-            info!(rv, "join aborted by removal or shutdown");
-            disk_format::rv::SANLK_ERROR
+            info!(error = %e, "join aborted by removal or shutdown");
+            JoinError::Aborted
         } else {
-            rv
+            e
         }
     };
     let io = space.io_timeout as u16;
     let (geometry, _first) = block_on(delta::read_lockspace_geometry(&bdisk, space.offset, io))
-        .map_err(|e| {
-            warn!(error = %e, "cannot read lockspace");
-            aborted(e.sanlk_code())
-        })?;
+        .map_err(|e| aborted(e.into()))?;
     // A record whose sector size is below the device's logical sector size cannot be
     // read or written with O_DIRECT at its own spacing: refused as sanlock refuses a
     // sector size that disagrees with the geometry in use.
     if geometry.sector_size.bytes() < bdisk.disk.sector_size() {
-        warn!(
-            leader_sector_size = geometry.sector_size.bytes(),
-            device_sector_size = bdisk.disk.sector_size(),
-            "lockspace record's sector size is below the device's"
-        );
-        return Err(disk_format::rv::SANLK_LEADER_SECTORSIZE);
+        return Err(JoinError::SectorSize {
+            record_bytes: geometry.sector_size.bytes(),
+            device_bytes: bdisk.disk.sector_size(),
+        });
     }
     if space.host_id > geometry.max_hosts() {
-        return Err(disk_format::rv::SANLK_ADDLS_INVALID_HOSTID);
+        return Err(JoinError::HostIdTooLarge {
+            host_id: space.host_id,
+            max_hosts: geometry.max_hosts(),
+        });
     }
     lock(&space.st).geometry = Some(geometry);
     let params = LockspaceParams {
@@ -481,20 +473,18 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, i32> {
         None
     };
     let state = block_on(delta::acquire(&bdisk, &clock, &params)).map_err(|e| {
-        warn!(error = %e, "delta lease acquire failed");
         if let Some(f) = &fence {
             f.unregister();
         }
-        aborted(e.sanlk_code())
+        aborted(e.into())
     })?;
     if let Some(f) = fence {
         if let Err(e) = f.confirm_generation(state.generation()) {
-            warn!(error = %e, "storage fencing: cannot register the joined generation; leaving");
             if let Err(re) = block_on(delta::release(&bdisk, &params, &state)) {
                 warn!(error = %re, "delta lease release after a fencing failure failed");
             }
             f.unregister();
-            return Err(crate::fence::FENCE_JOIN_RV);
+            return Err(JoinError::FenceGeneration(e));
         }
         let first = space.fence.set(f).is_ok();
         assert!(
@@ -507,11 +497,10 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, i32> {
         let renewal_s = state.last_success_ms / 1000;
         let expire_s = delta::fail_deadline_ms(&params, &state) / 1000;
         if let Err(e) = w.arm(&space.name.to_text(), space.host_id, renewal_s, expire_s) {
-            warn!(error = %e, "cannot arm the watchdog; leaving the lockspace");
             if let Err(re) = block_on(delta::release(&bdisk, &params, &state)) {
                 warn!(error = %re, "delta lease release after a watchdog failure failed");
             }
-            return Err(e.sanlk_code());
+            return Err(e.into());
         }
         info!(renewal_s, expire_s, "watchdog armed");
     }
@@ -525,7 +514,7 @@ fn join_fence(
     space: &Space,
     bdisk: &BlockingDisk,
     params: &LockspaceParams,
-) -> Result<Arc<crate::fence::SpaceFence>, i32> {
+) -> Result<Arc<crate::fence::SpaceFence>, JoinError> {
     let cfg = &d.cfg.fence;
     let fence = crate::fence::SpaceFence::open(
         std::path::Path::new(&space.path),
@@ -534,24 +523,11 @@ fn join_fence(
         u64::from(space.io_timeout),
         u64::from(cfg.preempt_s),
     )
-    .map_err(|e| {
-        error!(error = %e, "storage fencing is configured for this lockspace but cannot be used; not joining");
-        crate::fence::FENCE_JOIN_RV
-    })?;
-    let prev = block_on(delta::read_host_record(bdisk, params, space.host_id)).map_err(|e| {
-        warn!(error = %e, "cannot read our delta lease");
-        e.sanlk_code()
-    })?;
+    .map_err(JoinError::Fence)?;
+    let prev = block_on(delta::read_host_record(bdisk, params, space.host_id))?;
     fence
         .register_for_join(&prev, u64::from(d.cfg.watchdog_fire_timeout_s), &space.stop)
-        .map_err(|e| {
-            error!(error = %e, "storage fencing: cannot register our key; not joining");
-            if matches!(e, crate::fence::FenceError::Stopped) {
-                disk_format::rv::SANLK_ERROR
-            } else {
-                crate::fence::FENCE_JOIN_RV
-            }
-        })?;
+        .map_err(JoinError::Fence)?;
     Ok(Arc::new(fence))
 }
 
@@ -591,7 +567,7 @@ fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
 /// with io_timeout 1 and W = 60, test interval 10 s). Warns when the margin is too small
 /// to hold just before every renewal (6·io_timeout): some tests fail, and a run of them
 /// as long as W resets the host.
-fn watchdog_fits(io_timeout_s: u32, w: u32) -> Result<(), i32> {
+fn watchdog_fits(io_timeout_s: u32, w: u32) -> Result<(), JoinError> {
     let interval = wdmd::proto::test_interval_for(w);
     if 8 * io_timeout_s <= interval {
         error!(
@@ -603,7 +579,11 @@ fn watchdog_fits(io_timeout_s: u32, w: u32) -> Result<(), i32> {
              this healthy host; use a larger io_timeout or a smaller watchdog_fire_timeout \
              (test interval: 10 s for W >= 60, 5 s for 30..59, 2 s for 10..29, 1 s below)"
         );
-        return Err(-libc::EINVAL);
+        return Err(JoinError::IoTimeoutTooShort {
+            io_timeout_s,
+            fire_timeout_s: w,
+            test_interval_s: interval,
+        });
     }
     if 6 * io_timeout_s <= interval {
         warn!(
@@ -623,8 +603,16 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
     info!(path = ?space.path, offset = space.offset, io_timeout = space.io_timeout, "joining lockspace");
     let (bdisk, params, mut state, mut wd) = match join(d, space) {
         Ok(v) => v,
-        Err(rv) => {
-            warn!(rv, "add_lockspace failed");
+        Err(e) => {
+            let rv = e.code();
+            // The one place a join's failure is logged: its reason and sanlock's code; an
+            // error when configuration or the storage cannot give what was asked for.
+            match e {
+                JoinError::Fence(_) | JoinError::FenceGeneration(_) | JoinError::Watchdog(_) => {
+                    error!(error = %e, rv, "add_lockspace failed")
+                }
+                _ => warn!(error = %e, rv, "add_lockspace failed"),
+            }
             finish_add(space, rv);
             mark_gone(d, space);
             return;
@@ -1107,23 +1095,20 @@ mod network_fs_tests {
 mod watchdog_fit_tests {
     use super::watchdog_fits;
 
+    /// The refusal's code, or 0 when the io_timeout fits.
+    fn fits(io_timeout_s: u32, w: u32) -> i32 {
+        watchdog_fits(io_timeout_s, w).map_or_else(|e| e.code(), |()| 0)
+    }
+
     #[test]
     fn io_timeouts_that_would_reset_a_healthy_host_are_refused() {
         // W = 60 tests every 10 s: io_timeout 1 (expiry 8 s ahead) always fails a test.
-        assert_eq!(watchdog_fits(1, 60), Err(-libc::EINVAL));
-        assert_eq!(
-            watchdog_fits(2, 60),
-            Ok(()),
-            "16 s ahead at most, 12 s at least"
-        );
-        assert_eq!(watchdog_fits(10, 60), Ok(()), "sanlock's defaults");
+        assert_eq!(fits(1, 60), -libc::EINVAL);
+        assert_eq!(fits(2, 60), 0, "16 s ahead at most, 12 s at least");
+        assert_eq!(fits(10, 60), 0, "sanlock's defaults");
         // W = 10 tests every 2 s; W = 5 every second: io_timeout 1 fits (the beds).
-        assert_eq!(watchdog_fits(1, 10), Ok(()));
-        assert_eq!(watchdog_fits(1, 5), Ok(()));
-        assert_eq!(
-            watchdog_fits(1, 30),
-            Ok(()),
-            "8 s ahead, 5 s interval (warned)"
-        );
+        assert_eq!(fits(1, 10), 0);
+        assert_eq!(fits(1, 5), 0);
+        assert_eq!(fits(1, 30), 0, "8 s ahead, 5 s interval (warned)");
     }
 }

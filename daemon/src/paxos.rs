@@ -47,12 +47,13 @@ pub(crate) fn clock() -> SystemClock {
     SystemClock::new(Arc::new(AtomicBool::new(false)))
 }
 
-/// Runs `f` with our lockspace context (disk, params, generation, host monitor).
+/// Runs `f` with our lockspace context (disk, params, generation, host monitor);
+/// [`SpaceError::NotJoined`] before the lockspace's join ended.
 pub(crate) fn with_host<T>(
     space: &Space,
     f: impl FnOnce(&HostContext<'_, BlockingDisk, SpaceObserver<'_>>) -> T,
-) -> Result<T, i32> {
-    let joined = space.joined.get().ok_or(-libc::ENOSPC)?;
+) -> Result<T, SpaceError> {
+    let joined = space.joined.get().ok_or(SpaceError::NotJoined)?;
     let observer = SpaceObserver {
         monitor: &space.monitor,
         confirm: &space.confirm,
@@ -108,8 +109,7 @@ pub fn acquire(
     let c = clock();
     let out = with_host(space, |host| {
         block_on(paxos::acquire(&disk, &c, host, &res, &opts))
-    })
-    .map_err(|_| SpaceError::NotJoined)?;
+    })?;
     match out {
         Ok(token) => Ok(Held {
             token: Some(token),
@@ -174,7 +174,7 @@ pub fn convert(
     let out = with_host(space, |host| {
         block_on(paxos::convert(&disk, &c, host, &mut token, to, nowait))
     })
-    .map_err(|_| (SpaceError::NotJoined.into(), None))?;
+    .map_err(|e| (e.into(), None))?;
     let held = Held {
         token: Some(token),
         opened_by: lr.held.opened_by.clone(),

@@ -69,10 +69,10 @@ pub(crate) enum RindexCmdError {
     /// The write would overwrite a lockspace or lease this daemon uses (-EBUSY).
     #[error(transparent)]
     InUse(#[from] InUse),
-    /// The lockspace gave no host to take the rindex_lease as: the code
-    /// `paxos::with_host` answered.
-    #[error("the lockspace has no joined host (code {0})")]
-    NoHost(i32),
+    /// The lockspace gave no host to take the rindex_lease as (`paxos::with_host`: its
+    /// join has not ended).
+    #[error("the lockspace has no joined host: {0}")]
+    NoHost(crate::space::SpaceError),
     /// LOOKUP found another name at the offset asked for (SANLK_RINDEX_DIFF); the reply's
     /// `sanlk_rentry` carries what was found ([`RindexCmdError::rentry`]).
     #[error("the entry at offset {offset} is {found:?}, not {expected:?}")]
@@ -104,7 +104,7 @@ impl RindexCmdError {
             RindexCmdError::NoLockspace(_) => -libc::ENOENT,
             RindexCmdError::Ending(_) => -libc::ENOSPC,
             RindexCmdError::Busy | RindexCmdError::InUse(_) => -libc::EBUSY,
-            RindexCmdError::NoHost(code) => *code,
+            RindexCmdError::NoHost(e) => e.code(),
             RindexCmdError::Differs { .. } => disk_format::rv::SANLK_RINDEX_DIFF,
             RindexCmdError::Index { source, .. } => source.sanlk_code(),
         }
@@ -397,7 +397,10 @@ mod tests {
             (RindexCmdError::Ending("x"), -libc::ENOSPC),
             (RindexCmdError::Busy, -libc::EBUSY),
             (RindexCmdError::InUse(in_use), -libc::EBUSY),
-            (RindexCmdError::NoHost(-libc::ENOSPC), -libc::ENOSPC),
+            (
+                RindexCmdError::NoHost(crate::space::SpaceError::NotJoined),
+                -libc::ENOSPC,
+            ),
             (
                 RindexCmdError::Differs {
                     found: name,

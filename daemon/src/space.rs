@@ -126,6 +126,77 @@ pub enum SpaceError {
     Failed(i32),
 }
 
+/// Why joining a lockspace failed (ADD_LOCKSPACE's work, on the lockspace's thread,
+/// `crate::lockspace`). [`JoinError::code`] is sanlock's number for it, which reaches the
+/// ADD waiter through the lockspace's state (`add_result`) as [`SpaceError::Failed`].
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    /// The lease expiry (8·io_timeout) would always be within wdmd's test interval for
+    /// the watchdog fire timeout, and wdmd would let the watchdog reset a healthy host
+    /// (-EINVAL, before anything is opened or written).
+    #[error(
+        "io_timeout {io_timeout_s} s is too short for watchdog_fire_timeout {fire_timeout_s} s \
+         (wdmd's test interval {test_interval_s} s)"
+    )]
+    IoTimeoutTooShort {
+        io_timeout_s: u32,
+        fire_timeout_s: u32,
+        test_interval_s: u32,
+    },
+    /// The watchdog multiplexer cannot be used or armed (its sanlock code).
+    #[error("watchdog: {0}")]
+    Watchdog(#[from] crate::watchdog::WatchdogError),
+    /// The lockspace's disk cannot be opened with the rights of the client that added it
+    /// (-ENODEV whatever the reason, as sanlock answers: a missing path and one the client
+    /// may not open look the same).
+    #[error("cannot open the lockspace disk: {0}")]
+    Open(#[from] lockd_diskio::DirectIoError),
+    /// Reading the lockspace or acquiring our delta lease failed (lease-core's code).
+    #[error("delta lease: {0}")]
+    Lease(#[from] lease_core::LeaseError),
+    /// A removal or forced shutdown stopped the join; its I/O was cut short (SANLK_ERROR,
+    /// as sanlock's delta_lease_acquire answers, not the code of the I/O cut short).
+    #[error("stopped by a removal or shutdown")]
+    Aborted,
+    /// The lockspace record's sector size is below the device's logical sector size: it
+    /// cannot be read or written with O_DIRECT at its own spacing
+    /// (SANLK_LEADER_SECTORSIZE).
+    #[error("the record's sector size ({record_bytes} bytes) is below the device's ({device_bytes} bytes)")]
+    SectorSize {
+        record_bytes: u32,
+        device_bytes: u32,
+    },
+    /// Our host_id is above the lockspace's number of hosts (SANLK_ADDLS_INVALID_HOSTID).
+    #[error("host_id {host_id} is above the lockspace's {max_hosts} hosts")]
+    HostIdTooLarge { host_id: u64, max_hosts: u64 },
+    /// Storage fencing is configured for the lockspace but could not be set up
+    /// (`crate::fence::FENCE_JOIN_RV`; SANLK_ERROR when the join was stopped meanwhile).
+    #[error("storage fencing is configured for this lockspace but cannot be used: {0}")]
+    Fence(#[source] crate::fence::FenceError),
+    /// Our key could not be registered for the generation the join wrote; the delta lease
+    /// was released again (`crate::fence::FENCE_JOIN_RV`).
+    #[error("storage fencing cannot register our key for the joined generation: {0}")]
+    FenceGeneration(#[source] crate::fence::FenceError),
+}
+
+impl JoinError {
+    /// The result code sanlock's clients get for this failure.
+    pub fn code(&self) -> i32 {
+        use crate::fence::{FenceError, FENCE_JOIN_RV};
+        match self {
+            JoinError::IoTimeoutTooShort { .. } => -libc::EINVAL,
+            JoinError::Watchdog(e) => e.sanlk_code(),
+            JoinError::Open(_) => -libc::ENODEV,
+            JoinError::Lease(e) => e.sanlk_code(),
+            JoinError::Aborted => disk_format::rv::SANLK_ERROR,
+            JoinError::SectorSize { .. } => disk_format::rv::SANLK_LEADER_SECTORSIZE,
+            JoinError::HostIdTooLarge { .. } => disk_format::rv::SANLK_ADDLS_INVALID_HOSTID,
+            JoinError::Fence(FenceError::Stopped) => disk_format::rv::SANLK_ERROR,
+            JoinError::Fence(_) | JoinError::FenceGeneration(_) => FENCE_JOIN_RV,
+        }
+    }
+}
+
 impl SpaceError {
     /// The result code sanlock's clients get.
     pub fn code(self) -> i32 {
@@ -370,7 +441,7 @@ pub fn last_success(space: &Space) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::SpaceError;
+    use super::{JoinError, SpaceError};
 
     #[test]
     fn each_refusal_has_the_code_sanlock_clients_get() {
@@ -390,5 +461,62 @@ mod tests {
         }
         assert_eq!(SpaceError::from_code(0), Ok(()));
         assert_eq!(SpaceError::from_code(-5), Err(SpaceError::Failed(-5)));
+    }
+
+    #[test]
+    fn each_join_failure_has_the_code_sanlock_clients_get() {
+        use crate::fence::{FenceError, FENCE_JOIN_RV};
+        use disk_format::rv;
+        let open = lockd_diskio::DirectIoError::Open {
+            path: "/dev/x".into(),
+            source: std::io::Error::from_raw_os_error(libc::EACCES),
+        };
+        let cases: Vec<(JoinError, i32)> = vec![
+            (
+                JoinError::IoTimeoutTooShort {
+                    io_timeout_s: 1,
+                    fire_timeout_s: 60,
+                    test_interval_s: 10,
+                },
+                -libc::EINVAL,
+            ),
+            // Whatever the open's own errno, as sanlock answers.
+            (JoinError::Open(open), -libc::ENODEV),
+            (
+                JoinError::Lease(lease_core::LeaseError::HostIdBusy),
+                lease_core::LeaseError::HostIdBusy.sanlk_code(),
+            ),
+            (JoinError::Aborted, rv::SANLK_ERROR),
+            (
+                JoinError::SectorSize {
+                    record_bytes: 512,
+                    device_bytes: 4096,
+                },
+                rv::SANLK_LEADER_SECTORSIZE,
+            ),
+            (
+                JoinError::HostIdTooLarge {
+                    host_id: 2001,
+                    max_hosts: 2000,
+                },
+                rv::SANLK_ADDLS_INVALID_HOSTID,
+            ),
+            (JoinError::Fence(FenceError::Stopped), rv::SANLK_ERROR),
+            (
+                JoinError::Fence(FenceError::Key(lockd_scsi_pr::KeyError::HostId(0))),
+                FENCE_JOIN_RV,
+            ),
+            (
+                JoinError::FenceGeneration(FenceError::Stopped),
+                FENCE_JOIN_RV,
+            ),
+        ];
+        for (e, code) in cases {
+            assert_eq!(e.code(), code, "{e}");
+        }
+        // The log line the operations guide tells operators to look for.
+        assert!(JoinError::Fence(FenceError::Stopped)
+            .to_string()
+            .contains("storage fencing is configured for this lockspace but cannot be used"));
     }
 }
