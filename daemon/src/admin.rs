@@ -333,7 +333,7 @@ pub fn init_lockspace_host(
     let allowed = match &joined {
         Some(s) if s.host_id == host_id => false,
         Some(s) => {
-            let state = lock(&s.monitor).state(host_id, lockd_diskio::monotime());
+            let state = lock(&s.monitor).state(host_id, crate::clock::now_s());
             lease_core::delta::record_unused(&old)
                 || matches!(
                     state,
@@ -361,7 +361,7 @@ pub fn init_lockspace_host(
     rec.owner_generation = req.owner_generation;
     rec.resource_name = req.resource_name;
     rec.timestamp = if req.timestamp == 1 {
-        lockd_diskio::monotime().max(1)
+        crate::clock::now_s().max(1)
     } else {
         req.timestamp
     };
@@ -461,7 +461,7 @@ pub fn write_resource(
         space_name: res.head.lockspace_name,
         resource_name: res.head.name,
         num_hosts: u64::from(num_hosts),
-        clear_at_monotime_s: clear.then(lockd_diskio::monotime),
+        clear_at_monotime_s: clear.then(crate::clock::now_s),
     });
     disk.write(off, &area, WRITE_INIT_TIMEOUT)
         .map_err(AdminError::Io)

@@ -460,7 +460,7 @@ fn acquire(
 fn note_waiting(d: &Daemon, target: u32, r: &wire::Resource, rv: i32) {
     let key = (r.head.lockspace_name, r.head.name);
     let busy = client_lib::lease::is_busy_code(rv);
-    let now_s = lockd_diskio::monotime();
+    let now_s = crate::clock::now_s();
     lock(&d.tables).note_acquire_result(target, key, rv, busy, now_s);
 }
 
@@ -502,7 +502,7 @@ pub(crate) fn acquire_one(
         shared,
         persistent: r.head.flags & SANLK_RES_PERSISTENT != 0,
         lver: 0,
-        acquired: lockd_diskio::monotime(),
+        acquired: crate::clock::now_s(),
     };
     if let AcquireStart::Local {
         lver,
@@ -790,7 +790,7 @@ pub(crate) fn status(d: &Arc<Daemon>, h: &Header) -> Reply {
         d.cfg.kill_grace_s,
         helper_pid,
         d.helper.as_ref().map_or(0, |x| x.full_count()),
-        lockd_diskio::monotime(),
+        crate::clock::now_s(),
         env!("CARGO_PKG_VERSION"),
         SANLOCK_VERSION_COMBINED,
         SM_PROTO,

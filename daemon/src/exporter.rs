@@ -58,7 +58,7 @@ pub fn render(d: &Daemon) -> String {
     for r in lock(&d.tables).resources.values() {
         *leases_by_space.entry(r.ls.to_text()).or_insert(0) += 1;
     }
-    let now = lockd_diskio::monotime();
+    let now = crate::clock::now_s();
     let views: Vec<SpaceView> = spaces
         .iter()
         .map(|s| space_view(s, now, &leases_by_space))

@@ -39,7 +39,7 @@ use lockd_core::{lost_lease_tick, Effect, SpaceView};
 /// ([`retire_failed`]).
 pub fn monitor_pass(d: &Arc<Daemon>) {
     let spaces: Vec<Arc<Space>> = lock(&d.spaces).clone();
-    for effect in lost_lease_step(d, &spaces, lockd_diskio::monotime()) {
+    for effect in lost_lease_step(d, &spaces, crate::clock::now_s()) {
         run_effect(d, &spaces, effect);
     }
     retire_failed(d, &spaces);

@@ -18,6 +18,7 @@
 
 pub mod access;
 pub mod admin;
+pub mod clock;
 pub(crate) mod cmd;
 pub mod cmd_error;
 pub(crate) mod confirm;

@@ -312,7 +312,7 @@ pub fn set_host(
             "another host_id than ours is to be marked",
         ));
     }
-    let now = lockd_diskio::monotime();
+    let now = crate::clock::now_s();
     let (state, obs) = {
         let mon = lock(&space.monitor);
         (
@@ -362,7 +362,7 @@ fn finish_add(space: &Space, rv: i32) {
     st.acquire_last_result = rv;
     if rv == 0 {
         st.phase = Phase::Joined;
-        st.acquire_last_success = lockd_diskio::monotime();
+        st.acquire_last_success = crate::clock::now_s();
     }
     space.cond.notify_all();
 }
@@ -421,7 +421,7 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, JoinError> {
         disk,
         abort: space.stop.clone(),
     };
-    let clock = SystemClock::new(space.stop.clone());
+    let clock = crate::clock::lease_clock(space.stop.clone());
     // A removal (or forced shutdown) during the join aborts its I/O and waits; the add
     // then answers SANLK_ERROR (-201), as sanlock's delta_lease_acquire does when it sees
     // `external_remove` or `external_shutdown` in its waits — not the code of the I/O
@@ -464,7 +464,7 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, JoinError> {
         stable_host_name: true,
         monitor_hosts: None,
     };
-    lock(&space.st).acquire_last_attempt = lockd_diskio::monotime();
+    lock(&space.st).acquire_last_attempt = crate::clock::now_s();
     // Storage fencing: our key for the generation the acquire writes is registered
     // before it, since a reservation refuses an unregistered host's writes.
     let fence = if d.cfg.fence.scsi_pr_for(&space.name) {
@@ -542,12 +542,12 @@ fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
                 return;
             }
         }
-        let out = fence.check(&space.monitor, lockd_diskio::monotime());
+        let out = fence.check(&space.monitor, crate::clock::now_s());
         if out.we_are_fenced {
             // Our key is gone: the lease is lost, as a corrupt one (the core's transition).
             lockd_core::apply_renewal(
                 &mut lock(&space.st),
-                lockd_diskio::monotime(),
+                crate::clock::now_s(),
                 lockd_core::RenewalOutcome::Failed {
                     code: -libc::EBADE,
                     corrupt: true,
@@ -665,7 +665,7 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
         disk: bdisk.disk.clone(),
         abort: Arc::new(AtomicBool::new(false)),
     };
-    let clock = SystemClock::new(Arc::new(AtomicBool::new(false)));
+    let clock = crate::clock::lease_clock_unstopped();
     renew_loop(d, space, &run_disk, &clock, &params, &mut state, &mut wd);
     lock(&space.st).releasing = true;
     // No holder is left (renew_loop returns only then): the lockspace no longer needs
@@ -769,7 +769,7 @@ fn renew_loop(
     let mut stop_seen_ms: Option<u64> = None;
     loop {
         if space.stop.load(Ordering::SeqCst) {
-            let now_ms = lockd_diskio::monotime_ms();
+            let now_ms = crate::clock::now_ms();
             let seen = *stop_seen_ms.get_or_insert(now_ms);
             if now_ms >= seen + REMOVAL_CHECK_MS && !space_in_use(d, &space.name) {
                 return;
@@ -777,7 +777,7 @@ fn renew_loop(
         }
         // A lost lease is not renewed again: other hosts must see it expire.
         let lost = lock(&space.st).lease_lost();
-        let now_ms = lockd_diskio::monotime_ms();
+        let now_ms = crate::clock::now_ms();
         if lost || now_ms < next_attempt_ms {
             // Sleep until the renewal is due (at most 1 s; 100 ms once lost), woken early
             // by a stop: rem_lockspace, stop_all and the failed-lockspace removal notify
@@ -793,11 +793,11 @@ fn renew_loop(
             let _ = space.cond.wait_timeout(st, Duration::from_millis(wait_ms));
             continue;
         }
-        let t0 = lockd_diskio::monotime_ms();
+        let t0 = crate::clock::now_ms();
         lock(&space.st).renewal_last_attempt = t0 / 1000;
         let input = space.renew_input();
         let result = block_on(delta::renew(disk, clock, params, state, &input));
-        let t1 = lockd_diskio::monotime_ms();
+        let t1 = crate::clock::now_ms();
         match result {
             Ok(snap) => {
                 if let Some(w) = wd.as_mut() {
@@ -844,11 +844,11 @@ fn renew_loop(
                 let corrupt = e.is_corrupt() || e.is_fenced();
                 lockd_core::apply_renewal(
                     &mut lock(&space.st),
-                    lockd_diskio::monotime(),
+                    crate::clock::now_s(),
                     lockd_core::RenewalOutcome::Failed { code, corrupt },
                 );
                 // sanlock retries a failed renewal after 500 ms.
-                next_attempt_ms = lockd_diskio::monotime_ms() + 500;
+                next_attempt_ms = crate::clock::now_ms() + 500;
             }
         }
     }
@@ -921,7 +921,7 @@ pub fn set_event(
             he.generation = o.owner_generation;
         }
     }
-    let now = lockd_diskio::monotime();
+    let now = crate::clock::now_s();
     let period = timeouts::set_bitmap_seconds(u64::from(space.io_timeout));
     let mut out = lock(&space.outgoing);
     if flags & CLEAR_EVENT != 0 {
@@ -1013,7 +1013,7 @@ pub fn end_event(d: &Daemon, ls: &wire::Lockspace) -> Result<(), SpaceError> {
 /// Another host set our bit: examine our leases in this lockspace (at most once per
 /// set_bitmap_seconds per requesting host), on a separate thread so renewals go on.
 fn request_examine(d: &Arc<Daemon>, space: &Space, notes: &[lease_core::Notification]) {
-    let now = lockd_diskio::monotime();
+    let now = crate::clock::now_s();
     let period = timeouts::set_bitmap_seconds(u64::from(space.io_timeout));
     let mut due = false;
     {

@@ -82,7 +82,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for RingLayer {
     fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
         let mut text = FieldText(format!(
             "{} {:5}",
-            lockd_diskio::monotime(),
+            crate::clock::now_s(),
             event.metadata().level()
         ));
         if let Some(scope) = ctx.event_scope(event) {

@@ -4,7 +4,6 @@
 //! seconds for a dead owner); never while holding a daemon lock.
 
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use client_lib::proto::*;
@@ -21,7 +20,7 @@ use crate::space::{Space, SpaceError};
 use crate::state::Daemon;
 use crate::sync::lock;
 use crate::tables::{Held, HeldRes};
-use lockd_diskio::{BlockingDisk, EngineKind, SystemClock};
+use lockd_diskio::{BlockingDisk, EngineKind};
 
 /// Opens a resource disk: during a client's command, with that client's rights
 /// (`crate::access`); otherwise (a dead client's release, examine) as the daemon.
@@ -41,10 +40,6 @@ fn open_held(lr: &HeldRes, need: Need) -> Result<BlockingDisk, LeaseCmdError> {
         need,
         EngineKind::SharedRing,
     )?))
-}
-
-pub(crate) fn clock() -> SystemClock {
-    SystemClock::new(Arc::new(AtomicBool::new(false)))
 }
 
 /// Runs `f` with our lockspace context (disk, params, generation, host monitor);
@@ -106,7 +101,7 @@ pub fn acquire(
         sh_retries: d.cfg.sh_retries,
         ..AcquireOptions::default()
     };
-    let c = clock();
+    let c = crate::clock::lease_clock_unstopped();
     let out = with_host(space, |host| {
         block_on(paxos::acquire(&disk, &c, host, &res, &opts))
     })?;
@@ -140,9 +135,14 @@ pub fn release(
     // With the acquiring client's rights, whoever releases (the client, root by pid,
     // the daemon when the client died).
     let disk = open_held(lr, Need::Write)?;
-    block_on(paxos::release_renamed(&disk, &clock(), token, rename))
-        // 5.x areas get 5.x's release numbers (-252/-253), 3.x areas 3.x's.
-        .map_err(|e| LeaseCmdError::paxos_release(e, token.leader.version))
+    block_on(paxos::release_renamed(
+        &disk,
+        &crate::clock::lease_clock_unstopped(),
+        token,
+        rename,
+    ))
+    // 5.x areas get 5.x's release numbers (-252/-253), 3.x areas 3.x's.
+    .map_err(|e| LeaseCmdError::paxos_release(e, token.leader.version))
 }
 
 /// Converts a held resource between shared and exclusive. On failure, the error and the
@@ -170,7 +170,7 @@ pub fn convert(
         Mode::Exclusive
     };
     let nowait = cmd_flags & SANLK_ACQUIRE_OWNER_NOWAIT != 0;
-    let c = clock();
+    let c = crate::clock::lease_clock_unstopped();
     let out = with_host(space, |host| {
         block_on(paxos::convert(&disk, &c, host, &mut token, to, nowait))
     })

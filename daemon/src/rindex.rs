@@ -225,7 +225,7 @@ pub(crate) fn rebuild(d: &Daemon, ri: &wire::Rindex, cmd_flags: u32) -> Result<(
     } else {
         let guard = OpGuard::begin(d, &ri.lockspace_name)?;
         let p = params(ri, Some(&guard.space));
-        let c = paxos::clock();
+        let c = crate::clock::lease_clock_unstopped();
         paxos::with_host(&guard.space, |host| {
             block_on(rindex::rebuild(&disk, &c, host, &p, device_len))
         })
@@ -268,7 +268,7 @@ fn entry_op(
     };
     let space = guard.as_ref().map(|g| &*g.space);
     let p = params(ri, space);
-    let c = paxos::clock();
+    let c = crate::clock::lease_clock_unstopped();
     match op {
         EntryOp::Lookup => {
             let name = (!re.name.is_empty()).then_some(&re.name);

@@ -291,7 +291,7 @@ impl Space {
 
     /// HOST_STATUS records: every host we have observed, plus ourselves.
     pub fn host_state_records(&self, out: &mut Vec<u8>) {
-        let now = lockd_diskio::monotime();
+        let now = crate::clock::now_s();
         let (gen, last) = {
             let st = lock(&self.st);
             (st.host_generation, st.last_success_s)
@@ -358,12 +358,12 @@ impl Space {
     /// examines its leases at its next look at our delta lease.
     pub fn set_host_bit(&self, host_id: u64) {
         let until =
-            lockd_diskio::monotime() + timeouts::set_bitmap_seconds(u64::from(self.io_timeout));
+            crate::clock::now_s() + timeouts::set_bitmap_seconds(u64::from(self.io_timeout));
         lock(&self.outgoing).bitmap_until.insert(host_id, until);
     }
 
     pub(crate) fn renew_input(&self) -> RenewInput {
-        let now = lockd_diskio::monotime();
+        let now = crate::clock::now_s();
         let mut input = RenewInput::default();
         let mut out = lock(&self.outgoing);
         let he = out.host_event.0;
@@ -388,7 +388,7 @@ impl Space {
     /// (and us); -EAGAIN until the monitor has read the lockspace once.
     pub fn hosts(&self, host_id: u64) -> Result<Vec<wire::Host>, SpaceError> {
         let space = self;
-        let now = lockd_diskio::monotime();
+        let now = crate::clock::now_s();
         let (gen, last) = {
             let st = lock(&space.st);
             (st.host_generation, st.last_success_s)

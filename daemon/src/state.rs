@@ -91,7 +91,7 @@ impl Daemon {
             shutdown_mutex: Mutex::new(false),
             next_space_id: AtomicU32::new(1),
             next_token_id: AtomicU32::new(1),
-            started_monotime: lockd_diskio::monotime(),
+            started_monotime: crate::clock::now_s(),
             mlock_level: std::sync::atomic::AtomicU8::new(0),
             reactor: OnceLock::new(),
         }

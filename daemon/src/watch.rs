@@ -143,7 +143,7 @@ fn holder_pids(d: &Daemon, ls: &Name, res: Option<&Name>) -> Vec<i32> {
 /// Deadlines of a lockspace's holders, from its last successful renewal: (kill escalation
 /// in ms, watchdog reset in ms, renewal age in ms).
 pub fn deadlines(d: &Daemon, space: &Space) -> (i64, i64, u64) {
-    let now_ms = lockd_diskio::monotime_ms() as i64;
+    let now_ms = crate::clock::now_ms() as i64;
     let last_ms = (crate::space::last_success(space) * 1000) as i64;
     let fail_ms = (timeouts::id_renewal_fail_seconds(u64::from(space.io_timeout)) * 1000) as i64;
     let kill_in = last_ms + fail_ms - now_ms;

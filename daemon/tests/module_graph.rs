@@ -261,3 +261,38 @@ fn the_write_check_sees_a_direct_write_and_not_one_in_a_test_or_a_comment() {
         .collect();
     assert_eq!(hits, vec!["slots.get_mut(", "resources.remove("]);
 }
+
+/// Readings of lease time (issue 23: the shell reads the clock in one place, `clock.rs`).
+/// A call or a reference to diskio's clock functions (`clear.then(lockd_diskio::monotime)`),
+/// a call of one imported by name, or a lease-core clock made here.
+const CLOCK_READINGS: [&str; 4] = [
+    "diskio::monotime",
+    "monotime(",
+    "monotime_ms(",
+    "SystemClock::new(",
+];
+
+#[test]
+fn the_daemon_reads_lease_time_only_in_its_clock_module() {
+    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for (module, text) in module_sources(&src_dir) {
+        if module == "clock" {
+            continue;
+        }
+        let code: String = strip_test_items(&strip_comments(&text))
+            .split_whitespace()
+            .collect();
+        for pattern in CLOCK_READINGS {
+            let n = code.matches(pattern).count();
+            if n > 0 {
+                found.push(format!("{module}.rs: {n} × {pattern}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "lease time read outside clock.rs (use crate::clock):\n{}",
+        found.join("\n")
+    );
+}
