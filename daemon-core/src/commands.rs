@@ -449,8 +449,7 @@ impl<S, H: LeaseHold> Core<S, H> {
     }
 
     fn token(&mut self, spec: &ResSpec, lver: u64, now_s: u64) -> ClientToken {
-        let token_id = self.next_token_id;
-        self.next_token_id = self.next_token_id.wrapping_add(1).max(1);
+        let token_id = self.tables.new_token_id();
         ClientToken {
             token_id,
             ls: spec.ls,

@@ -128,7 +128,6 @@ pub struct Core<S, H> {
     /// Disk operations asked for and not completed yet.
     pub(crate) ops: HashMap<OpId, OpFor>,
     pub(crate) next_op: OpId,
-    pub(crate) next_token_id: u32,
     #[cfg(feature = "sim")]
     pub bug: Option<CorePlantedBug>,
 }
@@ -342,7 +341,6 @@ impl<S, H: LeaseHold> Core<S, H> {
             admin: Vec::new(),
             ops: HashMap::new(),
             next_op: 1,
-            next_token_id: 1,
             #[cfg(feature = "sim")]
             bug: None,
         }

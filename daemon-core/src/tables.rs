@@ -49,6 +49,8 @@ pub type Key = (Name, Name);
 pub struct Tables<S, H> {
     pub clients: Clients<S>,
     pub resources: HashMap<Key, LocalRes<H>>,
+    /// The last token id given ([`Tables::new_token_id`]).
+    last_token_id: u32,
 }
 
 impl<S, H> Default for Tables<S, H> {
@@ -56,6 +58,7 @@ impl<S, H> Default for Tables<S, H> {
         Tables {
             clients: Clients::default(),
             resources: HashMap::new(),
+            last_token_id: 0,
         }
     }
 }
@@ -213,6 +216,13 @@ impl<S, H: LeaseHold> Tables<S, H> {
     /// block into lease-core's token) with `change`; None when the lease is not held here.
     pub fn change_held<R>(&mut self, key: &Key, change: impl FnOnce(&mut H) -> R) -> Option<R> {
         self.resources.get_mut(key).map(|lr| change(&mut lr.held))
+    }
+
+    /// The id of a new token (STATUS and the logs name a client's leases by it): 1, 2, …,
+    /// never 0, wrapping after `u32::MAX`.
+    pub fn new_token_id(&mut self) -> u32 {
+        self.last_token_id = self.last_token_id.wrapping_add(1).max(1);
+        self.last_token_id
     }
 
     /// A command arrived on connection `ci` (STATUS shows it as `cmd_last`).
@@ -834,6 +844,15 @@ mod tests {
         assert!(t.register_client(u, 12, 0));
         assert_eq!(t.clients.slots[&u].owner_name.to_text(), "12");
         t.check().unwrap();
+    }
+
+    #[test]
+    fn token_ids_start_at_one_and_skip_zero_when_they_wrap() {
+        let mut t = Tables::default();
+        assert_eq!((t.new_token_id(), t.new_token_id()), (1, 2));
+        t.last_token_id = u32::MAX - 1;
+        assert_eq!(t.new_token_id(), u32::MAX);
+        assert_eq!(t.new_token_id(), 1);
     }
 
     #[test]

@@ -491,11 +491,9 @@ pub(crate) fn acquire_one(
             lockd_diskio::EngineKind::SharedRing,
         )?;
     }
-    let (space, start) = start_acquire_after_release(d, ci, r, cmd_flags)?;
+    let (space, start, token_id) = start_acquire_after_release(d, ci, r, cmd_flags)?;
     let token = ClientToken {
-        token_id: d
-            .next_token_id
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        token_id,
         ls: r.head.lockspace_name,
         name: r.head.name,
         disks: r.disks.clone(),
@@ -542,13 +540,14 @@ fn release_wait(io_timeout_s: u32) -> Duration {
 /// The first step of an acquire ([`lockd_core::Tables::start_acquire`]) in the joined
 /// lockspace it names. A lease being released here (the previous holder just exited,
 /// say) is waited for, up to [`release_wait`], then tried again: back-to-back holders
-/// need no retry loop of their own. Still being released after that: -EAGAIN.
+/// need no retry loop of their own. Still being released after that: -EAGAIN. On
+/// success, also the new token's id, given under the same lock.
 fn start_acquire_after_release(
     d: &Arc<Daemon>,
     ci: u32,
     r: &wire::Resource,
     cmd_flags: u32,
-) -> Result<(Arc<crate::space::Space>, AcquireStart), LeaseCmdError> {
+) -> Result<(Arc<crate::space::Space>, AcquireStart, u32), LeaseCmdError> {
     let shared = r.head.flags & SANLK_RES_SHARED != 0;
     let key = (r.head.lockspace_name, r.head.name);
     let mut deadline = None;
@@ -567,11 +566,8 @@ fn start_acquire_after_release(
                 // The release ends with `finish_release` under this lock, then notifies.
                 drop(crate::sync::wait_timeout(&d.released, tables, left));
             }
-            other => {
-                return other
-                    .map(|start| (space, start))
-                    .map_err(LeaseCmdError::Tables)
-            }
+            Ok(start) => return Ok((space, start, tables.new_token_id())),
+            Err(rv) => return Err(LeaseCmdError::Tables(rv)),
         }
     }
 }

@@ -64,7 +64,6 @@ pub struct Daemon {
     pub shutdown_cond: Condvar,
     pub shutdown_mutex: Mutex<bool>,
     pub next_space_id: AtomicU32,
-    pub next_token_id: AtomicU32,
     pub started_monotime: u64,
     /// STATUS `mlock_level`: [`crate::MLOCK_LEVEL_ALL`] once mlockall succeeded, else 0.
     pub mlock_level: std::sync::atomic::AtomicU8,
@@ -90,7 +89,6 @@ impl Daemon {
             shutdown_cond: Condvar::new(),
             shutdown_mutex: Mutex::new(false),
             next_space_id: AtomicU32::new(1),
-            next_token_id: AtomicU32::new(1),
             started_monotime: crate::clock::now_s(),
             mlock_level: std::sync::atomic::AtomicU8::new(0),
             reactor: OnceLock::new(),
