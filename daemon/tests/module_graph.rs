@@ -217,29 +217,40 @@ const DIRECT_TABLE_WRITES: [&str; 8] = [
 /// invariant stops the daemon).
 const ALLOWED_DIRECT_WRITES: [(&str, &str); 1] = [("reactor", "resources.insert(")];
 
+/// A module's code outside comments and tests, without white space: a call split over
+/// lines by rustfmt is still one match.
+fn compact_code(text: &str) -> String {
+    strip_test_items(&strip_comments(text))
+        .split_whitespace()
+        .collect()
+}
+
+/// Each `pattern` found in the daemon's modules (except where `allowed(module, pattern)`),
+/// as `module.rs: N × pattern` lines.
+fn occurrences(patterns: &[&str], allowed: impl Fn(&str, &str) -> bool) -> Vec<String> {
+    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for (module, text) in module_sources(&src_dir) {
+        let code = compact_code(&text);
+        for pattern in patterns {
+            let n = code.matches(pattern).count();
+            if n > 0 && !allowed(&module, pattern) {
+                found.push(format!("{module}.rs: {n} × {pattern}"));
+            }
+        }
+    }
+    found
+}
+
 /// Issue 23: one owner of the lease state. Outside its tests, the daemon changes the
 /// client and resource tables only through the core's transitions (`Tables::start_*`,
 /// `finish_*`, `register_client`, `set_killpath` …), each of which keeps the invariants
 /// `Tables::check` checks.
 #[test]
 fn the_daemon_writes_the_tables_only_through_the_cores_transitions() {
-    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut found = Vec::new();
-    for (module, text) in module_sources(&src_dir) {
-        // Without white space: a call split over lines by rustfmt is still one match.
-        let code: String = strip_test_items(&strip_comments(&text))
-            .split_whitespace()
-            .collect();
-        for pattern in DIRECT_TABLE_WRITES {
-            if ALLOWED_DIRECT_WRITES.contains(&(module.as_str(), pattern)) {
-                continue;
-            }
-            let n = code.matches(pattern).count();
-            if n > 0 {
-                found.push(format!("{module}.rs: {n} × {pattern}"));
-            }
-        }
-    }
+    let found = occurrences(&DIRECT_TABLE_WRITES, |module, pattern| {
+        ALLOWED_DIRECT_WRITES.contains(&(module, pattern))
+    });
     assert!(
         found.is_empty(),
         "direct writes to the lease tables (add a transition to lockd_core::Tables):\n{}",
@@ -252,9 +263,7 @@ fn the_write_check_sees_a_direct_write_and_not_one_in_a_test_or_a_comment() {
     let src = "fn f(t: &mut T) { t.clients.slots.get_mut(&1); t.resources\n   .remove(&k); }\n\
                // t.resources.get_mut(&k)\n\
                #[cfg(test)]\nmod tests { fn g() { t.resources.insert(k, v); } }\n";
-    let code: String = strip_test_items(&strip_comments(src))
-        .split_whitespace()
-        .collect();
+    let code = compact_code(src);
     let hits: Vec<&str> = DIRECT_TABLE_WRITES
         .into_iter()
         .filter(|p| code.contains(p))
@@ -274,22 +283,7 @@ const CLOCK_READINGS: [&str; 4] = [
 
 #[test]
 fn the_daemon_reads_lease_time_only_in_its_clock_module() {
-    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut found = Vec::new();
-    for (module, text) in module_sources(&src_dir) {
-        if module == "clock" {
-            continue;
-        }
-        let code: String = strip_test_items(&strip_comments(&text))
-            .split_whitespace()
-            .collect();
-        for pattern in CLOCK_READINGS {
-            let n = code.matches(pattern).count();
-            if n > 0 {
-                found.push(format!("{module}.rs: {n} × {pattern}"));
-            }
-        }
-    }
+    let found = occurrences(&CLOCK_READINGS, |module, _| module == "clock");
     assert!(
         found.is_empty(),
         "lease time read outside clock.rs (use crate::clock):\n{}",
