@@ -459,11 +459,24 @@ fn idle_http_clients_do_not_delay_scrapes() {
         .map(|_| TcpStream::connect(("127.0.0.1", mport)).expect("connect"))
         .collect();
     std::thread::sleep(Duration::from_millis(200));
-    let t0 = Instant::now();
-    let (status, _) = http_get(mport, "/metrics").expect("an answer over the bound");
-    let took = t0.elapsed();
-    println!("scrape beside four idle clients: {status} in {took:?}");
-    assert_eq!(status, "HTTP/1.1 503 Service Unavailable");
+    // Asked again (for up to 2 s, well inside the idle peers' 5 s timeout) if a scrape is
+    // still served: under a loaded CI machine the listener may not have taken all four
+    // idle connections yet (seen once in CI). Each try that is served frees its slot
+    // again, so once the four idle peers hold theirs, the answer must be a 503.
+    let tries_until = Instant::now() + Duration::from_secs(2);
+    let mut tries = Vec::new();
+    let (status, took) = loop {
+        let t0 = Instant::now();
+        let (status, _) = http_get(mport, "/metrics").expect("an answer over the bound");
+        let took = t0.elapsed();
+        tries.push(format!("{status} in {took:?}"));
+        if status.contains("503") || Instant::now() > tries_until {
+            break (status, took);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    println!("scrapes beside four idle clients: {tries:?}");
+    assert_eq!(status, "HTTP/1.1 503 Service Unavailable", "{tries:?}");
     assert!(took < Duration::from_secs(1), "the refusal took {took:?}");
 
     drop(idle);
