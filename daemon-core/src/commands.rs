@@ -264,7 +264,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 };
                 let mut pending = 0;
                 for t in &tokens {
-                    if self.release_token(ci, t, false, Some(ci), fx) {
+                    if self.release_token(ci, t, false, Some(ci), None, fx) {
                         pending += 1;
                     }
                 }
@@ -321,19 +321,20 @@ impl<S, H: LeaseHold> Core<S, H> {
         self.cmds.remove(&ci);
         if let Some(tokens) = self.tables.finish_command(ci) {
             for t in &tokens {
-                self.release_token(ci, t, true, None, fx);
+                self.release_token(ci, t, true, None, None, fx);
             }
         }
     }
 
     /// [`crate::Tables::start_release`] of one token, and the disk release it may need;
     /// true when a disk release was asked for. `reply_to`: the RELEASE waiting for it.
-    fn release_token(
+    pub(crate) fn release_token(
         &mut self,
         ci: u32,
         t: &ClientToken,
         dying: bool,
         reply_to: Option<u32>,
+        rename: Option<Name>,
         fx: &mut Vec<Effect<H>>,
     ) -> bool {
         let ReleaseStart::Disk(lr) = self.tables.start_release(ci, t, dying) else {
@@ -352,7 +353,12 @@ impl<S, H: LeaseHold> Core<S, H> {
         fx.push(Effect::Disk {
             op,
             ls: key.0,
-            what: DiskOp::Release { key, held: lr.held },
+            what: DiskOp::Release {
+                key,
+                held: lr.held,
+                disks: lr.disks,
+                rename,
+            },
         });
         if early {
             // Planted: the slot is freed now, and the caller answers at once.
@@ -364,7 +370,7 @@ impl<S, H: LeaseHold> Core<S, H> {
 
     /// Starts the disk release of the idle orphans of `ls` (`name`, or all when empty);
     /// their operation ids.
-    fn release_orphans(&mut self, ls: &Name, name: &Name, fx: &mut Vec<Effect<H>>) -> Vec<OpId> {
+    pub(crate) fn release_orphans(&mut self, ls: &Name, name: &Name, fx: &mut Vec<Effect<H>>) -> Vec<OpId> {
         let mut picked = self.tables.start_orphan_release(ls, name);
         picked.sort_by_key(|lr| lr.name.0);
         let mut ops = Vec::new();
@@ -381,7 +387,12 @@ impl<S, H: LeaseHold> Core<S, H> {
             fx.push(Effect::Disk {
                 op,
                 ls: key.0,
-                what: DiskOp::Release { key, held: lr.held },
+                what: DiskOp::Release {
+                    key,
+                    held: lr.held,
+                    disks: lr.disks,
+                    rename: None,
+                },
             });
             ops.push(op);
         }
@@ -474,7 +485,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             Ok(()) => self.answer(fx, ci, ReqKind::Acquire, 0, leases),
             Err(back) => {
                 for t in &back {
-                    self.release_token(ci, t, true, None, fx);
+                    self.release_token(ci, t, true, None, None, fx);
                 }
             }
         }
@@ -487,7 +498,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             return;
         };
         for t in &a.got {
-            self.release_token(ci, t, false, None, fx);
+            self.release_token(ci, t, false, None, None, fx);
         }
         self.answer(fx, ci, ReqKind::Acquire, rv, Vec::new());
         self.end_command(ci, fx);
@@ -533,7 +544,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                             disks: Vec::new(),
                         });
                         let t = self.token(&spec, lver, now_s);
-                        self.release_token(ci, &t, false, None, fx);
+                        self.release_token(ci, &t, false, None, None, fx);
                         self.acquire_failed(ci, -ENOSPC, fx);
                     }
                     (Err(rv), _) => self.acquire_failed(ci, rv, fx),
@@ -654,7 +665,7 @@ impl<S, H: LeaseHold> Core<S, H> {
         if let Some((_pid, tokens)) = self.tables.client_ended(ci) {
             self.cmds.remove(&ci);
             for t in &tokens {
-                self.release_token(ci, t, true, None, fx);
+                self.release_token(ci, t, true, None, None, fx);
             }
         }
     }
@@ -875,6 +886,109 @@ mod tests {
         };
         let fx = done(c, 101, op, Ok(Held { lver }));
         assert_eq!(replies(&fx), vec![(ci, ReqKind::Acquire, 0)]);
+    }
+
+    /// The shell's release input (`ReleaseTokens`): one disk release for the lease's last
+    /// holder, with the disks and the new name; the lease stays busy until its
+    /// completion, and an acquire of it meanwhile waits, then goes on.
+    #[test]
+    fn tokens_released_for_the_shell_are_busy_until_their_disk_release_ends() {
+        let mut c = joined();
+        let (a, b) = (client(&mut c, 10), client(&mut c, 11));
+        hold(&mut c, a, "r1", 1);
+        let tokens = c.tables.take_all_tokens(a);
+        assert_eq!(tokens.len(), 1);
+        let fx = step(
+            &mut c,
+            102,
+            Input::ReleaseTokens {
+                ci: a,
+                tokens,
+                dying: false,
+                rename: Some(name("r1-new")),
+            },
+        );
+        let [Effect::Disk {
+            op,
+            what: DiskOp::Release { key, rename, .. },
+            ..
+        }] = fx.as_slice()
+        else {
+            panic!("one disk release: {fx:?}")
+        };
+        assert_eq!(*key, (name("ls"), name("r1")));
+        assert_eq!(*rename, Some(name("r1-new")));
+        assert!(replies(&fx).is_empty(), "the shell's release answers nobody");
+        let op = *op;
+        let lr = &c.tables.resources[&(name("ls"), name("r1"))];
+        assert!(lr.busy && lr.releasing && lr.holders.is_empty());
+        // An acquire of the lease meanwhile waits for the release's end.
+        let fx = acquire(&mut c, 102, b, vec![spec("r1", false)]);
+        assert!(disk_ops(&fx).is_empty() && replies(&fx).is_empty(), "{fx:?}");
+        let fx = done(&mut c, 103, op, Err(-EIO));
+        assert_eq!(
+            disk_ops(&fx)
+                .into_iter()
+                .map(|(_, k, what)| (k, what))
+                .collect::<Vec<_>>(),
+            vec![((name("ls"), name("r1")), "acquire")]
+        );
+        assert!(
+            c.tables.resources[&(name("ls"), name("r1"))]
+                .holders
+                .is_empty(),
+            "the old entry left (a failed disk release too), the new acquire's began"
+        );
+    }
+
+    /// A dead holder's persistent lease becomes an orphan (no disk I/O); the shell's
+    /// orphan release (`ReleaseOrphans`) then releases it on disk.
+    #[test]
+    fn a_dead_holders_persistent_lease_is_orphaned_then_released_for_the_shell() {
+        let mut c = joined();
+        let a = client(&mut c, 10);
+        let fx = acquire(
+            &mut c,
+            101,
+            a,
+            vec![ResSpec {
+                persistent: true,
+                ..spec("p1", false)
+            }],
+        );
+        let [(op, _, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        done(&mut c, 101, op, Ok(Held { lver: 4 }));
+        let tokens = c.tables.take_all_tokens(a);
+        let fx = step(
+            &mut c,
+            102,
+            Input::ReleaseTokens {
+                ci: a,
+                tokens,
+                dying: true,
+                rename: None,
+            },
+        );
+        assert!(fx.is_empty(), "an orphan needs no disk I/O: {fx:?}");
+        let key = (name("ls"), name("p1"));
+        assert!(c.tables.resources[&key].orphan);
+        let fx = step(
+            &mut c,
+            103,
+            Input::ReleaseOrphans {
+                ls: name("ls"),
+                name: Name::EMPTY,
+            },
+        );
+        let [(op, k, "release")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        assert_eq!(k, key);
+        assert!(c.tables.resources[&key].busy);
+        done(&mut c, 104, op, Ok(Held::default()));
+        assert!(!c.tables.resources.contains_key(&key));
     }
 
     #[test]

@@ -37,7 +37,7 @@ use client_lib::wire;
 use disk_format::Name;
 use lease_core::timeouts;
 
-use crate::clients::{LeaseHold, Refused};
+use crate::clients::{ClientToken, LeaseHold, Refused};
 use crate::commands::{AdminCmd, Cmd, OpFor};
 use crate::kill::{examined_lease, plan_kills, KillOrder, SpaceKill};
 use crate::space_state::{Phase, RenewalRec, SpaceSt};
@@ -229,8 +229,15 @@ pub enum DiskOp<H> {
         shared: bool,
         disks: Vec<wire::DiskLocation>,
     },
-    /// Release `key`, held as `held`; the completion's value is not used.
-    Release { key: Key, held: H },
+    /// Release `key`, held as `held` on `disks`; when `rename` is given, a leader this
+    /// host clears is written with that name (`SANLK_REL_RENAME`). The completion's
+    /// value is not used.
+    Release {
+        key: Key,
+        held: H,
+        disks: Vec<wire::DiskLocation>,
+        rename: Option<Name>,
+    },
     /// Convert `key`, held as `held`; the completion carries the new state.
     Convert { key: Key, held: H, to_shared: bool },
 }
@@ -281,6 +288,24 @@ pub enum Input<S, H> {
         lver: u64,
         force_mode: u32,
     },
+    /// The shell took these tokens from client `ci` (a RELEASE it decoded, the leases a
+    /// failed acquire had taken, a client that died during its command): each is
+    /// released ([`Tables::start_release`](crate::Tables::start_release)); the last
+    /// holder's needs a disk release ([`Effect::Disk`], answered by `DiskDone`).
+    /// `dying`: the holder is dead, so a persistent lease becomes an orphan instead.
+    /// `rename`: see [`DiskOp::Release`]. Nobody is answered: the shell that asked
+    /// waits for the completions of the operations it was given.
+    ReleaseTokens {
+        ci: u32,
+        tokens: Vec<ClientToken>,
+        dying: bool,
+        rename: Option<Name>,
+    },
+    /// Release the idle orphans of `ls` on disk (the one named `name`, or all when it is
+    /// empty) for the shell: a lockspace being removed or retired, or a RELEASE of
+    /// orphans the shell has permitted. One [`Effect::Disk`] per orphan; nobody is
+    /// answered.
+    ReleaseOrphans { ls: Name, name: Name },
     /// The helper reported how a killpath run for process `pid` ended (`exit:N`,
     /// `signal:N`, `noexec:ERRNO`): kept on the process's clients for STATUS
     /// ([`Tables::killpath_ended`](crate::Tables::killpath_ended), the transition the
@@ -413,6 +438,19 @@ impl<S, H: LeaseHold> Core<S, H> {
             } => fx = self.examined(&ls, &name, lver, force_mode),
             Input::KillpathEnded { pid, status } => {
                 self.tables.killpath_ended(pid, &status);
+            }
+            Input::ReleaseTokens {
+                ci,
+                tokens,
+                dying,
+                rename,
+            } => {
+                for t in &tokens {
+                    self.release_token(ci, t, dying, None, rename, &mut fx);
+                }
+            }
+            Input::ReleaseOrphans { ls, name } => {
+                self.release_orphans(&ls, &name, &mut fx);
             }
         }
         if !self.any_planted() {

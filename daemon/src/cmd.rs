@@ -22,13 +22,14 @@ use crate::server::{After, Conn, Reply};
 use crate::space::SpaceError;
 use crate::state::Daemon;
 use crate::sync::lock;
-use crate::tables::{AcquireStart, ReleaseStep};
+use crate::tables::{AcquireStart, Key};
+use lockd_core::Input;
 use crate::tables::{ClientToken, KillPath};
 use crate::{admin, lockspace, paxos, permit, sys};
 
 /// RESTRICT: the connection's restriction flags (from `cmd_flags`).
 pub(crate) fn restrict(d: &Arc<Daemon>, conn: &Conn, h: &Header) {
-    lock(&d.tables).set_restrict(conn.ci, h.cmd_flags);
+    lock(&d.core).set_restrict(conn.ci, h.cmd_flags);
     info!(
         ci = conn.ci,
         pid = conn.cred.pid,
@@ -161,7 +162,7 @@ pub(crate) fn set_lvb(
     data: &[u8],
 ) -> Result<(), LeaseCmdError> {
     let not_held = LeaseCmdError::NotHeld("SET_LVB of a lease not held here");
-    let set = lock(&d.tables).change_held(&(r.lockspace_name, r.name), |held| {
+    let set = lock(&d.core).change_held(&(r.lockspace_name, r.name), |held| {
         held.token.as_mut().map(|token| token.set_lvb(data))
     });
     match set.flatten() {
@@ -175,7 +176,7 @@ pub(crate) fn get_lvb(
     r: &wire::ResourceHead,
     want: usize,
 ) -> Result<Vec<u8>, LeaseCmdError> {
-    let tables = lock(&d.tables);
+    let tables = lock(&d.core);
     let token = tables
         .resources
         .get(&(r.lockspace_name, r.name))
@@ -194,7 +195,7 @@ pub(crate) fn get_lvb(
 
 pub(crate) fn register(d: &Arc<Daemon>, conn: &Conn) {
     let (ci, pid, uid) = (conn.ci, conn.cred.pid, conn.cred.uid);
-    if lock(&d.tables).register_client(ci, pid, uid) {
+    if lock(&d.core).register_client(ci, pid, uid) {
         info!(ci, pid, "client registered");
     }
 }
@@ -212,28 +213,37 @@ pub(crate) fn shutdown(d: &Arc<Daemon>, force: bool) {
 }
 
 /// Runs on a pool worker when a connection closed (or a process watched for its leases
-/// exited): a registered client's death releases its leases.
+/// exited): the core ends the client (`Input::Closed`), and a registered client's
+/// leases are released as a dead holder's (persistent ones become orphans).
 pub fn connection_closed(d: &Arc<Daemon>, ci: u32) {
     crate::watch::connection_closed(d, ci);
     // None: an unregistered slot, or a command from another connection is running on
     // this client and frees it when done (`registered_cmd`).
-    let ended = lock(&d.tables).client_ended(ci);
-    let Some((pid, tokens)) = ended else {
-        return;
-    };
-    info!(
-        ci,
-        pid,
-        tokens = tokens.len(),
-        "client connection closed: releasing its leases"
-    );
-    if !tokens.is_empty() {
-        // On the pool worker that saw the connection close (or the pid exit): the release
-        // I/O holds up that worker only, never the event loop or another client (sanlock
-        // releases asynchronously for the same reason). Failures are logged where they
-        // happen; nobody waits for the answer.
-        let _ = release_tokens_as(d, ci, tokens, true);
+    let held = lock(&d.core).clients.slots.get(&ci).map(|c| {
+        let persistent: Vec<Key> = c
+            .tokens
+            .iter()
+            .filter(|t| t.persistent)
+            .map(ClientToken::key)
+            .collect();
+        (c.pid, c.tokens.len(), c.cmd_active != 0, persistent)
+    });
+    if let Some((pid, tokens, false, _)) = &held {
+        if *tokens > 0 {
+            info!(
+                ci,
+                pid,
+                tokens,
+                "client connection closed: releasing its leases"
+            );
+        }
     }
+    // On the pool worker that saw the connection close (or the pid exit): the release I/O
+    // holds up that worker only, never the event loop or another client (sanlock
+    // releases asynchronously for the same reason). Failures are logged where they
+    // happen; nobody waits for the answer.
+    let persistent = held.map(|h| h.3).unwrap_or_default();
+    paxos::release_through_core(d, Input::Closed { ci }, &persistent);
 }
 
 /// Releases tokens of client `ci` (local bookkeeping, then disk for the last holder).
@@ -256,8 +266,9 @@ pub fn release_tokens_as(
     release_tokens_with(d, ci, tokens, dying, None)
 }
 
-/// The release path shared by all callers; `rename` renames leaders we clear on disk
-/// (`SANLK_REL_RENAME`). Every token is released; the result is the last failure.
+/// The release path shared by all callers, through the core (`Input::ReleaseTokens`);
+/// `rename` renames leaders we clear on disk (`SANLK_REL_RENAME`). Every token is
+/// released; the result is the last failure.
 fn release_tokens_with(
     d: &Arc<Daemon>,
     ci: u32,
@@ -265,21 +276,25 @@ fn release_tokens_with(
     dying: bool,
     rename: Option<&Name>,
 ) -> Result<(), LeaseCmdError> {
-    let mut result = Ok(());
-    for t in tokens {
-        let span = info_span!("resource", ls = %t.ls, res = %t.name);
-        let _g = span.enter();
-        let step = lock(&d.tables).start_release(ci, &t, dying);
-        if matches!(step, ReleaseStep::Orphaned) {
-            info!("holder exited: persistent lease kept as an orphan");
-        }
-        if let ReleaseStep::Disk(lr) = step {
-            if let Err(e) = paxos::release_on_disk(d, &lr, rename) {
-                result = Err(e);
-            }
-        }
+    if tokens.is_empty() {
+        return Ok(());
     }
-    result
+    let persistent: Vec<Key> = if dying {
+        tokens
+            .iter()
+            .filter(|t| t.persistent)
+            .map(ClientToken::key)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let input = Input::ReleaseTokens {
+        ci,
+        tokens,
+        dying,
+        rename: rename.copied(),
+    };
+    paxos::release_through_core(d, input, &persistent).result
 }
 
 /// Resolves the target of a registered-client command from its header and marks it
@@ -309,7 +324,7 @@ pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, calle
         crate::metrics::global().result(op, rv);
     }
     // Clear cmd_active; if the client died meanwhile, release what it holds now.
-    let dead_tokens = lock(&d.tables).finish_command(target);
+    let dead_tokens = lock(&d.core).finish_command(target);
     if let Some(tokens) = dead_tokens {
         // A dead client's releases answer nobody; failures are logged where they happen.
         let _ = release_tokens_as(d, target, tokens, true);
@@ -404,7 +419,7 @@ fn acquire2_owner(d: &Arc<Daemon>, r: &wire::Resource) -> Option<Vec<u8>> {
 }
 
 fn resolve_target(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> Result<u32, LeaseCmdError> {
-    lock(&d.tables)
+    lock(&d.core)
         .start_command(crate::tables::CommandTarget {
             conn_ci: conn.ci,
             conn_uid: conn.cred.uid,
@@ -424,7 +439,7 @@ fn acquire(
 ) -> Result<(), LeaseCmdError> {
     // Every ACQUIRE names the client anew from its options, an empty name included, as
     // sanlock does (`sanlock client command` leaves its client with no name in STATUS).
-    lock(&d.tables).set_owner_name(target, opt.owner_name);
+    lock(&d.core).set_owner_name(target, opt.owner_name);
     let mut done: Vec<ClientToken> = Vec::new();
     for r in wanted {
         let span = info_span!("resource", ls = %r.head.lockspace_name, res = %r.head.name);
@@ -442,7 +457,7 @@ fn acquire(
         }
     }
     let recorded = {
-        let mut tables = lock(&d.tables);
+        let mut tables = lock(&d.core);
         tables.clear_waiting(target);
         tables.record_tokens(target, done)
     };
@@ -461,7 +476,7 @@ fn note_waiting(d: &Daemon, target: u32, r: &wire::Resource, rv: i32) {
     let key = (r.head.lockspace_name, r.head.name);
     let busy = client_lib::lease::is_busy_code(rv);
     let now_s = crate::clock::now_s();
-    lock(&d.tables).note_acquire_result(target, key, rv, busy, now_s);
+    lock(&d.core).note_acquire_result(target, key, rv, busy, now_s);
 }
 
 pub(crate) fn acquire_one(
@@ -518,12 +533,12 @@ pub(crate) fn acquire_one(
         None
     };
     let lver = match paxos::acquire(d, &space, r, shared, want_lver, cmd_flags) {
-        Ok(held) => lock(&d.tables)
+        Ok(held) => lock(&d.core)
             .finish_acquire(key, ci, Ok(held))
             .map_err(LeaseCmdError::Tables)?,
         Err(e) => {
             // The tables forget the resource; the client gets the disk's error.
-            let _ = lock(&d.tables).finish_acquire(key, ci, Err(e.code()));
+            let _ = lock(&d.core).finish_acquire(key, ci, Err(e.code()));
             return Err(e);
         }
     };
@@ -556,7 +571,7 @@ fn start_acquire_after_release(
         let space = lockspace::joined(d, &r.head.lockspace_name)?;
         let until =
             *deadline.get_or_insert_with(|| Instant::now() + release_wait(space.io_timeout));
-        let mut tables = lock(&d.tables);
+        let mut tables = lock(&d.core);
         match tables.start_acquire(ci, key, shared, cmd_flags, &r.disks) {
             Err(rv) if rv == -libc::EAGAIN => {
                 let left = until.saturating_duration_since(Instant::now());
@@ -577,7 +592,7 @@ fn start_acquire_after_release(
 fn release(d: &Arc<Daemon>, target: u32, what: ReleaseWhat) -> Result<u32, LeaseCmdError> {
     let heads = match what {
         ReleaseWhat::All => {
-            let tokens = lock(&d.tables).take_all_tokens(target);
+            let tokens = lock(&d.core).take_all_tokens(target);
             return release_tokens(d, target, tokens).map(|()| 0);
         }
         ReleaseWhat::Orphans(r) => {
@@ -602,7 +617,7 @@ fn release(d: &Arc<Daemon>, target: u32, what: ReleaseWhat) -> Result<u32, Lease
     let names: Vec<_> = heads.iter().map(|r| (r.lockspace_name, r.name)).collect();
     // As sanlock: every named lease the client holds is released; one it does not hold
     // makes the result -1 without stopping the others.
-    let taken = lock(&d.tables).take_tokens(target, &names);
+    let taken = lock(&d.core).take_tokens(target, &names);
     let (picked, missing) = taken.map_err(LeaseCmdError::Tables)?;
     release_tokens(d, target, picked)?;
     if missing {
@@ -626,7 +641,7 @@ fn release_renamed(
         return Err(LeaseCmdError::Invalid("a rename to an empty name"));
     }
     let key = (old.lockspace_name, old.name);
-    let taken = lock(&d.tables).take_tokens(target, &[key]);
+    let taken = lock(&d.core).take_tokens(target, &[key]);
     let (mut picked, _) = taken.map_err(LeaseCmdError::Tables)?;
     let picked = picked.pop().ok_or(LeaseCmdError::SomeNotHeld)?;
     info!(res = %old.name, new_name = %new.name, "release with rename");
@@ -658,7 +673,7 @@ pub fn token_state_string(t: &ClientToken) -> String {
 /// INQUIRE: the number of leases the client holds and their state strings (none when it
 /// holds none).
 fn inquire(d: &Arc<Daemon>, target: u32) -> Result<(u32, Vec<u8>), LeaseCmdError> {
-    let tables = lock(&d.tables);
+    let tables = lock(&d.core);
     let c = tables
         .clients
         .slots
@@ -681,15 +696,15 @@ fn convert(
 ) -> Result<(), LeaseCmdError> {
     let to_shared = head.flags & SANLK_RES_SHARED != 0;
     let key = (head.lockspace_name, head.name);
-    let checked = lock(&d.tables).convert_token(target, key, to_shared);
+    let checked = lock(&d.core).convert_token(target, key, to_shared);
     checked.map_err(LeaseCmdError::Tables)?;
     let space = lockspace::joined(d, &key.0)?;
-    let started = lock(&d.tables).start_convert(target, key, to_shared);
+    let started = lock(&d.core).start_convert(target, key, to_shared);
     let lr = started.map_err(LeaseCmdError::Tables)?;
     let span = info_span!("resource", ls = %key.0, res = %key.1);
     let _g = span.enter();
     let result = paxos::convert(d, &space, &lr, to_shared, h.cmd_flags);
-    let mut tables = lock(&d.tables);
+    let mut tables = lock(&d.core);
     let (result, failure) = match result {
         Ok(held) => (Ok(held), None),
         Err((e, state)) => {
@@ -738,7 +753,7 @@ fn killpath(
         with_pid: h.cmd_flags & SANLK_KILLPATH_PID != 0,
         run_as,
     };
-    if let Some(pid) = lock(&d.tables).set_killpath(target, killpath) {
+    if let Some(pid) = lock(&d.core).set_killpath(target, killpath) {
         info!(pid, path = ?path, args = ?args, run_as_uid, "killpath set");
     }
     Ok(())
@@ -945,7 +960,7 @@ struct StatusSnapshot {
 
 impl StatusSnapshot {
     fn take(d: &Daemon) -> StatusSnapshot {
-        let tables = lock(&d.tables);
+        let tables = lock(&d.core);
         let mut cis: Vec<u32> = tables.clients.slots.keys().copied().collect();
         cis.sort_unstable();
         let clients = cis
@@ -1070,7 +1085,7 @@ mod tests {
     fn status_and_version_replies_are_made_without_a_socket() {
         let d = Daemon::for_tests("status-host");
         let ci = {
-            let mut tables = lock(&d.tables);
+            let mut tables = lock(&d.core);
             let ci = tables.clients.add(-1, 4242, 0, None).expect("a slot");
             let c = tables.clients.slots.get_mut(&ci).expect("the slot");
             c.registered = true;

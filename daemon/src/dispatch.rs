@@ -61,7 +61,7 @@ pub(crate) fn run_command(d: &Arc<Daemon>, conn: &mut Conn, hb: &[u8; HEADER_LEN
         );
         return After::Keep;
     }
-    let restricted = lock(&d.tables)
+    let restricted = lock(&d.core)
         .clients
         .slots
         .get(&conn.ci)
@@ -87,7 +87,7 @@ pub(crate) fn run_command(d: &Arc<Daemon>, conn: &mut Conn, hb: &[u8; HEADER_LEN
         );
         return After::Keep;
     }
-    lock(&d.tables).note_command(conn.ci, h.cmd);
+    lock(&d.core).note_command(conn.ci, h.cmd);
     dispatch(d, conn, &h)
 }
 

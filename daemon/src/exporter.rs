@@ -48,14 +48,14 @@ pub fn render(d: &Daemon) -> String {
     let g = global();
     let mut e = Encoder::default();
     let (connected, registered) = {
-        let tables = lock(&d.tables);
+        let tables = lock(&d.core);
         let c = &tables.clients;
         let reg = c.slots.values().filter(|c| c.registered).count();
         (c.slots.len() as u64, reg as u64)
     };
     let spaces: Vec<Arc<crate::space::Space>> = lock(&d.spaces).clone();
     let mut leases_by_space: BTreeMap<String, u64> = BTreeMap::new();
-    for r in lock(&d.tables).resources.values() {
+    for r in lock(&d.core).resources.values() {
         *leases_by_space.entry(r.ls.to_text()).or_insert(0) += 1;
     }
     let now = crate::clock::now_s();

@@ -86,7 +86,7 @@ pub(crate) fn acquire_for_pid(
         with_pid: true,
         run_as,
     });
-    let added = lock(&d.tables).add_pid_client(pid, conn.cred.uid, killpath);
+    let added = lock(&d.core).add_pid_client(pid, conn.cred.uid, killpath);
     let ci = added.map_err(LeaseCmdError::Tables)?;
     let mut done: Vec<ClientToken> = Vec::new();
     let mut failed = None;
@@ -105,7 +105,7 @@ pub(crate) fn acquire_for_pid(
         // Failures of the undo are logged where they happen; the caller gets the
         // acquire's error.
         let _ = crate::cmd::release_tokens(d, ci, done);
-        if let Err(busy) = lock(&d.tables).drop_failed_pid_client(ci) {
+        if let Err(busy) = lock(&d.core).drop_failed_pid_client(ci) {
             // Only its own acquire ran on the slot, and its tokens were just released.
             panic!("a failed --for-pid slot still holds a token ({busy}); stopping");
         }
@@ -118,7 +118,7 @@ pub(crate) fn acquire_for_pid(
     // The slot has no connection and no watch yet, so nothing should have ended it; if
     // something did, its leases are given back rather than left recorded nowhere.
     let leftover = {
-        let mut tables = lock(&d.tables);
+        let mut tables = lock(&d.core);
         match tables.record_tokens(ci, done) {
             Ok(()) => tables.finish_command(ci),
             Err(tokens) => Some(tokens),
@@ -148,7 +148,7 @@ pub(crate) fn acquire_for_pid(
 
 /// Slot numbers are reused: is `ci` still the connection-less slot of `pid`?
 pub(crate) fn still_ours(d: &Daemon, ci: u32, pid: i32) -> bool {
-    is_pid_slot(&lock(&d.tables), ci, pid)
+    is_pid_slot(&lock(&d.core), ci, pid)
 }
 
 /// [`still_ours`] on tables the caller has locked.

@@ -304,7 +304,7 @@ impl Helper {
 
 /// The daemon's `lockd-helper-status` thread: logs each killpath's end and records it
 /// on the client it was run for (in `tables`). Returns when the helper is gone.
-pub fn status_loop(helper: &Helper, tables: &crate::tables::TablesLock) {
+pub fn status_loop(helper: &Helper, tables: &crate::tables::CoreLock) {
     let reader = crate::sync::lock(&helper.status).take();
     let Some(mut reader) = reader else {
         return;

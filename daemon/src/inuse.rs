@@ -74,7 +74,7 @@ fn areas(d: &Daemon) -> Vec<Area> {
             }
         })
         .collect();
-    let tables = lock(&d.tables);
+    let tables = lock(&d.core);
     for r in tables.resources.values() {
         let len = match r.held.align_size() {
             0 => MIB,

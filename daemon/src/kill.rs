@@ -50,7 +50,7 @@ pub fn monitor_pass(d: &Arc<Daemon>) {
 /// daemon's order (`tables` → `Space::st`, state.rs) and are all let go before this
 /// returns: no effect runs under them.
 fn lost_lease_step(d: &Daemon, spaces: &[Arc<Space>], now_s: u64) -> Vec<Effect<Held>> {
-    let mut tables = lock(&d.tables);
+    let mut tables = lock(&d.core);
     let mut sts: Vec<_> = spaces.iter().map(|s| lock(&s.st)).collect();
     let mut views: Vec<SpaceView<'_>> = spaces
         .iter()
@@ -90,7 +90,7 @@ fn run_effect(d: &Arc<Daemon>, spaces: &[Arc<Space>], effect: Effect<Held>) {
         Effect::LockspaceFailed { ls, age_s, corrupt } => {
             error!(%ls, age = age_s, corrupt,
                    "lockspace failed: our delta lease is lost; killing lease holders");
-            let holders = lock(&d.tables)
+            let holders = lock(&d.core)
                 .resources
                 .values()
                 .any(|r| r.ls.same_as(&ls) && !r.orphan);
@@ -144,7 +144,7 @@ fn run_kill_order(d: &Daemon, ls: &disk_format::Name, order: KillOrder, cause: K
 /// lease (FORCE → SIGKILL, SIGTERM if SIGKILL is restricted; GRACEFUL → the killpath,
 /// else SIGTERM, SIGKILL if SIGTERM is restricted; `lockd_core::kill::decide_request`).
 pub fn examine_lockspace(d: &Arc<Daemon>, ls: &disk_format::Name) {
-    let held: Vec<_> = lock(&d.tables)
+    let held: Vec<_> = lock(&d.core)
         .resources
         .values()
         .filter(|r| r.ls.same_as(ls) && !r.busy)
@@ -173,7 +173,7 @@ fn examine_step(
     lver: u64,
     force_mode: u32,
 ) -> Vec<Effect<Held>> {
-    let tables = lock(&d.tables);
+    let tables = lock(&d.core);
     lockd_core::examined_lease(&tables, ls, name, lver, force_mode)
 }
 
@@ -240,7 +240,7 @@ pub fn retire_failed(d: &Arc<Daemon>, spaces: &[Arc<Space>]) {
             continue;
         }
         let (holders, total) = {
-            let tables = lock(&d.tables);
+            let tables = lock(&d.core);
             let res = &tables.resources;
             let mine: Vec<_> = res.values().filter(|r| r.ls.same_as(&s.name)).collect();
             (mine.iter().filter(|r| !r.orphan).count(), mine.len())
@@ -249,7 +249,7 @@ pub fn retire_failed(d: &Arc<Daemon>, spaces: &[Arc<Space>]) {
             // Failures are logged where they happen (`paxos::release_on_disk`).
             let _ = crate::paxos::release_orphans(d, &s.name, &disk_format::Name::EMPTY);
         }
-        if !lock(&d.tables).space_in_use(&s.name) {
+        if !lock(&d.core).space_in_use(&s.name) {
             warn!(ls = %s.name, "failed lockspace removed: no lease holders left");
             lock(&s.st).phase = Phase::Removing;
             s.stop.store(true, Ordering::SeqCst);
@@ -313,7 +313,7 @@ mod tests {
 
     /// A registered client `pid` holding lease `key` exclusive, acquired at `t`.
     fn hold(d: &Daemon, pid: i32, key: (Name, Name), t: u64) {
-        let mut tables = lock(&d.tables);
+        let mut tables = lock(&d.core);
         let ci = tables.clients.add(-1, pid, 0, None).expect("a slot");
         tables.clients.slots.get_mut(&ci).expect("slot").registered = true;
         assert_eq!(
@@ -446,7 +446,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let d2 = d.clone();
         std::thread::spawn(move || {
-            drop(lock(&d2.tables));
+            drop(lock(&d2.core));
             let _ = tx.send(());
         });
         assert!(

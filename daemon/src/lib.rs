@@ -317,7 +317,7 @@ fn start(
     let d_status = d.clone();
     threads::spawn("lockd-helper-status", move || {
         if let Some(helper) = d_status.helper.as_ref() {
-            helper::status_loop(helper, &d_status.tables)
+            helper::status_loop(helper, &d_status.core)
         }
     })
     .map_err(DaemonError::Thread)?;
@@ -408,7 +408,7 @@ impl Running {
             let _ =
                 std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200));
         }
-        for c in lock(&d.tables).clients.slots.values() {
+        for c in lock(&d.core).clients.slots.values() {
             if let Some(s) = &c.stream {
                 let _ = s.shutdown(std::net::Shutdown::Both);
             }
@@ -423,7 +423,7 @@ impl Running {
         if let Some(h) = d.helper.as_ref() {
             let _ = sys::kill(h.pid, libc::SIGTERM);
         }
-        let left = lock(&d.tables).resources.len();
+        let left = lock(&d.core).resources.len();
         if left != 0 {
             // Only orphans of a failed lockspace can remain; they expire with our host_id.
             error!(left, "exiting with leases still recorded");

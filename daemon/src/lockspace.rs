@@ -156,7 +156,7 @@ fn wait_gone(space: &Space) {
 
 /// True when some client holds a resource in this lockspace.
 pub fn space_in_use(d: &Daemon, name: &Name) -> bool {
-    lock(&d.tables).space_in_use(name)
+    lock(&d.core).space_in_use(name)
 }
 
 /// REM_LOCKSPACE.
@@ -167,7 +167,7 @@ pub fn rem(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> Result<(), Spac
     if flags & SANLK_REM_UNUSED != 0 && space_in_use(d, &ls.name) {
         return Err(SpaceError::Busy("leases are held in it (REM_UNUSED)"));
     }
-    let has_orphans = lock(&d.tables)
+    let has_orphans = lock(&d.core)
         .resources
         .values()
         .any(|r| r.orphan && r.ls.same_as(&ls.name));

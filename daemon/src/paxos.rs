@@ -3,6 +3,8 @@
 //! Runs on the calling connection's thread (a paxos acquire may wait up to host_dead
 //! seconds for a dead owner); never while holding a daemon lock.
 
+use std::collections::VecDeque;
+use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -19,7 +21,8 @@ use crate::confirm::SpaceObserver;
 use crate::space::{Space, SpaceError};
 use crate::state::Daemon;
 use crate::sync::lock;
-use crate::tables::{Held, HeldRes};
+use crate::tables::{Held, HeldRes, Key};
+use lockd_core::{DiskOp, Effect, Input};
 use lockd_diskio::{BlockingDisk, EngineKind};
 
 /// Opens a resource disk: during a client's command, with that client's rights
@@ -34,9 +37,22 @@ fn open(path: &str, need: Need) -> Result<BlockingDisk, LeaseCmdError> {
 
 /// Opens a held lease's disk with the rights of the client that acquired it.
 fn open_held(lr: &HeldRes, need: Need) -> Result<BlockingDisk, LeaseCmdError> {
+    open_lease(&lr.held, &lr.disks, need)
+}
+
+/// Opens the disk of a lease held as `held` on `disks`, with the rights of the client
+/// that acquired it.
+fn open_lease(
+    held: &Held,
+    disks: &[wire::DiskLocation],
+    need: Need,
+) -> Result<BlockingDisk, LeaseCmdError> {
+    let disk = disks
+        .first()
+        .ok_or(LeaseCmdError::Invalid("a lease with no disk"))?;
     Ok(BlockingDisk::new(access::open_disk_as(
-        lr.held.opened_by.as_ref(),
-        Path::new(&lr.disks[0].path.to_text()),
+        held.opened_by.as_ref(),
+        Path::new(&disk.path.to_text()),
         need,
         EngineKind::SharedRing,
     )?))
@@ -117,12 +133,12 @@ pub fn acquire(
 /// Releases a resource on disk. No I/O when our lockspace lease is lost (the lease then
 /// expires with our host_id, as in sanlock).
 pub fn release(
-    _d: &Daemon,
     space: Option<&Space>,
-    lr: &HeldRes,
+    held: &Held,
+    disks: &[wire::DiskLocation],
     rename: Option<&disk_format::Name>,
 ) -> Result<(), LeaseCmdError> {
-    let Some(token) = lr.held.token.as_ref() else {
+    let Some(token) = held.token.as_ref() else {
         return Ok(());
     };
     match space {
@@ -134,7 +150,7 @@ pub fn release(
     }
     // With the acquiring client's rights, whoever releases (the client, root by pid,
     // the daemon when the client died).
-    let disk = open_held(lr, Need::Write)?;
+    let disk = open_lease(held, disks, Need::Write)?;
     block_on(paxos::release_renamed(
         &disk,
         &crate::clock::lease_clock_unstopped(),
@@ -238,39 +254,106 @@ pub fn request(
         .map_err(LeaseCmdError::paxos)
 }
 
-/// Releases `lr` on disk (from the table's release step), then finishes the release in
-/// the tables and wakes the acquires waiting for it. Returns the release's result.
-pub(crate) fn release_on_disk(
+/// What the releases asked for by one input came to.
+#[derive(Debug)]
+pub(crate) struct Released {
+    /// Disk releases run (a RELEASE of orphans answers this count, as sanlock).
+    pub disk_releases: u32,
+    /// Ok, or the last disk release's failure.
+    pub result: Result<(), LeaseCmdError>,
+}
+
+/// Runs a release input (`Input::Closed`, `ReleaseTokens`, `ReleaseOrphans`) through
+/// the core, then carries out its effects with no lock held. `orphaned`: persistent
+/// leases the input may leave as orphans, logged when it did.
+pub(crate) fn release_through_core(
     d: &Arc<Daemon>,
-    lr: &HeldRes,
-    rename: Option<&Name>,
-) -> Result<(), LeaseCmdError> {
-    let space = d.find_space(&lr.ls);
-    let result = release(d, space.as_deref(), lr, rename);
-    match &result {
-        Err(e) => warn!(error = %e, rv = e.code(), "release on disk failed"),
-        Ok(()) => info!("released"),
+    input: Input<UnixStream, Held>,
+    orphaned: &[Key],
+) -> Released {
+    let fx = {
+        let mut core = lock(&d.core);
+        let fx = core.step(crate::clock::now_s(), input);
+        for key in orphaned {
+            if core.resources.get(key).is_some_and(|r| r.orphan) {
+                info!(ls = %key.0, res = %key.1, "holder exited: persistent lease kept as an orphan");
+            }
+        }
+        fx
+    };
+    run_releases(d, fx)
+}
+
+/// Carries out the core's effects for a release input: each disk release (lease-core,
+/// with the rights of the client that acquired the lease), whose end goes back to the
+/// core as `DiskDone` (the lease leaves the table), then wakes the acquires of the same
+/// lease waiting on `released`. A release input gives nothing else: any other effect is
+/// a broken invariant, which stops the daemon.
+fn run_releases(d: &Arc<Daemon>, fx: Vec<Effect<Held>>) -> Released {
+    let mut out = Released {
+        disk_releases: 0,
+        result: Ok(()),
+    };
+    let mut queue: VecDeque<Effect<Held>> = fx.into();
+    while let Some(effect) = queue.pop_front() {
+        let Effect::Disk {
+            op,
+            what:
+                DiskOp::Release {
+                    key,
+                    held,
+                    disks,
+                    rename,
+                },
+            ..
+        } = effect
+        else {
+            panic!("the core answered a release with an effect the shell does not run here: {effect:?}");
+        };
+        let span = info_span!("resource", ls = %key.0, res = %key.1);
+        let _g = span.enter();
+        let space = d.find_space(&key.0);
+        let result = release(space.as_deref(), &held, &disks, rename.as_ref());
+        let done = match &result {
+            Err(e) => {
+                warn!(error = %e, rv = e.code(), "release on disk failed");
+                Err(e.code())
+            }
+            Ok(()) => {
+                info!("released");
+                Ok(Held::default())
+            }
+        };
+        out.disk_releases += 1;
+        if result.is_err() {
+            out.result = result;
+        }
+        let more = lock(&d.core).step(
+            crate::clock::now_s(),
+            Input::DiskDone {
+                op,
+                result: done,
+                failed_state: None,
+            },
+        );
+        // Acquires of this lease may be waiting for the release to end.
+        d.released.notify_all();
+        queue.extend(more);
     }
-    lock(&d.tables).finish_release(&(lr.ls, lr.name));
-    // Acquires of this lease may be waiting for the release to end.
-    d.released.notify_all();
-    result
+    out
 }
 
 /// Releases orphans of lockspace `ls`: the one named `name`, or all when `name` is empty.
 /// Returns how many were released (0 when none matched, as sanlock), or the last
 /// release error.
 pub fn release_orphans(d: &Arc<Daemon>, ls: &Name, name: &Name) -> Result<u32, LeaseCmdError> {
-    let picked: Vec<HeldRes> = lock(&d.tables).start_orphan_release(ls, name);
-    // As sanlock: the result is the number of orphans released (0 when none matched).
-    let count = u32::try_from(picked.len()).unwrap_or(u32::MAX);
-    let mut result = Ok(count);
-    for lr in picked {
-        let span = info_span!("resource", ls = %lr.ls, res = %lr.name);
-        let _g = span.enter();
-        if let Err(e) = release_on_disk(d, &lr, None) {
-            result = Err(e);
-        }
-    }
-    result
+    let out = release_through_core(
+        d,
+        Input::ReleaseOrphans {
+            ls: *ls,
+            name: *name,
+        },
+        &[],
+    );
+    out.result.map(|()| out.disk_releases)
 }

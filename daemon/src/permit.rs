@@ -36,7 +36,7 @@ pub(crate) fn may_act_on_holders(
     if !restricted(d, caller) {
         return true;
     }
-    let tables = lock(&d.tables);
+    let tables = lock(&d.core);
     tables
         .clients
         .slots

@@ -416,7 +416,7 @@ impl Reactor {
             return;
         }
         let gone: Vec<(u64, u32, i32)> = {
-            let tables = lock(&d.tables);
+            let tables = lock(&d.core);
             watched
                 .into_iter()
                 .filter(|(_, ci, pid)| !crate::forpid::is_pid_slot(&tables, *ci, *pid))
@@ -510,7 +510,7 @@ fn accept_all(
             }
         };
         let clone = stream.try_clone().ok();
-        let mut added = lock(&d.tables)
+        let mut added = lock(&d.core)
             .clients
             .add(stream.as_raw_fd(), cred.pid, cred.uid, clone);
         if added.is_err() && r.evict_idle(d, cred.uid) {
@@ -524,7 +524,7 @@ fn accept_all(
                 );
             }
             let clone = stream.try_clone().ok();
-            added = lock(&d.tables).clients.add_in_place_of_own(
+            added = lock(&d.core).clients.add_in_place_of_own(
                 stream.as_raw_fd(),
                 cred.pid,
                 cred.uid,
@@ -555,7 +555,7 @@ fn accept_all(
         if let Err(e) = r.adopt(Conn { stream, ci, cred }) {
             warn!(error = %e, "cannot watch a new connection; closing it");
             // Not registered yet: its slot just goes.
-            lock(&d.tables).client_ended(ci);
+            lock(&d.core).client_ended(ci);
         }
     }
 }
@@ -599,7 +599,7 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
                     // A resource held by nobody, neither busy nor an orphan: the guard's
                     // debug check panics as it lets go of the lock.
                     let name = disk_format::Name::new("broken").expect("a valid name");
-                    crate::sync::lock(&d.tables).resources.insert(
+                    crate::sync::lock(&d.core).resources.insert(
                         (name, name),
                         crate::tables::HeldRes {
                             ls: name,
@@ -615,7 +615,7 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
                     );
                 }
                 Some(_) => {
-                    let _tables = crate::sync::lock(&d.tables);
+                    let _tables = crate::sync::lock(&d.core);
                     panic!("LOCKD_DEBUG_PANIC_IN_JOB: a job panics holding the tables lock");
                 }
                 None => {}

@@ -21,7 +21,7 @@ use crate::notify::Notifier;
 use crate::observability::LogRing;
 use crate::space::{Outgoing, Space, SpaceSt};
 use crate::sync::lock;
-use crate::tables::TablesLock;
+use crate::tables::CoreLock;
 
 /// One lease-loss watch connection (lockd extension, `crate::watch`).
 #[derive(Debug)]
@@ -53,7 +53,7 @@ pub struct Daemon {
     pub notifier: Notifier,
     pub log: Arc<LogRing>,
     /// The client and resource tables: their one owner (`crate::tables`).
-    pub tables: TablesLock,
+    pub core: CoreLock,
     /// Notified (after the `tables` lock has recorded it) whenever a release on disk has
     /// ended: acquires of the same lease wait on it with the `tables` lock.
     pub released: Condvar,
@@ -76,12 +76,13 @@ pub struct Daemon {
 impl Daemon {
     pub fn new(cfg: Config, helper: Option<Helper>, log: Arc<LogRing>) -> Daemon {
         crate::metrics::observe_disk_io();
+        let core = CoreLock::new(u64::from(cfg.kill_grace_s));
         Daemon {
             cfg,
             helper,
             notifier: Notifier::from_env(),
             log,
-            tables: TablesLock::default(),
+            core,
             released: Condvar::new(),
             spaces: Mutex::new(Vec::new()),
             watchers: Mutex::new(Vec::new()),
@@ -170,7 +171,7 @@ impl Daemon {
             .iter()
             .filter(|s| s.snapshot_phase() == crate::space::Phase::Joined)
             .count();
-        let tables = lock(&self.tables);
+        let tables = lock(&self.core);
         let leases = tables.resources.len();
         let clients = tables
             .clients

@@ -17,7 +17,7 @@ pub fn lock<L: Lock + ?Sized>(m: &L) -> L::Guard<'_> {
     m.lock_or_stop()
 }
 
-/// A lock [`lock`] takes: a plain mutex, or the tables' (`crate::tables::TablesLock`,
+/// A lock [`lock`] takes: a plain mutex, or the tables' (`crate::tables::CoreLock`,
 /// whose guard checks the tables' invariants in debug builds as it lets go).
 pub trait Lock {
     type Guard<'a>

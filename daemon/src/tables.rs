@@ -57,86 +57,119 @@ impl Held {
 }
 
 /// The client and resource tables (the core's `Tables`, each client slot holding a clone
-/// of its connection, shut down at exit), behind the daemon's one `tables` lock.
+/// of its connection, shut down at exit).
 pub type LeaseTables = lockd_core::Tables<UnixStream, Held>;
 
-/// What a release's first step left to do (the core's `ReleaseStart`).
-pub type ReleaseStep = lockd_core::ReleaseStart<Held>;
+/// The daemon's core (`lockd_core::Core`): the client and resource tables, and the disk
+/// operations it asked for and that have not completed yet. Fed by `step` for the
+/// inputs the daemon routes through it (a client's end, every release on disk; see
+/// docs/architecture.md), and by the tables' transitions for the rest.
+pub type DaemonCore = lockd_core::Core<UnixStream, Held>;
 
-/// The tables behind their one lock (`crate::sync::lock(&d.tables)`). In debug builds
-/// (the tests') the guard runs [`lockd_core::Tables::check`] each time it lets go of the
-/// lock (dropped, or given up for a condvar wait) and panics on a broken invariant, which
+/// The core behind its one lock (`crate::sync::lock(&d.core)`). In debug builds (the
+/// tests') the guard runs [`lockd_core::Core::check`] (the tables' invariants, and every
+/// disk operation in flight on a `busy` lease) each time it lets go of the lock
+/// (dropped, or given up for a condvar wait) and panics on a broken invariant, which
 /// stops the daemon: every test that drives the daemon also checks that no handler, and
-/// no write outside the transitions, leaves the tables inconsistent. Release builds run
-/// its cheap part, [`lockd_core::Tables::check_cheap`] (one pass over the resources, no
+/// no write outside the transitions, leaves the core inconsistent. Release builds run its
+/// cheap part, [`lockd_core::Core::check_cheap`] (one pass over the resources, no
 /// allocation: never two holders of an exclusive lease, among others).
-#[derive(Debug, Default)]
-pub struct TablesLock(Mutex<LeaseTables>);
+#[derive(Debug)]
+pub struct CoreLock(Mutex<DaemonCore>);
 
-/// The tables, locked (see [`TablesLock`]).
-pub struct TablesGuard<'a>(Option<MutexGuard<'a, LeaseTables>>);
-
-impl Lock for TablesLock {
-    type Guard<'a> = TablesGuard<'a>;
-    fn lock_or_stop(&self) -> TablesGuard<'_> {
-        TablesGuard(Some(self.0.lock_or_stop()))
+impl CoreLock {
+    /// An empty core; `kill_grace_s` is the configuration's `kill_grace_seconds`.
+    pub fn new(kill_grace_s: u64) -> CoreLock {
+        CoreLock(Mutex::new(DaemonCore::new(kill_grace_s)))
     }
 }
 
-impl TablesGuard<'_> {
-    fn check(tables: &LeaseTables) {
+impl Default for CoreLock {
+    fn default() -> CoreLock {
+        CoreLock::new(u64::from(lockd_config::DEFAULT_KILL_GRACE_S))
+    }
+}
+
+/// The core, locked (see [`CoreLock`]). It reads as the tables (`Deref`), whose
+/// transitions most handlers still call themselves; [`CoreGuard::step`] runs an input
+/// through the core.
+pub struct CoreGuard<'a>(Option<MutexGuard<'a, DaemonCore>>);
+
+impl Lock for CoreLock {
+    type Guard<'a> = CoreGuard<'a>;
+    fn lock_or_stop(&self) -> CoreGuard<'_> {
+        CoreGuard(Some(self.0.lock_or_stop()))
+    }
+}
+
+impl CoreGuard<'_> {
+    fn check(core: &DaemonCore) {
         if std::thread::panicking() {
             return;
         }
         let checked = if cfg!(debug_assertions) {
-            tables.check()
+            core.check()
         } else {
-            tables.check_cheap()
+            core.check_cheap()
         };
         if let Err(broken) = checked {
             panic!("the client/resource tables broke an invariant: {broken}");
         }
     }
+
+    fn core(&mut self) -> &mut DaemonCore {
+        match &mut self.0 {
+            Some(g) => g,
+            None => unreachable!("a CoreGuard is emptied only as it is consumed"),
+        }
+    }
+
+    /// [`lockd_core::Core::step`] at lease time `now_s`: the effects, in order, for the
+    /// caller to carry out after letting go of the lock.
+    pub fn step(
+        &mut self,
+        now_s: u64,
+        input: lockd_core::Input<UnixStream, Held>,
+    ) -> Vec<lockd_core::Effect<Held>> {
+        self.core().step(now_s, input)
+    }
 }
 
-impl Deref for TablesGuard<'_> {
+impl Deref for CoreGuard<'_> {
     type Target = LeaseTables;
     fn deref(&self) -> &LeaseTables {
         match &self.0 {
-            Some(g) => g,
-            None => unreachable!("a TablesGuard is emptied only as it is consumed"),
+            Some(g) => &g.tables,
+            None => unreachable!("a CoreGuard is emptied only as it is consumed"),
         }
     }
 }
 
-impl DerefMut for TablesGuard<'_> {
+impl DerefMut for CoreGuard<'_> {
     fn deref_mut(&mut self) -> &mut LeaseTables {
-        match &mut self.0 {
-            Some(g) => g,
-            None => unreachable!("a TablesGuard is emptied only as it is consumed"),
-        }
+        &mut self.core().tables
     }
 }
 
-impl Drop for TablesGuard<'_> {
+impl Drop for CoreGuard<'_> {
     fn drop(&mut self) {
         if let Some(g) = &self.0 {
-            TablesGuard::check(g);
+            CoreGuard::check(g);
         }
     }
 }
 
-impl<'a> WaitGuard<'a, LeaseTables> for TablesGuard<'a> {
-    fn into_mutex_guard(mut self) -> MutexGuard<'a, LeaseTables> {
+impl<'a> WaitGuard<'a, DaemonCore> for CoreGuard<'a> {
+    fn into_mutex_guard(mut self) -> MutexGuard<'a, DaemonCore> {
         let g = self
             .0
             .take()
-            .unwrap_or_else(|| unreachable!("a TablesGuard is emptied only as it is consumed"));
-        TablesGuard::check(&g);
+            .unwrap_or_else(|| unreachable!("a CoreGuard is emptied only as it is consumed"));
+        CoreGuard::check(&g);
         g
     }
-    fn from_mutex_guard(g: MutexGuard<'a, LeaseTables>) -> Self {
-        TablesGuard(Some(g))
+    fn from_mutex_guard(g: MutexGuard<'a, DaemonCore>) -> Self {
+        CoreGuard(Some(g))
     }
 }
 
@@ -148,7 +181,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "broke an invariant")]
     fn the_guard_checks_the_tables_as_it_lets_go() {
-        let tables = TablesLock::default();
+        let tables = CoreLock::default();
         let mut g = crate::sync::lock(&tables);
         let ci = g.clients.add(-1, 10, 1000, None).expect("a slot");
         let name = disk_format::Name::new("r").expect("name");
@@ -173,7 +206,7 @@ mod tests {
     /// A consistent table passes the check, also across a condvar wait.
     #[test]
     fn a_consistent_table_passes_the_guard() {
-        let tables = TablesLock::default();
+        let tables = CoreLock::default();
         let cond = std::sync::Condvar::new();
         let mut g = crate::sync::lock(&tables);
         g.clients.add(-1, 10, 1000, None).expect("a slot");

@@ -50,7 +50,7 @@ pub fn handle_watch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
         return;
     }
     if conn.cred.uid != 0 && pid != conn.cred.pid {
-        let owner_uid = lock(&d.tables)
+        let owner_uid = lock(&d.core)
             .clients
             .slots
             .values()
@@ -137,7 +137,7 @@ fn send_to(d: &Daemon, pids: &[i32], make: impl Fn(i32) -> WatchEvent) -> usize 
 
 /// Pids of live clients holding a lease in lockspace `ls` (and named `res`, if given).
 fn holder_pids(d: &Daemon, ls: &Name, res: Option<&Name>) -> Vec<i32> {
-    lock(&d.tables).holder_pids(ls, res)
+    lock(&d.core).holder_pids(ls, res)
 }
 
 /// Deadlines of a lockspace's holders, from its last successful renewal: (kill escalation
@@ -235,7 +235,7 @@ pub fn heartbeat(d: &Daemon) {
         if watched.is_empty() {
             return;
         }
-        let tables = lock(&d.tables);
+        let tables = lock(&d.core);
         let clients = &tables.clients;
         watched
             .into_iter()

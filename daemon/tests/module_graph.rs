@@ -258,6 +258,26 @@ fn the_daemon_writes_the_tables_only_through_the_cores_transitions() {
     );
 }
 
+/// The release transitions the daemon must not sequence itself: every release runs
+/// through `Core::step` (`Input::Closed`, `ReleaseTokens`, `ReleaseOrphans` and the
+/// `DiskDone` of each disk release), so the core knows every disk release in flight.
+const RELEASE_TRANSITIONS: [&str; 3] = [
+    "start_release(",
+    "finish_release(",
+    "start_orphan_release(",
+];
+
+/// Issue 23: a client's end and every lease release on disk are driven by `Core::step`.
+#[test]
+fn the_daemon_releases_leases_only_through_core_step() {
+    let found = occurrences(&RELEASE_TRANSITIONS, |_, _| false);
+    assert!(
+        found.is_empty(),
+        "release transitions called outside Core::step (use paxos::release_through_core):\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn the_write_check_sees_a_direct_write_and_not_one_in_a_test_or_a_comment() {
     let src = "fn f(t: &mut T) { t.clients.slots.get_mut(&1); t.resources\n   .remove(&k); }\n\

@@ -486,7 +486,7 @@ impl Sim {
                     DiskOp::Acquire { key, shared, .. } => {
                         format!("acquire {:?} shared={shared}", key.1)
                     }
-                    DiskOp::Release { key, held } => {
+                    DiskOp::Release { key, held, .. } => {
                         format!("release {:?} lver {}", key.1, held.lver())
                     }
                     DiskOp::Convert { key, to_shared, .. } => {
@@ -1102,7 +1102,7 @@ async fn disk_task(sim: Rc<Sim>, h: usize, op: crate::step::OpId, what: DiskOp<S
                 .map(|t| SimHeld(Some(t)))
                 .map_err(|e| e.sanlk_code())
         }
-        DiskOp::Release { key, held } => {
+        DiskOp::Release { key, held, .. } => {
             released = Some(res_index(&key.1));
             match &held.0 {
                 Some(t) => {
