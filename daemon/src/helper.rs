@@ -303,8 +303,9 @@ impl Helper {
 }
 
 /// The daemon's `lockd-helper-status` thread: logs each killpath's end and records it
-/// on the client it was run for (in `tables`). Returns when the helper is gone.
-pub fn status_loop(helper: &Helper, tables: &crate::tables::CoreLock) {
+/// on the client it was run for, through the core (`Input::KillpathEnded`). Returns when
+/// the helper is gone.
+pub fn status_loop(helper: &Helper, core: &crate::tables::CoreLock) {
     let reader = crate::sync::lock(&helper.status).take();
     let Some(mut reader) = reader else {
         return;
@@ -330,7 +331,16 @@ pub fn status_loop(helper: &Helper, tables: &crate::tables::CoreLock) {
                 "killpath failed"
             );
         }
-        crate::sync::lock(tables).killpath_ended(st.client_pid, &status);
+        let input = lockd_core::Input::KillpathEnded {
+            pid: st.client_pid,
+            status,
+        };
+        let effects = crate::sync::lock(core).step(crate::clock::now_s(), input);
+        // The helper's status only changes what STATUS shows.
+        assert!(
+            effects.is_empty(),
+            "a killpath's end gave effects: {effects:?}"
+        );
     }
 }
 

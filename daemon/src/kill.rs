@@ -163,9 +163,8 @@ pub fn examine_lockspace(d: &Arc<Daemon>, ls: &disk_format::Name) {
 }
 
 /// The core's step for a request found on lease `ls:name`, read while held at `lver`
-/// (`lockd_core::examined_lease`, what `Core::step` runs for `Input::Examined`), over
-/// the daemon's tables. The tables lock is let go before this returns: no effect runs
-/// under it.
+/// (`Core::step` with `Input::Examined`, which runs `lockd_core::examined_lease` over
+/// the tables). The core's lock is let go before this returns: no effect runs under it.
 fn examine_step(
     d: &Daemon,
     ls: &disk_format::Name,
@@ -173,8 +172,13 @@ fn examine_step(
     lver: u64,
     force_mode: u32,
 ) -> Vec<Effect<Held>> {
-    let tables = lock(&d.core);
-    lockd_core::examined_lease(&tables, ls, name, lver, force_mode)
+    let input = lockd_core::Input::Examined {
+        ls: *ls,
+        name: *name,
+        lver,
+        force_mode,
+    };
+    lock(&d.core).step(crate::clock::now_s(), input)
 }
 
 /// Carries out one effect of an examine step, with no lock held.
