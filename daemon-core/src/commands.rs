@@ -138,7 +138,7 @@ impl<S, H: LeaseHold> Core<S, H> {
         rv: i32,
         leases: Vec<HeldLease>,
     ) {
-        if self.live(ci) {
+        if self.live(ci) || self.begun.contains(&ci) {
             reply(fx, ci, kind, rv, leases);
         }
     }
@@ -242,6 +242,37 @@ impl<S, H: LeaseHold> Core<S, H> {
                 return;
             }
         };
+        self.command(now_s, ci, req, fx);
+    }
+
+    /// [`crate::Input::Command`]: a lease command the shell began on client `target`
+    /// itself ([`Tables::start_command`](crate::Tables::start_command), with the header's
+    /// target rules, before it read the payload, as sanlock does).
+    pub(crate) fn begun_command(
+        &mut self,
+        now_s: u64,
+        target: u32,
+        req: CoreRequest,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        let active = self
+            .tables
+            .clients
+            .slots
+            .get(&target)
+            .is_some_and(|c| c.cmd_active != 0);
+        assert!(
+            active && !self.cmds.contains_key(&target) && !self.begun.contains(&target),
+            "client {target}: a command run through the core must be begun by the shell \
+             (start_command) and be its only one"
+        );
+        self.begun.insert(target);
+        self.command(now_s, target, req, fx);
+    }
+
+    /// Runs lease command `req` of client `ci`, whose command is active.
+    fn command(&mut self, now_s: u64, ci: u32, req: CoreRequest, fx: &mut Vec<Effect<H>>) {
+        let kind = req.kind();
         match req {
             CoreRequest::Acquire { res, cmd_flags } => {
                 self.cmds.insert(
@@ -256,7 +287,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 );
                 self.advance_acquire(now_s, ci, fx);
             }
-            CoreRequest::Release { keys } => {
+            CoreRequest::Release { keys, rename } => {
                 let (tokens, missing) = if keys.is_empty() {
                     (self.tables.take_all_tokens(ci), false)
                 } else {
@@ -264,11 +295,13 @@ impl<S, H: LeaseHold> Core<S, H> {
                 };
                 let mut pending = 0;
                 for t in &tokens {
-                    if self.release_token(ci, t, false, Some(ci), None, fx) {
+                    if self.release_token(ci, t, false, Some(ci), rename, fx) {
                         pending += 1;
                     }
                 }
-                let rv = if missing { -ENOENT } else { 0 };
+                // As sanlock: a named lease the client does not hold makes the result -1
+                // (SANLK_ERROR) without stopping the others' releases.
+                let rv = if missing { SANLK_ERROR } else { 0 };
                 let leases = tokens.iter().map(held_lease).collect();
                 if pending == 0 {
                     self.answer(fx, ci, kind, rv, leases);
@@ -277,28 +310,32 @@ impl<S, H: LeaseHold> Core<S, H> {
                     self.cmds.insert(ci, Cmd::Release { pending, rv });
                 }
             }
-            CoreRequest::Convert { key, to_shared } => {
-                match self.tables.start_convert(ci, key, to_shared) {
-                    Ok(lr) => {
-                        let op = self.new_op();
-                        self.ops.insert(op, OpFor::Convert { ci, key, to_shared });
-                        self.cmds.insert(ci, Cmd::Convert { key });
-                        fx.push(Effect::Disk {
-                            op,
-                            ls: key.0,
-                            what: DiskOp::Convert {
-                                key,
-                                held: lr.held,
-                                to_shared,
-                            },
-                        });
-                    }
-                    Err(rv) => {
-                        self.answer(fx, ci, kind, rv, Vec::new());
-                        self.end_command(ci, fx);
-                    }
+            CoreRequest::Convert {
+                key,
+                to_shared,
+                cmd_flags,
+            } => match self.tables.start_convert(ci, key, to_shared) {
+                Ok(lr) => {
+                    let op = self.new_op();
+                    self.ops.insert(op, OpFor::Convert { ci, key, to_shared });
+                    self.cmds.insert(ci, Cmd::Convert { key });
+                    fx.push(Effect::Disk {
+                        op,
+                        ls: key.0,
+                        what: DiskOp::Convert {
+                            key,
+                            held: lr.held,
+                            disks: lr.disks,
+                            to_shared,
+                            cmd_flags,
+                        },
+                    });
                 }
-            }
+                Err(rv) => {
+                    self.answer(fx, ci, kind, rv, Vec::new());
+                    self.end_command(ci, fx);
+                }
+            },
             CoreRequest::Inquire => {
                 let leases = self.tables.clients.slots[&ci]
                     .tokens
@@ -319,6 +356,7 @@ impl<S, H: LeaseHold> Core<S, H> {
     /// released as a dead holder's.
     fn end_command(&mut self, ci: u32, fx: &mut Vec<Effect<H>>) {
         self.cmds.remove(&ci);
+        self.begun.remove(&ci);
         if let Some(tokens) = self.tables.finish_command(ci) {
             for t in &tokens {
                 self.release_token(ci, t, true, None, None, fx);
@@ -370,7 +408,12 @@ impl<S, H: LeaseHold> Core<S, H> {
 
     /// Starts the disk release of the idle orphans of `ls` (`name`, or all when empty);
     /// their operation ids.
-    pub(crate) fn release_orphans(&mut self, ls: &Name, name: &Name, fx: &mut Vec<Effect<H>>) -> Vec<OpId> {
+    pub(crate) fn release_orphans(
+        &mut self,
+        ls: &Name,
+        name: &Name,
+        fx: &mut Vec<Effect<H>>,
+    ) -> Vec<OpId> {
         let mut picked = self.tables.start_orphan_release(ls, name);
         picked.sort_by_key(|lr| lr.name.0);
         let mut ops = Vec::new();
@@ -558,7 +601,8 @@ impl<S, H: LeaseHold> Core<S, H> {
                 if let Some(ci) = reply_to {
                     if let Some(Cmd::Release { pending, rv }) = self.cmds.get_mut(&ci) {
                         *pending -= 1;
-                        if *rv == 0 {
+                        // A disk release's failure is the answer (the last one's).
+                        if rv_disk != 0 {
                             *rv = rv_disk;
                         }
                         if *pending == 0 {
@@ -905,7 +949,6 @@ mod tests {
                 ci: a,
                 tokens,
                 dying: false,
-                rename: Some(name("r1-new")),
             },
         );
         let [Effect::Disk {
@@ -917,14 +960,20 @@ mod tests {
             panic!("one disk release: {fx:?}")
         };
         assert_eq!(*key, (name("ls"), name("r1")));
-        assert_eq!(*rename, Some(name("r1-new")));
-        assert!(replies(&fx).is_empty(), "the shell's release answers nobody");
+        assert_eq!(*rename, None);
+        assert!(
+            replies(&fx).is_empty(),
+            "the shell's release answers nobody"
+        );
         let op = *op;
         let lr = &c.tables.resources[&(name("ls"), name("r1"))];
         assert!(lr.busy && lr.releasing && lr.holders.is_empty());
         // An acquire of the lease meanwhile waits for the release's end.
         let fx = acquire(&mut c, 102, b, vec![spec("r1", false)]);
-        assert!(disk_ops(&fx).is_empty() && replies(&fx).is_empty(), "{fx:?}");
+        assert!(
+            disk_ops(&fx).is_empty() && replies(&fx).is_empty(),
+            "{fx:?}"
+        );
         let fx = done(&mut c, 103, op, Err(-EIO));
         assert_eq!(
             disk_ops(&fx)
@@ -938,6 +987,122 @@ mod tests {
                 .holders
                 .is_empty(),
             "the old entry left (a failed disk release too), the new acquire's began"
+        );
+    }
+
+    /// The shell begins client `ci`'s command itself (`start_command`, as the daemon's
+    /// dispatcher does before reading the payload).
+    fn begin(c: &mut TestCore, ci: u32, cmd: u32) {
+        let target = CommandTarget {
+            conn_ci: ci,
+            conn_uid: 0,
+            cmd,
+            cmd_flags: 0,
+            data2: u32::MAX,
+        };
+        assert_eq!(c.tables.start_command(target), Ok(ci));
+    }
+
+    /// A RELEASE the shell began (`Input::Command`) naming a held lease and one not held:
+    /// the held one is released on disk with the new name, and the answer, -1 as
+    /// sanlock's for the lease not held, comes after the disk release; the command ends
+    /// in the core, and is answered although its client died meanwhile (it may have come
+    /// on another connection), whose other lease is then released as a dead holder's.
+    #[test]
+    fn a_begun_release_is_answered_after_its_disk_release_even_for_a_client_that_died() {
+        let mut c = joined();
+        let a = client(&mut c, 10);
+        hold(&mut c, a, "r1", 1);
+        hold(&mut c, a, "r3", 1);
+        begin(&mut c, a, SM_CMD_RELEASE);
+        let fx = step(
+            &mut c,
+            102,
+            Input::Command {
+                target: a,
+                req: CoreRequest::Release {
+                    keys: vec![(name("ls"), name("r1")), (name("ls"), name("r2"))],
+                    rename: Some(name("r1-new")),
+                },
+            },
+        );
+        let [Effect::Disk {
+            op,
+            what: DiskOp::Release { key, rename, .. },
+            ..
+        }] = fx.as_slice()
+        else {
+            panic!("one disk release: {fx:?}")
+        };
+        assert_eq!(
+            (*key, *rename),
+            ((name("ls"), name("r1")), Some(name("r1-new")))
+        );
+        let op = *op;
+        // The client dies while its release is on disk: the command keeps its slot.
+        assert!(step(&mut c, 102, Input::Closed { ci: a }).is_empty());
+        let fx = done(&mut c, 103, op, Ok(Held::default()));
+        assert_eq!(replies(&fx), vec![(a, ReqKind::Release, SANLK_ERROR)]);
+        let [(_, k, "release")] = disk_ops(&fx)[..] else {
+            panic!("the dead client's other lease is released: {fx:?}")
+        };
+        assert_eq!(k, (name("ls"), name("r3")));
+        assert!(!c.tables.clients.slots.contains_key(&a), "the slot went");
+        assert!(c.begun.is_empty() && c.cmds.is_empty());
+    }
+
+    /// A CONVERT the shell began: the disk convert carries the request's flags and the
+    /// lease's disks; a failure that changed the lease on the way keeps that state for
+    /// the release, and the answer is the failure's code.
+    #[test]
+    fn a_begun_convert_carries_its_flags_and_a_half_way_failure_keeps_its_state() {
+        let mut c = joined();
+        let a = client(&mut c, 10);
+        hold(&mut c, a, "r1", 1);
+        begin(&mut c, a, SM_CMD_CONVERT);
+        let key = (name("ls"), name("r1"));
+        let fx = step(
+            &mut c,
+            102,
+            Input::Command {
+                target: a,
+                req: CoreRequest::Convert {
+                    key,
+                    to_shared: true,
+                    cmd_flags: 0x4,
+                },
+            },
+        );
+        let [Effect::Disk {
+            op,
+            what:
+                DiskOp::Convert {
+                    cmd_flags,
+                    to_shared: true,
+                    ..
+                },
+            ..
+        }] = fx.as_slice()
+        else {
+            panic!("one disk convert: {fx:?}")
+        };
+        assert_eq!(*cmd_flags, 0x4);
+        let fx = step(
+            &mut c,
+            103,
+            Input::DiskDone {
+                op: *op,
+                result: Err(-EIO),
+                failed_state: Some(Held { lver: 7 }),
+            },
+        );
+        assert_eq!(replies(&fx), vec![(a, ReqKind::Convert, -EIO)]);
+        let lr = &c.tables.resources[&key];
+        assert_eq!(lr.held, Held { lver: 7 }, "the half-way state is kept");
+        assert!(!lr.busy);
+        assert_eq!(
+            c.tables.clients.slots[&a].cmd_active, 0,
+            "the command ended"
         );
     }
 
@@ -968,7 +1133,6 @@ mod tests {
                 ci: a,
                 tokens,
                 dying: true,
-                rename: None,
             },
         );
         assert!(fx.is_empty(), "an orphan needs no disk I/O: {fx:?}");
@@ -1001,7 +1165,10 @@ mod tests {
             102,
             Input::Request {
                 ci: a,
-                req: CoreRequest::Release { keys: Vec::new() },
+                req: CoreRequest::Release {
+                    keys: Vec::new(),
+                    rename: None,
+                },
             },
         );
         let [(rel, key, "release")] = disk_ops(&fx)[..] else {
@@ -1155,7 +1322,10 @@ mod tests {
             102,
             Input::Request {
                 ci: a,
-                req: CoreRequest::Release { keys: Vec::new() },
+                req: CoreRequest::Release {
+                    keys: Vec::new(),
+                    rename: None,
+                },
             },
         );
         let [(_, key, "release")] = disk_ops(&fx)[..] else {
@@ -1186,6 +1356,7 @@ mod tests {
                 req: CoreRequest::Convert {
                     key,
                     to_shared: false,
+                    cmd_flags: 0,
                 },
             },
         );
@@ -1209,7 +1380,10 @@ mod tests {
             104,
             Input::Request {
                 ci: a,
-                req: CoreRequest::Release { keys: Vec::new() },
+                req: CoreRequest::Release {
+                    keys: Vec::new(),
+                    rename: None,
+                },
             },
         );
         let released: Vec<u64> = fx
@@ -1376,6 +1550,7 @@ mod tests {
                 req: CoreRequest::Convert {
                     key,
                     to_shared: true,
+                    cmd_flags: 0,
                 },
             },
         );

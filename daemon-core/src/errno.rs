@@ -13,3 +13,7 @@ pub const EMFILE: i32 = 24;
 pub const EALREADY: i32 = 114;
 pub const EUCLEAN: i32 = 117;
 pub const ENOSPC: i32 = 28;
+
+/// sanlock's generic failure (`SANLK_ERROR`, -1): a RELEASE naming a lease the client
+/// does not hold gets it.
+pub const SANLK_ERROR: i32 = -1;

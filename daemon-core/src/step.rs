@@ -30,7 +30,7 @@
 //! - [`Core::check`] holds after every step (checked in debug builds; the cheap part,
 //!   [`Core::check_cheap`], in every build).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use client_lib::ext::WatchKind;
 use client_lib::wire;
@@ -123,6 +123,9 @@ pub struct Core<S, H> {
     pub kill_grace_s: u64,
     /// The command running for each client (at most one: `cmd_active`).
     pub(crate) cmds: HashMap<u32, Cmd>,
+    /// Clients whose command the shell began ([`Input::Command`]): answered even when
+    /// the client died meanwhile (the command may have come on another connection).
+    pub(crate) begun: HashSet<u32>,
     /// Lockspace additions and removals waiting for their end, with who asked.
     pub(crate) admin: Vec<AdminCmd>,
     /// Disk operations asked for and not completed yet.
@@ -162,10 +165,19 @@ pub enum CoreRequest {
     /// ACQUIRE of one or more leases, in order; all or none.
     Acquire { res: Vec<ResSpec>, cmd_flags: u32 },
     /// RELEASE of the named leases (all the client's when empty); answered after the
-    /// disk releases ended.
-    Release { keys: Vec<Key> },
-    /// CONVERT one lease to shared or exclusive.
-    Convert { key: Key, to_shared: bool },
+    /// disk releases ended. `rename`: `SANLK_REL_RENAME`'s new name for the leaders this
+    /// host clears ([`DiskOp::Release`]).
+    Release {
+        keys: Vec<Key>,
+        rename: Option<Name>,
+    },
+    /// CONVERT one lease to shared or exclusive; `cmd_flags` are the request's
+    /// (`SANLK_ACQUIRE_OWNER_NOWAIT`), for the disk convert.
+    Convert {
+        key: Key,
+        to_shared: bool,
+        cmd_flags: u32,
+    },
     /// INQUIRE: the client's leases.
     Inquire,
     /// RELEASE with `SANLK_REL_ORPHAN`: release the orphans of `ls` (the one named
@@ -238,8 +250,15 @@ pub enum DiskOp<H> {
         disks: Vec<wire::DiskLocation>,
         rename: Option<Name>,
     },
-    /// Convert `key`, held as `held`; the completion carries the new state.
-    Convert { key: Key, held: H, to_shared: bool },
+    /// Convert `key`, held as `held` on `disks`, with the request's `cmd_flags`; the
+    /// completion carries the new state.
+    Convert {
+        key: Key,
+        held: H,
+        disks: Vec<wire::DiskLocation>,
+        to_shared: bool,
+        cmd_flags: u32,
+    },
 }
 
 /// What happened, for [`Core::step`]. `S` is the shell's connection handle, `H` the
@@ -261,6 +280,13 @@ pub enum Input<S, H> {
     },
     /// A request arrived on connection `ci`.
     Request { ci: u32, req: CoreRequest },
+    /// A lease command (RELEASE, CONVERT, INQUIRE, ACQUIRE) for client `target`, whose
+    /// command the shell has begun itself (`Tables::start_command` with the header's
+    /// target rules — another client by pid, a connection-less slot — before reading the
+    /// payload, as sanlock does). The core runs it as a `Request`'s, ends the command
+    /// (`finish_command`) when it answers, and releases then the leases of a client
+    /// that died meanwhile.
+    Command { target: u32, req: CoreRequest },
     /// The disk operation `op` ended: the lease's new state, or sanlock's error code.
     /// `failed_state`: after a failure, the lease's state when the operation changed it
     /// on the way (a convert that failed half-way: lease-core's token then holds our
@@ -288,18 +314,17 @@ pub enum Input<S, H> {
         lver: u64,
         force_mode: u32,
     },
-    /// The shell took these tokens from client `ci` (a RELEASE it decoded, the leases a
-    /// failed acquire had taken, a client that died during its command): each is
+    /// The shell took these tokens from client `ci` (the leases a failed acquire had
+    /// taken, a client that died during a command the shell ran): each is
     /// released ([`Tables::start_release`](crate::Tables::start_release)); the last
     /// holder's needs a disk release ([`Effect::Disk`], answered by `DiskDone`).
     /// `dying`: the holder is dead, so a persistent lease becomes an orphan instead.
-    /// `rename`: see [`DiskOp::Release`]. Nobody is answered: the shell that asked
-    /// waits for the completions of the operations it was given.
+    /// Nobody is answered: the shell that asked waits for the completions of the
+    /// operations it was given.
     ReleaseTokens {
         ci: u32,
         tokens: Vec<ClientToken>,
         dying: bool,
-        rename: Option<Name>,
     },
     /// Release the idle orphans of `ls` on disk (the one named `name`, or all when it is
     /// empty) for the shell: a lockspace being removed or retired, or a RELEASE of
@@ -363,6 +388,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             spaces: Vec::new(),
             kill_grace_s,
             cmds: HashMap::new(),
+            begun: HashSet::new(),
             admin: Vec::new(),
             ops: HashMap::new(),
             next_op: 1,
@@ -417,6 +443,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 }
             }
             Input::Request { ci, req } => self.request(now_s, ci, req, &mut fx),
+            Input::Command { target, req } => self.begun_command(now_s, target, req, &mut fx),
             Input::DiskDone {
                 op,
                 result,
@@ -439,14 +466,9 @@ impl<S, H: LeaseHold> Core<S, H> {
             Input::KillpathEnded { pid, status } => {
                 self.tables.killpath_ended(pid, &status);
             }
-            Input::ReleaseTokens {
-                ci,
-                tokens,
-                dying,
-                rename,
-            } => {
+            Input::ReleaseTokens { ci, tokens, dying } => {
                 for t in &tokens {
-                    self.release_token(ci, t, dying, None, rename, &mut fx);
+                    self.release_token(ci, t, dying, None, None, &mut fx);
                 }
             }
             Input::ReleaseOrphans { ls, name } => {
@@ -544,6 +566,12 @@ impl<S, H: LeaseHold> Core<S, H> {
                         "client {ci}: a command {cmd:?} with no active slot"
                     ))
                 }
+            }
+        }
+        for ci in &self.begun {
+            match self.tables.clients.slots.get(ci) {
+                Some(c) if c.cmd_active != 0 => {}
+                _ => return Err(format!("client {ci}: a begun command with no active slot")),
             }
         }
         for (op, what) in &self.ops {

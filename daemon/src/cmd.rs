@@ -23,9 +23,9 @@ use crate::space::SpaceError;
 use crate::state::Daemon;
 use crate::sync::lock;
 use crate::tables::{AcquireStart, Key};
-use lockd_core::Input;
 use crate::tables::{ClientToken, KillPath};
 use crate::{admin, lockspace, paxos, permit, sys};
+use lockd_core::{CoreReply, CoreRequest, Input};
 
 /// RESTRICT: the connection's restriction flags (from `cmd_flags`).
 pub(crate) fn restrict(d: &Arc<Daemon>, conn: &Conn, h: &Header) {
@@ -232,9 +232,7 @@ pub fn connection_closed(d: &Arc<Daemon>, ci: u32) {
         if *tokens > 0 {
             info!(
                 ci,
-                pid,
-                tokens,
-                "client connection closed: releasing its leases"
+                pid, tokens, "client connection closed: releasing its leases"
             );
         }
     }
@@ -243,7 +241,8 @@ pub fn connection_closed(d: &Arc<Daemon>, ci: u32) {
     // releases asynchronously for the same reason). Failures are logged where they
     // happen; nobody waits for the answer.
     let persistent = held.map(|h| h.3).unwrap_or_default();
-    paxos::release_through_core(d, Input::Closed { ci }, &persistent);
+    let run = paxos::step_and_run(d, Input::Closed { ci }, &persistent);
+    assert!(run.replies.is_empty(), "a client's end answers nobody");
 }
 
 /// Releases tokens of client `ci` (local bookkeeping, then disk for the last holder).
@@ -255,26 +254,15 @@ pub fn release_tokens(
     release_tokens_as(d, ci, tokens, false)
 }
 
-/// As [`release_tokens`]; when the holder died (`dying`), a persistent lease whose last
-/// local holder it was becomes an orphan instead of being released (sanlock §2.9).
+/// As [`release_tokens`], through the core (`Input::ReleaseTokens`); when the holder
+/// died (`dying`), a persistent lease whose last local holder it was becomes an orphan
+/// instead of being released (sanlock §2.9). Every token is released; the result is the
+/// last failure.
 pub fn release_tokens_as(
     d: &Arc<Daemon>,
     ci: u32,
     tokens: Vec<ClientToken>,
     dying: bool,
-) -> Result<(), LeaseCmdError> {
-    release_tokens_with(d, ci, tokens, dying, None)
-}
-
-/// The release path shared by all callers, through the core (`Input::ReleaseTokens`);
-/// `rename` renames leaders we clear on disk (`SANLK_REL_RENAME`). Every token is
-/// released; the result is the last failure.
-fn release_tokens_with(
-    d: &Arc<Daemon>,
-    ci: u32,
-    tokens: Vec<ClientToken>,
-    dying: bool,
-    rename: Option<&Name>,
 ) -> Result<(), LeaseCmdError> {
     if tokens.is_empty() {
         return Ok(());
@@ -288,13 +276,10 @@ fn release_tokens_with(
     } else {
         Vec::new()
     };
-    let input = Input::ReleaseTokens {
-        ci,
-        tokens,
-        dying,
-        rename: rename.copied(),
-    };
-    paxos::release_through_core(d, input, &persistent).result
+    let input = Input::ReleaseTokens { ci, tokens, dying };
+    let run = paxos::step_and_run(d, input, &persistent);
+    assert!(run.replies.is_empty(), "a release of tokens answers nobody");
+    run.disk_error.map_or(Ok(()), Err)
 }
 
 /// Resolves the target of a registered-client command from its header and marks it
@@ -310,9 +295,13 @@ pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, calle
             return;
         }
     };
-    let (rv, data2, payload) = match read_request(h, conn) {
-        Ok(req) => client_cmd(d, conn.ci, caller, h, target, req),
-        Err(e) => (e.code(), 0, Vec::new()),
+    let (rv, data2, payload, ended_in_core) = match read_request(h, conn) {
+        Ok(req) => {
+            let in_core = runs_in_core(&req);
+            let (rv, data2, payload) = client_cmd(d, conn.ci, caller, h, target, req);
+            (rv, data2, payload, in_core)
+        }
+        Err(e) => (e.code(), 0, Vec::new(), false),
     };
     let op = match h.cmd {
         SM_CMD_ACQUIRE | SM_CMD_ACQUIRE2 => Some(crate::metrics::Op::Acquire),
@@ -323,13 +312,40 @@ pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, calle
     if let Some(op) = op {
         crate::metrics::global().result(op, rv);
     }
-    // Clear cmd_active; if the client died meanwhile, release what it holds now.
-    let dead_tokens = lock(&d.core).finish_command(target);
-    if let Some(tokens) = dead_tokens {
-        // A dead client's releases answer nobody; failures are logged where they happen.
-        let _ = release_tokens_as(d, target, tokens, true);
+    // Clear cmd_active; if the client died meanwhile, release what it holds now. (A
+    // command run through the core was ended there, with the same release.)
+    if !ended_in_core {
+        let dead_tokens = lock(&d.core).finish_command(target);
+        if let Some(tokens) = dead_tokens {
+            // A dead client's releases answer nobody; failures are logged where they
+            // happen.
+            let _ = release_tokens_as(d, target, tokens, true);
+        }
     }
     conn.reply_with(h, rv, data2, &payload);
+}
+
+/// Whether a registered-client command runs through the core (`Input::Command`), which
+/// then ends it: RELEASE of named leases, of all, or with a rename; CONVERT. The others
+/// (ACQUIRE, INQUIRE, KILLPATH, RELEASE of orphans) still run here and are ended by
+/// [`registered_cmd`].
+fn runs_in_core(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::Release(ReleaseWhat::All | ReleaseWhat::Named(_) | ReleaseWhat::Rename { .. })
+            | Request::Convert(_)
+    )
+}
+
+/// Runs lease command `req`, begun on client `target` by [`registered_cmd`], through
+/// the core, and carries out what it decides ([`paxos::step_and_run`]); the core's
+/// answer.
+fn core_command(
+    d: &Arc<Daemon>,
+    target: u32,
+    req: CoreRequest,
+) -> Result<CoreReply, LeaseCmdError> {
+    paxos::step_and_run(d, Input::Command { target, req }, &[]).answer(target)
 }
 
 /// The registered-client commands' table: (result, reply data2, reply payload) of a
@@ -588,13 +604,12 @@ fn start_acquire_after_release(
 }
 
 /// RELEASE: `Ok(n)` with the number of orphans released for `SANLK_REL_ORPHAN`, 0
-/// otherwise.
+/// otherwise. Every release but the orphans' runs through the core (`Input::Command`):
+/// it takes the client's tokens, asks for the disk releases of the leases' last holders
+/// and answers when they ended.
 fn release(d: &Arc<Daemon>, target: u32, what: ReleaseWhat) -> Result<u32, LeaseCmdError> {
-    let heads = match what {
-        ReleaseWhat::All => {
-            let tokens = lock(&d.core).take_all_tokens(target);
-            return release_tokens(d, target, tokens).map(|()| 0);
-        }
+    let (keys, rename) = match what {
+        ReleaseWhat::All => (Vec::new(), None),
         ReleaseWhat::Orphans(r) => {
             // Orphans have no client left to own them: releasing them is for whoever may
             // manage their lockspace (the uid rules of `crate::access`).
@@ -609,43 +624,25 @@ fn release(d: &Arc<Daemon>, target: u32, what: ReleaseWhat) -> Result<u32, Lease
             }
             return paxos::release_orphans(d, &r.lockspace_name, &r.name);
         }
+        // `SANLK_REL_RENAME`: two resources came, the held one and one carrying its new
+        // name; the lease is released and, where this host clears the leader, the leader
+        // is written with the new name (lvmlockd does this at vgremove). A lease the
+        // client does not hold gives -1, as sanlock answers.
         ReleaseWhat::Rename { old, new } => {
-            return release_renamed(d, target, &old, &new).map(|()| 0)
+            if new.name.is_empty() {
+                return Err(LeaseCmdError::Invalid("a rename to an empty name"));
+            }
+            info!(res = %old.name, new_name = %new.name, "release with rename");
+            (vec![(old.lockspace_name, old.name)], Some(new.name))
         }
-        ReleaseWhat::Named(heads) => heads,
+        // As sanlock: every named lease the client holds is released; one it does not
+        // hold makes the result -1 without stopping the others.
+        ReleaseWhat::Named(heads) => (
+            heads.iter().map(|r| (r.lockspace_name, r.name)).collect(),
+            None,
+        ),
     };
-    let names: Vec<_> = heads.iter().map(|r| (r.lockspace_name, r.name)).collect();
-    // As sanlock: every named lease the client holds is released; one it does not hold
-    // makes the result -1 without stopping the others.
-    let taken = lock(&d.core).take_tokens(target, &names);
-    let (picked, missing) = taken.map_err(LeaseCmdError::Tables)?;
-    release_tokens(d, target, picked)?;
-    if missing {
-        Err(LeaseCmdError::SomeNotHeld)
-    } else {
-        Ok(0)
-    }
-}
-
-/// RELEASE with `SANLK_REL_RENAME`: two resources came, the held one and one carrying
-/// its new name; the lease is released and, where this host clears the leader, the leader
-/// is written with the new name (lvmlockd does this at vgremove). A lease the client does
-/// not hold gives -1, as sanlock answers.
-fn release_renamed(
-    d: &Arc<Daemon>,
-    target: u32,
-    old: &wire::ResourceHead,
-    new: &wire::ResourceHead,
-) -> Result<(), LeaseCmdError> {
-    if new.name.is_empty() {
-        return Err(LeaseCmdError::Invalid("a rename to an empty name"));
-    }
-    let key = (old.lockspace_name, old.name);
-    let taken = lock(&d.core).take_tokens(target, &[key]);
-    let (mut picked, _) = taken.map_err(LeaseCmdError::Tables)?;
-    let picked = picked.pop().ok_or(LeaseCmdError::SomeNotHeld)?;
-    info!(res = %old.name, new_name = %new.name, "release with rename");
-    release_tokens_with(d, target, vec![picked], false, Some(&new.name))
+    core_command(d, target, CoreRequest::Release { keys, rename }).map(|_| 0)
 }
 
 /// sanlock's INQUIRE state string for one token.
@@ -696,37 +693,17 @@ fn convert(
 ) -> Result<(), LeaseCmdError> {
     let to_shared = head.flags & SANLK_RES_SHARED != 0;
     let key = (head.lockspace_name, head.name);
+    // The lease is the client's and in the other mode, and its lockspace is joined
+    // (the lockspace table is still the shell's), before the core starts the convert.
     let checked = lock(&d.core).convert_token(target, key, to_shared);
     checked.map_err(LeaseCmdError::Tables)?;
-    let space = lockspace::joined(d, &key.0)?;
-    let started = lock(&d.core).start_convert(target, key, to_shared);
-    let lr = started.map_err(LeaseCmdError::Tables)?;
-    let span = info_span!("resource", ls = %key.0, res = %key.1);
-    let _g = span.enter();
-    let result = paxos::convert(d, &space, &lr, to_shared, h.cmd_flags);
-    let mut tables = lock(&d.core);
-    let (result, failure) = match result {
-        Ok(held) => (Ok(held), None),
-        Err((e, state)) => {
-            // A convert failed half-way: its release must use the token it left.
-            if let Some(state) = state {
-                tables.convert_failed_state(key, *state, to_shared);
-            }
-            (Err(e.code()), Some(e))
-        }
+    lockspace::joined(d, &key.0)?;
+    let req = CoreRequest::Convert {
+        key,
+        to_shared,
+        cmd_flags: h.cmd_flags,
     };
-    // The tables' code is the failure's own (or their own refusal).
-    match (
-        tables.finish_convert(target, key, to_shared, result),
-        failure,
-    ) {
-        (0, _) => {
-            info!(to_shared, "converted");
-            Ok(())
-        }
-        (_, Some(e)) => Err(e),
-        (rv, None) => Err(LeaseCmdError::Tables(rv)),
-    }
+    core_command(d, target, req).map(|_| ())
 }
 
 /// KILLPATH (on the client's own connection): the program runs, when the time comes,

@@ -22,7 +22,7 @@ use crate::space::{Space, SpaceError};
 use crate::state::Daemon;
 use crate::sync::lock;
 use crate::tables::{Held, HeldRes, Key};
-use lockd_core::{DiskOp, Effect, Input};
+use lockd_core::{CoreReply, DiskOp, Effect, Input, ReqKind};
 use lockd_diskio::{BlockingDisk, EngineKind};
 
 /// Opens a resource disk: during a client's command, with that client's rights
@@ -168,18 +168,17 @@ pub fn release(
 /// before over the ballot's and an accepted value could be forgotten (two exclusive
 /// holders; found by lockd-core's whole-daemon simulator).
 pub fn convert(
-    _d: &Daemon,
     space: &Space,
-    lr: &HeldRes,
+    held: &Held,
+    disks: &[wire::DiskLocation],
     to_shared: bool,
     cmd_flags: u32,
 ) -> Result<Held, (LeaseCmdError, Option<Box<Held>>)> {
-    let mut token = lr
-        .held
+    let mut token = held
         .token
         .clone()
         .ok_or((LeaseCmdError::NotHeld("the lease has no token"), None))?;
-    let disk = open_held(lr, Need::Write).map_err(|e| (e, None))?;
+    let disk = open_lease(held, disks, Need::Write).map_err(|e| (e, None))?;
     let to = if to_shared {
         Mode::Shared
     } else {
@@ -193,7 +192,7 @@ pub fn convert(
     .map_err(|e| (e.into(), None))?;
     let held = Held {
         token: Some(token),
-        opened_by: lr.held.opened_by.clone(),
+        opened_by: held.opened_by.clone(),
     };
     match out {
         Ok(()) => Ok(held),
@@ -254,23 +253,46 @@ pub fn request(
         .map_err(LeaseCmdError::paxos)
 }
 
-/// What the releases asked for by one input came to.
-#[derive(Debug)]
-pub(crate) struct Released {
+/// What carrying out the core's effects for one input came to.
+#[derive(Debug, Default)]
+pub(crate) struct CoreRun {
+    /// The core's answers, to the client whose command the input ran.
+    pub replies: Vec<(u32, CoreReply)>,
     /// Disk releases run (a RELEASE of orphans answers this count, as sanlock).
     pub disk_releases: u32,
-    /// Ok, or the last disk release's failure.
-    pub result: Result<(), LeaseCmdError>,
+    /// The last disk operation's failure, with its reason (the core has only its code).
+    pub disk_error: Option<LeaseCmdError>,
 }
 
-/// Runs a release input (`Input::Closed`, `ReleaseTokens`, `ReleaseOrphans`) through
-/// the core, then carries out its effects with no lock held. `orphaned`: persistent
-/// leases the input may leave as orphans, logged when it did.
-pub(crate) fn release_through_core(
+impl CoreRun {
+    /// The core's one answer to client `target`'s command, as the handler's result: 0, or
+    /// the failure — the disk operation's own when the answer is its code, sanlock's -1
+    /// for a RELEASE naming a lease the client does not hold, else the tables' refusal.
+    pub(crate) fn answer(self, target: u32) -> Result<CoreReply, LeaseCmdError> {
+        let mut replies = self.replies.into_iter();
+        let (Some((ci, reply)), None) = (replies.next(), replies.next()) else {
+            panic!("the core gave client {target}'s command not exactly one answer");
+        };
+        assert_eq!(ci, target, "the core answered another client's command");
+        match (reply.rv, self.disk_error) {
+            (0, _) => Ok(reply),
+            (rv, Some(e)) if e.code() == rv => Err(e),
+            (lockd_core::errno::SANLK_ERROR, _) if reply.kind == ReqKind::Release => {
+                Err(LeaseCmdError::SomeNotHeld)
+            }
+            (rv, _) => Err(LeaseCmdError::Tables(rv)),
+        }
+    }
+}
+
+/// Runs `input` through the core, then carries out its effects with no lock held
+/// ([`run_core_effects`]). `orphaned`: persistent leases the input may leave as orphans
+/// (a dead holder's), logged when it did.
+pub(crate) fn step_and_run(
     d: &Arc<Daemon>,
     input: Input<UnixStream, Held>,
     orphaned: &[Key],
-) -> Released {
+) -> CoreRun {
     let fx = {
         let mut core = lock(&d.core);
         let fx = core.step(crate::clock::now_s(), input);
@@ -281,79 +303,114 @@ pub(crate) fn release_through_core(
         }
         fx
     };
-    run_releases(d, fx)
+    run_core_effects(d, fx)
 }
 
-/// Carries out the core's effects for a release input: each disk release (lease-core,
-/// with the rights of the client that acquired the lease), whose end goes back to the
-/// core as `DiskDone` (the lease leaves the table), then wakes the acquires of the same
-/// lease waiting on `released`. A release input gives nothing else: any other effect is
-/// a broken invariant, which stops the daemon.
-fn run_releases(d: &Arc<Daemon>, fx: Vec<Effect<Held>>) -> Released {
-    let mut out = Released {
-        disk_releases: 0,
-        result: Ok(()),
-    };
+/// Carries out the core's effects for a client's end, a release or a lease command run
+/// through the core, in order and with no lock held: each disk operation (a release or
+/// a convert, with lease-core and the rights of the client that acquired the lease),
+/// whose end goes back to the core as `DiskDone` — the effects of that step join the
+/// queue — and the replies, kept for the caller. After a release, the acquires of the
+/// same lease waiting on `released` are woken. These inputs give nothing else (the
+/// acquires that would give effects for other clients do not run through the core
+/// yet): any other effect is a broken invariant, which stops the daemon.
+fn run_core_effects(d: &Arc<Daemon>, fx: Vec<Effect<Held>>) -> CoreRun {
+    let mut run = CoreRun::default();
     let mut queue: VecDeque<Effect<Held>> = fx.into();
     while let Some(effect) = queue.pop_front() {
-        let Effect::Disk {
-            op,
-            what:
-                DiskOp::Release {
-                    key,
-                    held,
-                    disks,
-                    rename,
-                },
-            ..
-        } = effect
-        else {
-            panic!("the core answered a release with an effect the shell does not run here: {effect:?}");
-        };
-        let span = info_span!("resource", ls = %key.0, res = %key.1);
-        let _g = span.enter();
-        let space = d.find_space(&key.0);
-        let result = release(space.as_deref(), &held, &disks, rename.as_ref());
-        let done = match &result {
-            Err(e) => {
-                warn!(error = %e, rv = e.code(), "release on disk failed");
-                Err(e.code())
+        let (op, what) = match effect {
+            Effect::Reply { ci, reply } => {
+                run.replies.push((ci, reply));
+                continue;
             }
-            Ok(()) => {
-                info!("released");
-                Ok(Held::default())
+            Effect::Disk { op, what, .. } => (op, what),
+            other => panic!("the core gave an effect the shell does not run here: {other:?}"),
+        };
+        let (done, failed_state, released) = match what {
+            DiskOp::Release {
+                key,
+                held,
+                disks,
+                rename,
+            } => {
+                let span = info_span!("resource", ls = %key.0, res = %key.1);
+                let _g = span.enter();
+                let space = d.find_space(&key.0);
+                let result = release(space.as_deref(), &held, &disks, rename.as_ref());
+                run.disk_releases += 1;
+                let done = match result {
+                    Ok(()) => {
+                        info!("released");
+                        Ok(Held::default())
+                    }
+                    Err(e) => {
+                        warn!(error = %e, rv = e.code(), "release on disk failed");
+                        let rv = e.code();
+                        run.disk_error = Some(e);
+                        Err(rv)
+                    }
+                };
+                (done, None, true)
+            }
+            DiskOp::Convert {
+                key,
+                held,
+                disks,
+                to_shared,
+                cmd_flags,
+            } => {
+                let span = info_span!("resource", ls = %key.0, res = %key.1);
+                let _g = span.enter();
+                let result = match d.find_space(&key.0) {
+                    Some(space) => convert(&space, &held, &disks, to_shared, cmd_flags),
+                    None => Err((SpaceError::NotJoined.into(), None)),
+                };
+                match result {
+                    Ok(held) => {
+                        info!(to_shared, "converted");
+                        (Ok(held), None, false)
+                    }
+                    Err((e, state)) => {
+                        warn!(error = %e, rv = e.code(), to_shared, "convert on disk failed");
+                        let rv = e.code();
+                        run.disk_error = Some(e);
+                        (Err(rv), state.map(|s| *s), false)
+                    }
+                }
+            }
+            other => {
+                panic!("the core asked for a disk operation the shell does not run here: {other:?}")
             }
         };
-        out.disk_releases += 1;
-        if result.is_err() {
-            out.result = result;
-        }
         let more = lock(&d.core).step(
             crate::clock::now_s(),
             Input::DiskDone {
                 op,
                 result: done,
-                failed_state: None,
+                failed_state,
             },
         );
-        // Acquires of this lease may be waiting for the release to end.
-        d.released.notify_all();
+        if released {
+            // Acquires of this lease may be waiting for the release to end.
+            d.released.notify_all();
+        }
         queue.extend(more);
     }
-    out
+    run
 }
 
 /// Releases orphans of lockspace `ls`: the one named `name`, or all when `name` is empty.
 /// Returns how many were released (0 when none matched, as sanlock), or the last
 /// release error.
 pub fn release_orphans(d: &Arc<Daemon>, ls: &Name, name: &Name) -> Result<u32, LeaseCmdError> {
-    let out = release_through_core(
-        d,
-        Input::ReleaseOrphans {
-            ls: *ls,
-            name: *name,
-        },
-        &[],
-    );
-    out.result.map(|()| out.disk_releases)
+    let input = Input::ReleaseOrphans {
+        ls: *ls,
+        name: *name,
+    };
+    let run = step_and_run(d, input, &[]);
+    assert!(run.replies.is_empty(), "an orphan release answers nobody");
+    match run.disk_error {
+        Some(e) => Err(e),
+        None => Ok(run.disk_releases),
+    }
 }

@@ -261,11 +261,8 @@ fn the_daemon_writes_the_tables_only_through_the_cores_transitions() {
 /// The release transitions the daemon must not sequence itself: every release runs
 /// through `Core::step` (`Input::Closed`, `ReleaseTokens`, `ReleaseOrphans` and the
 /// `DiskDone` of each disk release), so the core knows every disk release in flight.
-const RELEASE_TRANSITIONS: [&str; 3] = [
-    "start_release(",
-    "finish_release(",
-    "start_orphan_release(",
-];
+const RELEASE_TRANSITIONS: [&str; 3] =
+    ["start_release(", "finish_release(", "start_orphan_release("];
 
 /// Issue 23: a client's end and every lease release on disk are driven by `Core::step`.
 #[test]

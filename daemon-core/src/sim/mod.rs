@@ -1251,6 +1251,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
                 CoreRequest::Convert {
                     key: (sim.space, res_name(r)),
                     to_shared: !shared,
+                    cmd_flags: 0,
                 },
             );
             if sim.await_reply(&c).await.is_none() {
@@ -1271,7 +1272,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
                 .map(|&(r, _)| (sim.space, res_name(r)))
                 .collect()
         };
-        sim.send(h, &c, CoreRequest::Release { keys });
+        sim.send(h, &c, CoreRequest::Release { keys, rename: None });
         let Some(reply) = sim.await_reply(&c).await else {
             return;
         };
