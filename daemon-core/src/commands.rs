@@ -106,12 +106,7 @@ fn reply<H>(fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, rv: i32, leases: Ve
 }
 
 fn held_lease(t: &ClientToken) -> HeldLease {
-    HeldLease {
-        ls: t.ls,
-        name: t.name,
-        shared: t.shared,
-        lver: t.lver,
-    }
+    HeldLease::from(t)
 }
 
 impl<S, H: LeaseHold> Core<S, H> {
@@ -156,13 +151,13 @@ impl<S, H: LeaseHold> Core<S, H> {
         };
         let cmd = match &req {
             CoreRequest::Register => {
+                // sanlock's REGISTER has no reply: libsanlock sends the header and
+                // returns the connection (a reply would be read as the next command's).
                 let Some(c) = self.tables.clients.slots.get(&ci) else {
                     return;
                 };
-                let rv = if c.registered { -EALREADY } else { 0 };
                 let (pid, uid) = (c.pid, c.uid);
                 self.tables.register_client(ci, pid, uid);
-                reply(fx, ci, kind, rv, Vec::new());
                 return;
             }
             CoreRequest::AddLockspace { ls, io_timeout_s } => {
@@ -287,8 +282,8 @@ impl<S, H: LeaseHold> Core<S, H> {
                 );
                 self.advance_acquire(now_s, ci, fx);
             }
-            CoreRequest::Release { keys, rename } => {
-                let (tokens, missing) = if keys.is_empty() {
+            CoreRequest::Release { keys, all, rename } => {
+                let (tokens, missing) = if all {
                     (self.tables.take_all_tokens(ci), false)
                 } else {
                     self.tables.take_tokens(ci, &keys).unwrap_or_default()
@@ -851,9 +846,11 @@ mod tests {
             c,
             100,
             Input::Connected {
+                fd: -1,
                 pid,
                 uid: 0,
                 stream: None,
+                replacing_own: false,
             },
         );
         match fx.as_slice() {
@@ -872,7 +869,8 @@ mod tests {
                 req: CoreRequest::Register,
             },
         );
-        assert_eq!(replies(&fx), vec![(ci, ReqKind::Register, 0)]);
+        assert!(fx.is_empty(), "REGISTER has no reply: {fx:?}");
+        assert!(c.tables.clients.slots[&ci].registered);
         ci
     }
 
@@ -1022,6 +1020,7 @@ mod tests {
                 target: a,
                 req: CoreRequest::Release {
                     keys: vec![(name("ls"), name("r1")), (name("ls"), name("r2"))],
+                    all: false,
                     rename: Some(name("r1-new")),
                 },
             },
@@ -1049,6 +1048,52 @@ mod tests {
         assert_eq!(k, (name("ls"), name("r3")));
         assert!(!c.tables.clients.slots.contains_key(&a), "the slot went");
         assert!(c.begun.is_empty() && c.cmds.is_empty());
+    }
+
+    /// A RELEASE naming no lease and without `SANLK_REL_ALL` is a successful no-op (libvirt
+    /// relies on it), and ends the command; with `all`, every lease goes.
+    #[test]
+    fn a_release_naming_nothing_is_a_no_op_and_all_releases_everything() {
+        let mut c = joined();
+        let a = client(&mut c, 10);
+        hold(&mut c, a, "r1", 1);
+        begin(&mut c, a, SM_CMD_RELEASE);
+        let none = CoreRequest::Release {
+            keys: Vec::new(),
+            all: false,
+            rename: None,
+        };
+        let fx = step(
+            &mut c,
+            102,
+            Input::Command {
+                target: a,
+                req: none,
+            },
+        );
+        assert_eq!(replies(&fx), vec![(a, ReqKind::Release, 0)]);
+        assert!(disk_ops(&fx).is_empty());
+        assert_eq!(c.tables.clients.slots[&a].tokens.len(), 1);
+        assert_eq!(
+            c.tables.clients.slots[&a].cmd_active, 0,
+            "the command ended"
+        );
+        begin(&mut c, a, SM_CMD_RELEASE);
+        let all = CoreRequest::Release {
+            keys: Vec::new(),
+            all: true,
+            rename: None,
+        };
+        let fx = step(
+            &mut c,
+            102,
+            Input::Command {
+                target: a,
+                req: all,
+            },
+        );
+        assert_eq!(disk_ops(&fx).len(), 1, "{fx:?}");
+        assert!(c.tables.clients.slots[&a].tokens.is_empty());
     }
 
     /// A CONVERT the shell began: the disk convert carries the request's flags and the
@@ -1167,6 +1212,7 @@ mod tests {
                 ci: a,
                 req: CoreRequest::Release {
                     keys: Vec::new(),
+                    all: true,
                     rename: None,
                 },
             },
@@ -1324,6 +1370,7 @@ mod tests {
                 ci: a,
                 req: CoreRequest::Release {
                     keys: Vec::new(),
+                    all: true,
                     rename: None,
                 },
             },
@@ -1382,6 +1429,7 @@ mod tests {
                 ci: a,
                 req: CoreRequest::Release {
                     keys: Vec::new(),
+                    all: true,
                     rename: None,
                 },
             },
@@ -1410,7 +1458,8 @@ mod tests {
         let slot = &c.tables.clients.slots[&ci];
         assert!(slot.registered);
         assert_eq!(slot.owner_name.to_text(), "4321");
-        // A second REGISTER on the same connection is refused, and changes nothing.
+        // A second REGISTER on the same connection gets no reply either, and leaves the
+        // client registered under its pid.
         let fx = step(
             &mut c,
             100,
@@ -1419,7 +1468,8 @@ mod tests {
                 req: CoreRequest::Register,
             },
         );
-        assert_eq!(replies(&fx), vec![(ci, ReqKind::Register, -EALREADY)]);
+        assert!(fx.is_empty(), "{fx:?}");
+        assert_eq!(c.tables.clients.slots[&ci].pid, 4321);
         // The helper's report of a killpath reaches only a client of that pid that set one.
         let other = client(&mut c, 4322);
         let killpath = crate::KillPath {

@@ -154,7 +154,8 @@ impl ResSpec {
 /// A client's request, decoded by the shell.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CoreRequest {
-    /// REGISTER: the connection's process becomes a client that can hold leases.
+    /// REGISTER: the connection's process becomes a client that can hold leases. No
+    /// reply (sanlock's REGISTER has none).
     Register,
     /// ADD_LOCKSPACE: the shell joins it ([`Effect::JoinLockspace`]) and reports the end
     /// with [`Input::JoinDone`].
@@ -164,11 +165,13 @@ pub enum CoreRequest {
     RemLockspace { ls: Name },
     /// ACQUIRE of one or more leases, in order; all or none.
     Acquire { res: Vec<ResSpec>, cmd_flags: u32 },
-    /// RELEASE of the named leases (all the client's when empty); answered after the
-    /// disk releases ended. `rename`: `SANLK_REL_RENAME`'s new name for the leaders this
-    /// host clears ([`DiskOp::Release`]).
+    /// RELEASE of the named leases, or of all the client's (`all`: `SANLK_REL_ALL`; none
+    /// named and not `all` is a successful no-op, as sanlock's); answered after the disk
+    /// releases ended. `rename`: `SANLK_REL_RENAME`'s new name for the leaders this host
+    /// clears ([`DiskOp::Release`]).
     Release {
         keys: Vec<Key>,
+        all: bool,
         rename: Option<Name>,
     },
     /// CONVERT one lease to shared or exclusive; `cmd_flags` are the request's
@@ -213,13 +216,26 @@ pub enum ReqKind {
     ReleaseOrphans,
 }
 
-/// A lease as a reply names it.
+/// A lease as a reply names it (INQUIRE's state string is made from it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldLease {
     pub ls: Name,
     pub name: Name,
+    pub disks: Vec<wire::DiskLocation>,
     pub shared: bool,
     pub lver: u64,
+}
+
+impl From<&ClientToken> for HeldLease {
+    fn from(t: &ClientToken) -> HeldLease {
+        HeldLease {
+            ls: t.ls,
+            name: t.name,
+            disks: t.disks.clone(),
+            shared: t.shared,
+            lver: t.lver,
+        }
+    }
 }
 
 /// The answer to one request: sanlock's result code (0 or -errno) and, for ACQUIRE,
@@ -272,11 +288,16 @@ pub enum Input<S, H> {
     /// A renewal of `ls` failed with sanlock code `code`; `corrupt` when our delta
     /// sector was found damaged or taken.
     RenewalFailed { ls: Name, code: i32, corrupt: bool },
-    /// A connection was accepted from process `pid` of `uid`.
+    /// A connection (`fd`) was accepted from process `pid` of `uid`. `replacing_own`:
+    /// the shell just closed an idle connection of the same uid to make room for it (the
+    /// reactor's eviction, after a [`Refused`]): the slot takes its place, the total and
+    /// the uid's bounds are not checked again (`Clients::add_in_place_of_own`).
     Connected {
+        fd: i32,
         pid: i32,
         uid: u32,
         stream: Option<S>,
+        replacing_own: bool,
     },
     /// A request arrived on connection `ci`.
     Request { ci: u32, req: CoreRequest },
@@ -436,8 +457,21 @@ impl<S, H: LeaseHold> Core<S, H> {
                     apply_renewal(&mut s.st, now_s, RenewalOutcome::Failed { code, corrupt });
                 }
             }
-            Input::Connected { pid, uid, stream } => {
-                match self.tables.clients.add(-1, pid, uid, stream) {
+            Input::Connected {
+                fd,
+                pid,
+                uid,
+                stream,
+                replacing_own,
+            } => {
+                let added = if replacing_own {
+                    self.tables
+                        .clients
+                        .add_in_place_of_own(fd, pid, uid, stream)
+                } else {
+                    self.tables.clients.add(fd, pid, uid, stream)
+                };
+                match added {
                     Ok(ci) => fx.push(Effect::Accepted { ci }),
                     Err(why) => fx.push(Effect::Refused { why }),
                 }

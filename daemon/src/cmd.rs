@@ -25,7 +25,7 @@ use crate::sync::lock;
 use crate::tables::{AcquireStart, Key};
 use crate::tables::{ClientToken, KillPath};
 use crate::{admin, lockspace, paxos, permit, sys};
-use lockd_core::{CoreReply, CoreRequest, Input};
+use lockd_core::{CoreReply, CoreRequest, HeldLease, Input};
 
 /// RESTRICT: the connection's restriction flags (from `cmd_flags`).
 pub(crate) fn restrict(d: &Arc<Daemon>, conn: &Conn, h: &Header) {
@@ -193,11 +193,16 @@ pub(crate) fn get_lvb(
     Ok(lvb[..n].to_vec())
 }
 
+/// REGISTER, through the core (no reply: sanlock's REGISTER has none).
 pub(crate) fn register(d: &Arc<Daemon>, conn: &Conn) {
-    let (ci, pid, uid) = (conn.ci, conn.cred.pid, conn.cred.uid);
-    if lock(&d.core).register_client(ci, pid, uid) {
-        info!(ci, pid, "client registered");
-    }
+    let (ci, pid) = (conn.ci, conn.cred.pid);
+    let input = Input::Request {
+        ci,
+        req: CoreRequest::Register,
+    };
+    let fx = lock(&d.core).step(crate::clock::now_s(), input);
+    assert!(fx.is_empty(), "REGISTER gave effects: {fx:?}");
+    info!(ci, pid, "client registered");
 }
 
 pub(crate) fn shutdown(d: &Arc<Daemon>, force: bool) {
@@ -295,14 +300,11 @@ pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, calle
             return;
         }
     };
-    let (rv, data2, payload, ended_in_core) = match read_request(h, conn) {
-        Ok(req) => {
-            let in_core = runs_in_core(&req);
-            let (rv, data2, payload) = client_cmd(d, conn.ci, caller, h, target, req);
-            (rv, data2, payload, in_core)
-        }
-        Err(e) => (e.code(), 0, Vec::new(), false),
+    let out = match read_request(h, conn) {
+        Ok(req) => client_cmd(d, conn.ci, caller, h, target, req),
+        Err(e) => CmdOutcome::answer(e.code()),
     };
+    let (rv, data2, payload) = (out.rv, out.data2, out.payload);
     let op = match h.cmd {
         SM_CMD_ACQUIRE | SM_CMD_ACQUIRE2 => Some(crate::metrics::Op::Acquire),
         SM_CMD_RELEASE => Some(crate::metrics::Op::Release),
@@ -314,7 +316,7 @@ pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, calle
     }
     // Clear cmd_active; if the client died meanwhile, release what it holds now. (A
     // command run through the core was ended there, with the same release.)
-    if !ended_in_core {
+    if !out.ended_in_core {
         let dead_tokens = lock(&d.core).finish_command(target);
         if let Some(tokens) = dead_tokens {
             // A dead client's releases answer nobody; failures are logged where they
@@ -325,16 +327,28 @@ pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, calle
     conn.reply_with(h, rv, data2, &payload);
 }
 
-/// Whether a registered-client command runs through the core (`Input::Command`), which
-/// then ends it: RELEASE of named leases, of all, or with a rename; CONVERT. The others
-/// (ACQUIRE, INQUIRE, KILLPATH, RELEASE of orphans) still run here and are ended by
-/// [`registered_cmd`].
-fn runs_in_core(req: &Request) -> bool {
-    matches!(
-        req,
-        Request::Release(ReleaseWhat::All | ReleaseWhat::Named(_) | ReleaseWhat::Rename { .. })
-            | Request::Convert(_)
-    )
+/// What a registered-client command came to: the reply's result, data2 and payload, and
+/// whether the command was handed to the core (`Input::Command`), which then ended it —
+/// otherwise [`registered_cmd`] ends it. RELEASE (of named leases, of all, with a rename),
+/// CONVERT and INQUIRE are handed to the core once the shell's own checks passed; a
+/// refusal before that, ACQUIRE, KILLPATH and a RELEASE of orphans are ended here.
+struct CmdOutcome {
+    rv: i32,
+    data2: u32,
+    payload: Vec<u8>,
+    ended_in_core: bool,
+}
+
+impl CmdOutcome {
+    /// A bare result, the command ended by [`registered_cmd`].
+    fn answer(rv: i32) -> CmdOutcome {
+        CmdOutcome {
+            rv,
+            data2: 0,
+            payload: Vec::new(),
+            ended_in_core: false,
+        }
+    }
 }
 
 /// Runs lease command `req`, begun on client `target` by [`registered_cmd`], through
@@ -358,50 +372,62 @@ fn client_cmd(
     h: &Header,
     target: u32,
     req: Request,
-) -> (i32, u32, Vec<u8>) {
+) -> CmdOutcome {
     let code = |result: Result<(), LeaseCmdError>| LeaseCmdError::reply_code(h.cmd, &result);
+    // A command handed to the core: the core ends it, whatever it answers.
+    let in_core = |req: CoreRequest| {
+        let (rv, reply) = match core_command(d, target, req) {
+            Ok(reply) => (code(Ok(())), Some(reply)),
+            Err(e) => (code(Err(e)), None),
+        };
+        let out = CmdOutcome {
+            ended_in_core: true,
+            ..CmdOutcome::answer(rv)
+        };
+        (out, reply)
+    };
     match req {
         Request::Acquire {
             resources, options, ..
-        } => (
-            code(acquire(d, h, target, &resources, &options)),
-            0,
-            Vec::new(),
-        ),
+        } => CmdOutcome::answer(code(acquire(d, h, target, &resources, &options))),
         Request::Acquire2 {
             resources, options, ..
         } => {
             let rv = code(acquire(d, h, target, &resources, &options));
-            match (rv, resources.first()) {
-                (rv, Some(r)) if rv < 0 => match acquire2_owner(d, r) {
-                    Some(payload) => (rv, h.data2, payload),
-                    None => (rv, 0, Vec::new()),
-                },
-                (rv, _) => (rv, 0, Vec::new()),
+            let mut out = CmdOutcome::answer(rv);
+            if let (true, Some(r)) = (rv < 0, resources.first()) {
+                if let Some(payload) = acquire2_owner(d, r) {
+                    out.data2 = h.data2;
+                    out.payload = payload;
+                }
             }
+            out
         }
-        Request::Release(what) => match release(d, target, what) {
+        Request::Release(what) => match release_request(d, what) {
+            Ok(ReleasePlan::Core(req)) => in_core(req).0,
             // As sanlock: a release of orphans answers how many it released.
-            Ok(released) => (i32::try_from(released).unwrap_or(i32::MAX), 0, Vec::new()),
-            Err(e) => (code(Err(e)), 0, Vec::new()),
+            Ok(ReleasePlan::OrphansReleased(n)) => {
+                CmdOutcome::answer(i32::try_from(n).unwrap_or(i32::MAX))
+            }
+            Err(e) => CmdOutcome::answer(code(Err(e))),
         },
-        Request::Inquire => match inquire(d, target) {
-            Ok((count, state)) => (0, count, state),
-            Err(e) => (code(Err(e)), 0, Vec::new()),
+        Request::Inquire => {
+            let (mut out, reply) = in_core(CoreRequest::Inquire);
+            if let Some(reply) = reply {
+                (out.data2, out.payload) = inquire_reply(&reply.leases);
+            }
+            out
+        }
+        Request::Convert(head) => match convert_request(d, h, target, &head) {
+            Ok(req) => in_core(req).0,
+            Err(e) => CmdOutcome::answer(code(Err(e))),
         },
-        Request::Convert(head) => (code(convert(d, h, target, &head)), 0, Vec::new()),
-        Request::Killpath { path, args } => (
-            code(killpath(d, ci, caller, h, target, path, args)),
-            0,
-            Vec::new(),
-        ),
-        _ => (
-            code(Err(LeaseCmdError::Invalid(
-                "not a registered-client command",
-            ))),
-            0,
-            Vec::new(),
-        ),
+        Request::Killpath { path, args } => {
+            CmdOutcome::answer(code(killpath(d, ci, caller, h, target, path, args)))
+        }
+        _ => CmdOutcome::answer(code(Err(LeaseCmdError::Invalid(
+            "not a registered-client command",
+        )))),
     }
 }
 
@@ -603,13 +629,21 @@ fn start_acquire_after_release(
     }
 }
 
-/// RELEASE: `Ok(n)` with the number of orphans released for `SANLK_REL_ORPHAN`, 0
-/// otherwise. Every release but the orphans' runs through the core (`Input::Command`):
-/// it takes the client's tokens, asks for the disk releases of the leases' last holders
-/// and answers when they ended.
-fn release(d: &Arc<Daemon>, target: u32, what: ReleaseWhat) -> Result<u32, LeaseCmdError> {
-    let (keys, rename) = match what {
-        ReleaseWhat::All => (Vec::new(), None),
+/// What a RELEASE comes to once the shell's checks passed.
+enum ReleasePlan {
+    /// The release for the core to run (`Input::Command`).
+    Core(CoreRequest),
+    /// `SANLK_REL_ORPHAN`: the orphans were released (the shell's `Input::ReleaseOrphans`);
+    /// how many.
+    OrphansReleased(u32),
+}
+
+/// RELEASE: the shell's checks, then the release the core runs (it takes the client's
+/// tokens, asks for the disk releases of the leases' last holders and answers when they
+/// ended) — or, for `SANLK_REL_ORPHAN`, the orphans released, after the uid check.
+fn release_request(d: &Arc<Daemon>, what: ReleaseWhat) -> Result<ReleasePlan, LeaseCmdError> {
+    let (keys, all, rename) = match what {
+        ReleaseWhat::All => (Vec::new(), true, None),
         ReleaseWhat::Orphans(r) => {
             // Orphans have no client left to own them: releasing them is for whoever may
             // manage their lockspace (the uid rules of `crate::access`).
@@ -622,7 +656,8 @@ fn release(d: &Arc<Daemon>, target: u32, what: ReleaseWhat) -> Result<u32, Lease
                     "release of orphans: not allowed for this uid (client_privileges = \"uid\")",
                 ));
             }
-            return paxos::release_orphans(d, &r.lockspace_name, &r.name);
+            let n = paxos::release_orphans(d, &r.lockspace_name, &r.name)?;
+            return Ok(ReleasePlan::OrphansReleased(n));
         }
         // `SANLK_REL_RENAME`: two resources came, the held one and one carrying its new
         // name; the lease is released and, where this host clears the leader, the leader
@@ -633,20 +668,26 @@ fn release(d: &Arc<Daemon>, target: u32, what: ReleaseWhat) -> Result<u32, Lease
                 return Err(LeaseCmdError::Invalid("a rename to an empty name"));
             }
             info!(res = %old.name, new_name = %new.name, "release with rename");
-            (vec![(old.lockspace_name, old.name)], Some(new.name))
+            (vec![(old.lockspace_name, old.name)], false, Some(new.name))
         }
         // As sanlock: every named lease the client holds is released; one it does not
-        // hold makes the result -1 without stopping the others.
+        // hold makes the result -1 without stopping the others. None named (count 0, no
+        // flags): a successful no-op (libvirt relies on it).
         ReleaseWhat::Named(heads) => (
             heads.iter().map(|r| (r.lockspace_name, r.name)).collect(),
+            false,
             None,
         ),
     };
-    core_command(d, target, CoreRequest::Release { keys, rename }).map(|_| 0)
+    Ok(ReleasePlan::Core(CoreRequest::Release {
+        keys,
+        all,
+        rename,
+    }))
 }
 
-/// sanlock's INQUIRE state string for one token.
-pub fn token_state_string(t: &ClientToken) -> String {
+/// sanlock's INQUIRE state string for one lease.
+pub fn lease_state_string(t: &HeldLease) -> String {
     // Raw names, as sanlock's state string has them (Display escapes for logs).
     let mut s = format!("{}:{}", t.ls.to_text(), t.name.to_text());
     for disk in &t.disks {
@@ -667,43 +708,37 @@ pub fn token_state_string(t: &ClientToken) -> String {
     s
 }
 
-/// INQUIRE: the number of leases the client holds and their state strings (none when it
-/// holds none).
-fn inquire(d: &Arc<Daemon>, target: u32) -> Result<(u32, Vec<u8>), LeaseCmdError> {
-    let tables = lock(&d.core);
-    let c = tables
-        .clients
-        .slots
-        .get(&target)
-        .ok_or(LeaseCmdError::NoClient)?;
-    if c.tokens.is_empty() {
-        return Ok((0, Vec::new()));
+/// INQUIRE's reply from the core's answer: the number of leases the client holds
+/// (data2) and their state strings (none when it holds none).
+fn inquire_reply(leases: &[HeldLease]) -> (u32, Vec<u8>) {
+    if leases.is_empty() {
+        return (0, Vec::new());
     }
-    let state: Vec<String> = c.tokens.iter().map(token_state_string).collect();
+    let state: Vec<String> = leases.iter().map(lease_state_string).collect();
     let mut p = state.join(" ").into_bytes();
     p.push(0);
-    Ok((c.tokens.len() as u32, p))
+    (u32::try_from(leases.len()).unwrap_or(u32::MAX), p)
 }
 
-fn convert(
+/// CONVERT: the shell's checks (the lease is the client's and in the other mode, its
+/// lockspace is joined: the lockspace table is still the shell's), then the convert for
+/// the core to run.
+fn convert_request(
     d: &Arc<Daemon>,
     h: &Header,
     target: u32,
     head: &wire::ResourceHead,
-) -> Result<(), LeaseCmdError> {
+) -> Result<CoreRequest, LeaseCmdError> {
     let to_shared = head.flags & SANLK_RES_SHARED != 0;
     let key = (head.lockspace_name, head.name);
-    // The lease is the client's and in the other mode, and its lockspace is joined
-    // (the lockspace table is still the shell's), before the core starts the convert.
     let checked = lock(&d.core).convert_token(target, key, to_shared);
     checked.map_err(LeaseCmdError::Tables)?;
     lockspace::joined(d, &key.0)?;
-    let req = CoreRequest::Convert {
+    Ok(CoreRequest::Convert {
         key,
         to_shared,
         cmd_flags: h.cmd_flags,
-    };
-    core_command(d, target, req).map(|_| ())
+    })
 }
 
 /// KILLPATH (on the client's own connection): the program runs, when the time comes,
@@ -897,7 +932,7 @@ fn encode_resource(
     .encode_into(out);
 }
 
-/// What STATUS shows of one client slot, copied under the tables lock.
+/// What STATUS shows of one client slot, copied under the core lock.
 struct ClientRow {
     ci: u32,
     fd: i32,
@@ -915,7 +950,7 @@ struct ClientRow {
     waiting: Option<crate::tables::Waiting>,
 }
 
-/// What STATUS shows of one orphan lease, copied under the tables lock.
+/// What STATUS shows of one orphan lease, copied under the core lock.
 struct OrphanRow {
     ls: Name,
     name: Name,
@@ -926,7 +961,7 @@ struct OrphanRow {
     disks: Vec<wire::DiskLocation>,
 }
 
-/// The tables as STATUS shows them, copied in one look under the tables lock.
+/// The tables as STATUS shows them, copied in one look under the core lock.
 struct StatusSnapshot {
     /// In slot order.
     clients: Vec<ClientRow>,
@@ -1101,12 +1136,12 @@ mod tests {
             acquired: 0,
         };
         assert_eq!(
-            token_state_string(&t),
+            lease_state_string(&HeldLease::from(&t)),
             "ls:res:/var/tmp/a\\ b\\:c:1048576:3"
         );
         let sh = ClientToken { shared: true, ..t };
         assert_eq!(
-            token_state_string(&sh),
+            lease_state_string(&HeldLease::from(&sh)),
             "ls:res:/var/tmp/a\\ b\\:c:1048576:SH"
         );
     }

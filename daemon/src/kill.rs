@@ -9,14 +9,14 @@
 //! SIGTERM in the grace time, then SIGKILL, RESTRICT flags). The examine path goes the
 //! same way ([`examine_lockspace`]): the daemon reads each held lease's request record
 //! with no lock held, the core decides what a request for a newer lver does
-//! (`lockd_core::examined_lease`, under the tables lock only while it runs), and the
+//! (`Core::step` with `Input::Examined`, under the core lock only while it runs), and the
 //! daemon carries out its effects in order: the request notice, then the kill orders.
 //!
 //! Invariants: within one pass, every watcher of a holder has been written its loss
 //! notice (or, for a request, its request notice) before the first kill order of the
 //! pass goes to the helper (the core's effect order, kept by running the effects one
 //! after the other on one thread); no signal is sent and no killpath run while the
-//! tables lock (or a lockspace's status lock) is held.
+//! core lock (or a lockspace's status lock) is held.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -47,7 +47,7 @@ pub fn monitor_pass(d: &Arc<Daemon>) {
 
 /// The core's step for the monitor's tick at `now_s`, over the daemon's tables and the
 /// statuses of `spaces` (`lockd_core::lost_lease_tick`). The locks are taken in the
-/// daemon's order (`tables` → `Space::st`, state.rs) and are all let go before this
+/// daemon's order (`core` → `Space::st`, state.rs) and are all let go before this
 /// returns: no effect runs under them.
 fn lost_lease_step(d: &Daemon, spaces: &[Arc<Space>], now_s: u64) -> Vec<Effect<Held>> {
     let mut tables = lock(&d.core);
@@ -250,7 +250,7 @@ pub fn retire_failed(d: &Arc<Daemon>, spaces: &[Arc<Space>]) {
             (mine.iter().filter(|r| !r.orphan).count(), mine.len())
         };
         if holders == 0 && total > 0 && !used_by_orphans {
-            // Failures are logged where they happen (`paxos::release_on_disk`).
+            // Failures are logged where they happen (`paxos::run_core_effects`).
             let _ = crate::paxos::release_orphans(d, &s.name, &disk_format::Name::EMPTY);
         }
         if !lock(&d.core).space_in_use(&s.name) {
@@ -446,7 +446,7 @@ mod tests {
         let mut peer = watch(&d, PID);
         let r = Name::new("r").expect("name");
         let effects = examine_step(&d, &ls, &r, 0, SANLK_REQ_FORCE);
-        // The tables lock is free while the effects run: another thread takes it at once.
+        // The core lock is free while the effects run: another thread takes it at once.
         let (tx, rx) = std::sync::mpsc::channel();
         let d2 = d.clone();
         std::thread::spawn(move || {
@@ -455,7 +455,7 @@ mod tests {
         });
         assert!(
             rx.recv_timeout(std::time::Duration::from_secs(10)).is_ok(),
-            "the tables lock is let go before any effect runs"
+            "the core lock is let go before any effect runs"
         );
         assert!(
             matches!(effects.first(), Some(Effect::RequestNotice { pids, force_mode: SANLK_REQ_FORCE, .. }) if pids == &[PID]),

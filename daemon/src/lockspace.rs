@@ -178,7 +178,7 @@ pub fn rem(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> Result<(), Spac
             ));
         }
         // Orphans have no process to kill: release them now so removal can finish.
-        // Failures are logged where they happen (`paxos::release_on_disk`).
+        // Failures are logged where they happen (`paxos::run_core_effects`).
         let _ = crate::paxos::release_orphans(d, &ls.name, &Name::EMPTY);
     }
     if space.snapshot_phase() == Phase::Removing {

@@ -54,7 +54,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
@@ -71,6 +71,7 @@ use crate::state::Daemon;
 use crate::sync::lock;
 use crate::sys;
 use crate::tables::Refused;
+use lockd_core::{Effect, Input};
 
 /// Most worker threads running client commands at once. Commands that wait (a synchronous
 /// add_lockspace waits 2·io_timeout and more, shutdown --wait until the daemon exits)
@@ -509,10 +510,7 @@ fn accept_all(
                 continue;
             }
         };
-        let clone = stream.try_clone().ok();
-        let mut added = lock(&d.core)
-            .clients
-            .add(stream.as_raw_fd(), cred.pid, cred.uid, clone);
+        let mut added = admit(d, &stream, cred.pid, cred.uid, false);
         if added.is_err() && r.evict_idle(d, cred.uid) {
             if let Some(n) = evictions.hit(Instant::now()) {
                 info!(
@@ -523,13 +521,7 @@ fn accept_all(
                      since the last such line)"
                 );
             }
-            let clone = stream.try_clone().ok();
-            added = lock(&d.core).clients.add_in_place_of_own(
-                stream.as_raw_fd(),
-                cred.pid,
-                cred.uid,
-                clone,
-            );
+            added = admit(d, &stream, cred.pid, cred.uid, true);
         }
         let ci = match added {
             Ok(ci) => ci,
@@ -554,8 +546,12 @@ fn accept_all(
         };
         if let Err(e) = r.adopt(Conn { stream, ci, cred }) {
             warn!(error = %e, "cannot watch a new connection; closing it");
-            // Not registered yet: its slot just goes.
-            lock(&d.core).client_ended(ci);
+            // Not registered yet: its slot just goes (no release, nothing to run).
+            let fx = lock(&d.core).step(crate::clock::now_s(), Input::Closed { ci });
+            assert!(
+                fx.is_empty(),
+                "an unregistered slot's end gave effects: {fx:?}"
+            );
         }
     }
 }
@@ -586,7 +582,7 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
         return;
     }
     // Test hook, debug builds only (daemon/tests/panic_stops.rs): every job panics
-    // holding the tables lock, as a bug in the middle of a transition would ("panic"), or
+    // holding the core lock, as a bug in the middle of a transition would ("panic"), or
     // leaves the tables with a broken invariant, as a buggy write would ("break-tables").
     let hook = std::env::var("LOCKD_DEBUG_PANIC_IN_JOB")
         .ok()
@@ -616,7 +612,7 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
                 }
                 Some(_) => {
                     let _tables = crate::sync::lock(&d.core);
-                    panic!("LOCKD_DEBUG_PANIC_IN_JOB: a job panics holding the tables lock");
+                    panic!("LOCKD_DEBUG_PANIC_IN_JOB: a job panics holding the core lock");
                 }
                 None => {}
             }
@@ -719,6 +715,31 @@ impl crate::state::EventLoop for Reactor {
     }
     fn watched_pids(&self) -> usize {
         self.pids_watched()
+    }
+}
+
+/// Admission of a new connection through the core (`Input::Connected`): a client slot,
+/// or why not. `replacing_own`: an idle connection of the same uid was just closed to
+/// make room for this one.
+fn admit(
+    d: &Daemon,
+    stream: &UnixStream,
+    pid: i32,
+    uid: u32,
+    replacing_own: bool,
+) -> Result<u32, Refused> {
+    let input = Input::Connected {
+        fd: stream.as_raw_fd(),
+        pid,
+        uid,
+        stream: stream.try_clone().ok(),
+        replacing_own,
+    };
+    let fx = lock(&d.core).step(crate::clock::now_s(), input);
+    match fx.as_slice() {
+        [Effect::Accepted { ci }] => Ok(*ci),
+        [Effect::Refused { why }] => Err(*why),
+        other => panic!("the core answered a connection with {other:?}"),
     }
 }
 

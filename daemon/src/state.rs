@@ -1,12 +1,13 @@
 //! Shared daemon state: clients (connections), lockspaces and locally held resources.
 //!
 //! Lock order (never take an earlier lock while holding a later one):
-//! `tables` → `spaces` → `Space::st`; `watchers` is a leaf (taken alone), and so are the
+//! `core` → `spaces` → `Space::st`; `watchers` is a leaf (taken alone), and so are the
 //! event loop's `parked`, `pids` and `shares` (`crate::reactor`: none is held while
 //! another lock is taken; the pid watches are checked against the tables by copying
 //! them first). The helper's pipe is written with no lock held. Disk I/O is never
-//! done while holding any of these locks. The client and resource tables have one owner,
-//! [`LeaseTables`](crate::tables::LeaseTables), behind the one `tables` lock.
+//! done while holding any of these locks. The client and resource tables, and the disk
+//! operations the core asked for, have one owner, the core
+//! ([`DaemonCore`](crate::tables::DaemonCore)), behind the one `core` lock.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -52,10 +53,11 @@ pub struct Daemon {
     pub helper: Option<Helper>,
     pub notifier: Notifier,
     pub log: Arc<LogRing>,
-    /// The client and resource tables: their one owner (`crate::tables`).
+    /// The core (`lockd_core::Core`): the client and resource tables and the disk
+    /// operations in flight, behind one lock (`crate::tables::CoreLock`).
     pub core: CoreLock,
-    /// Notified (after the `tables` lock has recorded it) whenever a release on disk has
-    /// ended: acquires of the same lease wait on it with the `tables` lock.
+    /// Notified (after the core has recorded it) whenever a release on disk has ended:
+    /// acquires of the same lease wait on it with the `core` lock.
     pub released: Condvar,
     pub spaces: Mutex<Vec<Arc<Space>>>,
     /// Lease-loss watch connections (lockd extension); a leaf lock.

@@ -457,18 +457,21 @@ impl<T: HostObserver> HostObserver for std::cell::RefCell<T> {
     }
 }
 
+/// A poisoned observer lock means a thread panicked while it changed what we know of the
+/// other hosts: no decision may be taken from that half-changed state, so the caller
+/// stops rather than recover it (the daemon's `panic = "abort"`).
 impl<T: HostObserver> HostObserver for std::sync::Mutex<T> {
     fn observation(&self, host_id: u64) -> Option<HostObservation> {
         match self.lock() {
             Ok(g) => g.observation(host_id),
-            Err(poisoned) => poisoned.into_inner().observation(host_id),
+            Err(_) => panic!("the host observer's lock is poisoned: a thread panicked holding it"),
         }
     }
 
     fn ballot_hosts_hint(&self) -> Option<u64> {
         match self.lock() {
             Ok(g) => g.ballot_hosts_hint(),
-            Err(poisoned) => poisoned.into_inner().ballot_hosts_hint(),
+            Err(_) => panic!("the host observer's lock is poisoned: a thread panicked holding it"),
         }
     }
 }
@@ -477,6 +480,20 @@ impl<T: HostObserver> HostObserver for std::sync::Mutex<T> {
 mod tests {
     use super::*;
     use disk_format::LeaderRecord;
+
+    /// A poisoned observer is not read (no recovery of a half-changed state).
+    #[test]
+    #[should_panic(expected = "poisoned")]
+    fn a_poisoned_observer_stops_the_caller() {
+        let m = std::sync::Arc::new(std::sync::Mutex::new(HostMonitor::new(1, 60)));
+        let m2 = m.clone();
+        let _ = std::thread::spawn(move || {
+            let _g = m2.lock();
+            panic!("a panic while holding the observer");
+        })
+        .join();
+        let _ = HostObserver::observation(&*m, 2);
+    }
 
     fn sector(owner: u64, gen: u64, ts: u64, io: u16) -> Option<DeltaSector> {
         Some(DeltaSector::from_leader(LeaderRecord {

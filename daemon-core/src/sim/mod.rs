@@ -731,9 +731,11 @@ impl Sim {
             let fx = core.step(
                 now_s,
                 Input::Connected {
+                    fd: -1,
                     pid,
                     uid: 0,
                     stream: None,
+                    replacing_own: false,
                 },
             );
             if let Err(broken) = core.check() {
@@ -1166,8 +1168,9 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
     };
     c.ci.set(Some(ci));
     sim.hosts[h].clients.borrow_mut().insert(ci, c.clone());
+    // REGISTER has no reply.
     sim.send(h, &c, CoreRequest::Register);
-    if sim.await_reply(&c).await.is_none() {
+    if c.dead.get() {
         return;
     }
     loop {
@@ -1265,14 +1268,24 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
         for &(r, _) in &held {
             sim.checker.borrow_mut().released(c.id, r);
         }
-        let keys = if w.rand(2) == 0 {
+        // RELEASE of all (`SANLK_REL_ALL`) or of the held leases by name.
+        let all = w.rand(2) == 0;
+        let keys = if all {
             Vec::new()
         } else {
             held.iter()
                 .map(|&(r, _)| (sim.space, res_name(r)))
                 .collect()
         };
-        sim.send(h, &c, CoreRequest::Release { keys, rename: None });
+        sim.send(
+            h,
+            &c,
+            CoreRequest::Release {
+                keys,
+                all,
+                rename: None,
+            },
+        );
         let Some(reply) = sim.await_reply(&c).await else {
             return;
         };
