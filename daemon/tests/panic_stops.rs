@@ -1,4 +1,4 @@
-//! A panic inside the daemon stops it: a job that panics holding the tables lock, or one
+//! A panic inside the daemon stops it: a job that panics holding the core lock, or one
 //! that leaves the tables with a broken invariant (the debug-build hook
 //! `LOCKD_DEBUG_PANIC_IN_JOB=panic|break-tables`, standing for a bug in the middle of a
 //! transition) ends the process with SIGABRT instead of the daemon serving on with the
@@ -16,7 +16,7 @@ use common::*;
 fn a_panicking_job_ends_the_daemon() {
     let log = ends_with_sigabrt("panic");
     assert!(
-        log.contains("a job panics holding the tables lock"),
+        log.contains("a job panics holding the core lock"),
         "{}",
         tail(&log, 30)
     );
