@@ -930,6 +930,18 @@ mod tests {
         assert_eq!(replies(&fx), vec![(ci, ReqKind::Acquire, 0)]);
     }
 
+    /// The one effect of `fx`, a disk release: its op, lease and new name.
+    fn one_release(fx: &Fx) -> (OpId, Key, Option<Name>) {
+        match fx.as_slice() {
+            [Effect::Disk {
+                op,
+                what: DiskOp::Release { key, rename, .. },
+                ..
+            }] => (*op, *key, *rename),
+            other => panic!("one disk release: {other:?}"),
+        }
+    }
+
     /// The shell's release input (`ReleaseTokens`): one disk release for the lease's last
     /// holder, with the disks and the new name; the lease stays busy until its
     /// completion, and an acquire of it meanwhile waits, then goes on.
@@ -949,21 +961,12 @@ mod tests {
                 dying: false,
             },
         );
-        let [Effect::Disk {
-            op,
-            what: DiskOp::Release { key, rename, .. },
-            ..
-        }] = fx.as_slice()
-        else {
-            panic!("one disk release: {fx:?}")
-        };
-        assert_eq!(*key, (name("ls"), name("r1")));
-        assert_eq!(*rename, None);
+        let (op, key, rename) = one_release(&fx);
+        assert_eq!((key, rename), ((name("ls"), name("r1")), None));
         assert!(
             replies(&fx).is_empty(),
             "the shell's release answers nobody"
         );
-        let op = *op;
         let lr = &c.tables.resources[&(name("ls"), name("r1"))];
         assert!(lr.busy && lr.releasing && lr.holders.is_empty());
         // An acquire of the lease meanwhile waits for the release's end.
@@ -1025,19 +1028,11 @@ mod tests {
                 },
             },
         );
-        let [Effect::Disk {
-            op,
-            what: DiskOp::Release { key, rename, .. },
-            ..
-        }] = fx.as_slice()
-        else {
-            panic!("one disk release: {fx:?}")
-        };
+        let (op, key, rename) = one_release(&fx);
         assert_eq!(
-            (*key, *rename),
+            (key, rename),
             ((name("ls"), name("r1")), Some(name("r1-new")))
         );
-        let op = *op;
         // The client dies while its release is on disk: the command keeps its slot.
         assert!(step(&mut c, 102, Input::Closed { ci: a }).is_empty());
         let fx = done(&mut c, 103, op, Ok(Held::default()));
@@ -1057,20 +1052,16 @@ mod tests {
         let mut c = joined();
         let a = client(&mut c, 10);
         hold(&mut c, a, "r1", 1);
-        begin(&mut c, a, SM_CMD_RELEASE);
-        let none = CoreRequest::Release {
-            keys: Vec::new(),
-            all: false,
-            rename: None,
+        let release = |c: &mut TestCore, all: bool| {
+            begin(c, a, SM_CMD_RELEASE);
+            let req = CoreRequest::Release {
+                keys: Vec::new(),
+                all,
+                rename: None,
+            };
+            step(c, 102, Input::Command { target: a, req })
         };
-        let fx = step(
-            &mut c,
-            102,
-            Input::Command {
-                target: a,
-                req: none,
-            },
-        );
+        let fx = release(&mut c, false);
         assert_eq!(replies(&fx), vec![(a, ReqKind::Release, 0)]);
         assert!(disk_ops(&fx).is_empty());
         assert_eq!(c.tables.clients.slots[&a].tokens.len(), 1);
@@ -1078,20 +1069,7 @@ mod tests {
             c.tables.clients.slots[&a].cmd_active, 0,
             "the command ended"
         );
-        begin(&mut c, a, SM_CMD_RELEASE);
-        let all = CoreRequest::Release {
-            keys: Vec::new(),
-            all: true,
-            rename: None,
-        };
-        let fx = step(
-            &mut c,
-            102,
-            Input::Command {
-                target: a,
-                req: all,
-            },
-        );
+        let fx = release(&mut c, true);
         assert_eq!(disk_ops(&fx).len(), 1, "{fx:?}");
         assert!(c.tables.clients.slots[&a].tokens.is_empty());
     }
