@@ -362,9 +362,9 @@ fn core_command(
     paxos::step_and_run(d, Input::Command { target, req }, &[]).answer(target)
 }
 
-/// The registered-client commands' table: (result, reply data2, reply payload) of a
-/// request from connection `ci` acting on client `target`. The protocol edge of these
-/// commands: their typed errors become sanlock's codes here, with the reason logged.
+/// The registered-client commands' table: what a request from connection `ci` acting on
+/// client `target` came to ([`CmdOutcome`]). The protocol edge of these commands: their
+/// typed errors become sanlock's codes here, with the reason logged.
 fn client_cmd(
     d: &Arc<Daemon>,
     ci: u32,

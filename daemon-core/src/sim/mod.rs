@@ -439,6 +439,10 @@ impl Sim {
                 Input::Request {
                     ci,
                     req: CoreRequest::Release { .. },
+                }
+                | Input::Command {
+                    target: ci,
+                    req: CoreRequest::Release { .. },
                 } => Some(*ci),
                 _ => None,
             });
@@ -795,6 +799,52 @@ impl Sim {
     fn send(self: &Rc<Self>, h: usize, c: &Client, req: CoreRequest) {
         if let Some(ci) = c.ci.get() {
             self.input(h, Input::Request { ci, req });
+        }
+    }
+
+    /// Sends a lease command as the daemon's dispatcher does when `begun`: it begins the
+    /// command itself (`Tables::start_command`, before the payload; a refusal is the
+    /// answer), then hands it to the core as `Input::Command`. Otherwise as [`Sim::send`].
+    fn send_cmd(self: &Rc<Self>, h: usize, c: &Client, req: CoreRequest, begun: bool) {
+        let Some(ci) = c.ci.get() else {
+            return;
+        };
+        if !begun {
+            self.input(h, Input::Request { ci, req });
+            return;
+        }
+        let kind = req.kind();
+        let cmd = match kind {
+            ReqKind::Release => client_lib::proto::SM_CMD_RELEASE,
+            ReqKind::Convert => client_lib::proto::SM_CMD_CONVERT,
+            ReqKind::Inquire => client_lib::proto::SM_CMD_INQUIRE,
+            _ => client_lib::proto::SM_CMD_ACQUIRE,
+        };
+        let target = crate::tables::CommandTarget {
+            conn_ci: ci,
+            conn_uid: 0,
+            cmd,
+            cmd_flags: 0,
+            data2: u32::MAX,
+        };
+        let began = {
+            let mut core = self.hosts[h].core.borrow_mut();
+            let Some(core) = core.as_mut() else {
+                return;
+            };
+            core.tables.start_command(target)
+        };
+        match began {
+            Ok(target) => self.input(h, Input::Command { target, req }),
+            Err(rv) => self.reply(
+                h,
+                ci,
+                CoreReply {
+                    kind,
+                    rv,
+                    leases: Vec::new(),
+                },
+            ),
         }
     }
 
@@ -1248,7 +1298,8 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
                 // A downgrade counts from the request.
                 sim.checker.borrow_mut().downgraded(c.id, r);
             }
-            sim.send(
+            // As the daemon does it (begun by the dispatcher) or as a plain request.
+            sim.send_cmd(
                 h,
                 &c,
                 CoreRequest::Convert {
@@ -1256,6 +1307,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
                     to_shared: !shared,
                     cmd_flags: 0,
                 },
+                w.rand(2) == 0,
             );
             if sim.await_reply(&c).await.is_none() {
                 return;
@@ -1277,7 +1329,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
                 .map(|&(r, _)| (sim.space, res_name(r)))
                 .collect()
         };
-        sim.send(
+        sim.send_cmd(
             h,
             &c,
             CoreRequest::Release {
@@ -1285,6 +1337,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
                 all,
                 rename: None,
             },
+            w.rand(2) == 0,
         );
         let Some(reply) = sim.await_reply(&c).await else {
             return;
