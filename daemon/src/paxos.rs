@@ -314,6 +314,16 @@ pub(crate) fn step_and_run(
 /// same lease waiting on `released` are woken. These inputs give nothing else (the
 /// acquires that would give effects for other clients do not run through the core
 /// yet): any other effect is a broken invariant, which stops the daemon.
+///
+/// Why this cannot give one exclusive lease to two holders: the core marks a lease
+/// `busy` (and `releasing`) before it asks for its disk release or convert, and frees or
+/// changes it only at that operation's `DiskDone`, which is sent here only after the
+/// disk I/O has ended. Until then a local acquire of the lease gets -EAGAIN and waits
+/// (`cmd::start_acquire_after_release`), so no acquire of ours runs its ballot while our
+/// release is still writing; another host's acquire sees our leader until the release
+/// is on disk, as before. A convert that failed half-way hands back the state it left
+/// (`failed_state`), so the release that follows writes our newest dblock, not an older
+/// one over the ballot's.
 fn run_core_effects(d: &Arc<Daemon>, fx: Vec<Effect<Held>>) -> CoreRun {
     let mut run = CoreRun::default();
     let mut queue: VecDeque<Effect<Held>> = fx.into();
