@@ -305,13 +305,19 @@ class Ganesha:
         self.port = free_port()
         self.conf = workdir / "ganesha.conf"
         (workdir / "ganesha-recov").mkdir(exist_ok=True)
+        # Lease_Lifetime 30 s: with 5 s, TCG guests (three on two host cores) renewed
+        # their NFS client leases late, ganesha's reaper expired them, the client's open
+        # state was lost (reclaim outside grace: NFS4ERR_NO_GRACE) and opens of the lease
+        # file failed with EIO for a minute — nfs-cut's rejoin failed in CI. The grace
+        # period matches the lease, as the NFS rules want: a restarted server
+        # (nfs-server-restart) lets every client reclaim its opens.
         self.conf.write_text(
             f"""NFS_CORE_PARAM {{
     Protocols = 4; NFS_Port = {self.port}; Bind_addr = 127.0.0.1;
     Enable_NLM = false; Enable_RQUOTA = false;
 }}
 NFSV4 {{
-    Grace_Period = 5; Lease_Lifetime = 5;
+    Grace_Period = 30; Lease_Lifetime = 30;
     RecoveryBackend = fs; RecoveryRoot = {workdir}/ganesha-recov;
 }}
 EXPORT {{
