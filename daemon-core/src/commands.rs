@@ -26,8 +26,8 @@ use crate::clients::{ClientToken, LeaseHold};
 use crate::errno::*;
 use crate::space_state::{Phase, RenewalRec, SpaceSt};
 use crate::step::{
-    Core, CorePlantedBug, CoreReply, CoreRequest, CoreSpace, DiskOp, Effect, HeldLease, OpId,
-    ReqKind, ResSpec,
+    release_wait_s, Core, CorePlantedBug, CoreReply, CoreRequest, CoreSpace, DiskOp, Effect,
+    HeldLease, OpId, ReqKind, ResSpec,
 };
 use crate::tables::{AcquireStart, CommandTarget, Key, ReleaseStart};
 
@@ -55,6 +55,10 @@ pub(crate) struct AcquireCmd {
     got: Vec<ClientToken>,
     /// Waiting for the disk release of this lease to end (-EAGAIN).
     waiting: Option<Key>,
+    /// The spec whose wait for a release began, and when that wait ends
+    /// ([`crate::release_wait_s`]): the first wait of a spec sets it, a later wait of the
+    /// same spec keeps it, the tick past it answers -EAGAIN.
+    wait_until_s: Option<(usize, u64)>,
 }
 
 /// A lockspace addition or removal, or an orphan release, waiting for its end, and the
@@ -269,7 +273,12 @@ impl<S, H: LeaseHold> Core<S, H> {
     fn command(&mut self, now_s: u64, ci: u32, req: CoreRequest, fx: &mut Vec<Effect<H>>) {
         let kind = req.kind();
         match req {
-            CoreRequest::Acquire { res, cmd_flags } => {
+            CoreRequest::Acquire {
+                res,
+                cmd_flags,
+                owner_name,
+            } => {
+                self.tables.set_owner_name(ci, owner_name);
                 self.cmds.insert(
                     ci,
                     Cmd::Acquire(AcquireCmd {
@@ -278,6 +287,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                         next: 0,
                         got: Vec::new(),
                         waiting: None,
+                        wait_until_s: None,
                     }),
                 );
                 self.advance_acquire(now_s, ci, fx);
@@ -453,7 +463,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             };
             let flags = a.cmd_flags;
             if !self.space_usable(&spec.ls) {
-                self.acquire_failed(ci, -ENOSPC, fx);
+                self.acquire_failed(now_s, ci, -ENOSPC, fx);
                 return;
             }
             let key = spec.key();
@@ -478,19 +488,26 @@ impl<S, H: LeaseHold> Core<S, H> {
                             key,
                             shared: spec.shared,
                             disks: spec.disks.clone(),
+                            want_lver: spec.lver,
+                            cmd_flags: flags,
                         },
                     });
                     return;
                 }
                 Err(rv) if rv == -EAGAIN => {
-                    // Released on disk right now: go on when that ends.
+                    // Released on disk right now: go on when that ends, or answer -EAGAIN
+                    // at the first tick past the wait.
+                    let io_timeout_s = self.space(&spec.ls).map_or(1, |s| s.io_timeout_s);
                     if let Some(Cmd::Acquire(a)) = self.cmds.get_mut(&ci) {
                         a.waiting = Some(key);
+                        if !matches!(a.wait_until_s, Some((i, _)) if i == a.next) {
+                            a.wait_until_s = Some((a.next, now_s + release_wait_s(io_timeout_s)));
+                        }
                     }
                     return;
                 }
                 Err(rv) => {
-                    self.acquire_failed(ci, rv, fx);
+                    self.acquire_failed(now_s, ci, rv, fx);
                     return;
                 }
             }
@@ -531,15 +548,41 @@ impl<S, H: LeaseHold> Core<S, H> {
     }
 
     /// One lease of the ACQUIRE failed: the ones taken are released, the error answered.
-    fn acquire_failed(&mut self, ci: u32, rv: i32, fx: &mut Vec<Effect<H>>) {
+    /// The failure is noted for STATUS's `waiting=` (a busy refusal makes the client a
+    /// candidate for the lease, any other failure clears the mark).
+    fn acquire_failed(&mut self, now_s: u64, ci: u32, rv: i32, fx: &mut Vec<Effect<H>>) {
         let Some(Cmd::Acquire(a)) = self.cmds.remove(&ci) else {
             return;
         };
+        if let Some(spec) = a.specs.get(a.next) {
+            let busy = client_lib::lease::is_busy_code(rv);
+            self.tables
+                .note_acquire_result(ci, spec.key(), rv, busy, now_s);
+        }
         for t in &a.got {
             self.release_token(ci, t, false, None, None, fx);
         }
         self.answer(fx, ci, ReqKind::Acquire, rv, Vec::new());
         self.end_command(ci, fx);
+    }
+
+    /// The tick's part for ACQUIREs: one still waiting for a release here past its
+    /// [`crate::release_wait_s`] is answered -EAGAIN (the lease is still being released),
+    /// the leases it took given back. The release goes on and ends as any other.
+    pub(crate) fn end_overdue_release_waits(&mut self, now_s: u64, fx: &mut Vec<Effect<H>>) {
+        let mut overdue: Vec<u32> = self
+            .cmds
+            .iter()
+            .filter(|(_, c)| {
+                matches!(c, Cmd::Acquire(a) if a.waiting.is_some()
+                    && matches!(a.wait_until_s, Some((i, until)) if i == a.next && now_s >= until))
+            })
+            .map(|(ci, _)| *ci)
+            .collect();
+        overdue.sort_unstable();
+        for ci in overdue {
+            self.acquire_failed(now_s, ci, -EAGAIN, fx);
+        }
     }
 
     pub(crate) fn disk_done(
@@ -580,12 +623,13 @@ impl<S, H: LeaseHold> Core<S, H> {
                             shared: false,
                             persistent: false,
                             disks: Vec::new(),
+                            lver: None,
                         });
                         let t = self.token(&spec, lver, now_s);
                         self.release_token(ci, &t, false, None, None, fx);
-                        self.acquire_failed(ci, -ENOSPC, fx);
+                        self.acquire_failed(now_s, ci, -ENOSPC, fx);
                     }
-                    (Err(rv), _) => self.acquire_failed(ci, rv, fx),
+                    (Err(rv), _) => self.acquire_failed(now_s, ci, rv, fx),
                 }
             }
             OpFor::Release { reply_to, key } => {
@@ -796,6 +840,7 @@ mod tests {
             shared,
             persistent: false,
             disks: Vec::new(),
+            lver: None,
         }
     }
 
@@ -903,7 +948,11 @@ mod tests {
             now,
             Input::Request {
                 ci,
-                req: CoreRequest::Acquire { res, cmd_flags: 0 },
+                req: CoreRequest::Acquire {
+                    res,
+                    cmd_flags: 0,
+                    owner_name: Name::EMPTY,
+                },
             },
         )
     }
@@ -1215,6 +1264,100 @@ mod tests {
         assert!(reply_at < acquire_at);
     }
 
+    /// An acquire that waits for a release here is answered -EAGAIN at the first tick
+    /// past `release_wait_s` (the shell's wait before, now the core's decision); the
+    /// release then ends without resuming it.
+    #[test]
+    fn an_acquire_waiting_past_the_release_wait_is_answered_eagain_at_the_tick() {
+        let mut c = joined();
+        let (a, b) = (client(&mut c, 10), client(&mut c, 11));
+        hold(&mut c, a, "r1", 1);
+        let fx = step(
+            &mut c,
+            102,
+            Input::Request {
+                ci: a,
+                req: CoreRequest::Release {
+                    keys: Vec::new(),
+                    all: true,
+                    rename: None,
+                },
+            },
+        );
+        let [(rel, _, "release")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        assert!(acquire(&mut c, 102, b, vec![spec("r1", false)]).is_empty());
+        let until = 102 + release_wait_s(IO_S);
+        let fx = step(&mut c, until - 1, Input::Tick);
+        assert!(replies(&fx).is_empty(), "still within the wait: {fx:?}");
+        let fx = step(&mut c, until, Input::Tick);
+        assert_eq!(replies(&fx), vec![(b, ReqKind::Acquire, -EAGAIN)]);
+        assert!(disk_ops(&fx).is_empty(), "{fx:?}");
+        assert!(!c.cmds.contains_key(&b), "B's command ended");
+        assert!(
+            c.tables.clients.slots[&b].waiting.is_some(),
+            "a busy refusal makes B a candidate for the lease (STATUS waiting=)"
+        );
+        let fx = done(&mut c, until + 1, rel, Ok(Held::default()));
+        assert_eq!(replies(&fx), vec![(a, ReqKind::Release, 0)]);
+        assert!(disk_ops(&fx).is_empty(), "nobody waits any more: {fx:?}");
+        assert!(c.tables.resources.is_empty());
+    }
+
+    /// The request's flags and the lease version it requires go to the disk acquire; the
+    /// options' name names the client; a busy refusal is noted, a success clears it.
+    #[test]
+    fn an_acquire_carries_its_flags_and_lver_to_the_disk_and_names_its_client() {
+        let mut c = joined();
+        let a = client(&mut c, 10);
+        let flags = client_lib::proto::SANLK_ACQUIRE_OWNER_NOWAIT;
+        let req = |c: &mut TestCore, now: u64| {
+            step(
+                c,
+                now,
+                Input::Request {
+                    ci: a,
+                    req: CoreRequest::Acquire {
+                        res: vec![ResSpec {
+                            lver: Some(7),
+                            ..spec("r1", false)
+                        }],
+                        cmd_flags: flags,
+                        owner_name: name("vm-7"),
+                    },
+                },
+            )
+        };
+        let fx = req(&mut c, 101);
+        let op = match fx.as_slice() {
+            [Effect::Disk {
+                op,
+                what:
+                    DiskOp::Acquire {
+                        want_lver: Some(7),
+                        cmd_flags,
+                        ..
+                    },
+                ..
+            }] if *cmd_flags == flags => *op,
+            other => panic!("one disk acquire with lver 7 and the flags: {other:?}"),
+        };
+        assert_eq!(c.tables.clients.slots[&a].owner_name, name("vm-7"));
+        let fx = done(&mut c, 102, op, Err(disk_format::rv::SANLK_ACQUIRE_IDLIVE));
+        assert_eq!(
+            replies(&fx),
+            vec![(a, ReqKind::Acquire, disk_format::rv::SANLK_ACQUIRE_IDLIVE)]
+        );
+        assert!(c.tables.clients.slots[&a].waiting.is_some());
+        let [(op, _, "acquire")] = disk_ops(&req(&mut c, 103))[..] else {
+            panic!("tried again")
+        };
+        let fx = done(&mut c, 104, op, Ok(Held { lver: 7 }));
+        assert_eq!(replies(&fx), vec![(a, ReqKind::Acquire, 0)]);
+        assert!(c.tables.clients.slots[&a].waiting.is_none());
+    }
+
     #[test]
     fn a_failed_lease_of_a_multi_lease_acquire_gives_back_the_ones_taken() {
         let mut c = joined();
@@ -1505,6 +1648,7 @@ mod tests {
                 req: CoreRequest::Acquire {
                     res: vec![persistent.clone()],
                     cmd_flags: client_lib::proto::SANLK_ACQUIRE_ORPHAN,
+                    owner_name: Name::EMPTY,
                 },
             },
         );

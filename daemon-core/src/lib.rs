@@ -47,7 +47,7 @@ pub use clients::{
 };
 pub use kill::examined_lease;
 pub use step::{
-    apply_renewal, lost_lease_tick, Core, CorePlantedBug, CoreReply, CoreRequest, DiskOp, Effect,
-    HeldLease, Input, OpId, RenewalOutcome, ReqKind, ResSpec, SpaceView,
+    apply_renewal, lost_lease_tick, release_wait_s, Core, CorePlantedBug, CoreReply, CoreRequest,
+    DiskOp, Effect, HeldLease, Input, OpId, RenewalOutcome, ReqKind, ResSpec, SpaceView,
 };
 pub use tables::{AcquireStart, CommandTarget, Key, ReleaseStart, Tables};

@@ -143,6 +143,9 @@ pub struct ResSpec {
     pub shared: bool,
     pub persistent: bool,
     pub disks: Vec<wire::DiskLocation>,
+    /// `SANLK_RES_LVER`: the lease version the client requires (the disk acquire fails
+    /// with `SANLK_ACQUIRE_LVER` when the lease is at another).
+    pub lver: Option<u64>,
 }
 
 impl ResSpec {
@@ -163,8 +166,14 @@ pub enum CoreRequest {
     /// REM_LOCKSPACE: the holders are killed (SIGKILL), then the lockspace goes
     /// ([`Effect::LockspaceGone`]) and the request is answered.
     RemLockspace { ls: Name },
-    /// ACQUIRE of one or more leases, in order; all or none.
-    Acquire { res: Vec<ResSpec>, cmd_flags: u32 },
+    /// ACQUIRE of one or more leases, in order; all or none. `owner_name`: the options'
+    /// name, which every ACQUIRE gives the client anew (empty included), as sanlock's. A
+    /// lease being released here is waited for, up to [`release_wait_s`] (then -EAGAIN).
+    Acquire {
+        res: Vec<ResSpec>,
+        cmd_flags: u32,
+        owner_name: Name,
+    },
     /// RELEASE of the named leases, or of all the client's (`all`: `SANLK_REL_ALL`; none
     /// named and not `all` is a successful no-op, as sanlock's); answered after the disk
     /// releases ended. `rename`: `SANLK_REL_RENAME`'s new name for the leaders this host
@@ -251,11 +260,14 @@ pub struct CoreReply {
 /// [`Input::DiskDone`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DiskOp<H> {
-    /// Acquire `key`; the completion carries the held lease's state.
+    /// Acquire `key`, with the request's `cmd_flags` and the lease version it requires
+    /// (`want_lver`); the completion carries the held lease's state.
     Acquire {
         key: Key,
         shared: bool,
         disks: Vec<wire::DiskLocation>,
+        want_lver: Option<u64>,
+        cmd_flags: u32,
     },
     /// Release `key`, held as `held` on `disks`; when `rename` is given, a leader this
     /// host clears is written with that name (`SANLK_REL_RENAME`). The completion's
@@ -549,6 +561,7 @@ impl<S, H: LeaseHold> Core<S, H> {
         let mut fx = expiry_pass(&mut self.tables, &mut views, now_s, self.kill_grace_s, bug);
         effects.append(&mut fx);
         self.finish_removals(effects);
+        self.end_overdue_release_waits(now_s, effects);
     }
 
     /// [`Input::Examined`]: [`crate::kill::examined_lease`], and the planted bugs of the
@@ -662,6 +675,13 @@ pub fn lost_lease_tick<S, H: LeaseHold>(
     kill_grace_s: u64,
 ) -> Vec<Effect<H>> {
     expiry_pass(tables, spaces, now_s, kill_grace_s, None)
+}
+
+/// How long an acquire waits for a release here of the same lease to end before it is
+/// answered -EAGAIN: a release is a few sector I/Os, each bounded by the lockspace's io
+/// timeout. The same wait for the core's ACQUIRE and the shell's.
+pub fn release_wait_s(io_timeout_s: u64) -> u64 {
+    4 * io_timeout_s.max(1)
 }
 
 /// [`Core::step`]'s [`Input::RenewalOk`]/[`Input::RenewalFailed`] on one lockspace's

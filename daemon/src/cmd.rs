@@ -588,10 +588,10 @@ pub(crate) fn acquire_one(
     Ok(ClientToken { lver, ..token })
 }
 
-/// How long an acquire waits for a local release of the same lease to end: a release is
-/// a few sector I/Os, each bounded by the lockspace's io timeout.
+/// How long an acquire waits for a local release of the same lease to end (the core's
+/// [`lockd_core::release_wait_s`], the wait its own ACQUIRE keeps).
 fn release_wait(io_timeout_s: u32) -> Duration {
-    Duration::from_secs(4 * u64::from(io_timeout_s.max(1)))
+    Duration::from_secs(lockd_core::release_wait_s(u64::from(io_timeout_s)))
 }
 
 /// The first step of an acquire ([`lockd_core::Tables::start_acquire`]) in the joined

@@ -1243,6 +1243,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
                 shared: w.rand(100) < 50,
                 persistent: w.rand(100) < 15,
                 disks: Vec::new(),
+                lver: None,
             })
             .collect();
         // Sometimes ready to adopt an orphan (a persistent lease whose holder died).
@@ -1270,6 +1271,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
             CoreRequest::Acquire {
                 res: specs,
                 cmd_flags,
+                owner_name: Name::new(&format!("c{}", c.id)).expect("a short name"),
             },
         );
         let Some(reply) = sim.await_reply(&c).await else {
