@@ -169,10 +169,14 @@ impl<S, H: LeaseHold> Core<S, H> {
                     reply(fx, ci, kind, -EEXIST, Vec::new());
                     return;
                 }
+                let id = self.next_space_id;
+                self.next_space_id += 1;
                 self.spaces.push(CoreSpace {
+                    id,
                     name: *ls,
                     st: SpaceSt::default(),
                     io_timeout_s: *io_timeout_s,
+                    shells: false,
                 });
                 self.admin.push(AdminCmd {
                     ci,
@@ -754,15 +758,17 @@ impl<S, H: LeaseHold> Core<S, H> {
     }
 
     /// Lockspaces that can go now: being removed, or lost, with no lease of theirs left
-    /// in the table and no acquire on the way.
+    /// in the table and no acquire on the way. Not those the shell listed
+    /// ([`Core::add_space`]): it removes and retires them itself.
     pub(crate) fn finish_removals(&mut self, fx: &mut Vec<Effect<H>>) {
         let mut gone = Vec::new();
         let ending: Vec<Name> = self
             .spaces
             .iter()
             .filter(|s| {
-                s.st.phase == Phase::Removing
-                    || (s.st.phase == Phase::Joined && s.st.space_dead && !s.st.kill_now)
+                !s.shells
+                    && (s.st.phase == Phase::Removing
+                        || (s.st.phase == Phase::Joined && s.st.space_dead && !s.st.kill_now))
             })
             .map(|s| s.name)
             .collect();
@@ -770,7 +776,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             // Its orphans go too (sanlock releases them with the lockspace).
             self.release_orphans(ls, &Name::EMPTY, fx);
         }
-        for s in &self.spaces {
+        for s in self.spaces.iter().filter(|s| !s.shells) {
             let ls = s.name;
             let removing = s.st.phase == Phase::Removing;
             let lost = s.st.phase == Phase::Joined && s.st.space_dead && !s.st.kill_now;

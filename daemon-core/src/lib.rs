@@ -22,9 +22,9 @@
 //!   another host's request for a lease we hold (its notice, then its kill orders), and
 //!   a client's requests (acquire, release, convert, inquire, add/remove a lockspace)
 //!   with the disk operations they need and their completions (`commands`); the daemon
-//!   runs the lost-lease and examine paths' code over its own state
-//!   ([`step::lost_lease_tick`], [`step::apply_renewal`], [`kill::examined_lease`]) and
-//!   carries out the effects in order;
+//!   keeps its lockspaces' statuses here ([`step::Core::add_space`]), runs the
+//!   monitor's pass ([`step::Core::lost_lease_pass`]) and the examine path's code
+//!   ([`kill::examined_lease`]) and carries out the effects in order;
 //! - `sim` (feature `sim` only): the whole-daemon simulator behind `lockd-daemon-sim`.
 //!
 //! The shell's own types enter as parameters: `S`, the handle it keeps with a connection
@@ -47,7 +47,7 @@ pub use clients::{
 };
 pub use kill::examined_lease;
 pub use step::{
-    apply_renewal, lost_lease_tick, release_wait_s, Core, CorePlantedBug, CoreReply, CoreRequest,
-    DiskOp, Effect, HeldLease, Input, OpId, RenewalOutcome, ReqKind, ResSpec, SpaceView,
+    release_wait_s, Core, CorePlantedBug, CoreReply, CoreRequest, DiskOp, Effect, HeldLease, Input,
+    OpId, ReqKind, ResSpec, MAX_GONE_SPACES,
 };
 pub use tables::{AcquireStart, CommandTarget, Key, ReleaseStart, Tables};

@@ -1,9 +1,9 @@
-//! One lockspace's status ([`SpaceSt`], under `Space::st`) and the transitions that change
-//! it: a renewal's outcome, posted by the lockspace's renewal thread
-//! ([`SpaceSt::renewal_ok`], [`SpaceSt::renewal_failed`], through
-//! [`crate::step::apply_renewal`]), and the once-a-second look at our lease's age
+//! One lockspace's status ([`SpaceSt`], kept by the core: `Core::spaces`) and the
+//! transitions that change it: a renewal's outcome, posted by the lockspace's renewal
+//! thread ([`SpaceSt::renewal_ok`], [`SpaceSt::renewal_failed`], through
+//! `Input::RenewalOk`/`RenewalFailed`), and the once-a-second look at our lease's age
 //! ([`SpaceSt::check_expiry`], in the tick the monitor runs,
-//! [`crate::step::lost_lease_tick`]). Each is a plain
+//! `Core::lost_lease_pass`). Each is a plain
 //! function of the status, the time and the timeouts: no I/O, no other lock, no clock
 //! read inside, so the unit tests below run the lease's whole life (joined, renewals
 //! failing, lost) in virtual seconds.
@@ -42,7 +42,7 @@ pub struct RenewalRec {
     pub write_ms: u64,
 }
 
-/// Mutable lockspace state (under `Space::st`); the default is a lockspace being added.
+/// Mutable lockspace state (kept by the core); the default is a lockspace being added.
 #[derive(Debug, Default)]
 pub struct SpaceSt {
     pub phase: Phase,
@@ -92,6 +92,20 @@ pub struct Expiry {
 }
 
 impl SpaceSt {
+    /// The status a gone lockspace reads as once the core no longer keeps it
+    /// (`Core::add_space` prunes old gone entries): removed, its add answered -ENOENT if
+    /// it never was, its lease not to be used.
+    pub fn gone_for_good() -> SpaceSt {
+        SpaceSt {
+            phase: Phase::Removing,
+            add_result: Some(-crate::errno::ENOENT),
+            space_dead: true,
+            releasing: true,
+            gone: true,
+            ..SpaceSt::default()
+        }
+    }
+
     /// A renewal succeeded; `last_success_s` is its time (monotime s).
     pub fn renewal_ok(&mut self, last_success_s: u64, rec: RenewalRec) {
         self.last_success_s = last_success_s;

@@ -6,11 +6,12 @@
 //! then their kill orders); and a client's requests — connect, register, add and remove
 //! a lockspace, acquire (one or more leases, shared or exclusive), release, convert,
 //! inquire — with the disk operations they need as effects whose completions come back
-//! as inputs ([`crate::commands`]). The daemon's shell drives the lost-lease and examine
-//! paths through the same code over state it keeps in its own places
-//! ([`lost_lease_tick`], [`apply_renewal`] and [`crate::kill::examined_lease`], which
-//! `step` itself runs) and carries out the effects in order, with no lock held; for the
-//! client-request path it still calls the transitions of [`crate::tables`] directly; the
+//! as inputs (`commands`). The daemon's shell lists its lockspaces here
+//! ([`Core::add_space`]: the core keeps their statuses, renewal outcomes come as
+//! inputs), drives the lost-lease path through [`Core::lost_lease_pass`] (the tick's
+//! code) and the examine path through `step`, and carries out the effects in order,
+//! with no lock held; for ACQUIRE it still calls the transitions of [`crate::tables`]
+//! directly; the
 //! simulator (`lockd-daemon-sim`, feature `sim`) drives the core through `step` alone
 //! (issue 23, docs/architecture.md).
 //!
@@ -43,12 +44,22 @@ use crate::kill::{examined_lease, plan_kills, KillOrder, SpaceKill};
 use crate::space_state::{Phase, RenewalRec, SpaceSt};
 use crate::tables::{Key, Tables};
 
-/// One lockspace as the core keeps it: its name, status and io_timeout.
+/// One lockspace as the core keeps it: its id, name, status and io_timeout. A gone
+/// lockspace (`st.gone`, in the daemon) keeps its entry for readers that still hold its
+/// id, until [`Core::add_space`] prunes it ([`MAX_GONE_SPACES`]); only entries not gone
+/// count as the lockspace of their name.
 #[derive(Debug)]
 pub struct CoreSpace {
+    /// The shell's id for this lockspace (the daemon's `space_id`); the core's own
+    /// ADD_LOCKSPACE numbers its lockspaces itself.
+    pub id: u32,
     pub name: Name,
     pub st: SpaceSt,
     pub io_timeout_s: u64,
+    /// Listed by the shell ([`Core::add_space`]), which joins, removes and retires it
+    /// itself: the core's removal of lockspaces that can go (`finish_removals`) leaves
+    /// it alone.
+    pub shells: bool,
 }
 
 /// The id of one disk operation the core asked for ([`Effect::Disk`]); its completion
@@ -102,8 +113,8 @@ impl CorePlantedBug {
 }
 
 impl CoreSpace {
-    /// The lockspace as [`lost_lease_tick`] takes it.
-    pub fn view(&mut self) -> SpaceView<'_> {
+    /// The lockspace as the expiry pass takes it.
+    pub(crate) fn view(&mut self) -> SpaceView<'_> {
         SpaceView {
             name: self.name,
             st: &mut self.st,
@@ -131,9 +142,15 @@ pub struct Core<S, H> {
     /// Disk operations asked for and not completed yet.
     pub(crate) ops: HashMap<OpId, OpFor>,
     pub(crate) next_op: OpId,
+    /// The id of the next lockspace the core's own ADD_LOCKSPACE adds.
+    pub(crate) next_space_id: u32,
     #[cfg(feature = "sim")]
     pub bug: Option<CorePlantedBug>,
 }
+
+/// How many gone lockspaces' entries the core keeps for late readers (the shell's
+/// threads that still hold their id); [`Core::add_space`] prunes the oldest beyond it.
+pub const MAX_GONE_SPACES: usize = 16;
 
 /// One lease to acquire: `sanlk_resource` as the core needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -425,9 +442,63 @@ impl<S, H: LeaseHold> Core<S, H> {
             admin: Vec::new(),
             ops: HashMap::new(),
             next_op: 1,
+            next_space_id: 1,
             #[cfg(feature = "sim")]
             bug: None,
         }
+    }
+
+    /// The shell lists a lockspace it is adding (its join runs in the shell): the core
+    /// keeps its status from now on, under `id`. The shell lists at most one lockspace of
+    /// a name that is not gone, and never an id twice (asserted: a broken invariant).
+    /// Gone entries beyond [`MAX_GONE_SPACES`] are pruned, oldest first.
+    pub fn add_space(&mut self, id: u32, name: Name, io_timeout_s: u64) {
+        assert!(
+            self.space(&name).is_none() && self.spaces.iter().all(|s| s.id != id),
+            "lockspace {name:?} (id {id}) listed twice"
+        );
+        let gone = self.spaces.iter().filter(|s| s.st.gone).count();
+        let mut prune = gone.saturating_sub(MAX_GONE_SPACES - 1);
+        self.spaces.retain(|s| {
+            let drop_it = prune > 0 && s.st.gone;
+            prune -= usize::from(drop_it);
+            !drop_it
+        });
+        self.spaces.push(CoreSpace {
+            id,
+            name,
+            st: SpaceSt::default(),
+            io_timeout_s,
+            shells: true,
+        });
+    }
+
+    /// The status of lockspace `id` (a gone one's until pruned; `None` after).
+    pub fn space_st(&self, id: u32) -> Option<&SpaceSt> {
+        self.spaces.iter().find(|s| s.id == id).map(|s| &s.st)
+    }
+
+    /// The status of lockspace `id`, to change (`None` once pruned).
+    pub fn space_st_mut(&mut self, id: u32) -> Option<&mut SpaceSt> {
+        self.spaces
+            .iter_mut()
+            .find(|s| s.id == id)
+            .map(|s| &mut s.st)
+    }
+
+    /// The lost-lease part of [`Input::Tick`] over the lockspaces not gone: every
+    /// expiry check, then the kill pass of each lockspace whose lease is lost or being
+    /// removed, in the core's order (every [`Effect::LossNotice`] before the first
+    /// [`Effect::Kill`]). The removal of lockspaces that can go is not part of it (the
+    /// daemon still does that itself, docs/architecture.md).
+    pub fn lost_lease_pass(&mut self, now_s: u64) -> Vec<Effect<H>> {
+        let mut views: Vec<SpaceView<'_>> = self
+            .spaces
+            .iter_mut()
+            .filter(|s| !s.st.gone)
+            .map(CoreSpace::view)
+            .collect();
+        expiry_pass(&mut self.tables, &mut views, now_s, self.kill_grace_s, None)
     }
 
     /// Whether a planted bug is active (then a broken invariant is the simulator's to
@@ -461,12 +532,12 @@ impl<S, H: LeaseHold> Core<S, H> {
             Input::Tick => self.tick(now_s, &mut fx),
             Input::RenewalOk { ls, rec } => {
                 if let Some(s) = self.space_mut(&ls) {
-                    apply_renewal(&mut s.st, now_s, RenewalOutcome::Ok(rec));
+                    s.st.renewal_ok(now_s, rec);
                 }
             }
             Input::RenewalFailed { ls, code, corrupt } => {
                 if let Some(s) = self.space_mut(&ls) {
-                    apply_renewal(&mut s.st, now_s, RenewalOutcome::Failed { code, corrupt });
+                    s.st.renewal_failed(code, corrupt);
                 }
             }
             Input::Connected {
@@ -534,12 +605,18 @@ impl<S, H: LeaseHold> Core<S, H> {
         fx
     }
 
+    /// The lockspace named `ls` that is not gone.
     pub(crate) fn space_mut(&mut self, ls: &Name) -> Option<&mut CoreSpace> {
-        self.spaces.iter_mut().find(|s| s.name.same_as(ls))
+        self.spaces
+            .iter_mut()
+            .find(|s| s.name.same_as(ls) && !s.st.gone)
     }
 
+    /// The lockspace named `ls` that is not gone.
     pub(crate) fn space(&self, ls: &Name) -> Option<&CoreSpace> {
-        self.spaces.iter().find(|s| s.name.same_as(ls))
+        self.spaces
+            .iter()
+            .find(|s| s.name.same_as(ls) && !s.st.gone)
     }
 
     /// Whether leases of `ls` may be acquired now: joined, its lease not lost, not being
@@ -553,11 +630,16 @@ impl<S, H: LeaseHold> Core<S, H> {
         })
     }
 
-    /// Every lockspace's expiry check and kill pass ([`lost_lease_tick`]); then the
+    /// Every lockspace's expiry check and kill pass ([`Core::lost_lease_pass`]); then the
     /// lockspaces that can go (lost or removed, with no lease left in the table).
     fn tick(&mut self, now_s: u64, effects: &mut Vec<Effect<H>>) {
         let bug = self.active_bug();
-        let mut views: Vec<SpaceView<'_>> = self.spaces.iter_mut().map(CoreSpace::view).collect();
+        let mut views: Vec<SpaceView<'_>> = self
+            .spaces
+            .iter_mut()
+            .filter(|s| !s.st.gone)
+            .map(CoreSpace::view)
+            .collect();
         let mut fx = expiry_pass(&mut self.tables, &mut views, now_s, self.kill_grace_s, bug);
         effects.append(&mut fx);
         self.finish_removals(effects);
@@ -636,45 +718,28 @@ impl<S, H: LeaseHold> Core<S, H> {
     pub fn check_cheap(&self) -> Result<(), String> {
         self.tables.check_cheap()?;
         for (i, s) in self.spaces.iter().enumerate() {
-            if self.spaces[..i].iter().any(|o| o.name.same_as(&s.name)) {
+            let earlier = &self.spaces[..i];
+            if !s.st.gone
+                && earlier
+                    .iter()
+                    .any(|o| !o.st.gone && o.name.same_as(&s.name))
+            {
                 return Err(format!("{:?}: listed twice", s.name));
+            }
+            if earlier.iter().any(|o| o.id == s.id) {
+                return Err(format!("{:?}: id {} listed twice", s.name, s.id));
             }
         }
         Ok(())
     }
 }
 
-/// One lockspace's status lent to [`lost_lease_tick`] by a shell that keeps it in its
-/// own place (the daemon: each lockspace's `Space::st` mutex).
+/// One lockspace's status, as the expiry pass of a tick takes it.
 #[derive(Debug)]
-pub struct SpaceView<'a> {
+pub(crate) struct SpaceView<'a> {
     pub name: Name,
     pub st: &'a mut SpaceSt,
     pub io_timeout_s: u64,
-}
-
-/// A renewal's outcome, for [`apply_renewal`].
-#[derive(Debug, Clone, Copy)]
-pub enum RenewalOutcome {
-    Ok(RenewalRec),
-    Failed { code: i32, corrupt: bool },
-}
-
-/// The lost-lease part of [`Core::step`]'s [`Input::Tick`], over tables and lockspace
-/// statuses that the caller owns and has locked: every lockspace's expiry check, then
-/// the kill pass of each lockspace whose lease is lost or being removed. The effects
-/// come in the core's order — every [`Effect::LossNotice`] (and the logs
-/// [`Effect::LockspaceFailed`], [`Effect::RenewalsFailing`]) before the first
-/// [`Effect::Kill`] — and are the same `Core::step` gives for the same state: it runs
-/// this very function. The removal of lockspaces that can go is not part of it (the
-/// daemon still does that itself, docs/architecture.md).
-pub fn lost_lease_tick<S, H: LeaseHold>(
-    tables: &mut Tables<S, H>,
-    spaces: &mut [SpaceView<'_>],
-    now_s: u64,
-    kill_grace_s: u64,
-) -> Vec<Effect<H>> {
-    expiry_pass(tables, spaces, now_s, kill_grace_s, None)
 }
 
 /// How long an acquire waits for a release here of the same lease to end before it is
@@ -682,16 +747,6 @@ pub fn lost_lease_tick<S, H: LeaseHold>(
 /// timeout. The same wait for the core's ACQUIRE and the shell's.
 pub fn release_wait_s(io_timeout_s: u64) -> u64 {
     4 * io_timeout_s.max(1)
-}
-
-/// [`Core::step`]'s [`Input::RenewalOk`]/[`Input::RenewalFailed`] on one lockspace's
-/// status, for a shell that keeps it in its own place. A renewal's outcome gives no
-/// effect by itself: whether the lease is lost is the next tick's decision.
-pub fn apply_renewal(st: &mut SpaceSt, now_s: u64, outcome: RenewalOutcome) {
-    match outcome {
-        RenewalOutcome::Ok(rec) => st.renewal_ok(now_s, rec),
-        RenewalOutcome::Failed { code, corrupt } => st.renewal_failed(code, corrupt),
-    }
 }
 
 fn expiry_pass<S, H: LeaseHold>(
@@ -834,9 +889,11 @@ mod tests {
         let mut c = Core::new(40);
         for ls in spaces {
             let mut s = CoreSpace {
+                id: c.spaces.len() as u32 + 1,
                 name: name(ls),
                 st: SpaceSt::default(),
                 io_timeout_s: IO_S,
+                shells: false,
             };
             s.st.phase = Phase::Joined;
             s.st.renewal_ok(t, rec(t));
@@ -1005,28 +1062,74 @@ mod tests {
             .any(|e| matches!(e, Effect::Kill { .. })));
     }
 
-    /// The daemon's form of the tick ([`lost_lease_tick`], over lent state) gives the
-    /// very effects `Core::step` gives for the same state, notices before kills.
+    /// The daemon's form of the tick ([`Core::lost_lease_pass`]) gives the very effects
+    /// `Core::step` gives for the same state, notices before kills, and skips a gone
+    /// lockspace (the daemon's, kept for late readers).
     #[test]
-    fn the_lent_state_tick_gives_the_steps_effects() {
+    fn the_monitors_pass_gives_the_steps_effects() {
         let fail = timeouts::id_renewal_fail_seconds(IO_S);
         let mut a = core(&["a", "b"], 100, &[(11, "a", "r"), (12, "b", "r")]);
         let mut b = core(&["a", "b"], 100, &[(11, "a", "r"), (12, "b", "r")]);
         for t in [100 + fail - 5, 100 + fail, 100 + fail + 1, 100 + fail + 45] {
             let from_step = a.step(t, Input::Tick);
-            let mut views: Vec<SpaceView<'_>> = b.spaces.iter_mut().map(CoreSpace::view).collect();
-            let lent = lost_lease_tick(&mut b.tables, &mut views, t, b.kill_grace_s);
-            assert_eq!(from_step, lent, "at {t}");
+            assert_eq!(from_step, b.lost_lease_pass(t), "at {t}");
         }
-        apply_renewal(
-            &mut b.spaces[0].st,
+        let fx = b.step(
             100 + fail + 50,
-            RenewalOutcome::Failed {
+            Input::RenewalFailed {
+                ls: name("a"),
                 code: -5,
                 corrupt: true,
             },
         );
+        assert!(fx.is_empty());
         assert_eq!(b.spaces[0].st.corrupt_result, -5);
+        let mut c = core(&["a"], 100, &[]);
+        c.spaces[0].st.gone = true;
+        assert!(c.lost_lease_pass(100 + fail + 1).is_empty());
+        assert!(
+            c.space_st(1).is_some_and(|st| !st.space_dead),
+            "a gone one is not checked"
+        );
+    }
+
+    /// A lockspace the shell listed is the shell's to remove: a tick while it is being
+    /// removed, with no lease left in it, gives no `LockspaceGone` and keeps it.
+    #[test]
+    fn a_lockspace_the_shell_listed_is_not_removed_by_the_core() {
+        let mut c: Core<(), Held> = Core::new(40);
+        c.add_space(7, name("ls"), IO_S);
+        let st = c.space_st_mut(7).expect("listed");
+        st.phase = Phase::Removing;
+        st.kill_now = true;
+        let fx = c.step(100, Input::Tick);
+        assert!(
+            !fx.iter().any(|e| matches!(e, Effect::LockspaceGone { .. })),
+            "{fx:?}"
+        );
+        assert!(c.space_st(7).is_some_and(|st| !st.gone));
+    }
+
+    /// The shell lists its lockspaces by id; a gone one's entry stays for late readers
+    /// until [`MAX_GONE_SPACES`] newer gone ones push it out, and never counts as the
+    /// lockspace of its name.
+    #[test]
+    fn the_shells_lockspaces_are_kept_by_id_and_gone_ones_pruned() {
+        let mut c: Core<(), Held> = Core::new(40);
+        let n = MAX_GONE_SPACES as u32 + 3;
+        for id in 1..=n {
+            c.add_space(id, name("ls"), IO_S);
+            assert!(c.space(&name("ls")).is_some_and(|s| s.id == id));
+            c.space_st_mut(id).expect("listed").gone = true;
+            assert!(c.space(&name("ls")).is_none());
+            c.check().expect("invariants");
+        }
+        c.add_space(n + 1, name("ls"), IO_S);
+        let gone = c.spaces.iter().filter(|s| s.st.gone).count();
+        assert_eq!(gone, MAX_GONE_SPACES - 1);
+        assert!(c.space_st(1).is_none(), "the oldest gone one was pruned");
+        assert!(c.space_st(n).is_some_and(|st| st.gone));
+        assert!(c.space_st(n + 1).is_some_and(|st| !st.gone));
     }
 
     /// [`Input::Examined`] gives what [`examined_lease`] gives for the same tables (the

@@ -4,8 +4,8 @@
 //!
 //! Invariants:
 //! - per-lockspace values (expiry, host states, leases held) are read from the daemon's
-//!   state at render time, under the documented lock order (`tables` → `spaces` →
-//!   `Space::st`), one lock at a time;
+//!   state at render time, under the documented lock order (`core` → `spaces`; a
+//!   lockspace's status is the core's), one lock at a time;
 //! - the HTTP side is bounded: at most [`HTTP_MAX_CONNECTIONS`] connections at once, each
 //!   with a read/write timeout, so a stalled scraper never holds the accepting loop.
 
@@ -328,11 +328,10 @@ fn encode_results(e: &mut Encoder, g: &Registry) {
 fn space_view(s: &Arc<crate::space::Space>, now: u64, leases: &BTreeMap<String, u64>) -> SpaceView {
     let name = s.name.to_text();
     let io = u64::from(s.io_timeout);
-    let (joined, last, gen, dead) = {
-        let st = lock(&s.st);
+    let (joined, last, gen, dead) = s.st(|st| {
         let joined = st.phase == crate::space::Phase::Joined && !st.space_dead;
         (joined, st.last_success_s, st.host_generation, st.space_dead)
-    };
+    });
     let (renewal_age_s, expiry_s) = if last == 0 {
         (None, None)
     } else {

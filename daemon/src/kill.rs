@@ -1,8 +1,8 @@
 //! The monitor loop, and kill escalation for holders of leases in a failed or removed
 //! lockspace (sanlock `kill_pids`), carried out by the helper so the daemon never blocks.
 //! Once a second the monitor reads the clock and runs the core's step for the lost-lease
-//! path (`lockd_core::lost_lease_tick`, the code of `Core::step`'s tick) over the
-//! daemon's tables and lockspace statuses, under the locks only while it runs; then it
+//! path (`Core::lost_lease_pass`, the code of `Core::step`'s tick) over the tables and
+//! lockspace statuses the core keeps, under the core lock only while it runs; then it
 //! carries out the effects in the order the core gave them: loss notices (the watch
 //! machinery), logs, kill orders (the helper). The schedule and who gets what are the
 //! core's (`lockd_core::kill`: one order per client per second at most, killpath or
@@ -16,7 +16,7 @@
 //! notice (or, for a request, its request notice) before the first kill order of the
 //! pass goes to the helper (the core's effect order, kept by running the effects one
 //! after the other on one thread); no signal is sent and no killpath run while the
-//! core lock (or a lockspace's status lock) is held.
+//! core lock is held.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -30,7 +30,7 @@ use crate::sync::lock;
 
 use crate::tables::Held;
 use lockd_core::kill::KillOrder;
-use lockd_core::{lost_lease_tick, Effect, SpaceView};
+use lockd_core::Effect;
 
 /// The monitor's once-a-second pass over the lost-lease path: the core decides
 /// ([`lost_lease_step`]), the daemon carries out the effects in the core's order
@@ -39,34 +39,17 @@ use lockd_core::{lost_lease_tick, Effect, SpaceView};
 /// ([`retire_failed`]).
 pub fn monitor_pass(d: &Arc<Daemon>) {
     let spaces: Vec<Arc<Space>> = lock(&d.spaces).clone();
-    for effect in lost_lease_step(d, &spaces, crate::clock::now_s()) {
+    for effect in lost_lease_step(d, crate::clock::now_s()) {
         run_effect(d, &spaces, effect);
     }
     retire_failed(d, &spaces);
 }
 
-/// The core's step for the monitor's tick at `now_s`, over the daemon's tables and the
-/// statuses of `spaces` (`lockd_core::lost_lease_tick`). The locks are taken in the
-/// daemon's order (`core` → `Space::st`, state.rs) and are all let go before this
-/// returns: no effect runs under them.
-fn lost_lease_step(d: &Daemon, spaces: &[Arc<Space>], now_s: u64) -> Vec<Effect<Held>> {
-    let mut tables = lock(&d.core);
-    let mut sts: Vec<_> = spaces.iter().map(|s| lock(&s.st)).collect();
-    let mut views: Vec<SpaceView<'_>> = spaces
-        .iter()
-        .zip(sts.iter_mut())
-        .map(|(s, st)| SpaceView {
-            name: s.name,
-            st,
-            io_timeout_s: u64::from(s.io_timeout),
-        })
-        .collect();
-    lost_lease_tick(
-        &mut tables,
-        &mut views,
-        now_s,
-        u64::from(d.cfg.kill_grace_s),
-    )
+/// The core's step for the monitor's tick at `now_s`, over its tables and the statuses
+/// of the lockspaces not gone (`lockd_core::Core::lost_lease_pass`). The core lock is let
+/// go before this returns: no effect runs under it.
+fn lost_lease_step(d: &Daemon, now_s: u64) -> Vec<Effect<Held>> {
+    lock(&d.core).lost_lease_pass(now_s)
 }
 
 /// Why a kill order is carried out: a lost or removed lockspace's escalation (counted in
@@ -233,13 +216,12 @@ pub fn monitor_loop(d: &Arc<Daemon>) {
 /// this itself (docs/architecture.md).
 pub fn retire_failed(d: &Arc<Daemon>, spaces: &[Arc<Space>]) {
     for s in spaces {
-        let (failed, used_by_orphans) = {
-            let st = lock(&s.st);
+        let (failed, used_by_orphans) = s.st(|st| {
             (
                 st.space_dead && !st.kill_now && st.phase == Phase::Joined,
                 st.used_by_orphans,
             )
-        };
+        });
         if !failed {
             continue;
         }
@@ -255,7 +237,7 @@ pub fn retire_failed(d: &Arc<Daemon>, spaces: &[Arc<Space>]) {
         }
         if !lock(&d.core).space_in_use(&s.name) {
             warn!(ls = %s.name, "failed lockspace removed: no lease holders left");
-            lock(&s.st).phase = Phase::Removing;
+            s.st_mut(|st| st.phase = Phase::Removing);
             s.stop.store(true, Ordering::SeqCst);
             s.cond.notify_all();
         }
@@ -298,8 +280,9 @@ mod tests {
             },
         };
         let space = Arc::new(d.new_space(&wl, 1, None));
-        {
-            let mut st = lock(&space.st);
+        d.list_space(&space, |_, _| Ok::<(), ()>(()))
+            .expect("listed");
+        space.st_mut(|st| {
             st.phase = Phase::Joined;
             st.renewal_ok(
                 t,
@@ -309,8 +292,7 @@ mod tests {
                     write_ms: 0,
                 },
             );
-        }
-        lock(&d.spaces).push(space.clone());
+        });
         hold(d, pid, (ls, Name::new("r").expect("name")), t);
         space
     }
@@ -381,12 +363,12 @@ mod tests {
         let fail_s = timeouts::id_renewal_fail_seconds(1);
 
         // A young lease: no effect at all.
-        assert!(lost_lease_step(&d, &spaces, 101).is_empty());
+        assert!(lost_lease_step(&d, 101).is_empty());
 
         // At id_renewal_fail the lease is lost: the step gives the notice, the log and
         // the SIGTERM (grace time) in that order; when the daemon reaches the kill, the
         // notice is already on the watcher's socket.
-        let effects = lost_lease_step(&d, &spaces, 100 + fail_s);
+        let effects = lost_lease_step(&d, 100 + fail_s);
         assert!(
             matches!(effects.first(), Some(Effect::LossNotice { kind: WatchKind::LockspaceFailed, pids, .. }) if pids == &[PID]),
             "{effects:?}"
@@ -414,11 +396,11 @@ mod tests {
             run_effect(&d, &spaces, effect);
         }
         assert_eq!(kills, 1);
-        assert!(lock(&space.st).space_dead);
+        assert!(space.is_dead());
         assert!(space.failed_with_holders.load(Ordering::SeqCst));
 
         // A second later: escalation goes on, the notice is not repeated.
-        let effects = lost_lease_step(&d, &spaces, 100 + fail_s + 1);
+        let effects = lost_lease_step(&d, 100 + fail_s + 1);
         assert!(!effects
             .iter()
             .any(|e| matches!(e, Effect::LossNotice { .. })));

@@ -29,7 +29,11 @@ use crate::watchdog::LockspaceWatchdog;
 use lease_core::exec::block_on;
 use lockd_diskio::{BlockingDisk, EngineKind, SystemClock};
 
-use crate::space::{JoinError, JoinedDisk, Phase, RenewalRec, Space, SpaceError, MAX_EVENT_FDS};
+use crate::space::{
+    JoinError, JoinedDisk, Phase, RenewalRec, Space, SpaceError, SpaceSt, MAX_EVENT_FDS,
+};
+use crate::tables::Held;
+use lockd_core::Input;
 
 /// ADD_LOCKSPACE.
 pub fn add(
@@ -51,14 +55,17 @@ pub fn add(
     } else {
         io_timeout.min(255)
     };
-    let space = {
-        let mut spaces = lock(&d.spaces);
+    let space = Arc::new(d.new_space(ls, io_timeout, crate::access::current()));
+    d.list_space(&space, |spaces, core| {
         let path = ls.host_id_disk.path.to_text();
         for s in spaces.iter() {
             let same_disk = s.path == path && s.offset == ls.host_id_disk.offset;
             if s.name.same_as(&ls.name) {
                 let identical = same_disk && s.host_id == ls.host_id;
-                return Err(match lock(&s.st).phase {
+                let phase = core
+                    .space_st(s.space_id)
+                    .map_or(Phase::Removing, |st| st.phase);
+                return Err(match phase {
                     Phase::Removing => {
                         SpaceError::Again("a lockspace of that name is being removed")
                     }
@@ -75,10 +82,8 @@ pub fn add(
                 ));
             }
         }
-        let s = Arc::new(d.new_space(ls, io_timeout, crate::access::current()));
-        spaces.push(s.clone());
-        s
-    };
+        Ok(())
+    })?;
     let d2 = d.clone();
     let s2 = space.clone();
     let spawned = crate::threads::spawn(format!("lockd-ls{}", space.space_id), move || {
@@ -86,7 +91,8 @@ pub fn add(
     });
     if let Err(e) = spawned {
         error!(error = %e, "cannot start lockspace thread");
-        lock(&d.spaces).retain(|s| !Arc::ptr_eq(s, &space));
+        finish_add(&space, -libc::ENOMEM);
+        mark_gone(d, &space);
         return Err(SpaceError::NoResources(
             "cannot start the lockspace's thread",
         ));
@@ -98,12 +104,13 @@ pub fn add(
 }
 
 fn wait_add_result(space: &Space) -> i32 {
-    let mut st = lock(&space.st);
+    let mut core = lock(&space.core);
     loop {
-        if let Some(rv) = st.add_result {
+        let st = core.space_st(space.space_id);
+        if let Some(rv) = st.map_or(Some(-libc::ENOENT), |st| st.add_result) {
             return rv;
         }
-        st = crate::sync::wait(&space.cond, st);
+        core = crate::sync::wait(&space.cond, core);
     }
 }
 
@@ -122,10 +129,7 @@ pub fn inq(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> Result<(), Spac
     let Some(space) = find_matching(d, ls) else {
         return Err(SpaceError::NotFound);
     };
-    let (phase, releasing) = {
-        let st = lock(&space.st);
-        (st.phase, st.releasing)
-    };
+    let (phase, releasing) = space.st(|st| (st.phase, st.releasing));
     match phase {
         Phase::Joined => Ok(()),
         // Removal requested, holders still being stopped: the delta lease is still held
@@ -148,9 +152,9 @@ pub fn inq(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> Result<(), Spac
 }
 
 fn wait_gone(space: &Space) {
-    let mut st = lock(&space.st);
-    while !st.gone {
-        st = crate::sync::wait(&space.cond, st);
+    let mut core = lock(&space.core);
+    while core.space_st(space.space_id).is_some_and(|st| !st.gone) {
+        core = crate::sync::wait(&space.cond, core);
     }
 }
 
@@ -172,7 +176,7 @@ pub fn rem(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> Result<(), Spac
         .values()
         .any(|r| r.orphan && r.ls.same_as(&ls.name));
     if has_orphans {
-        if lock(&space.st).used_by_orphans {
+        if space.st(|st| st.used_by_orphans) {
             return Err(SpaceError::Busy(
                 "its orphan leases are in use (SET_CONFIG)",
             ));
@@ -186,13 +190,16 @@ pub fn rem(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> Result<(), Spac
     }
     // Watchers hear of the removal before kill_now lets the monitor kill the holders.
     crate::watch::notify_loss(d, &space, client_lib::ext::WatchKind::LockspaceRemoved);
-    {
-        let mut st = lock(&space.st);
+    let begun = space.st_mut(|st| {
         if st.phase == Phase::Removing {
-            return Err(SpaceError::InProgress);
+            return false;
         }
         st.phase = Phase::Removing;
         st.kill_now = true;
+        true
+    });
+    if begun != Some(true) {
+        return Err(SpaceError::InProgress);
     }
     space.stop.store(true, Ordering::SeqCst);
     space.cond.notify_all();
@@ -209,11 +216,10 @@ pub fn stop_all(d: &Arc<Daemon>) {
     let spaces: Vec<_> = lock(&d.spaces).clone();
     for s in spaces {
         crate::watch::notify_loss(d, &s, client_lib::ext::WatchKind::LockspaceRemoved);
-        {
-            let mut st = lock(&s.st);
+        s.st_mut(|st| {
             st.phase = Phase::Removing;
             st.kill_now = true;
-        }
+        });
         s.stop.store(true, Ordering::SeqCst);
         s.cond.notify_all();
     }
@@ -223,17 +229,18 @@ pub fn stop_all(d: &Arc<Daemon>) {
 /// `-ENOSPC`, as sanlock).
 pub fn joined(d: &Daemon, name: &Name) -> Result<Arc<Space>, SpaceError> {
     let space = d.find_space(name).ok_or(SpaceError::NotJoined)?;
-    let st = lock(&space.st);
-    if st.phase != Phase::Joined || st.space_dead {
+    if space.st(|st| st.phase != Phase::Joined || st.space_dead) {
         return Err(SpaceError::NotJoined);
     }
-    drop(st);
     Ok(space)
 }
 
 /// GET_LOCKSPACES.
 pub fn get_lockspaces(d: &Daemon) -> Vec<wire::Lockspace> {
-    lock(&d.spaces)
+    // The statuses are the core's, whose lock comes before `spaces`: read them after
+    // letting go of the list.
+    let spaces: Vec<Arc<Space>> = lock(&d.spaces).clone();
+    spaces
         .iter()
         .map(|s| {
             let flags = match s.snapshot_phase() {
@@ -248,7 +255,8 @@ pub fn get_lockspaces(d: &Daemon) -> Vec<wire::Lockspace> {
 
 /// Lockspaces with their STATUS list name.
 pub fn status_list(d: &Daemon) -> Vec<(Arc<Space>, &'static str)> {
-    lock(&d.spaces)
+    let spaces: Vec<Arc<Space>> = lock(&d.spaces).clone();
+    spaces
         .iter()
         .map(|s| {
             let list = match s.snapshot_phase() {
@@ -266,15 +274,17 @@ pub fn set_config(d: &Daemon, name: &Name, data: u32) -> Result<(), SpaceError> 
     let Some(space) = d.find_space(name) else {
         return Err(SpaceError::NotFound);
     };
-    let mut st = lock(&space.st);
-    match data {
+    let set = |st: &mut SpaceSt| match data {
         0x1 => st.external_used = true,
         0x2 => st.external_used = false,
         0x4 => st.used_by_orphans = true,
         0x8 => st.used_by_orphans = false,
-        _ => return Err(SpaceError::Invalid("unknown SET_CONFIG value")),
+        _ => unreachable!("checked above"),
+    };
+    if !matches!(data, 0x1 | 0x2 | 0x4 | 0x8) {
+        return Err(SpaceError::Invalid("unknown SET_CONFIG value"));
     }
-    Ok(())
+    space.st_mut(set).ok_or(SpaceError::NotFound)
 }
 
 /// GET_HOSTS: `host_id` 0 = every host whose record has a timestamp.
@@ -357,22 +367,29 @@ pub fn set_host(
 }
 
 fn finish_add(space: &Space, rv: i32) {
-    let mut st = lock(&space.st);
-    st.add_result = Some(rv);
-    st.acquire_last_result = rv;
-    if rv == 0 {
-        st.phase = Phase::Joined;
-        st.acquire_last_success = crate::clock::now_s();
-    }
+    space.st_mut(|st| {
+        st.add_result = Some(rv);
+        st.acquire_last_result = rv;
+        if rv == 0 {
+            st.phase = Phase::Joined;
+            st.acquire_last_success = crate::clock::now_s();
+        }
+    });
     space.cond.notify_all();
 }
 
+/// The lockspace leaves `spaces` and is marked gone in the core, together (under both
+/// locks, in the daemon's order).
 fn mark_gone(d: &Daemon, space: &Arc<Space>) {
-    lock(&d.spaces).retain(|s| !Arc::ptr_eq(s, space));
-    let mut st = lock(&space.st);
-    st.gone = true;
-    if st.add_result.is_none() {
-        st.add_result = Some(-libc::ENOENT);
+    {
+        let mut core = lock(&d.core);
+        lock(&d.spaces).retain(|s| !Arc::ptr_eq(s, space));
+        if let Some(st) = core.space_st_mut(space.space_id) {
+            st.gone = true;
+            if st.add_result.is_none() {
+                st.add_result = Some(-libc::ENOENT);
+            }
+        }
     }
     space.cond.notify_all();
 }
@@ -452,7 +469,7 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, JoinError> {
             max_hosts: geometry.max_hosts(),
         });
     }
-    lock(&space.st).geometry = Some(geometry);
+    space.st_mut(|st| st.geometry = Some(geometry));
     let params = LockspaceParams {
         space_name: space.name,
         disk_offset: space.offset,
@@ -464,7 +481,7 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, JoinError> {
         stable_host_name: true,
         monitor_hosts: None,
     };
-    lock(&space.st).acquire_last_attempt = crate::clock::now_s();
+    space.st_mut(|st| st.acquire_last_attempt = crate::clock::now_s());
     // Storage fencing: our key for the generation the acquire writes is registered
     // before it, since a reservation refuses an unregistered host's writes.
     let fence = if d.cfg.fence.scsi_pr_for(&space.name) {
@@ -536,19 +553,17 @@ fn join_fence(
 /// lockspace at once (its holders get the loss notice, then kill escalation).
 fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
     loop {
-        {
-            let st = lock(&space.st);
-            if st.releasing || st.gone || st.lease_lost() {
-                return;
-            }
+        if space.st(|st| st.releasing || st.gone || st.lease_lost()) {
+            return;
         }
         let out = fence.check(&space.monitor, crate::clock::now_s());
         if out.we_are_fenced {
             // Our key is gone: the lease is lost, as a corrupt one (the core's transition).
-            lockd_core::apply_renewal(
-                &mut lock(&space.st),
+            renewal_outcome(
+                space,
                 crate::clock::now_s(),
-                lockd_core::RenewalOutcome::Failed {
+                Input::RenewalFailed {
+                    ls: space.name,
                     code: -libc::EBADE,
                     corrupt: true,
                 },
@@ -629,13 +644,12 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
         })
         .is_ok();
     assert!(first, "lockspace {}: joined twice", space.name.to_text());
-    {
-        let mut st = lock(&space.st);
+    space.st_mut(|st| {
         st.host_generation = state.generation();
         st.last_success_s = state.last_success_ms / 1000;
         st.last_renewal_ok = true;
         st.renewal_last_success = st.last_success_s;
-    }
+    });
     if space.stop.load(Ordering::SeqCst) {
         // Removed just as the join completed: sanlock's add_lockspace_wait undoes the
         // add and answers -1 in this window; the delta lease is released below.
@@ -667,7 +681,7 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
     };
     let clock = crate::clock::lease_clock_unstopped();
     renew_loop(d, space, &run_disk, &clock, &params, &mut state, &mut wd);
-    lock(&space.st).releasing = true;
+    space.st_mut(|st| st.releasing = true);
     // No holder is left (renew_loop returns only then): the lockspace no longer needs
     // the watchdog — unless its holders' writes may still be on their way.
     if let Some(w) = wd.take_if(|_| keep_armed_after_failure(space)) {
@@ -688,10 +702,7 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
             }
         }
     }
-    let (dead, ok) = {
-        let st = lock(&space.st);
-        (st.space_dead && !st.kill_now, st.last_renewal_ok)
-    };
+    let (dead, ok) = space.st(|st| (st.space_dead && !st.kill_now, st.last_renewal_ok));
     if !dead && ok && state.last_renewal_ok {
         match block_on(delta::release(&run_disk, &params, &state)) {
             Ok(true) => {
@@ -728,10 +739,7 @@ const NETWORK_FS_MAGICS: [u64; 5] = [0x6969, 0x517B, 0xFF53_4D42, 0xFE53_4D42, 0
 /// again — after host_dead, under another host's lease. Only a reset of this host drops
 /// that queue, and it comes before host_dead: the expiry wdmd holds is this lockspace's.
 fn keep_armed_after_failure(space: &Space) -> bool {
-    let failed = {
-        let st = lock(&space.st);
-        st.space_dead && !st.kill_now
-    };
+    let failed = space.st(|st| st.space_dead && !st.kill_now);
     failed
         && space.failed_with_holders.load(Ordering::SeqCst)
         && space.on_network_fs.load(Ordering::SeqCst)
@@ -776,7 +784,7 @@ fn renew_loop(
             }
         }
         // A lost lease is not renewed again: other hosts must see it expire.
-        let lost = lock(&space.st).lease_lost();
+        let lost = space.st(SpaceSt::lease_lost);
         let now_ms = crate::clock::now_ms();
         if lost || now_ms < next_attempt_ms {
             // Sleep until the renewal is due (at most 1 s; 100 ms once lost), woken early
@@ -789,12 +797,16 @@ fn renew_loop(
             } else {
                 (next_attempt_ms - now_ms).min(1000)
             };
-            let st = lock(&space.st);
-            let _ = space.cond.wait_timeout(st, Duration::from_millis(wait_ms));
+            let core = lock(&space.core);
+            drop(crate::sync::wait_timeout(
+                &space.cond,
+                core,
+                Duration::from_millis(wait_ms),
+            ));
             continue;
         }
         let t0 = crate::clock::now_ms();
-        lock(&space.st).renewal_last_attempt = t0 / 1000;
+        space.st_mut(|st| st.renewal_last_attempt = t0 / 1000);
         let input = space.renew_input();
         let result = block_on(delta::renew(disk, clock, params, state, &input));
         let t1 = crate::clock::now_ms();
@@ -818,10 +830,13 @@ fn renew_loop(
                     read_ms: t1.saturating_sub(t0),
                     write_ms: 0,
                 };
-                lockd_core::apply_renewal(
-                    &mut lock(&space.st),
+                renewal_outcome(
+                    space,
                     state.last_success_ms / 1000,
-                    lockd_core::RenewalOutcome::Ok(rec),
+                    Input::RenewalOk {
+                        ls: space.name,
+                        rec,
+                    },
                 );
                 space.renewal_hist.observe_ms(t1.saturating_sub(t0));
                 next_attempt_ms = state.last_success_ms + renewal_ms;
@@ -842,16 +857,32 @@ fn renew_loop(
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 // Fenced: lost at once, as a corrupt lease (no retry can succeed).
                 let corrupt = e.is_corrupt() || e.is_fenced();
-                lockd_core::apply_renewal(
-                    &mut lock(&space.st),
+                renewal_outcome(
+                    space,
                     crate::clock::now_s(),
-                    lockd_core::RenewalOutcome::Failed { code, corrupt },
+                    Input::RenewalFailed {
+                        ls: space.name,
+                        code,
+                        corrupt,
+                    },
                 );
                 // sanlock retries a failed renewal after 500 ms.
                 next_attempt_ms = crate::clock::now_ms() + 500;
             }
         }
     }
+}
+
+/// A renewal's outcome (`Input::RenewalOk`/`RenewalFailed`, at `now_s`) into the core,
+/// which keeps the lockspace's status. It gives no effect: whether the lease is lost is
+/// the monitor's next tick's decision (any effect is a broken invariant).
+fn renewal_outcome(
+    space: &Space,
+    now_s: u64,
+    outcome: Input<std::os::unix::net::UnixStream, Held>,
+) {
+    let fx = lock(&space.core).step(now_s, outcome);
+    assert!(fx.is_empty(), "a renewal's outcome gave effects: {fx:?}");
 }
 
 /// Host events addressed to us (our bit set, non-zero event) go to every REG_EVENT fd;

@@ -1,11 +1,14 @@
-//! One lockspace as this daemon holds it ([`Space`]): its identity, its status behind
-//! `st` (the core's `space_state`), the host monitor, what our renewals carry to other
-//! hosts, and the read-only views the commands and metrics need (status records, GET_HOSTS).
+//! One lockspace as this daemon holds it ([`Space`]): its identity, the host monitor,
+//! what our renewals carry to other hosts, and the read-only views the commands and
+//! metrics need (status records, GET_HOSTS). Its status ([`SpaceSt`]) is the core's
+//! (`lockd_core::Core::space_st`, under the `core` lock), read and changed here through
+//! [`Space::st`] and [`Space::st_mut`], each a short hold of that lock.
 //!
-//! Nothing here does I/O or takes the daemon's shared state: joining, renewing and removing
-//! a lockspace are `crate::lockspace`'s; the daemon lists its lockspaces in
-//! `crate::state::Daemon::spaces`. Lock order inside a space: `st` before `monitor`, and
-//! `outgoing`, `event_fds`, `last_examine` are leaves.
+//! Nothing here does I/O or takes the daemon's shared state but the core: joining,
+//! renewing and removing a lockspace are `crate::lockspace`'s; the daemon lists its
+//! lockspaces in `crate::state::Daemon::spaces`. Lock order inside a space: the core
+//! (for the status) before `monitor`, never held together here; `outgoing`,
+//! `event_fds`, `last_examine` are leaves.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -45,7 +48,10 @@ pub struct Space {
     pub path: String,
     pub offset: u64,
     pub io_timeout: u32,
-    pub st: Mutex<SpaceSt>,
+    /// The core, which keeps this lockspace's status under `space_id`.
+    pub core: Arc<crate::tables::CoreLock>,
+    /// Notified after a change of the status that a waiter may want (the add's result,
+    /// removal, gone); waited on with the `core` lock.
     pub cond: Condvar,
     pub stop: Arc<AtomicBool>,
     pub monitor: Arc<Mutex<HostMonitor>>,
@@ -227,8 +233,25 @@ impl SpaceError {
 pub const MAX_EVENT_FDS: usize = 32;
 
 impl Space {
+    /// Reads this lockspace's status in the core. A status the core no longer keeps
+    /// (pruned long after the lockspace went) reads as [`SpaceSt::gone_for_good`].
+    pub fn st<T>(&self, read: impl FnOnce(&SpaceSt) -> T) -> T {
+        let core = lock(&self.core);
+        match core.space_st(self.space_id) {
+            Some(st) => read(st),
+            None => read(&SpaceSt::gone_for_good()),
+        }
+    }
+
+    /// Changes this lockspace's status in the core; `None` (nothing changed) once the
+    /// core no longer keeps it.
+    pub fn st_mut<T>(&self, change: impl FnOnce(&mut SpaceSt) -> T) -> Option<T> {
+        let mut core = lock(&self.core);
+        core.space_st_mut(self.space_id).map(change)
+    }
+
     pub fn snapshot_phase(&self) -> Phase {
-        lock(&self.st).phase
+        self.st(|st| st.phase)
     }
 
     pub fn wire_lockspace(&self, flags: u32) -> wire::Lockspace {
@@ -247,20 +270,23 @@ impl Space {
 
     /// The lockspace's geometry, once joined.
     pub fn geometry(&self) -> Option<Geometry> {
-        lock(&self.st).geometry
+        self.st(|st| st.geometry)
     }
 
     pub fn generation(&self) -> u64 {
-        lock(&self.st).host_generation
+        self.st(|st| st.host_generation)
     }
 
     pub fn is_dead(&self) -> bool {
-        lock(&self.st).space_dead
+        self.st(|st| st.space_dead)
     }
 
     /// sanlock's lockspace state text.
     pub fn status_text(&self, list: &str) -> String {
-        let st = lock(&self.st);
+        self.st(|st| self.status_text_of(st, list))
+    }
+
+    fn status_text_of(&self, st: &SpaceSt, list: &str) -> String {
         format!(
             "list={} space_id={} io_timeout={} sector_size={} align_size={} host_generation={} \
              renew_fail={} space_dead={} killing_pids={} used_retries=0 external_used={} \
@@ -292,10 +318,7 @@ impl Space {
     /// HOST_STATUS records: every host we have observed, plus ourselves.
     pub fn host_state_records(&self, out: &mut Vec<u8>) {
         let now = crate::clock::now_s();
-        let (gen, last) = {
-            let st = lock(&self.st);
-            (st.host_generation, st.last_success_s)
-        };
+        let (gen, last) = self.st(|st| (st.host_generation, st.last_success_s));
         let mon = lock(&self.monitor);
         let mut rows: Vec<(u64, String, u64)> = Vec::new();
         for (id, obs, _state) in mon.hosts(now) {
@@ -342,8 +365,8 @@ impl Space {
 
     /// RENEWAL records, oldest first.
     pub fn renewal_records(&self, out: &mut Vec<u8>) {
-        let st = lock(&self.st);
-        for r in &st.renewals {
+        let renewals: Vec<RenewalRec> = self.st(|st| st.renewals.iter().copied().collect());
+        for r in &renewals {
             let text = format!(
                 "timestamp={} read_ms={} write_ms={} next_timeouts=0 next_errors=0",
                 r.timestamp, r.read_ms, r.write_ms
@@ -389,10 +412,7 @@ impl Space {
     pub fn hosts(&self, host_id: u64) -> Result<Vec<wire::Host>, SpaceError> {
         let space = self;
         let now = crate::clock::now_s();
-        let (gen, last) = {
-            let st = lock(&space.st);
-            (st.host_generation, st.last_success_s)
-        };
+        let (gen, last) = space.st(|st| (st.host_generation, st.last_success_s));
         let mon = lock(&space.monitor);
         if mon.checks() == 0 {
             return Err(SpaceError::Again("the lockspace has not been read yet"));
@@ -436,7 +456,7 @@ impl Space {
 
 /// Last successful renewal (monotime s) of a lockspace.
 pub fn last_success(space: &Space) -> u64 {
-    lock(&space.st).last_success_s
+    space.st(|st| st.last_success_s)
 }
 
 #[cfg(test)]

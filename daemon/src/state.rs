@@ -1,13 +1,15 @@
 //! Shared daemon state: clients (connections), lockspaces and locally held resources.
 //!
 //! Lock order (never take an earlier lock while holding a later one):
-//! `core` → `spaces` → `Space::st`; `watchers` is a leaf (taken alone), and so are the
+//! `core` → `spaces`; `watchers` is a leaf (taken alone), and so are the
 //! event loop's `parked`, `pids` and `shares` (`crate::reactor`: none is held while
 //! another lock is taken; the pid watches are checked against the tables by copying
 //! them first). The helper's pipe is written with no lock held. Disk I/O is never
 //! done while holding any of these locks. The client and resource tables, and the disk
-//! operations the core asked for, have one owner, the core
-//! ([`DaemonCore`](crate::tables::DaemonCore)), behind the one `core` lock.
+//! operations the core asked for, and every lockspace's status, have one owner, the core
+//! ([`DaemonCore`](crate::tables::DaemonCore)), behind the one `core` lock. A lockspace
+//! is listed in `spaces` and in the core together, under both locks
+//! ([`Daemon::list_space`]), and marked gone in the core as it leaves `spaces`.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -20,7 +22,7 @@ use crate::config::Config;
 use crate::helper::Helper;
 use crate::notify::Notifier;
 use crate::observability::LogRing;
-use crate::space::{Outgoing, Space, SpaceSt};
+use crate::space::{Outgoing, Space};
 use crate::sync::lock;
 use crate::tables::CoreLock;
 
@@ -55,7 +57,7 @@ pub struct Daemon {
     pub log: Arc<LogRing>,
     /// The core (`lockd_core::Core`): the client and resource tables and the disk
     /// operations in flight, behind one lock (`crate::tables::CoreLock`).
-    pub core: CoreLock,
+    pub core: Arc<CoreLock>,
     /// Notified (after the core has recorded it) whenever a release on disk has ended:
     /// acquires of the same lease wait on it with the `core` lock.
     pub released: Condvar,
@@ -84,7 +86,7 @@ impl Daemon {
             helper,
             notifier: Notifier::from_env(),
             log,
-            core,
+            core: Arc::new(core),
             released: Condvar::new(),
             spaces: Mutex::new(Vec::new()),
             watchers: Mutex::new(Vec::new()),
@@ -113,7 +115,7 @@ impl Daemon {
             path: ls.host_id_disk.path.to_text(),
             offset: ls.host_id_disk.offset,
             io_timeout,
-            st: Mutex::new(SpaceSt::default()),
+            core: self.core.clone(),
             cond: Condvar::new(),
             stop: Arc::new(AtomicBool::new(false)),
             monitor: Arc::new(Mutex::new({
@@ -155,6 +157,22 @@ impl Daemon {
         };
         let cfg = crate::Config::resolve(&args, None).expect("config");
         Arc::new(Daemon::new(cfg, None, Arc::new(LogRing::default())))
+    }
+
+    /// Lists `space` (new, from [`Daemon::new_space`]) in `spaces`, and its status in the
+    /// core, under both locks; `check` runs under them first (it sees the other
+    /// lockspaces): an error leaves nothing listed.
+    pub(crate) fn list_space<E>(
+        &self,
+        space: &Arc<Space>,
+        check: impl FnOnce(&[Arc<Space>], &crate::tables::CoreGuard<'_>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut core = lock(&self.core);
+        let mut spaces = lock(&self.spaces);
+        check(&spaces, &core)?;
+        core.add_space(space.space_id, space.name, u64::from(space.io_timeout));
+        spaces.push(space.clone());
+        Ok(())
     }
 
     /// The lockspace with this name, in any phase.

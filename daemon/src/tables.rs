@@ -124,6 +124,31 @@ impl CoreGuard<'_> {
         }
     }
 
+    /// [`lockd_core::Core::space_st`]: the status of the daemon's lockspace `space_id`
+    /// (`crate::space::Space::space_id`), which the core keeps.
+    pub fn space_st(&self, space_id: u32) -> Option<&lockd_core::space_state::SpaceSt> {
+        match &self.0 {
+            Some(g) => g.space_st(space_id),
+            None => unreachable!("a CoreGuard is emptied only as it is consumed"),
+        }
+    }
+
+    /// [`lockd_core::Core::space_st_mut`].
+    pub fn space_st_mut(&mut self, space_id: u32) -> Option<&mut lockd_core::space_state::SpaceSt> {
+        self.core().space_st_mut(space_id)
+    }
+
+    /// [`lockd_core::Core::add_space`]: the core keeps the status of a lockspace the
+    /// daemon lists (`Daemon::spaces`) from now on.
+    pub fn add_space(&mut self, space_id: u32, name: disk_format::Name, io_timeout_s: u64) {
+        self.core().add_space(space_id, name, io_timeout_s);
+    }
+
+    /// [`lockd_core::Core::lost_lease_pass`]: the monitor's lost-lease step.
+    pub fn lost_lease_pass(&mut self, now_s: u64) -> Vec<lockd_core::Effect<Held>> {
+        self.core().lost_lease_pass(now_s)
+    }
+
     /// [`lockd_core::Core::step`] at lease time `now_s`: the effects, in order, for the
     /// caller to carry out after letting go of the lock.
     pub fn step(

@@ -283,7 +283,7 @@ pub fn leader(d: &Daemon, res: &wire::Resource) -> Result<LeaderInfo, crate::adm
     let space = d.find_space(&res.head.lockspace_name);
     let (host_state, host_name) = match &space {
         Some(s) if owner.host_id == s.host_id => {
-            let ours = lock(&s.st).host_generation;
+            let ours = s.generation();
             let state = if owner.generation < ours {
                 // Our own earlier incarnation: it ended when we rejoined.
                 client_lib::proto::SANLK_HOST_DEAD
