@@ -641,6 +641,7 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
                 abort: Arc::new(AtomicBool::new(false)),
             },
             params: params.clone(),
+            generation: state.generation(),
         })
         .is_ok();
     assert!(first, "lockspace {}: joined twice", space.name.to_text());

@@ -72,7 +72,7 @@ pub(crate) fn with_host<T>(
     let host = HostContext {
         lockspace_disk: &joined.disk,
         lockspace: &joined.params,
-        generation: space.generation(),
+        generation: joined.generation,
         observer: &observer,
     };
     Ok(f(&host))
@@ -90,7 +90,13 @@ pub fn acquire(
     if r.disks.len() != 1 {
         return Err(LeaseCmdError::Unsupported("a lease on several disks"));
     }
-    let geometry = space.geometry().ok_or(SpaceError::NotJoined)?;
+    // From the join, read with no lock: the acquire path takes the core lock only for
+    // its transitions.
+    let geometry = space
+        .joined
+        .get()
+        .map(|j| j.params.geometry)
+        .ok_or(SpaceError::NotJoined)?;
     let disk = open(&r.disks[0].path.to_text(), Need::Write)?;
     let res = ResourceParams {
         space_name: r.head.lockspace_name,

@@ -25,10 +25,14 @@ use crate::sync::lock;
 
 pub use crate::space_state::{Phase, RenewalRec, SpaceSt};
 
-/// A joined lockspace's disk and parameters.
+/// A joined lockspace's disk, parameters and our generation in it: set once when the
+/// join succeeds and read with no lock after (the lease I/O of every acquire needs them).
 pub struct JoinedDisk {
     pub disk: BlockingDisk,
     pub params: LockspaceParams,
+    /// Our host generation, from the join (the status's `host_generation`, which does
+    /// not change after it).
+    pub generation: u64,
 }
 
 /// What our next renewals write into our delta sector for other hosts to see.
