@@ -1233,8 +1233,9 @@ mod tests {
         assert!(!c.tables.resources.contains_key(&key));
     }
 
-    #[test]
-    fn release_is_answered_only_after_the_disk_release_and_a_local_acquire_waits_for_it() {
+    /// Clients A (holding `ls:r1`) and B, and A's RELEASE of all at 102 (its disk
+    /// release asked for, not ended): the core and those effects.
+    fn a_holds_r1_and_releases_it() -> (TestCore, u32, u32, Fx) {
         let mut c = joined();
         let (a, b) = (client(&mut c, 10), client(&mut c, 11));
         hold(&mut c, a, "r1", 1);
@@ -1250,6 +1251,12 @@ mod tests {
                 },
             },
         );
+        (c, a, b, fx)
+    }
+
+    #[test]
+    fn release_is_answered_only_after_the_disk_release_and_a_local_acquire_waits_for_it() {
+        let (mut c, a, b, fx) = a_holds_r1_and_releases_it();
         let [(rel, key, "release")] = disk_ops(&fx)[..] else {
             panic!("{fx:?}")
         };
@@ -1275,21 +1282,7 @@ mod tests {
     /// release then ends without resuming it.
     #[test]
     fn an_acquire_waiting_past_the_release_wait_is_answered_eagain_at_the_tick() {
-        let mut c = joined();
-        let (a, b) = (client(&mut c, 10), client(&mut c, 11));
-        hold(&mut c, a, "r1", 1);
-        let fx = step(
-            &mut c,
-            102,
-            Input::Request {
-                ci: a,
-                req: CoreRequest::Release {
-                    keys: Vec::new(),
-                    all: true,
-                    rename: None,
-                },
-            },
-        );
+        let (mut c, a, b, fx) = a_holds_r1_and_releases_it();
         let [(rel, _, "release")] = disk_ops(&fx)[..] else {
             panic!("{fx:?}")
         };

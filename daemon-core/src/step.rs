@@ -492,13 +492,18 @@ impl<S, H: LeaseHold> Core<S, H> {
     /// [`Effect::Kill`]). The removal of lockspaces that can go is not part of it (the
     /// daemon still does that itself, docs/architecture.md).
     pub fn lost_lease_pass(&mut self, now_s: u64) -> Vec<Effect<H>> {
+        self.expiry_pass_of_live(now_s, None)
+    }
+
+    /// The expiry pass over the lockspaces not gone, with a planted bug (simulator).
+    fn expiry_pass_of_live(&mut self, now_s: u64, bug: Option<CorePlantedBug>) -> Vec<Effect<H>> {
         let mut views: Vec<SpaceView<'_>> = self
             .spaces
             .iter_mut()
             .filter(|s| !s.st.gone)
             .map(CoreSpace::view)
             .collect();
-        expiry_pass(&mut self.tables, &mut views, now_s, self.kill_grace_s, None)
+        expiry_pass(&mut self.tables, &mut views, now_s, self.kill_grace_s, bug)
     }
 
     /// Whether a planted bug is active (then a broken invariant is the simulator's to
@@ -634,13 +639,7 @@ impl<S, H: LeaseHold> Core<S, H> {
     /// lockspaces that can go (lost or removed, with no lease left in the table).
     fn tick(&mut self, now_s: u64, effects: &mut Vec<Effect<H>>) {
         let bug = self.active_bug();
-        let mut views: Vec<SpaceView<'_>> = self
-            .spaces
-            .iter_mut()
-            .filter(|s| !s.st.gone)
-            .map(CoreSpace::view)
-            .collect();
-        let mut fx = expiry_pass(&mut self.tables, &mut views, now_s, self.kill_grace_s, bug);
+        let mut fx = self.expiry_pass_of_live(now_s, bug);
         effects.append(&mut fx);
         self.finish_removals(effects);
         self.end_overdue_release_waits(now_s, effects);
