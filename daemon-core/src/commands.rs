@@ -176,7 +176,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                     name: *ls,
                     st: SpaceSt::default(),
                     io_timeout_s: *io_timeout_s,
-                    shells: false,
+                    listed_by_shell: false,
                 });
                 self.admin.push(AdminCmd {
                     ci,
@@ -766,7 +766,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             .spaces
             .iter()
             .filter(|s| {
-                !s.shells
+                !s.listed_by_shell
                     && (s.st.phase == Phase::Removing
                         || (s.st.phase == Phase::Joined && s.st.space_dead && !s.st.kill_now))
             })
@@ -776,7 +776,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             // Its orphans go too (sanlock releases them with the lockspace).
             self.release_orphans(ls, &Name::EMPTY, fx);
         }
-        for s in self.spaces.iter().filter(|s| !s.shells) {
+        for s in self.spaces.iter().filter(|s| !s.listed_by_shell) {
             let ls = s.name;
             let removing = s.st.phase == Phase::Removing;
             let lost = s.st.phase == Phase::Joined && s.st.space_dead && !s.st.kill_now;

@@ -1,7 +1,7 @@
 //! One lockspace's status ([`SpaceSt`], kept by the core: `Core::spaces`) and the
 //! transitions that change it: a renewal's outcome, posted by the lockspace's renewal
-//! thread ([`SpaceSt::renewal_ok`], [`SpaceSt::renewal_failed`], through
-//! `Input::RenewalOk`/`RenewalFailed`), and the once-a-second look at our lease's age
+//! thread ([`SpaceSt::renewal_ok`], [`SpaceSt::renewal_failed`]: the daemon posts them
+//! by the lockspace's id, the simulator through `Input::RenewalOk`/`RenewalFailed`), and the once-a-second look at our lease's age
 //! ([`SpaceSt::check_expiry`], in the tick the monitor runs,
 //! `Core::lost_lease_pass`). Each is a plain
 //! function of the status, the time and the timeouts: no I/O, no other lock, no clock

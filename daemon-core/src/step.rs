@@ -59,7 +59,7 @@ pub struct CoreSpace {
     /// Listed by the shell ([`Core::add_space`]), which joins, removes and retires it
     /// itself: the core's removal of lockspaces that can go (`finish_removals`) leaves
     /// it alone.
-    pub shells: bool,
+    pub listed_by_shell: bool,
 }
 
 /// The id of one disk operation the core asked for ([`Effect::Disk`]); its completion
@@ -450,8 +450,10 @@ impl<S, H: LeaseHold> Core<S, H> {
 
     /// The shell lists a lockspace it is adding (its join runs in the shell): the core
     /// keeps its status from now on, under `id`. The shell lists at most one lockspace of
-    /// a name that is not gone, and never an id twice (asserted: a broken invariant).
-    /// Gone entries beyond [`MAX_GONE_SPACES`] are pruned, oldest first.
+    /// a name that is not gone, and never an id twice (asserted: a broken invariant, not
+    /// input — the daemon checks ADD_LOCKSPACE's name under the same lock first). Before
+    /// the new entry, the oldest gone entries are pruned down to `MAX_GONE_SPACES - 1`,
+    /// so at most [`MAX_GONE_SPACES`] exist once this one has gone too.
     pub fn add_space(&mut self, id: u32, name: Name, io_timeout_s: u64) {
         assert!(
             self.space(&name).is_none() && self.spaces.iter().all(|s| s.id != id),
@@ -469,7 +471,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             name,
             st: SpaceSt::default(),
             io_timeout_s,
-            shells: true,
+            listed_by_shell: true,
         });
     }
 
@@ -892,7 +894,7 @@ mod tests {
                 name: name(ls),
                 st: SpaceSt::default(),
                 io_timeout_s: IO_S,
-                shells: false,
+                listed_by_shell: false,
             };
             s.st.phase = Phase::Joined;
             s.st.renewal_ok(t, rec(t));

@@ -32,8 +32,6 @@ use lockd_diskio::{BlockingDisk, EngineKind, SystemClock};
 use crate::space::{
     JoinError, JoinedDisk, Phase, RenewalRec, Space, SpaceError, SpaceSt, MAX_EVENT_FDS,
 };
-use crate::tables::Held;
-use lockd_core::Input;
 
 /// ADD_LOCKSPACE.
 pub fn add(
@@ -274,17 +272,19 @@ pub fn set_config(d: &Daemon, name: &Name, data: u32) -> Result<(), SpaceError> 
     let Some(space) = d.find_space(name) else {
         return Err(SpaceError::NotFound);
     };
-    let set = |st: &mut SpaceSt| match data {
-        0x1 => st.external_used = true,
-        0x2 => st.external_used = false,
-        0x4 => st.used_by_orphans = true,
-        0x8 => st.used_by_orphans = false,
-        _ => unreachable!("checked above"),
+    let (field_is_orphans, value) = match data {
+        0x1 => (false, true),
+        0x2 => (false, false),
+        0x4 => (true, true),
+        0x8 => (true, false),
+        _ => return Err(SpaceError::Invalid("unknown SET_CONFIG value")),
     };
-    if !matches!(data, 0x1 | 0x2 | 0x4 | 0x8) {
-        return Err(SpaceError::Invalid("unknown SET_CONFIG value"));
-    }
-    space.st_mut(set).ok_or(SpaceError::NotFound)
+    space
+        .st_mut(|st| match field_is_orphans {
+            false => st.external_used = value,
+            true => st.used_by_orphans = value,
+        })
+        .ok_or(SpaceError::NotFound)
 }
 
 /// GET_HOSTS: `host_id` 0 = every host whose record has a timestamp.
@@ -559,15 +559,7 @@ fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
         let out = fence.check(&space.monitor, crate::clock::now_s());
         if out.we_are_fenced {
             // Our key is gone: the lease is lost, as a corrupt one (the core's transition).
-            renewal_outcome(
-                space,
-                crate::clock::now_s(),
-                Input::RenewalFailed {
-                    ls: space.name,
-                    code: -libc::EBADE,
-                    corrupt: true,
-                },
-            );
+            post_renewal(space, |st| st.renewal_failed(-libc::EBADE, true));
             return;
         }
         std::thread::sleep(Duration::from_millis(1000));
@@ -831,14 +823,8 @@ fn renew_loop(
                     read_ms: t1.saturating_sub(t0),
                     write_ms: 0,
                 };
-                renewal_outcome(
-                    space,
-                    state.last_success_ms / 1000,
-                    Input::RenewalOk {
-                        ls: space.name,
-                        rec,
-                    },
-                );
+                let success_s = state.last_success_ms / 1000;
+                post_renewal(space, |st| st.renewal_ok(success_s, rec));
                 space.renewal_hist.observe_ms(t1.saturating_sub(t0));
                 next_attempt_ms = state.last_success_ms + renewal_ms;
             }
@@ -858,15 +844,7 @@ fn renew_loop(
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 // Fenced: lost at once, as a corrupt lease (no retry can succeed).
                 let corrupt = e.is_corrupt() || e.is_fenced();
-                renewal_outcome(
-                    space,
-                    crate::clock::now_s(),
-                    Input::RenewalFailed {
-                        ls: space.name,
-                        code,
-                        corrupt,
-                    },
-                );
+                post_renewal(space, |st| st.renewal_failed(code, corrupt));
                 // sanlock retries a failed renewal after 500 ms.
                 next_attempt_ms = crate::clock::now_ms() + 500;
             }
@@ -874,16 +852,19 @@ fn renew_loop(
     }
 }
 
-/// A renewal's outcome (`Input::RenewalOk`/`RenewalFailed`, at `now_s`) into the core,
-/// which keeps the lockspace's status. It gives no effect: whether the lease is lost is
-/// the monitor's next tick's decision (any effect is a broken invariant).
-fn renewal_outcome(
-    space: &Space,
-    now_s: u64,
-    outcome: Input<std::os::unix::net::UnixStream, Held>,
-) {
-    let fx = lock(&space.core).step(now_s, outcome);
-    assert!(fx.is_empty(), "a renewal's outcome gave effects: {fx:?}");
+/// A renewal's outcome into this lockspace's status in the core, through the status's
+/// own transition (`SpaceSt::renewal_ok`/`renewal_failed`, the ones `Core::step` runs for
+/// `Input::RenewalOk`/`RenewalFailed`). Keyed by the lockspace's id, not its name: the
+/// fence thread's verdict can come after its lockspace went (its check reads the
+/// device while our key is being unregistered) and a new lockspace of the same name
+/// was added, and must not fail that one. A gone lockspace's status is left as it is.
+/// No effect: whether the lease is lost is the monitor's next pass's decision.
+fn post_renewal(space: &Space, outcome: impl FnOnce(&mut SpaceSt)) {
+    space.st_mut(|st| {
+        if !st.gone {
+            outcome(st);
+        }
+    });
 }
 
 /// Host events addressed to us (our bit set, non-zero event) go to every REG_EVENT fd;
@@ -1142,5 +1123,57 @@ mod watchdog_fit_tests {
         assert_eq!(fits(1, 10), 0);
         assert_eq!(fits(1, 5), 0);
         assert_eq!(fits(1, 30), 0, "8 s ahead, 5 s interval (warned)");
+    }
+}
+
+#[cfg(test)]
+mod renewal_tests {
+    //! A renewal verdict reaches only its own lockspace, found by id: a late one of a
+    //! gone lockspace (the fence thread's) leaves a newer one of the same name alone.
+    use std::sync::Arc;
+
+    use client_lib::wire;
+    use disk_format::Name;
+
+    use super::{mark_gone, post_renewal, Phase};
+    use crate::space::Space;
+    use crate::state::Daemon;
+
+    fn listed(d: &Daemon) -> Arc<Space> {
+        let wl = wire::Lockspace {
+            name: Name::new("ls").expect("name"),
+            host_id: 1,
+            flags: 0,
+            pad: 0,
+            host_id_disk: wire::DiskLocation {
+                path: wire::PathField::new("/nonexistent/lockd-renewal-unit/ids").expect("path"),
+                ..Default::default()
+            },
+        };
+        let space = Arc::new(d.new_space(&wl, 1, None));
+        d.list_space(&space, |_, _| Ok::<(), ()>(()))
+            .expect("listed");
+        space.st_mut(|st| st.phase = Phase::Joined);
+        space
+    }
+
+    #[test]
+    fn a_gone_lockspaces_late_verdict_does_not_fail_its_successor() {
+        let d = Daemon::for_tests("renewal-unit");
+        let old = listed(&d);
+        mark_gone(&d, &old);
+        let new = listed(&d);
+        assert_ne!(old.space_id, new.space_id);
+        post_renewal(&old, |st| st.renewal_failed(-libc::EBADE, true));
+        assert!(
+            new.st(|st| st.corrupt_result == 0 && !st.renew_fail),
+            "the successor was touched"
+        );
+        assert!(
+            old.st(|st| st.gone && st.corrupt_result == 0),
+            "a gone one stays as it was"
+        );
+        post_renewal(&new, |st| st.renewal_failed(-libc::EBADE, true));
+        assert_eq!(new.st(|st| st.corrupt_result), -libc::EBADE);
     }
 }
