@@ -331,6 +331,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                     fx.push(Effect::Disk {
                         op,
                         ls: key.0,
+                        client: Some(ci),
                         what: DiskOp::Convert {
                             key,
                             held: lr.held,
@@ -400,6 +401,7 @@ impl<S, H: LeaseHold> Core<S, H> {
         fx.push(Effect::Disk {
             op,
             ls: key.0,
+            client: Some(ci),
             what: DiskOp::Release {
                 key,
                 held: lr.held,
@@ -439,6 +441,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             fx.push(Effect::Disk {
                 op,
                 ls: key.0,
+                client: None,
                 what: DiskOp::Release {
                     key,
                     held: lr.held,
@@ -488,11 +491,13 @@ impl<S, H: LeaseHold> Core<S, H> {
                     fx.push(Effect::Disk {
                         op,
                         ls: key.0,
+                        client: Some(ci),
                         what: DiskOp::Acquire {
                             key,
                             shared: spec.shared,
                             disks: spec.disks.clone(),
                             want_lver: spec.lver,
+                            new_num_hosts: spec.new_num_hosts,
                             cmd_flags: flags,
                         },
                     });
@@ -628,6 +633,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                             persistent: false,
                             disks: Vec::new(),
                             lver: None,
+                            new_num_hosts: None,
                         });
                         let t = self.token(&spec, lver, now_s);
                         self.release_token(ci, &t, false, None, None, fx);
@@ -847,6 +853,7 @@ mod tests {
             persistent: false,
             disks: Vec::new(),
             lver: None,
+            new_num_hosts: None,
         }
     }
 
@@ -1320,6 +1327,7 @@ mod tests {
                     req: CoreRequest::Acquire {
                         res: vec![ResSpec {
                             lver: Some(7),
+                            new_num_hosts: Some(4),
                             ..spec("r1", false)
                         }],
                         cmd_flags: flags,
@@ -1332,15 +1340,19 @@ mod tests {
         let op = match fx.as_slice() {
             [Effect::Disk {
                 op,
+                client: Some(ci),
                 what:
                     DiskOp::Acquire {
                         want_lver: Some(7),
+                        new_num_hosts: Some(4),
                         cmd_flags,
                         ..
                     },
                 ..
-            }] if *cmd_flags == flags => *op,
-            other => panic!("one disk acquire with lver 7 and the flags: {other:?}"),
+            }] if *cmd_flags == flags && *ci == a => *op,
+            other => panic!(
+                "one disk acquire for the client with lver 7, 4 hosts and the flags: {other:?}"
+            ),
         };
         assert_eq!(c.tables.clients.slots[&a].owner_name, name("vm-7"));
         let fx = done(&mut c, 102, op, Err(disk_format::rv::SANLK_ACQUIRE_IDLIVE));

@@ -23,8 +23,8 @@
 //!   a client's requests (acquire, release, convert, inquire, add/remove a lockspace)
 //!   with the disk operations they need and their completions (`commands`); the daemon
 //!   keeps its lockspaces' statuses here ([`step::Core::add_space`]), runs the
-//!   monitor's pass ([`step::Core::lost_lease_pass`]) and the examine path's code
-//!   ([`kill::examined_lease`]) and carries out the effects in order;
+//!   monitor's tick, the examine path and every lease command through `step` and
+//!   carries out the effects in order;
 //! - `sim` (feature `sim` only): the whole-daemon simulator behind `lockd-daemon-sim`.
 //!
 //! The shell's own types enter as parameters: `S`, the handle it keeps with a connection

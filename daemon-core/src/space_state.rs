@@ -2,8 +2,8 @@
 //! transitions that change it: a renewal's outcome, posted by the lockspace's renewal
 //! thread ([`SpaceSt::renewal_ok`], [`SpaceSt::renewal_failed`]: the daemon posts them
 //! by the lockspace's id, the simulator through `Input::RenewalOk`/`RenewalFailed`), and the once-a-second look at our lease's age
-//! ([`SpaceSt::check_expiry`], in the tick the monitor runs,
-//! `Core::lost_lease_pass`). Each is a plain
+//! ([`SpaceSt::check_expiry`], in the tick the monitor runs, `Input::Tick`). Each is a
+//! plain
 //! function of the status, the time and the timeouts: no I/O, no other lock, no clock
 //! read inside, so the unit tests below run the lease's whole life (joined, renewals
 //! failing, lost) in virtual seconds.

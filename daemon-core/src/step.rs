@@ -8,10 +8,9 @@
 //! inquire — with the disk operations they need as effects whose completions come back
 //! as inputs (`commands`). The daemon's shell lists its lockspaces here
 //! ([`Core::add_space`]: the core keeps their statuses, renewal outcomes come as
-//! inputs), drives the lost-lease path through [`Core::lost_lease_pass`] (the tick's
-//! code) and the examine path through `step`, and carries out the effects in order,
-//! with no lock held; for ACQUIRE it still calls the transitions of [`crate::tables`]
-//! directly; the
+//! inputs), drives the lost-lease path (the monitor's [`Input::Tick`]), the examine
+//! path and every lease command through `step`, and carries out the effects in order,
+//! with no lock held; the
 //! simulator (`lockd-daemon-sim`, feature `sim`) drives the core through `step` alone
 //! (issue 23, docs/architecture.md).
 //!
@@ -163,6 +162,9 @@ pub struct ResSpec {
     /// `SANLK_RES_LVER`: the lease version the client requires (the disk acquire fails
     /// with `SANLK_ACQUIRE_LVER` when the lease is at another).
     pub lver: Option<u64>,
+    /// `SANLK_RES_NUM_HOSTS`: the number of hosts a disk acquire writes into the leader
+    /// (the request's `data32`).
+    pub new_num_hosts: Option<u64>,
 }
 
 impl ResSpec {
@@ -284,6 +286,7 @@ pub enum DiskOp<H> {
         shared: bool,
         disks: Vec<wire::DiskLocation>,
         want_lver: Option<u64>,
+        new_num_hosts: Option<u64>,
         cmd_flags: u32,
     },
     /// Release `key`, held as `held` on `disks`; when `rename` is given, a leader this
@@ -420,8 +423,16 @@ pub enum Effect<H> {
     /// Write this reply on connection `ci`.
     Reply { ci: u32, reply: CoreReply },
     /// Run this paxos operation on a lease of lockspace `ls`; answer with
-    /// [`Input::DiskDone`] `op`.
-    Disk { op: OpId, ls: Name, what: DiskOp<H> },
+    /// [`Input::DiskDone`] `op`. `client`: the client whose command waits for it or whose
+    /// lease it releases (none for an orphan's release). A shell that runs each
+    /// client's command on its own thread runs the operation there (an acquire with that
+    /// client's rights), whichever step gave it.
+    Disk {
+        op: OpId,
+        ls: Name,
+        client: Option<u32>,
+        what: DiskOp<H>,
+    },
     /// Join `ls` (acquire our delta lease), start renewing it, then [`Input::JoinDone`].
     JoinLockspace { ls: Name, io_timeout_s: u64 },
     /// `ls` left the core: stop renewing it; release our delta lease unless it is `lost`.
@@ -486,15 +497,6 @@ impl<S, H: LeaseHold> Core<S, H> {
             .iter_mut()
             .find(|s| s.id == id)
             .map(|s| &mut s.st)
-    }
-
-    /// The lost-lease part of [`Input::Tick`] over the lockspaces not gone: every
-    /// expiry check, then the kill pass of each lockspace whose lease is lost or being
-    /// removed, in the core's order (every [`Effect::LossNotice`] before the first
-    /// [`Effect::Kill`]). The removal of lockspaces that can go is not part of it (the
-    /// daemon still does that itself, docs/architecture.md).
-    pub fn lost_lease_pass(&mut self, now_s: u64) -> Vec<Effect<H>> {
-        self.expiry_pass_of_live(now_s, None)
     }
 
     /// The expiry pass over the lockspaces not gone, with a planted bug (simulator).
@@ -637,8 +639,11 @@ impl<S, H: LeaseHold> Core<S, H> {
         })
     }
 
-    /// Every lockspace's expiry check and kill pass ([`Core::lost_lease_pass`]); then the
-    /// lockspaces that can go (lost or removed, with no lease left in the table).
+    /// Every live lockspace's expiry check, then the kill pass of each whose lease is lost
+    /// or being removed, in order (every [`Effect::LossNotice`] before the first
+    /// [`Effect::Kill`]); then the lockspaces that can go (lost or removed, with no lease
+    /// left in the table; not the shell's), and the ACQUIREs that waited for a release
+    /// too long.
     fn tick(&mut self, now_s: u64, effects: &mut Vec<Effect<H>>) {
         let bug = self.active_bug();
         let mut fx = self.expiry_pass_of_live(now_s, bug);
@@ -1063,20 +1068,14 @@ mod tests {
             .any(|e| matches!(e, Effect::Kill { .. })));
     }
 
-    /// The daemon's form of the tick ([`Core::lost_lease_pass`]) gives the very effects
-    /// `Core::step` gives for the same state, notices before kills, and skips a gone
-    /// lockspace (the daemon's, kept for late readers).
+    /// A renewal's failure gives no effect (the loss is the next tick's decision), and
+    /// the tick skips a gone lockspace (the daemon's, kept for late readers).
     #[test]
-    fn the_monitors_pass_gives_the_steps_effects() {
+    fn a_renewal_failure_waits_for_the_tick_which_skips_a_gone_lockspace() {
         let fail = timeouts::id_renewal_fail_seconds(IO_S);
-        let mut a = core(&["a", "b"], 100, &[(11, "a", "r"), (12, "b", "r")]);
         let mut b = core(&["a", "b"], 100, &[(11, "a", "r"), (12, "b", "r")]);
-        for t in [100 + fail - 5, 100 + fail, 100 + fail + 1, 100 + fail + 45] {
-            let from_step = a.step(t, Input::Tick);
-            assert_eq!(from_step, b.lost_lease_pass(t), "at {t}");
-        }
         let fx = b.step(
-            100 + fail + 50,
+            100 + fail - 5,
             Input::RenewalFailed {
                 ls: name("a"),
                 code: -5,
@@ -1087,7 +1086,7 @@ mod tests {
         assert_eq!(b.spaces[0].st.corrupt_result, -5);
         let mut c = core(&["a"], 100, &[]);
         c.spaces[0].st.gone = true;
-        assert!(c.lost_lease_pass(100 + fail + 1).is_empty());
+        assert!(c.step(100 + fail + 1, Input::Tick).is_empty());
         assert!(
             c.space_st(1).is_some_and(|st| !st.space_dead),
             "a gone one is not checked"

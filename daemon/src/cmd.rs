@@ -8,7 +8,6 @@
 //! lockspace is `-ENOSPC`/`-ENOENT`, a lease not held `-ENOENT` or -1, as sanlock.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use client_lib::proto::*;
 use client_lib::request::{read_request, ReleaseWhat, Request};
@@ -22,7 +21,7 @@ use crate::server::{After, Conn, Reply};
 use crate::space::SpaceError;
 use crate::state::Daemon;
 use crate::sync::lock;
-use crate::tables::{AcquireStart, Key};
+use crate::tables::Key;
 use crate::tables::{ClientToken, KillPath};
 use crate::{admin, lockspace, paxos, permit, sys};
 use lockd_core::{CoreReply, CoreRequest, HeldLease, Input};
@@ -250,16 +249,8 @@ pub fn connection_closed(d: &Arc<Daemon>, ci: u32) {
     assert!(run.replies.is_empty(), "a client's end answers nobody");
 }
 
-/// Releases tokens of client `ci` (local bookkeeping, then disk for the last holder).
-pub fn release_tokens(
-    d: &Arc<Daemon>,
-    ci: u32,
-    tokens: Vec<ClientToken>,
-) -> Result<(), LeaseCmdError> {
-    release_tokens_as(d, ci, tokens, false)
-}
-
-/// As [`release_tokens`], through the core (`Input::ReleaseTokens`); when the holder
+/// Releases tokens of client `ci` through the core (`Input::ReleaseTokens`: local
+/// bookkeeping, then the disk release of each lease's last holder); when the holder
 /// died (`dying`), a persistent lease whose last local holder it was becomes an orphan
 /// instead of being released (sanlock §2.9). Every token is released; the result is the
 /// last failure.
@@ -352,14 +343,14 @@ impl CmdOutcome {
 }
 
 /// Runs lease command `req`, begun on client `target` by [`registered_cmd`], through
-/// the core, and carries out what it decides ([`paxos::step_and_run`]); the core's
-/// answer.
-fn core_command(
+/// the core to its answer, carrying out what it decides on this worker
+/// ([`paxos::run_command`]); the core's answer.
+pub(crate) fn core_command(
     d: &Arc<Daemon>,
     target: u32,
     req: CoreRequest,
 ) -> Result<CoreReply, LeaseCmdError> {
-    paxos::step_and_run(d, Input::Command { target, req }, &[]).answer(target)
+    paxos::run_command(d, target, req).answer(target)
 }
 
 /// The registered-client commands' table: what a request from connection `ci` acting on
@@ -472,6 +463,11 @@ fn resolve_target(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> Result<u32, Lease
         .map_err(LeaseCmdError::Tables)
 }
 
+/// ACQUIRE and ACQUIRE2: the shell's check of a non-root sender's rights, then the
+/// acquire the core runs ([`core_command`]): each lease in order, taken here (a local
+/// shared holder, an adopted orphan) or on disk, waiting in the core for a release of it
+/// here to end (-EAGAIN after `lockd_core::release_wait_s`), all or none; the client is
+/// named from the options anew, its waiting mark (STATUS `waiting=`) set or cleared.
 fn acquire(
     d: &Arc<Daemon>,
     h: &Header,
@@ -479,61 +475,29 @@ fn acquire(
     wanted: &[wire::Resource],
     opt: &wire::Options,
 ) -> Result<(), LeaseCmdError> {
+    check_rights_to_hold(d, wanted)?;
     // Every ACQUIRE names the client anew from its options, an empty name included, as
     // sanlock does (`sanlock client command` leaves its client with no name in STATUS).
-    lock(&d.core).set_owner_name(target, opt.owner_name);
-    let mut done: Vec<ClientToken> = Vec::new();
-    for r in wanted {
-        let span = info_span!("resource", ls = %r.head.lockspace_name, res = %r.head.name);
-        let _g = span.enter();
-        match acquire_one(d, target, r, h.cmd_flags) {
-            Ok(t) => done.push(t),
-            Err(e) => {
-                info!(error = %e, "acquire failed; undoing this request's other acquires");
-                // Failures of the undo are logged where they happen; the client gets the
-                // acquire's error.
-                let _ = release_tokens(d, target, done);
-                note_waiting(d, target, r, e.code());
-                return Err(e);
-            }
-        }
-    }
-    let recorded = {
-        let mut tables = lock(&d.core);
-        tables.clear_waiting(target);
-        tables.record_tokens(target, done)
+    let req = CoreRequest::Acquire {
+        res: wanted.iter().map(paxos::res_spec).collect(),
+        cmd_flags: h.cmd_flags,
+        owner_name: opt.owner_name,
     };
-    match recorded {
-        Ok(()) => Ok(()),
-        Err(done) => {
-            let _ = release_tokens(d, target, done);
-            Err(LeaseCmdError::ClientGone)
-        }
-    }
+    core_command(d, target, req).map(|_| ())
 }
 
-/// Records (or clears) that client `target` is a candidate waiting for `r`: a busy
-/// refusal (another holder has it) marks it, any other failure clears the mark.
-fn note_waiting(d: &Daemon, target: u32, r: &wire::Resource, rv: i32) {
-    let key = (r.head.lockspace_name, r.head.name);
-    let busy = client_lib::lease::is_busy_code(rv);
-    let now_s = crate::clock::now_s();
-    lock(&d.core).note_acquire_result(target, key, rv, busy, now_s);
-}
-
-pub(crate) fn acquire_one(
+/// A lease held here already is shared or adopted without disk I/O: a non-root sender
+/// gets one only if it could open the disk for writing itself (`crate::access`; a disk
+/// acquire opens it so anyway). Checked for every lease before the acquire starts; a
+/// lockspace that is not joined answers first.
+pub(crate) fn check_rights_to_hold(
     d: &Arc<Daemon>,
-    ci: u32,
-    r: &wire::Resource,
-    cmd_flags: u32,
-) -> Result<ClientToken, LeaseCmdError> {
-    let shared = r.head.flags & SANLK_RES_SHARED != 0;
-    let key = (r.head.lockspace_name, r.head.name);
-    // A lease held here already is shared or adopted without disk I/O: a non-root
-    // client gets one only if it could open the disk for writing itself
-    // (`crate::access`; the disk acquire below opens it so anyway). A lockspace that is
-    // not joined answers first, as before the check.
-    if let Some(caller) = access::current().filter(|c| !c.is_root()) {
+    wanted: &[wire::Resource],
+) -> Result<(), LeaseCmdError> {
+    let Some(caller) = access::current().filter(|c| !c.is_root()) else {
+        return Ok(());
+    };
+    for r in wanted {
         lockspace::joined(d, &r.head.lockspace_name)?;
         let path = r
             .disks
@@ -548,85 +512,7 @@ pub(crate) fn acquire_one(
             lockd_diskio::EngineKind::SharedRing,
         )?;
     }
-    let (space, start, token_id) = start_acquire_after_release(d, ci, r, cmd_flags)?;
-    let token = ClientToken {
-        token_id,
-        ls: r.head.lockspace_name,
-        name: r.head.name,
-        disks: r.disks.clone(),
-        shared,
-        persistent: r.head.flags & SANLK_RES_PERSISTENT != 0,
-        lver: 0,
-        acquired: crate::clock::now_s(),
-    };
-    if let AcquireStart::Local {
-        lver,
-        adopted_orphan,
-    } = start
-    {
-        if adopted_orphan {
-            info!("orphan adopted");
-        }
-        return Ok(ClientToken { lver, ..token });
-    }
-    let want_lver = if r.head.flags & SANLK_RES_LVER != 0 {
-        Some(r.head.lver)
-    } else {
-        None
-    };
-    let lver = match paxos::acquire(d, &space, r, shared, want_lver, cmd_flags) {
-        Ok(held) => lock(&d.core)
-            .finish_acquire(key, ci, Ok(held))
-            .map_err(LeaseCmdError::Tables)?,
-        Err(e) => {
-            // The tables forget the resource; the client gets the disk's error.
-            let _ = lock(&d.core).finish_acquire(key, ci, Err(e.code()));
-            return Err(e);
-        }
-    };
-    info!(lver, shared, "acquired");
-    Ok(ClientToken { lver, ..token })
-}
-
-/// How long an acquire waits for a local release of the same lease to end (the core's
-/// [`lockd_core::release_wait_s`], the wait its own ACQUIRE keeps).
-fn release_wait(io_timeout_s: u32) -> Duration {
-    Duration::from_secs(lockd_core::release_wait_s(u64::from(io_timeout_s)))
-}
-
-/// The first step of an acquire ([`lockd_core::Tables::start_acquire`]) in the joined
-/// lockspace it names. A lease being released here (the previous holder just exited,
-/// say) is waited for, up to [`release_wait`], then tried again: back-to-back holders
-/// need no retry loop of their own. Still being released after that: -EAGAIN. On
-/// success, also the new token's id, given under the same lock.
-fn start_acquire_after_release(
-    d: &Arc<Daemon>,
-    ci: u32,
-    r: &wire::Resource,
-    cmd_flags: u32,
-) -> Result<(Arc<crate::space::Space>, AcquireStart, u32), LeaseCmdError> {
-    let shared = r.head.flags & SANLK_RES_SHARED != 0;
-    let key = (r.head.lockspace_name, r.head.name);
-    let mut deadline = None;
-    loop {
-        // Checked again after every wait: the lockspace may have gone meanwhile.
-        let space = lockspace::joined(d, &r.head.lockspace_name)?;
-        let until =
-            *deadline.get_or_insert_with(|| Instant::now() + release_wait(space.io_timeout));
-        let mut tables = lock(&d.core);
-        match tables.start_acquire(ci, key, shared, cmd_flags, &r.disks) {
-            Err(rv) if rv == -libc::EAGAIN => {
-                let left = until.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(LeaseCmdError::StillReleasing);
-                }
-                // The release ends with `finish_release` under this lock, then notifies.
-                drop(crate::sync::wait_timeout(&d.released, tables, left));
-            }
-            Ok(start) => return Ok((space, start, tables.new_token_id())),
-            Err(rv) => return Err(LeaseCmdError::Tables(rv)),
-        }
-    }
+    Ok(())
 }
 
 /// What a RELEASE comes to once the shell's checks passed.

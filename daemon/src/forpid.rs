@@ -20,14 +20,16 @@
 use std::sync::Arc;
 
 use client_lib::wire::{self, Header};
-use tracing::{info, info_span, warn};
+use disk_format::Name;
+use lockd_core::CoreRequest;
+use tracing::{info, warn};
 
 use crate::cmd_error::LeaseCmdError;
 use crate::server::Conn;
 use crate::state::Daemon;
 use crate::sync::lock;
 use crate::sys;
-use crate::tables::{ClientToken, KillPath};
+use crate::tables::KillPath;
 
 /// Real uid and state letter of `pid` from /proc (None when it is gone).
 fn proc_uid_state(pid: i32) -> Option<(u32, char)> {
@@ -86,52 +88,30 @@ pub(crate) fn acquire_for_pid(
         with_pid: true,
         run_as,
     });
+    crate::cmd::check_rights_to_hold(d, wanted)?;
+    // The slot is made with its command active: the acquire runs on it as a command the
+    // shell began.
     let added = lock(&d.core).add_pid_client(pid, conn.cred.uid, killpath);
     let ci = added.map_err(LeaseCmdError::Tables)?;
-    let mut done: Vec<ClientToken> = Vec::new();
-    let mut failed = None;
-    for r in wanted {
-        let span = info_span!("resource", ls = %r.head.lockspace_name, res = %r.head.name);
-        let _g = span.enter();
-        match crate::cmd::acquire_one(d, ci, r, h.cmd_flags) {
-            Ok(t) => done.push(t),
-            Err(e) => {
-                failed = Some(e);
-                break;
+    let req = CoreRequest::Acquire {
+        res: wanted.iter().map(crate::paxos::res_spec).collect(),
+        cmd_flags: h.cmd_flags,
+        owner_name: Name::from_field(format!("pid{pid}").as_bytes()),
+    };
+    let acquired = match crate::cmd::core_command(d, ci, req) {
+        Ok(reply) => reply.leases,
+        Err(e) => {
+            // The core gave back the leases the acquire had taken, and ended its command.
+            if let Err(busy) = lock(&d.core).drop_failed_pid_client(ci) {
+                panic!("a failed --for-pid slot still holds a token ({busy}); stopping");
             }
+            return Err(e);
         }
-    }
-    if let Some(e) = failed {
-        // Failures of the undo are logged where they happen; the caller gets the
-        // acquire's error.
-        let _ = crate::cmd::release_tokens(d, ci, done);
-        if let Err(busy) = lock(&d.core).drop_failed_pid_client(ci) {
-            // Only its own acquire ran on the slot, and its tokens were just released.
-            panic!("a failed --for-pid slot still holds a token ({busy}); stopping");
-        }
-        return Err(e);
-    }
-    let names: Vec<String> = done
+    };
+    let names: Vec<String> = acquired
         .iter()
         .map(|t| format!("{}:{}", t.ls, t.name))
         .collect();
-    // The slot has no connection and no watch yet, so nothing should have ended it; if
-    // something did, its leases are given back rather than left recorded nowhere.
-    let leftover = {
-        let mut tables = lock(&d.core);
-        match tables.record_tokens(ci, done) {
-            Ok(()) => tables.finish_command(ci),
-            Err(tokens) => Some(tokens),
-        }
-    };
-    if let Some(tokens) = leftover {
-        warn!(
-            pid,
-            ci, "the slot went while its leases were acquired; releasing them"
-        );
-        let _ = crate::cmd::release_tokens(d, ci, tokens);
-        return Err(LeaseCmdError::ClientGone);
-    }
     info!(pid, ci, leases = ?names, killpath = ?killpath_path, "leases acquired for pid");
     let watched = match d.reactor.get() {
         Some(r) => r.watch_pid(ci, pid, pidfd),

@@ -1,9 +1,10 @@
 //! The monitor loop, and kill escalation for holders of leases in a failed or removed
 //! lockspace (sanlock `kill_pids`), carried out by the helper so the daemon never blocks.
-//! Once a second the monitor reads the clock and runs the core's step for the lost-lease
-//! path (`Core::lost_lease_pass`, the code of `Core::step`'s tick) over the tables and
-//! lockspace statuses the core keeps, under the core lock only while it runs; then it
-//! carries out the effects in the order the core gave them: loss notices (the watch
+//! Once a second the monitor reads the clock and runs the core's tick (`Core::step` with
+//! `Input::Tick`) over the tables and lockspace statuses the core keeps, under the core
+//! lock only while it runs; it hands the effects of client commands to their workers
+//! (an ACQUIRE that waited for a release too long is answered, `paxos::route`), then
+//! carries out its own in the order the core gave them: loss notices (the watch
 //! machinery), logs, kill orders (the helper). The schedule and who gets what are the
 //! core's (`lockd_core::kill`: one order per client per second at most, killpath or
 //! SIGTERM in the grace time, then SIGKILL, RESTRICT flags). The examine path goes the
@@ -30,7 +31,7 @@ use crate::sync::lock;
 
 use crate::tables::Held;
 use lockd_core::kill::KillOrder;
-use lockd_core::Effect;
+use lockd_core::{Effect, Input};
 
 /// The monitor's once-a-second pass over the lost-lease path: the core decides
 /// ([`lost_lease_step`]), the daemon carries out the effects in the core's order
@@ -45,11 +46,15 @@ pub fn monitor_pass(d: &Arc<Daemon>) {
     retire_failed(d, &spaces);
 }
 
-/// The core's step for the monitor's tick at `now_s`, over its tables and the statuses
-/// of the lockspaces not gone (`lockd_core::Core::lost_lease_pass`). The core lock is let
-/// go before this returns: no effect runs under it.
-fn lost_lease_step(d: &Daemon, now_s: u64) -> Vec<Effect<Held>> {
-    lock(&d.core).lost_lease_pass(now_s)
+/// The core's step for the monitor's tick at `now_s` (`Input::Tick`: the expiry check
+/// of the lockspaces not gone, the kill pass of the lost and removed ones, the ACQUIREs
+/// that waited for a release too long answered): the effects for the monitor, in the
+/// core's order; those of client commands went to their workers
+/// (`paxos::hand_off_from_monitor`). The core lock is let go before this returns: no
+/// effect runs under it.
+fn lost_lease_step(d: &Arc<Daemon>, now_s: u64) -> Vec<Effect<Held>> {
+    let fx = lock(&d.core).step(now_s, Input::Tick);
+    crate::paxos::hand_off_from_monitor(d, fx)
 }
 
 /// Why a kill order is carried out: a lost or removed lockspace's escalation (counted in

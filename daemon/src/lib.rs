@@ -30,6 +30,7 @@ pub mod helper;
 pub(crate) mod inuse;
 pub(crate) mod kill;
 pub mod lockspace;
+pub mod mailbox;
 pub mod metrics;
 pub(crate) mod notify;
 pub mod observability;

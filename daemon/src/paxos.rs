@@ -22,7 +22,7 @@ use crate::space::{Space, SpaceError};
 use crate::state::Daemon;
 use crate::sync::lock;
 use crate::tables::{Held, HeldRes, Key};
-use lockd_core::{CoreReply, DiskOp, Effect, Input, ReqKind};
+use lockd_core::{CoreReply, CoreRequest, DiskOp, Effect, Input, ReqKind, ResSpec};
 use lockd_diskio::{BlockingDisk, EngineKind};
 
 /// Opens a resource disk: during a client's command, with that client's rights
@@ -78,7 +78,9 @@ pub(crate) fn with_host<T>(
     Ok(f(&host))
 }
 
-/// Acquires one resource for this host.
+/// Acquires resource `r` (a client's `sanlk_resource`) for this host in joined lockspace
+/// `space` on the disk alone, with no table: [`acquire_lease`] with the resource's
+/// `SANLK_RES_NUM_HOSTS` count. (The handler tests drive lease-core through it.)
 pub fn acquire(
     d: &Daemon,
     space: &Space,
@@ -87,21 +89,65 @@ pub fn acquire(
     want_lver: Option<u64>,
     cmd_flags: u32,
 ) -> Result<Held, LeaseCmdError> {
-    if r.disks.len() != 1 {
-        return Err(LeaseCmdError::Unsupported("a lease on several disks"));
+    let spec = res_spec(r);
+    let key = spec.key();
+    acquire_lease(
+        d,
+        space,
+        &key,
+        &r.disks,
+        shared,
+        want_lver,
+        spec.new_num_hosts,
+        cmd_flags,
+    )
+}
+
+/// One `sanlk_resource` of an ACQUIRE as the core takes it: its flags (shared,
+/// persistent, a required lease version, a host count for the leader) made typed.
+pub(crate) fn res_spec(r: &wire::Resource) -> ResSpec {
+    let flags = r.head.flags;
+    ResSpec {
+        ls: r.head.lockspace_name,
+        name: r.head.name,
+        shared: flags & SANLK_RES_SHARED != 0,
+        persistent: flags & SANLK_RES_PERSISTENT != 0,
+        disks: r.disks.clone(),
+        lver: (flags & SANLK_RES_LVER != 0).then_some(r.head.lver),
+        new_num_hosts: (flags & SANLK_RES_NUM_HOSTS != 0).then_some(u64::from(r.head.data32)),
     }
+}
+
+/// Acquires lease `key` on `disks` for this host in joined lockspace `space`, with the
+/// rights of the command's sender (`crate::access`): exclusive or `shared`, at lease
+/// version `want_lver` if one is required, writing `new_num_hosts` into the leader if
+/// asked (`SANLK_RES_NUM_HOSTS`), with the request's `cmd_flags`.
+#[allow(clippy::too_many_arguments)]
+pub fn acquire_lease(
+    d: &Daemon,
+    space: &Space,
+    key: &Key,
+    disks: &[wire::DiskLocation],
+    shared: bool,
+    want_lver: Option<u64>,
+    new_num_hosts: Option<u64>,
+    cmd_flags: u32,
+) -> Result<Held, LeaseCmdError> {
+    let [disk_loc] = disks else {
+        return Err(LeaseCmdError::Unsupported("a lease on several disks"));
+    };
     // From the join, read with no lock: the acquire path takes the core lock only for
-    // its transitions.
+    // its steps.
     let geometry = space
         .joined
         .get()
         .map(|j| j.params.geometry)
         .ok_or(SpaceError::NotJoined)?;
-    let disk = open(&r.disks[0].path.to_text(), Need::Write)?;
+    let disk = open(&disk_loc.path.to_text(), Need::Write)?;
     let res = ResourceParams {
-        space_name: r.head.lockspace_name,
-        resource_name: r.head.name,
-        disk_offset: r.disks[0].offset,
+        space_name: key.0,
+        resource_name: key.1,
+        disk_offset: disk_loc.offset,
         geometry,
         io_timeout: space.io_timeout as u16,
         num_hosts_hint: 0,
@@ -118,8 +164,7 @@ pub fn acquire(
         owner_nowait: cmd_flags & SANLK_ACQUIRE_OWNER_NOWAIT != 0,
         lver: want_lver,
         lvb: cmd_flags & SANLK_ACQUIRE_LVB != 0,
-        new_num_hosts: (r.head.flags & SANLK_RES_NUM_HOSTS != 0)
-            .then_some(u64::from(r.head.data32)),
+        new_num_hosts,
         sh_retries: d.cfg.sh_retries,
         ..AcquireOptions::default()
     };
@@ -291,8 +336,9 @@ impl CoreRun {
     }
 }
 
-/// Runs `input` through the core, then carries out its effects with no lock held
-/// ([`run_core_effects`]). `orphaned`: persistent leases the input may leave as orphans
+/// Runs `input` (not a client's command) through the core, then carries out its effects
+/// with no lock held ([`run_core_effects`]); effects of a command running on another
+/// worker go to its mailbox. `orphaned`: persistent leases the input may leave as orphans
 /// (a dead holder's), logged when it did.
 pub(crate) fn step_and_run(
     d: &Arc<Daemon>,
@@ -309,30 +355,97 @@ pub(crate) fn step_and_run(
         }
         fx
     };
-    run_core_effects(d, fx)
+    let mut run = CoreRun::default();
+    run_core_effects(d, None, fx, &mut run);
+    run
 }
 
-/// Carries out the core's effects for a client's end, a release or a lease command run
-/// through the core, in order and with no lock held: each disk operation (a release or
-/// a convert, with lease-core and the rights of the client that acquired the lease),
-/// whose end goes back to the core as `DiskDone` — the effects of that step join the
-/// queue — and the replies, kept for the caller. After a release, the acquires of the
-/// same lease waiting on `released` are woken. These inputs give nothing else (the
-/// acquires that would give effects for other clients do not run through the core
-/// yet): any other effect is a broken invariant, which stops the daemon.
+/// Runs lease command `req`, begun on client `target` (`Tables::start_command`, or a
+/// `--for-pid` slot made with its command active), through the core to its answer, on
+/// this worker: the effects of the command's own steps, and those other threads' steps
+/// gave it (a release it waited for ended; the monitor's tick answered it), which come
+/// through its mailbox (`crate::mailbox`). Returns when the core has answered and the
+/// mailbox is empty and closed; the core ended the command (`finish_command`, a client
+/// that died meanwhile released).
+pub(crate) fn run_command(d: &Arc<Daemon>, target: u32, req: CoreRequest) -> CoreRun {
+    d.mailboxes.open(target);
+    let fx = lock(&d.core).step(crate::clock::now_s(), Input::Command { target, req });
+    let mut run = CoreRun::default();
+    run_core_effects(d, Some(target), fx, &mut run);
+    if run.replies.is_empty() {
+        // Only an ACQUIRE waits: for a release of one of its leases here, which another
+        // worker runs, or for the tick that ends the wait.
+        info!(
+            client = target,
+            "waiting for a release of a lease here to end"
+        );
+    }
+    while run.replies.is_empty() {
+        let fx = d.mailboxes.take(target);
+        run_core_effects(d, Some(target), fx, &mut run);
+    }
+    while let Err(fx) = d.mailboxes.close(target) {
+        run_core_effects(d, Some(target), fx, &mut run);
+    }
+    run
+}
+
+/// The client an effect belongs to: a reply's, or a disk operation's
+/// (`Effect::Disk::client`).
+fn owner(effect: &Effect<Held>) -> Option<u32> {
+    match effect {
+        Effect::Reply { ci, .. } => Some(*ci),
+        Effect::Disk { client, .. } => *client,
+        _ => None,
+    }
+}
+
+/// Sends one step's effects where they run: those of a client other than `me` (the
+/// client whose command this thread runs, if any) whose command is in progress go to
+/// its mailbox, in order; the rest are returned, in order, to run here. A reply or a
+/// disk acquire for a client with no mailbox open would reach no worker: a broken
+/// invariant, which stops the daemon.
+pub(crate) fn route(d: &Daemon, me: Option<u32>, fx: Vec<Effect<Held>>) -> Vec<Effect<Held>> {
+    let here = d.mailboxes.deliver(me, fx, owner);
+    for effect in &here {
+        let theirs = owner(effect).filter(|ci| Some(*ci) != me);
+        if let (
+            Some(ci),
+            Effect::Reply { .. }
+            | Effect::Disk {
+                what: DiskOp::Acquire { .. },
+                ..
+            },
+        ) = (theirs, effect)
+        {
+            panic!(
+                "the core gave client {ci}'s command an effect, but no worker runs that \
+                 command: {effect:?}"
+            );
+        }
+    }
+    here
+}
+
+/// Carries out the core's effects in order, with no lock held, on the thread of client
+/// `me`'s command (or of no command): each disk operation (an acquire with the rights of
+/// the command's sender; a release or a convert with those of the client that acquired
+/// the lease), whose end goes back to the core as `DiskDone` — the effects of that step
+/// are routed ([`route`]) and join the queue — and the replies to `me`, kept in `run`.
+/// Lease commands, a client's end, releases and orphan releases give nothing else: any
+/// other effect is a broken invariant, which stops the daemon.
 ///
 /// Why this cannot give one exclusive lease to two holders: the core marks a lease
-/// `busy` (and `releasing`) before it asks for its disk release or convert, and frees or
+/// `busy` before it asks for its disk acquire, release or convert, and records, frees or
 /// changes it only at that operation's `DiskDone`, which is sent here only after the
-/// disk I/O has ended. Until then a local acquire of the lease gets -EAGAIN and waits
-/// (`cmd::start_acquire_after_release`), so no acquire of ours runs its ballot while our
-/// release is still writing; another host's acquire sees our leader until the release
-/// is on disk, as before. A convert that failed half-way hands back the state it left
-/// (`failed_state`), so the release that follows writes our newest dblock, not an older
-/// one over the ballot's.
-fn run_core_effects(d: &Arc<Daemon>, fx: Vec<Effect<Held>>) -> CoreRun {
-    let mut run = CoreRun::default();
-    let mut queue: VecDeque<Effect<Held>> = fx.into();
+/// disk I/O has ended. Until then a local acquire of the lease is refused (-EBUSY), or,
+/// while it is released, waits in the core for that release's end, so no acquire of ours
+/// runs its ballot while our release is still writing; another host's acquire sees our
+/// leader until the release is on disk, as before. A convert that failed half-way hands
+/// back the state it left (`failed_state`), so the release that follows writes our
+/// newest dblock, not an older one over the ballot's.
+fn run_core_effects(d: &Arc<Daemon>, me: Option<u32>, fx: Vec<Effect<Held>>, run: &mut CoreRun) {
+    let mut queue: VecDeque<Effect<Held>> = route(d, me, fx).into();
     while let Some(effect) = queue.pop_front() {
         let (op, what) = match effect {
             Effect::Reply { ci, reply } => {
@@ -342,62 +455,7 @@ fn run_core_effects(d: &Arc<Daemon>, fx: Vec<Effect<Held>>) -> CoreRun {
             Effect::Disk { op, what, .. } => (op, what),
             other => panic!("the core gave an effect the shell does not run here: {other:?}"),
         };
-        let (done, failed_state, released) = match what {
-            DiskOp::Release {
-                key,
-                held,
-                disks,
-                rename,
-            } => {
-                let span = info_span!("resource", ls = %key.0, res = %key.1);
-                let _g = span.enter();
-                let space = d.find_space(&key.0);
-                let result = release(space.as_deref(), &held, &disks, rename.as_ref());
-                run.disk_releases += 1;
-                let done = match result {
-                    Ok(()) => {
-                        info!("released");
-                        Ok(Held::default())
-                    }
-                    Err(e) => {
-                        warn!(error = %e, rv = e.code(), "release on disk failed");
-                        let rv = e.code();
-                        run.disk_error = Some(e);
-                        Err(rv)
-                    }
-                };
-                (done, None, true)
-            }
-            DiskOp::Convert {
-                key,
-                held,
-                disks,
-                to_shared,
-                cmd_flags,
-            } => {
-                let span = info_span!("resource", ls = %key.0, res = %key.1);
-                let _g = span.enter();
-                let result = match d.find_space(&key.0) {
-                    Some(space) => convert(&space, &held, &disks, to_shared, cmd_flags),
-                    None => Err((SpaceError::NotJoined.into(), None)),
-                };
-                match result {
-                    Ok(held) => {
-                        info!(to_shared, "converted");
-                        (Ok(held), None, false)
-                    }
-                    Err((e, state)) => {
-                        warn!(error = %e, rv = e.code(), to_shared, "convert on disk failed");
-                        let rv = e.code();
-                        run.disk_error = Some(e);
-                        (Err(rv), state.map(|s| *s), false)
-                    }
-                }
-            }
-            other => {
-                panic!("the core asked for a disk operation the shell does not run here: {other:?}")
-            }
-        };
+        let (done, failed_state) = run_disk_op(d, what, run);
         let more = lock(&d.core).step(
             crate::clock::now_s(),
             Input::DiskDone {
@@ -406,13 +464,115 @@ fn run_core_effects(d: &Arc<Daemon>, fx: Vec<Effect<Held>>) -> CoreRun {
                 failed_state,
             },
         );
-        if released {
-            // Acquires of this lease may be waiting for the release to end.
-            d.released.notify_all();
-        }
-        queue.extend(more);
+        queue.extend(route(d, me, more));
     }
-    run
+}
+
+/// Runs one disk operation the core asked for, with no lock held; its result for
+/// `DiskDone` (the held lease's state, or sanlock's code) and, for a convert that failed
+/// half-way, the state it left. Logged in the lease's span; a failure's reason is kept
+/// in `run`.
+fn run_disk_op(
+    d: &Arc<Daemon>,
+    what: DiskOp<Held>,
+    run: &mut CoreRun,
+) -> (Result<Held, i32>, Option<Held>) {
+    let key = match &what {
+        DiskOp::Acquire { key, .. } | DiskOp::Release { key, .. } | DiskOp::Convert { key, .. } => {
+            *key
+        }
+    };
+    let span = info_span!("resource", ls = %key.0, res = %key.1);
+    let _g = span.enter();
+    let not_joined = || LeaseCmdError::from(SpaceError::NotJoined);
+    let (verb, done, result) = match what {
+        DiskOp::Acquire {
+            shared,
+            disks,
+            want_lver,
+            new_num_hosts,
+            cmd_flags,
+            ..
+        } => {
+            let space = d.find_space(&key.0).ok_or_else(not_joined);
+            let result = space.and_then(|space| {
+                let (lver, hosts) = (want_lver, new_num_hosts);
+                acquire_lease(d, &space, &key, &disks, shared, lver, hosts, cmd_flags)
+            });
+            ("acquire", "acquired", result.map_err(|e| (e, None)))
+        }
+        DiskOp::Release {
+            held,
+            disks,
+            rename,
+            ..
+        } => {
+            run.disk_releases += 1;
+            let space = d.find_space(&key.0);
+            let result = release(space.as_deref(), &held, &disks, rename.as_ref());
+            (
+                "release",
+                "released",
+                result.map(|()| Held::default()).map_err(|e| (e, None)),
+            )
+        }
+        DiskOp::Convert {
+            held,
+            disks,
+            to_shared,
+            cmd_flags,
+            ..
+        } => {
+            let result = match d.find_space(&key.0) {
+                Some(space) => convert(&space, &held, &disks, to_shared, cmd_flags),
+                None => Err((not_joined(), None)),
+            };
+            (
+                "convert",
+                "converted",
+                result.map_err(|(e, state)| (e, state.map(|s| *s))),
+            )
+        }
+    };
+    match result {
+        Ok(held) => {
+            info!(lver = held.lver(), "{done}");
+            (Ok(held), None)
+        }
+        Err((e, state)) => {
+            let rv = e.code();
+            if verb == "acquire" {
+                // A lease held elsewhere is no fault of ours: info, as the refusal.
+                info!(error = %e, rv, "{verb} on disk failed");
+            } else {
+                warn!(error = %e, rv, "{verb} on disk failed");
+            }
+            run.disk_error = Some(e);
+            (Err(rv), state)
+        }
+    }
+}
+
+/// The monitor's part of its tick's effects that is not its own: the replies and disk
+/// operations of commands in progress go to their workers' mailboxes ([`route`]), and
+/// the disk operations of no command in progress (a dead holder's release) run on a
+/// thread of their own, so that no disk I/O holds up the monitor. Returns the rest
+/// (notices, logs, kill orders), in order, for the monitor.
+pub(crate) fn hand_off_from_monitor(d: &Arc<Daemon>, fx: Vec<Effect<Held>>) -> Vec<Effect<Held>> {
+    let (disk, rest): (Vec<_>, Vec<_>) = route(d, None, fx)
+        .into_iter()
+        .partition(|e| matches!(e, Effect::Disk { .. }));
+    if !disk.is_empty() {
+        let d2 = d.clone();
+        let spawned = crate::threads::spawn("lockd-release", move || {
+            run_core_effects(&d2, None, disk, &mut CoreRun::default());
+        });
+        if let Err(e) = spawned {
+            // Without the thread the leases would stay busy for good: stop instead.
+            panic!("cannot start a thread for the tick's disk releases: {e}");
+        }
+    }
+    rest
 }
 
 /// Releases orphans of lockspace `ls`: the one named `name`, or all when `name` is empty.
@@ -428,5 +588,111 @@ pub fn release_orphans(d: &Arc<Daemon>, ls: &Name, name: &Name) -> Result<u32, L
     match run.disk_error {
         Some(e) => Err(e),
         None => Ok(run.disk_releases),
+    }
+}
+
+#[cfg(test)]
+mod route_tests {
+    //! Where one step's effects run: [`route`].
+    use super::*;
+
+    fn reply(ci: u32) -> Effect<Held> {
+        Effect::Reply {
+            ci,
+            reply: CoreReply {
+                kind: ReqKind::Acquire,
+                rv: 0,
+                leases: Vec::new(),
+            },
+        }
+    }
+
+    fn disk(op: u64, client: Option<u32>, what: DiskOp<Held>) -> Effect<Held> {
+        Effect::Disk {
+            op,
+            ls: key().0,
+            client,
+            what,
+        }
+    }
+
+    fn key() -> Key {
+        (
+            Name::new("ls").expect("name"),
+            Name::new("r").expect("name"),
+        )
+    }
+
+    fn release(op: u64, client: Option<u32>) -> Effect<Held> {
+        let what = DiskOp::Release {
+            key: key(),
+            held: Held::default(),
+            disks: Vec::new(),
+            rename: None,
+        };
+        disk(op, client, what)
+    }
+
+    fn acquire(op: u64, ci: u32) -> Effect<Held> {
+        disk(
+            op,
+            Some(ci),
+            DiskOp::Acquire {
+                key: key(),
+                shared: false,
+                disks: Vec::new(),
+                want_lver: None,
+                new_num_hosts: None,
+                cmd_flags: 0,
+            },
+        )
+    }
+
+    fn ops(fx: &[Effect<Held>]) -> Vec<u64> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Disk { op, .. } => Some(*op),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn another_commands_effects_go_to_its_mailbox_in_order_the_rest_run_here() {
+        let d = Daemon::for_tests("route-unit");
+        d.mailboxes.open(2);
+        let fx = vec![
+            reply(1),
+            acquire(10, 2),
+            release(11, Some(3)),
+            release(12, None),
+            release(13, Some(2)),
+            reply(2),
+        ];
+        // On client 1's worker: its reply, and the releases of a client with no command
+        // in progress and of an orphan, run here, in order.
+        let here = route(&d, Some(1), fx);
+        assert!(matches!(here.first(), Some(Effect::Reply { ci: 1, .. })));
+        assert_eq!(ops(&here), vec![11, 12]);
+        assert_eq!(here.len(), 3);
+        // Client 2's acquire, release and answer wait in its mailbox, in the core's order.
+        let theirs = d.mailboxes.take(2);
+        assert_eq!(ops(&theirs), vec![10, 13]);
+        assert!(matches!(theirs.last(), Some(Effect::Reply { ci: 2, .. })));
+        d.mailboxes.close(2).expect("empty");
+    }
+
+    #[test]
+    #[should_panic(expected = "no worker runs that command")]
+    fn an_answer_for_a_command_no_worker_runs_stops_the_daemon() {
+        let d = Daemon::for_tests("route-unit-orphan-reply");
+        route(&d, None, vec![reply(5)]);
+    }
+
+    #[test]
+    #[should_panic(expected = "no worker runs that command")]
+    fn a_disk_acquire_for_a_command_no_worker_runs_stops_the_daemon() {
+        let d = Daemon::for_tests("route-unit-orphan-acquire");
+        route(&d, Some(1), vec![acquire(20, 4)]);
     }
 }

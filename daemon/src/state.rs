@@ -1,7 +1,7 @@
 //! Shared daemon state: clients (connections), lockspaces and locally held resources.
 //!
 //! Lock order (never take an earlier lock while holding a later one):
-//! `core` → `spaces`; `watchers` is a leaf (taken alone), and so are the
+//! `core` → `spaces`; `watchers` and `mailboxes` are leaves (taken alone), and so are the
 //! event loop's `parked`, `pids` and `shares` (`crate::reactor`: none is held while
 //! another lock is taken; the pid watches are checked against the tables by copying
 //! them first). The helper's pipe is written with no lock held. Disk I/O is never
@@ -20,6 +20,7 @@ use lease_core::monitor::HostMonitor;
 
 use crate::config::Config;
 use crate::helper::Helper;
+use crate::mailbox::Mailboxes;
 use crate::notify::Notifier;
 use crate::observability::LogRing;
 use crate::space::{Outgoing, Space};
@@ -58,9 +59,9 @@ pub struct Daemon {
     /// The core (`lockd_core::Core`): the client and resource tables and the disk
     /// operations in flight, behind one lock (`crate::tables::CoreLock`).
     pub core: Arc<CoreLock>,
-    /// Notified (after the core has recorded it) whenever a release on disk has ended:
-    /// acquires of the same lease wait on it with the `core` lock.
-    pub released: Condvar,
+    /// The core's effects for a client command that runs on another worker
+    /// (`crate::mailbox`); a leaf lock.
+    pub mailboxes: Mailboxes,
     pub spaces: Mutex<Vec<Arc<Space>>>,
     /// Lease-loss watch connections (lockd extension); a leaf lock.
     pub watchers: Mutex<Vec<Watcher>>,
@@ -87,7 +88,7 @@ impl Daemon {
             notifier: Notifier::from_env(),
             log,
             core: Arc::new(core),
-            released: Condvar::new(),
+            mailboxes: Mailboxes::default(),
             spaces: Mutex::new(Vec::new()),
             watchers: Mutex::new(Vec::new()),
             shutdown: AtomicBool::new(false),

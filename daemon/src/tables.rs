@@ -144,11 +144,6 @@ impl CoreGuard<'_> {
         self.core().add_space(space_id, name, io_timeout_s);
     }
 
-    /// [`lockd_core::Core::lost_lease_pass`]: the monitor's lost-lease step.
-    pub fn lost_lease_pass(&mut self, now_s: u64) -> Vec<lockd_core::Effect<Held>> {
-        self.core().lost_lease_pass(now_s)
-    }
-
     /// [`lockd_core::Core::step`] at lease time `now_s`: the effects, in order, for the
     /// caller to carry out after letting go of the lock.
     pub fn step(

@@ -260,12 +260,21 @@ fn the_daemon_writes_the_tables_only_through_the_cores_transitions() {
 
 /// Transitions the daemon must not call itself: they run only inside `Core::step`, fed
 /// by the shell's inputs (`Connected`, REGISTER's `Request`, `Closed`, `Command` for
-/// RELEASE/CONVERT/INQUIRE, `ReleaseTokens`, `ReleaseOrphans`, `DiskDone`, `Examined`,
+/// ACQUIRE/RELEASE/CONVERT/INQUIRE, `ReleaseTokens`, `ReleaseOrphans`, `DiskDone`, `Examined`,
 /// `KillpathEnded`), so the core knows every disk operation in flight and sequences its
-/// commands. (The acquire path's — `start_command`, `start_acquire`, `finish_acquire`,
-/// `record_tokens`, `finish_command`, `add_pid_client` — are still called by the
-/// handlers: docs/architecture.md, what is left for issue 23.)
-const CORE_STEP_ONLY: [&str; 14] = [
+/// commands. ACQUIRE and ACQUIRE for a pid run through it too (fifteenth session): the
+/// acquire's transitions are the core's alone. What the shell still calls itself: the
+/// beginning of a command (`start_command`, and `add_pid_client`, which makes a
+/// `--for-pid` slot with its command active), the end of one it did not hand to the core
+/// (`finish_command`), and dropping a `--for-pid` slot whose acquire failed.
+const CORE_STEP_ONLY: [&str; 21] = [
+    "start_acquire(",
+    "finish_acquire(",
+    "record_tokens(",
+    "note_acquire_result(",
+    "clear_waiting(",
+    "set_owner_name(",
+    "new_token_id(",
     "start_release(",
     "finish_release(",
     "start_orphan_release(",
@@ -282,9 +291,9 @@ const CORE_STEP_ONLY: [&str; 14] = [
     "examined_lease(",
 ];
 
-/// Issue 23: admission, REGISTER, a client's end, RELEASE, CONVERT, INQUIRE, every lease
-/// release on disk, the helper's status and an examined request are driven by
-/// `Core::step`.
+/// Issue 23: admission, REGISTER, a client's end, ACQUIRE (and for a pid), RELEASE,
+/// CONVERT, INQUIRE, every lease release on disk, the helper's status and an examined
+/// request are driven by `Core::step`.
 #[test]
 fn the_daemon_runs_these_transitions_only_through_core_step() {
     let found = occurrences(&CORE_STEP_ONLY, |_, _| false);

@@ -2,6 +2,8 @@
 //! with the real `lockd` binaries on files under /var/tmp:
 //! - back-to-back holders (`lockd acquire -r RES -- true`, twenty times) all succeed: an
 //!   acquire that finds the previous holder's release still running waits for it;
+//! - an acquire that finds the lease being released here (its holder just exited)
+//!   waits for that release, which another worker runs, then holds the lease;
 //! - an acquire while another local acquire of the lease is in flight gets -EBUSY, as
 //!   from a real sanlock 3.8 daemon (the first acquire is kept in flight by delaying the
 //!   resource's I/O with the project's FUSE fault injector);
@@ -192,13 +194,10 @@ impl Drop for FaultFs {
     }
 }
 
-/// With every I/O of the resource's disk delayed 500 ms, a first acquire stays in flight
-/// for seconds; a second one meanwhile gets this daemon's answer. Returns that answer
-/// (the `lockd acquire` output) and whether the first one then got the lease.
-fn acquire_during_an_acquire(run_dir: &Path, dir: &Path, kind: &str) -> (String, bool) {
+/// The lockspace file of [`lease_file`], and resource `r1` on an image of its own seen
+/// through the fault injector: (lockspace image, injector, resource spec).
+fn lease_file_and_faulty_resource(dir: &Path) -> (PathBuf, FaultFs, String) {
     let img = lease_file(dir);
-    let p = img.display().to_string();
-    // The resource on its own image, seen through the fault injector.
     let backing = sparse_file(dir, "res.img", 2 << 20);
     ok(
         dir,
@@ -211,6 +210,15 @@ fn acquire_during_an_acquire(run_dir: &Path, dir: &Path, kind: &str) -> (String,
     );
     let fs = FaultFs::start(dir, &backing);
     let res = format!("ls:r1:{}:0", fs.disk().display());
+    (img, fs, res)
+}
+
+/// With every I/O of the resource's disk delayed 500 ms, a first acquire stays in flight
+/// for seconds; a second one meanwhile gets this daemon's answer. Returns that answer
+/// (the `lockd acquire` output) and whether the first one then got the lease.
+fn acquire_during_an_acquire(run_dir: &Path, dir: &Path, kind: &str) -> (String, bool) {
+    let (img, fs, res) = lease_file_and_faulty_resource(dir);
+    let p = img.display().to_string();
     ok(
         run_dir,
         &["add-lockspace", "-s", &format!("ls:1:{p}:0"), "-o", "1"],
@@ -259,6 +267,59 @@ fn an_acquire_racing_an_in_flight_acquire_gets_ebusy_as_from_sanlock() {
     );
     assert!(sanlock_first, "sanlock: the first acquire got the lease");
     assert!(lockd_first, "lockd: the first acquire got the lease");
+}
+
+/// An acquire that finds the lease being released here (its holder just exited) waits in
+/// the core for that release, which another worker runs, and then takes the lease: the
+/// release's end reaches the waiting acquire through its worker's mailbox. The
+/// resource's I/O is delayed 400 ms (a release is three I/Os), so the second acquire
+/// surely comes while the release is on its way; without the wait it would fail with
+/// -EAGAIN.
+#[test]
+fn an_acquire_meeting_a_local_release_waits_for_it_then_holds_the_lease() {
+    require_root("FUSE mounts");
+    let tmp = scratch_dir();
+    let dir = tmp.path();
+    let (img, fs, res) = lease_file_and_faulty_resource(dir);
+    let p = img.display().to_string();
+    let d = LockdProc::start(LOCKD, dir, "hostA");
+    ok(
+        &d.run_dir,
+        &["add-lockspace", "-s", &format!("ls:1:{p}:0"), "-o", "1"],
+    );
+    let go = dir.join("go");
+    let wait_for_go = format!("while [ ! -e {} ]; do sleep 0.05; done", go.display());
+    let mut first = holder(&d.run_dir, &res, &["sh", "-c", &wait_for_go]);
+    wait_leader(&d.run_dir, &res, 1);
+    fs.set("delay 400");
+    // The holder exits: its release (three I/Os of 400 ms) starts on a worker.
+    std::fs::write(&go, b"").expect("go file");
+    let exited = first.0.wait().expect("holder exits");
+    assert!(exited.success(), "the first holder ran: {exited:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    let (second_ok, out) = lockd(&d.run_dir, &["acquire", "-r", &res, "--", "true"]);
+    let took = t0.elapsed();
+    fs.set("pass");
+    let log = std::fs::read_to_string(dir.join("hostA.log")).expect("daemon log");
+    assert!(
+        second_ok,
+        "the second acquire waits for the release: {out}\n{log}"
+    );
+    let waited = log
+        .find("waiting for a release of a lease here")
+        .unwrap_or_else(|| panic!("the second acquire waited in the core:\n{log}"));
+    let released = waited
+        + log[waited..]
+            .find("released")
+            .unwrap_or_else(|| panic!("the release ended after the wait began:\n{log}"));
+    let acquired = log.rfind("acquired").expect("the second acquire is logged");
+    assert!(
+        released < acquired,
+        "the second acquire took the lease after the release ended:\n{log}"
+    );
+    eprintln!("second acquire (wait, then its own I/O at 400 ms each) took {took:?}");
+    let _ = lockd(&d.run_dir, &["rem-lockspace", "-s", &format!("ls:1:{p}:0")]);
 }
 
 /// Two lockd hosts on one file: (tmp, A, B, resource spec), host A joined as 1, B as 2.

@@ -1223,6 +1223,10 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
     if c.dead.get() {
         return;
     }
+    // Every other ACQUIRE goes as the daemon sends it (begun by its dispatcher, then
+    // `Input::Command`), the others as plain requests; counted, not drawn, so the
+    // random stream (and every seed kept from before) is as it was.
+    let mut acquires: u64 = c.id % 2;
     loop {
         let pause = w.range(100, 3_000);
         sim.sleep(h, pause).await;
@@ -1244,6 +1248,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
                 persistent: w.rand(100) < 15,
                 disks: Vec::new(),
                 lver: None,
+                new_num_hosts: None,
             })
             .collect();
         // Sometimes ready to adopt an orphan (a persistent lease whose holder died).
@@ -1265,7 +1270,8 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
             );
         }
         sim.checker.borrow_mut().acquire_sent(c.id, &res);
-        sim.send(
+        acquires += 1;
+        sim.send_cmd(
             h,
             &c,
             CoreRequest::Acquire {
@@ -1273,6 +1279,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
                 cmd_flags,
                 owner_name: Name::new(&format!("c{}", c.id)).expect("a short name"),
             },
+            acquires.is_multiple_of(2),
         );
         let Some(reply) = sim.await_reply(&c).await else {
             return;
