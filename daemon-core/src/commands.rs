@@ -763,42 +763,58 @@ impl<S, H: LeaseHold> Core<S, H> {
         }
     }
 
-    /// Lockspaces that can go now: being removed, or lost, with no lease of theirs left
-    /// in the table and no acquire on the way. Not those the shell listed
-    /// ([`Core::add_space`]): it removes and retires them itself.
+    /// Lockspaces that can go now, and their orphans. A lockspace ends when it is being
+    /// removed by the core (REM_LOCKSPACE through [`Core::step`]) or has lost its lease
+    /// (joined, `space_dead`, not a removal's `kill_now`). The orphans of one being
+    /// removed are released at once; those of a lost one once no live holder is left
+    /// (its holders are being killed), unless SET_CONFIG keeps them (`used_by_orphans`).
+    /// With no lease of its own left in the table and no acquire of one on the way, a
+    /// lockspace of the core's goes ([`Effect::LockspaceGone`], its REM answered); a lost
+    /// one the shell listed is retired ([`Effect::RetireLockspace`], phase `Removing`),
+    /// and the shell unlists it when its thread ends. A removal the shell runs itself
+    /// (its REM, a forced shutdown) is the shell's to end.
     pub(crate) fn finish_removals(&mut self, fx: &mut Vec<Effect<H>>) {
-        let mut gone = Vec::new();
-        let ending: Vec<Name> = self
+        let lost = |s: &CoreSpace| {
+            !s.st.gone && s.st.phase == Phase::Joined && s.st.space_dead && !s.st.kill_now
+        };
+        let removing_own =
+            |s: &CoreSpace| !s.st.gone && !s.listed_by_shell && s.st.phase == Phase::Removing;
+        let free_orphans: Vec<Name> = self
             .spaces
             .iter()
             .filter(|s| {
-                !s.listed_by_shell
-                    && (s.st.phase == Phase::Removing
-                        || (s.st.phase == Phase::Joined && s.st.space_dead && !s.st.kill_now))
+                removing_own(s)
+                    || (lost(s)
+                        && !s.st.used_by_orphans
+                        && !self.tables.space_has_live_holders(&s.name))
             })
             .map(|s| s.name)
             .collect();
-        for ls in &ending {
-            // Its orphans go too (sanlock releases them with the lockspace).
+        for ls in &free_orphans {
             self.release_orphans(ls, &Name::EMPTY, fx);
         }
-        for s in self.spaces.iter().filter(|s| !s.listed_by_shell) {
-            let ls = s.name;
-            let removing = s.st.phase == Phase::Removing;
-            let lost = s.st.phase == Phase::Joined && s.st.space_dead && !s.st.kill_now;
-            if !(removing || lost) || self.tables.space_in_use(&ls) {
-                continue;
-            }
+        let ending: Vec<(Name, u32, bool, bool)> = self
+            .spaces
+            .iter()
+            .filter(|s| removing_own(s) || lost(s))
+            .map(|s| (s.name, s.id, lost(s), s.listed_by_shell))
+            .collect();
+        for (ls, id, lost, shells) in ending {
             let acquiring = self
                 .cmds
                 .values()
                 .any(|c| matches!(c, Cmd::Acquire(a) if a.specs.iter().any(|r| r.ls.same_as(&ls))));
-            if !acquiring {
-                gone.push((ls, lost));
+            if self.tables.space_in_use(&ls) || acquiring {
+                continue;
             }
-        }
-        for (ls, lost) in gone {
-            self.spaces.retain(|s| !s.name.same_as(&ls));
+            if shells {
+                if let Some(st) = self.space_st_mut(id) {
+                    st.phase = Phase::Removing;
+                }
+                fx.push(Effect::RetireLockspace { ls, id });
+                continue;
+            }
+            self.spaces.retain(|s| !s.name.same_as(&ls) || s.st.gone);
             fx.push(Effect::LockspaceGone { ls, lost });
             let asked: Vec<u32> = self
                 .admin

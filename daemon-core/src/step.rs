@@ -437,6 +437,11 @@ pub enum Effect<H> {
     JoinLockspace { ls: Name, io_timeout_s: u64 },
     /// `ls` left the core: stop renewing it; release our delta lease unless it is `lost`.
     LockspaceGone { ls: Name, lost: bool },
+    /// A lockspace the shell listed (under `id`, [`Core::add_space`]) lost its lease and
+    /// no lease of it is left in the table: it is being removed now (phase `Removing`).
+    /// The shell stops renewing it and leaves its delta lease on disk to expire (sanlock
+    /// frees a failed lockspace so); it marks the lockspace gone when its thread ends.
+    RetireLockspace { ls: Name, id: u32 },
     /// Close connection `ci`.
     Close { ci: u32 },
 }
@@ -1108,6 +1113,102 @@ mod tests {
             "{fx:?}"
         );
         assert!(c.space_st(7).is_some_and(|st| !st.gone));
+    }
+
+    /// The disk operations among `fx`: (op, client, the lease's name).
+    fn disk_ops(fx: &[Effect<Held>]) -> Vec<(OpId, Option<u32>, Name)> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Disk {
+                    op,
+                    client,
+                    what: DiskOp::Release { key, .. },
+                    ..
+                } => Some((*op, *client, key.1)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn disk_done(c: &mut Core<(), Held>, t: u64, op: OpId) -> Vec<Effect<Held>> {
+        c.step(
+            t,
+            Input::DiskDone {
+                op,
+                result: Ok(Held),
+                failed_state: None,
+            },
+        )
+    }
+
+    /// A lost lockspace the shell listed is retired by the core once no lease of it is
+    /// left: its orphans are released only after its last live holder went, then the
+    /// tick retires it (phase Removing, `RetireLockspace` with the shell's id, once) and
+    /// keeps its entry for the shell to unlist. SET_CONFIG's `used_by_orphans` keeps the
+    /// orphans, and so the lockspace.
+    #[test]
+    fn a_lost_lockspace_of_the_shell_is_retired_after_its_holders_and_orphans() {
+        for keep_orphans in [false, true] {
+            let fail = timeouts::id_renewal_fail_seconds(IO_S);
+            let mut c = core(&["a"], 100, &[(11, "a", "r"), (12, "a", "o")]);
+            c.spaces[0].listed_by_shell = true;
+            c.spaces[0].st.used_by_orphans = keep_orphans;
+            let ci = |c: &Core<(), Held>, pid| c.tables.clients.by_pid(pid).expect("slot");
+            // Pid 12's lease is persistent: its end leaves an orphan.
+            let c12 = ci(&c, 12);
+            c.tables.clients.slots.get_mut(&c12).expect("slot").tokens[0].persistent = true;
+            assert!(disk_ops(&c.step(101, Input::Closed { ci: c12 })).is_empty());
+            assert!(c.tables.resources[&(name("a"), name("o"))].orphan);
+            // Lost: pid 11 is told and killed; the orphan stays while it lives.
+            let fx = c.step(100 + fail, Input::Tick);
+            assert!(
+                fx.iter().any(|e| matches!(e, Effect::Kill { .. })),
+                "{fx:?}"
+            );
+            assert!(disk_ops(&fx).is_empty(), "no orphan released yet: {fx:?}");
+            // Pid 11 ends: its lease is released (its own client), nothing retired yet.
+            let c11 = ci(&c, 11);
+            let fx = c.step(100 + fail + 1, Input::Closed { ci: c11 });
+            let [(op, Some(client), res)] = disk_ops(&fx)[..] else {
+                panic!("one release of pid 11's lease: {fx:?}")
+            };
+            assert_eq!((client, res), (c11, name("r")));
+            // That release's end lets the orphan go (no client), unless SET_CONFIG
+            // keeps it.
+            let fx = disk_done(&mut c, 100 + fail + 1, op);
+            let retired = |fx: &[Effect<Held>]| {
+                fx.iter()
+                    .filter(
+                        |e| matches!(e, Effect::RetireLockspace { ls, id: 1 } if *ls == name("a")),
+                    )
+                    .count()
+            };
+            if keep_orphans {
+                assert!(disk_ops(&fx).is_empty() && retired(&fx) == 0, "{fx:?}");
+                let fx = c.step(100 + fail + 30, Input::Tick);
+                assert!(disk_ops(&fx).is_empty() && retired(&fx) == 0, "{fx:?}");
+                assert_eq!(c.space_st(1).map(|st| st.phase), Some(Phase::Joined));
+                continue;
+            }
+            let [(op, None, res)] = disk_ops(&fx)[..] else {
+                panic!("one release of the orphan: {fx:?}")
+            };
+            assert_eq!(res, name("o"));
+            assert_eq!(
+                retired(&fx),
+                0,
+                "not while the orphan is on its way: {fx:?}"
+            );
+            // Nothing of it left once the orphan's release ended: retired then, once,
+            // and kept listed for the shell.
+            assert_eq!(retired(&disk_done(&mut c, 100 + fail + 2, op)), 1);
+            assert_eq!(retired(&c.step(100 + fail + 3, Input::Tick)), 0);
+            assert_eq!(
+                c.space_st(1).map(|st| (st.phase, st.gone)),
+                Some((Phase::Removing, false))
+            );
+            assert_eq!(retired(&c.step(100 + fail + 4, Input::Tick)), 0);
+        }
     }
 
     /// The shell lists its lockspaces by id; a gone one's entry stays for late readers

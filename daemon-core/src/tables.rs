@@ -624,6 +624,14 @@ impl<S, H: LeaseHold> Tables<S, H> {
         self.resources.keys().any(|(l, _)| l.same_as(ls))
     }
 
+    /// True when a lease of lockspace `ls` in the table is not an orphan: held by a
+    /// client, or being acquired or released for one.
+    pub fn space_has_live_holders(&self, ls: &Name) -> bool {
+        self.resources
+            .values()
+            .any(|r| r.ls.same_as(ls) && !r.orphan)
+    }
+
     /// The part of [`Tables::check`] cheap enough for release builds, run by the daemon
     /// each time it lets go of the tables lock and by the core after every step: one
     /// pass over the resources with no allocation and no lookup — filed under its own

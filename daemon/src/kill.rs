@@ -25,7 +25,7 @@ use std::sync::Arc;
 use lease_core::timeouts;
 use tracing::{error, warn};
 
-use crate::space::{Phase, Space};
+use crate::space::Space;
 use crate::state::Daemon;
 use crate::sync::lock;
 
@@ -35,15 +35,14 @@ use lockd_core::{Effect, Input};
 
 /// The monitor's once-a-second pass over the lost-lease path: the core decides
 /// ([`lost_lease_step`]), the daemon carries out the effects in the core's order
-/// ([`run_effect`]: loss notices through the watch machinery, then kill orders through
-/// the helper), then retires failed lockspaces no lease holds any more
-/// ([`retire_failed`]).
+/// ([`run_effect`]: loss notices through the watch machinery, kill orders through the
+/// helper, and the retirement of a failed lockspace no lease holds any more, which the
+/// core decides once its holders and orphans are gone).
 pub fn monitor_pass(d: &Arc<Daemon>) {
     let spaces: Vec<Arc<Space>> = lock(&d.spaces).clone();
     for effect in lost_lease_step(d, crate::clock::now_s()) {
         run_effect(d, &spaces, effect);
     }
-    retire_failed(d, &spaces);
 }
 
 /// The core's step for the monitor's tick at `now_s` (`Input::Tick`: the expiry check
@@ -92,6 +91,7 @@ fn run_effect(d: &Arc<Daemon>, spaces: &[Arc<Space>], effect: Effect<Held>) {
             warn!(%ls, age = age_s, "renewals failing; lockspace will fail at {fail} s");
         }
         Effect::Kill { ls, order } => run_kill_order(d, &ls, order, KillCause::Escalation),
+        Effect::RetireLockspace { ls, id } => d.retire_space(&ls, id),
         other => error!(effect = ?other, "the monitor's step gave an effect it does not give"),
     }
 }
@@ -211,41 +211,6 @@ pub fn monitor_loop(d: &Arc<Daemon>) {
             }
         }
         std::thread::sleep(tick);
-    }
-}
-
-/// After the monitor's step ([`monitor_pass`]; the core's expiry check, sanlock
-/// `check_our_lease`, marked lost lockspaces dead): a failed lockspace still listed as
-/// joined goes away once its lease holders are gone (sanlock frees it); its orphans are
-/// released first, and its delta lease is left on disk to expire. The daemon still does
-/// this itself (docs/architecture.md).
-pub fn retire_failed(d: &Arc<Daemon>, spaces: &[Arc<Space>]) {
-    for s in spaces {
-        let (failed, used_by_orphans) = s.st(|st| {
-            (
-                st.space_dead && !st.kill_now && st.phase == Phase::Joined,
-                st.used_by_orphans,
-            )
-        });
-        if !failed {
-            continue;
-        }
-        let (holders, total) = {
-            let tables = lock(&d.core);
-            let res = &tables.resources;
-            let mine: Vec<_> = res.values().filter(|r| r.ls.same_as(&s.name)).collect();
-            (mine.iter().filter(|r| !r.orphan).count(), mine.len())
-        };
-        if holders == 0 && total > 0 && !used_by_orphans {
-            // Failures are logged where they happen (`paxos::run_core_effects`).
-            let _ = crate::paxos::release_orphans(d, &s.name, &disk_format::Name::EMPTY);
-        }
-        if !lock(&d.core).space_in_use(&s.name) {
-            warn!(ls = %s.name, "failed lockspace removed: no lease holders left");
-            s.st_mut(|st| st.phase = Phase::Removing);
-            s.stop.store(true, Ordering::SeqCst);
-            s.cond.notify_all();
-        }
     }
 }
 

@@ -56,7 +56,10 @@ impl Mailboxes {
         fx: Vec<Effect<Held>>,
         owner_of: impl Fn(&Effect<Held>) -> Option<u32>,
     ) -> Vec<Effect<Held>> {
-        if fx.iter().all(|e| owner_of(e).is_none_or(|ci| Some(ci) == me)) {
+        if fx
+            .iter()
+            .all(|e| owner_of(e).is_none_or(|ci| Some(ci) == me))
+        {
             // All of it runs here (the common case: a command's own steps): no lock.
             return fx;
         }

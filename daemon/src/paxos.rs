@@ -453,6 +453,11 @@ fn run_core_effects(d: &Arc<Daemon>, me: Option<u32>, fx: Vec<Effect<Held>>, run
                 continue;
             }
             Effect::Disk { op, what, .. } => (op, what),
+            // A release's end can leave a lost lockspace with no lease.
+            Effect::RetireLockspace { ls, id } => {
+                d.retire_space(&ls, id);
+                continue;
+            }
             other => panic!("the core gave an effect the shell does not run here: {other:?}"),
         };
         let (done, failed_state) = run_disk_op(d, what, run);

@@ -184,6 +184,22 @@ impl Daemon {
             .cloned()
     }
 
+    /// The core's `Effect::RetireLockspace`: lockspace `id` lost its lease and no lease of
+    /// it is left, so the core moved it to `Removing`; its thread stops renewing, leaves
+    /// the delta lease on disk to expire, and unlists it (`lockspace::mark_gone`). No I/O
+    /// and no lock but `spaces`: any thread that ran the core's step carries it out.
+    pub fn retire_space(&self, ls: &Name, id: u32) {
+        let space = lock(&self.spaces)
+            .iter()
+            .find(|s| s.space_id == id)
+            .cloned();
+        if let Some(s) = space {
+            tracing::warn!(%ls, "failed lockspace removed: no lease holders left");
+            s.stop.store(true, Ordering::SeqCst);
+            s.cond.notify_all();
+        }
+    }
+
     /// What the daemon is doing, for sd_notify STATUS=: joined lockspaces, leases held
     /// (orphans included) and registered clients.
     pub fn summary(&self) -> crate::notify::Summary {

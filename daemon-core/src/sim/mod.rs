@@ -603,6 +603,10 @@ impl Sim {
                     }),
                 );
             }
+            Effect::RetireLockspace { ls, .. } => {
+                // The simulator lists no lockspace as a shell does (`Core::add_space`).
+                panic!("host{h}: a shell's lockspace {ls:?} retired, but none is listed")
+            }
         }
     }
 
