@@ -308,7 +308,21 @@ pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, calle
     // Clear cmd_active; if the client died meanwhile, release what it holds now. (A
     // command run through the core was ended there, with the same release.)
     if !out.ended_in_core {
-        let dead_tokens = lock(&d.core).finish_command(target);
+        let dead_tokens = {
+            let mut core = lock(&d.core);
+            // Begun by `resolve_target` and not handed to the core: still active, or it
+            // was ended twice (which could end another connection's command on it).
+            let active = core
+                .clients
+                .slots
+                .get(&target)
+                .is_some_and(|c| c.cmd_active != 0);
+            assert!(
+                active,
+                "client {target}: the dispatcher would end a command that is not active"
+            );
+            core.finish_command(target)
+        };
         if let Some(tokens) = dead_tokens {
             // A dead client's releases answer nobody; failures are logged where they
             // happen.
@@ -320,9 +334,11 @@ pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, calle
 
 /// What a registered-client command came to: the reply's result, data2 and payload, and
 /// whether the command was handed to the core (`Input::Command`), which then ended it —
-/// otherwise [`registered_cmd`] ends it. RELEASE (of named leases, of all, with a rename),
-/// CONVERT and INQUIRE are handed to the core once the shell's own checks passed; a
-/// refusal before that, ACQUIRE, KILLPATH and a RELEASE of orphans are ended here.
+/// otherwise [`registered_cmd`] ends it. ACQUIRE and ACQUIRE2, RELEASE (of named leases,
+/// of all, with a rename), CONVERT and INQUIRE are handed to the core once the shell's
+/// own checks passed; a refusal before that, KILLPATH and a RELEASE of orphans are ended
+/// here. Ending a command twice could end another connection's command begun on the
+/// same client in between (the core would then stop the daemon at that command's step).
 struct CmdOutcome {
     rv: i32,
     data2: u32,
@@ -377,15 +393,23 @@ fn client_cmd(
         };
         (out, reply)
     };
+    // ACQUIRE: the shell's check of the sender's rights, then the core (which ends the
+    // command whatever it answers); a refused check is ended by `registered_cmd`.
+    let acquire = |resources: &[wire::Resource], options: &wire::Options| match check_rights_to_hold(
+        d, resources,
+    ) {
+        Ok(()) => in_core(acquire_request(h, resources, options)).0,
+        Err(e) => CmdOutcome::answer(code(Err(e))),
+    };
     match req {
         Request::Acquire {
             resources, options, ..
-        } => CmdOutcome::answer(code(acquire(d, h, target, &resources, &options))),
+        } => acquire(&resources, &options),
         Request::Acquire2 {
             resources, options, ..
         } => {
-            let rv = code(acquire(d, h, target, &resources, &options));
-            let mut out = CmdOutcome::answer(rv);
+            let mut out = acquire(&resources, &options);
+            let rv = out.rv;
             if let (true, Some(r)) = (rv < 0, resources.first()) {
                 if let Some(payload) = acquire2_owner(d, r) {
                     out.data2 = h.data2;
@@ -463,27 +487,19 @@ fn resolve_target(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> Result<u32, Lease
         .map_err(LeaseCmdError::Tables)
 }
 
-/// ACQUIRE and ACQUIRE2: the shell's check of a non-root sender's rights, then the
-/// acquire the core runs ([`core_command`]): each lease in order, taken here (a local
-/// shared holder, an adopted orphan) or on disk, waiting in the core for a release of it
-/// here to end (-EAGAIN after `lockd_core::release_wait_s`), all or none; the client is
-/// named from the options anew, its waiting mark (STATUS `waiting=`) set or cleared.
-fn acquire(
-    d: &Arc<Daemon>,
-    h: &Header,
-    target: u32,
-    wanted: &[wire::Resource],
-    opt: &wire::Options,
-) -> Result<(), LeaseCmdError> {
-    check_rights_to_hold(d, wanted)?;
-    // Every ACQUIRE names the client anew from its options, an empty name included, as
-    // sanlock does (`sanlock client command` leaves its client with no name in STATUS).
-    let req = CoreRequest::Acquire {
+/// ACQUIRE and ACQUIRE2 as the core runs them ([`core_command`], after
+/// [`check_rights_to_hold`]): each lease in order, taken here (a local shared holder, an
+/// adopted orphan) or on disk, waiting in the core for a release of it here to end
+/// (-EAGAIN after `lockd_core::release_wait_s`), all or none. Every ACQUIRE names the
+/// client anew from its options, an empty name included, as sanlock does (`sanlock
+/// client command` leaves its client with no name in STATUS); the core sets or clears
+/// its waiting mark (STATUS `waiting=`).
+fn acquire_request(h: &Header, wanted: &[wire::Resource], opt: &wire::Options) -> CoreRequest {
+    CoreRequest::Acquire {
         res: wanted.iter().map(paxos::res_spec).collect(),
         cmd_flags: h.cmd_flags,
         owner_name: opt.owner_name,
-    };
-    core_command(d, target, req).map(|_| ())
+    }
 }
 
 /// A lease held here already is shared or adopted without disk I/O: a non-root sender
