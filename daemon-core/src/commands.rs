@@ -19,6 +19,7 @@
 //! - a client that dies during a command keeps its slot (`pid_dead`) until the command
 //!   ends; then its leases are released as a dead holder's.
 
+use client_lib::ext::WatchKind;
 use client_lib::proto::{SM_CMD_ACQUIRE, SM_CMD_CONVERT, SM_CMD_INQUIRE, SM_CMD_RELEASE};
 use disk_format::Name;
 
@@ -27,7 +28,7 @@ use crate::errno::*;
 use crate::space_state::{Phase, RenewalRec, SpaceSt};
 use crate::step::{
     release_wait_s, Core, CorePlantedBug, CoreReply, CoreRequest, CoreSpace, DiskOp, Effect,
-    HeldLease, OpId, ReqKind, ResSpec,
+    HeldLease, JoinedLease, OpId, ReqKind, ResSpec,
 };
 use crate::tables::{AcquireStart, CommandTarget, Key, ReleaseStart};
 
@@ -105,7 +106,25 @@ impl OpFor {
 fn reply<H>(fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, rv: i32, leases: Vec<HeldLease>) {
     fx.push(Effect::Reply {
         ci,
-        reply: CoreReply { kind, rv, leases },
+        reply: CoreReply {
+            kind,
+            rv,
+            leases,
+            why: None,
+        },
+    });
+}
+
+/// A refusal with its reason, for the shell's log.
+fn refuse<H>(fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, rv: i32, why: &'static str) {
+    fx.push(Effect::Reply {
+        ci,
+        reply: CoreReply {
+            kind,
+            rv,
+            leases: Vec::new(),
+            why: Some(why),
+        },
     });
 }
 
@@ -190,26 +209,13 @@ impl<S, H: LeaseHold> Core<S, H> {
                 });
                 return;
             }
-            CoreRequest::RemLockspace { ls } => {
-                let Some(s) = self.space_mut(ls) else {
-                    reply(fx, ci, kind, -ENOENT, Vec::new());
-                    return;
-                };
-                if s.st.phase == Phase::Adding {
-                    reply(fx, ci, kind, -EBUSY, Vec::new());
-                    return;
-                }
-                s.st.kill_now = true;
-                s.st.phase = Phase::Removing;
-                self.admin.push(AdminCmd {
-                    ci,
-                    ls: *ls,
-                    kind,
-                    ops: Vec::new(),
-                });
-                // The holders are killed at the next tick, the orphans released now; the
-                // lockspace goes when its last lease has left the table.
-                self.finish_removals(fx);
+            CoreRequest::RemLockspace {
+                ls,
+                id,
+                unused_only,
+                wait,
+            } => {
+                self.rem_lockspace(ci, ls, *id, *unused_only, *wait, fx);
                 return;
             }
             CoreRequest::ReleaseOrphans { ls, name } => {
@@ -719,14 +725,6 @@ impl<S, H: LeaseHold> Core<S, H> {
         result: Result<(), i32>,
         fx: &mut Vec<Effect<H>>,
     ) {
-        let asked: Vec<u32> = self
-            .admin
-            .iter()
-            .filter(|a| a.kind == ReqKind::AddLockspace && a.ls.same_as(&ls))
-            .map(|a| a.ci)
-            .collect();
-        self.admin
-            .retain(|a| !(a.kind == ReqKind::AddLockspace && a.ls.same_as(&ls)));
         let rv = match result {
             Ok(()) => {
                 if let Some(s) = self.space_mut(&ls) {
@@ -747,13 +745,188 @@ impl<S, H: LeaseHold> Core<S, H> {
                 rv
             }
         };
-        for ci in asked {
-            self.answer(fx, ci, ReqKind::AddLockspace, rv, Vec::new());
+        self.answer_admin(ReqKind::AddLockspace, &ls, rv, fx);
+    }
+
+    /// REM_LOCKSPACE ([`CoreRequest::RemLockspace`]). The order is the safety rule:
+    /// the holders' watchers are told before `kill_now` lets the next tick kill them.
+    fn rem_lockspace(
+        &mut self,
+        ci: u32,
+        ls: &Name,
+        id: Option<u32>,
+        unused_only: bool,
+        wait: bool,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        let kind = ReqKind::RemLockspace;
+        let Some(s) = self.space(ls).filter(|s| id.is_none_or(|id| s.id == id)) else {
+            reply(fx, ci, kind, -ENOENT, Vec::new());
+            return;
+        };
+        let (id, shells, phase) = (s.id, s.listed_by_shell, s.st.phase);
+        let kept_orphans = s.st.used_by_orphans;
+        if unused_only && self.tables.space_in_use(ls) {
+            refuse(fx, ci, kind, -EBUSY, "leases are held in it (REM_UNUSED)");
+            return;
+        }
+        let has_orphans = self
+            .tables
+            .resources
+            .values()
+            .any(|r| r.orphan && r.ls.same_as(ls));
+        if has_orphans && kept_orphans {
+            refuse(
+                fx,
+                ci,
+                kind,
+                -EBUSY,
+                "its orphan leases are in use (SET_CONFIG)",
+            );
+            return;
+        }
+        if phase == Phase::Removing {
+            refuse(fx, ci, kind, -EINPROGRESS, "a removal is in progress");
+            return;
+        }
+        if phase == Phase::Adding && !shells {
+            // The shell stops a join it runs; the core's own joins are waited for.
+            refuse(fx, ci, kind, -EBUSY, "it is being added");
+            return;
+        }
+        // Orphans have no process to kill: their releases start now, and the lockspace
+        // does not end before they did (its leases leave the table first).
+        self.release_orphans(ls, &Name::EMPTY, fx);
+        self.begin_removal(*ls, fx);
+        if wait {
+            self.admin.push(AdminCmd {
+                ci,
+                ls: *ls,
+                kind,
+                ops: Vec::new(),
+            });
+        } else {
+            reply(fx, ci, kind, 0, Vec::new());
+        }
+        if shells {
+            fx.push(Effect::StopLockspace { ls: *ls, id });
+        } else {
+            // The holders are killed at the next tick; the core's own lockspace goes
+            // when its last lease has left the table.
+            self.finish_removals(fx);
         }
     }
 
-    /// A client's connection closed or its process exited.
+    /// Lockspace `ls` (not gone) is being removed from now on: its holders' watchers
+    /// are told (`LockspaceRemoved`), then `kill_now` and phase `Removing` let the next
+    /// tick kill them with SIGKILL.
+    fn begin_removal(&mut self, ls: Name, fx: &mut Vec<Effect<H>>) {
+        let pids = self.tables.holder_pids(&ls, None);
+        if !pids.is_empty() && !self.planted(CorePlantedBug::RemovalWithoutNotice) {
+            fx.push(Effect::LossNotice {
+                ls,
+                kind: WatchKind::LockspaceRemoved,
+                pids,
+            });
+        }
+        if let Some(s) = self.space_mut(&ls) {
+            s.st.phase = Phase::Removing;
+            s.st.kill_now = true;
+        }
+    }
+
+    /// [`crate::Input::Shutdown`]: every lockspace not gone and not being removed yet
+    /// is removed; the shell's are stopped.
+    pub(crate) fn remove_all(&mut self, fx: &mut Vec<Effect<H>>) {
+        let live: Vec<(Name, u32, bool)> = self
+            .spaces
+            .iter()
+            .filter(|s| !s.st.gone && !s.st.kill_now)
+            .map(|s| (s.name, s.id, s.listed_by_shell))
+            .collect();
+        for (ls, id, shells) in live {
+            self.begin_removal(ls, fx);
+            if shells {
+                fx.push(Effect::StopLockspace { ls, id });
+            }
+        }
+        self.finish_removals(fx);
+    }
+
+    /// [`crate::Input::JoinEnded`]: lockspace `id`'s join result, its add's answer
+    /// (`add_result`, which the shell's ADD_LOCKSPACE and INQ_LOCKSPACE waiters read)
+    /// and, when joined and not being removed, phase `Joined`.
+    pub(crate) fn join_ended(&mut self, now_s: u64, id: u32, result: Result<JoinedLease, i32>) {
+        let Some(s) = self.spaces.iter_mut().find(|s| s.id == id && !s.st.gone) else {
+            return;
+        };
+        assert!(
+            s.listed_by_shell && s.st.add_result.is_none(),
+            "lockspace {:?} (id {id}): a join ended twice, or for the core's own",
+            s.name
+        );
+        let st = &mut s.st;
+        let rv = match result {
+            Ok(lease) => {
+                st.host_generation = lease.generation;
+                st.last_success_s = lease.last_success_s;
+                st.last_renewal_ok = true;
+                st.renewal_last_success = lease.last_success_s;
+                if st.phase == Phase::Removing {
+                    -1
+                } else {
+                    st.phase = Phase::Joined;
+                    st.acquire_last_success = now_s;
+                    0
+                }
+            }
+            Err(rv) => rv,
+        };
+        st.add_result = Some(rv);
+        st.acquire_last_result = rv;
+    }
+
+    /// [`crate::Input::LockspaceEnded`]: lockspace `id` of the shell is gone (an add
+    /// that never ended is answered -ENOENT), and the REM_LOCKSPACE waiting for it is
+    /// answered.
+    pub(crate) fn lockspace_ended(&mut self, id: u32, fx: &mut Vec<Effect<H>>) {
+        let Some(s) = self.spaces.iter_mut().find(|s| s.id == id && !s.st.gone) else {
+            return;
+        };
+        assert!(
+            s.listed_by_shell,
+            "lockspace {:?} (id {id}): the shell ended a lockspace of the core's",
+            s.name
+        );
+        s.st.gone = true;
+        if s.st.add_result.is_none() {
+            s.st.add_result = Some(-ENOENT);
+        }
+        let ls = s.name;
+        self.answer_admin(ReqKind::RemLockspace, &ls, 0, fx);
+    }
+
+    /// Answers `rv` to every lockspace command of `kind` on `ls` that waits for its end.
+    fn answer_admin(&mut self, kind: ReqKind, ls: &Name, rv: i32, fx: &mut Vec<Effect<H>>) {
+        let asked: Vec<u32> = self
+            .admin
+            .iter()
+            .filter(|a| a.kind == kind && a.ls.same_as(ls))
+            .map(|a| a.ci)
+            .collect();
+        self.admin.retain(|a| !(a.kind == kind && a.ls.same_as(ls)));
+        for ci in asked {
+            self.answer(fx, ci, kind, rv, Vec::new());
+        }
+    }
+
+    /// A client's connection closed or its process exited. A lockspace command it was
+    /// waiting for is answered all the same (nobody reads the answer, but the shell's
+    /// worker that waits for it is freed).
     pub(crate) fn client_gone(&mut self, ci: u32, fx: &mut Vec<Effect<H>>) {
+        for a in self.admin.iter().filter(|a| a.ci == ci) {
+            reply(fx, ci, a.kind, -ECANCELED, Vec::new());
+        }
         self.admin.retain(|a| a.ci != ci);
         if let Some((_pid, tokens)) = self.tables.client_ended(ci) {
             self.cmds.remove(&ci);
@@ -816,17 +989,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             }
             self.spaces.retain(|s| !s.name.same_as(&ls) || s.st.gone);
             fx.push(Effect::LockspaceGone { ls, lost });
-            let asked: Vec<u32> = self
-                .admin
-                .iter()
-                .filter(|a| a.kind == ReqKind::RemLockspace && a.ls.same_as(&ls))
-                .map(|a| a.ci)
-                .collect();
-            self.admin
-                .retain(|a| !(a.kind == ReqKind::RemLockspace && a.ls.same_as(&ls)));
-            for ci in asked {
-                self.answer(fx, ci, ReqKind::RemLockspace, 0, Vec::new());
-            }
+            self.answer_admin(ReqKind::RemLockspace, &ls, 0, fx);
         }
     }
 }
@@ -1721,7 +1884,7 @@ mod tests {
             103,
             Input::Request {
                 ci: admin,
-                req: CoreRequest::RemLockspace { ls: name("ls") },
+                req: rem(false, true),
             },
         );
         let [(rel, _, "release")] = disk_ops(&fx)[..] else {
@@ -1777,8 +1940,38 @@ mod tests {
         }
     }
 
+    /// REM_LOCKSPACE of "ls": `unused_only` (REM_UNUSED), `wait` (not REM_ASYNC).
+    fn rem(unused_only: bool, wait: bool) -> CoreRequest {
+        CoreRequest::RemLockspace {
+            ls: name("ls"),
+            id: None,
+            unused_only,
+            wait,
+        }
+    }
+
+    fn sigkill_of(fx: &Fx, pid: i32) -> bool {
+        fx.iter().any(|e| {
+            matches!(
+                e,
+                Effect::Kill {
+                    order: KillOrder::Signal { pid: p, sig: crate::kill::SIGKILL, .. },
+                    ..
+                } if *p == pid
+            )
+        })
+    }
+
+    fn removed_notice(pids: &[i32]) -> Effect<Held> {
+        Effect::LossNotice {
+            ls: name("ls"),
+            kind: WatchKind::LockspaceRemoved,
+            pids: pids.to_vec(),
+        }
+    }
+
     #[test]
-    fn removing_a_lockspace_kills_its_holders_without_a_loss_notice_then_it_goes() {
+    fn removing_a_lockspace_tells_its_holders_then_kills_them_then_it_goes() {
         let mut c = joined();
         let admin = connect(&mut c, 1);
         let a = client(&mut c, 10);
@@ -1788,23 +1981,14 @@ mod tests {
             103,
             Input::Request {
                 ci: admin,
-                req: CoreRequest::RemLockspace { ls: name("ls") },
+                req: rem(false, true),
             },
         );
-        assert!(fx.is_empty(), "{fx:?}");
+        // The notice is given in the step that decides the removal, before any tick.
+        assert_eq!(fx, vec![removed_notice(&[10])]);
         let fx = step(&mut c, 104, Input::Tick);
         assert!(!fx.iter().any(|e| matches!(e, Effect::LossNotice { .. })));
-        assert!(fx.iter().any(|e| matches!(
-            e,
-            Effect::Kill {
-                order: KillOrder::Signal {
-                    pid: 10,
-                    sig: crate::kill::SIGKILL,
-                    ..
-                },
-                ..
-            }
-        )));
+        assert!(sigkill_of(&fx, 10), "{fx:?}");
         let fx = step(&mut c, 104, Input::PidExit { pid: 10 });
         let [(rel, _, "release")] = disk_ops(&fx)[..] else {
             panic!("{fx:?}")
@@ -1816,5 +2000,264 @@ mod tests {
         }));
         assert_eq!(replies(&fx), vec![(admin, ReqKind::RemLockspace, 0)]);
         assert!(c.spaces.is_empty());
+    }
+
+    /// A core whose lockspace "ls" the shell listed under id 7 and joined at 100.
+    fn shells_joined() -> TestCore {
+        let mut c = TestCore::new(40);
+        c.add_space(7, name("ls"), IO_S);
+        let st = c.space_st_mut(7).expect("listed");
+        st.add_result = Some(0);
+        st.phase = Phase::Joined;
+        st.renewal_ok(
+            100,
+            RenewalRec {
+                timestamp: 100,
+                read_ms: 1,
+                write_ms: 0,
+            },
+        );
+        c
+    }
+
+    fn refusal(fx: &Fx) -> Option<(i32, Option<&'static str>)> {
+        match fx.as_slice() {
+            [Effect::Reply { reply, .. }] => Some((reply.rv, reply.why)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_shells_lockspace_is_removed_notice_first_and_answered_when_its_thread_ended() {
+        let mut c = shells_joined();
+        let admin = connect(&mut c, 1);
+        let a = client(&mut c, 10);
+        hold(&mut c, a, "r1", 1);
+        let request = |req| Input::Request { ci: admin, req };
+        let fx = step(&mut c, 103, request(rem(false, true)));
+        assert_eq!(
+            fx,
+            vec![
+                removed_notice(&[10]),
+                Effect::StopLockspace {
+                    ls: name("ls"),
+                    id: 7
+                }
+            ]
+        );
+        let st = c.space_st(7).expect("listed");
+        assert!(st.kill_now && st.phase == Phase::Removing && !st.gone);
+        assert!(!c.space_usable(&name("ls")));
+        // A second removal is refused while this one runs.
+        let fx = step(&mut c, 103, request(rem(false, false)));
+        assert_eq!(
+            refusal(&fx),
+            Some((-EINPROGRESS, Some("a removal is in progress")))
+        );
+        let fx = step(&mut c, 104, Input::Tick);
+        assert!(sigkill_of(&fx, 10), "{fx:?}");
+        let fx = step(&mut c, 104, Input::PidExit { pid: 10 });
+        let [(rel, _, "release")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        // The lease's release ends; the lockspace is the shell's to end: nothing goes,
+        // nobody is answered yet.
+        let fx = done(&mut c, 105, rel, Ok(Held::default()));
+        assert!(replies(&fx).is_empty(), "{fx:?}");
+        assert!(!fx.iter().any(|e| matches!(
+            e,
+            Effect::LockspaceGone { .. } | Effect::RetireLockspace { .. }
+        )));
+        let fx = step(&mut c, 106, Input::Tick);
+        assert!(
+            fx.iter().all(|e| matches!(e, Effect::Status(_))),
+            "nothing but the status line: {fx:?}"
+        );
+        let fx = step(&mut c, 107, Input::LockspaceEnded { id: 7 });
+        assert_eq!(replies(&fx), vec![(admin, ReqKind::RemLockspace, 0)]);
+        assert!(c.space_st(7).expect("kept a while").gone);
+        assert!(c.space(&name("ls")).is_none());
+        // Ended twice (a late report): nothing more.
+        assert!(step(&mut c, 108, Input::LockspaceEnded { id: 7 }).is_empty());
+    }
+
+    #[test]
+    fn removal_is_refused_while_leases_or_kept_orphans_are_in_it_and_async_is_answered_at_once() {
+        let mut c = shells_joined();
+        let admin = connect(&mut c, 1);
+        let a = client(&mut c, 10);
+        hold(&mut c, a, "r1", 1);
+        let request = |req| Input::Request { ci: admin, req };
+        let fx = step(&mut c, 103, request(rem(true, true)));
+        assert_eq!(
+            refusal(&fx),
+            Some((-EBUSY, Some("leases are held in it (REM_UNUSED)")))
+        );
+        let fx = step(
+            &mut c,
+            103,
+            request(CoreRequest::RemLockspace {
+                ls: name("ls"),
+                id: Some(8),
+                unused_only: false,
+                wait: true,
+            }),
+        );
+        assert_eq!(
+            refusal(&fx),
+            Some((-ENOENT, None)),
+            "another id: not this one"
+        );
+        // An orphan that SET_CONFIG keeps refuses the removal.
+        let mut persistent = spec("r2", false);
+        persistent.persistent = true;
+        let b = client(&mut c, 11);
+        let fx = acquire(&mut c, 104, b, vec![persistent]);
+        let [(op, _, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        done(&mut c, 104, op, Ok(Held { lver: 1 }));
+        step(&mut c, 105, Input::PidExit { pid: 11 });
+        c.space_st_mut(7).expect("listed").used_by_orphans = true;
+        let fx = step(&mut c, 106, request(rem(false, true)));
+        assert_eq!(
+            refusal(&fx),
+            Some((-EBUSY, Some("its orphan leases are in use (SET_CONFIG)")))
+        );
+        assert_eq!(c.space_st(7).map(|st| st.phase), Some(Phase::Joined));
+        // Let go: the orphan is released, the holder told, and REM_ASYNC answered now.
+        c.space_st_mut(7).expect("listed").used_by_orphans = false;
+        let fx = step(&mut c, 107, request(rem(false, false)));
+        let [(_, key, "release")] = disk_ops(&fx)[..] else {
+            panic!("the orphan's release: {fx:?}")
+        };
+        assert_eq!(key.1, name("r2"));
+        let notice = fx.iter().position(|e| *e == removed_notice(&[10]));
+        let stop = fx
+            .iter()
+            .position(|e| matches!(e, Effect::StopLockspace { id: 7, .. }));
+        assert!(notice.is_some() && stop > notice, "{fx:?}");
+        assert_eq!(replies(&fx), vec![(admin, ReqKind::RemLockspace, 0)]);
+    }
+
+    #[test]
+    fn a_join_the_shell_ran_answers_its_add_and_one_removed_meanwhile_gets_minus_one() {
+        let mut c = TestCore::new(40);
+        let admin = connect(&mut c, 1);
+        let lease = JoinedLease {
+            generation: 3,
+            last_success_s: 120,
+        };
+        // Joined: answered 0, usable, its lease's time kept.
+        c.add_space(7, name("ls"), IO_S);
+        assert!(step(
+            &mut c,
+            121,
+            Input::JoinEnded {
+                id: 7,
+                result: Ok(lease)
+            }
+        )
+        .is_empty());
+        let st = c.space_st(7).expect("listed");
+        assert_eq!((st.add_result, st.phase), (Some(0), Phase::Joined));
+        assert_eq!((st.host_generation, st.last_success_s), (3, 120));
+        assert_eq!(st.acquire_last_success, 121);
+        assert!(c.space_usable(&name("ls")));
+        // Removed while joining: the join's lease is answered -1, never usable.
+        c.add_space(8, name("b"), IO_S);
+        let req = CoreRequest::RemLockspace {
+            ls: name("b"),
+            id: Some(8),
+            unused_only: false,
+            wait: false,
+        };
+        let fx = step(&mut c, 122, Input::Request { ci: admin, req });
+        assert!(
+            fx.contains(&Effect::StopLockspace {
+                ls: name("b"),
+                id: 8
+            }),
+            "{fx:?}"
+        );
+        step(
+            &mut c,
+            123,
+            Input::JoinEnded {
+                id: 8,
+                result: Ok(lease),
+            },
+        );
+        let st = c.space_st(8).expect("listed");
+        assert_eq!((st.add_result, st.phase), (Some(-1), Phase::Removing));
+        assert!(!c.space_usable(&name("b")));
+        // A failed join keeps its code; the lockspace goes when its thread ends.
+        c.add_space(9, name("c"), IO_S);
+        step(
+            &mut c,
+            124,
+            Input::JoinEnded {
+                id: 9,
+                result: Err(-19),
+            },
+        );
+        assert_eq!(c.space_st(9).and_then(|st| st.add_result), Some(-19));
+        step(&mut c, 124, Input::LockspaceEnded { id: 9 });
+        assert!(c.space_st(9).expect("kept a while").gone);
+        // SET_CONFIG's flags are the core's too.
+        let set = Input::SetConfig {
+            id: 7,
+            used_by_orphans: Some(true),
+            external_used: None,
+        };
+        step(&mut c, 125, set);
+        let st = c.space_st(7).expect("listed");
+        assert!(st.used_by_orphans && !st.external_used);
+    }
+
+    #[test]
+    fn a_removal_waiter_whose_client_goes_is_freed() {
+        let mut c = shells_joined();
+        let admin = connect(&mut c, 1);
+        let fx = step(
+            &mut c,
+            103,
+            Input::Request {
+                ci: admin,
+                req: rem(false, true),
+            },
+        );
+        assert!(replies(&fx).is_empty(), "{fx:?}");
+        let fx = step(&mut c, 104, Input::Closed { ci: admin });
+        assert_eq!(
+            replies(&fx),
+            vec![(admin, ReqKind::RemLockspace, -ECANCELED)]
+        );
+        assert!(replies(&step(&mut c, 105, Input::LockspaceEnded { id: 7 })).is_empty());
+    }
+
+    #[test]
+    fn a_forced_shutdown_removes_every_lockspace_each_notice_before_its_kills() {
+        let mut c = shells_joined();
+        c.add_space(8, name("other"), IO_S);
+        let a = client(&mut c, 10);
+        hold(&mut c, a, "r1", 1);
+        let fx = step(&mut c, 103, Input::Shutdown);
+        assert_eq!(
+            fx,
+            vec![
+                removed_notice(&[10]),
+                Effect::StopLockspace {
+                    ls: name("ls"),
+                    id: 7
+                },
+                Effect::StopLockspace {
+                    ls: name("other"),
+                    id: 8
+                },
+            ]
+        );
+        assert!(step(&mut c, 103, Input::Shutdown).is_empty(), "once");
+        assert!(sigkill_of(&step(&mut c, 104, Input::Tick), 10));
     }
 }

@@ -13,6 +13,8 @@ pub const EMFILE: i32 = 24;
 pub const EALREADY: i32 = 114;
 pub const EUCLEAN: i32 = 117;
 pub const ENOSPC: i32 = 28;
+pub const EINPROGRESS: i32 = 115;
+pub const ECANCELED: i32 = 125;
 
 /// sanlock's generic failure (`SANLK_ERROR`, -1): a RELEASE naming a lease the client
 /// does not hold gets it.

@@ -83,11 +83,13 @@ pub enum CorePlantedBug {
     ExamineKillsLockspace,
     /// A request's kill orders come before the holders' request notice.
     ExamineKillBeforeNotice,
+    /// REM_LOCKSPACE kills the holders with no LockspaceRemoved notice first.
+    RemovalWithoutNotice,
 }
 
 impl CorePlantedBug {
     /// Every planted bug with its command-line name.
-    pub const ALL: [(&'static str, CorePlantedBug); 6] = [
+    pub const ALL: [(&'static str, CorePlantedBug); 7] = [
         ("kill-before-notice", CorePlantedBug::KillBeforeNotice),
         ("release-before-disk", CorePlantedBug::ReleaseBeforeDisk),
         (
@@ -102,6 +104,10 @@ impl CorePlantedBug {
         (
             "examine-kill-before-notice",
             CorePlantedBug::ExamineKillBeforeNotice,
+        ),
+        (
+            "removal-without-notice",
+            CorePlantedBug::RemovalWithoutNotice,
         ),
     ];
 
@@ -143,8 +149,28 @@ pub struct Core<S, H> {
     pub(crate) next_op: OpId,
     /// The id of the next lockspace the core's own ADD_LOCKSPACE adds.
     pub(crate) next_space_id: u32,
+    /// The summary the last [`Effect::Status`] gave (`None` before the first tick).
+    pub(crate) last_status: Option<StatusSummary>,
     #[cfg(feature = "sim")]
     pub bug: Option<CorePlantedBug>,
+}
+
+/// The delta lease a join of the shell took ([`Input::JoinEnded`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JoinedLease {
+    pub generation: u64,
+    /// When the lease was acquired (its first renewal), monotime s.
+    pub last_success_s: u64,
+}
+
+/// What the daemon is doing, for sd_notify's `STATUS=` line: lockspaces joined (not
+/// being removed), leases in the table (orphans included), registered clients. The
+/// shell adds what only it knows (the watchdog).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatusSummary {
+    pub lockspaces: usize,
+    pub leases: usize,
+    pub clients: usize,
 }
 
 /// How many gone lockspaces' entries the core keeps for late readers (the shell's
@@ -182,9 +208,22 @@ pub enum CoreRequest {
     /// ADD_LOCKSPACE: the shell joins it ([`Effect::JoinLockspace`]) and reports the end
     /// with [`Input::JoinDone`].
     AddLockspace { ls: Name, io_timeout_s: u64 },
-    /// REM_LOCKSPACE: the holders are killed (SIGKILL), then the lockspace goes
-    /// ([`Effect::LockspaceGone`]) and the request is answered.
-    RemLockspace { ls: Name },
+    /// REM_LOCKSPACE of `ls` (the one listed under `id`, when the shell matched it by its
+    /// disk, as sanlock's `_search_space`): refused while leases are held in it and
+    /// `unused_only` (`SANLK_REM_UNUSED`), while its orphans are kept (`used_by_orphans`),
+    /// or while a removal is in progress. Otherwise its orphans are released, its
+    /// holders' watchers told ([`Effect::LossNotice`], `LockspaceRemoved`), and the
+    /// holders killed with SIGKILL from the next tick on. A lockspace the shell listed
+    /// is stopped ([`Effect::StopLockspace`]) and goes when the shell reports its thread
+    /// ended ([`Input::LockspaceEnded`]); the core's own goes when no lease of it is
+    /// left ([`Effect::LockspaceGone`]). Answered then, or at once when not `wait`
+    /// (`SANLK_REM_ASYNC`).
+    RemLockspace {
+        ls: Name,
+        id: Option<u32>,
+        unused_only: bool,
+        wait: bool,
+    },
     /// ACQUIRE of one or more leases, in order; all or none. `owner_name`: the options'
     /// name, which every ACQUIRE gives the client anew (empty included), as sanlock's. A
     /// lease being released here is waited for, up to [`release_wait_s`] (then -EAGAIN).
@@ -273,6 +312,9 @@ pub struct CoreReply {
     pub kind: ReqKind,
     pub rv: i32,
     pub leases: Vec<HeldLease>,
+    /// Why a request was refused, for the shell's log (`None` for most codes, whose
+    /// meaning is the code's).
+    pub why: Option<&'static str>,
 }
 
 /// A paxos-lease operation for the shell to run on disk (with lease-core), answered by
@@ -389,6 +431,31 @@ pub enum Input<S, H> {
     /// ([`Tables::killpath_ended`](crate::Tables::killpath_ended), the transition the
     /// daemon's helper status thread runs).
     KillpathEnded { pid: i32, status: String },
+    /// The join of lockspace `id`, listed by the shell, ended: our delta lease with its
+    /// generation and the time of its acquire (monotime s), or sanlock's code. A join
+    /// that ends while the lockspace is being removed (REM_LOCKSPACE or a forced
+    /// shutdown came during it) is answered -1, as sanlock's `add_lockspace_wait` undoes
+    /// such an add; the shell then releases the lease it just took.
+    JoinEnded {
+        id: u32,
+        result: Result<JoinedLease, i32>,
+    },
+    /// SET_CONFIG on lockspace `id`, listed by the shell: whether orphans of it are kept
+    /// (`used_by_orphans`: REM_LOCKSPACE refused, a lost lockspace's orphans kept) and
+    /// whether it is in use outside (`external_used`, reported only).
+    SetConfig {
+        id: u32,
+        used_by_orphans: Option<bool>,
+        external_used: Option<bool>,
+    },
+    /// The thread of lockspace `id`, listed by the shell, has ended (its join failed,
+    /// or it stopped and released or left its delta lease): the lockspace is gone, and
+    /// the REM_LOCKSPACE waiting for it is answered.
+    LockspaceEnded { id: u32 },
+    /// A forced shutdown: every lockspace not being removed yet is removed as by
+    /// REM_LOCKSPACE (its holders' notice, then SIGKILL from the next tick on), with
+    /// nobody to answer.
+    Shutdown,
 }
 
 /// What the shell is to do, in the order given.
@@ -442,8 +509,16 @@ pub enum Effect<H> {
     /// The shell stops renewing it and leaves its delta lease on disk to expire (sanlock
     /// frees a failed lockspace so); it marks the lockspace gone when its thread ends.
     RetireLockspace { ls: Name, id: u32 },
+    /// Lockspace `id`, listed by the shell, is being removed (REM_LOCKSPACE, a forced
+    /// shutdown; phase `Removing`): the shell stops its join or its renewals; its thread
+    /// releases the delta lease once no lease of it is left in the table and reports
+    /// [`Input::LockspaceEnded`].
+    StopLockspace { ls: Name, id: u32 },
     /// Close connection `ci`.
     Close { ci: u32 },
+    /// What the daemon is doing changed since the last tick that gave one (the first
+    /// tick always gives one): the shell's sd_notify `STATUS=` line.
+    Status(StatusSummary),
 }
 
 impl<S, H: LeaseHold> Core<S, H> {
@@ -459,6 +534,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             ops: HashMap::new(),
             next_op: 1,
             next_space_id: 1,
+            last_status: None,
             #[cfg(feature = "sim")]
             bug: None,
         }
@@ -605,6 +681,19 @@ impl<S, H: LeaseHold> Core<S, H> {
             Input::ReleaseOrphans { ls, name } => {
                 self.release_orphans(&ls, &name, &mut fx);
             }
+            Input::JoinEnded { id, result } => self.join_ended(now_s, id, result),
+            Input::SetConfig {
+                id,
+                used_by_orphans,
+                external_used,
+            } => {
+                if let Some(st) = self.space_st_mut(id).filter(|st| !st.gone) {
+                    st.used_by_orphans = used_by_orphans.unwrap_or(st.used_by_orphans);
+                    st.external_used = external_used.unwrap_or(st.external_used);
+                }
+            }
+            Input::LockspaceEnded { id } => self.lockspace_ended(id, &mut fx),
+            Input::Shutdown => self.remove_all(&mut fx),
         }
         if !self.any_planted() {
             if let Err(broken) = self.check_cheap() {
@@ -648,13 +737,37 @@ impl<S, H: LeaseHold> Core<S, H> {
     /// or being removed, in order (every [`Effect::LossNotice`] before the first
     /// [`Effect::Kill`]); then the lockspaces that can go (lost or removed, with no lease
     /// left in the table; not the shell's), and the ACQUIREs that waited for a release
-    /// too long.
+    /// too long; last, the status summary when it changed ([`Effect::Status`]).
     fn tick(&mut self, now_s: u64, effects: &mut Vec<Effect<H>>) {
         let bug = self.active_bug();
         let mut fx = self.expiry_pass_of_live(now_s, bug);
         effects.append(&mut fx);
         self.finish_removals(effects);
         self.end_overdue_release_waits(now_s, effects);
+        let status = self.status_summary();
+        if self.last_status != Some(status) {
+            self.last_status = Some(status);
+            effects.push(Effect::Status(status));
+        }
+    }
+
+    /// What the daemon is doing now ([`StatusSummary`]).
+    pub fn status_summary(&self) -> StatusSummary {
+        StatusSummary {
+            lockspaces: self
+                .spaces
+                .iter()
+                .filter(|s| !s.st.gone && s.st.phase == Phase::Joined)
+                .count(),
+            leases: self.tables.resources.len(),
+            clients: self
+                .tables
+                .clients
+                .slots
+                .values()
+                .filter(|c| c.registered)
+                .count(),
+        }
     }
 
     /// [`Input::Examined`]: [`crate::kill::examined_lease`], and the planted bugs of the
@@ -941,6 +1054,8 @@ mod tests {
                 .expect("recorded");
         }
         c.check().expect("a consistent start");
+        // The status as it is now went out already: a tick's `Status` says a change.
+        c.last_status = Some(c.status_summary());
         c
     }
 
@@ -1091,7 +1206,11 @@ mod tests {
         assert_eq!(b.spaces[0].st.corrupt_result, -5);
         let mut c = core(&["a"], 100, &[]);
         c.spaces[0].st.gone = true;
-        assert!(c.step(100 + fail + 1, Input::Tick).is_empty());
+        assert_eq!(
+            c.step(100 + fail + 1, Input::Tick),
+            vec![Effect::Status(StatusSummary::default())],
+            "no lockspace joined any more, and nothing else"
+        );
         assert!(
             c.space_st(1).is_some_and(|st| !st.space_dead),
             "a gone one is not checked"
@@ -1262,6 +1381,35 @@ mod tests {
             }]
         ));
         assert_eq!(c.step(102, input(2)), Vec::new());
+    }
+
+    /// sd_notify's STATUS= line: the first tick gives the summary, a tick gives it again
+    /// only when it changed (a client registered, a lease taken, a lockspace joined).
+    #[test]
+    fn a_tick_gives_the_status_summary_when_it_changed() {
+        let mut c = core(&["a"], 100, &[(11, "a", "r")]);
+        c.last_status = None;
+        let one = StatusSummary {
+            lockspaces: 1,
+            leases: 1,
+            clients: 1,
+        };
+        assert_eq!(c.step(101, Input::Tick), vec![Effect::Status(one)]);
+        assert_eq!(c.step(102, Input::Tick), Vec::new(), "unchanged");
+        c.add_space(2, name("b"), IO_S);
+        assert_eq!(
+            c.step(103, Input::Tick),
+            Vec::new(),
+            "b is still being added"
+        );
+        c.space_st_mut(2).expect("listed").phase = Phase::Joined;
+        c.space_st_mut(2).expect("listed").renewal_ok(103, rec(103));
+        let two = StatusSummary {
+            lockspaces: 2,
+            ..one
+        };
+        assert_eq!(c.step(104, Input::Tick), vec![Effect::Status(two)]);
+        assert_eq!(c.status_summary(), two);
     }
 
     #[test]

@@ -272,7 +272,7 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
         Request::SetEvent(ls, he) => space_code(h, lockspace::set_event(d, &ls, &he, h.cmd_flags)),
         Request::AddLockspace(ls) => space_code(h, lockspace::add(d, &ls, h.data, h.cmd_flags)),
         Request::InqLockspace(ls) => space_code(h, lockspace::inq(d, &ls, h.cmd_flags)),
-        Request::RemLockspace(ls) => space_code(h, lockspace::rem(d, &ls, h.cmd_flags)),
+        Request::RemLockspace(ls) => space_code(h, lockspace::rem(d, conn.ci, &ls, h.cmd_flags)),
         Request::Align(disk) => admin::align(&disk).unwrap_or_else(|e| e.refused(h.cmd)),
         Request::WriteLockspace(ls) => admin_code(h, admin::write_lockspace(d, &ls, h.data2)),
         Request::ReadLockspace(mut ls) => {

@@ -36,8 +36,9 @@ use lockd_core::{Effect, Input};
 /// The monitor's once-a-second pass over the lost-lease path: the core decides
 /// ([`lost_lease_step`]), the daemon carries out the effects in the core's order
 /// ([`run_effect`]: loss notices through the watch machinery, kill orders through the
-/// helper, and the retirement of a failed lockspace no lease holds any more, which the
-/// core decides once its holders and orphans are gone).
+/// helper, the retirement of a failed lockspace no lease holds any more, which the
+/// core decides once its holders and orphans are gone, and sd_notify's STATUS= line when
+/// the core's summary changed).
 pub fn monitor_pass(d: &Arc<Daemon>) {
     let spaces: Vec<Arc<Space>> = lock(&d.spaces).clone();
     for effect in lost_lease_step(d, crate::clock::now_s()) {
@@ -92,6 +93,12 @@ fn run_effect(d: &Arc<Daemon>, spaces: &[Arc<Space>], effect: Effect<Held>) {
         }
         Effect::Kill { ls, order } => run_kill_order(d, &ls, order, KillCause::Escalation),
         Effect::RetireLockspace { ls, id } => d.retire_space(&ls, id),
+        // sd_notify's STATUS= line (not over the "stopping" line at shutdown).
+        Effect::Status(status) if !d.is_shutting_down() => {
+            let summary = crate::notify::Summary::of(status, d.cfg.use_watchdog);
+            d.notifier.status_if_changed(&summary);
+        }
+        Effect::Status(_) => {}
         other => error!(effect = ?other, "the monitor's step gave an effect it does not give"),
     }
 }
@@ -206,9 +213,6 @@ pub fn monitor_loop(d: &Arc<Daemon>) {
         if last_check.is_none_or(|t| t.elapsed() + tick / 2 >= CHECK_EVERY) {
             last_check = Some(Instant::now());
             monitor_pass(d);
-            if !d.is_shutting_down() {
-                d.notifier.status_if_changed(&d.summary());
-            }
         }
         std::thread::sleep(tick);
     }
@@ -332,8 +336,13 @@ mod tests {
         let spaces = vec![space.clone()];
         let fail_s = timeouts::id_renewal_fail_seconds(1);
 
-        // A young lease: no effect at all.
-        assert!(lost_lease_step(&d, 101).is_empty());
+        // A young lease: no effect but the first status line.
+        let first = lost_lease_step(&d, 101);
+        assert!(
+            matches!(first.as_slice(), [Effect::Status(s)] if s.leases == 1),
+            "{first:?}"
+        );
+        assert!(lost_lease_step(&d, 101).is_empty(), "no change, no status");
 
         // At id_renewal_fail the lease is lost: the step gives the notice, the log and
         // the SIGTERM (grace time) in that order; when the daemon reaches the kill, the

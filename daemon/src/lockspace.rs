@@ -9,7 +9,11 @@
 //! Removal has two steps, as sanlock's: first the holders are stopped while the lease is
 //! still held and renewed (INQ_LOCKSPACE: joined; at least [`REMOVAL_CHECK_MS`]), then
 //! the renewal thread stops and releases the lease (INQ_LOCKSPACE: in progress, WAIT
-//! waits until it is gone).
+//! waits until it is gone). The core decides the removal (REM_LOCKSPACE's refusals, the
+//! orphans' release, the holders' notice before any kill, `kill_now`; a forced shutdown
+//! likewise) and answers REM_LOCKSPACE when the thread reports its end
+//! (`Input::LockspaceEnded`, [`mark_gone`]); this module matches the lockspace by its
+//! disk and runs the thread.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,6 +31,7 @@ use crate::state::Daemon;
 use crate::sync::lock;
 use crate::watchdog::LockspaceWatchdog;
 use lease_core::exec::block_on;
+use lockd_core::{CoreRequest, Input, JoinedLease};
 use lockd_diskio::{BlockingDisk, EngineKind, SystemClock};
 
 use crate::space::{
@@ -89,7 +94,7 @@ pub fn add(
     });
     if let Err(e) = spawned {
         error!(error = %e, "cannot start lockspace thread");
-        finish_add(&space, -libc::ENOMEM);
+        finish_add(d, &space, Err(-libc::ENOMEM));
         mark_gone(d, &space);
         return Err(SpaceError::NoResources(
             "cannot start the lockspace's thread",
@@ -161,66 +166,47 @@ pub fn space_in_use(d: &Daemon, name: &Name) -> bool {
     lock(&d.core).space_in_use(name)
 }
 
-/// REM_LOCKSPACE.
-pub fn rem(d: &Arc<Daemon>, ls: &wire::Lockspace, flags: u32) -> Result<(), SpaceError> {
+/// REM_LOCKSPACE from connection `ci`. The shell matches the lockspace by its disk
+/// (sanlock's rules, [`find_matching`]); the core decides the rest
+/// (`CoreRequest::RemLockspace`): the refusals, the orphans' release, the holders'
+/// LockspaceRemoved notice before any kill, and the stop of the lockspace's thread
+/// (`Effect::StopLockspace`). Without `SANLK_REM_ASYNC` this worker waits for the
+/// answer, which the core gives when the thread has ended (`Input::LockspaceEnded`,
+/// [`mark_gone`]).
+pub fn rem(d: &Arc<Daemon>, ci: u32, ls: &wire::Lockspace, flags: u32) -> Result<(), SpaceError> {
     let Some(space) = find_matching(d, ls) else {
         return Err(SpaceError::NotFound);
     };
-    if flags & SANLK_REM_UNUSED != 0 && space_in_use(d, &ls.name) {
-        return Err(SpaceError::Busy("leases are held in it (REM_UNUSED)"));
+    let req = CoreRequest::RemLockspace {
+        ls: ls.name,
+        id: Some(space.space_id),
+        unused_only: flags & SANLK_REM_UNUSED != 0,
+        wait: flags & SANLK_REM_ASYNC == 0,
+    };
+    let run = crate::paxos::run_request(d, ci, req);
+    let mut replies = run.replies.into_iter();
+    let (Some((to, reply)), None) = (replies.next(), replies.next()) else {
+        panic!("the core gave REM_LOCKSPACE not exactly one answer");
+    };
+    assert_eq!(
+        to, ci,
+        "the core answered another connection's REM_LOCKSPACE"
+    );
+    match -reply.rv {
+        0 => Ok(()),
+        libc::ENOENT => Err(SpaceError::NotFound),
+        libc::EINPROGRESS => Err(SpaceError::InProgress),
+        libc::EBUSY => Err(SpaceError::Busy(reply.why.unwrap_or("in use"))),
+        _ => Err(SpaceError::Failed(reply.rv)),
     }
-    let has_orphans = lock(&d.core)
-        .resources
-        .values()
-        .any(|r| r.orphan && r.ls.same_as(&ls.name));
-    if has_orphans {
-        if space.st(|st| st.used_by_orphans) {
-            return Err(SpaceError::Busy(
-                "its orphan leases are in use (SET_CONFIG)",
-            ));
-        }
-        // Orphans have no process to kill: release them now so removal can finish.
-        // Failures are logged where they happen (`paxos::run_core_effects`).
-        let _ = crate::paxos::release_orphans(d, &ls.name, &Name::EMPTY);
-    }
-    if space.snapshot_phase() == Phase::Removing {
-        return Err(SpaceError::InProgress);
-    }
-    // Watchers hear of the removal before kill_now lets the monitor kill the holders.
-    crate::watch::notify_loss(d, &space, client_lib::ext::WatchKind::LockspaceRemoved);
-    let begun = space.st_mut(|st| {
-        if st.phase == Phase::Removing {
-            return false;
-        }
-        st.phase = Phase::Removing;
-        st.kill_now = true;
-        true
-    });
-    if begun != Some(true) {
-        return Err(SpaceError::InProgress);
-    }
-    space.stop.store(true, Ordering::SeqCst);
-    space.cond.notify_all();
-    info!(ls = %ls.name, "removing lockspace");
-    if flags & SANLK_REM_ASYNC != 0 {
-        return Ok(());
-    }
-    wait_gone(&space);
-    Ok(())
 }
 
-/// Stops every lockspace (forced shutdown).
+/// Stops every lockspace (forced shutdown): the core removes each one not being removed
+/// yet (`Input::Shutdown`: the holders' notice, SIGKILL from the next tick on), and its
+/// thread stops.
 pub fn stop_all(d: &Arc<Daemon>) {
-    let spaces: Vec<_> = lock(&d.spaces).clone();
-    for s in spaces {
-        crate::watch::notify_loss(d, &s, client_lib::ext::WatchKind::LockspaceRemoved);
-        s.st_mut(|st| {
-            st.phase = Phase::Removing;
-            st.kill_now = true;
-        });
-        s.stop.store(true, Ordering::SeqCst);
-        s.cond.notify_all();
-    }
+    let run = crate::paxos::step_and_run(d, Input::Shutdown, &[]);
+    assert!(run.replies.is_empty(), "a forced shutdown answers nobody");
 }
 
 /// A joined, live lockspace for resource operations ([`SpaceError::NotJoined`] otherwise:
@@ -279,12 +265,14 @@ pub fn set_config(d: &Daemon, name: &Name, data: u32) -> Result<(), SpaceError> 
         0x8 => (true, false),
         _ => return Err(SpaceError::Invalid("unknown SET_CONFIG value")),
     };
-    space
-        .st_mut(|st| match field_is_orphans {
-            false => st.external_used = value,
-            true => st.used_by_orphans = value,
-        })
-        .ok_or(SpaceError::NotFound)
+    let input = Input::SetConfig {
+        id: space.space_id,
+        used_by_orphans: field_is_orphans.then_some(value),
+        external_used: (!field_is_orphans).then_some(value),
+    };
+    let fx = lock(&d.core).step(crate::clock::now_s(), input);
+    assert!(fx.is_empty(), "SET_CONFIG gave effects: {fx:?}");
+    Ok(())
 }
 
 /// GET_HOSTS: `host_id` 0 = every host whose record has a timestamp.
@@ -366,32 +354,44 @@ pub fn set_host(
     }
 }
 
-fn finish_add(space: &Space, rv: i32) {
-    space.st_mut(|st| {
-        st.add_result = Some(rv);
-        st.acquire_last_result = rv;
-        if rv == 0 {
-            st.phase = Phase::Joined;
-            st.acquire_last_success = crate::clock::now_s();
-        }
-    });
+/// The join's end into the core (`Input::JoinEnded`), which answers the add (0; -1 when
+/// a removal came during the join; the join's code) and moves a joined lockspace to
+/// `Joined`; wakes the ADD_LOCKSPACE and INQ_LOCKSPACE waiters. Returns the answer.
+fn finish_add(d: &Daemon, space: &Space, result: Result<JoinedLease, i32>) -> i32 {
+    let rv = {
+        let mut core = lock(&d.core);
+        let input = Input::JoinEnded {
+            id: space.space_id,
+            result,
+        };
+        let fx = core.step(crate::clock::now_s(), input);
+        assert!(fx.is_empty(), "a join's end gave effects: {fx:?}");
+        core.space_st(space.space_id)
+            .and_then(|st| st.add_result)
+            .unwrap_or(-libc::ENOENT)
+    };
     space.cond.notify_all();
+    rv
 }
 
 /// The lockspace leaves `spaces` and is marked gone in the core, together (under both
 /// locks, in the daemon's order).
 fn mark_gone(d: &Daemon, space: &Arc<Space>) {
-    {
+    let fx = {
         let mut core = lock(&d.core);
         lock(&d.spaces).retain(|s| !Arc::ptr_eq(s, space));
-        if let Some(st) = core.space_st_mut(space.space_id) {
-            st.gone = true;
-            if st.add_result.is_none() {
-                st.add_result = Some(-libc::ENOENT);
-            }
-        }
-    }
+        core.step(
+            crate::clock::now_s(),
+            Input::LockspaceEnded { id: space.space_id },
+        )
+    };
     space.cond.notify_all();
+    // The REM_LOCKSPACE answered here waits on its worker, through its mailbox.
+    let here = crate::paxos::route(d, None, fx);
+    assert!(
+        here.is_empty(),
+        "a lockspace's end gave effects for no command: {here:?}"
+    );
 }
 
 /// What a successful join hands to the renewal loop.
@@ -620,7 +620,7 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
                 }
                 _ => warn!(error = %e, rv, "add_lockspace failed"),
             }
-            finish_add(space, rv);
+            finish_add(d, space, Err(rv));
             mark_gone(d, space);
             return;
         }
@@ -637,19 +637,15 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
         })
         .is_ok();
     assert!(first, "lockspace {}: joined twice", space.name.to_text());
-    space.st_mut(|st| {
-        st.host_generation = state.generation();
-        st.last_success_s = state.last_success_ms / 1000;
-        st.last_renewal_ok = true;
-        st.renewal_last_success = st.last_success_s;
-    });
-    if space.stop.load(Ordering::SeqCst) {
-        // Removed just as the join completed: sanlock's add_lockspace_wait undoes the
-        // add and answers -1 in this window; the delta lease is released below.
-        finish_add(space, -1);
-    } else {
+    let lease = JoinedLease {
+        generation: state.generation(),
+        last_success_s: state.last_success_ms / 1000,
+    };
+    // Removed just as the join completed: the core answers -1 (sanlock's
+    // add_lockspace_wait undoes the add in this window); the delta lease is released
+    // below.
+    if finish_add(d, space, Ok(lease)) == 0 {
         info!(generation = state.generation(), path = ?state.path, "lockspace joined");
-        finish_add(space, 0);
         d.notifier.status(&format!(
             "joined lockspace {} (watchdog {})",
             space.name,

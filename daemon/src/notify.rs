@@ -2,8 +2,9 @@
 //!
 //! * `READY=1` once `sanlock.sock` is listening ([`Notifier::ready`]);
 //! * `STATUS=` lines saying what the daemon is doing ("2 lockspaces, 3 leases, 1 client;
-//!   watchdog on"), sent again by the monitor loop whenever that text changes
-//!   ([`Notifier::status_if_changed`]), plus one-off lines such as "joined lockspace X";
+//!   watchdog on"), sent again whenever the core's tick says it changed
+//!   (`Effect::Status`, carried out by the monitor with [`Notifier::status_if_changed`]),
+//!   plus one-off lines such as "joined lockspace X";
 //! * `WATCHDOG=1` keep-alives from the monitor loop every half of `WATCHDOG_USEC` when the
 //!   service manager asked for them (`WatchdogSec=`, see [`Notifier::watchdog_interval`]);
 //! * `STOPPING=1` at shutdown.
@@ -22,6 +23,18 @@ pub struct Summary {
     pub leases: usize,
     pub clients: usize,
     pub watchdog: bool,
+}
+
+impl Summary {
+    /// The core's summary ([`lockd_core::StatusSummary`]) with the watchdog setting.
+    pub fn of(status: lockd_core::StatusSummary, watchdog: bool) -> Summary {
+        Summary {
+            lockspaces: status.lockspaces,
+            leases: status.leases,
+            clients: status.clients,
+            watchdog,
+        }
+    }
 }
 
 fn plural(n: usize, one: &str) -> String {

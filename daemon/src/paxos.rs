@@ -18,6 +18,7 @@ use tracing::{info, info_span, warn};
 use crate::access::{self, Need};
 use crate::cmd_error::LeaseCmdError;
 use crate::confirm::SpaceObserver;
+use crate::mailbox::MailboxId;
 use crate::space::{Space, SpaceError};
 use crate::state::Daemon;
 use crate::sync::lock;
@@ -368,49 +369,77 @@ pub(crate) fn step_and_run(
 /// mailbox is empty and closed; the core ended the command (`finish_command`, a client
 /// that died meanwhile released).
 pub(crate) fn run_command(d: &Arc<Daemon>, target: u32, req: CoreRequest) -> CoreRun {
-    d.mailboxes.open(target);
-    let fx = lock(&d.core).step(crate::clock::now_s(), Input::Command { target, req });
+    let mbox = MailboxId::Command(target);
+    run_to_answer(d, mbox, Input::Command { target, req })
+}
+
+/// Runs request `req` of connection `ci` (a lockspace command the core decides:
+/// REM_LOCKSPACE) through the core to its answer, on this worker, as [`run_command`]:
+/// the answer may come from another thread's step (the lockspace's thread ended,
+/// `Input::LockspaceEnded`), through the mailbox.
+pub(crate) fn run_request(d: &Arc<Daemon>, ci: u32, req: CoreRequest) -> CoreRun {
+    assert!(
+        matches!(req, CoreRequest::RemLockspace { .. }),
+        "only REM_LOCKSPACE runs as a connection's request: {req:?}"
+    );
+    run_to_answer(d, MailboxId::Lockspace(ci), Input::Request { ci, req })
+}
+
+/// Steps `input` with mailbox `mbox` open, carries out the effects, and takes what
+/// other threads post to the mailbox until the core has answered; closes the mailbox
+/// once it is empty.
+fn run_to_answer(d: &Arc<Daemon>, mbox: MailboxId, input: Input<UnixStream, Held>) -> CoreRun {
+    let waits_for = match &input {
+        Input::Request {
+            req: CoreRequest::RemLockspace { .. },
+            ..
+        } => "the lockspace's holders to go and its thread to end",
+        // Only an ACQUIRE waits among the lease commands: for a release of one of its
+        // leases here, which another worker runs, or for the tick that ends the wait.
+        _ => "a release of a lease here to end",
+    };
+    d.mailboxes.open(mbox);
+    let fx = lock(&d.core).step(crate::clock::now_s(), input);
     let mut run = CoreRun::default();
-    run_core_effects(d, Some(target), fx, &mut run);
+    run_core_effects(d, Some(mbox), fx, &mut run);
     if run.replies.is_empty() {
-        // Only an ACQUIRE waits: for a release of one of its leases here, which another
-        // worker runs, or for the tick that ends the wait.
-        info!(
-            client = target,
-            "waiting for a release of a lease here to end"
-        );
+        info!(mailbox = ?mbox, "waiting for {waits_for}");
     }
     while run.replies.is_empty() {
-        let fx = d.mailboxes.take(target);
-        run_core_effects(d, Some(target), fx, &mut run);
+        let fx = d.mailboxes.take(mbox);
+        run_core_effects(d, Some(mbox), fx, &mut run);
     }
-    while let Err(fx) = d.mailboxes.close(target) {
-        run_core_effects(d, Some(target), fx, &mut run);
+    while let Err(fx) = d.mailboxes.close(mbox) {
+        run_core_effects(d, Some(mbox), fx, &mut run);
     }
     run
 }
 
-/// The client an effect belongs to: a reply's, or a disk operation's
+/// The mailbox an effect belongs to: a REM_LOCKSPACE reply's connection's lockspace
+/// command; another reply's client's lease command, or a disk operation's
 /// (`Effect::Disk::client`).
-fn owner(effect: &Effect<Held>) -> Option<u32> {
+fn owner(effect: &Effect<Held>) -> Option<MailboxId> {
     match effect {
-        Effect::Reply { ci, .. } => Some(*ci),
-        Effect::Disk { client, .. } => *client,
+        Effect::Reply { ci, reply } if reply.kind == ReqKind::RemLockspace => {
+            Some(MailboxId::Lockspace(*ci))
+        }
+        Effect::Reply { ci, .. } => Some(MailboxId::Command(*ci)),
+        Effect::Disk { client, .. } => client.map(MailboxId::Command),
         _ => None,
     }
 }
 
-/// Sends one step's effects where they run: those of a client other than `me` (the
-/// client whose command this thread runs, if any) whose command is in progress go to
-/// its mailbox, in order; the rest are returned, in order, to run here. A reply or a
-/// disk acquire for a client with no mailbox open would reach no worker: a broken
-/// invariant, which stops the daemon.
-pub(crate) fn route(d: &Daemon, me: Option<u32>, fx: Vec<Effect<Held>>) -> Vec<Effect<Held>> {
+/// Sends one step's effects where they run: those of a command other than `me` (the
+/// command this thread runs, if any) that is in progress go to its mailbox, in order;
+/// the rest are returned, in order, to run here. A reply or a disk acquire for a
+/// command with no mailbox open would reach no worker: a broken invariant, which stops
+/// the daemon.
+pub(crate) fn route(d: &Daemon, me: Option<MailboxId>, fx: Vec<Effect<Held>>) -> Vec<Effect<Held>> {
     let here = d.mailboxes.deliver(me, fx, owner);
     for effect in &here {
-        let theirs = owner(effect).filter(|ci| Some(*ci) != me);
+        let theirs = owner(effect).filter(|id| Some(*id) != me);
         if let (
-            Some(ci),
+            Some(id),
             Effect::Reply { .. }
             | Effect::Disk {
                 what: DiskOp::Acquire { .. },
@@ -419,8 +448,8 @@ pub(crate) fn route(d: &Daemon, me: Option<u32>, fx: Vec<Effect<Held>>) -> Vec<E
         ) = (theirs, effect)
         {
             panic!(
-                "the core gave client {ci}'s command an effect, but no worker runs that \
-                 command: {effect:?}"
+                "the core gave an effect to {id:?}, but no worker runs that command: \
+                 {effect:?}"
             );
         }
     }
@@ -444,7 +473,12 @@ pub(crate) fn route(d: &Daemon, me: Option<u32>, fx: Vec<Effect<Held>>) -> Vec<E
 /// leader until the release is on disk, as before. A convert that failed half-way hands
 /// back the state it left (`failed_state`), so the release that follows writes our
 /// newest dblock, not an older one over the ballot's.
-fn run_core_effects(d: &Arc<Daemon>, me: Option<u32>, fx: Vec<Effect<Held>>, run: &mut CoreRun) {
+fn run_core_effects(
+    d: &Arc<Daemon>,
+    me: Option<MailboxId>,
+    fx: Vec<Effect<Held>>,
+    run: &mut CoreRun,
+) {
     let mut queue: VecDeque<Effect<Held>> = route(d, me, fx).into();
     while let Some(effect) = queue.pop_front() {
         let (op, what) = match effect {
@@ -456,6 +490,18 @@ fn run_core_effects(d: &Arc<Daemon>, me: Option<u32>, fx: Vec<Effect<Held>>, run
             // A release's end can leave a lost lockspace with no lease.
             Effect::RetireLockspace { ls, id } => {
                 d.retire_space(&ls, id);
+                continue;
+            }
+            // A removal (REM_LOCKSPACE, a forced shutdown): the holders' watchers hear
+            // of it before the next tick's kill orders.
+            Effect::LossNotice { ls, kind, pids } => {
+                if let Some(space) = d.find_space(&ls) {
+                    crate::watch::notify_loss_to(d, &space, kind, &pids);
+                }
+                continue;
+            }
+            Effect::StopLockspace { ls, id } => {
+                d.stop_space(&ls, id);
                 continue;
             }
             other => panic!("the core gave an effect the shell does not run here: {other:?}"),
@@ -562,7 +608,7 @@ fn run_disk_op(
 /// operations of commands in progress go to their workers' mailboxes ([`route`]), and
 /// the disk operations of no command in progress (a dead holder's release) run on a
 /// thread of their own, so that no disk I/O holds up the monitor. Returns the rest
-/// (notices, logs, kill orders), in order, for the monitor.
+/// (notices, logs, kill orders, the status line), in order, for the monitor.
 pub(crate) fn hand_off_from_monitor(d: &Arc<Daemon>, fx: Vec<Effect<Held>>) -> Vec<Effect<Held>> {
     let (disk, rest): (Vec<_>, Vec<_>) = route(d, None, fx)
         .into_iter()
@@ -608,6 +654,7 @@ mod route_tests {
                 kind: ReqKind::Acquire,
                 rv: 0,
                 leases: Vec::new(),
+                why: None,
             },
         }
     }
@@ -665,7 +712,7 @@ mod route_tests {
     #[test]
     fn another_commands_effects_go_to_its_mailbox_in_order_the_rest_run_here() {
         let d = Daemon::for_tests("route-unit");
-        d.mailboxes.open(2);
+        d.mailboxes.open(MailboxId::Command(2));
         let fx = vec![
             reply(1),
             acquire(10, 2),
@@ -676,15 +723,15 @@ mod route_tests {
         ];
         // On client 1's worker: its reply, and the releases of a client with no command
         // in progress and of an orphan, run here, in order.
-        let here = route(&d, Some(1), fx);
+        let here = route(&d, Some(MailboxId::Command(1)), fx);
         assert!(matches!(here.first(), Some(Effect::Reply { ci: 1, .. })));
         assert_eq!(ops(&here), vec![11, 12]);
         assert_eq!(here.len(), 3);
         // Client 2's acquire, release and answer wait in its mailbox, in the core's order.
-        let theirs = d.mailboxes.take(2);
+        let theirs = d.mailboxes.take(MailboxId::Command(2));
         assert_eq!(ops(&theirs), vec![10, 13]);
         assert!(matches!(theirs.last(), Some(Effect::Reply { ci: 2, .. })));
-        d.mailboxes.close(2).expect("empty");
+        d.mailboxes.close(MailboxId::Command(2)).expect("empty");
     }
 
     #[test]
@@ -698,6 +745,6 @@ mod route_tests {
     #[should_panic(expected = "no worker runs that command")]
     fn a_disk_acquire_for_a_command_no_worker_runs_stops_the_daemon() {
         let d = Daemon::for_tests("route-unit-orphan-acquire");
-        route(&d, Some(1), vec![acquire(20, 4)]);
+        route(&d, Some(MailboxId::Command(1)), vec![acquire(20, 4)]);
     }
 }

@@ -189,39 +189,43 @@ impl Daemon {
     /// the delta lease on disk to expire, and unlists it (`lockspace::mark_gone`). No I/O
     /// and no lock but `spaces`: any thread that ran the core's step carries it out.
     pub fn retire_space(&self, ls: &Name, id: u32) {
+        if self.stop_space_thread(id) {
+            tracing::warn!(%ls, "failed lockspace removed: no lease holders left");
+        }
+    }
+
+    /// The core's `Effect::StopLockspace`: lockspace `id` is being removed (REM_LOCKSPACE,
+    /// a forced shutdown); its thread stops the join or the renewals, and once no lease
+    /// of it is left releases the delta lease and unlists it. No I/O and no lock but
+    /// `spaces`.
+    pub fn stop_space(&self, ls: &Name, id: u32) {
+        if self.stop_space_thread(id) {
+            tracing::info!(%ls, "removing lockspace");
+        }
+    }
+
+    /// Sets lockspace `id`'s stop flag and wakes its thread; false when it is not listed
+    /// (any more).
+    fn stop_space_thread(&self, id: u32) -> bool {
         let space = lock(&self.spaces)
             .iter()
             .find(|s| s.space_id == id)
             .cloned();
-        if let Some(s) = space {
-            tracing::warn!(%ls, "failed lockspace removed: no lease holders left");
-            s.stop.store(true, Ordering::SeqCst);
-            s.cond.notify_all();
-        }
+        let Some(s) = space else {
+            return false;
+        };
+        s.stop.store(true, Ordering::SeqCst);
+        s.cond.notify_all();
+        true
     }
 
-    /// What the daemon is doing, for sd_notify STATUS=: joined lockspaces, leases held
-    /// (orphans included) and registered clients.
+    /// What the daemon is doing, for sd_notify STATUS= (READY=1's first line): the
+    /// core's summary (`Core::status_summary`: joined lockspaces, leases held, orphans
+    /// included, registered clients) and the watchdog setting. Later lines come from
+    /// the monitor's tick (`Effect::Status`).
     pub fn summary(&self) -> crate::notify::Summary {
-        let spaces: Vec<_> = lock(&self.spaces).clone();
-        let lockspaces = spaces
-            .iter()
-            .filter(|s| s.snapshot_phase() == crate::space::Phase::Joined)
-            .count();
-        let tables = lock(&self.core);
-        let leases = tables.resources.len();
-        let clients = tables
-            .clients
-            .slots
-            .values()
-            .filter(|c| c.registered)
-            .count();
-        crate::notify::Summary {
-            lockspaces,
-            leases,
-            clients,
-            watchdog: self.cfg.use_watchdog,
-        }
+        let status = lock(&self.core).status_summary();
+        crate::notify::Summary::of(status, self.cfg.use_watchdog)
     }
 
     pub fn is_shutting_down(&self) -> bool {

@@ -133,6 +133,14 @@ impl CoreGuard<'_> {
         }
     }
 
+    /// [`lockd_core::Core::status_summary`].
+    pub fn status_summary(&self) -> lockd_core::StatusSummary {
+        match &self.0 {
+            Some(g) => g.status_summary(),
+            None => unreachable!("a CoreGuard is emptied only as it is consumed"),
+        }
+    }
+
     /// [`lockd_core::Core::space_st_mut`].
     pub fn space_st_mut(&mut self, space_id: u32) -> Option<&mut lockd_core::space_state::SpaceSt> {
         self.core().space_st_mut(space_id)
@@ -250,6 +258,8 @@ mod tests {
             (errno::EALREADY, libc::EALREADY),
             (errno::EUCLEAN, libc::EUCLEAN),
             (errno::ENOSPC, libc::ENOSPC),
+            (errno::EINPROGRESS, libc::EINPROGRESS),
+            (errno::ECANCELED, libc::ECANCELED),
             (lockd_core::kill::SIGKILL, libc::SIGKILL),
             (lockd_core::kill::SIGTERM, libc::SIGTERM),
         ] {

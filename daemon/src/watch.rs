@@ -7,8 +7,9 @@
 //! Invariants:
 //! * a loss notice is written *before* the action it announces: the monitor runs the
 //!   core's `LossNotice` effects ([`notify_loss_to`]) before the same step's kill orders
-//!   (`crate::kill`); [`notify_loss`] is called before REM_LOCKSPACE/forced shutdown set
-//!   `kill_now`; a request's notice ([`notify_requested_to`], the core's `RequestNotice`
+//!   (`crate::kill`); REM_LOCKSPACE's and a forced shutdown's LockspaceRemoved notice is
+//!   an effect of the step that sets `kill_now`, run before the next tick can kill
+//!   (`crate::paxos`); a request's notice ([`notify_requested_to`], the core's `RequestNotice`
 //!   effect) before the kill orders of the same examine step;
 //! * writing never blocks a decision for long: every watch stream has a short write
 //!   timeout, and a watcher whose write fails is dropped;
@@ -135,11 +136,6 @@ fn send_to(d: &Daemon, pids: &[i32], make: impl Fn(i32) -> WatchEvent) -> usize 
     delivered
 }
 
-/// Pids of live clients holding a lease in lockspace `ls` (and named `res`, if given).
-fn holder_pids(d: &Daemon, ls: &Name, res: Option<&Name>) -> Vec<i32> {
-    lock(&d.core).holder_pids(ls, res)
-}
-
 /// Deadlines of a lockspace's holders, from its last successful renewal: (kill escalation
 /// in ms, watchdog reset in ms, renewal age in ms).
 pub fn deadlines(d: &Daemon, space: &Space) -> (i64, i64, u64) {
@@ -155,16 +151,9 @@ pub fn deadlines(d: &Daemon, space: &Space) -> (i64, i64, u64) {
     (kill_in, wd_in, (now_ms - last_ms).max(0) as u64)
 }
 
-/// Announces to the watchers of every holder in `space` that their leases there are being
-/// lost (`kind` is RenewalFailing, LockspaceFailed or LockspaceRemoved). Call it before
-/// acting on the decision.
-pub fn notify_loss(d: &Daemon, space: &Space, kind: WatchKind) {
-    let pids = holder_pids(d, &space.name, None);
-    notify_loss_to(d, space, kind, &pids);
-}
-
-/// [`notify_loss`] to the watchers of `pids`, the holders the core named in its
-/// `LossNotice` effect.
+/// Announces to the watchers of `pids` — the holders the core named in its `LossNotice`
+/// effect — that their leases in `space` are being lost (`kind` is RenewalFailing,
+/// LockspaceFailed or LockspaceRemoved). Called before the effects that act on it.
 pub fn notify_loss_to(d: &Daemon, space: &Space, kind: WatchKind, pids: &[i32]) {
     if pids.is_empty() {
         return;

@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 
 use client_lib::wire::{Lockspace, Resource};
 use disk_format::{rv, Name};
+use lockd_core::{Effect, Input};
 use lockd_daemon::observability::LogRing;
 use lockd_daemon::space::SpaceError;
 use lockd_daemon::state::Daemon;
+use lockd_daemon::sync::lock;
 use lockd_daemon::{admin, lockspace, paxos, Config, DaemonArgs};
 use lockd_diskio::memory::{self, MemoryImage};
 
@@ -31,6 +33,22 @@ fn daemon(host_name: &str) -> Arc<Daemon> {
     };
     let cfg = Config::resolve(&args, None).expect("config");
     Arc::new(Daemon::new(cfg, None, Arc::new(LogRing::default())))
+}
+
+/// An administrator's connection slot in `d`'s core, with no socket: REM_LOCKSPACE is
+/// a request of a connection, answered to its slot.
+fn admin_slot(d: &Daemon) -> u32 {
+    let input = Input::Connected {
+        fd: -1,
+        pid: std::process::id() as i32,
+        uid: 0,
+        stream: None,
+        replacing_own: false,
+    };
+    match lock(&d.core).step(0, input).as_slice() {
+        [Effect::Accepted { ci }] => *ci,
+        other => panic!("no slot for the administrator: {other:?}"),
+    }
 }
 
 fn image(path: &str, mib: u64) -> Arc<MemoryImage> {
@@ -107,9 +125,10 @@ fn format_join_acquire_and_remove_without_a_socket() {
     assert!(paxos::acquire(&d, &sp, &resource(path, "r2", 2 << 20), false, None, 0).is_err());
     assert_eq!(img.snapshot(2 << 20, 1 << 20).unwrap(), before);
 
-    assert_eq!(lockspace::rem(&d, &space(path, 1), 0), Ok(()));
+    let ci = admin_slot(&d);
+    assert_eq!(lockspace::rem(&d, ci, &space(path, 1), 0), Ok(()));
     assert_eq!(
-        lockspace::rem(&d, &space(path, 1), 0),
+        lockspace::rem(&d, ci, &space(path, 1), 0),
         Err(SpaceError::NotFound)
     );
 }
@@ -179,7 +198,10 @@ fn two_hosts_share_one_image() {
     );
     // Host A leaves the lockspace (its delta lease is released): the owner is gone, and
     // host B takes the lease with the next lver.
-    assert_eq!(lockspace::rem(&a, &space(path, 1), 0), Ok(()));
+    assert_eq!(
+        lockspace::rem(&a, admin_slot(&a), &space(path, 1), 0),
+        Ok(())
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let taken = loop {
         match paxos::acquire(&b, &sb, &r1, false, None, 0) {
@@ -191,5 +213,8 @@ fn two_hosts_share_one_image() {
         }
     };
     assert_eq!(taken.lver(), 2);
-    assert_eq!(lockspace::rem(&b, &space(path, 2), 0), Ok(()));
+    assert_eq!(
+        lockspace::rem(&b, admin_slot(&b), &space(path, 2), 0),
+        Ok(())
+    );
 }

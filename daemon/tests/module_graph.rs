@@ -267,7 +267,7 @@ fn the_daemon_writes_the_tables_only_through_the_cores_transitions() {
 /// beginning of a command (`start_command`, and `add_pid_client`, which makes a
 /// `--for-pid` slot with its command active), the end of one it did not hand to the core
 /// (`finish_command`), and dropping a `--for-pid` slot whose acquire failed.
-const CORE_STEP_ONLY: [&str; 21] = [
+const CORE_STEP_ONLY: [&str; 27] = [
     "start_acquire(",
     "finish_acquire(",
     "record_tokens(",
@@ -289,11 +289,21 @@ const CORE_STEP_ONLY: [&str; 21] = [
     "add_in_place_of_own(",
     "killpath_ended(",
     "examined_lease(",
+    // A lockspace's removal and end (REM_LOCKSPACE, a forced shutdown, its thread's
+    // end): `CoreRequest::RemLockspace`, `Input::Shutdown`, `Input::LockspaceEnded`.
+    ".kill_now=",
+    "phase=Phase::Removing",
+    ".gone=",
+    // A join's end and SET_CONFIG: `Input::JoinEnded`, `Input::SetConfig`.
+    ".add_result=",
+    ".used_by_orphans=",
+    ".external_used=",
 ];
 
 /// Issue 23: admission, REGISTER, a client's end, ACQUIRE (and for a pid), RELEASE,
-/// CONVERT, INQUIRE, every lease release on disk, the helper's status and an examined
-/// request are driven by `Core::step`.
+/// CONVERT, INQUIRE, every lease release on disk, the helper's status, an examined
+/// request, a lockspace's join result, SET_CONFIG, removal and end are driven by
+/// `Core::step`.
 #[test]
 fn the_daemon_runs_these_transitions_only_through_core_step() {
     let found = occurrences(&CORE_STEP_ONLY, |_, _| false);

@@ -3,7 +3,7 @@
 //!
 //! Usage: `lockd-daemon-sim --seeds N [--first-seed S] [--hosts H] [--duration SECONDS]
 //! [--plant-bug kill-before-notice|release-before-disk|grant-in-lost-lockspace|kill-non-holders|
-//! examine-kills-lockspace|examine-kill-before-notice]
+//! examine-kills-lockspace|examine-kill-before-notice|removal-without-notice]
 //! [--verbose] [--trace]`
 //!
 //! The last line is `seeds=… steps=… … violations=…` (`kills` counts every kill order,

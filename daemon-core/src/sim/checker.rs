@@ -110,17 +110,10 @@ impl DaemonSimChecker {
         self.noticed.insert((host, pid));
     }
 
-    /// A kill order reached `pid` (client `who`, if it is one); `notice_due` for a failed
-    /// lockspace (a removal kills with no notice).
-    pub fn killed(
-        &mut self,
-        now_ms: u64,
-        host: usize,
-        pid: i32,
-        who: Option<ClientId>,
-        notice_due: bool,
-    ) {
-        if notice_due && !self.noticed.contains(&(host, pid)) {
+    /// A kill order reached `pid` (client `who`, if it is one) of a failed or removed
+    /// lockspace: its loss notice (LockspaceFailed or LockspaceRemoved) came first.
+    pub fn killed(&mut self, now_ms: u64, host: usize, pid: i32, who: Option<ClientId>) {
+        if !self.noticed.contains(&(host, pid)) {
             self.violate(
                 now_ms,
                 format!("host{host}: pid {pid} killed before its loss notice"),
@@ -235,16 +228,13 @@ mod tests {
     fn finds_kills_before_notice_or_of_non_holders() {
         let mut c = DaemonSimChecker::default();
         c.granted(0, 1, 0, false);
-        c.killed(1, 0, 100, Some(1), true);
-        assert_eq!(c.violations().len(), 1);
-        // A removal's kill needs no notice.
-        c.killed(1, 0, 100, Some(1), false);
+        c.killed(1, 0, 100, Some(1));
         assert_eq!(c.violations().len(), 1);
         c.noticed(0, 100);
-        c.killed(2, 0, 100, Some(1), true);
+        c.killed(2, 0, 100, Some(1));
         assert_eq!(c.violations().len(), 1);
         c.noticed(0, 101);
-        c.killed(3, 0, 101, Some(2), true);
+        c.killed(3, 0, 101, Some(2));
         assert_eq!(c.violations().len(), 2);
     }
 

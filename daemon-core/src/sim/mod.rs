@@ -160,8 +160,6 @@ struct Host {
     join_seq: Cell<u64>,
     /// The lockspace left the core lost (no delta release) rather than removed.
     gone_lost: Cell<bool>,
-    /// A REM_LOCKSPACE is in progress: its kills come with no loss notice.
-    removing: Cell<bool>,
     /// Renewals fail until this global time (ms): the host's path to the lockspace is
     /// broken.
     renew_fail_until: Cell<u64>,
@@ -242,7 +240,6 @@ pub fn run_seed(seed: u64, cfg: &DaemonSimConfig) -> DaemonSimReport {
                 in_core: Cell::new(false),
                 join_seq: Cell::new(0),
                 gone_lost: Cell::new(false),
-                removing: Cell::new(false),
                 renew_fail_until: Cell::new(0),
                 clients: RefCell::new(BTreeMap::new()),
                 admin_ci: Cell::new(None),
@@ -503,9 +500,11 @@ impl Sim {
         }
         match e {
             Effect::LossNotice { kind, pids, .. } => {
-                if kind == client_lib::ext::WatchKind::LockspaceFailed {
+                // LockspaceFailed or LockspaceRemoved (RenewalFailing warns, it is no
+                // notice of a loss).
+                if kind != client_lib::ext::WatchKind::RenewalFailing {
                     self.world
-                        .log(|| format!("host{h} loss notice to {pids:?}"));
+                        .log(|| format!("host{h} {} notice to {pids:?}", kind.name()));
                     for pid in pids {
                         self.checker.borrow_mut().noticed(h, pid);
                     }
@@ -547,8 +546,7 @@ impl Sim {
                         .borrow_mut()
                         .examine_killed(now, h, pid, who, res);
                 } else {
-                    let removal = self.hosts[h].removing.get();
-                    self.checker.borrow_mut().killed(now, h, pid, who, !removal);
+                    self.checker.borrow_mut().killed(now, h, pid, who);
                 }
                 if let Some(c) = client.filter(|c| sig == crate::kill::SIGKILL || !c.stubborn) {
                     // It dies a little later (SIGTERM handlers take their time).
@@ -567,7 +565,11 @@ impl Sim {
                     );
                 }
             }
-            Effect::Accepted { .. } | Effect::Refused { .. } | Effect::Close { .. } => {}
+            // A status line is the shell's to send (`step`'s unit tests check it).
+            Effect::Accepted { .. }
+            | Effect::Refused { .. }
+            | Effect::Close { .. }
+            | Effect::Status(_) => {}
             Effect::Reply { ci, reply } => self.reply(h, ci, reply),
             Effect::Disk { op, what, .. } => {
                 if let (DiskOp::Release { key, .. }, Some(ci)) = (&what, self.releasing_ci.get()) {
@@ -589,7 +591,6 @@ impl Sim {
                 let host = &self.hosts[h];
                 host.in_core.set(false);
                 host.gone_lost.set(lost);
-                host.removing.set(false);
                 self.world
                     .log(|| format!("host{h} lockspace gone (lost: {lost})"));
                 // Rejoin a while later, as an administrator would.
@@ -603,22 +604,15 @@ impl Sim {
                     }),
                 );
             }
-            Effect::RetireLockspace { ls, .. } => {
+            Effect::RetireLockspace { ls, .. } | Effect::StopLockspace { ls, .. } => {
                 // The simulator lists no lockspace as a shell does (`Core::add_space`).
-                panic!("host{h}: a shell's lockspace {ls:?} retired, but none is listed")
+                panic!("host{h}: a shell's lockspace {ls:?} stopped, but none is listed")
             }
         }
     }
 
     fn reply(self: &Rc<Self>, h: usize, ci: u32, reply: CoreReply) {
         let now = self.now_ms();
-        if Some(ci) == self.hosts[h].admin_ci.get()
-            && reply.kind == ReqKind::RemLockspace
-            && reply.rv != 0
-        {
-            // Refused (still joining): no removal in progress.
-            self.hosts[h].removing.set(false);
-        }
         let Some(client) = self.hosts[h].clients.borrow().get(&ci).cloned() else {
             return;
         };
@@ -847,6 +841,7 @@ impl Sim {
                     kind,
                     rv,
                     leases: Vec::new(),
+                    why: None,
                 },
             ),
         }
@@ -904,12 +899,16 @@ async fn remove_at(sim: Rc<Sim>, h: usize, at: u64) {
         return;
     }
     sim.world.log(|| format!("host{h} REM_LOCKSPACE"));
-    host.removing.set(true);
     sim.input(
         h,
         Input::Request {
             ci,
-            req: CoreRequest::RemLockspace { ls: sim.space },
+            req: CoreRequest::RemLockspace {
+                ls: sim.space,
+                id: None,
+                unused_only: false,
+                wait: true,
+            },
         },
     );
 }
