@@ -48,6 +48,6 @@ pub use clients::{
 pub use kill::examined_lease;
 pub use step::{
     release_wait_s, Core, CorePlantedBug, CoreReply, CoreRequest, DiskOp, Effect, HeldLease, Input,
-    JoinedLease, OpId, ReqKind, ResSpec, StatusSummary, MAX_GONE_SPACES,
+    JoinedLease, OpId, ReqKind, ResSpec, StatusSummary, CHEAP_CHECK_RESOURCES, MAX_GONE_SPACES,
 };
 pub use tables::{AcquireStart, CommandTarget, Key, ReleaseStart, Tables};

@@ -151,6 +151,8 @@ pub struct Core<S, H> {
     pub(crate) next_space_id: u32,
     /// The summary the last [`Effect::Status`] gave (`None` before the first tick).
     pub(crate) last_status: Option<StatusSummary>,
+    /// Steps since the last [`Core::check_cheap`] ([`CHEAP_CHECK_RESOURCES`]).
+    steps_since_cheap_check: u64,
     #[cfg(feature = "sim")]
     pub bug: Option<CorePlantedBug>,
 }
@@ -172,6 +174,13 @@ pub struct StatusSummary {
     pub leases: usize,
     pub clients: usize,
 }
+
+/// The resources a step's release-build check covers on average: with more in the
+/// table, [`Core::check_cheap`] (a pass over all of them, 12-13 ns each) runs after
+/// every k-th step only, k = resources / this, so a step pays about 3 µs for it
+/// whatever the table's size, and a broken invariant is still found within k steps.
+/// Debug builds and tests run the whole [`Core::check`] after every step.
+pub const CHEAP_CHECK_RESOURCES: usize = 256;
 
 /// How many gone lockspaces' entries the core keeps for late readers (the shell's
 /// threads that still hold their id); [`Core::add_space`] prunes the oldest beyond it.
@@ -535,6 +544,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             next_op: 1,
             next_space_id: 1,
             last_status: None,
+            steps_since_cheap_check: 0,
             #[cfg(feature = "sim")]
             bug: None,
         }
@@ -696,8 +706,17 @@ impl<S, H: LeaseHold> Core<S, H> {
             Input::Shutdown => self.remove_all(&mut fx),
         }
         if !self.any_planted() {
-            if let Err(broken) = self.check_cheap() {
-                panic!("the core broke an invariant: {broken}");
+            // Release builds: the cheap check, one pass over the resources, after every
+            // step while the table is small, after every k-th step once it is large
+            // (k = resources / CHEAP_CHECK_RESOURCES), so that a step's share of it stays
+            // bounded (docs/performance.md, "The core's step with many leases").
+            self.steps_since_cheap_check += 1;
+            let every = (self.tables.resources.len() / CHEAP_CHECK_RESOURCES).max(1) as u64;
+            if self.steps_since_cheap_check >= every {
+                self.steps_since_cheap_check = 0;
+                if let Err(broken) = self.check_cheap() {
+                    panic!("the core broke an invariant: {broken}");
+                }
             }
             if cfg!(debug_assertions) {
                 if let Err(broken) = self.check() {
