@@ -750,6 +750,16 @@ impl<S, H: LeaseHold> Core<S, H> {
 
     /// REM_LOCKSPACE ([`CoreRequest::RemLockspace`]). The order is the safety rule:
     /// the holders' watchers are told before `kill_now` lets the next tick kill them.
+    ///
+    /// Why a removal cannot give a lease of ours to another host while we still hold
+    /// or write it: from this step on the lockspace is not usable (`space_usable`), so
+    /// no acquire here is granted in it (one whose disk acquire is on its way is
+    /// released again when it ends and answered -ENOSPC); the holders are killed, and
+    /// their leases and the orphans leave the table only when their disk releases have
+    /// ended; the shell's lockspace thread releases our delta lease only once no lease
+    /// of the lockspace is left in the table (`lockspace::renew_loop`), and renews it
+    /// until then. Other hosts see our leases held until each release is on disk, and
+    /// our host alive until the delta release.
     fn rem_lockspace(
         &mut self,
         ci: u32,
@@ -907,6 +917,9 @@ impl<S, H: LeaseHold> Core<S, H> {
     }
 
     /// Answers `rv` to every lockspace command of `kind` on `ls` that waits for its end.
+    /// Each is answered even when its client's process has died meanwhile (`pid_dead`,
+    /// its slot kept for a command another connection runs on it): the shell's worker
+    /// waits for this answer, and would wait for good without it.
     fn answer_admin(&mut self, kind: ReqKind, ls: &Name, rv: i32, fx: &mut Vec<Effect<H>>) {
         let asked: Vec<u32> = self
             .admin
@@ -916,7 +929,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             .collect();
         self.admin.retain(|a| !(a.kind == kind && a.ls.same_as(ls)));
         for ci in asked {
-            self.answer(fx, ci, kind, rv, Vec::new());
+            reply(fx, ci, kind, rv, Vec::new());
         }
     }
 
@@ -2020,6 +2033,16 @@ mod tests {
         c
     }
 
+    /// [`shells_joined`], an administrator's connection, and client `a` (pid 10)
+    /// holding "r1": (core, admin, a).
+    fn shells_joined_with_holder() -> (TestCore, u32, u32) {
+        let mut c = shells_joined();
+        let admin = connect(&mut c, 1);
+        let a = client(&mut c, 10);
+        hold(&mut c, a, "r1", 1);
+        (c, admin, a)
+    }
+
     fn refusal(fx: &Fx) -> Option<(i32, Option<&'static str>)> {
         match fx.as_slice() {
             [Effect::Reply { reply, .. }] => Some((reply.rv, reply.why)),
@@ -2029,10 +2052,7 @@ mod tests {
 
     #[test]
     fn the_shells_lockspace_is_removed_notice_first_and_answered_when_its_thread_ended() {
-        let mut c = shells_joined();
-        let admin = connect(&mut c, 1);
-        let a = client(&mut c, 10);
-        hold(&mut c, a, "r1", 1);
+        let (mut c, admin, _) = shells_joined_with_holder();
         let request = |req| Input::Request { ci: admin, req };
         let fx = step(&mut c, 103, request(rem(false, true)));
         assert_eq!(
@@ -2083,10 +2103,7 @@ mod tests {
 
     #[test]
     fn removal_is_refused_while_leases_or_kept_orphans_are_in_it_and_async_is_answered_at_once() {
-        let mut c = shells_joined();
-        let admin = connect(&mut c, 1);
-        let a = client(&mut c, 10);
-        hold(&mut c, a, "r1", 1);
+        let (mut c, admin, _) = shells_joined_with_holder();
         let request = |req| Input::Request { ci: admin, req };
         let fx = step(&mut c, 103, request(rem(true, true)));
         assert_eq!(
@@ -2234,6 +2251,36 @@ mod tests {
             vec![(admin, ReqKind::RemLockspace, -ECANCELED)]
         );
         assert!(replies(&step(&mut c, 105, Input::LockspaceEnded { id: 7 })).is_empty());
+    }
+
+    /// A REM_LOCKSPACE read from a client whose process died meanwhile (its slot kept,
+    /// `pid_dead`, for a command another connection runs on it) is still answered when
+    /// the lockspace ends: the shell's worker waits for it.
+    #[test]
+    fn a_removal_from_a_client_whose_process_died_is_answered_all_the_same() {
+        let mut c = shells_joined();
+        let a = client(&mut c, 10);
+        let target = CommandTarget {
+            conn_ci: a,
+            conn_uid: 0,
+            cmd: SM_CMD_INQUIRE,
+            cmd_flags: 0,
+            data2: u32::MAX,
+        };
+        assert_eq!(c.tables.start_command(target), Ok(a));
+        step(&mut c, 101, Input::PidExit { pid: 10 });
+        assert!(c.tables.clients.slots[&a].pid_dead, "kept for its command");
+        let fx = step(
+            &mut c,
+            102,
+            Input::Request {
+                ci: a,
+                req: rem(false, true),
+            },
+        );
+        assert!(replies(&fx).is_empty(), "{fx:?}");
+        let fx = step(&mut c, 103, Input::LockspaceEnded { id: 7 });
+        assert_eq!(replies(&fx), vec![(a, ReqKind::RemLockspace, 0)]);
     }
 
     #[test]

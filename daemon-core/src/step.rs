@@ -182,6 +182,13 @@ pub struct StatusSummary {
 /// Debug builds and tests run the whole [`Core::check`] after every step.
 pub const CHEAP_CHECK_RESOURCES: usize = 256;
 
+/// After how many steps [`Core::step`] runs [`Core::check_cheap`] with `resources` in
+/// the table: every step up to 2 × [`CHEAP_CHECK_RESOURCES`] - 1, then every k-th,
+/// k = resources / [`CHEAP_CHECK_RESOURCES`].
+pub fn cheap_check_every(resources: usize) -> u64 {
+    (resources / CHEAP_CHECK_RESOURCES).max(1) as u64
+}
+
 /// How many gone lockspaces' entries the core keeps for late readers (the shell's
 /// threads that still hold their id); [`Core::add_space`] prunes the oldest beyond it.
 pub const MAX_GONE_SPACES: usize = 16;
@@ -707,12 +714,11 @@ impl<S, H: LeaseHold> Core<S, H> {
         }
         if !self.any_planted() {
             // Release builds: the cheap check, one pass over the resources, after every
-            // step while the table is small, after every k-th step once it is large
-            // (k = resources / CHEAP_CHECK_RESOURCES), so that a step's share of it stays
-            // bounded (docs/performance.md, "The core's step with many leases").
+            // step while the table is small, after every k-th step once it is large, so
+            // that a step's share of it stays bounded (docs/performance.md, "Sixteenth
+            // session: the core's step with many leases").
             self.steps_since_cheap_check += 1;
-            let every = (self.tables.resources.len() / CHEAP_CHECK_RESOURCES).max(1) as u64;
-            if self.steps_since_cheap_check >= every {
+            if self.steps_since_cheap_check >= cheap_check_every(self.tables.resources.len()) {
                 self.steps_since_cheap_check = 0;
                 if let Err(broken) = self.check_cheap() {
                     panic!("the core broke an invariant: {broken}");
@@ -1429,6 +1435,23 @@ mod tests {
         };
         assert_eq!(c.step(104, Input::Tick), vec![Effect::Status(two)]);
         assert_eq!(c.status_summary(), two);
+    }
+
+    /// The release-build check's schedule: every step while the table is small, every
+    /// k-th step once it is large, so its cost per step stays about 256 resources' worth.
+    #[test]
+    fn the_cheap_check_runs_every_step_for_small_tables_and_every_kth_for_large() {
+        assert_eq!(cheap_check_every(0), 1);
+        assert_eq!(cheap_check_every(2 * CHEAP_CHECK_RESOURCES - 1), 1);
+        assert_eq!(cheap_check_every(2 * CHEAP_CHECK_RESOURCES), 2);
+        assert_eq!(cheap_check_every(10_000), 39);
+        for n in [300, 1_000, 10_000, 100_000] {
+            let per_step = n as u64 / cheap_check_every(n);
+            assert!(
+                per_step < 2 * CHEAP_CHECK_RESOURCES as u64,
+                "{n} resources: {per_step} checked per step on average"
+            );
+        }
     }
 
     #[test]
