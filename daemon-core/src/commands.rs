@@ -729,6 +729,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             Ok(()) => {
                 if let Some(s) = self.space_mut(&ls) {
                     s.st.phase = Phase::Joined;
+                    s.st.add_result = Some(0);
                     s.st.renewal_ok(
                         now_s,
                         RenewalRec {

@@ -138,11 +138,13 @@ impl SpaceSt {
 
     /// The monitor's look at our lease at `now_s` (monotime s): a lease older than
     /// id_renewal_fail (or corrupt) is lost — `space_dead` from then on; older than
-    /// id_renewal_warn, its renewals are failing. A lockspace still being added has no
-    /// lease to check.
+    /// id_renewal_warn, its renewals are failing. A lockspace whose add has not
+    /// succeeded has no lease to check: one still being added, and one removed while its
+    /// join ran (phase Removing, never joined; its add is answered -1), which holds no
+    /// lease and must not be logged as failed.
     pub fn check_expiry(&mut self, now_s: u64, io_timeout_s: u64) -> Expiry {
         let mut e = Expiry::default();
-        if self.phase == Phase::Adding {
+        if self.add_result != Some(0) {
             return e;
         }
         let fail_s = timeouts::id_renewal_fail_seconds(io_timeout_s);
@@ -180,6 +182,7 @@ mod tests {
     fn joined_at(t: u64) -> SpaceSt {
         let mut st = SpaceSt {
             phase: Phase::Joined,
+            add_result: Some(0),
             ..SpaceSt::default()
         };
         st.renewal_ok(t, rec(t));
@@ -248,6 +251,21 @@ mod tests {
         let mut st = SpaceSt::default();
         assert_eq!(st.check_expiry(10_000, IO_S), Expiry::default());
         assert!(!st.space_dead);
+    }
+
+    #[test]
+    fn a_lockspace_removed_during_its_join_is_neither_failing_nor_lost() {
+        // REM_LOCKSPACE came while the join ran: phase Removing, kill_now, no renewal
+        // ever; then the join ended and its add was answered -1.
+        let mut st = SpaceSt {
+            phase: Phase::Removing,
+            kill_now: true,
+            ..SpaceSt::default()
+        };
+        assert_eq!(st.check_expiry(10_000, IO_S), Expiry::default());
+        st.add_result = Some(-1);
+        assert_eq!(st.check_expiry(10_000, IO_S), Expiry::default());
+        assert!(!st.space_dead && !st.lease_lost());
     }
 
     #[test]

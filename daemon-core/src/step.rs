@@ -1045,6 +1045,7 @@ mod tests {
                 listed_by_shell: false,
             };
             s.st.phase = Phase::Joined;
+            s.st.add_result = Some(0);
             s.st.renewal_ok(t, rec(t));
             c.spaces.push(s);
         }
@@ -1428,6 +1429,7 @@ mod tests {
             "b is still being added"
         );
         c.space_st_mut(2).expect("listed").phase = Phase::Joined;
+        c.space_st_mut(2).expect("listed").add_result = Some(0);
         c.space_st_mut(2).expect("listed").renewal_ok(103, rec(103));
         let two = StatusSummary {
             lockspaces: 2,

@@ -258,6 +258,7 @@ mod tests {
             .expect("listed");
         space.st_mut(|st| {
             st.phase = Phase::Joined;
+            st.add_result = Some(0);
             st.renewal_ok(
                 t,
                 RenewalRec {

@@ -1149,7 +1149,10 @@ mod renewal_tests {
         let space = Arc::new(d.new_space(&wl, 1, None));
         d.list_space(&space, |_, _| Ok::<(), ()>(()))
             .expect("listed");
-        space.st_mut(|st| st.phase = Phase::Joined);
+        space.st_mut(|st| {
+            st.phase = Phase::Joined;
+            st.add_result = Some(0);
+        });
         space
     }
 
