@@ -173,6 +173,13 @@ impl<S, H: LeaseHold> Core<S, H> {
             return;
         };
         let cmd = match &req {
+            CoreRequest::Watch { pid } => {
+                match self.watches.register(&self.tables.clients, ci, *pid) {
+                    Ok(_) => reply(fx, ci, kind, 0, Vec::new()),
+                    Err(refused) => refuse(fx, ci, kind, refused.code(), refused.why()),
+                }
+                return;
+            }
             CoreRequest::Register => {
                 // sanlock's REGISTER has no reply: libsanlock sends the header and
                 // returns the connection (a reply would be read as the next command's).
@@ -364,7 +371,8 @@ impl<S, H: LeaseHold> Core<S, H> {
             CoreRequest::Register
             | CoreRequest::AddLockspace { .. }
             | CoreRequest::RemLockspace { .. }
-            | CoreRequest::ReleaseOrphans { .. } => {}
+            | CoreRequest::ReleaseOrphans { .. }
+            | CoreRequest::Watch { .. } => {}
         }
     }
 
@@ -838,6 +846,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 ls,
                 kind: WatchKind::LockspaceRemoved,
                 pids,
+                to: Vec::new(),
             });
         }
         if let Some(s) = self.space_mut(&ls) {
@@ -938,6 +947,7 @@ impl<S, H: LeaseHold> Core<S, H> {
     /// waiting for is answered all the same (nobody reads the answer, but the shell's
     /// worker that waits for it is freed).
     pub(crate) fn client_gone(&mut self, ci: u32, fx: &mut Vec<Effect<H>>) {
+        self.watches.end(ci);
         for a in self.admin.iter().filter(|a| a.ci == ci) {
             reply(fx, ci, a.kind, -ECANCELED, Vec::new());
         }
@@ -1015,6 +1025,7 @@ mod tests {
     use super::*;
     use crate::kill::KillOrder;
     use crate::step::Input;
+    use crate::watches::{WatchBeat, WatchTo};
     use client_lib::ext::WatchKind;
     use lease_core::timeouts;
 
@@ -1981,6 +1992,7 @@ mod tests {
             ls: name("ls"),
             kind: WatchKind::LockspaceRemoved,
             pids: pids.to_vec(),
+            to: Vec::new(),
         }
     }
 
@@ -2014,6 +2026,125 @@ mod tests {
         }));
         assert_eq!(replies(&fx), vec![(admin, ReqKind::RemLockspace, 0)]);
         assert!(c.spaces.is_empty());
+    }
+
+    #[test]
+    fn a_lost_lease_is_noticed_to_its_holders_watch_connections_before_the_kill() {
+        let mut c = joined();
+        let a = client(&mut c, 10);
+        let b = client(&mut c, 11);
+        hold(&mut c, a, "r1", 1);
+        hold(&mut c, b, "r2", 1);
+        // Two watches of pid 10 (its own connection, and root's), one of 11 that closes.
+        let w10 = connect(&mut c, 10);
+        let w10_root = connect(&mut c, 1);
+        let w11 = connect(&mut c, 11);
+        for (ci, pid) in [(w10, 0), (w10_root, 10), (w11, 0)] {
+            let fx = step(
+                &mut c,
+                101,
+                Input::Request {
+                    ci,
+                    req: CoreRequest::Watch { pid },
+                },
+            );
+            assert_eq!(replies(&fx), vec![(ci, ReqKind::Watch, 0)]);
+        }
+        assert_eq!(c.watches.len(), 3);
+        assert!(step(&mut c, 101, Input::Closed { ci: w11 }).is_empty());
+        assert_eq!(c.watches.len(), 2);
+        // The heartbeat: each watch with its process's lease count.
+        let fx = step(&mut c, 101, Input::WatchTick);
+        assert_eq!(
+            fx,
+            vec![Effect::WatchBeats {
+                beats: vec![
+                    WatchBeat {
+                        ci: w10,
+                        pid: 10,
+                        leases: 1
+                    },
+                    WatchBeat {
+                        ci: w10_root,
+                        pid: 10,
+                        leases: 1
+                    },
+                ]
+            }]
+        );
+        // The lease is lost: the notice names both holders and goes to the open watches.
+        let fx = step(&mut c, 100 + 200, Input::Tick);
+        let notice = fx
+            .iter()
+            .position(|e| {
+                matches!(
+                    e,
+                    Effect::LossNotice {
+                        kind: WatchKind::LockspaceFailed,
+                        ..
+                    }
+                )
+            })
+            .expect("a loss notice");
+        let Effect::LossNotice { pids, to, .. } = &fx[notice] else {
+            unreachable!()
+        };
+        assert_eq!(pids, &[10, 11]);
+        assert_eq!(
+            to,
+            &[
+                WatchTo { ci: w10, pid: 10 },
+                WatchTo {
+                    ci: w10_root,
+                    pid: 10
+                }
+            ]
+        );
+        let first_kill = fx
+            .iter()
+            .position(|e| matches!(e, Effect::Kill { .. }))
+            .expect("kill orders");
+        assert!(notice < first_kill, "{fx:?}");
+        // A watch the shell could not write to is dropped.
+        assert!(step(&mut c, 301, Input::WatchDropped { ci: w10 }).is_empty());
+        assert_eq!(
+            c.watches.of(&[10]),
+            vec![WatchTo {
+                ci: w10_root,
+                pid: 10
+            }]
+        );
+    }
+
+    #[test]
+    fn a_watch_is_refused_without_a_pid_or_for_another_users_process() {
+        let mut c = joined();
+        let user = step(
+            &mut c,
+            100,
+            Input::Connected {
+                fd: -1,
+                pid: 77,
+                uid: 1000,
+                stream: None,
+                replacing_own: false,
+            },
+        );
+        let [Effect::Accepted { ci: user }] = user[..] else {
+            panic!("{user:?}")
+        };
+        let _other = client(&mut c, 10);
+        for (pid, rv) in [(-5, -EINVAL), (10, -EPERM), (0, 0)] {
+            let fx = step(
+                &mut c,
+                101,
+                Input::Request {
+                    ci: user,
+                    req: CoreRequest::Watch { pid },
+                },
+            );
+            assert_eq!(replies(&fx), vec![(user, ReqKind::Watch, rv)], "pid {pid}");
+        }
     }
 
     /// A core whose lockspace "ls" the shell listed under id 7 and joined at 100.

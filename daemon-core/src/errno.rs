@@ -8,6 +8,7 @@ pub const ESRCH: i32 = 3;
 pub const EIO: i32 = 5;
 pub const EAGAIN: i32 = 11;
 pub const EBUSY: i32 = 16;
+pub const EINVAL: i32 = 22;
 pub const EEXIST: i32 = 17;
 pub const EMFILE: i32 = 24;
 pub const EALREADY: i32 = 114;

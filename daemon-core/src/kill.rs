@@ -271,6 +271,7 @@ pub fn examined_lease<S, H: LeaseHold>(
         lver,
         force_mode,
         pids,
+        to: Vec::new(),
     }];
     effects.append(&mut kills);
     effects
@@ -395,6 +396,7 @@ mod tests {
                     lver: LVER,
                     force_mode: SANLK_REQ_FORCE,
                     pids: vec![101, 102],
+                    to: Vec::new(),
                 },
                 Effect::Kill {
                     ls: name("ls"),
@@ -529,6 +531,7 @@ mod tests {
                 lver: LVER,
                 force_mode: 9,
                 pids: vec![501],
+                to: Vec::new(),
             }]
         );
         // Being released (or converted) on disk: left alone.

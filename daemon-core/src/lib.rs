@@ -25,6 +25,8 @@
 //!   keeps its lockspaces' statuses here ([`step::Core::add_space`]), runs the
 //!   monitor's tick, the examine path and every lease command through `step` and
 //!   carries out the effects in order;
+//! - [`watches`]: the lease-loss watch registry, which addresses every notice the step
+//!   gives to the watch connections of the pids it names;
 //! - `sim` (feature `sim` only): the whole-daemon simulator behind `lockd-daemon-sim`.
 //!
 //! The shell's own types enter as parameters: `S`, the handle it keeps with a connection
@@ -40,6 +42,7 @@ pub mod sim;
 pub mod space_state;
 pub mod step;
 pub mod tables;
+pub mod watches;
 
 pub use clients::{
     ClientSlot, ClientToken, Clients, FsCreds, KillPath, LeaseHold, LocalRes, Refused, Waiting,
@@ -51,3 +54,4 @@ pub use step::{
     JoinedLease, OpId, ReqKind, ResSpec, StatusSummary, CHEAP_CHECK_RESOURCES, MAX_GONE_SPACES,
 };
 pub use tables::{AcquireStart, CommandTarget, Key, ReleaseStart, Tables};
+pub use watches::{WatchBeat, WatchRefused, WatchTo, Watches, MAX_WATCHES};

@@ -42,6 +42,7 @@ use crate::commands::{AdminCmd, Cmd, OpFor};
 use crate::kill::{examined_lease, plan_kills, KillOrder, SpaceKill};
 use crate::space_state::{Phase, RenewalRec, SpaceSt};
 use crate::tables::{Key, Tables};
+use crate::watches::{WatchBeat, WatchTo, Watches};
 
 /// One lockspace as the core keeps it: its id, name, status and io_timeout. A gone
 /// lockspace (`st.gone`, in the daemon) keeps its entry for readers that still hold its
@@ -85,11 +86,13 @@ pub enum CorePlantedBug {
     ExamineKillBeforeNotice,
     /// REM_LOCKSPACE kills the holders with no LockspaceRemoved notice first.
     RemovalWithoutNotice,
+    /// Notices name the holders but go to none of their watch connections.
+    NoticeMissesWatch,
 }
 
 impl CorePlantedBug {
     /// Every planted bug with its command-line name.
-    pub const ALL: [(&'static str, CorePlantedBug); 7] = [
+    pub const ALL: [(&'static str, CorePlantedBug); 8] = [
         ("kill-before-notice", CorePlantedBug::KillBeforeNotice),
         ("release-before-disk", CorePlantedBug::ReleaseBeforeDisk),
         (
@@ -109,6 +112,7 @@ impl CorePlantedBug {
             "removal-without-notice",
             CorePlantedBug::RemovalWithoutNotice,
         ),
+        ("notice-misses-watch", CorePlantedBug::NoticeMissesWatch),
     ];
 
     /// The bug named `name` on the command line.
@@ -151,6 +155,9 @@ pub struct Core<S, H> {
     pub(crate) next_space_id: u32,
     /// The summary the last [`Effect::Status`] gave (`None` before the first tick).
     pub(crate) last_status: Option<StatusSummary>,
+    /// The lease-loss watches: which connection watches which process
+    /// ([`crate::watches`]).
+    pub watches: Watches,
     /// Steps since the last [`Core::check_cheap`] ([`CHEAP_CHECK_RESOURCES`]).
     steps_since_cheap_check: u64,
     #[cfg(feature = "sim")]
@@ -266,6 +273,12 @@ pub enum CoreRequest {
     },
     /// INQUIRE: the client's leases.
     Inquire,
+    /// `LOCKD_CMD_WATCH` (lockd extension): the connection becomes a lease-loss watch of
+    /// process `pid` (0: its own), answered at once: 0, or -EINVAL (no pid), -EPERM (a
+    /// non-root caller and another uid's process), -EMFILE
+    /// ([`MAX_WATCHES`](crate::watches::MAX_WATCHES) open). From the reply on, the
+    /// notices for that pid name the connection ([`WatchTo`]).
+    Watch { pid: i32 },
     /// RELEASE with `SANLK_REL_ORPHAN`: release the orphans of `ls` (the one named
     /// `name`, or all when it is empty) on disk; answered when those releases ended.
     ReleaseOrphans { ls: Name, name: Name },
@@ -282,6 +295,7 @@ impl CoreRequest {
             CoreRequest::Convert { .. } => ReqKind::Convert,
             CoreRequest::Inquire => ReqKind::Inquire,
             CoreRequest::ReleaseOrphans { .. } => ReqKind::ReleaseOrphans,
+            CoreRequest::Watch { .. } => ReqKind::Watch,
         }
     }
 }
@@ -297,6 +311,7 @@ pub enum ReqKind {
     Convert,
     Inquire,
     ReleaseOrphans,
+    Watch,
 }
 
 /// A lease as a reply names it (INQUIRE's state string is made from it).
@@ -472,6 +487,12 @@ pub enum Input<S, H> {
     /// REM_LOCKSPACE (its holders' notice, then SIGKILL from the next tick on), with
     /// nobody to answer.
     Shutdown,
+    /// Time for a heartbeat on every watch connection ([`Effect::WatchBeats`]; none
+    /// when no watch is open).
+    WatchTick,
+    /// The shell could not write to watch connection `ci` (within its write timeout):
+    /// the watch ends; the connection itself stays until it closes.
+    WatchDropped { ci: u32 },
 }
 
 /// What the shell is to do, in the order given.
@@ -482,6 +503,9 @@ pub enum Effect<H> {
         ls: Name,
         kind: WatchKind,
         pids: Vec<i32>,
+        /// The watch connections of those pids, which the shell writes the notice to
+        /// (filled in by the step that gives it: [`Watches::address`]).
+        to: Vec<WatchTo>,
     },
     /// Log: our lease in `ls` was found lost, `age_s` after the last renewal.
     LockspaceFailed { ls: Name, age_s: u64, corrupt: i32 },
@@ -495,7 +519,12 @@ pub enum Effect<H> {
         lver: u64,
         force_mode: u32,
         pids: Vec<i32>,
+        /// The watch connections of those pids ([`Watches::address`]).
+        to: Vec<WatchTo>,
     },
+    /// One heartbeat to each watch connection, with its process's lease count
+    /// ([`Input::WatchTick`]).
+    WatchBeats { beats: Vec<WatchBeat> },
     /// A kill order for a holder of leases in `ls` (a lost or removed lockspace's, or a
     /// request's for one lease of it).
     Kill { ls: Name, order: KillOrder },
@@ -551,6 +580,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             next_op: 1,
             next_space_id: 1,
             last_status: None,
+            watches: Watches::default(),
             steps_since_cheap_check: 0,
             #[cfg(feature = "sim")]
             bug: None,
@@ -711,6 +741,21 @@ impl<S, H: LeaseHold> Core<S, H> {
             }
             Input::LockspaceEnded { id } => self.lockspace_ended(id, &mut fx),
             Input::Shutdown => self.remove_all(&mut fx),
+            Input::WatchTick => {
+                if !self.watches.is_empty() {
+                    fx.push(Effect::WatchBeats {
+                        beats: self.watches.beats(&self.tables.clients),
+                    });
+                }
+            }
+            Input::WatchDropped { ci } => {
+                self.watches.end(ci);
+            }
+        }
+        if self.active_bug() != Some(CorePlantedBug::NoticeMissesWatch) {
+            // Every notice goes to the watches its pids have now, decided in the step
+            // that gives it.
+            self.watches.address(&mut fx);
         }
         if !self.any_planted() {
             // Release builds: the cheap check, one pass over the resources, after every
@@ -828,6 +873,7 @@ impl<S, H: LeaseHold> Core<S, H> {
     pub fn check(&self) -> Result<(), String> {
         self.tables.check()?;
         self.check_cheap()?;
+        self.watches.check(&self.tables.clients)?;
         for s in &self.spaces {
             let ls = &s.name;
             if s.st.loss_notified && !s.st.space_dead && !s.st.kill_now {
@@ -917,6 +963,7 @@ fn expiry_pass<S, H: LeaseHold>(
                     ls: *ls,
                     kind,
                     pids,
+                    to: Vec::new(),
                 });
             }
         }

@@ -70,9 +70,9 @@ enum KillCause {
 fn run_effect(d: &Arc<Daemon>, spaces: &[Arc<Space>], effect: Effect<Held>) {
     let space = |ls: &disk_format::Name| spaces.iter().find(|s| s.name.same_as(ls));
     match effect {
-        Effect::LossNotice { ls, kind, pids } => {
+        Effect::LossNotice { ls, kind, to, .. } => {
             if let Some(s) = space(&ls) {
-                crate::watch::notify_loss_to(d, s, kind, &pids);
+                crate::watch::notify_loss_to(d, s, kind, &to);
             }
         }
         Effect::LockspaceFailed { ls, age_s, corrupt } => {
@@ -185,8 +185,9 @@ fn run_examine_effect(d: &Daemon, effect: Effect<Held>) {
             name,
             lver,
             force_mode,
-            pids,
-        } => crate::watch::notify_requested_to(d, &ls, &name, lver, force_mode, &pids),
+            to,
+            ..
+        } => crate::watch::notify_requested_to(d, &ls, &name, lver, force_mode, &to),
         other => error!(effect = ?other, "the examine step gave an effect it does not give"),
     }
 }
@@ -299,16 +300,27 @@ mod tests {
         tables.record_tokens(ci, vec![token]).expect("recorded");
     }
 
-    /// A watch connection for `pid`: the daemon's end is registered, the peer's returned
-    /// (non-blocking).
+    /// A watch connection for `pid`, registered as the daemon registers one (a root
+    /// connection's WATCH through the core); the peer's end returned (non-blocking).
     fn watch(d: &Daemon, pid: i32) -> UnixStream {
         let (ours, peer) = UnixStream::pair().expect("a socket pair");
         peer.set_nonblocking(true).expect("non-blocking");
-        lock(&d.watchers).push(crate::state::Watcher {
-            ci: 999,
-            pid,
-            stream: ours,
-        });
+        let fx = lock(&d.core).step(
+            crate::clock::now_s(),
+            lockd_core::Input::Connected {
+                fd: -1,
+                pid: 1,
+                uid: 0,
+                stream: None,
+                replacing_own: false,
+            },
+        );
+        let [Effect::Accepted { ci }] = fx[..] else {
+            panic!("{fx:?}")
+        };
+        let mut answered = None;
+        let watched = crate::watch::register(d, ci, pid, ours, |rv| answered = Some(rv));
+        assert_eq!((watched, answered), (Ok(pid), Some(0)));
         peer
     }
 

@@ -1,7 +1,9 @@
 //! Shared daemon state: clients (connections), lockspaces and locally held resources.
 //!
 //! Lock order (never take an earlier lock while holding a later one):
-//! `core` → `spaces`; `watchers` and `mailboxes` are leaves (taken alone), and so are the
+//! `watchers` → `core` → `spaces` (`watchers` is taken before `core` only by a watch's
+//! registration, `crate::watch::register`; else alone); `mailboxes` is a leaf (taken
+//! alone), and so are the
 //! event loop's `parked`, `pids` and `shares` (`crate::reactor`: none is held while
 //! another lock is taken; the pid watches are checked against the tables by copying
 //! them first). The helper's pipe is written with no lock held. Disk I/O is never
@@ -27,12 +29,11 @@ use crate::space::{Outgoing, Space};
 use crate::sync::lock;
 use crate::tables::CoreLock;
 
-/// One lease-loss watch connection (lockd extension, `crate::watch`).
+/// The stream of one lease-loss watch connection (lockd extension, `crate::watch`);
+/// the registry itself is the core's (`lockd_core::Watches`).
 #[derive(Debug)]
 pub struct Watcher {
-    /// Client slot of the watch connection.
-    pub ci: u32,
-    /// The pid whose leases are watched.
+    /// The pid whose leases are watched (as the core registered it).
     pub pid: i32,
     pub stream: std::os::unix::net::UnixStream,
 }
@@ -63,8 +64,10 @@ pub struct Daemon {
     /// (`crate::mailbox`); a leaf lock.
     pub mailboxes: Mailboxes,
     pub spaces: Mutex<Vec<Arc<Space>>>,
-    /// Lease-loss watch connections (lockd extension); a leaf lock.
-    pub watchers: Mutex<Vec<Watcher>>,
+    /// The streams of the lease-loss watch connections (lockd extension), by client
+    /// slot; taken before `core` only when a watch registers (`crate::watch::register`),
+    /// else alone.
+    pub watchers: Mutex<std::collections::HashMap<u32, Watcher>>,
     pub shutdown: AtomicBool,
     pub shutdown_cond: Condvar,
     pub shutdown_mutex: Mutex<bool>,
@@ -90,7 +93,7 @@ impl Daemon {
             core: Arc::new(core),
             mailboxes: Mailboxes::default(),
             spaces: Mutex::new(Vec::new()),
-            watchers: Mutex::new(Vec::new()),
+            watchers: Mutex::new(std::collections::HashMap::new()),
             shutdown: AtomicBool::new(false),
             shutdown_cond: Condvar::new(),
             shutdown_mutex: Mutex::new(false),

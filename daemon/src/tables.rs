@@ -144,6 +144,14 @@ impl CoreGuard<'_> {
         }
     }
 
+    /// The pid watch connection `ci` watches ([`lockd_core::Watches::pid_of`]).
+    pub fn watched_pid(&self, ci: u32) -> Option<i32> {
+        match &self.0 {
+            Some(g) => g.watches.pid_of(ci),
+            None => unreachable!("a CoreGuard is emptied only as it is consumed"),
+        }
+    }
+
     /// [`lockd_core::Core::space_st_mut`].
     pub fn space_st_mut(&mut self, space_id: u32) -> Option<&mut lockd_core::space_state::SpaceSt> {
         self.core().space_st_mut(space_id)

@@ -1,8 +1,12 @@
 //! lockd extensions (see `client_lib::ext`): the lease-loss watch and the leader query.
 //!
-//! A watch is a connection that sent `LOCKD_CMD_WATCH` for a pid. From then on the daemon
-//! writes to it: a heartbeat every [`HEARTBEAT_MS`] (from the `lockd-watch` thread), and a
-//! loss notice whenever it decides a lease of that pid can no longer be trusted.
+//! A watch is a connection that sent `LOCKD_CMD_WATCH` for a pid. The core keeps the
+//! registry (`lockd_core::watches`: who watches which pid, its bound, who may watch
+//! whom) and names the recipients of every notice it gives ([`WatchTo`]); this module
+//! keeps only each watch connection's stream and writes to it: a heartbeat every
+//! [`HEARTBEAT_MS`] (from the `lockd-watch` thread, whose recipients and lease counts
+//! come from the core's `Input::WatchTick`), and each loss or request notice, to exactly
+//! the connections the core named.
 //!
 //! Invariants:
 //! * a loss notice is written *before* the action it announces: the monitor runs the
@@ -11,10 +15,17 @@
 //!   an effect of the step that sets `kill_now`, run before the next tick can kill
 //!   (`crate::paxos`); a request's notice ([`notify_requested_to`], the core's `RequestNotice`
 //!   effect) before the kill orders of the same examine step;
+//! * a watch's reply is written before any event: [`register`] steps the core and writes
+//!   the reply while holding `watchers`, and keeps the stream under the same hold, so a
+//!   notice that names the new watch waits for `watchers` until the reply is out;
+//! * a notice goes to a stream only while it is the watch of the pid the core named
+//!   (a slot number can be reused by a later connection);
 //! * writing never blocks a decision for long: every watch stream has a short write
-//!   timeout, and a watcher whose write fails is dropped;
-//! * `watchers` is a leaf lock: nothing else is locked while it is held, and it is held
-//!   during a whole message write so messages never interleave.
+//!   timeout, and a watcher whose write fails is dropped, in the core too
+//!   (`Input::WatchDropped`, stepped after `watchers` is let go);
+//! * lock order: `watchers` → `core`, taken together only by [`register`]; everything
+//!   else takes `watchers` alone, with no other lock held, and holds it during a whole
+//!   message write so messages never interleave.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +35,7 @@ use client_lib::proto::{SM_MAGIC, SM_PROTO};
 use client_lib::wire::{self, Header, HEADER_LEN};
 use disk_format::Name;
 use lease_core::timeouts;
+use lockd_core::{CoreRequest, Effect, Input, ReqKind, WatchBeat, WatchTo};
 use tracing::{debug, info, warn};
 
 use crate::server::Conn;
@@ -33,35 +45,13 @@ use crate::sync::lock;
 
 /// Interval of heartbeats on a watch connection.
 pub const HEARTBEAT_MS: u32 = 500;
-/// Most watch connections at once (each is also a client slot).
-pub const MAX_WATCHERS: usize = 256;
 /// A write to a watcher that takes longer than this drops the watcher.
 const WRITE_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// `LOCKD_CMD_WATCH`: registers `conn` as a watch of `h.data` (0 = the caller's pid).
-/// Only root may watch another user's process.
+/// The core decides (only root may watch another user's process; at most
+/// `lockd_core::MAX_WATCHES` at once).
 pub fn handle_watch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
-    let pid = if h.data == 0 {
-        conn.cred.pid
-    } else {
-        h.data as i32
-    };
-    if pid <= 0 {
-        conn.reply(h, -libc::EINVAL);
-        return;
-    }
-    if conn.cred.uid != 0 && pid != conn.cred.pid {
-        let owner_uid = lock(&d.core)
-            .clients
-            .slots
-            .values()
-            .find(|c| c.registered && c.pid == pid)
-            .map(|c| c.uid);
-        if owner_uid != Some(conn.cred.uid) {
-            conn.reply(h, -libc::EPERM);
-            return;
-        }
-    }
     let stream = match conn.stream.try_clone() {
         Ok(s) => s,
         Err(_) => {
@@ -70,29 +60,63 @@ pub fn handle_watch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) {
         }
     };
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    {
-        let mut w = lock(&d.watchers);
-        if w.len() >= MAX_WATCHERS {
-            drop(w);
-            conn.reply(h, -libc::EMFILE);
-            return;
+    let ci = conn.ci;
+    // A pid that does not fit (> i32::MAX) reads as negative: the core refuses it.
+    let asked_pid = h.data as i32;
+    let registered = register(d, ci, asked_pid, stream, |rv| {
+        let mut r = h.result_reply(rv);
+        if rv == 0 {
+            r.data2 = HEARTBEAT_MS;
         }
-        // The reply goes out under the lock, so that no event can precede it.
-        let mut r = h.result_reply(0);
-        r.data2 = HEARTBEAT_MS;
         conn.send(&r.encode());
-        w.push(Watcher {
-            ci: conn.ci,
-            pid,
-            stream,
-        });
+    });
+    match registered {
+        Ok(pid) => info!(ci, pid, "lease-loss watch registered"),
+        Err((rv, why)) => info!(ci, asked_pid, rv, why, "lease-loss watch refused"),
     }
-    info!(ci = conn.ci, pid, "lease-loss watch registered");
 }
 
-/// Forgets the watch of connection `ci` (its connection closed).
+/// Connection `ci` asks the core to become a watch of `asked_pid` (0: its own process);
+/// `answer(rv)` writes the reply. The step, the reply and keeping `stream` happen under
+/// one hold of `watchers`, so no notice for the new watch can be written before its
+/// reply. Returns the watched pid, or the refusal's code and reason.
+pub(crate) fn register(
+    d: &Daemon,
+    ci: u32,
+    asked_pid: i32,
+    stream: std::os::unix::net::UnixStream,
+    answer: impl FnOnce(i32),
+) -> Result<i32, (i32, &'static str)> {
+    let mut w = lock(&d.watchers);
+    let (fx, pid) = {
+        let mut core = lock(&d.core);
+        let fx = core.step(
+            crate::clock::now_s(),
+            Input::Request {
+                ci,
+                req: CoreRequest::Watch { pid: asked_pid },
+            },
+        );
+        (fx, core.watched_pid(ci))
+    };
+    let reply = match fx.as_slice() {
+        [Effect::Reply { ci: to, reply }] if *to == ci && reply.kind == ReqKind::Watch => reply,
+        other => panic!("WATCH gave effects other than its reply: {other:?}"),
+    };
+    answer(reply.rv);
+    match pid {
+        Some(pid) if reply.rv == 0 => {
+            w.insert(ci, Watcher { pid, stream });
+            Ok(pid)
+        }
+        _ => Err((reply.rv, reply.why.unwrap_or("refused"))),
+    }
+}
+
+/// Forgets the stream of watch connection `ci` (its connection closed; the core ends
+/// the watch with the client, `Input::Closed`).
 pub fn connection_closed(d: &Daemon, ci: u32) {
-    lock(&d.watchers).retain(|w| w.ci != ci);
+    lock(&d.watchers).remove(&ci);
 }
 
 fn event_message(e: &WatchEvent) -> Vec<u8> {
@@ -111,28 +135,33 @@ fn event_message(e: &WatchEvent) -> Vec<u8> {
     msg
 }
 
-/// Writes `make(pid)` to every watcher of a pid in `pids`; drops watchers that fail.
-/// Returns how many notices were delivered.
-fn send_to(d: &Daemon, pids: &[i32], make: impl Fn(i32) -> WatchEvent) -> usize {
+/// Writes `make(recipient)` to each recipient the core named that is still the watch of
+/// that pid; drops the watches whose write fails (here, then in the core). Returns how
+/// many were delivered.
+fn send_to(d: &Daemon, to: &[WatchTo], make: impl Fn(&WatchTo) -> WatchEvent) -> usize {
     use std::io::Write;
     let mut delivered = 0;
-    let mut w = lock(&d.watchers);
-    w.retain_mut(|watcher| {
-        if !pids.contains(&watcher.pid) {
-            return true;
-        }
-        let msg = event_message(&make(watcher.pid));
-        match watcher.stream.write_all(&msg) {
-            Ok(()) => {
-                delivered += 1;
-                true
+    let mut dropped = Vec::new();
+    {
+        let mut w = lock(&d.watchers);
+        for t in to {
+            let Some(watcher) = w.get_mut(&t.ci).filter(|w| w.pid == t.pid) else {
+                continue;
+            };
+            match watcher.stream.write_all(&event_message(&make(t))) {
+                Ok(()) => delivered += 1,
+                Err(e) => {
+                    debug!(ci = t.ci, error = %e, "watch connection dropped");
+                    w.remove(&t.ci);
+                    dropped.push(t.ci);
+                }
             }
-            Err(e) => {
-                debug!(ci = watcher.ci, error = %e, "watch connection dropped");
-                false
-            }
         }
-    });
+    }
+    for ci in dropped {
+        let fx = lock(&d.core).step(crate::clock::now_s(), Input::WatchDropped { ci });
+        assert!(fx.is_empty(), "a dropped watch gave effects: {fx:?}");
+    }
     delivered
 }
 
@@ -151,11 +180,12 @@ pub fn deadlines(d: &Daemon, space: &Space) -> (i64, i64, u64) {
     (kill_in, wd_in, (now_ms - last_ms).max(0) as u64)
 }
 
-/// Announces to the watchers of `pids` — the holders the core named in its `LossNotice`
-/// effect — that their leases in `space` are being lost (`kind` is RenewalFailing,
-/// LockspaceFailed or LockspaceRemoved). Called before the effects that act on it.
-pub fn notify_loss_to(d: &Daemon, space: &Space, kind: WatchKind, pids: &[i32]) {
-    if pids.is_empty() {
+/// Announces to the watch connections `to` — those the core named in its `LossNotice`
+/// effect — that their process's leases in `space` are being lost (`kind` is
+/// RenewalFailing, LockspaceFailed or LockspaceRemoved). Called before the effects that
+/// act on it.
+pub fn notify_loss_to(d: &Daemon, space: &Space, kind: WatchKind, to: &[WatchTo]) {
+    if to.is_empty() {
         return;
     }
     let (mut kill_in, mut wd_in, age) = deadlines(d, space);
@@ -163,11 +193,11 @@ pub fn notify_loss_to(d: &Daemon, space: &Space, kind: WatchKind, pids: &[i32]) 
         kill_in = 0;
         wd_in = NO_DEADLINE;
     }
-    let n = send_to(d, pids, |pid| WatchEvent {
+    let n = send_to(d, to, |t| WatchEvent {
         kind,
         force_mode: 0,
         leases: 0,
-        pid,
+        pid: t.pid,
         lockspace: space.name,
         resource: Name::EMPTY,
         lver: 0,
@@ -181,7 +211,7 @@ pub fn notify_loss_to(d: &Daemon, space: &Space, kind: WatchKind, pids: &[i32]) 
     }
 }
 
-/// Announces to the watchers of `pids` — the holders the core named in its
+/// Announces to the watch connections `to` — those the core named in its
 /// `RequestNotice` effect — that another host requested resource `res` (held at `lver`)
 /// with `force_mode`; the core's kill orders for them come right after.
 pub fn notify_requested_to(
@@ -190,9 +220,9 @@ pub fn notify_requested_to(
     res: &Name,
     lver: u64,
     force_mode: u32,
-    pids: &[i32],
+    to: &[WatchTo],
 ) {
-    if pids.is_empty() {
+    if to.is_empty() {
         return;
     }
     let space = d.find_space(ls);
@@ -200,11 +230,11 @@ pub fn notify_requested_to(
         .as_deref()
         .map(|s| deadlines(d, s))
         .unwrap_or((0, NO_DEADLINE, 0));
-    let n = send_to(d, pids, |pid| WatchEvent {
+    let n = send_to(d, to, |t| WatchEvent {
         kind: WatchKind::Requested,
         force_mode,
         leases: 0,
-        pid,
+        pid: t.pid,
         lockspace: *ls,
         resource: *res,
         lver,
@@ -217,32 +247,33 @@ pub fn notify_requested_to(
     }
 }
 
-/// One heartbeat to every watcher (the `lockd-watch` thread's tick).
+/// One heartbeat to every watch: the core names them and their processes' lease counts
+/// (`Input::WatchTick`).
 pub fn heartbeat(d: &Daemon) {
-    let counts: Vec<(i32, u32)> = {
-        let watched: Vec<i32> = lock(&d.watchers).iter().map(|w| w.pid).collect();
-        if watched.is_empty() {
-            return;
+    if lock(&d.watchers).is_empty() {
+        return;
+    }
+    let fx = lock(&d.core).step(crate::clock::now_s(), Input::WatchTick);
+    for e in fx {
+        match e {
+            Effect::WatchBeats { beats } => send_beats(d, &beats),
+            other => panic!("a watch tick gave an effect other than its beats: {other:?}"),
         }
-        let tables = lock(&d.core);
-        let clients = &tables.clients;
-        watched
-            .into_iter()
-            .map(|pid| {
-                let n: usize = clients
-                    .slots
-                    .values()
-                    .filter(|c| c.pid == pid && !c.pid_dead)
-                    .map(|c| c.tokens.len())
-                    .sum();
-                (pid, u32::try_from(n).unwrap_or(u32::MAX))
-            })
-            .collect()
-    };
-    let pids: Vec<i32> = counts.iter().map(|c| c.0).collect();
-    send_to(d, &pids, |pid| {
-        let leases = counts.iter().find(|c| c.0 == pid).map(|c| c.1).unwrap_or(0);
-        WatchEvent::heartbeat(pid, leases)
+    }
+}
+
+/// Writes the heartbeats the core gave ([`Effect::WatchBeats`]).
+pub(crate) fn send_beats(d: &Daemon, beats: &[WatchBeat]) {
+    let to: Vec<WatchTo> = beats
+        .iter()
+        .map(|b| WatchTo {
+            ci: b.ci,
+            pid: b.pid,
+        })
+        .collect();
+    send_to(d, &to, |t| {
+        let leases = beats.iter().find(|b| b.ci == t.ci).map_or(0, |b| b.leases);
+        WatchEvent::heartbeat(t.pid, leases)
     });
 }
 

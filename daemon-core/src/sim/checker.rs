@@ -11,10 +11,14 @@
 //!   that lease at that instant (or has an acquire of it under way: its daemon may hold
 //!   it on disk already, as the first of several) and was named by the request's notice
 //!   earlier in the same step (the core's `Input::Examined`);
+//! - every such notice reached each watch connection open on the pid (`LOCKD_CMD_WATCH`)
+//!   before its kill: the notice names it ([`WatchTo`]);
 //! - a RELEASE is answered only after the disk release of each lease it gave up ended
 //!   (no disk release of that lease on that host is still in flight).
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use crate::watches::WatchTo;
 
 /// A simulated client, unique over a whole run (never reused, like its pid).
 pub type ClientId = u64;
@@ -34,6 +38,13 @@ pub struct DaemonSimChecker {
     /// (host, resource index) with a disk release in flight for a RELEASE of client
     /// slot `ci` (the slot whose request asked for it).
     releasing: BTreeMap<(usize, usize), u32>,
+    /// (host, watch connection) → the pid it watches: the watches open now.
+    watches: BTreeMap<(usize, u32), i32>,
+    /// (host, watch connection, pid) given the lockspace's loss notice.
+    watch_noticed: BTreeSet<(usize, u32, i32)>,
+    /// (host, resource index) → watch connections given the request notice in the
+    /// host's examine step being carried out.
+    request_watch_noticed: BTreeMap<(usize, usize), BTreeSet<WatchTo>>,
     violations: Vec<String>,
 }
 
@@ -105,9 +116,32 @@ impl DaemonSimChecker {
         self.holds.values().any(|h| h.contains_key(&who))
     }
 
-    /// The lockspace's loss notice reached `pid` on `host`.
-    pub fn noticed(&mut self, host: usize, pid: i32) {
+    /// The lockspace's loss notice reached `pid` on `host`, and was addressed to the
+    /// watch connections `to`.
+    pub fn noticed(&mut self, host: usize, pid: i32, to: &[WatchTo]) {
         self.noticed.insert((host, pid));
+        for w in to {
+            self.watch_noticed.insert((host, w.ci, w.pid));
+        }
+    }
+
+    /// Connection `ci` of `host` watches `pid` from now on (its WATCH was answered 0).
+    pub fn watch_opened(&mut self, host: usize, ci: u32, pid: i32) {
+        self.watches.insert((host, ci), pid);
+    }
+
+    /// Watch connection `ci` of `host` closed.
+    pub fn watch_closed(&mut self, host: usize, ci: u32) {
+        self.watches.remove(&(host, ci));
+    }
+
+    /// The watch connections of `pid` on `host`.
+    fn watches_of(&self, host: usize, pid: i32) -> Vec<WatchTo> {
+        self.watches
+            .iter()
+            .filter(|((h, _), p)| *h == host && **p == pid)
+            .map(|((_, ci), p)| WatchTo { ci: *ci, pid: *p })
+            .collect()
     }
 
     /// A kill order reached `pid` (client `who`, if it is one) of a failed or removed
@@ -118,6 +152,17 @@ impl DaemonSimChecker {
                 now_ms,
                 format!("host{host}: pid {pid} killed before its loss notice"),
             );
+        }
+        for w in self.watches_of(host, pid) {
+            if !self.watch_noticed.contains(&(host, w.ci, pid)) {
+                self.violate(
+                    now_ms,
+                    format!(
+                        "host{host}: pid {pid} killed before its watch connection {} had the loss notice",
+                        w.ci
+                    ),
+                );
+            }
         }
         if !who.is_some_and(|w| self.holds_any(w)) {
             self.violate(
@@ -131,14 +176,20 @@ impl DaemonSimChecker {
     /// count.
     pub fn examine_begin(&mut self, host: usize) {
         self.request_noticed.retain(|(h, _), _| *h != host);
+        self.request_watch_noticed.retain(|(h, _), _| *h != host);
     }
 
-    /// The request notice of `res` reached `pids` on `host`.
-    pub fn request_noticed(&mut self, host: usize, res: usize, pids: &[i32]) {
+    /// The request notice of `res` reached `pids` on `host`, addressed to the watch
+    /// connections `to`.
+    pub fn request_noticed(&mut self, host: usize, res: usize, pids: &[i32], to: &[WatchTo]) {
         self.request_noticed
             .entry((host, res))
             .or_default()
             .extend(pids.iter().copied());
+        self.request_watch_noticed
+            .entry((host, res))
+            .or_default()
+            .extend(to.iter().copied());
     }
 
     /// A request's kill order for `res` reached `pid` (client `who`, if it is one).
@@ -159,6 +210,21 @@ impl DaemonSimChecker {
                 now_ms,
                 format!("host{host}: pid {pid} killed for a request of res{res} before its request notice"),
             );
+        }
+        for w in self.watches_of(host, pid) {
+            if !self
+                .request_watch_noticed
+                .get(&(host, res))
+                .is_some_and(|t| t.contains(&w))
+            {
+                self.violate(
+                    now_ms,
+                    format!(
+                        "host{host}: pid {pid} killed for a request of res{res} before its watch connection {} had the notice",
+                        w.ci
+                    ),
+                );
+            }
         }
         let holds = who.is_some_and(|w| {
             self.holds.get(&res).is_some_and(|h| h.contains_key(&w))
@@ -194,6 +260,7 @@ impl DaemonSimChecker {
     /// The host's daemon is gone (restart): its disk operations stop with it.
     pub fn host_restarted(&mut self, host: usize) {
         self.releasing.retain(|(h, _), _| *h != host);
+        self.watches.retain(|(h, _), _| *h != host);
     }
 }
 
@@ -230,10 +297,10 @@ mod tests {
         c.granted(0, 1, 0, false);
         c.killed(1, 0, 100, Some(1));
         assert_eq!(c.violations().len(), 1);
-        c.noticed(0, 100);
+        c.noticed(0, 100, &[]);
         c.killed(2, 0, 100, Some(1));
         assert_eq!(c.violations().len(), 1);
-        c.noticed(0, 101);
+        c.noticed(0, 101, &[]);
         c.killed(3, 0, 101, Some(2));
         assert_eq!(c.violations().len(), 2);
     }
@@ -247,7 +314,7 @@ mod tests {
         // Killed before the notice of its lease.
         c.examine_killed(1, 0, 100, Some(1), 0);
         assert_eq!(c.violations().len(), 1);
-        c.request_noticed(0, 0, &[100]);
+        c.request_noticed(0, 0, &[100], &[]);
         c.examine_killed(2, 0, 100, Some(1), 0);
         assert_eq!(c.violations().len(), 1);
         // A holder of another lease: neither noticed nor a holder of res0.
@@ -258,19 +325,48 @@ mod tests {
         c.examine_killed(4, 0, 100, Some(1), 0);
         assert_eq!(c.violations().len(), 4);
         // Another host's notice is its own.
-        c.request_noticed(1, 0, &[100]);
+        c.request_noticed(1, 0, &[100], &[]);
         c.examine_killed(5, 0, 100, Some(1), 0);
         assert_eq!(c.violations().len(), 5);
         // A client with an acquire of res0 under way may be ordered; once it is
         // answered (and refused), no more.
         c.examine_begin(0);
-        c.request_noticed(0, 0, &[102]);
+        c.request_noticed(0, 0, &[102], &[]);
         c.acquire_sent(3, &[1, 0]);
         c.examine_killed(6, 0, 102, Some(3), 0);
         assert_eq!(c.violations().len(), 5);
         c.acquire_answered(3);
         c.examine_killed(7, 0, 102, Some(3), 0);
         assert_eq!(c.violations().len(), 6);
+    }
+
+    #[test]
+    fn finds_a_kill_before_the_notice_reached_the_pids_watch_connection() {
+        let mut c = DaemonSimChecker::default();
+        c.granted(0, 1, 0, false);
+        c.watch_opened(0, 7, 100);
+        let to = [WatchTo { ci: 7, pid: 100 }];
+        // The holder was named, but its watch connection was not written to.
+        c.noticed(0, 100, &[]);
+        c.killed(1, 0, 100, Some(1));
+        assert_eq!(c.violations().len(), 1);
+        c.noticed(0, 100, &to);
+        c.killed(2, 0, 100, Some(1));
+        assert_eq!(c.violations().len(), 1);
+        // The same for a request's notice, step by step.
+        c.examine_begin(0);
+        c.request_noticed(0, 0, &[100], &[]);
+        c.examine_killed(3, 0, 100, Some(1), 0);
+        assert_eq!(c.violations().len(), 2);
+        c.request_noticed(0, 0, &[100], &to);
+        c.examine_killed(4, 0, 100, Some(1), 0);
+        assert_eq!(c.violations().len(), 2);
+        // A closed watch connection needs no notice.
+        c.watch_closed(0, 7);
+        c.examine_begin(0);
+        c.request_noticed(0, 0, &[100], &[]);
+        c.examine_killed(5, 0, 100, Some(1), 0);
+        assert_eq!(c.violations().len(), 2);
     }
 
     #[test]

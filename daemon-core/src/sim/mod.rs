@@ -137,6 +137,9 @@ struct Client {
     id: ClientId,
     pid: i32,
     ci: Cell<Option<u32>>,
+    /// The connection watching this process's leases (`LOCKD_CMD_WATCH`), if it opened
+    /// one.
+    watch_ci: Cell<Option<u32>>,
     inbox: RefCell<VecDeque<CoreReply>>,
     task: Cell<usize>,
     dead: Cell<bool>,
@@ -499,14 +502,14 @@ impl Sim {
             _ => {}
         }
         match e {
-            Effect::LossNotice { kind, pids, .. } => {
+            Effect::LossNotice { kind, pids, to, .. } => {
                 // LockspaceFailed or LockspaceRemoved (RenewalFailing warns, it is no
                 // notice of a loss).
                 if kind != client_lib::ext::WatchKind::RenewalFailing {
                     self.world
                         .log(|| format!("host{h} {} notice to {pids:?}", kind.name()));
                     for pid in pids {
-                        self.checker.borrow_mut().noticed(h, pid);
+                        self.checker.borrow_mut().noticed(h, pid, &to);
                     }
                 }
             }
@@ -520,6 +523,7 @@ impl Sim {
                 name,
                 force_mode,
                 pids,
+                to,
                 ..
             } => {
                 self.world.log(|| {
@@ -527,7 +531,7 @@ impl Sim {
                 });
                 self.checker
                     .borrow_mut()
-                    .request_noticed(h, res_index(&name), &pids);
+                    .request_noticed(h, res_index(&name), &pids, &to);
             }
             Effect::Kill { order, .. } => {
                 let (pid, sig) = match order {
@@ -569,6 +573,7 @@ impl Sim {
             Effect::Accepted { .. }
             | Effect::Refused { .. }
             | Effect::Close { .. }
+            | Effect::WatchBeats { .. }
             | Effect::Status(_) => {}
             Effect::Reply { ci, reply } => self.reply(h, ci, reply),
             Effect::Disk { op, what, .. } => {
@@ -613,6 +618,22 @@ impl Sim {
 
     fn reply(self: &Rc<Self>, h: usize, ci: u32, reply: CoreReply) {
         let now = self.now_ms();
+        if reply.kind == ReqKind::Watch {
+            let watcher = self.hosts[h]
+                .clients
+                .borrow()
+                .values()
+                .find(|c| c.watch_ci.get() == Some(ci))
+                .cloned();
+            match watcher {
+                Some(c) if reply.rv == 0 => self.checker.borrow_mut().watch_opened(h, ci, c.pid),
+                _ => self.checker.borrow_mut().violate(
+                    now,
+                    format!("host{h}: WATCH on connection {ci} answered {}", reply.rv),
+                ),
+            }
+            return;
+        }
         let Some(client) = self.hosts[h].clients.borrow().get(&ci).cloned() else {
             return;
         };
@@ -652,6 +673,11 @@ impl Sim {
         self.checker.borrow_mut().gone(c.id);
         self.world.log(|| format!("host{h} pid {} dies", c.pid));
         self.wake(c.task.get());
+        if let Some(wci) = c.watch_ci.take() {
+            // Its watch connection closes with it.
+            self.checker.borrow_mut().watch_closed(h, wci);
+            self.input(h, Input::Closed { ci: wci });
+        }
         self.input(h, Input::PidExit { pid: c.pid });
         // Another process takes its place a little later.
         let sim = self.clone();
@@ -760,6 +786,7 @@ impl Sim {
             id,
             pid: 1000 + id as i32,
             ci: Cell::new(None),
+            watch_ci: Cell::new(None),
             inbox: RefCell::new(VecDeque::new()),
             task: Cell::new(usize::MAX),
             dead: Cell::new(false),
@@ -1225,6 +1252,20 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
     sim.send(h, &c, CoreRequest::Register);
     if c.dead.get() {
         return;
+    }
+    // Every other client watches its own leases on a second connection (counted, not
+    // drawn: the random stream stays as it was).
+    if c.id.is_multiple_of(2) {
+        if let Some(wci) = sim.connect(h, c.pid) {
+            c.watch_ci.set(Some(wci));
+            sim.input(
+                h,
+                Input::Request {
+                    ci: wci,
+                    req: CoreRequest::Watch { pid: 0 },
+                },
+            );
+        }
     }
     // Every other ACQUIRE goes as the daemon sends it (begun by its dispatcher, then
     // `Input::Command`), the others as plain requests; counted, not drawn, so the
