@@ -180,6 +180,25 @@ impl<S, H: LeaseHold> Core<S, H> {
                 }
                 return;
             }
+            CoreRequest::SetEvent { ls, he, flags } => {
+                let Some(s) = self.space_mut(ls) else {
+                    refuse(fx, ci, kind, -ENOENT, "no such lockspace");
+                    return;
+                };
+                let period_s = lease_core::timeouts::set_bitmap_seconds(s.io_timeout_s);
+                let max_hosts =
+                    s.st.geometry
+                        .map_or(crate::events::MAX_EVENT_HOST_ID, |g| g.max_hosts());
+                match s
+                    .st
+                    .outgoing
+                    .set_event(now_s, period_s, max_hosts, *he, *flags)
+                {
+                    Ok(()) => reply(fx, ci, kind, 0, Vec::new()),
+                    Err(refused) => refuse(fx, ci, kind, refused.code(), refused.why()),
+                }
+                return;
+            }
             CoreRequest::Register => {
                 // sanlock's REGISTER has no reply: libsanlock sends the header and
                 // returns the connection (a reply would be read as the next command's).
@@ -203,6 +222,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                     st: SpaceSt::default(),
                     io_timeout_s: *io_timeout_s,
                     listed_by_shell: false,
+                    place: None,
                 });
                 self.admin.push(AdminCmd {
                     ci,
@@ -372,7 +392,8 @@ impl<S, H: LeaseHold> Core<S, H> {
             | CoreRequest::AddLockspace { .. }
             | CoreRequest::RemLockspace { .. }
             | CoreRequest::ReleaseOrphans { .. }
-            | CoreRequest::Watch { .. } => {}
+            | CoreRequest::Watch { .. }
+            | CoreRequest::SetEvent { .. } => {}
         }
     }
 
@@ -847,6 +868,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 kind: WatchKind::LockspaceRemoved,
                 pids,
                 to: Vec::new(),
+                lease: None,
             });
         }
         if let Some(s) = self.space_mut(&ls) {
@@ -1663,7 +1685,7 @@ mod tests {
             &mut c,
             105,
             Input::RenewalFailed {
-                ls: name("ls"),
+                id: 1,
                 code: -EIO,
                 corrupt: false,
             },
@@ -1993,6 +2015,11 @@ mod tests {
             kind: WatchKind::LockspaceRemoved,
             pids: pids.to_vec(),
             to: Vec::new(),
+            // Every test lockspace here was joined at 100.
+            lease: Some(crate::step::LeaseTimes {
+                last_success_s: 100,
+                expires_at_s: 100 + timeouts::id_renewal_fail_seconds(IO_S),
+            }),
         }
     }
 

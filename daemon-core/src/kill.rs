@@ -272,6 +272,7 @@ pub fn examined_lease<S, H: LeaseHold>(
         force_mode,
         pids,
         to: Vec::new(),
+        lease: None,
     }];
     effects.append(&mut kills);
     effects
@@ -397,6 +398,7 @@ mod tests {
                     force_mode: SANLK_REQ_FORCE,
                     pids: vec![101, 102],
                     to: Vec::new(),
+                    lease: None,
                 },
                 Effect::Kill {
                     ls: name("ls"),
@@ -532,6 +534,7 @@ mod tests {
                 force_mode: 9,
                 pids: vec![501],
                 to: Vec::new(),
+                lease: None,
             }]
         );
         // Being released (or converted) on disk: left alone.

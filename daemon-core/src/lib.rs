@@ -25,6 +25,8 @@
 //!   keeps its lockspaces' statuses here ([`step::Core::add_space`]), runs the
 //!   monitor's tick, the examine path and every lease command through `step` and
 //!   carries out the effects in order;
+//! - [`events`]: what our renewals carry to the other hosts (SET_EVENT's host event,
+//!   REQUEST's and SET_EVENT's bitmap bits);
 //! - [`watches`]: the lease-loss watch registry, which addresses every notice the step
 //!   gives to the watch connections of the pids it names;
 //! - `sim` (feature `sim` only): the whole-daemon simulator behind `lockd-daemon-sim`.
@@ -36,6 +38,7 @@
 pub mod clients;
 mod commands;
 pub mod errno;
+pub mod events;
 pub mod kill;
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -51,7 +54,8 @@ pub use clients::{
 pub use kill::examined_lease;
 pub use step::{
     release_wait_s, Core, CorePlantedBug, CoreReply, CoreRequest, DiskOp, Effect, HeldLease, Input,
-    JoinedLease, OpId, ReqKind, ResSpec, StatusSummary, CHEAP_CHECK_RESOURCES, MAX_GONE_SPACES,
+    JoinedLease, LeaseTimes, ListRefused, OpId, ReqKind, ResSpec, SpacePlace, StatusSummary,
+    CHEAP_CHECK_RESOURCES, MAX_GONE_SPACES,
 };
 pub use tables::{AcquireStart, CommandTarget, Key, ReleaseStart, Tables};
 pub use watches::{WatchBeat, WatchRefused, WatchTo, Watches, MAX_WATCHES};

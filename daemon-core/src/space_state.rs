@@ -68,6 +68,9 @@ pub struct SpaceSt {
     pub external_used: bool,
     pub used_by_orphans: bool,
     pub renewals: VecDeque<RenewalRec>,
+    /// What our renewals carry to the other hosts (SET_EVENT's event, REQUEST's and
+    /// SET_EVENT's bits).
+    pub outgoing: crate::events::Outgoing,
     /// Removal's second step has begun: every holder is gone and the renewal thread has
     /// stopped to release the delta lease. Before it (removal requested, holders still
     /// being killed) INQ_LOCKSPACE still answers "joined", as sanlock does while the

@@ -39,6 +39,7 @@ use lease_core::timeouts;
 
 use crate::clients::{ClientToken, LeaseHold, Refused};
 use crate::commands::{AdminCmd, Cmd, OpFor};
+use crate::events::HostEvent;
 use crate::kill::{examined_lease, plan_kills, KillOrder, SpaceKill};
 use crate::space_state::{Phase, RenewalRec, SpaceSt};
 use crate::tables::{Key, Tables};
@@ -60,6 +61,34 @@ pub struct CoreSpace {
     /// itself: the core's removal of lockspaces that can go (`finish_removals`) leaves
     /// it alone.
     pub listed_by_shell: bool,
+    /// Where its delta leases are (ADD_LOCKSPACE's host_id and disk), for the admission
+    /// of the next ([`Core::list_space`]); `None` for the core's own and in tests.
+    pub place: Option<SpacePlace>,
+}
+
+/// Where a lockspace the shell lists keeps its delta leases: our host_id and the disk
+/// area (path and offset) ADD_LOCKSPACE named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpacePlace {
+    pub host_id: u64,
+    pub path: String,
+    pub offset: u64,
+}
+
+/// Why the core refused to list a lockspace the shell is adding (ADD_LOCKSPACE's
+/// admission, [`Core::list_space`]); the shell maps each to sanlock's code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListRefused {
+    /// A lockspace of that name is being removed (-EAGAIN: it may be added once gone).
+    BeingRemoved,
+    /// The same lockspace (name, host_id, disk) is being added (-EINPROGRESS).
+    BeingAdded,
+    /// The same lockspace is joined already (-EEXIST).
+    Joined,
+    /// A lockspace of that name is here with another host_id or disk (-EINVAL).
+    OtherPlace,
+    /// Another lockspace keeps its delta leases on that disk area (-EINVAL).
+    DiskAreaTaken,
 }
 
 /// The id of one disk operation the core asked for ([`Effect::Disk`]); its completion
@@ -162,6 +191,16 @@ pub struct Core<S, H> {
     steps_since_cheap_check: u64,
     #[cfg(feature = "sim")]
     pub bug: Option<CorePlantedBug>,
+}
+
+/// A lockspace's lease as a notice gives it to its watchers (their deadlines): its last
+/// renewal, and when it expires if not renewed — the tick that finds it that old orders
+/// the kills (`id_renewal_fail_seconds` after the renewal), and the watchdog fires its
+/// fire timeout later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTimes {
+    pub last_success_s: u64,
+    pub expires_at_s: u64,
 }
 
 /// The delta lease a join of the shell took ([`Input::JoinEnded`]).
@@ -273,6 +312,12 @@ pub enum CoreRequest {
     },
     /// INQUIRE: the client's leases.
     Inquire,
+    /// SET_EVENT in lockspace `ls` (not gone): the event our renewals carry to its
+    /// target, and the bits they set (`SANLK_SETEV_*` flags; `he.generation` already
+    /// the target's current one when `SETEV_CUR_GENERATION` asked for it). Answered at
+    /// once: 0, -ENOENT, -EINVAL (a host_id beyond the lockspace's hosts), -EBUSY
+    /// (another event is being sent: [`crate::events::Outgoing::set_event`]).
+    SetEvent { ls: Name, he: HostEvent, flags: u32 },
     /// `LOCKD_CMD_WATCH` (lockd extension): the connection becomes a lease-loss watch of
     /// process `pid` (0: its own), answered at once: 0, or -EINVAL (no pid), -EPERM (a
     /// non-root caller and another uid's process), -EMFILE
@@ -296,6 +341,7 @@ impl CoreRequest {
             CoreRequest::Inquire => ReqKind::Inquire,
             CoreRequest::ReleaseOrphans { .. } => ReqKind::ReleaseOrphans,
             CoreRequest::Watch { .. } => ReqKind::Watch,
+            CoreRequest::SetEvent { .. } => ReqKind::SetEvent,
         }
     }
 }
@@ -312,6 +358,7 @@ pub enum ReqKind {
     Inquire,
     ReleaseOrphans,
     Watch,
+    SetEvent,
 }
 
 /// A lease as a reply names it (INQUIRE's state string is made from it).
@@ -388,11 +435,29 @@ pub enum DiskOp<H> {
 pub enum Input<S, H> {
     /// The monitor's periodic look at every lockspace's lease (once a second).
     Tick,
-    /// A renewal of `ls` succeeded (its time is the step's `now_s`).
-    RenewalOk { ls: Name, rec: RenewalRec },
-    /// A renewal of `ls` failed with sanlock code `code`; `corrupt` when our delta
-    /// sector was found damaged or taken.
-    RenewalFailed { ls: Name, code: i32, corrupt: bool },
+    /// A renewal of lockspace `id` succeeded; `last_success_s` is the lease's new time
+    /// (when the renewal began: the lease is as old as that, not as the step). Keyed by
+    /// id, not name: a report can come after its lockspace went (the fence thread's
+    /// verdict reads the device while our key is being unregistered) and a new one of
+    /// the same name was added, which it must not touch. A gone lockspace's is ignored.
+    RenewalOk {
+        id: u32,
+        last_success_s: u64,
+        rec: RenewalRec,
+    },
+    /// A renewal of lockspace `id` failed with sanlock code `code`; `corrupt` when our
+    /// delta sector was found damaged or taken, or our storage key is gone (fenced).
+    RenewalFailed { id: u32, code: i32, corrupt: bool },
+    /// The join of lockspace `id` begins its delta acquire, on a disk of `geometry`.
+    JoinStarted {
+        id: u32,
+        geometry: disk_format::Geometry,
+    },
+    /// A renewal of lockspace `id` begins (RENEWAL's and STATUS's last attempt).
+    RenewalStarted { id: u32 },
+    /// Lockspace `id`'s thread is releasing our delta lease (the removal's second step:
+    /// INQ_LOCKSPACE answers "in progress" from now on).
+    DeltaReleasing { id: u32 },
     /// A connection (`fd`) was accepted from process `pid` of `uid`. `replacing_own`:
     /// the shell just closed an idle connection of the same uid to make room for it (the
     /// reactor's eviction, after a [`Refused`]): the slot takes its place, the total and
@@ -487,6 +552,9 @@ pub enum Input<S, H> {
     /// REM_LOCKSPACE (its holders' notice, then SIGKILL from the next tick on), with
     /// nobody to answer.
     Shutdown,
+    /// A REQUEST (written by the shell) found host `host_id` holding a lease of `ls`:
+    /// our renewals set its bit for `set_bitmap_seconds`, so that it examines its leases.
+    HostBit { ls: Name, host_id: u64 },
     /// Time for a heartbeat on every watch connection ([`Effect::WatchBeats`]; none
     /// when no watch is open).
     WatchTick,
@@ -506,6 +574,9 @@ pub enum Effect<H> {
         /// The watch connections of those pids, which the shell writes the notice to
         /// (filled in by the step that gives it: [`Watches::address`]).
         to: Vec<WatchTo>,
+        /// The lockspace's lease times, for the notice's deadlines (filled in by the
+        /// step that gives it; `None` when the lockspace is not here).
+        lease: Option<LeaseTimes>,
     },
     /// Log: our lease in `ls` was found lost, `age_s` after the last renewal.
     LockspaceFailed { ls: Name, age_s: u64, corrupt: i32 },
@@ -521,6 +592,8 @@ pub enum Effect<H> {
         pids: Vec<i32>,
         /// The watch connections of those pids ([`Watches::address`]).
         to: Vec<WatchTo>,
+        /// The lockspace's lease times, for the notice's deadlines.
+        lease: Option<LeaseTimes>,
     },
     /// One heartbeat to each watch connection, with its process's lease count
     /// ([`Input::WatchTick`]).
@@ -594,6 +667,46 @@ impl<S, H: LeaseHold> Core<S, H> {
     /// the new entry, the oldest gone entries are pruned down to `MAX_GONE_SPACES - 1`,
     /// so at most [`MAX_GONE_SPACES`] exist once this one has gone too.
     pub fn add_space(&mut self, id: u32, name: Name, io_timeout_s: u64) {
+        self.insert_listed(id, name, None, io_timeout_s);
+    }
+
+    /// ADD_LOCKSPACE's admission, then the listing: the shell is adding lockspace `name`
+    /// under `id`, with its delta leases at `place`. Refused, with nothing listed, when a
+    /// lockspace here (not gone) has that name — being removed, being added or joined
+    /// at the same place, or at another place — or another name on the same disk area
+    /// (path and offset), in the order they were added (sanlock's `add_lockspace_start`
+    /// checks). Otherwise listed as by [`Core::add_space`].
+    pub fn list_space(
+        &mut self,
+        id: u32,
+        name: Name,
+        place: SpacePlace,
+        io_timeout_s: u64,
+    ) -> Result<(), ListRefused> {
+        for s in self.spaces.iter().filter(|s| !s.st.gone) {
+            let same_disk = s
+                .place
+                .as_ref()
+                .is_some_and(|p| p.path == place.path && p.offset == place.offset);
+            if s.name.same_as(&name) {
+                let identical =
+                    same_disk && s.place.as_ref().map(|p| p.host_id) == Some(place.host_id);
+                return Err(match s.st.phase {
+                    Phase::Removing => ListRefused::BeingRemoved,
+                    Phase::Adding if identical => ListRefused::BeingAdded,
+                    Phase::Joined if identical => ListRefused::Joined,
+                    _ => ListRefused::OtherPlace,
+                });
+            }
+            if same_disk {
+                return Err(ListRefused::DiskAreaTaken);
+            }
+        }
+        self.insert_listed(id, name, Some(place), io_timeout_s);
+        Ok(())
+    }
+
+    fn insert_listed(&mut self, id: u32, name: Name, place: Option<SpacePlace>, io_timeout_s: u64) {
         assert!(
             self.space(&name).is_none() && self.spaces.iter().all(|s| s.id != id),
             "lockspace {name:?} (id {id}) listed twice"
@@ -611,12 +724,33 @@ impl<S, H: LeaseHold> Core<S, H> {
             st: SpaceSt::default(),
             io_timeout_s,
             listed_by_shell: true,
+            place,
         });
     }
 
     /// The status of lockspace `id` (a gone one's until pruned; `None` after).
     pub fn space_st(&self, id: u32) -> Option<&SpaceSt> {
         self.spaces.iter().find(|s| s.id == id).map(|s| &s.st)
+    }
+
+    /// Gives every notice among `fx` its lockspace's lease times ([`LeaseTimes`]).
+    fn stamp_lease_times(&self, fx: &mut [Effect<H>]) {
+        for e in fx.iter_mut() {
+            if let Effect::LossNotice { ls, lease, .. } | Effect::RequestNotice { ls, lease, .. } =
+                e
+            {
+                *lease = self.space(ls).map(|s| LeaseTimes {
+                    last_success_s: s.st.last_success_s,
+                    expires_at_s: s.st.last_success_s
+                        + timeouts::id_renewal_fail_seconds(s.io_timeout_s),
+                });
+            }
+        }
+    }
+
+    /// The status of lockspace `id` while it is not gone.
+    fn live_space_st_mut(&mut self, id: u32) -> Option<&mut SpaceSt> {
+        self.space_st_mut(id).filter(|st| !st.gone)
     }
 
     /// The status of lockspace `id`, to change (`None` once pruned).
@@ -667,14 +801,34 @@ impl<S, H: LeaseHold> Core<S, H> {
         let mut fx = Vec::new();
         match input {
             Input::Tick => self.tick(now_s, &mut fx),
-            Input::RenewalOk { ls, rec } => {
-                if let Some(s) = self.space_mut(&ls) {
-                    s.st.renewal_ok(now_s, rec);
+            Input::RenewalOk {
+                id,
+                last_success_s,
+                rec,
+            } => {
+                if let Some(st) = self.live_space_st_mut(id) {
+                    st.renewal_ok(last_success_s, rec);
                 }
             }
-            Input::RenewalFailed { ls, code, corrupt } => {
-                if let Some(s) = self.space_mut(&ls) {
-                    s.st.renewal_failed(code, corrupt);
+            Input::RenewalFailed { id, code, corrupt } => {
+                if let Some(st) = self.live_space_st_mut(id) {
+                    st.renewal_failed(code, corrupt);
+                }
+            }
+            Input::JoinStarted { id, geometry } => {
+                if let Some(st) = self.live_space_st_mut(id) {
+                    st.geometry = Some(geometry);
+                    st.acquire_last_attempt = now_s;
+                }
+            }
+            Input::RenewalStarted { id } => {
+                if let Some(st) = self.live_space_st_mut(id) {
+                    st.renewal_last_attempt = now_s;
+                }
+            }
+            Input::DeltaReleasing { id } => {
+                if let Some(st) = self.live_space_st_mut(id) {
+                    st.releasing = true;
                 }
             }
             Input::Connected {
@@ -751,12 +905,19 @@ impl<S, H: LeaseHold> Core<S, H> {
             Input::WatchDropped { ci } => {
                 self.watches.end(ci);
             }
+            Input::HostBit { ls, host_id } => {
+                if let Some(s) = self.space_mut(&ls) {
+                    let period_s = timeouts::set_bitmap_seconds(s.io_timeout_s);
+                    s.st.outgoing.set_bit(now_s, period_s, host_id);
+                }
+            }
         }
         if self.active_bug() != Some(CorePlantedBug::NoticeMissesWatch) {
             // Every notice goes to the watches its pids have now, decided in the step
             // that gives it.
             self.watches.address(&mut fx);
         }
+        self.stamp_lease_times(&mut fx);
         if !self.any_planted() {
             // Release builds: the cheap check, one pass over the resources, after every
             // step while the table is small, after every k-th step once it is large, so
@@ -964,6 +1125,7 @@ fn expiry_pass<S, H: LeaseHold>(
                     kind,
                     pids,
                     to: Vec::new(),
+                    lease: None,
                 });
             }
         }
@@ -1090,6 +1252,7 @@ mod tests {
                 st: SpaceSt::default(),
                 io_timeout_s: IO_S,
                 listed_by_shell: false,
+                place: None,
             };
             s.st.phase = Phase::Joined;
             s.st.add_result = Some(0);
@@ -1154,7 +1317,7 @@ mod tests {
         c.step(
             110,
             Input::RenewalFailed {
-                ls: name("ls"),
+                id: 1,
                 code: -5,
                 corrupt: false,
             },
@@ -1212,7 +1375,8 @@ mod tests {
         c.step(
             100 + fail - 1,
             Input::RenewalOk {
-                ls: name("ok"),
+                id: 3,
+                last_success_s: 100 + fail - 1,
                 rec: rec(100 + fail - 1),
             },
         );
@@ -1270,7 +1434,7 @@ mod tests {
         let fx = b.step(
             100 + fail - 5,
             Input::RenewalFailed {
-                ls: name("a"),
+                id: 1,
                 code: -5,
                 corrupt: true,
             },
@@ -1425,6 +1589,155 @@ mod tests {
         assert!(c.space_st(n + 1).is_some_and(|st| !st.gone));
     }
 
+    /// The shell's lockspace thread reports by id: a report for a gone lockspace (its
+    /// fence thread's late verdict) touches neither it nor its successor of the same
+    /// name; a renewal's time is the lease's, not the step's.
+    #[test]
+    fn lockspace_reports_go_by_id_and_a_gone_ones_are_ignored() {
+        let mut c: Core<(), Held> = Core::new(40);
+        c.add_space(1, name("ls"), IO_S);
+        let g = disk_format::Geometry::ALL[0];
+        assert!(c
+            .step(100, Input::JoinStarted { id: 1, geometry: g })
+            .is_empty());
+        let st = c.space_st(1).expect("listed");
+        assert_eq!((st.geometry, st.acquire_last_attempt), (Some(g), 100));
+        c.step(130, Input::RenewalStarted { id: 1 });
+        c.step(
+            131,
+            Input::RenewalOk {
+                id: 1,
+                last_success_s: 127,
+                rec: rec(127),
+            },
+        );
+        let st = c.space_st(1).expect("listed");
+        assert_eq!((st.renewal_last_attempt, st.last_success_s), (130, 127));
+        c.step(132, Input::DeltaReleasing { id: 1 });
+        assert!(c.space_st(1).is_some_and(|st| st.releasing));
+        c.space_st_mut(1).expect("listed").gone = true;
+        c.add_space(2, name("ls"), IO_S);
+        c.step(
+            133,
+            Input::RenewalFailed {
+                id: 1,
+                code: -EBADE_FOR_TEST,
+                corrupt: true,
+            },
+        );
+        c.step(133, Input::DeltaReleasing { id: 1 });
+        assert!(c.space_st(1).is_some_and(|st| st.corrupt_result == 0));
+        let successor = c.space_st(2).expect("listed");
+        assert!(successor.corrupt_result == 0 && !successor.renew_fail && !successor.releasing);
+    }
+    const EBADE_FOR_TEST: i32 = 52;
+
+    /// SET_EVENT and a REQUEST's host bit are the core's: what the next renewal writes
+    /// follows them; an unknown lockspace or a bad host_id is refused with its reason.
+    #[test]
+    fn set_event_and_a_requests_bit_decide_what_the_renewals_write() {
+        use crate::events::{HostEvent, SETEV_REPLACE_EVENT};
+        let mut c: Core<(), Held> = Core::new(40);
+        c.add_space(1, name("ls"), IO_S);
+        let Effect::Accepted { ci } = c.step(
+            100,
+            Input::Connected {
+                fd: -1,
+                pid: 5,
+                uid: 0,
+                stream: None,
+                replacing_own: false,
+            },
+        )[0] else {
+            panic!("not accepted")
+        };
+        let he = |host_id, event| HostEvent {
+            host_id,
+            generation: 0,
+            event,
+            data: 9,
+        };
+        let set = |c: &mut Core<(), Held>, ls: &str, ev: HostEvent, flags| {
+            let fx = c.step(
+                100,
+                Input::Request {
+                    ci,
+                    req: CoreRequest::SetEvent {
+                        ls: name(ls),
+                        he: ev,
+                        flags,
+                    },
+                },
+            );
+            match &fx[..] {
+                [Effect::Reply { reply, .. }] => (reply.rv, reply.why),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(set(&mut c, "ls", he(4, 1), 0), (0, None));
+        assert_eq!(set(&mut c, "ls", he(4, 2), 0).0, -crate::errno::EBUSY);
+        assert_eq!(set(&mut c, "ls", he(4, 2), SETEV_REPLACE_EVENT).0, 0);
+        assert_eq!(set(&mut c, "nope", he(4, 2), 0).0, -crate::errno::ENOENT);
+        assert_eq!(set(&mut c, "ls", he(2001, 2), 0).0, -crate::errno::EINVAL);
+        assert!(c
+            .step(
+                100,
+                Input::HostBit {
+                    ls: name("ls"),
+                    host_id: 9
+                }
+            )
+            .is_empty());
+        let input = c.space_st(1).expect("listed").outgoing.renew_input(100);
+        assert_eq!((input.event.event, input.event.data), (2, 9));
+        // Bits of host 4 (byte 0, bit 3) and host 9 (byte 1, bit 0).
+        assert_eq!((input.bitmap[0], input.bitmap[1]), (1 << 3, 1));
+    }
+
+    /// ADD_LOCKSPACE's admission: a name here already (by phase and place), or a disk
+    /// area taken by another name, refuses the listing and leaves nothing listed; a gone
+    /// lockspace refuses nothing.
+    #[test]
+    fn a_lockspace_is_listed_only_where_no_other_is_by_name_or_disk_area() {
+        let mut c: Core<(), Held> = Core::new(40);
+        let at = |host_id: u64, path: &str, offset: u64| SpacePlace {
+            host_id,
+            path: path.into(),
+            offset,
+        };
+        assert_eq!(c.list_space(1, name("a"), at(1, "/dev/x", 0), IO_S), Ok(()));
+        let refusals = [
+            (name("a"), at(1, "/dev/x", 0), ListRefused::BeingAdded),
+            (name("a"), at(2, "/dev/x", 0), ListRefused::OtherPlace),
+            (name("a"), at(1, "/dev/y", 0), ListRefused::OtherPlace),
+            (name("b"), at(1, "/dev/x", 0), ListRefused::DiskAreaTaken),
+        ];
+        for (n, place, why) in refusals.clone() {
+            assert_eq!(c.list_space(9, n, place, IO_S), Err(why));
+        }
+        c.space_st_mut(1).expect("listed").phase = Phase::Joined;
+        assert_eq!(
+            c.list_space(9, name("a"), at(1, "/dev/x", 0), IO_S),
+            Err(ListRefused::Joined)
+        );
+        c.space_st_mut(1).expect("listed").phase = Phase::Removing;
+        assert_eq!(
+            c.list_space(9, name("a"), at(1, "/dev/x", 0), IO_S),
+            Err(ListRefused::BeingRemoved)
+        );
+        assert_eq!(c.spaces.len(), 1, "a refusal lists nothing");
+        // Another offset of the same disk is another area.
+        assert_eq!(
+            c.list_space(2, name("b"), at(1, "/dev/x", 1 << 20), IO_S),
+            Ok(())
+        );
+        c.check().expect("invariants");
+        // Once gone, its name and area are free again.
+        c.space_st_mut(1).expect("listed").gone = true;
+        assert_eq!(c.list_space(3, name("a"), at(1, "/dev/x", 0), IO_S), Ok(()));
+        assert_eq!(c.space(&name("a")).map(|s| s.id), Some(3));
+    }
+
     /// [`Input::Examined`] gives what [`examined_lease`] gives for the same tables (the
     /// daemon's form): the notice, then the kill order of the requested lease's holder
     /// only; and nothing once the lease is held at another lver.
@@ -1438,7 +1751,14 @@ mod tests {
             lver,
             force_mode: SANLK_REQ_FORCE,
         };
-        let direct = examined_lease(&c.tables, &name("ls"), &name("r1"), 1, SANLK_REQ_FORCE);
+        let mut direct = examined_lease(&c.tables, &name("ls"), &name("r1"), 1, SANLK_REQ_FORCE);
+        // The step adds the lockspace's lease times (joined at 100).
+        if let Some(Effect::RequestNotice { lease, .. }) = direct.first_mut() {
+            *lease = Some(LeaseTimes {
+                last_success_s: 100,
+                expires_at_s: 100 + timeouts::id_renewal_fail_seconds(IO_S),
+            });
+        }
         let fx = c.step(101, input(1));
         assert_eq!(fx, direct);
         assert!(matches!(&fx[0], Effect::RequestNotice { pids, lver: 1, .. } if pids == &[21]));

@@ -303,6 +303,7 @@ mod tests {
                 kind: client_lib::ext::WatchKind::LockspaceFailed,
                 pids: vec![100, 300],
                 to: Vec::new(),
+                lease: None,
             },
             Effect::Close { ci: 9 },
         ];

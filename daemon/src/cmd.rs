@@ -149,7 +149,14 @@ pub(crate) fn request(
         return Ok(());
     }
     if let Some(owner) = owner {
-        space.set_host_bit(owner);
+        let fx = lock(&d.core).step(
+            crate::clock::now_s(),
+            lockd_core::Input::HostBit {
+                ls: space.name,
+                host_id: owner,
+            },
+        );
+        assert!(fx.is_empty(), "a host bit gave effects: {fx:?}");
     }
     Ok(())
 }

@@ -269,7 +269,9 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
         Request::SetConfig(ls) => space_code(h, lockspace::set_config(d, &ls.name, h.data)),
         Request::RegEvent(ls) => space_code(h, lockspace::reg_event(d, &ls, &conn.stream)),
         Request::EndEvent(ls) => space_code(h, lockspace::end_event(d, &ls)),
-        Request::SetEvent(ls, he) => space_code(h, lockspace::set_event(d, &ls, &he, h.cmd_flags)),
+        Request::SetEvent(ls, he) => {
+            space_code(h, lockspace::set_event(d, conn.ci, &ls, &he, h.cmd_flags))
+        }
         Request::AddLockspace(ls) => space_code(h, lockspace::add(d, &ls, h.data, h.cmd_flags)),
         Request::InqLockspace(ls) => space_code(h, lockspace::inq(d, &ls, h.cmd_flags)),
         Request::RemLockspace(ls) => space_code(h, lockspace::rem(d, conn.ci, &ls, h.cmd_flags)),

@@ -70,11 +70,13 @@ enum KillCause {
 fn run_effect(d: &Arc<Daemon>, spaces: &[Arc<Space>], effect: Effect<Held>) {
     let space = |ls: &disk_format::Name| spaces.iter().find(|s| s.name.same_as(ls));
     match effect {
-        Effect::LossNotice { ls, kind, to, .. } => {
-            if let Some(s) = space(&ls) {
-                crate::watch::notify_loss_to(d, s, kind, &to);
-            }
-        }
+        Effect::LossNotice {
+            ls,
+            kind,
+            to,
+            lease,
+            ..
+        } => crate::watch::notify_loss_to(d, &ls, kind, &to, lease),
         Effect::LockspaceFailed { ls, age_s, corrupt } => {
             error!(%ls, age = age_s, corrupt,
                    "lockspace failed: our delta lease is lost; killing lease holders");
@@ -186,8 +188,9 @@ fn run_examine_effect(d: &Daemon, effect: Effect<Held>) {
             lver,
             force_mode,
             to,
+            lease,
             ..
-        } => crate::watch::notify_requested_to(d, &ls, &name, lver, force_mode, &to),
+        } => crate::watch::notify_requested_to(d, &ls, &name, lver, force_mode, &to, lease),
         other => error!(effect = ?other, "the examine step gave an effect it does not give"),
     }
 }
@@ -255,8 +258,7 @@ mod tests {
             },
         };
         let space = Arc::new(d.new_space(&wl, 1, None));
-        d.list_space(&space, |_, _| Ok::<(), ()>(()))
-            .expect("listed");
+        d.list_space(&space).expect("listed");
         space.st_mut(|st| {
             st.phase = Phase::Joined;
             st.add_result = Some(0);

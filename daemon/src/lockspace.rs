@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use client_lib::proto::*;
 use client_lib::wire;
-use disk_format::{Geometry, Name};
+use disk_format::Name;
 use lease_core::delta::{self, DeltaState, LockspaceParams};
 use lease_core::monitor::HostState;
 use lease_core::timeouts;
@@ -31,7 +31,7 @@ use crate::state::Daemon;
 use crate::sync::lock;
 use crate::watchdog::LockspaceWatchdog;
 use lease_core::exec::block_on;
-use lockd_core::{CoreRequest, Input, JoinedLease};
+use lockd_core::{CoreRequest, Input, JoinedLease, ListRefused};
 use lockd_diskio::{BlockingDisk, EngineKind, SystemClock};
 
 use crate::space::{
@@ -59,33 +59,14 @@ pub fn add(
         io_timeout.min(255)
     };
     let space = Arc::new(d.new_space(ls, io_timeout, crate::access::current()));
-    d.list_space(&space, |spaces, core| {
-        let path = ls.host_id_disk.path.to_text();
-        for s in spaces.iter() {
-            let same_disk = s.path == path && s.offset == ls.host_id_disk.offset;
-            if s.name.same_as(&ls.name) {
-                let identical = same_disk && s.host_id == ls.host_id;
-                let phase = core
-                    .space_st(s.space_id)
-                    .map_or(Phase::Removing, |st| st.phase);
-                return Err(match phase {
-                    Phase::Removing => {
-                        SpaceError::Again("a lockspace of that name is being removed")
-                    }
-                    Phase::Adding if identical => SpaceError::InProgress,
-                    Phase::Joined if identical => SpaceError::Exists,
-                    _ => {
-                        SpaceError::Invalid("a lockspace of that name has another host_id or disk")
-                    }
-                });
-            }
-            if same_disk {
-                return Err(SpaceError::Invalid(
-                    "another lockspace is on that disk area",
-                ));
-            }
+    d.list_space(&space).map_err(|refused| match refused {
+        ListRefused::BeingRemoved => SpaceError::Again("a lockspace of that name is being removed"),
+        ListRefused::BeingAdded => SpaceError::InProgress,
+        ListRefused::Joined => SpaceError::Exists,
+        ListRefused::OtherPlace => {
+            SpaceError::Invalid("a lockspace of that name has another host_id or disk")
         }
-        Ok(())
+        ListRefused::DiskAreaTaken => SpaceError::Invalid("another lockspace is on that disk area"),
     })?;
     let d2 = d.clone();
     let s2 = space.clone();
@@ -469,7 +450,6 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, JoinError> {
             max_hosts: geometry.max_hosts(),
         });
     }
-    space.st_mut(|st| st.geometry = Some(geometry));
     let params = LockspaceParams {
         space_name: space.name,
         disk_offset: space.offset,
@@ -481,7 +461,13 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, JoinError> {
         stable_host_name: true,
         monitor_hosts: None,
     };
-    space.st_mut(|st| st.acquire_last_attempt = crate::clock::now_s());
+    report(
+        space,
+        Input::JoinStarted {
+            id: space.space_id,
+            geometry,
+        },
+    );
     // Storage fencing: our key for the generation the acquire writes is registered
     // before it, since a reservation refuses an unregistered host's writes.
     let fence = if d.cfg.fence.scsi_pr_for(&space.name) {
@@ -559,7 +545,14 @@ fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
         let out = fence.check(&space.monitor, crate::clock::now_s());
         if out.we_are_fenced {
             // Our key is gone: the lease is lost, as a corrupt one (the core's transition).
-            post_renewal(space, |st| st.renewal_failed(-libc::EBADE, true));
+            report(
+                space,
+                Input::RenewalFailed {
+                    id: space.space_id,
+                    code: -libc::EBADE,
+                    corrupt: true,
+                },
+            );
             return;
         }
         std::thread::sleep(Duration::from_millis(1000));
@@ -670,7 +663,7 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
     };
     let clock = crate::clock::lease_clock_unstopped();
     renew_loop(d, space, &run_disk, &clock, &params, &mut state, &mut wd);
-    space.st_mut(|st| st.releasing = true);
+    report(space, Input::DeltaReleasing { id: space.space_id });
     // No holder is left (renew_loop returns only then): the lockspace no longer needs
     // the watchdog — unless its holders' writes may still be on their way.
     if let Some(w) = wd.take_if(|_| keep_armed_after_failure(space)) {
@@ -795,7 +788,7 @@ fn renew_loop(
             continue;
         }
         let t0 = crate::clock::now_ms();
-        space.st_mut(|st| st.renewal_last_attempt = t0 / 1000);
+        report(space, Input::RenewalStarted { id: space.space_id });
         let input = space.renew_input();
         let result = block_on(delta::renew(disk, clock, params, state, &input));
         let t1 = crate::clock::now_ms();
@@ -819,8 +812,14 @@ fn renew_loop(
                     read_ms: t1.saturating_sub(t0),
                     write_ms: 0,
                 };
-                let success_s = state.last_success_ms / 1000;
-                post_renewal(space, |st| st.renewal_ok(success_s, rec));
+                report(
+                    space,
+                    Input::RenewalOk {
+                        id: space.space_id,
+                        last_success_s: state.last_success_ms / 1000,
+                        rec,
+                    },
+                );
                 space.renewal_hist.observe_ms(t1.saturating_sub(t0));
                 next_attempt_ms = state.last_success_ms + renewal_ms;
             }
@@ -840,7 +839,14 @@ fn renew_loop(
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 // Fenced: lost at once, as a corrupt lease (no retry can succeed).
                 let corrupt = e.is_corrupt() || e.is_fenced();
-                post_renewal(space, |st| st.renewal_failed(code, corrupt));
+                report(
+                    space,
+                    Input::RenewalFailed {
+                        id: space.space_id,
+                        code,
+                        corrupt,
+                    },
+                );
                 // sanlock retries a failed renewal after 500 ms.
                 next_attempt_ms = crate::clock::now_ms() + 500;
             }
@@ -848,19 +854,14 @@ fn renew_loop(
     }
 }
 
-/// A renewal's outcome into this lockspace's status in the core, through the status's
-/// own transition (`SpaceSt::renewal_ok`/`renewal_failed`, the ones `Core::step` runs for
-/// `Input::RenewalOk`/`RenewalFailed`). Keyed by the lockspace's id, not its name: the
-/// fence thread's verdict can come after its lockspace went (its check reads the
-/// device while our key is being unregistered) and a new lockspace of the same name
-/// was added, and must not fail that one. A gone lockspace's status is left as it is.
-/// No effect: whether the lease is lost is the monitor's next pass's decision.
-fn post_renewal(space: &Space, outcome: impl FnOnce(&mut SpaceSt)) {
-    space.st_mut(|st| {
-        if !st.gone {
-            outcome(st);
-        }
-    });
+/// What the lockspace's thread saw, into its status in the core (`Core::step`: the join
+/// or a renewal beginning, a renewal's outcome, the delta release beginning). Keyed by
+/// the lockspace's id: the core ignores a report for a gone lockspace, so the fence
+/// thread's late verdict cannot fail a successor of the same name. No effect: whether
+/// the lease is lost is the monitor's next tick's decision.
+fn report(space: &Space, input: Input<std::os::unix::net::UnixStream, crate::tables::Held>) {
+    let fx = lock(&space.core).step(crate::clock::now_s(), input);
+    assert!(fx.is_empty(), "a lockspace report gave effects: {fx:?}");
 }
 
 /// Host events addressed to us (our bit set, non-zero event) go to every REG_EVENT fd;
@@ -900,19 +901,18 @@ fn deliver_events(space: &Space, notes: &[lease_core::Notification]) {
     }
 }
 
-/// SET_EVENT: the event our renewals carry, and whose bits they set.
+/// SET_EVENT: the event our renewals carry, and whose bits they set. The core decides
+/// (`CoreRequest::SetEvent`: the host_id's range, an event being sent, the flags); the
+/// shell only reads the target's current generation for `SANLK_SETEV_CUR_GENERATION`
+/// from its host monitor.
 pub fn set_event(
     d: &Daemon,
+    ci: u32,
     ls: &wire::Lockspace,
     he: &wire::HostEvent,
     flags: u32,
 ) -> Result<(), SpaceError> {
-    const CUR_GENERATION: u32 = 0x1;
-    const CLEAR_HOSTID: u32 = 0x2;
-    const CLEAR_EVENT: u32 = 0x4;
-    const REPLACE_EVENT: u32 = 0x8;
-    const ALL_HOSTS: u32 = 0x10;
-    if ls.name.is_empty() || he.host_id == 0 || he.host_id > 2000 {
+    if ls.name.is_empty() || he.host_id == 0 || he.host_id > lockd_core::events::MAX_EVENT_HOST_ID {
         return Err(SpaceError::Invalid(
             "a name and a host_id of 1 to 2000 are needed",
         ));
@@ -920,48 +920,38 @@ pub fn set_event(
     let Some(space) = d.find_space(&ls.name) else {
         return Err(SpaceError::NotFound);
     };
-    let max_hosts = space.geometry().map_or(2000, Geometry::max_hosts);
-    if he.host_id > max_hosts {
-        return Err(SpaceError::Invalid("host_id beyond the lockspace's hosts"));
-    }
-    let mut he = *he;
-    if he.generation == 0 && flags & CUR_GENERATION != 0 {
+    let mut event = lockd_core::events::HostEvent {
+        host_id: he.host_id,
+        generation: he.generation,
+        event: he.event,
+        data: he.data,
+    };
+    if event.generation == 0 && flags & lockd_core::events::SETEV_CUR_GENERATION != 0 {
         if let Some(o) = lease_core::HostObserver::observation(&*space.monitor, he.host_id) {
-            he.generation = o.owner_generation;
+            event.generation = o.owner_generation;
         }
     }
-    let now = crate::clock::now_s();
-    let period = timeouts::set_bitmap_seconds(u64::from(space.io_timeout));
-    let mut out = lock(&space.outgoing);
-    if flags & CLEAR_EVENT != 0 {
-        out.host_event = (wire::HostEvent::default(), now);
-        return Ok(());
+    let fx = lock(&d.core).step(
+        crate::clock::now_s(),
+        Input::Request {
+            ci,
+            req: CoreRequest::SetEvent {
+                ls: ls.name,
+                he: event,
+                flags,
+            },
+        },
+    );
+    match fx.as_slice() {
+        [lockd_core::Effect::Reply { reply, .. }] => match reply.rv {
+            0 => Ok(()),
+            rv if rv == -libc::EBUSY => Err(SpaceError::Busy(reply.why.unwrap_or("busy"))),
+            rv if rv == -libc::EINVAL => Err(SpaceError::Invalid(reply.why.unwrap_or("invalid"))),
+            rv if rv == -libc::ENOENT => Err(SpaceError::NotFound),
+            rv => Err(SpaceError::Failed(rv)),
+        },
+        other => panic!("SET_EVENT gave effects other than its reply: {other:?}"),
     }
-    if flags & CLEAR_HOSTID != 0 {
-        out.bitmap_until.remove(&he.host_id);
-        return Ok(());
-    }
-    let cur = out.host_event;
-    if flags & REPLACE_EVENT == 0
-        && now.saturating_sub(cur.1) < period
-        && cur.0.event != 0
-        && he.event != 0
-        && cur.0.event != he.event
-    {
-        return Err(SpaceError::Busy(
-            "another event is being sent (REPLACE_EVENT replaces it)",
-        ));
-    }
-    out.host_event = (he, now);
-    let bits = &mut out.bitmap_until;
-    if flags & ALL_HOSTS != 0 {
-        for id in 1..=max_hosts {
-            bits.insert(id, now + period);
-        }
-    } else {
-        bits.insert(he.host_id, now + period);
-    }
-    Ok(())
 }
 
 /// Drops event fds whose client ended (wrote u32 1) or closed (sanlock `_clean_event_fds`).
@@ -1131,9 +1121,10 @@ mod renewal_tests {
     use client_lib::wire;
     use disk_format::Name;
 
-    use super::{mark_gone, post_renewal, Phase};
+    use super::{mark_gone, report, Phase};
     use crate::space::Space;
     use crate::state::Daemon;
+    use lockd_core::Input;
 
     fn listed(d: &Daemon) -> Arc<Space> {
         let wl = wire::Lockspace {
@@ -1147,8 +1138,7 @@ mod renewal_tests {
             },
         };
         let space = Arc::new(d.new_space(&wl, 1, None));
-        d.list_space(&space, |_, _| Ok::<(), ()>(()))
-            .expect("listed");
+        d.list_space(&space).expect("listed");
         space.st_mut(|st| {
             st.phase = Phase::Joined;
             st.add_result = Some(0);
@@ -1163,7 +1153,12 @@ mod renewal_tests {
         mark_gone(&d, &old);
         let new = listed(&d);
         assert_ne!(old.space_id, new.space_id);
-        post_renewal(&old, |st| st.renewal_failed(-libc::EBADE, true));
+        let fenced = |space: &Space| Input::RenewalFailed {
+            id: space.space_id,
+            code: -libc::EBADE,
+            corrupt: true,
+        };
+        report(&old, fenced(&old));
         assert!(
             new.st(|st| st.corrupt_result == 0 && !st.renew_fail),
             "the successor was touched"
@@ -1172,7 +1167,7 @@ mod renewal_tests {
             old.st(|st| st.gone && st.corrupt_result == 0),
             "a gone one stays as it was"
         );
-        post_renewal(&new, |st| st.renewal_failed(-libc::EBADE, true));
+        report(&new, fenced(&new));
         assert_eq!(new.st(|st| st.corrupt_result), -libc::EBADE);
     }
 }

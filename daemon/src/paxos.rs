@@ -494,10 +494,14 @@ fn run_core_effects(
             }
             // A removal (REM_LOCKSPACE, a forced shutdown): the holders' watchers hear
             // of it before the next tick's kill orders.
-            Effect::LossNotice { ls, kind, to, .. } => {
-                if let Some(space) = d.find_space(&ls) {
-                    crate::watch::notify_loss_to(d, &space, kind, &to);
-                }
+            Effect::LossNotice {
+                ls,
+                kind,
+                to,
+                lease,
+                ..
+            } => {
+                crate::watch::notify_loss_to(d, &ls, kind, &to, lease);
                 continue;
             }
             Effect::StopLockspace { ls, id } => {

@@ -1,14 +1,15 @@
 //! One lockspace as this daemon holds it ([`Space`]): its identity, the host monitor,
-//! what our renewals carry to other hosts, and the read-only views the commands and
+//! and the read-only views the commands and
 //! metrics need (status records, GET_HOSTS). Its status ([`SpaceSt`]) is the core's
 //! (`lockd_core::Core::space_st`, under the `core` lock), read and changed here through
-//! [`Space::st`] and [`Space::st_mut`], each a short hold of that lock.
+//! [`Space::st`], a short hold of that lock; it is changed only by `Core::step`, from the
+//! inputs the lockspace's thread and the commands give (`crate::lockspace`).
 //!
 //! Nothing here does I/O or takes the daemon's shared state but the core: joining,
 //! renewing and removing a lockspace are `crate::lockspace`'s; the daemon lists its
 //! lockspaces in `crate::state::Daemon::spaces`. Lock order inside a space: the core
-//! (for the status) before `monitor`, never held together here; `outgoing`,
-//! `event_fds`, `last_examine` are leaves.
+//! (for the status) before `monitor`, never held together here; `event_fds` and
+//! `last_examine` are leaves.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -18,7 +19,6 @@ use client_lib::wire::{self, State};
 use disk_format::{Geometry, Name};
 use lease_core::delta::{LockspaceParams, RenewInput};
 use lease_core::monitor::{HostMonitor, HostState};
-use lease_core::timeouts;
 use lockd_diskio::BlockingDisk;
 
 use crate::sync::lock;
@@ -33,15 +33,6 @@ pub struct JoinedDisk {
     /// Our host generation, from the join (the status's `host_generation`, which does
     /// not change after it).
     pub generation: u64,
-}
-
-/// What our next renewals write into our delta sector for other hosts to see.
-#[derive(Default)]
-pub struct Outgoing {
-    /// The host event (SET_EVENT), and when it was set (monotime s).
-    pub host_event: (wire::HostEvent, u64),
-    /// Hosts whose bit we set in our bitmap (REQUEST, SET_EVENT), until our time (s).
-    pub bitmap_until: std::collections::HashMap<u64, u64>,
 }
 
 /// One lockspace.
@@ -64,8 +55,6 @@ pub struct Space {
     /// The lockspace disk and parameters, set once when the join succeeded and never
     /// changed after (lease I/O in this lockspace needs both).
     pub joined: OnceLock<JoinedDisk>,
-    /// What our renewals carry to the other hosts (SET_EVENT, REQUEST bits).
-    pub outgoing: Mutex<Outgoing>,
     /// When we last examined our resources because of a host's bitmap (per host).
     pub last_examine: Mutex<std::collections::HashMap<u64, u64>>,
     /// Connections registered with REG_EVENT (at most MAX_EVENT_FDS).
@@ -248,7 +237,9 @@ impl Space {
     }
 
     /// Changes this lockspace's status in the core; `None` (nothing changed) once the
-    /// core no longer keeps it.
+    /// core no longer keeps it. Tests only: the daemon changes a lockspace's status
+    /// only through `Core::step` (`daemon/tests/module_graph.rs` checks it).
+    #[cfg(test)]
     pub fn st_mut<T>(&self, change: impl FnOnce(&mut SpaceSt) -> T) -> Option<T> {
         let mut core = lock(&self.core);
         core.space_st_mut(self.space_id).map(change)
@@ -381,32 +372,11 @@ impl Space {
 }
 
 impl Space {
-    /// Sets `host_id`'s bit in our bitmap for set_bitmap_seconds (REQUEST), so that host
-    /// examines its leases at its next look at our delta lease.
-    pub fn set_host_bit(&self, host_id: u64) {
-        let until =
-            crate::clock::now_s() + timeouts::set_bitmap_seconds(u64::from(self.io_timeout));
-        lock(&self.outgoing).bitmap_until.insert(host_id, until);
-    }
-
+    /// What the next renewal writes for the other hosts (the core's
+    /// `SpaceSt::outgoing`, decided by SET_EVENT and REQUEST steps).
     pub(crate) fn renew_input(&self) -> RenewInput {
         let now = crate::clock::now_s();
-        let mut input = RenewInput::default();
-        let mut out = lock(&self.outgoing);
-        let he = out.host_event.0;
-        input.event = lease_core::delta::EventFields {
-            target_generation: he.generation,
-            event: he.event,
-            data: he.data,
-        };
-        out.bitmap_until.retain(|_, until| *until >= now);
-        for &host_id in out.bitmap_until.keys() {
-            if (1..=2048).contains(&host_id) {
-                let i = (host_id - 1) as usize;
-                input.bitmap[i / 8] |= 1 << (i % 8);
-            }
-        }
-        input
+        self.st(|st| st.outgoing.renew_input(now))
     }
 }
 

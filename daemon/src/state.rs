@@ -25,7 +25,7 @@ use crate::helper::Helper;
 use crate::mailbox::Mailboxes;
 use crate::notify::Notifier;
 use crate::observability::LogRing;
-use crate::space::{Outgoing, Space};
+use crate::space::Space;
 use crate::sync::lock;
 use crate::tables::CoreLock;
 
@@ -130,7 +130,6 @@ impl Daemon {
             })),
             confirm: crate::confirm::ConfirmReads::default(),
             joined: OnceLock::new(),
-            outgoing: Mutex::new(Outgoing::default()),
             last_examine: Mutex::new(std::collections::HashMap::new()),
             event_fds: Mutex::new(Vec::new()),
             rindex_busy: AtomicBool::new(false),
@@ -163,18 +162,22 @@ impl Daemon {
         Arc::new(Daemon::new(cfg, None, Arc::new(LogRing::default())))
     }
 
-    /// Lists `space` (new, from [`Daemon::new_space`]) in `spaces`, and its status in the
-    /// core, under both locks; `check` runs under them first (it sees the other
-    /// lockspaces): an error leaves nothing listed.
-    pub(crate) fn list_space<E>(
-        &self,
-        space: &Arc<Space>,
-        check: impl FnOnce(&[Arc<Space>], &crate::tables::CoreGuard<'_>) -> Result<(), E>,
-    ) -> Result<(), E> {
+    /// Lists `space` (new, from [`Daemon::new_space`]) in `spaces` and in the core, under
+    /// both locks, if the core admits it (`lockd_core::Core::list_space`: no lockspace
+    /// of that name, none on that disk area); a refusal leaves nothing listed.
+    pub(crate) fn list_space(&self, space: &Arc<Space>) -> Result<(), lockd_core::ListRefused> {
         let mut core = lock(&self.core);
         let mut spaces = lock(&self.spaces);
-        check(&spaces, &core)?;
-        core.add_space(space.space_id, space.name, u64::from(space.io_timeout));
+        core.list_space(
+            space.space_id,
+            space.name,
+            lockd_core::SpacePlace {
+                host_id: space.host_id,
+                path: space.path.clone(),
+                offset: space.offset,
+            },
+            u64::from(space.io_timeout),
+        )?;
         spaces.push(space.clone());
         Ok(())
     }

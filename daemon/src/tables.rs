@@ -152,15 +152,22 @@ impl CoreGuard<'_> {
         }
     }
 
-    /// [`lockd_core::Core::space_st_mut`].
+    /// [`lockd_core::Core::space_st_mut`]; tests only (`crate::space::Space::st_mut`).
+    #[cfg(test)]
     pub fn space_st_mut(&mut self, space_id: u32) -> Option<&mut lockd_core::space_state::SpaceSt> {
         self.core().space_st_mut(space_id)
     }
 
-    /// [`lockd_core::Core::add_space`]: the core keeps the status of a lockspace the
-    /// daemon lists (`Daemon::spaces`) from now on.
-    pub fn add_space(&mut self, space_id: u32, name: disk_format::Name, io_timeout_s: u64) {
-        self.core().add_space(space_id, name, io_timeout_s);
+    /// [`lockd_core::Core::list_space`]: ADD_LOCKSPACE's admission; the core keeps the
+    /// status of a lockspace the daemon lists (`Daemon::spaces`) from now on.
+    pub fn list_space(
+        &mut self,
+        space_id: u32,
+        name: disk_format::Name,
+        place: lockd_core::SpacePlace,
+        io_timeout_s: u64,
+    ) -> Result<(), lockd_core::ListRefused> {
+        self.core().list_space(space_id, name, place, io_timeout_s)
     }
 
     /// [`lockd_core::Core::step`] at lease time `now_s`: the effects, in order, for the

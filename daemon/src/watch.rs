@@ -34,12 +34,10 @@ use client_lib::ext::{LeaderInfo, WatchEvent, WatchKind, NO_DEADLINE};
 use client_lib::proto::{SM_MAGIC, SM_PROTO};
 use client_lib::wire::{self, Header, HEADER_LEN};
 use disk_format::Name;
-use lease_core::timeouts;
-use lockd_core::{CoreRequest, Effect, Input, ReqKind, WatchBeat, WatchTo};
+use lockd_core::{CoreRequest, Effect, Input, LeaseTimes, ReqKind, WatchBeat, WatchTo};
 use tracing::{debug, info, warn};
 
 use crate::server::Conn;
-use crate::space::Space;
 use crate::state::{Daemon, Watcher};
 use crate::sync::lock;
 
@@ -165,13 +163,17 @@ fn send_to(d: &Daemon, to: &[WatchTo], make: impl Fn(&WatchTo) -> WatchEvent) ->
     delivered
 }
 
-/// Deadlines of a lockspace's holders, from its last successful renewal: (kill escalation
-/// in ms, watchdog reset in ms, renewal age in ms).
-pub fn deadlines(d: &Daemon, space: &Space) -> (i64, i64, u64) {
+/// A notice's deadlines from the lease times the core gave with it (`LeaseTimes`: the
+/// lockspace's last renewal and when it expires): (kill escalation in ms, watchdog reset
+/// in ms, renewal age in ms), from now. Without them (the lockspace is not here): no
+/// deadline but the kill's.
+pub fn deadlines(d: &Daemon, lease: Option<LeaseTimes>) -> (i64, i64, u64) {
+    let Some(lease) = lease else {
+        return (0, NO_DEADLINE, 0);
+    };
     let now_ms = crate::clock::now_ms() as i64;
-    let last_ms = (crate::space::last_success(space) * 1000) as i64;
-    let fail_ms = (timeouts::id_renewal_fail_seconds(u64::from(space.io_timeout)) * 1000) as i64;
-    let kill_in = last_ms + fail_ms - now_ms;
+    let last_ms = (lease.last_success_s * 1000) as i64;
+    let kill_in = (lease.expires_at_s * 1000) as i64 - now_ms;
     let wd_in = if d.cfg.use_watchdog {
         kill_in + i64::from(d.cfg.watchdog_fire_timeout_s) * 1000
     } else {
@@ -181,14 +183,20 @@ pub fn deadlines(d: &Daemon, space: &Space) -> (i64, i64, u64) {
 }
 
 /// Announces to the watch connections `to` — those the core named in its `LossNotice`
-/// effect — that their process's leases in `space` are being lost (`kind` is
-/// RenewalFailing, LockspaceFailed or LockspaceRemoved). Called before the effects that
-/// act on it.
-pub fn notify_loss_to(d: &Daemon, space: &Space, kind: WatchKind, to: &[WatchTo]) {
+/// effect — that their process's leases in `ls` are being lost (`kind` is
+/// RenewalFailing, LockspaceFailed or LockspaceRemoved), with the lease's times the core
+/// gave. Called before the effects that act on it.
+pub fn notify_loss_to(
+    d: &Daemon,
+    ls: &Name,
+    kind: WatchKind,
+    to: &[WatchTo],
+    lease: Option<LeaseTimes>,
+) {
     if to.is_empty() {
         return;
     }
-    let (mut kill_in, mut wd_in, age) = deadlines(d, space);
+    let (mut kill_in, mut wd_in, age) = deadlines(d, lease);
     if kind == WatchKind::LockspaceRemoved {
         kill_in = 0;
         wd_in = NO_DEADLINE;
@@ -198,7 +206,7 @@ pub fn notify_loss_to(d: &Daemon, space: &Space, kind: WatchKind, to: &[WatchTo]
         force_mode: 0,
         leases: 0,
         pid: t.pid,
-        lockspace: space.name,
+        lockspace: *ls,
         resource: Name::EMPTY,
         lver: 0,
         kill_in_ms: kill_in,
@@ -206,7 +214,7 @@ pub fn notify_loss_to(d: &Daemon, space: &Space, kind: WatchKind, to: &[WatchTo]
         renewal_age_ms: age,
     });
     if n > 0 {
-        warn!(ls = %space.name, kind = kind.name(), watchers = n, kill_in_ms = kill_in,
+        warn!(%ls, kind = kind.name(), watchers = n, kill_in_ms = kill_in,
               "lease-loss notice sent");
     }
 }
@@ -221,15 +229,12 @@ pub fn notify_requested_to(
     lver: u64,
     force_mode: u32,
     to: &[WatchTo],
+    lease: Option<LeaseTimes>,
 ) {
     if to.is_empty() {
         return;
     }
-    let space = d.find_space(ls);
-    let (_, wd_in, age) = space
-        .as_deref()
-        .map(|s| deadlines(d, s))
-        .unwrap_or((0, NO_DEADLINE, 0));
+    let (_, wd_in, age) = deadlines(d, lease);
     let n = send_to(d, to, |t| WatchEvent {
         kind: WatchKind::Requested,
         force_mode,

@@ -267,7 +267,7 @@ fn the_daemon_writes_the_tables_only_through_the_cores_transitions() {
 /// beginning of a command (`start_command`, and `add_pid_client`, which makes a
 /// `--for-pid` slot with its command active), the end of one it did not hand to the core
 /// (`finish_command`), and dropping a `--for-pid` slot whose acquire failed.
-const CORE_STEP_ONLY: [&str; 27] = [
+const CORE_STEP_ONLY: [&str; 35] = [
     "start_acquire(",
     "finish_acquire(",
     "record_tokens(",
@@ -298,11 +298,25 @@ const CORE_STEP_ONLY: [&str; 27] = [
     ".add_result=",
     ".used_by_orphans=",
     ".external_used=",
+    // Every other change of a lockspace's status (the thread's reports: `JoinStarted`,
+    // `RenewalStarted`, `RenewalOk`/`RenewalFailed`, `DeltaReleasing`; SET_EVENT and a
+    // REQUEST's bit: `CoreRequest::SetEvent`, `Input::HostBit`): no mutable access at all.
+    "st_mut(",
+    "space_st_mut(",
+    "renewal_ok(",
+    "renewal_failed(",
+    ".outgoing.set_",
+    // The watch registry and ADD_LOCKSPACE's admission (`CoreRequest::Watch`,
+    // `Input::WatchDropped`, `Core::list_space`'s refusals are the core's).
+    "watches.register(",
+    "watches.end(",
+    "add_space(",
 ];
 
 /// Issue 23: admission, REGISTER, a client's end, ACQUIRE (and for a pid), RELEASE,
 /// CONVERT, INQUIRE, every lease release on disk, the helper's status, an examined
-/// request, a lockspace's join result, SET_CONFIG, removal and end are driven by
+/// request, a lockspace's join result, SET_CONFIG, removal and end, every change of a
+/// lockspace's status, SET_EVENT, REQUEST's bit and the watches are driven by
 /// `Core::step`.
 #[test]
 fn the_daemon_runs_these_transitions_only_through_core_step() {

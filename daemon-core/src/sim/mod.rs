@@ -1076,6 +1076,15 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
             result: Ok(()),
         },
     );
+    // The lockspace's id in the core: renewals report by it.
+    let Some(id) = host
+        .core
+        .borrow()
+        .as_ref()
+        .and_then(|c| c.space(&sim.space).map(|s| s.id))
+    else {
+        return;
+    };
     let io = u64::from(params.io_timeout);
     let renew_ms = timeouts::id_renewal_seconds(io) * 1000;
     loop {
@@ -1108,7 +1117,7 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
             sim.input(
                 h,
                 Input::RenewalFailed {
-                    ls: sim.space,
+                    id,
                     code: -crate::errno::EIO,
                     corrupt: false,
                 },
@@ -1125,7 +1134,8 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
                 sim.input(
                     h,
                     Input::RenewalOk {
-                        ls: sim.space,
+                        id,
+                        last_success_s: st.last_success_ms / 1000,
                         rec: RenewalRec {
                             timestamp: st.leader.timestamp,
                             read_ms: clock.now_ms().saturating_sub(started),
@@ -1138,7 +1148,7 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
                 sim.input(
                     h,
                     Input::RenewalFailed {
-                        ls: sim.space,
+                        id,
                         code: e.sanlk_code(),
                         corrupt: e.is_corrupt(),
                     },
