@@ -204,6 +204,13 @@ pub const SANLK_REQUEST_NEXT_LVER: u32 = 0x1;
 pub const SANLK_REQ_FORCE: u32 = 1;
 pub const SANLK_REQ_GRACEFUL: u32 = 2;
 
+// SET_EVENT cmd_flags.
+pub const SANLK_SETEV_CUR_GENERATION: u32 = 0x1;
+pub const SANLK_SETEV_CLEAR_HOSTID: u32 = 0x2;
+pub const SANLK_SETEV_CLEAR_EVENT: u32 = 0x4;
+pub const SANLK_SETEV_REPLACE_EVENT: u32 = 0x8;
+pub const SANLK_SETEV_ALL_HOSTS: u32 = 0x10;
+
 // Host states (sanlk_host.flags & SANLK_HOST_MASK).
 pub const SANLK_HOST_UNKNOWN: u32 = 1;
 pub const SANLK_HOST_FREE: u32 = 2;

@@ -19,12 +19,13 @@ use lease_core::delta::{EventFields, RenewInput};
 /// The highest host_id an event or a bit can name (sanlock's DEFAULT_MAX_HOSTS).
 pub const MAX_EVENT_HOST_ID: u64 = 2000;
 
-/// SET_EVENT's flags (`SANLK_SETEV_*`).
-pub const SETEV_CUR_GENERATION: u32 = 0x1;
-pub const SETEV_CLEAR_HOSTID: u32 = 0x2;
-pub const SETEV_CLEAR_EVENT: u32 = 0x4;
-pub const SETEV_REPLACE_EVENT: u32 = 0x8;
-pub const SETEV_ALL_HOSTS: u32 = 0x10;
+/// SET_EVENT's flags.
+pub use client_lib::proto::{
+    SANLK_SETEV_ALL_HOSTS as SETEV_ALL_HOSTS, SANLK_SETEV_CLEAR_EVENT as SETEV_CLEAR_EVENT,
+    SANLK_SETEV_CLEAR_HOSTID as SETEV_CLEAR_HOSTID,
+    SANLK_SETEV_CUR_GENERATION as SETEV_CUR_GENERATION,
+    SANLK_SETEV_REPLACE_EVENT as SETEV_REPLACE_EVENT,
+};
 
 /// A host event (`sanlk_host_event`): to `host_id` at `generation` (0: any).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

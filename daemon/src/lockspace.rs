@@ -926,7 +926,7 @@ pub fn set_event(
         event: he.event,
         data: he.data,
     };
-    if event.generation == 0 && flags & lockd_core::events::SETEV_CUR_GENERATION != 0 {
+    if event.generation == 0 && flags & SANLK_SETEV_CUR_GENERATION != 0 {
         if let Some(o) = lease_core::HostObserver::observation(&*space.monitor, he.host_id) {
             event.generation = o.owner_generation;
         }
