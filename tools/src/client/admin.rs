@@ -12,12 +12,10 @@ use serde_json::json;
 
 use super::{check_rv, lockspace_by_name, print_json, wire_resource, ConnArgs};
 
-/// `SANLK_SETEV_*` flags of SET_EVENT.
-const SETEV_CUR_GENERATION: u32 = 0x1;
-const SETEV_CLEAR_HOSTID: u32 = 0x2;
-const SETEV_CLEAR_EVENT: u32 = 0x4;
-const SETEV_REPLACE_EVENT: u32 = 0x8;
-const SETEV_ALL_HOSTS: u32 = 0x10;
+use client_lib::proto::{
+    SANLK_SETEV_ALL_HOSTS, SANLK_SETEV_CLEAR_EVENT, SANLK_SETEV_CLEAR_HOSTID,
+    SANLK_SETEV_CUR_GENERATION, SANLK_SETEV_REPLACE_EVENT,
+};
 /// `SANLK_CONFIG_*` values of SET_CONFIG.
 const CONFIG_USED: u32 = 0x1;
 const CONFIG_UNUSED: u32 = 0x2;
@@ -184,11 +182,11 @@ pub fn set_event(a: &SetEventArgs) -> Result<()> {
     let ls = lockspace_by_name(&a.lockspace)?;
     let mut flags = 0;
     for (on, f) in [
-        (a.cur_generation, SETEV_CUR_GENERATION),
-        (a.clear_hostid, SETEV_CLEAR_HOSTID),
-        (a.clear_event, SETEV_CLEAR_EVENT),
-        (a.replace_event, SETEV_REPLACE_EVENT),
-        (a.all_hosts, SETEV_ALL_HOSTS),
+        (a.cur_generation, SANLK_SETEV_CUR_GENERATION),
+        (a.clear_hostid, SANLK_SETEV_CLEAR_HOSTID),
+        (a.clear_event, SANLK_SETEV_CLEAR_EVENT),
+        (a.replace_event, SANLK_SETEV_REPLACE_EVENT),
+        (a.all_hosts, SANLK_SETEV_ALL_HOSTS),
     ] {
         if on {
             flags |= f;
