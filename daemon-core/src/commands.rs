@@ -62,6 +62,17 @@ pub(crate) struct AcquireCmd {
     wait_until_s: Option<(usize, u64)>,
 }
 
+/// A REQUEST whose record write runs in the shell ([`Effect::WriteRequest`]).
+#[derive(Debug)]
+pub(crate) struct PendingRequest {
+    /// The client that asked (answered at the write's end).
+    pub ci: u32,
+    pub ls: Name,
+    /// The request asks for something (an lver, a force mode, the next lver): the
+    /// owner's bit is set.
+    pub asks: bool,
+}
+
 /// A lockspace addition or removal, or an orphan release, waiting for its end, and the
 /// connection to answer.
 #[derive(Debug)]
@@ -169,10 +180,9 @@ impl<S, H: LeaseHold> Core<S, H> {
         fx: &mut Vec<Effect<H>>,
     ) {
         let kind = req.kind();
-        let Some(uid) = self.tables.clients.slots.get(&ci).map(|c| c.uid) else {
-            return;
-        };
-        let cmd = match &req {
+        // Answered whether or not the connection still has a slot (a WATCH from a slot
+        // gone meanwhile is refused: no process to watch): each gets exactly one reply.
+        match &req {
             CoreRequest::Watch { pid } => {
                 match self.watches.register(&self.tables.clients, ci, *pid) {
                     Ok(_) => reply(fx, ci, kind, 0, Vec::new()),
@@ -199,6 +209,51 @@ impl<S, H: LeaseHold> Core<S, H> {
                 }
                 return;
             }
+            CoreRequest::RequestLease {
+                ls,
+                name,
+                lver,
+                next_lver,
+                force_mode,
+            } => {
+                let joined = self
+                    .space(ls)
+                    .is_some_and(|s| s.st.phase == Phase::Joined && !s.st.space_dead);
+                if !joined {
+                    refuse(fx, ci, kind, -ENOSPC, "the lockspace is not joined");
+                    return;
+                }
+                let op = self.next_op;
+                self.next_op += 1;
+                self.requests.insert(
+                    op,
+                    PendingRequest {
+                        ci,
+                        ls: *ls,
+                        asks: *lver != 0 || *force_mode != 0 || *next_lver,
+                    },
+                );
+                fx.push(Effect::WriteRequest {
+                    op,
+                    ci,
+                    ls: *ls,
+                    name: *name,
+                    lver: *lver,
+                    next_lver: *next_lver,
+                    force_mode: *force_mode,
+                });
+                return;
+            }
+            _ => {}
+        }
+        let Some(uid) = self.tables.clients.slots.get(&ci).map(|c| c.uid) else {
+            return;
+        };
+        let cmd = match &req {
+            // Answered above.
+            CoreRequest::Watch { .. }
+            | CoreRequest::SetEvent { .. }
+            | CoreRequest::RequestLease { .. } => return,
             CoreRequest::Register => {
                 // sanlock's REGISTER has no reply: libsanlock sends the header and
                 // returns the connection (a reply would be read as the next command's).
@@ -393,7 +448,8 @@ impl<S, H: LeaseHold> Core<S, H> {
             | CoreRequest::RemLockspace { .. }
             | CoreRequest::ReleaseOrphans { .. }
             | CoreRequest::Watch { .. }
-            | CoreRequest::SetEvent { .. } => {}
+            | CoreRequest::SetEvent { .. }
+            | CoreRequest::RequestLease { .. } => {}
         }
     }
 
@@ -968,6 +1024,33 @@ impl<S, H: LeaseHold> Core<S, H> {
     /// A client's connection closed or its process exited. A lockspace command it was
     /// waiting for is answered all the same (nobody reads the answer, but the shell's
     /// worker that waits for it is freed).
+    /// [`Input::RequestWritten`]: the REQUEST is answered; a lease with an owner, asked
+    /// for something, gets the owner host's bit in our bitmap (if the lockspace is
+    /// still here). A completion for no pending request is a broken invariant.
+    pub(crate) fn request_written(
+        &mut self,
+        now_s: u64,
+        op: OpId,
+        result: Result<Option<u64>, i32>,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        let Some(p) = self.requests.remove(&op) else {
+            panic!("a request record write {op} ended that was never asked for");
+        };
+        match result {
+            Ok(owner) => {
+                if let (Some(owner), true) = (owner, p.asks) {
+                    if let Some(s) = self.space_mut(&p.ls) {
+                        let period_s = lease_core::timeouts::set_bitmap_seconds(s.io_timeout_s);
+                        s.st.outgoing.set_bit(now_s, period_s, owner);
+                    }
+                }
+                reply(fx, p.ci, ReqKind::RequestLease, 0, Vec::new());
+            }
+            Err(rv) => reply(fx, p.ci, ReqKind::RequestLease, rv, Vec::new()),
+        }
+    }
+
     pub(crate) fn client_gone(&mut self, ci: u32, fx: &mut Vec<Effect<H>>) {
         self.watches.end(ci);
         for a in self.admin.iter().filter(|a| a.ci == ci) {
@@ -2161,6 +2244,16 @@ mod tests {
             panic!("{user:?}")
         };
         let _other = client(&mut c, 10);
+        // A connection whose slot went meanwhile is still answered, once.
+        let fx = step(
+            &mut c,
+            101,
+            Input::Request {
+                ci: 999,
+                req: CoreRequest::Watch { pid: 0 },
+            },
+        );
+        assert_eq!(replies(&fx), vec![(999, ReqKind::Watch, -EINVAL)]);
         for (pid, rv) in [(-5, -EINVAL), (10, -EPERM), (0, 0)] {
             let fx = step(
                 &mut c,

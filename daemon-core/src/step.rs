@@ -38,7 +38,7 @@ use disk_format::Name;
 use lease_core::timeouts;
 
 use crate::clients::{ClientToken, LeaseHold, Refused};
-use crate::commands::{AdminCmd, Cmd, OpFor};
+use crate::commands::{AdminCmd, Cmd, OpFor, PendingRequest};
 use crate::events::HostEvent;
 use crate::kill::{examined_lease, plan_kills, KillOrder, SpaceKill};
 use crate::space_state::{Phase, RenewalRec, SpaceSt};
@@ -177,6 +177,8 @@ pub struct Core<S, H> {
     pub(crate) begun: HashSet<u32>,
     /// Lockspace additions and removals waiting for their end, with who asked.
     pub(crate) admin: Vec<AdminCmd>,
+    /// REQUESTs whose record write the shell runs ([`Effect::WriteRequest`]), by op.
+    pub(crate) requests: HashMap<OpId, PendingRequest>,
     /// Disk operations asked for and not completed yet.
     pub(crate) ops: HashMap<OpId, OpFor>,
     pub(crate) next_op: OpId,
@@ -318,6 +320,19 @@ pub enum CoreRequest {
     /// once: 0, -ENOENT, -EINVAL (a host_id beyond the lockspace's hosts), -EBUSY
     /// (another event is being sent: [`crate::events::Outgoing::set_event`]).
     SetEvent { ls: Name, he: HostEvent, flags: u32 },
+    /// REQUEST of lease `ls:name` (`lver`, or the next one with `SANLK_REQUEST_NEXT_LVER`)
+    /// with `force_mode`: -ENOSPC unless the lockspace is joined and not lost (as
+    /// sanlock), else the shell writes the request record ([`Effect::WriteRequest`]).
+    /// When the lease has an owner and the request asks for something (an lver, a force
+    /// mode, or the next lver), our renewals set the owner host's bit for
+    /// `set_bitmap_seconds`, so that it examines its leases. Answered after the write.
+    RequestLease {
+        ls: Name,
+        name: Name,
+        lver: u64,
+        next_lver: bool,
+        force_mode: u32,
+    },
     /// `LOCKD_CMD_WATCH` (lockd extension): the connection becomes a lease-loss watch of
     /// process `pid` (0: its own), answered at once: 0, or -EINVAL (no pid), -EPERM (a
     /// non-root caller and another uid's process), -EMFILE
@@ -342,6 +357,7 @@ impl CoreRequest {
             CoreRequest::ReleaseOrphans { .. } => ReqKind::ReleaseOrphans,
             CoreRequest::Watch { .. } => ReqKind::Watch,
             CoreRequest::SetEvent { .. } => ReqKind::SetEvent,
+            CoreRequest::RequestLease { .. } => ReqKind::RequestLease,
         }
     }
 }
@@ -359,6 +375,7 @@ pub enum ReqKind {
     ReleaseOrphans,
     Watch,
     SetEvent,
+    RequestLease,
 }
 
 /// A lease as a reply names it (INQUIRE's state string is made from it).
@@ -552,9 +569,12 @@ pub enum Input<S, H> {
     /// REM_LOCKSPACE (its holders' notice, then SIGKILL from the next tick on), with
     /// nobody to answer.
     Shutdown,
-    /// A REQUEST (written by the shell) found host `host_id` holding a lease of `ls`:
-    /// our renewals set its bit for `set_bitmap_seconds`, so that it examines its leases.
-    HostBit { ls: Name, host_id: u64 },
+    /// The request record write [`Effect::WriteRequest`] asked for ended: the host_id
+    /// that owns the lease (`None`: nobody), or sanlock's code.
+    RequestWritten {
+        op: OpId,
+        result: Result<Option<u64>, i32>,
+    },
     /// Time for a heartbeat on every watch connection ([`Effect::WatchBeats`]; none
     /// when no watch is open).
     WatchTick,
@@ -632,6 +652,18 @@ pub enum Effect<H> {
     /// releases the delta lease once no lease of it is left in the table and reports
     /// [`Input::LockspaceEnded`].
     StopLockspace { ls: Name, id: u32 },
+    /// Write the request record of lease `ls:name` (lease-core's `paxos::request`: a
+    /// newer lver asked for, `lver` exactly or the next one, with `force_mode`) for client
+    /// `ci`'s REQUEST, answered by [`Input::RequestWritten`] with the same `op`.
+    WriteRequest {
+        op: OpId,
+        ci: u32,
+        ls: Name,
+        name: Name,
+        lver: u64,
+        next_lver: bool,
+        force_mode: u32,
+    },
     /// Close connection `ci`.
     Close { ci: u32 },
     /// What the daemon is doing changed since the last tick that gave one (the first
@@ -649,6 +681,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             cmds: HashMap::new(),
             begun: HashSet::new(),
             admin: Vec::new(),
+            requests: HashMap::new(),
             ops: HashMap::new(),
             next_op: 1,
             next_space_id: 1,
@@ -905,11 +938,8 @@ impl<S, H: LeaseHold> Core<S, H> {
             Input::WatchDropped { ci } => {
                 self.watches.end(ci);
             }
-            Input::HostBit { ls, host_id } => {
-                if let Some(s) = self.space_mut(&ls) {
-                    let period_s = timeouts::set_bitmap_seconds(s.io_timeout_s);
-                    s.st.outgoing.set_bit(now_s, period_s, host_id);
-                }
+            Input::RequestWritten { op, result } => {
+                self.request_written(now_s, op, result, &mut fx);
             }
         }
         if self.active_bug() != Some(CorePlantedBug::NoticeMissesWatch) {
@@ -1679,15 +1709,50 @@ mod tests {
         assert_eq!(set(&mut c, "ls", he(4, 2), SETEV_REPLACE_EVENT).0, 0);
         assert_eq!(set(&mut c, "nope", he(4, 2), 0).0, -crate::errno::ENOENT);
         assert_eq!(set(&mut c, "ls", he(2001, 2), 0).0, -crate::errno::EINVAL);
-        assert!(c
-            .step(
+        // A REQUEST: refused until the lockspace is joined; then the shell writes the
+        // record, and the owner it found gets its bit when the request asks for
+        // something.
+        let request = |c: &mut Core<(), Held>, force_mode| {
+            c.step(
                 100,
-                Input::HostBit {
-                    ls: name("ls"),
-                    host_id: 9
-                }
+                Input::Request {
+                    ci,
+                    req: CoreRequest::RequestLease {
+                        ls: name("ls"),
+                        name: name("r"),
+                        lver: 0,
+                        next_lver: false,
+                        force_mode,
+                    },
+                },
             )
-            .is_empty());
+        };
+        let written = |c: &mut Core<(), Held>, fx: Vec<Effect<Held>>, result| {
+            let [Effect::WriteRequest { op, ci: who, .. }] = fx[..] else {
+                panic!("{fx:?}")
+            };
+            assert_eq!(who, ci);
+            match &c.step(100, Input::RequestWritten { op, result })[..] {
+                [Effect::Reply { reply, .. }] => reply.rv,
+                other => panic!("{other:?}"),
+            }
+        };
+        let refused = request(&mut c, 1);
+        assert!(
+            matches!(&refused[..], [Effect::Reply { reply, .. }] if reply.rv == -crate::errno::ENOSPC),
+            "{refused:?}"
+        );
+        let st = c.space_st_mut(1).expect("listed");
+        st.phase = Phase::Joined;
+        st.add_result = Some(0);
+        // Asks for nothing (lver 0, no force mode): no bit; a failed write: its code.
+        let fx = request(&mut c, 0);
+        assert_eq!(written(&mut c, fx, Ok(Some(7))), 0);
+        let fx = request(&mut c, 1);
+        assert_eq!(written(&mut c, fx, Err(-5)), -5);
+        let fx = request(&mut c, 1);
+        assert_eq!(written(&mut c, fx, Ok(Some(9))), 0);
+        assert!(c.requests.is_empty());
         let input = c.space_st(1).expect("listed").outgoing.renew_input(100);
         assert_eq!((input.event.event, input.event.data), (2, 9));
         // Bits of host 4 (byte 0, bit 3) and host 9 (byte 1, bit 0).

@@ -131,33 +131,57 @@ pub(crate) fn metrics(d: &Arc<Daemon>, h: &Header) -> Reply {
     }
 }
 
-/// REQUEST: ask the holder of a lease to give it up (force mode in header.data).
-/// As sanlock, the lockspace must be joined (and not failed): -ENOSPC otherwise.
+/// REQUEST: ask the holder of a lease to give it up (force mode in header.data). The
+/// core decides (`CoreRequest::RequestLease`: -ENOSPC unless the lockspace is joined, as
+/// sanlock; the owner host's bit in our bitmap afterwards); this worker writes the
+/// request record (`Effect::WriteRequest`, lease-core's `paxos::request`) and reports
+/// its end (`Input::RequestWritten`).
 pub(crate) fn request(
     d: &Arc<Daemon>,
+    ci: u32,
     r: &wire::Resource,
     h: &Header,
 ) -> Result<(), LeaseCmdError> {
-    let space = lockspace::joined(d, &r.head.lockspace_name)?;
     let span = info_span!("resource", ls = %r.head.lockspace_name, res = %r.head.name);
     let _g = span.enter();
     let force_mode = h.data;
     let next = h.cmd_flags & SANLK_REQUEST_NEXT_LVER != 0;
-    let owner = paxos::request(Some(&space), r, force_mode, next)?;
-    info!(force_mode, owner = ?owner, "request written");
-    if r.head.lver == 0 && force_mode == 0 && !next {
-        return Ok(());
-    }
-    if let Some(owner) = owner {
-        let fx = lock(&d.core).step(
-            crate::clock::now_s(),
-            lockd_core::Input::HostBit {
-                ls: space.name,
-                host_id: owner,
+    let fx = lock(&d.core).step(
+        crate::clock::now_s(),
+        lockd_core::Input::Request {
+            ci,
+            req: lockd_core::CoreRequest::RequestLease {
+                ls: r.head.lockspace_name,
+                name: r.head.name,
+                lver: r.head.lver,
+                next_lver: next,
+                force_mode,
             },
-        );
-        assert!(fx.is_empty(), "a host bit gave effects: {fx:?}");
-    }
+        },
+    );
+    let op = match fx.as_slice() {
+        [lockd_core::Effect::WriteRequest { op, .. }] => *op,
+        [lockd_core::Effect::Reply { reply, .. }] if reply.rv == -libc::ENOSPC => {
+            return Err(LeaseCmdError::Space(SpaceError::NotJoined));
+        }
+        other => panic!("REQUEST gave effects other than its write or refusal: {other:?}"),
+    };
+    let space = d.find_space(&r.head.lockspace_name);
+    let written = paxos::request(space.as_deref(), r, force_mode, next);
+    let result = match &written {
+        Ok(owner) => Ok(*owner),
+        Err(e) => Err(e.code()),
+    };
+    let fx = lock(&d.core).step(
+        crate::clock::now_s(),
+        lockd_core::Input::RequestWritten { op, result },
+    );
+    assert!(
+        matches!(fx.as_slice(), [lockd_core::Effect::Reply { ci: to, .. }] if *to == ci),
+        "a request's write gave effects other than its reply: {fx:?}"
+    );
+    let owner = written?;
+    info!(force_mode, owner = ?owner, "request written");
     Ok(())
 }
 

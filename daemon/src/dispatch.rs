@@ -319,7 +319,7 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
             };
             return send(conn, reply, After::Keep);
         }
-        Request::RequestLease(res) => lease_code(h, cmd::request(d, &res, h)),
+        Request::RequestLease(res) => lease_code(h, cmd::request(d, conn.ci, &res, h)),
         Request::ExamineLockspace(ls) => space_code(h, cmd::examine(d, &ls.name)),
         Request::ExamineResource(head) => space_code(h, cmd::examine(d, &head.lockspace_name)),
         Request::FormatRindex(ri) => rindex_code(h, rindex::format(d, &ri)),

@@ -575,6 +575,12 @@ impl Sim {
             | Effect::Close { .. }
             | Effect::WatchBeats { .. }
             | Effect::Status(_) => {}
+            // The simulated hosts write their requests with lease-core directly (as any
+            // host of the cluster may, sanlock's too), not through a client's REQUEST.
+            Effect::WriteRequest { .. } => self
+                .checker
+                .borrow_mut()
+                .violate(now, format!("host{h}: a request write nobody asked for")),
             Effect::Reply { ci, reply } => self.reply(h, ci, reply),
             Effect::Disk { op, what, .. } => {
                 if let (DiskOp::Release { key, .. }, Some(ci)) = (&what, self.releasing_ci.get()) {
