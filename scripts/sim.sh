@@ -48,6 +48,6 @@ dsim=target/release/lockd-daemon-sim
 # Each planted core bug on 200 seeds (each is caught on 10-100% of seeds).
 for bug in kill-before-notice release-before-disk grant-in-lost-lockspace kill-non-holders \
     examine-kills-lockspace examine-kill-before-notice removal-without-notice \
-    notice-misses-watch; do
+    notice-misses-watch request-without-bit; do
     expect_caught "$bug" "$dsim" --seeds 200 --hosts 3 --plant-bug "$bug"
 done

@@ -1039,7 +1039,8 @@ impl<S, H: LeaseHold> Core<S, H> {
         };
         match result {
             Ok(owner) => {
-                if let (Some(owner), true) = (owner, p.asks) {
+                let asks = p.asks && !self.planted(CorePlantedBug::RequestWithoutBit);
+                if let (Some(owner), true) = (owner, asks) {
                     if let Some(s) = self.space_mut(&p.ls) {
                         let period_s = lease_core::timeouts::set_bitmap_seconds(s.io_timeout_s);
                         s.st.outgoing.set_bit(now_s, period_s, owner);

@@ -117,11 +117,13 @@ pub enum CorePlantedBug {
     RemovalWithoutNotice,
     /// Notices name the holders but go to none of their watch connections.
     NoticeMissesWatch,
+    /// A REQUEST that found the lease's owner does not set the owner host's bit.
+    RequestWithoutBit,
 }
 
 impl CorePlantedBug {
     /// Every planted bug with its command-line name.
-    pub const ALL: [(&'static str, CorePlantedBug); 8] = [
+    pub const ALL: [(&'static str, CorePlantedBug); 9] = [
         ("kill-before-notice", CorePlantedBug::KillBeforeNotice),
         ("release-before-disk", CorePlantedBug::ReleaseBeforeDisk),
         (
@@ -142,6 +144,7 @@ impl CorePlantedBug {
             CorePlantedBug::RemovalWithoutNotice,
         ),
         ("notice-misses-watch", CorePlantedBug::NoticeMissesWatch),
+        ("request-without-bit", CorePlantedBug::RequestWithoutBit),
     ];
 
     /// The bug named `name` on the command line.

@@ -9,7 +9,9 @@
 //! before its completion comes back, so completions arrive in random order; each
 //! [`Effect::JoinLockspace`] runs the real delta-lease join and renewals. Request
 //! traffic: now and then a host writes a request (FORCE or GRACEFUL, for the next lver)
-//! into a lease's request record with lease-core's `paxos::request`; the lease's owner
+//! into a lease's request record with lease-core's `paxos::request` (through its core's
+//! REQUEST when its lockspace is joined: the owner host's bit is then checked in its
+//! outgoing bitmap, which its renewals write); the lease's owner
 //! (and sometimes every host, as an administrator's EXAMINE would) then reads the record
 //! of each lease it holds with `paxos::examine` and gives its core
 //! [`Input::Examined`], whose notice and kill orders the simulator carries out. Faults: renewals
@@ -187,6 +189,9 @@ struct Sim {
     /// The resource whose [`Input::Examined`] step's effects are being carried out (its
     /// kill orders are a request's).
     examining: Cell<Option<usize>>,
+    /// The request record write the last step asked for ([`Effect::WriteRequest`]),
+    /// taken by the request traffic that stepped the REQUEST.
+    write_request: Cell<Option<u64>>,
 }
 
 /// Runs one seed.
@@ -253,6 +258,7 @@ pub fn run_seed(seed: u64, cfg: &DaemonSimConfig) -> DaemonSimReport {
         next_client: Cell::new(1),
         releasing_ci: Cell::new(None),
         examining: Cell::new(None),
+        write_request: Cell::new(None),
     });
     {
         let mut hr = world.hosts.borrow_mut();
@@ -470,6 +476,28 @@ impl Sim {
         self.examining.set(before);
     }
 
+    /// After a REQUEST of host `h` found `owner` holding the lease: our renewals carry
+    /// its bit (the request asks for the next lver, so the bit is due).
+    fn check_owner_bit(&self, h: usize, owner: Option<u64>) {
+        let Some(owner) = owner else {
+            return;
+        };
+        let now_s = self.world.local_now(h) / 1000;
+        let set = self.hosts[h].core.borrow().as_ref().is_none_or(|c| {
+            c.space(&self.space).is_none_or(|s| {
+                let bitmap = s.st.outgoing.renew_input(now_s).bitmap;
+                let i = (owner - 1) as usize;
+                bitmap.get(i / 8).is_some_and(|b| b & (1 << (i % 8)) != 0)
+            })
+        });
+        if !set {
+            self.checker.borrow_mut().violate(
+                self.now_ms(),
+                format!("host{h}: a REQUEST found host_id {owner} holding, and its bit is not set"),
+            );
+        }
+    }
+
     fn client_by_pid(&self, h: usize, pid: i32) -> Option<Rc<Client>> {
         self.hosts[h]
             .clients
@@ -575,12 +603,14 @@ impl Sim {
             | Effect::Close { .. }
             | Effect::WatchBeats { .. }
             | Effect::Status(_) => {}
-            // The simulated hosts write their requests with lease-core directly (as any
-            // host of the cluster may, sanlock's too), not through a client's REQUEST.
-            Effect::WriteRequest { .. } => self
-                .checker
-                .borrow_mut()
-                .violate(now, format!("host{h}: a request write nobody asked for")),
+            // The request traffic's REQUEST (`request_task`) writes the record itself.
+            Effect::WriteRequest { op, .. } => {
+                if self.write_request.replace(Some(op)).is_some() {
+                    self.checker
+                        .borrow_mut()
+                        .violate(now, format!("host{h}: a request write nobody took"));
+                }
+            }
             Effect::Reply { ci, reply } => self.reply(h, ci, reply),
             Effect::Disk { op, what, .. } => {
                 if let (DiskOp::Release { key, .. }, Some(ci)) = (&what, self.releasing_ci.get()) {
@@ -984,7 +1014,37 @@ async fn request_task(sim: Rc<Sim>) {
             SANLK_REQ_GRACEFUL
         };
         let res = sim.resource_params(from, r);
+        // The requesting host's daemon runs it as an administrator's REQUEST (the core
+        // refuses it unless the lockspace is joined, and sets the owner host's bit when
+        // the write ends); refused, the write stands for another host's (any host of the
+        // cluster may write one, sanlock's too). No random draw: the stream stays as it was.
+        let host = &sim.hosts[from];
+        let inc = host.inc.get();
+        let asked = host.admin_ci.get().and_then(|ci| {
+            sim.input(
+                from,
+                Input::Request {
+                    ci,
+                    req: CoreRequest::RequestLease {
+                        ls: sim.space,
+                        name: res_name(r),
+                        lver: 0,
+                        next_lver: true,
+                        force_mode,
+                    },
+                },
+            );
+            sim.write_request.take()
+        });
         let out = paxos::request(&sim.disk(from), &res, paxos::RequestLver::Next, force_mode).await;
+        if let Some(op) = asked.filter(|_| host.inc.get() == inc) {
+            let result = match &out {
+                Ok(o) => Ok(o.owner_id),
+                Err(e) => Err(e.sanlk_code()),
+            };
+            sim.input(from, Input::RequestWritten { op, result });
+            sim.check_owner_bit(from, out.as_ref().ok().and_then(|o| o.owner_id));
+        }
         let out = match out {
             Ok(out) => out,
             Err(e) => {
@@ -1132,7 +1192,16 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
             continue;
         }
         let started = clock.now_ms();
-        match delta::renew(&disk, &clock, &params, &mut st, &RenewInput::default()).await {
+        // What the core's events and REQUEST bits put in our delta sector.
+        let input = host
+            .core
+            .borrow()
+            .as_ref()
+            .and_then(|c| c.space_st(id))
+            .map_or_else(RenewInput::default, |st| {
+                st.outgoing.renew_input(clock.now_ms() / 1000)
+            });
+        match delta::renew(&disk, &clock, &params, &mut st, &input).await {
             Ok(snap) => {
                 host.monitor
                     .borrow_mut()
