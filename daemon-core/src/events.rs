@@ -1,8 +1,8 @@
 //! What our renewals carry to the other hosts of a lockspace ([`Outgoing`], kept in the
 //! lockspace's status): the host event SET_EVENT set, and the bits of our notification
 //! bitmap (a REQUEST asks the holder's host to examine its leases; SET_EVENT tells the
-//! event's target to read it). The core decides them (`Input::SetEvent`,
-//! `Input::HostBit`); the shell's renewal thread reads what to write at each renewal
+//! event's target to read it). The core decides them (`CoreRequest::SetEvent`,
+//! `CoreRequest::RequestLease` and `Input::RequestWritten`); the shell's renewal thread reads what to write at each renewal
 //! ([`Outgoing::renew_input`]) and writes it.
 //!
 //! Invariants:
@@ -140,9 +140,8 @@ impl Outgoing {
             ..RenewInput::default()
         };
         for (&host_id, _) in self.bits_until.iter().filter(|(_, until)| **until >= now_s) {
-            let i = (host_id - 1) as usize;
-            if let Some(byte) = input.bitmap.get_mut(i / 8) {
-                *byte |= 1 << (i % 8);
+            if let Some((byte, mask)) = disk_format::delta::bit_position(host_id) {
+                input.bitmap[byte] |= mask;
             }
         }
         input
@@ -167,9 +166,9 @@ mod tests {
     fn bits(out: &Outgoing, now_s: u64) -> Vec<u64> {
         let input = out.renew_input(now_s);
         (1..=MAX_EVENT_HOST_ID)
-            .filter(|h| {
-                let i = (h - 1) as usize;
-                input.bitmap[i / 8] & (1 << (i % 8)) != 0
+            .filter(|&h| {
+                disk_format::delta::bit_position(h)
+                    .is_some_and(|(byte, mask)| input.bitmap[byte] & mask != 0)
             })
             .collect()
     }

@@ -456,7 +456,10 @@ pub enum Input<S, H> {
     /// The monitor's periodic look at every lockspace's lease (once a second).
     Tick,
     /// A renewal of lockspace `id` succeeded; `last_success_s` is the lease's new time
-    /// (when the renewal began: the lease is as old as that, not as the step). Keyed by
+    /// (when the renewal began: the lease is as old as that, not as the step). Safety:
+    /// a later time would make the expiry check count our lease younger than the other
+    /// hosts see it, so our holders could be killed after those hosts already take
+    /// their leases (host_dead counts from the timestamp on disk). Keyed by
     /// id, not name: a report can come after its lockspace went (the fence thread's
     /// verdict reads the device while our key is being unregistered) and a new one of
     /// the same name was added, which it must not touch. A gone lockspace's is ignored.

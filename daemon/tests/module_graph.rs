@@ -300,7 +300,8 @@ const CORE_STEP_ONLY: [&str; 35] = [
     ".external_used=",
     // Every other change of a lockspace's status (the thread's reports: `JoinStarted`,
     // `RenewalStarted`, `RenewalOk`/`RenewalFailed`, `DeltaReleasing`; SET_EVENT and a
-    // REQUEST's bit: `CoreRequest::SetEvent`, `Input::HostBit`): no mutable access at all.
+    // REQUEST's bit: `CoreRequest::SetEvent`, `Input::RequestWritten`): no mutable
+    // access at all.
     "st_mut(",
     "space_st_mut(",
     "renewal_ok(",

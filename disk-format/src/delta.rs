@@ -84,7 +84,9 @@ impl DeltaSector {
     }
 }
 
-fn bit_position(host_id: u64) -> Option<(usize, u8)> {
+/// Where `host_id`'s bit lies in a delta sector's notification bitmap: (byte index,
+/// mask); `None` outside 1..=2048.
+pub fn bit_position(host_id: u64) -> Option<(usize, u8)> {
     if host_id == 0 || host_id > HOSTID_BITMAP_SIZE as u64 * 8 {
         return None;
     }

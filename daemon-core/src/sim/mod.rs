@@ -486,8 +486,8 @@ impl Sim {
         let set = self.hosts[h].core.borrow().as_ref().is_none_or(|c| {
             c.space(&self.space).is_none_or(|s| {
                 let bitmap = s.st.outgoing.renew_input(now_s).bitmap;
-                let i = (owner - 1) as usize;
-                bitmap.get(i / 8).is_some_and(|b| b & (1 << (i % 8)) != 0)
+                disk_format::delta::bit_position(owner)
+                    .is_some_and(|(byte, mask)| bitmap[byte] & mask != 0)
             })
         });
         if !set {
