@@ -22,6 +22,7 @@
 use client_lib::ext::WatchKind;
 use client_lib::proto::{SM_CMD_ACQUIRE, SM_CMD_CONVERT, SM_CMD_INQUIRE, SM_CMD_RELEASE};
 use disk_format::Name;
+use lease_core::monitor::HostMonitor;
 
 use crate::clients::{ClientToken, LeaseHold};
 use crate::errno::*;
@@ -264,7 +265,11 @@ impl<S, H: LeaseHold> Core<S, H> {
                 self.tables.register_client(ci, pid, uid);
                 return;
             }
-            CoreRequest::AddLockspace { ls, io_timeout_s } => {
+            CoreRequest::AddLockspace {
+                ls,
+                host_id,
+                io_timeout_s,
+            } => {
                 if self.space(ls).is_some() {
                     reply(fx, ci, kind, -EEXIST, Vec::new());
                     return;
@@ -278,6 +283,8 @@ impl<S, H: LeaseHold> Core<S, H> {
                     io_timeout_s: *io_timeout_s,
                     listed_by_shell: false,
                     place: None,
+                    monitor: HostMonitor::new(*host_id, self.watchdog_fire_s),
+                    fence: None,
                 });
                 self.admin.push(AdminCmd {
                     ci,
@@ -1184,6 +1191,7 @@ mod tests {
                 ci: admin,
                 req: CoreRequest::AddLockspace {
                     ls: name("ls"),
+                    host_id: 1,
                     io_timeout_s: IO_S,
                 },
             },

@@ -11,6 +11,7 @@ pub const EBUSY: i32 = 16;
 pub const EINVAL: i32 = 22;
 pub const EEXIST: i32 = 17;
 pub const EMFILE: i32 = 24;
+pub const EBADE: i32 = 52;
 pub const EALREADY: i32 = 114;
 pub const EUCLEAN: i32 = 117;
 pub const ENOSPC: i32 = 28;

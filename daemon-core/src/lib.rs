@@ -27,6 +27,8 @@
 //!   carries out the effects in order;
 //! - [`events`]: what our renewals carry to the other hosts (SET_EVENT's host event,
 //!   REQUEST's and SET_EVENT's bitmap bits);
+//! - [`fencing`]: storage fencing's decisions (whom to preempt, when a peer counts as
+//!   fenced, when we are), with the lockspace's host monitor kept in the core too;
 //! - [`watches`]: the lease-loss watch registry, which addresses every notice the step
 //!   gives to the watch connections of the pids it names;
 //! - `sim` (feature `sim` only): the whole-daemon simulator behind `lockd-daemon-sim`.
@@ -39,6 +41,7 @@ pub mod clients;
 mod commands;
 pub mod errno;
 pub mod events;
+pub mod fencing;
 pub mod kill;
 #[cfg(feature = "sim")]
 pub mod sim;

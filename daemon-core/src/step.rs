@@ -35,11 +35,13 @@ use std::collections::{HashMap, HashSet};
 use client_lib::ext::WatchKind;
 use client_lib::wire;
 use disk_format::Name;
+use lease_core::monitor::{HostMonitor, Notification};
 use lease_core::timeouts;
 
 use crate::clients::{ClientToken, LeaseHold, Refused};
 use crate::commands::{AdminCmd, Cmd, OpFor, PendingRequest};
 use crate::events::HostEvent;
+use crate::fencing::{FenceAction, FenceSt, FenceVerdict, KeysRead, PeerFenceOutcome};
 use crate::kill::{examined_lease, plan_kills, KillOrder, SpaceKill};
 use crate::space_state::{Phase, RenewalRec, SpaceSt};
 use crate::tables::{Key, Tables};
@@ -64,6 +66,13 @@ pub struct CoreSpace {
     /// Where its delta leases are (ADD_LOCKSPACE's host_id and disk), for the admission
     /// of the next ([`Core::list_space`]); `None` for the core's own and in tests.
     pub place: Option<SpacePlace>,
+    /// What our renewals observed of the other hosts' delta leases (lease-core's
+    /// monitor: owner liveness for the ballots, GET_HOSTS, fencing's suspects); changed
+    /// only by [`Input::HostsRead`] and by fencing's verdicts.
+    pub monitor: HostMonitor,
+    /// Storage fencing's state, once the join registered our key
+    /// ([`Input::FenceRegistered`]); `None` for a lockspace not fenced.
+    pub fence: Option<FenceSt>,
 }
 
 /// Where a lockspace the shell lists keeps its delta leases: our host_id and the disk
@@ -194,6 +203,9 @@ pub struct Core<S, H> {
     pub watches: Watches,
     /// Steps since the last [`Core::check_cheap`] ([`CHEAP_CHECK_RESOURCES`]).
     steps_since_cheap_check: u64,
+    /// The watchdog fire timeout the host monitors of the core's own lockspaces count
+    /// host_dead with (the shell builds the monitors of those it lists itself).
+    pub watchdog_fire_s: u64,
     #[cfg(feature = "sim")]
     pub bug: Option<CorePlantedBug>,
 }
@@ -274,7 +286,11 @@ pub enum CoreRequest {
     Register,
     /// ADD_LOCKSPACE: the shell joins it ([`Effect::JoinLockspace`]) and reports the end
     /// with [`Input::JoinDone`].
-    AddLockspace { ls: Name, io_timeout_s: u64 },
+    AddLockspace {
+        ls: Name,
+        host_id: u64,
+        io_timeout_s: u64,
+    },
     /// REM_LOCKSPACE of `ls` (the one listed under `id`, when the shell matched it by its
     /// disk, as sanlock's `_search_space`): refused while leases are held in it and
     /// `unused_only` (`SANLK_REM_UNUSED`), while its orphans are kept (`used_by_orphans`),
@@ -455,6 +471,37 @@ pub enum DiskOp<H> {
 pub enum Input<S, H> {
     /// The monitor's periodic look at every lockspace's lease (once a second).
     Tick,
+    /// A renewal of lockspace `id` read every host's delta sector at `read_at_s`
+    /// (`sectors[i]`: host_id i+1's, `None` when it did not decode): the host monitor
+    /// records it; the notifications addressed to us come back as
+    /// [`Effect::HostNotifications`].
+    HostsRead {
+        id: u32,
+        read_at_s: u64,
+        sectors: Vec<Option<disk_format::DeltaSector>>,
+    },
+    /// The join of fenced lockspace `id` registered our storage key `key` (again, when
+    /// the acquire wrote another generation than expected); `preempt_cfg_s` is
+    /// `fence_preempt_s`.
+    FenceRegistered {
+        id: u32,
+        key: u64,
+        preempt_cfg_s: u64,
+    },
+    /// Our key of lockspace `id` was removed (a clean leave).
+    FenceUnregistered { id: u32 },
+    /// The fence thread's look at lockspace `id` (once a second): [`Effect::Fence`]
+    /// `ReadKeys` when a peer has missed renewals.
+    FenceLook { id: u32 },
+    /// The key list the last `ReadKeys` asked for.
+    FenceKeysRead { id: u32, read: KeysRead },
+    /// A `Preempt` the core asked for ended.
+    PeerFenceDone {
+        id: u32,
+        host_id: u64,
+        generation: u64,
+        outcome: PeerFenceOutcome,
+    },
     /// A renewal of lockspace `id` succeeded; `last_success_s` is the lease's new time
     /// (when the renewal began: the lease is as old as that, not as the step). Safety:
     /// a later time would make the expiry check count our lease younger than the other
@@ -592,6 +639,19 @@ pub enum Input<S, H> {
 /// What the shell is to do, in the order given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect<H> {
+    /// Host events and examine requests addressed to us in lockspace `id`, found by its
+    /// renewal's read ([`Input::HostsRead`]): the shell delivers the events to REG_EVENT
+    /// connections and examines the resources the bits ask about.
+    HostNotifications { id: u32, notes: Vec<Notification> },
+    /// The next PR command(s) of lockspace `id`'s fence pass ([`crate::fencing`]).
+    Fence { id: u32, action: FenceAction },
+    /// A fencing decision on lockspace `id` (`ls`), already applied by the step: for the
+    /// log (and, for `WeAreFenced`, the lease is lost from this step on).
+    FenceVerdict {
+        id: u32,
+        ls: Name,
+        verdict: FenceVerdict,
+    },
     /// Tell the watchers of these holder pids that their leases in `ls` are going.
     LossNotice {
         ls: Name,
@@ -694,6 +754,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             last_status: None,
             watches: Watches::default(),
             steps_since_cheap_check: 0,
+            watchdog_fire_s: 60,
             #[cfg(feature = "sim")]
             bug: None,
         }
@@ -706,7 +767,8 @@ impl<S, H: LeaseHold> Core<S, H> {
     /// the new entry, the oldest gone entries are pruned down to `MAX_GONE_SPACES - 1`,
     /// so at most [`MAX_GONE_SPACES`] exist once this one has gone too.
     pub fn add_space(&mut self, id: u32, name: Name, io_timeout_s: u64) {
-        self.insert_listed(id, name, None, io_timeout_s);
+        let monitor = HostMonitor::new(0, self.watchdog_fire_s);
+        self.insert_listed(id, name, None, io_timeout_s, monitor);
     }
 
     /// ADD_LOCKSPACE's admission, then the listing: the shell is adding lockspace `name`
@@ -721,6 +783,7 @@ impl<S, H: LeaseHold> Core<S, H> {
         name: Name,
         place: SpacePlace,
         io_timeout_s: u64,
+        monitor: HostMonitor,
     ) -> Result<(), ListRefused> {
         for s in self.spaces.iter().filter(|s| !s.st.gone) {
             let same_disk = s
@@ -741,11 +804,18 @@ impl<S, H: LeaseHold> Core<S, H> {
                 return Err(ListRefused::DiskAreaTaken);
             }
         }
-        self.insert_listed(id, name, Some(place), io_timeout_s);
+        self.insert_listed(id, name, Some(place), io_timeout_s, monitor);
         Ok(())
     }
 
-    fn insert_listed(&mut self, id: u32, name: Name, place: Option<SpacePlace>, io_timeout_s: u64) {
+    fn insert_listed(
+        &mut self,
+        id: u32,
+        name: Name,
+        place: Option<SpacePlace>,
+        io_timeout_s: u64,
+        monitor: HostMonitor,
+    ) {
         assert!(
             self.space(&name).is_none() && self.spaces.iter().all(|s| s.id != id),
             "lockspace {name:?} (id {id}) listed twice"
@@ -764,6 +834,50 @@ impl<S, H: LeaseHold> Core<S, H> {
             io_timeout_s,
             listed_by_shell: true,
             place,
+            monitor,
+            fence: None,
+        });
+    }
+
+    /// The host monitor of lockspace `id` (`None` once the core no longer keeps it), to
+    /// read: the shell's ballots, GET_HOSTS and metrics read it under the core's lock.
+    pub fn space_monitor(&self, id: u32) -> Option<&HostMonitor> {
+        self.spaces.iter().find(|s| s.id == id).map(|s| &s.monitor)
+    }
+
+    /// The fencing state of lockspace `id`, to read (`None`: not fenced, or gone).
+    pub fn space_fence(&self, id: u32) -> Option<&FenceSt> {
+        self.spaces
+            .iter()
+            .find(|s| s.id == id)
+            .and_then(|s| s.fence.as_ref())
+    }
+
+    fn live_space_mut(&mut self, id: u32) -> Option<&mut CoreSpace> {
+        self.spaces.iter_mut().find(|s| s.id == id && !s.st.gone)
+    }
+
+    /// Carries out a fencing verdict on lockspace `sp`: we are fenced → its lease is lost
+    /// as a corrupt one (-EBADE, what the storage answers a fenced host); a peer fenced →
+    /// marked in the monitor (given only when the monitor did not have it yet).
+    fn apply_fence_verdict(sp: &mut CoreSpace, v: FenceVerdict, fx: &mut Vec<Effect<H>>) {
+        match v {
+            FenceVerdict::WeAreFenced(_) => sp.st.renewal_failed(-crate::errno::EBADE, true),
+            FenceVerdict::PeerFenced {
+                host_id,
+                generation,
+                ..
+            } => {
+                if !sp.monitor.mark_fenced(host_id, generation) {
+                    return;
+                }
+            }
+            FenceVerdict::PeerNeverKeyed { .. } => {}
+        }
+        fx.push(Effect::FenceVerdict {
+            id: sp.id,
+            ls: sp.name,
+            verdict: v,
         });
     }
 
@@ -852,6 +966,77 @@ impl<S, H: LeaseHold> Core<S, H> {
             Input::RenewalFailed { id, code, corrupt } => {
                 if let Some(st) = self.live_space_st_mut(id) {
                     st.renewal_failed(code, corrupt);
+                }
+            }
+            Input::HostsRead {
+                id,
+                read_at_s,
+                sectors,
+            } => {
+                if let Some(sp) = self.live_space_mut(id) {
+                    let notes = sp.monitor.observe(read_at_s, &sectors);
+                    if !notes.is_empty() {
+                        fx.push(Effect::HostNotifications { id, notes });
+                    }
+                }
+            }
+            Input::FenceRegistered {
+                id,
+                key,
+                preempt_cfg_s,
+            } => {
+                if let Some(sp) = self.live_space_mut(id) {
+                    let io_timeout_s = sp.io_timeout_s;
+                    sp.fence
+                        .get_or_insert_with(|| FenceSt::new(preempt_cfg_s, io_timeout_s))
+                        .registered(key);
+                }
+            }
+            Input::FenceUnregistered { id } => {
+                if let Some(f) = self.live_space_mut(id).and_then(|sp| sp.fence.as_mut()) {
+                    f.unregistered();
+                }
+            }
+            Input::FenceLook { id } => {
+                if let Some(sp) = self.live_space_mut(id) {
+                    let lost = sp.st.space_dead || sp.st.releasing;
+                    if let Some(f) = sp.fence.as_mut().filter(|_| !lost) {
+                        if let Some(action) = f.look(&sp.monitor, now_s) {
+                            fx.push(Effect::Fence { id, action });
+                        }
+                    }
+                }
+            }
+            Input::FenceKeysRead { id, read } => {
+                if let Some(sp) = self.live_space_mut(id) {
+                    if let Some(f) = sp.fence.as_mut() {
+                        let mut actions = Vec::new();
+                        let verdict = f.keys_read(&read, &mut actions);
+                        fx.extend(
+                            actions
+                                .into_iter()
+                                .map(|action| Effect::Fence { id, action }),
+                        );
+                        if let Some(v) = verdict {
+                            Self::apply_fence_verdict(sp, v, &mut fx);
+                        }
+                    }
+                }
+            }
+            Input::PeerFenceDone {
+                id,
+                host_id,
+                generation,
+                outcome,
+            } => {
+                if let Some(sp) = self.live_space_mut(id) {
+                    let verdict = sp
+                        .fence
+                        .as_mut()
+                        .and_then(|f| f.peer_done(host_id, generation, outcome));
+                    if let Some(v) = verdict {
+                        Self::apply_fence_verdict(sp, v, &mut fx);
+                    }
                 }
             }
             Input::JoinStarted { id, geometry } => {
@@ -1073,6 +1258,9 @@ impl<S, H: LeaseHold> Core<S, H> {
         self.watches.check(&self.tables.clients)?;
         for s in &self.spaces {
             let ls = &s.name;
+            if let Some(f) = &s.fence {
+                f.check().map_err(|e| format!("{ls:?}: {e}"))?;
+            }
             if s.st.loss_notified && !s.st.space_dead && !s.st.kill_now {
                 // check_expiry marks the notice given in the same step that finds the
                 // lease lost.
@@ -1289,6 +1477,8 @@ mod tests {
                 io_timeout_s: IO_S,
                 listed_by_shell: false,
                 place: None,
+                monitor: HostMonitor::new(1, 60),
+                fence: None,
             };
             s.st.phase = Phase::Joined;
             s.st.add_result = Some(0);
@@ -1488,6 +1678,136 @@ mod tests {
             c.space_st(1).is_some_and(|st| !st.space_dead),
             "a gone one is not checked"
         );
+    }
+
+    /// Fencing through the step: the renewal's read feeds the core's host monitor; a pass
+    /// asks for the key list, then a preempt of the stalled peer; the confirmed preempt
+    /// marks the peer's generation fenced in the monitor (what the ballots read), and
+    /// the next pass leaves it alone. A key list without our key fails the lockspace:
+    /// its holder's notice, then the kill, at the next tick.
+    #[test]
+    fn fencing_decides_in_the_step_and_marks_the_monitor_or_loses_our_lease() {
+        use crate::fencing::{FenceAction, FenceKey, FenceVerdict, FencedBecause, KeysRead};
+        use disk_format::{DeltaSector, LeaderRecord};
+        let peer = DeltaSector::from_leader(LeaderRecord {
+            owner_id: 2,
+            owner_generation: 3,
+            timestamp: 90,
+            io_timeout: IO_S as u16,
+            ..LeaderRecord::ZERO
+        });
+        let ours = FenceKey {
+            raw: 0x1001,
+            owner: Some((1, 1)),
+        };
+        let theirs = FenceKey {
+            raw: 0x2003,
+            owner: Some((2, 3)),
+        };
+        let setup = |c: &mut Core<(), Held>| {
+            let fx = c.step(
+                100,
+                Input::HostsRead {
+                    id: 1,
+                    read_at_s: 100,
+                    sectors: vec![None, Some(peer)],
+                },
+            );
+            assert!(fx.is_empty(), "no bit of ours is set: {fx:?}");
+            let fx = c.step(
+                100,
+                Input::FenceRegistered {
+                    id: 1,
+                    key: ours.raw,
+                    preempt_cfg_s: 0,
+                },
+            );
+            assert!(fx.is_empty());
+        };
+        let read_keys = Effect::Fence {
+            id: 1,
+            action: FenceAction::ReadKeys,
+        };
+        let t = 100 + timeouts::id_renewal_fail_seconds(IO_S);
+
+        let mut c = core(&["ls"], 100, &[]);
+        setup(&mut c);
+        assert_eq!(
+            c.step(t, Input::FenceLook { id: 1 }),
+            vec![read_keys.clone()]
+        );
+        let fx = c.step(
+            t,
+            Input::FenceKeysRead {
+                id: 1,
+                read: KeysRead::Keys(vec![ours, theirs]),
+            },
+        );
+        assert_eq!(
+            fx,
+            vec![Effect::Fence {
+                id: 1,
+                action: FenceAction::Preempt {
+                    host_id: 2,
+                    generation: 3,
+                    our_key: ours.raw
+                }
+            }]
+        );
+        let fx = c.step(
+            t,
+            Input::PeerFenceDone {
+                id: 1,
+                host_id: 2,
+                generation: 3,
+                outcome: PeerFenceOutcome::Confirmed { preempted: true },
+            },
+        );
+        assert!(matches!(
+            fx.as_slice(),
+            [Effect::FenceVerdict {
+                verdict: FenceVerdict::PeerFenced {
+                    host_id: 2,
+                    generation: 3,
+                    ..
+                },
+                ..
+            }]
+        ));
+        let obs = lease_core::HostObserver::observation(c.space_monitor(1).unwrap(), 2).unwrap();
+        assert!(obs.fenced(3), "the ballots see the generation fenced");
+        assert!(c.step(t + 1, Input::FenceLook { id: 1 }).is_empty());
+        c.check().unwrap();
+
+        let mut c = core(&["ls"], t - 1, &[(4242, "ls", "r")]);
+        setup(&mut c);
+        assert_eq!(c.step(t, Input::FenceLook { id: 1 }), vec![read_keys]);
+        let fx = c.step(
+            t,
+            Input::FenceKeysRead {
+                id: 1,
+                read: KeysRead::Keys(vec![theirs]),
+            },
+        );
+        assert!(matches!(
+            fx.as_slice(),
+            [Effect::FenceVerdict {
+                verdict: FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone),
+                ..
+            }]
+        ));
+        assert!(
+            c.step(t, Input::FenceLook { id: 1 }).is_empty(),
+            "no pass once fenced"
+        );
+        let fx = c.step(t + 1, Input::Tick);
+        let notice = first(&fx, |e| {
+            matches!(e, Effect::LossNotice { kind: WatchKind::LockspaceFailed, pids, .. } if pids == &[4242])
+        })
+        .expect("the holder's notice");
+        let kill = first(&fx, |e| matches!(e, Effect::Kill { .. })).expect("the holder's kill");
+        assert!(notice < kill, "{fx:?}");
+        c.check().unwrap();
     }
 
     /// A lockspace the shell listed is the shell's to remove: a tick while it is being
@@ -1776,7 +2096,16 @@ mod tests {
             path: path.into(),
             offset,
         };
-        assert_eq!(c.list_space(1, name("a"), at(1, "/dev/x", 0), IO_S), Ok(()));
+        assert_eq!(
+            c.list_space(
+                1,
+                name("a"),
+                at(1, "/dev/x", 0),
+                IO_S,
+                HostMonitor::new(1, 60)
+            ),
+            Ok(())
+        );
         let refusals = [
             (name("a"), at(1, "/dev/x", 0), ListRefused::BeingAdded),
             (name("a"), at(2, "/dev/x", 0), ListRefused::OtherPlace),
@@ -1784,28 +2113,58 @@ mod tests {
             (name("b"), at(1, "/dev/x", 0), ListRefused::DiskAreaTaken),
         ];
         for (n, place, why) in refusals.clone() {
-            assert_eq!(c.list_space(9, n, place, IO_S), Err(why));
+            assert_eq!(
+                c.list_space(9, n, place, IO_S, HostMonitor::new(1, 60)),
+                Err(why)
+            );
         }
         c.space_st_mut(1).expect("listed").phase = Phase::Joined;
         assert_eq!(
-            c.list_space(9, name("a"), at(1, "/dev/x", 0), IO_S),
+            c.list_space(
+                9,
+                name("a"),
+                at(1, "/dev/x", 0),
+                IO_S,
+                HostMonitor::new(1, 60)
+            ),
             Err(ListRefused::Joined)
         );
         c.space_st_mut(1).expect("listed").phase = Phase::Removing;
         assert_eq!(
-            c.list_space(9, name("a"), at(1, "/dev/x", 0), IO_S),
+            c.list_space(
+                9,
+                name("a"),
+                at(1, "/dev/x", 0),
+                IO_S,
+                HostMonitor::new(1, 60)
+            ),
             Err(ListRefused::BeingRemoved)
         );
         assert_eq!(c.spaces.len(), 1, "a refusal lists nothing");
         // Another offset of the same disk is another area.
         assert_eq!(
-            c.list_space(2, name("b"), at(1, "/dev/x", 1 << 20), IO_S),
+            c.list_space(
+                2,
+                name("b"),
+                at(1, "/dev/x", 1 << 20),
+                IO_S,
+                HostMonitor::new(1, 60)
+            ),
             Ok(())
         );
         c.check().expect("invariants");
         // Once gone, its name and area are free again.
         c.space_st_mut(1).expect("listed").gone = true;
-        assert_eq!(c.list_space(3, name("a"), at(1, "/dev/x", 0), IO_S), Ok(()));
+        assert_eq!(
+            c.list_space(
+                3,
+                name("a"),
+                at(1, "/dev/x", 0),
+                IO_S,
+                HostMonitor::new(1, 60)
+            ),
+            Ok(())
+        );
         assert_eq!(c.space(&name("a")).map(|s| s.id), Some(3));
     }
 

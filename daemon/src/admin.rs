@@ -29,7 +29,6 @@ use tracing::info;
 use crate::access::{self, Need};
 use crate::inuse::InUse;
 use crate::state::Daemon;
-use crate::sync::lock;
 use lockd_diskio::{BlockingDisk, DirectDisk, DirectIoError, EngineKind};
 
 /// sanlock's write_init_io_timeout: formatting writes get 60 s.
@@ -333,7 +332,8 @@ pub fn init_lockspace_host(
     let allowed = match &joined {
         Some(s) if s.host_id == host_id => false,
         Some(s) => {
-            let state = lock(&s.monitor).state(host_id, crate::clock::now_s());
+            let now = crate::clock::now_s();
+            let state = s.monitor(|m| m.state(host_id, now));
             lease_core::delta::record_unused(&old)
                 || matches!(
                     state,

@@ -104,20 +104,37 @@ async fn read_used_hosts<L: Disk>(disk: &L, space: &LockspaceParams) -> ReadResu
     used_host_ids(disk, space).await.map(Arc::new)
 }
 
+/// Where a lockspace's host monitor is read: the core's, through the lockspace
+/// (`crate::space::Space`); a plain locked monitor in tests.
+pub trait MonitorView {
+    fn observation(&self, host_id: u64) -> Option<HostObservation>;
+    fn ballot_hosts_hint(&self) -> Option<u64>;
+}
+
+impl MonitorView for Mutex<HostMonitor> {
+    fn observation(&self, host_id: u64) -> Option<HostObservation> {
+        lock(self).observation(host_id)
+    }
+
+    fn ballot_hosts_hint(&self) -> Option<u64> {
+        lock(self).ballot_hosts_hint()
+    }
+}
+
 /// The daemon's [`HostObserver`] for one lockspace: observations and the known-hosts hint
 /// from its monitor, confirmations from its shared reads.
 pub struct SpaceObserver<'a> {
-    pub monitor: &'a Mutex<HostMonitor>,
+    pub monitor: &'a dyn MonitorView,
     pub confirm: &'a ConfirmReads,
 }
 
 impl HostObserver for SpaceObserver<'_> {
     fn observation(&self, host_id: u64) -> Option<HostObservation> {
-        lock(self.monitor).observation(host_id)
+        self.monitor.observation(host_id)
     }
 
     fn ballot_hosts_hint(&self) -> Option<u64> {
-        lock(self.monitor).ballot_hosts_hint()
+        self.monitor.ballot_hosts_hint()
     }
 
     async fn confirm_unused_above<L: Disk>(
@@ -269,7 +286,7 @@ mod tests {
                 let (c, m, d) = (confirm.clone(), monitor.clone(), disk.clone());
                 std::thread::spawn(move || {
                     let obs = SpaceObserver {
-                        monitor: &m,
+                        monitor: &*m,
                         confirm: &c,
                     };
                     lease_core::exec::block_on(obs.confirm_unused_above(&*d, &params(), 1, 2000))

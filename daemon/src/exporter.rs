@@ -342,8 +342,7 @@ fn space_view(s: &Arc<crate::space::Space>, now: u64, leases: &BTreeMap<String, 
         )
     };
     let mut hosts = [0u64; HOST_STATES.len()];
-    {
-        let mon = lock(&s.monitor);
+    s.monitor(|mon| {
         if mon.checks() > 0 {
             // As GET_HOSTS: hosts whose record has a timestamp, and ourselves as LIVE
             // (as FAIL once the lockspace failed, as `lockd status` shows it).
@@ -359,7 +358,7 @@ fn space_view(s: &Arc<crate::space::Space>, now: u64, leases: &BTreeMap<String, 
                 hosts[if dead { 3 } else { 2 }] += 1;
             }
         }
-    }
+    });
     SpaceView {
         leases: leases.get(&name).copied().unwrap_or(0),
         name,

@@ -31,7 +31,7 @@ use crate::state::Daemon;
 use crate::sync::lock;
 use crate::watchdog::LockspaceWatchdog;
 use lease_core::exec::block_on;
-use lockd_core::{CoreRequest, Input, JoinedLease, ListRefused};
+use lockd_core::{CoreRequest, Effect, Input, JoinedLease, ListRefused};
 use lockd_diskio::{BlockingDisk, EngineKind, SystemClock};
 
 use crate::space::{
@@ -292,13 +292,12 @@ pub fn set_host(
         ));
     }
     let now = crate::clock::now_s();
-    let (state, obs) = {
-        let mon = lock(&space.monitor);
+    let (state, obs) = space.monitor(|mon| {
         (
             mon.state(host.host_id, now),
-            lease_core::HostObserver::observation(&*mon, host.host_id),
+            lease_core::HostObserver::observation(mon, host.host_id),
         )
-    };
+    });
     let Some(obs) = obs else {
         return Err(SpaceError::Busy("the host's delta lease has not been seen"));
     };
@@ -477,17 +476,21 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, JoinError> {
     };
     let state = block_on(delta::acquire(&bdisk, &clock, &params)).map_err(|e| {
         if let Some(f) = &fence {
-            f.unregister();
+            fence_unregister(space, f);
         }
         aborted(e.into())
     })?;
     if let Some(f) = fence {
-        if let Err(e) = f.confirm_generation(state.generation()) {
-            if let Err(re) = block_on(delta::release(&bdisk, &params, &state)) {
-                warn!(error = %re, "delta lease release after a fencing failure failed");
+        match f.confirm_generation(state.generation(), space.fence_key()) {
+            Ok(None) => {}
+            Ok(Some(key)) => fence_registered(d, space, key),
+            Err(e) => {
+                if let Err(re) = block_on(delta::release(&bdisk, &params, &state)) {
+                    warn!(error = %re, "delta lease release after a fencing failure failed");
+                }
+                fence_unregister(space, &f);
+                return Err(JoinError::FenceGeneration(e));
             }
-            f.unregister();
-            return Err(JoinError::FenceGeneration(e));
         }
         let first = space.fence.set(f).is_ok();
         assert!(
@@ -523,36 +526,116 @@ fn join_fence(
         std::path::Path::new(&space.path),
         &cfg.devices_for(&space.name),
         space.host_id,
-        u64::from(space.io_timeout),
-        u64::from(cfg.preempt_s),
     )
     .map_err(JoinError::Fence)?;
     let prev = block_on(delta::read_host_record(bdisk, params, space.host_id))?;
-    fence
-        .register_for_join(&prev, u64::from(d.cfg.watchdog_fire_timeout_s), &space.stop)
+    let key = fence
+        .register_for_join(
+            &prev,
+            u64::from(space.io_timeout),
+            u64::from(d.cfg.watchdog_fire_timeout_s),
+            &space.stop,
+        )
         .map_err(JoinError::Fence)?;
+    fence_registered(d, space, key);
     Ok(Arc::new(fence))
 }
 
+/// Tells the core our storage key `key` is registered (`Input::FenceRegistered`).
+fn fence_registered(d: &Daemon, space: &Space, key: u64) {
+    report(
+        space,
+        Input::FenceRegistered {
+            id: space.space_id,
+            key,
+            preempt_cfg_s: u64::from(d.cfg.fence.preempt_s),
+        },
+    );
+}
+
+/// Removes our storage key (the core's) from the devices and tells the core.
+fn fence_unregister(space: &Space, fence: &crate::fence::SpaceFence) {
+    fence.unregister(space.fence_key());
+    report(space, Input::FenceUnregistered { id: space.space_id });
+}
+
 /// The fence thread of a fenced lockspace: once a second until the lockspace is being
-/// released, [`crate::fence::SpaceFence::check`]; finding ourselves fenced fails the
-/// lockspace at once (its holders get the loss notice, then kill escalation).
+/// released or lost, a pass (`lockd_core::fencing`): the core's look at its host
+/// monitor, then the PR commands it asks for, each answered with what they found, in
+/// the order the steps give them. The core's verdicts are logged here; finding
+/// ourselves fenced has failed the lockspace in the core already (its holders get the
+/// loss notice, then kill escalation), and the thread ends.
 fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
+    use lockd_core::fencing::{FenceAction, FenceVerdict};
+    let id = space.space_id;
+    let step = |input| lock(&space.core).step(crate::clock::now_s(), input);
     loop {
         if space.st(|st| st.releasing || st.gone || st.lease_lost()) {
             return;
         }
-        let out = fence.check(&space.monitor, crate::clock::now_s());
-        if out.we_are_fenced {
-            // Our key is gone: the lease is lost, as a corrupt one (the core's transition).
-            report(
-                space,
-                Input::RenewalFailed {
-                    id: space.space_id,
-                    code: -libc::EBADE,
-                    corrupt: true,
+        let mut todo: std::collections::VecDeque<_> = step(Input::FenceLook { id }).into();
+        let mut fenced_here = false;
+        while let Some(effect) = todo.pop_front() {
+            match effect {
+                Effect::Fence {
+                    action: FenceAction::ReadKeys,
+                    ..
+                } => todo.extend(step(Input::FenceKeysRead {
+                    id,
+                    read: fence.read_keys(),
+                })),
+                Effect::Fence {
+                    action:
+                        FenceAction::Preempt {
+                            host_id,
+                            generation,
+                            our_key,
+                        },
+                    ..
+                } => {
+                    let outcome = fence.preempt_peer(host_id, generation, our_key);
+                    todo.extend(step(Input::PeerFenceDone {
+                        id,
+                        host_id,
+                        generation,
+                        outcome,
+                    }));
+                }
+                Effect::FenceVerdict { verdict, .. } => match verdict {
+                    FenceVerdict::WeAreFenced(why) => {
+                        error!(
+                            ?why,
+                            "storage fencing: this host has been fenced (its key is gone from \
+                             the storage, or the storage refused its preempt); its leases are \
+                             lost"
+                        );
+                        fenced_here = true;
+                    }
+                    FenceVerdict::PeerFenced {
+                        host_id,
+                        generation,
+                        age_s,
+                    } => info!(
+                        host_id,
+                        generation,
+                        age_s,
+                        "storage fencing: host marked fenced (its key's removal confirmed); \
+                         its leases may be taken now"
+                    ),
+                    FenceVerdict::PeerNeverKeyed {
+                        host_id,
+                        generation,
+                    } => warn!(
+                        host_id,
+                        generation,
+                        "storage fencing: this host generation never had a key we saw: it \
+                         is not fenced by the storage; its leases wait host_dead"
+                    ),
                 },
-            );
+                other => panic!("a fence step gave an effect it does not give: {other:?}"),
+            }
+        }
+        if fenced_here {
             return;
         }
         std::thread::sleep(Duration::from_millis(1000));
@@ -690,7 +773,7 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
             Ok(true) => {
                 info!("delta lease released");
                 if let Some(f) = space.fence.get() {
-                    f.unregister();
+                    fence_unregister(space, f);
                 }
             }
             Ok(false) => warn!("delta lease left on disk (last renewal failed)"),
@@ -803,9 +886,25 @@ fn renew_loop(
                         error!(error = %e, "cannot extend the watchdog expiry");
                     }
                 }
-                let notes = lock(&space.monitor).observe(snap.read_at_s, &snap.sectors);
-                request_examine(d, space, &notes);
-                deliver_events(space, &notes);
+                let fx = lock(&space.core).step(
+                    crate::clock::now_s(),
+                    Input::HostsRead {
+                        id: space.space_id,
+                        read_at_s: snap.read_at_s,
+                        sectors: snap.sectors,
+                    },
+                );
+                for effect in fx {
+                    match effect {
+                        Effect::HostNotifications { notes, .. } => {
+                            request_examine(d, space, &notes);
+                            deliver_events(space, &notes);
+                        }
+                        other => {
+                            panic!("a lockspace read gave an effect it does not give: {other:?}")
+                        }
+                    }
+                }
                 // read_ms covers the whole renewal (read and write), as RENEWAL reports it.
                 let rec = RenewalRec {
                     timestamp: state.leader.timestamp,
@@ -927,7 +1026,7 @@ pub fn set_event(
         data: he.data,
     };
     if event.generation == 0 && flags & SANLK_SETEV_CUR_GENERATION != 0 {
-        if let Some(o) = lease_core::HostObserver::observation(&*space.monitor, he.host_id) {
+        if let Some(o) = space.monitor(|m| lease_core::HostObserver::observation(m, he.host_id)) {
             event.generation = o.owner_generation;
         }
     }

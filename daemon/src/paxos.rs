@@ -67,7 +67,7 @@ pub(crate) fn with_host<T>(
 ) -> Result<T, SpaceError> {
     let joined = space.joined.get().ok_or(SpaceError::NotJoined)?;
     let observer = SpaceObserver {
-        monitor: &space.monitor,
+        monitor: space,
         confirm: &space.confirm,
     };
     let host = HostContext {

@@ -1,6 +1,7 @@
-//! One lockspace as this daemon holds it ([`Space`]): its identity, the host monitor,
+//! One lockspace as this daemon holds it ([`Space`]): its identity, its I/O resources,
 //! and the read-only views the commands and
-//! metrics need (status records, GET_HOSTS). Its status ([`SpaceSt`]) is the core's
+//! metrics need (status records, GET_HOSTS). Its status ([`SpaceSt`]), host monitor and
+//! fencing state are the core's
 //! (`lockd_core::Core::space_st`, under the `core` lock), read and changed here through
 //! [`Space::st`], a short hold of that lock; it is changed only by `Core::step`, from the
 //! inputs the lockspace's thread and the commands give (`crate::lockspace`).
@@ -8,8 +9,8 @@
 //! Nothing here does I/O or takes the daemon's shared state but the core: joining,
 //! renewing and removing a lockspace are `crate::lockspace`'s; the daemon lists its
 //! lockspaces in `crate::state::Daemon::spaces`. Lock order inside a space: the core
-//! (for the status) before `monitor`, never held together here; `event_fds` and
-//! `last_examine` are leaves.
+//! (for the status and the monitor) is never held with another lock here; `event_fds`
+//! and `last_examine` are leaves.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -49,7 +50,6 @@ pub struct Space {
     /// removal, gone); waited on with the `core` lock.
     pub cond: Condvar,
     pub stop: Arc<AtomicBool>,
-    pub monitor: Arc<Mutex<HostMonitor>>,
     /// Shared confirmation reads of known-hosts ballots (`crate::confirm`).
     pub confirm: crate::confirm::ConfirmReads,
     /// The lockspace disk and parameters, set once when the join succeeded and never
@@ -245,6 +245,26 @@ impl Space {
         core.space_st_mut(self.space_id).map(change)
     }
 
+    /// Reads this lockspace's host monitor, which the core keeps (what our renewals
+    /// observed of the other hosts; changed only by `Core::step`), under a short hold of
+    /// the core's lock. One the core no longer keeps reads as a monitor that has read
+    /// nothing.
+    pub fn monitor<T>(&self, read: impl FnOnce(&HostMonitor) -> T) -> T {
+        let core = lock(&self.core);
+        match core.space_monitor(self.space_id) {
+            Some(m) => read(m),
+            None => read(&HostMonitor::new(self.host_id, 0)),
+        }
+    }
+
+    /// Our storage key in this lockspace (the core's `FenceSt::key`; 0: none registered,
+    /// or not fenced).
+    pub fn fence_key(&self) -> u64 {
+        lock(&self.core)
+            .space_fence(self.space_id)
+            .map_or(0, |f| f.key)
+    }
+
     pub fn snapshot_phase(&self) -> Phase {
         self.st(|st| st.phase)
     }
@@ -314,9 +334,9 @@ impl Space {
     pub fn host_state_records(&self, out: &mut Vec<u8>) {
         let now = crate::clock::now_s();
         let (gen, last) = self.st(|st| (st.host_generation, st.last_success_s));
-        let mon = lock(&self.monitor);
+        let observed = self.monitor(|m| m.hosts(now));
         let mut rows: Vec<(u64, String, u64)> = Vec::new();
-        for (id, obs, _state) in mon.hosts(now) {
+        for (id, obs, _state) in observed {
             if obs.last_live_s == 0 && obs.owner_id == 0 {
                 continue;
             }
@@ -371,6 +391,18 @@ impl Space {
     }
 }
 
+/// The ballots' view of the monitor (`crate::confirm::SpaceObserver`): each question
+/// reads the core's monitor under a short hold of its lock.
+impl crate::confirm::MonitorView for Space {
+    fn observation(&self, host_id: u64) -> Option<lease_core::monitor::HostObservation> {
+        self.monitor(|m| lease_core::HostObserver::observation(m, host_id))
+    }
+
+    fn ballot_hosts_hint(&self) -> Option<u64> {
+        self.monitor(lease_core::HostObserver::ballot_hosts_hint)
+    }
+}
+
 impl Space {
     /// What the next renewal writes for the other hosts (the core's
     /// `SpaceSt::outgoing`, decided by SET_EVENT and REQUEST steps).
@@ -387,12 +419,19 @@ impl Space {
         let space = self;
         let now = crate::clock::now_s();
         let (gen, last) = space.st(|st| (st.host_generation, st.last_success_s));
-        let mon = lock(&space.monitor);
-        if mon.checks() == 0 {
+        let observed = space.monitor(|mon| {
+            (mon.checks() != 0).then(|| {
+                mon.hosts(now)
+                    .into_iter()
+                    .map(|(id, obs, state)| (id, obs, state, mon.past_host_dead(&obs, now)))
+                    .collect::<Vec<_>>()
+            })
+        });
+        let Some(observed) = observed else {
             return Err(SpaceError::Again("the lockspace has not been read yet"));
-        }
+        };
         let mut hosts = Vec::new();
-        for (id, obs, state) in mon.hosts(now) {
+        for (id, obs, state, past_host_dead) in observed {
             if host_id != 0 && id != host_id {
                 continue;
             }
@@ -407,7 +446,7 @@ impl Space {
                 // sanlock 5.x sets SANLK_HOST_DEAD_EXT beside the state of a marked host, and
                 // SANLK_HOST_DEAD_SEC too once host_dead_seconds have passed (only then).
                 flags: state as u32
-                    | match (obs.dead_ext, mon.past_host_dead(&obs, now)) {
+                    | match (obs.dead_ext, past_host_dead) {
                         (false, _) => 0,
                         (true, false) => SANLK_HOST_DEAD_EXT,
                         (true, true) => SANLK_HOST_DEAD_EXT | SANLK_HOST_DEAD_SEC,

@@ -104,8 +104,7 @@ impl Daemon {
         }
     }
 
-    /// A new lockspace record (not yet listed in `spaces`): the next space id, and a host
-    /// monitor with this daemon's watchdog fire timeout and dblock reading.
+    /// A new lockspace record (not yet listed in `spaces`), with the next space id.
     pub(crate) fn new_space(
         &self,
         ls: &wire::Lockspace,
@@ -122,12 +121,6 @@ impl Daemon {
             core: self.core.clone(),
             cond: Condvar::new(),
             stop: Arc::new(AtomicBool::new(false)),
-            monitor: Arc::new(Mutex::new({
-                let mut m =
-                    HostMonitor::new(ls.host_id, u64::from(self.cfg.watchdog_fire_timeout_s));
-                m.set_read_known_hosts(!self.cfg.read_all_dblocks);
-                m
-            })),
             confirm: crate::confirm::ConfirmReads::default(),
             joined: OnceLock::new(),
             last_examine: Mutex::new(std::collections::HashMap::new()),
@@ -162,7 +155,8 @@ impl Daemon {
         Arc::new(Daemon::new(cfg, None, Arc::new(LogRing::default())))
     }
 
-    /// Lists `space` (new, from [`Daemon::new_space`]) in `spaces` and in the core, under
+    /// Lists `space` (new, from [`Daemon::new_space`]) in `spaces` and in the core, with
+    /// a host monitor of this daemon's watchdog fire timeout and dblock reading, under
     /// both locks, if the core admits it (`lockd_core::Core::list_space`: no lockspace
     /// of that name, none on that disk area); a refusal leaves nothing listed.
     pub(crate) fn list_space(&self, space: &Arc<Space>) -> Result<(), lockd_core::ListRefused> {
@@ -177,6 +171,12 @@ impl Daemon {
                 offset: space.offset,
             },
             u64::from(space.io_timeout),
+            {
+                let mut m =
+                    HostMonitor::new(space.host_id, u64::from(self.cfg.watchdog_fire_timeout_s));
+                m.set_read_known_hosts(!self.cfg.read_all_dblocks);
+                m
+            },
         )?;
         spaces.push(space.clone());
         Ok(())

@@ -127,6 +127,23 @@ impl CoreGuard<'_> {
         }
     }
 
+    /// [`lockd_core::Core::space_monitor`]: the host monitor of the daemon's lockspace
+    /// `space_id`, which the core keeps.
+    pub fn space_monitor(&self, space_id: u32) -> Option<&lease_core::monitor::HostMonitor> {
+        match &self.0 {
+            Some(g) => g.space_monitor(space_id),
+            None => unreachable!("a CoreGuard is emptied only as it is consumed"),
+        }
+    }
+
+    /// [`lockd_core::Core::space_fence`]: the fencing state of lockspace `space_id`.
+    pub fn space_fence(&self, space_id: u32) -> Option<&lockd_core::fencing::FenceSt> {
+        match &self.0 {
+            Some(g) => g.space_fence(space_id),
+            None => unreachable!("a CoreGuard is emptied only as it is consumed"),
+        }
+    }
+
     /// [`lockd_core::Core::space_st`]: the status of the daemon's lockspace `space_id`
     /// (`crate::space::Space::space_id`), which the core keeps.
     pub fn space_st(&self, space_id: u32) -> Option<&lockd_core::space_state::SpaceSt> {
@@ -166,8 +183,10 @@ impl CoreGuard<'_> {
         name: disk_format::Name,
         place: lockd_core::SpacePlace,
         io_timeout_s: u64,
+        monitor: lease_core::monitor::HostMonitor,
     ) -> Result<(), lockd_core::ListRefused> {
-        self.core().list_space(space_id, name, place, io_timeout_s)
+        self.core()
+            .list_space(space_id, name, place, io_timeout_s, monitor)
     }
 
     /// [`lockd_core::Core::step`] at lease time `now_s`: the effects, in order, for the

@@ -318,7 +318,7 @@ pub fn leader(d: &Daemon, res: &wire::Resource) -> Result<LeaderInfo, crate::adm
             (state, d.cfg.host_name)
         }
         Some(s) => {
-            let obs = lease_core::HostObserver::observation(&*lock(&s.monitor), owner.host_id);
+            let obs = s.monitor(|m| lease_core::HostObserver::observation(m, owner.host_id));
             let state = s
                 .hosts(owner.host_id)
                 .ok()

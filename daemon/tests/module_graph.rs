@@ -267,7 +267,7 @@ fn the_daemon_writes_the_tables_only_through_the_cores_transitions() {
 /// beginning of a command (`start_command`, and `add_pid_client`, which makes a
 /// `--for-pid` slot with its command active), the end of one it did not hand to the core
 /// (`finish_command`), and dropping a `--for-pid` slot whose acquire failed.
-const CORE_STEP_ONLY: [&str; 35] = [
+const CORE_STEP_ONLY: [&str; 40] = [
     "start_acquire(",
     "finish_acquire(",
     "record_tokens(",
@@ -312,12 +312,21 @@ const CORE_STEP_ONLY: [&str; 35] = [
     "watches.register(",
     "watches.end(",
     "add_space(",
+    // The host monitor and fencing's state (`Input::HostsRead`, `Input::FenceRegistered`,
+    // `FenceLook`, `FenceKeysRead`, `PeerFenceDone`): the shell reads them only (the
+    // core lends it no `&mut HostMonitor`, so `observe` cannot be called from it).
+    "mark_fenced(",
+    ".registered(",
+    ".look(",
+    "keys_read(",
+    "peer_done(",
 ];
 
 /// Issue 23: admission, REGISTER, a client's end, ACQUIRE (and for a pid), RELEASE,
 /// CONVERT, INQUIRE, every lease release on disk, the helper's status, an examined
 /// request, a lockspace's join result, SET_CONFIG, removal and end, every change of a
-/// lockspace's status, SET_EVENT, REQUEST's bit and the watches are driven by
+/// lockspace's status and host monitor, fencing's state, SET_EVENT, REQUEST's bit and
+/// the watches are driven by
 /// `Core::step`.
 #[test]
 fn the_daemon_runs_these_transitions_only_through_core_step() {

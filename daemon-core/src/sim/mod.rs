@@ -158,7 +158,6 @@ struct Host {
     core: RefCell<Option<SimCore>>,
     params: RefCell<Option<LockspaceParams>>,
     generation: Cell<u64>,
-    monitor: Rc<RefCell<HostMonitor>>,
     /// The lockspace is in the core (joined or joining); renewals stop when it goes.
     in_core: Cell<bool>,
     /// Bumped at each join: a renewal loop of an earlier join stops.
@@ -241,10 +240,6 @@ pub fn run_seed(seed: u64, cfg: &DaemonSimConfig) -> DaemonSimReport {
                 core: RefCell::new(None),
                 params: RefCell::new(None),
                 generation: Cell::new(0),
-                monitor: Rc::new(RefCell::new(HostMonitor::new(
-                    i as u64 + 1,
-                    WATCHDOG_FIRE_S,
-                ))),
                 in_core: Cell::new(false),
                 join_seq: Cell::new(0),
                 gone_lost: Cell::new(false),
@@ -432,7 +427,7 @@ impl Sim {
             };
             let now_s = self.world.local_now(h) / 1000;
             match &input {
-                Input::Tick | Input::RenewalOk { .. } => {}
+                Input::Tick | Input::RenewalOk { .. } | Input::HostsRead { .. } => {}
                 Input::DiskDone { op, result, .. } => self.world.log(|| {
                     format!(
                         "host{h} < disk op {op} done: {:?}",
@@ -546,7 +541,14 @@ impl Sim {
                 self.world
                     .log(|| format!("host{h} lockspace FAILED after {age_s} s"));
             }
-            Effect::RenewalsFailing { .. } => {}
+            // The notifications' examine is the request traffic's (`request_task`).
+            Effect::RenewalsFailing { .. }
+            | Effect::HostNotifications { .. }
+            | Effect::FenceVerdict { .. } => {}
+            Effect::Fence { .. } => self.checker.borrow_mut().violate(
+                now,
+                format!("host{h}: a fence pass in a lockspace not fenced"),
+            ),
             Effect::RequestNotice {
                 name,
                 force_mode,
@@ -754,7 +756,6 @@ impl Sim {
                     stable_host_name: false,
                     monitor_hosts: Some(sim.cfg.hosts as u64),
                 });
-                *host.monitor.borrow_mut() = HostMonitor::new(host.host_id, WATCHDOG_FIRE_S);
                 sim.world.log(|| format!("host{h} daemon START {inc}"));
                 let admin = sim.connect(h, 1);
                 host.admin_ci.set(admin);
@@ -779,6 +780,7 @@ impl Sim {
                 ci,
                 req: CoreRequest::AddLockspace {
                     ls: self.space,
+                    host_id: self.hosts[h].host_id,
                     io_timeout_s: io,
                 },
             },
@@ -1203,9 +1205,14 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
             });
         match delta::renew(&disk, &clock, &params, &mut st, &input).await {
             Ok(snap) => {
-                host.monitor
-                    .borrow_mut()
-                    .observe(snap.read_at_s, &snap.sectors);
+                sim.input(
+                    h,
+                    Input::HostsRead {
+                        id,
+                        read_at_s: snap.read_at_s,
+                        sectors: snap.sectors,
+                    },
+                );
                 sim.input(
                     h,
                     Input::RenewalOk {
@@ -1234,6 +1241,33 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
     }
 }
 
+/// The ballots' view of a host's monitor: the one its core keeps for the lockspace
+/// (`Input::HostsRead`), read at each call, as the daemon's ballots read it under the
+/// core's lock. A restarted core starts with an empty monitor.
+struct CoreObserver<'a> {
+    host: &'a Host,
+    space: Name,
+}
+
+impl CoreObserver<'_> {
+    fn read<T>(&self, f: impl FnOnce(&HostMonitor) -> Option<T>) -> Option<T> {
+        let core = self.host.core.borrow();
+        core.as_ref()
+            .and_then(|c| c.space(&self.space))
+            .and_then(|s| f(&s.monitor))
+    }
+}
+
+impl lease_core::HostObserver for CoreObserver<'_> {
+    fn observation(&self, host_id: u64) -> Option<lease_core::monitor::HostObservation> {
+        self.read(|m| m.observation(host_id))
+    }
+
+    fn ballot_hosts_hint(&self) -> Option<u64> {
+        self.read(|m| m.ballot_hosts_hint())
+    }
+}
+
 /// The shell's side of [`Effect::Disk`]: lease-core's paxos operation on the simulated
 /// disk, then, after a random delay (completions come back in random order), its
 /// completion.
@@ -1243,12 +1277,15 @@ async fn disk_task(sim: Rc<Sim>, h: usize, op: crate::step::OpId, what: DiskOp<S
         return;
     };
     let (disk, clock) = (sim.disk(h), sim.clock(h));
-    let monitor = host.monitor.clone();
+    let observer = CoreObserver {
+        host,
+        space: sim.space,
+    };
     let ctx = HostContext {
         lockspace_disk: &disk,
         lockspace: &params,
         generation: host.generation.get(),
-        observer: &*monitor,
+        observer: &observer,
     };
     let mut released = None;
     let mut failed_state = None;

@@ -1,0 +1,557 @@
+//! Storage fencing's decisions (SCSI-3 persistent reservations, docs/fencing.md): the
+//! state of one fenced lockspace ([`FenceSt`], kept with the lockspace in the core) and
+//! what the shell's fence thread is to do next. The shell keeps only the devices and runs
+//! the PR commands (`daemon/src/fence.rs`); it tells the core what it registered and
+//! what it read, and the core decides whom to preempt, when a peer counts as fenced
+//! (marked in the lockspace's host monitor, which lease-core's ballots consult), and when
+//! this host has been fenced itself (the lockspace's lease is lost).
+//!
+//! A pass, once a second: `Input::FenceLook` → the suspects (peers whose delta lease has
+//! missed renewals, from the core's host monitor) → `Effect::FenceReadKeys` →
+//! `Input::FenceKeysRead` → our key gone: we are fenced; else `Effect::FencePeer` for
+//! each suspect that has stood still for [`FenceSt::preempt_after_s`] → the shell
+//! preempts and reads back ([`device_plan`], [`device_confirms`]) →
+//! `Input::PeerFenceDone`.
+//!
+//! Invariants:
+//! - a peer generation is marked fenced only when the shell confirmed that no key of its
+//!   host_id is left on any device while a reservation stands, and either our own
+//!   PREEMPT removed that generation's key or a key list we read earlier showed it
+//!   registered: a host that never registered is never taken for fenced (its leases wait
+//!   host_dead);
+//! - nothing is decided before our key is registered or after we found ourselves fenced;
+//! - the keys remembered are bounded: host_ids 1 to [`MAX_EVENT_HOST_ID`], at most
+//!   [`SEEN_GENERATIONS`] generations each.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use lease_core::monitor::HostMonitor;
+use lease_core::timeouts;
+
+use crate::events::MAX_EVENT_HOST_ID;
+
+/// Generations remembered per host_id (the newest).
+pub const SEEN_GENERATIONS: usize = 4;
+
+/// One registered key as the shell read it: its value, and the host_id and generation
+/// it names when it has lvmlockd's format (`None`: a key of another scheme).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FenceKey {
+    pub raw: u64,
+    pub owner: Option<(u64, u64)>,
+}
+
+/// A peer that has missed renewals, as one pass found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Suspect {
+    pub host_id: u64,
+    pub generation: u64,
+    /// Seconds since we last saw its lease renewed (or first saw it).
+    pub age_s: u64,
+    /// Its io_timeout, from its delta sector.
+    pub io_timeout_s: u64,
+}
+
+/// The key list of the lockspace's device, read for a pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeysRead {
+    /// The whole list.
+    Keys(Vec<FenceKey>),
+    /// The device's list did not fit the read: nothing is decided.
+    Truncated,
+    /// The read failed: nothing is decided.
+    Failed,
+}
+
+/// How the shell's preempt of one peer generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerFenceOutcome {
+    /// Every device read back with no key of the host and a reservation standing;
+    /// `preempted`: our PREEMPT removed the generation's own key.
+    Confirmed { preempted: bool },
+    /// A newer generation of the host is registered: it joined again.
+    Rejoined,
+    /// A read-back still showed a key of the host, or no reservation, or was truncated.
+    NotConfirmed,
+    /// The storage refused our PREEMPT with a reservation conflict: our key is gone.
+    Refused,
+    /// A PR command failed otherwise (logged by the shell; tried again next pass).
+    Failed,
+}
+
+/// Why this host counts as fenced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FencedBecause {
+    /// Our key was missing from the lockspace device's list.
+    OurKeyGone,
+    /// Our PREEMPT met a reservation conflict.
+    PreemptRefused,
+}
+
+/// What a fence step decided, for the shell to log or act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceVerdict {
+    /// This host is fenced: the lockspace's lease is lost (as a corrupt one).
+    WeAreFenced(FencedBecause),
+    /// `host_id` at `generation` is marked fenced: its leases may be taken now.
+    PeerFenced {
+        host_id: u64,
+        generation: u64,
+        age_s: u64,
+    },
+    /// `host_id` at `generation` had no key we ever saw: it is not fenced by the storage
+    /// (given once per generation).
+    PeerNeverKeyed { host_id: u64, generation: u64 },
+}
+
+/// What the next step of a pass is for the shell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceAction {
+    /// Read the key list of the lockspace's device; answer with `Input::FenceKeysRead`.
+    ReadKeys,
+    /// Preempt every key of `host_id` at `generation` or older on every device, with
+    /// `our_key`, and read them back; answer with `Input::PeerFenceDone`.
+    Preempt {
+        host_id: u64,
+        generation: u64,
+        our_key: u64,
+    },
+}
+
+/// The fencing state of one lockspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceSt {
+    /// Our registered key (0 before the join registered one, and after we left).
+    pub key: u64,
+    /// `fence_preempt_s` as configured (0: the fail time).
+    pub preempt_cfg_s: u64,
+    /// Our io_timeout.
+    pub io_timeout_s: u64,
+    /// Our key was found gone, or the storage refused us.
+    pub fenced_here: bool,
+    /// Generations seen registered on the lockspace's device, per host_id.
+    seen: BTreeMap<u64, BTreeSet<u64>>,
+    /// Generations found without a key we ever saw (warned about once).
+    unkeyed: BTreeSet<(u64, u64)>,
+    /// The suspects of the pass whose key read is awaited.
+    pass: Vec<Suspect>,
+    /// Preempts the shell runs now (by host_id, generation), with the age that
+    /// started them.
+    preempting: BTreeMap<(u64, u64), u64>,
+}
+
+impl FenceSt {
+    pub fn new(preempt_cfg_s: u64, io_timeout_s: u64) -> FenceSt {
+        FenceSt {
+            key: 0,
+            preempt_cfg_s,
+            io_timeout_s,
+            fenced_here: false,
+            seen: BTreeMap::new(),
+            unkeyed: BTreeSet::new(),
+            pass: Vec::new(),
+            preempting: BTreeMap::new(),
+        }
+    }
+
+    /// How long a peer with io_timeout `peer_io_s` must stand still before we preempt it:
+    /// `fence_preempt_s` (0 = its fail time, 8·D), at least 4·D (a live host renews every
+    /// 2·D; D the larger of ours and its).
+    pub fn preempt_after_s(&self, peer_io_s: u64) -> u64 {
+        let d = self.io_timeout_s.max(peer_io_s);
+        let wanted = if self.preempt_cfg_s == 0 {
+            timeouts::id_renewal_fail_seconds(d)
+        } else {
+            self.preempt_cfg_s
+        };
+        wanted.max(4 * d)
+    }
+
+    /// Our key is registered (a join, or a join that found another generation written).
+    pub fn registered(&mut self, key: u64) {
+        self.key = key;
+        self.fenced_here = false;
+        self.pass.clear();
+        self.preempting.clear();
+    }
+
+    /// Our key was removed (a clean leave).
+    pub fn unregistered(&mut self) {
+        self.key = 0;
+        self.pass.clear();
+        self.preempting.clear();
+    }
+
+    /// Whether a pass decides anything now.
+    fn active(&self) -> bool {
+        self.key != 0 && !self.fenced_here
+    }
+
+    /// The fence thread's look: the peers that missed at least one renewal (3·D), from
+    /// `monitor` at `now_s`; `ReadKeys` when there is one.
+    pub fn look(&mut self, monitor: &HostMonitor, now_s: u64) -> Option<FenceAction> {
+        self.pass.clear();
+        if !self.active() {
+            return None;
+        }
+        for (host_id, h, _) in monitor.hosts(now_s) {
+            if h.timestamp == 0
+                || h.owner_id != host_id
+                || h.owner_generation == 0
+                || h.fenced(h.owner_generation)
+            {
+                continue;
+            }
+            let last = if h.last_live_s != 0 {
+                h.last_live_s
+            } else {
+                h.first_check_s
+            };
+            let age_s = now_s.saturating_sub(last);
+            let io_timeout_s = u64::from(h.io_timeout).max(1);
+            if age_s >= 3 * io_timeout_s.max(self.io_timeout_s) {
+                self.pass.push(Suspect {
+                    host_id,
+                    generation: h.owner_generation,
+                    age_s,
+                    io_timeout_s,
+                });
+            }
+        }
+        (!self.pass.is_empty()).then_some(FenceAction::ReadKeys)
+    }
+
+    /// The key list of the pass's read: our key missing → we are fenced; otherwise the
+    /// keys are remembered and every suspect old enough is to be preempted.
+    pub fn keys_read(
+        &mut self,
+        read: &KeysRead,
+        actions: &mut Vec<FenceAction>,
+    ) -> Option<FenceVerdict> {
+        let suspects = std::mem::take(&mut self.pass);
+        if !self.active() {
+            return None;
+        }
+        let KeysRead::Keys(keys) = read else {
+            return None;
+        };
+        if !keys.iter().any(|k| k.raw == self.key) {
+            self.fenced_here = true;
+            return Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone));
+        }
+        for k in keys {
+            if let Some((host_id, generation)) = k.owner {
+                self.remember(host_id, generation);
+            }
+        }
+        for s in suspects {
+            if s.age_s < self.preempt_after_s(s.io_timeout_s) {
+                continue;
+            }
+            if self
+                .preempting
+                .insert((s.host_id, s.generation), s.age_s)
+                .is_none()
+            {
+                actions.push(FenceAction::Preempt {
+                    host_id: s.host_id,
+                    generation: s.generation,
+                    our_key: self.key,
+                });
+            }
+        }
+        None
+    }
+
+    fn remember(&mut self, host_id: u64, generation: u64) {
+        if host_id == 0 || host_id > MAX_EVENT_HOST_ID {
+            return;
+        }
+        let gens = self.seen.entry(host_id).or_default();
+        gens.insert(generation);
+        while gens.len() > SEEN_GENERATIONS {
+            gens.pop_first();
+        }
+    }
+
+    fn seen(&self, host_id: u64, generation: u64) -> bool {
+        self.seen
+            .get(&host_id)
+            .is_some_and(|g| g.contains(&generation))
+    }
+
+    /// The end of a peer's preempt. `Some(PeerFenced)` means: mark it fenced in the host
+    /// monitor (the caller does, in the same step).
+    pub fn peer_done(
+        &mut self,
+        host_id: u64,
+        generation: u64,
+        outcome: PeerFenceOutcome,
+    ) -> Option<FenceVerdict> {
+        let age_s = self.preempting.remove(&(host_id, generation))?;
+        if !self.active() {
+            return None;
+        }
+        match outcome {
+            PeerFenceOutcome::Confirmed { preempted } => {
+                if preempted || self.seen(host_id, generation) {
+                    return Some(FenceVerdict::PeerFenced {
+                        host_id,
+                        generation,
+                        age_s,
+                    });
+                }
+                let bounded = self.unkeyed.len() < MAX_EVENT_HOST_ID as usize * SEEN_GENERATIONS;
+                (bounded && self.unkeyed.insert((host_id, generation))).then_some(
+                    FenceVerdict::PeerNeverKeyed {
+                        host_id,
+                        generation,
+                    },
+                )
+            }
+            PeerFenceOutcome::Refused => {
+                self.fenced_here = true;
+                Some(FenceVerdict::WeAreFenced(FencedBecause::PreemptRefused))
+            }
+            PeerFenceOutcome::Rejoined
+            | PeerFenceOutcome::NotConfirmed
+            | PeerFenceOutcome::Failed => None,
+        }
+    }
+
+    /// The invariant check's part: bounded memory, no pass or preempt without a key.
+    pub fn check(&self) -> Result<(), String> {
+        if self.seen.len() > MAX_EVENT_HOST_ID as usize
+            || self.seen.values().any(|g| g.len() > SEEN_GENERATIONS)
+        {
+            return Err("fencing remembers more keys than its bound".into());
+        }
+        if self.key == 0 && !(self.pass.is_empty() && self.preempting.is_empty()) {
+            return Err("a fence pass without our key".into());
+        }
+        Ok(())
+    }
+}
+
+/// What to do on one device to fence `generation` of `host_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DevicePlan {
+    /// A key of a newer generation is registered: the host joined again; fence nothing.
+    Rejoined,
+    /// Preempt these keys of the host (its generation's and any older one's).
+    Preempt(Vec<u64>),
+}
+
+/// The plan for one device from its key list.
+pub fn device_plan(keys: &[FenceKey], host_id: u64, generation: u64) -> DevicePlan {
+    let mut doomed = Vec::new();
+    for k in keys {
+        match k.owner {
+            Some((h, g)) if h == host_id && g > generation => return DevicePlan::Rejoined,
+            Some((h, _)) if h == host_id => doomed.push(k.raw),
+            _ => {}
+        }
+    }
+    DevicePlan::Preempt(doomed)
+}
+
+/// Whether one device's read-back confirms `host_id` fenced: the list whole, no key of
+/// the host on it (a new generation's would let its processes write again), and a
+/// reservation standing (without one every initiator may write).
+pub fn device_confirms(
+    keys: &[FenceKey],
+    truncated: bool,
+    reservation: bool,
+    host_id: u64,
+) -> bool {
+    !truncated
+        && reservation
+        && !keys
+            .iter()
+            .any(|k| k.owner.is_some_and(|(h, _)| h == host_id))
+}
+
+/// Whether a join must wait host_dead before registering a new key: our previous
+/// generation was left unreleased (`prev_timestamp` non-zero) and no key of our host_id
+/// stands while a reservation does — fenced, or never registered — so processes of that
+/// generation still on this host must be ended by the watchdog before a new registration
+/// lets them write again.
+pub fn join_must_wait(
+    prev_timestamp: u64,
+    reservation: bool,
+    keys: &[FenceKey],
+    host_id: u64,
+) -> bool {
+    prev_timestamp != 0
+        && reservation
+        && !keys
+            .iter()
+            .any(|k| k.owner.is_some_and(|(h, _)| h == host_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use disk_format::{DeltaSector, LeaderRecord};
+
+    fn key(h: u64, g: u64) -> FenceKey {
+        FenceKey {
+            raw: (h << 32) | g,
+            owner: Some((h, g)),
+        }
+    }
+
+    #[test]
+    fn preempt_time_defaults_to_the_fail_time_and_never_undercuts_two_renewals() {
+        let f = |io, cfg| FenceSt::new(cfg, io);
+        assert_eq!(f(1, 0).preempt_after_s(1), 8);
+        assert_eq!(f(10, 0).preempt_after_s(10), 80);
+        assert_eq!(f(1, 5).preempt_after_s(1), 5);
+        // Configured shorter than 4·D: raised (a live peer renews every 2·D).
+        assert_eq!(f(1, 2).preempt_after_s(1), 4);
+        // A peer with a longer io_timeout is judged by its own D.
+        assert_eq!(f(1, 5).preempt_after_s(3), 12);
+    }
+
+    #[test]
+    fn every_key_of_the_fenced_generation_or_older_goes_and_a_newer_one_stops_the_fence() {
+        let other = FenceKey {
+            raw: 0x1234,
+            owner: None,
+        };
+        assert_eq!(
+            device_plan(&[key(1, 4), key(3, 9), other], 2, 5),
+            DevicePlan::Preempt(vec![])
+        );
+        assert_eq!(
+            device_plan(&[key(1, 4), key(2, 5), key(2, 3)], 2, 5),
+            DevicePlan::Preempt(vec![key(2, 5).raw, key(2, 3).raw])
+        );
+        assert_eq!(
+            device_plan(&[key(2, 5), key(2, 6)], 2, 5),
+            DevicePlan::Rejoined
+        );
+        assert!(device_confirms(&[key(1, 4)], false, true, 2));
+        assert!(!device_confirms(&[key(1, 4), key(2, 7)], false, true, 2));
+        assert!(!device_confirms(&[key(1, 4)], true, true, 2));
+        assert!(!device_confirms(&[key(1, 4)], false, false, 2));
+        assert!(join_must_wait(5, true, &[key(2, 1)], 1));
+        assert!(!join_must_wait(5, true, &[key(1, 1)], 1));
+        assert!(!join_must_wait(0, true, &[], 1));
+        assert!(!join_must_wait(5, false, &[], 1));
+    }
+
+    /// A monitor (we are host 1) that saw host 2 at generation 3 renewed at time 100.
+    fn monitor_with_peer() -> HostMonitor {
+        let mut m = HostMonitor::new(1, 60);
+        let leader = LeaderRecord {
+            owner_id: 2,
+            owner_generation: 3,
+            timestamp: 100,
+            io_timeout: 1,
+            ..LeaderRecord::ZERO
+        };
+        m.observe(100, &[None, Some(DeltaSector::from_leader(leader))]);
+        m
+    }
+
+    #[test]
+    fn nothing_is_decided_before_our_key_is_registered_or_once_we_are_fenced() {
+        let m = monitor_with_peer();
+        let mut f = FenceSt::new(0, 1);
+        assert_eq!(f.look(&m, 200), None);
+        f.registered(key(1, 1).raw);
+        assert_eq!(f.look(&m, 200), Some(FenceAction::ReadKeys));
+        let mut actions = Vec::new();
+        // Our key is not on the list: we are fenced, and decide nothing more.
+        assert_eq!(
+            f.keys_read(&KeysRead::Keys(vec![key(2, 3)]), &mut actions),
+            Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone))
+        );
+        assert!(actions.is_empty());
+        assert_eq!(f.look(&m, 201), None);
+        f.check().unwrap();
+    }
+
+    #[test]
+    fn a_peer_is_fenced_only_when_confirmed_and_its_key_was_ours_to_remove_or_seen() {
+        let m = monitor_with_peer();
+        let mut f = FenceSt::new(0, 1);
+        f.registered(key(1, 1).raw);
+        // Not old enough yet (the fail time is 8 s): the keys are read, nothing preempted.
+        assert_eq!(f.look(&m, 104), Some(FenceAction::ReadKeys));
+        let mut actions = Vec::new();
+        assert_eq!(
+            f.keys_read(&KeysRead::Keys(vec![key(1, 1)]), &mut actions),
+            None
+        );
+        assert!(actions.is_empty());
+        // Old enough: preempted; a truncated read decides nothing.
+        assert_eq!(f.look(&m, 110), Some(FenceAction::ReadKeys));
+        assert_eq!(f.keys_read(&KeysRead::Truncated, &mut actions), None);
+        assert!(actions.is_empty());
+        f.look(&m, 110);
+        assert_eq!(
+            f.keys_read(&KeysRead::Keys(vec![key(1, 1)]), &mut actions),
+            None
+        );
+        let preempt = FenceAction::Preempt {
+            host_id: 2,
+            generation: 3,
+            our_key: key(1, 1).raw,
+        };
+        assert_eq!(actions, vec![preempt]);
+        // Confirmed, but its key was never seen and not ours to remove: not fenced (warned
+        // once).
+        let confirmed = PeerFenceOutcome::Confirmed { preempted: false };
+        assert_eq!(
+            f.peer_done(2, 3, confirmed),
+            Some(FenceVerdict::PeerNeverKeyed {
+                host_id: 2,
+                generation: 3
+            })
+        );
+        f.look(&m, 111);
+        actions.clear();
+        f.keys_read(&KeysRead::Keys(vec![key(1, 1)]), &mut actions);
+        assert_eq!(f.peer_done(2, 3, confirmed), None);
+        // Seen registered in an earlier read: a confirmed removal fences it.
+        f.look(&m, 112);
+        actions.clear();
+        f.keys_read(&KeysRead::Keys(vec![key(1, 1), key(2, 3)]), &mut actions);
+        assert_eq!(actions, vec![preempt]);
+        assert_eq!(
+            f.peer_done(2, 3, confirmed),
+            Some(FenceVerdict::PeerFenced {
+                host_id: 2,
+                generation: 3,
+                age_s: 12
+            })
+        );
+        // An answer nobody asked for decides nothing.
+        assert_eq!(f.peer_done(2, 3, confirmed), None);
+        // A refused preempt: we are fenced.
+        f.look(&m, 113);
+        actions.clear();
+        f.keys_read(&KeysRead::Keys(vec![key(1, 1)]), &mut actions);
+        assert_eq!(
+            f.peer_done(2, 3, PeerFenceOutcome::Refused),
+            Some(FenceVerdict::WeAreFenced(FencedBecause::PreemptRefused))
+        );
+        f.check().unwrap();
+    }
+
+    #[test]
+    fn remembered_keys_stay_bounded() {
+        let mut f = FenceSt::new(0, 1);
+        f.registered(1);
+        for g in 1..100 {
+            f.remember(7, g);
+        }
+        f.remember(MAX_EVENT_HOST_ID + 1, 1);
+        f.remember(0, 1);
+        assert_eq!(f.seen.len(), 1);
+        assert!(f.seen(7, 99) && !f.seen(7, 95));
+        f.check().unwrap();
+    }
+}
