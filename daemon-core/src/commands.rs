@@ -285,6 +285,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                     place: None,
                     monitor: HostMonitor::new(*host_id, self.watchdog_fire_s),
                     fence: None,
+                    last_examine: std::collections::BTreeMap::new(),
                 });
                 self.admin.push(AdminCmd {
                     ci,

@@ -7,7 +7,7 @@
 //! (no nix, libc or lockd-diskio dependency; `forbid(unsafe_code)`), so every transition
 //! runs in a unit test exactly as it runs in the daemon.
 //!
-//! What is here so far (issue 23 moves the rest over step by step, docs/architecture.md):
+//! What is here (issue 23, docs/architecture.md: all of the daemon's lease state):
 //! - [`clients`]: the client table ([`Clients`], one [`ClientSlot`] per connection or
 //!   `--for-pid` process, with its [`ClientToken`]s) and the resource-table entry
 //!   ([`LocalRes`]);

@@ -57,6 +57,9 @@ pub struct SpaceSt {
     pub space_dead: bool,
     /// The LockspaceFailed notice went to watchers (sent once per lockspace).
     pub loss_notified: bool,
+    /// Processes of this host held leases of it when its lease was found lost (the
+    /// shell keeps the watchdog armed when their writes may outlive them).
+    pub failed_with_holders: bool,
     /// Set by rem_lockspace / forced shutdown: kill with SIGKILL at once.
     pub kill_now: bool,
     pub acquire_last_result: i32,

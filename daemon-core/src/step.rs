@@ -30,7 +30,7 @@
 //! - [`Core::check`] holds after every step (checked in debug builds; the cheap part,
 //!   [`Core::check_cheap`], in every build).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use client_lib::ext::WatchKind;
 use client_lib::wire;
@@ -73,6 +73,10 @@ pub struct CoreSpace {
     /// Storage fencing's state, once the join registered our key
     /// ([`Input::FenceRegistered`]); `None` for a lockspace not fenced.
     pub fence: Option<FenceSt>,
+    /// When we last asked for an examine of our leases because of a host's bit (by
+    /// host_id, at most [`crate::events::MAX_EVENT_HOST_ID`]): at most once per
+    /// `set_bitmap_seconds` per requesting host.
+    pub last_examine: BTreeMap<u64, u64>,
 }
 
 /// Where a lockspace the shell lists keeps its delta leases: our host_id and the disk
@@ -641,8 +645,13 @@ pub enum Input<S, H> {
 pub enum Effect<H> {
     /// Host events and examine requests addressed to us in lockspace `id`, found by its
     /// renewal's read ([`Input::HostsRead`]): the shell delivers the events to REG_EVENT
-    /// connections and examines the resources the bits ask about.
-    HostNotifications { id: u32, notes: Vec<Notification> },
+    /// connections, and examines our leases' request records when `examine` (a host's
+    /// bit not examined for within `set_bitmap_seconds`).
+    HostNotifications {
+        id: u32,
+        notes: Vec<Notification>,
+        examine: bool,
+    },
     /// The next PR command(s) of lockspace `id`'s fence pass ([`crate::fencing`]).
     Fence { id: u32, action: FenceAction },
     /// A fencing decision on lockspace `id` (`ls`), already applied by the step: for the
@@ -836,6 +845,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             place,
             monitor,
             fence: None,
+            last_examine: BTreeMap::new(),
         });
     }
 
@@ -976,7 +986,24 @@ impl<S, H: LeaseHold> Core<S, H> {
                 if let Some(sp) = self.live_space_mut(id) {
                     let notes = sp.monitor.observe(read_at_s, &sectors);
                     if !notes.is_empty() {
-                        fx.push(Effect::HostNotifications { id, notes });
+                        let period = timeouts::set_bitmap_seconds(sp.io_timeout_s);
+                        let mut examine = false;
+                        for n in &notes {
+                            if n.from_host_id == 0
+                                || n.from_host_id > crate::events::MAX_EVENT_HOST_ID
+                            {
+                                continue;
+                            }
+                            let due = sp
+                                .last_examine
+                                .get(&n.from_host_id)
+                                .is_none_or(|&t| now_s >= t + period);
+                            if due {
+                                sp.last_examine.insert(n.from_host_id, now_s);
+                                examine = true;
+                            }
+                        }
+                        fx.push(Effect::HostNotifications { id, notes, examine });
                     }
                 }
             }
@@ -1354,6 +1381,13 @@ fn expiry_pass<S, H: LeaseHold>(
             }
         }
         if let Some(age_s) = e.failed_after_s {
+            // Whether processes of this host held leases of it when it failed: their
+            // writes may outlive them on a network filesystem (the shell keeps the
+            // watchdog armed then).
+            s.st.failed_with_holders = tables
+                .resources
+                .values()
+                .any(|r| r.ls.same_as(ls) && !r.orphan);
             notices.push(Effect::LockspaceFailed {
                 ls: *ls,
                 age_s,
@@ -1479,6 +1513,7 @@ mod tests {
                 place: None,
                 monitor: HostMonitor::new(1, 60),
                 fence: None,
+                last_examine: BTreeMap::new(),
             };
             s.st.phase = Phase::Joined;
             s.st.add_result = Some(0);
@@ -1808,6 +1843,48 @@ mod tests {
         let kill = first(&fx, |e| matches!(e, Effect::Kill { .. })).expect("the holder's kill");
         assert!(notice < kill, "{fx:?}");
         c.check().unwrap();
+    }
+
+    /// A host's bit in its renewal: the notification comes each time, the examine of our
+    /// leases at most once per `set_bitmap_seconds` for that host.
+    #[test]
+    fn a_hosts_bit_asks_for_an_examine_at_most_once_per_bitmap_period() {
+        use disk_format::{DeltaSector, LeaderRecord};
+        let mut c = core(&["ls"], 100, &[]);
+        let mut peer = DeltaSector::from_leader(LeaderRecord {
+            owner_id: 2,
+            owner_generation: 3,
+            timestamp: 90,
+            io_timeout: IO_S as u16,
+            ..LeaderRecord::ZERO
+        });
+        peer.set_host_bit(1, true);
+        let mut read = |t: u64| {
+            let fx = c.step(
+                t,
+                Input::HostsRead {
+                    id: 1,
+                    read_at_s: t,
+                    sectors: vec![None, Some(peer)],
+                },
+            );
+            match fx.as_slice() {
+                [Effect::HostNotifications {
+                    id: 1,
+                    notes,
+                    examine,
+                }] => {
+                    assert_eq!(notes.len(), 1);
+                    assert_eq!(notes[0].from_host_id, 2);
+                    *examine
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        let period = timeouts::set_bitmap_seconds(IO_S);
+        assert!(read(100));
+        assert!(!read(100 + period - 1));
+        assert!(read(100 + period));
     }
 
     /// A lockspace the shell listed is the shell's to remove: a tick while it is being

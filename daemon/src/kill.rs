@@ -19,7 +19,6 @@
 //! after the other on one thread); no signal is sent and no killpath run while the
 //! core lock is held.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use lease_core::timeouts;
@@ -80,13 +79,6 @@ fn run_effect(d: &Arc<Daemon>, spaces: &[Arc<Space>], effect: Effect<Held>) {
         Effect::LockspaceFailed { ls, age_s, corrupt } => {
             error!(%ls, age = age_s, corrupt,
                    "lockspace failed: our delta lease is lost; killing lease holders");
-            let holders = lock(&d.core)
-                .resources
-                .values()
-                .any(|r| r.ls.same_as(&ls) && !r.orphan);
-            if let (true, Some(s)) = (holders, space(&ls)) {
-                s.failed_with_holders.store(true, Ordering::SeqCst);
-            }
         }
         Effect::RenewalsFailing { ls, age_s } => {
             let io_timeout_s = space(&ls).map_or(0, |s| u64::from(s.io_timeout));
@@ -391,7 +383,7 @@ mod tests {
         }
         assert_eq!(kills, 1);
         assert!(space.is_dead());
-        assert!(space.failed_with_holders.load(Ordering::SeqCst));
+        assert!(space.st(|st| st.failed_with_holders));
 
         // A second later: escalation goes on, the notice is not repeated.
         let effects = lost_lease_step(&d, 100 + fail_s + 1);

@@ -805,9 +805,7 @@ const NETWORK_FS_MAGICS: [u64; 5] = [0x6969, 0x517B, 0xFF53_4D42, 0xFE53_4D42, 0
 /// that queue, and it comes before host_dead: the expiry wdmd holds is this lockspace's.
 fn keep_armed_after_failure(space: &Space) -> bool {
     let failed = space.st(|st| st.space_dead && !st.kill_now);
-    failed
-        && space.failed_with_holders.load(Ordering::SeqCst)
-        && space.on_network_fs.load(Ordering::SeqCst)
+    failed && space.st(|st| st.failed_with_holders) && space.on_network_fs.load(Ordering::SeqCst)
 }
 
 /// Whether `path` lies on a network filesystem ([`NETWORK_FS_MAGICS`]); a path whose
@@ -896,8 +894,10 @@ fn renew_loop(
                 );
                 for effect in fx {
                     match effect {
-                        Effect::HostNotifications { notes, .. } => {
-                            request_examine(d, space, &notes);
+                        Effect::HostNotifications { notes, examine, .. } => {
+                            if examine {
+                                examine_in_background(d, space);
+                            }
                             deliver_events(space, &notes);
                         }
                         other => {
@@ -1106,27 +1106,6 @@ pub fn end_event(d: &Daemon, ls: &wire::Lockspace) -> Result<(), SpaceError> {
     };
     clean_event_fds(&space);
     Ok(())
-}
-
-/// Another host set our bit: examine our leases in this lockspace (at most once per
-/// set_bitmap_seconds per requesting host), on a separate thread so renewals go on.
-fn request_examine(d: &Arc<Daemon>, space: &Space, notes: &[lease_core::Notification]) {
-    let now = crate::clock::now_s();
-    let period = timeouts::set_bitmap_seconds(u64::from(space.io_timeout));
-    let mut due = false;
-    {
-        let mut last = lock(&space.last_examine);
-        for n in notes {
-            let prev = last.get(&n.from_host_id).copied();
-            if prev.is_none_or(|t| now >= t + period) {
-                last.insert(n.from_host_id, now);
-                due = true;
-            }
-        }
-    }
-    if due {
-        examine_in_background(d, space);
-    }
 }
 
 /// Examines our leases in `space` on the lockspace's examine thread, starting it if it is

@@ -55,8 +55,6 @@ pub struct Space {
     /// The lockspace disk and parameters, set once when the join succeeded and never
     /// changed after (lease I/O in this lockspace needs both).
     pub joined: OnceLock<JoinedDisk>,
-    /// When we last examined our resources because of a host's bitmap (per host).
-    pub last_examine: Mutex<std::collections::HashMap<u64, u64>>,
     /// Connections registered with REG_EVENT (at most MAX_EVENT_FDS).
     pub event_fds: Mutex<Vec<std::os::unix::net::UnixStream>>,
     /// A rindex operation runs in this lockspace (sanlock allows one at a time).
@@ -65,9 +63,6 @@ pub struct Space {
     pub examine_running: AtomicBool,
     /// Another examine was asked for while one ran: the running thread goes again.
     pub examine_pending: AtomicBool,
-    /// The lockspace failed (our delta lease lost) while processes of this host held
-    /// leases in it: their writes may outlive them (see [`keep_armed_after_failure`]).
-    pub failed_with_holders: AtomicBool,
     /// The lockspace's storage is a network filesystem (read at the join).
     pub on_network_fs: AtomicBool,
     /// Storage fencing (SCSI-3 PR), set at the join when the configuration names this
