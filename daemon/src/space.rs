@@ -10,7 +10,7 @@
 //! renewing and removing a lockspace are `crate::lockspace`'s; the daemon lists its
 //! lockspaces in `crate::state::Daemon::spaces`. Lock order inside a space: the core
 //! (for the status and the monitor) is never held with another lock here; `event_fds`
-//! and `last_examine` are leaves.
+//! is a leaf.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
