@@ -68,7 +68,10 @@ pub struct CoreSpace {
     pub place: Option<SpacePlace>,
     /// What our renewals observed of the other hosts' delta leases (lease-core's
     /// monitor: owner liveness for the ballots, GET_HOSTS, fencing's suspects); changed
-    /// only by [`Input::HostsRead`] and by fencing's verdicts.
+    /// only by [`Input::HostsRead`] and by fencing's verdicts. A new listing starts with
+    /// an empty one, the safe side: a ballot that has no observation of an owner waits
+    /// host_dead from its own start, and no generation is marked fenced until a confirmed
+    /// preempt ([`crate::fencing`]) in this lockspace's life.
     pub monitor: HostMonitor,
     /// Storage fencing's state, once the join registered our key
     /// ([`Input::FenceRegistered`]); `None` for a lockspace not fenced.
@@ -868,8 +871,13 @@ impl<S, H: LeaseHold> Core<S, H> {
     }
 
     /// Carries out a fencing verdict on lockspace `sp`: we are fenced → its lease is lost
-    /// as a corrupt one (-EBADE, what the storage answers a fenced host); a peer fenced →
-    /// marked in the monitor (given only when the monitor did not have it yet).
+    /// as a corrupt one (-EBADE, what the storage answers a fenced host), so our holders
+    /// get the notice and are killed from the next tick on; a peer fenced → marked in the
+    /// monitor (given only when the monitor did not have it yet). Why no two holders: a
+    /// mark frees that peer generation's leases to our ballots at once, and
+    /// `FenceSt::peer_done` gives `PeerFenced` only for a preempt the shell confirmed on
+    /// every device (no key of the host left while a reservation stands), so the peer's
+    /// processes can no longer write any lease sector.
     fn apply_fence_verdict(sp: &mut CoreSpace, v: FenceVerdict, fx: &mut Vec<Effect<H>>) {
         match v {
             FenceVerdict::WeAreFenced(_) => sp.st.renewal_failed(-crate::errno::EBADE, true),
@@ -2173,16 +2181,10 @@ mod tests {
             path: path.into(),
             offset,
         };
-        assert_eq!(
-            c.list_space(
-                1,
-                name("a"),
-                at(1, "/dev/x", 0),
-                IO_S,
-                HostMonitor::new(1, 60)
-            ),
-            Ok(())
-        );
+        let list = |c: &mut Core<(), Held>, id, n, place| {
+            c.list_space(id, n, place, IO_S, HostMonitor::new(1, 60))
+        };
+        assert_eq!(list(&mut c, 1, name("a"), at(1, "/dev/x", 0)), Ok(()));
         let refusals = [
             (name("a"), at(1, "/dev/x", 0), ListRefused::BeingAdded),
             (name("a"), at(2, "/dev/x", 0), ListRefused::OtherPlace),
@@ -2190,58 +2192,25 @@ mod tests {
             (name("b"), at(1, "/dev/x", 0), ListRefused::DiskAreaTaken),
         ];
         for (n, place, why) in refusals.clone() {
-            assert_eq!(
-                c.list_space(9, n, place, IO_S, HostMonitor::new(1, 60)),
-                Err(why)
-            );
+            assert_eq!(list(&mut c, 9, n, place), Err(why));
         }
         c.space_st_mut(1).expect("listed").phase = Phase::Joined;
         assert_eq!(
-            c.list_space(
-                9,
-                name("a"),
-                at(1, "/dev/x", 0),
-                IO_S,
-                HostMonitor::new(1, 60)
-            ),
+            list(&mut c, 9, name("a"), at(1, "/dev/x", 0)),
             Err(ListRefused::Joined)
         );
         c.space_st_mut(1).expect("listed").phase = Phase::Removing;
         assert_eq!(
-            c.list_space(
-                9,
-                name("a"),
-                at(1, "/dev/x", 0),
-                IO_S,
-                HostMonitor::new(1, 60)
-            ),
+            list(&mut c, 9, name("a"), at(1, "/dev/x", 0)),
             Err(ListRefused::BeingRemoved)
         );
         assert_eq!(c.spaces.len(), 1, "a refusal lists nothing");
         // Another offset of the same disk is another area.
-        assert_eq!(
-            c.list_space(
-                2,
-                name("b"),
-                at(1, "/dev/x", 1 << 20),
-                IO_S,
-                HostMonitor::new(1, 60)
-            ),
-            Ok(())
-        );
+        assert_eq!(list(&mut c, 2, name("b"), at(1, "/dev/x", 1 << 20)), Ok(()));
         c.check().expect("invariants");
         // Once gone, its name and area are free again.
         c.space_st_mut(1).expect("listed").gone = true;
-        assert_eq!(
-            c.list_space(
-                3,
-                name("a"),
-                at(1, "/dev/x", 0),
-                IO_S,
-                HostMonitor::new(1, 60)
-            ),
-            Ok(())
-        );
+        assert_eq!(list(&mut c, 3, name("a"), at(1, "/dev/x", 0)), Ok(()));
         assert_eq!(c.space(&name("a")).map(|s| s.id), Some(3));
     }
 

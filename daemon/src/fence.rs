@@ -334,7 +334,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_are_given_to_the_core_with_the_host_and_generation_they_name() {
+    fn keys_are_given_to_the_core_with_the_host_and_generation_they_name_or_none() {
         let k = lvm_key(3, 9).unwrap();
         assert_eq!(
             fence_keys(&[k, 0]),
@@ -345,7 +345,7 @@ mod tests {
                 },
                 FenceKey {
                     raw: 0,
-                    owner: lvm_key_parts(0)
+                    owner: None
                 }
             ]
         );

@@ -243,7 +243,11 @@ impl Space {
     /// Reads this lockspace's host monitor, which the core keeps (what our renewals
     /// observed of the other hosts; changed only by `Core::step`), under a short hold of
     /// the core's lock. One the core no longer keeps reads as a monitor that has read
-    /// nothing.
+    /// nothing. That is the safe side: a ballot with no observation of an owner waits
+    /// host_dead counted from now (lease-core's `wait_for_owner`), and nothing is seen
+    /// fenced, so an empty monitor can only delay a takeover, never allow an early one.
+    /// The caller must not hold the core's lock (it is not reentrant); the ballots run
+    /// with no lock held.
     pub fn monitor<T>(&self, read: impl FnOnce(&HostMonitor) -> T) -> T {
         let core = lock(&self.core);
         match core.space_monitor(self.space_id) {
