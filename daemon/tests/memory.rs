@@ -184,5 +184,5 @@ fn rss_stays_small_with_200_lease_holders() {
         rss_bound_kb()
     );
     drop(holders);
-    assert_eq!(c.rem_lockspace(&ls, 0).unwrap(), 0);
+    assert_eq!(rem_lockspace_when_unused(&mut c, &ls), 0);
 }

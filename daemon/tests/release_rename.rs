@@ -76,7 +76,11 @@ fn run_steps(run_dir: &Path, disk: &Path) -> Outcome {
         "renamed leader has a valid checksum"
     );
     drop(reg);
-    assert_eq!(admin.rem_lockspace(&ls, 0).unwrap(), 0, "rem_lockspace");
+    assert_eq!(
+        rem_lockspace_when_unused(&mut admin, &ls),
+        0,
+        "rem_lockspace"
+    );
     Outcome {
         acquire,
         rename_unheld,

@@ -360,3 +360,22 @@ pub fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+/// REM_LOCKSPACE once the test's own lease holders are gone: a plain REM_LOCKSPACE kills
+/// the holders that remain (SIGKILL from the monitor's next tick, as sanlock), and the
+/// holders are this test process, so closing their connections and removing at once
+/// raced the daemon's releases of those connections (the test process was killed once
+/// in CI). Asks with `SANLK_REM_UNUSED`, which is refused -EBUSY while a lease of the
+/// lockspace is held, until it is answered otherwise (at most 30 s); returns that answer.
+pub fn rem_lockspace_when_unused(c: &mut client_lib::Client, ls: &client_lib::Lockspace) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let rv = c
+            .rem_lockspace(ls, client_lib::proto::SANLK_REM_UNUSED)
+            .expect("REM_LOCKSPACE");
+        if rv != -libc::EBUSY || Instant::now() >= deadline {
+            return rv;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
