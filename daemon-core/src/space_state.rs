@@ -136,10 +136,13 @@ impl SpaceSt {
         }
     }
 
-    /// Whether renewals must stop: the lease is lost (corrupt, or dead and not being
-    /// removed), and other hosts must see it expire.
+    /// Whether renewals must stop: the lease is lost (corrupt, or found expired), and
+    /// other hosts must see it expire. A removal or shutdown requested afterwards does not
+    /// bring it back: renewing a lease past its fail time, or releasing it, would let
+    /// others take its leases sooner than host_dead while the holders' last writes may
+    /// still be on their way.
     pub fn lease_lost(&self) -> bool {
-        self.corrupt_result != 0 || (self.space_dead && !self.kill_now)
+        self.corrupt_result != 0 || self.space_dead
     }
 
     /// The monitor's look at our lease at `now_s` (monotime s): a lease older than
@@ -250,6 +253,21 @@ mod tests {
             !st.lease_lost(),
             "a lockspace being removed renews until its last renewal"
         );
+    }
+
+    #[test]
+    fn a_lost_lease_stays_lost_when_a_removal_comes_after() {
+        // Found lost at 8D, then REM_LOCKSPACE (or a forced shutdown): renewals must not
+        // restart, the lease must not be released and the watchdog stays armed when it
+        // failed with holders (the shell reads `lease_lost` for all three).
+        let mut st = joined_at(100);
+        let e = st.check_expiry(100 + 8 * IO_S, IO_S);
+        assert!(e.failed_after_s.is_some() && st.lease_lost());
+        st.kill_now = true;
+        st.phase = Phase::Removing;
+        let e = st.check_expiry(100 + 8 * IO_S + 1, IO_S);
+        assert!(e.kill);
+        assert!(st.lease_lost(), "a removal brought a lost lease back");
     }
 
     #[test]

@@ -767,7 +767,7 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
             }
         }
     }
-    let (dead, ok) = space.st(|st| (st.space_dead && !st.kill_now, st.last_renewal_ok));
+    let (dead, ok) = space.st(|st| (st.lease_lost(), st.last_renewal_ok));
     if !dead && ok && state.last_renewal_ok {
         match block_on(delta::release(&run_disk, &params, &state)) {
             Ok(true) => {
@@ -796,16 +796,19 @@ static AWAITING_RESET: Mutex<Vec<LockspaceWatchdog>> = Mutex::new(Vec::new());
 const NETWORK_FS_MAGICS: [u64; 5] = [0x6969, 0x517B, 0xFF53_4D42, 0xFE53_4D42, 0x00C3_6400];
 
 /// True when a failed lockspace must not disarm the watchdog although its holders are
-/// gone: it failed (not a requested removal) while processes held leases in it, and its
-/// storage is a network filesystem. On a block device a process cannot exit while its
+/// gone: its lease was found lost (a removal or shutdown asked for afterwards does not
+/// change that) while processes held leases in it, and its storage is a network
+/// filesystem. On a block device a process cannot exit while its
 /// direct I/O is in flight, so its exit means its writes are done or failed. On NFS (seen
 /// in the virtual-machine bed, scenario nfs-cut) the process dies at SIGKILL while its
 /// write RPC stays queued in the client, and the write lands when the server is reachable
 /// again — after host_dead, under another host's lease. Only a reset of this host drops
 /// that queue, and it comes before host_dead: the expiry wdmd holds is this lockspace's.
 fn keep_armed_after_failure(space: &Space) -> bool {
-    let failed = space.st(|st| st.space_dead && !st.kill_now);
-    failed && space.st(|st| st.failed_with_holders) && space.on_network_fs.load(Ordering::SeqCst)
+    // `failed_with_holders` is set only when the lease was found lost; a removal or
+    // shutdown that came after the failure (`kill_now`) does not clear it.
+    space.st(|st| st.lease_lost() && st.failed_with_holders)
+        && space.on_network_fs.load(Ordering::SeqCst)
 }
 
 /// Whether `path` lies on a network filesystem ([`NETWORK_FS_MAGICS`]); a path whose

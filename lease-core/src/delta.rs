@@ -11,7 +11,8 @@ use disk_format::{DeltaSector, FormatError, Geometry, LeaderKind, LeaderRecord, 
 use crate::error::{IoOp, LeaseError};
 use crate::io::{Clock, Disk};
 use crate::timeouts::{
-    delta_acquire_held_wait, delta_short_delay, host_dead_seconds, renewal_write_timeout,
+    delta_acquire_held_wait, delta_short_delay, host_dead_seconds, id_renewal_fail_seconds,
+    renewal_write_timeout,
 };
 
 /// Everything that identifies our delta lease.
@@ -409,13 +410,49 @@ async fn acquire_inner<D: Disk, C: Clock>(
             return Err(LeaseError::HostIdBusy);
         }
     }
-    // A host stalled between its write and here (a paused VM, a stopped daemon) holds a
-    // record others have been timing since the write: past 8D without a renewal it is no
-    // longer ours to use (a renewal would fail the lockspace at once), and during the
-    // stall nothing armed the watchdog on it. Report the join as failed instead of
-    // handing out a lease that is already expired; a retry takes the long path.
-    let fail_at_ms =
-        now_ms + crate::timeouts::id_renewal_fail_seconds(u64::from(p.io_timeout)) * 1000;
+    // The record we wrote is timed by every other host from its write, with our own
+    // io_timeout D: it fails at 8D and may be taken at host_dead = 8D + W. The verify
+    // wait (2D of the previous owner) can be longer than our 8D (an area recorded at
+    // io_timeout 10 joined at 1, as sanlock joins it), and a stalled host (a paused VM, a
+    // stopped daemon) can overrun it too. Either way the lease is not handed out with
+    // that age: it is renewed first, from the record the verify just read, and the
+    // renewal must be complete before host_dead of the write — before that instant no
+    // other host writes our sector (its long wait is host_dead from a read of our
+    // record), so the renewal cannot overwrite a successor. Past that, the join fails and
+    // a retry takes the long path.
+    let mut last_success_ms = now_ms;
+    if clock.now_ms() >= now_ms + id_renewal_fail_seconds(u64::from(p.io_timeout)) * 1000 {
+        let taken_at_ms =
+            now_ms + host_dead_seconds(u64::from(p.io_timeout), p.watchdog_fire) * 1000;
+        let renew_at_ms = clock.now_ms();
+        if renew_at_ms + p.io_ms() > taken_at_ms {
+            return Err(LeaseError::io(
+                IoOp::LeaderWrite,
+                crate::io::IoError::TimedOut,
+            ));
+        }
+        let mut renewed = new;
+        renewed.timestamp = (renew_at_ms / 1000).max(new.timestamp);
+        renewed.seal();
+        write_own(
+            disk,
+            p,
+            &DeltaSector::from_leader(renewed),
+            taken_at_ms - renew_at_ms,
+        )
+        .await?;
+        if clock.now_ms() >= taken_at_ms {
+            return Err(LeaseError::io(
+                IoOp::LeaderWrite,
+                crate::io::IoError::TimedOut,
+            ));
+        }
+        new = renewed;
+        last_success_ms = renew_at_ms;
+    }
+    // The lease handed out must not be expired already: a stall during the renewal above
+    // ages it the same way, and a retry takes the long path.
+    let fail_at_ms = last_success_ms + id_renewal_fail_seconds(u64::from(p.io_timeout)) * 1000;
     if clock.now_ms() >= fail_at_ms {
         return Err(LeaseError::io(
             IoOp::LeaderRead,
@@ -424,7 +461,7 @@ async fn acquire_inner<D: Disk, C: Clock>(
     }
     Ok(DeltaState {
         leader: new,
-        last_success_ms: now_ms,
+        last_success_ms,
         last_renewal_ok: true,
         path,
     })

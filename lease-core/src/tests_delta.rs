@@ -222,13 +222,97 @@ fn own_name_record_renewed_by_a_clone_is_busy() {
     assert_eq!(record(&d, 1).owner_generation, twin.generation());
 }
 
+/// A disk whose lockspace "ls" records io_timeout `io_timeout_s` in every free sector
+/// (`lockd direct init -s` or `sanlock direct init` without `-o`: 10).
+fn lockspace_recorded_at(io_timeout_s: u16) -> MemDisk {
+    let d = MemDisk::new(2 << 20);
+    let f = disk_format::area::format_lockspace_area(
+        disk_format::Geometry::ALL[0],
+        &Name::new("ls").unwrap(),
+        io_timeout_s,
+    );
+    d.put(0, &f.area);
+    d.put(0, &f.first_sector);
+    d
+}
+
 #[test]
-fn a_join_stalled_past_its_fail_time_is_not_returned() {
-    // The short path's 2D verify wait takes 8D here (a stalled host): the record written
-    // at the start has aged past its fail time, so the join must fail, not succeed.
+fn a_join_at_io_timeout_1_of_an_area_recorded_at_10_waits_20_s_and_renews_before_it_is_returned() {
+    // The verify waits 2D of the record's io_timeout (20 s), longer than our own 8D
+    // (8 s): the lease is renewed at the end of the wait and handed out fresh, as sanlock
+    // 3.8.5 joins the same area. W = 60 (the default): host_dead of our write is 68 s.
+    let d = lockspace_recorded_at(10);
+    let c = TestClock::at_s(100);
+    let mut p = ls_params(1, "hostA");
+    p.watchdog_fire = 60;
+    let st = block_on(delta::acquire(&d, &c, &p)).unwrap();
+    assert_eq!(st.path, AcquirePath::ShortDelay);
+    assert_eq!(c.slept_ms.get(), 20_000);
+    assert_eq!(st.last_success_ms, 120_000);
+    let r = record(&d, 1);
+    assert_eq!(r, st.leader);
+    assert_eq!(r.timestamp, 120);
+    assert_eq!(r.io_timeout, 1);
+    assert_eq!(r.owner_generation, 1);
+    assert!(delta::fail_deadline_ms(&p, &st) > c.now_ms());
+    // The renewed lease renews on as any other.
+    c.now_ms.set(122_000);
+    block_on(delta::renew(
+        &d,
+        &c,
+        &p,
+        &mut st.clone(),
+        &RenewInput::default(),
+    ))
+    .unwrap();
+
+    // With W = 10 host_dead of the write is 18 s, before the verify's end: the record
+    // may be another host's by then, so the join fails and the write is not renewed.
+    let d = lockspace_recorded_at(10);
+    let c = TestClock::at_s(100);
+    p.watchdog_fire = 10;
+    let err = block_on(delta::acquire(&d, &c, &p)).unwrap_err();
+    assert!(matches!(err, LeaseError::Io { .. }), "{err:?}");
+    assert_eq!(record(&d, 1).timestamp, 100);
+}
+
+#[test]
+fn a_join_whose_own_8d_is_longer_than_the_verify_wait_is_not_renewed() {
+    // Our io_timeout 10 joining an area recorded at 1: 2 s of wait, no renewal needed.
+    let d = lockspace_recorded_at(1);
+    let c = TestClock::at_s(100);
+    let mut p = ls_params(1, "hostA");
+    p.io_timeout = 10;
+    let st = block_on(delta::acquire(&d, &c, &p)).unwrap();
+    assert_eq!(c.slept_ms.get(), 2_000);
+    assert_eq!(st.last_success_ms, 100_000);
+    assert_eq!(record(&d, 1).timestamp, 100);
+}
+
+#[test]
+fn a_join_stalled_past_its_fail_time_renews_and_one_stalled_past_host_dead_fails() {
+    // The short path's 2D verify wait takes 8D here (a stalled host, 16 s at D = 1,
+    // W = 10): the record written at the start has aged past its fail time but not past
+    // host_dead (18 s), when another host could take it; it is renewed, not handed out
+    // expired.
     let d = MemDisk::formatted();
     let c = TestClock::at_s(100);
     c.stretch_sleeps(8);
-    let err = block_on(delta::acquire(&d, &c, &ls_params(1, "hostA"))).unwrap_err();
+    let p = ls_params(1, "hostA");
+    let st = block_on(delta::acquire(&d, &c, &p)).unwrap();
+    assert_eq!(st.last_success_ms, 116_000);
+    assert_eq!(record(&d, 1).timestamp, 116);
+    assert!(delta::fail_deadline_ms(&p, &st) > c.now_ms());
+
+    // A stall of 20 s passes host_dead of the write: the join must fail, never write.
+    let d = MemDisk::formatted();
+    let c = TestClock::at_s(100);
+    c.stretch_sleeps(10);
+    let err = block_on(delta::acquire(&d, &c, &p)).unwrap_err();
     assert!(matches!(err, LeaseError::Io { .. }), "{err:?}");
+    assert_eq!(
+        record(&d, 1).timestamp,
+        100,
+        "the first write stays, not renewed"
+    );
 }

@@ -572,7 +572,7 @@ mod tests {
     ///
     /// (Seeds 3893/4 hosts and 4341/16 hosts found a join stalled past 8D between its
     /// write and its verify, reported joined with an expired lease; the paxos fix moved
-    /// those runs, so `tests_delta::a_join_stalled_past_its_fail_time_is_not_returned`
+    /// those runs, so `tests_delta::a_join_stalled_past_its_fail_time_renews_and_one_stalled_past_host_dead_fails`
     /// keeps that case.)
     #[test]
     fn seeds_that_found_bugs_stay_clean() {
