@@ -9,7 +9,8 @@
 //! Removal has two steps, as sanlock's: first the holders are stopped while the lease is
 //! still held and renewed (INQ_LOCKSPACE: joined; at least [`REMOVAL_CHECK_MS`]), then
 //! the renewal thread stops and releases the lease (INQ_LOCKSPACE: in progress, WAIT
-//! waits until it is gone). The core decides the removal (REM_LOCKSPACE's refusals, the
+//! waits until it is gone; after an asynchronous REM at least until
+//! [`ASYNC_REMOVAL_SHOWN_MS`] after it, as long as sanlock's shows it). The core decides the removal (REM_LOCKSPACE's refusals, the
 //! orphans' release, the holders' notice before any kill, `kill_now`; a forced shutdown
 //! likewise) and answers REM_LOCKSPACE when the thread reports its end
 //! (`Input::LockspaceEnded`, [`mark_gone`]); this module matches the lockspace by its
@@ -174,7 +175,18 @@ pub fn rem(d: &Arc<Daemon>, ci: u32, ls: &wire::Lockspace, flags: u32) -> Result
         "the core answered another connection's REM_LOCKSPACE"
     );
     match -reply.rv {
-        0 => Ok(()),
+        0 => {
+            if flags & SANLK_REM_ASYNC != 0 {
+                let now_ms = crate::clock::now_ms().max(1);
+                let _ = space.async_rem_at_ms.compare_exchange(
+                    0,
+                    now_ms,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
+            }
+            Ok(())
+        }
         libc::ENOENT => Err(SpaceError::NotFound),
         libc::EINPROGRESS => Err(SpaceError::InProgress),
         libc::EBUSY => Err(SpaceError::Busy(reply.why.unwrap_or("in use"))),
@@ -782,6 +794,16 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
     } else {
         warn!("delta lease not released: last renewal did not succeed");
     }
+    let async_rem_at_ms = space.async_rem_at_ms.load(Ordering::SeqCst);
+    if async_rem_at_ms != 0 {
+        // INQ_LOCKSPACE answers "in progress" meanwhile (`releasing`), as sanlock's does
+        // while its main loop and lockspace thread wind the lockspace down.
+        let until_ms = async_rem_at_ms + ASYNC_REMOVAL_SHOWN_MS;
+        let now_ms = crate::clock::now_ms();
+        if until_ms > now_ms {
+            std::thread::sleep(Duration::from_millis(until_ms - now_ms));
+        }
+    }
     mark_gone(d, space);
     info!("lockspace removed");
 }
@@ -826,6 +848,14 @@ fn is_network_fs(path: &std::path::Path) -> bool {
 /// So a client that asks right after an asynchronous REM_LOCKSPACE finds the lockspace
 /// still there on both daemons.
 const REMOVAL_CHECK_MS: u64 = 200;
+
+/// How long after an asynchronous REM_LOCKSPACE the lockspace stays listed at least, the
+/// last part of it "in progress" (INQ_LOCKSPACE -EINPROGRESS; python3-sanlock's
+/// `inq_lockspace` answers None): clients that poll after an asynchronous removal see the
+/// same three answers on lockd as on sanlock 3.8.5 and 3.9.5, whose removal takes 2–3 s
+/// of main-loop and lockspace-thread polling. A synchronous REM is answered as soon as
+/// the lease is released.
+const ASYNC_REMOVAL_SHOWN_MS: u64 = 2000;
 
 fn renew_loop(
     d: &Arc<Daemon>,

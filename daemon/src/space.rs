@@ -65,6 +65,10 @@ pub struct Space {
     pub examine_pending: AtomicBool,
     /// The lockspace's storage is a network filesystem (read at the join).
     pub on_network_fs: AtomicBool,
+    /// When (daemon clock, ms) an asynchronous REM_LOCKSPACE was accepted; 0 for none.
+    /// The lockspace stays listed "in progress" until `ASYNC_REMOVAL_SHOWN_MS` after it
+    /// (`crate::lockspace`).
+    pub async_rem_at_ms: std::sync::atomic::AtomicU64,
     /// Storage fencing (SCSI-3 PR), set at the join when the configuration names this
     /// lockspace (`crate::fence`).
     pub fence: OnceLock<Arc<crate::fence::SpaceFence>>,

@@ -516,3 +516,89 @@ fn host_events_cross_between_sanlock_and_lockd() {
     drop(sl);
     drop(lo);
 }
+
+/// An area formatted with sanlock's default io_timeout 10 (`sanlock direct init` without
+/// `-o`) joined at io_timeout 1 by sanlock 3.8.5 (host 1) and lockd (host 2) at once. The
+/// verify of a free record waits 2·10 s, longer than the joiner's own 8·1 s: both must
+/// join after about 20 s, stay joined past 8 s more, renew at io_timeout 1, and see each
+/// other LIVE. (lockd used to fail this join with -202 every time.)
+#[test]
+fn an_area_recorded_at_io_timeout_10_is_joined_at_1_by_sanlock_and_lockd() {
+    require_python_sanlock();
+    let s = Scratch::new("join10");
+    let file = s.file("backing", 8);
+    let lo = Loop::attach(&file);
+    let dev = lo.dev.display().to_string();
+    let out = run(Command::new("sanlock").args(["direct", "init", "-s", &format!("ls:0:{dev}:0")]));
+    assert!(out.status.success(), "sanlock direct init -s: {out:?}");
+    let sl = SanlockDaemon::start(&s, "hostB");
+    let lk = LockdDaemon::start(&s, "hostA", &[]);
+    let t0 = std::time::Instant::now();
+    join_both(&sl, &lk, &dev);
+    let joined_s = t0.elapsed().as_secs_f64();
+    eprintln!("both joined after {joined_s:.1} s");
+    assert!(
+        (20.0..40.0).contains(&joined_s),
+        "the joins took {joined_s:.1} s; 2 x 10 s expected"
+    );
+    // Past 8·io_timeout after the join: still joined on both (renewing, not failed).
+    std::thread::sleep(std::time::Duration::from_secs(10));
+    let inq = |py: &dyn Fn(&str) -> String, host: u64| {
+        py(&format!(
+            "import sanlock\nprint(sanlock.inq_lockspace(b'ls', {host}, b'{dev}', 0))"
+        ))
+        .trim()
+        .to_string()
+    };
+    assert_eq!(
+        inq(&|sc| lk.python(sc), 2),
+        "True",
+        "lockd left the lockspace"
+    );
+    assert_eq!(
+        inq(&|sc| sl.python(sc), 1),
+        "True",
+        "sanlock left the lockspace"
+    );
+    assert!(
+        !lk.log_text().contains("lockspace failed"),
+        "lockd's lockspace failed after its join:\n{}",
+        tail(&lk.log_text(), 40)
+    );
+    assert!(
+        wait_for(20, || sl
+            .client(&["gets", "-h", "1"])
+            .lines()
+            .any(|l| l.starts_with("h 2 ") && l.contains("LIVE"))),
+        "sanlock never saw lockd LIVE"
+    );
+    // lockd's record carries its own io_timeout 1 and owner 2, and renews every 2 s.
+    let leader = |field: &str| -> u64 {
+        let out = stdout(&run(Command::new("sanlock").args([
+            "direct",
+            "read_leader",
+            "-s",
+            &format!("ls:2:{dev}:0"),
+        ])));
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("{field} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in read_leader output:\n{out}"))
+    };
+    assert_eq!(leader("io_timeout"), 1);
+    assert_eq!(leader("owner_id"), 2);
+    let ts = leader("timestamp");
+    assert!(
+        wait_for(5, || leader("timestamp") > ts),
+        "lockd's record was not renewed within 5 s"
+    );
+    sl.python(&format!(
+        "import sanlock\nsanlock.rem_lockspace(b'ls', 1, b'{dev}', 0)"
+    ));
+    lk.python(&format!(
+        "import sanlock\nsanlock.rem_lockspace(b'ls', 2, b'{dev}', 0)"
+    ));
+    drop(lk);
+    drop(sl);
+    drop(lo);
+}

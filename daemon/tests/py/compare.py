@@ -160,15 +160,23 @@ call("rem_lockspace", "async", lambda: sanlock.rem_lockspace(LS, 1, PATH, 0, wai
 call("inq_lockspace", "wait, right after async rem", lambda: sanlock.inq_lockspace(LS, 1, PATH, 0, wait=True))
 
 
-def gone_within_10s():
-    for _ in range(100):
-        if not sanlock.inq_lockspace(LS, 1, PATH, 0):
-            return True
-        time.sleep(0.1)
-    return False
+def answers_until_gone():
+    # The distinct answers of inq_lockspace (no wait) polled every 50 ms after an
+    # asynchronous removal, at most 10 s: the last two show the in-between state (None:
+    # -EINPROGRESS while the lease is released) before the lockspace is gone (False).
+    # Whether True is still seen first depends on when the first poll lands.
+    seen = []
+    for _ in range(200):
+        answer = sanlock.inq_lockspace(LS, 1, PATH, 0)
+        if not seen or seen[-1] is not answer:
+            seen.append(answer)
+        if answer is False:
+            break
+        time.sleep(0.05)
+    return seen[-2:]
 
 
-call("inq_lockspace", "polled until async rem is done", gone_within_10s)
+call("inq_lockspace", "polled after async rem until gone (last two answers)", answers_until_gone)
 
 
 def empty_within_10s():
