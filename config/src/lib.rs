@@ -294,7 +294,7 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
         help: "Storage fencing for the lockspaces in fence_lockspaces. \"scsi-pr\": at \
                each join this host registers a SCSI-3 persistent-reservation key \
                (lvmlockd's format, 0x100000 + generation + host_id) on the lockspace's \
-               device and its fence_devices, and a Write Exclusive - Registrants Only \
+               device and its fence_devices, and a Write Exclusive - All Registrants \
                reservation is held; a peer whose delta lease stands still for \
                fence_preempt_s has its key preempted, and once the removal is confirmed \
                its leases are taken at once instead of after host_dead. A host whose key \
@@ -329,7 +329,7 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
         kind: "integer",
         option: None,
         default: "0",
-        range: "0..=3600 (0 = 8·io_timeout; raised to at least 4·io_timeout)",
+        range: "0..=3600 (0 = 8·io_timeout; raised to at least 6·io_timeout)",
         example: "8",
         help: "How long a peer's delta lease must stand still before this host preempts \
                its key. The default is the fail time (8·io_timeout); shorter fences a \

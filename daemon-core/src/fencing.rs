@@ -33,6 +33,19 @@ use crate::events::MAX_EVENT_HOST_ID;
 /// Generations remembered per host_id (the newest).
 pub const SEEN_GENERATIONS: usize = 4;
 
+/// The shortest stillness, in io_timeouts, after which a peer may be preempted, whatever
+/// `fence_preempt_s` says. A live host renews every 2·D, but a renewal whose read timed
+/// out (D, then a retry 0.5 s later) and phases drifting against our reads put 4–5.5·D
+/// between two renewals we see; 6·D is where sanlock starts warning that renewals fail.
+/// The age compared with it is measured at our own latest read ([`FenceSt::look`]), so it
+/// never exceeds the time since the peer's last renewal.
+pub const PREEMPT_FLOOR_IO_TIMEOUTS: u64 = 6;
+
+/// How old, in our io_timeouts, our own latest read of the lockspace may be for a pass to
+/// judge anyone: renewals read every 2·D; an older view (our own pause, our reads timing
+/// out) makes every peer look still, so nobody is preempted until a fresh read.
+pub const FRESH_READ_IO_TIMEOUTS: u64 = 3;
+
 /// One registered key as the shell read it: its value, and the host_id and generation
 /// it names when it has lvmlockd's format (`None`: a key of another scheme).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,8 +168,8 @@ impl FenceSt {
     }
 
     /// How long a peer with io_timeout `peer_io_s` must stand still before we preempt it:
-    /// `fence_preempt_s` (0 = its fail time, 8·D), at least 4·D (a live host renews every
-    /// 2·D; D the larger of ours and its).
+    /// `fence_preempt_s` (0 = its fail time, 8·D), at least [`PREEMPT_FLOOR_IO_TIMEOUTS`]·D
+    /// (D the larger of ours and its).
     pub fn preempt_after_s(&self, peer_io_s: u64) -> u64 {
         let d = self.io_timeout_s.max(peer_io_s);
         let wanted = if self.preempt_cfg_s == 0 {
@@ -164,7 +177,7 @@ impl FenceSt {
         } else {
             self.preempt_cfg_s
         };
-        wanted.max(4 * d)
+        wanted.max(PREEMPT_FLOOR_IO_TIMEOUTS * d)
     }
 
     /// Our key is registered (a join, or a join that found another generation written).
@@ -188,17 +201,22 @@ impl FenceSt {
     }
 
     /// The fence thread's look: the peers that missed at least one renewal (3·D), from
-    /// `monitor` at `now_s`; `ReadKeys` when there is one.
+    /// `monitor` at `now_s`; `ReadKeys` when there is one. A peer's age is how long its
+    /// record had stood still at our latest read of it (`last_check_s`), not at `now_s`,
+    /// and a peer whose latest read is older than [`FRESH_READ_IO_TIMEOUTS`] of our
+    /// io_timeouts is not judged: after our own pause or stalled reads our view is stale.
     pub fn look(&mut self, monitor: &HostMonitor, now_s: u64) -> Option<FenceAction> {
         self.pass.clear();
         if !self.active() {
             return None;
         }
+        let fresh_s = FRESH_READ_IO_TIMEOUTS * self.io_timeout_s.max(1);
         for (host_id, h, _) in monitor.hosts(now_s) {
             if h.timestamp == 0
                 || h.owner_id != host_id
                 || h.owner_generation == 0
                 || h.fenced(h.owner_generation)
+                || now_s.saturating_sub(h.last_check_s) > fresh_s
             {
                 continue;
             }
@@ -207,7 +225,7 @@ impl FenceSt {
             } else {
                 h.first_check_s
             };
-            let age_s = now_s.saturating_sub(last);
+            let age_s = h.last_check_s.saturating_sub(last);
             let io_timeout_s = u64::from(h.io_timeout).max(1);
             if age_s >= 3 * io_timeout_s.max(self.io_timeout_s) {
                 self.pass.push(Suspect {
@@ -333,6 +351,31 @@ impl FenceSt {
     }
 }
 
+/// What a RESERVATION CONFLICT answering our PREEMPT means. SPC gives it both to a
+/// preempter whose own key is gone and to a PREEMPT whose victim key is no longer
+/// registered (another survivor's PREEMPT removed it first); the key list read after it
+/// tells them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PreemptConflict {
+    /// Our key stands: the victim's key was already gone; go on to the read-back.
+    VictimAlreadyGone,
+    /// Our key is gone: we are fenced.
+    WeAreFenced,
+    /// The list was truncated: nothing can be said (the pass is tried again).
+    Unknown,
+}
+
+/// [`PreemptConflict`] from the device's key list read after the conflict.
+pub fn preempt_conflict(keys_after: &[u64], truncated: bool, our_key: u64) -> PreemptConflict {
+    if keys_after.contains(&our_key) {
+        PreemptConflict::VictimAlreadyGone
+    } else if truncated {
+        PreemptConflict::Unknown
+    } else {
+        PreemptConflict::WeAreFenced
+    }
+}
+
 /// What to do on one device to fence `generation` of `host_id`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DevicePlan {
@@ -402,15 +445,63 @@ mod tests {
     }
 
     #[test]
-    fn preempt_time_defaults_to_the_fail_time_and_never_undercuts_two_renewals() {
+    fn preempt_time_defaults_to_the_fail_time_and_never_undercuts_six_io_timeouts() {
         let f = |io, cfg| FenceSt::new(cfg, io);
         assert_eq!(f(1, 0).preempt_after_s(1), 8);
         assert_eq!(f(10, 0).preempt_after_s(10), 80);
-        assert_eq!(f(1, 5).preempt_after_s(1), 5);
-        // Configured shorter than 4·D: raised (a live peer renews every 2·D).
-        assert_eq!(f(1, 2).preempt_after_s(1), 4);
+        assert_eq!(f(1, 7).preempt_after_s(1), 7);
+        // Configured shorter than 6·D: raised (a live peer's renewals can be 5.5·D apart).
+        assert_eq!(f(1, 5).preempt_after_s(1), 6);
+        assert_eq!(f(1, 2).preempt_after_s(1), 6);
         // A peer with a longer io_timeout is judged by its own D.
-        assert_eq!(f(1, 5).preempt_after_s(3), 12);
+        assert_eq!(f(1, 5).preempt_after_s(3), 18);
+    }
+
+    #[test]
+    fn a_conflict_on_preempt_is_our_fence_only_when_our_key_is_gone() {
+        let (ours, other) = (key(1, 1).raw, key(3, 2).raw);
+        assert_eq!(
+            preempt_conflict(&[ours, other], false, ours),
+            PreemptConflict::VictimAlreadyGone
+        );
+        assert_eq!(
+            preempt_conflict(&[other], false, ours),
+            PreemptConflict::WeAreFenced
+        );
+        assert_eq!(
+            preempt_conflict(&[], false, ours),
+            PreemptConflict::WeAreFenced
+        );
+        assert_eq!(
+            preempt_conflict(&[other], true, ours),
+            PreemptConflict::Unknown
+        );
+    }
+
+    #[test]
+    fn a_peer_is_judged_by_our_latest_read_and_not_at_all_when_our_reads_are_stale() {
+        // Host 2 renewed at 100 and we read it unchanged until 103: 3 s still at our
+        // latest read, however late the pass runs.
+        let mut m = monitor_with_peer();
+        reread(&mut m, 103);
+        let mut f = FenceSt::new(5, 1);
+        f.registered(key(1, 1).raw);
+        assert_eq!(f.look(&m, 104), Some(FenceAction::ReadKeys));
+        assert_eq!(f.pass[0].age_s, 3);
+        // We paused (or our reads timed out) from 103 to 130: our view is stale, so no
+        // one is a suspect, although host 2 looks 30 s old at now.
+        assert_eq!(f.look(&m, 130), None);
+        // Our first read after the pause shows host 2 renewed: not a suspect.
+        let mut renewed = m.clone();
+        renewed.observe(
+            131,
+            &[None, Some(DeltaSector::from_leader(peer_record(131)))],
+        );
+        assert_eq!(f.look(&renewed, 131), None);
+        // Had it stayed still, the fresh read makes it a suspect by its real age.
+        reread(&mut m, 131);
+        assert_eq!(f.look(&m, 131), Some(FenceAction::ReadKeys));
+        assert_eq!(f.pass[0].age_s, 31);
     }
 
     #[test]
@@ -441,23 +532,39 @@ mod tests {
         assert!(!join_must_wait(5, false, &[], 1));
     }
 
+    /// Host 2's record at generation 3 renewed at `timestamp`.
+    fn peer_record(timestamp: u64) -> LeaderRecord {
+        LeaderRecord {
+            owner_id: 2,
+            owner_generation: 3,
+            timestamp,
+            io_timeout: 1,
+            ..LeaderRecord::ZERO
+        }
+    }
+
     /// A monitor (we are host 1) that saw host 2 at generation 3 renewed at time 100.
     fn monitor_with_peer() -> HostMonitor {
         let mut m = HostMonitor::new(1, 60);
-        let leader = LeaderRecord {
-            owner_id: 2,
-            owner_generation: 3,
-            timestamp: 100,
-            io_timeout: 1,
-            ..LeaderRecord::ZERO
-        };
-        m.observe(100, &[None, Some(DeltaSector::from_leader(leader))]);
+        m.observe(
+            100,
+            &[None, Some(DeltaSector::from_leader(peer_record(100)))],
+        );
         m
+    }
+
+    /// Our read at `now_s` finds host 2's record unchanged since 100.
+    fn reread(m: &mut HostMonitor, now_s: u64) {
+        m.observe(
+            now_s,
+            &[None, Some(DeltaSector::from_leader(peer_record(100)))],
+        );
     }
 
     #[test]
     fn nothing_is_decided_before_our_key_is_registered_or_once_we_are_fenced() {
-        let m = monitor_with_peer();
+        let mut m = monitor_with_peer();
+        reread(&mut m, 200);
         let mut f = FenceSt::new(0, 1);
         assert_eq!(f.look(&m, 200), None);
         f.registered(key(1, 1).raw);
@@ -475,10 +582,11 @@ mod tests {
 
     #[test]
     fn a_peer_is_fenced_only_when_confirmed_and_its_key_was_ours_to_remove_or_seen() {
-        let m = monitor_with_peer();
+        let mut m = monitor_with_peer();
         let mut f = FenceSt::new(0, 1);
         f.registered(key(1, 1).raw);
         // Not old enough yet (the fail time is 8 s): the keys are read, nothing preempted.
+        reread(&mut m, 104);
         assert_eq!(f.look(&m, 104), Some(FenceAction::ReadKeys));
         let mut actions = Vec::new();
         assert_eq!(
@@ -487,6 +595,7 @@ mod tests {
         );
         assert!(actions.is_empty());
         // Old enough: preempted; a truncated read decides nothing.
+        reread(&mut m, 110);
         assert_eq!(f.look(&m, 110), Some(FenceAction::ReadKeys));
         assert_eq!(f.keys_read(&KeysRead::Truncated, &mut actions), None);
         assert!(actions.is_empty());
@@ -511,11 +620,13 @@ mod tests {
                 generation: 3
             })
         );
+        reread(&mut m, 111);
         f.look(&m, 111);
         actions.clear();
         f.keys_read(&KeysRead::Keys(vec![key(1, 1)]), &mut actions);
         assert_eq!(f.peer_done(2, 3, confirmed), None);
         // Seen registered in an earlier read: a confirmed removal fences it.
+        reread(&mut m, 112);
         f.look(&m, 112);
         actions.clear();
         f.keys_read(&KeysRead::Keys(vec![key(1, 1), key(2, 3)]), &mut actions);
@@ -531,6 +642,7 @@ mod tests {
         // An answer nobody asked for decides nothing.
         assert_eq!(f.peer_done(2, 3, confirmed), None);
         // A refused preempt: we are fenced.
+        reread(&mut m, 113);
         f.look(&m, 113);
         actions.clear();
         f.keys_read(&KeysRead::Keys(vec![key(1, 1)]), &mut actions);

@@ -1772,9 +1772,21 @@ mod tests {
             action: FenceAction::ReadKeys,
         };
         let t = 100 + timeouts::id_renewal_fail_seconds(IO_S);
+        // Our own read at `t` finds host 2 still (a pass judges from a fresh read only).
+        let reread = |c: &mut Core<(), Held>| {
+            c.step(
+                t,
+                Input::HostsRead {
+                    id: 1,
+                    read_at_s: t,
+                    sectors: vec![None, Some(peer)],
+                },
+            );
+        };
 
         let mut c = core(&["ls"], 100, &[]);
         setup(&mut c);
+        reread(&mut c);
         assert_eq!(
             c.step(t, Input::FenceLook { id: 1 }),
             vec![read_keys.clone()]
@@ -1824,6 +1836,7 @@ mod tests {
 
         let mut c = core(&["ls"], t - 1, &[(4242, "ls", "r")]);
         setup(&mut c);
+        reread(&mut c);
         assert_eq!(c.step(t, Input::FenceLook { id: 1 }), vec![read_keys]);
         let fx = c.step(
             t,

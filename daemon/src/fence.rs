@@ -2,7 +2,7 @@
 //! docs/fencing.md, "Storage fencing"): opt-in per lockspace (`fence = "scsi-pr"`,
 //! `fence_lockspaces`). At the join this host registers its key (lvmlockd's format,
 //! generation and host_id) on the lockspace's device and its `fence_devices`, and a
-//! Write Exclusive – Registrants Only reservation is made if none stands. A fence thread
+//! Write Exclusive – All Registrants reservation is made if none stands. A fence thread
 //! (`crate::lockspace`) runs a pass once a second.
 //!
 //! This module is the executor of fencing's PR commands; the decisions and the state are
@@ -34,13 +34,18 @@ use std::time::Duration;
 use disk_format::LeaderRecord;
 use lease_core::timeouts;
 use lockd_core::fencing::{
-    device_confirms, device_plan, join_must_wait, DevicePlan, FenceKey, KeysRead, PeerFenceOutcome,
+    device_confirms, device_plan, join_must_wait, preempt_conflict, DevicePlan, FenceKey, KeysRead,
+    PeerFenceOutcome, PreemptConflict,
 };
 use lockd_scsi_pr::{lvm_key, lvm_key_parts, PrDevice, PrError, PrType};
 use tracing::{info, warn};
 
-/// The reservation lockd holds: writes only from registered I_T nexuses.
-const RESERVATION: PrType = PrType::WriteExclusiveRegistrantsOnly;
+/// The reservation lockd makes: writes only from registered I_T nexuses, and it stands
+/// while any registrant is left. Under Write Exclusive – Registrants Only the reservation
+/// has one holder and goes with the holder's registration: a clean leave of the first
+/// joiner would release it, after which every initiator — a fenced host too — may write.
+/// (lvm2's lvmpersist uses this type for the same reason.)
+const RESERVATION: PrType = PrType::WriteExclusiveAllRegistrants;
 /// Each PR command's bound (a fence thread must not hang on a dead path for long).
 const PR_TIMEOUT_MS: u32 = 5_000;
 
@@ -186,7 +191,7 @@ impl SpaceFence {
         Ok(key)
     }
 
-    /// Makes the WE-RO reservation with `key` when the device has none (another host's
+    /// Makes the WE-AR reservation with `key` when the device has none (another host's
     /// reservation made in between is fine).
     fn ensure_reservation(&self, dev: &PrDevice, key: u64) -> Result<(), FenceError> {
         let st = self.cmd(dev, "READ RESERVATION", dev.read_reservation())?;
@@ -230,8 +235,8 @@ impl SpaceFence {
     }
 
     /// On a clean leave (the delta lease released) or an aborted join: removes our key
-    /// `key` (0: none registered) from every device. A reservation we held goes with it;
-    /// the next preempt makes a new one.
+    /// `key` (0: none registered) from every device. The all-registrants reservation
+    /// stands while another host's key is registered (and goes with the last one).
     pub fn unregister(&self, key: u64) {
         if key == 0 {
             return;
@@ -296,11 +301,51 @@ impl SpaceFence {
             }
             for key in doomed {
                 let t0 = std::time::Instant::now();
-                let done = self.cmd(
-                    dev,
-                    "PREEMPT",
-                    dev.preempt_confirmed(our_key, key, RESERVATION, true),
-                )?;
+                let done = match dev.preempt_confirmed(our_key, key, RESERVATION, true) {
+                    Ok(done) => done,
+                    Err(e) if e.is_reservation_conflict() => {
+                        let keys = self.cmd(dev, "READ KEYS", dev.read_keys())?;
+                        match preempt_conflict(&keys.keys, keys.truncated, our_key) {
+                            PreemptConflict::VictimAlreadyGone => {
+                                info!(
+                                    device = %dev.path().display(),
+                                    host_id,
+                                    generation,
+                                    key = format_args!("{key:#018x}"),
+                                    "storage fencing: the key was already preempted (by \
+                                     another host); our own key stands"
+                                );
+                                continue;
+                            }
+                            PreemptConflict::WeAreFenced => {
+                                return Err(FenceError::Command {
+                                    path: dev.path().to_path_buf(),
+                                    what: "PREEMPT",
+                                    source: e,
+                                })
+                            }
+                            PreemptConflict::Unknown => {
+                                warn!("storage fencing: the key list was truncated; not deciding");
+                                return Ok(PeerFenceOutcome::NotConfirmed);
+                            }
+                        }
+                    }
+                    Err(source) => {
+                        return Err(FenceError::Command {
+                            path: dev.path().to_path_buf(),
+                            what: "PREEMPT",
+                            source,
+                        })
+                    }
+                };
+                if let Some(why) = &done.abort_refused {
+                    warn!(
+                        device = %dev.path().display(),
+                        why = %why,
+                        "storage fencing: PREEMPT AND ABORT refused, plain PREEMPT used: the \
+                         victim's commands already queued at the target are not aborted"
+                    );
+                }
                 info!(
                     device = %dev.path().display(),
                     host_id,
