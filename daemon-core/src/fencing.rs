@@ -41,6 +41,12 @@ pub const SEEN_GENERATIONS: usize = 4;
 /// never exceeds the time since the peer's last renewal.
 pub const PREEMPT_FLOOR_IO_TIMEOUTS: u64 = 6;
 
+/// A pause of our own renewals this long (in our io_timeouts) since our key was last seen
+/// could have let a peer preempt us (it waits at least [`PREEMPT_FLOOR_IO_TIMEOUTS`]·D of
+/// stillness, measured at its reads, up to 2·D late): with a shorter one, a key missing
+/// while no reservation stands was lost by the storage, not preempted.
+pub const CLEARED_GAP_IO_TIMEOUTS: u64 = 3;
+
 /// How old, in our io_timeouts, our own latest read of the lockspace may be for a pass to
 /// judge anyone: renewals read every 2·D; an older view (our own pause, our reads timing
 /// out) makes every peer look still, so nobody is preempted until a fresh read.
@@ -68,8 +74,11 @@ pub struct Suspect {
 /// The key list of the lockspace's device, read for a pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeysRead {
-    /// The whole list.
-    Keys(Vec<FenceKey>),
+    /// The whole list, and whether a reservation stands (READ RESERVATION).
+    Keys {
+        keys: Vec<FenceKey>,
+        reservation: bool,
+    },
     /// The device's list did not fit the read: nothing is decided.
     Truncated,
     /// The read failed: nothing is decided.
@@ -104,6 +113,16 @@ pub enum FencedBecause {
 /// What a fence step decided, for the shell to log or act on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FenceVerdict {
+    /// The device holds no key and no reservation at all (a target restarted without
+    /// persisted reservations, or cleared): not a preempt of us. Our key is registered
+    /// again; no peer can be confirmed fenced until a reservation stands again.
+    StorageCleared,
+    /// `host_id` at `generation` renews with no key of its host_id on the device (a host
+    /// without fencing: sanlock, or lockd before `fence = "scsi-pr"` reaches it). The
+    /// reservation is not made, or released, while it does: fencing is inactive and
+    /// every lease waits host_dead, so that its writes are not refused (given once per
+    /// generation).
+    PeerUnkeyed { host_id: u64, generation: u64 },
     /// This host is fenced: the lockspace's lease is lost (as a corrupt one).
     WeAreFenced(FencedBecause),
     /// `host_id` at `generation` is marked fenced: its leases may be taken now.
@@ -129,6 +148,14 @@ pub enum FenceAction {
         generation: u64,
         our_key: u64,
     },
+    /// Make the reservation (Write Exclusive – All Registrants) with `our_key` on every
+    /// device that has none: every live host's key is registered.
+    Reserve { our_key: u64 },
+    /// Release the reservation with `our_key` on every device: a live host has no key.
+    Release { our_key: u64 },
+    /// Register `our_key` again on every device (REGISTER AND IGNORE EXISTING KEY): the
+    /// storage lost every key.
+    Reregister { our_key: u64 },
 }
 
 /// The fencing state of one lockspace.
@@ -148,6 +175,18 @@ pub struct FenceSt {
     unkeyed: BTreeSet<(u64, u64)>,
     /// The suspects of the pass whose key read is awaited.
     pass: Vec<Suspect>,
+    /// The live peers of the pass (renewing: not suspects, not fenced), by host_id and
+    /// generation.
+    live: Vec<(u64, u64)>,
+    /// Peer generations warned about as renewing without a key.
+    unkeyed_live: BTreeSet<(u64, u64)>,
+    /// The storage was found cleared and our key registered again (warned once until a
+    /// reservation stands again).
+    cleared: bool,
+    /// When (monotime s) a pass last found our key on the device (0: not yet).
+    key_seen_at_s: u64,
+    /// This host marked a peer generation fenced (since the lockspace was joined).
+    pub fenced_a_peer: bool,
     /// Preempts the shell runs now (by host_id, generation), with the age that
     /// started them.
     preempting: BTreeMap<(u64, u64), u64>,
@@ -163,6 +202,11 @@ impl FenceSt {
             seen: BTreeMap::new(),
             unkeyed: BTreeSet::new(),
             pass: Vec::new(),
+            live: Vec::new(),
+            unkeyed_live: BTreeSet::new(),
+            cleared: false,
+            key_seen_at_s: 0,
+            fenced_a_peer: false,
             preempting: BTreeMap::new(),
         }
     }
@@ -183,8 +227,10 @@ impl FenceSt {
     /// Our key is registered (a join, or a join that found another generation written).
     pub fn registered(&mut self, key: u64) {
         self.key = key;
+        self.key_seen_at_s = 0;
         self.fenced_here = false;
         self.pass.clear();
+        self.live.clear();
         self.preempting.clear();
     }
 
@@ -192,6 +238,7 @@ impl FenceSt {
     pub fn unregistered(&mut self) {
         self.key = 0;
         self.pass.clear();
+        self.live.clear();
         self.preempting.clear();
     }
 
@@ -200,13 +247,16 @@ impl FenceSt {
         self.key != 0 && !self.fenced_here
     }
 
-    /// The fence thread's look: the peers that missed at least one renewal (3·D), from
-    /// `monitor` at `now_s`; `ReadKeys` when there is one. A peer's age is how long its
+    /// The fence thread's look, once a pass: `ReadKeys` whenever a pass decides anything
+    /// (our key registered, not fenced), with the pass's suspects — the peers that missed
+    /// at least one renewal (3·D) — and its live peers noted from `monitor` at `now_s`
+    /// for [`FenceSt::keys_read`]. A peer's age is how long its
     /// record had stood still at our latest read of it (`last_check_s`), not at `now_s`,
     /// and a peer whose latest read is older than [`FRESH_READ_IO_TIMEOUTS`] of our
     /// io_timeouts is not judged: after our own pause or stalled reads our view is stale.
     pub fn look(&mut self, monitor: &HostMonitor, now_s: u64) -> Option<FenceAction> {
         self.pass.clear();
+        self.live.clear();
         if !self.active() {
             return None;
         }
@@ -234,33 +284,90 @@ impl FenceSt {
                     age_s,
                     io_timeout_s,
                 });
+            } else if h.last_live_s != 0 && !self.preempting_host(host_id) {
+                self.live.push((host_id, h.owner_generation));
             }
         }
-        (!self.pass.is_empty()).then_some(FenceAction::ReadKeys)
+        Some(FenceAction::ReadKeys)
     }
 
-    /// The key list of the pass's read: our key missing → we are fenced; otherwise the
-    /// keys are remembered and every suspect old enough is to be preempted.
+    /// When a pass last found our key on the device (monotime s; 0: not since we
+    /// registered it): the start of the renewal gap [`FenceSt::keys_read`] is given.
+    pub fn key_seen_at_s(&self) -> u64 {
+        self.key_seen_at_s
+    }
+
+    fn preempting_host(&self, host_id: u64) -> bool {
+        self.preempting.keys().any(|&(h, _)| h == host_id)
+    }
+
+    /// The key list of the pass's read, in this order (`our_renewal_gap_s`: the longest
+    /// time our own lease went without a successful renewal since a read last showed our
+    /// key, up to now):
+    /// 1. our key missing while no reservation stands and our renewals never paused for
+    ///    [`CLEARED_GAP_IO_TIMEOUTS`]·D: the storage lost our key (a target restarted
+    ///    without persisted reservations, or cleared) — no peer preempts a host that
+    ///    renews, and a preempt leaves the reservation standing — so our key is
+    ///    registered again ([`FenceVerdict::StorageCleared`]) and nothing else is done;
+    /// 2. our key missing otherwise → we are fenced;
+    /// 3. the keys are remembered; a live peer without a key of its host_id → the
+    ///    reservation is released, or not made ([`FenceVerdict::PeerUnkeyed`]); every live
+    ///    peer keyed and no reservation → it is made;
+    /// 4. with a reservation standing, every suspect old enough is to be preempted.
     pub fn keys_read(
         &mut self,
         read: &KeysRead,
+        now_s: u64,
+        our_renewal_gap_s: u64,
         actions: &mut Vec<FenceAction>,
     ) -> Option<FenceVerdict> {
         let suspects = std::mem::take(&mut self.pass);
+        let live = std::mem::take(&mut self.live);
         if !self.active() {
             return None;
         }
-        let KeysRead::Keys(keys) = read else {
+        let KeysRead::Keys { keys, reservation } = read else {
             return None;
         };
+        let reservation = *reservation;
         if !keys.iter().any(|k| k.raw == self.key) {
+            if !reservation && our_renewal_gap_s < CLEARED_GAP_IO_TIMEOUTS * self.io_timeout_s {
+                actions.push(FenceAction::Reregister { our_key: self.key });
+                return (!std::mem::replace(&mut self.cleared, true))
+                    .then_some(FenceVerdict::StorageCleared);
+            }
             self.fenced_here = true;
             return Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone));
+        }
+        self.key_seen_at_s = now_s;
+        if reservation {
+            self.cleared = false;
         }
         for k in keys {
             if let Some((host_id, generation)) = k.owner {
                 self.remember(host_id, generation);
             }
+        }
+        let keyed = |host_id: u64| {
+            keys.iter()
+                .any(|k| k.owner.is_some_and(|(h, _)| h == host_id))
+        };
+        let unkeyed = live.iter().copied().find(|&(h, _)| !keyed(h));
+        if let Some((host_id, generation)) = unkeyed {
+            if reservation {
+                actions.push(FenceAction::Release { our_key: self.key });
+            }
+            let bounded = self.unkeyed_live.len() < MAX_EVENT_HOST_ID as usize * SEEN_GENERATIONS;
+            return (bounded && self.unkeyed_live.insert((host_id, generation))).then_some(
+                FenceVerdict::PeerUnkeyed {
+                    host_id,
+                    generation,
+                },
+            );
+        }
+        if !reservation {
+            actions.push(FenceAction::Reserve { our_key: self.key });
+            return None;
         }
         for s in suspects {
             if s.age_s < self.preempt_after_s(s.io_timeout_s) {
@@ -313,6 +420,7 @@ impl FenceSt {
         match outcome {
             PeerFenceOutcome::Confirmed { preempted } => {
                 if preempted || self.seen(host_id, generation) {
+                    self.fenced_a_peer = true;
                     return Some(FenceVerdict::PeerFenced {
                         host_id,
                         generation,
@@ -341,10 +449,13 @@ impl FenceSt {
     pub fn check(&self) -> Result<(), String> {
         if self.seen.len() > MAX_EVENT_HOST_ID as usize
             || self.seen.values().any(|g| g.len() > SEEN_GENERATIONS)
+            || self.unkeyed_live.len() > MAX_EVENT_HOST_ID as usize * SEEN_GENERATIONS
         {
             return Err("fencing remembers more keys than its bound".into());
         }
-        if self.key == 0 && !(self.pass.is_empty() && self.preempting.is_empty()) {
+        if self.key == 0
+            && !(self.pass.is_empty() && self.live.is_empty() && self.preempting.is_empty())
+        {
             return Err("a fence pass without our key".into());
         }
         Ok(())
@@ -399,7 +510,9 @@ pub fn device_plan(keys: &[FenceKey], host_id: u64, generation: u64) -> DevicePl
 }
 
 /// Whether one device's read-back confirms `host_id` fenced: the list whole, no key of
-/// the host on it (a new generation's would let its processes write again), and a
+/// the host on it (a new generation's would let its processes write again), no key of
+/// another scheme (a multipath `reservation_key`, fence_scsi's or mpathpersist's: it may
+/// be the host's own, registered through another path, and we cannot tell whose), and a
 /// reservation standing (without one every initiator may write).
 pub fn device_confirms(
     keys: &[FenceKey],
@@ -411,7 +524,7 @@ pub fn device_confirms(
         && reservation
         && !keys
             .iter()
-            .any(|k| k.owner.is_some_and(|(h, _)| h == host_id))
+            .any(|k| k.owner.is_none_or(|(h, _)| h == host_id))
 }
 
 /// Whether a join must wait host_dead before registering a new key: our previous
@@ -436,6 +549,14 @@ pub fn join_must_wait(
 mod tests {
     use super::*;
     use disk_format::{DeltaSector, LeaderRecord};
+
+    /// A key list read with a reservation standing.
+    fn reserved(keys: Vec<FenceKey>) -> KeysRead {
+        KeysRead::Keys {
+            keys,
+            reservation: true,
+        }
+    }
 
     fn key(h: u64, g: u64) -> FenceKey {
         FenceKey {
@@ -489,15 +610,18 @@ mod tests {
         assert_eq!(f.look(&m, 104), Some(FenceAction::ReadKeys));
         assert_eq!(f.pass[0].age_s, 3);
         // We paused (or our reads timed out) from 103 to 130: our view is stale, so no
-        // one is a suspect, although host 2 looks 30 s old at now.
-        assert_eq!(f.look(&m, 130), None);
-        // Our first read after the pause shows host 2 renewed: not a suspect.
+        // one is a suspect (nor live), although host 2 looks 30 s old at now.
+        assert_eq!(f.look(&m, 130), Some(FenceAction::ReadKeys));
+        assert!(f.pass.is_empty() && f.live.is_empty());
+        // Our first read after the pause shows host 2 renewed: live, not a suspect.
         let mut renewed = m.clone();
         renewed.observe(
             131,
             &[None, Some(DeltaSector::from_leader(peer_record(131)))],
         );
-        assert_eq!(f.look(&renewed, 131), None);
+        f.look(&renewed, 131);
+        assert!(f.pass.is_empty());
+        assert_eq!(f.live, vec![(2, 3)]);
         // Had it stayed still, the fresh read makes it a suspect by its real age.
         reread(&mut m, 131);
         assert_eq!(f.look(&m, 131), Some(FenceAction::ReadKeys));
@@ -523,6 +647,8 @@ mod tests {
             DevicePlan::Rejoined
         );
         assert!(device_confirms(&[key(1, 4)], false, true, 2));
+        // A key of another scheme may be the victim's through another path.
+        assert!(!device_confirms(&[key(1, 4), other], false, true, 2));
         assert!(!device_confirms(&[key(1, 4), key(2, 7)], false, true, 2));
         assert!(!device_confirms(&[key(1, 4)], true, true, 2));
         assert!(!device_confirms(&[key(1, 4)], false, false, 2));
@@ -572,7 +698,7 @@ mod tests {
         let mut actions = Vec::new();
         // Our key is not on the list: we are fenced, and decide nothing more.
         assert_eq!(
-            f.keys_read(&KeysRead::Keys(vec![key(2, 3)]), &mut actions),
+            f.keys_read(&reserved(vec![key(2, 3)]), 0, 0, &mut actions),
             Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone))
         );
         assert!(actions.is_empty());
@@ -590,18 +716,18 @@ mod tests {
         assert_eq!(f.look(&m, 104), Some(FenceAction::ReadKeys));
         let mut actions = Vec::new();
         assert_eq!(
-            f.keys_read(&KeysRead::Keys(vec![key(1, 1)]), &mut actions),
+            f.keys_read(&reserved(vec![key(1, 1)]), 0, 0, &mut actions),
             None
         );
         assert!(actions.is_empty());
         // Old enough: preempted; a truncated read decides nothing.
         reread(&mut m, 110);
         assert_eq!(f.look(&m, 110), Some(FenceAction::ReadKeys));
-        assert_eq!(f.keys_read(&KeysRead::Truncated, &mut actions), None);
+        assert_eq!(f.keys_read(&KeysRead::Truncated, 0, 0, &mut actions), None);
         assert!(actions.is_empty());
         f.look(&m, 110);
         assert_eq!(
-            f.keys_read(&KeysRead::Keys(vec![key(1, 1)]), &mut actions),
+            f.keys_read(&reserved(vec![key(1, 1)]), 0, 0, &mut actions),
             None
         );
         let preempt = FenceAction::Preempt {
@@ -623,13 +749,13 @@ mod tests {
         reread(&mut m, 111);
         f.look(&m, 111);
         actions.clear();
-        f.keys_read(&KeysRead::Keys(vec![key(1, 1)]), &mut actions);
+        f.keys_read(&reserved(vec![key(1, 1)]), 0, 0, &mut actions);
         assert_eq!(f.peer_done(2, 3, confirmed), None);
         // Seen registered in an earlier read: a confirmed removal fences it.
         reread(&mut m, 112);
         f.look(&m, 112);
         actions.clear();
-        f.keys_read(&KeysRead::Keys(vec![key(1, 1), key(2, 3)]), &mut actions);
+        f.keys_read(&reserved(vec![key(1, 1), key(2, 3)]), 0, 0, &mut actions);
         assert_eq!(actions, vec![preempt]);
         assert_eq!(
             f.peer_done(2, 3, confirmed),
@@ -645,12 +771,131 @@ mod tests {
         reread(&mut m, 113);
         f.look(&m, 113);
         actions.clear();
-        f.keys_read(&KeysRead::Keys(vec![key(1, 1)]), &mut actions);
+        f.keys_read(&reserved(vec![key(1, 1)]), 0, 0, &mut actions);
         assert_eq!(
             f.peer_done(2, 3, PeerFenceOutcome::Refused),
             Some(FenceVerdict::WeAreFenced(FencedBecause::PreemptRefused))
         );
         f.check().unwrap();
+    }
+
+    /// A pass at `now_s` after our read at `now_s` found host 2 renewed just then (live).
+    fn live_peer_pass(f: &mut FenceSt, now_s: u64) {
+        let mut m = monitor_with_peer();
+        m.observe(
+            now_s,
+            &[None, Some(DeltaSector::from_leader(peer_record(now_s)))],
+        );
+        assert_eq!(f.look(&m, now_s), Some(FenceAction::ReadKeys));
+    }
+
+    #[test]
+    fn the_reservation_is_made_only_while_every_live_peer_has_a_key() {
+        let ours = key(1, 1);
+        let mut f = FenceSt::new(0, 1);
+        f.registered(ours.raw);
+        let mut actions = Vec::new();
+        let unreserved = |keys| KeysRead::Keys {
+            keys,
+            reservation: false,
+        };
+        // Host 2 renews without a key (sanlock, or lockd without fencing): no reservation
+        // (it would refuse host 2's writes), warned once per generation.
+        live_peer_pass(&mut f, 200);
+        assert_eq!(
+            f.keys_read(&unreserved(vec![ours]), 200, 0, &mut actions),
+            Some(FenceVerdict::PeerUnkeyed {
+                host_id: 2,
+                generation: 3
+            })
+        );
+        assert!(actions.is_empty());
+        live_peer_pass(&mut f, 201);
+        assert_eq!(
+            f.keys_read(&unreserved(vec![ours]), 201, 0, &mut actions),
+            None
+        );
+        assert!(actions.is_empty());
+        // A reservation standing (made by a host converted earlier) is released.
+        live_peer_pass(&mut f, 202);
+        f.keys_read(&reserved(vec![ours]), 202, 0, &mut actions);
+        assert_eq!(actions, vec![FenceAction::Release { our_key: ours.raw }]);
+        // Once host 2 is keyed, the reservation is made.
+        actions.clear();
+        live_peer_pass(&mut f, 203);
+        assert_eq!(
+            f.keys_read(&unreserved(vec![ours, key(2, 3)]), 203, 0, &mut actions),
+            None
+        );
+        assert_eq!(actions, vec![FenceAction::Reserve { our_key: ours.raw }]);
+        actions.clear();
+        live_peer_pass(&mut f, 204);
+        f.keys_read(&reserved(vec![ours, key(2, 3)]), 204, 0, &mut actions);
+        assert!(actions.is_empty());
+        f.check().unwrap();
+    }
+
+    #[test]
+    fn no_suspect_is_preempted_without_a_reservation() {
+        let ours = key(1, 1);
+        let mut m = monitor_with_peer();
+        reread(&mut m, 120);
+        let mut f = FenceSt::new(0, 1);
+        f.registered(ours.raw);
+        let mut actions = Vec::new();
+        f.look(&m, 120);
+        let read = KeysRead::Keys {
+            keys: vec![ours, key(2, 3)],
+            reservation: false,
+        };
+        assert_eq!(f.keys_read(&read, 120, 0, &mut actions), None);
+        assert_eq!(actions, vec![FenceAction::Reserve { our_key: ours.raw }]);
+    }
+
+    #[test]
+    fn a_key_lost_by_the_storage_is_registered_again_unless_we_paused_long_enough_to_be_fenced() {
+        let ours = key(1, 1);
+        let mut f = FenceSt::new(0, 1);
+        f.registered(ours.raw);
+        let mut actions = Vec::new();
+        let cleared = |keys| KeysRead::Keys {
+            keys,
+            reservation: false,
+        };
+        // A target restart: no key, no reservation, and we renewed all along.
+        f.look(&monitor_with_peer(), 100);
+        assert_eq!(
+            f.keys_read(&cleared(vec![]), 100, 2, &mut actions),
+            Some(FenceVerdict::StorageCleared)
+        );
+        assert_eq!(actions, vec![FenceAction::Reregister { our_key: ours.raw }]);
+        // Another host registered again first: still not a preempt (none stands), warned
+        // once.
+        actions.clear();
+        f.look(&monitor_with_peer(), 101);
+        assert_eq!(
+            f.keys_read(&cleared(vec![key(2, 3)]), 101, 2, &mut actions),
+            None
+        );
+        assert_eq!(actions, vec![FenceAction::Reregister { our_key: ours.raw }]);
+        assert!(!f.fenced_here);
+        // Our renewals stopped for 3·D since our key was last seen: a peer may have
+        // preempted us and left; we count as fenced.
+        actions.clear();
+        f.look(&monitor_with_peer(), 102);
+        assert_eq!(
+            f.keys_read(&cleared(vec![]), 102, 3, &mut actions),
+            Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone))
+        );
+        assert!(actions.is_empty());
+        // Our key gone while a reservation stands: preempted, whatever our renewals did.
+        let mut f = FenceSt::new(0, 1);
+        f.registered(ours.raw);
+        f.look(&monitor_with_peer(), 100);
+        assert_eq!(
+            f.keys_read(&reserved(vec![key(2, 3)]), 100, 0, &mut actions),
+            Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone))
+        );
     }
 
     #[test]

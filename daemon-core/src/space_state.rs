@@ -125,6 +125,23 @@ impl SpaceSt {
         }
     }
 
+    /// The longest time our lease went without a successful renewal from `since_s` to
+    /// `now_s` (monotime s): the gaps between the renewals kept in the history (the one
+    /// before `since_s` included), and the time since the last one.
+    pub fn longest_renewal_gap_s(&self, since_s: u64, now_s: u64) -> u64 {
+        let mut gap = now_s.saturating_sub(self.last_success_s);
+        let mut prev: Option<u64> = None;
+        for r in &self.renewals {
+            if r.timestamp >= since_s {
+                if let Some(p) = prev {
+                    gap = gap.max(r.timestamp.saturating_sub(p));
+                }
+            }
+            prev = Some(r.timestamp);
+        }
+        gap
+    }
+
     /// A renewal failed with sanlock code `code`; `corrupt` when our delta sector was
     /// found damaged or taken (then the lease is lost at the next check).
     pub fn renewal_failed(&mut self, code: i32, corrupt: bool) {
@@ -253,6 +270,17 @@ mod tests {
             !st.lease_lost(),
             "a lockspace being removed renews until its last renewal"
         );
+    }
+
+    #[test]
+    fn the_longest_renewal_gap_spans_a_pause_and_the_time_since_the_last_renewal() {
+        let mut st = joined_at(100);
+        for t in [102, 104, 114, 116] {
+            st.renewal_ok(t, rec(t));
+        }
+        assert_eq!(st.longest_renewal_gap_s(105, 117), 10);
+        assert_eq!(st.longest_renewal_gap_s(115, 117), 2);
+        assert_eq!(st.longest_renewal_gap_s(115, 130), 14);
     }
 
     #[test]

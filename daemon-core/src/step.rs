@@ -890,7 +890,9 @@ impl<S, H: LeaseHold> Core<S, H> {
                     return;
                 }
             }
-            FenceVerdict::PeerNeverKeyed { .. } => {}
+            FenceVerdict::PeerNeverKeyed { .. }
+            | FenceVerdict::PeerUnkeyed { .. }
+            | FenceVerdict::StorageCleared => {}
         }
         fx.push(Effect::FenceVerdict {
             id: sp.id,
@@ -1045,8 +1047,9 @@ impl<S, H: LeaseHold> Core<S, H> {
             Input::FenceKeysRead { id, read } => {
                 if let Some(sp) = self.live_space_mut(id) {
                     if let Some(f) = sp.fence.as_mut() {
+                        let gap_s = sp.st.longest_renewal_gap_s(f.key_seen_at_s(), now_s);
                         let mut actions = Vec::new();
-                        let verdict = f.keys_read(&read, &mut actions);
+                        let verdict = f.keys_read(&read, now_s, gap_s, &mut actions);
                         fx.extend(
                             actions
                                 .into_iter()
@@ -1795,7 +1798,10 @@ mod tests {
             t,
             Input::FenceKeysRead {
                 id: 1,
-                read: KeysRead::Keys(vec![ours, theirs]),
+                read: KeysRead::Keys {
+                    keys: vec![ours, theirs],
+                    reservation: true,
+                },
             },
         );
         assert_eq!(
@@ -1831,7 +1837,23 @@ mod tests {
         ));
         let obs = lease_core::HostObserver::observation(c.space_monitor(1).unwrap(), 2).unwrap();
         assert!(obs.fenced(3), "the ballots see the generation fenced");
-        assert!(c.step(t + 1, Input::FenceLook { id: 1 }).is_empty());
+        // The next pass reads the keys and preempts nobody: a fenced generation is neither
+        // a suspect nor a live peer.
+        assert_eq!(
+            c.step(t + 1, Input::FenceLook { id: 1 }),
+            vec![read_keys.clone()]
+        );
+        let fx = c.step(
+            t + 1,
+            Input::FenceKeysRead {
+                id: 1,
+                read: KeysRead::Keys {
+                    keys: vec![ours],
+                    reservation: true,
+                },
+            },
+        );
+        assert!(fx.is_empty(), "{fx:?}");
         c.check().unwrap();
 
         let mut c = core(&["ls"], t - 1, &[(4242, "ls", "r")]);
@@ -1842,7 +1864,10 @@ mod tests {
             t,
             Input::FenceKeysRead {
                 id: 1,
-                read: KeysRead::Keys(vec![theirs]),
+                read: KeysRead::Keys {
+                    keys: vec![theirs],
+                    reservation: true,
+                },
             },
         );
         assert!(matches!(

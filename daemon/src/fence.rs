@@ -169,10 +169,22 @@ impl SpaceFence {
     }
 
     /// Registers our key for `generation` on every device (REGISTER AND IGNORE EXISTING
-    /// KEY: it replaces this host's previous key), then makes the reservation where none
-    /// stands. Returns the key.
+    /// KEY: it replaces this host's previous key). Returns the key. The reservation is the
+    /// fence pass's to make, once every live host's key is registered
+    /// (`FenceAction::Reserve`).
     pub fn register(&self, generation: u64) -> Result<u64, FenceError> {
         let key = lvm_key(self.host_id, generation)?;
+        self.register_key(key)?;
+        info!(
+            key = format_args!("{key:#018x}"),
+            devices = self.devices.len(),
+            "storage fencing: key registered"
+        );
+        Ok(key)
+    }
+
+    /// Registers `key` on every device (REGISTER AND IGNORE EXISTING KEY).
+    fn register_key(&self, key: u64) -> Result<(), FenceError> {
         for dev in &self.devices {
             self.cmd(
                 dev,
@@ -180,15 +192,54 @@ impl SpaceFence {
                 dev.register_ignore_existing(key),
             )?;
         }
+        Ok(())
+    }
+
+    /// `FenceAction::Reserve`: the reservation on every device that has none.
+    pub fn reserve(&self, our_key: u64) {
         for dev in &self.devices {
-            self.ensure_reservation(dev, key)?;
+            match self.ensure_reservation(dev, our_key) {
+                Ok(()) => {}
+                Err(e) => warn!(error = %e, "storage fencing: reserve failed"),
+            }
         }
-        info!(
-            key = format_args!("{key:#018x}"),
-            devices = self.devices.len(),
-            "storage fencing: key registered"
-        );
-        Ok(key)
+    }
+
+    /// `FenceAction::Release`: releases the reservation on every device (a registrant
+    /// releases an all-registrants reservation; a reservation of another type held by
+    /// another key is left, which RELEASE does by itself).
+    pub fn release(&self, our_key: u64) {
+        for dev in &self.devices {
+            let held = match self.cmd(dev, "READ RESERVATION", dev.read_reservation()) {
+                Ok(st) => st.reservation,
+                Err(e) => {
+                    warn!(error = %e, "storage fencing: release not tried");
+                    continue;
+                }
+            };
+            let Some(pr_type) = held.and_then(|r| r.pr_type) else {
+                continue;
+            };
+            match dev.release(our_key, pr_type) {
+                Ok(()) => info!(
+                    device = %dev.path().display(),
+                    "storage fencing: reservation released"
+                ),
+                Err(e) => warn!(device = %dev.path().display(), error = %e,
+                    "storage fencing: RELEASE failed"),
+            }
+        }
+    }
+
+    /// `FenceAction::Reregister`: our key again on every device, after the storage lost it.
+    pub fn reregister(&self, our_key: u64) {
+        match self.register_key(our_key) {
+            Ok(()) => info!(
+                key = format_args!("{our_key:#018x}"),
+                "storage fencing: key registered again"
+            ),
+            Err(e) => warn!(error = %e, "storage fencing: registering our key again failed"),
+        }
     }
 
     /// Makes the WE-AR reservation with `key` when the device has none (another host's
@@ -249,10 +300,22 @@ impl SpaceFence {
         info!("storage fencing: key removed");
     }
 
-    /// A pass's key list of the lockspace's device.
+    /// A pass's key list of the lockspace's device, and whether a reservation stands on
+    /// it.
     pub fn read_keys(&self) -> KeysRead {
-        match self.devices[0].read_keys() {
-            Ok(k) if !k.truncated => KeysRead::Keys(fence_keys(&k.keys)),
+        let dev = &self.devices[0];
+        let reservation = match dev.read_reservation() {
+            Ok(st) => st.reservation.is_some(),
+            Err(e) => {
+                warn!(error = %e, "storage fencing: READ RESERVATION failed");
+                return KeysRead::Failed;
+            }
+        };
+        match dev.read_keys() {
+            Ok(k) if !k.truncated => KeysRead::Keys {
+                keys: fence_keys(&k.keys),
+                reservation,
+            },
             Ok(_) => {
                 warn!("storage fencing: the key list was truncated; not deciding");
                 KeysRead::Truncated
@@ -296,8 +359,18 @@ impl SpaceFence {
                 DevicePlan::Preempt(doomed) => doomed,
             };
             if !doomed.is_empty() {
-                // A preempt without a reservation would leave the victim free to write.
-                self.ensure_reservation(dev, our_key)?;
+                // A preempt without a reservation would leave the victim free to write, and
+                // making one here could refuse a live host without a key (the pass
+                // decides the reservation): not confirmed, the leases wait host_dead.
+                let st = self.cmd(dev, "READ RESERVATION", dev.read_reservation())?;
+                if st.reservation.is_none() {
+                    warn!(
+                        device = %dev.path().display(),
+                        host_id,
+                        "storage fencing: no reservation stands; not preempting"
+                    );
+                    return Ok(PeerFenceOutcome::NotConfirmed);
+                }
             }
             for key in doomed {
                 let t0 = std::time::Instant::now();

@@ -613,7 +613,37 @@ fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
                         outcome,
                     }));
                 }
+                Effect::Fence {
+                    action: FenceAction::Reserve { our_key },
+                    ..
+                } => fence.reserve(our_key),
+                Effect::Fence {
+                    action: FenceAction::Release { our_key },
+                    ..
+                } => fence.release(our_key),
+                Effect::Fence {
+                    action: FenceAction::Reregister { our_key },
+                    ..
+                } => fence.reregister(our_key),
                 Effect::FenceVerdict { verdict, .. } => match verdict {
+                    FenceVerdict::StorageCleared => error!(
+                        "storage fencing: the device holds no reservation and our key is gone \
+                         while our lease renewed all along: the storage lost its persistent \
+                         reservation state (a target restart without persisted reservations, \
+                         or a clear), not a preempt; registering our key again. Until a \
+                         reservation stands again no host can be fenced by the storage"
+                    ),
+                    FenceVerdict::PeerUnkeyed {
+                        host_id,
+                        generation,
+                    } => warn!(
+                        host_id,
+                        generation,
+                        "storage fencing: this host renews its lease but has no key on the \
+                         storage (sanlock, or lockd without fence = \"scsi-pr\"): no reservation \
+                         is held while it does, so fencing is inactive and leases wait \
+                         host_dead"
+                    ),
                     FenceVerdict::WeAreFenced(why) => {
                         error!(
                             ?why,
@@ -785,7 +815,18 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
             Ok(true) => {
                 info!("delta lease released");
                 if let Some(f) = space.fence.get() {
-                    fence_unregister(space, f);
+                    if space.fenced_a_peer() {
+                        // The host we fenced may still be alive (a paused guest) with its
+                        // writes queued: were we the last registrant, removing our key
+                        // would end the reservation and let them land. The key stays; our
+                        // next join replaces it (REGISTER AND IGNORE EXISTING KEY).
+                        warn!(
+                            "storage fencing: this host fenced a peer while joined; its key \
+                             stays registered so that the reservation keeps that peer out"
+                        );
+                    } else {
+                        fence_unregister(space, f);
+                    }
                 }
             }
             Ok(false) => warn!("delta lease left on disk (last renewal failed)"),

@@ -268,6 +268,13 @@ impl Space {
             .map_or(0, |f| f.key)
     }
 
+    /// Whether this host fenced a peer while joined (the core's `FenceSt::fenced_a_peer`).
+    pub fn fenced_a_peer(&self) -> bool {
+        lock(&self.core)
+            .space_fence(self.space_id)
+            .is_some_and(|f| f.fenced_a_peer)
+    }
+
     pub fn snapshot_phase(&self) -> Phase {
         self.st(|st| st.phase)
     }
