@@ -556,6 +556,138 @@ fn lockspace_checks(
     geometry_check(ls, &who, dev_sector, &first, checks);
     io_timeout_check(run_dir, ls, &who, io_timeout, checks);
     pr_check(ls, &who, io_timeout, fenced_by_pr(file, &ls.name), checks);
+    if fenced_by_pr(file, &ls.name) {
+        fence_keys_check(run_dir, ls, &who, io_timeout, file, checks);
+    }
+}
+
+/// For a lockspace the configuration fences by PR: every device it fences (the
+/// lockspace's and its `fence_devices`) answers PERSISTENT RESERVE IN, and every host the
+/// daemon sees LIVE has a key of its host_id registered on each; the reservation type is
+/// reported. A live host without a key keeps the reservation away (fencing inactive,
+/// leases wait host_dead): a FAIL, since fencing does not act while it lasts.
+fn fence_keys_check(
+    run_dir: &Path,
+    ls: &LsView,
+    who: &str,
+    io_timeout: u64,
+    file: &lockd_config::FileConfig,
+    checks: &mut Vec<Check>,
+) {
+    let devices = match lockd_config::FenceConfig::resolve(
+        file.fence.as_deref(),
+        file.fence_lockspaces.as_deref(),
+        file.fence_devices.as_deref(),
+        file.fence_preempt_s,
+    ) {
+        Ok(cfg) => cfg.devices_for(&ls.name),
+        Err(e) => {
+            checks.push(check(
+                "fence_keys",
+                Level::Fail,
+                format!("{who}: {e}"),
+                "fix the fence keys of the configuration",
+            ));
+            return;
+        }
+    };
+    let hosts = Client::connect(run_dir).and_then(|mut c| {
+        c.set_read_timeout(Some(REPLY_TIMEOUT))?;
+        c.get_hosts(ls.name, 0)
+    });
+    let live: Vec<u64> = match hosts {
+        Ok(hosts) => hosts
+            .iter()
+            .filter(|h| {
+                h.flags & client_lib::proto::SANLK_HOST_MASK == client_lib::proto::SANLK_HOST_LIVE
+            })
+            .map(|h| h.host_id)
+            .chain(std::iter::once(ls.host_id))
+            .collect(),
+        Err(e) => {
+            checks.push(check(
+                "fence_keys",
+                Level::Warn,
+                format!("{who}: GET_HOSTS: {e}"),
+                "run doctor again in a few seconds",
+            ));
+            return;
+        }
+    };
+    let timeout_ms = u32::try_from(io_timeout.clamp(1, 10) * 1000).unwrap_or(10_000);
+    let mut problems = Vec::new();
+    let mut seen = Vec::new();
+    for path in std::iter::once(PathBuf::from(&ls.path)).chain(devices) {
+        let probe = lockd_scsi_pr::PrDevice::probe_with_timeout(&path, timeout_ms);
+        let keys = match &probe.keys {
+            Ok(k) => k,
+            Err(e) => {
+                problems.push(format!("{}: {e}", path.display()));
+                continue;
+            }
+        };
+        let missing = hosts_without_key(&live, &keys.keys);
+        if !missing.is_empty() {
+            problems.push(format!(
+                "{}: no key of live host_id(s) {missing:?}",
+                path.display()
+            ));
+        }
+        let resv = match &probe.reservation {
+            Some(Ok(r)) => r
+                .reservation
+                .as_ref()
+                .map_or("no reservation".to_string(), |r| {
+                    format!(
+                        "reservation {}",
+                        r.pr_type
+                            .map_or("unknown type", lockd_scsi_pr::PrType::short)
+                    )
+                }),
+            _ => "reservation unknown".to_string(),
+        };
+        seen.push(format!(
+            "{}: {} key(s), {resv}",
+            path.display(),
+            keys.keys.len()
+        ));
+    }
+    if problems.is_empty() {
+        checks.push(check(
+            "fence_keys",
+            Level::Pass,
+            format!(
+                "{who}: every live host ({live:?}) has its key on every fenced device; {}",
+                seen.join("; ")
+            ),
+            "",
+        ));
+    } else {
+        checks.push(check(
+            "fence_keys",
+            Level::Fail,
+            format!("{who}: {}", problems.join("; ")),
+            "every host of a fenced lockspace must run lockd with fence = \"scsi-pr\" for it \
+             and see every fenced device; until each live host's key is registered no \
+             reservation is held and no host is fenced by the storage (docs/fencing.md)",
+        ));
+    }
+}
+
+/// The host_ids of `live` with no key of theirs (lvmlockd's format) among `keys`.
+fn hosts_without_key(live: &[u64], keys: &[u64]) -> Vec<u64> {
+    let keyed: Vec<u64> = keys
+        .iter()
+        .filter_map(|&k| lockd_scsi_pr::lvm_key_parts(k).map(|(host_id, _)| host_id))
+        .collect();
+    let mut missing: Vec<u64> = live
+        .iter()
+        .copied()
+        .filter(|h| !keyed.contains(h))
+        .collect();
+    missing.sort_unstable();
+    missing.dedup();
+    missing
 }
 
 /// Whether the configuration turns storage fencing (SCSI-3 PR) on for lockspace `name`.
@@ -871,6 +1003,18 @@ fn locked_memory(smaps: &str) -> LockedMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn live_hosts_without_a_key_of_theirs_are_named() {
+        let k = |h, g| lockd_scsi_pr::lvm_key(h, g).unwrap();
+        assert_eq!(hosts_without_key(&[1, 2, 3], &[k(1, 4), k(3, 1)]), vec![2]);
+        assert_eq!(
+            hosts_without_key(&[1, 2], &[k(1, 4), k(2, 9)]),
+            Vec::<u64>::new()
+        );
+        // A key of another scheme names nobody.
+        assert_eq!(hosts_without_key(&[1, 1], &[0x1234]), vec![1]);
+    }
 
     /// Two locked mappings (one a lock-on-fault arena mostly untouched) and one not
     /// locked: only the locked ones count, their Rss as resident.
