@@ -158,6 +158,23 @@ pub enum FenceAction {
     Reregister { our_key: u64 },
 }
 
+/// What the fence passes of one lockspace saw and did (the metrics' source).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FenceObserved {
+    /// Keys on the lockspace's device at the latest complete read.
+    pub keys: u64,
+    /// A reservation stood at that read.
+    pub reservation: bool,
+    /// Live peers without a key at that read (fencing inactive while non-zero).
+    pub unkeyed_live_peers: u64,
+    /// Preempts begun by this host.
+    pub preempts: u64,
+    /// Peer generations this host marked fenced.
+    pub peers_fenced: u64,
+    /// When (monotime s) this host last began a preempt; 0: never.
+    pub last_preempt_s: u64,
+}
+
 /// The fencing state of one lockspace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FenceSt {
@@ -187,6 +204,8 @@ pub struct FenceSt {
     key_seen_at_s: u64,
     /// This host marked a peer generation fenced (since the lockspace was joined).
     pub fenced_a_peer: bool,
+    /// What the passes saw and did, for the metrics and the log.
+    pub seen_now: FenceObserved,
     /// Preempts the shell runs now (by host_id, generation), with the age that
     /// started them.
     preempting: BTreeMap<(u64, u64), u64>,
@@ -207,6 +226,7 @@ impl FenceSt {
             cleared: false,
             key_seen_at_s: 0,
             fenced_a_peer: false,
+            seen_now: FenceObserved::default(),
             preempting: BTreeMap::new(),
         }
     }
@@ -330,6 +350,8 @@ impl FenceSt {
             return None;
         };
         let reservation = *reservation;
+        self.seen_now.keys = keys.len() as u64;
+        self.seen_now.reservation = reservation;
         if !keys.iter().any(|k| k.raw == self.key) {
             if !reservation && our_renewal_gap_s < CLEARED_GAP_IO_TIMEOUTS * self.io_timeout_s {
                 actions.push(FenceAction::Reregister { our_key: self.key });
@@ -352,6 +374,7 @@ impl FenceSt {
             keys.iter()
                 .any(|k| k.owner.is_some_and(|(h, _)| h == host_id))
         };
+        self.seen_now.unkeyed_live_peers = live.iter().filter(|&&(h, _)| !keyed(h)).count() as u64;
         let unkeyed = live.iter().copied().find(|&(h, _)| !keyed(h));
         if let Some((host_id, generation)) = unkeyed {
             if reservation {
@@ -378,6 +401,8 @@ impl FenceSt {
                 .insert((s.host_id, s.generation), s.age_s)
                 .is_none()
             {
+                self.seen_now.preempts += 1;
+                self.seen_now.last_preempt_s = now_s;
                 actions.push(FenceAction::Preempt {
                     host_id: s.host_id,
                     generation: s.generation,
@@ -421,6 +446,7 @@ impl FenceSt {
             PeerFenceOutcome::Confirmed { preempted } => {
                 if preempted || self.seen(host_id, generation) {
                     self.fenced_a_peer = true;
+                    self.seen_now.peers_fenced += 1;
                     return Some(FenceVerdict::PeerFenced {
                         host_id,
                         generation,

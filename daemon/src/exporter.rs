@@ -32,6 +32,9 @@ const HOST_STATES: [(u32, &str); 5] = [
 ];
 
 /// Everything the renderer needs from one lockspace, read under its locks.
+/// One gauge of a fenced lockspace's fencing observations.
+type FenceGauge = fn(&lockd_core::fencing::FenceObserved) -> u64;
+
 struct SpaceView {
     name: String,
     io_timeout_s: u64,
@@ -225,6 +228,74 @@ pub fn render(d: &Daemon) -> String {
                 "lockd_lockspace_hosts",
                 &[("lockspace", &v.name), ("state", state)],
                 v.hosts[i],
+            );
+        }
+    }
+    let fenced: Vec<(&SpaceView, lockd_core::fencing::FenceObserved)> = views
+        .iter()
+        .filter_map(|v| v.space.fence_observed().map(|f| (v, f)))
+        .collect();
+    let fence_gauges: [(&str, &str, FenceGauge); 3] = [
+        (
+            "lockd_fence_keys",
+            "Storage fencing (scsi-pr): keys registered on the lockspace's device at the \
+             latest pass.",
+            |f| f.keys,
+        ),
+        (
+            "lockd_fence_reservation",
+            "Storage fencing: 1 when a reservation stood on the lockspace's device at the \
+             latest pass (fencing can act), 0 when none did.",
+            |f| u64::from(f.reservation),
+        ),
+        (
+            "lockd_fence_unkeyed_live_hosts",
+            "Storage fencing: live hosts without a key at the latest pass; while non-zero no \
+             reservation is held and no host is fenced by the storage.",
+            |f| f.unkeyed_live_peers,
+        ),
+    ];
+    for (family, help, value) in fence_gauges {
+        e.family(family, "gauge", help);
+        for (v, f) in &fenced {
+            e.sample_u64(family, &[("lockspace", &v.name)], value(f));
+        }
+    }
+    e.family(
+        "lockd_fence_preempts_total",
+        "counter",
+        "Storage fencing: preempts of a peer generation this host began.",
+    );
+    for (v, f) in &fenced {
+        e.sample_u64(
+            "lockd_fence_preempts_total",
+            &[("lockspace", &v.name)],
+            f.preempts,
+        );
+    }
+    e.family(
+        "lockd_fence_peers_fenced_total",
+        "counter",
+        "Storage fencing: peer generations this host confirmed fenced.",
+    );
+    for (v, f) in &fenced {
+        e.sample_u64(
+            "lockd_fence_peers_fenced_total",
+            &[("lockspace", &v.name)],
+            f.peers_fenced,
+        );
+    }
+    e.family(
+        "lockd_fence_last_preempt_age_seconds",
+        "gauge",
+        "Storage fencing: seconds since this host last began a preempt (absent: never).",
+    );
+    for (v, f) in &fenced {
+        if f.last_preempt_s != 0 {
+            e.sample_u64(
+                "lockd_fence_last_preempt_age_seconds",
+                &[("lockspace", &v.name)],
+                now.saturating_sub(f.last_preempt_s),
             );
         }
     }

@@ -268,6 +268,13 @@ impl Space {
             .map_or(0, |f| f.key)
     }
 
+    /// What storage fencing's passes saw and did; `None` for a lockspace not fenced.
+    pub fn fence_observed(&self) -> Option<lockd_core::fencing::FenceObserved> {
+        lock(&self.core)
+            .space_fence(self.space_id)
+            .map(|f| f.seen_now)
+    }
+
     /// Whether this host fenced a peer while joined (the core's `FenceSt::fenced_a_peer`).
     pub fn fenced_a_peer(&self) -> bool {
         lock(&self.core)
