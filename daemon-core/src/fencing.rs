@@ -571,6 +571,20 @@ pub fn join_must_wait(
             .any(|k| k.owner.is_some_and(|(h, _)| h == host_id))
 }
 
+/// The key a join's plain REGISTER names as the one it replaces on the lockspace's device:
+/// the newest key of our host_id on the list (registered by our previous generation), or
+/// 0 when there is none (the target then registers only an initiator without a key).
+pub fn join_old_key(keys: &[FenceKey], host_id: u64) -> u64 {
+    keys.iter()
+        .filter_map(|k| {
+            k.owner
+                .filter(|&(h, _)| h == host_id)
+                .map(|(_, g)| (g, k.raw))
+        })
+        .max()
+        .map_or(0, |(_, raw)| raw)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -678,6 +692,11 @@ mod tests {
         assert!(!device_confirms(&[key(1, 4), key(2, 7)], false, true, 2));
         assert!(!device_confirms(&[key(1, 4)], true, true, 2));
         assert!(!device_confirms(&[key(1, 4)], false, false, 2));
+        assert_eq!(
+            join_old_key(&[key(2, 1), key(1, 3), key(1, 2)], 1),
+            key(1, 3).raw
+        );
+        assert_eq!(join_old_key(&[key(2, 1), other], 1), 0);
         assert!(join_must_wait(5, true, &[key(2, 1)], 1));
         assert!(!join_must_wait(5, true, &[key(1, 1)], 1));
         assert!(!join_must_wait(0, true, &[], 1));

@@ -34,8 +34,8 @@ use std::time::Duration;
 use disk_format::LeaderRecord;
 use lease_core::timeouts;
 use lockd_core::fencing::{
-    device_confirms, device_plan, join_must_wait, preempt_conflict, DevicePlan, FenceKey, KeysRead,
-    PeerFenceOutcome, PreemptConflict,
+    device_confirms, device_plan, join_must_wait, join_old_key, preempt_conflict, DevicePlan,
+    FenceKey, KeysRead, PeerFenceOutcome, PreemptConflict,
 };
 use lockd_scsi_pr::{lvm_key, lvm_key_parts, PrDevice, PrError, PrType};
 use tracing::{info, warn};
@@ -48,6 +48,9 @@ use tracing::{info, warn};
 const RESERVATION: PrType = PrType::WriteExclusiveAllRegistrants;
 /// Each PR command's bound (a fence thread must not hang on a dead path for long).
 const PR_TIMEOUT_MS: u32 = 5_000;
+/// How many times a join decides its registration again after the key it named changed
+/// (the key the list showed, no key, then any key; one more after a host_dead wait).
+const JOIN_REGISTER_TRIES: usize = 4;
 
 /// The devices of one fenced lockspace.
 pub struct SpaceFence {
@@ -71,6 +74,11 @@ pub enum FenceError {
     },
     #[error("the join was stopped")]
     Stopped,
+    #[error(
+        "{path}: our registration was refused {JOIN_REGISTER_TRIES} times (RESERVATION \
+         CONFLICT: the key of our host_id changed under each try)"
+    )]
+    JoinRegister { path: PathBuf },
 }
 
 /// What an add_lockspace gets when fencing is configured but cannot be set up:
@@ -129,6 +137,13 @@ impl SpaceFence {
     /// write (`prev` is our host_id's record as read now), after waiting host_dead when
     /// the core's rule says so (see the module's invariants). `stop` ends the wait
     /// (removal, shutdown). Returns the key registered, for the core.
+    ///
+    /// The rule is decided from one key list, and a preempt of our previous key may land
+    /// after that read: REGISTER AND IGNORE EXISTING KEY would then undo it for our
+    /// initiator. So on the lockspace's device the new key replaces the key the list
+    /// showed for our host_id with a plain REGISTER naming it (or naming none), which the
+    /// target refuses (RESERVATION CONFLICT) when that key is gone meanwhile; the rule is
+    /// then decided again from a fresh list.
     pub fn register_for_join(
         &self,
         prev: &LeaderRecord,
@@ -137,35 +152,117 @@ impl SpaceFence {
         stop: &AtomicBool,
     ) -> Result<u64, FenceError> {
         let dev = &self.devices[0];
-        let keys = self.cmd(dev, "READ KEYS", dev.read_keys())?;
-        let resv = self.cmd(dev, "READ RESERVATION", dev.read_reservation())?;
-        if join_must_wait(
-            prev.timestamp,
-            resv.reservation.is_some(),
-            &fence_keys(&keys.keys),
-            self.host_id,
-        ) {
-            let io = if prev.io_timeout != 0 {
-                u64::from(prev.io_timeout)
-            } else {
-                io_timeout_s
-            };
-            let wait_s = timeouts::host_dead_seconds(io, watchdog_fire_s);
-            warn!(
-                generation = prev.owner_generation,
-                wait_s,
-                "our previous generation was not released and has no key on the storage \
-                 (fenced, or never registered): waiting host_dead before registering a new \
-                 key, so that none of its processes can write again"
-            );
-            for _ in 0..wait_s * 10 {
-                if stop.load(Ordering::SeqCst) {
-                    return Err(FenceError::Stopped);
-                }
-                std::thread::sleep(Duration::from_millis(100));
+        let key = lvm_key(self.host_id, prev.owner_generation.wrapping_add(1))?;
+        let mut waited = false;
+        for attempt in 0..JOIN_REGISTER_TRIES {
+            let keys = self.cmd(dev, "READ KEYS", dev.read_keys())?;
+            let resv = self.cmd(dev, "READ RESERVATION", dev.read_reservation())?;
+            let listed = fence_keys(&keys.keys);
+            if !waited
+                && join_must_wait(
+                    prev.timestamp,
+                    resv.reservation.is_some(),
+                    &listed,
+                    self.host_id,
+                )
+            {
+                self.wait_host_dead(prev, io_timeout_s, watchdog_fire_s, stop)?;
+                waited = true;
+                continue;
             }
+            // After a wait nothing of the old generation can write any more. A conflict
+            // that asked for no wait may also mean our initiator holds no key or another
+            // one than the list shows for our host_id (another path registered it): then
+            // the key of none, then REGISTER AND IGNORE EXISTING KEY.
+            let old = match attempt {
+                _ if waited => None,
+                0 => Some(join_old_key(&listed, self.host_id)),
+                1 => Some(0),
+                _ => None,
+            };
+            match old {
+                Some(old) => match dev.register(old, key) {
+                    Ok(()) => {}
+                    Err(e) if e.is_reservation_conflict() => {
+                        warn!(
+                            old = format_args!("{old:#018x}"),
+                            "storage fencing: our previous key changed under the join (a \
+                             preempt?); deciding again"
+                        );
+                        // Whatever happened, from here on only a wait makes a registration
+                        // safe when the rule asks for one; decide it again.
+                        if join_must_wait(
+                            prev.timestamp,
+                            true,
+                            &fence_keys(&self.cmd(dev, "READ KEYS", dev.read_keys())?.keys),
+                            self.host_id,
+                        ) {
+                            self.wait_host_dead(prev, io_timeout_s, watchdog_fire_s, stop)?;
+                            waited = true;
+                        }
+                        continue;
+                    }
+                    Err(source) => {
+                        return Err(FenceError::Command {
+                            path: dev.path().to_path_buf(),
+                            what: "REGISTER",
+                            source,
+                        })
+                    }
+                },
+                None => self.cmd(
+                    dev,
+                    "REGISTER AND IGNORE EXISTING KEY",
+                    dev.register_ignore_existing(key),
+                )?,
+            }
+            for extra in &self.devices[1..] {
+                self.cmd(
+                    extra,
+                    "REGISTER AND IGNORE EXISTING KEY",
+                    extra.register_ignore_existing(key),
+                )?;
+            }
+            info!(
+                key = format_args!("{key:#018x}"),
+                devices = self.devices.len(),
+                "storage fencing: key registered"
+            );
+            return Ok(key);
         }
-        self.register(prev.owner_generation.wrapping_add(1))
+        Err(FenceError::JoinRegister {
+            path: dev.path().to_path_buf(),
+        })
+    }
+
+    /// The host_dead wait of a join whose previous generation may still have processes.
+    fn wait_host_dead(
+        &self,
+        prev: &LeaderRecord,
+        io_timeout_s: u64,
+        watchdog_fire_s: u64,
+        stop: &AtomicBool,
+    ) -> Result<(), FenceError> {
+        let io = if prev.io_timeout != 0 {
+            u64::from(prev.io_timeout)
+        } else {
+            io_timeout_s
+        };
+        let wait_s = timeouts::host_dead_seconds(io, watchdog_fire_s);
+        warn!(
+            generation = prev.owner_generation,
+            wait_s,
+            "our previous generation was not released and has no key on the storage \
+             (fenced, or never registered): waiting host_dead before registering a new \
+             key, so that none of its processes can write again"
+        );
+        for _ in 0..wait_s * 10 {
+            if stop.load(Ordering::SeqCst) {
+                return Err(FenceError::Stopped);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
     }
 
     /// Registers our key for `generation` on every device (REGISTER AND IGNORE EXISTING
