@@ -79,6 +79,17 @@ fn run_effect(d: &Arc<Daemon>, spaces: &[Arc<Space>], effect: Effect<Held>) {
         Effect::LockspaceFailed { ls, age_s, corrupt } => {
             error!(%ls, age = age_s, corrupt,
                    "lockspace failed: our delta lease is lost; killing lease holders");
+            // Before any kill: where the holders write decides whether the watchdog stays
+            // armed once they are gone (`lockspace::keep_armed_after_failure`).
+            if let Some(s) = space(&ls) {
+                let pids = lock(&d.core).holder_pids(&ls, None);
+                if crate::netfs::holders_use_network_fs(&pids) {
+                    warn!(%ls, "holders of the failed lockspace have files open on a network \
+                                filesystem");
+                    s.holders_on_network_fs
+                        .store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
         }
         Effect::RenewalsFailing { ls, age_s } => {
             let io_timeout_s = space(&ls).map_or(0, |s| u64::from(s.io_timeout));

@@ -32,6 +32,7 @@ pub(crate) mod kill;
 pub mod lockspace;
 pub mod mailbox;
 pub mod metrics;
+pub mod netfs;
 pub(crate) mod notify;
 pub mod observability;
 pub mod paxos;

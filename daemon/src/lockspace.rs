@@ -860,8 +860,8 @@ const NETWORK_FS_MAGICS: [u64; 5] = [0x6969, 0x517B, 0xFF53_4D42, 0xFE53_4D42, 0
 
 /// True when a failed lockspace must not disarm the watchdog although its holders are
 /// gone: its lease was found lost (a removal or shutdown asked for afterwards does not
-/// change that) while processes held leases in it, and its storage is a network
-/// filesystem. On a block device a process cannot exit while its
+/// change that) while processes held leases in it, and its storage, or a file its holders
+/// had open when it failed (`crate::netfs`), is on a network filesystem. On a block device a process cannot exit while its
 /// direct I/O is in flight, so its exit means its writes are done or failed. On NFS (seen
 /// in the virtual-machine bed, scenario nfs-cut) the process dies at SIGKILL while its
 /// write RPC stays queued in the client, and the write lands when the server is reachable
@@ -871,7 +871,8 @@ fn keep_armed_after_failure(space: &Space) -> bool {
     // `failed_with_holders` is set only when the lease was found lost; a removal or
     // shutdown that came after the failure (`kill_now`) does not clear it.
     space.st(|st| st.lease_lost() && st.failed_with_holders)
-        && space.on_network_fs.load(Ordering::SeqCst)
+        && (space.on_network_fs.load(Ordering::SeqCst)
+            || space.holders_on_network_fs.load(Ordering::SeqCst))
 }
 
 /// Whether `path` lies on a network filesystem ([`NETWORK_FS_MAGICS`]); a path whose

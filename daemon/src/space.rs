@@ -65,6 +65,9 @@ pub struct Space {
     pub examine_pending: AtomicBool,
     /// The lockspace's storage is a network filesystem (read at the join).
     pub on_network_fs: AtomicBool,
+    /// When the lease was found lost, its holders had files open on a network filesystem
+    /// (`crate::netfs`).
+    pub holders_on_network_fs: AtomicBool,
     /// When (daemon clock, ms) an asynchronous REM_LOCKSPACE was accepted; 0 for none.
     /// The lockspace stays listed "in progress" until `ASYNC_REMOVAL_SHOWN_MS` after it
     /// (`crate::lockspace`).

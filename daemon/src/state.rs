@@ -128,6 +128,7 @@ impl Daemon {
             examine_running: AtomicBool::new(false),
             examine_pending: AtomicBool::new(false),
             on_network_fs: AtomicBool::new(false),
+            holders_on_network_fs: AtomicBool::new(false),
             async_rem_at_ms: std::sync::atomic::AtomicU64::new(0),
             fence: OnceLock::new(),
             renewal_hist: crate::metrics::Histogram::default(),
