@@ -7,13 +7,34 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
+# Each step's wall time, printed as a table at the end (and on failure: the steps so far).
+step_names=()
+step_starts=()
+ci_start=$(date +%s)
+step() {
+    step_names+=("$*")
+    step_starts+=("$(date +%s)")
+    printf '\n=== %s ===\n' "$*"
+}
+step_times() {
+    local now i n end
+    now=$(date +%s)
+    n=${#step_names[@]}
+    printf '\n%-8s %s\n' "seconds" "step"
+    for ((i = 0; i < n; i++)); do
+        if ((i + 1 < n)); then end=${step_starts[i + 1]}; else end=$now; fi
+        printf '%-8s %s\n' "$((end - step_starts[i]))" "${step_names[i]:0:100}"
+    done
+    printf '%-8s %s\n' "$((now - ci_start))" "total"
+}
+baseline=""
+trap 'rm -f "$baseline"; step_times' EXIT
+
+step "setup (scripts/setup.sh)"
 bash scripts/setup.sh
 # What is attached before the tests start is not theirs to clean up.
 baseline=$(mktemp)
-trap 'rm -f "$baseline"' EXIT
 bash scripts/leftovers.sh snapshot "$baseline"
-
-step() { printf '\n=== %s ===\n' "$*"; }
 
 step "format"
 cargo fmt --all -- --check
