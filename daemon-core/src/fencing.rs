@@ -7,18 +7,27 @@
 //! this host has been fenced itself (the lockspace's lease is lost).
 //!
 //! A pass, once a second: `Input::FenceLook` → the suspects (peers whose delta lease has
-//! missed renewals, from the core's host monitor) → `Effect::FenceReadKeys` →
-//! `Input::FenceKeysRead` → our key gone: we are fenced; else `Effect::FencePeer` for
-//! each suspect that has stood still for [`FenceSt::preempt_after_s`] → the shell
-//! preempts and reads back ([`device_plan`], [`device_confirms`]) →
-//! `Input::PeerFenceDone`.
+//! missed renewals at our latest read of it) and the live peers, from the core's host
+//! monitor → `Effect::Fence { ReadKeys }` → `Input::FenceKeysRead` (the lockspace
+//! device's keys and whether a reservation stands) → one of: our key gone while a
+//! reservation stands, or after our own renewals paused, → we are fenced; our key gone
+//! with no reservation while we renewed all along → the storage lost it, `Reregister`; a
+//! live peer without a key → `Release` (no reservation while it renews); no reservation →
+//! `Reserve`; else `Preempt` for each suspect that has stood still for
+//! [`FenceSt::preempt_after_s`] → the shell preempts and reads back ([`device_plan`],
+//! [`device_confirms`], [`preempt_conflict`]) → `Input::PeerFenceDone`.
 //!
 //! Invariants:
 //! - a peer generation is marked fenced only when the shell confirmed that no key of its
-//!   host_id is left on any device while a reservation stands, and either our own
-//!   PREEMPT removed that generation's key or a key list we read earlier showed it
-//!   registered: a host that never registered is never taken for fenced (its leases wait
-//!   host_dead);
+//!   host_id, and no key of another scheme, is left on any device while a reservation
+//!   stands, and either our own PREEMPT removed that generation's key or a key list we
+//!   read earlier showed it registered: a host that never registered is never taken for
+//!   fenced (its leases wait host_dead);
+//! - the reservation is asked for only while every live peer has a key, and a preempt only
+//!   while one stands: a host that does not fence (sanlock, lockd without `scsi-pr`) is
+//!   never locked out by us;
+//! - a peer is judged only from a fresh read of ours ([`FRESH_READ_IO_TIMEOUTS`]), by its
+//!   age at that read;
 //! - nothing is decided before our key is registered or after we found ourselves fenced;
 //! - the keys remembered are bounded: host_ids 1 to [`MAX_EVENT_HOST_ID`], at most
 //!   [`SEEN_GENERATIONS`] generations each.
