@@ -132,6 +132,10 @@ pub enum FenceVerdict {
     /// every lease waits host_dead, so that its writes are not refused (given once per
     /// generation).
     PeerUnkeyed { host_id: u64, generation: u64 },
+    /// `host_id` at `generation`, marked fenced, renewed its delta lease since: the
+    /// storage still takes its writes (a path or device outside the fence, a target that
+    /// lost its PR state): an alarm, given once per generation. Its leases stay taken.
+    FencedPeerRenews { host_id: u64, generation: u64 },
     /// This host is fenced: the lockspace's lease is lost (as a corrupt one).
     WeAreFenced(FencedBecause),
     /// `host_id` at `generation` is marked fenced: its leases may be taken now.
@@ -206,6 +210,8 @@ pub struct FenceSt {
     live: Vec<(u64, u64)>,
     /// Peer generations warned about as renewing without a key.
     unkeyed_live: BTreeSet<(u64, u64)>,
+    /// Fenced peer generations seen renewing (alarmed once each).
+    fenced_renewing: BTreeSet<(u64, u64)>,
     /// The storage was found cleared and our key registered again (warned once until a
     /// reservation stands again).
     cleared: bool,
@@ -232,6 +238,7 @@ impl FenceSt {
             pass: Vec::new(),
             live: Vec::new(),
             unkeyed_live: BTreeSet::new(),
+            fenced_renewing: BTreeSet::new(),
             cleared: false,
             key_seen_at_s: 0,
             fenced_a_peer: false,
@@ -324,6 +331,13 @@ impl FenceSt {
     /// registered it): the start of the renewal gap [`FenceSt::keys_read`] is given.
     pub fn key_seen_at_s(&self) -> u64 {
         self.key_seen_at_s
+    }
+
+    /// Whether to raise the alarm for a fenced generation seen renewing: once per
+    /// generation, bounded like the other remembered generations.
+    pub fn alarm_fenced_renewing(&mut self, host_id: u64, generation: u64) -> bool {
+        self.fenced_renewing.len() < MAX_EVENT_HOST_ID as usize * SEEN_GENERATIONS
+            && self.fenced_renewing.insert((host_id, generation))
     }
 
     fn preempting_host(&self, host_id: u64) -> bool {
@@ -485,6 +499,7 @@ impl FenceSt {
         if self.seen.len() > MAX_EVENT_HOST_ID as usize
             || self.seen.values().any(|g| g.len() > SEEN_GENERATIONS)
             || self.unkeyed_live.len() > MAX_EVENT_HOST_ID as usize * SEEN_GENERATIONS
+            || self.fenced_renewing.len() > MAX_EVENT_HOST_ID as usize * SEEN_GENERATIONS
         {
             return Err("fencing remembers more keys than its bound".into());
         }

@@ -892,6 +892,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             }
             FenceVerdict::PeerNeverKeyed { .. }
             | FenceVerdict::PeerUnkeyed { .. }
+            | FenceVerdict::FencedPeerRenews { .. }
             | FenceVerdict::StorageCleared => {}
         }
         fx.push(Effect::FenceVerdict {
@@ -995,6 +996,23 @@ impl<S, H: LeaseHold> Core<S, H> {
             } => {
                 if let Some(sp) = self.live_space_mut(id) {
                     let notes = sp.monitor.observe(read_at_s, &sectors);
+                    if let Some(f) = sp.fence.as_mut() {
+                        for (host_id, h, _) in sp.monitor.hosts(now_s) {
+                            let renewing = h.fenced(h.owner_generation)
+                                && h.owner_id == host_id
+                                && h.changed_at_last_check();
+                            if renewing && f.alarm_fenced_renewing(host_id, h.owner_generation) {
+                                fx.push(Effect::FenceVerdict {
+                                    id,
+                                    ls: sp.name,
+                                    verdict: FenceVerdict::FencedPeerRenews {
+                                        host_id,
+                                        generation: h.owner_generation,
+                                    },
+                                });
+                            }
+                        }
+                    }
                     if !notes.is_empty() {
                         let period = timeouts::set_bitmap_seconds(sp.io_timeout_s);
                         let mut examine = false;
@@ -1854,6 +1872,29 @@ mod tests {
             },
         );
         assert!(fx.is_empty(), "{fx:?}");
+        // The fenced generation renews all the same (the storage still takes its writes):
+        // the alarm, once.
+        let read = |t: u64, timestamp: u64| {
+            let mut renewed = peer;
+            renewed.leader.timestamp = timestamp;
+            Input::HostsRead {
+                id: 1,
+                read_at_s: t,
+                sectors: vec![None, Some(renewed)],
+            }
+        };
+        let fx = c.step(t + 2, read(t + 2, 95));
+        assert!(matches!(
+            fx.as_slice(),
+            [Effect::FenceVerdict {
+                verdict: FenceVerdict::FencedPeerRenews {
+                    host_id: 2,
+                    generation: 3
+                },
+                ..
+            }]
+        ));
+        assert!(c.step(t + 3, read(t + 3, 97)).is_empty());
         c.check().unwrap();
 
         let mut c = core(&["ls"], t - 1, &[(4242, "ls", "r")]);

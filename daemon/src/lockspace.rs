@@ -626,6 +626,8 @@ fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
                     ..
                 } => fence.reregister(our_key),
                 Effect::FenceVerdict { verdict, .. } => match verdict {
+                    // Given by a renewal's read only (`renew_loop` logs it).
+                    FenceVerdict::FencedPeerRenews { .. } => {}
                     FenceVerdict::StorageCleared => error!(
                         "storage fencing: the device holds no reservation and our key is gone \
                          while our lease renewed all along: the storage lost its persistent \
@@ -975,6 +977,21 @@ fn renew_loop(
                             }
                             deliver_events(space, &notes);
                         }
+                        Effect::FenceVerdict {
+                            verdict:
+                                lockd_core::fencing::FenceVerdict::FencedPeerRenews {
+                                    host_id,
+                                    generation,
+                                },
+                            ..
+                        } => error!(
+                            host_id,
+                            generation,
+                            "storage fencing: a host generation this host fenced renews its \
+                             lease: the storage still takes its writes (a path or device \
+                             outside the fence, or a target that lost its reservations); its \
+                             leases were taken and it may be writing beside their new holders"
+                        ),
                         other => {
                             panic!("a lockspace read gave an effect it does not give: {other:?}")
                         }
