@@ -3,7 +3,8 @@
 //! which devices, and how long a peer's delta lease must stand still before this host
 //! preempts its key (docs/fencing.md).
 //!
-//! Invariants: fencing is off unless `fence = "scsi-pr"` names it and the lockspace is
+//! Invariants: fencing is off unless `fence = "scsi-pr"` (or `"register-only"`, keys
+//! without reservations or preempts) names it and the lockspace is
 //! listed in `fence_lockspaces` (opt-in per lockspace: a lockspace shared with hosts that
 //! do not register keys must never be fenced, because a host without a key is refused
 //! every write once a reservation exists); every listed name and device is checked here,
@@ -23,6 +24,11 @@ pub enum FenceMethod {
     None,
     /// SCSI-3 persistent reservations on the lockspace's device (and `fence_devices`).
     ScsiPr,
+    /// The key is registered as with `ScsiPr`, so this host may write while a reservation
+    /// stands and a fencing peer may fence it, but this host makes no reservation and
+    /// preempts nobody: the middle step of turning fencing on or off one host at a time
+    /// (docs/operations.md).
+    RegisterOnly,
 }
 
 /// The resolved fencing settings.
@@ -39,13 +45,19 @@ pub struct FenceConfig {
 }
 
 /// fence_preempt_s: 0 (the fail time) or a time the daemon raises to at least
-/// 4·io_timeout at the join (a live peer renews every 2·io_timeout).
+/// 6·io_timeout (`lockd_core::fencing::PREEMPT_FLOOR_IO_TIMEOUTS`).
 pub const FENCE_PREEMPT_RANGE_S: std::ops::RangeInclusive<u32> = 0..=3600;
 
 impl FenceConfig {
-    /// Whether `ls` is fenced by SCSI-3 PR.
+    /// Whether this host registers a SCSI-3 PR key for `ls` (`scsi-pr` or
+    /// `register-only`).
     pub fn scsi_pr_for(&self, ls: &Name) -> bool {
-        self.method == FenceMethod::ScsiPr && self.lockspaces.iter().any(|n| n.same_as(ls))
+        self.method != FenceMethod::None && self.lockspaces.iter().any(|n| n.same_as(ls))
+    }
+
+    /// Whether this host also reserves and preempts for `ls` (`scsi-pr`).
+    pub fn acts_for(&self, ls: &Name) -> bool {
+        self.method == FenceMethod::ScsiPr && self.scsi_pr_for(ls)
     }
 
     /// The extra devices of `ls`, in the order given.
@@ -67,10 +79,11 @@ impl FenceConfig {
         let method = match method.unwrap_or("none") {
             "none" => FenceMethod::None,
             "scsi-pr" => FenceMethod::ScsiPr,
+            "register-only" => FenceMethod::RegisterOnly,
             other => {
                 return Err(ConfigError::Invalid {
                     what: "fence",
-                    why: format!("{other:?} (\"none\" or \"scsi-pr\")"),
+                    why: format!("{other:?} (\"none\", \"scsi-pr\" or \"register-only\")"),
                 })
             }
         };
@@ -95,7 +108,9 @@ impl FenceConfig {
             if !names.is_empty() || !devices.is_empty() {
                 return Err(ConfigError::Invalid {
                     what: "fence_lockspaces",
-                    why: "fence_lockspaces and fence_devices need fence = \"scsi-pr\"".into(),
+                    why: "fence_lockspaces and fence_devices need fence = \"scsi-pr\" or \
+                          \"register-only\""
+                        .into(),
                 });
             }
             return Ok(FenceConfig::default());
@@ -177,8 +192,10 @@ mod tests {
         let devs = s(&["vb:/dev/sdc"]);
         let on = FenceConfig::resolve(Some("scsi-pr"), Some(&ls), Some(&devs), Some(5)).unwrap();
         let vb = Name::new("vb").unwrap();
-        assert!(on.scsi_pr_for(&vb));
+        assert!(on.scsi_pr_for(&vb) && on.acts_for(&vb));
         assert!(!on.scsi_pr_for(&Name::new("other").unwrap()));
+        let reg = FenceConfig::resolve(Some("register-only"), Some(&ls), None, None).unwrap();
+        assert!(reg.scsi_pr_for(&vb) && !reg.acts_for(&vb));
         assert_eq!(on.devices_for(&vb), vec![PathBuf::from("/dev/sdc")]);
         assert_eq!(on.preempt_s, 5);
     }

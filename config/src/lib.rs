@@ -289,17 +289,20 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
         kind: "string",
         option: None,
         default: "\"none\"",
-        range: "\"none\" or \"scsi-pr\"",
+        range: "\"none\", \"scsi-pr\" or \"register-only\"",
         example: "\"scsi-pr\"",
         help: "Storage fencing for the lockspaces in fence_lockspaces. \"scsi-pr\": at \
                each join this host registers a SCSI-3 persistent-reservation key \
                (lvmlockd's format, 0x100000 + generation + host_id) on the lockspace's \
                device and its fence_devices, and a Write Exclusive - All Registrants \
-               reservation is held; a peer whose delta lease stands still for \
-               fence_preempt_s has its key preempted, and once the removal is confirmed \
-               its leases are taken at once instead of after host_dead. A host whose key \
-               was preempted sees its writes refused (EBADE) and loses its leases. Every \
-               host of a fenced lockspace must use it (docs/fencing.md).",
+               reservation is held while every live host has a key; a peer whose delta \
+               lease stands still for fence_preempt_s has its key preempted, and once the \
+               removal is confirmed its leases are taken at once instead of after \
+               host_dead. A host whose key was preempted sees its writes refused (EBADE) \
+               and loses its leases. \"register-only\": the key is registered (this host \
+               may write under the reservation and can be fenced) but this host neither \
+               reserves nor preempts: the middle step of turning fencing on or off one \
+               host at a time (docs/operations.md).",
     },
     ConfigKey {
         key: "fence_lockspaces",

@@ -219,6 +219,9 @@ pub struct FenceSt {
     key_seen_at_s: u64,
     /// This host marked a peer generation fenced (since the lockspace was joined).
     pub fenced_a_peer: bool,
+    /// This host reserves and preempts (`fence = "scsi-pr"`); false: it only keeps its key
+    /// registered and watches for its own fence (`"register-only"`).
+    pub acts: bool,
     /// What the passes saw and did, for the metrics and the log.
     pub seen_now: FenceObserved,
     /// Preempts the shell runs now (by host_id, generation), with the age that
@@ -242,6 +245,7 @@ impl FenceSt {
             cleared: false,
             key_seen_at_s: 0,
             fenced_a_peer: false,
+            acts: true,
             seen_now: FenceObserved::default(),
             preempting: BTreeMap::new(),
         }
@@ -399,6 +403,9 @@ impl FenceSt {
         };
         self.seen_now.unkeyed_live_peers = live.iter().filter(|&&(h, _)| !keyed(h)).count() as u64;
         let unkeyed = live.iter().copied().find(|&(h, _)| !keyed(h));
+        if !self.acts {
+            return None;
+        }
         if let Some((host_id, generation)) = unkeyed {
             if reservation {
                 actions.push(FenceAction::Release { our_key: self.key });
@@ -902,6 +909,34 @@ mod tests {
         f.keys_read(&reserved(vec![ours, key(2, 3)]), 204, 0, &mut actions);
         assert!(actions.is_empty());
         f.check().unwrap();
+    }
+
+    #[test]
+    fn a_register_only_host_neither_reserves_nor_preempts_but_knows_its_own_fence() {
+        let ours = key(1, 1);
+        let mut m = monitor_with_peer();
+        reread(&mut m, 120);
+        let mut f = FenceSt::new(0, 1);
+        f.acts = false;
+        f.registered(ours.raw);
+        let mut actions = Vec::new();
+        f.look(&m, 120);
+        let unreserved = KeysRead::Keys {
+            keys: vec![ours, key(2, 3)],
+            reservation: false,
+        };
+        assert_eq!(f.keys_read(&unreserved, 120, 0, &mut actions), None);
+        f.look(&m, 121);
+        assert_eq!(
+            f.keys_read(&reserved(vec![ours, key(2, 3)]), 121, 0, &mut actions),
+            None
+        );
+        assert!(actions.is_empty(), "{actions:?}");
+        f.look(&m, 122);
+        assert_eq!(
+            f.keys_read(&reserved(vec![key(2, 3)]), 122, 0, &mut actions),
+            Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone))
+        );
     }
 
     #[test]

@@ -489,11 +489,13 @@ pub enum Input<S, H> {
     },
     /// The join of fenced lockspace `id` registered our storage key `key` (again, when
     /// the acquire wrote another generation than expected); `preempt_cfg_s` is
-    /// `fence_preempt_s`.
+    /// `fence_preempt_s`; `acts`: this host reserves and preempts (`fence = "scsi-pr"`),
+    /// not only registers (`"register-only"`).
     FenceRegistered {
         id: u32,
         key: u64,
         preempt_cfg_s: u64,
+        acts: bool,
     },
     /// Our key of lockspace `id` was removed (a clean leave).
     FenceUnregistered { id: u32 },
@@ -1039,12 +1041,15 @@ impl<S, H: LeaseHold> Core<S, H> {
                 id,
                 key,
                 preempt_cfg_s,
+                acts,
             } => {
                 if let Some(sp) = self.live_space_mut(id) {
                     let io_timeout_s = sp.io_timeout_s;
-                    sp.fence
-                        .get_or_insert_with(|| FenceSt::new(preempt_cfg_s, io_timeout_s))
-                        .registered(key);
+                    let f = sp
+                        .fence
+                        .get_or_insert_with(|| FenceSt::new(preempt_cfg_s, io_timeout_s));
+                    f.acts = acts;
+                    f.registered(key);
                 }
             }
             Input::FenceUnregistered { id } => {
@@ -1784,6 +1789,7 @@ mod tests {
                     id: 1,
                     key: ours.raw,
                     preempt_cfg_s: 0,
+                    acts: true,
                 },
             );
             assert!(fx.is_empty());

@@ -561,6 +561,7 @@ fn fence_registered(d: &Daemon, space: &Space, key: u64) {
             id: space.space_id,
             key,
             preempt_cfg_s: u64::from(d.cfg.fence.preempt_s),
+            acts: d.cfg.fence.acts_for(&space.name),
         },
     );
 }

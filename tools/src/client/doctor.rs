@@ -692,7 +692,7 @@ fn hosts_without_key(live: &[u64], keys: &[u64]) -> Vec<u64> {
 
 /// Whether the configuration turns storage fencing (SCSI-3 PR) on for lockspace `name`.
 fn fenced_by_pr(file: &lockd_config::FileConfig, name: &Name) -> bool {
-    file.fence.as_deref() == Some("scsi-pr")
+    matches!(file.fence.as_deref(), Some("scsi-pr" | "register-only"))
         && file
             .fence_lockspaces
             .iter()
