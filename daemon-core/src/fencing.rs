@@ -212,8 +212,8 @@ pub struct FenceSt {
     unkeyed_live: BTreeSet<(u64, u64)>,
     /// Fenced peer generations seen renewing (alarmed once each).
     fenced_renewing: BTreeSet<(u64, u64)>,
-    /// The storage was found cleared and our key registered again (warned once until a
-    /// reservation stands again).
+    /// The storage was found to have lost our key and it was registered again (once,
+    /// until a pass finds our key again).
     cleared: bool,
     /// When (monotime s) a pass last found our key on the device (0: not yet).
     key_seen_at_s: u64,
@@ -381,17 +381,22 @@ impl FenceSt {
         self.seen_now.reservation = reservation;
         if !keys.iter().any(|k| k.raw == self.key) {
             if !reservation && our_renewal_gap_s < CLEARED_GAP_IO_TIMEOUTS * self.io_timeout_s {
+                // Once per loss: a REGISTER sent again and again could land late, after a
+                // real preempt, and bring our key back. The keys seen before are
+                // forgotten: a peer's key missing now may only wait to be registered
+                // again, and must not count as fenced (`peer_done`).
+                if std::mem::replace(&mut self.cleared, true) {
+                    return None;
+                }
+                self.seen.clear();
                 actions.push(FenceAction::Reregister { our_key: self.key });
-                return (!std::mem::replace(&mut self.cleared, true))
-                    .then_some(FenceVerdict::StorageCleared);
+                return Some(FenceVerdict::StorageCleared);
             }
             self.fenced_here = true;
             return Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone));
         }
         self.key_seen_at_s = now_s;
-        if reservation {
-            self.cleared = false;
-        }
+        self.cleared = false;
         for k in keys {
             if let Some((host_id, generation)) = k.owner {
                 self.remember(host_id, generation);
@@ -973,22 +978,34 @@ mod tests {
             Some(FenceVerdict::StorageCleared)
         );
         assert_eq!(actions, vec![FenceAction::Reregister { our_key: ours.raw }]);
-        // Another host registered again first: still not a preempt (none stands), warned
-        // once.
+        // Our REGISTER has not shown yet and another host registered again first: still
+        // not a preempt (none stands); the REGISTER is not sent again (a late one could
+        // land after a real preempt), and the keys seen before are forgotten.
+        assert!(f.seen.is_empty());
         actions.clear();
         f.look(&monitor_with_peer(), 101);
         assert_eq!(
             f.keys_read(&cleared(vec![key(2, 3)]), 101, 2, &mut actions),
             None
         );
-        assert_eq!(actions, vec![FenceAction::Reregister { our_key: ours.raw }]);
+        assert!(actions.is_empty());
         assert!(!f.fenced_here);
+        // Once our key is back, a later loss is handled again.
+        f.look(&monitor_with_peer(), 102);
+        f.keys_read(&cleared(vec![ours, key(2, 3)]), 102, 2, &mut actions);
+        actions.clear();
+        f.look(&monitor_with_peer(), 103);
+        assert_eq!(
+            f.keys_read(&cleared(vec![]), 103, 2, &mut actions),
+            Some(FenceVerdict::StorageCleared)
+        );
+        assert_eq!(actions, vec![FenceAction::Reregister { our_key: ours.raw }]);
         // Our renewals stopped for 3·D since our key was last seen: a peer may have
         // preempted us and left; we count as fenced.
         actions.clear();
-        f.look(&monitor_with_peer(), 102);
+        f.look(&monitor_with_peer(), 104);
         assert_eq!(
-            f.keys_read(&cleared(vec![]), 102, 3, &mut actions),
+            f.keys_read(&cleared(vec![]), 104, 3, &mut actions),
             Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone))
         );
         assert!(actions.is_empty());

@@ -397,6 +397,12 @@ impl SpaceFence {
         info!("storage fencing: key removed");
     }
 
+    /// Whether `our_key` is the only key on the lockspace's device (read now; a failed
+    /// or truncated read answers false).
+    pub fn ours_is_the_last_key(&self, our_key: u64) -> bool {
+        matches!(self.devices[0].read_keys(), Ok(k) if !k.truncated && k.keys == [our_key])
+    }
+
     /// A pass's key list of the lockspace's device, and whether a reservation stands on
     /// it.
     pub fn read_keys(&self) -> KeysRead {

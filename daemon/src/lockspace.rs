@@ -818,14 +818,15 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
             Ok(true) => {
                 info!("delta lease released");
                 if let Some(f) = space.fence.get() {
-                    if space.fenced_a_peer() {
-                        // The host we fenced may still be alive (a paused guest) with its
-                        // writes queued: were we the last registrant, removing our key
-                        // would end the reservation and let them land. The key stays; our
-                        // next join replaces it (REGISTER AND IGNORE EXISTING KEY).
+                    if keep_key_at_leave(space, f) {
+                        // A host fenced meanwhile may still be alive (a paused guest) with
+                        // its writes queued: were we the last registrant, removing our key
+                        // would end the all-registrants reservation and let them land. The
+                        // key stays; our next join replaces it.
                         warn!(
-                            "storage fencing: this host fenced a peer while joined; its key \
-                             stays registered so that the reservation keeps that peer out"
+                            "storage fencing: our key stays registered (this host fenced a \
+                             peer, or its key is the last while another host's lease is not \
+                             free) so that the reservation keeps a fenced host out"
                         );
                     } else {
                         fence_unregister(space, f);
@@ -850,6 +851,22 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
     }
     mark_gone(d, space);
     info!("lockspace removed");
+}
+
+/// Whether a clean leave keeps our storage key: this host fenced a peer while joined, or
+/// our key is the last on the device while another host's delta lease is not free (it
+/// may be a host another survivor fenced, then left).
+fn keep_key_at_leave(space: &Space, fence: &crate::fence::SpaceFence) -> bool {
+    if space.fenced_a_peer() {
+        return true;
+    }
+    let now = crate::clock::now_s();
+    let others = space.monitor(|mon| {
+        mon.hosts(now)
+            .iter()
+            .any(|(host_id, h, _)| *host_id != space.host_id && h.timestamp != 0)
+    });
+    others && fence.ours_is_the_last_key(space.fence_key())
 }
 
 /// Watchdog connections of failed lockspaces that must end in a reset (see

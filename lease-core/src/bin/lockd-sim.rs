@@ -2,12 +2,15 @@
 //!
 //! Usage: `lockd-sim --seeds N [--first-seed S] [--hosts H] [--duration SECONDS]
 //! [--model lease|fence]
-//! [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|own-name-short-delay|take-before-preempt-confirmed]
-//! [--verbose] [--trace]`
+//! [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|own-name-short-delay|
+//! take-before-preempt-confirmed|preempt-conflict-means-fenced|registrants-only-reservation|
+//! empty-target-means-fenced] [--verbose] [--trace]`
 //!
 //! `--model fence` runs the model of storage fencing by persistent reservations
-//! (`lease_core::sim::fence`) instead of the lease algorithms; its planted bug
-//! `take-before-preempt-confirmed` selects that model by itself.
+//! (`lease_core::sim::fence`) instead of the lease algorithms; its planted bugs
+//! (`take-before-preempt-confirmed`, `preempt-conflict-means-fenced`,
+//! `registrants-only-reservation`, `empty-target-means-fenced`) select that model by
+//! themselves.
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
@@ -32,7 +35,8 @@ struct Args {
 const USAGE: &str =
     "usage: lockd-sim --seeds N [--first-seed S] [--hosts H (2-16)] [--duration SECONDS] \
      [--model lease|fence] [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|\
-     own-name-short-delay|take-before-preempt-confirmed] [--verbose] [--trace]";
+     own-name-short-delay|take-before-preempt-confirmed|preempt-conflict-means-fenced|\
+     registrants-only-reservation|empty-target-means-fenced] [--verbose] [--trace]";
 
 fn parse_args() -> Result<Args, String> {
     let known = |n: &str| parse_fence_bug(n).is_some() || parse_planted_bug(n).is_some();
