@@ -39,9 +39,9 @@ for bug in skip-phase2 no-host-dead-wait stale-known-hosts own-name-short-delay;
     expect_caught "$bug" "$sim" --seeds "$seeds" --hosts 4 --plant-bug "$bug"
 done
 # The fence model's planted bugs, each on 2000 seeds whatever LEASE_SEEDS is (about a
-# second each; registrants-only-reservation, the rarest, is caught on 5 of them).
+# second each; holder-unregisters-at-leave, the rarest, is caught on 5 of them).
 for bug in take-before-preempt-confirmed preempt-conflict-means-fenced \
-    registrants-only-reservation empty-target-means-fenced; do
+    holder-unregisters-at-leave empty-target-means-fenced; do
     expect_caught "$bug" "$sim" --model fence --seeds 2000 --hosts 4 --plant-bug "$bug"
 done
 

@@ -294,7 +294,7 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
         help: "Storage fencing for the lockspaces in fence_lockspaces. \"scsi-pr\": at \
                each join this host registers a SCSI-3 persistent-reservation key \
                (lvmlockd's format, 0x100000 + generation + host_id) on the lockspace's \
-               device and its fence_devices, and a Write Exclusive - All Registrants \
+               device and its fence_devices, and a Write Exclusive - Registrants Only \
                reservation is held while every live host has a key; a peer whose delta \
                lease stands still for fence_preempt_s has its key preempted, and once the \
                removal is confirmed its leases are taken at once instead of after \

@@ -161,7 +161,7 @@ pub enum FenceAction {
         generation: u64,
         our_key: u64,
     },
-    /// Make the reservation (Write Exclusive – All Registrants) with `our_key` on every
+    /// Make the reservation (Write Exclusive – Registrants Only) with `our_key` on every
     /// device that has none: every live host's key is registered.
     Reserve { our_key: u64 },
     /// Release the reservation with `our_key` on every device: a live host has no key.

@@ -2,7 +2,8 @@
 //! docs/fencing.md, "Storage fencing"): opt-in per lockspace (`fence = "scsi-pr"`,
 //! `fence_lockspaces`). At the join this host registers its key (lvmlockd's format,
 //! generation and host_id) on the lockspace's device and its `fence_devices`, and a
-//! Write Exclusive – All Registrants reservation is made if none stands. A fence thread
+//! Write Exclusive – Registrants Only reservation is made by a fence pass once every live
+//! host has a key. A fence thread
 //! (`crate::lockspace`) runs a pass once a second.
 //!
 //! This module is the executor of fencing's PR commands; the decisions and the state are
@@ -40,12 +41,14 @@ use lockd_core::fencing::{
 use lockd_scsi_pr::{lvm_key, lvm_key_parts, PrDevice, PrError, PrType};
 use tracing::{info, warn};
 
-/// The reservation lockd makes: writes only from registered I_T nexuses, and it stands
-/// while any registrant is left. Under Write Exclusive – Registrants Only the reservation
-/// has one holder and goes with the holder's registration: a clean leave of the first
-/// joiner would release it, after which every initiator — a fenced host too — may write.
-/// (lvm2's lvmpersist uses this type for the same reason.)
-const RESERVATION: PrType = PrType::WriteExclusiveAllRegistrants;
+/// The reservation lockd makes: writes only from registered I_T nexuses. It has one
+/// holder, and goes with the holder's registration, so a holder never removes its key
+/// while it holds it ([`SpaceFence::unregister`]); a PREEMPT of the holder's key passes it
+/// to the preempter. Not Write Exclusive – All Registrants, which would stand while any
+/// registrant is left: tgt keeps one holder for it too and, when that registrant is
+/// preempted, keeps pointing at the freed registration — in the VM bed the preempted
+/// host's writes then landed beside the new lease holder's.
+const RESERVATION: PrType = PrType::WriteExclusiveRegistrantsOnly;
 /// Each PR command's bound (a fence thread must not hang on a dead path for long).
 const PR_TIMEOUT_MS: u32 = 5_000;
 /// How many times a join decides its registration again after the key it named changed
@@ -302,9 +305,9 @@ impl SpaceFence {
         }
     }
 
-    /// `FenceAction::Release`: releases the reservation on every device (a registrant
-    /// releases an all-registrants reservation; a reservation of another type held by
-    /// another key is left, which RELEASE does by itself).
+    /// `FenceAction::Release`: releases the reservation on every device (only its holder
+    /// can; RELEASE from another registrant leaves it, and the holder's own pass releases
+    /// it).
     pub fn release(&self, our_key: u64) {
         for dev in &self.devices {
             let held = match self.cmd(dev, "READ RESERVATION", dev.read_reservation()) {
@@ -339,7 +342,7 @@ impl SpaceFence {
         }
     }
 
-    /// Makes the WE-AR reservation with `key` when the device has none (another host's
+    /// Makes the WE-RO reservation with `key` when the device has none (another host's
     /// reservation made in between is fine).
     fn ensure_reservation(&self, dev: &PrDevice, key: u64) -> Result<(), FenceError> {
         let st = self.cmd(dev, "READ RESERVATION", dev.read_reservation())?;
@@ -383,13 +386,31 @@ impl SpaceFence {
     }
 
     /// On a clean leave (the delta lease released) or an aborted join: removes our key
-    /// `key` (0: none registered) from every device. The all-registrants reservation
-    /// stands while another host's key is registered (and goes with the last one).
+    /// `key` (0: none registered) from every device — except where our key holds the
+    /// reservation (or the reservation cannot be read): the reservation would go with it
+    /// and every initiator, a fenced host too, could write. The key stays there; our next
+    /// join replaces it (a plain REGISTER naming it keeps the reservation with us).
     pub fn unregister(&self, key: u64) {
         if key == 0 {
             return;
         }
         for dev in &self.devices {
+            match dev.read_reservation() {
+                Ok(st) if st.reservation.as_ref().is_none_or(|r| r.key != key) => {}
+                Ok(_) => {
+                    warn!(
+                        device = %dev.path().display(),
+                        "storage fencing: our key holds the reservation: it stays registered \
+                         so that the reservation keeps fenced hosts out"
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    warn!(device = %dev.path().display(), error = %e,
+                        "storage fencing: READ RESERVATION failed; our key stays registered");
+                    continue;
+                }
+            }
             if let Err(e) = dev.register(key, 0) {
                 warn!(device = %dev.path().display(), error = %e, "storage fencing: unregister failed");
             }

@@ -821,7 +821,7 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
                     if keep_key_at_leave(space, f) {
                         // A host fenced meanwhile may still be alive (a paused guest) with
                         // its writes queued: were we the last registrant, removing our key
-                        // would end the all-registrants reservation and let them land. The
+                        // would end a reservation it held and let them land. The
                         // key stays; our next join replaces it.
                         warn!(
                             "storage fencing: our key stays registered (this host fenced a \

@@ -52,6 +52,7 @@ import base64
 import json
 import os
 import queue
+import re
 import select
 import shutil
 import signal
@@ -96,11 +97,27 @@ SCENARIOS = {
     "pr-freeze-guest": ("iscsi", "fence=scsi-pr: SIGSTOP the holder's QEMU, resume after the takeover"),
     "pr-cut-storage": ("iscsi", "fence=scsi-pr: cut the holder's iSCSI connection, heal after the takeover"),
     "pr-slow-storage": ("iscsi", "fence=scsi-pr: the holder's storage path delays every byte by 3 s"),
+    "pr-holder-leaves": ("iscsi", "fence=scsi-pr: the reservation's first holder leaves cleanly while a fenced guest is paused"),
+    "pr-double-preempt": ("iscsi", "fence=scsi-pr: two survivors preempt the same dead holder at once"),
+    "pr-survivor-paused": ("iscsi", "fence=scsi-pr: a healthy survivor's daemon is stopped past the preempt time, then resumed"),
 }
 # Storage fencing scenarios (issue 24): io_timeout 1, fence_preempt_s below.
-PR_FENCE_SCENARIOS = ["pr-kill-daemon", "pr-freeze-guest", "pr-cut-storage", "pr-slow-storage"]
+PR_FENCE_SCENARIOS = ["pr-kill-daemon", "pr-freeze-guest", "pr-cut-storage", "pr-slow-storage",
+                      "pr-holder-leaves", "pr-double-preempt", "pr-survivor-paused"]
 PR_PREEMPT_S = 5
 PR_TAKEOVER_LIMIT_S = 10.0
+# pr-double-preempt: the longest the first survivor's PREEMPT is held in its storage path
+# (below lockd's 5 s bound on a PR command, and short enough that the held survivor's
+# renewals, queued behind it, stay well inside 8·D).
+PREEMPT_HOLD_CAP_S = 3.0
+# pr-survivor-paused: how long (guest seconds) the survivor's daemon is stopped, from just
+# after one of its renewals: at the old daemon's preempt time (fence_preempt_s 5 over its
+# 4·D floor; with the stop's own latency the peers' ages it finds on resume exceed it),
+# short of the paused host's own lease failure (8·D) and of the new daemon's floor (6·D),
+# and as short as that allows: its peers see its record stand still from their next read
+# on, and the old daemon preempts at 5 whole seconds of its clock (4 s and a bit can
+# round up to 5), so a longer pause gets the paused host fenced by its peers first.
+SURVIVOR_PAUSE_S = 5.0
 # A "slow" relay holds each chunk this long before passing it on.
 SLOW_DELAY_S = 3.0
 CI_SUBSET = ["kill-daemon", "pr-kill-daemon", "nfs-cut"]
@@ -210,6 +227,9 @@ class Relay:
         self.listener.listen(8)
         self.port = self.listener.getsockname()[1]
         self.closed = False
+        # pr-double-preempt: a PreemptGate shared by the survivors' relays (set before the
+        # guest boots, so that the scan of its iSCSI stream starts at the login).
+        self.gate: PreemptGate | None = None
         threading.Thread(target=self._accept, daemon=True).start()
 
     def set_mode(self, mode: str) -> None:
@@ -256,12 +276,13 @@ class Relay:
                 continue
             with self.cond:
                 self.conns += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, outbound: bool = False) -> None:
         with self.cond:
             gen = self.generation
+        scan = IscsiScan() if outbound and self.gate is not None else None
         while True:
             try:
                 data = src.recv(65536)
@@ -279,6 +300,17 @@ class Relay:
                 # Slow storage: every chunk arrives SLOW_DELAY_S late (in order, per
                 # direction), as a congested or failing path delivers it.
                 time.sleep(SLOW_DELAY_S)
+            if scan is not None:
+                at = scan.feed(data, self.timeline, self.name)
+                if at is not None and self.gate.claim(self.name):
+                    # The first PREEMPT of any survivor: what precedes it goes on, it and
+                    # everything after it on this connection wait at the gate.
+                    try:
+                        dst.sendall(data[:at])
+                    except OSError:
+                        break
+                    self.gate.hold()
+                    data = data[at:]
             try:
                 dst.sendall(data)
             except OSError:
@@ -293,6 +325,83 @@ class Relay:
         self.closed = True
         self.set_mode("cut")
         self.listener.close()
+
+
+class IscsiScan:
+    """Follows the PDUs an iSCSI initiator sends (48-byte basic header, additional headers,
+    data padded to 4 bytes; no digests: QEMU's initiator offers None first and tgt takes
+    it) and finds SCSI Command PDUs whose CDB is PERSISTENT RESERVE OUT with the service
+    action PREEMPT (4) or PREEMPT AND ABORT (5). An opcode no initiator sends means the
+    scan lost the PDU boundaries: it stops (noted on the timeline) rather than guess."""
+
+    INITIATOR_OPCODES = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x10}
+
+    def __init__(self) -> None:
+        self.hdr = b""
+        self.skip = 0
+        self.lost = False
+
+    def feed(self, data: bytes, timeline: Timeline, who: str) -> int | None:
+        """The offset in `data` where the first PREEMPT PDU in it begins (0 when its header
+        began in an earlier chunk), or None."""
+        found = None
+        i = 0
+        while i < len(data) and not self.lost:
+            if self.skip:
+                n = min(self.skip, len(data) - i)
+                i += n
+                self.skip -= n
+                continue
+            start = 0 if self.hdr else i
+            need = 48 - len(self.hdr)
+            self.hdr += data[i:i + need]
+            i += min(need, len(data) - i)
+            if len(self.hdr) < 48:
+                break
+            h, self.hdr = self.hdr, b""
+            if h[0] & 0x3F not in self.INITIATOR_OPCODES:
+                self.lost = True
+                timeline.mark(who, f"iSCSI scan lost the PDU boundaries (opcode {h[0]:#x}): no gate")
+                break
+            self.skip = h[4] * 4 + ((int.from_bytes(h[5:8], "big") + 3) & ~3)
+            if found is None and h[0] & 0x3F == 0x01 and h[32] == 0x5F and h[33] & 0x1F in (4, 5):
+                found = start
+        return found
+
+
+class PreemptGate:
+    """pr-double-preempt's widening of the race: the first PREEMPT one survivor sends
+    reaches the target only after another survivor's preempt of the same key completed
+    (the bed opens the gate on that survivor's "key preempted" line), or after
+    PREEMPT_HOLD_CAP_S. A storage path that delays one command, as a congested path
+    does; the daemons are not touched."""
+
+    def __init__(self, timeline: Timeline) -> None:
+        self.timeline = timeline
+        self.lock = threading.Lock()
+        self.holder: str | None = None
+        self.held_at: float | None = None
+        self.released_at: float | None = None
+        self.opened_by: str | None = None
+        self.release = threading.Event()
+
+    def claim(self, relay: str) -> bool:
+        """True for the first relay that sees a PREEMPT (it holds); later ones pass."""
+        with self.lock:
+            if self.holder is not None:
+                return False
+            self.holder = relay
+        self.held_at = self.timeline.mark(relay, "PREEMPT held at the gate")
+        return True
+
+    def hold(self) -> None:
+        self.release.wait(PREEMPT_HOLD_CAP_S)
+        self.released_at = self.timeline.mark(
+            self.holder or "gate", f"PREEMPT released ({self.opened_by or 'hold cap reached'})")
+
+    def open(self, why: str) -> None:
+        self.opened_by = why
+        self.release.set()
 
 
 class Ganesha:
@@ -593,7 +702,7 @@ class Witness:
         if ev in ("start", "alive") and guest in self.current_lver:
             self._tenure(guest, self.current_lver[guest], t, "life")
         if ev != "alive":
-            extra = " ".join(f"{k}={v}" for k, v in kv.items() if k in ("lver", "errno", "holder"))
+            extra = " ".join(f"{k}={v}" for k, v in kv.items() if k in ("lver", "errno", "holder", "victim"))
             self.bed.timeline.mark(guest, f"holder {ev} {extra}".strip(), t)
             with self.lock:
                 self.notes.append((t, guest, ev))
@@ -686,6 +795,9 @@ class Bed:
         self.lun = self.workdir / "lun.img"
         self.export = self.workdir / "export"
         self.poller: threading.Thread | None = None
+        # Fenced scenarios: host_id -> generation of the keys registered just before the
+        # fault (the generations a preempt may rightly name).
+        self.keys_at_fault: dict[int, int] = {}
 
     # --- storage
 
@@ -766,9 +878,12 @@ class Bed:
                 start = (
                     f"(sh -c 'echo $$ >/run/daemon.pid; exec {daemon}' 2>&1 | "
                     "while IFS= read -r l; do printf '%s\\n' \"$l\" >>/var/tmp/daemon.log; case \"$l\" in "
-                    "*'key preempted'*) echo event=fence-preempt >/dev/ttyS2;; "
+                    "*'key preempted'*) h=${l##*host_id=}; echo \"event=fence-preempt victim=${h%%[!0-9]*}\" >/dev/ttyS2;; "
+                    "*'already preempted'*) echo event=fence-already >/dev/ttyS2;; "
+                    "*'preempt was refused'*) echo event=fence-refused >/dev/ttyS2;; "
                     "*'marked fenced'*) echo event=fence-marked >/dev/ttyS2;; "
                     "*'has been fenced'*) echo event=fenced-self >/dev/ttyS2;; "
+                    "*'lockspace failed: our delta lease'*) echo event=lockspace-failed >/dev/ttyS2;; "
                     "*'key registered'*) echo event=fence-registered >/dev/ttyS2;; "
                     "esac; done) </dev/null >/dev/null 2>&1 &\n"
                 )
@@ -882,6 +997,9 @@ class Result:
     preempt: float | None = None
     fenced_mark: float | None = None
     fenced_write_errors: int = 0
+    # pr-* scenarios: healthy hosts fenced, reset, or whose lockspace failed although
+    # nothing was wrong with them (count_false_fences), and the evidence.
+    false_fences: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         f = lambda v: "none" if v is None else f"{v:.2f}"
@@ -889,6 +1007,7 @@ class Result:
                 f"last_renewal_s={f(self.last_renewal)} recovery_s={f(self.recovery)} "
                 f"watchdog_fire_s={f(self.watchdog)} host_dead_s={f(self.host_dead)} "
                 f"takeover_s={f(self.takeover)} rejoin_s={f(self.rejoin)} overlaps={len(self.overlaps)}"
+                + (f" false_fences={len(self.false_fences)}" if self.scenario.startswith("pr-") else "")
                 + (f" fence={self.fence} preempt_s={PR_PREEMPT_S} preempt_at_s={f(self.preempt)} "
                    f"fenced_at_s={f(self.fenced_mark)} fenced_write_errors={self.fenced_write_errors}"
                    if self.fence else ""))
@@ -974,6 +1093,8 @@ def scenario_body(bed: Bed, res: Result) -> None:
     bed.start_contender(g2)
     bed.start_contender(g3)
     time.sleep(2 * 2 * d + 1)  # two renewals seen by the poller
+    if name in PR_FENCE_SCENARIOS:
+        bed.keys_at_fault = pr_generations(g2)
 
     fault = bed.timeline.mark("bed", f"FAULT {name}")
     res.fault = fault
@@ -1011,7 +1132,10 @@ def scenario_body(bed: Bed, res: Result) -> None:
         raise BedError(f"scenario {name} not handled")
 
     if fenced:
-        return judge_fenced(bed, res, g1, name, fault, kinds)
+        judge_fenced(bed, res, g1, name, fault, kinds)
+        # Only g1's generation at the fault may be preempted; g2 and g3 stay unfenced.
+        count_false_fences(bed, res, faulty={"g1"}, allowed={1: bed.keys_at_fault.get(1, -1)})
+        return
     if name == "nfs-server-restart":
         # The server is back well within 8·D: nobody fails, nobody takes over, g1 keeps
         # renewing and holding. Watch for longer than host_dead.
@@ -1394,7 +1518,315 @@ def pr_basics(bed: Bed, res: Result) -> None:
           + f" violations={len(v)}", flush=True)
 
 
-PR_BODIES = {"pr-basics": pr_basics}
+# ---------------------------------------------------------------------------------------
+# Storage-fencing holes (issue 38): a reservation gone with a clean leave, a preempt that
+# lost a race taken for our own fence, a paused survivor preempting from a stale view.
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# A daemon log line with one of these, on a host nothing was wrong with, is a false fence.
+FALSE_FENCE_SIGNS = ("has been fenced", "our preempt was refused", "lockspace failed: our delta lease is lost")
+
+
+def pr_generations(g: Guest) -> dict[int, int]:
+    """host_id -> generation of every key in lvmlockd's format on the LUN, as `lockd
+    direct pr read-keys --json` in guest `g` reads them ({} when the read fails)."""
+    _, out = g.sh(f"lockd direct pr read-keys --json {PR_DEV} 2>&1", check=False, timeout=30)
+    try:
+        return {k["host_id"]: k["host_generation"] for k in json.loads(out)["keys"] if k["host_id"]}
+    except (ValueError, KeyError, TypeError):
+        return {}
+
+
+def pr_reservation(g: Guest) -> str:
+    """The LUN's reservation as `lockd direct pr read-reservation --json` in guest `g`
+    shows it: "TYPE/KEY/HOLDER" (the host_id the key names, or "all-registrants" for the
+    zero key of an all-registrants type), "none", or "unreadable(…)"."""
+    _, out = g.sh(f"lockd direct pr read-reservation --json {PR_DEV} 2>&1", check=False, timeout=30)
+    try:
+        r = json.loads(out)["reservation"]
+        if not r:
+            return "none"
+        key = int(r["key"], 16)
+        holder = ("all-registrants" if key == 0 else f"host{key & 0xFFFF}" if key >> 40 == 0x100000
+                  else "foreign-key")
+        return f"{r['type'] or r['type_code']}/{r['key']}/{holder}"
+    except (ValueError, KeyError, TypeError):
+        return f"unreadable({' '.join(out.split())[:80]})"
+
+
+def count_false_fences(bed: Bed, res: Result, faulty: set[str], allowed: dict[int, int]) -> None:
+    """The healthy hosts fenced although nothing was wrong with them, from every guest's
+    daemon log (read in the guest at the end; kept in the work dir) and the bed's reset
+    events: a host whose key was preempted at another generation than `allowed` names
+    (host_id -> the generation the fault hit), and a guest not in `faulty` that logged it
+    has been fenced, that its own preempt was refused or that its lockspace failed, or was
+    reset by its watchdog. Each host counts once, in res.false_fences, each a violation."""
+    logs: dict[str, str] = {}
+    for g in bed.guests.values():
+        if not g.alive() or g.exit_t is not None:
+            continue
+        try:
+            _, out = g.sh("cat /var/tmp/daemon.log", check=False, timeout=30)
+        except BedError:
+            out = ""
+        (g.dir / f"daemon.{g.boots}.log").write_text(out)
+        logs[g.name] = ANSI.sub("", out)
+    found: dict[str, str] = {}
+    for name, log in logs.items():
+        for line in log.splitlines():
+            if "key preempted" not in line:
+                continue
+            fields = line.split("key preempted", 1)[1]
+            h, gen = re.search(r"host_id=(\d+)", fields), re.search(r"generation=(\d+)", fields)
+            if h and gen and allowed.get(int(h[1])) != int(gen[1]):
+                found.setdefault(f"g{h[1]}", f"{name} preempted host_id {h[1]} generation {gen[1]}")
+    for g in bed.guests.values():
+        if g.name in faulty:
+            continue
+        if g.watchdog_t or g.boots > 1:
+            found.setdefault(g.name, "reset by its watchdog")
+        for line in logs.get(g.name, "").splitlines():
+            if any(sign in line for sign in FALSE_FENCE_SIGNS):
+                found.setdefault(g.name, f"it logged: {' '.join(line.split())[:200]}")
+    res.false_fences = [f"{h}: {why}" for h, why in sorted(found.items())]
+    for f in res.false_fences:
+        bed.timeline.mark("bed", f"false fence: {f}")
+        res.violations.append(f"false fence: {f}")
+
+
+def fence_notes(bed: Bed, res: Result, loser: str, fault: float) -> None:
+    """The summary's fence times after `fault`: the first preempt and fence mark by a guest
+    other than `loser`, `loser`'s holder writes refused by the target, and its holder's
+    first lost-lease notice (killpath or SIGTERM)."""
+    with bed.witness.lock:
+        notes = [(t, h, e) for t, h, e in bed.witness.notes if t >= fault]
+    pre = [t for t, h, e in notes if h != loser and e == "fence-preempt"]
+    marks = [t for t, h, e in notes if h != loser and e == "fence-marked"]
+    res.preempt = min(pre) if pre else None
+    res.fenced_mark = min(marks) if marks else None
+    res.fenced_write_errors = sum(1 for _t, h, e in notes if h == loser and e == "write_error")
+    rec = [t for t, h, e in notes if h == loser and e in ("killpath", "sigterm")]
+    res.recovery = min(rec) if rec else None
+
+
+def check_takeover(bed: Bed, res: Result, loser: str, fault: float) -> float | None:
+    """Waits for another guest than `loser` to write under the lease; a violation when
+    none does, or later than PR_TAKEOVER_LIMIT_S after the fault."""
+    d = bed.io_timeout_s
+    take = bed.wait_for("takeover", lambda: bed.witness.takeover(loser, fault), 8 * d + bed.fire_timeout_s + 30)
+    res.takeover = take
+    if take is None:
+        res.violations.append("no other guest took the lease")
+    elif take - fault > PR_TAKEOVER_LIMIT_S:
+        res.violations.append(f"takeover {take - fault:.2f}s after the fault (limit {PR_TAKEOVER_LIMIT_S} s)")
+    return take
+
+
+def start_three_with_holder(bed: Bed, first: int | None = None, last: int | None = None,
+                            contenders: tuple[int, ...] = ()) -> None:
+    """Three fenced lockd guests joined (guest `first` alone before the others and `last`
+    alone after them, when given; the others at once), g1 holding the lease and writing,
+    `contenders` waiting for it; returns after two renewals of everyone were seen."""
+    bed.start_storage(3)
+    in_parallel(lambda i: bed.boot(i), (1, 2, 3))
+    if first is not None:
+        bed.join(bed.guests[first])
+    join_all(bed, [g for i, g in sorted(bed.guests.items()) if i not in (first, last)])
+    if last is not None:
+        bed.join(bed.guests[last])
+    bed.start_holder(bed.guests[1])
+    if not bed.wait_for("g1 holds", lambda: bed.witness.takeover("none", 0.0), 60):
+        raise BedError("g1 never wrote under its lease")
+    for i in contenders:
+        bed.start_contender(bed.guests[i])
+    time.sleep(2 * 2 * bed.io_timeout_s + 1)
+
+
+def pr_holder_leaves(bed: Bed, res: Result) -> None:
+    """The reservation must outlive a clean leave of the host that made it. g2 joins
+    first, so its key makes the reservation (the old daemon's Write Exclusive – Registrants
+    Only then has g2 as its one holder; Write Exclusive – All Registrants stands while any
+    registrant is left); g1 and g3 join after. g1 holds the lease and writes; its whole
+    guest is paused (QMP `stop`: its clocks stop with it, so on `cont` it believes no time
+    passed); g3 preempts g1's key, confirms it and takes the lease; g2 leaves cleanly
+    (REM_LOCKSPACE: its delta lease released, its key removed); g1 is resumed. Checks: a
+    reservation still stands after the leave, no write of g1 reaches the LUN after the
+    takeover (overlaps=0; its writes bounce with EBADE), the takeover within
+    PR_TAKEOVER_LIMIT_S of the pause, and no false fence of g2 or g3."""
+    d = bed.io_timeout_s
+    v = res.violations
+    start_three_with_holder(bed, first=2, contenders=(3,))
+    g1, g2, g3 = bed.guests[1], bed.guests[2], bed.guests[3]
+    before = pr_reservation(g3)
+    bed.timeline.mark("g3", f"reservation before the fault: {before}")
+    bed.keys_at_fault = pr_generations(g3)
+    res.fault = fault = bed.timeline.mark("bed", "FAULT pr-holder-leaves: QMP stop of g1 (the holder)")
+    g1.qmp("stop")
+    take = check_takeover(bed, res, "g1", fault)
+    fence_notes(bed, res, "g1", fault)
+    bed.timeline.mark("g2", "rem-lockspace (a clean leave)")
+    rc, out = g2.sh(f"lockd rem-lockspace -s {LOCKSPACE}:2:{bed.lease_path()}:0 2>&1", check=False, timeout=60)
+    bed.timeline.mark("g2", f"left: rc {rc} {' '.join(out.split())[:120]}")
+    if rc != 0:
+        v.append(f"g2's clean leave failed ({rc}): {out.strip()}")
+    after = pr_reservation(g3)
+    bed.timeline.mark("g3", f"reservation after g2 left: {after}")
+    if after == "none":
+        v.append("no reservation after g2's clean leave: any initiator, a fenced one too, may write")
+    bed.timeline.mark("g1", "QMP cont (resumed)")
+    g1.qmp("cont")
+    time.sleep(8 * d + 4)
+    fence_notes(bed, res, "g1", fault)
+    with bed.witness.lock:
+        landed = [t for t, h, _l, _s in bed.witness.writes if h == "g1" and take is not None and t > take]
+    if landed:
+        v.append(f"{len(landed)} write(s) of g1 reached the LUN after the takeover (first {landed[0]:.2f}s)")
+    count_false_fences(bed, res, faulty={"g1"}, allowed={1: bed.keys_at_fault.get(1, -1)})
+    print(f"pr: scenario=pr-holder-leaves reservation_before_leave={before} reservation_after_leave={after} "
+          f"g1_writes_landed_after_takeover={len(landed)} g1_writes_refused={res.fenced_write_errors}", flush=True)
+
+
+def pr_double_preempt(bed: Bed, res: Result) -> None:
+    """Two survivors preempt the same dead holder at once: the slower one's PREEMPT finds
+    the victim's key already gone (RESERVATION CONFLICT) and must not take that for its
+    own fence. g1 holds, g2 and g3 contend; g1's daemon is SIGKILLed (as pr-kill-daemon).
+    The race is widened in the storage path, not in the daemons: the first PREEMPT either
+    survivor sends is held in its relay (PreemptGate) until the other survivor logged its
+    own preempt of the key, or PREEMPT_HOLD_CAP_S (LOCKD_VMBED_NO_GATE=1 leaves the race
+    to chance). Checks: the race was hit (a survivor's PREEMPT met RESERVATION CONFLICT: it
+    logged that its preempt was refused, or that the key was already preempted), that
+    survivor said the key was already preempted and stayed unfenced (false_fences=0),
+    another guest took the lease within PR_TAKEOVER_LIMIT_S, overlaps=0."""
+    d, w = bed.io_timeout_s, bed.fire_timeout_s
+    v = res.violations
+    gate = PreemptGate(bed.timeline)
+    bed.start_storage(3)
+    if not os.environ.get("LOCKD_VMBED_NO_GATE"):
+        bed.relays[2].gate = bed.relays[3].gate = gate
+    in_parallel(lambda i: bed.boot(i), (1, 2, 3))
+    join_all(bed, list(bed.guests.values()))
+    g1 = bed.guests[1]
+    bed.start_holder(g1)
+    if not bed.wait_for("g1 holds", lambda: bed.witness.takeover("none", 0.0), 60):
+        raise BedError("g1 never wrote under its lease")
+    bed.start_contender(bed.guests[2])
+    bed.start_contender(bed.guests[3])
+    time.sleep(2 * 2 * d + 1)
+    bed.keys_at_fault = pr_generations(bed.guests[2])
+    res.fault = fault = bed.timeline.mark("bed", "FAULT pr-double-preempt: SIGKILL g1's daemon")
+    g1.sh("kill -KILL $(cat /run/daemon.pid)")
+
+    def held() -> str | None:
+        return None if gate.holder is None else "g" + gate.holder[len("relay"):]
+
+    def other_preempted() -> float | None:
+        with bed.witness.lock:
+            return next((t for t, h, e in bed.witness.notes
+                         if t >= fault and h not in ("g1", held()) and e == "fence-preempt"), None)
+
+    if bed.relays[2].gate is not None:
+        bed.wait_for("a held PREEMPT and the other's preempt",
+                     lambda: gate.released_at or (held() and other_preempted()), 8 * d + w + 30)
+        t_other = other_preempted() if held() else None
+        if t_other is not None and gate.released_at is None:
+            gate.open(f"the other survivor's preempt logged at {t_other:.2f}s")
+        bed.wait_for("release", lambda: gate.released_at, PREEMPT_HOLD_CAP_S + 2)
+    take = check_takeover(bed, res, "g1", fault)
+    bed.wait_for("watchdog", lambda: g1.watchdog_t, 8 * d + w + 30)
+    time.sleep(8 * d + 4)  # the held survivor acts on its answer
+    fence_notes(bed, res, "g1", fault)
+    res.watchdog = g1.watchdog_t[0] if g1.watchdog_t else None
+    with bed.witness.lock:
+        notes = [(h, e) for t, h, e in bed.witness.notes if t >= fault and h != "g1"]
+        landed = [t for t, h, _l, _s in bed.witness.writes if h == "g1" and take is not None and t > take]
+    second = next((h for h, e in notes if e in ("fence-refused", "fence-already")), None)
+    outcome = ",".join(e[len("fence"):].lstrip("-") if e.startswith("fence-") else e
+                       for h, e in notes if h == second and e in
+                       ("fence-refused", "fence-already", "fenced-self", "lockspace-failed")) or "none"
+    race = "hit" if second else "missed"
+    if second is None:
+        v.append("the race was not hit: no survivor's PREEMPT met RESERVATION CONFLICT")
+    elif outcome != "already":
+        v.append(f"{second}, whose PREEMPT came second, did not only say the key was already preempted ({outcome})")
+    if landed:
+        v.append(f"{len(landed)} write(s) of g1 reached the LUN after the takeover (first {landed[0]:.2f}s)")
+    count_false_fences(bed, res, faulty={"g1"}, allowed={1: bed.keys_at_fault.get(1, -1)})
+    held_s = (gate.released_at - gate.held_at) if gate.held_at and gate.released_at else None
+    print(f"pr: scenario=pr-double-preempt gate={'on' if bed.relays[2].gate else 'off'} held={held()} "
+          f"held_s={'none' if held_s is None else f'{held_s:.2f}'} race={race} second={second} "
+          f"second_logged={outcome}", flush=True)
+
+
+def pause_moment(bed: Bed, timeout: float) -> str:
+    """Returns just after a renewal of g2 (seen on the LUN), preferably one that came
+    0.1–1 s after g1's and g3's latest: their reads came before it (a renewal reads, then
+    writes), so they see it only at their next renewal 1–1.9 s later and see it stand still
+    the shortest time. After `timeout` without one, the next renewal of g2 does. Returns
+    how g2's renewal lay against theirs."""
+    seen = bed.witness.last_renewal_before(2, bed.clock.now())
+    deadline = bed.clock.now() + timeout
+    while bed.clock.now() < deadline + 10:
+        t2 = bed.witness.last_renewal_before(2, bed.clock.now())
+        if t2 is not None and t2 != seen:
+            seen = t2
+            lags = [t2 - (bed.witness.last_renewal_before(i, t2) or -99.0) for i in (1, 3)]
+            late = bed.clock.now() > deadline
+            if late or all(0.1 <= x <= 1.0 for x in lags):
+                return ("g2 renewed %.2f/%.2f s after g1/g3" % tuple(lags)) + (" (no better phase)" if late else "")
+        time.sleep(0.02)
+    raise BedError("g2 did not renew its delta lease")
+
+
+def pr_survivor_paused(bed: Bed, res: Result) -> None:
+    """A survivor whose own daemon stood still must not judge its peers from the view it
+    had before. All three guests healthy, g1 holds the lease and writes; g2 joins after g1
+    and g3 (guests that join together renew in step; a join takes about 2.2 s at D=1, so
+    g2's renewals come a fraction of a second after theirs, the phase pause_moment looks
+    for). g2's daemon is SIGSTOPped right after one of its renewals (pause_moment) for
+    SURVIVOR_PAUSE_S guest seconds (the stop, sleep and SIGCONT run in g2, on its clock),
+    then resumed. The pause
+    is longer than the old daemon's preempt time (5 s) and shorter than g2's own lease
+    failure (8·D) and the new preempt floor (6·D): a longer one (e.g. 12 s) gets g2 itself
+    preempted by g1 or g3 first, and on resume it finds itself fenced instead. Checks:
+    nobody preempts g1 or g3, neither logs that it has been fenced or that its lockspace
+    failed, neither is reset (false_fences=0), g1's holder keeps writing, overlaps=0, and
+    g2's own key stays: it stood still less than the preempt floor (6·D), and a g2
+    preempted by a peer (as the old daemon, at 5 s, can do when the renewal phases are
+    against it) has not tested a resumed survivor's pass. That is a violation of its own,
+    not a false fence: g2's troubles are not counted."""
+    d = bed.io_timeout_s
+    v = res.violations
+    start_three_with_holder(bed, last=2)
+    g1, g2, g3 = bed.guests[1], bed.guests[2], bed.guests[3]
+    bed.keys_at_fault = pr_generations(g3)
+    phase = pause_moment(bed, 60)
+    res.fault = fault = bed.timeline.mark("bed", f"FAULT pr-survivor-paused: SIGSTOP g2's daemon ({phase})")
+    g2.sh(f"kill -STOP $(cat /run/daemon.pid); sleep {SURVIVOR_PAUSE_S}; kill -CONT $(cat /run/daemon.pid)",
+          timeout=60)
+    resumed = bed.timeline.mark("g2", f"daemon SIGCONT after {SURVIVOR_PAUSE_S} s (guest clock)")
+    time.sleep(8 * d + 4)
+    fence_notes(bed, res, "none", fault)
+    with bed.witness.lock:
+        g1_last = max((t.last for t in bed.witness.tenures.values() if t.host == "g1" and t.source == "disk"),
+                      default=0.0)
+    if g1_last < bed.clock.now() - 3:
+        v.append(f"g1's holder stopped writing (last write {g1_last:.2f}s) although nothing was wrong with it")
+    keys = pr_generations(g3)
+    for i in (1, 3):
+        if keys.get(i) != bed.keys_at_fault.get(i):
+            v.append(f"g{i}'s key (generation {bed.keys_at_fault.get(i)}) is gone after g2's pause: {keys}")
+    count_false_fences(bed, res, faulty={"g2"}, allowed={2: bed.keys_at_fault.get(2, -1)})
+    g2_key = "kept" if keys.get(2) == bed.keys_at_fault.get(2) else "gone"
+    if g2_key == "gone":
+        v.append(f"g2's key was preempted after a {SURVIVOR_PAUSE_S} s stop ({phase})")
+    fmt = lambda k: ",".join(f"{h}:{g}" for h, g in sorted(k.items())) or "none"
+    print(f"pr: scenario=pr-survivor-paused pause_s={SURVIVOR_PAUSE_S} resumed_at_s={resumed - fault:.2f} "
+          f"keys_before={fmt(bed.keys_at_fault)} keys_after={fmt(keys)} g2_key={g2_key} "
+          f"phase=\"{phase}\"", flush=True)
+
+
+PR_BODIES = {"pr-basics": pr_basics, "pr-holder-leaves": pr_holder_leaves,
+             "pr-double-preempt": pr_double_preempt, "pr-survivor-paused": pr_survivor_paused}
 
 # lvmlockd 2.03.31 (Debian 13) on a shared VG (issue 26): tests/vmbed/vmbed_lvm.py.
 import vmbed_lvm  # noqa: E402  (it is handed this module: no import cycle)
@@ -1448,12 +1880,12 @@ def main() -> int:
         print()
         print(f"storage fencing (fence=scsi-pr, io_timeout 1, preempt_s {PR_PREEMPT_S}; seconds after the fault)")
         print(f"{'scenario':20} {'preempt':>7} {'fenced':>7} {'takeover':>8} {'notice':>7} {'watchdog':>8} "
-              f"{'write_errors':>12} overlaps  result")
+              f"{'write_errors':>12} overlaps false_fences  result")
         for r in fenced:
             base = r.fault or 0.0
             print(f"{r.scenario:20} {f(r.preempt, base):>7} {f(r.fenced_mark, base):>7} {f(r.takeover, base):>8} "
                   f"{f(r.recovery, base):>7} {f(r.watchdog, base):>8} {r.fenced_write_errors:12} "
-                  f"{len(r.overlaps):8}  {'ok' if not r.violations else 'FAILED'}")
+                  f"{len(r.overlaps):8} {len(r.false_fences):12}  {'ok' if not r.violations else 'FAILED'}")
     return 0 if all(not r.violations for r in results) else 1
 
 

@@ -3,13 +3,13 @@
 //! Usage: `lockd-sim --seeds N [--first-seed S] [--hosts H] [--duration SECONDS]
 //! [--model lease|fence]
 //! [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|own-name-short-delay|
-//! take-before-preempt-confirmed|preempt-conflict-means-fenced|registrants-only-reservation|
+//! take-before-preempt-confirmed|preempt-conflict-means-fenced|holder-unregisters-at-leave|
 //! empty-target-means-fenced] [--verbose] [--trace]`
 //!
 //! `--model fence` runs the model of storage fencing by persistent reservations
 //! (`lease_core::sim::fence`) instead of the lease algorithms; its planted bugs
 //! (`take-before-preempt-confirmed`, `preempt-conflict-means-fenced`,
-//! `registrants-only-reservation`, `empty-target-means-fenced`) select that model by
+//! `holder-unregisters-at-leave`, `empty-target-means-fenced`) select that model by
 //! themselves.
 #![forbid(unsafe_code)]
 
@@ -36,7 +36,7 @@ const USAGE: &str =
     "usage: lockd-sim --seeds N [--first-seed S] [--hosts H (2-16)] [--duration SECONDS] \
      [--model lease|fence] [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|\
      own-name-short-delay|take-before-preempt-confirmed|preempt-conflict-means-fenced|\
-     registrants-only-reservation|empty-target-means-fenced] [--verbose] [--trace]";
+     holder-unregisters-at-leave|empty-target-means-fenced] [--verbose] [--trace]";
 
 fn parse_args() -> Result<Args, String> {
     let known = |n: &str| parse_fence_bug(n).is_some() || parse_planted_bug(n).is_some();

@@ -39,9 +39,9 @@
 //! lease after a while. A paused host does nothing, and reads what was answered meanwhile
 //! when it resumes. A host holding nothing, with nothing in flight, sometimes leaves
 //! cleanly: it releases its membership, reads the keys, and unregisters its key — unless
-//! that key is the last one while some member's key is missing (a fenced host may still
-//! write), for the reservation would go with it; it joins again later with a new
-//! generation.
+//! its key holds the WE-RO reservation, or is the last one while some member's key is
+//! missing (a fenced host may still write), for the reservation would go with it; it
+//! joins again later with a new generation.
 //!
 //! What a pass does with what it read:
 //! - our key missing before the join is complete: the join failed (no lease, no member
@@ -53,7 +53,9 @@
 //!   missing now may only be waiting to be registered again;
 //! - our key missing otherwise: we are fenced (reset, then a new generation);
 //! - no reservation: once every live member (renewed within `LIVE_MS`) has a key, we make
-//!   the WE-AR reservation; nobody is preempted without one;
+//!   the reservation, WE-RO as the daemon makes it (tgt keeps one holder for WE-AR too,
+//!   and points at a freed registration once that holder is preempted); nobody is
+//!   preempted without one;
 //! - no lease held or sought: a free lease is taken (a compare-and-swap of its version;
 //!   disk Paxos abstracted), and so is the lease of a holder whose host renews with a
 //!   newer generation (that generation is dead). A holder whose renewals stood still for
@@ -91,10 +93,9 @@
 //!   *sent* the PREEMPT. Caught as an overlap.
 //! - `preempt-conflict-means-fenced`: a RESERVATION CONFLICT on PREEMPT means we are
 //!   fenced, so the slower of two survivors resets. Caught as a false fence.
-//! - `registrants-only-reservation`: the reservation is WE-RO, so it goes with the key of
-//!   the host that made it when that host leaves, and a fenced host's writes land until
-//!   the next pass makes one again. Caught as an overlap, the rarest: on 5 of seeds
-//!   1–2000 with 4 hosts.
+//! - `holder-unregisters-at-leave`: the host holding the WE-RO reservation unregisters
+//!   its key at a clean leave, so the reservation goes with it, and a fenced host's writes
+//!   land until the next pass makes one again. Caught as an overlap.
 //! - `empty-target-means-fenced`: our key missing means fenced, even on a target that
 //!   holds no key and no reservation; a joining host makes the reservation as soon as it
 //!   has registered, with its key alone, and a survivor makes one before a preempt where
@@ -114,8 +115,9 @@ pub enum FenceBug {
     TakeBeforePreemptConfirmed,
     /// Any RESERVATION CONFLICT on PREEMPT means this host is fenced.
     PreemptConflictMeansFenced,
-    /// Reserve Write Exclusive – Registrants Only instead of All Registrants.
-    RegistrantsOnlyReservation,
+    /// The holder of the WE-RO reservation unregisters its key at a clean leave (the
+    /// reservation goes with it).
+    HolderUnregistersAtLeave,
     /// Our key missing means fenced even when the target holds no key and no
     /// reservation; joiners make the reservation with their own key alone.
     EmptyTargetMeansFenced,
@@ -132,8 +134,8 @@ pub const FENCE_BUGS: [(&str, FenceBug); 4] = [
         FenceBug::PreemptConflictMeansFenced,
     ),
     (
-        "registrants-only-reservation",
-        FenceBug::RegistrantsOnlyReservation,
+        "holder-unregisters-at-leave",
+        FenceBug::HolderUnregistersAtLeave,
     ),
     (
         "empty-target-means-fenced",
@@ -190,6 +192,8 @@ struct Resv {
 struct View {
     keys: [u64; MAX_HOSTS],
     resv: bool,
+    /// The WE-RO reservation is held by the reader's registration.
+    resv_ours: bool,
     why: Read,
 }
 
@@ -372,8 +376,8 @@ pub struct FenceStats {
     /// PREEMPTs answered RESERVATION CONFLICT because another survivor's preempt had
     /// removed the key first.
     pub double_preempts: u64,
-    /// Clean leaves (key unregistered) by the host holding the reservation (WE-RO) or
-    /// that made it (WE-AR).
+    /// Clean leaves by the host holding the reservation (WE-RO) or that made it (WE-AR):
+    /// its key kept (the rule), or unregistered (the planted bug).
     pub holder_leaves: u64,
     pub target_restarts: u64,
     /// Keys registered again after the target lost them.
@@ -494,12 +498,10 @@ impl Model {
         self.bug == Some(bug)
     }
 
+    /// The daemon reserves WE-RO (tgt keeps one holder even for WE-AR, and a preempt of
+    /// that holder leaves it pointing at a freed registration).
     fn resv_type(&self) -> ResvType {
-        if self.has_bug(FenceBug::RegistrantsOnlyReservation) {
-            ResvType::WeRo
-        } else {
-            ResvType::WeAr
-        }
+        ResvType::WeRo
     }
 
     /// Storage latency: mostly fast, sometimes slow, rarely very slow.
@@ -780,9 +782,15 @@ impl Model {
                 for (&h, &k) in &self.target.keys {
                     keys[h] = k;
                 }
+                let resv_ours = self
+                    .target
+                    .resv
+                    .as_ref()
+                    .is_some_and(|r| r.kind == ResvType::WeRo && r.holder == host);
                 Reply::Keys(View {
                     keys,
                     resv: self.target.resv.is_some(),
+                    resv_ours,
                     why,
                 })
             }
@@ -984,9 +992,10 @@ impl Model {
         }
     }
 
-    /// A clean leave's key read: our key is unregistered, unless it is the last one while
-    /// some host may still write without its key (a member record whose generation's key
-    /// is gone: a fenced host not yet back), for the reservation would go with it.
+    /// A clean leave's key read: our key is unregistered, unless it holds the WE-RO
+    /// reservation, or is the last one while some host may still write without its key
+    /// (a member record whose generation's key is gone: a fenced host not yet back), for
+    /// the reservation would go with it.
     fn leave_keys_seen(&mut self, host: usize, view: View) {
         let last = view
             .keys
@@ -999,10 +1008,15 @@ impl Model {
             .iter()
             .any(|(&x, &g)| x != host && view.keys[x] != key_of(x, g));
         self.hosts[host].leaving = false;
-        if last && keyless_writer {
+        let holds = view.resv_ours && !self.has_bug(FenceBug::HolderUnregistersAtLeave);
+        if holds {
+            // Counted at the target when the key goes (the planted bug's leave).
+            self.stats.holder_leaves += 1;
+        }
+        if holds || (last && keyless_writer) {
             self.stats.kept_keys += 1;
             self.log(|| {
-                format!("host{host} LEFT, keeping the last key while a fenced host may write")
+                format!("host{host} LEFT, keeping its key (it holds the reservation, or it is the last while a fenced host may write)")
             });
             self.hosts[host].rejoin_at = Some(self.now + self.rng.range(3_000, 30_000));
         } else {
@@ -1196,7 +1210,7 @@ mod tests {
 
     #[test]
     fn taking_before_the_preempt_is_confirmed_is_caught() {
-        let seed = first_caught(FenceBug::TakeBeforePreemptConfirmed, 60, "overlap:");
+        let seed = first_caught(FenceBug::TakeBeforePreemptConfirmed, 600, "overlap:");
         assert!(seed.is_some());
     }
 
@@ -1207,9 +1221,9 @@ mod tests {
     }
 
     #[test]
-    fn a_registrants_only_reservation_is_caught() {
+    fn a_holder_unregistering_at_its_leave_is_caught() {
         // The window is one pass long (the next pass reserves again): rarer.
-        let seed = first_caught(FenceBug::RegistrantsOnlyReservation, 600, "overlap:");
+        let seed = first_caught(FenceBug::HolderUnregistersAtLeave, 600, "overlap:");
         assert!(seed.is_some());
     }
 
@@ -1234,8 +1248,8 @@ mod tests {
                 FenceBug::PreemptConflictMeansFenced,
             ),
             (
-                "registrants-only-reservation",
-                FenceBug::RegistrantsOnlyReservation,
+                "holder-unregisters-at-leave",
+                FenceBug::HolderUnregistersAtLeave,
             ),
             (
                 "empty-target-means-fenced",
