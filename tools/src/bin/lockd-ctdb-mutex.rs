@@ -51,6 +51,16 @@ use client_lib::{
 };
 use ctdb_mutex_cli::Args;
 
+/// One line to stderr (ctdbd's log) in a single write: `eprintln!` writes each piece of
+/// its format separately to the unbuffered stderr, and ctdbd's own lines, written to the
+/// same file, landed between the pieces.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let line = format!("{}\n", format_args!($($arg)*));
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    }};
+}
+
 const PROG: &str = "lockd-ctdb-mutex";
 /// How often the parent and the stop flag are looked at while holding.
 const POLL: Duration = Duration::from_millis(100);
@@ -79,7 +89,7 @@ impl Outcome {
 fn answer(o: Outcome) {
     let mut out = std::io::stdout().lock();
     if let Err(e) = out.write_all(&[o.byte()]).and_then(|()| out.flush()) {
-        eprintln!("{PROG}: cannot write to stdout: {e}");
+        say!("{PROG}: cannot write to stdout: {e}");
     }
 }
 
@@ -152,7 +162,7 @@ fn main() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }
-            eprintln!("{PROG}: {e}");
+            say!("{PROG}: {e}");
             answer(Outcome::Error);
             return ExitCode::from(3);
         }
@@ -160,7 +170,7 @@ fn main() -> ExitCode {
     match run(&args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("{PROG}: {}", errtext::error_line(&e));
+            say!("{PROG}: {}", errtext::error_line(&e));
             ExitCode::from(3)
         }
     }
@@ -229,7 +239,7 @@ fn run(a: &Args) -> Result<ExitCode> {
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         if stop.load(Ordering::SeqCst) {
-            eprintln!(
+            say!(
                 "{PROG}: stopped by a signal while acquiring {}",
                 spec.short()
             );
@@ -237,7 +247,7 @@ fn run(a: &Args) -> Result<ExitCode> {
         }
         if Instant::now() >= deadline {
             answer(Outcome::Timeout);
-            eprintln!(
+            say!(
                 "{PROG}: {} not acquired within {} s (daemon in {} not answering?)",
                 spec.short(),
                 a.timeout_s,
@@ -249,7 +259,7 @@ fn run(a: &Args) -> Result<ExitCode> {
     };
     let lost = lease.loss_channel();
     answer(Outcome::Taken);
-    eprintln!(
+    say!(
         "{PROG}: took cluster lock {} with fencing token {} (pid {}, parent {parent})",
         spec.short(),
         lease.token(),
@@ -258,7 +268,7 @@ fn run(a: &Args) -> Result<ExitCode> {
     loop {
         match lost.recv_timeout(POLL) {
             Ok(n) => {
-                eprintln!(
+                say!(
                     "{PROG}: cluster lock {} lost ({}): exiting",
                     spec.short(),
                     n.reason.name()
@@ -268,7 +278,7 @@ fn run(a: &Args) -> Result<ExitCode> {
                 std::process::exit(1);
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                eprintln!("{PROG}: lost the lease watch of {}: exiting", spec.short());
+                say!("{PROG}: lost the lease watch of {}: exiting", spec.short());
                 std::process::exit(1);
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -277,7 +287,7 @@ fn run(a: &Args) -> Result<ExitCode> {
             // The daemon writes its loss notice before it signals: a SIGTERM that is the
             // daemon's (restricted) SIGKILL comes with a notice.
             if let Ok(n) = lost.recv_timeout(Duration::from_millis(200)) {
-                eprintln!(
+                say!(
                     "{PROG}: cluster lock {} lost ({}) and stopped by a signal: exiting",
                     spec.short(),
                     n.reason.name()
@@ -300,11 +310,11 @@ fn run(a: &Args) -> Result<ExitCode> {
 fn release(lease: Lease, spec: &LeaseSpec, why: &str) -> Result<ExitCode> {
     match lease.release() {
         Ok(()) => {
-            eprintln!("{PROG}: {why}: released {}", spec.short());
+            say!("{PROG}: {why}: released {}", spec.short());
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            eprintln!("{PROG}: {why}: release {}: {e}", spec.short());
+            say!("{PROG}: {why}: release {}: {e}", spec.short());
             Ok(ExitCode::from(1))
         }
     }
