@@ -75,6 +75,19 @@ fn run_effect(d: &Arc<Daemon>, spaces: &[Arc<Space>], effect: Effect<Held>) {
             to,
             lease,
             ..
+        } if crate::planted::active(crate::planted::Bug::KillBeforeNotice) => {
+            let d = d.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_secs(5));
+                crate::watch::notify_loss_to(&d, &ls, kind, &to, lease);
+            });
+        }
+        Effect::LossNotice {
+            ls,
+            kind,
+            to,
+            lease,
+            ..
         } => crate::watch::notify_loss_to(d, &ls, kind, &to, lease),
         Effect::LockspaceFailed { ls, age_s, corrupt } => {
             error!(%ls, age = age_s, corrupt,

@@ -37,6 +37,7 @@ pub(crate) mod notify;
 pub mod observability;
 pub mod paxos;
 pub(crate) mod permit;
+pub mod planted;
 pub(crate) mod pool;
 pub(crate) mod reactor;
 pub(crate) mod rindex;

@@ -606,7 +606,12 @@ fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
                         },
                     ..
                 } => {
-                    let outcome = fence.preempt_peer(host_id, generation, our_key);
+                    let outcome = if crate::planted::active(crate::planted::Bug::TakeBeforeConfirm)
+                    {
+                        lockd_core::fencing::PeerFenceOutcome::Confirmed { preempted: true }
+                    } else {
+                        fence.preempt_peer(host_id, generation, our_key)
+                    };
                     todo.extend(step(Input::PeerFenceDone {
                         id,
                         host_id,

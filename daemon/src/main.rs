@@ -24,6 +24,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Err(e) = lockd_daemon::planted::init() {
+        eprintln!("lockd-daemon: error: {e}");
+        return ExitCode::FAILURE;
+    }
     match lockd_daemon::run(cfg, ring) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -167,6 +167,9 @@ pub fn acquire_lease(
         lvb: cmd_flags & SANLK_ACQUIRE_LVB != 0,
         new_num_hosts,
         sh_retries: d.cfg.sh_retries,
+        #[cfg(feature = "planted-bugs")]
+        planted_bug: crate::planted::active(crate::planted::Bug::NoHostDeadWait)
+            .then_some(lease_core::paxos::PlantedBug::NoHostDeadWait),
         ..AcquireOptions::default()
     };
     let c = crate::clock::lease_clock_unstopped();

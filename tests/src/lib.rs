@@ -6,6 +6,7 @@
 //! that never happened. Everything attached or started is detached or stopped on drop,
 //! by device name or PID.
 
+pub mod chaos_client;
 pub mod testbed;
 pub mod witness;
 

@@ -5,12 +5,15 @@
 //!                     [--disk PATH --disk-offset BYTES]
 //! lockd-witness note  LOG HOST RES EVENT [PID]   (positional: a killpath gets at most 8 args)
 //! lockd-witness check --log L
+//! lockd-witness client --log L --host H --client N --seed S --resources SPEC,SPEC…
+//!                      --data PATH --data-base BYTES [--shared-percent 20] [--beat-ms 100]
 //! ```
 //! `hold` runs as the registered holder (`lockd acquire -r R -- lockd-witness hold …`):
 //! it asks the daemon which lver it holds (INQUIRE of its own pid), logs `start`, then a
 //! heartbeat until SIGTERM (logged as `sigterm`, then `end` and exit — unless
 //! `--ignore-term`, when it keeps holding). `note` appends one event (a killpath program
-//! uses it). `check` runs the witness checker and exits 1 on any violation.
+//! uses it). `check` runs the witness checker and exits 1 on any violation. `client` is the chaos
+//! bed's workload process ([`lockd_system_tests::chaos_client`]).
 //!
 //! With `--disk`, every heartbeat also writes a stamp to the shared storage itself: one
 //! 4 KiB block at `--disk-offset`, with O_DIRECT, holding
@@ -151,6 +154,30 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
         Some("hold") => hold(&args),
+        Some("client") => {
+            let num = |flag: &str, default: Option<u64>| -> Result<u64> {
+                match (opt(&args, flag), default) {
+                    (Some(v), _) => v.parse().with_context(|| format!("{flag} {v}")),
+                    (None, Some(d)) => Ok(d),
+                    (None, None) => bail!("missing {flag} VALUE"),
+                }
+            };
+            let resources = req(&args, "--resources")?
+                .split(',')
+                .map(client_lib::lease::LeaseSpec::parse)
+                .collect::<Result<Vec<_>, _>>()?;
+            lockd_system_tests::chaos_client::run(&lockd_system_tests::chaos_client::ClientArgs {
+                log: PathBuf::from(req(&args, "--log")?),
+                host: req(&args, "--host")?,
+                client: num("--client", None)?,
+                seed: num("--seed", None)?,
+                resources,
+                data: req(&args, "--data")?,
+                data_base: num("--data-base", None)?,
+                shared_percent: num("--shared-percent", Some(20))?,
+                beat_ms: num("--beat-ms", Some(100))?,
+            })
+        }
         Some("note") => {
             // Positional, because sanlock's killpath passes at most 8 arguments (and
             // appends the holder's pid, which is recorded).
@@ -202,6 +229,6 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
-        _ => bail!("usage: lockd-witness hold|note|check --log L …"),
+        _ => bail!("usage: lockd-witness hold|note|check|client --log L …"),
     }
 }

@@ -1,0 +1,84 @@
+//! Bugs planted on purpose, so that the chaos bed's checker (tests/vmbed/chaos.py,
+//! `scripts/chaos.sh --plant-bug NAME`) is proven able to see a broken safety rule on
+//! real guests. Only a daemon built with the `planted-bugs` feature carries them, and
+//! only the one named by `LOCKD_PLANTED_BUG` at start is active; a production build
+//! (no feature) has none: [`active`] is a constant `false` there.
+//!
+//! Invariant: no default build, package or CI test binary enables `planted-bugs`; the
+//! bed builds its planted daemon into a target directory of its own.
+
+/// One planted bug.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bug {
+    /// A lease whose owner merely looks dead (its renewal stopped once) is taken without
+    /// waiting host_dead (lease-core's `PlantedBug::NoHostDeadWait`).
+    NoHostDeadWait,
+    /// A peer is marked fenced, and its leases taken, without a confirmed preempt: the
+    /// fence thread reports the preempt confirmed and never sends it.
+    TakeBeforeConfirm,
+    /// Loss notices reach the holders 5 s late, after the kill escalation's signals.
+    KillBeforeNotice,
+}
+
+/// Every bug with its name on the command line and in `LOCKD_PLANTED_BUG`.
+pub const ALL: [(&str, Bug); 3] = [
+    ("no-host-dead-wait", Bug::NoHostDeadWait),
+    ("take-before-confirm", Bug::TakeBeforeConfirm),
+    ("kill-before-notice", Bug::KillBeforeNotice),
+];
+
+/// Reads `LOCKD_PLANTED_BUG` once, at start. An unknown name is an error (the daemon
+/// refuses to start); a name given to a daemon built without the feature too, so a
+/// bed never believes it runs a planted bug it does not.
+pub fn init() -> Result<(), String> {
+    let Some(name) = std::env::var_os("LOCKD_PLANTED_BUG") else {
+        return Ok(());
+    };
+    let name = name.to_string_lossy().into_owned();
+    let Some(&(_, bug)) = ALL.iter().find(|(n, _)| *n == name) else {
+        return Err(format!("LOCKD_PLANTED_BUG={name}: no such planted bug"));
+    };
+    imp::set(bug, &name)
+}
+
+/// Whether `bug` is the planted one.
+pub fn active(bug: Bug) -> bool {
+    imp::get() == Some(bug)
+}
+
+#[cfg(feature = "planted-bugs")]
+mod imp {
+    use super::Bug;
+    use std::sync::OnceLock;
+
+    static PLANTED: OnceLock<Bug> = OnceLock::new();
+
+    pub fn set(bug: Bug, name: &str) -> Result<(), String> {
+        tracing::warn!(
+            bug = name,
+            "PLANTED BUG active: this daemon breaks a safety rule on purpose"
+        );
+        PLANTED
+            .set(bug)
+            .map_err(|_| "planted bug set twice".to_string())
+    }
+
+    pub fn get() -> Option<Bug> {
+        PLANTED.get().copied()
+    }
+}
+
+#[cfg(not(feature = "planted-bugs"))]
+mod imp {
+    use super::Bug;
+
+    pub fn set(_bug: Bug, name: &str) -> Result<(), String> {
+        Err(format!(
+            "LOCKD_PLANTED_BUG={name}: this daemon was built without the planted-bugs feature"
+        ))
+    }
+
+    pub fn get() -> Option<Bug> {
+        None
+    }
+}

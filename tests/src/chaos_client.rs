@@ -1,0 +1,236 @@
+//! The chaos bed's workload client (`lockd-witness client`, tests/vmbed/chaos.py).
+//!
+//! One process, forever: pick one of the resources at random, take it exclusive or shared
+//! through the Rust client's [`client_lib::Lease`] (with a random `--timeout`, or none),
+//! hold it a random while writing a stamp to the resource's own 4 KiB data block with
+//! O_DIRECT every `--beat-ms`, release, pause, again. Every step that matters to the
+//! checker goes to the event log as one line: `grant` (with the lver, the fencing token),
+//! `notice` (the daemon's loss notice, with its reason), `sigterm`, `release`,
+//! `write_error`, `acquire_error`.
+//!
+//! The holder is deliberately not cooperative: after a loss notice it keeps writing
+//! until it is killed. Safety must come from the daemon's kill escalation, the watchdog
+//! and storage fencing — never from a holder that behaves.
+//!
+//! The stamp, at `--data-base + index * 4096`:
+//! `lockd-chaos host=H pid=P res=R lver=L mode=ex|sh seq=N` then zeros. The host side
+//! reads it from the storage's backing store, so what it judges is what reached the disk.
+//!
+//! Randomness is a splitmix64 stream seeded from `--seed` and `--client` (deterministic
+//! choices for a seed; the interleaving with the other hosts is not).
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use client_lib::lease::{Lease, LeaseAcquireOptions, LeaseSpec, LossReason, Wait};
+
+use crate::witness;
+
+/// splitmix64: small, seedable, good enough for choosing among a few options.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..=hi`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+
+    fn percent(&mut self, p: u64) -> bool {
+        self.next() % 100 < p
+    }
+}
+
+/// What the client was told on its command line.
+pub struct ClientArgs {
+    pub log: PathBuf,
+    pub host: String,
+    pub client: u64,
+    pub seed: u64,
+    pub resources: Vec<LeaseSpec>,
+    pub data: String,
+    pub data_base: u64,
+    pub shared_percent: u64,
+    pub beat_ms: u64,
+}
+
+#[repr(C, align(4096))]
+struct Block([u8; 4096]);
+
+fn open_data(path: &str) -> Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
+        .open(path)
+        .with_context(|| format!("open {path} with O_DIRECT"))
+}
+
+fn note(log: &Path, host: &str, res: &str, event: &str, extra: &str) {
+    // The event port may be briefly unwritable (a guest being frozen): a lost line is
+    // reported by the checker as a missing event, never turned into a crash here.
+    let _ = witness::append(log, host, res, event, extra);
+}
+
+/// Runs the client until SIGTERM or SIGKILL.
+pub fn run(a: &ClientArgs) -> Result<()> {
+    if a.resources.is_empty() {
+        bail!("--resources names no resource");
+    }
+    if !a.data_base.is_multiple_of(4096) {
+        bail!("--data-base {} is not a multiple of 4096", a.data_base);
+    }
+    let term = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, term.clone())?;
+    let data = open_data(&a.data)?;
+    let mut block = Box::new(Block([0; 4096]));
+    let mut rng = Rng(a.seed ^ (a.client.wrapping_mul(0x2545_F491_4F6C_DD1D)) ^ hash(&a.host));
+    let beat = Duration::from_millis(a.beat_ms);
+    loop {
+        let index = rng.range(0, a.resources.len() as u64 - 1) as usize;
+        let spec = &a.resources[index];
+        let res = spec.name.to_string();
+        let shared = rng.percent(a.shared_percent);
+        let wait = match rng.range(0, 3) {
+            0 => Wait::NoWait,
+            _ => Wait::Timeout(Duration::from_secs(rng.range(1, 10))),
+        };
+        let opts = LeaseAcquireOptions {
+            shared,
+            wait,
+            owner_name: Some(format!("c{}", a.client)),
+            ..LeaseAcquireOptions::default()
+        };
+        let lease = match Lease::acquire(spec, &opts) {
+            Ok(l) => l,
+            Err(e) => {
+                if !matches!(e.code(), Some(c) if client_lib::lease::is_busy_code(c)) {
+                    note(
+                        &a.log,
+                        &a.host,
+                        &res,
+                        "acquire_error",
+                        &format!("why={}", one_word(&e.to_string())),
+                    );
+                }
+                stop_if_asked(&term, a, &res)?;
+                thread::sleep(Duration::from_millis(rng.range(100, 1000)));
+                continue;
+            }
+        };
+        let mode = if shared { "sh" } else { "ex" };
+        let lver = lease.token();
+        note(
+            &a.log,
+            &a.host,
+            &res,
+            "grant",
+            &format!("lver={lver} mode={mode}"),
+        );
+        {
+            let (log, host, res) = (a.log.clone(), a.host.clone(), res.clone());
+            lease.on_lost(move |n| {
+                let reason = match n.reason {
+                    LossReason::Requested { force_mode } => format!("requested{force_mode}"),
+                    r => r.name().to_string(),
+                };
+                note(
+                    &log,
+                    &host,
+                    &res,
+                    "notice",
+                    &format!("lver={lver} reason={reason}"),
+                );
+            });
+        }
+        let hold = Duration::from_millis(rng.range(500, 4000));
+        let start = Instant::now();
+        let offset = a.data_base + index as u64 * 4096;
+        let mut seq = 0u64;
+        while start.elapsed() < hold {
+            seq += 1;
+            let text = format!(
+                "lockd-chaos host={} pid={} res={res} lver={lver} mode={mode} seq={seq}\n",
+                a.host,
+                std::process::id()
+            );
+            block.0.fill(0);
+            block.0[..text.len()].copy_from_slice(text.as_bytes());
+            if let Err(e) = data.write_all_at(&block.0, offset) {
+                note(
+                    &a.log,
+                    &a.host,
+                    &res,
+                    "write_error",
+                    &format!("lver={lver} errno={}", e.raw_os_error().unwrap_or(0)),
+                );
+            }
+            if term.load(Ordering::SeqCst) {
+                // Killed for the lease (or the bed stops the workload): the log says
+                // which it was from the notice before it.
+                note(&a.log, &a.host, &res, "sigterm", &format!("lver={lver}"));
+                std::process::exit(0);
+            }
+            thread::sleep(beat);
+        }
+        let trusted = lease.is_trusted();
+        match lease.release() {
+            Ok(()) => note(
+                &a.log,
+                &a.host,
+                &res,
+                "release",
+                &format!("lver={lver} trusted={trusted}"),
+            ),
+            Err(e) => note(
+                &a.log,
+                &a.host,
+                &res,
+                "release_error",
+                &format!("lver={lver} why={}", one_word(&e.to_string())),
+            ),
+        }
+        stop_if_asked(&term, a, &res)?;
+        thread::sleep(Duration::from_millis(rng.range(0, 1000)));
+    }
+}
+
+fn stop_if_asked(term: &AtomicBool, a: &ClientArgs, res: &str) -> Result<()> {
+    if term.load(Ordering::SeqCst) {
+        note(&a.log, &a.host, res, "sigterm", "");
+        std::process::exit(0);
+    }
+    Ok(())
+}
+
+/// The error text as one token for the event line (spaces become `_`).
+fn one_word(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_whitespace() || c == '=' {
+                '_'
+            } else {
+                c
+            }
+        })
+        .take(80)
+        .collect()
+}
+
+fn hash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
