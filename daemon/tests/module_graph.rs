@@ -262,7 +262,7 @@ fn the_daemon_writes_the_tables_only_through_the_cores_transitions() {
 /// by the shell's inputs (`Connected`, REGISTER's `Request`, `Closed`, `Command` for
 /// ACQUIRE/RELEASE/CONVERT/INQUIRE, `ReleaseTokens`, `ReleaseOrphans`, `DiskDone`, `Examined`,
 /// `KillpathEnded`), so the core knows every disk operation in flight and sequences its
-/// commands. ACQUIRE and ACQUIRE for a pid run through it too (fifteenth session): the
+/// commands. ACQUIRE and ACQUIRE for a pid run through it too: the
 /// acquire's transitions are the core's alone. What the shell still calls itself: the
 /// beginning of a command (`start_command`, and `add_pid_client`, which makes a
 /// `--for-pid` slot with its command active), the end of one it did not hand to the core
