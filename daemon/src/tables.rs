@@ -110,10 +110,10 @@ impl CoreGuard<'_> {
             return;
         }
         if !cfg!(debug_assertions) {
-            // Release builds: `Core::step` runs the cheap check itself, and the few
-            // transitions the shell still calls directly (module_graph lists them:
-            // start/finish of a command, a pid slot) change no resource; a second
-            // pass over the resources at each unlock would only double its cost.
+            // Release builds: `Core::step` runs the cheap check itself; the few
+            // transitions the shell still calls directly (module_graph lists them) are
+            // checked in debug builds here, and a second pass over the resources at
+            // each unlock of a release build would only double its cost.
             return;
         }
         if let Err(broken) = core.check() {
