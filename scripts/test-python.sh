@@ -3,7 +3,9 @@
 # binaries, then runs python/tests with pytest against real lockd daemons (two hosts on
 # one loop device), a real sanlock 3.8 daemon, and the wheel installed in a fresh venv.
 # Run as root (loop devices, FUSE views through lockd-faultfs, daemons). Installs python3-pytest,
-# python3-venv and python3-pip from Debian if missing.
+# python3-venv and python3-pip from Debian if missing, and mypy (pinned, from PyPI) into a
+# venv of its own in target/python/mypy-venv; `mypy --strict` must pass over the package and
+# the examples (python/pyproject.toml's [tool.mypy]) before any test runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -17,6 +19,18 @@ if ((${#missing[@]})); then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+
+MYPY_VERSION=2.4.1
+mypy_venv="$PWD/target/python/mypy-venv"
+if ! "$mypy_venv/bin/mypy" --version 2>/dev/null | grep -q "^mypy $MYPY_VERSION "; then
+    echo "test-python: installing mypy $MYPY_VERSION into $mypy_venv"
+    rm -rf "$mypy_venv"
+    "$PY" -m venv "$mypy_venv"
+    "$mypy_venv/bin/pip" install --quiet --disable-pip-version-check "mypy==$MYPY_VERSION"
+fi
+"$mypy_venv/bin/mypy" --version
+(cd python && "$mypy_venv/bin/mypy" --cache-dir "$mypy_venv/cache")
+export LOCKD_MYPY="$mypy_venv/bin/mypy"
 
 cargo build -p lockd-tools -p lockd-daemon -p lockd-system-tests --bins
 wheel=$(bash scripts/build-python.sh | tail -n 1)

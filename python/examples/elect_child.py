@@ -9,15 +9,17 @@ import os
 import signal
 import sys
 import time
+from types import FrameType
+from typing import Dict, Optional
 
 
-def loss_reason():
+def loss_reason() -> Dict[str, str]:
     """The loss file as a dict: reason, kill_in_s, watchdog_in_s, lease, token."""
     with open(os.environ["LOCKD_LOSS_FILE"]) as f:
         return dict(line.split("=", 1) for line in f.read().split())
 
 
-def on_sigterm(_sig, _frame):
+def on_sigterm(_sig: int, _frame: Optional[FrameType]) -> None:
     why = loss_reason()
     print(json.dumps({"event": "stopping", "reason": why["reason"],
                       "kill_in_s": float(why["kill_in_s"]) if why["kill_in_s"] else None,

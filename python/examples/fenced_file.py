@@ -5,9 +5,10 @@ exclusive flock for the check and the append, so the file's order is the check's
 
 import fcntl
 import os
+from typing import Tuple
 
 
-def fenced_append(path, token, line):
+def fenced_append(path: str, token: int, line: str) -> Tuple[bool, int]:
     """Appends ``line`` if ``token`` >= the highest token accepted; returns (accepted,
     highest)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+from typing import Any, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lockd  # noqa: E402
@@ -32,51 +33,55 @@ from fenced_file import fenced_append  # noqa: E402
 class FileLock:
     """flufl.lock's shape over a lockd lease in lockspace ``lockspace`` on ``image``."""
 
-    def __init__(self, image, name, *, offset, lockspace="files", run_dir=None):
+    def __init__(self, image: str, name: str, *, offset: int, lockspace: str = "files",
+                 run_dir: Optional[str] = None) -> None:
         self._spec = f"{lockspace}:{name}:{image}:{offset}"
         self._run_dir = run_dir
-        self._lease = None
+        self._lease: Optional[lockd.Lease] = None
 
-    def lock(self, timeout=None):
+    def lock(self, timeout: Optional[float] = None) -> "FileLock":
         """Waits up to ``timeout`` seconds (None: forever; 0: once) — lockd.Timeout or
         lockd.LeaseHeld name the holder's host when it does not come."""
         self._lease = lockd.Lease(self._spec, timeout=timeout, run_dir=self._run_dir,
                                   owner=f"filelock-{os.getpid()}").acquire()
         return self
 
-    def unlock(self):
+    def unlock(self) -> None:
+        """Releases the lock (no-op when not locked)."""
         lease, self._lease = self._lease, None
         if lease is not None:
             lease.release()
 
     @property
-    def is_locked(self):
+    def is_locked(self) -> bool:
+        """True while the lock is held and no loss notice arrived."""
         return self._lease is not None and self._lease.is_trusted
 
     @property
-    def token(self):
+    def token(self) -> Optional[int]:
+        """The fencing token of the lock held (None when not locked)."""
         return self._lease.token if self._lease else None
 
     @property
-    def lease(self):
+    def lease(self) -> Optional[lockd.Lease]:
+        """The ``lockd.Lease`` behind the lock (None when not locked)."""
         return self._lease
 
-    def __enter__(self):
+    def __enter__(self) -> "FileLock":
         return self.lock()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.unlock()
-        return False
 
 
-def emit(event, **kw):
+def emit(event: str, **kw: Any) -> None:
     print(json.dumps({"event": event, "t": time.monotonic(), "wall_ns": time.time_ns(),
                       "pid": os.getpid(), **kw}),
           flush=True)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--image", required=True)
     p.add_argument("--name", required=True)
     p.add_argument("--offset", required=True)
@@ -90,13 +95,15 @@ def main():
     offset = int(args.offset[:-1] if mult > 1 else args.offset) * mult
     lock = FileLock(args.image, args.name, offset=offset, lockspace=args.lockspace)
     with lock:
+        lease = lock.lease
+        assert lease is not None
         emit("locked", token=lock.token)
-        lock.lease.on_lost(lambda n: emit("lost", reason=n.reason, kill_in=n.kill_in))
+        lease.on_lost(lambda n: emit("lost", reason=n.reason, kill_in=n.kill_in))
         for i in range(args.lines):
             if not lock.is_locked:
-                emit("stopped", line=i, reason=lock.lease.loss.reason)
+                emit("stopped", line=i, reason=lease.loss.reason if lease.loss else None)
                 return 75
-            ok, highest = fenced_append(args.data, lock.token, f"pid={os.getpid()} line={i}")
+            ok, highest = fenced_append(args.data, lease.token or 0, f"pid={os.getpid()} line={i}")
             if not ok:
                 emit("refused", token=lock.token, highest=highest)
                 return 3

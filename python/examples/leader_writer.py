@@ -18,11 +18,13 @@ import socket
 import sys
 import threading
 import time
+from types import FrameType
+from typing import Any, Optional
 
 import lockd
 
 
-def emit(event, **kw):
+def emit(event: str, **kw: Any) -> None:
     print(json.dumps({"event": event, "t": time.monotonic(), "wall_ns": time.time_ns(),
                       "pid": os.getpid(), **kw}),
           flush=True)
@@ -31,18 +33,19 @@ def emit(event, **kw):
 class Store:
     """A line client of lockd-fenced-store: ``WRITE <token> <host> <t_ns>`` → OK/REJECT."""
 
-    def __init__(self, path):
+    def __init__(self, path: str) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(path)
         self.reader = self.sock.makefile("r")
 
-    def write(self, token, host):
+    def write(self, token: int, host: str) -> str:
+        """Sends one write; the store's reply (``OK`` or ``REJECT <highest>``)."""
         self.sock.sendall(f"WRITE {token} {host} {time.time_ns()}\n".encode())
         return self.reader.readline().strip()
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--lease", required=True)
     p.add_argument("--store", required=True)
     p.add_argument("--host", default=socket.gethostname())
@@ -53,7 +56,7 @@ def main():
     election = lockd.LeaderElection(args.lease, owner=f"writer-{args.host}",
                                     restrict=lockd.RESTRICT_SIGKILL)
 
-    def on_sigterm(_sig, _frame):
+    def on_sigterm(_sig: int, _frame: Optional[FrameType]) -> None:
         lead = election.leadership
         notice = lead.wait_lost(1.0) if lead is not None else None
         emit("sigterm", lost=notice.reason if notice else None)
@@ -61,14 +64,15 @@ def main():
 
     signal.signal(signal.SIGTERM, on_sigterm)
 
-    def lead(leadership):
+    def lead(leadership: lockd.Leadership) -> None:
+        token = leadership.token or 0
         emit("elected", token=leadership.token, host=args.host)
         leadership.on_lost(lambda n: emit("lost", reason=n.reason, kill_in=n.kill_in,
                                           watchdog_in=n.watchdog_in))
         store = Store(args.store)
         n = 0
         while not leadership.lost.is_set():
-            reply = store.write(leadership.token, args.host)
+            reply = store.write(token, args.host)
             if reply != "OK":
                 emit("rejected", token=leadership.token, reply=reply)
                 stop.set()
@@ -78,6 +82,7 @@ def main():
             n += 1
             time.sleep(args.interval)
         loss = leadership.loss
+        assert loss is not None
         emit("stopped", token=leadership.token, reason=loss.reason, kill_in=loss.kill_in,
              lost_wall_ns=time.time_ns() - int((time.monotonic() - loss.at) * 1e9),
              writes=n)

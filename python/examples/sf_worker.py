@@ -22,40 +22,45 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import asdict
+from types import FrameType
+from typing import Any, Dict, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lockd  # noqa: E402
 from fenced_file import fenced_append  # noqa: E402
 
 
-def emit(event, **kw):
+def emit(event: str, **kw: Any) -> None:
     print(json.dumps({"event": event, "t": time.monotonic(), "wall_ns": time.time_ns(),
                       "pid": os.getpid(), **kw}),
           flush=True)
 
 
-def parse_size(text):
+def parse_size(text: str) -> int:
+    """``1M`` and the like as bytes."""
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
     return int(text[:-1] if mult > 1 else text) * mult
 
 
-def catalog(args):
+def catalog(args: argparse.Namespace) -> Dict[str, str]:
     """Every lock a Shaken Fist cluster can take, as lease specs."""
-    out = {}
+    out: Dict[str, str] = {}
     for item in args.catalog.split(","):
         name, off = item.split("=")
         out[name] = f"{args.lockspace}:{name}:{args.path}:{parse_size(off)}"
     return out
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
+    """Runs one operation under its lock."""
     spec = catalog(args)[args.op]
     # RESTRICT_SIGKILL: where the daemon would SIGKILL us (a FORCE request, the end of
     # its kill escalation) it sends SIGTERM, so we can say why we stop.
     lease = lockd.Lease(spec, timeout=args.timeout, owner=f"sf-{args.op}",
                         restrict=lockd.RESTRICT_SIGKILL)
 
-    def on_sigterm(_sig, _frame):
+    def on_sigterm(_sig: int, _frame: Optional[FrameType]) -> None:
         # The daemon writes its notice before it signals: give it a moment to arrive.
         notice = lease.wait_lost(1.0)
         emit("sigterm", lost=notice.reason if notice else None,
@@ -76,9 +81,9 @@ def run(args):
                                      force_mode=n.force_mode))
         for step in range(args.steps):
             if lease.lost.is_set():
-                emit("stopped", step=step, reason=lease.loss.reason)
+                emit("stopped", step=step, reason=lease.loss.reason if lease.loss else None)
                 return 75
-            ok, highest = fenced_append(args.journal, lease.token,
+            ok, highest = fenced_append(args.journal, lease.token or 0,
                                         f"op={args.op} step={step} worker={args.name}")
             emit("step", step=step, accepted=ok, highest=highest)
             if not ok:
@@ -88,22 +93,23 @@ def run(args):
     return 0
 
 
-def show(args):
+def show(args: argparse.Namespace) -> int:
+    """The lock list, cluster-wide: a table, or JSON (one object per lock)."""
     rows = lockd.locks(args.lockspace, catalog(args).values())
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps([asdict(r) for r in rows]))
         return 0
     print(f"{'LOCK':12} {'HOLDER':16} {'HOST_ID':7} {'TOKEN':5} {'STATE':7} LOCAL PIDS")
     for r in rows:
-        pids = ",".join(f"{h['pid']}({h['name']})" for h in r["holders"]) or "-"
-        holder = r["owner_host_name"] or ("-" if not r["owner_host_id"] else "?")
-        print(f"{r['resource']:12} {holder:16} {r['owner_host_id'] or '-':7} "
-              f"{r['token']:5} {r['state']:7} {pids}")
+        pids = ",".join(f"{h.pid}({h.name})" for h in r.holders) or "-"
+        holder = r.owner_host_name or ("-" if not r.owner_host_id else "?")
+        print(f"{r.resource:12} {holder:16} {r.owner_host_id or '-':7} "
+              f"{r.token:5} {r.state:7} {pids}")
     return 0
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--lockspace", required=True)
     p.add_argument("--path", required=True, help="the shared device or file")
     p.add_argument("--catalog", required=True, help="NAME=OFFSET,… of every lock")

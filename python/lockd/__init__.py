@@ -11,22 +11,25 @@ sanlock daemon). A pure-Python client of the protocol in docs/protocol.md.
 
 from ._conn import default_run_dir, metrics
 from .election import LeaderElection, Leadership
-from .errors import (BadSpec, DaemonGone, LeaseHeld, LockdError, NoExtensions, Refused,
-                     Timeout, code_name)
+from .errors import (BadSpec, Cancelled, DaemonGone, LeaseHeld, LockdError, NoExtensions,
+                     Refused, Timeout, code_name)
 from .lease import LeaseSpec, Lease, LossNotice, leader, locks
+from .results import Holder, LeaderInfo, LockInfo, Waiter
 from ._wire import WireError
-from . import aio
+from . import aio, errors
+
+#: The package's version (pyproject.toml reads it from here).
+__version__ = "0.1.0"
 
 #: SANLK_RESTRICT_SIGKILL: the daemon sends SIGTERM where it would send SIGKILL.
 RESTRICT_SIGKILL = 0x2
 #: SANLK_RESTRICT_SIGTERM: the daemon sends SIGKILL where it would send SIGTERM.
 RESTRICT_SIGTERM = 0x4
 
-__version__ = "0.1.0"
-
 __all__ = [
-    "BadSpec", "DaemonGone", "LeaderElection", "Leadership", "Lease", "LeaseHeld",
-    "LeaseSpec", "LockdError", "LossNotice", "NoExtensions", "Refused", "RESTRICT_SIGKILL",
-    "RESTRICT_SIGTERM", "Timeout", "WireError", "aio", "code_name", "default_run_dir", "leader", "locks",
+    "BadSpec", "Cancelled", "DaemonGone", "Holder", "LeaderElection", "LeaderInfo",
+    "Leadership", "Lease", "LeaseHeld", "LeaseSpec", "LockInfo", "LockdError", "LossNotice",
+    "NoExtensions", "Refused", "RESTRICT_SIGKILL", "RESTRICT_SIGTERM", "Timeout", "Waiter",
+    "WireError", "aio", "code_name", "default_run_dir", "errors", "leader", "locks",
     "metrics",
 ]

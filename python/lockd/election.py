@@ -11,10 +11,17 @@ whose lease is lost stays lost (``lost`` set, ``is_leader`` false): a leader tol
 must stop acting, and stores that check the token reject it if it does not.
 """
 
+from __future__ import annotations
+
+import threading
 import time
+from typing import Callable, Iterator, Optional, TypeVar, Union
 
 from .errors import Timeout
-from .lease import Lease, LeaseSpec, leader as _leader
+from .lease import Lease, LeaseSpec, LossNotice, leader as _leader
+from .results import LeaderInfo
+
+T = TypeVar("T")
 
 
 class Leadership(Lease):
@@ -22,10 +29,11 @@ class Leadership(Lease):
     ``loss``, ``on_lost``) with ``is_leader`` and ``resign()``."""
 
     @property
-    def is_leader(self):
+    def is_leader(self) -> bool:
+        """True while we hold the lease and no loss notice arrived."""
         return self.is_trusted
 
-    def resign(self):
+    def resign(self) -> None:
         """Gives the lease up so another candidate can take it."""
         self.release()
 
@@ -34,14 +42,15 @@ class LeaderElection:
     """An election on ``spec`` through the daemon in ``run_dir``. ``owner`` is the name
     the daemon shows for our registration; ``restrict`` as for ``Lease``."""
 
-    def __init__(self, spec, *, run_dir=None, owner=None, restrict=0):
+    def __init__(self, spec: Union[str, LeaseSpec], *, run_dir: Optional[str] = None,
+                 owner: Optional[str] = None, restrict: int = 0) -> None:
         self.spec = LeaseSpec.parse(spec)
         self.run_dir = run_dir
         self.owner = owner
         self.restrict = restrict
-        self.leadership = None
+        self.leadership: Optional[Leadership] = None
 
-    def campaign(self, timeout=None):
+    def campaign(self, timeout: Optional[float] = None) -> Leadership:
         """Blocks until we lead (or ``timeout`` seconds pass: ``Timeout``); returns the
         ``Leadership``, also kept as ``self.leadership``."""
         lead = Leadership(self.spec, timeout=timeout, run_dir=self.run_dir, owner=self.owner,
@@ -50,21 +59,22 @@ class LeaderElection:
         self.leadership = lead
         return lead
 
-    def resign(self):
+    def resign(self) -> None:
         """Resigns the leadership this election holds (no-op when not leading)."""
         lead, self.leadership = self.leadership, None
         if lead is not None:
             lead.resign()
 
-    def leader(self):
-        """Who leads now: ``{"host_id", "host_name", "generation", "token", "state",
-        "shared"}`` (host_id 0, state ``none`` when nobody does)."""
+    def leader(self) -> LeaderInfo:
+        """Who leads now, a ``LeaderInfo`` (host_id 0, state ``none`` when nobody
+        does)."""
         return _leader(self.spec, run_dir=self.run_dir)
 
-    def observe(self, interval=0.5, stop=None):
+    def observe(self, interval: float = 0.5,
+                stop: Optional[threading.Event] = None) -> Iterator[LeaderInfo]:
         """Yields the leader at start and at every change of holder, token or state,
         polling every ``interval`` seconds, until ``stop`` (a threading.Event) is set."""
-        last = None
+        last: Optional[LeaderInfo] = None
         while stop is None or not stop.is_set():
             now = self.leader()
             if now != last:
@@ -75,7 +85,8 @@ class LeaderElection:
             else:
                 time.sleep(interval)
 
-    def run(self, fn, stop=None, on_lost=None):
+    def run(self, fn: Callable[[Leadership], T], stop: Optional[threading.Event] = None,
+            on_lost: Optional[Callable[[LossNotice], object]] = None) -> Optional[T]:
         """Campaigns, leads, and campaigns again after a loss: ``fn(leadership)`` runs
         while we lead and should return when it is done or when ``leadership.lost`` is
         set; ``on_lost(notice)`` runs after a term that ended in a loss.

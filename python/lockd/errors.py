@@ -1,8 +1,14 @@
 """Typed errors. Every one carries ``code``: the sanlock-style negative result code
 (``SANLK_*`` from sanlock_rv.h, or ``-errno``), and ``code_name``."""
 
+from __future__ import annotations
+
 import errno
 import os
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from .results import LeaderInfo
 
 _SANLK_NAMES = {
     -201: "SANLK_ERROR", -202: "SANLK_AIO_TIMEOUT", -203: "SANLK_WD_ERROR",
@@ -29,7 +35,7 @@ BUSY_CODES = frozenset(
 )
 
 
-def code_name(code):
+def code_name(code: int) -> str:
     """``SANLK_ACQUIRE_IDLIVE``, ``ENOENT`` …, or ``ok``."""
     if code in _SANLK_NAMES:
         return _SANLK_NAMES[code]
@@ -38,7 +44,8 @@ def code_name(code):
     return "ok"
 
 
-def describe(code):
+def describe(code: int) -> str:
+    """The code's name, with the errno's text for ``-errno``."""
     if code in _SANLK_NAMES:
         return _SANLK_NAMES[code]
     if code < 0:
@@ -49,7 +56,7 @@ def describe(code):
 class LockdError(Exception):
     """Base of every error of this package; ``code`` is the sanlock-style result."""
 
-    def __init__(self, message, code):
+    def __init__(self, message: str, code: int) -> None:
         super().__init__(f"{message} ({describe(code)}, {code})")
         self.code = code
         self.code_name = code_name(code)
@@ -58,7 +65,7 @@ class LockdError(Exception):
 class BadSpec(LockdError, ValueError):
     """A lease spec, name or argument that cannot be sent (``code`` = -EINVAL)."""
 
-    def __init__(self, message):
+    def __init__(self, message: str) -> None:
         super().__init__(message, -errno.EINVAL)
 
 
@@ -69,7 +76,7 @@ class DaemonGone(LockdError, ConnectionError):
 class NoExtensions(LockdError):
     """The daemon does not answer lockd's extension commands (a sanlock daemon)."""
 
-    def __init__(self, run_dir):
+    def __init__(self, run_dir: str) -> None:
         super().__init__(f"the daemon in {run_dir} does not answer lockd's extension "
                          "commands (a sanlock daemon?)", -errno.EOPNOTSUPP)
 
@@ -83,13 +90,14 @@ class LeaseHeld(LockdError):
     host name, ``""`` when unknown) and ``owner_state`` (``live``, ``fail``, ``dead``,
     ``unknown``; ``none`` when the lease was free again by the time we asked) describe it."""
 
-    def __init__(self, lease, code, owner=None, message=None):
-        owner = owner or {}
+    def __init__(self, lease: str, code: int, owner: Optional[LeaderInfo] = None,
+                 message: Optional[str] = None) -> None:
         self.lease = lease
-        self.owner_host_id = owner.get("host_id", 0)
-        self.owner_name = owner.get("host_name", "")
-        self.owner_state = owner.get("state", "unknown")
-        self.owner_token = owner.get("token")
+        self.owner: Optional[LeaderInfo] = owner
+        self.owner_host_id: int = owner.host_id if owner else 0
+        self.owner_name: str = owner.host_name if owner else ""
+        self.owner_state: str = owner.state if owner else "unknown"
+        self.owner_token: Optional[int] = owner.token if owner else None
         who = (f"host_id {self.owner_host_id} ({self.owner_name or '?'}, "
                f"{self.owner_state})") if self.owner_host_id else f"another holder ({self.owner_state})"
         super().__init__(message or f"lease {lease} is held by {who}", code)
@@ -99,10 +107,20 @@ class Timeout(LeaseHeld, TimeoutError):
     """The lease was still held elsewhere when ``timeout`` ran out; names the owner
     like ``LeaseHeld`` (``code`` is the last busy code the daemon gave)."""
 
-    def __init__(self, lease, code, waited, owner=None):
+    def __init__(self, lease: str, code: int, waited: float,
+                 owner: Optional[LeaderInfo] = None) -> None:
         self.waited = waited
         super().__init__(lease, code, owner)
         who = (f"host_id {self.owner_host_id} ({self.owner_name or '?'}, {self.owner_state})"
                if self.owner_host_id else f"another holder ({self.owner_state})")
         self.args = (f"lease {lease}: not acquired within {waited:.1f} s; held by {who} "
                      f"({describe(code)}, {code})",)
+
+
+class Cancelled(LockdError):
+    """``Lease.cancel()`` (from another thread) stopped an acquire under way; nothing is
+    held (``code`` = -ECANCELED)."""
+
+    def __init__(self, lease: str) -> None:
+        super().__init__(f"acquire of lease {lease} cancelled", -errno.ECANCELED)
+        self.lease = lease

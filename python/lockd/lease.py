@@ -21,8 +21,12 @@ Invariants: ``token`` is the lease version (lver) at which we acquired: strictly
 than every earlier holder's on any host (disk Paxos). A loss is final: ``lost`` is never
 cleared. The watch is open before the acquire, so a loss decided while we acquire is not
 missed. A lost lease is not RELEASEd on exit (the release could block on failed
-storage); closing the registered connection gives it back.
+storage); closing the registered connection gives it back. An acquire stopped by
+``cancel()`` (or by an exception in it) closes its registration, so it leaves nothing
+held.
 """
+
+from __future__ import annotations
 
 import errno
 import os
@@ -32,10 +36,14 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Optional, Union, overload
 
 from . import _conn
 from . import _wire as w
-from .errors import BUSY_CODES, BadSpec, DaemonGone, LeaseHeld, Refused, Timeout
+from .errors import (BUSY_CODES, BadSpec, Cancelled, DaemonGone, LeaseHeld, Refused,
+                     Timeout)
+from .results import Holder, LeaderInfo, LockInfo, Waiter
 
 #: With no heartbeat for this long, the daemon is taken for stopped and the lease lost.
 SILENCE_LIMIT = 3.0
@@ -45,13 +53,23 @@ _BACKOFF_MAX = 2.0
 _SIZE = re.compile(r"^([0-9]+)([kKmMgG]?)$")
 
 
+class _Unset:
+    """The default of ``Lease.acquire``'s ``timeout``: not given."""
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET = _Unset()
+
+
 class LeaseSpec:
     """Where a lease lives: ``LOCKSPACE:NAME:PATH:OFFSET`` (OFFSET takes a K/M/G suffix,
     powers of 1024; PATH may contain ``:``, the last field is the offset)."""
 
     __slots__ = ("lockspace", "name", "path", "offset")
 
-    def __init__(self, lockspace, name, path, offset):
+    def __init__(self, lockspace: str, name: str, path: str, offset: int) -> None:
         _conn.check_name(lockspace, "lockspace name")
         _conn.check_name(name, "resource name")
         if not path:
@@ -63,7 +81,9 @@ class LeaseSpec:
         self.lockspace, self.name, self.path, self.offset = lockspace, name, path, offset
 
     @classmethod
-    def parse(cls, text):
+    def parse(cls, text: Union[str, LeaseSpec]) -> LeaseSpec:
+        """A ``LeaseSpec`` from ``LOCKSPACE:NAME:PATH:OFFSET`` (a ``LeaseSpec`` is
+        returned as it is); ``BadSpec`` when it is not one."""
         if isinstance(text, LeaseSpec):
             return text
         if not isinstance(text, str):
@@ -84,26 +104,28 @@ class LeaseSpec:
         except BadSpec as e:
             raise BadSpec(f"invalid lease {text!r}: {e.args[0].split(' (')[0]}") from None
 
-    def short(self):
+    def short(self) -> str:
         """``LOCKSPACE:NAME``, as ``LOCKD_LEASE`` carries it."""
         return f"{self.lockspace}:{self.name}"
 
-    def resource(self, flags=0):
+    def resource(self, flags: int = 0) -> bytes:
+        """The lease as a ``sanlk_resource`` with its one disk."""
         return w.resource(self.lockspace, self.name, [(self.path, self.offset)], flags=flags)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.lockspace}:{self.name}:{self.path}:{self.offset}"
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"LeaseSpec({str(self)!r})"
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, LeaseSpec) and str(self) == str(other)
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash(str(self))
 
 
+@dataclass(frozen=True)
 class LossNotice:
     """Why a lease can no longer be trusted.
 
@@ -115,49 +137,53 @@ class LossNotice:
     ``force_mode`` for ``requested``: 1 FORCE, 2 GRACEFUL.
     """
 
-    __slots__ = ("reason", "at", "kill_in", "watchdog_in", "force_mode", "renewal_age")
+    reason: str
+    kill_in: Optional[float] = None
+    watchdog_in: Optional[float] = None
+    force_mode: int = 0
+    renewal_age: Optional[float] = None
+    at: float = field(default_factory=time.monotonic)
 
-    def __init__(self, reason, kill_in=None, watchdog_in=None, force_mode=0, renewal_age=None):
-        self.reason = reason
-        self.at = time.monotonic()
-        self.kill_in = kill_in
-        self.watchdog_in = watchdog_in
-        self.force_mode = force_mode
-        self.renewal_age = renewal_age
-
-    def kill_left(self):
+    def kill_left(self) -> Optional[float]:
         """Seconds left now before the kill escalation (None when unknown)."""
         if self.kill_in is None:
             return None
         return max(0.0, self.kill_in - (time.monotonic() - self.at))
 
-    def as_dict(self):
+    def as_dict(self) -> Dict[str, object]:
+        """``reason``, ``kill_in``, ``watchdog_in`` and ``force_mode`` as a dict."""
         return {"reason": self.reason, "kill_in": self.kill_in,
                 "watchdog_in": self.watchdog_in, "force_mode": self.force_mode}
 
-    def __repr__(self):
-        return (f"LossNotice(reason={self.reason!r}, kill_in={self.kill_in!r}, "
-                f"watchdog_in={self.watchdog_in!r})")
 
-
-def _ms(v):
+def _ms(v: Optional[int]) -> Optional[float]:
     return None if v is None else max(0, v) / 1000.0
 
 
-def _loss_of(event, spec):
+def _loss_of(event: w.WatchEvent, spec: LeaseSpec) -> Optional[LossNotice]:
     """The LossNotice an event means for ``spec``, or None (client-lib's loss_reason)."""
-    if event["kind"] == "heartbeat" or event["lockspace"] != spec.lockspace:
+    if event.kind == "heartbeat" or event.lockspace != spec.lockspace:
         return None
-    if event["kind"] == "requested" and event["resource"] != spec.name:
+    if event.kind == "requested" and event.resource != spec.name:
         return None
-    return LossNotice(event["kind"], _ms(event["kill_in_ms"]), _ms(event["watchdog_in_ms"]),
-                      event["force_mode"], event["renewal_age_ms"] / 1000.0)
+    return LossNotice(event.kind, _ms(event.kill_in_ms), _ms(event.watchdog_in_ms),
+                      event.force_mode, event.renewal_age_ms / 1000.0)
 
 
-def _default_owner():
+def _default_owner() -> str:
     arg0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
     base = os.path.basename(arg0) if arg0 and not arg0.startswith("-") else "python"
     return f"{base}-{os.getpid()}"[:48]
+
+
+def _check_timeout(timeout: Optional[float]) -> None:
+    if timeout is not None and (isinstance(timeout, bool)
+                                or not isinstance(timeout, (int, float)) or timeout < 0):
+        raise BadSpec(f"timeout must be None or seconds >= 0, not {timeout!r}")
+
+
+#: ``on_lost`` callbacks.
+LossCallback = Callable[[LossNotice], object]
 
 
 class Lease:
@@ -170,70 +196,146 @@ class Lease:
     (``$SANLOCK_RUN_DIR``, ``$LOCKD_RUN_DIR``, ``/run/lockd``). ``owner`` is the name
     the daemon shows for us. ``restrict``: SANLK_RESTRICT_* flags for the registration
     (``lockd.RESTRICT_SIGKILL``: the daemon sends SIGTERM where it would send SIGKILL).
+
+    Two forms of acquire: ``acquire()`` raises (``LeaseHeld``, ``Timeout``) and returns
+    the lease; ``acquire(blocking, timeout)`` returns True or False (kazoo's and
+    python-etcd3's shape). ``cancel()``, from another thread, stops either with
+    ``Cancelled``.
     """
 
-    def __init__(self, spec, *, shared=False, timeout=None, run_dir=None, owner=None,
-                 restrict=0):
-        self.spec = LeaseSpec.parse(spec)
-        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
-            raise BadSpec(f"timeout must be None or seconds >= 0, not {timeout!r}")
+    def __init__(self, spec: Union[str, LeaseSpec], *, shared: bool = False,
+                 timeout: Optional[float] = None, run_dir: Optional[str] = None,
+                 owner: Optional[str] = None, restrict: int = 0) -> None:
+        self.spec: LeaseSpec = LeaseSpec.parse(spec)
+        _check_timeout(timeout)
         self.shared = bool(shared)
-        self.timeout = timeout
-        self.run_dir = run_dir or _conn.default_run_dir()
-        self.owner = owner or _default_owner()
+        self.timeout: Optional[float] = timeout
+        self.run_dir: str = run_dir or _conn.default_run_dir()
+        self.owner: str = owner or _default_owner()
         self.restrict = restrict
-        self.token = None
+        self.token: Optional[int] = None
         self.lost = threading.Event()
-        self.loss = None
+        self.loss: Optional[LossNotice] = None
         self._lock = threading.Lock()
-        self._callbacks = []
+        self._callbacks: List[LossCallback] = []
         self._closing = False
-        self._client = None
-        self._watch = None
-        self._thread = None
+        self._client: Optional[_conn.Conn] = None
+        self._watch: Optional[_conn.Conn] = None
+        self._thread: Optional[threading.Thread] = None
+        # An acquire under way: cancel() sets _cancel and shuts its registration down.
+        self._acq_lock = threading.Lock()
+        self._acquiring = False
+        self._acq_conn: Optional[_conn.Conn] = None
+        self._cancel = threading.Event()
 
     # -- acquire / release -------------------------------------------------------------
 
-    def acquire(self):
-        """Acquires the lease (see the class doc for ``timeout``); returns self."""
-        if self._client is not None:
-            raise Refused(f"lease {self.spec.short()} is already held by this object", -errno.EBUSY)
-        kind = _conn.daemon_kind(self.run_dir)
-        if kind == "lockd":
-            self._open_watch()
-        started = time.monotonic()
-        backoff = _BACKOFF_START
-        client = None
+    @overload
+    def acquire(self) -> Lease: ...
+
+    @overload
+    def acquire(self, blocking: bool,
+                timeout: Union[float, None, _Unset] = ...) -> bool: ...
+
+    @overload
+    def acquire(self, *, timeout: Optional[float]) -> bool: ...
+
+    def acquire(self, blocking: Optional[bool] = None,
+                timeout: Union[float, None, _Unset] = _UNSET) -> Union[Lease, bool]:
+        """Acquires the lease.
+
+        ``acquire()``, with no argument, waits as the lease's ``timeout`` says and raises
+        when it does not get the lease (``LeaseHeld``; ``Timeout`` after the timeout);
+        it returns the lease itself.
+
+        ``acquire(blocking=True, timeout=None)``, with either argument, returns True
+        when it got the lease and False when another holder kept it: ``blocking=False``
+        tries once; else it keeps trying ``timeout`` seconds (``None``: the lease's own
+        ``timeout``, which by default waits until the holder goes).
+
+        Both forms raise ``Cancelled`` when ``cancel()`` stopped them, and the other
+        errors (``Refused``, ``DaemonGone``, ...) as they come; nothing is held then.
+        """
+        if blocking is None and isinstance(timeout, _Unset):
+            return self._acquire(self.timeout)
+        if blocking is False:
+            wait: Optional[float] = 0
+        elif timeout is None or isinstance(timeout, _Unset):
+            wait = self.timeout
+        else:
+            _check_timeout(timeout)
+            wait = timeout
         try:
+            self._acquire(wait)
+        except LeaseHeld:  # also Timeout
+            return False
+        return True
+
+    def cancel(self) -> None:
+        """Stops an acquire under way in another thread: it raises ``Cancelled`` and
+        holds nothing (its registration is closed, so an ACQUIRE the daemon was still
+        deciding is given back). No effect when no acquire is under way or once it has
+        got the lease."""
+        with self._acq_lock:
+            if not self._acquiring:
+                return
+            self._cancel.set()
+            conn = self._acq_conn
+            if conn is not None:
+                try:
+                    conn.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def _check_cancel(self) -> None:
+        if self._cancel.is_set():
+            raise Cancelled(self.spec.short())
+
+    def _acquire(self, timeout: Optional[float],
+                 cancel: Optional[threading.Event] = None) -> Lease:
+        """The raising form with ``timeout`` (see ``acquire``). ``cancel``: an event that
+        stops this acquire when set, even before it started (``lockd.aio`` sets it when
+        its await is cancelled); ``cancel()`` sets it too."""
+        with self._acq_lock:
+            if self._client is not None:
+                raise Refused(f"lease {self.spec.short()} is already held by this object",
+                              -errno.EBUSY)
+            if self._acquiring:
+                raise Refused(f"lease {self.spec.short()}: an acquire is already under way",
+                              -errno.EBUSY)
+            self._acquiring = True
+            self._cancel = cancel if cancel is not None else threading.Event()
+        self._closing = False
+        client: Optional[_conn.Conn] = None
+        try:
+            self._check_cancel()
+            kind = _conn.daemon_kind(self.run_dir)
+            if kind == "lockd":
+                self._open_watch()
             client = self._register()
-            flags = w.SANLK_ACQUIRE_OWNER_NOWAIT if self.timeout == 0 else 0
-            res = self.spec.resource(w.SANLK_RES_SHARED if self.shared else 0)
-            payload = res + w.options(self.owner)
-            while True:
-                h, _ = client.call(w.SM_CMD_ACQUIRE, flags, 1, 0xFFFFFFFF, payload)
-                rv = h["result"]
-                if rv == 0:
-                    break
-                if rv not in BUSY_CODES:
-                    raise Refused(f"acquire {self.spec}", rv)
-                waited = time.monotonic() - started
-                if self.timeout == 0:
-                    raise LeaseHeld(self.spec.short(), rv, self._owner())
-                if self.timeout is not None and waited >= self.timeout:
-                    raise Timeout(self.spec.short(), rv, waited, self._owner())
-                sleep = backoff
-                if self.timeout is not None:
-                    sleep = min(sleep, max(0.0, self.timeout - waited))
-                time.sleep(sleep)
-                backoff = min(backoff * 2, _BACKOFF_MAX)
-            self.token = self._token_of(client)
-        except BaseException:
+            with self._acq_lock:
+                self._acq_conn = client
+            self._check_cancel()
+            token = self._acquire_on(client, timeout)
+            with self._acq_lock:
+                # The commit point: a cancel() from now on finds nothing under way.
+                self._check_cancel()
+                self._acquiring = False
+                self._acq_conn = None
+                self._client = client
+                self.token = token
+        except BaseException as e:
             self._closing = True
             if client is not None:
                 client.close()
             self._stop_watch()
+            with self._acq_lock:
+                self._acquiring = False
+                self._acq_conn = None
+                cancelled = self._cancel.is_set()
+            if cancelled and not isinstance(e, Cancelled) and isinstance(e, Exception):
+                raise Cancelled(self.spec.short()) from None
             raise
-        self._client = client
         if self._watch is None:
             # sanlock: the registered connection's EOF is the only notice there is.
             self._thread = threading.Thread(target=self._eof_loop, name="lockd-lease-eof",
@@ -241,32 +343,61 @@ class Lease:
             self._thread.start()
         return self
 
-    def _register(self):
+    def _acquire_on(self, client: _conn.Conn, timeout: Optional[float]) -> int:
+        """ACQUIRE on the registration ``client`` until it is ours (its token) or
+        ``timeout`` runs out."""
+        started = time.monotonic()
+        backoff = _BACKOFF_START
+        flags = w.SANLK_ACQUIRE_OWNER_NOWAIT if timeout == 0 else 0
+        res = self.spec.resource(w.SANLK_RES_SHARED if self.shared else 0)
+        payload = res + w.options(self.owner)
+        while True:
+            h, _ = client.call(w.SM_CMD_ACQUIRE, flags, 1, 0xFFFFFFFF, payload)
+            rv = h.result
+            if rv == 0:
+                break
+            self._check_cancel()
+            if rv not in BUSY_CODES:
+                raise Refused(f"acquire {self.spec}", rv)
+            waited = time.monotonic() - started
+            if timeout == 0:
+                raise LeaseHeld(self.spec.short(), rv, self._owner())
+            if timeout is not None and waited >= timeout:
+                raise Timeout(self.spec.short(), rv, waited, self._owner())
+            sleep = backoff
+            if timeout is not None:
+                sleep = min(sleep, max(0.0, timeout - waited))
+            if self._cancel.wait(sleep):
+                self._check_cancel()
+            backoff = min(backoff * 2, _BACKOFF_MAX)
+        return self._token_of(client)
+
+    def _register(self) -> _conn.Conn:
         c = _conn.Conn(self.run_dir)
         try:
             c.send(w.SM_CMD_REGISTER)  # no reply
             if self.restrict:
                 h, _ = c.call(w.SM_CMD_RESTRICT, self.restrict, 0, 0xFFFFFFFF)
-                if h["result"] < 0:
-                    raise Refused("restrict", h["result"])
+                if h.result < 0:
+                    raise Refused("restrict", h.result)
         except BaseException:
             c.close()
             raise
         return c
 
-    def _owner(self):
+    def _owner(self) -> Optional[LeaderInfo]:
         try:
             return _conn.owner_info(self.run_dir, self.spec.lockspace, self.spec.name,
                                     self.spec.path, self.spec.offset)
         except Exception:  # noqa: BLE001 - the busy error is reported without its owner
             return None
 
-    def _token_of(self, client):
+    def _token_of(self, client: _conn.Conn) -> int:
         """The lver we hold: INQUIRE on our registration (exclusive); for a shared lease
         INQUIRE shows ``:SH``, and the token is the leader record's lver."""
         h, p = client.call(w.SM_CMD_INQUIRE, 0, 0, 0xFFFFFFFF)
-        if h["result"] < 0:
-            raise Refused(f"inquire {self.spec.short()}", h["result"])
+        if h.result < 0:
+            raise Refused(f"inquire {self.spec.short()}", h.result)
         prefix = f"{self.spec.lockspace}:{self.spec.name}:"
         for item in w.c_text(p).split():
             if not item.startswith(prefix):
@@ -281,7 +412,7 @@ class Lease:
                 return int(last)
         raise Refused(f"inquire: {self.spec.short()} not listed after acquire", -errno.ENOENT)
 
-    def release(self):
+    def release(self) -> None:
         """Releases the lease (also done when the ``with`` block ends). A lost lease is
         not RELEASEd: closing our registration gives it back without blocking on storage
         that may have failed."""
@@ -298,26 +429,26 @@ class Lease:
                     h, _ = client.call(w.SM_CMD_RELEASE, 0, 1, 0xFFFFFFFF, head)
                 except DaemonGone:
                     return
-                if h["result"] < 0:
-                    raise Refused(f"release {self.spec.short()}", h["result"])
+                if h.result < 0:
+                    raise Refused(f"release {self.spec.short()}", h.result)
         finally:
             client.close()
             if self._thread is not None and self._thread is not threading.current_thread():
                 self._thread.join(timeout=5)
 
-    def __enter__(self):
+    def __enter__(self) -> Lease:
         """Acquires, unless ``acquire()`` already did."""
         if self._client is not None:
             return self
         return self.acquire()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
+        """Releases."""
         self.release()
-        return False
 
     # -- loss ------------------------------------------------------------------------
 
-    def on_lost(self, callback):
+    def on_lost(self, callback: LossCallback) -> None:
         """Calls ``callback(notice)`` once when the lease is lost, from the watch thread
         (at once, from this thread, if it already is)."""
         with self._lock:
@@ -326,7 +457,7 @@ class Lease:
                 return
         callback(self.loss)
 
-    def wait_lost(self, timeout=None):
+    def wait_lost(self, timeout: Optional[float] = None) -> Optional[LossNotice]:
         """Blocks until the lease is lost (returns the notice) or ``timeout`` passes
         (returns None)."""
         if self.lost.wait(timeout):
@@ -334,11 +465,11 @@ class Lease:
         return None
 
     @property
-    def is_trusted(self):
+    def is_trusted(self) -> bool:
         """False once a loss notice arrived (spindle's has-lock)."""
         return not self.lost.is_set() and self._client is not None
 
-    def _declare(self, notice):
+    def _declare(self, notice: LossNotice) -> None:
         with self._lock:
             if self.loss is not None:
                 return
@@ -351,26 +482,26 @@ class Lease:
             except Exception as e:  # noqa: BLE001 - a callback must not kill the watch
                 print(f"lockd: on_lost callback failed: {e!r}", file=sys.stderr)
 
-    def _gone(self, reason):
+    def _gone(self, reason: str) -> None:
         if not self._closing:
             self._declare(LossNotice(reason))
 
-    def _open_watch(self):
+    def _open_watch(self) -> None:
         c = _conn.Conn(self.run_dir)
         try:
             h, _ = c.ext_call(w.LOCKD_CMD_WATCH, header_only=True)
-            if h["result"] < 0:
-                raise Refused("watch", h["result"])
+            if h.result < 0:
+                raise Refused("watch", h.result)
         except BaseException:
             c.close()
             raise
-        interval = min(max(h["data2"], 50), 1000) / 1000.0
+        interval = min(max(h.data2, 50), 1000) / 1000.0
         self._watch = c
         self._thread = threading.Thread(target=self._watch_loop, args=(c.sock, interval),
                                         name="lockd-lease-watch", daemon=True)
         self._thread.start()
 
-    def _stop_watch(self):
+    def _stop_watch(self) -> None:
         c, self._watch = self._watch, None
         if c is not None:
             try:
@@ -381,11 +512,12 @@ class Lease:
                 self._thread.join(timeout=5)
             c.close()
 
-    def _watch_loop(self, sock, interval):
+    def _watch_loop(self, sock: socket.socket, interval: float) -> None:
         silence = max(SILENCE_LIMIT, interval * 4)
         sock.settimeout(interval)
         size = w.HEADER.size + w.WATCH_EVENT.size
         buf = b""
+        chunk: Optional[bytes]
         last_heard = time.monotonic()
         while not self._closing and self.loss is None:
             try:
@@ -409,12 +541,12 @@ class Lease:
                     # Not a message boundary we can trust: the watch is unusable.
                     self._gone("daemon_gone")
                     return
-                if len(buf) < w.HEADER.size + h["payload_len"]:
+                if len(buf) < w.HEADER.size + h.payload_len:
                     break
-                msg = buf[:w.HEADER.size + h["payload_len"]]
+                msg = buf[:w.HEADER.size + h.payload_len]
                 buf = buf[len(msg):]
                 last_heard = time.monotonic()
-                if h["cmd"] != w.LOCKD_MSG_WATCH_EVENT or len(msg) != size:
+                if h.cmd != w.LOCKD_MSG_WATCH_EVENT or len(msg) != size:
                     continue
                 try:
                     ev = w.decode_watch_event(msg[w.HEADER.size:])
@@ -428,7 +560,7 @@ class Lease:
                 self._gone("daemon_silent")
                 return
 
-    def _eof_loop(self):
+    def _eof_loop(self) -> None:
         """sanlock: the registered connection gets EOF when the daemon dies. Polled, never
         read (the socket's blocking mode belongs to the caller's thread)."""
         client = self._client
@@ -461,77 +593,80 @@ class Lease:
             time.sleep(0.1)
         self._gone("daemon_gone")
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"<lockd.Lease {self.spec.short()} token={self.token} "
                 f"{'lost ' + self.loss.reason if self.loss else 'held' if self._client else 'not held'}>")
 
 
-def leader(spec, *, run_dir=None):
-    """Who holds ``spec`` now (lockd's LEADER; on sanlock from READ_RESOURCE_OWNERS):
-    ``{"host_id", "host_name", "generation", "token", "state", "shared"}``; host_id 0 and
-    state ``none`` when nobody holds it (``token`` is then the last one given)."""
+def leader(spec: Union[str, LeaseSpec], *, run_dir: Optional[str] = None) -> LeaderInfo:
+    """Who holds ``spec`` now (lockd's LEADER; on sanlock from READ_RESOURCE_OWNERS), a
+    ``LeaderInfo``; host_id 0 and state ``none`` when nobody holds it (``token`` is then
+    the last one given)."""
     s = LeaseSpec.parse(spec)
     return _conn.owner_info(run_dir or _conn.default_run_dir(), s.lockspace, s.name, s.path,
                             s.offset)
 
 
-def locks(lockspace, leases=None, *, run_dir=None):
-    """Who holds what in ``lockspace``: a list of dicts, one per lease, sorted by name.
+def locks(lockspace: str, leases: Optional[Iterable[Union[str, LeaseSpec]]] = None, *,
+          run_dir: Optional[str] = None) -> List[LockInfo]:
+    """Who holds what in ``lockspace``: a list of ``LockInfo``, one per lease, sorted by
+    name.
 
     ``leases``: the lease specs to report cluster-wide (a lockspace has no list of its
     leases, so the caller names them, as Shaken Fist knows its lock names); by default
-    the leases held through this daemon. Each dict: ``lockspace``, ``resource``,
-    ``spec``, ``owner_host_id`` (0: free), ``owner_host_name``, ``token`` (the holder's,
-    or the last one given), ``state`` (the owner host's state in this daemon's view:
-    ``live``, ``fail``, ``dead``, ``unknown``, ``none``), ``shared``, ``holders``: the
-    local processes holding it (``pid``, ``name``, ``token``, ``mode`` EX/SH), and
-    ``waiting``: the local candidates waiting for it (``pid``, ``name``, ``waiting_s``;
-    lockd only — a registered client whose last acquire of it was refused as busy).
+    the leases held through this daemon. Each ``LockInfo``: ``lockspace``,
+    ``resource``, ``spec``, ``owner_host_id`` (0: free), ``owner_host_name``, ``token``
+    (the holder's, or the last one given), ``state`` (the owner host's state in this
+    daemon's view: ``live``, ``fail``, ``dead``, ``unknown``, ``none``), ``shared``,
+    ``holders``: the local processes holding it (``Holder``: ``pid``, ``name``,
+    ``token``, ``mode`` EX/SH), and ``waiting``: the local candidates waiting for it
+    (``Waiter``: ``pid``, ``name``, ``waiting_s``; lockd only — a registered client whose
+    last acquire of it was refused as busy).
     """
     run_dir = run_dir or _conn.default_run_dir()
     _conn.check_name(lockspace, "lockspace name")
     recs = _conn.status(run_dir, 4)
-    names = {r["data32"]: r["name"] for r in recs
-             if r["type"] == w.SANLK_STATE_CLIENT and r["data32"] > 0}
+    names = {r.data32: r.name for r in recs
+             if r.type == w.SANLK_STATE_CLIENT and r.data32 > 0}
     now = 0
     for r in recs:
-        if r["type"] == w.SANLK_STATE_DAEMON:
-            mt = w.parse_details(r["text"]).get("monotime", "")
+        if r.type == w.SANLK_STATE_DAEMON:
+            mt = w.parse_details(r.text).get("monotime", "")
             now = int(mt) if mt.isdigit() else 0
-    waiting = {}
+    waiting: Dict[str, List[Waiter]] = {}
     for r in recs:
-        if r["type"] != w.SANLK_STATE_CLIENT or r["data32"] <= 0:
+        if r.type != w.SANLK_STATE_CLIENT or r.data32 <= 0:
             continue
-        d = w.parse_details(r["text"])
-        ls, _, res = d.get("waiting", "").partition(":")
-        if ls == lockspace and res:
+        d = w.parse_details(r.text)
+        ls, _, res_name = d.get("waiting", "").partition(":")
+        if ls == lockspace and res_name:
             since = d.get("waiting_since", "")
-            waiting.setdefault(res, []).append({
-                "pid": r["data32"], "name": r["name"],
-                "waiting_s": max(0, now - int(since)) if since.isdigit() and now else None})
-    local = {}
-    specs = {}
+            waiting.setdefault(res_name, []).append(Waiter(
+                pid=r.data32, name=r.name,
+                waiting_s=max(0, now - int(since)) if since.isdigit() and now else None))
+    local: Dict[str, List[Holder]] = {}
+    specs: Dict[str, LeaseSpec] = {}
     for r in recs:
-        res = r.get("resource")
-        if r["type"] != w.SANLK_STATE_RESOURCE or not res or res["lockspace"] != lockspace:
+        res = r.resource
+        if r.type != w.SANLK_STATE_RESOURCE or res is None or res.lockspace != lockspace:
             continue
-        d = w.parse_details(r["text"])
+        d = w.parse_details(r.text)
         try:
             flags = int(d.get("flags", "0"), 16)
         except ValueError:
-            flags = res["flags"]
-        lver = int(d["lver"]) if d.get("lver", "").isdigit() else r["data64"]
-        if r["data32"] > 0:
-            local.setdefault(res["name"], []).append({
-                "pid": r["data32"], "name": names.get(r["data32"], ""),
-                "token": lver, "mode": "SH" if flags & w.SANLK_RES_SHARED else "EX"})
-        if res["disks"]:
-            path, off = res["disks"][0]
-            specs.setdefault(res["name"], LeaseSpec(lockspace, res["name"], path, off))
+            flags = res.flags
+        lver = int(d["lver"]) if d.get("lver", "").isdigit() else r.data64
+        if r.data32 > 0:
+            local.setdefault(res.name, []).append(Holder(
+                pid=r.data32, name=names.get(r.data32, ""), token=lver,
+                mode="SH" if flags & w.SANLK_RES_SHARED else "EX"))
+        if res.disks:
+            path, off = res.disks[0]
+            specs.setdefault(res.name, LeaseSpec(lockspace, res.name, path, off))
     if leases is not None:
         specs = {}
-        for s in leases:
-            s = LeaseSpec.parse(s)
+        for text in leases:
+            s = LeaseSpec.parse(text)
             if s.lockspace != lockspace:
                 raise BadSpec(f"lease {s} is not in lockspace {lockspace}")
             specs[s.name] = s
@@ -539,8 +674,8 @@ def locks(lockspace, leases=None, *, run_dir=None):
     for name in sorted(specs):
         s = specs[name]
         o = _conn.owner_info(run_dir, s.lockspace, s.name, s.path, s.offset)
-        out.append({"lockspace": lockspace, "resource": name, "spec": str(s),
-                    "owner_host_id": o["host_id"], "owner_host_name": o["host_name"],
-                    "token": o["token"], "state": o["state"], "shared": o["shared"],
-                    "holders": local.get(name, []), "waiting": waiting.get(name, [])})
+        out.append(LockInfo(
+            lockspace=lockspace, resource=name, spec=str(s), owner_host_id=o.host_id,
+            owner_host_name=o.host_name, token=o.token, state=o.state, shared=o.shared,
+            holders=tuple(local.get(name, ())), waiting=tuple(waiting.get(name, ()))))
     return out

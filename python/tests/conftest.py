@@ -307,10 +307,11 @@ class Cluster:
     """Two lockd "hosts" (hostA host_id 1, hostB host_id 2) sharing lockspace ``ls`` on
     one loop device; hostA sees the device through its own FUSE view (``fault``) so its
     storage alone can be stalled. ``spec(host, name)`` is a lease as that host names
-    it. Resources: op-1..op-4 at 1..4 MiB, leader at 8 MiB, shared at 9 MiB."""
+    it. Resources: op-1..op-4 at 1..4 MiB, leader at 8 MiB, shared at 9 MiB, the others
+    as ``RESOURCES`` lists them."""
 
     RESOURCES = {"op-1": 1, "op-2": 2, "op-3": 3, "op-4": 4, "leader": 8, "shared": 9,
-                 "aio": 10, "observe": 11}
+                 "aio": 10, "observe": 11, "cancel": 12, "elect-aio": 13}
 
     def __init__(self, tag, file_backed=False):
         """``file_backed``: the lockspace lives in a regular file both hosts open
@@ -348,7 +349,7 @@ class Cluster:
 
     def _sees(self, d, host_id):
         try:
-            return any(h["host_id"] == host_id and h["state"] == "live"
+            return any(h.host_id == host_id and h.state == "live"
                        for h in _conn.get_hosts(d.run_dir, "ls", 0))
         except lockd.LockdError:
             return False

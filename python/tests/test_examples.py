@@ -255,7 +255,7 @@ def test_elect_tells_a_python_child_why(cluster, children):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert wait_for(15, lambda: lockd.leader(cluster.spec(b, "leader"),
-                                                 run_dir=b.run_dir)["host_id"] == 1)
+                                                 run_dir=b.run_dir).host_id == 1)
         time.sleep(0.5)
         b.lockd("request", "-r", f"ls:leader:{cluster.path(b)}:8M", "--next-lver", "-f",
                 "force")

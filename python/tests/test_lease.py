@@ -8,7 +8,7 @@ import time
 import pytest
 
 import lockd
-from conftest import HOST_DEAD  # noqa: F401
+from conftest import HOST_DEAD, wait_for  # noqa: F401
 
 
 def test_token_grows_across_hosts_and_release_frees(cluster):
@@ -60,22 +60,22 @@ def test_shared_leases_and_locks_listing(cluster):
         # Cluster-wide, from host B: op-3 is hostA's, op-4 is free.
         rows = lockd.locks("ls", [cluster.spec(b, n) for n in ("op-3", "op-4", "shared")],
                            run_dir=b.run_dir)
-        by = {r["resource"]: r for r in rows}
-        assert by["op-3"]["owner_host_id"] == 1 and by["op-3"]["owner_host_name"] == "hostA"
-        assert by["op-3"]["state"] == "live" and by["op-3"]["token"] == ex.token
-        assert by["op-3"]["holders"] == []  # not a local process of host B
-        assert by["op-4"]["owner_host_id"] == 0 and by["op-4"]["state"] == "none"
-        assert by["shared"]["shared"] is True
+        by = {r.resource: r for r in rows}
+        assert by["op-3"].owner_host_id == 1 and by["op-3"].owner_host_name == "hostA"
+        assert by["op-3"].state == "live" and by["op-3"].token == ex.token
+        assert by["op-3"].holders == ()  # not a local process of host B
+        assert by["op-4"].owner_host_id == 0 and by["op-4"].state == "none"
+        assert by["shared"].shared is True
         # On host A, its own holders with pid and client name.
         rows = lockd.locks("ls", run_dir=a.run_dir)
-        by = {r["resource"]: r for r in rows}
+        by = {r.resource: r for r in rows}
         assert set(by) == {"op-3", "shared"}
-        h = by["op-3"]["holders"]
-        assert len(h) == 1 and h[0]["name"] == "worker-a" and h[0]["mode"] == "EX"
-        assert h[0]["token"] == ex.token
+        h = by["op-3"].holders
+        assert len(h) == 1 and h[0].name == "worker-a" and h[0].mode == "EX"
+        assert h[0].token == ex.token
         import os
-        assert h[0]["pid"] == os.getpid()
-        assert by["shared"]["holders"][0]["mode"] == "SH"
+        assert h[0].pid == os.getpid()
+        assert by["shared"].holders[0].mode == "SH"
         # An exclusive acquire of the shared lease is refused while readers hold it.
         with pytest.raises(lockd.LeaseHeld):
             lockd.Lease(cluster.spec(b, "shared"), run_dir=b.run_dir, timeout=0).acquire()
@@ -96,7 +96,7 @@ def test_leader_election_campaign_observe_resign_run(cluster):
     lead = ea.campaign()
     assert lead.is_leader and lead.token >= 1
     info = eb.leader()
-    assert (info["host_id"], info["host_name"], info["token"], info["state"]) == \
+    assert (info.host_id, info.host_name, info.token, info.state) == \
         (1, "hostA", lead.token, "live")
     with pytest.raises(lockd.Timeout) as e:
         eb.campaign(timeout=0.5)
@@ -114,7 +114,7 @@ def test_leader_election_campaign_observe_resign_run(cluster):
     time.sleep(0.5)
     stop.set()
     t.join()
-    holders = [(s["host_id"], s["token"]) for s in seen]
+    holders = [(s.host_id, s.token) for s in seen]
     assert (1, lead.token) in holders and (2, lead.token + 1) in holders, seen
     assert holders.index((1, lead.token)) < holders.index((2, lead.token + 1))
 
@@ -171,14 +171,14 @@ def test_waiting_candidates_are_shown(cluster):
 
         def shown():
             rows = lockd.locks("ls", [cluster.spec(b, "op-4")], run_dir=b.run_dir)
-            return rows[0]["waiting"]
+            return rows[0].waiting
         waiting = None
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not waiting:
             waiting = shown()
             time.sleep(0.1)
-        assert waiting and waiting[0]["pid"] == os.getpid()
-        assert waiting[0]["name"] == "candidate-b"
+        assert waiting and waiting[0].pid == os.getpid()
+        assert waiting[0].name == "candidate-b"
         out = json.loads(b.lockd("leader", "-r", cluster.spec(b, "op-4"), "--json").stdout)
         assert out["host_name"] == "hostA"
         assert [c["name"] for c in out["waiting_here"]] == ["candidate-b"], out
@@ -188,8 +188,235 @@ def test_waiting_candidates_are_shown(cluster):
         t.join(15)
         assert cand.token == held.token + 1
         # Holding now: no longer a candidate.
-        assert lockd.locks("ls", [cluster.spec(b, "op-4")], run_dir=b.run_dir)[0]["waiting"] == []
+        assert lockd.locks("ls", [cluster.spec(b, "op-4")], run_dir=b.run_dir)[0].waiting == ()
         cand.release()
+
+
+def waiting_on(cluster, d, name, owner):
+    """True while ``owner`` shows on ``d`` as a candidate waiting for lease ``name``."""
+    rows = lockd.locks("ls", [cluster.spec(d, name)], run_dir=d.run_dir)
+    return any(w.name == owner for w in rows[0].waiting)
+
+
+def test_acquire_returns_false_when_held_and_after_its_timeout(cluster):
+    """kazoo's shape: acquire(blocking=False) tries once, acquire(timeout=T) tries T
+    seconds; both return False on a held lease, True once they get it."""
+    a, b = cluster.a, cluster.b
+    first = lockd.Lease(cluster.spec(b, "cancel"), run_dir=b.run_dir)
+    assert first.acquire(blocking=False) is True
+    assert first.is_trusted and first.token >= 1
+    first.release()
+    with lockd.Lease(cluster.spec(a, "cancel"), run_dir=a.run_dir) as held:
+        assert held.token == first.token + 1
+        other = lockd.Lease(cluster.spec(b, "cancel"), run_dir=b.run_dir)
+        t0 = time.monotonic()
+        assert other.acquire(blocking=False) is False
+        assert time.monotonic() - t0 < 2
+        assert other.token is None and not other.is_trusted
+        t0 = time.monotonic()
+        assert other.acquire(timeout=1.0) is False
+        waited = time.monotonic() - t0
+        assert 0.9 <= waited < 5, waited
+        # The lease's own timeout applies when acquire's is None.
+        short = lockd.Lease(cluster.spec(b, "cancel"), run_dir=b.run_dir, timeout=0.5)
+        t0 = time.monotonic()
+        assert short.acquire(True, None) is False
+        assert 0.4 <= time.monotonic() - t0 < 4
+        # The raising form is unchanged next to it.
+        with pytest.raises(lockd.LeaseHeld) as e:
+            lockd.Lease(cluster.spec(b, "cancel"), run_dir=b.run_dir, timeout=0).acquire()
+        assert e.value.owner_name == "hostA"
+        # The same object waits (blocking=True) until the holder goes.
+        threading.Timer(0.5, held.release).start()
+        t0 = time.monotonic()
+        assert other.acquire(blocking=True, timeout=15) is True
+        assert time.monotonic() - t0 >= 0.4
+        assert other.token == held.token + 1 and other.is_trusted
+        other.release()
+
+
+def test_cancel_from_another_thread_unblocks_a_blocking_acquire(cluster):
+    a, b = cluster.a, cluster.b
+    with lockd.Lease(cluster.spec(a, "cancel"), run_dir=a.run_dir) as held:
+        cand = lockd.Lease(cluster.spec(b, "cancel"), run_dir=b.run_dir, owner="cancel-me")
+        cand.cancel()  # nothing under way: no effect on the acquire that follows
+        out = {}
+
+        def take():
+            try:
+                out["result"] = cand.acquire(blocking=True)  # waits until the holder goes
+            except BaseException as e:  # noqa: BLE001 - checked below
+                out["error"] = e
+        t = threading.Thread(target=take)
+        t.start()
+        assert wait_for(10, lambda: waiting_on(cluster, b, "cancel", "cancel-me"))
+        t0 = time.monotonic()
+        cand.cancel()
+        t.join(5)
+        assert not t.is_alive(), "cancel() did not unblock acquire()"
+        assert time.monotonic() - t0 < 1
+        assert isinstance(out.get("error"), lockd.Cancelled), out
+        assert out["error"].code_name == "ECANCELED" and "result" not in out
+        assert cand.token is None and not cand.is_trusted
+        # Its registration is closed: host B's daemon forgets the candidate.
+        assert wait_for(5, lambda: not waiting_on(cluster, b, "cancel", "cancel-me"))
+        # The raising form is cancelled the same way.
+        cand2 = lockd.Lease(cluster.spec(b, "cancel"), run_dir=b.run_dir, owner="cancel-2")
+        t = threading.Thread(target=lambda: out.update(raised=_raises(cand2.acquire)))
+        t.start()
+        assert wait_for(10, lambda: waiting_on(cluster, b, "cancel", "cancel-2"))
+        cand2.cancel()
+        t.join(5)
+        assert isinstance(out["raised"], lockd.Cancelled), out
+    # Nothing kept acquiring after the cancel: the lease stays free once released.
+    time.sleep(2.5)  # longer than the acquire loop's longest back-off
+    assert lockd.leader(cluster.spec(b, "cancel"), run_dir=b.run_dir).host_id == 0
+    # The cancelled object is reusable.
+    assert cand.acquire(blocking=False) is True
+    assert cand.token == held.token + 1
+    cand.release()
+
+
+def _raises(fn):
+    try:
+        fn()
+    except BaseException as e:  # noqa: BLE001 - returned to the test
+        return e
+    return None
+
+
+def test_asyncio_cancel_mid_acquire_leaves_nothing_held(cluster):
+    """A cancelled ``await lease.acquire()`` while host A holds the lease: the
+    CancelledError comes at once, the executor's acquire stops (it does not take the
+    lease when host A lets it go), and another client takes the lease."""
+    a, b = cluster.a, cluster.b
+    spec_b = cluster.spec(b, "cancel")
+
+    async def waiting(owner):
+        rows = await lockd.aio.locks("ls", [spec_b], run_dir=b.run_dir)
+        return any(w.name == owner for w in rows[0].waiting)
+
+    async def main():
+        held = lockd.Lease(cluster.spec(a, "cancel"), run_dir=a.run_dir).acquire()
+        try:
+            lease = lockd.aio.Lease(spec_b, run_dir=b.run_dir, owner="aio-cancel")
+            task = asyncio.ensure_future(lease.acquire())
+            deadline = time.monotonic() + 10
+            while not await waiting("aio-cancel"):
+                assert time.monotonic() < deadline, "the candidate never waited"
+                assert not task.done(), task
+                await asyncio.sleep(0.1)
+            t0 = time.monotonic()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert time.monotonic() - t0 < 2
+            assert lease.token is None and not lease.is_trusted
+            assert not await waiting("aio-cancel")
+            # asyncio.wait_for's timeout cancels the same way.
+            late = lockd.aio.Lease(spec_b, run_dir=b.run_dir, owner="aio-wait-for")
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(late.acquire(), 0.7)
+            assert late.token is None
+        finally:
+            held.release()
+        await asyncio.sleep(2.5)  # longer than the acquire loop's longest back-off
+        info = await lockd.aio.leader(spec_b, run_dir=b.run_dir)
+        assert info.host_id == 0, f"a cancelled acquire took the lease: {info}"
+        async with lockd.aio.Lease(spec_b, run_dir=b.run_dir, timeout=0) as again:
+            assert again.token == held.token + 1
+            rows = await lockd.aio.locks("ls", [spec_b], run_dir=b.run_dir)
+            assert [(h.name, h.token) for h in rows[0].holders] == \
+                [(again.lease.owner, again.token)]
+    asyncio.run(main())
+
+
+def test_asyncio_cancel_racing_a_successful_acquire(cluster):
+    """Cancelled at any point of an acquire of a free lease: either the await returns
+    the held lease, or it raises CancelledError and the lease is free again at once
+    (or, when the cancel cut an ACQUIRE short inside the daemon, as soon as the daemon
+    has finished it)."""
+    b = cluster.b
+    spec = cluster.spec(b, "cancel")
+
+    async def main():
+        outcomes = []
+        for delay in (0, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.05, 0.2):
+            lease = lockd.aio.Lease(spec, run_dir=b.run_dir)
+            task = asyncio.ensure_future(lease.acquire())
+            await asyncio.sleep(delay)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                outcomes.append("cancelled")
+                # An ACQUIRE the cancel cut short in the daemon is finished there and
+                # given back at once (its registration is closed): another client gets
+                # the lease within moments, not at this process's exit.
+                probe = lockd.Lease(spec, run_dir=b.run_dir)
+                t0 = time.monotonic()
+                assert probe.acquire(timeout=5) is True, delay
+                assert time.monotonic() - t0 < 3, delay
+                probe.release()
+            else:
+                outcomes.append("held")
+                assert lease.is_trusted
+                await lease.release()
+        return outcomes
+    outcomes = asyncio.run(main())
+    assert "cancelled" in outcomes, outcomes
+
+
+def test_asyncio_leader_election(cluster):
+    a, b = cluster.a, cluster.b
+
+    async def main():
+        ea = lockd.aio.LeaderElection(cluster.spec(a, "elect-aio"), run_dir=a.run_dir)
+        eb = lockd.aio.LeaderElection(cluster.spec(b, "elect-aio"), run_dir=b.run_dir)
+        stop = asyncio.Event()
+        seen = []
+
+        async def watch():
+            async for info in eb.observe(interval=0.1, stop=stop):
+                seen.append(info)
+        watcher = asyncio.ensure_future(watch())
+        lead = await ea.campaign()
+        assert isinstance(lead, lockd.aio.Leadership) and ea.leadership is lead
+        assert lead.is_leader and lead.token >= 1
+        info = await eb.leader()
+        assert isinstance(info, lockd.LeaderInfo)
+        assert (info.host_id, info.host_name, info.token, info.state) == \
+            (1, "hostA", lead.token, "live")
+        assert await lockd.aio.leader(cluster.spec(b, "elect-aio"), run_dir=b.run_dir) == info
+        with pytest.raises(lockd.Timeout) as e:
+            await eb.campaign(timeout=0.5)
+        assert e.value.owner_name == "hostA"
+        # A cancelled campaign holds nothing afterwards (checked by the token below).
+        camp = asyncio.ensure_future(eb.campaign())
+        await asyncio.sleep(0.5)
+        camp.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await camp
+        assert eb.leadership is None
+        await ea.resign()
+        assert not lead.is_leader and ea.leadership is None
+        await asyncio.sleep(2.5)
+        assert (await eb.leader()).host_id == 0
+
+        async def term(leadership):
+            assert leadership.is_leader
+            await asyncio.sleep(0.5)  # long enough for the observer to see this term
+            return leadership.token
+        assert await eb.run(term) == lead.token + 1
+        await asyncio.sleep(0.3)
+        stop.set()
+        await asyncio.wait_for(watcher, 5)
+        holders = [(s.host_id, s.token) for s in seen]
+        assert (1, lead.token) in holders and (2, lead.token + 1) in holders, seen
+        assert holders.index((1, lead.token)) < holders.index((2, lead.token + 1))
+        rows = await lockd.aio.locks("ls", [cluster.spec(b, "elect-aio")], run_dir=b.run_dir)
+        assert isinstance(rows[0], lockd.LockInfo) and rows[0].owner_host_id == 0
+    asyncio.run(main())
 
 
 def test_lost_when_the_daemon_stops_answering(cluster):
@@ -215,7 +442,7 @@ def test_lost_when_the_daemon_stops_answering(cluster):
 def wait_free(cluster, d, name):
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if lockd.leader(cluster.spec(d, name), run_dir=d.run_dir)["host_id"] == 0:
+        if lockd.leader(cluster.spec(d, name), run_dir=d.run_dir).host_id == 0:
             return True
         time.sleep(0.1)
     return False

@@ -40,18 +40,18 @@ def test_lease_token_and_busy_on_sanlock(sanlock):
         with pytest.raises(lockd.LeaseHeld) as e:
             lockd.Lease(spec, run_dir=d.run_dir, timeout=0).acquire()
         assert e.value.owner_host_id == 1 and e.value.code in lockd.errors.BUSY_CODES
-        assert wait_for(10, lambda: lockd.leader(spec, run_dir=d.run_dir)["state"] == "live")
+        assert wait_for(10, lambda: lockd.leader(spec, run_dir=d.run_dir).state == "live")
         with pytest.raises(lockd.Timeout) as t:
             lockd.Lease(spec, run_dir=d.run_dir, timeout=1).acquire()
         assert t.value.owner_host_id == 1 and t.value.owner_state == "live"
         info = lockd.leader(spec, run_dir=d.run_dir)
-        assert (info["host_id"], info["token"]) == (1, t1)
+        assert (info.host_id, info.token) == (1, t1)
         rows = lockd.locks("sls", run_dir=d.run_dir)
-        assert [r["resource"] for r in rows] == ["r1"]
-        h = rows[0]["holders"][0]
-        assert h["name"] == "py-sanlock" and h["token"] == t1 and h["mode"] == "EX"
+        assert [r.resource for r in rows] == ["r1"]
+        h = rows[0].holders[0]
+        assert h.name == "py-sanlock" and h.token == t1 and h.mode == "EX"
         rows = lockd.locks("sls", [spec, f"sls:r2:{img}:2M"], run_dir=d.run_dir)
-        assert rows[1]["owner_host_id"] == 0 and rows[1]["state"] == "none"
+        assert rows[1].owner_host_id == 0 and rows[1].state == "none"
     with lockd.Lease(spec, run_dir=d.run_dir, shared=True) as s1, \
             lockd.Lease(spec, run_dir=d.run_dir, shared=True) as s2:
         assert s1.token == s2.token and s1.token > t1

@@ -1,6 +1,7 @@
 """The Python encodings against the Rust ones: the golden bytes of client-lib's own
 tests (ext.rs), spec parsing, and the decoders' refusals (no daemon needed)."""
 
+import dataclasses
 import struct
 
 import pytest
@@ -21,9 +22,9 @@ def test_watch_event_golden_bytes_as_client_lib():
     b[128:136] = struct.pack("=q", -(2**63))
     b[136:144] = struct.pack("=Q", 6000)
     e = w.decode_watch_event(bytes(b))
-    assert e == {"kind": "renewal_failing", "force_mode": 0, "leases": 1, "pid": 4242,
-                 "lockspace": "ls", "resource": "r1", "lver": 7, "kill_in_ms": 1500,
-                 "watchdog_in_ms": None, "renewal_age_ms": 6000}
+    assert e == w.WatchEvent(kind="renewal_failing", force_mode=0, leases=1, pid=4242,
+                             lockspace="ls", resource="r1", lver=7, kill_in_ms=1500,
+                             watchdog_in_ms=None, renewal_age_ms=6000)
     with pytest.raises(w.WireError):
         w.decode_watch_event(bytes(10))
     bad = bytearray(b)
@@ -43,9 +44,12 @@ def test_leader_info_layout():
     b[16:24] = struct.pack("=Q", 11)
     b[24:28] = struct.pack("=I", 3)
     b[32:37] = b"node3"
-    assert w.decode_leader_info(bytes(b)) == {"host_id": 3, "generation": 2, "token": 11,
-                                              "state": "live", "shared": False,
-                                              "host_name": "node3"}
+    info = w.decode_leader_info(bytes(b))
+    assert info == lockd.LeaderInfo(host_id=3, generation=2, token=11, state="live",
+                                    shared=False, host_name="node3")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(info, "token", 12)
+    assert dataclasses.asdict(info)["host_name"] == "node3"
     with pytest.raises(w.WireError) as e:
         w.decode_leader_info(bytes(50))
     assert e.value.code == -71 and isinstance(e.value, lockd.LockdError)
@@ -75,3 +79,23 @@ def test_spec_parsing():
         with pytest.raises(lockd.BadSpec) as e:
             lockd.LeaseSpec.parse(bad)
         assert e.value.code == -22
+
+
+def test_decoded_replies_are_frozen_dataclasses():
+    h = w.decode_header(w.header(w.SM_CMD_ACQUIRE, 0, 0, (-243) & 0xFFFFFFFF, 5))
+    assert (h.cmd, h.result, h.data2, h.payload_len) == (w.SM_CMD_ACQUIRE, -243, 5, 0)
+    host = w.decode_host(struct.pack("=QQQII", 2, 1, 99, 10, 3))
+    assert host == w.HostInfo(host_id=2, generation=1, timestamp=99, io_timeout=10,
+                              state="live")
+    head = w.decode_resource_head(w.resource("ls", "r1", [("/d", 4096)], lver=3)[:128])
+    assert (head.lockspace, head.name, head.lver, head.num_disks, head.disks) == \
+        ("ls", "r1", 3, 1, ())
+    for value in (h, host, head):
+        assert dataclasses.is_dataclass(value)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, "flags", 1)
+    notice = lockd.LossNotice("requested", kill_in=0.0, force_mode=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(notice, "reason", "x")
+    assert notice.as_dict() == {"reason": "requested", "kill_in": 0.0, "watchdog_in": None,
+                                "force_mode": 1}
