@@ -251,6 +251,11 @@ impl FenceSt {
         }
     }
 
+    /// Our registered key (0 before the registration).
+    pub fn our_key(&self) -> u64 {
+        self.key
+    }
+
     /// How long a peer with io_timeout `peer_io_s` must stand still before we preempt it:
     /// `fence_preempt_s` (0 = its fail time, 8·D), at least [`PREEMPT_FLOOR_IO_TIMEOUTS`]·D
     /// (D the larger of ours and its).

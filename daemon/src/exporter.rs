@@ -231,74 +231,11 @@ pub fn render(d: &Daemon) -> String {
             );
         }
     }
-    let fenced: Vec<(&SpaceView, lockd_core::fencing::FenceObserved)> = views
+    let fenced: Vec<(&str, FenceView)> = views
         .iter()
-        .filter_map(|v| v.space.fence_observed().map(|f| (v, f)))
+        .filter_map(|v| fence_view(&v.space).map(|f| (v.name.as_str(), f)))
         .collect();
-    let fence_gauges: [(&str, &str, FenceGauge); 3] = [
-        (
-            "lockd_fence_keys",
-            "Storage fencing (scsi-pr): keys registered on the lockspace's device at the \
-             latest pass.",
-            |f| f.keys,
-        ),
-        (
-            "lockd_fence_reservation",
-            "Storage fencing: 1 when a reservation stood on the lockspace's device at the \
-             latest pass (fencing can act), 0 when none did.",
-            |f| u64::from(f.reservation),
-        ),
-        (
-            "lockd_fence_unkeyed_live_hosts",
-            "Storage fencing: live hosts without a key at the latest pass; while non-zero no \
-             reservation is held and no host is fenced by the storage.",
-            |f| f.unkeyed_live_peers,
-        ),
-    ];
-    for (family, help, value) in fence_gauges {
-        e.family(family, "gauge", help);
-        for (v, f) in &fenced {
-            e.sample_u64(family, &[("lockspace", &v.name)], value(f));
-        }
-    }
-    e.family(
-        "lockd_fence_preempts_total",
-        "counter",
-        "Storage fencing: preempts of a peer generation this host began.",
-    );
-    for (v, f) in &fenced {
-        e.sample_u64(
-            "lockd_fence_preempts_total",
-            &[("lockspace", &v.name)],
-            f.preempts,
-        );
-    }
-    e.family(
-        "lockd_fence_peers_fenced_total",
-        "counter",
-        "Storage fencing: peer generations this host confirmed fenced.",
-    );
-    for (v, f) in &fenced {
-        e.sample_u64(
-            "lockd_fence_peers_fenced_total",
-            &[("lockspace", &v.name)],
-            f.peers_fenced,
-        );
-    }
-    e.family(
-        "lockd_fence_last_preempt_age_seconds",
-        "gauge",
-        "Storage fencing: seconds since this host last began a preempt (absent: never).",
-    );
-    for (v, f) in &fenced {
-        if f.last_preempt_s != 0 {
-            e.sample_u64(
-                "lockd_fence_last_preempt_age_seconds",
-                &[("lockspace", &v.name)],
-                now.saturating_sub(f.last_preempt_s),
-            );
-        }
-    }
+    encode_fencing(&mut e, now, &fenced);
     e.family(
         "lockd_leases_held",
         "gauge",
@@ -394,6 +331,123 @@ fn encode_results(e: &mut Encoder, g: &Registry) {
             );
         }
     }
+}
+
+/// The storage-fencing families: HELP and TYPE always, a sample per fenced lockspace
+/// (`fenced`: lockspace name and its state; `now`: monotime s). `lockd status` and
+/// `lockd explain` read these lines back (tools/src/client/status.rs).
+pub fn encode_fencing(e: &mut Encoder, now: u64, fenced: &[(&str, FenceView)]) {
+    let fence_gauges: [(&str, &str, FenceGauge); 3] = [
+        (
+            "lockd_fence_keys",
+            "Storage fencing (scsi-pr): keys registered on the lockspace's device at the \
+             latest pass.",
+            |f| f.keys,
+        ),
+        (
+            "lockd_fence_reservation",
+            "Storage fencing: 1 when a reservation stood on the lockspace's device at the \
+             latest pass (fencing can act), 0 when none did.",
+            |f| u64::from(f.reservation),
+        ),
+        (
+            "lockd_fence_unkeyed_live_hosts",
+            "Storage fencing: live hosts without a key at the latest pass; while non-zero no \
+             reservation is held and no host is fenced by the storage.",
+            |f| f.unkeyed_live_peers,
+        ),
+    ];
+    for (family, help, value) in fence_gauges {
+        e.family(family, "gauge", help);
+        for &(v, f) in fenced {
+            e.sample_u64(family, &[("lockspace", v)], value(&f.seen));
+        }
+    }
+    e.family(
+        "lockd_fence_key_info",
+        "gauge",
+        "Storage fencing: this host's registered key (always 1; the key, in hex, is the \
+         `key` label; absent before the join registered one and after a clean leave).",
+    );
+    for &(v, f) in fenced {
+        if f.key != 0 {
+            let key = format!("0x{:016x}", f.key);
+            e.sample_u64(
+                "lockd_fence_key_info",
+                &[("lockspace", v), ("key", &key)],
+                1,
+            );
+        }
+    }
+    e.family(
+        "lockd_fence_fenced_here",
+        "gauge",
+        "Storage fencing: 1 when this host is fenced (its key was found gone, or the \
+         storage refused it), 0 otherwise.",
+    );
+    for &(v, f) in fenced {
+        e.sample_u64(
+            "lockd_fence_fenced_here",
+            &[("lockspace", v)],
+            u64::from(f.fenced_here),
+        );
+    }
+    e.family(
+        "lockd_fence_preempts_total",
+        "counter",
+        "Storage fencing: preempts of a peer generation this host began.",
+    );
+    for &(v, f) in fenced {
+        e.sample_u64(
+            "lockd_fence_preempts_total",
+            &[("lockspace", v)],
+            f.seen.preempts,
+        );
+    }
+    e.family(
+        "lockd_fence_peers_fenced_total",
+        "counter",
+        "Storage fencing: peer generations this host confirmed fenced.",
+    );
+    for &(v, f) in fenced {
+        e.sample_u64(
+            "lockd_fence_peers_fenced_total",
+            &[("lockspace", v)],
+            f.seen.peers_fenced,
+        );
+    }
+    e.family(
+        "lockd_fence_last_preempt_age_seconds",
+        "gauge",
+        "Storage fencing: seconds since this host last began a preempt (absent: never).",
+    );
+    for &(v, f) in fenced {
+        if f.seen.last_preempt_s != 0 {
+            e.sample_u64(
+                "lockd_fence_last_preempt_age_seconds",
+                &[("lockspace", v)],
+                now.saturating_sub(f.seen.last_preempt_s),
+            );
+        }
+    }
+}
+
+/// A fenced lockspace's fencing state, read from the core under one lock: what the
+/// latest pass observed, our key (0: none registered) and whether we are fenced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FenceView {
+    pub seen: lockd_core::fencing::FenceObserved,
+    pub key: u64,
+    pub fenced_here: bool,
+}
+
+/// None for a lockspace without storage fencing.
+fn fence_view(s: &crate::space::Space) -> Option<FenceView> {
+    lock(&s.core).space_fence(s.space_id).map(|f| FenceView {
+        seen: f.seen_now,
+        key: f.our_key(),
+        fenced_here: f.fenced_here,
+    })
 }
 
 fn space_view(s: &Arc<crate::space::Space>, now: u64, leases: &BTreeMap<String, u64>) -> SpaceView {

@@ -40,6 +40,19 @@ pub struct DaemonInfo {
     pub watchdog_fire_timeout: u64,
     pub kill_grace_seconds: u64,
     pub use_watchdog: bool,
+    /// `version_str` of the daemon record: `lockd-X.Y.Z` from lockd, sanlock's own version
+    /// from sanlock (which answers none of lockd's extension commands).
+    #[serde(skip)]
+    pub version: Option<String>,
+}
+
+impl DaemonInfo {
+    /// The daemon is lockd (it answers lockd's extension commands, metrics among them).
+    pub fn is_lockd(&self) -> bool {
+        self.version
+            .as_deref()
+            .is_some_and(|v| v.starts_with("lockd-"))
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -111,6 +124,7 @@ pub fn snapshot(conn: &ConnArgs, wait_hosts: bool) -> Result<Snapshot> {
         watchdog_fire_timeout: timeouts::DEFAULT_WATCHDOG_FIRE_TIMEOUT,
         kill_grace_seconds: timeouts::DEFAULT_KILL_GRACE,
         use_watchdog: true,
+        version: None,
     };
     let mut lockspaces = Vec::new();
     let mut leases = Vec::new();
@@ -131,6 +145,7 @@ pub fn snapshot(conn: &ConnArgs, wait_hosts: bool) -> Result<Snapshot> {
                     daemon.kill_grace_seconds = g;
                 }
                 daemon.use_watchdog = num(&d, "use_watchdog") != Some(0);
+                daemon.version = d.get("version_str").map(|v| v.to_string());
             }
             SANLK_STATE_CLIENT => {
                 let pid = r.state.data32 as i32;
