@@ -3,8 +3,19 @@
 # tests against the real sanlock on files and loop devices, the deterministic simulator,
 # and a short fuzzing pass over every on-disk decoder. Run as root (loop devices, the
 # sanlock daemon). Exits non-zero on the first failure.
+#
+#   scripts/test-all.sh           what CI runs (under 60 minutes warm)
+#   scripts/test-all.sh --long    then the long beds too: every VM-bed scenario, chaos runs
+#                                 in each mode (docs/testing.md, "The chaos bed")
 set -euo pipefail
 cd "$(dirname "$0")/.."
+long=0
+for a in "$@"; do
+    case $a in
+        --long) long=1 ;;
+        *) echo "usage: scripts/test-all.sh [--long]" >&2; exit 2 ;;
+    esac
+done
 export PATH="$HOME/.cargo/bin:$PATH"
 
 # Each step's wall time, printed as a table at the end (and on failure: the steps so far).
@@ -94,6 +105,16 @@ step "fencing scenarios on the multi-host test bed"
 bash scripts/testbed.sh
 step "virtual-machine bed, CI subset (QEMU guests, tgt iSCSI, ganesha NFS, i6300esb watchdog)"
 bash scripts/vmbed.sh --ci
+
+step "chaos bed, CI run (tests/vmbed/chaos.py: 5 minutes, seed 1, storage fencing on)"
+bash scripts/chaos.sh --seed 1 --minutes 5 --fence scsi-pr
+
+if [ "$long" = 1 ]; then
+    step "long: every virtual-machine bed scenario"
+    bash scripts/vmbed.sh
+    step "long: chaos runs in each mode, and each planted bug caught"
+    bash scripts/chaos-long.sh
+fi
 
 step "fuzz smoke run"
 bash scripts/fuzz-smoke.sh 10

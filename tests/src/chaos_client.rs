@@ -126,7 +126,7 @@ pub fn run(a: &ClientArgs) -> Result<()> {
                     );
                 }
                 stop_if_asked(&term, a, &res)?;
-                thread::sleep(Duration::from_millis(rng.range(100, 1000)));
+                thread::sleep(Duration::from_millis(rng.range(500, 3000)));
                 continue;
             }
         };
