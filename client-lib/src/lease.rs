@@ -135,7 +135,8 @@ impl LeaseSpec {
         format!("{}:{}", self.lockspace, self.name)
     }
 
-    fn resource(&self, shared: bool) -> Result<Resource, ClientLeaseError> {
+    /// The lease as the wire's resource (one disk), exclusive or shared.
+    pub fn resource(&self, shared: bool) -> Result<Resource, ClientLeaseError> {
         Ok(Resource {
             head: ResourceHead {
                 lockspace_name: self.lockspace,

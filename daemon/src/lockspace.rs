@@ -281,7 +281,12 @@ pub fn get_hosts(d: &Daemon, name: &Name, host_id: u64) -> Result<Vec<wire::Host
 /// whatever its state): the lockspace must be joined here, the host must not be us, and
 /// our monitor must have seen its lease stop being renewed (state FAIL or DEAD), with the
 /// record on disk still exactly as last seen; else -EBUSY (still renewing, or not seen
-/// yet) or SANLK_HOSTID_BUSY (renewed since). A 3.x-format area gets
+/// yet) or SANLK_HOSTID_BUSY (renewed since). A host in FAIL has stopped renewing but may
+/// still run its holders until its watchdog fires (8·D + W after its last renewal): with
+/// storage fencing acting here (`fence = "scsi-pr"`), its key is preempted first and the
+/// mark written only when every device confirms it gone (else -EBUSY), so the leases the
+/// mark frees are ones its holders can no longer write; without fencing the caller's word
+/// that the host stopped is all there is (docs/fencing.md). A 3.x-format area gets
 /// SANLK_VERSION_INCOMPAT (-204), another generation SANLK_WRONG_GENERATION (-280), as on
 /// sanlock 5.1.1. Nothing is written on any refusal.
 pub fn set_host(
@@ -324,6 +329,12 @@ pub fn set_host(
     let Some(joined) = space.joined.get() else {
         return Err(SpaceError::NotJoined);
     };
+    // (Another generation asked for: `mark_dead_ext` refuses it below, with no fence.)
+    if state == Some(HostState::Fail)
+        && (host.generation == 0 || host.generation == obs.owner_generation)
+    {
+        fence_before_dead_ext(d, &space, host.host_id, obs.owner_generation)?;
+    }
     match block_on(delta::mark_dead_ext(
         &joined.disk,
         &joined.params,
@@ -342,6 +353,57 @@ pub fn set_host(
         Err(e) => {
             warn!(host_id = host.host_id, error = %e, "set_host DEAD_EXT refused");
             Err(SpaceError::Failed(e.sanlk_code()))
+        }
+    }
+}
+
+/// SET_HOST on a host in FAIL, with storage fencing on this lockspace: preempts the
+/// host's key at `generation` (and older) and requires the preempt confirmed on every
+/// device. Not fenced here (fencing off, or `register-only`): nothing to do, the caller
+/// vouches. Fenced ourselves, or no key yet: -EBUSY, as for any preempt we cannot make.
+fn fence_before_dead_ext(
+    d: &Daemon,
+    space: &Space,
+    host_id: u64,
+    generation: u64,
+) -> Result<(), SpaceError> {
+    let Some(fence) = space.fence.get() else {
+        return Ok(());
+    };
+    let our_key = {
+        let core = lock(&d.core);
+        match core.space_fence(space.space_id) {
+            Some(f) if !f.acts => return Ok(()),
+            Some(f) if !f.fenced_here && f.our_key() != 0 => f.our_key(),
+            _ => {
+                warn!(
+                    host_id,
+                    "set_host DEAD_EXT refused: this host cannot fence now"
+                );
+                return Err(SpaceError::Busy(
+                    "the host is in FAIL and this host cannot fence it now",
+                ));
+            }
+        }
+    };
+    match fence.preempt_peer(host_id, generation, our_key) {
+        lockd_core::fencing::PeerFenceOutcome::Confirmed { .. } => {
+            info!(
+                host_id,
+                generation, "set_host: the host's key is preempted and confirmed gone"
+            );
+            Ok(())
+        }
+        outcome => {
+            warn!(
+                host_id,
+                generation,
+                ?outcome,
+                "set_host DEAD_EXT refused: the host is in FAIL and its fence was not confirmed"
+            );
+            Err(SpaceError::Busy(
+                "the host is in FAIL and its fence was not confirmed",
+            ))
         }
     }
 }

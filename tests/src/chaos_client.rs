@@ -65,6 +65,9 @@ pub struct ClientArgs {
     pub data_base: u64,
     pub shared_percent: u64,
     pub beat_ms: u64,
+    /// Only sanlock's own protocol (REGISTER, ACQUIRE, INQUIRE, RELEASE): for a sanlock
+    /// daemon, which has no loss-notice watch. The log then has no `notice` lines.
+    pub plain: bool,
 }
 
 #[repr(C, align(4096))]
@@ -113,10 +116,21 @@ pub fn run(a: &ClientArgs) -> Result<()> {
             owner_name: Some(format!("c{}", a.client)),
             ..LeaseAcquireOptions::default()
         };
-        let lease = match Lease::acquire(spec, &opts) {
-            Ok(l) => l,
+        let acquired = if a.plain {
+            plain_acquire(spec, shared, &opts.wait)
+        } else {
+            Lease::acquire(spec, &opts)
+                .map(Holding::Lease)
+                .map_err(anyhow::Error::from)
+        };
+        let held = match acquired {
+            Ok(h) => h,
             Err(e) => {
-                if !matches!(e.code(), Some(c) if client_lib::lease::is_busy_code(c)) {
+                let busy = e
+                    .downcast_ref::<client_lib::lease::ClientLeaseError>()
+                    .and_then(|e| e.code())
+                    .is_some_and(client_lib::lease::is_busy_code);
+                if !busy {
                     note(
                         &a.log,
                         &a.host,
@@ -131,7 +145,7 @@ pub fn run(a: &ClientArgs) -> Result<()> {
             }
         };
         let mode = if shared { "sh" } else { "ex" };
-        let lver = lease.token();
+        let lver = held.token();
         note(
             &a.log,
             &a.host,
@@ -139,7 +153,7 @@ pub fn run(a: &ClientArgs) -> Result<()> {
             "grant",
             &format!("lver={lver} mode={mode}"),
         );
-        {
+        if let Holding::Lease(lease) = &held {
             let (log, host, res) = (a.log.clone(), a.host.clone(), res.clone());
             lease.on_lost(move |n| {
                 let reason = match n.reason {
@@ -185,8 +199,8 @@ pub fn run(a: &ClientArgs) -> Result<()> {
             }
             thread::sleep(beat);
         }
-        let trusted = lease.is_trusted();
-        match lease.release() {
+        let trusted = held.is_trusted();
+        match held.release() {
             Ok(()) => note(
                 &a.log,
                 &a.host,
@@ -204,6 +218,96 @@ pub fn run(a: &ClientArgs) -> Result<()> {
         }
         stop_if_asked(&term, a, &res)?;
         thread::sleep(Duration::from_millis(rng.range(0, 1000)));
+    }
+}
+
+/// A held lease: through the Rust client's [`Lease`] (with its loss watch), or plain
+/// sanlock protocol on a registered connection (`--plain`).
+enum Holding {
+    Lease(Lease),
+    Plain {
+        client: client_lib::Client,
+        head: client_lib::wire::ResourceHead,
+        lver: u64,
+    },
+}
+
+impl Holding {
+    fn token(&self) -> u64 {
+        match self {
+            Holding::Lease(l) => l.token(),
+            Holding::Plain { lver, .. } => *lver,
+        }
+    }
+
+    fn is_trusted(&self) -> bool {
+        match self {
+            Holding::Lease(l) => l.is_trusted(),
+            Holding::Plain { .. } => true,
+        }
+    }
+
+    fn release(self) -> Result<()> {
+        match self {
+            Holding::Lease(l) => Ok(l.release()?),
+            Holding::Plain {
+                mut client, head, ..
+            } => {
+                let rv = client.release(-1, 0, &[head])?;
+                if rv < 0 {
+                    bail!("release: {rv}");
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// sanlock's own protocol: a registered connection acquires (retried on a busy lease
+/// within `wait`), and the lver comes from INQUIRE of our own pid's state string.
+fn plain_acquire(spec: &LeaseSpec, shared: bool, wait: &Wait) -> Result<Holding> {
+    let run_dir = client_lib::default_run_dir();
+    let res = spec.resource(shared)?;
+    let deadline = match wait {
+        Wait::NoWait => Instant::now(),
+        Wait::Timeout(t) => Instant::now() + *t,
+        Wait::Forever => Instant::now() + Duration::from_secs(3600),
+    };
+    loop {
+        let mut client = client_lib::Client::connect(&run_dir)?;
+        client.register()?;
+        let rv = client.acquire(-1, 0, std::slice::from_ref(&res), None)?;
+        if rv == 0 {
+            let (irv, _, state) = client.inquire(-1)?;
+            let name = spec.name.to_string();
+            let lver = state
+                .split_whitespace()
+                .filter_map(|e| {
+                    let f: Vec<&str> = e.split(':').collect();
+                    (f.len() >= 5 && f[1] == name).then(|| f[f.len() - 1].parse::<u64>().ok())?
+                })
+                .next();
+            let Some(lver) = lver.filter(|_| irv == 0) else {
+                bail!("inquire after acquire: rv {irv}, state {state:?}");
+            };
+            return Ok(Holding::Plain {
+                client,
+                head: res.head.clone(),
+                lver,
+            });
+        }
+        if !client_lib::lease::is_busy_code(rv) {
+            bail!("acquire {spec}: {rv}");
+        }
+        if Instant::now() >= deadline {
+            return Err(client_lib::lease::ClientLeaseError::Refused {
+                op: "acquire",
+                lease: spec.to_string(),
+                rv,
+            }
+            .into());
+        }
+        thread::sleep(Duration::from_millis(500));
     }
 }
 

@@ -59,6 +59,8 @@ RES_STRIDE = 1 << 20
 DATA_BASE = 40 << 20  # resource i's stamp block at DATA_BASE + i * 4096
 AREA_BYTES = 64 << 20
 FIRE_TIMEOUT_S = 10
+# sanlock 3.8.5's fixed watchdog fire timeout: every host of a mixed lockspace shares W.
+SANLOCK_FIRE_TIMEOUT_S = 60
 GRACE_AFTER_HEAL_S = 20.0
 GRANT_MARGIN_S = 0.3
 
@@ -162,8 +164,12 @@ class ChaosWitness(vb.Witness):
 
 class ChaosBed(vb.Bed):
     def __init__(self, scenario: str, io_timeout_s: int, seed: int, fence: str, n_res: int,
-                 clients: int, planted: str | None, keep: bool) -> None:
-        super().__init__(scenario, io_timeout_s, FIRE_TIMEOUT_S, keep)
+                 clients: int, planted: str | None, keep: bool, mixed_sanlock: bool = False) -> None:
+        super().__init__(scenario, io_timeout_s, SANLOCK_FIRE_TIMEOUT_S if mixed_sanlock else FIRE_TIMEOUT_S, keep)
+        # --mixed-sanlock: a fourth guest runs sanlock 3.8.5 (its daemon and wdmd), whose
+        # clients speak only sanlock's protocol.
+        self.n_guests = N_GUESTS + (1 if mixed_sanlock else 0)
+        self.kinds = {N_GUESTS + 1: "sanlock"} if mixed_sanlock else {}
         self.seed = seed
         self.fence = fence
         self.n_res = n_res
@@ -177,7 +183,7 @@ class ChaosBed(vb.Bed):
         self.workload_stopped_at: float | None = None
         # guest index -> [start, end] windows when a fault of its own (or a global one)
         # was running or had just ended; end None while it runs.
-        self.windows: dict[int, list[list[float | None]]] = {i: [] for i in range(1, N_GUESTS + 1)}
+        self.windows: dict[int, list[list[float | None]]] = {i: [] for i in range(1, self.n_guests + 1)}
         self.window_lock = threading.Lock()
 
     def init_area(self, path: Path) -> None:
@@ -194,8 +200,9 @@ class ChaosBed(vb.Bed):
         specs = ",".join(f"{vb.LOCKSPACE}:r{i}:{self.lease_path()}:{RES_BASE + i * RES_STRIDE}"
                          for i in range(self.n_res))
         lines = []
+        plain = " --plain" if g.kind == "sanlock" else ""
         for c in range(1, self.clients + 1):
-            client = (f"lockd-witness client --log /dev/ttyS2 --host {g.name} --client $((n * 100 + {c})) "
+            client = (f"{self.env(g)}lockd-witness client{plain} --log /dev/ttyS2 --host {g.name} --client $((n * 100 + {c})) "
                       f"--seed {self.seed} --resources {specs} --data {self.data_path()} --data-base {DATA_BASE}")
             lines.append(f"setsid sh -c 'n=0; while [ ! -e /run/chaos.stop ]; do n=$((n + 1)); "
                          f"{client} >>/var/tmp/client{c}.log 2>&1; sleep 1; done' </dev/null >/dev/null 2>&1 &\n"
@@ -251,7 +258,7 @@ class ChaosBed(vb.Bed):
         try:
             if self.storage == "iscsi":
                 self.relays[index].set_mode("pass")
-            g = self.boot(index)
+            g = self.boot(index, self.kinds.get(index, "lockd"))
             for attempt in range(3):
                 try:
                     self.join(g)
@@ -330,7 +337,7 @@ def faults_for(storage: str) -> list[tuple[str, float, float, float]]:
     return common + [("cut-network", 2.0, 1, 15), ("restart-ganesha", 0.5, 1, 5)]
 
 
-def schedule(seed: int, minutes: float, storage: str) -> list[Fault]:
+def schedule(seed: int, minutes: float, storage: str, n_guests: int = N_GUESTS) -> list[Fault]:
     """The whole fault schedule, from the seed alone."""
     rng = random.Random(seed)
     kinds = faults_for(storage)
@@ -345,7 +352,7 @@ def schedule(seed: int, minutes: float, storage: str) -> list[Fault]:
             return out
         name = rng.choices(names, weights)[0]
         _, _, lo, hi = kinds[names.index(name)]
-        guest = 0 if name.startswith("restart-") else rng.randint(1, N_GUESTS)
+        guest = 0 if name.startswith("restart-") else rng.randint(1, n_guests)
         out.append(Fault(round(t, 2), name, guest, round(rng.uniform(lo, hi), 2)))
 
 
@@ -372,16 +379,17 @@ class Nemesis:
 
     def one(self, f: Fault) -> None:
         bed = self.bed
-        targets = list(range(1, N_GUESTS + 1)) if f.guest == 0 else [f.guest]
+        n = bed.n_guests
+        targets = list(range(1, n + 1)) if f.guest == 0 else [f.guest]
         with self.lock:
             if f.guest == 0 and self.busy & {0}:
                 f.skipped = "a global fault runs"
             elif f.guest != 0:
                 # The drawn guest first, else the next free one (a guest runs one fault of
                 # its own at a time, and none while it boots).
-                free = [i for i in range(1, N_GUESTS + 1)
+                free = [i for i in range(1, n + 1)
                         if i not in self.busy and i not in bed.booting and bed.guests[i].alive()]
-                order = [(f.guest - 1 + k) % N_GUESTS + 1 for k in range(N_GUESTS)]
+                order = [(f.guest - 1 + k) % n + 1 for k in range(n)]
                 pick = next((i for i in order if i in free), None)
                 if pick is None:
                     f.skipped = "every guest is busy (a fault or a boot) or down"
@@ -392,7 +400,7 @@ class Nemesis:
         if f.skipped:
             bed.history.add("fault_skipped", fault=f.name, guest=f.guest, why=f.skipped)
             return
-        targets = list(range(1, N_GUESTS + 1)) if f.guest == 0 else [f.guest]
+        targets = list(range(1, n + 1)) if f.guest == 0 else [f.guest]
         ws = bed.open_window(targets)
         who = "all" if f.guest == 0 else f"g{f.guest}"
         f.started = bed.clock.now()
@@ -434,7 +442,7 @@ class Nemesis:
             g.kill()
             return None
         if n == "leave-rejoin":
-            g.sh(f"lockd rem-lockspace -s {vb.LOCKSPACE}:{g.index}:{bed.lease_path()}:0", timeout=60, check=False)
+            g.sh(f"{bed.env(g)}lockd rem-lockspace -s {vb.LOCKSPACE}:{g.index}:{bed.lease_path()}:0", timeout=60, check=False)
             return lambda: self.rejoin(g)
         if n == "clock-step":
             g.sh("date -s @$(( $(date +%s) + 3600 )) >/dev/null", timeout=20)
@@ -480,7 +488,7 @@ class Nemesis:
             if not g.alive() or g.index in bed.booting:
                 return  # the reaper boots and joins it
             try:
-                rc, out = g.sh(f"lockd add-lockspace -o {bed.io_timeout_s} "
+                rc, out = g.sh(f"{bed.env(g)}lockd add-lockspace -o {bed.io_timeout_s} "
                                f"-s {vb.LOCKSPACE}:{g.index}:{bed.lease_path()}:0 2>&1", timeout=120, check=False)
             except vb.BedError:
                 rc, out = 1, "no answer"
@@ -586,7 +594,7 @@ def check(bed: ChaosBed, faults: list[Fault], healed_at: float, probe_end: float
         if r["event"] == "notice":
             noticed.add(key)
         elif r["event"] == "sigterm" and "lver" in r and r["t"] < stop_t:
-            if key not in noticed:
+            if key not in noticed and bed.guests[idx(r["guest"])].kind != "sanlock":
                 v.violations.append(f"kill before notice: {r['guest']} pid {r.get('pid')} got SIGTERM holding "
                                     f"{r['res']} lver {r['lver']} at {r['t']:.2f}s with no loss notice before")
             if not bed.faulty(idx(r["guest"]), r["t"]):
@@ -610,7 +618,7 @@ def check(bed: ChaosBed, faults: list[Fault], healed_at: float, probe_end: float
     for g in bed.guests.values():
         if g.alive() and g.name not in down:
             try:
-                rc, out = g.sh(f"lockd inq-lockspace -s {vb.LOCKSPACE}:{g.index}:{bed.lease_path()}:0 2>&1",
+                rc, out = g.sh(f"{bed.env(g)}lockd inq-lockspace -s {vb.LOCKSPACE}:{g.index}:{bed.lease_path()}:0 2>&1",
                                timeout=30, check=False)
             except vb.BedError as e:
                 rc, out = 1, str(e)
@@ -661,6 +669,8 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=5)
     ap.add_argument("--fence", choices=["scsi-pr", "none"], default="scsi-pr")
     ap.add_argument("--nfs", action="store_true")
+    ap.add_argument("--mixed-sanlock", action="store_true",
+                    help="a fourth guest runs sanlock 3.8.5 (W is then 60 s on every guest)")
     ap.add_argument("--plant-bug")
     ap.add_argument("--resources", type=int, default=16)
     ap.add_argument("--clients", type=int, default=8)
@@ -672,7 +682,8 @@ def main() -> int:
     if a.nfs and a.fence == "scsi-pr":
         print("chaos: --nfs has no SCSI-3 PR: use --fence none", file=sys.stderr)
         return 2
-    faults = schedule(a.seed, a.minutes, storage)
+    n_guests = N_GUESTS + (1 if a.mixed_sanlock else 0)
+    faults = schedule(a.seed, a.minutes, storage, n_guests)
     if a.schedule:
         for f in faults:
             print(f"{f.at_s:8.2f} {f.name:16} {'all' if f.guest == 0 else f'g{f.guest}'} hold {f.hold_s:.2f} s")
@@ -680,7 +691,8 @@ def main() -> int:
     if a.fence == "scsi-pr":
         vb.PR_FENCE_SCENARIOS.append(scenario)
     io_timeout_s = 5 if a.nfs else 1
-    bed = ChaosBed(scenario, io_timeout_s, a.seed, a.fence, a.resources, a.clients, a.plant_bug, a.keep)
+    bed = ChaosBed(scenario, io_timeout_s, a.seed, a.fence, a.resources, a.clients, a.plant_bug, a.keep,
+                   a.mixed_sanlock)
     print(f"chaos: seed {a.seed}, {a.minutes} min, fence {a.fence}, {storage}, io_timeout {io_timeout_s}, "
           f"{len(faults)} faults scheduled{', PLANTED BUG ' + a.plant_bug if a.plant_bug else ''} "
           f"(work dir {bed.workdir})", file=sys.stderr, flush=True)
@@ -688,8 +700,8 @@ def main() -> int:
     healed_at = probe_end = 0.0
     history_path = bed.workdir / "history.jsonl"
     try:
-        bed.start_storage(N_GUESTS)
-        vb.in_parallel(lambda i: bed.bring_up(i, first=True), list(range(1, N_GUESTS + 1)))
+        bed.start_storage(n_guests)
+        vb.in_parallel(lambda i: bed.bring_up(i, first=True), list(range(1, n_guests + 1)))
         threading.Thread(target=bed.reaper, daemon=True).start()
         t0 = bed.clock.now()
         bed.history.add("workload_start")
@@ -702,7 +714,7 @@ def main() -> int:
         healed_at = bed.clock.now()
         bed.history.add("all_healed")
         bed.timeline.mark("bed", "every fault healed")
-        limit = host_dead_s(io_timeout_s, FIRE_TIMEOUT_S) + 30
+        limit = host_dead_s(io_timeout_s, bed.fire_timeout_s) + 30
         deadline = healed_at + limit
         while bed.clock.now() < deadline:
             granted = {r["res"] for r in bed.history.of("event")
@@ -730,7 +742,7 @@ def main() -> int:
             print(f"  VIOLATION {viol}", flush=True)
         keep_dir = Path(os.environ.get("LOCKD_CHAOS_KEEP", "/var/tmp/lockd-chaos"))
         keep_dir.mkdir(parents=True, exist_ok=True)
-        kept = keep_dir / f"seed{a.seed}-{a.fence}{'-nfs' if a.nfs else ''}{'-' + a.plant_bug if a.plant_bug else ''}-{int(time.time())}"
+        kept = keep_dir / f"seed{a.seed}-{a.fence}{'-nfs' if a.nfs else ''}{'-mixed' if a.mixed_sanlock else ''}{'-' + a.plant_bug if a.plant_bug else ''}-{int(time.time())}"
         kept.mkdir()
         for name in ("history.jsonl", "timeline.txt"):
             if (bed.workdir / name).exists():
@@ -745,6 +757,7 @@ def main() -> int:
     print(f"chaos: history in {kept}/history.jsonl, timeline in {kept}/timeline.txt"
           + (f", work dir kept at {bed.workdir}" if bed.keep else ""), flush=True)
     print(f"chaos seed={a.seed} minutes={a.minutes:g} fence={a.fence}{' storage=nfs' if a.nfs else ''}"
+          f"{' mixed-sanlock' if a.mixed_sanlock else ''}"
           f"{' planted=' + a.plant_bug if a.plant_bug else ''} faults={len(ran)} grants={grants} writes={writes} "
           f"violations={len(verdict.violations)} false_fences={len(verdict.false_fences)} "
           f"liveness={'ok' if verdict.liveness else 'fail'} max_takeover_s={mt}", flush=True)

@@ -100,10 +100,11 @@ SCENARIOS = {
     "pr-holder-leaves": ("iscsi", "fence=scsi-pr: the reservation's first holder leaves cleanly while a fenced guest is paused"),
     "pr-double-preempt": ("iscsi", "fence=scsi-pr: two survivors preempt the same dead holder at once"),
     "pr-survivor-paused": ("iscsi", "fence=scsi-pr: a healthy survivor's daemon is stopped past the preempt time, then resumed"),
+    "pr-set-host-fail": ("iscsi", "fence=scsi-pr: a survivor runs `set-host --dead` on the holder in FAIL (its daemon stopped, its holder writing)"),
 }
 # Storage fencing scenarios (issue 24): io_timeout 1, fence_preempt_s below.
 PR_FENCE_SCENARIOS = ["pr-kill-daemon", "pr-freeze-guest", "pr-cut-storage", "pr-slow-storage",
-                      "pr-holder-leaves", "pr-double-preempt", "pr-survivor-paused"]
+                      "pr-holder-leaves", "pr-double-preempt", "pr-survivor-paused", "pr-set-host-fail"]
 PR_PREEMPT_S = 5
 PR_TAKEOVER_LIMIT_S = 10.0
 # pr-double-preempt: the longest the first survivor's PREEMPT is held in its storage path
@@ -798,6 +799,13 @@ class Bed:
         # Fenced scenarios: host_id -> generation of the keys registered just before the
         # fault (the generations a preempt may rightly name).
         self.keys_at_fault: dict[int, int] = {}
+        # Environment for the guests' lockd-daemon (the chaos bed's LOCKD_PLANTED_BUG).
+        self.daemon_env = ""
+        # fence_preempt_s of the fenced scenarios (pr-set-host-fail raises it past host_dead
+        # so that only the set-host command can fence).
+        self.preempt_s = PR_PREEMPT_S
+        # The lockspace's host records as sanlock 5.x writes them (DEAD_EXT needs them).
+        self.delta_v5 = False
 
     # --- storage
 
@@ -809,6 +817,8 @@ class Bed:
             f.truncate(LUN_BYTES if path == self.lun else 8 << 20)
         self.lockd("direct", "init", "-s", f"{LOCKSPACE}:0:{path}:0", "-o", str(self.io_timeout_s))
         self.lockd("direct", "init", "-r", f"{LOCKSPACE}:{RESOURCE}:{path}:{RES_OFFSET}")
+        if self.delta_v5:
+            as_sanlock5_area(path, hosts=8)
 
     def start_storage(self, n: int) -> None:
         self.init_area(self.lun)
@@ -832,7 +842,7 @@ class Bed:
                 'fence = "scsi-pr"\n'
                 f'fence_lockspaces = ["{LOCKSPACE}"]\n'
                 f'fence_devices = ["{LOCKSPACE}:/dev/sda"]\n'
-                f"fence_preempt_s = {PR_PREEMPT_S}\n"
+                f"fence_preempt_s = {self.preempt_s}\n"
                 "EOT\n")
 
     def lease_path(self) -> str:
@@ -870,7 +880,7 @@ class Bed:
                 "[ -S /run/sanlock/sanlock.sock ]"
             )
         else:
-            daemon = f"lockd-daemon -D -w 1 -e {g.name} -o {d} -g 2 -c /run/lockd.toml"
+            daemon = f"{self.daemon_env}lockd-daemon -D -w 1 -e {g.name} -o {d} -g 2 -c /run/lockd.toml"
             if self.scenario in PR_FENCE_SCENARIOS:
                 # The daemon's log passes through a loop that appends it to daemon.log and
                 # sends its fencing lines at once as events, stamped on the host's
@@ -968,6 +978,31 @@ class Bed:
             self.tgt.stop()
         if not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def sanlock_crc32c(data: bytes) -> int:
+    """sanlock's CRC-32C variant (disk-format/src/checksum.rs): the register starts at
+    0xFFFFFFFE and is not inverted at the end."""
+    reg = 0xFFFFFFFE
+    for b in data:
+        reg ^= b
+        for _ in range(8):
+            reg = (reg >> 1) ^ 0x82F63B78 if reg & 1 else reg >> 1
+    return reg
+
+
+def as_sanlock5_area(path: Path, hosts: int) -> None:
+    """Rewrites the first `hosts` delta-lease records of the lockspace at offset 0 of
+    `path` with sanlock 5.x's version word (0x00050000) and their checksum: an area as
+    sanlock 5.1 formats it, which lockd keeps (and on which SET_HOST DEAD_EXT works)."""
+    with open(path, "r+b") as f:
+        for h in range(hosts):
+            f.seek(h * 512)
+            rec = bytearray(f.read(512))
+            rec[4:8] = (0x00050000).to_bytes(4, "little")
+            rec[168:172] = sanlock_crc32c(bytes(rec[:168])).to_bytes(4, "little")
+            f.seek(h * 512)
+            f.write(rec)
 
 
 def bin_dir() -> Path:
@@ -1825,8 +1860,58 @@ def pr_survivor_paused(bed: Bed, res: Result) -> None:
           f"phase=\"{phase}\"", flush=True)
 
 
+def pr_set_host_fail(bed: Bed, res: Result) -> None:
+    """`lockd set-host --dead` on a host in FAIL: its renewals have stopped but its holders
+    may still write until its watchdog fires (8·D + W after its last renewal). g1 holds the
+    lease and writes; its lockd-daemon is SIGSTOPped (renewals stop, the holder goes on);
+    fence_preempt_s is 60, past host_dead, so the daemons' own fence pass never acts. g2
+    runs `set-host --dead -i 1` every half second until it is accepted (g1 in FAIL), and
+    g3 waits for the lease. Checks: g3 takes the lease before g1's host_dead (the mark
+    freed it), no write of g1 reaches the LUN after g3's first (overlaps=0: with fencing on,
+    set-host preempts g1's key before the mark, so g1's writes bounce), no false fence."""
+    d, w = bed.io_timeout_s, bed.fire_timeout_s
+    v = res.violations
+    bed.preempt_s = 60
+    bed.delta_v5 = True
+    start_three_with_holder(bed, contenders=(3,))
+    g1, g2 = bed.guests[1], bed.guests[2]
+    bed.keys_at_fault = pr_generations(g3 := bed.guests[3])
+    res.fault = fault = bed.timeline.mark("bed", "FAULT pr-set-host-fail: SIGSTOP of g1's lockd-daemon")
+    g1.sh("kill -STOP $(cat /run/daemon.pid)")
+    marked = None
+    tries = 0
+    while bed.clock.now() < fault + 8 * d + w:
+        tries += 1
+        rc, out = g2.sh(f"lockd set-host --dead -s {LOCKSPACE} -i 1 2>&1", check=False, timeout=30)
+        if rc == 0:
+            marked = bed.timeline.mark("g2", f"set-host --dead -i 1 accepted (try {tries}): {' '.join(out.split())[:100]}")
+            break
+        if tries == 1 or "EBUSY" not in out and "-16" not in out:
+            bed.timeline.mark("g2", f"set-host refused: {' '.join(out.split())[:120]}")
+        time.sleep(0.5)
+    if marked is None:
+        v.append("set-host --dead was never accepted before g1's host_dead")
+    take = bed.wait_for("takeover", lambda: bed.witness.takeover("g1", fault), 8 * d + w + 30)
+    res.takeover = take
+    if take is None:
+        v.append("no other guest took the lease")
+    elif marked is not None and take - fault >= 8 * d + w:
+        v.append(f"the takeover ({take - fault:.2f}s) waited host_dead: the mark freed nothing")
+    fence_notes(bed, res, "g1", fault)
+    time.sleep(8 * d + w + 4)  # g1's watchdog fires; its last writes are in or refused
+    with bed.witness.lock:
+        landed = [t for t, h, _l, _s in bed.witness.writes if h == "g1" and take is not None and t > take]
+    if landed:
+        v.append(f"{len(landed)} write(s) of g1 reached the LUN after g3's takeover (first {landed[0]:.2f}s)")
+    count_false_fences(bed, res, faulty={"g1"}, allowed={1: bed.keys_at_fault.get(1, -1)})
+    f = lambda x: "none" if x is None else f"{x - fault:.2f}"
+    print(f"pr: scenario=pr-set-host-fail marked_at_s={f(marked)} takeover_at_s={f(take)} "
+          f"g1_writes_landed_after_takeover={len(landed)} g1_writes_refused={res.fenced_write_errors}", flush=True)
+
+
 PR_BODIES = {"pr-basics": pr_basics, "pr-holder-leaves": pr_holder_leaves,
-             "pr-double-preempt": pr_double_preempt, "pr-survivor-paused": pr_survivor_paused}
+             "pr-double-preempt": pr_double_preempt, "pr-survivor-paused": pr_survivor_paused,
+             "pr-set-host-fail": pr_set_host_fail}
 
 # lvmlockd 2.03.31 (Debian 13) on a shared VG (issue 26): tests/vmbed/vmbed_lvm.py.
 import vmbed_lvm  # noqa: E402  (it is handed this module: no import cycle)

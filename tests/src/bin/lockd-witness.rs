@@ -7,6 +7,7 @@
 //! lockd-witness check --log L
 //! lockd-witness client --log L --host H --client N --seed S --resources SPEC,SPEC…
 //!                      --data PATH --data-base BYTES [--shared-percent 20] [--beat-ms 100]
+//!                      [--plain]
 //! ```
 //! `hold` runs as the registered holder (`lockd acquire -r R -- lockd-witness hold …`):
 //! it asks the daemon which lver it holds (INQUIRE of its own pid), logs `start`, then a
@@ -176,6 +177,7 @@ fn main() -> Result<()> {
                 data_base: num("--data-base", None)?,
                 shared_percent: num("--shared-percent", Some(20))?,
                 beat_ms: num("--beat-ms", Some(100))?,
+                plain: args.iter().any(|a| a == "--plain"),
             })
         }
         Some("note") => {
