@@ -874,41 +874,52 @@ class Bed:
             g.sh(
                 "/usr/sbin/wdmd.sanlock -D -w /dev/watchdog0 >/var/tmp/wdmd.log 2>&1 & echo $! >/run/wdmd.pid\n"
                 "for i in $(seq 100); do [ -S /run/wdmd/wdmd.sock ] && break; sleep 0.1; done\n"
-                f"SANLOCK_RUN_DIR=/run/sanlock sanlock daemon -D -w 1 -U root -G root -e {g.name} "
-                f"-o {d} >/var/tmp/daemon.log 2>&1 & echo $! >/run/daemon.pid\n"
-                "for i in $(seq 100); do [ -S /run/sanlock/sanlock.sock ] && break; sleep 0.1; done\n"
-                "[ -S /run/sanlock/sanlock.sock ]"
+                + self.daemon_start_script(g)
             )
         else:
-            daemon = f"{self.daemon_env}lockd-daemon -D -w 1 -e {g.name} -o {d} -g 2 -c /run/lockd.toml"
-            if self.scenario in PR_FENCE_SCENARIOS:
-                # The daemon's log passes through a loop that appends it to daemon.log and
-                # sends its fencing lines at once as events, stamped on the host's
-                # timeline; the pid file still names the daemon itself (exec).
-                start = (
-                    f"(sh -c 'echo $$ >/run/daemon.pid; exec {daemon}' 2>&1 | "
-                    "while IFS= read -r l; do printf '%s\\n' \"$l\" >>/var/tmp/daemon.log; case \"$l\" in "
-                    "*'key preempted'*) h=${l##*host_id=}; echo \"event=fence-preempt victim=${h%%[!0-9]*}\" >/dev/ttyS2;; "
-                    "*'already preempted'*) echo event=fence-already >/dev/ttyS2;; "
-                    "*'preempt was refused'*) echo event=fence-refused >/dev/ttyS2;; "
-                    "*'marked fenced'*) echo event=fence-marked >/dev/ttyS2;; "
-                    "*'has been fenced'*) echo event=fenced-self >/dev/ttyS2;; "
-                    "*'lockspace failed: our delta lease'*) echo event=lockspace-failed >/dev/ttyS2;; "
-                    "*'key registered'*) echo event=fence-registered >/dev/ttyS2;; "
-                    "esac; done) </dev/null >/dev/null 2>&1 &\n"
-                )
-            else:
-                start = f"{daemon} >/var/tmp/daemon.log 2>&1 & echo $! >/run/daemon.pid\n"
             g.sh(
                 f"printf 'watchdog_fire_timeout = {w}\\n' >/run/lockd.toml\n"
                 + (self.fence_toml() if self.scenario in PR_FENCE_SCENARIOS else "") +
                 f"wdmd -D -w /dev/watchdog0 --fire-timeout {w} >/var/tmp/wdmd.log 2>&1 & echo $! >/run/wdmd.pid\n"
                 "for i in $(seq 100); do [ -S /run/wdmd/wdmd.sock ] && break; sleep 0.1; done\n"
-                + start +
-                "for i in $(seq 100); do [ -S /run/lockd/sanlock.sock ] && break; sleep 0.1; done\n"
-                "[ -S /run/lockd/sanlock.sock ] || { cat /var/tmp/daemon.log; exit 1; }"
+                + self.daemon_start_script(g)
             )
         self.timeline.mark(g.name, f"{g.kind} daemon and wdmd up")
+
+    def daemon_start_script(self, g: Guest) -> str:
+        """The guest script that starts its lease daemon (lockd-daemon, or sanlock on a
+        sanlock guest) once wdmd runs, and waits for its socket: at boot, and again after
+        the daemon died while the guest stayed up (as systemd restarts it)."""
+        d = self.io_timeout_s
+        if g.kind == "sanlock":
+            return (
+                f"SANLOCK_RUN_DIR=/run/sanlock sanlock daemon -D -w 1 -U root -G root -e {g.name} "
+                f"-o {d} >>/var/tmp/daemon.log 2>&1 & echo $! >/run/daemon.pid\n"
+                "for i in $(seq 100); do [ -S /run/sanlock/sanlock.sock ] && break; sleep 0.1; done\n"
+                "[ -S /run/sanlock/sanlock.sock ]"
+            )
+        daemon = f"{self.daemon_env}lockd-daemon -D -w 1 -e {g.name} -o {d} -g 2 -c /run/lockd.toml"
+        if self.scenario in PR_FENCE_SCENARIOS:
+            # The daemon's log passes through a loop that appends it to daemon.log and
+            # sends its fencing lines at once as events, stamped on the host's timeline;
+            # the pid file still names the daemon itself (exec).
+            start = (
+                f"(sh -c 'echo $$ >/run/daemon.pid; exec {daemon}' 2>&1 | "
+                "while IFS= read -r l; do printf '%s\\n' \"$l\" >>/var/tmp/daemon.log; case \"$l\" in "
+                "*'key preempted'*) h=${l##*host_id=}; echo \"event=fence-preempt victim=${h%%[!0-9]*}\" >/dev/ttyS2;; "
+                "*'already preempted'*) echo event=fence-already >/dev/ttyS2;; "
+                "*'preempt was refused'*) echo event=fence-refused >/dev/ttyS2;; "
+                "*'marked fenced'*) echo event=fence-marked >/dev/ttyS2;; "
+                "*'has been fenced'*) echo event=fenced-self >/dev/ttyS2;; "
+                "*'lockspace failed: our delta lease'*) echo event=lockspace-failed >/dev/ttyS2;; "
+                "*'key registered'*) echo event=fence-registered >/dev/ttyS2;; "
+                "esac; done) </dev/null >/dev/null 2>&1 &\n"
+            )
+        else:
+            start = f"{daemon} >>/var/tmp/daemon.log 2>&1 & echo $! >/run/daemon.pid\n"
+        return (start +
+                "for i in $(seq 100); do [ -S /run/lockd/sanlock.sock ] && break; sleep 0.1; done\n"
+                "[ -S /run/lockd/sanlock.sock ] || { cat /var/tmp/daemon.log; exit 1; }")
 
     def env(self, g: Guest) -> str:
         return "SANLOCK_RUN_DIR=/run/sanlock " if g.kind == "sanlock" else ""
