@@ -603,7 +603,12 @@ def check(bed: ChaosBed, faults: list[Fault], healed_at: float, probe_end: float
             continue
         key = (r["res"], r["lver"])
         other = seen.get(key)
-        if other and (other["guest"], other.get("pid")) != (r["guest"], r.get("pid")) and \
+        # Two grants on one sanlock guest are not compared: sanlock 3.8.5's INQUIRE has
+        # shown the same lver for two successive exclusive acquires by its host (its
+        # released leader taken back; docs/testing.md).
+        same_sanlock = other is not None and other["guest"] == r["guest"] and \
+            bed.guests[idx(r["guest"])].kind == "sanlock"
+        if other and not same_sanlock and (other["guest"], other.get("pid")) != (r["guest"], r.get("pid")) and \
                 "ex" in (other["mode"], r["mode"]):
             v.violations.append(f"token: {r['res']} lver {r['lver']} granted to {other['guest']} pid "
                                 f"{other.get('pid')} ({other['mode']}) and {r['guest']} pid {r.get('pid')} ({r['mode']})")
