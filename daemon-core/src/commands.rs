@@ -823,6 +823,9 @@ impl<S, H: LeaseHold> Core<S, H> {
                 if let Some(s) = self.space_mut(&ls) {
                     s.st.phase = Phase::Joined;
                     s.st.add_result = Some(0);
+                    // Shared grants wait until the peers' cached views of us are newer
+                    // than this join (lease-core `monitor::SharedHold`).
+                    s.monitor.hold_shared_after_join(now_s);
                     s.st.renewal_ok(
                         now_s,
                         RenewalRec {
@@ -983,6 +986,8 @@ impl<S, H: LeaseHold> Core<S, H> {
                 } else {
                     st.phase = Phase::Joined;
                     st.acquire_last_success = now_s;
+                    // As in `join_done`: shared grants wait for the peers to see us.
+                    s.monitor.hold_shared_after_join(now_s);
                     0
                 }
             }

@@ -109,6 +109,7 @@ async fn read_used_hosts<L: Disk>(disk: &L, space: &LockspaceParams) -> ReadResu
 pub trait MonitorView {
     fn observation(&self, host_id: u64) -> Option<HostObservation>;
     fn ballot_hosts_hint(&self) -> Option<u64>;
+    fn shared_grant_hold(&self) -> Option<u16>;
 }
 
 impl MonitorView for Mutex<HostMonitor> {
@@ -118,6 +119,10 @@ impl MonitorView for Mutex<HostMonitor> {
 
     fn ballot_hosts_hint(&self) -> Option<u64> {
         lock(self).ballot_hosts_hint()
+    }
+
+    fn shared_grant_hold(&self) -> Option<u16> {
+        lock(self).shared_grant_hold()
     }
 }
 
@@ -135,6 +140,10 @@ impl HostObserver for SpaceObserver<'_> {
 
     fn ballot_hosts_hint(&self) -> Option<u64> {
         self.monitor.ballot_hosts_hint()
+    }
+
+    fn shared_grant_hold(&self) -> Option<u16> {
+        self.monitor.shared_grant_hold()
     }
 
     async fn confirm_unused_above<L: Disk>(
@@ -205,7 +214,6 @@ mod tests {
             host_name: Name::new("h1").unwrap(),
             io_timeout: 1,
             watchdog_fire: 10,
-            stable_host_name: true,
             monitor_hosts: None,
         }
     }

@@ -535,7 +535,6 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, JoinError> {
         host_name: d.cfg.host_name,
         io_timeout: io,
         watchdog_fire: u64::from(d.cfg.watchdog_fire_timeout_s),
-        stable_host_name: true,
         monitor_hosts: None,
     };
     report(
@@ -1001,7 +1000,10 @@ fn renew_loop(
 ) {
     let io = u64::from(space.io_timeout);
     let renewal_ms = timeouts::id_renewal_seconds(io) * 1000;
-    let mut next_attempt_ms = state.last_success_ms + renewal_ms;
+    // The first renewal comes right after the join: its read is the first one issued
+    // after the join, the baseline of the shared hold (lease-core `monitor::SharedHold`),
+    // so shared grants on a host with no live peer wait one renewal, not 2D.
+    let mut next_attempt_ms = state.last_success_ms;
     // When a stop was first seen: the loop ends no sooner than REMOVAL_CHECK_MS after it.
     let mut stop_seen_ms: Option<u64> = None;
     loop {

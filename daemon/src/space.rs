@@ -421,6 +421,10 @@ impl crate::confirm::MonitorView for Space {
     fn ballot_hosts_hint(&self) -> Option<u64> {
         self.monitor(lease_core::HostObserver::ballot_hosts_hint)
     }
+
+    fn shared_grant_hold(&self) -> Option<u16> {
+        self.monitor(lease_core::HostObserver::shared_grant_hold)
+    }
 }
 
 impl Space {

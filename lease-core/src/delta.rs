@@ -32,13 +32,6 @@ pub struct LockspaceParams {
     pub io_timeout: u16,
     /// Watchdog fire timeout W in seconds; the same on every host.
     pub watchdog_fire: u64,
-    /// True when `host_name` is stable across restarts of this daemon (3.9: from
-    /// product_uuid or configuration; lockd's default includes the boot id, so it is
-    /// stable for one boot and unique among hosts cloned from one image). Enables the
-    /// no-delay re-acquire of our own *cleanly released* lease. A name shared by two live
-    /// hosts defeats the delta lease (records under one name cannot be told apart): names
-    /// must be unique, as sanlock requires.
-    pub stable_host_name: bool,
     /// How many host sectors a renewal reads and monitors; `None` reads the whole area as
     /// sanlock does. Hosts beyond this count are not observed.
     pub monitor_hosts: Option<u64>,
@@ -92,9 +85,13 @@ impl LockspaceParams {
 /// Which waits an acquire used (sanlock 3.9 logs the same distinction).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcquirePath {
-    /// Free (released cleanly) under our own stable name: write and done.
-    NoDelay,
-    /// Free (released cleanly): write, wait 2D, verify.
+    /// Free (released cleanly), under any name — ours included: write, wait 2D, verify.
+    ///
+    /// sanlock 3.9 skips the wait and the verify over its own cleanly released record
+    /// under its own name. lockd does not: a host configured with our host_id (a clone)
+    /// that was in its long wait while we left sees the record free and writes it right
+    /// after our no-wait write; with no verify both would run as one (host_id,
+    /// generation). Found by the simulator (clones plus quick rejoins).
     ShortDelay,
     /// Not released (timestamp ≠ 0), under any name — ours included: wait max(8D+W, 8D),
     /// re-check, write, wait 2D, verify.
@@ -319,13 +316,13 @@ async fn write_own<D: Disk>(
 /// Acquires our host_id's delta lease (sanlock `delta_lease_acquire`, 3.9 waits).
 ///
 /// 1. Read our sector and verify it.
-/// 2. Choose the waits from (free?, our name?, stable name?) — see [`AcquirePath`]: only a
-///    cleanly released record (timestamp 0) may skip the long wait. The long path waits
+/// 2. Choose the waits from (free?, our name?) — see [`AcquirePath`]: only a cleanly
+///    released record (timestamp 0) may skip the long wait. The long path waits
 ///    max(8D+W, 8D) with D the *previous owner's* io_timeout, then re-reads: any change
 ///    other than becoming free means a live owner → [`LeaseError::HostIdBusy`].
 /// 3. Write the record: timestamp now, our io_timeout, owner_id, generation + 1, our name.
-/// 4. Unless no-delay: wait 2D (previous owner's D), re-read, and require exactly our
-///    record, else [`LeaseError::HostIdBusy`].
+/// 4. Wait 2D (previous owner's D), re-read, and require exactly our record, else
+///    [`LeaseError::HostIdBusy`].
 pub async fn acquire<D: Disk, C: Clock>(
     disk: &D,
     clock: &C,
@@ -365,7 +362,6 @@ async fn acquire_inner<D: Disk, C: Clock>(
     let free = leader.timestamp == 0;
     let same_name = leader.resource_name.same_as(&p.host_name);
     let path = match (free, same_name) {
-        (true, true) if p.stable_host_name => AcquirePath::NoDelay,
         (true, _) => AcquirePath::ShortDelay,
         (false, true) if planted_own_name_short_delay => AcquirePath::ShortDelay,
         (false, _) => AcquirePath::LongDelay,
@@ -401,14 +397,12 @@ async fn acquire_inner<D: Disk, C: Clock>(
         "delta acquire: we would write a free record or another host_id's"
     );
     write_own(disk, p, &DeltaSector::from_leader(new), p.io_ms()).await?;
-    if path != AcquirePath::NoDelay {
-        for _ in 0..delta_short_delay(other_io) {
-            clock.sleep_ms(1000).await;
-        }
-        let check = read_host_record(disk, p, p.host_id).await?;
-        if check.encode() != new.encode() {
-            return Err(LeaseError::HostIdBusy);
-        }
+    for _ in 0..delta_short_delay(other_io) {
+        clock.sleep_ms(1000).await;
+    }
+    let check = read_host_record(disk, p, p.host_id).await?;
+    if check.encode() != new.encode() {
+        return Err(LeaseError::HostIdBusy);
     }
     // The record we wrote is timed by every other host from its write, with our own
     // io_timeout D: it fails at 8D and may be taken at host_dead = 8D + W. The verify

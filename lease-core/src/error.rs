@@ -142,6 +142,10 @@ pub enum LeaseError {
     /// Live shared holders prevent an exclusive lease (-EAGAIN).
     #[error("shared holders are alive")]
     Again,
+    /// A shared grant still held back after our join, past the longest a live peer can
+    /// take to catch up: our lockspace reads have stopped (-EAGAIN; retry).
+    #[error("shared grants are still held back after the join: the lockspace is not being read")]
+    SharedHoldStuck,
     /// Already in the requested mode (-EALREADY).
     #[error("already in the requested mode")]
     Already,
@@ -219,7 +223,7 @@ impl LeaseError {
             LeaseError::ReleaseOwner => rv::SANLK_RELEASE_OWNER,
             LeaseError::RequestOld => rv::SANLK_REQUEST_OLD,
             LeaseError::RequestLver => rv::SANLK_REQUEST_LVER,
-            LeaseError::Again => -EAGAIN,
+            LeaseError::Again | LeaseError::SharedHoldStuck => -EAGAIN,
             LeaseError::Already => -EALREADY,
             LeaseError::LvbUnsupported | LeaseError::Invalid(_) => -EINVAL,
             LeaseError::LvbTooBig => -E2BIG,

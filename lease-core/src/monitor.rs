@@ -3,6 +3,10 @@
 //! Each successful renewal read hands the whole lockspace to [`HostMonitor::observe`]. A
 //! host is judged only from *our own* clock: when did we last see its (owner, generation,
 //! timestamp) change. Timestamps written by other hosts are never compared with ours.
+//!
+//! The monitor also holds shared grants back after our join ([`SharedHold`]) until every
+//! live peer's own cached view of us is provably newer than our join: sanlock judges a
+//! shared holder from that cache, so a grant made earlier could be judged dead.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -101,6 +105,21 @@ pub trait HostObserver {
         None
     }
 
+    /// Whether shared grants are held back after our join ([`SharedHold`]): `Some(the
+    /// largest io_timeout of the peers still awaited)`, or `None` when they may be made.
+    fn shared_grant_hold(&self) -> Option<u16> {
+        None
+    }
+
+    /// Simulator only: judge shared holders as sanlock 3.8.5 does, from the cached
+    /// observation alone ([`HostMonitor::sanlock_host_live`]), for a host that models a
+    /// sanlock peer.
+    #[cfg(feature = "sim")]
+    #[doc(hidden)]
+    fn judges_shared_from_cache(&self) -> bool {
+        false
+    }
+
     /// Confirms, with a read of the lockspace issued after this call, that every host_id in
     /// `above + 1 ..= upto` still has an unused delta-lease sector. The default reads them
     /// itself; the daemon shares one read among the acquires waiting at the same time.
@@ -129,6 +148,55 @@ pub struct HostMonitor {
     /// Simulator only: keep `highest_used` from the first read (a planted bug).
     #[cfg(feature = "sim")]
     freeze_known_hosts: bool,
+    /// Simulator only: this host models a sanlock 3.8.5 peer's shared-holder judgement.
+    #[cfg(feature = "sim")]
+    sanlock_cached_liveness: bool,
+    /// Shared grants held back after our join, `None` once every peer caught up.
+    shared_hold: Option<SharedHold>,
+}
+
+/// Renewals a peer must be seen making, counted from our first lockspace read issued after
+/// our join, before a shared grant of ours may be judged by it (see [`SharedHold`]).
+pub const SHARED_HOLD_RENEWALS: u32 = 3;
+
+/// Shared grants held back after our join.
+///
+/// sanlock 3.8.5 decides whether a shared holder is alive (`host_live()`, when it wants the
+/// lease exclusive) from its *cached* view of the holder's delta lease, refreshed from the
+/// read of each of its renewals, never from a fresh read. Just after our join that cache
+/// can still show our record free (we left cleanly) or unwritten: it calls us dead, zeroes
+/// our SHARED mode block and takes the lease exclusive while we hold it shared. lockd's
+/// join can be faster than one sanlock renewal interval (no delay at all for our own
+/// cleanly released record; 2D of the previous owner otherwise, shorter than the 2D of a
+/// peer with a longer io_timeout), so the join alone does not cover it.
+///
+/// Rule: a shared grant (acquire, or convert to shared) waits until every peer that was
+/// alive at our first lockspace read issued after the join (the *baseline*; the daemon
+/// renews right after its join for it) has been seen renewing [`SHARED_HOLD_RENEWALS`]
+/// times since,
+/// or has left (free record), restarted (new generation) or died (our monitor: DEAD).
+/// Why three: the first change may be a renewal whose read began before our join; the
+/// second renewal's read began after the first one's write, so after our join, and sees
+/// us; sanlock folds that read into its cache in its main loop after the renewal, and the
+/// third change shows that renewal interval passed. A peer that joins after the baseline
+/// reads us fresh. lockd peers judge shared holders from a fresh read of the delta lease
+/// ([`HostMonitor::shared_holder_live`]) and need none of this, but peers cannot be told
+/// apart on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedHold {
+    /// Our time (s) at which the join completed (for reports).
+    joined_s: u64,
+    /// Per awaited peer: (generation, timestamp) last seen, renewals counted, io_timeout.
+    /// `None` until the baseline read.
+    awaited: Option<BTreeMap<u64, PeerCatchUp>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PeerCatchUp {
+    generation: u64,
+    timestamp: u64,
+    renewals: u32,
+    io_timeout: u16,
 }
 
 impl HostMonitor {
@@ -143,6 +211,95 @@ impl HostMonitor {
             highest_used: our_host_id,
             #[cfg(feature = "sim")]
             freeze_known_hosts: false,
+            #[cfg(feature = "sim")]
+            sanlock_cached_liveness: false,
+            shared_hold: None,
+        }
+    }
+
+    /// Starts holding shared grants back: our join completed at our time `joined_s` (see
+    /// [`SharedHold`]). The next read observed is the baseline: the caller must feed only
+    /// reads issued after this call (the lockspace thread joins, then renews; a read under
+    /// way during the join would not do, however late it completes).
+    pub fn hold_shared_after_join(&mut self, joined_s: u64) {
+        self.shared_hold = Some(SharedHold {
+            joined_s,
+            awaited: None,
+        });
+    }
+
+    /// `Some(the largest io_timeout among the peers still awaited)` while shared grants are
+    /// held back (0 before the baseline read), `None` when they may be made.
+    pub fn shared_hold(&self) -> Option<u16> {
+        let hold = self.shared_hold.as_ref()?;
+        Some(
+            hold.awaited
+                .as_ref()
+                .map_or(0, |a| a.values().map(|p| p.io_timeout).max().unwrap_or(0)),
+        )
+    }
+
+    /// Our time (s) of the join whose shared hold is still on, if one is.
+    pub fn shared_hold_since_s(&self) -> Option<u64> {
+        self.shared_hold.as_ref().map(|h| h.joined_s)
+    }
+
+    /// The host_ids a shared grant still waits for, with the renewals seen of each (empty
+    /// when none waits; before the baseline read, empty too while the hold is on).
+    pub fn shared_hold_awaiting(&self) -> Vec<(u64, u32)> {
+        self.shared_hold
+            .as_ref()
+            .and_then(|h| h.awaited.as_ref())
+            .map(|a| a.iter().map(|(&id, p)| (id, p.renewals)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Advances the shared hold with the read just folded in, made at our time `now_s`.
+    fn advance_shared_hold(&mut self, now_s: u64) {
+        let Some(hold) = self.shared_hold.as_mut() else {
+            return;
+        };
+        match hold.awaited.as_mut() {
+            None => {
+                let mut awaited = BTreeMap::new();
+                for (&id, h) in &self.hosts {
+                    if h.timestamp == 0 || state_is_dead(self.watchdog_fire, h, now_s) {
+                        continue;
+                    }
+                    awaited.insert(
+                        id,
+                        PeerCatchUp {
+                            generation: h.owner_generation,
+                            timestamp: h.timestamp,
+                            renewals: 0,
+                            io_timeout: h.io_timeout,
+                        },
+                    );
+                }
+                hold.awaited = Some(awaited);
+            }
+            Some(awaited) => {
+                let hosts = &self.hosts;
+                let w = self.watchdog_fire;
+                awaited.retain(|id, p| {
+                    let Some(h) = hosts.get(id) else { return true };
+                    if h.timestamp == 0
+                        || h.owner_generation != p.generation
+                        || state_is_dead(w, h, now_s)
+                    {
+                        return false;
+                    }
+                    if h.timestamp != p.timestamp {
+                        p.timestamp = h.timestamp;
+                        p.io_timeout = h.io_timeout;
+                        p.renewals += 1;
+                    }
+                    p.renewals < SHARED_HOLD_RENEWALS
+                });
+            }
+        }
+        if hold.awaited.as_ref().is_some_and(BTreeMap::is_empty) {
+            self.shared_hold = None;
         }
     }
 
@@ -152,6 +309,43 @@ impl HostMonitor {
     #[doc(hidden)]
     pub fn freeze_known_hosts(&mut self) {
         self.freeze_known_hosts = true;
+    }
+
+    /// Simulator only: judge shared holders from the cache, as a sanlock 3.8.5 peer does.
+    #[cfg(feature = "sim")]
+    #[doc(hidden)]
+    pub fn judge_shared_like_sanlock(&mut self) {
+        self.sanlock_cached_liveness = true;
+    }
+
+    /// sanlock 3.8.5's `host_live()` exactly: from the cached observation alone, never a
+    /// fresh read. Unknown or never checked → alive; a free record or a newer generation →
+    /// dead; otherwise dead when no change was seen for host_dead_seconds. Used only by the
+    /// simulator's model of a sanlock peer; lockd itself uses
+    /// [`HostMonitor::shared_holder_live`].
+    pub fn sanlock_host_live(
+        obs: Option<HostObservation>,
+        gen: u64,
+        now_s: u64,
+        watchdog_fire: u64,
+    ) -> bool {
+        let Some(h) = obs else { return true };
+        if h.last_check_s == 0 {
+            return true;
+        }
+        if h.timestamp == 0 || h.owner_generation > gen {
+            return false;
+        }
+        let dead = host_dead_seconds(u64::from(h.io_timeout), watchdog_fire);
+        now_s.saturating_sub(Self::age_base(&h)) <= dead
+    }
+
+    fn age_base(h: &HostObservation) -> u64 {
+        if h.last_live_s == 0 {
+            h.first_check_s
+        } else {
+            h.last_live_s
+        }
     }
 
     /// Turns the known-hosts ballot reads on (the default) or off (every ballot reads
@@ -245,6 +439,7 @@ impl HostMonitor {
                 });
             }
         }
+        self.advance_shared_hold(now_s);
         notes
     }
 
@@ -262,25 +457,7 @@ impl HostMonitor {
     }
 
     fn state_of(&self, h: &HostObservation, now_s: u64) -> HostState {
-        if h.timestamp == 0 {
-            return HostState::Free;
-        }
-        if h.dead_ext || h.fenced(h.owner_generation) {
-            return HostState::Dead;
-        }
-        let io = u64::from(h.io_timeout);
-        let fail = id_renewal_fail_seconds(io);
-        let dead = host_dead_seconds(io, self.watchdog_fire);
-        let age = Self::age_s(h, now_s);
-        if h.last_live_s == 0 && age <= fail {
-            HostState::Unknown
-        } else if age <= fail {
-            HostState::Live
-        } else if age > dead {
-            HostState::Dead
-        } else {
-            HostState::Fail
-        }
+        state_of(self.watchdog_fire, h, now_s)
     }
 
     /// Records that storage fencing removed `generation` of `host_id` (its key preempted
@@ -377,6 +554,33 @@ impl HostMonitor {
     }
 }
 
+/// State of an observed host at our time `now_s` (sanlock 3.8 `get_host_flag`).
+fn state_of(watchdog_fire: u64, h: &HostObservation, now_s: u64) -> HostState {
+    if h.timestamp == 0 {
+        return HostState::Free;
+    }
+    if h.dead_ext || h.fenced(h.owner_generation) {
+        return HostState::Dead;
+    }
+    let io = u64::from(h.io_timeout);
+    let fail = id_renewal_fail_seconds(io);
+    let dead = host_dead_seconds(io, watchdog_fire);
+    let age = HostMonitor::age_s(h, now_s);
+    if h.last_live_s == 0 && age <= fail {
+        HostState::Unknown
+    } else if age <= fail {
+        HostState::Live
+    } else if age > dead {
+        HostState::Dead
+    } else {
+        HostState::Fail
+    }
+}
+
+fn state_is_dead(watchdog_fire: u64, h: &HostObservation, now_s: u64) -> bool {
+    state_of(watchdog_fire, h, now_s) == HostState::Dead
+}
+
 impl HostObserver for HostMonitor {
     fn observation(&self, host_id: u64) -> Option<HostObservation> {
         self.hosts.get(&host_id).copied()
@@ -384,6 +588,15 @@ impl HostObserver for HostMonitor {
 
     fn ballot_hosts_hint(&self) -> Option<u64> {
         (self.read_known_hosts && self.checks > 0).then_some(self.highest_used)
+    }
+
+    fn shared_grant_hold(&self) -> Option<u16> {
+        self.shared_hold()
+    }
+
+    #[cfg(feature = "sim")]
+    fn judges_shared_from_cache(&self) -> bool {
+        self.sanlock_cached_liveness
     }
 }
 
@@ -394,6 +607,15 @@ impl<T: HostObserver + ?Sized> HostObserver for &T {
 
     fn ballot_hosts_hint(&self) -> Option<u64> {
         (**self).ballot_hosts_hint()
+    }
+
+    fn shared_grant_hold(&self) -> Option<u16> {
+        (**self).shared_grant_hold()
+    }
+
+    #[cfg(feature = "sim")]
+    fn judges_shared_from_cache(&self) -> bool {
+        (**self).judges_shared_from_cache()
     }
 
     fn confirm_unused_above<L: Disk>(
@@ -416,6 +638,15 @@ impl<T: HostObserver + ?Sized> HostObserver for std::rc::Rc<T> {
         (**self).ballot_hosts_hint()
     }
 
+    fn shared_grant_hold(&self) -> Option<u16> {
+        (**self).shared_grant_hold()
+    }
+
+    #[cfg(feature = "sim")]
+    fn judges_shared_from_cache(&self) -> bool {
+        (**self).judges_shared_from_cache()
+    }
+
     fn confirm_unused_above<L: Disk>(
         &self,
         disk: &L,
@@ -434,6 +665,15 @@ impl<T: HostObserver + ?Sized> HostObserver for std::sync::Arc<T> {
 
     fn ballot_hosts_hint(&self) -> Option<u64> {
         (**self).ballot_hosts_hint()
+    }
+
+    fn shared_grant_hold(&self) -> Option<u16> {
+        (**self).shared_grant_hold()
+    }
+
+    #[cfg(feature = "sim")]
+    fn judges_shared_from_cache(&self) -> bool {
+        (**self).judges_shared_from_cache()
     }
 
     fn confirm_unused_above<L: Disk>(
@@ -455,6 +695,15 @@ impl<T: HostObserver> HostObserver for std::cell::RefCell<T> {
     fn ballot_hosts_hint(&self) -> Option<u64> {
         self.borrow().ballot_hosts_hint()
     }
+
+    fn shared_grant_hold(&self) -> Option<u16> {
+        self.borrow().shared_grant_hold()
+    }
+
+    #[cfg(feature = "sim")]
+    fn judges_shared_from_cache(&self) -> bool {
+        self.borrow().judges_shared_from_cache()
+    }
 }
 
 /// A poisoned observer lock means a thread panicked while it changed what we know of the
@@ -471,6 +720,13 @@ impl<T: HostObserver> HostObserver for std::sync::Mutex<T> {
     fn ballot_hosts_hint(&self) -> Option<u64> {
         match self.lock() {
             Ok(g) => g.ballot_hosts_hint(),
+            Err(_) => panic!("the host observer's lock is poisoned: a thread panicked holding it"),
+        }
+    }
+
+    fn shared_grant_hold(&self) -> Option<u16> {
+        match self.lock() {
+            Ok(g) => g.shared_grant_hold(),
             Err(_) => panic!("the host observer's lock is poisoned: a thread panicked holding it"),
         }
     }
@@ -528,6 +784,59 @@ mod tests {
         m.observe(104, &[sector(1, 1, 9, 1), sector(2, 3, 52, 1)]);
         assert!(!m.observation(2).unwrap().changed_at_last_check());
         assert_eq!(m.observation(2).unwrap().last_live_s, 102);
+    }
+
+    /// The shared hold: the first read after the join is the baseline; free and dead
+    /// peers are not awaited; a peer is released by three renewals, a restart (new
+    /// generation), leaving (free) or dying.
+    #[test]
+    fn shared_hold_waits_for_three_renewals_of_each_live_peer() {
+        // Host 1 is us; 2 renews, 3 will restart, 4 will leave, 5 is free, 6 goes silent.
+        let mut m = HostMonitor::new(1, 10);
+        let all = |t2, g3, t4, t6| {
+            [
+                sector(1, 1, 1, 1),
+                sector(2, 1, t2, 1),
+                sector(3, g3, 7, 1),
+                sector(4, 1, t4, 1),
+                sector(5, 1, 0, 1),
+                sector(6, 1, t6, 1),
+            ]
+        };
+        m.observe(99, &all(10, 1, 10, 10));
+        m.hold_shared_after_join(100);
+        assert_eq!(m.shared_grant_hold(), Some(0));
+        assert_eq!(m.shared_hold_since_s(), Some(100));
+        assert_eq!(m.shared_hold_awaiting(), vec![], "no baseline yet");
+        m.observe(101, &all(12, 1, 10, 10));
+        let ids: Vec<u64> = m.shared_hold_awaiting().iter().map(|p| p.0).collect();
+        assert_eq!(ids, vec![2, 3, 4, 6]);
+        assert_eq!(m.shared_grant_hold(), Some(1));
+        // 2 renews; 3 restarts; 4 leaves.
+        m.observe(103, &all(13, 2, 0, 10));
+        assert_eq!(m.shared_hold_awaiting(), vec![(2, 1), (6, 0)]);
+        m.observe(105, &all(14, 2, 0, 10));
+        m.observe(107, &all(15, 2, 0, 10));
+        assert_eq!(
+            m.shared_hold_awaiting(),
+            vec![(6, 0)],
+            "2 renewed three times"
+        );
+        // 6 silent past host_dead (8 + 10 s after our first read of it at 99).
+        m.observe(117, &all(16, 2, 0, 10));
+        assert!(m.shared_grant_hold().is_some());
+        m.observe(118, &all(17, 2, 0, 10));
+        assert_eq!(m.shared_grant_hold(), None, "6 is dead: nothing awaited");
+        assert_eq!(m.shared_hold_awaiting(), vec![]);
+    }
+
+    /// Alone in the lockspace: the first read after the join ends the hold.
+    #[test]
+    fn shared_hold_with_no_peer_ends_at_the_baseline() {
+        let mut m = HostMonitor::new(1, 10);
+        m.hold_shared_after_join(50);
+        m.observe(51, &[sector(1, 1, 50, 1), sector(0, 0, 0, 0)]);
+        assert_eq!(m.shared_grant_hold(), None);
     }
 
     #[test]

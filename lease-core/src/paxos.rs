@@ -101,6 +101,9 @@ pub enum PlantedBug {
     /// (the rule before issue 21), which lets a restarted daemon — or a clone using the
     /// same name — take the host_id while the previous owner's lease holders still run.
     OwnNameShortDelay,
+    /// Shared acquire: grant at once after our join, without waiting for the peers'
+    /// cached view of us to catch up (the rule before the shared hold).
+    NoSharedHold,
 }
 
 /// Options of an acquire (the sanlock acquire flags that reach the disk algorithm).
@@ -1117,6 +1120,28 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
     }
 }
 
+/// Waits while our monitor holds shared grants back after our join
+/// ([`crate::monitor::SharedHold`]): until every live peer has been seen renewing often
+/// enough that its own cached view of us is newer than our join. Gives up with
+/// [`LeaseError::SharedHoldStuck`] after host_dead_seconds of the slowest awaited peer (or of our own
+/// io_timeout): a peer silent that long is dead and no longer awaited, so a hold still on
+/// means our own reads of the lockspace stopped; the client may retry.
+async fn wait_shared_hold<C: Clock, L, O: HostObserver>(
+    clock: &C,
+    host: &HostContext<'_, L, O>,
+) -> Result<(), LeaseError> {
+    let start_s = clock.now_s();
+    while let Some(peer_io) = host.observer.shared_grant_hold() {
+        let io = u64::from(peer_io.max(host.lockspace.io_timeout));
+        let limit_s = host_dead_seconds(io, host.lockspace.watchdog_fire);
+        if clock.now_s().saturating_sub(start_s) > limit_s {
+            return Err(LeaseError::SharedHoldStuck);
+        }
+        clock.sleep_ms(500).await;
+    }
+    Ok(())
+}
+
 /// Clears the slots of dead shared holders; returns how many are alive.
 async fn clear_dead_shared<D: Disk, C: Clock, L: Disk, O: HostObserver>(
     disk: &D,
@@ -1140,14 +1165,27 @@ async fn clear_dead_shared<D: Disk, C: Clock, L: Disk, O: HostObserver>(
         if !mb.is_shared() || mb.generation == 0 {
             continue;
         }
-        let delta = read_host_record(host.lockspace_disk, host.lockspace, h).await?;
-        let alive = HostMonitor::shared_holder_live(
-            host.observer.observation(h),
-            &delta,
-            mb.generation,
-            clock.now_s(),
-            host.lockspace.watchdog_fire,
-        );
+        #[cfg(feature = "sim")]
+        let from_cache = host.observer.judges_shared_from_cache();
+        #[cfg(not(feature = "sim"))]
+        let from_cache = false;
+        let alive = if from_cache {
+            HostMonitor::sanlock_host_live(
+                host.observer.observation(h),
+                mb.generation,
+                clock.now_s(),
+                host.lockspace.watchdog_fire,
+            )
+        } else {
+            let delta = read_host_record(host.lockspace_disk, host.lockspace, h).await?;
+            HostMonitor::shared_holder_live(
+                host.observer.observation(h),
+                &delta,
+                mb.generation,
+                clock.now_s(),
+                host.lockspace.watchdog_fire,
+            )
+        };
         if alive {
             live += 1;
             continue;
@@ -1290,6 +1328,13 @@ pub async fn acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
     let host_id = host.lockspace.host_id;
     let gen = host.generation;
     let shared = opts.mode == Mode::Shared;
+    #[cfg(feature = "sim")]
+    let hold = opts.planted_bug != Some(PlantedBug::NoSharedHold);
+    #[cfg(not(feature = "sim"))]
+    let hold = true;
+    if shared && hold {
+        wait_shared_hold(clock, host).await?;
+    }
     let mut retries = 0;
     let c = loop {
         let mut slot = None;
@@ -1468,6 +1513,10 @@ pub async fn convert<D: Disk, C: Clock, L: Disk, O: HostObserver>(
 ) -> Result<(), LeaseError> {
     if token.mode == to {
         return Err(LeaseError::Already);
+    }
+    if to == Mode::Shared {
+        // While we wait the lease stays exclusive: nothing is changed on disk yet.
+        wait_shared_hold(clock, host).await?;
     }
     let g = token.resource.geometry;
     let host_id = token.host_id;

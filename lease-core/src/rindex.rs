@@ -917,7 +917,6 @@ mod tests {
                 host_name: n(&format!("host{id}")),
                 io_timeout: 1,
                 watchdog_fire: 10,
-                stable_host_name: true,
                 monitor_hosts: Some(8),
             };
             let st = block_on(delta::acquire(d, c, &p)).unwrap();

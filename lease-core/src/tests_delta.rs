@@ -13,7 +13,7 @@ fn record(d: &MemDisk, host_id: u64) -> LeaderRecord {
 }
 
 #[test]
-fn fresh_acquire_short_delay_then_release_and_no_delay() {
+fn fresh_acquire_short_delay_then_release_and_short_delay_again() {
     let d = MemDisk::formatted();
     let c = TestClock::at_s(100);
     let p = ls_params(1, "hostA");
@@ -29,18 +29,37 @@ fn fresh_acquire_short_delay_then_release_and_no_delay() {
     assert_eq!(r, st.leader);
     assert!(block_on(delta::release(&d, &p, &st)).unwrap());
     assert_eq!(record(&d, 1).timestamp, 0);
-    // Our own cleanly released lease with a stable name: no delay at all.
+    // Our own cleanly released lease: the short delay and its verify (sanlock 3.9 skips
+    // them under its own name; lockd does not, see `AcquirePath::ShortDelay`).
     let st2 = block_on(delta::acquire(&d, &c, &p)).unwrap();
-    assert_eq!(st2.path, AcquirePath::NoDelay);
-    assert_eq!(c.slept_ms.get(), 2000);
+    assert_eq!(st2.path, AcquirePath::ShortDelay);
+    assert_eq!(c.slept_ms.get(), 4000);
     assert_eq!(st2.generation(), 2);
-    // The same without a stable name: the short delay again.
+    // A clone (our host_id, another name) whose long wait ended on our free record writes
+    // right after our write: the verify catches it.
     block_on(delta::release(&d, &p, &st2)).unwrap();
-    let mut p2 = p.clone();
-    p2.stable_host_name = false;
-    let st3 = block_on(delta::acquire(&d, &c, &p2)).unwrap();
+    let mut clone = record(&d, 1);
+    clone.timestamp = 999;
+    clone.owner_generation = 3;
+    clone.resource_name = Name::new("clone").unwrap();
+    clone.seal();
+    let mut sector = vec![0u8; 512];
+    disk_format::DeltaSector::from_leader(clone).encode_into(&mut sector);
+    // Our acquire: read, write, then the clone's write lands.
+    d.inject_after(2, 0, sector);
+    let e = block_on(delta::acquire(&d, &c, &p)).unwrap_err();
+    assert_eq!(e, LeaseError::HostIdBusy);
+    assert_eq!(record(&d, 1).resource_name, Name::new("clone").unwrap());
+    // Without the clone: joined again.
+    let mut free = clone;
+    free.timestamp = 0;
+    free.seal();
+    let mut sector = vec![0u8; 512];
+    disk_format::DeltaSector::from_leader(free).encode_into(&mut sector);
+    d.put(0, &sector);
+    let st3 = block_on(delta::acquire(&d, &c, &p)).unwrap();
     assert_eq!(st3.path, AcquirePath::ShortDelay);
-    assert_eq!(st3.generation(), 3);
+    assert_eq!(st3.generation(), 4);
 }
 
 #[test]

@@ -723,3 +723,90 @@ fn without_the_confirmation_a_host_joining_mid_ballot_is_missed() {
         "host 3 accepted another value for lver 1"
     );
 }
+
+/// A (lockd) left cleanly and its sanlock peer B cached A's record as free; A rejoins by
+/// the short path (2D of A's io_timeout, shorter than a peer's renewal interval at a
+/// longer io_timeout; B does not renew meanwhile). Returns A rejoined with its shared hold
+/// on, B still caching A as free.
+#[cfg(feature = "sim")]
+fn rejoined_beside_a_sanlock_peer() -> (MemDisk, TestClock, Host, Host) {
+    let (d, c, mut a, mut b) = two_hosts();
+    b.mon.borrow_mut().judge_shared_like_sanlock();
+    assert!(block_on(delta::release(&d, &a.p, &a.st)).unwrap());
+    advance(&c, 2);
+    b.renew(&d, &c);
+    let cached = b.mon.borrow().observation(1).unwrap();
+    assert_eq!(cached.timestamp, 0, "B's cache: A left");
+    a.st = block_on(delta::acquire(&d, &c, &a.p)).unwrap();
+    assert_eq!(a.st.path, delta::AcquirePath::ShortDelay);
+    a.mon.borrow_mut().hold_shared_after_join(c.now_s());
+    (d, c, a, b)
+}
+
+/// The hazard the shared hold closes, with the hold planted away: sanlock 3.8.5 judges a
+/// shared holder from its cache, so a shared grant made before B's cache saw A's join
+/// is zeroed by B's exclusive acquire, and both hold the lease.
+#[cfg(feature = "sim")]
+#[test]
+fn without_the_shared_hold_a_sanlock_peer_takes_exclusive_beside_a_fresh_shared_grant() {
+    let (d, c, a, b) = rejoined_beside_a_sanlock_peer();
+    let planted = AcquireOptions {
+        planted_bug: Some(PlantedBug::NoSharedHold),
+        ..sh()
+    };
+    let ta = a.acquire(&d, &c, &planted).unwrap();
+    assert_eq!(ta.mode, Mode::Shared);
+    let tb = b.acquire(&d, &c, &ex()).unwrap();
+    assert_eq!(tb.mode, Mode::Exclusive, "the violation the hold prevents");
+    assert!(!slot(&d, 1).1.is_shared(), "B zeroed A's SHARED mode block");
+}
+
+/// With the hold, A's shared grant waits until B has been seen renewing three times after
+/// A's baseline read; by then B's cache has A alive and B's exclusive acquire is refused.
+#[cfg(feature = "sim")]
+#[test]
+fn a_shared_grant_after_a_join_waits_until_peers_have_seen_the_join() {
+    let (d, c, mut a, mut b) = rejoined_beside_a_sanlock_peer();
+    // No renewals meanwhile: the wait ends with a retryable error, nothing on disk.
+    let e = a.acquire(&d, &c, &sh()).unwrap_err();
+    assert_eq!(e, LeaseError::SharedHoldStuck);
+    assert_eq!(e.sanlk_code(), -11);
+    assert!(!slot(&d, 1).1.is_shared());
+    assert_eq!(leader(&d).timestamp, 0);
+    // A's first read after the join is the baseline; B then renews three times.
+    advance(&c, 1);
+    a.renew(&d, &c);
+    assert_eq!(a.mon.borrow().shared_hold_awaiting(), vec![(2, 0)]);
+    for n in 1..=3 {
+        advance(&c, 2);
+        b.renew(&d, &c);
+        a.renew(&d, &c);
+        let still = n < crate::monitor::SHARED_HOLD_RENEWALS;
+        assert_eq!(a.mon.borrow().shared_grant_hold().is_some(), still, "{n}");
+    }
+    let ta = a.acquire(&d, &c, &sh()).unwrap();
+    assert_eq!(ta.mode, Mode::Shared);
+    let e = b.acquire(&d, &c, &ex()).unwrap_err();
+    assert_eq!(e, LeaseError::Again, "B's cache now has A alive");
+    assert!(slot(&d, 1).1.is_shared());
+}
+
+/// A convert to shared waits the same way; the lease stays exclusive meanwhile.
+#[test]
+fn a_convert_to_shared_after_a_join_waits_for_the_hold() {
+    let (d, c, a, _b) = two_hosts();
+    let mut t = a.acquire(&d, &c, &ex()).unwrap();
+    a.mon.borrow_mut().hold_shared_after_join(c.now_s());
+    let e = block_on(paxos::convert(
+        &d,
+        &c,
+        &a.ctx(&d),
+        &mut t,
+        Mode::Shared,
+        false,
+    ))
+    .unwrap_err();
+    assert_eq!(e, LeaseError::SharedHoldStuck);
+    assert_eq!(t.mode, Mode::Exclusive);
+    assert_eq!(leader(&d).owner_id, 1, "still held exclusive on disk");
+}

@@ -176,7 +176,6 @@ pub fn ls_params(host_id: u64, name: &str) -> LockspaceParams {
         host_name: Name::new(name).unwrap(),
         io_timeout: 1,
         watchdog_fire: 10,
-        stable_host_name: true,
         monitor_hosts: Some(8),
     }
 }

@@ -753,7 +753,6 @@ impl Sim {
                     host_name: Name::new(&name).unwrap_or(Name::EMPTY),
                     io_timeout: host.io_timeout,
                     watchdog_fire: WATCHDOG_FIRE_S,
-                    stable_host_name: false,
                     monitor_hosts: Some(sim.cfg.hosts as u64),
                 });
                 sim.world.log(|| format!("host{h} daemon START {inc}"));
@@ -1265,6 +1264,10 @@ impl lease_core::HostObserver for CoreObserver<'_> {
 
     fn ballot_hosts_hint(&self) -> Option<u64> {
         self.read(|m| m.ballot_hosts_hint())
+    }
+
+    fn shared_grant_hold(&self) -> Option<u16> {
+        self.read(|m| m.shared_grant_hold())
     }
 }
 

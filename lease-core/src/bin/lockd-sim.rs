@@ -2,7 +2,7 @@
 //!
 //! Usage: `lockd-sim --seeds N [--first-seed S] [--hosts H] [--duration SECONDS]
 //! [--model lease|fence]
-//! [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|own-name-short-delay|
+//! [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|own-name-short-delay|no-shared-hold|
 //! take-before-preempt-confirmed|preempt-conflict-means-fenced|holder-unregisters-at-leave|
 //! empty-target-means-fenced] [--verbose] [--trace]`
 //!
@@ -35,7 +35,7 @@ struct Args {
 const USAGE: &str =
     "usage: lockd-sim --seeds N [--first-seed S] [--hosts H (2-16)] [--duration SECONDS] \
      [--model lease|fence] [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|\
-     own-name-short-delay|take-before-preempt-confirmed|preempt-conflict-means-fenced|\
+     own-name-short-delay|no-shared-hold|take-before-preempt-confirmed|preempt-conflict-means-fenced|\
      holder-unregisters-at-leave|empty-target-means-fenced] [--verbose] [--trace]";
 
 fn parse_args() -> Result<Args, String> {

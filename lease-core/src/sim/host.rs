@@ -96,6 +96,9 @@ pub(crate) async fn lockspace_task(ctx: Rc<HostCtx>) {
     ctx.generation.set(st.generation());
     ctx.last_success_ms.set(st.last_success_ms);
     ctx.arm_watchdog(st.leader.timestamp);
+    ctx.monitor
+        .borrow_mut()
+        .hold_shared_after_join(ctx.clock.now_s());
     ctx.joined.set(true);
     let renew_ms = timeouts::id_renewal_seconds(ctx.io()) * 1000;
     let fail_ms = timeouts::id_renewal_fail_seconds(ctx.io()) * 1000;
