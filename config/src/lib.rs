@@ -141,9 +141,9 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
         range: "1..=48 bytes, no NUL",
         example: "\"host-a.example\"",
         help: "Name this host writes into its delta leases; it must be unique among the hosts \
-               of a lockspace (never copy it to a cloned host). A host that finds its own \
-               name on a cleanly released host_id rejoins without delay; a record that was \
-               not released (a crash) always takes the full host_dead wait.",
+               of a lockspace (never copy it to a cloned host). A cleanly released host_id \
+               is rejoined in 2 x io_timeout; a record that was not released (a crash) \
+               always takes the full host_dead wait, whatever its name.",
     },
     ConfigKey {
         key: "run_dir",
@@ -676,11 +676,10 @@ pub fn load_file(path: &Path, required: bool) -> Result<FileConfig, ConfigError>
 ///
 /// The boot id makes the name unique among hosts cloned from one image (same machine-id,
 /// same node name): two live hosts under one name could both take one host_id, since
-/// delta-lease records under one name cannot be told apart. It keeps the name stable
-/// across daemon restarts within one boot, so a daemon stopped cleanly rejoins without
-/// delay; after a reboot the name is new and a cleanly released host_id takes the short
-/// wait (2·io_timeout). A record that was not released always takes the full wait,
-/// whatever the name (lease-core `delta::acquire`).
+/// delta-lease records under one name cannot be told apart. The name is stable across
+/// daemon restarts within one boot and new after a reboot; either way a cleanly released
+/// host_id takes the short wait (2·io_timeout) and a record that was not released the
+/// full wait, whatever the name (lease-core `delta::acquire`).
 pub fn derived_host_name() -> String {
     let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())

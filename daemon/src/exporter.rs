@@ -42,6 +42,8 @@ struct SpaceView {
     renewal_age_s: Option<i64>,
     expiry_s: Option<i64>,
     hosts: [u64; HOST_STATES.len()],
+    /// Peers a shared grant still waits for after our join; None: no hold.
+    shared_hold_hosts: Option<u64>,
     leases: u64,
     space: Arc<crate::space::Space>,
 }
@@ -228,6 +230,22 @@ pub fn render(d: &Daemon) -> String {
                 "lockd_lockspace_hosts",
                 &[("lockspace", &v.name), ("state", state)],
                 v.hosts[i],
+            );
+        }
+    }
+    e.family(
+        "lockd_lockspace_shared_hold_hosts",
+        "gauge",
+        "Shared grants held back after this host's join: the peers still awaited (each must \
+         be seen renewing three times so that a sanlock peer's cache has read the join; 0 \
+         before the first read after the join). Absent when shared grants are not held.",
+    );
+    for v in &views {
+        if let Some(n) = v.shared_hold_hosts {
+            e.sample_u64(
+                "lockd_lockspace_shared_hold_hosts",
+                &[("lockspace", &v.name)],
+                n,
             );
         }
     }
@@ -467,6 +485,10 @@ fn space_view(s: &Arc<crate::space::Space>, now: u64, leases: &BTreeMap<String, 
         )
     };
     let mut hosts = [0u64; HOST_STATES.len()];
+    let shared_hold_hosts = s.monitor(|mon| {
+        mon.shared_hold_since_s()
+            .map(|_| mon.shared_hold_awaiting().len() as u64)
+    });
     s.monitor(|mon| {
         if mon.checks() > 0 {
             // As GET_HOSTS: hosts whose record has a timestamp, and ourselves as LIVE
@@ -492,6 +514,7 @@ fn space_view(s: &Arc<crate::space::Space>, now: u64, leases: &BTreeMap<String, 
         renewal_age_s,
         expiry_s,
         hosts,
+        shared_hold_hosts,
         space: s.clone(),
     }
 }
