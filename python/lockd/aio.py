@@ -20,10 +20,10 @@ import asyncio
 import functools
 import threading
 from typing import (AsyncIterator, Awaitable, Callable, Iterable, List, Optional, TypeVar,
-                    Union)
+                    Union, overload)
 
 from . import lease as _lease
-from .errors import Timeout
+from .errors import LeaseHeld, Timeout
 from .lease import LeaseSpec, LossCallback, LossNotice
 from .results import LeaderInfo, LockInfo
 
@@ -76,14 +76,46 @@ class Lease:
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self.lost.set)
 
-    async def acquire(self) -> Lease:
-        """Acquires in the executor as ``lockd.Lease.acquire()`` (raising ``LeaseHeld``
-        or ``Timeout`` as the lease's ``timeout`` says); returns self. Safe to cancel:
-        a cancelled acquire leaves nothing held."""
+    @overload
+    async def acquire(self) -> Lease: ...
+
+    @overload
+    async def acquire(self, blocking: bool,
+                      timeout: Union[float, None, _lease._Unset] = ...) -> bool: ...
+
+    @overload
+    async def acquire(self, *, timeout: Optional[float]) -> bool: ...
+
+    async def acquire(self, blocking: Optional[bool] = None,
+                      timeout: Union[float, None, _lease._Unset] = _lease._UNSET
+                      ) -> Union[Lease, bool]:
+        """Acquires in the executor, in the two forms of ``lockd.Lease.acquire``:
+        ``await acquire()`` raises ``LeaseHeld`` or ``Timeout`` as the lease's
+        ``timeout`` says and returns self; ``await acquire(blocking=True,
+        timeout=None)``, with either argument, returns True when it got the lease and
+        False when another holder kept it. Safe to cancel: a cancelled acquire leaves
+        nothing held."""
+        if blocking is None and isinstance(timeout, _lease._Unset):
+            await self._acquire_in_executor(self._inner.timeout)
+            return self
+        if blocking is False:
+            wait: Optional[float] = 0
+        elif timeout is None or isinstance(timeout, _lease._Unset):
+            wait = self._inner.timeout
+        else:
+            _lease._check_timeout(timeout)
+            wait = timeout
+        try:
+            await self._acquire_in_executor(wait)
+        except LeaseHeld:  # also Timeout
+            return False
+        return True
+
+    async def _acquire_in_executor(self, wait: Optional[float]) -> None:
         loop = asyncio.get_running_loop()
         self._loop = loop
         stop = threading.Event()
-        fut = loop.run_in_executor(None, self._inner._acquire, self._inner.timeout, stop)
+        fut = loop.run_in_executor(None, self._inner._acquire, wait, stop)
         try:
             await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -92,7 +124,6 @@ class Lease:
             await _settle(loop, fut, self._inner)
             raise
         self._inner.on_lost(self._notify)
-        return self
 
     async def release(self) -> None:
         """Releases in the executor (see ``lockd.Lease.release``)."""

@@ -131,10 +131,22 @@ def test_asyncio_lease(cluster):
             second = lockd.aio.Lease(cluster.spec(a, "aio"), run_dir=a.run_dir, timeout=0.5)
             with pytest.raises(lockd.Timeout):
                 await second.acquire()
+            # The boolean form: False while l1 holds it, by trying once or by waiting.
+            assert await second.acquire(blocking=False) is False
+            assert await second.acquire(timeout=0.3) is False
+            assert second.token is None
             return l1.token
     token = asyncio.run(main())
     with lockd.Lease(cluster.spec(a, "aio"), run_dir=a.run_dir) as l2:
         assert l2.token == token + 1
+
+    async def free_now():
+        lease = lockd.aio.Lease(cluster.spec(a, "aio"), run_dir=a.run_dir)
+        assert await lease.acquire(blocking=True) is True
+        got = lease.token
+        await lease.release()
+        return got
+    assert asyncio.run(free_now()) == token + 2
 
 
 def test_metrics_from_lockd(cluster):
