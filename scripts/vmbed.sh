@@ -37,6 +37,26 @@ for a in "$@"; do
     esac
 done
 [ "$names" = 1 ] && want_lvm=0
+# The pr-rejoin-race scenarios boot a daemon built with the `planted-bugs` feature (its
+# pause points), from an image of their own, as scripts/chaos.sh --plant-bug does.
+want_planted=0
+[ "$names" = 0 ] && want_planted=1
+for a in "$@"; do
+    case $a in
+        --ci) want_planted=0; break ;;
+        pr-rejoin-race*) want_planted=1 ;;
+    esac
+done
+if [ "$want_planted" = 1 ]; then
+    cargo build -q --release -p lockd-daemon --features planted-bugs --target-dir target/planted \
+        --bin lockd-daemon
+    planted_bins=/var/tmp/lockd-vmbed/bins-planted
+    mkdir -p "$planted_bins"
+    for b in lockd wdmd lockd-witness; do cp target/release/$b "$planted_bins/"; done
+    cp target/planted/release/lockd-daemon "$planted_bins/"
+    export LOCKD_VMBED_PLANTED_IMAGE=/var/tmp/lockd-vmbed/image-planted
+    bash tests/vmbed/build-initramfs.sh "$LOCKD_VMBED_PLANTED_IMAGE" "$planted_bins"
+fi
 if [ "$want_lvm" = 1 ]; then
     bash scripts/debian-chroot.sh ensure trixie lvm2 lvm2-lockd sanlock >/dev/null
     bash tests/vmbed/build-trixie-lvm.sh "$LOCKD_VMBED_IMAGE"

@@ -161,6 +161,7 @@ impl SpaceFence {
             let keys = self.cmd(dev, "READ KEYS", dev.read_keys())?;
             let resv = self.cmd(dev, "READ RESERVATION", dev.read_reservation())?;
             let listed = fence_keys(&keys.keys);
+            crate::planted::pause_point(crate::planted::PausePoint::JoinKeysRead);
             if !waited
                 && join_must_wait(
                     prev.timestamp,
@@ -179,6 +180,7 @@ impl SpaceFence {
             // the key of none, then REGISTER AND IGNORE EXISTING KEY.
             let old = match attempt {
                 _ if waited => None,
+                _ if crate::planted::active(crate::planted::Bug::JoinRegisterIgnoreExisting) => None,
                 0 => Some(join_old_key(&listed, self.host_id)),
                 1 => Some(0),
                 _ => None,

@@ -18,14 +18,39 @@ pub enum Bug {
     TakeBeforeConfirm,
     /// Loss notices reach the holders 5 s late, after the kill escalation's signals.
     KillBeforeNotice,
+    /// A join registers its new key with REGISTER AND IGNORE EXISTING KEY after deciding
+    /// from one key list whether to wait (the rule before issue 38's item 4): a preempt
+    /// of our previous key that lands in between is undone for our initiator.
+    JoinRegisterIgnoreExisting,
 }
 
 /// Every bug with its name on the command line and in `LOCKD_PLANTED_BUG`.
-pub const ALL: [(&str, Bug); 3] = [
+pub const ALL: [(&str, Bug); 4] = [
     ("no-host-dead-wait", Bug::NoHostDeadWait),
     ("take-before-confirm", Bug::TakeBeforeConfirm),
     ("kill-before-notice", Bug::KillBeforeNotice),
+    ("join-register-ignore-existing", Bug::JoinRegisterIgnoreExisting),
 ];
+
+/// A point where a bed can have the daemon stop itself (SIGSTOP), to widen a race window
+/// the honest way: the daemon stops exactly there, and the bed resumes it (SIGCONT) once
+/// the other side of the race has acted. Named by `LOCKD_PAUSE_AT` at start; only with
+/// the `planted-bugs` feature (a production build never stops itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PausePoint {
+    /// Storage fencing, join: the key list and reservation were read, the rule decided,
+    /// nothing registered yet (daemon/src/fence.rs `register_for_join`).
+    JoinKeysRead,
+}
+
+/// Every pause point with its name in `LOCKD_PAUSE_AT`.
+pub const PAUSE_POINTS: [(&str, PausePoint); 1] = [("join-keys-read", PausePoint::JoinKeysRead)];
+
+/// Stops the daemon here (once) when `LOCKD_PAUSE_AT` names `point` in a daemon built
+/// with the `planted-bugs` feature; returns at once otherwise.
+pub fn pause_point(point: PausePoint) {
+    imp::pause(point)
+}
 
 /// Reads `LOCKD_PLANTED_BUG` once, at start. An unknown name is an error (the daemon
 /// refuses to start); a name given to a daemon built without the feature too, so a
@@ -66,6 +91,26 @@ mod imp {
     pub fn get() -> Option<Bug> {
         PLANTED.get().copied()
     }
+
+    pub fn pause(point: super::PausePoint) {
+        static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        let Some(name) = std::env::var_os("LOCKD_PAUSE_AT") else {
+            return;
+        };
+        let named = super::PAUSE_POINTS
+            .iter()
+            .any(|&(n, p)| p == point && name.to_str() == Some(n));
+        if !named || DONE.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        tracing::warn!(
+            point = name.to_string_lossy().as_ref(),
+            "PAUSE POINT reached: the daemon stops itself (SIGSTOP) until resumed"
+        );
+        if let Err(e) = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP) {
+            tracing::error!(error = %e, "pause point: cannot stop ourselves");
+        }
+    }
 }
 
 #[cfg(not(feature = "planted-bugs"))]
@@ -81,4 +126,6 @@ mod imp {
     pub fn get() -> Option<Bug> {
         None
     }
+
+    pub fn pause(_point: super::PausePoint) {}
 }

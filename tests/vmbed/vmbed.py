@@ -101,10 +101,17 @@ SCENARIOS = {
     "pr-double-preempt": ("iscsi", "fence=scsi-pr: two survivors preempt the same dead holder at once"),
     "pr-survivor-paused": ("iscsi", "fence=scsi-pr: a healthy survivor's daemon is stopped past the preempt time, then resumed"),
     "pr-set-host-fail": ("iscsi", "fence=scsi-pr: a survivor runs `set-host --dead` on the holder in FAIL (its daemon stopped, its holder writing)"),
+    "pr-rejoin-race": ("iscsi", "fence=scsi-pr: the holder's daemon is killed and restarted; its join stops after reading the keys while a survivor preempts and takes over"),
+    "pr-rejoin-race-old-rule": ("iscsi", "pr-rejoin-race with the join's old rule planted (REGISTER AND IGNORE EXISTING KEY): must show the holder's writes landing again"),
 }
 # Storage fencing scenarios (issue 24): io_timeout 1, fence_preempt_s below.
 PR_FENCE_SCENARIOS = ["pr-kill-daemon", "pr-freeze-guest", "pr-cut-storage", "pr-slow-storage",
-                      "pr-holder-leaves", "pr-double-preempt", "pr-survivor-paused", "pr-set-host-fail"]
+                      "pr-holder-leaves", "pr-double-preempt", "pr-survivor-paused", "pr-set-host-fail",
+                      "pr-rejoin-race", "pr-rejoin-race-old-rule"]
+# Scenarios whose guests boot the image with the daemon built with the `planted-bugs`
+# feature (its pause points; scripts/vmbed.sh builds it, LOCKD_VMBED_PLANTED_IMAGE).
+PLANTED_SCENARIOS = ["pr-rejoin-race", "pr-rejoin-race-old-rule"]
+PLANTED_IMAGE_DIR = Path(os.environ.get("LOCKD_VMBED_PLANTED_IMAGE", VMBED_ROOT / "image-planted"))
 PR_PREEMPT_S = 5
 PR_TAKEOVER_LIMIT_S = 10.0
 # pr-double-preempt: the longest the first survivor's PREEMPT is held in its storage path
@@ -1069,6 +1076,17 @@ def run_scenario(name: str, io_timeout_s: int, fire_timeout_s: int, keep: bool) 
         # for a first 1 MiB read (a join then fails with -202, as it would on sanlock):
         # NFS scenarios run with io_timeout 5.
         io_timeout_s = 5
+    global IMAGE_DIR
+    default_image = IMAGE_DIR
+    if name in PLANTED_SCENARIOS:
+        IMAGE_DIR = PLANTED_IMAGE_DIR
+    try:
+        return run_scenario_on_image(name, io_timeout_s, fire_timeout_s, keep)
+    finally:
+        IMAGE_DIR = default_image
+
+
+def run_scenario_on_image(name: str, io_timeout_s: int, fire_timeout_s: int, keep: bool) -> Result:
     bed = Bed(name, io_timeout_s, fire_timeout_s, keep or bool(os.environ.get("LOCKD_VMBED_KEEP")))
     res = Result(name, bed.storage, fence="scsi-pr" if name in PR_FENCE_SCENARIOS else None)
     print(f"vmbed: {name}: {SCENARIOS[name][1]} (work dir {bed.workdir})", file=sys.stderr, flush=True)
@@ -1078,8 +1096,14 @@ def run_scenario(name: str, io_timeout_s: int, fire_timeout_s: int, keep: bool) 
         res.violations.append(f"bed error: {e}")
     finally:
         res.overlaps = bed.witness.overlaps(("disk",) if name in PR_FENCE_SCENARIOS else ("life", "disk"))
-        for o in res.overlaps:
-            res.violations.append(f"overlap: {o}")
+        if name == "pr-rejoin-race-old-rule":
+            # The planted old rule must show the race: writes of the fenced holder landing
+            # after the takeover. None is the failure here.
+            if not res.overlaps:
+                res.violations.append("the planted old rule did not let the fenced holder write again")
+        else:
+            for o in res.overlaps:
+                res.violations.append(f"overlap: {o}")
         with bed.timeline.lock:
             events = sorted(bed.timeline.events)
         print(f"--- timeline of {name} (seconds since the bed started)", file=sys.stderr)
@@ -1920,9 +1944,72 @@ def pr_set_host_fail(bed: Bed, res: Result) -> None:
           f"g1_writes_landed_after_takeover={len(landed)} g1_writes_refused={res.fenced_write_errors}", flush=True)
 
 
+def pr_rejoin_race(bed: Bed, res: Result) -> None:
+    """A rejoin must not register over a fence confirmed a moment earlier (issue 38, item
+    4). g1 holds the lease and writes; its lockd-daemon is SIGKILLed (its holder goes on,
+    its wdmd keeps the last expiry) and started again at once with `LOCKD_PAUSE_AT=
+    join-keys-read`, and g1 adds the lockspace again: the join reads the key list (g1's
+    old key still there: no wait is needed by that list) and the daemon stops itself
+    before registering. g2 preempts g1's old key (fence_preempt_s after its last renewal),
+    and g3 takes the lease. Then g1's daemon is resumed. The join's plain REGISTER naming
+    the old key is refused (the key is gone), the rule is decided again from a fresh list
+    (no key of g1 while a reservation stands: wait host_dead) and the holder's writes keep
+    bouncing until g1's watchdog resets it: overlaps=0. With the old rule planted
+    (`pr-rejoin-race-old-rule`: REGISTER AND IGNORE EXISTING KEY), the registration undoes
+    the preempt for g1's initiator and the holder's writes land after g3's takeover: that
+    scenario fails unless they do."""
+    d, w = bed.io_timeout_s, bed.fire_timeout_s
+    v = res.violations
+    old_rule = bed.scenario == "pr-rejoin-race-old-rule"
+    start_three_with_holder(bed, contenders=(3,))
+    g1 = bed.guests[1]
+    bed.keys_at_fault = pr_generations(bed.guests[3])
+    res.fault = fault = bed.timeline.mark("bed", "FAULT pr-rejoin-race: SIGKILL g1's lockd-daemon, start it again")
+    g1.sh("kill -KILL $(cat /run/daemon.pid)")
+    env = bed.daemon_env
+    bed.daemon_env = ("env LOCKD_PAUSE_AT=join-keys-read "
+                      + ("LOCKD_PLANTED_BUG=join-register-ignore-existing " if old_rule else ""))
+    try:
+        g1.sh(bed.daemon_start_script(g1), timeout=60)
+    finally:
+        bed.daemon_env = env
+    bed.timeline.mark("g1", "lease daemon started again (pause point join-keys-read)")
+    g1.sh(f"setsid sh -c '{bed.env(g1)}lockd add-lockspace -o {d} -s {LOCKSPACE}:1:{bed.lease_path()}:0' "
+          ">/var/tmp/rejoin.log 2>&1 &")
+    if not bed.wait_for("g1's join stopped at its pause point", lambda: g1.sh(
+            "grep -q 'PAUSE POINT reached' /var/tmp/daemon.log", check=False, timeout=20)[0] == 0, 30):
+        raise BedError("g1's join never reached its pause point")
+    paused = bed.timeline.mark("g1", "join stopped after reading the keys (SIGSTOP by itself)")
+    keys_at_pause = pr_generations(bed.guests[3])
+    if keys_at_pause.get(1) != bed.keys_at_fault.get(1):
+        v.append(f"race not set up: g1's old key was gone before its join read the keys ({keys_at_pause})")
+    take = bed.wait_for("takeover", lambda: bed.witness.takeover("g1", fault), 8 * d + w + 30)
+    res.takeover = take
+    if take is None:
+        raise BedError("no other guest took the lease")
+    time.sleep(0.5)
+    g1.sh("kill -CONT $(cat /run/daemon.pid)")
+    resumed = bed.timeline.mark("g1", "daemon resumed (SIGCONT) after the takeover")
+    time.sleep(8 * d + w + 4)  # g1's watchdog fires; its last writes are in or refused
+    fence_notes(bed, res, "g1", fault)
+    _, log = g1.sh("grep -E 'key registered|changed under the join|PAUSE POINT|PLANTED' /var/tmp/daemon.log "
+                   "2>/dev/null | tail -5", check=False, timeout=20) if g1.alive() else (0, "")
+    for line in log.splitlines():
+        bed.timeline.mark("g1", " ".join(ANSI.sub("", line).split())[:160])
+    with bed.witness.lock:
+        landed = [t for t, h, _l, _s in bed.witness.writes if h == "g1" and t > take]
+    count_false_fences(bed, res, faulty={"g1"}, allowed={1: bed.keys_at_fault.get(1, -1)})
+    f = lambda x: "none" if x is None else f"{x - fault:.2f}"
+    print(f"pr: scenario={bed.scenario} paused_at_s={f(paused)} takeover_at_s={f(take)} "
+          f"resumed_at_s={f(resumed)} g1_writes_landed_after_takeover={len(landed)} "
+          f"g1_writes_refused={res.fenced_write_errors} rule={'old (planted)' if old_rule else 'current'}",
+          flush=True)
+
+
 PR_BODIES = {"pr-basics": pr_basics, "pr-holder-leaves": pr_holder_leaves,
              "pr-double-preempt": pr_double_preempt, "pr-survivor-paused": pr_survivor_paused,
-             "pr-set-host-fail": pr_set_host_fail}
+             "pr-set-host-fail": pr_set_host_fail, "pr-rejoin-race": pr_rejoin_race,
+             "pr-rejoin-race-old-rule": pr_rejoin_race}
 
 # lvmlockd 2.03.31 (Debian 13) on a shared VG (issue 26): tests/vmbed/vmbed_lvm.py.
 import vmbed_lvm  # noqa: E402  (it is handed this module: no import cycle)
