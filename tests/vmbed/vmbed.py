@@ -103,11 +103,12 @@ SCENARIOS = {
     "pr-set-host-fail": ("iscsi", "fence=scsi-pr: a survivor runs `set-host --dead` on the holder in FAIL (its daemon stopped, its holder writing)"),
     "pr-rejoin-race": ("iscsi", "fence=scsi-pr: the holder's daemon is killed and restarted; its join stops after reading the keys while a survivor preempts and takes over"),
     "pr-rejoin-race-old-rule": ("iscsi", "pr-rejoin-race with the join's old rule planted (REGISTER AND IGNORE EXISTING KEY): must show the holder's writes landing again"),
+    "pr-target-restart": ("iscsi", "fence=scsi-pr: tgtd is killed and started again (every key and the reservation lost) while all hosts are healthy"),
 }
 # Storage fencing scenarios (issue 24): io_timeout 1, fence_preempt_s below.
 PR_FENCE_SCENARIOS = ["pr-kill-daemon", "pr-freeze-guest", "pr-cut-storage", "pr-slow-storage",
                       "pr-holder-leaves", "pr-double-preempt", "pr-survivor-paused", "pr-set-host-fail",
-                      "pr-rejoin-race", "pr-rejoin-race-old-rule"]
+                      "pr-rejoin-race", "pr-rejoin-race-old-rule", "pr-target-restart"]
 # Scenarios whose guests boot the image with the daemon built with the `planted-bugs`
 # feature (its pause points; scripts/vmbed.sh builds it, LOCKD_VMBED_PLANTED_IMAGE).
 PLANTED_SCENARIOS = ["pr-rejoin-race", "pr-rejoin-race-old-rule"]
@@ -126,6 +127,8 @@ PREEMPT_HOLD_CAP_S = 3.0
 # on, and the old daemon preempts at 5 whole seconds of its clock (4 s and a bit can
 # round up to 5), so a longer pause gets the paused host fenced by its peers first.
 SURVIVOR_PAUSE_S = 5.0
+# pr-target-restart: how long tgtd stays down (the initiators reconnect after it).
+TARGET_DOWN_S = 2.0
 # A "slow" relay holds each chunk this long before passing it on.
 SLOW_DELAY_S = 3.0
 CI_SUBSET = ["kill-daemon", "pr-kill-daemon", "nfs-cut"]
@@ -2006,10 +2009,63 @@ def pr_rejoin_race(bed: Bed, res: Result) -> None:
           flush=True)
 
 
+def pr_target_restart(bed: Bed, res: Result) -> None:
+    """A target that loses its PR state must not make the hosts fence themselves (issue
+    38, item 6). Three healthy fenced guests, g1 holding the lease and writing; tgtd is
+    killed and started again on the same port and LUN after TARGET_DOWN_S (tgt keeps no
+    reservations across a restart: every key and the reservation are gone). Checks: no
+    host logs that it has been fenced or that its lockspace failed, none is reset, nobody
+    preempts anyone (false_fences=0); within 8·D + W after the restart every host's key
+    is back with the generation it had, a reservation stands again, and g1's holder is
+    still writing; overlaps=0."""
+    d, w = bed.io_timeout_s, bed.fire_timeout_s
+    v = res.violations
+    start_three_with_holder(bed)
+    g3 = bed.guests[3]
+    bed.keys_at_fault = before = pr_generations(g3)
+    resv_before = pr_reservation(g3)
+    res.fault = fault = bed.timeline.mark("bed", "FAULT pr-target-restart: tgtd killed (PR state lost)")
+    port = bed.tgt.port
+    bed.tgt.stop()
+    time.sleep(TARGET_DOWN_S)
+    orig = free_port
+    globals()["free_port"] = lambda: port
+    try:
+        bed.tgt = Tgt(bed.workdir, bed.lun)
+    finally:
+        globals()["free_port"] = orig
+    restarted = bed.timeline.mark("bed", f"tgtd started again after {TARGET_DOWN_S} s (no keys, no reservation)")
+    back_at = None
+    deadline = restarted + 8 * d + w
+    keys, resv = {}, "none"
+    while bed.clock.now() < deadline:
+        keys, resv = pr_generations(g3), pr_reservation(g3)
+        if keys == before and resv != "none" and not resv.startswith("unreadable"):
+            back_at = bed.timeline.mark("bed", f"keys and reservation back: {keys} {resv}")
+            break
+        time.sleep(1)
+    if back_at is None:
+        v.append(f"keys or reservation not back {8 * d + w} s after the restart: keys {keys} "
+                 f"(before {before}), reservation {resv} (before {resv_before})")
+    time.sleep(4)
+    with bed.witness.lock:
+        g1_last = max((t.last for t in bed.witness.tenures.values() if t.host == "g1" and t.source == "disk"),
+                      default=0.0)
+    if g1_last < bed.clock.now() - 3:
+        v.append(f"g1's holder stopped writing (last write {g1_last:.2f}s) although nothing was wrong with it")
+    fence_notes(bed, res, "none", fault)
+    count_false_fences(bed, res, faulty=set(), allowed={})
+    f = lambda x: "none" if x is None else f"{x - fault:.2f}"
+    fmt = lambda k: ",".join(f"{h}:{g}" for h, g in sorted(k.items())) or "none"
+    print(f"pr: scenario=pr-target-restart down_s={TARGET_DOWN_S} restarted_at_s={f(restarted)} "
+          f"back_at_s={f(back_at)} keys_before={fmt(before)} keys_after={fmt(keys)} "
+          f"reservation_before={resv_before} reservation_after={resv}", flush=True)
+
+
 PR_BODIES = {"pr-basics": pr_basics, "pr-holder-leaves": pr_holder_leaves,
              "pr-double-preempt": pr_double_preempt, "pr-survivor-paused": pr_survivor_paused,
              "pr-set-host-fail": pr_set_host_fail, "pr-rejoin-race": pr_rejoin_race,
-             "pr-rejoin-race-old-rule": pr_rejoin_race}
+             "pr-rejoin-race-old-rule": pr_rejoin_race, "pr-target-restart": pr_target_restart}
 
 # lvmlockd 2.03.31 (Debian 13) on a shared VG (issue 26): tests/vmbed/vmbed_lvm.py.
 import vmbed_lvm  # noqa: E402  (it is handed this module: no import cycle)
