@@ -50,11 +50,20 @@ pub const SEEN_GENERATIONS: usize = 4;
 /// never exceeds the time since the peer's last renewal.
 pub const PREEMPT_FLOOR_IO_TIMEOUTS: u64 = 6;
 
-/// A pause of our own renewals this long (in our io_timeouts) since our key was last seen
-/// could have let a peer preempt us (it waits at least [`PREEMPT_FLOOR_IO_TIMEOUTS`]·D of
-/// stillness, measured at its reads, up to 2·D late): with a shorter one, a key missing
-/// while no reservation stands was lost by the storage, not preempted.
-pub const CLEARED_GAP_IO_TIMEOUTS: u64 = 3;
+/// Whether a gap in our own renewals (`gap_s`, whole seconds, from
+/// [`crate::space_state::SpaceSt::longest_renewal_gap_s`]: from the start of a renewal
+/// to the end of the next) is too short for any peer to have preempted us. A peer
+/// preempts only after [`PREEMPT_FLOOR_IO_TIMEOUTS`]·D or more of stillness (D the larger
+/// of its io_timeout and ours), and the stillness it measures runs from a read that saw
+/// one of our renewals landed to a read that did not see the next: it never exceeds the
+/// time between those two landings, which the gap bounds to within a second (whole
+/// seconds). So a gap of at most 6·D − 2 s means a key of ours missing while no
+/// reservation stands was lost by the storage (a target restarted without persisted
+/// reservations, a CLEAR), not preempted. One renewal whose read timed out (a gap of
+/// about 3–4·D, as a target restart at D = 1 gives) stays under it.
+pub fn gap_rules_out_preempt(gap_s: u64, io_timeout_s: u64) -> bool {
+    gap_s + 1 < PREEMPT_FLOOR_IO_TIMEOUTS * io_timeout_s.max(1)
+}
 
 /// How old, in our io_timeouts, our own latest read of the lockspace may be for a pass to
 /// judge anyone: renewals read every 2·D; an older view (our own pause, our reads timing
@@ -78,6 +87,8 @@ pub struct Suspect {
     pub age_s: u64,
     /// Its io_timeout, from its delta sector.
     pub io_timeout_s: u64,
+    /// Our monitor has it DEAD (host_dead passed without a renewal).
+    pub dead: bool,
 }
 
 /// The key list of the lockspace's device, read for a pass.
@@ -306,7 +317,7 @@ impl FenceSt {
             return None;
         }
         let fresh_s = FRESH_READ_IO_TIMEOUTS * self.io_timeout_s.max(1);
-        for (host_id, h, _) in monitor.hosts(now_s) {
+        for (host_id, h, state) in monitor.hosts(now_s) {
             if h.timestamp == 0
                 || h.owner_id != host_id
                 || h.owner_generation == 0
@@ -328,6 +339,7 @@ impl FenceSt {
                     generation: h.owner_generation,
                     age_s,
                     io_timeout_s,
+                    dead: state == lease_core::monitor::HostState::Dead,
                 });
             } else if h.last_live_s != 0 && !self.preempting_host(host_id) {
                 self.live.push((host_id, h.owner_generation));
@@ -356,15 +368,17 @@ impl FenceSt {
     /// The key list of the pass's read, in this order (`our_renewal_gap_s`: the longest
     /// time our own lease went without a successful renewal since a read last showed our
     /// key, up to now):
-    /// 1. our key missing while no reservation stands and our renewals never paused for
-    ///    [`CLEARED_GAP_IO_TIMEOUTS`]·D: the storage lost our key (a target restarted
+    /// 1. our key missing while no reservation stands and our renewals never paused long
+    ///    enough for a peer to preempt us ([`gap_rules_out_preempt`]): the storage lost
+    ///    our key (a target restarted
     ///    without persisted reservations, or cleared) — no peer preempts a host that
     ///    renews, and a preempt leaves the reservation standing — so our key is
     ///    registered again ([`FenceVerdict::StorageCleared`]) and nothing else is done;
     /// 2. our key missing otherwise → we are fenced;
     /// 3. the keys are remembered; a live peer without a key of its host_id → the
     ///    reservation is released, or not made ([`FenceVerdict::PeerUnkeyed`]); every live
-    ///    peer keyed and no reservation → it is made;
+    ///    peer keyed, and every standing-still peer not DEAD keyed too, and no
+    ///    reservation → it is made;
     /// 4. with a reservation standing, every suspect old enough is to be preempted.
     pub fn keys_read(
         &mut self,
@@ -385,7 +399,7 @@ impl FenceSt {
         self.seen_now.keys = keys.len() as u64;
         self.seen_now.reservation = reservation;
         if !keys.iter().any(|k| k.raw == self.key) {
-            if !reservation && our_renewal_gap_s < CLEARED_GAP_IO_TIMEOUTS * self.io_timeout_s {
+            if !reservation && gap_rules_out_preempt(our_renewal_gap_s, self.io_timeout_s) {
                 // Once per loss: a REGISTER sent again and again could land late, after a
                 // real preempt, and bring our key back. The keys seen before are
                 // forgotten: a peer's key missing now may only wait to be registered
@@ -429,6 +443,15 @@ impl FenceSt {
             );
         }
         if !reservation {
+            // A peer standing still (a suspect), not DEAD, without a key: after a target
+            // lost its state every host's renewals stall together and the keys come back
+            // one pass at a time, so a reservation made now would lock that peer out and
+            // it would count itself fenced (seen on the VM bed, `pr-target-restart`).
+            // Wait for its key, or for it to be DEAD; meanwhile leases wait host_dead, as
+            // without fencing.
+            if suspects.iter().any(|s| !s.dead && !keyed(s.host_id)) {
+                return None;
+            }
             actions.push(FenceAction::Reserve { our_key: self.key });
             return None;
         }
@@ -1005,12 +1028,19 @@ mod tests {
             Some(FenceVerdict::StorageCleared)
         );
         assert_eq!(actions, vec![FenceAction::Reregister { our_key: ours.raw }]);
-        // Our renewals stopped for 3·D since our key was last seen: a peer may have
-        // preempted us and left; we count as fenced.
+        // A gap of 4 s at D = 1 (one renewal whose read timed out): still cleared (the
+        // loss above was already handled once: nothing new is done).
         actions.clear();
         f.look(&monitor_with_peer(), 104);
+        assert_eq!(f.keys_read(&cleared(vec![]), 104, 4, &mut actions), None);
+        assert!(!f.fenced_here);
+        // Our renewals stopped for 5 s since our key was last seen: with the second of
+        // rounding, a peer may have seen 6 s (its floor at D = 1), preempted us and left;
+        // we count as fenced.
+        actions.clear();
+        f.look(&monitor_with_peer(), 105);
         assert_eq!(
-            f.keys_read(&cleared(vec![]), 104, 3, &mut actions),
+            f.keys_read(&cleared(vec![]), 105, 5, &mut actions),
             Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone))
         );
         assert!(actions.is_empty());
@@ -1022,6 +1052,38 @@ mod tests {
             f.keys_read(&reserved(vec![key(2, 3)]), 100, 0, &mut actions),
             Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone))
         );
+    }
+
+    /// No reservation is made while a peer that stands still (after a target restart,
+    /// every host's renewals stall together) has no key and is not DEAD: its key may only
+    /// be on its way back, and the reservation would lock it out. Once it has a key, or
+    /// once it is DEAD, the reservation is made.
+    #[test]
+    fn no_reservation_while_a_still_peer_that_is_not_dead_has_no_key() {
+        let ours = key(1, 1);
+        let free = |keys| KeysRead::Keys {
+            keys,
+            reservation: false,
+        };
+        let mut f = FenceSt::new(0, 1);
+        f.registered(ours.raw);
+        let mut m = monitor_with_peer();
+        let mut actions = Vec::new();
+        // Host 2 unchanged for 4 s (a suspect: 3·D or more), far from host_dead (68 s).
+        reread(&mut m, 104);
+        f.look(&m, 104);
+        assert_eq!(f.keys_read(&free(vec![ours]), 104, 1, &mut actions), None);
+        assert!(actions.is_empty(), "reserved with a still peer unkeyed: {actions:?}");
+        // Its key is back: reserved.
+        f.look(&m, 105);
+        f.keys_read(&free(vec![ours, key(2, 3)]), 105, 1, &mut actions);
+        assert_eq!(actions, vec![FenceAction::Reserve { our_key: ours.raw }]);
+        // DEAD (host_dead 8 + 60 after 100) and still no key: reserved.
+        actions.clear();
+        reread(&mut m, 169);
+        f.look(&m, 169);
+        f.keys_read(&free(vec![ours]), 169, 1, &mut actions);
+        assert_eq!(actions, vec![FenceAction::Reserve { our_key: ours.raw }]);
     }
 
     #[test]

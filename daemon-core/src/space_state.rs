@@ -127,14 +127,18 @@ impl SpaceSt {
 
     /// The longest time our lease went without a successful renewal from `since_s` to
     /// `now_s` (monotime s): the gaps between the renewals kept in the history (the one
-    /// before `since_s` included), and the time since the last one.
+    /// before `since_s` included), each from a renewal's timestamp (taken before its write)
+    /// to the end of the next one (its timestamp plus its duration, rounded up), and the
+    /// time since the last one. A renewal's write lands between those two instants, so no
+    /// reader saw our record stand still longer than the gap (within a second).
     pub fn longest_renewal_gap_s(&self, since_s: u64, now_s: u64) -> u64 {
         let mut gap = now_s.saturating_sub(self.last_success_s);
         let mut prev: Option<u64> = None;
         for r in &self.renewals {
             if r.timestamp >= since_s {
                 if let Some(p) = prev {
-                    gap = gap.max(r.timestamp.saturating_sub(p));
+                    let ended_s = r.timestamp + (r.read_ms + r.write_ms).div_ceil(1000);
+                    gap = gap.max(ended_s.saturating_sub(p));
                 }
             }
             prev = Some(r.timestamp);
@@ -278,9 +282,20 @@ mod tests {
         for t in [102, 104, 114, 116] {
             st.renewal_ok(t, rec(t));
         }
-        assert_eq!(st.longest_renewal_gap_s(105, 117), 10);
-        assert_eq!(st.longest_renewal_gap_s(115, 117), 2);
+        // Each gap runs to the end of the next renewal (1 ms here: rounded up to 1 s).
+        assert_eq!(st.longest_renewal_gap_s(105, 117), 11);
+        assert_eq!(st.longest_renewal_gap_s(115, 117), 3);
         assert_eq!(st.longest_renewal_gap_s(115, 130), 14);
+        // A renewal that took 2.5 s counts to its end.
+        st.renewal_ok(
+            118,
+            RenewalRec {
+                timestamp: 118,
+                read_ms: 2000,
+                write_ms: 500,
+            },
+        );
+        assert_eq!(st.longest_renewal_gap_s(117, 119), 5);
     }
 
     #[test]

@@ -52,6 +52,7 @@ import base64
 import json
 import os
 import queue
+import random
 import re
 import select
 import shutil
@@ -104,11 +105,12 @@ SCENARIOS = {
     "pr-rejoin-race": ("iscsi", "fence=scsi-pr: the holder's daemon is killed and restarted; its join stops after reading the keys while a survivor preempts and takes over"),
     "pr-rejoin-race-old-rule": ("iscsi", "pr-rejoin-race with the join's old rule planted (REGISTER AND IGNORE EXISTING KEY): must show the holder's writes landing again"),
     "pr-target-restart": ("iscsi", "fence=scsi-pr: tgtd is killed and started again (every key and the reservation lost) while all hosts are healthy"),
+    "pr-delay-bursts": ("iscsi", "fence=scsi-pr: a healthy survivor's storage path has short delay bursts for a minute (timed-out renewal reads, drifting phases)"),
 }
 # Storage fencing scenarios (issue 24): io_timeout 1, fence_preempt_s below.
 PR_FENCE_SCENARIOS = ["pr-kill-daemon", "pr-freeze-guest", "pr-cut-storage", "pr-slow-storage",
                       "pr-holder-leaves", "pr-double-preempt", "pr-survivor-paused", "pr-set-host-fail",
-                      "pr-rejoin-race", "pr-rejoin-race-old-rule", "pr-target-restart"]
+                      "pr-rejoin-race", "pr-rejoin-race-old-rule", "pr-target-restart", "pr-delay-bursts"]
 # Scenarios whose guests boot the image with the daemon built with the `planted-bugs`
 # feature (its pause points; scripts/vmbed.sh builds it, LOCKD_VMBED_PLANTED_IMAGE).
 PLANTED_SCENARIOS = ["pr-rejoin-race", "pr-rejoin-race-old-rule"]
@@ -129,8 +131,14 @@ PREEMPT_HOLD_CAP_S = 3.0
 SURVIVOR_PAUSE_S = 5.0
 # pr-target-restart: how long tgtd stays down (the initiators reconnect after it).
 TARGET_DOWN_S = 2.0
-# A "slow" relay holds each chunk this long before passing it on.
+# A "slow" relay holds each chunk this long before passing it on (Relay.slow_delay_s).
 SLOW_DELAY_S = 3.0
+# pr-delay-bursts: for BURSTS_S, the survivor's path is slow (each chunk BURST_DELAY_S
+# late: a renewal read under way then times out at io_timeout 1) for BURST_S, then passes
+# for 2–5 s; seeded, so a run replays.
+BURSTS_S = 60.0
+BURST_S = 1.5
+BURST_DELAY_S = 1.2
 CI_SUBSET = ["kill-daemon", "pr-kill-daemon", "nfs-cut"]
 
 
@@ -229,6 +237,7 @@ class Relay:
         self.target_port = target_port
         self.timeline = timeline
         self.mode = "pass"
+        self.slow_delay_s = SLOW_DELAY_S
         self.generation = 0
         self.cond = threading.Condition()
         self.conns: list[socket.socket] = []
@@ -306,11 +315,11 @@ class Relay:
                     self.cond.wait()
                 if self.mode == "cut" or self.generation != gen:
                     break
-                slow = self.mode == "slow"
+                slow = self.slow_delay_s if self.mode == "slow" else 0.0
             if slow:
-                # Slow storage: every chunk arrives SLOW_DELAY_S late (in order, per
+                # Slow storage: every chunk arrives slow_delay_s late (in order, per
                 # direction), as a congested or failing path delivers it.
-                time.sleep(SLOW_DELAY_S)
+                time.sleep(slow)
             if scan is not None:
                 at = scan.feed(data, self.timeline, self.name)
                 if at is not None and self.gate.claim(self.name):
@@ -2062,10 +2071,56 @@ def pr_target_restart(bed: Bed, res: Result) -> None:
           f"reservation_before={resv_before} reservation_after={resv}", flush=True)
 
 
+def pr_delay_bursts(bed: Bed, res: Result) -> None:
+    """Short storage delays on a live host must not get it fenced (issue 38, item 8). All
+    three guests healthy, g1 holds the lease and writes; for BURSTS_S g2's path (g2 is a
+    survivor, not the holder) alternates BURST_S of delay (each chunk BURST_DELAY_S late,
+    so a renewal read under way times out and is retried) with 2–5 s of normal passage.
+    Its renewals then come 4–5·D apart at times, under the preempt floor (6·D). Checks:
+    nobody preempts g2 (or anyone), g2 neither logs it was fenced nor fails its lockspace
+    nor is reset (false_fences=0), g1's holder keeps writing, overlaps=0. Prints the
+    longest gap between g2's renewals seen on the LUN."""
+    v = res.violations
+    rng = random.Random(38)
+    start_three_with_holder(bed)
+    g3 = bed.guests[3]
+    bed.keys_at_fault = before = pr_generations(g3)
+    relay = bed.relays[2]
+    relay.slow_delay_s = BURST_DELAY_S
+    res.fault = fault = bed.timeline.mark("bed", f"FAULT pr-delay-bursts: g2's path delayed in bursts for {BURSTS_S} s")
+    bursts = 0
+    while bed.clock.now() < fault + BURSTS_S:
+        relay.set_mode("slow")
+        time.sleep(BURST_S)
+        relay.set_mode("pass")
+        bursts += 1
+        time.sleep(rng.uniform(2.0, 5.0))
+    end = bed.timeline.mark("bed", f"bursts over ({bursts})")
+    time.sleep(8)
+    with bed.witness.lock:
+        ts = sorted(x for x in bed.witness.renewals.get(2, []) if fault - 3 <= x <= end + 3)
+    gap = max((b - a for a, b in zip(ts, ts[1:])), default=0.0)
+    with bed.witness.lock:
+        g1_last = max((t.last for t in bed.witness.tenures.values() if t.host == "g1" and t.source == "disk"),
+                      default=0.0)
+    if g1_last < bed.clock.now() - 3:
+        v.append(f"g1's holder stopped writing (last write {g1_last:.2f}s) although nothing was wrong with it")
+    keys = pr_generations(g3)
+    if keys != before:
+        v.append(f"keys changed although every host renewed: {before} -> {keys}")
+    fence_notes(bed, res, "none", fault)
+    count_false_fences(bed, res, faulty=set(), allowed={})
+    fmt = lambda k: ",".join(f"{h}:{g}" for h, g in sorted(k.items())) or "none"
+    print(f"pr: scenario=pr-delay-bursts bursts={bursts} burst_s={BURST_S} delay_s={BURST_DELAY_S} "
+          f"g2_renewals={len(ts)} longest_gap_s={gap:.2f} keys_before={fmt(before)} keys_after={fmt(keys)}",
+          flush=True)
+
+
 PR_BODIES = {"pr-basics": pr_basics, "pr-holder-leaves": pr_holder_leaves,
              "pr-double-preempt": pr_double_preempt, "pr-survivor-paused": pr_survivor_paused,
              "pr-set-host-fail": pr_set_host_fail, "pr-rejoin-race": pr_rejoin_race,
-             "pr-rejoin-race-old-rule": pr_rejoin_race, "pr-target-restart": pr_target_restart}
+             "pr-rejoin-race-old-rule": pr_rejoin_race, "pr-target-restart": pr_target_restart,
+             "pr-delay-bursts": pr_delay_bursts}
 
 # lvmlockd 2.03.31 (Debian 13) on a shared VG (issue 26): tests/vmbed/vmbed_lvm.py.
 import vmbed_lvm  # noqa: E402  (it is handed this module: no import cycle)
