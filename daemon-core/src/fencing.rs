@@ -1073,7 +1073,10 @@ mod tests {
         reread(&mut m, 104);
         f.look(&m, 104);
         assert_eq!(f.keys_read(&free(vec![ours]), 104, 1, &mut actions), None);
-        assert!(actions.is_empty(), "reserved with a still peer unkeyed: {actions:?}");
+        assert!(
+            actions.is_empty(),
+            "reserved with a still peer unkeyed: {actions:?}"
+        );
         // Its key is back: reserved.
         f.look(&m, 105);
         f.keys_read(&free(vec![ours, key(2, 3)]), 105, 1, &mut actions);

@@ -180,7 +180,9 @@ impl SpaceFence {
             // the key of none, then REGISTER AND IGNORE EXISTING KEY.
             let old = match attempt {
                 _ if waited => None,
-                _ if crate::planted::active(crate::planted::Bug::JoinRegisterIgnoreExisting) => None,
+                _ if crate::planted::active(crate::planted::Bug::JoinRegisterIgnoreExisting) => {
+                    None
+                }
                 0 => Some(join_old_key(&listed, self.host_id)),
                 1 => Some(0),
                 _ => None,
@@ -427,29 +429,52 @@ impl SpaceFence {
     }
 
     /// A pass's key list of the lockspace's device, and whether a reservation stands on
-    /// it.
+    /// it: READ RESERVATION, READ KEYS, READ RESERVATION again. The three must tell one
+    /// state (the same PR generation, the same reservation, its holder's key on the list),
+    /// else the read is not used ([`KeysRead::Failed`]): a target restarted between two
+    /// of the commands answers the first from its old state and the next from its empty
+    /// one, and "no key of ours while a reservation stands" read that way made a healthy
+    /// host count itself fenced (VM bed, `pr-target-restart`).
     pub fn read_keys(&self) -> KeysRead {
         let dev = &self.devices[0];
-        let reservation = match dev.read_reservation() {
-            Ok(st) => st.reservation.is_some(),
+        let read_resv = || match dev.read_reservation() {
+            Ok(st) => Some(st),
             Err(e) => {
                 warn!(error = %e, "storage fencing: READ RESERVATION failed");
-                return KeysRead::Failed;
+                None
             }
         };
-        match dev.read_keys() {
-            Ok(k) if !k.truncated => KeysRead::Keys {
-                keys: fence_keys(&k.keys),
-                reservation,
-            },
+        let Some(before) = read_resv() else {
+            return KeysRead::Failed;
+        };
+        let keys = match dev.read_keys() {
+            Ok(k) if !k.truncated => k,
             Ok(_) => {
                 warn!("storage fencing: the key list was truncated; not deciding");
-                KeysRead::Truncated
+                return KeysRead::Truncated;
             }
             Err(e) => {
                 warn!(error = %e, "storage fencing: READ KEYS failed");
-                KeysRead::Failed
+                return KeysRead::Failed;
             }
+        };
+        let Some(after) = read_resv() else {
+            return KeysRead::Failed;
+        };
+        if !one_pr_state(&before, &keys, &after) {
+            warn!(
+                generations = format_args!(
+                    "{}/{}/{}",
+                    before.generation, keys.generation, after.generation
+                ),
+                "storage fencing: the keys and the reservation changed under the read (a target \
+                 restart?); not deciding on it"
+            );
+            return KeysRead::Failed;
+        }
+        KeysRead::Keys {
+            keys: fence_keys(&keys.keys),
+            reservation: after.reservation.is_some(),
         }
     }
 
@@ -573,9 +598,90 @@ impl SpaceFence {
     }
 }
 
+/// Whether READ RESERVATION, READ KEYS and READ RESERVATION again, in that order, show
+/// one PR state: the same PR generation in all three, the same reservation before and
+/// after, and a reservation's holder key (0 for the all-registrants types) on the list.
+fn one_pr_state(
+    before: &lockd_scsi_pr::ReservationState,
+    keys: &lockd_scsi_pr::Keys,
+    after: &lockd_scsi_pr::ReservationState,
+) -> bool {
+    before == after
+        && keys.generation == after.generation
+        && after
+            .reservation
+            .as_ref()
+            .is_none_or(|r| r.key == 0 || keys.keys.contains(&r.key))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A read torn by a target restart (the old state, then the empty one) is not one
+    /// PR state; a steady one is.
+    #[test]
+    fn a_key_read_torn_across_a_target_restart_is_not_used() {
+        use lockd_scsi_pr::{Keys, Reservation, ReservationState};
+        let resv = |generation, key: Option<u64>| ReservationState {
+            generation,
+            reservation: key.map(|key| Reservation {
+                key,
+                scope: 0,
+                type_code: 5,
+                pr_type: None,
+            }),
+        };
+        let keys = |generation, keys: Vec<u64>| Keys {
+            generation,
+            reported_len_bytes: 8 * keys.len() as u32,
+            keys,
+            truncated: false,
+        };
+        let (a, b) = (0x1000000000010001, 0x1000000000010002);
+        // Steady: reservation held by b, both keys listed.
+        assert!(one_pr_state(
+            &resv(7, Some(b)),
+            &keys(7, vec![a, b]),
+            &resv(7, Some(b))
+        ));
+        // All-registrants types report key 0.
+        assert!(one_pr_state(
+            &resv(7, Some(0)),
+            &keys(7, vec![a, b]),
+            &resv(7, Some(0))
+        ));
+        // No reservation, no keys (a target that lost its state, read whole).
+        assert!(one_pr_state(
+            &resv(0, None),
+            &keys(0, vec![]),
+            &resv(0, None)
+        ));
+        // The restart between the reservation and the keys.
+        assert!(!one_pr_state(
+            &resv(7, Some(b)),
+            &keys(0, vec![]),
+            &resv(0, None)
+        ));
+        // Between the keys and the second reservation read.
+        assert!(!one_pr_state(
+            &resv(7, Some(b)),
+            &keys(7, vec![a, b]),
+            &resv(0, None)
+        ));
+        // A holder not on the list.
+        assert!(!one_pr_state(
+            &resv(2, Some(b)),
+            &keys(2, vec![a]),
+            &resv(2, Some(b))
+        ));
+        // A registration between the reads (the generation moved).
+        assert!(!one_pr_state(
+            &resv(7, Some(b)),
+            &keys(8, vec![a, b]),
+            &resv(8, Some(b))
+        ));
+    }
 
     #[test]
     fn keys_are_given_to_the_core_with_the_host_and_generation_they_name_or_none() {

@@ -29,7 +29,10 @@ pub const ALL: [(&str, Bug); 4] = [
     ("no-host-dead-wait", Bug::NoHostDeadWait),
     ("take-before-confirm", Bug::TakeBeforeConfirm),
     ("kill-before-notice", Bug::KillBeforeNotice),
-    ("join-register-ignore-existing", Bug::JoinRegisterIgnoreExisting),
+    (
+        "join-register-ignore-existing",
+        Bug::JoinRegisterIgnoreExisting,
+    ),
 ];
 
 /// A point where a bed can have the daemon stop itself (SIGSTOP), to widen a race window
