@@ -37,14 +37,14 @@ for a in "$@"; do
     esac
 done
 [ "$names" = 1 ] && want_lvm=0
-# The pr-rejoin-race scenarios boot a daemon built with the `planted-bugs` feature (its
+# The pr-rejoin-race and *-old-rule scenarios boot a daemon built with the `planted-bugs` feature (its
 # pause points), from an image of their own, as scripts/chaos.sh --plant-bug does.
 want_planted=0
 [ "$names" = 0 ] && want_planted=1
 for a in "$@"; do
     case $a in
         --ci) want_planted=0; break ;;
-        pr-rejoin-race*) want_planted=1 ;;
+        pr-rejoin-race*|*-old-rule) want_planted=1 ;;
     esac
 done
 if [ "$want_planted" = 1 ]; then

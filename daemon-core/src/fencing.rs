@@ -219,6 +219,9 @@ pub struct FenceSt {
     /// The live peers of the pass (renewing: not suspects, not fenced), by host_id and
     /// generation.
     live: Vec<(u64, u64)>,
+    /// A held record of the pass was skipped because our own latest read of it is too
+    /// old to judge it (our reads stalled): the pass cannot tell who is live.
+    stale_view: bool,
     /// Peer generations warned about as renewing without a key.
     unkeyed_live: BTreeSet<(u64, u64)>,
     /// Fenced peer generations seen renewing (alarmed once each).
@@ -251,6 +254,7 @@ impl FenceSt {
             unkeyed: BTreeSet::new(),
             pass: Vec::new(),
             live: Vec::new(),
+            stale_view: false,
             unkeyed_live: BTreeSet::new(),
             fenced_renewing: BTreeSet::new(),
             cleared: false,
@@ -313,6 +317,7 @@ impl FenceSt {
     pub fn look(&mut self, monitor: &HostMonitor, now_s: u64) -> Option<FenceAction> {
         self.pass.clear();
         self.live.clear();
+        self.stale_view = false;
         if !self.active() {
             return None;
         }
@@ -322,8 +327,11 @@ impl FenceSt {
                 || h.owner_id != host_id
                 || h.owner_generation == 0
                 || h.fenced(h.owner_generation)
-                || now_s.saturating_sub(h.last_check_s) > fresh_s
             {
+                continue;
+            }
+            if now_s.saturating_sub(h.last_check_s) > fresh_s {
+                self.stale_view |= state != lease_core::monitor::HostState::Dead;
                 continue;
             }
             let last = if h.last_live_s != 0 {
@@ -377,8 +385,8 @@ impl FenceSt {
     /// 2. our key missing otherwise → we are fenced;
     /// 3. the keys are remembered; a live peer without a key of its host_id → the
     ///    reservation is released, or not made ([`FenceVerdict::PeerUnkeyed`]); every live
-    ///    peer keyed, and every standing-still peer not DEAD keyed too, and no
-    ///    reservation → it is made;
+    ///    peer keyed, and every standing-still peer not DEAD keyed too, our view of every
+    ///    peer fresh, and no reservation → it is made;
     /// 4. with a reservation standing, every suspect old enough is to be preempted.
     pub fn keys_read(
         &mut self,
@@ -449,7 +457,10 @@ impl FenceSt {
             // it would count itself fenced (seen on the VM bed, `pr-target-restart`).
             // Wait for its key, or for it to be DEAD; meanwhile leases wait host_dead, as
             // without fencing.
-            if suspects.iter().any(|s| !s.dead && !keyed(s.host_id)) {
+            // Nor while our own view of a peer is too old to judge it (our reads
+            // stalled, as every host's do while a target restarts): it may be live and
+            // unkeyed.
+            if self.stale_view || suspects.iter().any(|s| !s.dead && !keyed(s.host_id)) {
                 return None;
             }
             actions.push(FenceAction::Reserve { our_key: self.key });
@@ -1055,9 +1066,10 @@ mod tests {
     }
 
     /// No reservation is made while a peer that stands still (after a target restart,
-    /// every host's renewals stall together) has no key and is not DEAD: its key may only
-    /// be on its way back, and the reservation would lock it out. Once it has a key, or
-    /// once it is DEAD, the reservation is made.
+    /// every host's renewals stall together) has no key and is not DEAD, nor while our
+    /// own view of a peer is too old to judge it: its key may only be on its way back,
+    /// and the reservation would lock it out. Once it has a key (seen by a fresh read),
+    /// or once it is DEAD, the reservation is made.
     #[test]
     fn no_reservation_while_a_still_peer_that_is_not_dead_has_no_key() {
         let ours = key(1, 1);
@@ -1077,9 +1089,18 @@ mod tests {
             actions.is_empty(),
             "reserved with a still peer unkeyed: {actions:?}"
         );
-        // Its key is back: reserved.
-        f.look(&m, 105);
-        f.keys_read(&free(vec![ours, key(2, 3)]), 105, 1, &mut actions);
+        // Its key is back, but our own latest read of it is 4 s old at D = 1 (our reads
+        // stalled): not judged, so no reservation either.
+        f.look(&m, 108);
+        f.keys_read(&free(vec![ours, key(2, 3)]), 108, 1, &mut actions);
+        assert!(
+            actions.is_empty(),
+            "reserved from a stale view: {actions:?}"
+        );
+        // A fresh read, its key there: reserved.
+        reread(&mut m, 109);
+        f.look(&m, 109);
+        f.keys_read(&free(vec![ours, key(2, 3)]), 109, 1, &mut actions);
         assert_eq!(actions, vec![FenceAction::Reserve { our_key: ours.raw }]);
         // DEAD (host_dead 8 + 60 after 100) and still no key: reserved.
         actions.clear();

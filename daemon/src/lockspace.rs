@@ -689,6 +689,10 @@ fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
                     ..
                 } => fence.reserve(our_key),
                 Effect::Fence {
+                    action: FenceAction::Release { .. },
+                    ..
+                } if crate::planted::active(crate::planted::Bug::ReserveWithUnkeyedPeers) => {}
+                Effect::Fence {
                     action: FenceAction::Release { our_key },
                     ..
                 } => fence.release(our_key),
@@ -706,6 +710,16 @@ fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
                          or a clear), not a preempt; registering our key again. Until a \
                          reservation stands again no host can be fenced by the storage"
                     ),
+                    FenceVerdict::PeerUnkeyed {
+                        host_id,
+                        generation,
+                    } if crate::planted::active(crate::planted::Bug::ReserveWithUnkeyedPeers) => {
+                        warn!(
+                            host_id,
+                            generation, "PLANTED BUG: reserving with a live peer unkeyed"
+                        );
+                        fence.reserve(space.fence_key());
+                    }
                     FenceVerdict::PeerUnkeyed {
                         host_id,
                         generation,
@@ -958,6 +972,10 @@ const NETWORK_FS_MAGICS: [u64; 5] = [0x6969, 0x517B, 0xFF53_4D42, 0xFE53_4D42, 0
 /// again — after host_dead, under another host's lease. Only a reset of this host drops
 /// that queue, and it comes before host_dead: the expiry wdmd holds is this lockspace's.
 fn keep_armed_after_failure(space: &Space) -> bool {
+    if crate::planted::active(crate::planted::Bug::RemovalDisarms) && space.st(|st| st.kill_now) {
+        warn!("PLANTED BUG: a removal after the failure disarms the watchdog");
+        return false;
+    }
     // `failed_with_holders` is set only when the lease was found lost; a removal or
     // shutdown that came after the failure (`kill_now`) does not clear it.
     space.st(|st| st.lease_lost() && st.failed_with_holders)

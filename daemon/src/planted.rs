@@ -22,10 +22,19 @@ pub enum Bug {
     /// from one key list whether to wait (the rule before issue 38's item 4): a preempt
     /// of our previous key that lands in between is undone for our initiator.
     JoinRegisterIgnoreExisting,
+    /// The fence pass reserves the device as soon as it sees no reservation, although a
+    /// live peer has no key (sanlock, or lockd without fencing, or not yet converted):
+    /// the rule before issue 38's items 10 and 11. That peer's next renewal write then
+    /// meets RESERVATION CONFLICT and it counts itself fenced.
+    ReserveWithUnkeyedPeers,
+    /// A removal or shutdown asked for after the lockspace failed lets the watchdog be
+    /// disarmed once the holders are gone, even where their writes may still be queued in
+    /// a network filesystem's client (the rule before issue 38's item 5).
+    RemovalDisarms,
 }
 
 /// Every bug with its name on the command line and in `LOCKD_PLANTED_BUG`.
-pub const ALL: [(&str, Bug); 4] = [
+pub const ALL: [(&str, Bug); 6] = [
     ("no-host-dead-wait", Bug::NoHostDeadWait),
     ("take-before-confirm", Bug::TakeBeforeConfirm),
     ("kill-before-notice", Bug::KillBeforeNotice),
@@ -33,6 +42,8 @@ pub const ALL: [(&str, Bug); 4] = [
         "join-register-ignore-existing",
         Bug::JoinRegisterIgnoreExisting,
     ),
+    ("reserve-with-unkeyed-peers", Bug::ReserveWithUnkeyedPeers),
+    ("removal-disarms", Bug::RemovalDisarms),
 ];
 
 /// A point where a bed can have the daemon stop itself (SIGSTOP), to widen a race window

@@ -291,9 +291,13 @@ class ChaosBed(vb.Bed):
                     try:
                         time.sleep(1)
                         self.bring_up(i)
-                    except Exception as e:  # the guest stays down; liveness will say so
-                        self.timeline.mark(f"g{i}", f"bring-up failed: {e}")
+                    except Exception as e:
+                        # Powered off, so that this loop boots it again (as an operator
+                        # power-cycles a host that hangs at boot); a guest that never
+                        # comes up fails the liveness check.
+                        self.timeline.mark(f"g{i}", f"bring-up failed: {e}; powering it off to boot it again")
                         self.history.add("bring_up_failed", guest=f"g{i}", why=str(e)[-200:])
+                        self.guests[i].kill()
                     finally:
                         self.booting.discard(i)
 

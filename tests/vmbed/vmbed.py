@@ -106,14 +106,31 @@ SCENARIOS = {
     "pr-rejoin-race-old-rule": ("iscsi", "pr-rejoin-race with the join's old rule planted (REGISTER AND IGNORE EXISTING KEY): must show the holder's writes landing again"),
     "pr-target-restart": ("iscsi", "fence=scsi-pr: tgtd is killed and started again (every key and the reservation lost) while all hosts are healthy"),
     "pr-delay-bursts": ("iscsi", "fence=scsi-pr: a healthy survivor's storage path has short delay bursts for a minute (timed-out renewal reads, drifting phases)"),
+    "pr-mixed-sanlock": ("iscsi", "fence=scsi-pr on two lockd guests beside a sanlock 3.8.5 guest: no reservation while it renews; the holder's daemon is killed, takeover waits host_dead"),
+    "pr-mixed-sanlock-old-rule": ("iscsi", "pr-mixed-sanlock with the old rule planted (reserve although a live peer has no key): must show the sanlock guest fenced"),
+    "pr-rolling": ("iscsi", "storage fencing turned on host by host (none -> scsi-pr), then off in two rounds (register-only, release, none), a holder writing throughout"),
+    "pr-rolling-old-rule": ("iscsi", "pr-rolling's first step with the old rule planted (reserve although a live peer has no key): must show a host not yet converted fenced"),
+    "nfs-cut-remove": ("nfs", "nfs-cut, and the failed lockspace removed (rem-lockspace) while its holder is being killed: the watchdog must still reset the guest"),
+    "nfs-cut-remove-old-rule": ("nfs", "nfs-cut-remove with the old rule planted (a removal disarms the watchdog): must show the killed holder's queued write landing"),
 }
 # Storage fencing scenarios (issue 24): io_timeout 1, fence_preempt_s below.
 PR_FENCE_SCENARIOS = ["pr-kill-daemon", "pr-freeze-guest", "pr-cut-storage", "pr-slow-storage",
                       "pr-holder-leaves", "pr-double-preempt", "pr-survivor-paused", "pr-set-host-fail",
-                      "pr-rejoin-race", "pr-rejoin-race-old-rule", "pr-target-restart", "pr-delay-bursts"]
+                      "pr-rejoin-race", "pr-rejoin-race-old-rule", "pr-target-restart", "pr-delay-bursts",
+                      "pr-mixed-sanlock", "pr-mixed-sanlock-old-rule", "pr-rolling", "pr-rolling-old-rule"]
 # Scenarios whose guests boot the image with the daemon built with the `planted-bugs`
 # feature (its pause points; scripts/vmbed.sh builds it, LOCKD_VMBED_PLANTED_IMAGE).
-PLANTED_SCENARIOS = ["pr-rejoin-race", "pr-rejoin-race-old-rule"]
+PLANTED_SCENARIOS = ["pr-rejoin-race", "pr-rejoin-race-old-rule", "pr-mixed-sanlock-old-rule",
+                     "pr-rolling-old-rule", "nfs-cut-remove-old-rule"]
+# What a planted old rule must show (else its run fails): "overlaps" (a fenced or dead
+# holder's writes landing after another's grant) or "false_fences" (healthy hosts fenced).
+OLD_RULE_EVIDENCE = {"pr-rejoin-race-old-rule": "overlaps", "nfs-cut-remove-old-rule": "overlaps",
+                     "pr-mixed-sanlock-old-rule": "false_fences", "pr-rolling-old-rule": "false_fences"}
+# The planted bug each old-rule scenario's daemons run with (LOCKD_PLANTED_BUG).
+OLD_RULE_BUG = {"pr-rejoin-race-old-rule": "join-register-ignore-existing",
+                "nfs-cut-remove-old-rule": "removal-disarms",
+                "pr-mixed-sanlock-old-rule": "reserve-with-unkeyed-peers",
+                "pr-rolling-old-rule": "reserve-with-unkeyed-peers"}
 PLANTED_IMAGE_DIR = Path(os.environ.get("LOCKD_VMBED_PLANTED_IMAGE", VMBED_ROOT / "image-planted"))
 PR_PREEMPT_S = 5
 PR_TAKEOVER_LIMIT_S = 10.0
@@ -637,9 +654,20 @@ class Guest:
                 parts = raw.decode(errors="replace").strip().split(" ")
                 if parts[0] == "READY":
                     replies.put(("ready", None))
-                elif parts[0] == "R" and len(parts) >= 3:
-                    out = base64.b64decode(parts[3]).decode(errors="replace") if len(parts) > 3 else ""
-                    replies.put((int(parts[1]), (int(parts[2]), out)))
+                    continue
+                if parts[0] != "R":
+                    continue
+                # A line the serial link garbled (seen in CI's chaos run just after a
+                # guest's reboot: a fragment of a command's base64 where the reply's id
+                # belongs) is put on the timeline and skipped: the command it answered
+                # times out alone, and the agent's next replies still arrive.
+                try:
+                    out = base64.b64decode(parts[3], validate=True).decode(errors="replace") if len(parts) > 3 else ""
+                    reply = (int(parts[1]), (int(parts[2]), out))
+                except (ValueError, IndexError) as e:
+                    self.bed.timeline.mark(self.name, f"agent: unreadable reply line skipped ({e}): {raw[:80]!r}")
+                    continue
+                replies.put(reply)
 
     def sh(self, script: str, timeout: float = 60, check: bool = True) -> tuple[int, str]:
         """Runs a shell script in the guest; returns (status, output)."""
@@ -825,6 +853,13 @@ class Bed:
         self.preempt_s = PR_PREEMPT_S
         # The lockspace's host records as sanlock 5.x writes them (DEAD_EXT needs them).
         self.delta_v5 = False
+        # Fenced scenarios: guest index -> its `fence` setting when not "scsi-pr"
+        # ("none", "register-only"; pr-rolling changes them host by host).
+        self.fence_method: dict[int, str] = {}
+        # nfs-cut-remove: the failed guest's lockspace is removed (rem-lockspace) as soon
+        # as its holder gets the loss notice (the time it was sent, once it was).
+        self.remove_after_failure = False
+        self.removed_at: float | None = None
 
     # --- storage
 
@@ -854,11 +889,15 @@ class Bed:
             daemon=True)
         self.poller.start()
 
-    def fence_toml(self) -> str:
+    def fence_toml(self, g: "Guest | None" = None) -> str:
         """lockd.toml lines turning storage fencing on for the bed's lockspace, with the
-        LUN's whole-disk path as its data device (the holders write there)."""
+        LUN's whole-disk path as its data device (the holders write there); for a guest
+        whose `fence_method` is "none", nothing; "register-only", that setting."""
+        method = self.fence_method.get(g.index, "scsi-pr") if g is not None else "scsi-pr"
+        if method == "none":
+            return ""
         return ("cat >>/run/lockd.toml <<'EOT'\n"
-                'fence = "scsi-pr"\n'
+                f'fence = "{method}"\n'
                 f'fence_lockspaces = ["{LOCKSPACE}"]\n'
                 f'fence_devices = ["{LOCKSPACE}:/dev/sda"]\n'
                 f"fence_preempt_s = {self.preempt_s}\n"
@@ -898,7 +937,7 @@ class Bed:
         else:
             g.sh(
                 f"printf 'watchdog_fire_timeout = {w}\\n' >/run/lockd.toml\n"
-                + (self.fence_toml() if self.scenario in PR_FENCE_SCENARIOS else "") +
+                + (self.fence_toml(g) if self.scenario in PR_FENCE_SCENARIOS else "") +
                 f"wdmd -D -w /dev/watchdog0 --fire-timeout {w} >/var/tmp/wdmd.log 2>&1 & echo $! >/run/wdmd.pid\n"
                 "for i in $(seq 100); do [ -S /run/wdmd/wdmd.sock ] && break; sleep 0.1; done\n"
                 + self.daemon_start_script(g)
@@ -1081,7 +1120,11 @@ class Result:
 def run_scenario(name: str, io_timeout_s: int, fire_timeout_s: int, keep: bool) -> Result:
     if name in PR_FENCE_SCENARIOS:
         io_timeout_s = 1  # issue 24: fencing scenarios run at io_timeout 1
-    if name == "mixed-sanlock":
+    if name.startswith("pr-mixed-sanlock"):
+        # sanlock's W (below) with lockd's io_timeout floor for it: at W = 60 wdmd tests
+        # every 10 s, and the lease expiry (8·D) must lie beyond that (lockd refuses D = 1).
+        io_timeout_s = 2
+    if name == "mixed-sanlock" or name.startswith("pr-mixed-sanlock"):
         fire_timeout_s = 60  # sanlock 3.8.5's fixed W: every host of a lockspace shares W
     if SCENARIOS[name][0] == "nfs" and io_timeout_s < 5:
         # The NFS client of a TCG guest on a busy 2-core machine has taken more than 3 s
@@ -1101,6 +1144,10 @@ def run_scenario(name: str, io_timeout_s: int, fire_timeout_s: int, keep: bool) 
 def run_scenario_on_image(name: str, io_timeout_s: int, fire_timeout_s: int, keep: bool) -> Result:
     bed = Bed(name, io_timeout_s, fire_timeout_s, keep or bool(os.environ.get("LOCKD_VMBED_KEEP")))
     res = Result(name, bed.storage, fence="scsi-pr" if name in PR_FENCE_SCENARIOS else None)
+    if name in OLD_RULE_BUG and name != "pr-rejoin-race-old-rule":
+        # Every lockd guest's daemon runs the old rule from boot (pr-rejoin-race plants it
+        # in the restarted daemon only).
+        bed.daemon_env = f"env LOCKD_PLANTED_BUG={OLD_RULE_BUG[name]} "
     print(f"vmbed: {name}: {SCENARIOS[name][1]} (work dir {bed.workdir})", file=sys.stderr, flush=True)
     try:
         scenario_body(bed, res)
@@ -1108,11 +1155,23 @@ def run_scenario_on_image(name: str, io_timeout_s: int, fire_timeout_s: int, kee
         res.violations.append(f"bed error: {e}")
     finally:
         res.overlaps = bed.witness.overlaps(("disk",) if name in PR_FENCE_SCENARIOS else ("life", "disk"))
-        if name == "pr-rejoin-race-old-rule":
-            # The planted old rule must show the race: writes of the fenced holder landing
-            # after the takeover. None is the failure here.
-            if not res.overlaps:
-                res.violations.append("the planted old rule did not let the fenced holder write again")
+        if name in OLD_RULE_EVIDENCE:
+            # The planted old rule must show its hole: writes of a fenced or dead holder
+            # landing after another's grant, or healthy hosts fenced. Its absence is the
+            # failure here; what the hole does besides is expected, and only a bed error
+            # stays a violation.
+            evidence = OLD_RULE_EVIDENCE[name]
+            shown = res.overlaps if evidence == "overlaps" else res.false_fences
+            for o in res.overlaps:
+                bed.timeline.mark("bed", f"old rule shown: overlap: {o}")
+            for ff in res.false_fences:
+                bed.timeline.mark("bed", f"old rule shown: false fence: {ff}")
+            expected = [x for x in res.violations if not x.startswith("bed error")]
+            for x in expected:
+                bed.timeline.mark("bed", f"expected under the old rule: {x}")
+            res.violations = [x for x in res.violations if x.startswith("bed error")]
+            if not shown:
+                res.violations.append(f"the planted old rule showed no {evidence}")
         else:
             for o in res.overlaps:
                 res.violations.append(f"overlap: {o}")
@@ -1153,12 +1212,14 @@ def join_all(bed: Bed, guests: list[Guest]) -> None:
     in_parallel(bed.join, guests)
 
 
-def scenario_body(bed: Bed, res: Result) -> None:
-    name = bed.scenario
+def scenario_body(bed: Bed, res: Result, name: str | None = None) -> None:
+    name = name or bed.scenario
     if name in PR_BODIES:
         return PR_BODIES[name](bed, res)
     if name in LVM_BODIES:
         return LVM_BODIES[name](bed, res)
+    if name.startswith("nfs-cut-remove"):
+        return nfs_cut_remove(bed, res)
     d, w = bed.io_timeout_s, bed.fire_timeout_s
     host_dead = 8 * d + w
     bed.start_storage(3)
@@ -1206,6 +1267,8 @@ def scenario_body(bed: Bed, res: Result) -> None:
     elif name == "nfs-cut":
         g1.qmp("set_link", name="n0", up=False)
         bed.timeline.mark("g1", "network link down")
+        if bed.remove_after_failure:
+            threading.Thread(target=remove_when_notified, args=(bed, g1, fault), daemon=True).start()
     elif name == "nfs-server-restart":
         bed.ganesha.stop()
         time.sleep(2 * d + 1)
@@ -1322,6 +1385,54 @@ def scenario_body(bed: Bed, res: Result) -> None:
             return
         rejoin(bed, g1, res)
         del t0
+
+
+def remove_when_notified(bed: Bed, g1: Guest, fault: float) -> None:
+    """nfs-cut-remove: as soon as g1's holder gets its lost-lease notice (its killpath
+    runs: the lockspace has failed, the holder is blocked in a write the NFS client
+    queued), g1 removes the lockspace, as an operator or a management agent does on
+    "lockspace failed". The removal kills the holder at once; the watchdog must stay
+    armed all the same."""
+    d, w = bed.io_timeout_s, bed.fire_timeout_s
+
+    def notified() -> float | None:
+        with bed.witness.lock:
+            ts = [t for t, h, e in bed.witness.notes if h == "g1" and t >= fault and e in ("killpath", "sigterm")]
+        return min(ts) if ts else None
+
+    if bed.wait_for("g1's loss notice", notified, 8 * d + w + 30) is None:
+        bed.timeline.mark("bed", "g1's holder never got its notice: no removal sent")
+        return
+    try:
+        g1.sh(f"setsid sh -c '{bed.env(g1)}lockd rem-lockspace -s {LOCKSPACE}:1:{bed.lease_path()}:0' "
+              ">/var/tmp/rem.log 2>&1 &", timeout=20)
+        bed.removed_at = bed.timeline.mark("g1", "rem-lockspace sent (the lockspace has failed)")
+    except BedError as e:
+        bed.timeline.mark("bed", f"rem-lockspace not sent: {e}")
+
+
+def nfs_cut_remove(bed: Bed, res: Result) -> None:
+    """A removal after the failure must not disarm the watchdog (issue 38, item 5): the
+    fault of nfs-cut (g1's network link cut, its holder's write queued in the NFS client),
+    and g1 removes the failed lockspace as soon as the holder's killpath runs. The removal
+    SIGKILLs the holder, whose queued write stays in the client; only a reset drops it, so
+    the watchdog must still reset g1 before host_dead (the nfs-cut checks: watchdog reset,
+    takeover after it, overlaps=0). With the old rule planted (`nfs-cut-remove-old-rule`,
+    LOCKD_PLANTED_BUG=removal-disarms) the watchdog is disarmed once the holder is gone,
+    no reset comes, and the queued write lands after the takeover when the link is back:
+    that scenario fails unless it does."""
+    bed.remove_after_failure = True
+    try:
+        scenario_body(bed, res, "nfs-cut")
+    finally:
+        take = res.takeover
+        with bed.witness.lock:
+            landed = [t for t, h, _l, _s in bed.witness.writes if h == "g1" and take is not None and t > take]
+        base = res.fault or 0.0
+        f = lambda x: "none" if x is None else f"{x - base:.2f}"
+        print(f"nfs: scenario={bed.scenario} removed_at_s={f(bed.removed_at)} watchdog_s={f(res.watchdog)} "
+              f"takeover_at_s={f(take)} g1_writes_landed_after_takeover={len(landed)} "
+              f"rule={'old (planted)' if bed.scenario in OLD_RULE_BUG else 'current'}", flush=True)
 
 
 def judge_fenced(bed: Bed, res: Result, g1: Guest, kind: str, fault: float, kinds: dict) -> None:
@@ -1606,7 +1717,9 @@ def pr_basics(bed: Bed, res: Result) -> None:
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # A daemon log line with one of these, on a host nothing was wrong with, is a false fence.
-FALSE_FENCE_SIGNS = ("has been fenced", "our preempt was refused", "lockspace failed: our delta lease is lost")
+FALSE_FENCE_SIGNS = ("has been fenced", "our preempt was refused", "lockspace failed: our delta lease is lost",
+                     # sanlock 3.8.5's daemon (a sanlock guest): a failed renewal, a lease lost.
+                     "renewal error", "check_our_lease failed")
 
 
 def pr_generations(g: Guest) -> dict[int, int]:
@@ -2116,11 +2229,217 @@ def pr_delay_bursts(bed: Bed, res: Result) -> None:
           flush=True)
 
 
+def holder_writing(bed: Bed, host: str, within_s: float = 3.0) -> bool:
+    """Whether `host`'s holder wrote under the lease (as the LUN shows) in the last
+    `within_s` seconds."""
+    with bed.witness.lock:
+        last = max((t.last for t in bed.witness.tenures.values() if t.host == host and t.source == "disk"),
+                   default=0.0)
+    return last >= bed.clock.now() - within_s
+
+
+def pr_mixed_sanlock(bed: Bed, res: Result) -> None:
+    """A fenced lockd cluster with a sanlock host in its lockspace (issue 38, item 10):
+    g1 and g2 run lockd with fence = "scsi-pr", g3 runs Debian's sanlock 3.8.5 (no key;
+    sanlock knows nothing of PR). g1 holds the lease and writes, g3 waits for it. While g3
+    renews without a key the lockd hosts make no reservation (else g3's next renewal meets
+    RESERVATION CONFLICT and its lockspace fails) and say why in their log. Then g1's
+    lockd-daemon is SIGKILLed: without a reservation nobody preempts, so the lease waits
+    host_dead (or g1's reset), as in a cluster without fencing, and g3 takes it. Checks: no
+    reservation, keys of g1 and g2 only, the unkeyed host named in the log; no preempt;
+    g1 reset by its watchdog, takeover not before host_dead and the reset; g3 renewing
+    throughout; overlaps=0, false_fences=0. With the old rule planted
+    (`pr-mixed-sanlock-old-rule`: reserve although a live peer has no key) the run stops
+    after 8·D + 5 s of that and fails unless the sanlock guest was fenced."""
+    d, w = bed.io_timeout_s, bed.fire_timeout_s
+    v = res.violations
+    old_rule = bed.scenario.endswith("-old-rule")
+    bed.start_storage(3)
+    kinds = {1: "lockd", 2: "lockd", 3: "sanlock"}
+    in_parallel(lambda i: bed.boot(i, kinds[i]), (1, 2, 3))
+    g1, g2, g3 = bed.guests[1], bed.guests[2], bed.guests[3]
+    join_all(bed, [g1, g2, g3])
+    bed.start_holder(g1)
+    if not bed.wait_for("g1 holds", lambda: bed.witness.takeover("none", 0.0), 60):
+        raise BedError("g1 never wrote under its lease")
+    bed.start_contender(g3)
+    time.sleep(2 * 2 * d + 5)  # two renewals of everyone, several fence passes (1 s)
+    keys, resv = pr_generations(g2), pr_reservation(g2)
+    bed.keys_at_fault = keys
+    looked = bed.timeline.mark("bed", f"keys {keys}, reservation {resv}")
+    fmt = lambda k: ",".join(f"{h}:{g}" for h, g in sorted(k.items())) or "none"
+    if old_rule:
+        time.sleep(8 * d + 5)  # the sanlock guest's lockspace fails 8·D after its renewals do
+        count_false_fences(bed, res, faulty=set(), allowed={})
+        print(f"pr: scenario={bed.scenario} keys={fmt(keys)} reservation={resv} "
+              f"false_fences={len(res.false_fences)} rule=old (planted)", flush=True)
+        return
+    if resv != "none":
+        v.append(f"a reservation stands while the sanlock host renews without a key: {resv}")
+    if set(keys) != {1, 2}:
+        v.append(f"keys of host_ids {sorted(keys)}: expected g1's and g2's only")
+    _, n = g2.sh("grep -c 'renews its lease but has no key' /var/tmp/daemon.log", check=False, timeout=20)
+    if not n.strip().isdigit() or int(n.strip()) == 0:
+        v.append("g2's log never named the unkeyed live host")
+    res.fault = fault = bed.timeline.mark("bed", "FAULT pr-mixed-sanlock: SIGKILL g1's lockd-daemon")
+    g1.sh("kill -KILL $(cat /run/daemon.pid)")
+    take = bed.wait_for("takeover", lambda: bed.witness.takeover("g1", fault), 8 * d + w + 2 * d + 60)
+    res.takeover = take
+    time.sleep(1.0)
+    res.watchdog = g1.watchdog_t[0] if g1.watchdog_t else None
+    res.last_renewal = bed.witness.last_renewal_before(1, res.watchdog or take or bed.clock.now())
+    if res.last_renewal is not None:
+        res.host_dead = res.last_renewal + 8 * d + w
+    if take is None:
+        v.append("no other guest took the lease")
+    elif res.host_dead is not None and take + 1.0 < res.host_dead and (res.watchdog is None or take + 1.0 < res.watchdog):
+        v.append(f"takeover at {take:.2f}s before host_dead {res.host_dead:.2f}s and before any reset")
+    if res.watchdog is None:
+        v.append("the watchdog never reset g1 (its daemon was killed)")
+    fence_notes(bed, res, "g1", fault)
+    if res.preempt is not None:
+        v.append(f"a preempt at {res.preempt:.2f}s with no reservation standing")
+    with bed.witness.lock:
+        g3_last = max(bed.witness.renewals.get(3, [0.0]))
+    if g3_last < bed.clock.now() - 3 * d:
+        v.append(f"the sanlock guest stopped renewing (last seen {g3_last:.2f}s)")
+    count_false_fences(bed, res, faulty={"g1"}, allowed={})
+    f = lambda x: "none" if x is None else f"{x - fault:.2f}"
+    print(f"pr: scenario={bed.scenario} keys={fmt(keys)} reservation={resv} looked_at_s={f(looked)} "
+          f"watchdog_s={f(res.watchdog)} host_dead_s={f(res.host_dead)} takeover_at_s={f(take)} "
+          f"preempt_at_s={f(res.preempt)} rule=current", flush=True)
+
+
+def restart_with_fence(bed: Bed, g: Guest, method: str) -> None:
+    """One host's step of a rolling change: g leaves the lockspace cleanly (no holder on
+    it), its lockd-daemon shuts down, its lockd.toml gets `fence = method` and the daemon
+    starts again and joins, as an operator does with /etc/lockd/lockd.toml and systemctl."""
+    w = bed.fire_timeout_s
+    bed.timeline.mark(g.name, f"rolling: leave and stop the daemon, then start it with fence = {method}")
+    g.sh(f"lockd rem-lockspace --unused -s {LOCKSPACE}:{g.index}:{bed.lease_path()}:0", timeout=60)
+    g.sh("p=$(cat /run/daemon.pid); lockd shutdown -w >/dev/null; "
+         "for i in $(seq 100); do kill -0 $p 2>/dev/null || exit 0; sleep 0.1; done; exit 1", timeout=30)
+    bed.fence_method[g.index] = method
+    g.sh(f"printf 'watchdog_fire_timeout = {w}\\n' >/run/lockd.toml\n" + bed.fence_toml(g)
+         + bed.daemon_start_script(g), timeout=60)
+    bed.join(g)
+
+
+def stop_holder(bed: Bed, g: Guest) -> None:
+    """Ends g's holder (its retry loop, then the writing process; the lease is then
+    released), as a VM migrated away from the host would."""
+    g.sh("for pat in 'run/contend.sh' 'run/hold.sh' 'lockd-witness.hold'; do for p in /proc/[0-9]*; do "
+         "[ ${p#/proc/} != $$ ] && grep -q \"$pat\" $p/cmdline 2>/dev/null && kill -KILL ${p#/proc/}; done; done; "
+         "exit 0", timeout=20)
+    bed.timeline.mark(g.name, "holder stopped (the lease is released)")
+
+
+def move_holder(bed: Bed, src: Guest, dst: Guest) -> None:
+    stop_holder(bed, src)
+    t = bed.clock.now()
+    bed.start_contender(dst)
+    if bed.wait_for(f"{dst.name} holds", lambda: bed.witness.takeover(src.name, t), 60) is None:
+        raise BedError(f"{dst.name} never took the lease from {src.name}")
+
+
+def pr_rolling(bed: Bed, res: Result) -> None:
+    """Storage fencing turned on and off host by host with a holder writing throughout
+    (issue 38, item 11), in the order docs/operations.md gives. Three lockd guests start
+    with fence = "none"; g1 holds and writes. On: g3, then g2 restart with "scsi-pr" (each
+    registers its key; no reservation while an unkeyed host renews), the holder moves to
+    g2, g1 restarts with "scsi-pr": the reservation is made. Off, round 1: g3, g1 restart
+    with "register-only", the holder moves to g3, g2 restarts likewise (keys stay, the
+    reservation stands, nobody reserves or preempts); the reservation is released by hand
+    from its holder (`lockd direct pr release`); round 2: g1, g2 restart with "none", the
+    holder moves to g1, g3 restarts likewise (nobody reserves again). After each step:
+    the keys and reservation expected, the holder still writing. Throughout: no host
+    fenced, failed or reset (false_fences=0), overlaps=0. With the old rule planted
+    (`pr-rolling-old-rule`: reserve although a live peer has no key) only the first step
+    runs, and the run fails unless a host not yet converted was fenced."""
+    d = bed.io_timeout_s
+    v = res.violations
+    old_rule = bed.scenario.endswith("-old-rule")
+    bed.fence_method = {1: "none", 2: "none", 3: "none"}
+    start_three_with_holder(bed)
+    g1, g2, g3 = bed.guests[1], bed.guests[2], bed.guests[3]
+    res.fault = start = bed.timeline.mark("bed", "rolling change starts (every host fence = none)")
+    holder = g1
+    steps: list[str] = []
+
+    def look(label: str, want_keys: set[int], want_resv: bool) -> None:
+        time.sleep(2 * 2 * d + 2)  # two renewals of everyone and several fence passes (1 s)
+        reader = next(g for g in (g2, g3, g1) if g.alive())
+        keys, resv = pr_generations(reader), pr_reservation(reader)
+        ok = set(keys) == want_keys and (resv != "none" and not resv.startswith("unreadable")) == want_resv
+        bed.timeline.mark("bed", f"after {label}: keys {keys} reservation {resv} ({'as expected' if ok else 'NOT as expected'})")
+        steps.append(f"{label}:keys={','.join(str(h) for h in sorted(keys)) or 'none'}:resv={'yes' if resv != 'none' else 'no'}")
+        if not ok:
+            v.append(f"after {label}: keys of host_ids {sorted(keys)}, reservation {resv}; expected keys "
+                     f"{sorted(want_keys)} and {'a' if want_resv else 'no'} reservation")
+        if not holder_writing(bed, holder.name):
+            v.append(f"after {label}: {holder.name}'s holder is not writing")
+
+    restart_with_fence(bed, g3, "scsi-pr")
+    look("g3 scsi-pr", {3}, False)
+    if old_rule:
+        time.sleep(8 * d + 5)
+        count_false_fences(bed, res, faulty=set(), allowed={})
+        print(f"pr: scenario={bed.scenario} steps={' '.join(steps)} false_fences={len(res.false_fences)} "
+              "rule=old (planted)", flush=True)
+        return
+    restart_with_fence(bed, g2, "scsi-pr")
+    look("g2 scsi-pr", {2, 3}, False)
+    move_holder(bed, g1, g2)
+    holder = g2
+    restart_with_fence(bed, g1, "scsi-pr")
+    look("g1 scsi-pr", {1, 2, 3}, True)
+    on_done = bed.timeline.mark("bed", "fencing on for every host")
+    # Off, round 1: register-only everywhere; the reservation stands meanwhile.
+    restart_with_fence(bed, g3, "register-only")
+    look("g3 register-only", {1, 2, 3}, True)
+    restart_with_fence(bed, g1, "register-only")
+    look("g1 register-only", {1, 2, 3}, True)
+    move_holder(bed, g2, g3)
+    holder = g3
+    restart_with_fence(bed, g2, "register-only")
+    look("g2 register-only", {1, 2, 3}, True)
+    resv = pr_reservation(g3)
+    m = re.match(r"[^/]*/(0x[0-9a-fA-F]+)/host(\d+)$", resv)
+    if not m:
+        raise BedError(f"no reservation holder to release from: {resv}")
+    key, h = m[1], int(m[2])
+    bed.guests[h].sh(f"lockd direct pr release {PR_DEV} -k {key} -t we-ro", timeout=30)
+    bed.timeline.mark(f"g{h}", f"reservation released by hand (key {key})")
+    look("hand release", {1, 2, 3}, False)
+    # Off, round 2: none everywhere; nobody reserves again.
+    restart_with_fence(bed, g1, "none")
+    restart_with_fence(bed, g2, "none")
+    # Their clean leaves removed their keys; g3's is the last one now.
+    look("g1 g2 none", {3}, False)
+    move_holder(bed, g3, g1)
+    holder = g1
+    restart_with_fence(bed, g3, "none")
+    time.sleep(2 * 2 * d + 2)
+    keys_end, resv_end = pr_generations(g2), pr_reservation(g2)
+    bed.timeline.mark("bed", f"rolling change over: keys {keys_end}, reservation {resv_end}")
+    if resv_end != "none":
+        v.append(f"a reservation stands with every host at fence = none: {resv_end}")
+    if not holder_writing(bed, holder.name):
+        v.append(f"at the end: {holder.name}'s holder is not writing")
+    count_false_fences(bed, res, faulty=set(), allowed={})
+    f = lambda x: "none" if x is None else f"{x - start:.2f}"
+    print(f"pr: scenario={bed.scenario} steps={' '.join(steps)} on_at_s={f(on_done)} "
+          f"keys_end={','.join(str(k) for k in sorted(keys_end)) or 'none'} reservation_end={resv_end} "
+          "rule=current", flush=True)
+
+
 PR_BODIES = {"pr-basics": pr_basics, "pr-holder-leaves": pr_holder_leaves,
              "pr-double-preempt": pr_double_preempt, "pr-survivor-paused": pr_survivor_paused,
              "pr-set-host-fail": pr_set_host_fail, "pr-rejoin-race": pr_rejoin_race,
              "pr-rejoin-race-old-rule": pr_rejoin_race, "pr-target-restart": pr_target_restart,
-             "pr-delay-bursts": pr_delay_bursts}
+             "pr-delay-bursts": pr_delay_bursts, "pr-mixed-sanlock": pr_mixed_sanlock,
+             "pr-mixed-sanlock-old-rule": pr_mixed_sanlock, "pr-rolling": pr_rolling,
+             "pr-rolling-old-rule": pr_rolling}
 
 # lvmlockd 2.03.31 (Debian 13) on a shared VG (issue 26): tests/vmbed/vmbed_lvm.py.
 import vmbed_lvm  # noqa: E402  (it is handed this module: no import cycle)
