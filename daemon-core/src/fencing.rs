@@ -219,8 +219,9 @@ pub struct FenceSt {
     /// The live peers of the pass (renewing: not suspects, not fenced), by host_id and
     /// generation.
     live: Vec<(u64, u64)>,
-    /// A held record of the pass was skipped because our own latest read of it is too
-    /// old to judge it (our reads stalled): the pass cannot tell who is live.
+    /// A held record of the pass could not be judged: our own latest read of it is too
+    /// old (our reads stalled), or we have not yet seen it change nor stand still 3·D
+    /// (we just joined). The pass cannot tell who is live, so it makes no reservation.
     stale_view: bool,
     /// Peer generations warned about as renewing without a key.
     unkeyed_live: BTreeSet<(u64, u64)>,
@@ -351,6 +352,13 @@ impl FenceSt {
                 });
             } else if h.last_live_s != 0 && !self.preempting_host(host_id) {
                 self.live.push((host_id, h.owner_generation));
+            } else if h.last_live_s == 0 {
+                // Held, but not yet seen to change since we first read it (we joined
+                // a moment ago): it may be live and unkeyed — a sanlock host, a host
+                // not yet converted — and a reservation now would lock it out (the VM
+                // bed's pr-rolling and pr-mixed-sanlock). Judged once it changes, or
+                // once it stood still 3·D.
+                self.stale_view = true;
             }
         }
         Some(FenceAction::ReadKeys)
@@ -1107,6 +1115,45 @@ mod tests {
         reread(&mut m, 169);
         f.look(&m, 169);
         f.keys_read(&free(vec![ours]), 169, 1, &mut actions);
+        assert_eq!(actions, vec![FenceAction::Reserve { our_key: ours.raw }]);
+    }
+
+    /// Right after our join a held record we have read only once is neither live nor a
+    /// suspect yet: no reservation until it is judged (seen to change: live, and then
+    /// an unkeyed one stops the reservation), as a sanlock host or one without fencing
+    /// would otherwise be locked out.
+    #[test]
+    fn no_reservation_before_every_held_record_is_judged() {
+        let ours = key(1, 1);
+        let free = |keys| KeysRead::Keys {
+            keys,
+            reservation: false,
+        };
+        let mut f = FenceSt::new(0, 1);
+        f.registered(ours.raw);
+        let m = monitor_with_peer();
+        let mut actions = Vec::new();
+        f.look(&m, 100);
+        f.keys_read(&free(vec![ours]), 100, 1, &mut actions);
+        assert!(
+            actions.is_empty(),
+            "reserved with a peer not judged yet: {actions:?}"
+        );
+        // It renews (its record changed at our read of 102) and has no key: still none.
+        let mut m = monitor_with_peer();
+        m.observe(
+            102,
+            &[None, Some(DeltaSector::from_leader(peer_record(102)))],
+        );
+        f.look(&m, 102);
+        f.keys_read(&free(vec![ours]), 102, 1, &mut actions);
+        assert!(
+            actions.is_empty(),
+            "reserved beside a live unkeyed peer: {actions:?}"
+        );
+        // Keyed now: reserved.
+        f.look(&m, 102);
+        f.keys_read(&free(vec![ours, key(2, 3)]), 102, 1, &mut actions);
         assert_eq!(actions, vec![FenceAction::Reserve { our_key: ours.raw }]);
     }
 
