@@ -222,7 +222,14 @@ pub struct FenceSt {
     /// A held record of the pass could not be judged: our own latest read of it is too
     /// old (our reads stalled), or we have not yet seen it change nor stand still 3·D
     /// (we just joined). The pass cannot tell who is live, so it makes no reservation.
-    stale_view: bool,
+    /// Safe both ways: withholding a reservation only leaves leases waiting host_dead,
+    /// as without fencing (no preempt is sent without one), and it cannot last: a fresh
+    /// read comes with our next renewal, and a record read once becomes live at its next
+    /// change or a suspect after 3·D still (tests
+    /// `no_reservation_before_every_held_record_is_judged`,
+    /// `no_reservation_while_a_still_peer_that_is_not_dead_has_no_key`; VM bed
+    /// `pr-kill-daemon` still takes over in seconds).
+    unjudged_peer: bool,
     /// Peer generations warned about as renewing without a key.
     unkeyed_live: BTreeSet<(u64, u64)>,
     /// Fenced peer generations seen renewing (alarmed once each).
@@ -255,7 +262,7 @@ impl FenceSt {
             unkeyed: BTreeSet::new(),
             pass: Vec::new(),
             live: Vec::new(),
-            stale_view: false,
+            unjudged_peer: false,
             unkeyed_live: BTreeSet::new(),
             fenced_renewing: BTreeSet::new(),
             cleared: false,
@@ -318,7 +325,7 @@ impl FenceSt {
     pub fn look(&mut self, monitor: &HostMonitor, now_s: u64) -> Option<FenceAction> {
         self.pass.clear();
         self.live.clear();
-        self.stale_view = false;
+        self.unjudged_peer = false;
         if !self.active() {
             return None;
         }
@@ -332,7 +339,7 @@ impl FenceSt {
                 continue;
             }
             if now_s.saturating_sub(h.last_check_s) > fresh_s {
-                self.stale_view |= state != lease_core::monitor::HostState::Dead;
+                self.unjudged_peer |= state != lease_core::monitor::HostState::Dead;
                 continue;
             }
             let last = if h.last_live_s != 0 {
@@ -358,7 +365,7 @@ impl FenceSt {
                 // not yet converted — and a reservation now would lock it out (the VM
                 // bed's pr-rolling and pr-mixed-sanlock). Judged once it changes, or
                 // once it stood still 3·D.
-                self.stale_view = true;
+                self.unjudged_peer = true;
             }
         }
         Some(FenceAction::ReadKeys)
@@ -468,7 +475,7 @@ impl FenceSt {
             // Nor while our own view of a peer is too old to judge it (our reads
             // stalled, as every host's do while a target restarts): it may be live and
             // unkeyed.
-            if self.stale_view || suspects.iter().any(|s| !s.dead && !keyed(s.host_id)) {
+            if self.unjudged_peer || suspects.iter().any(|s| !s.dead && !keyed(s.host_id)) {
                 return None;
             }
             actions.push(FenceAction::Reserve { our_key: self.key });
@@ -1073,6 +1080,14 @@ mod tests {
         );
     }
 
+    /// A key list read with no reservation on the device.
+    fn free(keys: Vec<FenceKey>) -> KeysRead {
+        KeysRead::Keys {
+            keys,
+            reservation: false,
+        }
+    }
+
     /// No reservation is made while a peer that stands still (after a target restart,
     /// every host's renewals stall together) has no key and is not DEAD, nor while our
     /// own view of a peer is too old to judge it: its key may only be on its way back,
@@ -1081,10 +1096,6 @@ mod tests {
     #[test]
     fn no_reservation_while_a_still_peer_that_is_not_dead_has_no_key() {
         let ours = key(1, 1);
-        let free = |keys| KeysRead::Keys {
-            keys,
-            reservation: false,
-        };
         let mut f = FenceSt::new(0, 1);
         f.registered(ours.raw);
         let mut m = monitor_with_peer();
@@ -1125,10 +1136,6 @@ mod tests {
     #[test]
     fn no_reservation_before_every_held_record_is_judged() {
         let ours = key(1, 1);
-        let free = |keys| KeysRead::Keys {
-            keys,
-            reservation: false,
-        };
         let mut f = FenceSt::new(0, 1);
         f.registered(ours.raw);
         let m = monitor_with_peer();
