@@ -96,6 +96,10 @@ for a, b in zip(s, l):
     bad += not same
     print("%-22s | %-34s | %-40s | %-40s | %s" % (a["function"], a["case"], json.dumps(a["result"]),
                                                   json.dumps(b["result"]), "yes" if same else "NO"))
+    if not same:
+        # Also on stderr, so that a CI log's tail names the row.
+        print("differs: %s (%s): sanlock %s, lockd %s" % (a["function"], a["case"], json.dumps(a["result"]),
+                                                           json.dumps(b["result"])), file=sys.stderr)
 functions = ["acquire", "add_lockspace", "end_event", "get_alignment", "get_event", "get_hosts",
              "get_lockspaces", "get_lvb", "inq_lockspace", "inquire", "killpath", "read_lockspace",
              "read_resource", "read_resource_owners", "reg_event", "register", "release",
