@@ -330,6 +330,17 @@ impl FenceSt {
             return None;
         }
         let fresh_s = FRESH_READ_IO_TIMEOUTS * self.io_timeout_s.max(1);
+        // No read of the whole area since the join (the monitor is fed by renewals, the
+        // first 2·D after it), or none lately: a peer that is live and unkeyed may be
+        // missing from the monitor altogether, and a reservation now would lock it out
+        // (the VM bed's pr-rolling and pr-mixed-sanlock: passes right after the join
+        // reserved beside renewing sanlock and fence-less lockd hosts).
+        if monitor
+            .last_read_s()
+            .is_none_or(|read_s| now_s.saturating_sub(read_s) > fresh_s)
+        {
+            self.unjudged_peer = true;
+        }
         for (host_id, h, state) in monitor.hosts(now_s) {
             if h.timestamp == 0
                 || h.owner_id != host_id
@@ -1162,6 +1173,32 @@ mod tests {
         f.look(&m, 102);
         f.keys_read(&free(vec![ours, key(2, 3)]), 102, 1, &mut actions);
         assert_eq!(actions, vec![FenceAction::Reserve { our_key: ours.raw }]);
+    }
+
+    /// Between the join and the first renewal's read the monitor is empty: that is no
+    /// proof that no peer lives, so no reservation; nor when our latest read of the area
+    /// is stale (a peer may have joined since); a fresh read with only keyed peers then
+    /// allows it.
+    #[test]
+    fn no_reservation_before_a_fresh_read_of_the_whole_area() {
+        let ours = key(1, 1);
+        let mut f = FenceSt::new(0, 1);
+        f.registered(ours.raw);
+        let mut actions = Vec::new();
+        let mut m = HostMonitor::new(0, 60);
+        assert_eq!(f.look(&m, 100), Some(FenceAction::ReadKeys));
+        f.keys_read(&free(vec![ours]), 100, 1, &mut actions);
+        assert!(actions.is_empty(), "reserved before any read: {actions:?}");
+        // A read shows no other host: the reservation may be made.
+        m.observe(101, &[None, None]);
+        f.look(&m, 101);
+        f.keys_read(&free(vec![ours]), 101, 1, &mut actions);
+        assert_eq!(actions, vec![FenceAction::Reserve { our_key: ours.raw }]);
+        // That read is 3·D + 1 old by 105: stale, so none again.
+        actions.clear();
+        f.look(&m, 105);
+        f.keys_read(&free(vec![ours]), 105, 1, &mut actions);
+        assert!(actions.is_empty(), "reserved on a stale read: {actions:?}");
     }
 
     #[test]

@@ -141,6 +141,8 @@ pub struct HostMonitor {
     watchdog_fire: u64,
     hosts: BTreeMap<u64, HostObservation>,
     checks: u64,
+    /// Our time (s) of the latest read observed (meaningful once `checks` > 0).
+    last_read_s: u64,
     /// Whether ballots may read only the dblocks of host_ids that have joined.
     read_known_hosts: bool,
     /// Highest host_id whose sector looked used in the latest read (at least ours).
@@ -207,6 +209,7 @@ impl HostMonitor {
             watchdog_fire,
             hosts: BTreeMap::new(),
             checks: 0,
+            last_read_s: 0,
             read_known_hosts: true,
             highest_used: our_host_id,
             #[cfg(feature = "sim")]
@@ -359,10 +362,16 @@ impl HostMonitor {
         self.checks
     }
 
+    /// Our time (s) of the latest lockspace read observed; `None` before the first.
+    pub fn last_read_s(&self) -> Option<u64> {
+        (self.checks > 0).then_some(self.last_read_s)
+    }
+
     /// Records one lockspace read made at our time `now_s`: `sectors[i]` is host_id i+1's
     /// sector, `None` when it did not decode. Returns the notifications addressed to us.
     pub fn observe(&mut self, now_s: u64, sectors: &[Option<DeltaSector>]) -> Vec<Notification> {
         self.checks += 1;
+        self.last_read_s = self.last_read_s.max(now_s);
         let mut notes = Vec::new();
         #[cfg(feature = "sim")]
         let frozen = self.freeze_known_hosts && self.checks > 1;
