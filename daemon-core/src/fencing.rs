@@ -27,7 +27,8 @@
 //!   while one stands: a host that does not fence (sanlock, lockd without `scsi-pr`) is
 //!   never locked out by us;
 //! - a peer is judged only from a fresh read of ours ([`FRESH_READ_IO_TIMEOUTS`]), by its
-//!   age at that read;
+//!   age at that read, and no reservation is made without a fresh read of the whole
+//!   area (an empty monitor, as between the join and the first renewal, proves nothing);
 //! - nothing is decided before our key is registered or after we found ourselves fenced;
 //! - the keys remembered are bounded: host_ids 1 to [`MAX_EVENT_HOST_ID`], at most
 //!   [`SEEN_GENERATIONS`] generations each.
@@ -219,16 +220,19 @@ pub struct FenceSt {
     /// The live peers of the pass (renewing: not suspects, not fenced), by host_id and
     /// generation.
     live: Vec<(u64, u64)>,
-    /// A held record of the pass could not be judged: our own latest read of it is too
-    /// old (our reads stalled), or we have not yet seen it change nor stand still 3·D
-    /// (we just joined). The pass cannot tell who is live, so it makes no reservation.
+    /// A held record of the pass could not be judged: our own latest read of it, or of
+    /// the whole area, is too old or missing (our reads stalled; no renewal has read the
+    /// area since the join), or we have not yet seen it change nor stand still 3·D (we
+    /// just joined). Only our own reads' age counts here, measured in our io_timeout
+    /// (we read every 2·D of ours), so peers at other io_timeouts change nothing. The pass cannot tell who is live, so it makes no reservation.
     /// Safe both ways: withholding a reservation only leaves leases waiting host_dead,
     /// as without fencing (no preempt is sent without one), and it cannot last: a fresh
     /// read comes with our next renewal, and a record read once becomes live at its next
     /// change or a suspect after 3·D still (tests
     /// `no_reservation_before_every_held_record_is_judged`,
-    /// `no_reservation_while_a_still_peer_that_is_not_dead_has_no_key`; VM bed
-    /// `pr-kill-daemon` still takes over in seconds).
+    /// `no_reservation_while_a_still_peer_that_is_not_dead_has_no_key`,
+    /// `no_reservation_before_a_fresh_read_of_the_whole_area`; VM bed `pr-mixed-sanlock`,
+    /// `pr-rolling`; `pr-kill-daemon` still takes over in seconds).
     unjudged_peer: bool,
     /// Peer generations warned about as renewing without a key.
     unkeyed_live: BTreeSet<(u64, u64)>,
