@@ -120,6 +120,8 @@ fn filled(n: usize) -> (C, Vec<u32>) {
             timestamp: NOW_S,
             read_ms: 1,
             write_ms: 0,
+            write_sent_ms: NOW_S * 1000,
+            ended_ms: NOW_S * 1000 + 1,
         },
     );
     let clients = n.clamp(1, CLIENTS);

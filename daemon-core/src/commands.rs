@@ -832,6 +832,10 @@ impl<S, H: LeaseHold> Core<S, H> {
                             timestamp: now_s,
                             read_ms: 0,
                             write_ms: 0,
+                            // The join's write went before this step, within the
+                            // second before at the latest as the core is stepped.
+                            write_sent_ms: now_s.saturating_sub(1) * 1000,
+                            ended_ms: now_s * 1000,
                         },
                     );
                 }
@@ -2295,6 +2299,8 @@ mod tests {
                 timestamp: 100,
                 read_ms: 1,
                 write_ms: 0,
+                write_sent_ms: 100_000,
+                ended_ms: 100_001,
             },
         );
         c

@@ -51,19 +51,26 @@ pub const SEEN_GENERATIONS: usize = 4;
 /// never exceeds the time since the peer's last renewal.
 pub const PREEMPT_FLOOR_IO_TIMEOUTS: u64 = 6;
 
-/// Whether a gap in our own renewals (`gap_s`, whole seconds, from
-/// [`crate::space_state::SpaceSt::longest_renewal_gap_s`]: from the start of a renewal
-/// to the end of the next) is too short for any peer to have preempted us. A peer
-/// preempts only after [`PREEMPT_FLOOR_IO_TIMEOUTS`]·D or more of stillness (D the larger
-/// of its io_timeout and ours), and the stillness it measures runs from a read that saw
-/// one of our renewals landed to a read that did not see the next: it never exceeds the
-/// time between those two landings, which the gap bounds to within a second (whole
-/// seconds). So a gap of at most 6·D − 2 s means a key of ours missing while no
-/// reservation stands was lost by the storage (a target restarted without persisted
-/// reservations, a CLEAR), not preempted. One renewal whose read timed out (a gap of
-/// about 3–4·D, as a target restart at D = 1 gives) stays under it.
-pub fn gap_rules_out_preempt(gap_s: u64, io_timeout_s: u64) -> bool {
-    gap_s + 1 < PREEMPT_FLOOR_IO_TIMEOUTS * io_timeout_s.max(1)
+/// Whether a gap in our own renewals (`gap_ms`, from
+/// [`crate::space_state::SpaceSt::longest_renewal_gap_ms`]: the longest our record can have
+/// stood still on the storage, from a renewal's write being sent to the end of the next
+/// one, or to the key read) is too short for any peer to have preempted us, our
+/// io_timeout being `io_timeout_s` (D). A peer P preempts only after an age of
+/// [`PREEMPT_FLOOR_IO_TIMEOUTS`]·max(D, D_P) whole seconds or more; the age is the
+/// difference of the whole seconds at which P's reads completed, from the read that first
+/// showed one of our renewals to a read that did not yet show the next. The first
+/// completed after our record landed; the second was served before the next record
+/// landed and completed less than D_P later (P's read timeout). So the age is at most the
+/// landing gap plus D_P, rounded up: a gap of at most 5·D − 1 s keeps it under
+/// 6·max(D, D_P) for a peer at any io_timeout (sanlock's 10 included; sanlock does not
+/// preempt at all). A key of ours missing while no reservation stands after such a gap
+/// was lost by the storage (a target restarted without persisted reservations, a
+/// CLEAR), not preempted. A target outage longer than that, plus the time from our last
+/// renewal to its start, cannot be told from a preempt followed by a restart: the host
+/// then counts itself fenced (docs/fencing.md).
+pub fn gap_rules_out_preempt(gap_ms: u64, io_timeout_s: u64) -> bool {
+    let d_ms = io_timeout_s.max(1) * 1000;
+    gap_ms + d_ms + 1000 <= PREEMPT_FLOOR_IO_TIMEOUTS * d_ms
 }
 
 /// How old, in our io_timeouts, our own latest read of the lockspace may be for a pass to
@@ -125,8 +132,13 @@ pub enum PeerFenceOutcome {
 /// Why this host counts as fenced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FencedBecause {
-    /// Our key was missing from the lockspace device's list.
+    /// Our key was missing from the lockspace device's list while a reservation stood.
     OurKeyGone,
+    /// Our key was missing and no reservation stood, after our record may have stood
+    /// still on the storage for `renewal_gap_ms` ms: too long to rule out a peer's
+    /// preempt before the storage lost its reservation state
+    /// ([`gap_rules_out_preempt`]).
+    OurKeyGoneAfterAStall { renewal_gap_ms: u64 },
     /// Our PREEMPT met a reservation conflict.
     PreemptRefused,
 }
@@ -134,10 +146,12 @@ pub enum FencedBecause {
 /// What a fence step decided, for the shell to log or act on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FenceVerdict {
-    /// The device holds no key and no reservation at all (a target restarted without
-    /// persisted reservations, or cleared): not a preempt of us. Our key is registered
-    /// again; no peer can be confirmed fenced until a reservation stands again.
-    StorageCleared,
+    /// The device holds no reservation and not our key, and our record cannot have
+    /// stood still long enough for a preempt (`renewal_gap_ms` at most,
+    /// [`gap_rules_out_preempt`]): a target restarted without persisted reservations, or
+    /// a clear. Our key is registered again; no peer can be confirmed fenced until a
+    /// reservation stands again.
+    StorageCleared { renewal_gap_ms: u64 },
     /// `host_id` at `generation` renews with no key of its host_id on the device (a host
     /// without fencing: sanlock, or lockd before `fence = "scsi-pr"` reaches it). The
     /// reservation is not made, or released, while it does: fencing is inactive and
@@ -403,9 +417,9 @@ impl FenceSt {
         self.preempting.keys().any(|&(h, _)| h == host_id)
     }
 
-    /// The key list of the pass's read, in this order (`our_renewal_gap_s`: the longest
-    /// time our own lease went without a successful renewal since a read last showed our
-    /// key, up to now):
+    /// The key list of the pass's read, in this order (`our_renewal_gap_ms`: the longest
+    /// time our record may have stood still on the storage since a read last showed our
+    /// key, up to this read):
     /// 1. our key missing while no reservation stands and our renewals never paused long
     ///    enough for a peer to preempt us ([`gap_rules_out_preempt`]): the storage lost
     ///    our key (a target restarted
@@ -422,7 +436,7 @@ impl FenceSt {
         &mut self,
         read: &KeysRead,
         now_s: u64,
-        our_renewal_gap_s: u64,
+        our_renewal_gap_ms: u64,
         actions: &mut Vec<FenceAction>,
     ) -> Option<FenceVerdict> {
         let suspects = std::mem::take(&mut self.pass);
@@ -437,7 +451,7 @@ impl FenceSt {
         self.seen_now.keys = keys.len() as u64;
         self.seen_now.reservation = reservation;
         if !keys.iter().any(|k| k.raw == self.key) {
-            if !reservation && gap_rules_out_preempt(our_renewal_gap_s, self.io_timeout_s) {
+            if !reservation && gap_rules_out_preempt(our_renewal_gap_ms, self.io_timeout_s) {
                 // Once per loss: a REGISTER sent again and again could land late, after a
                 // real preempt, and bring our key back. The keys seen before are
                 // forgotten: a peer's key missing now may only wait to be registered
@@ -447,10 +461,18 @@ impl FenceSt {
                 }
                 self.seen.clear();
                 actions.push(FenceAction::Reregister { our_key: self.key });
-                return Some(FenceVerdict::StorageCleared);
+                return Some(FenceVerdict::StorageCleared {
+                    renewal_gap_ms: our_renewal_gap_ms,
+                });
             }
             self.fenced_here = true;
-            return Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone));
+            return Some(FenceVerdict::WeAreFenced(if reservation {
+                FencedBecause::OurKeyGone
+            } else {
+                FencedBecause::OurKeyGoneAfterAStall {
+                    renewal_gap_ms: our_renewal_gap_ms,
+                }
+            }));
         }
         self.key_seen_at_s = now_s;
         self.cleared = false;
@@ -1043,8 +1065,10 @@ mod tests {
         // A target restart: no key, no reservation, and we renewed all along.
         f.look(&monitor_with_peer(), 100);
         assert_eq!(
-            f.keys_read(&cleared(vec![]), 100, 2, &mut actions),
-            Some(FenceVerdict::StorageCleared)
+            f.keys_read(&cleared(vec![]), 100, 2_000, &mut actions),
+            Some(FenceVerdict::StorageCleared {
+                renewal_gap_ms: 2_000
+            })
         );
         assert_eq!(actions, vec![FenceAction::Reregister { our_key: ours.raw }]);
         // Our REGISTER has not shown yet and another host registered again first: still
@@ -1054,35 +1078,45 @@ mod tests {
         actions.clear();
         f.look(&monitor_with_peer(), 101);
         assert_eq!(
-            f.keys_read(&cleared(vec![key(2, 3)]), 101, 2, &mut actions),
+            f.keys_read(&cleared(vec![key(2, 3)]), 101, 2_000, &mut actions),
             None
         );
         assert!(actions.is_empty());
         assert!(!f.fenced_here);
         // Once our key is back, a later loss is handled again.
         f.look(&monitor_with_peer(), 102);
-        f.keys_read(&cleared(vec![ours, key(2, 3)]), 102, 2, &mut actions);
+        f.keys_read(&cleared(vec![ours, key(2, 3)]), 102, 2_000, &mut actions);
         actions.clear();
         f.look(&monitor_with_peer(), 103);
         assert_eq!(
-            f.keys_read(&cleared(vec![]), 103, 2, &mut actions),
-            Some(FenceVerdict::StorageCleared)
+            f.keys_read(&cleared(vec![]), 103, 2_000, &mut actions),
+            Some(FenceVerdict::StorageCleared {
+                renewal_gap_ms: 2_000
+            })
         );
         assert_eq!(actions, vec![FenceAction::Reregister { our_key: ours.raw }]);
-        // A gap of 4 s at D = 1 (one renewal whose read timed out): still cleared (the
-        // loss above was already handled once: nothing new is done).
+        // Our record may have stood still 4 s at D = 1 (a renewal whose read timed out,
+        // the next one late): a peer's age of it, plus its read's 1 s and the rounding,
+        // stays under 6: still cleared (the loss above was already handled once: nothing
+        // new is done).
         actions.clear();
         f.look(&monitor_with_peer(), 104);
-        assert_eq!(f.keys_read(&cleared(vec![]), 104, 4, &mut actions), None);
+        assert_eq!(
+            f.keys_read(&cleared(vec![]), 104, 4_000, &mut actions),
+            None
+        );
         assert!(!f.fenced_here);
-        // Our renewals stopped for 5 s since our key was last seen: with the second of
-        // rounding, a peer may have seen 6 s (its floor at D = 1), preempted us and left;
-        // we count as fenced.
+        // 4.001 s: a peer may have seen 6 s (its floor at D = 1), preempted us, and the
+        // target may have lost its state after: we count as fenced.
         actions.clear();
         f.look(&monitor_with_peer(), 105);
         assert_eq!(
-            f.keys_read(&cleared(vec![]), 105, 5, &mut actions),
-            Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone))
+            f.keys_read(&cleared(vec![]), 105, 4_001, &mut actions),
+            Some(FenceVerdict::WeAreFenced(
+                FencedBecause::OurKeyGoneAfterAStall {
+                    renewal_gap_ms: 4_001
+                }
+            ))
         );
         assert!(actions.is_empty());
         // Our key gone while a reservation stands: preempted, whatever our renewals did.
@@ -1093,6 +1127,21 @@ mod tests {
             f.keys_read(&reserved(vec![key(2, 3)]), 100, 0, &mut actions),
             Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone))
         );
+    }
+
+    #[test]
+    fn a_stall_rules_out_a_preempt_up_to_five_io_timeouts_less_a_second() {
+        // The bound for our own D, against peers at D and at sanlock's 10.
+        for (d, limit_ms) in [(1, 4_000), (2, 9_000), (10, 49_000)] {
+            assert!(gap_rules_out_preempt(limit_ms, d));
+            assert!(!gap_rules_out_preempt(limit_ms + 1, d));
+            // The worst a peer at D_P can measure: the landing gap plus its read's
+            // timeout, rounded up to whole seconds, under its floor 6·max(D, D_P).
+            for d_p in [1, 2, 10, 60] {
+                let worst_age_s = (limit_ms + d_p * 1000).div_ceil(1000);
+                assert!(worst_age_s < PREEMPT_FLOOR_IO_TIMEOUTS * d.max(d_p));
+            }
+        }
     }
 
     /// A key list read with no reservation on the device.

@@ -34,12 +34,17 @@ pub enum Phase {
     Removing,
 }
 
-/// One renewal, for RENEWAL.
+/// One renewal, for RENEWAL, and the instants that bound when its record landed.
 #[derive(Debug, Clone, Copy)]
 pub struct RenewalRec {
     pub timestamp: u64,
     pub read_ms: u64,
     pub write_ms: u64,
+    /// Monotime ms taken just before the renewal's write was sent: the record landed no
+    /// earlier.
+    pub write_sent_ms: u64,
+    /// Monotime ms when the renewal had ended: the record landed no later.
+    pub ended_ms: u64,
 }
 
 /// Mutable lockspace state (kept by the core); the default is a lockspace being added.
@@ -125,25 +130,29 @@ impl SpaceSt {
         }
     }
 
-    /// The longest time our lease went without a successful renewal from `since_s` to
-    /// `now_s` (monotime s): the gaps between the renewals kept in the history (the one
-    /// before `since_s` included), each from a renewal's timestamp (taken before its write)
-    /// to the end of the next one (its timestamp plus its duration, rounded up), and the
-    /// time since the last one. A renewal's write lands between those two instants, so no
-    /// reader saw our record stand still longer than the gap (within a second).
-    pub fn longest_renewal_gap_s(&self, since_s: u64, now_s: u64) -> u64 {
-        let mut gap = now_s.saturating_sub(self.last_success_s);
-        let mut prev: Option<u64> = None;
+    /// The longest time, in ms, our record may have stood still on the storage from
+    /// `since_s` (monotime s) to `now_ms`: between two renewals kept in the history (the
+    /// one before `since_s` included), from the first one's write being sent to the end
+    /// of the next one (its record landed between those instants), and from the last
+    /// one's write being sent to `now_ms`. No reader can have seen our record stand
+    /// still longer than that. Without a renewal in the history (just joined) the
+    /// lease's time in whole seconds (rounded down: earlier) is the start.
+    pub fn longest_renewal_gap_ms(&self, since_s: u64, now_ms: u64) -> u64 {
+        let last_sent_ms = self
+            .renewals
+            .back()
+            .map_or(self.last_success_s * 1000, |r| r.write_sent_ms);
+        let mut gap_ms = now_ms.saturating_sub(last_sent_ms);
+        let mut prev_sent_ms: Option<u64> = None;
         for r in &self.renewals {
             if r.timestamp >= since_s {
-                if let Some(p) = prev {
-                    let ended_s = r.timestamp + (r.read_ms + r.write_ms).div_ceil(1000);
-                    gap = gap.max(ended_s.saturating_sub(p));
+                if let Some(p) = prev_sent_ms {
+                    gap_ms = gap_ms.max(r.ended_ms.saturating_sub(p));
                 }
             }
-            prev = Some(r.timestamp);
+            prev_sent_ms = Some(r.write_sent_ms);
         }
-        gap
+        gap_ms
     }
 
     /// A renewal failed with sanlock code `code`; `corrupt` when our delta sector was
@@ -224,6 +233,8 @@ mod tests {
             timestamp: t,
             read_ms: 1,
             write_ms: 0,
+            write_sent_ms: t * 1000 + 100,
+            ended_ms: t * 1000 + 101,
         }
     }
 
@@ -277,25 +288,36 @@ mod tests {
     }
 
     #[test]
-    fn the_longest_renewal_gap_spans_a_pause_and_the_time_since_the_last_renewal() {
+    fn the_longest_renewal_gap_runs_from_a_write_sent_to_the_next_renewal_s_end_or_now() {
         let mut st = joined_at(100);
         for t in [102, 104, 114, 116] {
             st.renewal_ok(t, rec(t));
         }
-        // Each gap runs to the end of the next renewal (1 ms here: rounded up to 1 s).
-        assert_eq!(st.longest_renewal_gap_s(105, 117), 11);
-        assert_eq!(st.longest_renewal_gap_s(115, 117), 3);
-        assert_eq!(st.longest_renewal_gap_s(115, 130), 14);
-        // A renewal that took 2.5 s counts to its end.
+        // From the write sent at 104.100 to the end of the next renewal at 114.101.
+        assert_eq!(st.longest_renewal_gap_ms(105, 117_000), 10_001);
+        assert_eq!(st.longest_renewal_gap_ms(115, 117_000), 2_001);
+        // No renewal since 116.100: the time since then counts.
+        assert_eq!(st.longest_renewal_gap_ms(115, 130_000), 13_900);
+        // A renewal whose write was sent at 120.0 and that ended at 120.5 counts to its end.
         st.renewal_ok(
             118,
             RenewalRec {
                 timestamp: 118,
                 read_ms: 2000,
                 write_ms: 500,
+                write_sent_ms: 120_000,
+                ended_ms: 120_500,
             },
         );
-        assert_eq!(st.longest_renewal_gap_s(117, 119), 5);
+        assert_eq!(st.longest_renewal_gap_ms(117, 121_000), 4_400);
+        // Just joined (no renewal kept): from the lease's whole second.
+        let mut fresh = SpaceSt {
+            last_success_s: 200,
+            ..SpaceSt::default()
+        };
+        assert_eq!(fresh.longest_renewal_gap_ms(0, 203_500), 3_500);
+        fresh.renewal_ok(202, rec(202));
+        assert_eq!(fresh.longest_renewal_gap_ms(0, 203_500), 1_400);
     }
 
     #[test]

@@ -502,8 +502,13 @@ pub enum Input<S, H> {
     /// The fence thread's look at lockspace `id` (once a second): [`Effect::Fence`]
     /// `ReadKeys` when a peer has missed renewals.
     FenceLook { id: u32 },
-    /// The key list the last `ReadKeys` asked for.
-    FenceKeysRead { id: u32, read: KeysRead },
+    /// The key list the last `ReadKeys` asked for, and when the read had ended
+    /// (monotime ms): our record's stillness is measured up to then.
+    FenceKeysRead {
+        id: u32,
+        read: KeysRead,
+        read_at_ms: u64,
+    },
     /// A `Preempt` the core asked for ended.
     PeerFenceDone {
         id: u32,
@@ -895,7 +900,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             FenceVerdict::PeerNeverKeyed { .. }
             | FenceVerdict::PeerUnkeyed { .. }
             | FenceVerdict::FencedPeerRenews { .. }
-            | FenceVerdict::StorageCleared => {}
+            | FenceVerdict::StorageCleared { .. } => {}
         }
         fx.push(Effect::FenceVerdict {
             id: sp.id,
@@ -1067,12 +1072,16 @@ impl<S, H: LeaseHold> Core<S, H> {
                     }
                 }
             }
-            Input::FenceKeysRead { id, read } => {
+            Input::FenceKeysRead {
+                id,
+                read,
+                read_at_ms,
+            } => {
                 if let Some(sp) = self.live_space_mut(id) {
                     if let Some(f) = sp.fence.as_mut() {
-                        let gap_s = sp.st.longest_renewal_gap_s(f.key_seen_at_s(), now_s);
+                        let gap_ms = sp.st.longest_renewal_gap_ms(f.key_seen_at_s(), read_at_ms);
                         let mut actions = Vec::new();
-                        let verdict = f.keys_read(&read, now_s, gap_s, &mut actions);
+                        let verdict = f.keys_read(&read, now_s, gap_ms, &mut actions);
                         fx.extend(
                             actions
                                 .into_iter()
@@ -1595,6 +1604,8 @@ mod tests {
             timestamp: t,
             read_ms: 1,
             write_ms: 0,
+            write_sent_ms: t * 1000,
+            ended_ms: t * 1000 + 1,
         }
     }
 
@@ -1826,6 +1837,7 @@ mod tests {
                     keys: vec![ours, theirs],
                     reservation: true,
                 },
+                read_at_ms: t * 1000,
             },
         );
         assert_eq!(
@@ -1875,6 +1887,7 @@ mod tests {
                     keys: vec![ours],
                     reservation: true,
                 },
+                read_at_ms: t * 1000,
             },
         );
         assert!(fx.is_empty(), "{fx:?}");
@@ -1915,6 +1928,7 @@ mod tests {
                     keys: vec![theirs],
                     reservation: true,
                 },
+                read_at_ms: t * 1000,
             },
         );
         assert!(matches!(

@@ -284,6 +284,8 @@ mod tests {
                     timestamp: t,
                     read_ms: 1,
                     write_ms: 0,
+                    write_sent_ms: t * 1000,
+                    ended_ms: t * 1000 + 1,
                 },
             );
         });

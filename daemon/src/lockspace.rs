@@ -658,10 +658,14 @@ fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
                 Effect::Fence {
                     action: FenceAction::ReadKeys,
                     ..
-                } => todo.extend(step(Input::FenceKeysRead {
-                    id,
-                    read: fence.read_keys(),
-                })),
+                } => {
+                    let read = fence.read_keys();
+                    todo.extend(step(Input::FenceKeysRead {
+                        id,
+                        read,
+                        read_at_ms: crate::clock::now_ms(),
+                    }));
+                }
                 Effect::Fence {
                     action:
                         FenceAction::Preempt {
@@ -703,10 +707,11 @@ fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
                 Effect::FenceVerdict { verdict, .. } => match verdict {
                     // Given by a renewal's read only (`renew_loop` logs it).
                     FenceVerdict::FencedPeerRenews { .. } => {}
-                    FenceVerdict::StorageCleared => error!(
+                    FenceVerdict::StorageCleared { renewal_gap_ms } => error!(
+                        renewal_gap_ms,
                         "storage fencing: the device holds no reservation and our key is gone \
-                         while our lease renewed all along: the storage lost its persistent \
-                         reservation state (a target restart without persisted reservations, \
+                         while our record cannot have stood still long enough for a peer to \
+                         preempt us: the storage lost its persistent reservation state (a target restart without persisted reservations, \
                          or a clear), not a preempt; registering our key again. Until a \
                          reservation stands again no host can be fenced by the storage"
                     ),
@@ -1111,6 +1116,9 @@ fn renew_loop(
                     timestamp: state.leader.timestamp,
                     read_ms: t1.saturating_sub(t0),
                     write_ms: 0,
+                    // Taken by `delta::renew` just before its write.
+                    write_sent_ms: state.last_success_ms,
+                    ended_ms: t1,
                 };
                 report(
                     space,

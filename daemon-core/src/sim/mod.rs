@@ -1221,6 +1221,8 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
                             timestamp: st.leader.timestamp,
                             read_ms: clock.now_ms().saturating_sub(started),
                             write_ms: 0,
+                            write_sent_ms: st.last_success_ms,
+                            ended_ms: clock.now_ms(),
                         },
                     },
                 );
