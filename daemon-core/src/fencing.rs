@@ -73,6 +73,14 @@ pub fn gap_rules_out_preempt(gap_ms: u64, io_timeout_s: u64) -> bool {
     gap_ms + d_ms + 1000 <= PREEMPT_FLOOR_IO_TIMEOUTS * d_ms
 }
 
+/// How far before the pass that last saw our key the stillness of our record still
+/// counts ([`FenceSt::stillness_since_s`]): a peer decides a preempt from its read of our
+/// record up to [`FRESH_READ_IO_TIMEOUTS`] of its io_timeouts old, at its next pass, and
+/// then sends a few PR commands, each bounded by the shell's command timeout. So a preempt
+/// decided on a stillness that ended just before that pass can land after it; this slack
+/// covers the pass and its commands.
+pub const PREEMPT_LAG_SLACK_S: u64 = 20;
+
 /// How old, in our io_timeouts, our own latest read of the lockspace may be for a pass to
 /// judge anyone: renewals read every 2·D; an older view (our own pause, our reads timing
 /// out) makes every peer look still, so nobody is preempted until a fresh read.
@@ -401,9 +409,21 @@ impl FenceSt {
     }
 
     /// When a pass last found our key on the device (monotime s; 0: not since we
-    /// registered it): the start of the renewal gap [`FenceSt::keys_read`] is given.
+    /// registered it).
     pub fn key_seen_at_s(&self) -> u64 {
         self.key_seen_at_s
+    }
+
+    /// From when (monotime s) the stillness of our record given to
+    /// [`FenceSt::keys_read`] must be measured: from before the pass that last saw our key
+    /// by as long as a peer's preempt decided on an older read of ours can lag
+    /// (`max_peer_io_timeout_s`: the longest io_timeout among the peers' records), so a
+    /// preempt that landed after that pass is still accounted for; 0 (everything kept)
+    /// when our key was not seen since we registered it.
+    pub fn stillness_since_s(&self, max_peer_io_timeout_s: u64) -> u64 {
+        let d = self.io_timeout_s.max(max_peer_io_timeout_s).max(1);
+        self.key_seen_at_s
+            .saturating_sub(FRESH_READ_IO_TIMEOUTS * d + PREEMPT_LAG_SLACK_S)
     }
 
     /// Whether to raise the alarm for a fenced generation seen renewing: once per
@@ -1127,6 +1147,21 @@ mod tests {
             f.keys_read(&reserved(vec![key(2, 3)]), 100, 0, &mut actions),
             Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone))
         );
+    }
+
+    #[test]
+    fn the_stillness_counts_from_before_the_last_sight_of_our_key_by_a_preempt_s_lag() {
+        let ours = key(1, 1);
+        let mut f = FenceSt::new(0, 1);
+        f.registered(ours.raw);
+        // Not seen since the registration: every renewal kept counts.
+        assert_eq!(f.stillness_since_s(10), 0);
+        f.look(&monitor_with_peer(), 1000);
+        f.keys_read(&reserved(vec![ours]), 1000, 0, &mut Vec::new());
+        assert_eq!(f.key_seen_at_s(), 1000);
+        // A peer's read may be 3·D old when it decides, D its own when longer than ours.
+        assert_eq!(f.stillness_since_s(1), 1000 - 3 - PREEMPT_LAG_SLACK_S);
+        assert_eq!(f.stillness_since_s(10), 1000 - 30 - PREEMPT_LAG_SLACK_S);
     }
 
     #[test]

@@ -1079,7 +1079,16 @@ impl<S, H: LeaseHold> Core<S, H> {
             } => {
                 if let Some(sp) = self.live_space_mut(id) {
                     if let Some(f) = sp.fence.as_mut() {
-                        let gap_ms = sp.st.longest_renewal_gap_ms(f.key_seen_at_s(), read_at_ms);
+                        let max_peer_io_s = sp
+                            .monitor
+                            .hosts(now_s)
+                            .iter()
+                            .map(|(_, h, _)| u64::from(h.io_timeout))
+                            .max()
+                            .unwrap_or(0);
+                        let gap_ms = sp
+                            .st
+                            .longest_renewal_gap_ms(f.stillness_since_s(max_peer_io_s), read_at_ms);
                         let mut actions = Vec::new();
                         let verdict = f.keys_read(&read, now_s, gap_ms, &mut actions);
                         fx.extend(

@@ -585,8 +585,27 @@ impl SpaceFence {
         for dev in &self.devices {
             let after = self.cmd(dev, "READ KEYS", dev.read_keys())?;
             let resv = self.cmd(dev, "READ RESERVATION", dev.read_reservation())?;
+            let mut after_keys = fence_keys(&after.keys);
+            if crate::planted::active(crate::planted::Bug::ForeignKeysIgnored) {
+                after_keys.retain(|k| k.owner.is_some());
+            }
+            if preempted {
+                // Said once per fence (the pass's later attempts find nothing to preempt).
+                for k in after_keys.iter().filter(|k| k.owner.is_none()) {
+                    warn!(
+                        device = %dev.path().display(),
+                        host_id,
+                        generation,
+                        key = format_args!("{:#018x}", k.raw),
+                        "storage fencing: a key of another scheme is registered (a multipath \
+                         reservation_key, fence_scsi, mpathpersist): it may be this host's \
+                         through another path, so the fence is not confirmed and its leases \
+                         wait host_dead"
+                    );
+                }
+            }
             if !device_confirms(
-                &fence_keys(&after.keys),
+                &after_keys,
                 after.truncated,
                 resv.reservation.is_some(),
                 host_id,

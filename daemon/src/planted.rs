@@ -31,10 +31,15 @@ pub enum Bug {
     /// disarmed once the holders are gone, even where their writes may still be queued in
     /// a network filesystem's client (the rule before issue 38's item 5).
     RemovalDisarms,
+    /// A preempt's read-back counts only the keys of the victim's host_id: a key of
+    /// another scheme (a multipath `reservation_key` on the victim's other path) is left
+    /// in place and the fence confirmed while the victim still writes through it (the
+    /// rule before issue 38's item 7).
+    ForeignKeysIgnored,
 }
 
 /// Every bug with its name on the command line and in `LOCKD_PLANTED_BUG`.
-pub const ALL: [(&str, Bug); 6] = [
+pub const ALL: [(&str, Bug); 7] = [
     ("no-host-dead-wait", Bug::NoHostDeadWait),
     ("take-before-confirm", Bug::TakeBeforeConfirm),
     ("kill-before-notice", Bug::KillBeforeNotice),
@@ -44,6 +49,7 @@ pub const ALL: [(&str, Bug); 6] = [
     ),
     ("reserve-with-unkeyed-peers", Bug::ReserveWithUnkeyedPeers),
     ("removal-disarms", Bug::RemovalDisarms),
+    ("foreign-keys-ignored", Bug::ForeignKeysIgnored),
 ];
 
 /// A point where a bed can have the daemon stop itself (SIGSTOP), to widen a race window

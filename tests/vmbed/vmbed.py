@@ -104,6 +104,8 @@ SCENARIOS = {
     "pr-set-host-fail": ("iscsi", "fence=scsi-pr: a survivor runs `set-host --dead` on the holder in FAIL (its daemon stopped, its holder writing)"),
     "pr-rejoin-race": ("iscsi", "fence=scsi-pr: the holder's daemon is killed and restarted; its join stops after reading the keys while a survivor preempts and takes over"),
     "pr-rejoin-race-old-rule": ("iscsi", "pr-rejoin-race with the join's old rule planted (REGISTER AND IGNORE EXISTING KEY): must show the holder's writes landing again"),
+    "pr-foreign-key": ("iscsi", "fence=scsi-pr: the holder writes through a second path holding a key of another scheme; its daemon is SIGKILLed: no fence may be confirmed, takeover waits its reset"),
+    "pr-foreign-key-old-rule": ("iscsi", "pr-foreign-key with the old rule planted (keys of other schemes ignored): must show the holder's writes through the second path landing after the takeover"),
     "pr-target-restart": ("iscsi", "fence=scsi-pr: tgtd is killed and started again (every key and the reservation lost) while all hosts are healthy"),
     "pr-delay-bursts": ("iscsi", "fence=scsi-pr: a healthy survivor's storage path has short delay bursts for a minute (timed-out renewal reads, drifting phases)"),
     "pr-mixed-sanlock": ("iscsi", "fence=scsi-pr on two lockd guests beside a sanlock 3.8.5 guest: no reservation while it renews; the holder's daemon is killed, takeover waits host_dead"),
@@ -117,22 +119,29 @@ SCENARIOS = {
 PR_FENCE_SCENARIOS = ["pr-kill-daemon", "pr-freeze-guest", "pr-cut-storage", "pr-slow-storage",
                       "pr-holder-leaves", "pr-double-preempt", "pr-survivor-paused", "pr-set-host-fail",
                       "pr-rejoin-race", "pr-rejoin-race-old-rule", "pr-target-restart", "pr-delay-bursts",
+                      "pr-foreign-key", "pr-foreign-key-old-rule",
                       "pr-mixed-sanlock", "pr-mixed-sanlock-old-rule", "pr-rolling", "pr-rolling-old-rule"]
 # Scenarios whose guests boot the image with the daemon built with the `planted-bugs`
 # feature (its pause points; scripts/vmbed.sh builds it, LOCKD_VMBED_PLANTED_IMAGE).
 PLANTED_SCENARIOS = ["pr-rejoin-race", "pr-rejoin-race-old-rule", "pr-mixed-sanlock-old-rule",
+                     "pr-foreign-key-old-rule",
                      "pr-rolling-old-rule", "nfs-cut-remove-old-rule"]
 # What a planted old rule must show (else its run fails): "overlaps" (a fenced or dead
 # holder's writes landing after another's grant) or "false_fences" (healthy hosts fenced).
 OLD_RULE_EVIDENCE = {"pr-rejoin-race-old-rule": "overlaps", "nfs-cut-remove-old-rule": "overlaps",
+                     "pr-foreign-key-old-rule": "overlaps",
                      "pr-mixed-sanlock-old-rule": "false_fences", "pr-rolling-old-rule": "false_fences"}
 # The planted bug each old-rule scenario's daemons run with (LOCKD_PLANTED_BUG).
 OLD_RULE_BUG = {"pr-rejoin-race-old-rule": "join-register-ignore-existing",
+                "pr-foreign-key-old-rule": "foreign-keys-ignored",
                 "nfs-cut-remove-old-rule": "removal-disarms",
                 "pr-mixed-sanlock-old-rule": "reserve-with-unkeyed-peers",
                 "pr-rolling-old-rule": "reserve-with-unkeyed-peers"}
 PLANTED_IMAGE_DIR = Path(os.environ.get("LOCKD_VMBED_PLANTED_IMAGE", VMBED_ROOT / "image-planted"))
 PR_PREEMPT_S = 5
+# pr-foreign-key: the key registered on the holder's second path (not lvmlockd's format,
+# as a multipath `reservation_key` or fence_scsi's would be).
+FOREIGN_KEY = "0xabc0000000000001"
 PR_TAKEOVER_LIMIT_S = 10.0
 # pr-double-preempt: the longest the first survivor's PREEMPT is held in its storage path
 # (below lockd's 5 s bound on a PR command, and short enough that the held survivor's
@@ -539,6 +548,12 @@ class Guest:
             f"driver=iscsi,transport=tcp,portal=127.0.0.1:{b.relays[self.index].port},"
             f"target={IQN},lun=1,initiator-name={IQN}:{self.name},if=none,id=d0,cache.direct=on"
         )
+        path2 = []
+        if self.index in b.second_path:
+            path2 = ["-drive", (
+                f"driver=iscsi,transport=tcp,portal=127.0.0.1:{b.tgt.port},target={IQN},lun=1,"
+                f"initiator-name={IQN}:{self.name}-path2,if=none,id=d1,cache.direct=on"),
+                "-device", "scsi-block,drive=d1,bus=scsi0.0"]
         cmd = [
             "qemu-system-x86_64", "-accel", "tcg", "-m", "256", "-smp", "1",
             "-nographic", "-no-reboot", "-monitor", "none",
@@ -550,6 +565,7 @@ class Guest:
             "-qmp", f"unix:{self.dir}/qmp.sock,server=on,wait=off",
             "-device", "i6300esb", "-action", "watchdog=reset",
             "-device", "virtio-scsi-pci,id=scsi0", "-drive", drive, "-device", "scsi-block,drive=d0,bus=scsi0.0",
+            *path2,
             "-netdev", "user,id=n0", "-device", f"virtio-net-pci,netdev=n0,mac=52:54:00:12:34:{self.index:02x}",
         ]
         self.exit_t = None
@@ -859,6 +875,9 @@ class Bed:
         # nfs-cut-remove: the failed guest's lockspace is removed (rem-lockspace) as soon
         # as its holder gets the loss notice (the time it was sent, once it was).
         self.remove_after_failure = False
+        # Guests (by index) booted with a second path to the LUN: another I_T nexus,
+        # straight to tgt, /dev/sdb in the guest (pr-foreign-key).
+        self.second_path: set[int] = set()
         self.removed_at: float | None = None
 
     # --- storage
@@ -991,9 +1010,10 @@ class Bed:
             raise BedError(f"{g.name}: add-lockspace failed: {out}")
         self.timeline.mark(g.name, f"joined host_id {g.index} ({self.clock.now() - t:.1f} s)")
 
-    def holder_cmd(self, g: Guest, ignore_term: bool = False, killpath: bool = True) -> str:
+    def holder_cmd(self, g: Guest, ignore_term: bool = False, killpath: bool = True,
+                   data_dev: str | None = None) -> str:
         res = f"{LOCKSPACE}:{RESOURCE}:{self.lease_path()}:{RES_OFFSET}"
-        data = "/dev/sda" if self.storage == "iscsi" else "/mnt/nfs/leases"
+        data = data_dev or ("/dev/sda" if self.storage == "iscsi" else "/mnt/nfs/leases")
         hold = (f"lockd-witness hold --log /dev/ttyS2 --host {g.name} --res {RESOURCE} "
                 f"--disk {data} --disk-offset {SLOT_BASE + g.index * SLOT_BYTES}")
         if ignore_term:
@@ -1229,15 +1249,30 @@ def scenario_body(bed: Bed, res: Result, name: str | None = None) -> None:
         return nfs_cut_remove(bed, res)
     d, w = bed.io_timeout_s, bed.fire_timeout_s
     host_dead = 8 * d + w
+    # pr-foreign-key (issue 38, item 7): g1 also reaches the LUN through a second path
+    # (another I_T nexus, /dev/sdb) on which a key of another scheme is registered, as a
+    # multipath static reservation_key would be, and its holder writes through that path.
+    # Its daemon is then killed as in pr-kill-daemon. Preempting g1's lockd key does not
+    # stop those writes, so no survivor may count g1 fenced: the takeover must wait its
+    # watchdog reset and host_dead, judged as kill-daemon without fencing.
+    foreign = name.startswith("pr-foreign-key")
+    if foreign:
+        bed.second_path = {1}
     bed.start_storage(3)
     kinds = {1: "sanlock" if name == "mixed-sanlock" else "lockd", 2: "lockd", 3: "lockd"}
     in_parallel(lambda i: bed.boot(i, kinds[i]), (1, 2, 3))
     g1, g2, g3 = bed.guests[1], bed.guests[2], bed.guests[3]
+    if foreign:
+        # Before the joins, so before any reservation (which would refuse the REGISTER's
+        # nexus nothing, but the holder's first writes through it).
+        g1.sh(f"[ -b /dev/sdb ] && lockd direct pr register /dev/sdb -k {FOREIGN_KEY}", timeout=30)
+        bed.timeline.mark("g1", f"key {FOREIGN_KEY} (another scheme) registered through /dev/sdb, a second path")
     # The three joins run at once (each host its own host_id), as hosts booting together do.
     join_all(bed, [g1, g2, g3])
 
     stubborn = name == "stubborn-holder"
-    bed.start_holder(g1, ignore_term=stubborn, killpath=name != "eio")
+    bed.start_holder(g1, ignore_term=stubborn, killpath=name != "eio",
+                     data_dev="/dev/sdb" if foreign else None)
     if not bed.wait_for("g1 holds", lambda: bed.witness.takeover("none", 0.0), 60):
         raise BedError("g1 never wrote under its lease")
     bed.start_contender(g2)
@@ -1248,9 +1283,11 @@ def scenario_body(bed: Bed, res: Result, name: str | None = None) -> None:
 
     fault = bed.timeline.mark("bed", f"FAULT {name}")
     res.fault = fault
-    fenced = name in PR_FENCE_SCENARIOS
+    fenced = name in PR_FENCE_SCENARIOS and not foreign
     if fenced:
         name = name[len("pr-"):]  # the same fault as the unfenced scenario
+    if foreign:
+        name = "kill-daemon"
     if name == "slow-storage":
         bed.relays[1].set_mode("slow")
     elif name in ("kill-daemon", "mixed-sanlock"):
@@ -1369,6 +1406,13 @@ def scenario_body(bed: Bed, res: Result, name: str | None = None) -> None:
             v.append("neither recovery nor a reset: g1's holder was never stopped")
         elif res.recovery is not None and due is not None and not (due - slack <= res.recovery <= due + 2 + slack):
             v.append(f"recovery at {res.recovery:.2f}s, expected at last_renewal + 8D = {due:.2f}s")
+    if foreign:
+        # Preempts of g1's lockd key are expected; a confirmed fence is not.
+        fence_notes(bed, res, "g1", fault)
+        if res.fenced_mark is not None:
+            v.append(f"g1 marked fenced at {res.fenced_mark - fault:.2f}s after the fault although "
+                     f"a key of another scheme stood on its second path")
+        count_false_fences(bed, res, faulty={"g1"}, allowed={1: bed.keys_at_fault.get(1, -1)})
     if resumed is not None and res.watchdog is None:
         # Not reset: the guest's daemon must have ended the holder and left the lockspace.
         rc, out = g1.sh("lockd status 2>&1; lockd gets 2>&1", check=False, timeout=30)
