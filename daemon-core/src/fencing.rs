@@ -275,6 +275,9 @@ pub struct FenceSt {
     /// Preempts the shell runs now (by host_id, generation), with the age that
     /// started them.
     preempting: BTreeMap<(u64, u64), u64>,
+    /// [`PREEMPT_FLOOR_IO_TIMEOUTS`]; lower only under a planted bug (the simulator's
+    /// and the bed's `preempt-floor-4d`).
+    pub preempt_floor_io_timeouts: u64,
 }
 
 impl FenceSt {
@@ -297,6 +300,7 @@ impl FenceSt {
             acts: true,
             seen_now: FenceObserved::default(),
             preempting: BTreeMap::new(),
+            preempt_floor_io_timeouts: PREEMPT_FLOOR_IO_TIMEOUTS,
         }
     }
 
@@ -315,7 +319,7 @@ impl FenceSt {
         } else {
             self.preempt_cfg_s
         };
-        wanted.max(PREEMPT_FLOOR_IO_TIMEOUTS * d)
+        wanted.max(self.preempt_floor_io_timeouts * d)
     }
 
     /// Our key is registered (a join, or a join that found another generation written).

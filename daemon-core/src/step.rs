@@ -135,11 +135,16 @@ pub enum CorePlantedBug {
     NoticeMissesWatch,
     /// A REQUEST that found the lease's owner does not set the owner host's bit.
     RequestWithoutBit,
+    /// Storage fencing preempts a peer standing still for 4·D already (the floor before
+    /// issue 38's item 8) instead of [`crate::fencing::PREEMPT_FLOOR_IO_TIMEOUTS`]: a
+    /// live peer whose renewals come 4–5.5·D apart gets fenced. The daemon's bed plants
+    /// it too (`LOCKD_PLANTED_BUG=preempt-floor-4d`, `pr-delay-bursts-old-rule`).
+    PreemptFloorFourIoTimeouts,
 }
 
 impl CorePlantedBug {
     /// Every planted bug with its command-line name.
-    pub const ALL: [(&'static str, CorePlantedBug); 9] = [
+    pub const ALL: [(&'static str, CorePlantedBug); 10] = [
         ("kill-before-notice", CorePlantedBug::KillBeforeNotice),
         ("release-before-disk", CorePlantedBug::ReleaseBeforeDisk),
         (
@@ -161,6 +166,10 @@ impl CorePlantedBug {
         ),
         ("notice-misses-watch", CorePlantedBug::NoticeMissesWatch),
         ("request-without-bit", CorePlantedBug::RequestWithoutBit),
+        (
+            "preempt-floor-4d",
+            CorePlantedBug::PreemptFloorFourIoTimeouts,
+        ),
     ];
 
     /// The bug named `name` on the command line.
@@ -1048,12 +1057,16 @@ impl<S, H: LeaseHold> Core<S, H> {
                 preempt_cfg_s,
                 acts,
             } => {
+                let old_floor = self.planted(CorePlantedBug::PreemptFloorFourIoTimeouts);
                 if let Some(sp) = self.live_space_mut(id) {
                     let io_timeout_s = sp.io_timeout_s;
                     let f = sp
                         .fence
                         .get_or_insert_with(|| FenceSt::new(preempt_cfg_s, io_timeout_s));
                     f.acts = acts;
+                    if old_floor {
+                        f.preempt_floor_io_timeouts = 4;
+                    }
                     f.registered(key);
                 }
             }

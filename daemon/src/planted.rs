@@ -36,10 +36,13 @@ pub enum Bug {
     /// in place and the fence confirmed while the victim still writes through it (the
     /// rule before issue 38's item 7).
     ForeignKeysIgnored,
+    /// Storage fencing preempts a peer standing still for 4·D (the floor before issue
+    /// 38's item 8): the core's `CorePlantedBug::PreemptFloorFourIoTimeouts`.
+    PreemptFloorFourIoTimeouts,
 }
 
 /// Every bug with its name on the command line and in `LOCKD_PLANTED_BUG`.
-pub const ALL: [(&str, Bug); 7] = [
+pub const ALL: [(&str, Bug); 8] = [
     ("no-host-dead-wait", Bug::NoHostDeadWait),
     ("take-before-confirm", Bug::TakeBeforeConfirm),
     ("kill-before-notice", Bug::KillBeforeNotice),
@@ -50,6 +53,7 @@ pub const ALL: [(&str, Bug); 7] = [
     ("reserve-with-unkeyed-peers", Bug::ReserveWithUnkeyedPeers),
     ("removal-disarms", Bug::RemovalDisarms),
     ("foreign-keys-ignored", Bug::ForeignKeysIgnored),
+    ("preempt-floor-4d", Bug::PreemptFloorFourIoTimeouts),
 ];
 
 /// A point where a bed can have the daemon stop itself (SIGSTOP), to widen a race window

@@ -82,7 +82,13 @@ pub struct CoreLock(Mutex<DaemonCore>);
 impl CoreLock {
     /// An empty core; `kill_grace_s` is the configuration's `kill_grace_seconds`.
     pub fn new(kill_grace_s: u64) -> CoreLock {
-        CoreLock(Mutex::new(DaemonCore::new(kill_grace_s)))
+        #[allow(unused_mut)]
+        let mut core = DaemonCore::new(kill_grace_s);
+        #[cfg(feature = "planted-bugs")]
+        if crate::planted::active(crate::planted::Bug::PreemptFloorFourIoTimeouts) {
+            core.bug = Some(lockd_core::CorePlantedBug::PreemptFloorFourIoTimeouts);
+        }
+        CoreLock(Mutex::new(core))
     }
 }
 

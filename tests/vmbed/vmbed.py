@@ -104,6 +104,7 @@ SCENARIOS = {
     "pr-set-host-fail": ("iscsi", "fence=scsi-pr: a survivor runs `set-host --dead` on the holder in FAIL (its daemon stopped, its holder writing)"),
     "pr-rejoin-race": ("iscsi", "fence=scsi-pr: the holder's daemon is killed and restarted; its join stops after reading the keys while a survivor preempts and takes over"),
     "pr-rejoin-race-old-rule": ("iscsi", "pr-rejoin-race with the join's old rule planted (REGISTER AND IGNORE EXISTING KEY): must show the holder's writes landing again"),
+    "pr-delay-bursts-old-rule": ("iscsi", "pr-delay-bursts with the old 4·D preempt floor planted: must show the healthy survivor preempted"),
     "pr-foreign-key": ("iscsi", "fence=scsi-pr: the holder writes through a second path holding a key of another scheme; its daemon is SIGKILLed: no fence may be confirmed, takeover waits its reset"),
     "pr-foreign-key-old-rule": ("iscsi", "pr-foreign-key with the old rule planted (keys of other schemes ignored): must show the holder's writes through the second path landing after the takeover"),
     "pr-target-restart": ("iscsi", "fence=scsi-pr: tgtd is killed and started again (every key and the reservation lost) while all hosts are healthy"),
@@ -119,21 +120,22 @@ SCENARIOS = {
 PR_FENCE_SCENARIOS = ["pr-kill-daemon", "pr-freeze-guest", "pr-cut-storage", "pr-slow-storage",
                       "pr-holder-leaves", "pr-double-preempt", "pr-survivor-paused", "pr-set-host-fail",
                       "pr-rejoin-race", "pr-rejoin-race-old-rule", "pr-target-restart", "pr-delay-bursts",
-                      "pr-foreign-key", "pr-foreign-key-old-rule",
+                      "pr-foreign-key", "pr-foreign-key-old-rule", "pr-delay-bursts-old-rule",
                       "pr-mixed-sanlock", "pr-mixed-sanlock-old-rule", "pr-rolling", "pr-rolling-old-rule"]
 # Scenarios whose guests boot the image with the daemon built with the `planted-bugs`
 # feature (its pause points; scripts/vmbed.sh builds it, LOCKD_VMBED_PLANTED_IMAGE).
 PLANTED_SCENARIOS = ["pr-rejoin-race", "pr-rejoin-race-old-rule", "pr-mixed-sanlock-old-rule",
-                     "pr-foreign-key-old-rule",
+                     "pr-foreign-key-old-rule", "pr-delay-bursts-old-rule",
                      "pr-rolling-old-rule", "nfs-cut-remove-old-rule"]
 # What a planted old rule must show (else its run fails): "overlaps" (a fenced or dead
 # holder's writes landing after another's grant) or "false_fences" (healthy hosts fenced).
 OLD_RULE_EVIDENCE = {"pr-rejoin-race-old-rule": "overlaps", "nfs-cut-remove-old-rule": "overlaps",
-                     "pr-foreign-key-old-rule": "overlaps",
+                     "pr-foreign-key-old-rule": "overlaps", "pr-delay-bursts-old-rule": "false_fences",
                      "pr-mixed-sanlock-old-rule": "false_fences", "pr-rolling-old-rule": "false_fences"}
 # The planted bug each old-rule scenario's daemons run with (LOCKD_PLANTED_BUG).
 OLD_RULE_BUG = {"pr-rejoin-race-old-rule": "join-register-ignore-existing",
                 "pr-foreign-key-old-rule": "foreign-keys-ignored",
+                "pr-delay-bursts-old-rule": "preempt-floor-4d",
                 "nfs-cut-remove-old-rule": "removal-disarms",
                 "pr-mixed-sanlock-old-rule": "reserve-with-unkeyed-peers",
                 "pr-rolling-old-rule": "reserve-with-unkeyed-peers"}
@@ -2243,9 +2245,12 @@ def pr_delay_bursts(bed: Bed, res: Result) -> None:
     Its renewals then come 4–5·D apart at times, under the preempt floor (6·D). Checks:
     nobody preempts g2 (or anyone), g2 neither logs it was fenced nor fails its lockspace
     nor is reset (false_fences=0), g1's holder keeps writing, overlaps=0. Prints the
-    longest gap between g2's renewals seen on the LUN."""
+    longest gap between g2's renewals seen on the LUN. fence_preempt_s is 4 here, which the
+    old 4·D floor accepted at D = 1 and the current 6·D floor raises to 6: the
+    -old-rule twin (`preempt-floor-4d`) must show g2 preempted."""
     v = res.violations
     rng = random.Random(38)
+    bed.preempt_s = 4
     start_three_with_holder(bed)
     g3 = bed.guests[3]
     bed.keys_at_fault = before = pr_generations(g3)
@@ -2275,7 +2280,7 @@ def pr_delay_bursts(bed: Bed, res: Result) -> None:
     fence_notes(bed, res, "none", fault)
     count_false_fences(bed, res, faulty=set(), allowed={})
     fmt = lambda k: ",".join(f"{h}:{g}" for h, g in sorted(k.items())) or "none"
-    print(f"pr: scenario=pr-delay-bursts bursts={bursts} burst_s={BURST_S} delay_s={BURST_DELAY_S} "
+    print(f"pr: scenario={bed.scenario} bursts={bursts} burst_s={BURST_S} delay_s={BURST_DELAY_S} "
           f"g2_renewals={len(ts)} longest_gap_s={gap:.2f} keys_before={fmt(before)} keys_after={fmt(keys)}",
           flush=True)
 
@@ -2488,7 +2493,8 @@ PR_BODIES = {"pr-basics": pr_basics, "pr-holder-leaves": pr_holder_leaves,
              "pr-double-preempt": pr_double_preempt, "pr-survivor-paused": pr_survivor_paused,
              "pr-set-host-fail": pr_set_host_fail, "pr-rejoin-race": pr_rejoin_race,
              "pr-rejoin-race-old-rule": pr_rejoin_race, "pr-target-restart": pr_target_restart,
-             "pr-delay-bursts": pr_delay_bursts, "pr-mixed-sanlock": pr_mixed_sanlock,
+             "pr-delay-bursts": pr_delay_bursts, "pr-delay-bursts-old-rule": pr_delay_bursts,
+             "pr-mixed-sanlock": pr_mixed_sanlock,
              "pr-mixed-sanlock-old-rule": pr_mixed_sanlock, "pr-rolling": pr_rolling,
              "pr-rolling-old-rule": pr_rolling}
 
