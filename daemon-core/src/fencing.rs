@@ -67,7 +67,10 @@ pub const PREEMPT_FLOOR_IO_TIMEOUTS: u64 = 6;
 /// was lost by the storage (a target restarted without persisted reservations, a
 /// CLEAR), not preempted. A target outage longer than that, plus the time from our last
 /// renewal to its start, cannot be told from a preempt followed by a restart: the host
-/// then counts itself fenced (docs/fencing.md).
+/// then counts itself fenced (docs/fencing.md). Why a healthy host is not fenced and a
+/// fenced one does not write again: VM bed `pr-target-restart` (D = 2), unit tests
+/// `a_stall_rules_out_a_preempt_up_to_five_io_timeouts_less_a_second` and
+/// `a_key_lost_by_the_storage_is_registered_again_unless_we_paused_long_enough_to_be_fenced`.
 pub fn gap_rules_out_preempt(gap_ms: u64, io_timeout_s: u64) -> bool {
     let d_ms = io_timeout_s.max(1) * 1000;
     gap_ms + d_ms + 1000 <= PREEMPT_FLOOR_IO_TIMEOUTS * d_ms
