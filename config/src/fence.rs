@@ -42,7 +42,17 @@ pub struct FenceConfig {
     /// Seconds without a change of a peer's delta lease before it is preempted; 0 = the
     /// lockspace's id_renewal_fail time (8·io_timeout).
     pub preempt_s: u32,
+    /// Milliseconds a fence waits before it counts as confirmed when the victim's
+    /// commands queued at the target were not aborted by our own PREEMPT AND ABORT (the
+    /// target took plain PREEMPT only, or another host's preempt removed the key): the
+    /// longest a write the target had already accepted may take to reach its storage.
+    pub drain_ms: u32,
 }
+
+/// fence_drain_ms when the file does not set it.
+pub const FENCE_DRAIN_DEFAULT_MS: u32 = 2000;
+/// fence_drain_ms: up to ten minutes.
+pub const FENCE_DRAIN_RANGE_MS: std::ops::RangeInclusive<u32> = 0..=600_000;
 
 /// fence_preempt_s: 0 (the fail time) or a time the daemon raises to at least
 /// 6·io_timeout (`lockd_core::fencing::PREEMPT_FLOOR_IO_TIMEOUTS`).
@@ -141,7 +151,20 @@ impl FenceConfig {
             lockspaces: names,
             devices,
             preempt_s,
+            drain_ms: FENCE_DRAIN_DEFAULT_MS,
         })
+    }
+
+    /// The settings with `fence_drain_ms` from the file (the default when absent).
+    pub fn with_drain_ms(self, drain_ms: Option<u32>) -> Result<FenceConfig, ConfigError> {
+        let drain_ms = drain_ms.unwrap_or(FENCE_DRAIN_DEFAULT_MS);
+        if !FENCE_DRAIN_RANGE_MS.contains(&drain_ms) {
+            return Err(ConfigError::Invalid {
+                what: "fence_drain_ms",
+                why: format!("{drain_ms} (0..=600000 milliseconds)"),
+            });
+        }
+        Ok(FenceConfig { drain_ms, ..self })
     }
 }
 
@@ -182,6 +205,20 @@ mod tests {
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn drain_defaults_to_two_seconds_and_is_bounded() {
+        let ls = s(&["vb"]);
+        let on = FenceConfig::resolve(Some("scsi-pr"), Some(&ls), None, None).unwrap();
+        assert_eq!(on.clone().with_drain_ms(None).unwrap().drain_ms, 2000);
+        assert_eq!(on.clone().with_drain_ms(Some(0)).unwrap().drain_ms, 0);
+        assert_eq!(
+            on.clone().with_drain_ms(Some(600_000)).unwrap().drain_ms,
+            600_000
+        );
+        let err = on.with_drain_ms(Some(600_001)).unwrap_err().to_string();
+        assert!(err.contains("fence_drain_ms"), "{err}");
     }
 
     #[test]

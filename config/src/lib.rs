@@ -114,6 +114,8 @@ pub struct FileConfig {
     pub fence_devices: Option<Vec<String>>,
     /// Seconds a peer's delta lease stands still before its key is preempted (0 = 8·D).
     pub fence_preempt_s: Option<u32>,
+    /// Milliseconds a fence not aborted at the target waits before it counts.
+    pub fence_drain_ms: Option<u32>,
 }
 
 /// One key of the TOML file, for lockd.toml(5) (`lockd man`) and the docs.
@@ -338,6 +340,20 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
                its key. The default is the fail time (8·io_timeout); shorter fences a \
                slow host sooner (it gets I/O errors instead of a reset).",
     },
+    ConfigKey {
+        key: "fence_drain_ms",
+        kind: "integer",
+        option: None,
+        default: "2000",
+        range: "0..=600000",
+        example: "5000",
+        help: "How long a fence waits before the victim's leases are taken when the \
+               target did not abort the victim's queued commands for us: it took plain \
+               PREEMPT only (tgt refuses PREEMPT AND ABORT), or another host's preempt had \
+               removed the key already. It must cover the longest a write the target has \
+               accepted may take to reach its storage; a PREEMPT AND ABORT of our own \
+               needs no wait (the target answers once the aborted commands are done).",
+    },
 ];
 
 /// What non-root clients may make the daemon do (`client_privileges`).
@@ -543,7 +559,8 @@ impl Config {
             file.fence_lockspaces.as_deref(),
             file.fence_devices.as_deref(),
             file.fence_preempt_s,
-        )?;
+        )?
+        .with_drain_ms(file.fence_drain_ms)?;
         Ok(Config {
             fence,
             client_privileges,

@@ -982,9 +982,19 @@ impl<S, H: LeaseHold> Core<S, H> {
         let rv = match result {
             Ok(lease) => {
                 st.host_generation = lease.generation;
-                st.last_success_s = lease.last_success_s;
-                st.last_renewal_ok = true;
-                st.renewal_last_success = lease.last_success_s;
+                // The join's write starts the renewal history: the stillness of our record
+                // before the first renewal is measured from it (`longest_renewal_gap_ms`),
+                // as the core's own join does.
+                st.renewal_ok(
+                    lease.last_success_s,
+                    RenewalRec {
+                        timestamp: lease.last_success_s,
+                        read_ms: 0,
+                        write_ms: 0,
+                        write_sent_ms: lease.write_sent_ms,
+                        ended_ms: lease.ended_ms,
+                    },
+                );
                 if st.phase == Phase::Removing {
                     -1
                 } else {
@@ -2437,6 +2447,8 @@ mod tests {
         let lease = JoinedLease {
             generation: 3,
             last_success_s: 120,
+            write_sent_ms: 120_300,
+            ended_ms: 120_900,
         };
         // Joined: answered 0, usable, its lease's time kept.
         c.add_space(7, name("ls"), IO_S);
@@ -2454,6 +2466,19 @@ mod tests {
         assert_eq!((st.host_generation, st.last_success_s), (3, 120));
         assert_eq!(st.acquire_last_success, 121);
         assert!(c.space_usable(&name("ls")));
+        // The join's write starts the renewal history: a stall from it to the first
+        // renewal's end is our record's stillness even once that renewal succeeded.
+        assert_eq!(st.longest_renewal_gap_ms(100, 121_000), 700);
+        let first = RenewalRec {
+            timestamp: 128,
+            read_ms: 5,
+            write_ms: 0,
+            write_sent_ms: 128_100,
+            ended_ms: 128_200,
+        };
+        c.space_st_mut(7).expect("listed").renewal_ok(128, first);
+        let st = c.space_st(7).expect("listed");
+        assert_eq!(st.longest_renewal_gap_ms(100, 129_000), 128_200 - 120_300);
         // Removed while joining: the join's lease is answered -1, never usable.
         c.add_space(8, name("b"), IO_S);
         let req = CoreRequest::RemLockspace {

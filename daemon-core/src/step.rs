@@ -242,6 +242,11 @@ pub struct JoinedLease {
     pub generation: u64,
     /// When the lease was acquired (its first renewal), monotime s.
     pub last_success_s: u64,
+    /// Monotime ms taken just before the join's last write (the record the lease is
+    /// timed from) was sent: that record landed no earlier.
+    pub write_sent_ms: u64,
+    /// Monotime ms when the join had ended: that record landed no later.
+    pub ended_ms: u64,
 }
 
 /// What the daemon is doing, for sd_notify's `STATUS=` line: lockspaces joined (not

@@ -38,7 +38,7 @@ use lockd_core::fencing::{
     device_confirms, device_plan, join_must_wait, join_old_key, preempt_conflict, DevicePlan,
     FenceKey, KeysRead, PeerFenceOutcome, PreemptConflict,
 };
-use lockd_scsi_pr::{lvm_key, lvm_key_parts, PrDevice, PrError, PrType};
+use lockd_scsi_pr::{lvm_key, lvm_key_parts, OutAction, PrDevice, PrError, PrType};
 use tracing::{info, warn};
 
 /// The reservation lockd makes: writes only from registered I_T nexuses. It has one
@@ -60,6 +60,9 @@ pub struct SpaceFence {
     /// The lockspace's own device first, then its `fence_devices`.
     devices: Vec<PrDevice>,
     host_id: u64,
+    /// `fence_drain_ms`: how long a fence whose victim's queued commands no PREEMPT AND
+    /// ABORT of ours aborted waits before it is confirmed.
+    drain_ms: u64,
 }
 
 /// Why a lockspace cannot be fenced (logged; the join fails with [`FENCE_JOIN_RV`]).
@@ -105,6 +108,7 @@ impl SpaceFence {
         lockspace_path: &Path,
         extra: &[PathBuf],
         host_id: u64,
+        drain_ms: u64,
     ) -> Result<SpaceFence, FenceError> {
         lvm_key(host_id, 1)?;
         let mut devices = Vec::new();
@@ -120,7 +124,11 @@ impl SpaceFence {
             })?;
             devices.push(dev);
         }
-        Ok(SpaceFence { devices, host_id })
+        Ok(SpaceFence {
+            devices,
+            host_id,
+            drain_ms,
+        })
     }
 
     fn cmd<T>(
@@ -503,12 +511,20 @@ impl SpaceFence {
     ) -> Result<PeerFenceOutcome, FenceError> {
         let victim = lvm_key(host_id, generation)?;
         let mut preempted = false;
+        // Whether every key of the victim was removed by a PREEMPT AND ABORT of ours: the
+        // target answers it once the victim's queued commands are aborted. A key removed
+        // by plain PREEMPT, or found gone (another host's preempt, which may have been
+        // plain), leaves commands the target had accepted free to land for a while.
+        let mut all_aborted_by_us = true;
         for dev in &self.devices {
             let now_keys = self.cmd(dev, "READ KEYS", dev.read_keys())?;
             let doomed = match device_plan(&fence_keys(&now_keys.keys), host_id, generation) {
                 DevicePlan::Rejoined => return Ok(PeerFenceOutcome::Rejoined),
                 DevicePlan::Preempt(doomed) => doomed,
             };
+            if doomed.is_empty() {
+                all_aborted_by_us = false;
+            }
             if !doomed.is_empty() {
                 // A preempt without a reservation would leave the victim free to write, and
                 // making one here could refuse a live host without a key (the pass
@@ -531,6 +547,7 @@ impl SpaceFence {
                         let keys = self.cmd(dev, "READ KEYS", dev.read_keys())?;
                         match preempt_conflict(&keys.keys, keys.truncated, our_key) {
                             PreemptConflict::VictimAlreadyGone => {
+                                all_aborted_by_us = false;
                                 info!(
                                     device = %dev.path().display(),
                                     host_id,
@@ -562,6 +579,9 @@ impl SpaceFence {
                         })
                     }
                 };
+                if done.action != OutAction::PreemptAndAbort {
+                    all_aborted_by_us = false;
+                }
                 if let Some(why) = &done.abort_refused {
                     warn!(
                         device = %dev.path().display(),
@@ -581,6 +601,16 @@ impl SpaceFence {
                 );
                 preempted |= key == victim;
             }
+        }
+        if !all_aborted_by_us && self.drain_ms > 0 {
+            info!(
+                host_id,
+                generation,
+                drain_ms = self.drain_ms,
+                "storage fencing: the victim's queued commands were not aborted by us; waiting \
+                 fence_drain_ms before the fence counts"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(self.drain_ms));
         }
         for dev in &self.devices {
             let after = self.cmd(dev, "READ KEYS", dev.read_keys())?;

@@ -603,6 +603,7 @@ fn join_fence(
         std::path::Path::new(&space.path),
         &cfg.devices_for(&space.name),
         space.host_id,
+        u64::from(cfg.drain_ms),
     )
     .map_err(JoinError::Fence)?;
     let prev = block_on(delta::read_host_record(bdisk, params, space.host_id))?;
@@ -850,6 +851,10 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
     let lease = JoinedLease {
         generation: state.generation(),
         last_success_s: state.last_success_ms / 1000,
+        // `delta::acquire` takes last_success_ms just before the write the lease is timed
+        // from.
+        write_sent_ms: state.last_success_ms,
+        ended_ms: crate::clock::now_ms(),
     };
     // Removed just as the join completed: the core answers -1 (sanlock's
     // add_lockspace_wait undoes the add in this window); the delta lease is released

@@ -141,6 +141,9 @@ OLD_RULE_BUG = {"pr-rejoin-race-old-rule": "join-register-ignore-existing",
                 "pr-rolling-old-rule": "reserve-with-unkeyed-peers"}
 PLANTED_IMAGE_DIR = Path(os.environ.get("LOCKD_VMBED_PLANTED_IMAGE", VMBED_ROOT / "image-planted"))
 PR_PREEMPT_S = 5
+# The daemons' fence_drain_ms (its default), in seconds: tgt refuses PREEMPT AND ABORT, so
+# every fence on the bed waits it after its plain PREEMPT before it counts.
+FENCE_DRAIN_S = 2.0
 # pr-foreign-key: the key registered on the holder's second path (not lvmlockd's format,
 # as a multipath `reservation_key` or fence_scsi's would be).
 FOREIGN_KEY = "0xabc0000000000001"
@@ -165,7 +168,7 @@ SLOW_DELAY_S = 3.0
 # late: a renewal read under way then times out at io_timeout 1) for BURST_S, then passes
 # for 2–5 s; seeded, so a run replays.
 BURSTS_S = 60.0
-BURST_S = 1.5
+BURST_S = 3.0
 BURST_DELAY_S = 1.2
 CI_SUBSET = ["kill-daemon", "pr-kill-daemon", "nfs-cut"]
 
@@ -1120,6 +1123,8 @@ class Result:
     # Storage fencing scenarios: the survivors' first preempt and fence mark, and the
     # fenced guest's writes refused by the target after the fault.
     fence: str | None = None
+    # fence_preempt_s the guests' daemons ran with (Bed.preempt_s).
+    preempt_s: int = PR_PREEMPT_S
     preempt: float | None = None
     fenced_mark: float | None = None
     fenced_write_errors: int = 0
@@ -1134,7 +1139,7 @@ class Result:
                 f"watchdog_fire_s={f(self.watchdog)} host_dead_s={f(self.host_dead)} "
                 f"takeover_s={f(self.takeover)} rejoin_s={f(self.rejoin)} overlaps={len(self.overlaps)}"
                 + (f" false_fences={len(self.false_fences)}" if self.scenario.startswith("pr-") else "")
-                + (f" fence={self.fence} preempt_s={PR_PREEMPT_S} preempt_at_s={f(self.preempt)} "
+                + (f" fence={self.fence} preempt_s={self.preempt_s} preempt_at_s={f(self.preempt)} "
                    f"fenced_at_s={f(self.fenced_mark)} fenced_write_errors={self.fenced_write_errors}"
                    if self.fence else ""))
 
@@ -1183,6 +1188,7 @@ def run_scenario_on_image(name: str, io_timeout_s: int, fire_timeout_s: int, kee
     except BedError as e:
         res.violations.append(f"bed error: {e}")
     finally:
+        res.preempt_s = bed.preempt_s
         res.overlaps = bed.witness.overlaps(("disk",) if name in PR_FENCE_SCENARIOS else ("life", "disk"))
         if name in OLD_RULE_EVIDENCE:
             # The planted old rule must show its hole: writes of a fenced or dead holder
@@ -1515,6 +1521,12 @@ def judge_fenced(bed: Bed, res: Result, g1: Guest, kind: str, fault: float, kind
     marks = [t for t, h, e in notes if h != "g1" and e == "fence-marked"]
     res.preempt = min(pre) if pre else None
     res.fenced_mark = min(marks) if marks else None
+    if res.preempt is not None and res.fenced_mark is not None \
+            and res.fenced_mark - res.preempt < FENCE_DRAIN_S - 0.1:
+        # tgt refuses PREEMPT AND ABORT: a fence by plain PREEMPT counts only after
+        # fence_drain_ms (the victim's commands the target had accepted may still land).
+        res.violations.append(f"fence counted {res.fenced_mark - res.preempt:.2f}s after the preempt, "
+                              f"within fence_drain_ms ({FENCE_DRAIN_S} s) of a plain PREEMPT")
     res.fenced_write_errors = sum(1 for _t, h, e in notes if h == "g1" and e == "write_error")
     rec = [t for t, h, e in notes if h == "g1" and e in ("killpath", "sigterm")]
     res.recovery = min(rec) if rec else None
