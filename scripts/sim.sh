@@ -38,10 +38,11 @@ expect_caught() {
 for bug in skip-phase2 no-host-dead-wait stale-known-hosts own-name-short-delay; do
     expect_caught "$bug" "$sim" --seeds "$seeds" --hosts 4 --plant-bug "$bug"
 done
-# The fence model's planted bugs, each on 2000 seeds whatever LEASE_SEEDS is (about a
-# second each; holder-unregisters-at-leave, the rarest, is caught on 5 of them).
+# The fence model's planted bugs, each on 2000 seeds whatever LEASE_SEEDS is (a few
+# seconds each; the rarest, holder-unregisters-at-leave and take-without-drain, are
+# caught on a few seeds in a thousand).
 for bug in take-before-preempt-confirmed preempt-conflict-means-fenced \
-    holder-unregisters-at-leave empty-target-means-fenced; do
+    holder-unregisters-at-leave empty-target-means-fenced take-without-drain; do
     expect_caught "$bug" "$sim" --model fence --seeds 2000 --hosts 4 --plant-bug "$bug"
 done
 

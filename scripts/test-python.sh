@@ -4,8 +4,8 @@
 # one loop device), a real sanlock 3.8 daemon, and the wheel installed in a fresh venv.
 # Run as root (loop devices, FUSE views through lockd-faultfs, daemons). Installs python3-pytest,
 # python3-venv and python3-pip from Debian if missing, and mypy (pinned, from PyPI) into a
-# venv of its own in target/python/mypy-venv; `mypy --strict` must pass over the package and
-# the examples (python/pyproject.toml's [tool.mypy]) before any test runs.
+# venv of its own in target/python/mypy-venv; `mypy --strict` must pass over the package,
+# the examples and the tests (python/pyproject.toml's [tool.mypy]) before any test runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -29,7 +29,8 @@ if ! "$mypy_venv/bin/mypy" --version 2>/dev/null | grep -q "^mypy $MYPY_VERSION 
     "$mypy_venv/bin/pip" install --quiet --disable-pip-version-check "mypy==$MYPY_VERSION"
 fi
 "$mypy_venv/bin/mypy" --version
-(cd python && "$mypy_venv/bin/mypy" --cache-dir "$mypy_venv/cache")
+# Against the system Python, whose pytest (Debian's, typed) the tests import.
+(cd python && "$mypy_venv/bin/mypy" --cache-dir "$mypy_venv/cache" --python-executable "$PY")
 export LOCKD_MYPY="$mypy_venv/bin/mypy"
 
 cargo build -p lockd-tools -p lockd-daemon -p lockd-system-tests --bins

@@ -27,14 +27,9 @@ pub use client_lib::proto::{
     SANLK_SETEV_REPLACE_EVENT as SETEV_REPLACE_EVENT,
 };
 
-/// A host event (`sanlk_host_event`): to `host_id` at `generation` (0: any).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct HostEvent {
-    pub host_id: u64,
-    pub generation: u64,
-    pub event: u64,
-    pub data: u64,
-}
+/// A host event (`sanlk_host_event`): to `host_id` at `generation` (0: any); the wire's
+/// own record, so the daemon passes SET_EVENT's event to the core as it was decoded.
+pub use client_lib::wire::HostEvent;
 
 /// Why SET_EVENT was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

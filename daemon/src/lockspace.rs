@@ -1233,12 +1233,7 @@ pub fn set_event(
     let Some(space) = d.find_space(&ls.name) else {
         return Err(SpaceError::NotFound);
     };
-    let mut event = lockd_core::events::HostEvent {
-        host_id: he.host_id,
-        generation: he.generation,
-        event: he.event,
-        data: he.data,
-    };
+    let mut event = *he;
     if event.generation == 0 && flags & SANLK_SETEV_CUR_GENERATION != 0 {
         if let Some(o) = space.monitor(|m| lease_core::HostObserver::observation(m, he.host_id)) {
             event.generation = o.owner_generation;

@@ -16,6 +16,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import pytest
 
@@ -32,8 +34,12 @@ FIRE_TIMEOUT = 5
 HOST_DEAD = 8 * IO_TIMEOUT + FIRE_TIMEOUT
 KILL_GRACE = 5
 
+T = TypeVar("T")
+#: A Child's event: one JSON object of its stdout, plus ``t_test``.
+Event = dict[str, Any]
 
-def bin_path(name):
+
+def bin_path(name: str) -> str:
     d = os.environ.get("LOCKD_BIN_DIR")
     assert d, "LOCKD_BIN_DIR is not set: run the tests through scripts/test-python.sh"
     p = os.path.join(d, name)
@@ -41,18 +47,19 @@ def bin_path(name):
     return p
 
 
-def run(cmd, env=None, check=True, timeout=60):
+def run(cmd: list[str], env: dict[str, str] | None = None, check: bool = True,
+        timeout: float = 60) -> subprocess.CompletedProcess[str]:
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if check:
         assert out.returncode == 0, f"{cmd} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}"
     return out
 
 
-def require(tool, package):
+def require(tool: str, package: str) -> None:
     assert shutil.which(tool), f"`{tool}` is missing: install the Debian package {package}"
 
 
-def wait_for(secs, fn, step=0.1):
+def wait_for(secs: float, fn: Callable[[], T], step: float = 0.1) -> T | None:
     deadline = time.monotonic() + secs
     while time.monotonic() < deadline:
         v = fn()
@@ -63,32 +70,32 @@ def wait_for(secs, fn, step=0.1):
 
 
 class Scratch:
-    def __init__(self, tag):
+    def __init__(self, tag: str) -> None:
         self.dir = f"/var/tmp/lockd-py-{tag}-{os.getpid()}"
         shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(self.dir)
         os.chmod(self.dir, 0o755)
 
-    def file(self, name, mib):
+    def file(self, name: str, mib: int) -> str:
         p = os.path.join(self.dir, name)
         with open(p, "wb") as f:
             f.truncate(mib << 20)
         return p
 
-    def path(self, name):
+    def path(self, name: str) -> str:
         return os.path.join(self.dir, name)
 
-    def cleanup(self):
+    def cleanup(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Loop:
-    def __init__(self, file):
+    def __init__(self, file: str) -> None:
         require("losetup", "mount")
         self.dev = run(["losetup", "-f", "--show", file]).stdout.strip()
         assert self.dev.startswith("/dev/loop"), self.dev
 
-    def detach(self):
+    def detach(self) -> None:
         subprocess.run(["losetup", "-d", self.dev], capture_output=True)
 
 
@@ -97,7 +104,7 @@ class FaultFs:
     be stalled (a hung SAN path) while the other host's view keeps working. The mount
     goes away with the process (AutoUnmount); stopped by PID."""
 
-    def __init__(self, scratch, backing):
+    def __init__(self, scratch: Scratch, backing: str) -> None:
         self.mnt = scratch.path("faultfs-mnt")
         self.control = scratch.path("faultfs.sock")
         os.makedirs(self.mnt, exist_ok=True)
@@ -108,7 +115,7 @@ class FaultFs:
         self.dev = os.path.join(self.mnt, "disk.img")
         assert wait_for(10, lambda: os.path.exists(self.dev)), "the FUSE view never appeared"
 
-    def mode(self, command):
+    def mode(self, command: str) -> None:
         s = socket.socket(socket.AF_UNIX)
         s.settimeout(5)
         try:
@@ -119,13 +126,13 @@ class FaultFs:
             s.close()
         assert reply.startswith("ok"), f"lockd-faultfs {command}: {reply}"
 
-    def stall(self):
+    def stall(self) -> None:
         self.mode("stall")
 
-    def passthrough(self):
+    def passthrough(self) -> None:
         self.mode("pass")
 
-    def stop(self):
+    def stop(self) -> None:
         if self.proc.poll() is None:
             try:
                 self.mode("pass")
@@ -145,7 +152,7 @@ class Daemon:
     """A lockd daemon (``kind`` "lockd") or a real sanlock daemon (``-w 0``, private run
     dir, SANLOCK_PRIVILEGED=0), stopped by PID."""
 
-    def __init__(self, scratch, name, kind="lockd"):
+    def __init__(self, scratch: Scratch, name: str, kind: str = "lockd") -> None:
         self.name, self.kind = name, kind
         self.run_dir = scratch.path(f"run-{name}")
         os.makedirs(self.run_dir, exist_ok=True)
@@ -169,7 +176,7 @@ class Daemon:
                                      stderr=logf, env=env)
         sock = os.path.join(self.run_dir, "sanlock.sock")
 
-        def up():
+        def up() -> bool:
             s = socket.socket(socket.AF_UNIX)
             try:
                 s.connect(sock)
@@ -180,17 +187,17 @@ class Daemon:
                 s.close()
         assert wait_for(10, up), f"{kind} socket never appeared:\n{self.log_text()}"
 
-    def env(self):
+    def env(self) -> dict[str, str]:
         e = dict(os.environ)
         e["SANLOCK_RUN_DIR"] = self.run_dir
         e["LOCKD_RUN_DIR"] = self.run_dir
         e["PYTHONPATH"] = ROOT
         return e
 
-    def lockd(self, *args, check=True):
+    def lockd(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return run([bin_path("lockd"), *args, "--run-dir", self.run_dir], check=check)
 
-    def join(self, ls, host_id, path, offset=0):
+    def join(self, ls: str, host_id: int, path: str, offset: int = 0) -> None:
         if self.kind == "lockd":
             self.lockd("add-lockspace", "-s", f"{ls}:{host_id}:{path}:{offset}", "-o",
                        str(IO_TIMEOUT))
@@ -198,19 +205,19 @@ class Daemon:
             run(["sanlock", "client", "add_lockspace", "-s", f"{ls}:{host_id}:{path}:{offset}",
                  "-o", str(IO_TIMEOUT)], env=self.env())
 
-    def log_text(self):
+    def log_text(self) -> str:
         try:
             with open(self.log) as f:
                 return f.read()[-6000:]
         except OSError:
             return ""
 
-    def kill9(self):
+    def kill9(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
 
-    def stop(self):
+    def stop(self) -> None:
         if self.proc.poll() is not None:
             return
         if self.kind == "lockd":
@@ -232,17 +239,19 @@ class Child:
     """A Python program (an example) whose stdout is JSON event lines, read by a thread;
     killed by PID at the end."""
 
-    def __init__(self, args, env):
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
         self.proc = subprocess.Popen([sys.executable, "-u", *args], env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.events = []
-        self.stderr = []
+        self.events: list[Event] = []
+        self.stderr: list[str] = []
         self._cv = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._read_err, daemon=True).start()
 
-    def _read(self):
+    def _read(self) -> None:
+        assert self.proc.stdout is not None  # stdout=PIPE
         for line in self.proc.stdout:
+            ev: Event
             try:
                 ev = json.loads(line)
             except ValueError:
@@ -252,12 +261,13 @@ class Child:
                 self.events.append(ev)
                 self._cv.notify_all()
 
-    def _read_err(self):
+    def _read_err(self) -> None:
+        assert self.proc.stderr is not None  # stderr=PIPE
         for line in self.proc.stderr:
             self.stderr.append(line)
 
-    def wait_event(self, name, secs, **match):
-        def find():
+    def wait_event(self, name: str, secs: float, **match: object) -> Event:
+        def find() -> Event | None:
             for e in self.events:
                 if e.get("event") == name and all(e.get(k) == v for k, v in match.items()):
                     return e
@@ -275,31 +285,31 @@ class Child:
                         f"stderr: {''.join(self.stderr)[-3000:]}")
                 self._cv.wait(min(left, 0.2))
 
-    def find(self, name):
+    def find(self, name: str) -> list[Event]:
         return [e for e in self.events if e.get("event") == name]
 
-    def pid(self):
+    def pid(self) -> int:
         return self.proc.pid
 
-    def kill(self, sig=signal.SIGKILL):
+    def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
 
-    def wait(self, timeout=30):
+    def wait(self, timeout: float = 30) -> int:
         return self.proc.wait(timeout=timeout)
 
-    def close(self):
+    def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
 
 
-def init_lockspace(ls, path, offset=0):
+def init_lockspace(ls: str, path: str, offset: int = 0) -> None:
     run([bin_path("lockd"), "direct", "init", "-s", f"{ls}:0:{path}:{offset}", "-o",
          str(IO_TIMEOUT)])
 
 
-def init_resource(ls, name, path, offset):
+def init_resource(ls: str, name: str, path: str, offset: int) -> None:
     run([bin_path("lockd"), "direct", "init", "-r", f"{ls}:{name}:{path}:{offset}"])
 
 
@@ -313,12 +323,12 @@ class Cluster:
     RESOURCES = {"op-1": 1, "op-2": 2, "op-3": 3, "op-4": 4, "leader": 8, "shared": 9,
                  "aio": 10, "observe": 11, "cancel": 12, "elect-aio": 13}
 
-    def __init__(self, tag, file_backed=False):
+    def __init__(self, tag: str, file_backed: bool = False) -> None:
         """``file_backed``: the lockspace lives in a regular file both hosts open
         directly (no loop device, no FUSE view)."""
         self.scratch = Scratch(tag)
-        self.undo = []
-        self.fault = None
+        self.undo: list[Callable[[], None]] = []
+        self.fault: FaultFs | None = None
         try:
             img = self.scratch.file("disk.img", 64)
             if file_backed:
@@ -347,20 +357,20 @@ class Cluster:
             self.close()
             raise
 
-    def _sees(self, d, host_id):
+    def _sees(self, d: Daemon, host_id: int) -> bool:
         try:
             return any(h.host_id == host_id and h.state == "live"
                        for h in _conn.get_hosts(d.run_dir, "ls", 0))
         except lockd.LockdError:
             return False
 
-    def path(self, d):
+    def path(self, d: Daemon) -> str:
         return self.fault.dev if (d is self.a and self.fault) else self.shared
 
-    def spec(self, d, name):
+    def spec(self, d: Daemon, name: str) -> str:
         return f"ls:{name}:{self.path(d)}:{self.RESOURCES[name]}M"
 
-    def close(self):
+    def close(self) -> None:
         for f in reversed(self.undo):
             try:
                 f()
@@ -371,17 +381,21 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(request):
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     c = Cluster(request.module.__name__.rsplit(".", 1)[-1].replace("test_", "")[:10])
     yield c
     c.close()
 
 
-@pytest.fixture
-def children():
-    made = []
+#: The ``children`` fixture: starts a Child, closed at the end of the test.
+StartChild = Callable[[list[str], dict[str, str]], Child]
 
-    def start(args, env):
+
+@pytest.fixture
+def children() -> Iterator[StartChild]:
+    made: list[Child] = []
+
+    def start(args: list[str], env: dict[str, str]) -> Child:
         ch = Child(args, env)
         made.append(ch)
         return ch

@@ -14,7 +14,7 @@ PKG = os.path.dirname(os.path.abspath(lockd.__file__))
 PYPROJECT = os.path.join(os.path.dirname(PKG), "pyproject.toml")
 
 
-def test_one_version_read_from_the_package():
+def test_one_version_read_from_the_package() -> None:
     import tomllib  # the tests run on the system Python 3.11
     with open(PYPROJECT, "rb") as f:
         conf = tomllib.load(f)
@@ -26,8 +26,8 @@ def test_one_version_read_from_the_package():
     assert re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", lockd.__version__)
 
 
-def test_every_public_definition_has_a_docstring():
-    missing = []
+def test_every_public_definition_has_a_docstring() -> None:
+    missing: list[str] = []
     for name in sorted(os.listdir(PKG)):
         if not name.endswith(".py"):
             continue
@@ -35,7 +35,7 @@ def test_every_public_definition_has_a_docstring():
             tree = ast.parse(f.read())
         assert ast.get_docstring(tree), f"{name}: no module docstring"
 
-        def visit(body, where):
+        def visit(body: list[ast.stmt], where: str) -> None:
             for node in body:
                 if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     continue
@@ -55,10 +55,11 @@ def test_every_public_definition_has_a_docstring():
             assert obj.__doc__, f"lockd.{name} has no docstring"
 
 
-def test_results_are_frozen_dataclasses():
+def test_results_are_frozen_dataclasses() -> None:
     for cls in (lockd.LeaderInfo, lockd.LockInfo, lockd.Holder, lockd.Waiter,
                 lockd.LossNotice):
-        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls
+        # getattr: typeshed does not declare dataclasses' private __dataclass_params__.
+        assert dataclasses.is_dataclass(cls) and getattr(cls, "__dataclass_params__").frozen, cls
     info = lockd.LeaderInfo(host_id=1, generation=2, token=3, state="live", shared=False,
                             host_name="a")
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -70,12 +71,12 @@ def test_results_are_frozen_dataclasses():
                                                     "mode": "EX"},)
 
 
-def test_acquire_arguments_are_checked_before_any_io():
+def test_acquire_arguments_are_checked_before_any_io() -> None:
     lease = lockd.Lease("ls:r:/dev/x:0", run_dir="/nonexistent")
     with pytest.raises(lockd.BadSpec):
         lease.acquire(True, -1)
     with pytest.raises(lockd.BadSpec):
-        lease.acquire(timeout="soon")
+        lease.acquire(timeout="soon")  # type: ignore[call-overload]  # ill-typed on purpose
     # Both forms reach the daemon (none here): DaemonGone, not a bool.
     with pytest.raises(lockd.DaemonGone):
         lease.acquire(blocking=False)

@@ -20,7 +20,8 @@ import time
 
 import lockd
 
-from conftest import (EXAMPLES, HOST_DEAD, IO_TIMEOUT, Cluster, bin_path, run, wait_for)
+from conftest import (EXAMPLES, HOST_DEAD, IO_TIMEOUT, Cluster, Daemon, Scratch, StartChild,
+                      bin_path, run, wait_for)
 
 sys.path.insert(0, EXAMPLES)
 from fenced_file import fenced_append  # noqa: E402
@@ -28,18 +29,18 @@ from fenced_file import fenced_append  # noqa: E402
 CATALOG = "op-1=1M,op-2=2M,op-3=3M"
 
 
-def sf(cluster, d, *args):
+def sf(cluster: Cluster, d: Daemon, *args: str) -> list[str]:
     return [os.path.join(EXAMPLES, "sf_worker.py"), "--lockspace", "ls", "--path",
             cluster.path(d), "--catalog", CATALOG, *args]
 
 
-def journal_tokens(path):
+def journal_tokens(path: str) -> list[int]:
     with open(path) as f:
         lines = f.read().splitlines()
     return [int(line.split()[0].split("=")[1]) for line in lines[1:]]
 
 
-def test_sf_worker_killed_mid_operation(cluster, children):
+def test_sf_worker_killed_mid_operation(cluster: Cluster, children: StartChild) -> None:
     a, b = cluster.a, cluster.b
     journal = cluster.scratch.path("op-1.journal")
     wa = children(sf(cluster, a, "run", "op-1", "--journal", journal, "--steps", "1000",
@@ -82,7 +83,8 @@ def test_sf_worker_killed_mid_operation(cluster, children):
     assert fenced_append(journal, ta, "stale") == (False, tb)
 
 
-def test_sf_worker_told_before_a_force_request_kills_it(cluster, children):
+def test_sf_worker_told_before_a_force_request_kills_it(cluster: Cluster,
+                                                        children: StartChild) -> None:
     a, b = cluster.a, cluster.b
     journal = cluster.scratch.path("op-2.journal")
     wa = children(sf(cluster, a, "run", "op-2", "--journal", journal, "--steps", "100000",
@@ -112,14 +114,14 @@ def test_sf_worker_told_before_a_force_request_kills_it(cluster, children):
 
 
 class Store:
-    def __init__(self, scratch):
+    def __init__(self, scratch: Scratch) -> None:
         self.sock = scratch.path("store.sock")
         self.log = scratch.path("store.log")
         self.proc = subprocess.Popen([bin_path("lockd-fenced-store"), "serve", "--socket",
                                       self.sock, "--log", self.log])
         assert wait_for(10, lambda: os.path.exists(self.sock)), "store socket never appeared"
 
-    def write(self, token, host):
+    def write(self, token: int, host: str) -> str:
         s = socket.socket(socket.AF_UNIX)
         s.connect(self.sock)
         s.sendall(f"WRITE {token} {host} {time.time_ns()}\n".encode())
@@ -127,7 +129,7 @@ class Store:
         s.close()
         return reply
 
-    def accepted(self):
+    def accepted(self) -> list[tuple[int, str, int]]:
         with open(self.log) as f:
             out = []
             for line in f:
@@ -136,14 +138,14 @@ class Store:
                     out.append((int(kv["token"]), kv["host"], int(kv["store_ns"])))
             return out
 
-    def stop(self):
+    def stop(self) -> None:
         self.proc.kill()
         self.proc.wait()
 
 
-def test_leader_writer_storage_stall(children):
+def test_leader_writer_storage_stall(children: StartChild) -> None:
     c = Cluster("stall")
-    store = None
+    store: Store | None = None
     try:
         a, b = c.a, c.b
         store = Store(c.scratch)
@@ -157,6 +159,7 @@ def test_leader_writer_storage_stall(children):
         time.sleep(1)
         assert not wb.find("elected")
         # hostA's path to the storage hangs.
+        assert c.fault is not None  # not file_backed: host A has its FUSE view
         c.fault.stall()
         stalled = time.monotonic()
         # The writer's loop stops on the notice and reports it ("stopped" carries the
@@ -203,7 +206,7 @@ def test_leader_writer_storage_stall(children):
         c.close()
 
 
-def test_file_lock_daemon_killed(children):
+def test_file_lock_daemon_killed(children: StartChild) -> None:
     c = Cluster("file", file_backed=True)
     try:
         a, b = c.a, c.b
@@ -243,7 +246,7 @@ def test_file_lock_daemon_killed(children):
         c.close()
 
 
-def test_elect_tells_a_python_child_why(cluster, children):
+def test_elect_tells_a_python_child_why(cluster: Cluster, children: StartChild) -> None:
     """`lockd elect --loss-file F --json -- elect_child.py`: a FORCE request from host B;
     the child reads reason=requested from the loss file in its SIGTERM handler."""
     a, b = cluster.a, cluster.b

@@ -4,17 +4,19 @@ two real lockd daemons ("hosts") sharing one loop device."""
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
 import lockd
-from conftest import HOST_DEAD, wait_for  # noqa: F401
+from conftest import HOST_DEAD, Cluster, Daemon, wait_for  # noqa: F401
 
 
-def test_token_grows_across_hosts_and_release_frees(cluster):
+def test_token_grows_across_hosts_and_release_frees(cluster: Cluster) -> None:
     a, b = cluster.a, cluster.b
     with lockd.Lease(cluster.spec(a, "op-1"), run_dir=a.run_dir) as la:
         t1 = la.token
+        assert t1 is not None
         assert t1 >= 1
         assert not la.lost.is_set() and la.loss is None and la.is_trusted
     with lockd.Lease(cluster.spec(b, "op-1"), run_dir=b.run_dir) as lb:
@@ -23,7 +25,7 @@ def test_token_grows_across_hosts_and_release_frees(cluster):
         assert la.token == t1 + 2
 
 
-def test_lease_held_names_the_owner_and_timeout_waits(cluster):
+def test_lease_held_names_the_owner_and_timeout_waits(cluster: Cluster) -> None:
     a, b = cluster.a, cluster.b
     with lockd.Lease(cluster.spec(a, "op-2"), run_dir=a.run_dir) as held:
         with pytest.raises(lockd.LeaseHeld) as e:
@@ -47,15 +49,17 @@ def test_lease_held_names_the_owner_and_timeout_waits(cluster):
         threading.Timer(1.0, held.release).start()
         started = time.monotonic()
         with lockd.Lease(cluster.spec(b, "op-2"), run_dir=b.run_dir) as lb:
+            assert lb.token is not None and held.token is not None
             assert lb.token > held.token
             assert time.monotonic() - started >= 0.9
 
 
-def test_shared_leases_and_locks_listing(cluster):
+def test_shared_leases_and_locks_listing(cluster: Cluster) -> None:
     a, b = cluster.a, cluster.b
     with lockd.Lease(cluster.spec(a, "shared"), shared=True, run_dir=a.run_dir, owner="reader-a") as sa, \
             lockd.Lease(cluster.spec(b, "shared"), shared=True, run_dir=b.run_dir) as sb, \
             lockd.Lease(cluster.spec(a, "op-3"), run_dir=a.run_dir, owner="worker-a") as ex:
+        assert sa.token is not None and sb.token is not None
         assert sa.token >= 1 and sb.token >= 1
         # Cluster-wide, from host B: op-3 is hostA's, op-4 is free.
         rows = lockd.locks("ls", [cluster.spec(b, n) for n in ("op-3", "op-4", "shared")],
@@ -81,19 +85,20 @@ def test_shared_leases_and_locks_listing(cluster):
             lockd.Lease(cluster.spec(b, "shared"), run_dir=b.run_dir, timeout=0).acquire()
 
 
-def test_leader_election_campaign_observe_resign_run(cluster):
+def test_leader_election_campaign_observe_resign_run(cluster: Cluster) -> None:
     a, b = cluster.a, cluster.b
     ea = lockd.LeaderElection(cluster.spec(a, "leader"), run_dir=a.run_dir)
     eb = lockd.LeaderElection(cluster.spec(b, "leader"), run_dir=b.run_dir)
-    seen = []
+    seen: list[lockd.LeaderInfo] = []
     stop = threading.Event()
 
-    def watch():
+    def watch() -> None:
         for info in eb.observe(interval=0.1, stop=stop):
             seen.append(info)
     t = threading.Thread(target=watch)
     t.start()
     lead = ea.campaign()
+    assert lead.token is not None
     assert lead.is_leader and lead.token >= 1
     info = eb.leader()
     assert (info.host_id, info.host_name, info.token, info.state) == \
@@ -103,9 +108,9 @@ def test_leader_election_campaign_observe_resign_run(cluster):
     assert e.value.owner_name == "hostA"
     ea.resign()
     assert not lead.is_leader
-    got = {}
+    got: dict[str, int | None] = {}
 
-    def term(leadership):
+    def term(leadership: lockd.Leadership) -> str:
         got["token"] = leadership.token
         time.sleep(0.5)  # long enough for the observer to see this term
         return "done"
@@ -119,11 +124,12 @@ def test_leader_election_campaign_observe_resign_run(cluster):
     assert holders.index((1, lead.token)) < holders.index((2, lead.token + 1))
 
 
-def test_asyncio_lease(cluster):
+def test_asyncio_lease(cluster: Cluster) -> None:
     a = cluster.a
 
-    async def main():
+    async def main() -> int:
         async with lockd.aio.Lease(cluster.spec(a, "aio"), run_dir=a.run_dir) as l1:
+            assert l1.token is not None
             assert l1.token >= 1
             assert await l1.wait_lost(timeout=0.3) is None
             assert not l1.lost.is_set()
@@ -140,7 +146,7 @@ def test_asyncio_lease(cluster):
     with lockd.Lease(cluster.spec(a, "aio"), run_dir=a.run_dir) as l2:
         assert l2.token == token + 1
 
-    async def free_now():
+    async def free_now() -> int | None:
         lease = lockd.aio.Lease(cluster.spec(a, "aio"), run_dir=a.run_dir)
         assert await lease.acquire(blocking=True) is True
         got = lease.token
@@ -149,12 +155,12 @@ def test_asyncio_lease(cluster):
     assert asyncio.run(free_now()) == token + 2
 
 
-def test_metrics_from_lockd(cluster):
+def test_metrics_from_lockd(cluster: Cluster) -> None:
     text = lockd.metrics(run_dir=cluster.a.run_dir)
     assert "# TYPE" in text and "lockd_" in text
 
 
-def test_errors_carry_codes(cluster):
+def test_errors_carry_codes(cluster: Cluster) -> None:
     with pytest.raises(lockd.BadSpec) as e:
         lockd.Lease("ls:op-1:/dev/x")
     assert e.value.code == -22 and isinstance(e.value, ValueError)
@@ -170,7 +176,7 @@ def test_errors_carry_codes(cluster):
     assert r.value.code < 0
 
 
-def test_waiting_candidates_are_shown(cluster):
+def test_waiting_candidates_are_shown(cluster: Cluster) -> None:
     """A candidate waiting on host B for a lease host A holds shows in lockd.locks,
     `lockd leader --json` and `lockd status --json` on host B."""
     import json
@@ -181,10 +187,10 @@ def test_waiting_candidates_are_shown(cluster):
         t = threading.Thread(target=cand.acquire)
         t.start()
 
-        def shown():
+        def shown() -> tuple[lockd.Waiter, ...]:
             rows = lockd.locks("ls", [cluster.spec(b, "op-4")], run_dir=b.run_dir)
             return rows[0].waiting
-        waiting = None
+        waiting: tuple[lockd.Waiter, ...] | None = None
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not waiting:
             waiting = shown()
@@ -198,24 +204,26 @@ def test_waiting_candidates_are_shown(cluster):
         assert [c["waiting"] for c in st["clients"] if c["name"] == "candidate-b"] == ["ls:op-4"]
         held.release()
         t.join(15)
+        assert held.token is not None
         assert cand.token == held.token + 1
         # Holding now: no longer a candidate.
         assert lockd.locks("ls", [cluster.spec(b, "op-4")], run_dir=b.run_dir)[0].waiting == ()
         cand.release()
 
 
-def waiting_on(cluster, d, name, owner):
+def waiting_on(cluster: Cluster, d: Daemon, name: str, owner: str) -> bool:
     """True while ``owner`` shows on ``d`` as a candidate waiting for lease ``name``."""
     rows = lockd.locks("ls", [cluster.spec(d, name)], run_dir=d.run_dir)
     return any(w.name == owner for w in rows[0].waiting)
 
 
-def test_acquire_returns_false_when_held_and_after_its_timeout(cluster):
+def test_acquire_returns_false_when_held_and_after_its_timeout(cluster: Cluster) -> None:
     """kazoo's shape: acquire(blocking=False) tries once, acquire(timeout=T) tries T
     seconds; both return False on a held lease, True once they get it."""
     a, b = cluster.a, cluster.b
     first = lockd.Lease(cluster.spec(b, "cancel"), run_dir=b.run_dir)
     assert first.acquire(blocking=False) is True
+    assert first.token is not None
     assert first.is_trusted and first.token >= 1
     first.release()
     with lockd.Lease(cluster.spec(a, "cancel"), run_dir=a.run_dir) as held:
@@ -243,18 +251,19 @@ def test_acquire_returns_false_when_held_and_after_its_timeout(cluster):
         t0 = time.monotonic()
         assert other.acquire(blocking=True, timeout=15) is True
         assert time.monotonic() - t0 >= 0.4
+        assert held.token is not None
         assert other.token == held.token + 1 and other.is_trusted
         other.release()
 
 
-def test_cancel_from_another_thread_unblocks_a_blocking_acquire(cluster):
+def test_cancel_from_another_thread_unblocks_a_blocking_acquire(cluster: Cluster) -> None:
     a, b = cluster.a, cluster.b
     with lockd.Lease(cluster.spec(a, "cancel"), run_dir=a.run_dir) as held:
         cand = lockd.Lease(cluster.spec(b, "cancel"), run_dir=b.run_dir, owner="cancel-me")
         cand.cancel()  # nothing under way: no effect on the acquire that follows
-        out = {}
+        out: dict[str, bool | BaseException | None] = {}
 
-        def take():
+        def take() -> None:
             try:
                 out["result"] = cand.acquire(blocking=True)  # waits until the holder goes
             except BaseException as e:  # noqa: BLE001 - checked below
@@ -268,6 +277,7 @@ def test_cancel_from_another_thread_unblocks_a_blocking_acquire(cluster):
         assert not t.is_alive(), "cancel() did not unblock acquire()"
         assert time.monotonic() - t0 < 1
         assert isinstance(out.get("error"), lockd.Cancelled), out
+        assert isinstance(out["error"], lockd.Cancelled)  # the same, for mypy
         assert out["error"].code_name == "ECANCELED" and "result" not in out
         assert cand.token is None and not cand.is_trusted
         # Its registration is closed: host B's daemon forgets the candidate.
@@ -285,11 +295,12 @@ def test_cancel_from_another_thread_unblocks_a_blocking_acquire(cluster):
     assert lockd.leader(cluster.spec(b, "cancel"), run_dir=b.run_dir).host_id == 0
     # The cancelled object is reusable.
     assert cand.acquire(blocking=False) is True
+    assert held.token is not None
     assert cand.token == held.token + 1
     cand.release()
 
 
-def _raises(fn):
+def _raises(fn: Callable[[], object]) -> BaseException | None:
     try:
         fn()
     except BaseException as e:  # noqa: BLE001 - returned to the test
@@ -297,18 +308,18 @@ def _raises(fn):
     return None
 
 
-def test_asyncio_cancel_mid_acquire_leaves_nothing_held(cluster):
+def test_asyncio_cancel_mid_acquire_leaves_nothing_held(cluster: Cluster) -> None:
     """A cancelled ``await lease.acquire()`` while host A holds the lease: the
     CancelledError comes at once, the executor's acquire stops (it does not take the
     lease when host A lets it go), and another client takes the lease."""
     a, b = cluster.a, cluster.b
     spec_b = cluster.spec(b, "cancel")
 
-    async def waiting(owner):
+    async def waiting(owner: str) -> bool:
         rows = await lockd.aio.locks("ls", [spec_b], run_dir=b.run_dir)
         return any(w.name == owner for w in rows[0].waiting)
 
-    async def main():
+    async def main() -> None:
         held = lockd.Lease(cluster.spec(a, "cancel"), run_dir=a.run_dir).acquire()
         try:
             lease = lockd.aio.Lease(spec_b, run_dir=b.run_dir, owner="aio-cancel")
@@ -336,6 +347,7 @@ def test_asyncio_cancel_mid_acquire_leaves_nothing_held(cluster):
         info = await lockd.aio.leader(spec_b, run_dir=b.run_dir)
         assert info.host_id == 0, f"a cancelled acquire took the lease: {info}"
         async with lockd.aio.Lease(spec_b, run_dir=b.run_dir, timeout=0) as again:
+            assert held.token is not None
             assert again.token == held.token + 1
             rows = await lockd.aio.locks("ls", [spec_b], run_dir=b.run_dir)
             assert [(h.name, h.token) for h in rows[0].holders] == \
@@ -343,7 +355,7 @@ def test_asyncio_cancel_mid_acquire_leaves_nothing_held(cluster):
     asyncio.run(main())
 
 
-def test_asyncio_cancel_racing_a_successful_acquire(cluster):
+def test_asyncio_cancel_racing_a_successful_acquire(cluster: Cluster) -> None:
     """Cancelled at any point of an acquire of a free lease: either the await returns
     the held lease, or it raises CancelledError and the lease is free again at once
     (or, when the cancel cut an ACQUIRE short inside the daemon, as soon as the daemon
@@ -351,8 +363,8 @@ def test_asyncio_cancel_racing_a_successful_acquire(cluster):
     b = cluster.b
     spec = cluster.spec(b, "cancel")
 
-    async def main():
-        outcomes = []
+    async def main() -> list[str]:
+        outcomes: list[str] = []
         for delay in (0, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.05, 0.2):
             lease = lockd.aio.Lease(spec, run_dir=b.run_dir)
             task = asyncio.ensure_future(lease.acquire())
@@ -379,21 +391,22 @@ def test_asyncio_cancel_racing_a_successful_acquire(cluster):
     assert "cancelled" in outcomes, outcomes
 
 
-def test_asyncio_leader_election(cluster):
+def test_asyncio_leader_election(cluster: Cluster) -> None:
     a, b = cluster.a, cluster.b
 
-    async def main():
+    async def main() -> None:
         ea = lockd.aio.LeaderElection(cluster.spec(a, "elect-aio"), run_dir=a.run_dir)
         eb = lockd.aio.LeaderElection(cluster.spec(b, "elect-aio"), run_dir=b.run_dir)
         stop = asyncio.Event()
-        seen = []
+        seen: list[lockd.LeaderInfo] = []
 
-        async def watch():
+        async def watch() -> None:
             async for info in eb.observe(interval=0.1, stop=stop):
                 seen.append(info)
         watcher = asyncio.ensure_future(watch())
         lead = await ea.campaign()
         assert isinstance(lead, lockd.aio.Leadership) and ea.leadership is lead
+        assert lead.token is not None
         assert lead.is_leader and lead.token >= 1
         info = await eb.leader()
         assert isinstance(info, lockd.LeaderInfo)
@@ -415,7 +428,7 @@ def test_asyncio_leader_election(cluster):
         await asyncio.sleep(2.5)
         assert (await eb.leader()).host_id == 0
 
-        async def term(leadership):
+        async def term(leadership: lockd.aio.Leadership) -> int | None:
             assert leadership.is_leader
             await asyncio.sleep(0.5)  # long enough for the observer to see this term
             return leadership.token
@@ -431,7 +444,7 @@ def test_asyncio_leader_election(cluster):
     asyncio.run(main())
 
 
-def test_lost_when_the_daemon_stops_answering(cluster):
+def test_lost_when_the_daemon_stops_answering(cluster: Cluster) -> None:
     """SIGSTOP of the daemon: no heartbeat for 3 s, so nothing is known to renew this
     host's lease — `daemon_silent`. (Last in the module: it pauses host B's daemon.)"""
     import signal
@@ -444,6 +457,7 @@ def test_lost_when_the_daemon_stops_answering(cluster):
         took = time.monotonic() - t0
     finally:
         b.proc.send_signal(signal.SIGCONT)
+    assert lease.loss is not None
     assert lease.loss.reason == "daemon_silent"
     assert lease.loss.kill_in is None
     assert 2.5 <= took < 4.5, took
@@ -451,7 +465,7 @@ def test_lost_when_the_daemon_stops_answering(cluster):
     assert wait_free(cluster, b, "op-3")
 
 
-def wait_free(cluster, d, name):
+def wait_free(cluster: Cluster, d: Daemon, name: str) -> bool:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if lockd.leader(cluster.spec(d, name), run_dir=d.run_dir).host_id == 0:

@@ -5,6 +5,7 @@ has no watch: the registered connection's EOF is the notice)."""
 
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -13,10 +14,10 @@ from conftest import Daemon, Scratch, init_lockspace, init_resource, wait_for
 
 
 @pytest.fixture(scope="module")
-def sanlock():
+def sanlock() -> Iterator[tuple[Daemon, str]]:
     s = Scratch("sanlock")
     img = s.file("disk.img", 16)
-    d = None
+    d: Daemon | None = None
     try:
         init_lockspace("sls", img)
         init_resource("sls", "r1", img, 1 << 20)
@@ -30,12 +31,13 @@ def sanlock():
         s.cleanup()
 
 
-def test_lease_token_and_busy_on_sanlock(sanlock):
+def test_lease_token_and_busy_on_sanlock(sanlock: tuple[Daemon, str]) -> None:
     d, img = sanlock
     spec = f"sls:r1:{img}:1M"
     assert lockd._conn.daemon_kind(d.run_dir) == "sanlock"
     with lockd.Lease(spec, run_dir=d.run_dir, owner="py-sanlock") as l1:
         t1 = l1.token
+        assert t1 is not None
         assert t1 >= 1
         with pytest.raises(lockd.LeaseHeld) as e:
             lockd.Lease(spec, run_dir=d.run_dir, timeout=0).acquire()
@@ -54,15 +56,18 @@ def test_lease_token_and_busy_on_sanlock(sanlock):
         assert rows[1].owner_host_id == 0 and rows[1].state == "none"
     with lockd.Lease(spec, run_dir=d.run_dir, shared=True) as s1, \
             lockd.Lease(spec, run_dir=d.run_dir, shared=True) as s2:
+        assert s1.token is not None
         assert s1.token == s2.token and s1.token > t1
     # Waiting (timeout=None) for a holder that goes.
     held = lockd.Lease(spec, run_dir=d.run_dir).acquire()
     threading.Timer(0.8, held.release).start()
     with lockd.Lease(spec, run_dir=d.run_dir) as l2:
+        assert l2.token is not None and held.token is not None
         assert l2.token > held.token
 
 
-def test_lockd_only_calls_say_so_on_sanlock(sanlock, monkeypatch):
+def test_lockd_only_calls_say_so_on_sanlock(sanlock: tuple[Daemon, str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """sanlock never answers lockd's extension commands: NoExtensions, after the
     reply timeout (shortened here), and the connection is not left hanging."""
     d, _img = sanlock
@@ -74,16 +79,17 @@ def test_lockd_only_calls_say_so_on_sanlock(sanlock, monkeypatch):
     assert e.value.code == -95 and "sanlock" in str(e.value)
 
 
-def test_lost_when_the_sanlock_daemon_dies(sanlock):
+def test_lost_when_the_sanlock_daemon_dies(sanlock: tuple[Daemon, str]) -> None:
     d, img = sanlock
     lease = lockd.Lease(f"sls:r2:{img}:2M", run_dir=d.run_dir).acquire()
-    got = []
+    got: list[lockd.LossNotice] = []
     lease.on_lost(got.append)
     assert not lease.lost.is_set()
     d.kill9()
     t0 = time.monotonic()
     assert lease.lost.wait(5), "no loss notice after the sanlock daemon died"
     assert time.monotonic() - t0 < 2
+    assert lease.loss is not None
     assert lease.loss.reason == "daemon_gone"
     # The callback runs in the watch thread right after the event is set.
     assert wait_for(2, lambda: got == [lease.loss]), got

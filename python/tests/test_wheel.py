@@ -40,20 +40,20 @@ name: int = lockd.leader("ls:r:/d:0").host_name
 '''
 
 
-def wheel_path():
+def wheel_path() -> str:
     wheel = os.environ.get("LOCKD_WHEEL")
     assert wheel and os.path.exists(wheel), "LOCKD_WHEEL is not set: run scripts/test-python.sh"
     return wheel
 
 
-def metadata(wheel):
+def metadata(wheel: str) -> tuple[list[str], str]:
     with zipfile.ZipFile(wheel) as z:
         names = sorted(z.namelist())
         meta = z.read(f"lockd-{lockd.__version__}.dist-info/METADATA").decode()
     return names, meta
 
 
-def test_wheel_ships_py_typed_one_version_and_urls():
+def test_wheel_ships_py_typed_one_version_and_urls() -> None:
     wheel = wheel_path()
     assert os.path.basename(wheel) == f"lockd-{lockd.__version__}-py3-none-any.whl"
     names, meta = metadata(wheel)
@@ -63,7 +63,7 @@ def test_wheel_ships_py_typed_one_version_and_urls():
     assert "\nRequires-Python: >=3.9\n" in meta
 
 
-def test_pip_wheel_builds_the_same_wheel_from_the_source():
+def test_pip_wheel_builds_the_same_wheel_from_the_source() -> None:
     s = Scratch("pipwheel")
     try:
         src = s.path("src")
@@ -82,7 +82,7 @@ def test_pip_wheel_builds_the_same_wheel_from_the_source():
         s.cleanup()
 
 
-def test_wheel_installs_in_fresh_venv_and_imports_without_root():
+def test_wheel_installs_in_fresh_venv_and_imports_without_root() -> None:
     wheel = wheel_path()
     s = Scratch("venv")
     try:

@@ -10,7 +10,7 @@ import lockd
 from lockd import _wire as w
 
 
-def test_watch_event_golden_bytes_as_client_lib():
+def test_watch_event_golden_bytes_as_client_lib() -> None:
     b = bytearray(144)
     b[0:4] = struct.pack("=I", 2)
     b[8:12] = struct.pack("=I", 1)
@@ -32,12 +32,13 @@ def test_watch_event_golden_bytes_as_client_lib():
     with pytest.raises(w.WireError):
         w.decode_watch_event(bytes(bad))
     notice = lockd.lease._loss_of(e, lockd.LeaseSpec.parse("ls:r9:/p:0"))
+    assert notice is not None
     assert notice.reason == "renewal_failing" and notice.kill_in == 1.5
     assert notice.watchdog_in is None
     assert lockd.lease._loss_of(e, lockd.LeaseSpec.parse("other:r1:/p:0")) is None
 
 
-def test_leader_info_layout():
+def test_leader_info_layout() -> None:
     b = bytearray(96)
     b[0:8] = struct.pack("=Q", 3)
     b[8:16] = struct.pack("=Q", 2)
@@ -55,7 +56,7 @@ def test_leader_info_layout():
     assert e.value.code == -71 and isinstance(e.value, lockd.LockdError)
 
 
-def test_request_encodings():
+def test_request_encodings() -> None:
     h = w.header(w.SM_CMD_ACQUIRE, 8, 128 + 1040 + 56, 1, 0xFFFFFFFF)
     assert h == struct.pack("=8I", 0x04282010, 1, 7, 8, 32 + 1224, 0, 1, 0xFFFFFFFF)
     r = w.resource("ls", "r1", [("/dev/x", 1 << 20)], flags=w.SANLK_RES_SHARED)
@@ -70,7 +71,7 @@ def test_request_encodings():
         w.decode_header(struct.pack("=8I", 0x04282010, 1, 0, 0, 2 << 20, 0, 0, 0))
 
 
-def test_spec_parsing():
+def test_spec_parsing() -> None:
     s = lockd.LeaseSpec.parse("ls:r:/a:b/c:4096")
     assert (s.path, s.offset, s.short()) == ("/a:b/c", 4096, "ls:r")
     assert lockd.LeaseSpec.parse("ls:leader:/dev/loop0:1M").offset == 1 << 20
@@ -81,7 +82,7 @@ def test_spec_parsing():
         assert e.value.code == -22
 
 
-def test_decoded_replies_are_frozen_dataclasses():
+def test_decoded_replies_are_frozen_dataclasses() -> None:
     h = w.decode_header(w.header(w.SM_CMD_ACQUIRE, 0, 0, (-243) & 0xFFFFFFFF, 5))
     assert (h.cmd, h.result, h.data2, h.payload_len) == (w.SM_CMD_ACQUIRE, -243, 5, 0)
     host = w.decode_host(struct.pack("=QQQII", 2, 1, 99, 10, 3))

@@ -36,7 +36,7 @@ const USAGE: &str =
     "usage: lockd-sim --seeds N [--first-seed S] [--hosts H (2-16)] [--duration SECONDS] \
      [--model lease|fence] [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|\
      own-name-short-delay|no-shared-hold|take-before-preempt-confirmed|preempt-conflict-means-fenced|\
-     holder-unregisters-at-leave|empty-target-means-fenced] [--verbose] [--trace]";
+     holder-unregisters-at-leave|empty-target-means-fenced|take-without-drain] [--verbose] [--trace]";
 
 fn parse_args() -> Result<Args, String> {
     let known = |n: &str| parse_fence_bug(n).is_some() || parse_planted_bug(n).is_some();

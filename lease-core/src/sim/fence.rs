@@ -24,6 +24,9 @@
 //! - A write (data, membership renewal or release, lease take or release) from a sender
 //!   without a registration is refused with RESERVATION CONFLICT while a reservation
 //!   stands; with no reservation every write lands.
+//! - A data write the target accepted reaches its storage up to `DRAIN_MS` later, and
+//!   PREEMPT does not abort it: the target takes plain PREEMPT only, as tgt does (PREEMPT
+//!   AND ABORT is answered once the aborted commands are done, and needs no wait).
 //! - READ KEYS and READ RESERVATION (one message here) are never refused.
 //! - A restart (no APTPL) loses every key and the reservation. Sessions stay; the lease
 //!   and the membership records are data on the LUN and stay too.
@@ -63,7 +66,8 @@
 //!   of its generation's key, a read-back, and the take only if the key is gone while a
 //!   reservation stands. A key seen since we joined or last found the target's state
 //!   lost, and now gone while a reservation stands, is fenced already: the lease is
-//!   taken.
+//!   taken. Either way the take waits `DRAIN_MS` first (the daemon's `fence_drain_ms`):
+//!   the victim's writes the target accepted before the preempt land meanwhile.
 //!
 //! Every survivor fences, so two of them often preempt the same key at once and the
 //! slower PREEMPT meets a RESERVATION CONFLICT. That survivor reads the keys again: its
@@ -96,6 +100,9 @@
 //! - `holder-unregisters-at-leave`: the host holding the WE-RO reservation unregisters
 //!   its key at a clean leave, so the reservation goes with it, and a fenced host's writes
 //!   land until the next pass makes one again. Caught as an overlap.
+//! - `take-without-drain`: the survivor takes the lease as soon as the fence is
+//!   confirmed, while a write of the victim the target accepted before the preempt may
+//!   still be on its way to the storage. Caught as an overlap.
 //! - `empty-target-means-fenced`: our key missing means fenced, even on a target that
 //!   holds no key and no reservation; a joining host makes the reservation as soon as it
 //!   has registered, with its key alone, and a survivor makes one before a preempt where
@@ -121,10 +128,13 @@ pub enum FenceBug {
     /// Our key missing means fenced even when the target holds no key and no
     /// reservation; joiners make the reservation with their own key alone.
     EmptyTargetMeansFenced,
+    /// Take the lease once the fence is confirmed, without waiting `DRAIN_MS` for the
+    /// victim's writes the target accepted before the plain PREEMPT.
+    TakeWithoutDrain,
 }
 
 /// Every planted bug of the fence model, by its `--plant-bug` name.
-pub const FENCE_BUGS: [(&str, FenceBug); 4] = [
+pub const FENCE_BUGS: [(&str, FenceBug); 5] = [
     (
         "take-before-preempt-confirmed",
         FenceBug::TakeBeforePreemptConfirmed,
@@ -141,6 +151,7 @@ pub const FENCE_BUGS: [(&str, FenceBug); 4] = [
         "empty-target-means-fenced",
         FenceBug::EmptyTargetMeansFenced,
     ),
+    ("take-without-drain", FenceBug::TakeWithoutDrain),
 ];
 
 pub fn parse_fence_bug(name: &str) -> Option<FenceBug> {
@@ -160,6 +171,9 @@ const LIVE_MS: u64 = 3_000;
 const GAP_MS: u64 = 3_000;
 /// Hosts act every tick.
 const TICK_MS: u64 = 1_000;
+/// The longest a data write the target accepted takes to reach its storage, and what a
+/// survivor waits after a confirmed fence before it takes the lease (`fence_drain_ms`).
+const DRAIN_MS: u64 = 2_000;
 /// The chance, per tick and in thousandths, that a host holding nothing leaves.
 const LEAVE_PERMILLE: u64 = 20;
 /// Target restarts are at least this far apart.
@@ -262,18 +276,56 @@ enum Reply {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
-    Tick { host: usize, inc: u64 },
-    Crash { host: usize },
-    Pause { host: usize, ms: u64 },
-    Boot { host: usize },
+    Tick {
+        host: usize,
+        inc: u64,
+    },
+    Crash {
+        host: usize,
+    },
+    Pause {
+        host: usize,
+        ms: u64,
+    },
+    Boot {
+        host: usize,
+    },
+    /// The host's path to the lockspace's device holds its renewals for `ms` (they
+    /// arrive after it), while its data writes, on another device, go on.
+    RenewalStall {
+        host: usize,
+        ms: u64,
+    },
     TargetRestart,
+    /// A survivor's wait after a confirmed fence is over: it takes lease version
+    /// `expect`.
+    Drained {
+        host: usize,
+        inc: u64,
+        expect: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]
 enum Item {
     Ev(Ev),
-    Arrive { host: usize, session: u64, msg: Msg },
-    Back { host: usize, inc: u64, reply: Reply },
+    Arrive {
+        host: usize,
+        session: u64,
+        msg: Msg,
+    },
+    /// A data write the target accepted reaches its storage (`inc`: the sender's
+    /// incarnation, for the answer).
+    Land {
+        host: usize,
+        inc: u64,
+        epoch: u64,
+    },
+    Back {
+        host: usize,
+        inc: u64,
+        reply: Reply,
+    },
 }
 
 #[derive(Default)]
@@ -341,6 +393,8 @@ struct Host {
     /// Left: joins again with a new generation at this time (once unregistered).
     rejoin_at: Option<u64>,
     paused_until: u64,
+    /// Renewals sent before this arrive after it (`Ev::RenewalStall`).
+    renewals_held_until: u64,
     holding: Option<u64>,
     hold_until: u64,
     writes_in_flight: u64,
@@ -386,6 +440,9 @@ pub struct FenceStats {
     pub failed_joins: u64,
     /// Clean leaves that kept the last key registered (a fenced host could still write).
     pub kept_keys: u64,
+    /// Writes accepted before their sender's key was preempted that reached the storage
+    /// after it (what the drain waits for).
+    pub late_landings: u64,
 }
 
 /// The result of one seed.
@@ -435,6 +492,11 @@ pub fn run_fence_seed(
             let at = m.rng.range(5_000, end.max(5_001));
             m.at(at, Item::Ev(Ev::Crash { host: h }));
         }
+        for _ in 0..m.rng.range(0, 3) {
+            let at = m.rng.range(5_000, end.max(5_001));
+            let ms = m.rng.range(5_000, 20_000);
+            m.at(at, Item::Ev(Ev::RenewalStall { host: h, ms }));
+        }
     }
     for _ in 0..m.rng.range(0, 2) {
         let at = m.rng.range(20_000, end.max(20_001));
@@ -448,6 +510,7 @@ pub fn run_fence_seed(
         match m.items[idx] {
             Item::Ev(ev) => m.event(ev),
             Item::Arrive { host, session, msg } => m.arrive(host, session, msg),
+            Item::Land { host, inc, epoch } => m.land(host, inc, epoch),
             Item::Back { host, inc, reply } => m.back(host, inc, reply),
         }
     }
@@ -515,7 +578,11 @@ impl Model {
 
     fn send(&mut self, host: usize, msg: Msg) {
         let session = self.hosts[host].session;
-        let at = self.now + self.latency();
+        let from = match msg {
+            Msg::Renew { .. } => self.now.max(self.hosts[host].renewals_held_until),
+            _ => self.now,
+        };
+        let at = from + self.latency();
         self.at(at, Item::Arrive { host, session, msg });
     }
 
@@ -560,8 +627,70 @@ impl Model {
                 self.log(|| format!("host{host} PAUSE {ms} ms"));
             }
             Ev::Tick { host, inc } => self.tick(host, inc),
+            Ev::RenewalStall { host, ms } => {
+                self.stats.faults += 1;
+                let h = &mut self.hosts[host];
+                h.renewals_held_until = h.renewals_held_until.max(self.now + ms);
+                self.log(|| format!("host{host} RENEWALS HELD {ms} ms"));
+            }
             Ev::TargetRestart => self.target_restart(),
+            Ev::Drained { host, inc, expect } => {
+                let h = &self.hosts[host];
+                if !h.up || h.inc != inc {
+                    return;
+                }
+                if h.paused_until > self.now {
+                    let at = h.paused_until;
+                    self.at(at, Item::Ev(Ev::Drained { host, inc, expect }));
+                    return;
+                }
+                let generation = h.generation;
+                self.send(host, Msg::Take { expect, generation });
+            }
         }
+    }
+
+    /// How long a data write the target accepted takes to reach its storage: mostly at
+    /// once, at times up to `DRAIN_MS`.
+    fn backend_ms(&mut self) -> u64 {
+        match self.rng.below(100) {
+            0..=79 => self.rng.range(0, 5),
+            80..=94 => self.rng.log_range(5, 500),
+            _ => self.rng.log_range(500, DRAIN_MS),
+        }
+    }
+
+    /// A fence is confirmed: the lease is taken once the victim's accepted writes have
+    /// reached the storage (`DRAIN_MS`), or at once under the planted bug.
+    fn take_after_drain(&mut self, host: usize, expect: u64) {
+        if self.has_bug(FenceBug::TakeWithoutDrain) {
+            self.take(host, expect);
+            return;
+        }
+        let h = &mut self.hosts[host];
+        h.taking = true;
+        let inc = h.inc;
+        let at = self.now + DRAIN_MS;
+        self.at(at, Item::Ev(Ev::Drained { host, inc, expect }));
+    }
+
+    /// A data write the target accepted reaches its storage; then it is answered.
+    fn land(&mut self, host: usize, inc: u64, epoch: u64) {
+        self.stats.writes_landed += 1;
+        if self.target.keyless.contains_key(&host) {
+            self.stats.late_landings += 1;
+        }
+        let max = self.target.max_landed_epoch;
+        if epoch < max {
+            self.violations.push(format!(
+                "overlap: {} host{host}'s write under lease version {epoch} landed after a write under version {max}",
+                stamp(self.now)
+            ));
+        }
+        self.target.max_landed_epoch = max.max(epoch);
+        let at = self.now + self.rng.range(1, 20);
+        let reply = Reply::Ok(Msg::Write { epoch });
+        self.at(at, Item::Back { host, inc, reply });
     }
 
     fn target_restart(&mut self) {
@@ -801,16 +930,11 @@ impl Model {
                 Reply::Conflict(msg)
             }
             Msg::Write { epoch } => {
-                self.stats.writes_landed += 1;
-                let max = self.target.max_landed_epoch;
-                if epoch < max {
-                    self.violations.push(format!(
-                        "overlap: {} host{host}'s write under lease version {epoch} landed after a write under version {max}",
-                        stamp(self.now)
-                    ));
-                }
-                self.target.max_landed_epoch = max.max(epoch);
-                Reply::Ok(msg)
+                // Accepted: it reaches the storage later, whatever comes meanwhile.
+                let inc = self.hosts[host].inc;
+                let at = self.now + self.backend_ms();
+                self.at(at, Item::Land { host, inc, epoch });
+                return;
             }
             Msg::Renew { generation, .. } => {
                 let t = &mut self.target;
@@ -1073,7 +1197,7 @@ impl Model {
             if let Some(f) = self.hosts[host].fencing.take() {
                 if !view.has(f.victim) && view.resv {
                     self.log(|| format!("host{host} fence of 0x{:x} confirmed", f.victim));
-                    self.take(host, f.expect);
+                    self.take_after_drain(host, f.expect);
                 } else {
                     self.log(|| format!("host{host} fence of 0x{:x} NOT confirmed", f.victim));
                 }
@@ -1126,7 +1250,7 @@ impl Model {
         } else if view.resv && self.hosts[host].known.contains(&victim) {
             // Seen registered before, gone now while a reservation stands.
             self.log(|| format!("host{host} key 0x{victim:x} of host{x} already gone"));
-            self.take(host, epoch);
+            self.take_after_drain(host, epoch);
         }
     }
 }
@@ -1146,6 +1270,7 @@ mod tests {
         total.reregistrations += s.reregistrations;
         total.failed_joins += s.failed_joins;
         total.kept_keys += s.kept_keys;
+        total.late_landings += s.late_landings;
     }
 
     #[test]
@@ -1174,6 +1299,10 @@ mod tests {
         assert!(
             total.reregistrations > 0,
             "no key registered again: {total:?}"
+        );
+        assert!(
+            total.late_landings > 0,
+            "no write landed after its sender's key was preempted: {total:?}"
         );
         assert_eq!(total.false_fences, 0);
     }
@@ -1228,6 +1357,12 @@ mod tests {
     }
 
     #[test]
+    fn a_take_without_the_drain_is_caught() {
+        let seed = first_caught(FenceBug::TakeWithoutDrain, 600, "overlap:");
+        assert!(seed.is_some());
+    }
+
+    #[test]
     fn an_empty_target_taken_for_a_fence_is_caught() {
         let seed = first_caught(FenceBug::EmptyTargetMeansFenced, 60, "false fence:");
         assert!(seed.is_some());
@@ -1255,6 +1390,7 @@ mod tests {
                 "empty-target-means-fenced",
                 FenceBug::EmptyTargetMeansFenced,
             ),
+            ("take-without-drain", FenceBug::TakeWithoutDrain),
         ] {
             assert_eq!(parse_fence_bug(name), Some(bug), "{name}");
         }
@@ -1266,6 +1402,10 @@ mod tests {
     fn run(m: &mut Model, host: usize, msg: Msg) -> Reply {
         let session = m.target.session[&host];
         m.arrive(host, session, msg);
+        if let Some(&Item::Land { host, inc, epoch }) = m.items.last() {
+            m.items.pop();
+            m.land(host, inc, epoch);
+        }
         let Some(Item::Back { reply, .. }) = m.items.pop() else {
             panic!("no answer to {msg:?}");
         };
