@@ -55,7 +55,9 @@
 //!   state. We register the same key again, once, and forget the keys we had seen: a key
 //!   missing now may only be waiting to be registered again;
 //! - our key missing otherwise: we are fenced (reset, then a new generation);
-//! - no reservation: once every live member (renewed within `LIVE_MS`) has a key, we make
+//! - no reservation: once every member that may be live (its renewal landed within
+//!   `LIVE_MS`, the fail time: the daemon waits for a standing-still peer's key until it
+//!   is DEAD) has a key, we make
 //!   the reservation, WE-RO as the daemon makes it (tgt keeps one holder for WE-AR too,
 //!   and points at a freed registration once that holder is preempted); nobody is
 //!   preempted without one;
@@ -163,8 +165,9 @@ pub fn parse_fence_bug(name: &str) -> Option<FenceBug> {
 
 /// A survivor fences a holder whose last renewal landed this long ago.
 const FAIL_MS: u64 = 8_000;
-/// A member whose last renewal landed within this is live.
-const LIVE_MS: u64 = 3_000;
+/// A member whose last renewal landed within this may be live: no reservation is made
+/// without its key (one made before would refuse its next renewal and fence it).
+const LIVE_MS: u64 = FAIL_MS;
 /// A host whose own renewals stood still this long (by what it knows: from the sending
 /// of its last renewal known to have landed to the answer of the next) may have been
 /// preempted meanwhile.
