@@ -25,9 +25,11 @@ import lockd
 
 
 def emit(event: str, **kw: Any) -> None:
-    print(json.dumps({"event": event, "t": time.monotonic(), "wall_ns": time.time_ns(),
-                      "pid": os.getpid(), **kw}),
-          flush=True)
+    # One write of the whole line: print() writes the text and its newline apart, and a
+    # signal handler that emits between the two would glue its line onto this one.
+    sys.stdout.write(json.dumps({"event": event, "t": time.monotonic(),
+                                 "wall_ns": time.time_ns(), "pid": os.getpid(), **kw}) + "\n")
+    sys.stdout.flush()
 
 
 class Store:
