@@ -602,6 +602,13 @@ impl SpaceFence {
                 preempted |= key == victim;
             }
         }
+        // Why a fenced host's write cannot land beside the new holder's: the victim's
+        // leases are taken only after the read-back below, and that waits out every write
+        // the target may still hold. Tried by the fence model's planted bug
+        // `take-without-drain` (`lockd-sim --model fence --plant-bug take-without-drain`,
+        // first caught on seed 122; `scripts/sim.sh`) and checked on tgt by the VM bed
+        // (`fence_notes`: no fence mark within 2 s of its preempt, every pr-* scenario).
+        // The sleep is not cut short by a removal or shutdown: at most fence_drain_ms.
         if !all_aborted_by_us && self.drain_ms > 0 {
             info!(
                 host_id,
