@@ -96,6 +96,7 @@ pub struct FileConfig {
     pub kill_grace_seconds: Option<u32>,
     pub sh_retries: Option<u32>,
     pub read_all_dblocks: Option<bool>,
+    pub read_whole_lockspace: Option<bool>,
     /// wdmd's run dir (its socket); default /run/wdmd, or `$WDMD_RUN_DIR`.
     pub wdmd_run_dir: Option<PathBuf>,
     pub log_file: Option<PathBuf>,
@@ -219,6 +220,19 @@ pub const CONFIG_KEYS: &[ConfigKey] = &[
                default a ballot reads only the dblocks of host_ids that have joined the \
                lockspace and confirms with one read of the others' delta leases that no \
                new host has joined before it commits (see docs/algorithms.md).",
+    },
+    ConfigKey {
+        key: "read_whole_lockspace",
+        kind: "boolean",
+        option: None,
+        default: "true",
+        range: "true or false",
+        example: "true",
+        help: "Read the whole lockspace area (1 MiB, up to 8 MiB on 4K sectors) on every \
+               renewal, as sanlock does. false (experimental, not for production yet) \
+               reads the host_ids ever used plus a margin, and the whole area once every \
+               16 renewals (64 on 4 and 8 MiB areas): the simulator still finds a lease \
+               overlap with it (docs/algorithms.md, \"Renewal reads\").",
     },
     ConfigKey {
         key: "wdmd_run_dir",
@@ -421,6 +435,8 @@ pub struct Config {
     pub sh_retries: u32,
     /// Ballots read every dblock (`read_all_dblocks`), as sanlock.
     pub read_all_dblocks: bool,
+    /// Renewals read the whole lockspace area (`read_whole_lockspace`), as sanlock.
+    pub read_whole_lockspace: bool,
     /// Where the log goes when the daemon runs in the background.
     pub log_file: PathBuf,
     /// gid given to the socket (mode 0660), so members of that group can connect.
@@ -576,6 +592,7 @@ impl Config {
             kill_grace_s,
             sh_retries,
             read_all_dblocks: file.read_all_dblocks.unwrap_or(false),
+            read_whole_lockspace: file.read_whole_lockspace.unwrap_or(true),
             log_file,
             socket_gid: match args.socket_group.clone().or(file.socket_group.clone()) {
                 Some(g) => Some(group_to_gid(&g).ok_or(ConfigError::Invalid {

@@ -348,6 +348,13 @@ impl FenceSt {
         self.key != 0 && !self.fenced_here
     }
 
+    /// Whether renewals should read the whole lockspace area, not only its head: while
+    /// this host may make the reservation and the latest pass found none standing, a
+    /// pass makes it only after a fresh whole read ([`FenceSt::look`]).
+    pub fn wants_whole_reads(&self) -> bool {
+        self.active() && self.acts && !self.seen_now.reservation
+    }
+
     /// The fence thread's look, once a pass: `ReadKeys` whenever a pass decides anything
     /// (our key registered, not fenced), with the pass's suspects — the peers that missed
     /// at least one renewal (3·D) — and its live peers noted from `monitor` at `now_s`
@@ -367,9 +374,12 @@ impl FenceSt {
         // first 2·D after it), or none lately: a peer that is live and unkeyed may be
         // missing from the monitor altogether, and a reservation now would lock it out
         // (the VM bed's pr-rolling and pr-mixed-sanlock: passes right after the join
-        // reserved beside renewing sanlock and fence-less lockd hosts).
+        // reserved beside renewing sanlock and fence-less lockd hosts). Only a read of
+        // the whole area counts: a renewal that read the head (lease-core `reads`) does
+        // not show a host that joined beyond it; while no reservation stands the
+        // renewals read the whole area ([`FenceSt::wants_whole_reads`]).
         if monitor
-            .last_read_s()
+            .last_full_read_s()
             .is_none_or(|read_s| now_s.saturating_sub(read_s) > fresh_s)
         {
             self.unjudged_peer = true;
@@ -1294,6 +1304,33 @@ mod tests {
         f.look(&m, 105);
         f.keys_read(&free(vec![ours]), 105, 1, &mut actions);
         assert!(actions.is_empty(), "reserved on a stale read: {actions:?}");
+        // Fresh head reads (lease-core `reads`) do not do: a host may have joined beyond
+        // the head. While no reservation stands the renewals are asked for whole reads.
+        assert!(f.wants_whole_reads());
+        m.observe_read(106, &[None, None], false);
+        f.look(&m, 106);
+        f.keys_read(&free(vec![ours]), 106, 1, &mut actions);
+        assert!(
+            actions.is_empty(),
+            "reserved after a head read: {actions:?}"
+        );
+        m.observe_read(107, &[None, None], true);
+        f.look(&m, 107);
+        f.keys_read(&free(vec![ours]), 107, 1, &mut actions);
+        assert_eq!(actions, vec![FenceAction::Reserve { our_key: ours.raw }]);
+        // Once a reservation stands, head reads do.
+        actions.clear();
+        f.look(&m, 108);
+        f.keys_read(
+            &KeysRead::Keys {
+                keys: vec![ours],
+                reservation: true,
+            },
+            108,
+            1,
+            &mut actions,
+        );
+        assert!(!f.wants_whole_reads());
     }
 
     #[test]

@@ -492,14 +492,16 @@ pub enum DiskOp<H> {
 pub enum Input<S, H> {
     /// The monitor's periodic look at every lockspace's lease (once a second).
     Tick,
-    /// A renewal of lockspace `id` read every host's delta sector at `read_at_s`
-    /// (`sectors[i]`: host_id i+1's, `None` when it did not decode): the host monitor
+    /// A renewal of lockspace `id` read the delta sectors of host_ids 1..=`sectors.len()`
+    /// at `read_at_s` (`sectors[i]`: host_id i+1's, `None` when it did not decode): the
+    /// whole area (`whole_area`) or its head (lease-core's `reads`). The host monitor
     /// records it; the notifications addressed to us come back as
     /// [`Effect::HostNotifications`].
     HostsRead {
         id: u32,
         read_at_s: u64,
         sectors: Vec<Option<disk_format::DeltaSector>>,
+        whole_area: bool,
     },
     /// The join of fenced lockspace `id` registered our storage key `key` (again, when
     /// the acquire wrote another generation than expected); `preempt_cfg_s` is
@@ -1014,9 +1016,10 @@ impl<S, H: LeaseHold> Core<S, H> {
                 id,
                 read_at_s,
                 sectors,
+                whole_area,
             } => {
                 if let Some(sp) = self.live_space_mut(id) {
-                    let notes = sp.monitor.observe(read_at_s, &sectors);
+                    let notes = sp.monitor.observe_read(read_at_s, &sectors, whole_area);
                     if let Some(f) = sp.fence.as_mut() {
                         for (host_id, h, _) in sp.monitor.hosts(now_s) {
                             let renewing = h.fenced(h.owner_generation)
@@ -1818,6 +1821,7 @@ mod tests {
                     id: 1,
                     read_at_s: 100,
                     sectors: vec![None, Some(peer)],
+                    whole_area: true,
                 },
             );
             assert!(fx.is_empty(), "no bit of ours is set: {fx:?}");
@@ -1845,6 +1849,7 @@ mod tests {
                     id: 1,
                     read_at_s: t,
                     sectors: vec![None, Some(peer)],
+                    whole_area: true,
                 },
             );
         };
@@ -1927,6 +1932,7 @@ mod tests {
                 id: 1,
                 read_at_s: t,
                 sectors: vec![None, Some(renewed)],
+                whole_area: true,
             }
         };
         let fx = c.step(t + 2, read(t + 2, 95));
@@ -2000,6 +2006,7 @@ mod tests {
                     id: 1,
                     read_at_s: t,
                     sectors: vec![None, Some(peer)],
+                    whole_area: true,
                 },
             );
             match fx.as_slice() {

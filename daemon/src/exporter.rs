@@ -220,6 +220,19 @@ pub fn render(d: &Daemon) -> String {
         );
     }
     e.family(
+        "lockd_lockspace_renewal_read_bytes_total",
+        "counter",
+        "Bytes of the lockspace area read by successful renewals (the head of the area on \
+         most, the whole area periodically).",
+    );
+    for v in &views {
+        e.sample_u64(
+            "lockd_lockspace_renewal_read_bytes_total",
+            &[("lockspace", &v.name)],
+            v.space.renewal_read_bytes.load(Ordering::Relaxed),
+        );
+    }
+    e.family(
         "lockd_lockspace_hosts",
         "gauge",
         "Hosts of the lockspace by state, as GET_HOSTS reports them (this host included).",

@@ -25,6 +25,7 @@ use client_lib::wire;
 use disk_format::Name;
 use lease_core::delta::{self, DeltaState, LockspaceParams};
 use lease_core::monitor::HostState;
+use lease_core::reads::{ReadMode, RenewalReads};
 use lease_core::timeouts;
 use tracing::{error, info, info_span, warn};
 
@@ -1028,6 +1029,17 @@ fn renew_loop(
 ) {
     let io = u64::from(space.io_timeout);
     let renewal_ms = timeouts::id_renewal_seconds(io) * 1000;
+    // What each renewal reads: the area's head, the whole area periodically (the first
+    // renewal's read included) or on fencing's demand, or always the whole area.
+    let area_sectors = params.monitored_sectors();
+    let mut reads = RenewalReads::new(
+        if d.cfg.read_whole_lockspace {
+            ReadMode::Full
+        } else {
+            ReadMode::Head
+        },
+        params.geometry,
+    );
     // The first renewal comes right after the join: its read is the first one issued
     // after the join, the baseline of the shared hold (lease-core `monitor::SharedHold`),
     // so shared grants on a host with no live peer wait one renewal, not 2D.
@@ -1067,10 +1079,28 @@ fn renew_loop(
         let t0 = crate::clock::now_ms();
         report(space, Input::RenewalStarted { id: space.space_id });
         let input = space.renew_input();
-        let result = block_on(delta::renew(disk, clock, params, state, &input));
+        let (highest_used, whole_wanted) = space.renewal_read_view();
+        if whole_wanted {
+            reads.request_full();
+        }
+        let read_sectors =
+            reads.next_read_sectors(params.geometry, params.host_id, highest_used, area_sectors);
+        let result = block_on(delta::renew_reading(
+            disk,
+            clock,
+            params,
+            state,
+            &input,
+            read_sectors,
+        ));
         let t1 = crate::clock::now_ms();
         match result {
             Ok(snap) => {
+                reads.read_done(snap.sectors.len() as u64, area_sectors);
+                space.renewal_read_bytes.fetch_add(
+                    snap.sectors.len() as u64 * params.geometry.sector_bytes(),
+                    Ordering::Relaxed,
+                );
                 if let Some(w) = wd.as_mut() {
                     let renewal_s = state.last_success_ms / 1000;
                     let expire_s = delta::fail_deadline_ms(params, state) / 1000;
@@ -1080,14 +1110,33 @@ fn renew_loop(
                         error!(error = %e, "cannot extend the watchdog expiry");
                     }
                 }
+                let snap_whole = snap.whole_area;
                 let fx = lock(&space.core).step(
                     crate::clock::now_s(),
                     Input::HostsRead {
                         id: space.space_id,
                         read_at_s: snap.read_at_s,
                         sectors: snap.sectors,
+                        whole_area: snap.whole_area,
                     },
                 );
+                // A whole read that found a host beyond the head we have been reading
+                // (lease-core `reads`): it joined since our last whole read, and a
+                // forced request it made of us meanwhile may have outlived the bit in
+                // its delta lease (set for 6·D only). Its request record is on the
+                // resource itself: examine our leases once.
+                if snap_whole
+                    && space.renewal_read_view().0
+                        > lease_core::reads::head_sectors(
+                            params.geometry,
+                            params.host_id,
+                            highest_used,
+                            area_sectors,
+                        )
+                {
+                    info!("a host joined beyond the head of the area: examining our leases");
+                    examine_in_background(d, space);
+                }
                 for effect in fx {
                     match effect {
                         Effect::HostNotifications { notes, examine, .. } => {

@@ -79,6 +79,8 @@ pub struct Space {
     pub renewal_hist: crate::metrics::Histogram,
     /// Failed renewal attempts (metrics).
     pub renewal_failures: std::sync::atomic::AtomicU64,
+    /// Bytes of the lockspace area read by successful renewals (metrics).
+    pub renewal_read_bytes: std::sync::atomic::AtomicU64,
     /// The client that added it (None: the daemon itself or a test): its disk is opened
     /// with that client's rights (`crate::access`).
     pub added_by: Option<crate::access::Caller>,
@@ -260,6 +262,22 @@ impl Space {
         match core.space_monitor(self.space_id) {
             Some(m) => read(m),
             None => read(&HostMonitor::new(self.host_id, 0)),
+        }
+    }
+
+    /// What the next renewal needs to know from the core for its read (lease-core
+    /// `reads`): the highest host_id our reads ever showed used, and whether fencing
+    /// wants the whole area read (`FenceSt::wants_whole_reads`). A lockspace the core no
+    /// longer keeps reads everything.
+    pub fn renewal_read_view(&self) -> (u64, bool) {
+        let core = lock(&self.core);
+        match core.space_monitor(self.space_id) {
+            Some(m) => (
+                m.highest_ever_used(),
+                core.space_fence(self.space_id)
+                    .is_some_and(lockd_core::fencing::FenceSt::wants_whole_reads),
+            ),
+            None => (self.host_id, true),
         }
     }
 

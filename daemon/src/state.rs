@@ -133,6 +133,7 @@ impl Daemon {
             fence: OnceLock::new(),
             renewal_hist: crate::metrics::Histogram::default(),
             renewal_failures: std::sync::atomic::AtomicU64::new(0),
+            renewal_read_bytes: std::sync::atomic::AtomicU64::new(0),
             added_by_uid: added_by.as_ref().map_or(0, crate::access::Caller::uid),
             added_by,
         }

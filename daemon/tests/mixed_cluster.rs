@@ -602,3 +602,74 @@ fn an_area_recorded_at_io_timeout_10_is_joined_at_1_by_sanlock_and_lockd() {
     drop(sl);
     drop(lo);
 }
+
+/// With `read_whole_lockspace = false` (experimental) lockd reads only the head of the
+/// lockspace area on most renewals (lease-core `reads`: the host_ids ever used plus a
+/// margin; the whole area every 16 renewals, 32 s at io_timeout 1). A sanlock 3.8.5 host joining at host_id 1500, far beyond the head, is
+/// listed by lockd within one such cycle, and the forced request it makes at once reaches
+/// lockd's holder, although the request bit in its delta lease is set for 6 s only: the
+/// whole read that finds the new host examines lockd's leases.
+#[test]
+fn a_sanlock_host_joining_far_beyond_the_head_is_seen_and_heard_within_a_read_cycle() {
+    require_python_sanlock();
+    let s = Scratch::new("farhost");
+    let file = s.file("backing", 8);
+    let lo = Loop::attach(&file);
+    let dev = lo.dev.display().to_string();
+    init_lockspace("ls", &lo.dev, 0);
+    init_resource("ls", "r1", &lo.dev, RES_OFF);
+    let sl = SanlockDaemon::start(&s, "hostB");
+    let cfg = s.dir.join("lockd.toml");
+    std::fs::write(&cfg, "read_whole_lockspace = false\n").expect("write lockd.toml");
+    let cfg = cfg.display().to_string();
+    let lk = LockdDaemon::start_args(&s, "hostA", &["-c", &cfg], &[]);
+    let add = |host: u64| {
+        format!("import sanlock\nsanlock.add_lockspace(b'ls', {host}, b'{dev}', 0, iotimeout=1)\nprint('joined')\n")
+    };
+    assert_eq!(lk.python(&add(2)).trim(), "joined");
+    let mut holder = start_holder(&lk.run_dir, &dev);
+    // lockd's first renewal, right after its join, read the whole area; the next ones
+    // read the head.
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    assert_eq!(sl.python(&add(1500)).trim(), "joined");
+    let joined = std::time::Instant::now();
+    request_force(&sl.run_dir, &dev);
+    let listed_by_lockd = || {
+        lk.python(
+            "import sanlock\nprint(any(h['host_id'] == 1500 for h in sanlock.get_hosts(b'ls')))",
+        )
+        .trim()
+            == "True"
+    };
+    // One cycle of 16 renewals of 2 s, the renewal under way, and slack for the client.
+    const BOUND_S: u64 = 40;
+    assert!(
+        wait_for(BOUND_S, listed_by_lockd),
+        "lockd did not list host 1500 within {BOUND_S} s of its join; log:\n{}",
+        tail(&lk.log_text(), 30)
+    );
+    let listed_s = joined.elapsed().as_secs_f64();
+    assert!(
+        wait_killed(&mut holder, 20),
+        "lockd did not kill its holder on the forced request of host 1500; log:\n{}",
+        tail(&lk.log_text(), 30)
+    );
+    let killed_s = joined.elapsed().as_secs_f64();
+    eprintln!(
+        "timeline: host 1500 joined at 0 s; listed by lockd at {listed_s:.1} s (bound \
+         {BOUND_S} s); lockd's holder killed on its forced request at {killed_s:.1} s"
+    );
+    assert!(
+        wait_for(20, || sl.python(&acquire_script(&dev)).trim() == "ok"),
+        "sanlock could not take r1 after the forced request"
+    );
+    lk.python(&format!(
+        "import sanlock\nsanlock.rem_lockspace(b'ls', 2, b'{dev}', 0)"
+    ));
+    sl.python(&format!(
+        "import sanlock\nsanlock.rem_lockspace(b'ls', 1500, b'{dev}', 0)"
+    ));
+    drop(lk);
+    drop(sl);
+    drop(lo);
+}

@@ -73,7 +73,9 @@ impl LockspaceParams {
         }
     }
 
-    fn monitored_sectors(&self) -> u64 {
+    /// How many host sectors a read of the whole monitored area covers (the whole area
+    /// when `monitor_hosts` is `None`, as sanlock reads it).
+    pub fn monitored_sectors(&self) -> u64 {
         let max = self.geometry.max_hosts();
         match self.monitor_hosts {
             Some(n) => n.clamp(self.host_id, max),
@@ -162,8 +164,11 @@ impl Default for RenewInput {
 pub struct LockspaceSnapshot {
     /// Our clock (s) when the read completed.
     pub read_at_s: u64,
-    /// One entry per monitored host_id.
+    /// One entry per host_id read, from host_id 1.
     pub sectors: Vec<Option<DeltaSector>>,
+    /// The read covered the whole monitored area ([`LockspaceParams::monitored_sectors`]),
+    /// not only its head ([`crate::reads`]).
+    pub whole_area: bool,
 }
 
 /// Reads the first delta record of the lockspace at `disk_offset` and derives its geometry
@@ -477,9 +482,24 @@ pub async fn renew<D: Disk, C: Clock>(
     state: &mut DeltaState,
     input: &RenewInput,
 ) -> Result<LockspaceSnapshot, LeaseError> {
+    renew_reading(disk, clock, p, state, input, p.monitored_sectors()).await
+}
+
+/// [`renew`], reading only the first `read_sectors` host sectors of the area (from
+/// host_id 1; clamped to our own sector at least and the monitored area at most), as
+/// [`crate::reads::RenewalReads`] plans.
+pub async fn renew_reading<D: Disk, C: Clock>(
+    disk: &D,
+    clock: &C,
+    p: &LockspaceParams,
+    state: &mut DeltaState,
+    input: &RenewInput,
+    read_sectors: u64,
+) -> Result<LockspaceSnapshot, LeaseError> {
     p.check()?;
     let sector = p.geometry.sector_bytes() as usize;
-    let count = p.monitored_sectors() as usize;
+    let monitored = p.monitored_sectors();
+    let count = read_sectors.clamp(p.host_id, monitored) as usize;
     let buf = match disk.read(p.disk_offset, count * sector, p.io_ms()).await {
         Ok(b) => b,
         Err(e) => {
@@ -563,7 +583,11 @@ pub async fn renew<D: Disk, C: Clock>(
             Some(s)
         })
         .collect();
-    Ok(LockspaceSnapshot { read_at_s, sectors })
+    Ok(LockspaceSnapshot {
+        read_at_s,
+        sectors,
+        whole_area: count as u64 >= monitored,
+    })
 }
 
 /// Releases our delta lease: rewrites our last record with timestamp 0 (bitmap cleared).

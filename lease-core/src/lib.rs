@@ -10,6 +10,7 @@
 //! - [`timeouts`]: every formula tying io_timeout and the watchdog together.
 //! - [`delta`]: host_id leases — [`delta::acquire`], [`delta::renew`], [`delta::release`].
 //! - [`monitor`]: [`HostMonitor`] turns renewal reads into UNKNOWN/FREE/LIVE/FAIL/DEAD.
+//! - [`reads`]: which part of the lockspace area each renewal reads.
 //! - [`paxos`]: resource leases — [`paxos::acquire`], [`paxos::release`],
 //!   [`paxos::convert`], [`paxos::request`], [`paxos::examine`], [`paxos::read_owners`].
 //! - Errors are [`LeaseError`]; [`LeaseError::sanlk_code`] gives sanlock's result code.
@@ -21,6 +22,7 @@ pub mod exec;
 pub mod io;
 pub mod monitor;
 pub mod paxos;
+pub mod reads;
 pub mod rindex;
 #[cfg(feature = "sim")]
 pub mod sim;

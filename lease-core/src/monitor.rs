@@ -1,7 +1,9 @@
 //! Observation of other hosts' delta leases, and the host states sanlock reports.
 //!
-//! Each successful renewal read hands the whole lockspace to [`HostMonitor::observe`]. A
-//! host is judged only from *our own* clock: when did we last see its (owner, generation,
+//! Each successful renewal read hands what it read to [`HostMonitor::observe_read`]: the
+//! whole lockspace, or its head, which covers every record any read showed used
+//! ([`HostMonitor::highest_ever_used`], [`crate::reads`]), so every host ever seen is read at
+//! every renewal. A host is judged only from *our own* clock: when did we last see its (owner, generation,
 //! timestamp) change. Timestamps written by other hosts are never compared with ours.
 //!
 //! The monitor also holds shared grants back after our join ([`SharedHold`]) until every
@@ -143,6 +145,8 @@ pub struct HostMonitor {
     checks: u64,
     /// Our time (s) of the latest read observed (meaningful once `checks` > 0).
     last_read_s: u64,
+    /// Our time (s) of the latest read of the whole area observed.
+    last_full_read_s: Option<u64>,
     /// Whether ballots may read only the dblocks of host_ids that have joined.
     read_known_hosts: bool,
     /// Highest host_id whose sector looked used in the latest read (at least ours).
@@ -210,6 +214,7 @@ impl HostMonitor {
             hosts: BTreeMap::new(),
             checks: 0,
             last_read_s: 0,
+            last_full_read_s: None,
             read_known_hosts: true,
             highest_used: our_host_id,
             #[cfg(feature = "sim")]
@@ -367,11 +372,48 @@ impl HostMonitor {
         (self.checks > 0).then_some(self.last_read_s)
     }
 
-    /// Records one lockspace read made at our time `now_s`: `sectors[i]` is host_id i+1's
-    /// sector, `None` when it did not decode. Returns the notifications addressed to us.
+    /// Our time (s) of the latest read of the whole area observed; `None` before the
+    /// first. Only such a read can show a host that joined beyond the head.
+    pub fn last_full_read_s(&self) -> Option<u64> {
+        self.last_full_read_s
+    }
+
+    /// The highest host_id whose record any of our reads showed used (written since the
+    /// area was formatted), at least ours: what a head read must cover
+    /// ([`crate::reads::head_sectors`]). A sector that once decoded as used counts even
+    /// when a later read of it did not decode, so a host is never left out of the head
+    /// by one bad read.
+    pub fn highest_ever_used(&self) -> u64 {
+        self.hosts
+            .iter()
+            .rev()
+            .find(|(_, h)| h.owner_id != 0 || h.owner_generation != 0 || h.timestamp != 0)
+            .map_or(0, |(&id, _)| id)
+            .max(self.our_host_id)
+    }
+
+    /// Records one read of the whole lockspace made at our time `now_s`: `sectors[i]` is
+    /// host_id i+1's sector, `None` when it did not decode. Returns the notifications
+    /// addressed to us.
     pub fn observe(&mut self, now_s: u64, sectors: &[Option<DeltaSector>]) -> Vec<Notification> {
+        self.observe_read(now_s, sectors, true)
+    }
+
+    /// Records one renewal read made at our time `now_s` of the area's first
+    /// `sectors.len()` host sectors: the whole area (`whole_area`), or its head
+    /// ([`crate::reads`]). Host_ids beyond a head keep what the last whole read showed.
+    /// Returns the notifications addressed to us.
+    pub fn observe_read(
+        &mut self,
+        now_s: u64,
+        sectors: &[Option<DeltaSector>],
+        whole_area: bool,
+    ) -> Vec<Notification> {
         self.checks += 1;
         self.last_read_s = self.last_read_s.max(now_s);
+        if whole_area {
+            self.last_full_read_s = Some(self.last_full_read_s.unwrap_or(0).max(now_s));
+        }
         let mut notes = Vec::new();
         #[cfg(feature = "sim")]
         let frozen = self.freeze_known_hosts && self.checks > 1;
@@ -380,14 +422,21 @@ impl HostMonitor {
         // Only a hint (the confirmation read decides), so a sector that is not a delta
         // lease of this lockspace (None: such as the sectors past max_hosts at the end of
         // the area) does not count: counting it would make every ballot read everything.
-        let highest_used = sectors
+        let highest_in_read = sectors
             .iter()
             .rposition(|s| {
                 s.as_ref()
                     .is_some_and(|s| !crate::delta::record_unused(&s.leader))
             })
-            .map_or(0, |i| i as u64 + 1)
-            .max(self.our_host_id);
+            .map_or(0, |i| i as u64 + 1);
+        // A head read that covers every sector held as used decides alone; a shorter one
+        // (never planned: `reads::head_sectors` covers them) only adds.
+        let highest_used = if whole_area || sectors.len() as u64 >= self.highest_used {
+            highest_in_read
+        } else {
+            highest_in_read.max(self.highest_used)
+        }
+        .max(self.our_host_id);
         if !frozen {
             self.highest_used = highest_used;
         }
@@ -768,6 +817,33 @@ mod tests {
             io_timeout: io,
             ..LeaderRecord::ZERO
         }))
+    }
+
+    /// A head read (lease-core `reads`) leaves the host_ids beyond it as the last whole
+    /// read showed them; the head must cover every record ever seen used, even one whose
+    /// latest read did not decode; only a whole read is a full one.
+    #[test]
+    fn a_head_read_keeps_what_lies_beyond_it_and_the_head_covers_every_used_record() {
+        let mut m = HostMonitor::new(1, 10);
+        let mut whole = vec![sector(0, 0, 0, 0); 64];
+        whole[0] = sector(1, 1, 5, 1);
+        whole[2] = sector(3, 1, 40, 1);
+        m.observe_read(100, &whole, true);
+        assert_eq!(m.last_full_read_s(), Some(100));
+        assert_eq!(m.highest_ever_used(), 3);
+        // Host 3's sector does not decode in the next head read: it still counts.
+        m.observe_read(102, &[sector(1, 1, 7, 1), None, None], false);
+        assert_eq!(m.highest_ever_used(), 3);
+        assert_eq!(m.last_full_read_s(), Some(100));
+        assert_eq!(m.last_read_s(), Some(102));
+        // Host 50 joined beyond the head: unseen until a whole read, and never judged.
+        m.observe_read(104, &whole[..32], false);
+        assert_eq!(m.state(50, 104), Some(HostState::Free));
+        whole[49] = sector(50, 1, 9, 1);
+        m.observe_read(120, &whole, true);
+        assert_eq!(m.highest_ever_used(), 50);
+        assert_eq!(m.state(50, 120), Some(HostState::Live));
+        assert_eq!(m.last_full_read_s(), Some(120));
     }
 
     #[test]

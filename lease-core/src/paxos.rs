@@ -104,6 +104,9 @@ pub enum PlantedBug {
     /// Shared acquire: grant at once after our join, without waiting for the peers'
     /// cached view of us to catch up (the rule before the shared hold).
     NoSharedHold,
+    /// Renewals read only the head of the lockspace area, never the whole of it
+    /// ([`crate::reads`]): a host that joins beyond the head is never seen.
+    SkipFullRead,
 }
 
 /// Options of an acquire (the sanlock acquire flags that reach the disk algorithm).

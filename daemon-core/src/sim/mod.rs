@@ -1210,6 +1210,7 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
                         id,
                         read_at_s: snap.read_at_s,
                         sectors: snap.sectors,
+                        whole_area: snap.whole_area,
                     },
                 );
                 sim.input(

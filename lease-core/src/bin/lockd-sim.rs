@@ -1,12 +1,13 @@
 //! `lockd-sim`: runs seeded multi-host simulations of lease-core and checks its invariants.
 //!
 //! Usage: `lockd-sim --seeds N [--first-seed S] [--hosts H] [--duration SECONDS]
-//! [--model lease|fence]
+//! [--model lease|head-reads|fence]
 //! [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|own-name-short-delay|no-shared-hold|
 //! take-before-preempt-confirmed|preempt-conflict-means-fenced|holder-unregisters-at-leave|
 //! empty-target-means-fenced] [--verbose] [--trace]`
 //!
-//! `--model fence` runs the model of storage fencing by persistent reservations
+//! `--model head-reads` runs the lease model with lockd hosts' renewals reading the head of
+//! the area (`lease_core::reads`, experimental). `--model fence` runs the model of storage fencing by persistent reservations
 //! (`lease_core::sim::fence`) instead of the lease algorithms; its planted bugs
 //! (`take-before-preempt-confirmed`, `preempt-conflict-means-fenced`,
 //! `holder-unregisters-at-leave`, `empty-target-means-fenced`) select that model by
@@ -30,11 +31,12 @@ struct Args {
     verbose: bool,
     trace: bool,
     fence_model: bool,
+    head_reads: bool,
 }
 
 const USAGE: &str =
     "usage: lockd-sim --seeds N [--first-seed S] [--hosts H (2-16)] [--duration SECONDS] \
-     [--model lease|fence] [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|\
+     [--model lease|head-reads|fence] [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|\
      own-name-short-delay|no-shared-hold|take-before-preempt-confirmed|preempt-conflict-means-fenced|\
      holder-unregisters-at-leave|empty-target-means-fenced|take-without-drain] [--verbose] [--trace]";
 
@@ -46,7 +48,7 @@ fn parse_args() -> Result<Args, String> {
         default_hosts: 4,
         default_duration_s: SimConfig::default().duration_s,
         known_bug: &known,
-        models: &["lease", "fence"],
+        models: &["lease", "head-reads", "fence"],
     }
     .parse(std::env::args().skip(1))?;
     let fence_model = match a.model.as_deref() {
@@ -62,6 +64,7 @@ fn parse_args() -> Result<Args, String> {
         verbose: a.verbose,
         trace: a.trace,
         fence_model,
+        head_reads: a.model.as_deref() == Some("head-reads"),
     })
 }
 
@@ -87,6 +90,7 @@ fn main() -> ExitCode {
         duration_s: args.duration_s,
         planted_bug: args.bug_name.as_deref().and_then(parse_planted_bug),
         trace: args.trace,
+        head_reads: args.head_reads,
     };
     let start = Instant::now();
     let (mut acquisitions, mut faults, mut violations) = (0u64, 0u64, 0u64);
@@ -114,9 +118,10 @@ fn main() -> ExitCode {
                 format!(" --duration {}", args.duration_s)
             };
             println!(
-                "FAIL seed={seed} violations={} first: {} | replay: lockd-sim --seeds 1 --first-seed {seed} --hosts {}{dur}{bug} --verbose",
+                "FAIL seed={seed} violations={} first: {} | replay: lockd-sim{} --seeds 1 --first-seed {seed} --hosts {}{dur}{bug} --verbose",
                 report.violations.len(),
                 report.violations[0],
+                if args.head_reads { " --model head-reads" } else { "" },
                 args.hosts
             );
             if args.verbose {

@@ -32,6 +32,8 @@ struct ResourceState {
 pub struct Checker {
     resources: BTreeMap<usize, ResourceState>,
     host_ids: BTreeMap<u64, Holder>,
+    /// Per host_id, every (world ms, generation) at which a join on it completed.
+    joins: BTreeMap<u64, Vec<(u64, u64)>>,
     violations: Vec<String>,
 }
 
@@ -139,6 +141,53 @@ impl Checker {
                     format!("{who:?} acquired host_id {host_id} while {prev:?} holds it"),
                 );
             }
+        }
+    }
+
+    /// A join on `host_id` at `generation` completed at world time `now_ms` (its record
+    /// landed before).
+    pub fn host_joined(&mut self, now_ms: u64, host_id: u64, generation: u64) {
+        self.joins
+            .entry(host_id)
+            .or_default()
+            .push((now_ms, generation));
+    }
+
+    /// The view bound of renewal reads ([`crate::reads`]): `who` (host_id `our_host_id`)
+    /// completed a renewal whose read, and those of its `full_every` renewals before it,
+    /// were all issued at or after world time `window_start_ms`. One of them read the
+    /// whole area, so its monitor must show every host_id that completed a join before
+    /// that time at that join's generation or a later one (`seen(host_id)`: the generation
+    /// our monitor holds, 0 = none).
+    pub fn check_view(
+        &mut self,
+        now_ms: u64,
+        who: Holder,
+        our_host_id: u64,
+        window_start_ms: u64,
+        seen: impl Fn(u64) -> u64,
+    ) {
+        let mut msgs = Vec::new();
+        for (&host_id, joins) in &self.joins {
+            if host_id == our_host_id {
+                continue;
+            }
+            let Some(&(at_ms, gen)) = joins.iter().rev().find(|&&(t, _)| t <= window_start_ms)
+            else {
+                continue;
+            };
+            let have = seen(host_id);
+            if have < gen {
+                msgs.push(format!(
+                    "{who:?} does not see host_id {host_id} gen {gen} (joined at \
+                     t={}.{:03}s; its view has gen {have}) after a full renewal-read cycle",
+                    at_ms / 1000,
+                    at_ms % 1000
+                ));
+            }
+        }
+        for m in msgs {
+            self.violate(now_ms, m);
         }
     }
 

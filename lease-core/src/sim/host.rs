@@ -12,6 +12,7 @@ use crate::delta::{self, LockspaceParams, RenewInput};
 use crate::io::Clock;
 use crate::monitor::HostMonitor;
 use crate::paxos::{self, AcquireOptions, HostContext, Mode, PlantedBug, ResourceParams};
+use crate::reads::{ReadMode, RenewalReads};
 use crate::timeouts;
 use disk_format::request::REQ_FORCE;
 
@@ -37,6 +38,8 @@ pub(crate) struct HostCtx {
     pub requests: RefCell<Vec<(u64, u64)>>,
     /// Bumped when a renewal finds our bit in another host's bitmap.
     pub examine_seq: Cell<u64>,
+    /// What our renewals read: the head, or the whole area (a sanlock peer).
+    pub read_mode: ReadMode,
 }
 
 impl HostCtx {
@@ -94,6 +97,11 @@ pub(crate) async fn lockspace_task(ctx: Rc<HostCtx>) {
         )
     });
     ctx.generation.set(st.generation());
+    ctx.world.checker.borrow_mut().host_joined(
+        ctx.world.now(),
+        ctx.params.host_id,
+        st.generation(),
+    );
     ctx.last_success_ms.set(st.last_success_ms);
     ctx.arm_watchdog(st.leader.timestamp);
     ctx.monitor
@@ -102,6 +110,14 @@ pub(crate) async fn lockspace_task(ctx: Rc<HostCtx>) {
     ctx.joined.set(true);
     let renew_ms = timeouts::id_renewal_seconds(ctx.io()) * 1000;
     let fail_ms = timeouts::id_renewal_fail_seconds(ctx.io()) * 1000;
+    let area_sectors = ctx.params.monitored_sectors();
+    let mut reads = RenewalReads::new(ctx.read_mode, ctx.params.geometry);
+    if ctx.bug == Some(PlantedBug::SkipFullRead) {
+        reads.plant_never_full();
+    }
+    // World times at which our latest successful renewals issued their reads: once
+    // full_every + 1 of them started after a join, one read the whole area.
+    let mut issued: std::collections::VecDeque<u64> = std::collections::VecDeque::new();
     loop {
         let now = ctx.clock.now_ms();
         let due = st.last_success_ms + renew_ms;
@@ -130,12 +146,47 @@ pub(crate) async fn lockspace_task(ctx: Rc<HostCtx>) {
                 }
             }
         }
-        match delta::renew(&ctx.disk, &ctx.clock, &ctx.params, &mut st, &input).await {
+        let read_sectors = reads.next_read_sectors(
+            ctx.params.geometry,
+            ctx.params.host_id,
+            ctx.monitor.borrow().highest_ever_used(),
+            area_sectors,
+        );
+        let issued_at = ctx.world.now();
+        let renewed = delta::renew_reading(
+            &ctx.disk,
+            &ctx.clock,
+            &ctx.params,
+            &mut st,
+            &input,
+            read_sectors,
+        )
+        .await;
+        match renewed {
             Ok(snap) => {
-                let notes = ctx
-                    .monitor
-                    .borrow_mut()
-                    .observe(snap.read_at_s, &snap.sectors);
+                reads.read_done(snap.sectors.len() as u64, area_sectors);
+                let notes = ctx.monitor.borrow_mut().observe_read(
+                    snap.read_at_s,
+                    &snap.sectors,
+                    snap.whole_area,
+                );
+                issued.push_back(issued_at);
+                if issued.len() > reads.full_every() as usize + 1 {
+                    issued.pop_front();
+                }
+                if issued.len() == reads.full_every() as usize + 1 {
+                    let monitor = ctx.monitor.borrow();
+                    ctx.world.checker.borrow_mut().check_view(
+                        ctx.world.now(),
+                        ctx.holder,
+                        ctx.params.host_id,
+                        issued[0],
+                        |h| {
+                            crate::HostObserver::observation(&*monitor, h)
+                                .map_or(0, |o| o.owner_generation)
+                        },
+                    );
+                }
                 if !notes.is_empty() {
                     ctx.examine_seq.set(ctx.examine_seq.get() + 1);
                 }

@@ -30,7 +30,12 @@ use self::world::{Ev, SimClock, SimDisk, World};
 use crate::delta::LockspaceParams;
 use crate::monitor::HostMonitor;
 use crate::paxos::PlantedBug;
+use crate::reads::ReadMode;
 use crate::timeouts;
+
+/// The lowest of the far host_ids some hosts take: beyond the head that renewals read
+/// while only host_ids up to 16 are in use (32 sectors).
+const HIGH_HOST_ID_BASE: u64 = 40;
 
 /// Clock rate bound: every host clock runs within ±this many parts per million.
 pub const CLOCK_PPM_BOUND: i64 = 1_000;
@@ -46,6 +51,9 @@ pub struct SimConfig {
     pub planted_bug: Option<PlantedBug>,
     /// Record a human-readable trace of leases and faults.
     pub trace: bool,
+    /// lockd hosts' renewals read the head of the area (`crate::reads::ReadMode::Head`,
+    /// experimental) instead of the whole of it; sanlock peers always read the whole.
+    pub head_reads: bool,
 }
 
 impl Default for SimConfig {
@@ -55,6 +63,7 @@ impl Default for SimConfig {
             duration_s: 600,
             planted_bug: None,
             trace: false,
+            head_reads: false,
         }
     }
 }
@@ -80,6 +89,7 @@ pub fn parse_planted_bug(name: &str) -> Option<PlantedBug> {
         "stale-known-hosts" => Some(PlantedBug::StaleKnownHosts),
         "own-name-short-delay" => Some(PlantedBug::OwnNameShortDelay),
         "no-shared-hold" => Some(PlantedBug::NoSharedHold),
+        "skip-full-read" => Some(PlantedBug::SkipFullRead),
         _ => None,
     }
 }
@@ -147,6 +157,28 @@ pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
     for plan in &mut plans {
         plan.sanlock_peer = peer_rng.below(3) == 0;
     }
+    // A sanlock 3.8.5 peer judges shared holders from its cache, which goes stale while
+    // its own reads fail, for up to its fail time 8·D_p; it then calls a holder dead
+    // after host_dead = 8·D_h + W without a change seen. With 8·D_p > 8·D_h + W that is
+    // sanlock's own hazard (two sanlock hosts have it too; docs/migrating-from-sanlock.md
+    // says which io_timeouts to avoid beside sanlock), so such a peer runs at the
+    // shortest io_timeout of the run.
+    let shortest_io = plans.iter().map(|p| p.io_timeout).min().unwrap_or(1);
+    for plan in &mut plans {
+        let fail_s = 8 * u64::from(plan.io_timeout);
+        if plan.sanlock_peer && fail_s > 8 * u64::from(shortest_io) + watchdog_fire {
+            plan.io_timeout = shortest_io;
+        }
+    }
+    // A quarter of the hosts (never the first) take a host_id far beyond the others,
+    // outside the head of the area that renewals read most of the time (`crate::reads`):
+    // drawn from a third generator, for the same reason.
+    let mut id_rng = Rng::new(seed ^ 0x5A4E_4C4F_434B_0002);
+    for (i, plan) in plans.iter_mut().enumerate().skip(1) {
+        if id_rng.below(4) == 0 {
+            plan.host_id = HIGH_HOST_ID_BASE + 4 * i as u64 + id_rng.below(4);
+        }
+    }
     let rejoins: Vec<Vec<u64>> = (0..hosts)
         .map(|_| {
             (0..peer_rng.range(0, 3))
@@ -167,7 +199,16 @@ pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
         *world.trace.borrow_mut() = Some(Vec::new());
     }
     let space = Name::new("simls").unwrap_or(Name::EMPTY);
-    let num_hosts = 16;
+    // The host_ids a lockspace read covers and a resource lease has dblocks for: beyond
+    // every host_id in use, and beyond the head that renewals read most of the time
+    // (`crate::reads::head_sectors`: 32 sectors here), so that the whole-area reads and
+    // the head reads differ. (Not the 2,000 of the real area: sanlock peers read it all
+    // on every renewal, and the copies would cost most of a run's time.)
+    let num_hosts = if plans.iter().any(|p| p.host_id > 16) {
+        HIGH_HOST_ID_BASE + 4 * 16
+    } else {
+        40
+    };
     {
         let mut disk = world.disk.borrow_mut();
         let f = format_lockspace_area(geometry, &space, plans[0].io_timeout);
@@ -469,7 +510,7 @@ impl Runner {
             host_name: Name::new(&name).unwrap_or(Name::EMPTY),
             io_timeout: plan.io_timeout,
             watchdog_fire: self.watchdog_fire,
-            monitor_hosts: Some(self.cfg.hosts as u64),
+            monitor_hosts: Some(self.num_hosts),
         };
         let resources = (0..self.resources)
             .map(|r| {
@@ -510,6 +551,11 @@ impl Runner {
             bug: self.cfg.planted_bug,
             requests: RefCell::new(Vec::new()),
             examine_seq: Cell::new(0),
+            read_mode: if plan.sanlock_peer || !self.cfg.head_reads {
+                ReadMode::Full
+            } else {
+                ReadMode::Head
+            },
         });
         self.world
             .log(|| format!("host{h} START incarnation {inc} name {name}"));
@@ -629,6 +675,7 @@ mod tests {
             "no-host-dead-wait",
             "stale-known-hosts",
             "own-name-short-delay",
+            "skip-full-read",
         ] {
             let cfg = SimConfig {
                 planted_bug: parse_planted_bug(bug),
