@@ -465,6 +465,9 @@ struct Slot {
 enum BallotError {
     /// Abort (larger mbal / newer lver): back off and retry.
     Abort,
+    /// Phase 1 read only the dblocks of the host_ids that had joined, and a host_id above
+    /// them has joined since: run again reading every dblock (nothing of phase 2 written).
+    Incomplete,
     /// Failure; `phase2` tells whether we might have been chosen.
     Fail { err: LeaseError, phase2: bool },
 }
@@ -557,10 +560,12 @@ async fn read_shared_holders<D: Disk>(
     Ok(())
 }
 
-async fn run_ballot<D: Disk, C: Clock>(
+#[allow(clippy::too_many_arguments)]
+async fn run_ballot<D: Disk, C: Clock, L: Disk, O: HostObserver>(
     disk: &D,
     clock: &C,
     c: &BallotCtx<'_>,
+    (host, num_hosts, opts): (&HostContext<'_, L, O>, u64, &AcquireOptions),
     next_lver: u64,
     our_mbal: u64,
     shared: &mut Vec<u64>,
@@ -615,6 +620,19 @@ async fn run_ballot<D: Disk, C: Clock>(
         Err(LeaseError::DblockLver | LeaseError::DblockMbal) => return Err(BallotError::Abort),
         Err(e) => return Err(fail(e, false)),
     };
+    // Reading only the hosts that have joined: the value phase 2 writes must come from
+    // every dblock, so confirm before it, not only before the commit, that no host_id
+    // above those we read has ever joined. A phase 2 written from a partial read puts a
+    // value with our high bal in our dblock; a host that joined beyond what we read may
+    // have had its own value chosen already, and our bal then outranks it in every later
+    // ballot, ours included: two values for one lver (found by `lockd-sim --model
+    // head-reads`, seed 2003864 with 8 hosts). A host_id whose delta lease is unused
+    // never wrote a dblock, so after the confirm our read is as good as a full one.
+    match confirm_known_hosts(host, c, num_hosts, opts).await {
+        Ok(true) => {}
+        Ok(false) => return Err(BallotError::Incomplete),
+        Err(e) => return Err(fail(e, false)),
+    }
     match bk_max {
         Some(bk) => {
             dblock.inp = bk.inp;
@@ -1015,6 +1033,7 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                 disk,
                 clock,
                 &ctx,
+                (host, cur.num_hosts, opts),
                 next_lver,
                 our_mbal,
                 &mut seen_shared,
@@ -1024,6 +1043,10 @@ async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             *slot_out = Some(slot.last);
             match r {
                 Ok(b) => break b,
+                Err(BallotError::Incomplete) => {
+                    known_hosts_only = false;
+                    continue 'restart;
+                }
                 Err(BallotError::Abort) => {
                     clock.sleep_ms(clock.random_below(1000)).await;
                     our_mbal = our_mbal

@@ -274,8 +274,9 @@ fn planted_skip_phase2_commits_after_phase_one() {
     };
     let ops = d.ops();
     a.acquire(&d, &c, &opts).unwrap();
-    // read area, phase-1 write and read, the known-hosts confirmation, commit: no phase 2.
-    assert_eq!(d.ops() - ops, 5);
+    // read area, phase-1 write and read, the known-hosts confirmations (after phase 1 and
+    // before the commit), commit: no phase 2.
+    assert_eq!(d.ops() - ops, 6);
     assert_eq!(slot(&d, 1).0.bal, 0);
 }
 
@@ -645,8 +646,9 @@ fn ballots_read_only_the_hosts_that_have_joined() {
     let before = d.bytes_read.get();
     let t = a.acquire(&d, &c, &ex()).unwrap();
     // Step A and the two ballot reads cover the leader, the request sector and two
-    // dblocks; the confirmation reads the delta sectors of host_ids 3..=8.
-    assert_eq!(d.bytes_read.get() - before, 3 * 4 * 512 + 6 * 512);
+    // dblocks; the confirmations, after phase 1 and before the commit, read the delta
+    // sectors of host_ids 3..=8.
+    assert_eq!(d.bytes_read.get() - before, 3 * 4 * 512 + 2 * 6 * 512);
     block_on(paxos::release(&d, &c, &t)).unwrap();
     // Off, step A and every ballot read all 8 dblocks, as sanlock, and nothing is confirmed.
     a.mon.borrow_mut().set_read_known_hosts(false);
@@ -696,6 +698,47 @@ fn a_host_joining_mid_ballot_is_caught_by_the_confirmation() {
     );
     let l = leader(&d);
     assert_eq!((l.lver, l.owner_id, l.timestamp), (1, 3, 4242));
+}
+
+/// Host 3 joined after host 1's last lockspace read, ran a ballot for lver 1 at a small
+/// ballot number and had its value accepted (chosen: no other dblock was written), and
+/// has not written the leader yet. Host 1's ballot reads dblocks 1..=2 only. It must not
+/// write a phase 2 from that partial read: its value with its larger ballot would outrank
+/// host 3's chosen one in every later ballot, its own included (two values for lver 1;
+/// found by `lockd-sim --model head-reads`, seed 2003864, 8 hosts). The confirmation
+/// after phase 1 sends it back to read every dblock, and it commits host 3's value.
+#[test]
+fn a_value_chosen_beyond_the_dblocks_read_is_kept() {
+    let (d, c, a, _b) = two_hosts();
+    assert_eq!(a.mon.borrow().ballot_hosts_hint(), Some(2));
+    d.put(2 * 512, &joined_sector(&d, 3));
+    d.put(RES_OFFSET + dblock_sector(3) * 512, &accepted_dblock(3, 3));
+    // Host 2 promised a larger ballot meanwhile (phase 1 only), so host 1's ballot number
+    // is larger than host 3's accepted one.
+    let mut promise = PaxosDblock {
+        mbal: 10,
+        lver: 1,
+        ..PaxosDblock::default()
+    };
+    promise.seal();
+    let mut buf = vec![0u8; 512];
+    encode_dblock_sector(&promise, &ModeBlock::default(), &mut buf);
+    d.put(RES_OFFSET + dblock_sector(2) * 512, &buf);
+    let e = a.acquire(&d, &c, &ex()).unwrap_err();
+    assert_eq!(
+        e,
+        LeaseError::Other {
+            owner_id: 3,
+            owner_generation: 1
+        }
+    );
+    let l = leader(&d);
+    assert_eq!((l.lver, l.owner_id, l.timestamp), (1, 3, 4242));
+    let (ours, _) = slot(&d, 1);
+    assert!(
+        ours.bal == 0 || ours.inp == 3,
+        "host 1 accepted its own value for lver 1: {ours:?}"
+    );
 }
 
 /// The same interleaving with the confirmation skipped (the planted bug): host 1 commits
