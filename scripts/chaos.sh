@@ -5,7 +5,8 @@
 #   chaos seed=S minutes=M fence=… faults=N grants=N writes=N violations=N false_fences=N liveness=ok|fail max_takeover_s=X
 # and where the history (JSON lines) and the timeline were kept (/var/tmp/lockd-chaos).
 #
-#   scripts/chaos.sh [--seed S] [--minutes M] [--fence scsi-pr|none] [--nfs]
+#   scripts/chaos.sh [--seed S] [--minutes M] [--fence scsi-pr|none] [--nfs] [--mixed-sanlock]
+#                    [--head-reads]
 #                    [--plant-bug no-host-dead-wait|take-before-confirm|kill-before-notice]
 #                    [--resources N] [--clients N] [--schedule] [--keep]
 #

@@ -702,6 +702,9 @@ def main() -> int:
     ap.add_argument("--nfs", action="store_true")
     ap.add_argument("--mixed-sanlock", action="store_true",
                     help="a fourth guest runs sanlock 3.8.5 (W is then 60 s on every guest)")
+    ap.add_argument("--head-reads", action="store_true",
+                    help="lockd guests run with read_whole_lockspace = false (renewals read "
+                    "the head of the lockspace area)")
     ap.add_argument("--plant-bug")
     ap.add_argument("--resources", type=int, default=16)
     ap.add_argument("--clients", type=int, default=8)
@@ -727,6 +730,8 @@ def main() -> int:
     io_timeout_s = 5 if a.nfs else 2 if a.mixed_sanlock else 1
     bed = ChaosBed(scenario, io_timeout_s, a.seed, a.fence, a.resources, a.clients, a.plant_bug, a.keep,
                    a.mixed_sanlock)
+    if a.head_reads:
+        bed.toml_extra = "read_whole_lockspace = false\\n"
     print(f"chaos: seed {a.seed}, {a.minutes} min, fence {a.fence}, {storage}, io_timeout {io_timeout_s}, "
           f"{len(faults)} faults scheduled{', PLANTED BUG ' + a.plant_bug if a.plant_bug else ''} "
           f"(work dir {bed.workdir})", file=sys.stderr, flush=True)
@@ -791,7 +796,7 @@ def main() -> int:
     print(f"chaos: history in {kept}/history.jsonl, timeline in {kept}/timeline.txt"
           + (f", work dir kept at {bed.workdir}" if bed.keep else ""), flush=True)
     print(f"chaos seed={a.seed} minutes={a.minutes:g} fence={a.fence}{' storage=nfs' if a.nfs else ''}"
-          f"{' mixed-sanlock' if a.mixed_sanlock else ''}"
+          f"{' mixed-sanlock' if a.mixed_sanlock else ''}{' reads=head' if a.head_reads else ''}"
           f"{' planted=' + a.plant_bug if a.plant_bug else ''} faults={len(ran)} grants={grants} writes={writes} "
           f"violations={len(verdict.violations)} false_fences={len(verdict.false_fences)} "
           f"liveness={'ok' if verdict.liveness else 'fail'} max_takeover_s={mt}", flush=True)

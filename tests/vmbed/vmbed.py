@@ -869,6 +869,8 @@ class Bed:
         self.keys_at_fault: dict[int, int] = {}
         # Environment for the guests' lockd-daemon (the chaos bed's LOCKD_PLANTED_BUG).
         self.daemon_env = ""
+        # Lines added to every lockd guest's lockd.toml (the chaos bed's --head-reads).
+        self.toml_extra = ""
         # fence_preempt_s of the fenced scenarios (pr-set-host-fail raises it past host_dead
         # so that only the set-host command can fence).
         self.preempt_s = PR_PREEMPT_S
@@ -960,7 +962,7 @@ class Bed:
             )
         else:
             g.sh(
-                f"printf 'watchdog_fire_timeout = {w}\\n' >/run/lockd.toml\n"
+                f"printf 'watchdog_fire_timeout = {w}\\n{self.toml_extra}' >/run/lockd.toml\n"
                 + (self.fence_toml(g) if self.scenario in PR_FENCE_SCENARIOS else "") +
                 f"wdmd -D -w /dev/watchdog0 --fire-timeout {w} >/var/tmp/wdmd.log 2>&1 & echo $! >/run/wdmd.pid\n"
                 "for i in $(seq 100); do [ -S /run/wdmd/wdmd.sock ] && break; sleep 0.1; done\n"
@@ -2388,7 +2390,7 @@ def restart_with_fence(bed: Bed, g: Guest, method: str) -> None:
     g.sh("p=$(cat /run/daemon.pid); lockd shutdown -w >/dev/null; "
          "for i in $(seq 100); do kill -0 $p 2>/dev/null || exit 0; sleep 0.1; done; exit 1", timeout=30)
     bed.fence_method[g.index] = method
-    g.sh(f"printf 'watchdog_fire_timeout = {w}\\n' >/run/lockd.toml\n" + bed.fence_toml(g)
+    g.sh(f"printf 'watchdog_fire_timeout = {w}\\n{bed.toml_extra}' >/run/lockd.toml\n" + bed.fence_toml(g)
          + bed.daemon_start_script(g), timeout=60)
     bed.join(g)
 

@@ -186,11 +186,17 @@ pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
                 .collect()
         })
         .collect();
-    // Sometimes the last host is a clone of the first: same image, same host_id.
+    // Sometimes the last host is a clone of the first: same image, so the same host_id,
+    // the same daemon and the same io_timeout. (Two hosts on one host_id with different
+    // io_timeouts can both join: a join waits 2·D of the record's previous owner after
+    // its write, and the other's write may land up to its own, longer D later. Its
+    // renewal finds the record taken and fails the lockspace; sanlock has the same rule.)
     if hosts >= 3 && rng.below(3) == 0 {
         let last = hosts - 1;
         plans[last].host_id = plans[0].host_id;
         plans[last].stable_name = plans[0].stable_name;
+        plans[last].io_timeout = plans[0].io_timeout;
+        plans[last].sanlock_peer = plans[0].sanlock_peer;
         plans[last].clone_of = Some(0);
     }
     let disk_bytes = (resources + 1) * geometry.align_bytes() as usize;
@@ -557,8 +563,18 @@ impl Runner {
                 ReadMode::Head
             },
         });
-        self.world
-            .log(|| format!("host{h} START incarnation {inc} name {name}"));
+        self.world.log(|| {
+            format!(
+                "host{h} START incarnation {inc} name {name} host_id {} io_timeout {}{}",
+                plan.host_id,
+                plan.io_timeout,
+                if plan.sanlock_peer {
+                    " (sanlock peer)"
+                } else {
+                    ""
+                }
+            )
+        });
         self.ctxs[h] = Some(ctx.clone());
         self.spawn(h, Box::pin(lockspace_task(ctx.clone())));
         for _ in 0..2 {
