@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Scale benchmark (issue 14): the lockd daemon next to the real sanlock 3.8.5 daemon.
 
-One invocation measures both daemons, one after the other, on one sparse loop device
-(`losetup --direct-io=on`, backing file under /var/tmp), driven by Debian's python3-sanlock
+One invocation measures both daemons, one after the other, on sparse loop devices
+(`losetup --direct-io=on`, backing files under /var/tmp), driven by Debian's python3-sanlock
 (the real libsanlock) and by this script writing delta-lease sectors itself:
 
   1. clients  -- one lockspace (io_timeout 1) and N registered clients (default 1,000),
@@ -11,7 +11,10 @@ One invocation measures both daemons, one after the other, on one sparse loop de
                  (utime+stime from /proc, all threads and children), and whether the
                  daemon has memory locked (VmLck > 0, i.e. mlockall).
   2. spaces   -- the daemon joins 50 lockspaces (io_timeout 1, 1 MiB each, one device)
-                 and runs ~60 s. Renewal latency from the daemon's RENEWAL records
+                 and runs ~60 s; `--spaces 10,50,100` runs once per count, the daemon
+                 restarted for each. CPU is utime+stime over the 60 s, threads the
+                 entries of /proc/PID/task of the daemon and its helper. Renewal
+                 latency from the daemon's RENEWAL records
                  (`sanlock client renewal -s`, which both daemons answer), and lateness:
                  a poller reads the daemon's delta-lease sector of every lockspace every
                  0.2 s with O_DIRECT and records when the timestamp changes; a renewal's
@@ -23,11 +26,41 @@ One invocation measures both daemons, one after the other, on one sparse loop de
                  as host 1. Reports join time, renewal cost, acquire+release latency of a
                  resource lease, and checks that GET_HOSTS (plus `sanlock client
                  host_status` / `lockd status --json`) shows the simulated hosts LIVE.
+  4. renewal-io -- the block-layer I/O cost of staying alive (issue 42), for sanlock, lockd
+                 with whole reads (the default, read_whole_lockspace = true) and lockd
+                 with head reads (read_whole_lockspace = false, given in a `-c` file),
+                 one daemon after the other. Each joins, as host_id 1 at io_timeout 1
+                 (short runs), one lockspace per (geometry, live host count), each alone
+                 on its own direct-io loop device: 512-byte sectors with a 1 MiB area,
+                 and 4K sectors (`losetup --sector-size 4096`) with an 8 MiB area
+                 (LFL_ALIGN_8M, like `sanlock direct init -Z 4096 -A 8M`); live hosts
+                 4, 64 and 250 (`--io-hosts`): the daemon plus hosts this script keeps
+                 alive by rewriting their delta leases every 2 s, at host_ids 2..N up
+                 to 64 hosts, and above that all but 20 in sequence and 20 spread over
+                 300..1200 (head reads follow the highest host_id ever used). After 3
+                 renewals (lockd's first read after a join is whole in either mode) the
+                 device's sectors read and written (/sys/block/loopN/stat fields 3 and
+                 7) are sampled right after a renewal (seen in the RENEWAL records,
+                 `sanlock client renewal -s`, which both daemons answer) and again
+                 right after `--io-window` seconds' worth of renewals (60 s = 30
+                 renewals; for head reads rounded up to whole read cycles, 16 renewals
+                 on 1 MiB and 64 on 8 MiB, so the window holds its share of whole
+                 reads). The simulated hosts' writes, counted by the script, are
+                 subtracted; nothing else opens the devices meanwhile. Reports bytes
+                 read per renewal with the ratio to sanlock and issue 42's goals (head
+                 reads <= 1/8 of sanlock's on 1 MiB, <= 1/32 on 8 MiB 4K, judged where
+                 the highest host_id is <= 64), and per host per minute the bytes read
+                 and written, next to lockd's own read plan and its
+                 lockd_lockspace_renewal_read_bytes_total counter. About 5 minutes.
+
+Parts 1-3 run when no --parts is given; renewal-io only when named (it answers another
+question, and takes 5 minutes).
 
 Run as root (loop devices, daemons). Everything the script starts (daemons, client
 processes, loop device, files) is removed on exit, also on Ctrl-C / SIGTERM.
 
-  bench/scale_bench.py [--quick] [--only sanlock|lockd] [--parts clients,spaces,hosts]
+  bench/scale_bench.py [--quick] [--only sanlock|lockd] [--parts clients,spaces,hosts,renewal-io]
+                       [--spaces 10,50,100] [--io-hosts 4,64,250] [--io-window SECONDS]
 
 The lockd daemon command line (`--lockd-daemon`) gets `{run_dir}` and `{host}` substituted.
 """
@@ -61,7 +94,7 @@ CPU_TARGET_PCT = 0.1
 DELTA_MAGIC, DELTA_VERSION = 0x12212010, 0x00030004
 PAXOS_MAGIC, PAXOS_VERSION = 0x06152010, 0x00060004
 REQ_MAGIC, REQ_VERSION = 0x08292011, 0x00010001
-LFL_ALIGN_1M = 0x10
+LFL_ALIGN_1M, LFL_ALIGN_8M = 0x10, 0x80
 HOST_STATE = {1: "UNKNOWN", 2: "FREE", 3: "LIVE", 4: "FAIL", 5: "DEAD"}
 
 
@@ -154,9 +187,10 @@ def name48(s):
     return b.ljust(48, b"\0")
 
 
-def leader_head(magic, version, num_hosts, max_hosts, owner_id, gen, lver, space, res):
-    """Bytes 0..151 of a leader_record (512-byte sectors, 1 MiB align)."""
-    return struct.pack("<IIIIQQQQQ48s48s", magic, version, LFL_ALIGN_1M, SECTOR, num_hosts,
+def leader_head(magic, version, num_hosts, max_hosts, owner_id, gen, lver, space, res,
+                sector=SECTOR, align_flag=LFL_ALIGN_1M):
+    """Bytes 0..151 of a leader_record (default: 512-byte sectors, 1 MiB align)."""
+    return struct.pack("<IIIIQQQQQ48s48s", magic, version, align_flag, sector, num_hosts,
                        max_hosts, owner_id, gen, lver, name48(space), name48(res))
 
 
@@ -168,13 +202,15 @@ def leader_record(head, timestamp, io_timeout, crc_reg=None):
     return head + tail + struct.pack("<IHHQQQ", reg, 0, io_timeout & 0xFF, 0, 0, 0)
 
 
-def delta_area(space, io_timeout=10, hosts=2000):
-    """A freshly formatted 512/1M lockspace area, like `sanlock direct init -s`. The
+def delta_area(space, io_timeout=10, hosts=2000, sector=SECTOR, area_bytes=MIB, align_flag=LFL_ALIGN_1M):
+    """A freshly formatted lockspace area (default 512/1M; 4096-byte sectors with an 8 MiB
+    area and LFL_ALIGN_8M for 4K/8M), like `sanlock direct init -s [-Z 4096 -A 8M]`. The
     io_timeout in the free records matters: a joining host waits 2 * that value."""
-    area = bytearray(MIB)
+    area = bytearray(area_bytes)
+    rec = leader_record(leader_head(DELTA_MAGIC, DELTA_VERSION, 0, 1, 0, 0, 0, space, "", sector, align_flag),
+                        0, io_timeout)
     for i in range(hosts):
-        rec = leader_record(leader_head(DELTA_MAGIC, DELTA_VERSION, 0, 1, 0, 0, 0, space, ""), 0, io_timeout)
-        area[i * SECTOR:i * SECTOR + len(rec)] = rec
+        area[i * sector:i * sector + len(rec)] = rec
     return area
 
 
@@ -212,6 +248,16 @@ def compare_with_sanlock_direct(tmpdir):
         raise SystemExit("scale_bench: lockspace formatter differs from `sanlock direct init -s`")
     if data[MIB:] != bytes(paxos_sectors("chk", "chkres")) + bytes(MIB - 2 * SECTOR):
         raise SystemExit("scale_bench: resource formatter differs from `sanlock direct init -r`")
+    # 4K sectors, 8 MiB align (part renewal-io)
+    with open(f, "wb") as fh:
+        fh.truncate(8 * MIB)
+    sh("sanlock", "direct", "init", "-s", f"chk:0:{f}:0", "-Z", "4096", "-A", "8M")
+    with open(f, "rb") as fh:
+        data = fh.read()
+    os.unlink(f)
+    io = struct.unpack_from("<H", data, 174)[0]
+    if data != bytes(delta_area("chk", io, sector=4096, area_bytes=8 * MIB, align_flag=LFL_ALIGN_8M)):
+        raise SystemExit("scale_bench: 4K lockspace formatter differs from `sanlock direct init -s -Z 4096 -A 8M`")
 
 
 class Disk:
@@ -232,10 +278,10 @@ class Disk:
         os.close(self.fd)
 
 
-def format_lockspace(disk, space, offset, io_timeout=1):
-    area = delta_area(space, io_timeout)
+def format_lockspace(disk, space, offset, io_timeout=1, sector=SECTOR, area_bytes=MIB, align_flag=LFL_ALIGN_1M):
+    area = delta_area(space, io_timeout, sector=sector, area_bytes=area_bytes, align_flag=align_flag)
     # Two-step commit like sanlock: the whole area with record 0 invalid, then sector 0.
-    first = bytes(area[:SECTOR])
+    first = bytes(area[:sector])
     area[0:4] = b"\0\0\0\0"
     disk.write(offset, area)
     disk.write(offset, first)
@@ -283,6 +329,17 @@ def status_kib(pid, key):
     except FileNotFoundError:
         pass
     return 0
+
+
+def thread_count(pid):
+    """Threads of pid and its descendants: entries of /proc/PID/task."""
+    n = 0
+    for p in tree(pid):
+        try:
+            n += len(os.listdir(f"/proc/{p}/task"))
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return n
 
 
 def rss_kib(pid):
@@ -439,7 +496,7 @@ def part_clients(d, disk, dev, base, nclients, idle_s, nprocs):
         cpu = cpu_pct(d.proc.pid, idle_s)
         rss_after = rss_kib(d.proc.pid)
         lck = vmlck(d)
-        threads = sum(status_kib(p, "Threads") for p in tree(d.proc.pid))
+        threads = thread_count(d.proc.pid)
         lck_kib = status_kib(d.proc.pid, "VmLck")
     finally:
         for p in procs:
@@ -527,7 +584,7 @@ for n, o in zip(names, offs):
     poller.stop_ev.set()
     poller.join()
     rss = rss_kib(d.proc.pid)
-    threads = sum(status_kib(p, "Threads") for p in tree(d.proc.pid))
+    threads = thread_count(d.proc.pid)
     durations, rec_gaps, disk_gaps = [], [], []
     for n, o in zip(names, offs):
         # Only the renewals of the measurement window: RENEWAL timestamps are the daemon's
@@ -574,36 +631,53 @@ def lockd_hist_p99(d, lockd_bin, family):
 # ----------------------------------------------- part 3: 2,000-host lockspace ----
 
 class HostSimulator(threading.Thread):
-    """Keeps hosts 2..last alive in one lockspace: every `period` s one O_DIRECT write of
-    their sectors (1..last-1; host 1's sector is never touched) with a new timestamp."""
+    """Keeps simulated hosts alive in one lockspace: every `period` s it rewrites their
+    delta-lease sectors with a new timestamp, one O_DIRECT write per run of consecutive
+    host_ids (hosts 2..last by default: one write of sectors 1..last-1; host 1's sector is
+    never touched). `ids` picks other host_ids, `sector`/`align_flag` other geometries.
+    `sectors_written` counts what it wrote in 512-byte units (as /sys/block/*/stat does),
+    updated under `lock` together with the write, so a reader holding `lock` sees the
+    counter and the device's statistics agree."""
 
-    def __init__(self, dev, space, offset, last=2000, period=1.0, io_timeout=1):
+    def __init__(self, dev, space, offset, last=2000, period=1.0, io_timeout=1, ids=None,
+                 sector=SECTOR, align_flag=LFL_ALIGN_1M):
         super().__init__(daemon=True)
-        self.dev, self.offset, self.last, self.period, self.io = dev, offset, last, period, io_timeout
-        self.heads, self.regs = [], []
-        for h in range(2, last + 1):
-            head = leader_head(DELTA_MAGIC, DELTA_VERSION, 0, 1, h, 1, 0, space, f"sim-host-{h}")
-            self.heads.append(head)
-            self.regs.append(sanlock_crc(head))
+        self.dev, self.offset, self.period, self.io, self.sector = dev, offset, period, io_timeout, sector
+        ids = sorted(ids) if ids is not None else list(range(2, last + 1))
+        self.last = ids[-1]
+        self.runs = []  # [first host_id, [(head, crc register)], buffer]
+        for h in ids:
+            head = leader_head(DELTA_MAGIC, DELTA_VERSION, 0, 1, h, 1, 0, space, f"sim-host-{h}",
+                               sector, align_flag)
+            if not self.runs or self.runs[-1][0] + len(self.runs[-1][1]) != h:
+                self.runs.append([h, [], None])
+            self.runs[-1][1].append((head, sanlock_crc(head)))
+        for run in self.runs:
+            run[2] = mmap.mmap(-1, len(run[1]) * sector)
         self.ts = int(time.monotonic())
         self.stop_ev = threading.Event()
+        self.lock = threading.Lock()
         self.writes = 0
+        self.sectors_written = 0
         self.max_write_s = 0.0
         self.error = None
         self.fd = os.open(dev, os.O_RDWR | os.O_DIRECT | os.O_SYNC)
-        self.buf = mmap.mmap(-1, (last - 1) * SECTOR)
         self.write_once()  # hosts are on disk before anyone joins
 
     def write_once(self):
         self.ts += 1
-        for i, (head, reg) in enumerate(zip(self.heads, self.regs)):
-            rec = leader_record(head, self.ts, self.io, reg)
-            self.buf[i * SECTOR:i * SECTOR + len(rec)] = rec
+        for _, recs, buf in self.runs:
+            for i, (head, reg) in enumerate(recs):
+                rec = leader_record(head, self.ts, self.io, reg)
+                buf[i * self.sector:i * self.sector + len(rec)] = rec
         t0 = time.monotonic()
-        n = os.pwritev(self.fd, [self.buf], self.offset + SECTOR)
+        with self.lock:
+            for first, _, buf in self.runs:
+                n = os.pwritev(self.fd, [buf], self.offset + (first - 1) * self.sector)
+                if n != len(buf):
+                    raise IOError("short write")
+                self.sectors_written += len(buf) // 512
         self.max_write_s = max(self.max_write_s, time.monotonic() - t0)
-        if n != len(self.buf):
-            raise IOError("short write")
         self.writes += 1
 
     def run(self):
@@ -613,7 +687,8 @@ class HostSimulator(threading.Thread):
         except Exception as e:
             self.error = e
         finally:
-            self.buf.close()
+            for _, _, buf in self.runs:
+                buf.close()
             os.close(self.fd)
 
 
@@ -707,6 +782,276 @@ def native_host_count(d, ls, dev, base, lockd_bin):
     return f"`sanlock client host_status`: {sum(1 for i, t in ids if i != '1' and t != '0')} with timestamp"
 
 
+# --------------------------------------------------- part 4: renewal I/O ----
+
+# The geometries of part renewal-io: sector bytes, area bytes, the leader's align flag,
+# and lockd's cycle of whole reads with read_whole_lockspace = false (lease-core
+# src/reads.rs `full_every`: a whole read every 16 renewals on a 1 MiB area, 64 on 8 MiB).
+IO_GEOMETRIES = [
+    {"key": "512", "name": "512 B sectors, 1 MiB area", "sector": 512, "area": MIB,
+     "flag": LFL_ALIGN_1M, "full_every": 16},
+    {"key": "4k", "name": "4K sectors, 8 MiB area", "sector": 4096, "area": 8 * MIB,
+     "flag": LFL_ALIGN_8M, "full_every": 64},
+]
+MAX_HOSTS = 2000
+HEAD_MARGIN_HOSTS, HEAD_ROUND_BYTES = 8, 16 * 1024  # lease-core src/reads.rs
+# Issue 42: head reads read at most this share of sanlock's bytes per renewal, judged
+# where the lockspace has at most IO_GOAL_HOSTS live hosts numbered from 1.
+IO_GOALS = {"512": (8, "1/8"), "4k": (32, "1/32")}
+IO_GOAL_HOSTS = 64
+IO_VARIANTS = {
+    "sanlock": "sanlock 3.8.5",
+    "lockd-whole": "lockd whole",
+    "lockd-head": "lockd head",
+}
+IO_LEGEND = ("lockd whole: the default, read_whole_lockspace = true (the whole area on every renewal, "
+             "as sanlock); lockd head: read_whole_lockspace = false (experimental head reads)")
+
+
+def sim_host_ids(nhosts):
+    """host_ids of the simulated hosts of a lockspace with `nhosts` live hosts (the daemon
+    is host_id 1): 2..nhosts when nhosts <= 64; above, all but 20 in sequence from 2 and
+    20 spread evenly over 300..1200 (head reads cover the highest host_id ever used)."""
+    if nhosts <= IO_GOAL_HOSTS:
+        return list(range(2, nhosts + 1))
+    spread = [300 + (i * 900) // 19 for i in range(20)]
+    return list(range(2, nhosts - 20 + 1)) + spread
+
+
+def head_plan_bytes(geom, highest):
+    """Bytes lockd's head-read schedule reads per renewal, averaged over one cycle of
+    `full_every` renewals (one whole read, the rest heads): lease-core `head_sectors`."""
+    sector, area_sectors = geom["sector"], geom["area"] // geom["sector"]
+    rnd = max(1, HEAD_ROUND_BYTES // sector)
+    head = min(area_sectors, -(-(max(highest, 1) + HEAD_MARGIN_HOSTS) // rnd) * rnd)
+    f = geom["full_every"]
+    return ((f - 1) * head + area_sectors) * sector / f, head * sector
+
+
+def blk_stat(dev):
+    """(sectors read, sectors written) of a block device, 512-byte units (fields 3 and 7
+    of /sys/block/DEV/stat)."""
+    with open(f"/sys/block/{os.path.basename(dev)}/stat") as f:
+        v = [int(x) for x in f.read().split()]
+    return v[2], v[6]
+
+
+def lockd_read_bytes(d, lockd_bin):
+    """lockd_lockspace_renewal_read_bytes_total per lockspace, from `lockd metrics`."""
+    out = sh(lockd_bin, "metrics", "--run-dir", d.run_dir, check=False)
+    return {m.group(1): int(m.group(2)) for m in re.finditer(
+        r'^lockd_lockspace_renewal_read_bytes_total\{lockspace="([^"]+)"\} (\d+)', out, re.M)}
+
+
+class IoSpace:
+    """One lockspace of part renewal-io, alone on its loop device, and its measurement."""
+
+    def __init__(self, geom, nhosts, dev):
+        self.geom, self.nhosts, self.dev = geom, nhosts, dev
+        self.ids = sim_host_ids(nhosts)
+        self.name = None
+        self.sim = None
+        self.last_ts = None
+        self.count = 0
+        self.start = self.end = None
+        self.target = 0
+
+    def lsstr(self):
+        return f"{self.name}:1:{self.dev}:0"
+
+    def sample(self, d, lockd_bin):
+        """Device counters, our simulator's sectors and (lockd) the read-bytes metric, with
+        the simulator held so its counter and the device's agree."""
+        with self.sim.lock:
+            rd, wr = blk_stat(self.dev)
+            simw = self.sim.sectors_written
+        metric = lockd_read_bytes(d, lockd_bin).get(self.name) if d.label.startswith("lockd") else None
+        return {"t": time.monotonic(), "read": rd, "write": wr, "sim": simw, "metric": metric}
+
+
+def run_io_variant(variant, cmd, workdir, lockd_bin, spaces, renewals, cycle_align, io):
+    """One daemon joins every lockspace of `spaces` (one per loop device) as host_id 1 at
+    io_timeout `io`, and the devices' counters are sampled right after one of its renewals
+    and again right after `renewals` more (a whole number of read cycles for head reads
+    with `cycle_align`)."""
+    d = Daemon(variant, cmd, workdir, lockd_bin)
+    sims = []
+    try:
+        for sp in spaces:
+            g = sp.geom
+            sp.name = f"rio_{variant.replace('-', '_')}_{g['key']}_{sp.nhosts}"
+            sp.last_ts, sp.count, sp.start, sp.end = None, 0, None, None
+            disk = Disk(sp.dev)
+            try:
+                format_lockspace(disk, sp.name, 0, io_timeout=io, sector=g["sector"],
+                                 area_bytes=g["area"], align_flag=g["flag"])
+            finally:
+                disk.close()
+            sp.sim = HostSimulator(sp.dev, sp.name, 0, period=2.0 * io, io_timeout=io, ids=sp.ids,
+                                   sector=g["sector"], align_flag=g["flag"])
+            sims.append(sp.sim)
+            sp.sim.start()
+            CLEANUP.push(f"host simulator {sp.name}", sp.sim.stop_ev.set)
+        d.start()
+        t0 = time.monotonic()
+        d.client(f"""
+spaces = {[(sp.name.encode(), sp.dev) for sp in spaces]!r}
+for n, dev in spaces:
+    sanlock.add_lockspace(n, 1, dev, 0, iotimeout={io}, wait=False)
+for n, dev in spaces:
+    deadline = time.monotonic() + 120
+    while not sanlock.inq_lockspace(n, 1, dev, 0, wait=True):
+        if time.monotonic() > deadline:
+            sys.exit('lockspace %s not joined' % n)
+        time.sleep(0.2)
+""")
+        log(f"{variant}: renewal-io: {len(spaces)} lockspaces joined in {time.monotonic() - t0:.1f} s; "
+            f"waiting for 3 renewals each, then measuring {renewals} renewals each")
+        # Settle: 3 renewals recorded (lockd's first renewal after the join reads the whole
+        # area whatever the mode; it is behind us then).
+        deadline = time.monotonic() + 20 * 2 * io + 30
+        while any(len(d.renewals(sp.lsstr())) < 3 for sp in spaces):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{variant}: lockspaces did not renew 3 times")
+            time.sleep(0.5)
+        # Measure. A sample is taken when a new RENEWAL record shows up (polled every
+        # 0.25 s, from the daemon, not the device) and is valid when it ends before the
+        # next renewal can start: the next one starts no sooner than 2*io after the
+        # recorded timestamp (whole seconds, the renewal's CLOCK_MONOTONIC time).
+        late = 0
+        for sp in spaces:
+            step = sp.geom["full_every"] if cycle_align else 1
+            sp.target = -(-renewals // step) * step
+        deadline = time.monotonic() + max(sp.target for sp in spaces) * 3 * io + 300
+        todo = list(spaces)
+        while todo:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{variant}: measurement did not finish: "
+                                   + ", ".join(f"{sp.name} {sp.count}/{sp.target}" for sp in todo))
+            for sp in list(todo):
+                recs = d.renewals(sp.lsstr())
+                if not recs:
+                    continue
+                ts = recs[-1][0]
+                if sp.last_ts is None:
+                    sp.last_ts = ts  # wait for the next renewal
+                    continue
+                if ts == sp.last_ts:
+                    continue
+                new = sum(1 for r in recs if r[0] > sp.last_ts)
+                sp.last_ts = ts
+                step = sp.geom["full_every"] if cycle_align else 1
+                if sp.start is not None:
+                    sp.count += new
+                    if sp.count < sp.target:
+                        continue
+                    if sp.count % step:  # a record missed between polls: next boundary
+                        sp.target = -(-sp.count // step) * step
+                        continue
+                s = sp.sample(d, lockd_bin)
+                if time.monotonic() >= ts + 2 * io - 0.1:
+                    late += 1  # may overlap the next renewal: take it at a later one
+                    if sp.start is not None:
+                        sp.target = sp.count + step
+                    continue
+                if sp.start is None:
+                    sp.start = s
+                else:
+                    sp.end = s
+                    todo.remove(sp)
+            time.sleep(0.25)
+        # After the window: are the simulated hosts LIVE for the daemon?
+        out = d.client(f"""
+res = {{}}
+for n in {[sp.name.encode() for sp in spaces]!r}:
+    res[n.decode()] = [h["host_id"] for h in sanlock.get_hosts(n, 0) if h["flags"] & 0xF == 3]
+print(json.dumps(res))
+""")
+        live = json.loads(out)
+        d.client("\n".join(f"sanlock.rem_lockspace({sp.name.encode()!r}, 1, {sp.dev!r}, 0)" for sp in spaces))
+    finally:
+        for sim in sims:
+            sim.stop_ev.set()
+        for sim in sims:
+            sim.join()
+        if d.proc is not None:
+            d.finish()
+    for sim in sims:
+        if sim.error:
+            raise RuntimeError(f"host simulator failed: {sim.error}")
+    rows = []
+    for sp in spaces:
+        a, b = sp.start, sp.end
+        secs = b["t"] - a["t"]
+        rd = (b["read"] - a["read"]) * 512
+        simw = (b["sim"] - a["sim"]) * 512
+        wr = (b["write"] - a["write"]) * 512 - simw
+        metric = None
+        if a["metric"] is not None and b["metric"] is not None:
+            metric = (b["metric"] - a["metric"]) / sp.count
+        sim_live = len(set(live.get(sp.name, [])) & set(sp.ids))
+        rows.append({
+            "variant": variant, "geom": sp.geom["key"], "hosts": sp.nhosts, "highest": max([1] + sp.ids),
+            "renewals": sp.count, "seconds": secs, "read_bytes": rd, "written_bytes": wr,
+            "sim_written_bytes": simw, "read_per_renewal": rd / sp.count,
+            "written_per_renewal": wr / sp.count, "read_per_min": rd * 60 / secs,
+            "written_per_min": wr * 60 / secs, "metric_read_per_renewal": metric,
+            "sim_live": sim_live, "sims": len(sp.ids),
+        })
+    if late:
+        log(f"{variant}: {late} samples came too close to the next renewal and were retaken")
+    return rows
+
+
+def part_renewal_io(variants, workdir, lockd_bin, host_counts, window_s, quick, io=1):
+    """Bytes read and written by one daemon's renewals: every variant in turn joins one
+    lockspace per (geometry, host count), each alone on a loop device with direct I/O."""
+    spaces, detach = [], []
+    for g in IO_GEOMETRIES:
+        for n in host_counts:
+            img = os.path.join(workdir, f"renewal-io-{g['key']}-{n}.img")
+            with open(img, "wb") as f:
+                f.truncate(2 * g["area"])
+            args = ["losetup", "--direct-io=on", "-f", "--show"]
+            if g["sector"] != 512:
+                args += ["--sector-size", str(g["sector"])]
+            dev = sh(*args, img).strip()
+            idx = CLEANUP.push(f"loop device {dev}", lambda dev=dev: sh("losetup", "-d", dev, check=False))
+            detach.append(idx)
+            with open(f"/sys/block/{os.path.basename(dev)}/queue/logical_block_size") as f:
+                lbs = int(f.read())
+            with open(f"/sys/block/{os.path.basename(dev)}/loop/dio") as f:
+                dio = f.read().strip()
+            if lbs != g["sector"] or dio != "1":
+                raise RuntimeError(f"{dev}: logical block size {lbs}, dio {dio}; wanted {g['sector']}, 1")
+            spaces.append(IoSpace(g, n, dev))
+    log("renewal-io: devices " + ", ".join(f"{sp.dev} ({sp.geom['key']}, {sp.nhosts} hosts)" for sp in spaces))
+    renewals = max(1, -(-int(window_s) // (2 * io)))
+    out = {"rows": [], "errors": {}, "window_s": window_s, "renewals": renewals,
+           "cycle_aligned": not quick, "io_timeout": io}
+    t0 = time.monotonic()
+    for variant, cmd in variants:
+        # Head reads: a whole number of read cycles (16 or 64 renewals), so the window
+        # holds as many whole reads as the mode's average does. --quick skips that.
+        try:
+            out["rows"] += run_io_variant(variant, cmd, workdir, lockd_bin, spaces, renewals,
+                                          variant == "lockd-head" and not quick, io)
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:
+            log(f"{variant}: renewal-io FAILED: {e}")
+            out["errors"][variant] = str(e)
+            try:
+                with open(os.path.join(workdir, f"{variant}-daemon.log"), "rb") as f:
+                    log(f"{variant} daemon log tail:\n{f.read()[-1500:].decode(errors='replace')}")
+            except OSError:
+                pass
+    out["elapsed_s"] = time.monotonic() - t0
+    for idx in detach:
+        CLEANUP.run_one(idx)  # detach now, and never again at exit
+    return out
+
+
 # -------------------------------------------------------------------- main ----
 
 def fmt(v, spec=".2f"):
@@ -731,14 +1076,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="short smoke run (fewer clients, spaces, seconds)")
     ap.add_argument("--only", choices=["sanlock", "lockd"])
-    ap.add_argument("--parts", default="clients,spaces,hosts", help="comma list of clients,spaces,hosts")
+    ap.add_argument("--parts", default="clients,spaces,hosts",
+                    help="comma list of clients,spaces,hosts,renewal-io (default: the first three)")
     ap.add_argument("--lockd", default=os.path.join(ROOT, "target", "release", "lockd"))
     ap.add_argument("--lockd-daemon", default=os.path.join(ROOT, "target", "release", "lockd-daemon")
                     + " -D -w 0 -e {host} --run-dir {run_dir}",
                     help="command line starting lockd ({run_dir}, {host} substituted)")
     ap.add_argument("--sanlock-daemon", default="sanlock daemon -D -w 0 -U root -G root -e {host}")
     ap.add_argument("--clients", type=int, default=None)
-    ap.add_argument("--spaces", type=int, default=None)
+    ap.add_argument("--spaces", default=None,
+                    help="part spaces: comma list of lockspace counts, one run each (default 50; --quick 10)")
+    ap.add_argument("--io-hosts", default="4,64,250",
+                    help="part renewal-io: comma list of live host counts per lockspace (daemon included)")
+    ap.add_argument("--io-window", type=float, default=None,
+                    help="part renewal-io: seconds of renewals measured (default 60; --quick 16)")
     args = ap.parse_args()
 
     if os.geteuid() != 0:
@@ -754,8 +1105,16 @@ def main():
                 sys.exit(f"scale_bench: {b} missing; build with "
                          "CARGO_BUILD_JOBS=1 cargo build --release -p lockd-tools -p lockd-daemon")
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    for p in parts:
+        if p not in ("clients", "spaces", "hosts", "renewal-io"):
+            sys.exit(f"scale_bench: unknown part {p}")
     nclients = args.clients or (100 if args.quick else 1000)
-    nspaces = args.spaces or (10 if args.quick else 50)
+    space_counts = [int(n) for n in args.spaces.split(",")] if args.spaces else [10 if args.quick else 50]
+    nspaces = max(space_counts)
+    io_hosts = [int(n) for n in args.io_hosts.split(",")]
+    if any(n < 1 or n > MAX_HOSTS for n in io_hosts):
+        sys.exit(f"scale_bench: --io-hosts counts must be 1..{MAX_HOSTS}")
+    io_window = args.io_window or (16 if args.quick else 60)
     idle_s = 10 if args.quick else 30
     run_s = 16 if args.quick else 60
     nprocs = 10
@@ -771,43 +1130,41 @@ def main():
         sys.exit(f"scale_bench: RLIMIT_NOFILE too small for {nclients} clients")
 
     results = {l: {} for l in labels}
+    # One daemon run per task; part spaces runs once per lockspace count.
+    tasks = []
+    for part in parts:
+        if part == "spaces":
+            tasks += [("spaces", n) for n in space_counts]
+        elif part != "renewal-io":
+            tasks.append((part, None))
     try:
         workdir = tempfile.mkdtemp(prefix="scale-bench-", dir="/var/tmp")
         CLEANUP.push("work dir", lambda: shutil.rmtree(workdir, ignore_errors=True))
         compare_with_sanlock_direct(workdir)
-        # Layout: [clients: 1 + nclients MiB] [spaces: nspaces MiB] [hosts: 2 MiB]
-        clients_base = 0
-        spaces_base = (1 + nclients) * MIB
-        hosts_base = spaces_base + nspaces * MIB
-        size = hosts_base + 2 * MIB
-        img = os.path.join(workdir, "scale.img")
-        with open(img, "wb") as f:
-            f.truncate(size)
-        dev = sh("losetup", "--direct-io=on", "-f", "--show", img).strip()
-        CLEANUP.push(f"loop device {dev}", lambda: sh("losetup", "-d", dev, check=False))
-        disk = Disk(dev)
-        CLEANUP.push("device fd", disk.close)
-        log(f"device {dev} ({size // MIB} MiB, direct-io on), work dir {workdir}")
+        if tasks:
+            dev, disk = shared_device(workdir, nclients, nspaces)
+        else:
+            dev = disk = None
         for label in labels:
             cmd = (args.sanlock_daemon if label == "sanlock" else args.lockd_daemon).split()
-            for part in parts:
+            for part, n in tasks:
+                key = part if n is None else f"spaces:{n}"
                 d = Daemon(label, cmd, workdir, args.lockd)
                 try:
                     if part == "clients":
-                        results[label][part] = part_clients(d, disk, dev, clients_base, nclients, idle_s, nprocs)
+                        results[label][key] = part_clients(d, disk, dev, 0, nclients, idle_s, nprocs)
                     elif part == "spaces":
-                        results[label][part] = part_spaces(d, disk, dev, spaces_base, nspaces, run_s, args.lockd)
-                    elif part == "hosts":
-                        results[label][part] = part_hosts(d, disk, dev, hosts_base, 2000,
-                                                          10 if args.quick else 50, 8 if args.quick else 12,
+                        results[label][key] = part_spaces(d, disk, dev, (1 + nclients) * MIB, n, run_s,
                                                           args.lockd)
                     else:
-                        sys.exit(f"scale_bench: unknown part {part}")
+                        results[label][key] = part_hosts(d, disk, dev, (1 + nclients + nspaces) * MIB, 2000,
+                                                         10 if args.quick else 50, 8 if args.quick else 12,
+                                                         args.lockd)
                 except KeyboardInterrupt:
                     raise
                 except Exception as e:
-                    log(f"{label}: {part} FAILED: {e}")
-                    results[label][part] = {"error": str(e)}
+                    log(f"{label}: {key} FAILED: {e}")
+                    results[label][key] = {"error": str(e)}
                     try:
                         with open(d.log_path, "rb") as f:
                             tail = f.read()[-1500:].decode(errors="replace")
@@ -816,6 +1173,18 @@ def main():
                         pass
                 finally:
                     d.stop()
+        if "renewal-io" in parts:
+            variants = []
+            if "sanlock" in labels:
+                variants.append(("sanlock", args.sanlock_daemon.split()))
+            if "lockd" in labels:
+                for variant, whole in (("lockd-whole", "true"), ("lockd-head", "false")):
+                    conf = os.path.join(workdir, f"{variant}.toml")
+                    with open(conf, "w") as f:
+                        f.write(f"read_whole_lockspace = {whole}\n")
+                    variants.append((variant, args.lockd_daemon.split() + ["-c", conf]))
+            results["renewal-io"] = part_renewal_io(variants, workdir, args.lockd, io_hosts, io_window,
+                                                    args.quick)
     except KeyboardInterrupt:
         log("interrupted; cleaning up")
         CLEANUP.run()
@@ -823,10 +1192,25 @@ def main():
     finally:
         CLEANUP.run()
 
-    report(results, labels, parts, args.quick)
+    report(results, labels, parts, args.quick, space_counts)
 
 
-def report(results, labels, parts, quick):
+def shared_device(workdir, nclients, nspaces):
+    """The loop device of parts clients, spaces and hosts.
+    Layout: [clients: 1 + nclients MiB] [spaces: nspaces MiB] [hosts: 2 MiB]"""
+    size = (1 + nclients + nspaces + 2) * MIB
+    img = os.path.join(workdir, "scale.img")
+    with open(img, "wb") as f:
+        f.truncate(size)
+    dev = sh("losetup", "--direct-io=on", "-f", "--show", img).strip()
+    CLEANUP.push(f"loop device {dev}", lambda: sh("losetup", "-d", dev, check=False))
+    disk = Disk(dev)
+    CLEANUP.push("device fd", disk.close)
+    log(f"device {dev} ({size // MIB} MiB, direct-io on), work dir {workdir}")
+    return dev, disk
+
+
+def report(results, labels, parts, quick, space_counts):
     print(f"\n## scale_bench {'(--quick) ' if quick else ''}{time.strftime('%Y-%m-%d %H:%M')} "
           f"{os.uname().nodename}, {os.cpu_count()} CPUs")
 
@@ -840,8 +1224,7 @@ def report(results, labels, parts, quick):
 
     head = ["metric"] + [("sanlock 3.8.5" if l == "sanlock" else "lockd") for l in labels] + ["target"]
     for l in labels:
-        for p in parts:
-            r = results[l].get(p, {})
+        for p, r in results[l].items():
             if "error" in r:
                 print(f"\n**{l} / {p} failed:** {r['error']}")
     if "clients" in parts:
@@ -862,9 +1245,10 @@ def report(results, labels, parts, quick):
         table("1. registered clients, one lease each (1 lockspace, io_timeout 1)", head, rows)
     if "spaces" in parts:
         rows = []
+        cols = [(l, f"spaces:{n}") for n in space_counts for l in labels]
 
         def row(name, f, target=""):
-            rows.append([name] + [cell(l, "spaces", f) for l in labels] + [target])
+            rows.append([name] + [cell(l, key, f) for l, key in cols] + [target])
         row("lockspaces joined", lambda r: str(r["spaces"]))
         row("join all (async adds, s)", lambda r: fmt(r["join_s"], ".1f"))
         row("renewals in RENEWAL records", lambda r: str(r["renewals"]))
@@ -879,8 +1263,10 @@ def report(results, labels, parts, quick):
         row("max interval in RENEWAL timestamps (s, 1 s res.)", lambda r: fmt(r["rec_gap_max"], "d"))
         row("CPU during the run, % of one core", lambda r: fmt(r["cpu_pct"], ".2f"))
         row("RSS (KiB)", lambda r: str(r["rss_kib"]))
-        row("threads (daemon + helper)", lambda r: str(r["threads"]))
-        table("2. joined lockspaces renewing (io_timeout 1, loop device with direct-io)", head, rows)
+        row("threads (daemon + helper, /proc/PID/task)", lambda r: str(r["threads"]))
+        shead = ["metric"] + [f"{'sanlock 3.8.5' if l == 'sanlock' else 'lockd'}, {k.split(':')[1]}"
+                              for l, k in cols] + ["target"]
+        table("2. joined lockspaces renewing (io_timeout 1, loop device with direct-io)", shead, rows)
     if "hosts" in parts:
         rows = []
 
@@ -898,6 +1284,101 @@ def report(results, labels, parts, quick):
         row("CPU while monitoring, % of one core", lambda r: fmt(r["cpu_pct"], ".2f"))
         row("RSS (KiB)", lambda r: str(r["rss_kib"]))
         table("3. a 2,000-host lockspace (hosts 2..2000 renewed by the driver every 1 s)", head, rows)
+    if "renewal-io" in parts and "renewal-io" in results:
+        report_renewal_io(results["renewal-io"])
+
+
+def kib(b):
+    return f"{b / 1024:,.1f}"
+
+
+def report_renewal_io(r):
+    for variant, err in r["errors"].items():
+        print(f"\n**renewal-io / {variant} failed:** {err}")
+    if not r["rows"]:
+        return
+    by = {(x["variant"], x["geom"], x["hosts"]): x for x in r["rows"]}
+    geoms = {g["key"]: g for g in IO_GEOMETRIES}
+    configs = sorted({(x["geom"], x["hosts"]) for x in r["rows"]},
+                     key=lambda c: ([g["key"] for g in IO_GEOMETRIES].index(c[0]), c[1]))
+    variants = [v for v in IO_VARIANTS if any(k[0] == v for k in by)]
+    io = r["io_timeout"]
+    note = (f"io_timeout {io}; per lockspace, one host (the daemon, host_id 1); window >= {r['window_s']:g} s "
+            f"= {r['renewals']} renewals")
+    if r["cycle_aligned"]:
+        note += ", head reads over whole read cycles (16 renewals on 1 MiB, 64 on 8 MiB)"
+    else:
+        note += " (--quick: head reads NOT over whole read cycles)"
+
+    # Summary: bytes read per renewal, the ratios to sanlock and issue 42's goals.
+    head = ["lockspace", "live hosts (highest host_id)"] + [f"{IO_VARIANTS[v]} (KiB)" for v in variants]
+    has_sl = "sanlock" in variants
+    if has_sl:
+        head += [f"{IO_VARIANTS[v]} / sanlock" for v in variants if v != "sanlock"]
+        head += ["goal: head / sanlock"]
+    out = []
+    for g, n in configs:
+        any_row = next(by[(v, g, n)] for v in variants if (v, g, n) in by)
+        line = [geoms[g]["name"], f"{n} ({any_row['highest']})"]
+        line += [kib(by[(v, g, n)]["read_per_renewal"]) if (v, g, n) in by else "-" for v in variants]
+        if has_sl:
+            base = by.get(("sanlock", g, n))
+            ratios = {}
+            for v in variants:
+                if v == "sanlock":
+                    continue
+                x = by.get((v, g, n))
+                if base and x and base["read_per_renewal"] > 0:
+                    ratios[v] = x["read_per_renewal"] / base["read_per_renewal"]
+                    rt = ratios[v]
+                    line.append(f"{rt:.3f} (1/{1 / rt:.1f})" if 0 < rt < 0.95 else f"{rt:.3f}")
+                else:
+                    line.append("-")
+            div, text = IO_GOALS[g]
+            if any_row["highest"] > IO_GOAL_HOSTS:
+                line.append(f"<= {text}: not judged (highest host_id {any_row['highest']} > {IO_GOAL_HOSTS})")
+            elif "lockd-head" in ratios:
+                ok = ratios["lockd-head"] <= 1.0 / div
+                line.append(f"<= {text} ({1.0 / div:.3f}): {'HOLDS' if ok else 'MISSED'}")
+            else:
+                line.append(f"<= {text}: not measured")
+        out.append(line)
+    table(f"4. renewal I/O: bytes read per renewal, one lockspace ({note})", head, out)
+    print(f"\n{IO_LEGEND}. Goals (issue 42) judged where the highest host_id is at most {IO_GOAL_HOSTS}.")
+    limits = []
+    for g in IO_GEOMETRIES:
+        div = IO_GOALS[g["key"]][0]
+        ok = [h for h in range(1, MAX_HOSTS + 1) if head_plan_bytes(g, h)[0] * div <= g["area"]]
+        limits.append(f"{ok[-1] if ok else 'none'} on {g['name']} (<= {IO_GOALS[g['key']][1]})")
+    print("By lockd's read plan (column 'lockd's plan' below), head reads meet the goal up to a highest "
+          "host_id of " + " and ".join(limits) + ", against sanlock reading the whole area on every renewal.")
+
+    # Detail: per host per minute, written, and the checks.
+    head = ["lockspace", "live hosts", "daemon", "renewals / seconds", "read per renewal (KiB)",
+            "read per minute (MiB)", "written per minute (KiB)", "written per renewal (B)",
+            "lockd's plan / metric per renewal (KiB)", "simulated hosts LIVE"]
+    out = []
+    for g, n in configs:
+        for v in variants:
+            x = by.get((v, g, n))
+            if not x:
+                continue
+            geom = geoms[g]
+            if v == "lockd-head":
+                plan = kib(head_plan_bytes(geom, x["highest"])[0])
+            elif v == "lockd-whole":
+                plan = kib(geom["area"])
+            else:
+                plan = "-"
+            if x["metric_read_per_renewal"] is not None:
+                plan += f" / {kib(x['metric_read_per_renewal'])}"
+            out.append([geom["name"], str(n), IO_VARIANTS[v], f"{x['renewals']} / {x['seconds']:.1f}",
+                        kib(x["read_per_renewal"]), f"{x['read_per_min'] / MIB:,.2f}",
+                        kib(x["written_per_min"]), f"{x['written_per_renewal']:,.0f}", plan,
+                        f"{x['sim_live']} / {x['sims']}"])
+    table("5. renewal I/O per host per minute, one lockspace (block layer: /sys/block/loopN/stat; "
+          "the simulated hosts' writes subtracted)", head, out)
+    print(f"\nrenewal-io took {r['elapsed_s'] / 60:.1f} min")
 
 
 if __name__ == "__main__":
