@@ -1124,8 +1124,10 @@ fn renew_loop(
                 // (lease-core `reads`): it joined since our last whole read, and a
                 // forced request it made of us meanwhile may have outlived the bit in
                 // its delta lease (set for 6·D only). Its request record is on the
-                // resource itself: examine our leases once.
-                if snap_whole
+                // resource itself: examine our leases once. (Reading the whole area on
+                // every renewal, every bit is seen while it is set: nothing to catch up.)
+                if !d.cfg.read_whole_lockspace
+                    && snap_whole
                     && space.renewal_read_view().0
                         > lease_core::reads::head_sectors(
                             params.geometry,

@@ -2,9 +2,9 @@
 //!
 //! Each successful renewal read hands what it read to [`HostMonitor::observe_read`]: the
 //! whole lockspace, or its head, which covers every record any read showed used
-//! ([`HostMonitor::highest_ever_used`], [`crate::reads`]), so every host ever seen is read at
-//! every renewal. A host is judged only from *our own* clock: when did we last see its (owner, generation,
-//! timestamp) change. Timestamps written by other hosts are never compared with ours.
+//! ([`HostMonitor::highest_ever_used`], [`crate::reads`]), so every host ever seen is
+//! read at every renewal. A host is judged only from *our own* clock: when did we last
+//! see its (owner, generation, timestamp) change. Timestamps written by other hosts are never compared with ours.
 //!
 //! The monitor also holds shared grants back after our join ([`SharedHold`]) until every
 //! live peer's own cached view of us is provably newer than our join: sanlock judges a
@@ -387,6 +387,7 @@ impl HostMonitor {
         self.hosts
             .iter()
             .rev()
+            // Not `delta::record_unused`: an observation keeps only these three fields.
             .find(|(_, h)| h.owner_id != 0 || h.owner_generation != 0 || h.timestamp != 0)
             .map_or(0, |(&id, _)| id)
             .max(self.our_host_id)

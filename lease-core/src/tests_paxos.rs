@@ -639,6 +639,20 @@ fn accepted_dblock(host_id: u64, mbal: u64) -> Vec<u8> {
     buf
 }
 
+/// Host 1's acquire failed because it committed host 3's accepted value (`accepted_dblock`)
+/// for lver 1: the leader names host 3 with that value's timestamp.
+fn assert_host3_committed_for_lver1(d: &MemDisk, e: &LeaseError) {
+    assert_eq!(
+        *e,
+        LeaseError::Other {
+            owner_id: 3,
+            owner_generation: 1
+        }
+    );
+    let l = leader(d);
+    assert_eq!((l.lver, l.owner_id, l.timestamp), (1, 3, 4242));
+}
+
 #[test]
 fn ballots_read_only_the_hosts_that_have_joined() {
     let (d, c, a, _b) = two_hosts();
@@ -689,15 +703,7 @@ fn a_host_joining_mid_ballot_is_caught_by_the_confirmation() {
         accepted_dblock(3, 2003),
     );
     let e = a.acquire(&d, &c, &ex()).unwrap_err();
-    assert_eq!(
-        e,
-        LeaseError::Other {
-            owner_id: 3,
-            owner_generation: 1
-        }
-    );
-    let l = leader(&d);
-    assert_eq!((l.lver, l.owner_id, l.timestamp), (1, 3, 4242));
+    assert_host3_committed_for_lver1(&d, &e);
 }
 
 /// Host 3 joined after host 1's last lockspace read, ran a ballot for lver 1 at a small
@@ -725,15 +731,7 @@ fn a_value_chosen_beyond_the_dblocks_read_is_kept() {
     encode_dblock_sector(&promise, &ModeBlock::default(), &mut buf);
     d.put(RES_OFFSET + dblock_sector(2) * 512, &buf);
     let e = a.acquire(&d, &c, &ex()).unwrap_err();
-    assert_eq!(
-        e,
-        LeaseError::Other {
-            owner_id: 3,
-            owner_generation: 1
-        }
-    );
-    let l = leader(&d);
-    assert_eq!((l.lver, l.owner_id, l.timestamp), (1, 3, 4242));
+    assert_host3_committed_for_lver1(&d, &e);
     let (ours, _) = slot(&d, 1);
     assert!(
         ours.bal == 0 || ours.inp == 3,
