@@ -2,7 +2,9 @@
 # Runs every cargo-fuzz target (disk-format, client-lib, wdmd decoders, lockd.toml, the
 # CLI's spec parsers, the SCSI PR answers and sense data) for N seconds
 # each (default 10). cargo-fuzz needs nightly features; RUSTC_BOOTSTRAP=1 enables them
-# on the stable toolchain. A build failure or a crash fails the script.
+# on the stable toolchain. A build failure or a crash fails the script. The five fuzz
+# workspaces share one target directory (target/fuzz), so libFuzzer and the common crates
+# are built once, not once per crate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-10}"
@@ -11,11 +13,12 @@ if ! command -v cargo-fuzz >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked --quiet
 fi
 export RUSTC_BOOTSTRAP=1 RUST_LIB_BACKTRACE=0
+fuzz_target_dir="$PWD/target/fuzz"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 for crate in disk-format client-lib wdmd config tools; do
     for target in $(cd "$crate" && cargo fuzz list); do
-        if ! (cd "$crate" && cargo fuzz run "$target" -- -max_total_time="$secs") >"$log" 2>&1; then
+        if ! (cd "$crate" && cargo fuzz run --target-dir "$fuzz_target_dir" "$target" -- -max_total_time="$secs") >"$log" 2>&1; then
             echo "fuzz: $crate/$target FAILED:"
             tail -n 40 "$log"
             exit 1
