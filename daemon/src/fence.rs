@@ -78,7 +78,7 @@ pub enum FenceError {
         what: &'static str,
         source: PrError,
     },
-    #[error("the join was stopped")]
+    #[error("stopped by a removal or shutdown of the lockspace")]
     Stopped,
     #[error(
         "{path}: our registration was refused {JOIN_REGISTER_TRIES} times (RESERVATION \
@@ -90,6 +90,24 @@ pub enum FenceError {
 /// What an add_lockspace gets when fencing is configured but cannot be set up:
 /// -EOPNOTSUPP, the log says why.
 pub const FENCE_JOIN_RV: i32 = -libc::EOPNOTSUPP;
+
+/// Sleeps `ms`, in steps of 100 ms, unless `stop` is set (a removal or shutdown of the
+/// lockspace): then [`FenceError::Stopped`] within 100 ms.
+fn wait_unless_stopped(ms: u64, stop: &AtomicBool) -> Result<(), FenceError> {
+    const STEP_MS: u64 = 100;
+    let mut left_ms = ms;
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return Err(FenceError::Stopped);
+        }
+        if left_ms == 0 {
+            return Ok(());
+        }
+        let now_ms = left_ms.min(STEP_MS);
+        std::thread::sleep(Duration::from_millis(now_ms));
+        left_ms -= now_ms;
+    }
+}
 
 /// The core's view of a key list: each key with the host_id and generation it names.
 fn fence_keys(keys: &[u64]) -> Vec<FenceKey> {
@@ -271,13 +289,7 @@ impl SpaceFence {
              (fenced, or never registered): waiting host_dead before registering a new \
              key, so that none of its processes can write again"
         );
-        for _ in 0..wait_s * 10 {
-            if stop.load(Ordering::SeqCst) {
-                return Err(FenceError::Stopped);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Ok(())
+        wait_unless_stopped(wait_s * 1000, stop)
     }
 
     /// Registers our key for `generation` on every device (REGISTER AND IGNORE EXISTING
@@ -487,9 +499,17 @@ impl SpaceFence {
     }
 
     /// Preempts every key of `host_id` at `generation` or older on every device with
-    /// `our_key`, then reads every device back (the core decides from the outcome).
-    pub fn preempt_peer(&self, host_id: u64, generation: u64, our_key: u64) -> PeerFenceOutcome {
-        match self.try_preempt_peer(host_id, generation, our_key) {
+    /// `our_key`, then reads every device back (the core decides from the outcome). A
+    /// removal or shutdown (`stop`) cuts the drain wait short: the fence then does not
+    /// count (`Failed`).
+    pub fn preempt_peer(
+        &self,
+        host_id: u64,
+        generation: u64,
+        our_key: u64,
+        stop: &AtomicBool,
+    ) -> PeerFenceOutcome {
+        match self.try_preempt_peer(host_id, generation, our_key, stop) {
             Ok(outcome) => outcome,
             Err(e) if matches!(&e, FenceError::Command { source, .. } if source.is_reservation_conflict()) =>
             {
@@ -508,6 +528,7 @@ impl SpaceFence {
         host_id: u64,
         generation: u64,
         our_key: u64,
+        stop: &AtomicBool,
     ) -> Result<PeerFenceOutcome, FenceError> {
         let victim = lvm_key(host_id, generation)?;
         let mut preempted = false;
@@ -608,7 +629,7 @@ impl SpaceFence {
         // `take-without-drain` (`lockd-sim --model fence --plant-bug take-without-drain`,
         // first caught on seed 122; `scripts/sim.sh`) and checked on tgt by the VM bed
         // (`fence_notes`: no fence mark within 2 s of its preempt, every pr-* scenario).
-        // The sleep is not cut short by a removal or shutdown: at most fence_drain_ms.
+        // A removal or shutdown cuts the wait short, and the fence does not count.
         if !all_aborted_by_us && self.drain_ms > 0 {
             info!(
                 host_id,
@@ -617,7 +638,7 @@ impl SpaceFence {
                 "storage fencing: the victim's queued commands were not aborted by us; waiting \
                  fence_drain_ms before the fence counts"
             );
-            std::thread::sleep(std::time::Duration::from_millis(self.drain_ms));
+            wait_unless_stopped(self.drain_ms, stop)?;
         }
         for dev in &self.devices {
             let after = self.cmd(dev, "READ KEYS", dev.read_keys())?;
@@ -673,6 +694,35 @@ fn one_pr_state(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The drain (up to fence_drain_ms, 10 minutes at most) and the join's host_dead wait
+    /// end within 100 ms of a removal or shutdown, and a fence cut short does not count.
+    #[test]
+    fn a_stop_cuts_the_drain_short() {
+        use std::sync::Arc;
+        use std::time::Instant;
+        let stop = Arc::new(AtomicBool::new(false));
+        let t0 = Instant::now();
+        assert!(wait_unless_stopped(250, &stop).is_ok());
+        assert!(t0.elapsed() >= Duration::from_millis(250));
+        let setter = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                stop.store(true, Ordering::SeqCst);
+            })
+        };
+        let t0 = Instant::now();
+        let waited = wait_unless_stopped(600_000, &stop);
+        let took = t0.elapsed();
+        setter.join().expect("setter");
+        assert!(matches!(waited, Err(FenceError::Stopped)), "{waited:?}");
+        assert!(took < Duration::from_millis(1_000), "{took:?}");
+        assert!(matches!(
+            wait_unless_stopped(0, &stop),
+            Err(FenceError::Stopped)
+        ));
+    }
 
     /// A read torn by a target restart (the old state, then the empty one) is not one
     /// PR state; a steady one is.

@@ -391,7 +391,7 @@ fn fence_before_dead_ext(
             }
         }
     };
-    match fence.preempt_peer(host_id, generation, our_key) {
+    match fence.preempt_peer(host_id, generation, our_key, &space.stop) {
         lockd_core::fencing::PeerFenceOutcome::Confirmed { .. } => {
             info!(
                 host_id,
@@ -681,7 +681,7 @@ fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
                     {
                         lockd_core::fencing::PeerFenceOutcome::Confirmed { preempted: true }
                     } else {
-                        fence.preempt_peer(host_id, generation, our_key)
+                        fence.preempt_peer(host_id, generation, our_key, &space.stop)
                     };
                     todo.extend(step(Input::PeerFenceDone {
                         id,
