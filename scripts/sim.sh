@@ -49,13 +49,10 @@ done
 # seconds each; the rarest, holder-unregisters-at-leave and take-without-drain, are
 # caught on a few seeds in a thousand).
 for bug in take-before-preempt-confirmed preempt-conflict-means-fenced \
-    holder-unregisters-at-leave empty-target-means-fenced take-without-drain; do
+    holder-unregisters-at-leave empty-target-means-fenced take-without-drain \
+    key-lost-at-join-reregisters; do
     expect_caught "$bug" "$sim" --model fence --seeds 2000 --hosts 4 --plant-bug "$bug"
 done
-# The rarest needs a target restart between a joiner's REGISTER and a peer's view of its
-# first renewal: required caught on a seed known to reach it (docs/fencing.md).
-expect_caught key-lost-at-join-means-fenced "$sim" --model fence --first-seed 1030387 \
-    --seeds 1 --hosts 2 --plant-bug key-lost-at-join-means-fenced
 
 # The whole daemon (issue 23): 4 hosts' lockd-core cores, their simulated clients,
 # renewal failures, removals, daemon restarts, requests from other hosts (examined by

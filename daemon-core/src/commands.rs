@@ -823,7 +823,6 @@ impl<S, H: LeaseHold> Core<S, H> {
                 if let Some(s) = self.space_mut(&ls) {
                     s.st.phase = Phase::Joined;
                     s.st.add_result = Some(0);
-                    s.st.join_ended_ms = now_s * 1000;
                     // Shared grants wait until the peers' cached views of us are newer
                     // than this join (lease-core `monitor::SharedHold`).
                     s.monitor.hold_shared_after_join(now_s);
@@ -983,7 +982,6 @@ impl<S, H: LeaseHold> Core<S, H> {
         let rv = match result {
             Ok(lease) => {
                 st.host_generation = lease.generation;
-                st.join_ended_ms = lease.ended_ms;
                 // The join's write starts the renewal history: the stillness of our record
                 // before the first renewal is measured from it (`longest_renewal_gap_ms`),
                 // as the core's own join does.
@@ -1802,7 +1800,6 @@ mod tests {
                 id: 1,
                 code: -EIO,
                 corrupt: false,
-                refused: false,
             },
         );
         let fail = timeouts::id_renewal_fail_seconds(IO_S);

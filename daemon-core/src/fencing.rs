@@ -11,8 +11,7 @@
 //! monitor → `Effect::Fence { ReadKeys }` → `Input::FenceKeysRead` (the lockspace
 //! device's keys and whether a reservation stands) → one of: our key gone while a
 //! reservation stands, or after our own renewals paused, → we are fenced; our key gone
-//! with no reservation while we renewed all along (or, a reservation standing, lost during
-//! our join) → the storage lost it, `Reregister`; a
+//! with no reservation while we renewed all along → the storage lost it, `Reregister`; a
 //! live peer without a key → `Release` (no reservation while it renews); no reservation →
 //! `Reserve`; else `Preempt` for each suspect that has stood still for
 //! [`FenceSt::preempt_after_s`] → the shell preempts and reads back ([`device_plan`],
@@ -164,12 +163,6 @@ pub enum FenceVerdict {
     /// a clear. Our key is registered again; no peer can be confirmed fenced until a
     /// reservation stands again.
     StorageCleared { renewal_gap_ms: u64 },
-    /// A reservation stands and our key is gone, but our key was last seen during our
-    /// join's window and our record cannot have stood still long enough for a preempt
-    /// (`renewal_gap_ms` at most): the storage lost it (a target restart during our
-    /// join) and a peer reserved before our record showed us live. Our key is registered
-    /// again ([`FenceSt::key_may_be_lost_by_storage`]).
-    KeyLostAtJoin { renewal_gap_ms: u64 },
     /// `host_id` at `generation` renews with no key of its host_id on the device (a host
     /// without fencing: sanlock, or lockd before `fence = "scsi-pr"` reaches it). The
     /// reservation is not made, or released, while it does: fencing is inactive and
@@ -275,9 +268,6 @@ pub struct FenceSt {
     cleared: bool,
     /// When (monotime s) a pass last found our key on the device (0: not yet).
     key_seen_at_s: u64,
-    /// Until when (monotime s) a peer's reservation decided before our join's record
-    /// landed may still land ([`FenceSt::note_join`]; 0: unknown).
-    join_window_end_s: u64,
     /// This host marked a peer generation fenced (since the lockspace was joined).
     pub fenced_a_peer: bool,
     /// This host reserves and preempts (`fence = "scsi-pr"`); false: it only keeps its key
@@ -309,7 +299,6 @@ impl FenceSt {
             fenced_renewing: BTreeSet::new(),
             cleared: false,
             key_seen_at_s: 0,
-            join_window_end_s: 0,
             fenced_a_peer: false,
             acts: true,
             seen_now: FenceObserved::default(),
@@ -461,41 +450,6 @@ impl FenceSt {
             && self.fenced_renewing.insert((host_id, generation))
     }
 
-    /// Notes when our join's record had landed (`join_ended_ms`, monotime ms; 0:
-    /// unknown) and the longest io_timeout among the peers' records: a peer's pass that
-    /// did not see us live decided from a read made before that, at most
-    /// [`FRESH_READ_IO_TIMEOUTS`] of the longer io_timeout old, and its RESERVE lands
-    /// within [`PREEMPT_LAG_SLACK_S`] of the pass. Called before each decision.
-    pub fn note_join(&mut self, join_ended_ms: u64, max_peer_io_timeout_s: u64) {
-        self.join_window_end_s = if join_ended_ms == 0 {
-            0
-        } else {
-            let d = self.io_timeout_s.max(max_peer_io_timeout_s).max(1);
-            join_ended_ms.div_ceil(1000) + FRESH_READ_IO_TIMEOUTS * d + PREEMPT_LAG_SLACK_S
-        };
-    }
-
-    /// Whether our key, found missing (`reservation`: while a reservation stands), may
-    /// have been lost by the storage rather than preempted, our record having stood still
-    /// at most `our_renewal_gap_ms`: only if that gap rules out a peer's preempt
-    /// ([`gap_rules_out_preempt`]) and either no reservation stands (a preempt leaves one
-    /// standing) or our key was last seen by a pass (or never) before a reservation
-    /// decided without us could stop landing ([`FenceSt::note_join`]). The second case
-    /// is a host that joins while the target restarts: its key goes before a peer sees
-    /// its record, a peer that registered again makes the reservation without waiting
-    /// for it, and the joiner's renewals are refused. No lockd peer can have preempted it
-    /// (the gap), and a peer only marks fenced a key a read showed it (`peer_done`). A
-    /// PREEMPT from outside lockd (an operator's `sg_persist`) of a host that joined
-    /// moments before is undone once, as docs/fencing.md says; later, our key missing
-    /// under a reservation is always a fence. Also the renewal path's test: a renewal
-    /// refused by the storage does not lose the lease at once while this holds
-    /// ([`crate::Core`] on `Input::RenewalFailed`); the next pass decides.
-    pub fn key_may_be_lost_by_storage(&self, reservation: bool, our_renewal_gap_ms: u64) -> bool {
-        self.active()
-            && gap_rules_out_preempt(our_renewal_gap_ms, self.io_timeout_s)
-            && (!reservation || self.key_seen_at_s <= self.join_window_end_s)
-    }
-
     fn preempting_host(&self, host_id: u64) -> bool {
         self.preempting.keys().any(|&(h, _)| h == host_id)
     }
@@ -509,8 +463,6 @@ impl FenceSt {
     ///    without persisted reservations, or cleared) — no peer preempts a host that
     ///    renews, and a preempt leaves the reservation standing — so our key is
     ///    registered again ([`FenceVerdict::StorageCleared`]) and nothing else is done;
-    ///    the same while a reservation stands if our key was last seen within the join's
-    ///    window ([`FenceVerdict::KeyLostAtJoin`], [`FenceSt::key_may_be_lost_by_storage`]);
     /// 2. our key missing otherwise → we are fenced;
     /// 3. the keys are remembered; a live peer without a key of its host_id → the
     ///    reservation is released, or not made ([`FenceVerdict::PeerUnkeyed`]); every live
@@ -536,7 +488,7 @@ impl FenceSt {
         self.seen_now.keys = keys.len() as u64;
         self.seen_now.reservation = reservation;
         if !keys.iter().any(|k| k.raw == self.key) {
-            if self.key_may_be_lost_by_storage(reservation, our_renewal_gap_ms) {
+            if !reservation && gap_rules_out_preempt(our_renewal_gap_ms, self.io_timeout_s) {
                 // Once per loss: a REGISTER sent again and again could land late, after a
                 // real preempt, and bring our key back. The keys seen before are
                 // forgotten: a peer's key missing now may only wait to be registered
@@ -546,14 +498,8 @@ impl FenceSt {
                 }
                 self.seen.clear();
                 actions.push(FenceAction::Reregister { our_key: self.key });
-                return Some(if reservation {
-                    FenceVerdict::KeyLostAtJoin {
-                        renewal_gap_ms: our_renewal_gap_ms,
-                    }
-                } else {
-                    FenceVerdict::StorageCleared {
-                        renewal_gap_ms: our_renewal_gap_ms,
-                    }
+                return Some(FenceVerdict::StorageCleared {
+                    renewal_gap_ms: our_renewal_gap_ms,
                 });
             }
             self.fenced_here = true;
@@ -959,13 +905,9 @@ mod tests {
         f.registered(key(1, 1).raw);
         assert_eq!(f.look(&m, 200), Some(FenceAction::ReadKeys));
         let mut actions = Vec::new();
-        f.keys_read(&reserved(vec![key(1, 1), key(2, 3)]), 200, 0, &mut actions);
-        actions.clear();
-        assert_eq!(f.look(&m, 200), Some(FenceAction::ReadKeys));
-        // Our key, seen before, is not on the list: we are fenced, and decide nothing
-        // more.
+        // Our key is not on the list: we are fenced, and decide nothing more.
         assert_eq!(
-            f.keys_read(&reserved(vec![key(2, 3)]), 200, 0, &mut actions),
+            f.keys_read(&reserved(vec![key(2, 3)]), 0, 0, &mut actions),
             Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone))
         );
         assert!(actions.is_empty());
@@ -1214,82 +1156,14 @@ mod tests {
             ))
         );
         assert!(actions.is_empty());
-        // Our key, seen since we registered it, gone while a reservation stands:
-        // preempted, whatever our renewals did.
+        // Our key gone while a reservation stands: preempted, whatever our renewals did.
         let mut f = FenceSt::new(0, 1);
         f.registered(ours.raw);
         f.look(&monitor_with_peer(), 100);
-        f.keys_read(&reserved(vec![ours, key(2, 3)]), 100, 0, &mut actions);
-        actions.clear();
-        f.look(&monitor_with_peer(), 101);
         assert_eq!(
-            f.keys_read(&reserved(vec![key(2, 3)]), 101, 0, &mut actions),
+            f.keys_read(&reserved(vec![key(2, 3)]), 100, 0, &mut actions),
             Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone))
         );
-    }
-
-    /// A host joins while the target restarts: its key goes with the restart, and a peer
-    /// that registered again reserves before our record showed us live (the simulator's
-    /// fence model, planted bug `key-lost-at-join-means-fenced`). Not a preempt while our
-    /// renewals rule one out and our key was last seen before such a reservation could
-    /// stop landing: registered again, once. After that window, or after a stall that
-    /// does not rule a preempt out, fenced.
-    #[test]
-    fn a_key_lost_during_the_join_is_registered_again_while_a_reservation_stands() {
-        let ours = key(1, 1);
-        let mut f = FenceSt::new(0, 1);
-        f.registered(ours.raw);
-        // Our join's record landed by 100.5 s; a peer at D = 2: its stale reservation may
-        // land until 101 + 3·2 + 20 = 127 s.
-        f.note_join(100_500, 2);
-        let mut actions = Vec::new();
-        assert!(f.key_may_be_lost_by_storage(true, 4_000));
-        f.look(&monitor_with_peer(), 101);
-        assert_eq!(
-            f.keys_read(&reserved(vec![key(2, 3)]), 101, 2_000, &mut actions),
-            Some(FenceVerdict::KeyLostAtJoin {
-                renewal_gap_ms: 2_000
-            })
-        );
-        assert_eq!(actions, vec![FenceAction::Reregister { our_key: ours.raw }]);
-        // Not again before our key shows (a late REGISTER could undo a real preempt).
-        actions.clear();
-        f.look(&monitor_with_peer(), 102);
-        assert_eq!(
-            f.keys_read(&reserved(vec![key(2, 3)]), 102, 2_000, &mut actions),
-            None
-        );
-        assert!(actions.is_empty());
-        // Seen at 127 s, the window's last second: a loss found later still may be the
-        // restart's.
-        f.look(&monitor_with_peer(), 127);
-        f.keys_read(&reserved(vec![ours, key(2, 3)]), 127, 0, &mut actions);
-        assert!(f.key_may_be_lost_by_storage(true, 0));
-        // Seen at 128 s: any reservation decided without us has landed; from now on our
-        // key missing under a reservation is a preempt. Without one, still a storage loss.
-        f.look(&monitor_with_peer(), 128);
-        f.keys_read(&reserved(vec![ours, key(2, 3)]), 128, 0, &mut actions);
-        assert!(!f.key_may_be_lost_by_storage(true, 0));
-        assert!(f.key_may_be_lost_by_storage(false, 0));
-        actions.clear();
-        f.look(&monitor_with_peer(), 129);
-        assert_eq!(
-            f.keys_read(&reserved(vec![key(2, 3)]), 129, 0, &mut actions),
-            Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone))
-        );
-        // Never seen, but our record may have stood still long enough: fenced.
-        let mut f = FenceSt::new(0, 1);
-        f.registered(ours.raw);
-        f.note_join(100_500, 2);
-        assert!(!f.key_may_be_lost_by_storage(true, 4_001));
-        f.look(&monitor_with_peer(), 101);
-        assert_eq!(
-            f.keys_read(&reserved(vec![key(2, 3)]), 101, 4_001, &mut actions),
-            Some(FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone))
-        );
-        // Nor once fenced, nor before our key is registered.
-        assert!(!f.key_may_be_lost_by_storage(true, 0));
-        assert!(!FenceSt::new(0, 1).key_may_be_lost_by_storage(true, 0));
     }
 
     #[test]

@@ -51,8 +51,6 @@ pub struct RenewalRec {
 #[derive(Debug, Default)]
 pub struct SpaceSt {
     pub phase: Phase,
-    /// Monotime ms by which the join's record had landed (0: not joined yet).
-    pub join_ended_ms: u64,
     pub add_result: Option<i32>,
     pub geometry: Option<Geometry>,
     pub host_generation: u64,

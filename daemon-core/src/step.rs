@@ -546,16 +546,8 @@ pub enum Input<S, H> {
         rec: RenewalRec,
     },
     /// A renewal of lockspace `id` failed with sanlock code `code`; `corrupt` when our
-    /// delta sector was found damaged or taken; `refused` when the storage refused the
-    /// write with a reservation conflict (our storage key is gone: fenced, unless the
-    /// lockspace's fencing finds the storage may have lost it,
-    /// [`crate::fencing::FenceSt::key_may_be_lost_by_storage`]).
-    RenewalFailed {
-        id: u32,
-        code: i32,
-        corrupt: bool,
-        refused: bool,
-    },
+    /// delta sector was found damaged or taken, or our storage key is gone (fenced).
+    RenewalFailed { id: u32, code: i32, corrupt: bool },
     /// The join of lockspace `id` begins its delta acquire, on a disk of `geometry`.
     JoinStarted {
         id: u32,
@@ -909,34 +901,6 @@ impl<S, H: LeaseHold> Core<S, H> {
     /// `FenceSt::peer_done` gives `PeerFenced` only for a preempt the shell confirmed on
     /// every device (no key of the host left while a reservation stands), so the peer's
     /// processes can no longer write any lease sector.
-    /// Whether a renewal of `sp` refused by the storage at `now_s` leaves the lease to
-    /// the next fence pass instead of losing it at once: the lockspace is fenced and its
-    /// key may have been lost by the storage, not preempted
-    /// ([`FenceSt::key_may_be_lost_by_storage`]; a reservation stands, or the write would
-    /// have landed). The stillness is measured up to the end of second `now_s`, later
-    /// than the refusal: longer, so never in the unsafe direction.
-    fn refusal_may_be_storage_loss(sp: &mut CoreSpace, now_s: u64) -> bool {
-        let max_peer_io_s = Self::max_peer_io_timeout_s(sp, now_s);
-        let Some(f) = sp.fence.as_mut() else {
-            return false;
-        };
-        f.note_join(sp.st.join_ended_ms, max_peer_io_s);
-        let gap_ms = sp
-            .st
-            .longest_renewal_gap_ms(f.stillness_since_s(max_peer_io_s), (now_s + 1) * 1000);
-        f.key_may_be_lost_by_storage(true, gap_ms)
-    }
-
-    /// The longest io_timeout among the records of `sp`'s host monitor (0: none).
-    fn max_peer_io_timeout_s(sp: &CoreSpace, now_s: u64) -> u64 {
-        sp.monitor
-            .hosts(now_s)
-            .iter()
-            .map(|(_, h, _)| u64::from(h.io_timeout))
-            .max()
-            .unwrap_or(0)
-    }
-
     fn apply_fence_verdict(sp: &mut CoreSpace, v: FenceVerdict, fx: &mut Vec<Effect<H>>) {
         match v {
             FenceVerdict::WeAreFenced(_) => sp.st.renewal_failed(-crate::errno::EBADE, true),
@@ -952,8 +916,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             FenceVerdict::PeerNeverKeyed { .. }
             | FenceVerdict::PeerUnkeyed { .. }
             | FenceVerdict::FencedPeerRenews { .. }
-            | FenceVerdict::StorageCleared { .. }
-            | FenceVerdict::KeyLostAtJoin { .. } => {}
+            | FenceVerdict::StorageCleared { .. } => {}
         }
         fx.push(Effect::FenceVerdict {
             id: sp.id,
@@ -1044,17 +1007,9 @@ impl<S, H: LeaseHold> Core<S, H> {
                     st.renewal_ok(last_success_s, rec);
                 }
             }
-            Input::RenewalFailed {
-                id,
-                code,
-                corrupt,
-                refused,
-            } => {
-                if let Some(sp) = self.live_space_mut(id) {
-                    let lost =
-                        corrupt || (refused && !Self::refusal_may_be_storage_loss(sp, now_s));
-
-                    sp.st.renewal_failed(code, lost);
+            Input::RenewalFailed { id, code, corrupt } => {
+                if let Some(st) = self.live_space_st_mut(id) {
+                    st.renewal_failed(code, corrupt);
                 }
             }
             Input::HostsRead {
@@ -1144,9 +1099,14 @@ impl<S, H: LeaseHold> Core<S, H> {
                 read_at_ms,
             } => {
                 if let Some(sp) = self.live_space_mut(id) {
-                    let max_peer_io_s = Self::max_peer_io_timeout_s(sp, now_s);
                     if let Some(f) = sp.fence.as_mut() {
-                        f.note_join(sp.st.join_ended_ms, max_peer_io_s);
+                        let max_peer_io_s = sp
+                            .monitor
+                            .hosts(now_s)
+                            .iter()
+                            .map(|(_, h, _)| u64::from(h.io_timeout))
+                            .max()
+                            .unwrap_or(0);
                         let gap_ms = sp
                             .st
                             .longest_renewal_gap_ms(f.stillness_since_s(max_peer_io_s), read_at_ms);
@@ -1696,7 +1656,6 @@ mod tests {
                 id: 1,
                 code: -5,
                 corrupt: false,
-                refused: false,
             },
         );
         let effects = c.step(100 + fail, Input::Tick);
@@ -1814,7 +1773,6 @@ mod tests {
                 id: 1,
                 code: -5,
                 corrupt: true,
-                refused: false,
             },
         );
         assert!(fx.is_empty());
@@ -1991,107 +1949,21 @@ mod tests {
         assert!(c.step(t + 3, read(t + 3, 97)).is_empty());
         c.check().unwrap();
 
-        // Our key gone while a reservation stands, and no pass saw it since we
-        // registered it, our renewals all along: the storage lost it during our join (a
-        // target restart) and a peer reserved first. Registered again; our renewal refused
-        // meanwhile does not lose the lease.
-        let keys_read = |keys: Vec<FenceKey>| Input::FenceKeysRead {
-            id: 1,
-            read: KeysRead::Keys {
-                keys,
-                reservation: true,
-            },
-            read_at_ms: t * 1000,
-        };
-        let refused = Input::RenewalFailed {
-            id: 1,
-            code: -5,
-            corrupt: false,
-            refused: true,
-        };
         let mut c = core(&["ls"], t - 1, &[(4242, "ls", "r")]);
         setup(&mut c);
         reread(&mut c);
-        // Joined at t − 2: a reservation decided without us may land until
-        // t − 2 + 3·D + 20 s.
-        c.space_st_mut(1).expect("listed").join_ended_ms = (t - 2) * 1000;
-        let window_end_s = t - 2 + 3 * IO_S + 20;
-        c.step(t, refused.clone());
-        assert!(!c.space_st(1).expect("listed").lease_lost());
-        assert_eq!(
-            c.step(t, Input::FenceLook { id: 1 }),
-            vec![read_keys.clone()]
-        );
-        let fx = c.step(t, keys_read(vec![theirs]));
-        assert_eq!(
-            fx,
-            vec![
-                Effect::Fence {
-                    id: 1,
-                    action: FenceAction::Reregister { our_key: ours.raw }
-                },
-                Effect::FenceVerdict {
-                    id: 1,
-                    ls: name("ls"),
-                    verdict: FenceVerdict::KeyLostAtJoin {
-                        renewal_gap_ms: 1_000
-                    }
-                }
-            ]
-        );
-        assert!(!c.space_st(1).expect("listed").lease_lost());
-        // Once a pass has seen our key after that window, a refused renewal loses the
-        // lease at once.
-        let later = |keys: Vec<FenceKey>| Input::FenceKeysRead {
-            id: 1,
-            read: KeysRead::Keys {
-                keys,
-                reservation: true,
-            },
-            read_at_ms: (window_end_s + 1) * 1000,
-        };
-        let renewed = |c: &mut Core<(), Held>, at_s: u64| {
-            c.step(
-                at_s,
-                Input::RenewalOk {
-                    id: 1,
-                    last_success_s: at_s,
-                    rec: crate::space_state::RenewalRec {
-                        timestamp: at_s,
-                        read_ms: 0,
-                        write_ms: 0,
-                        write_sent_ms: at_s * 1000,
-                        ended_ms: at_s * 1000,
-                    },
-                },
-            );
-        };
-        renewed(&mut c, window_end_s);
-        c.step(window_end_s, Input::FenceLook { id: 1 });
-        c.step(window_end_s, keys_read(vec![ours, theirs]));
-        c.step(window_end_s, refused.clone());
-        assert!(
-            !c.space_st(1).expect("listed").lease_lost(),
-            "seen in the window's last second"
-        );
-        renewed(&mut c, window_end_s + 1);
-        c.step(window_end_s + 1, Input::FenceLook { id: 1 });
-        c.step(window_end_s + 1, later(vec![ours, theirs]));
-        c.step(window_end_s + 1, refused);
-        assert!(c.space_st(1).expect("listed").lease_lost());
-        c.check().unwrap();
-
-        // Our key seen, then gone while a reservation stands: we are fenced.
-        let mut c = core(&["ls"], t - 1, &[(4242, "ls", "r")]);
-        setup(&mut c);
-        reread(&mut c);
-        assert_eq!(
-            c.step(t, Input::FenceLook { id: 1 }),
-            vec![read_keys.clone()]
-        );
-        c.step(t, keys_read(vec![ours, theirs]));
         assert_eq!(c.step(t, Input::FenceLook { id: 1 }), vec![read_keys]);
-        let fx = c.step(t, keys_read(vec![theirs]));
+        let fx = c.step(
+            t,
+            Input::FenceKeysRead {
+                id: 1,
+                read: KeysRead::Keys {
+                    keys: vec![theirs],
+                    reservation: true,
+                },
+                read_at_ms: t * 1000,
+            },
+        );
         assert!(matches!(
             fx.as_slice(),
             [Effect::FenceVerdict {
@@ -2325,7 +2197,6 @@ mod tests {
                 id: 1,
                 code: -EBADE_FOR_TEST,
                 corrupt: true,
-                refused: false,
             },
         );
         c.step(133, Input::DeltaReleasing { id: 1 });

@@ -717,14 +717,6 @@ fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
                          or a clear), not a preempt; registering our key again. Until a \
                          reservation stands again no host can be fenced by the storage"
                     ),
-                    FenceVerdict::KeyLostAtJoin { renewal_gap_ms } => error!(
-                        renewal_gap_ms,
-                        "storage fencing: a reservation stands and our key is gone, but no \
-                         pass has seen our key since we registered it and our record cannot \
-                         have stood still long enough for a peer to preempt us: the storage \
-                         lost it during our join (a target restart) and a peer reserved \
-                         before our record showed us live; registering our key again"
-                    ),
                     FenceVerdict::PeerUnkeyed {
                         host_id,
                         generation,
@@ -1200,11 +1192,8 @@ fn renew_loop(
                 if e.is_fenced() {
                     error!(
                         error = %e,
-                        "renewal refused by the storage (reservation conflict): our \
-                         reservation key is gone; the lockspace's lease is lost unless our \
-                         record was renewed too recently for a preempt and no fence pass \
-                         has seen our key since we registered it (the storage lost it \
-                         during our join): then the next pass registers it again"
+                        "renewal refused by the storage: this host has been fenced (its \
+                         reservation key was preempted); the lockspace's leases are lost"
                     );
                 } else {
                     warn!(error = %e, rv = code, "renewal failed");
@@ -1212,14 +1201,14 @@ fn renew_loop(
                 space
                     .renewal_failures
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                // Refused (fenced): the core decides whether the lease is lost at once.
+                // Fenced: lost at once, as a corrupt lease (no retry can succeed).
+                let corrupt = e.is_corrupt() || e.is_fenced();
                 report(
                     space,
                     Input::RenewalFailed {
                         id: space.space_id,
                         code,
-                        corrupt: e.is_corrupt(),
-                        refused: e.is_fenced(),
+                        corrupt,
                     },
                 );
                 // sanlock retries a failed renewal after 500 ms.
@@ -1506,7 +1495,6 @@ mod renewal_tests {
             id: space.space_id,
             code: -libc::EBADE,
             corrupt: true,
-            refused: false,
         };
         report(&old, fenced(&old));
         assert!(

@@ -1187,7 +1187,6 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
                     id,
                     code: -crate::errno::EIO,
                     corrupt: false,
-                    refused: false,
                 },
             );
             clock.sleep_ms(1_000).await;
@@ -1236,7 +1235,6 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
                         id,
                         code: e.sanlk_code(),
                         corrupt: e.is_corrupt(),
-                        refused: e.is_fenced(),
                     },
                 );
                 clock.sleep_ms(500).await;

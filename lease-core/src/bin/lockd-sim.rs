@@ -149,6 +149,7 @@ fn run_fence(args: &Args) -> ExitCode {
     let start = Instant::now();
     let (mut takes, mut fences, mut refused, mut faults, mut violations) =
         (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut lockouts = 0u64;
     for i in 0..args.seeds {
         let seed = args.first_seed.wrapping_add(i);
         let r = run_fence_seed(seed, args.hosts, args.duration_s, bug, args.trace);
@@ -156,6 +157,7 @@ fn run_fence(args: &Args) -> ExitCode {
         fences += r.stats.fences;
         refused += r.stats.writes_refused;
         faults += r.stats.faults;
+        lockouts += r.stats.join_lockouts;
         if args.verbose {
             eprintln!("seed={seed} {:?}", r.stats);
         }
@@ -179,7 +181,7 @@ fn run_fence(args: &Args) -> ExitCode {
         }
     }
     println!(
-        "model=fence seeds={} acquisitions={takes} fences={fences} refused_writes={refused} faults={faults} violations={violations} wall_s={:.1}",
+        "model=fence seeds={} acquisitions={takes} fences={fences} refused_writes={refused} faults={faults} join_lockouts={lockouts} violations={violations} wall_s={:.1}",
         args.seeds,
         start.elapsed().as_secs_f64()
     );
