@@ -915,6 +915,33 @@ mod tests {
         f.check().unwrap();
     }
 
+    /// A preempt that did not complete (a PR command failed, or a removal or shutdown cut
+    /// the drain short: the shell's `Failed`) marks nobody fenced; a later pass tries
+    /// again.
+    #[test]
+    fn a_preempt_that_failed_marks_nobody_and_is_tried_again() {
+        let ours = key(1, 1);
+        let mut m = monitor_with_peer();
+        let mut f = FenceSt::new(0, 1);
+        f.registered(ours.raw);
+        let preempt = FenceAction::Preempt {
+            host_id: 2,
+            generation: 3,
+            our_key: ours.raw,
+        };
+        let mut actions = Vec::new();
+        for t in [110, 111] {
+            reread(&mut m, t);
+            f.look(&m, t);
+            actions.clear();
+            f.keys_read(&reserved(vec![ours, key(2, 3)]), t, 0, &mut actions);
+            assert_eq!(actions, vec![preempt], "at {t}");
+            assert_eq!(f.peer_done(2, 3, PeerFenceOutcome::Failed), None);
+            assert!(!f.fenced_a_peer);
+        }
+        f.check().unwrap();
+    }
+
     #[test]
     fn a_peer_is_fenced_only_when_confirmed_and_its_key_was_ours_to_remove_or_seen() {
         let mut m = monitor_with_peer();

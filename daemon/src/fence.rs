@@ -109,6 +109,25 @@ fn wait_unless_stopped(ms: u64, stop: &AtomicBool) -> Result<(), FenceError> {
     }
 }
 
+/// What the core is told of a preempt that ended with `result`: a RESERVATION CONFLICT on
+/// a command is `Refused` (the keys read next tell whether our own key is gone); any
+/// other error, a stop during the drain included, is `Failed`, which marks nobody fenced
+/// (`FenceSt::peer_done`). The error is given back with it for the log.
+fn preempt_outcome(
+    result: Result<PeerFenceOutcome, FenceError>,
+) -> Result<PeerFenceOutcome, (PeerFenceOutcome, FenceError)> {
+    result.map_err(|e| {
+        let refused = matches!(&e, FenceError::Command { source, .. }
+            if source.is_reservation_conflict());
+        let outcome = if refused {
+            PeerFenceOutcome::Refused
+        } else {
+            PeerFenceOutcome::Failed
+        };
+        (outcome, e)
+    })
+}
+
 /// The core's view of a key list: each key with the host_id and generation it names.
 fn fence_keys(keys: &[u64]) -> Vec<FenceKey> {
     keys.iter()
@@ -509,16 +528,15 @@ impl SpaceFence {
         our_key: u64,
         stop: &AtomicBool,
     ) -> PeerFenceOutcome {
-        match self.try_preempt_peer(host_id, generation, our_key, stop) {
+        match preempt_outcome(self.try_preempt_peer(host_id, generation, our_key, stop)) {
             Ok(outcome) => outcome,
-            Err(e) if matches!(&e, FenceError::Command { source, .. } if source.is_reservation_conflict()) =>
-            {
+            Err((PeerFenceOutcome::Refused, e)) => {
                 warn!(error = %e, "storage fencing: our preempt was refused");
                 PeerFenceOutcome::Refused
             }
-            Err(e) => {
+            Err((outcome, e)) => {
                 warn!(host_id, generation, error = %e, "storage fencing: preempt failed");
-                PeerFenceOutcome::Failed
+                outcome
             }
         }
     }
@@ -696,7 +714,9 @@ mod tests {
     use super::*;
 
     /// The drain (up to fence_drain_ms, 10 minutes at most) and the join's host_dead wait
-    /// end within 100 ms of a removal or shutdown, and a fence cut short does not count.
+    /// end within 100 ms of a removal or shutdown, and a fence cut short does not count:
+    /// the core gets `Failed` (it marks nobody: `lockd_core::fencing`'s test
+    /// `a_preempt_that_failed_marks_nobody_and_is_tried_again`).
     #[test]
     fn a_stop_cuts_the_drain_short() {
         use std::sync::Arc;
@@ -722,6 +742,12 @@ mod tests {
             wait_unless_stopped(0, &stop),
             Err(FenceError::Stopped)
         ));
+        assert!(matches!(
+            preempt_outcome(Err(FenceError::Stopped)),
+            Err((PeerFenceOutcome::Failed, FenceError::Stopped))
+        ));
+        let confirmed = PeerFenceOutcome::Confirmed { preempted: true };
+        assert_eq!(preempt_outcome(Ok(confirmed)).ok(), Some(confirmed));
     }
 
     /// A read torn by a target restart (the old state, then the empty one) is not one

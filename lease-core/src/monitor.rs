@@ -4,7 +4,8 @@
 //! whole lockspace, or its head, which covers every record any read showed used
 //! ([`HostMonitor::highest_ever_used`], [`crate::reads`]), so every host ever seen is
 //! read at every renewal. A host is judged only from *our own* clock: when did we last
-//! see its (owner, generation, timestamp) change. Timestamps written by other hosts are never compared with ours.
+//! see its (owner, generation, timestamp) change. Timestamps written by other hosts are
+//! never compared with ours.
 //!
 //! The monitor also holds shared grants back after our join ([`SharedHold`]) until every
 //! live peer's own cached view of us is provably newer than our join: sanlock judges a
