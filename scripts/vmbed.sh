@@ -7,19 +7,34 @@
 # the cached Debian 13 chroot (scripts/debian-chroot.sh; made here if missing).
 #
 #   scripts/vmbed.sh [--ci | --list | SCENARIO…] [--io-timeout D] [--fire-timeout W] [--keep]
+#                    [--storage tgt|lio|nvme-tcp]
+# --storage lio|nvme-tcp boots Debian unstable's kernel (a storage guest running the
+# kernel's target, and the lease guests), from an image built here (image-sid).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 for a in "$@"; do
     if [ "$a" = --list ]; then exec python3 tests/vmbed/vmbed.py --list; fi
 done
-bash scripts/vmbed-setup.sh
+want_sid=0
+prev=
+for a in "$@"; do
+    case "$prev:$a" in
+        --storage:lio|--storage:nvme-tcp|*:--storage=lio|*:--storage=nvme-tcp) want_sid=1 ;;
+    esac
+    prev=$a
+done
+if [ "$want_sid" = 1 ]; then bash scripts/vmbed-setup.sh --sid; else bash scripts/vmbed-setup.sh; fi
 cargo build -q --release -p lockd-tools -p lockd-daemon -p wdmd -p lockd-system-tests \
     --bin lockd --bin lockd-daemon --bin wdmd --bin lockd-witness
 # LOCKD_VMBED_IMAGE: where the guest image goes (default /var/tmp/lockd-vmbed/image); a
 # second worktree on the same machine gives its own so the two do not overwrite each other.
 export LOCKD_VMBED_IMAGE="${LOCKD_VMBED_IMAGE:-/var/tmp/lockd-vmbed/image}"
 bash tests/vmbed/build-initramfs.sh "$LOCKD_VMBED_IMAGE" target/release
+if [ "$want_sid" = 1 ]; then
+    export LOCKD_VMBED_SID_IMAGE="${LOCKD_VMBED_SID_IMAGE:-/var/tmp/lockd-vmbed/image-sid}"
+    bash tests/vmbed/build-initramfs.sh "$LOCKD_VMBED_SID_IMAGE" target/release sid
+fi
 # The lvmlockd scenarios boot that image plus Debian 13's lvm2/lvm2-lockd 2.03.31 and sanlock
 # 3.9.5 (tests/vmbed/build-trixie-lvm.sh, from the cached trixie chroot): built when the full
 # run or an lvmlockd scenario is asked for, not for --ci.
@@ -30,7 +45,7 @@ for a in "$@"; do
     if [ "$skip" = 1 ]; then skip=0; continue; fi
     case $a in
         --ci) want_lvm=0 ;;
-        --io-timeout|--fire-timeout) skip=1 ;;
+        --io-timeout|--fire-timeout|--storage) skip=1 ;;
         -*) ;;
         lvmlockd*) names=2 ;;
         *) [ "$names" = 2 ] || names=1 ;;

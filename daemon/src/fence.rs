@@ -28,6 +28,7 @@
 //!   the new registration before the watchdog has ended them;
 //! - nothing here runs for a lockspace the configuration does not name.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -59,6 +60,8 @@ const JOIN_REGISTER_TRIES: usize = 4;
 pub struct SpaceFence {
     /// The lockspace's own device first, then its `fence_devices`.
     devices: Vec<PrDevice>,
+    /// For each device, the logical units it is made of ([`logical_units`]).
+    units: Vec<BTreeSet<String>>,
     host_id: u64,
     /// `fence_drain_ms`: how long a fence whose victim's queued commands no PREEMPT AND
     /// ABORT of ours aborted waits before it is confirmed.
@@ -149,6 +152,7 @@ impl SpaceFence {
     ) -> Result<SpaceFence, FenceError> {
         lvm_key(host_id, 1)?;
         let mut devices = Vec::new();
+        let mut units = Vec::new();
         for path in std::iter::once(lockspace_path.to_path_buf()).chain(extra.iter().cloned()) {
             let mut dev = PrDevice::open(&path).map_err(|source| FenceError::Device {
                 path: path.clone(),
@@ -159,10 +163,17 @@ impl SpaceFence {
                 path: path.clone(),
                 source,
             })?;
+            info!(
+                device = %path.display(),
+                interface = %dev.interface().name(),
+                "storage fencing: device answers persistent reservations"
+            );
             devices.push(dev);
+            units.push(logical_units(&path));
         }
         Ok(SpaceFence {
             devices,
+            units,
             host_id,
             drain_ms,
         })
@@ -554,16 +565,23 @@ impl SpaceFence {
         // target answers it once the victim's queued commands are aborted. A key removed
         // by plain PREEMPT, or found gone (another host's preempt, which may have been
         // plain), leaves commands the target had accepted free to land for a while.
+        // A device whose keys were found gone still counts as aborted by us when it is
+        // made of logical units an earlier device of this pass is made of too, on which
+        // our PREEMPT AND ABORT removed every doomed key: the abort was the LU's.
         let mut all_aborted_by_us = true;
-        for dev in &self.devices {
+        let mut aborted_on: Vec<bool> = Vec::with_capacity(self.devices.len());
+        for (i, dev) in self.devices.iter().enumerate() {
+            let covered = covered_by_earlier_abort(&self.units, &aborted_on, i);
+            aborted_on.push(false);
             let now_keys = self.cmd(dev, "READ KEYS", dev.read_keys())?;
             let doomed = match device_plan(&fence_keys(&now_keys.keys), host_id, generation) {
                 DevicePlan::Rejoined => return Ok(PeerFenceOutcome::Rejoined),
                 DevicePlan::Preempt(doomed) => doomed,
             };
-            if doomed.is_empty() {
+            if doomed.is_empty() && !covered {
                 all_aborted_by_us = false;
             }
+            let mut all_aborted_here = !doomed.is_empty();
             if !doomed.is_empty() {
                 // A preempt without a reservation would leave the victim free to write, and
                 // making one here could refuse a live host without a key (the pass
@@ -586,7 +604,10 @@ impl SpaceFence {
                         let keys = self.cmd(dev, "READ KEYS", dev.read_keys())?;
                         match preempt_conflict(&keys.keys, keys.truncated, our_key) {
                             PreemptConflict::VictimAlreadyGone => {
-                                all_aborted_by_us = false;
+                                all_aborted_here = false;
+                                if !covered {
+                                    all_aborted_by_us = false;
+                                }
                                 info!(
                                     device = %dev.path().display(),
                                     host_id,
@@ -620,6 +641,7 @@ impl SpaceFence {
                 };
                 if done.action != OutAction::PreemptAndAbort {
                     all_aborted_by_us = false;
+                    all_aborted_here = false;
                 }
                 if let Some(why) = &done.abort_refused {
                     warn!(
@@ -635,11 +657,13 @@ impl SpaceFence {
                     generation,
                     key = format_args!("{key:#018x}"),
                     action = ?done.action,
+                    interface = %dev.interface().name(),
                     ms = t0.elapsed().as_millis() as u64,
                     "storage fencing: key preempted"
                 );
                 preempted |= key == victim;
             }
+            aborted_on[i] = all_aborted_here;
         }
         // Why a fenced host's write cannot land beside the new holder's: the victim's
         // leases are taken only after the read-back below, and that waits out every write
@@ -693,6 +717,84 @@ impl SpaceFence {
     }
 }
 
+/// Whether each logical unit device `i` is made of is also a unit of an earlier device on
+/// which our PREEMPT AND ABORT removed every doomed key (`aborted_on[j]`): that abort
+/// ended the victim's queued commands on the unit, whatever path it went down. A device
+/// whose units are unknown (empty set) is never covered.
+fn covered_by_earlier_abort(units: &[BTreeSet<String>], aborted_on: &[bool], i: usize) -> bool {
+    let Some(mine) = units.get(i).filter(|u| !u.is_empty()) else {
+        return false;
+    };
+    mine.iter().all(|unit| {
+        aborted_on.iter().enumerate().take(i).any(|(j, &aborted)| {
+            aborted && units.get(j).is_some_and(|theirs| theirs.contains(unit))
+        })
+    })
+}
+
+/// The logical units a block device is made of, from sysfs: device-mapper maps are
+/// followed down their `slaves`, a partition to its disk, and each whole disk is named by
+/// its `wwid` (an NVMe namespace's, or a SCSI disk's from VPD page 0x83), or by its
+/// device number where sysfs has none (two paths to one LU then look different, which
+/// only ever makes a fence wait its drain). Empty when `path` is not a block device.
+fn logical_units(path: &Path) -> BTreeSet<String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut out = BTreeSet::new();
+    let Ok(meta) = std::fs::metadata(path) else {
+        return out;
+    };
+    if !meta.file_type().is_block_device() {
+        return out;
+    }
+    let (major, minor) = (libc::major(meta.rdev()), libc::minor(meta.rdev()));
+    let Ok(dir) = std::fs::canonicalize(format!("/sys/dev/block/{major}:{minor}")) else {
+        return out;
+    };
+    units_of_sysfs_dir(&dir, &mut out, 0);
+    out
+}
+
+fn units_of_sysfs_dir(dir: &Path, out: &mut BTreeSet<String>, depth: usize) {
+    const MAX_DEPTH: usize = 8;
+    if depth > MAX_DEPTH {
+        return;
+    }
+    if let Ok(slaves) = std::fs::read_dir(dir.join("slaves")) {
+        let mut any = false;
+        for slave in slaves.flatten() {
+            any = true;
+            if let Ok(d) = std::fs::canonicalize(slave.path()) {
+                units_of_sysfs_dir(&d, out, depth + 1);
+            }
+        }
+        if any {
+            return;
+        }
+    }
+    let disk = if dir.join("partition").exists() {
+        dir.parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| dir.to_path_buf())
+    } else {
+        dir.to_path_buf()
+    };
+    let wwid = ["wwid", "device/wwid"]
+        .iter()
+        .find_map(|f| std::fs::read_to_string(disk.join(f)).ok())
+        .map(|w| w.trim().to_string())
+        .filter(|w| !w.is_empty());
+    match wwid {
+        Some(w) => {
+            out.insert(format!("wwid:{w}"));
+        }
+        None => {
+            if let Ok(dev) = std::fs::read_to_string(disk.join("dev")) {
+                out.insert(format!("dev:{}", dev.trim()));
+            }
+        }
+    }
+}
+
 /// Whether READ RESERVATION, READ KEYS and READ RESERVATION again, in that order, show
 /// one PR state: the same PR generation in all three, the same reservation before and
 /// after, and a reservation's holder key (0 for the all-registrants types) on the list.
@@ -712,6 +814,51 @@ fn one_pr_state(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn a_device_counts_as_aborted_only_under_an_earlier_abort_on_all_its_units() {
+        // A map over the LU, the LU's disk, another LU, a device of unknown units.
+        let units = vec![
+            set(&["wwid:A"]),
+            set(&["wwid:A"]),
+            set(&["wwid:B"]),
+            set(&[]),
+            set(&["wwid:A", "wwid:B"]),
+        ];
+        assert!(!covered_by_earlier_abort(&units, &[], 0));
+        assert!(covered_by_earlier_abort(&units, &[true], 1));
+        assert!(
+            !covered_by_earlier_abort(&units, &[false], 1),
+            "no abort of ours"
+        );
+        assert!(
+            !covered_by_earlier_abort(&units, &[true, true], 2),
+            "another LU"
+        );
+        assert!(
+            !covered_by_earlier_abort(&units, &[true, true, true], 3),
+            "unknown units"
+        );
+        assert!(
+            !covered_by_earlier_abort(&units, &[true, true, false, true], 4),
+            "B was not aborted by us"
+        );
+        assert!(covered_by_earlier_abort(
+            &units,
+            &[true, true, true, true],
+            4
+        ));
+    }
+
+    #[test]
+    fn the_units_of_what_is_not_a_block_device_are_unknown() {
+        assert!(logical_units(Path::new("/proc/self/status")).is_empty());
+        assert!(logical_units(Path::new("/nonexistent")).is_empty());
+    }
 
     /// The drain (up to fence_drain_ms, 10 minutes at most) and the join's host_dead wait
     /// end within 100 ms of a removal or shutdown, and a fence cut short does not count:

@@ -126,6 +126,23 @@ impl PrType {
         PrType::ALL.into_iter().find(|t| t.code() == code)
     }
 
+    /// The block layer's `enum pr_type` (`linux/pr.h`), which numbers the types 1–6 in
+    /// this order, not by their SCSI codes.
+    pub fn block_code(self) -> u32 {
+        match self {
+            PrType::WriteExclusive => 1,
+            PrType::ExclusiveAccess => 2,
+            PrType::WriteExclusiveRegistrantsOnly => 3,
+            PrType::ExclusiveAccessRegistrantsOnly => 4,
+            PrType::WriteExclusiveAllRegistrants => 5,
+            PrType::ExclusiveAccessAllRegistrants => 6,
+        }
+    }
+
+    pub fn from_block_code(code: u32) -> Option<PrType> {
+        PrType::ALL.into_iter().find(|t| t.block_code() == code)
+    }
+
     /// The short name used on the command line and in output: we, ea, we-ro, ea-ro,
     /// we-ar, ea-ar.
     pub fn short(self) -> &'static str {

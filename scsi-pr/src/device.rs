@@ -1,9 +1,27 @@
-//! A device opened for persistent-reservation commands through SG_IO, the commands
-//! themselves, a read-only probe, and a preempt confirmed by reading the keys back.
+//! A device opened for persistent-reservation commands, the commands themselves, a
+//! read-only probe, and a preempt confirmed by reading the keys back.
+//!
+//! Two interfaces reach the device ([`Interface`]), chosen per device when it is opened:
+//! * the block layer's PR ioctls, when the kernel has IOC_PR_READ_KEYS (Linux 6.19+): the
+//!   kernel builds the SCSI or NVMe command itself, and a dm-multipath map sends each
+//!   command down every path (a key is registered on each path's I_T nexus, and a
+//!   preempt removes it from all), which SG_IO on a map cannot do (it reaches one path);
+//! * SG_IO, for SCSI disks on older kernels (Debian 12's 6.1, Debian 13's 6.12).
 //!
 //! Invariants:
-//! * the probe and the READ commands send PERSISTENT RESERVE IN only; every descriptor is
-//!   opened read-only (SG_IO needs no write access, and no udev re-probe follows);
+//! * the probe and the READ commands send PERSISTENT RESERVE IN (or the block layer's
+//!   read ioctls) only; every descriptor is opened read-only (neither interface needs
+//!   write access for root, and no udev re-probe follows);
+//! * the block interface is used only when IOC_PR_READ_KEYS works on the device: a fence
+//!   is confirmed by reading the keys back, on the interface that sent it;
+//! * Linux sets APTPL in every REGISTER it sends for a SCSI disk, and some targets (tgt)
+//!   refuse it: on a SCSI disk that is not a device-mapper map and takes SG_IO, a REGISTER
+//!   the device refuses through the block interface (not a reservation conflict, not a
+//!   path failure) is sent again through SG_IO, and the device stays on SG_IO from then
+//!   on ([`PrDevice::interface`] says which is in use);
+//! * a block command's time is bounded by the kernel's own timeouts (sd's, NVMe's
+//!   io_timeout and a fabric's ctrl_loss_tmo), not by [`PrDevice::set_timeout_ms`], which
+//!   bounds SG_IO commands only;
 //! * UNIT ATTENTION (the device reporting a reset or a preempt before running the
 //!   command) is answered by sending the same command again, at most
 //!   [`UNIT_ATTENTION_RETRIES`] times; every other error is returned as it is;
@@ -14,12 +32,16 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::cdb::{in_cdb, out_cdb, out_params, InAction, OutAction, OutParams, PrType};
 use crate::error::PrError;
-use crate::parse::{self, Capabilities, Keys, ReservationState};
+use crate::parse::{self, Capabilities, Keys, Reservation, ReservationState};
 use crate::sense::{verdict, Completion};
-use crate::sys::{sg_io, Data};
+use crate::sys::{
+    blk_pr_out, blk_pr_read_keys, blk_pr_read_reservation, sg_io, BlkPrOut, BlkPrStatus, Data,
+    BLK_PR_KEYS_MAX,
+};
 
 /// How long one command may take before the kernel aborts it.
 pub const DEFAULT_TIMEOUT_MS: u32 = 10_000;
@@ -29,19 +51,128 @@ pub const UNIT_ATTENTION_RETRIES: u32 = 3;
 const READ_KEYS_FIRST_BYTES: u16 = 8 + 8 * 256;
 const SENSE_BYTES: usize = 64;
 
+/// How commands reach a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interface {
+    /// The block layer's PR ioctls (IOC_PR_*), with IOC_PR_READ_KEYS.
+    Block,
+    /// SCSI commands through SG_IO.
+    SgIo,
+}
+
+impl Interface {
+    pub fn name(self) -> &'static str {
+        match self {
+            Interface::Block => "block-pr",
+            Interface::SgIo => "sg-io",
+        }
+    }
+}
+
+/// Which interface [`PrDevice::open_with`] may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterfaceChoice {
+    /// The block interface when IOC_PR_READ_KEYS works on the device, else SG_IO.
+    Auto,
+    Block,
+    SgIo,
+}
+
+impl std::str::FromStr for InterfaceChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(InterfaceChoice::Auto),
+            "block-pr" | "block" => Ok(InterfaceChoice::Block),
+            "sg-io" | "sgio" => Ok(InterfaceChoice::SgIo),
+            _ => Err(format!(
+                "unknown PR interface {s:?} (auto, block-pr or sg-io)"
+            )),
+        }
+    }
+}
+
 pub struct PrDevice {
     file: File,
     path: PathBuf,
     timeout_ms: u32,
+    /// Set when the device uses the block interface (cleared once, by the APTPL fallback).
+    block: AtomicBool,
+    /// Whether a REGISTER the device refuses through the block interface is sent again
+    /// through SG_IO (a SCSI disk that is not a device-mapper map, answering SG_IO).
+    register_falls_back: bool,
+}
+
+/// `PR_STS_RESERVATION_CONFLICT`, `PR_STS_IOERR` and the path failures of `linux/pr.h`.
+const PR_STS_IOERR: BlkPrStatus = 0x2;
+const PR_STS_RESERVATION_CONFLICT: BlkPrStatus = 0x18;
+const PR_STS_PATH_FAILED: BlkPrStatus = 0x10000;
+const PR_STS_RETRY_PATH_FAILURE: BlkPrStatus = 0xe0000;
+const PR_STS_PATH_FAST_FAILED: BlkPrStatus = 0xf0000;
+
+fn block_status(what: &'static str, status: BlkPrStatus) -> Result<(), PrError> {
+    match status {
+        0 => Ok(()),
+        PR_STS_RESERVATION_CONFLICT => Err(PrError::ReservationConflict { what }),
+        PR_STS_PATH_FAILED => Err(PrError::BlockPath {
+            what,
+            status,
+            name: "path failed",
+        }),
+        PR_STS_RETRY_PATH_FAILURE => Err(PrError::BlockPath {
+            what,
+            status,
+            name: "path failure, retriable",
+        }),
+        PR_STS_PATH_FAST_FAILED => Err(PrError::BlockPath {
+            what,
+            status,
+            name: "path fast-failed",
+        }),
+        PR_STS_IOERR => Err(PrError::BlockStatus {
+            what,
+            status,
+            name: "device error",
+        }),
+        _ => Err(PrError::BlockStatus {
+            what,
+            status,
+            name: "unknown status",
+        }),
+    }
+}
+
+/// Whether `file` is a device-mapper map (its sysfs node has a `dm` directory).
+fn is_device_mapper(file: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = file.metadata() else {
+        return false;
+    };
+    let rdev = meta.rdev();
+    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    Path::new(&format!("/sys/dev/block/{major}:{minor}/dm")).exists()
+}
+
+fn is_block_device(file: &File) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    file.metadata()
+        .is_ok_and(|m| m.file_type().is_block_device())
 }
 
 impl PrDevice {
-    /// Opens `path` for SG_IO. Always read-only and non-blocking, as `sg_persist` does:
-    /// the kernel lets a process with CAP_SYS_RAWIO send PR OUT on such a descriptor, and
-    /// closing a block device opened for writing makes udev re-probe it (a "change"
-    /// event). Without CAP_SYS_RAWIO the kernel refuses PR OUT on it (EPERM), reported as
-    /// [`PrError::NeedsRawIo`].
+    /// Opens `path` with [`InterfaceChoice::Auto`].
     pub fn open(path: &Path) -> Result<PrDevice, PrError> {
+        PrDevice::open_with(path, InterfaceChoice::Auto)
+    }
+
+    /// Opens `path` and chooses its interface, asking the device only read-only questions
+    /// (one READ KEYS on each interface tried). Always read-only and non-blocking, as
+    /// `sg_persist` does: the kernel lets a process with CAP_SYS_RAWIO send PR OUT through
+    /// SG_IO on such a descriptor (and CAP_SYS_ADMIN the block PR ioctls), and closing a
+    /// block device opened for writing makes udev re-probe it (a "change" event). Without
+    /// those capabilities the kernel refuses PR OUT on it (EPERM), reported as
+    /// [`PrError::NeedsRawIo`].
+    pub fn open_with(path: &Path, choice: InterfaceChoice) -> Result<PrDevice, PrError> {
         use std::os::unix::fs::OpenOptionsExt;
         let file = OpenOptions::new()
             .read(true)
@@ -51,11 +182,89 @@ impl PrDevice {
                 path: path.to_path_buf(),
                 source,
             })?;
-        Ok(PrDevice {
+        let mut dev = PrDevice {
             file,
             path: path.to_path_buf(),
             timeout_ms: DEFAULT_TIMEOUT_MS,
-        })
+            block: AtomicBool::new(false),
+            register_falls_back: false,
+        };
+        let block_err = match choice {
+            InterfaceChoice::SgIo => return Ok(dev),
+            InterfaceChoice::Block | InterfaceChoice::Auto => {
+                blk_pr_read_keys(dev.file.as_fd(), &mut []).err()
+            }
+        };
+        match (choice, block_err) {
+            (_, None) => {
+                dev.block.store(true, Ordering::SeqCst);
+                if !is_device_mapper(&dev.file) {
+                    dev.register_falls_back = dev.sg_io_read_keys().is_ok();
+                }
+                Ok(dev)
+            }
+            (InterfaceChoice::Block, Some(e)) => Err(dev.block_ioctl_error(e)),
+            (_, Some(block)) => match dev.sg_io_read_keys() {
+                Ok(_) => Ok(dev),
+                Err(PrError::NotScsi { source: sg_io, .. }) => {
+                    // A block device with PR ioctls but no IOC_PR_READ_KEYS (ENOTTY from
+                    // the read, on a kernel before 6.19) that SG_IO cannot reach.
+                    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                    if is_block_device(&dev.file)
+                        && block.raw_os_error() == Some(libc::ENOTTY)
+                        && (name.starts_with("nvme") || is_device_mapper(&dev.file))
+                    {
+                        Err(PrError::NoReadKeys {
+                            path: dev.path.clone(),
+                            source: block,
+                        })
+                    } else {
+                        Err(PrError::NoPrInterface {
+                            path: dev.path.clone(),
+                            block,
+                            sg_io,
+                        })
+                    }
+                }
+                // SG_IO reached the device and it answered with an error: that answer
+                // is the one to report (permission, a transport failure, …).
+                Err(_) => Ok(dev),
+            },
+        }
+    }
+
+    /// The interface commands use now.
+    pub fn interface(&self) -> Interface {
+        if self.block.load(Ordering::SeqCst) {
+            Interface::Block
+        } else {
+            Interface::SgIo
+        }
+    }
+
+    fn sg_io_read_keys(&self) -> Result<Keys, PrError> {
+        parse::read_keys(&self.pr_in(InAction::ReadKeys, 8)?)
+    }
+
+    fn block_ioctl_error(&self, e: io::Error) -> PrError {
+        match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => PrError::NeedsRawIo {
+                path: self.path.clone(),
+                source: e,
+            },
+            Some(libc::ENOTTY) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) | Some(515) => {
+                PrError::NotSupported {
+                    what: "the block PR ioctls",
+                    reason: format!("{}: {e}", self.path.display()),
+                }
+            }
+            _ => PrError::BlockIo(e),
+        }
+    }
+
+    fn block_out(&self, what: &'static str, cmd: BlkPrOut) -> Result<(), PrError> {
+        let st = blk_pr_out(self.file.as_fd(), cmd).map_err(|e| self.block_ioctl_error(e))?;
+        block_status(what, st)
     }
 
     /// Sets how long each command may take (the kernel aborts it then); at least 1 ms.
@@ -132,6 +341,9 @@ impl PrDevice {
     /// READ KEYS, asking again with a buffer as large as the device said it needs (up to
     /// the 64 KiB the CDB can ask for).
     pub fn read_keys(&self) -> Result<Keys, PrError> {
+        if self.interface() == Interface::Block {
+            return self.block_read_keys();
+        }
         let keys = parse::read_keys(&self.pr_in(InAction::ReadKeys, READ_KEYS_FIRST_BYTES)?)?;
         if !keys.truncated {
             return Ok(keys);
@@ -141,15 +353,96 @@ impl PrDevice {
     }
 
     pub fn read_reservation(&self) -> Result<ReservationState, PrError> {
+        if self.interface() == Interface::Block {
+            let (st, generation, key, block_type) = blk_pr_read_reservation(self.file.as_fd())
+                .map_err(|e| self.block_ioctl_error(e))?;
+            block_status("READ RESERVATION", st)?;
+            let reservation = (block_type != 0).then(|| {
+                let pr_type = PrType::from_block_code(block_type);
+                Reservation {
+                    key,
+                    scope: 0,
+                    type_code: pr_type.map_or(0, PrType::code),
+                    pr_type,
+                }
+            });
+            return Ok(ReservationState {
+                generation,
+                reservation,
+            });
+        }
         parse::read_reservation(&self.pr_in(InAction::ReadReservation, 24)?)
     }
 
+    /// REPORT CAPABILITIES (SG_IO only: the block interface has no such question).
     pub fn report_capabilities(&self) -> Result<Capabilities, PrError> {
+        if self.interface() == Interface::Block {
+            return Err(PrError::NotSupported {
+                what: "REPORT CAPABILITIES",
+                reason: "not asked through the block PR ioctls".into(),
+            });
+        }
         parse::report_capabilities(&self.pr_in(InAction::ReportCapabilities, 8)?)
     }
 
-    /// Any PR OUT command (needs CAP_SYS_RAWIO).
+    /// Any PR OUT command (needs CAP_SYS_RAWIO, or CAP_SYS_ADMIN for the block ioctls).
+    /// Through the block interface a Reserve, Release or Preempt needs a type (WERO when
+    /// none is given).
     pub fn pr_out(
+        &self,
+        action: OutAction,
+        pr_type: Option<PrType>,
+        params: OutParams,
+    ) -> Result<(), PrError> {
+        if self.interface() == Interface::Block {
+            let t = pr_type
+                .unwrap_or(PrType::WriteExclusiveRegistrantsOnly)
+                .block_code();
+            let key = params.reservation_key;
+            let other = params.service_action_key;
+            let cmd = match action {
+                OutAction::Register => BlkPrOut::Register {
+                    old_key: key,
+                    new_key: other,
+                    ignore_existing: false,
+                },
+                OutAction::RegisterAndIgnoreExistingKey => BlkPrOut::Register {
+                    old_key: key,
+                    new_key: other,
+                    ignore_existing: true,
+                },
+                OutAction::Reserve => BlkPrOut::Reserve { key, pr_type: t },
+                OutAction::Release => BlkPrOut::Release { key, pr_type: t },
+                OutAction::Clear => BlkPrOut::Clear { key },
+                OutAction::Preempt | OutAction::PreemptAndAbort => BlkPrOut::Preempt {
+                    key,
+                    victim: other,
+                    pr_type: t,
+                    abort: action == OutAction::PreemptAndAbort,
+                },
+            };
+            let r = self.block_out(action.name(), cmd);
+            let registering = matches!(
+                action,
+                OutAction::Register | OutAction::RegisterAndIgnoreExistingKey
+            );
+            if registering && self.register_falls_back {
+                if let Err(PrError::BlockStatus { .. }) = &r {
+                    // Linux set APTPL in that REGISTER; a target that refuses APTPL takes
+                    // the same command from SG_IO, which leaves it clear.
+                    let again = self.sg_io_out(action, pr_type, params);
+                    if again.is_ok() {
+                        self.block.store(false, Ordering::SeqCst);
+                    }
+                    return again;
+                }
+            }
+            return r;
+        }
+        self.sg_io_out(action, pr_type, params)
+    }
+
+    fn sg_io_out(
         &self,
         action: OutAction,
         pr_type: Option<PrType>,
@@ -238,7 +531,14 @@ impl PrDevice {
         if try_abort {
             match self.preempt(key, victim, pr_type, true) {
                 Ok(()) => action = OutAction::PreemptAndAbort,
-                Err(e) if matches!(e, PrError::NotSupported { .. }) => {
+                // Through the block interface a refused PREEMPT AND ABORT comes back as a
+                // plain device error (tgt: INVALID FIELD IN CDB, in the kernel's log).
+                Err(e)
+                    if matches!(
+                        e,
+                        PrError::NotSupported { .. } | PrError::BlockStatus { .. }
+                    ) =>
+                {
                     abort_refused = Some(e.to_string());
                     self.preempt(key, victim, pr_type, false)?;
                 }
@@ -258,6 +558,34 @@ impl PrDevice {
         })
     }
 
+    fn block_read_keys(&self) -> Result<Keys, PrError> {
+        let mut want = 256u32;
+        loop {
+            let mut keys = vec![0u64; want as usize];
+            let (st, generation, held) = blk_pr_read_keys(self.file.as_fd(), &mut keys)
+                .map_err(|e| self.block_ioctl_error(e))?;
+            block_status("READ KEYS", st)?;
+            if held <= want {
+                keys.truncate(held as usize);
+                return Ok(Keys {
+                    generation,
+                    keys,
+                    truncated: false,
+                    reported_len_bytes: held.saturating_mul(8),
+                });
+            }
+            if want >= BLK_PR_KEYS_MAX {
+                return Ok(Keys {
+                    generation,
+                    keys,
+                    truncated: true,
+                    reported_len_bytes: held.saturating_mul(8),
+                });
+            }
+            want = held.min(BLK_PR_KEYS_MAX);
+        }
+    }
+
     /// A read-only look at what the device supports and holds: READ KEYS, then (if that
     /// worked) READ RESERVATION and REPORT CAPABILITIES.
     pub fn probe(path: &Path) -> Probe {
@@ -267,29 +595,42 @@ impl PrDevice {
     /// [`PrDevice::probe`] with each of its (at most three) commands bounded by
     /// `timeout_ms`.
     pub fn probe_with_timeout(path: &Path, timeout_ms: u32) -> Probe {
-        let mut dev = match PrDevice::open(path) {
+        PrDevice::probe_with(path, timeout_ms, InterfaceChoice::Auto)
+    }
+
+    /// [`PrDevice::probe_with_timeout`] on the interface `choice` allows.
+    pub fn probe_with(path: &Path, timeout_ms: u32, choice: InterfaceChoice) -> Probe {
+        let mut dev = match PrDevice::open_with(path, choice) {
             Ok(d) => d,
             Err(e) => {
                 return Probe {
+                    interface: None,
                     keys: Err(e),
                     reservation: None,
                     capabilities: None,
                 }
             }
         };
+        let interface = Some(dev.interface());
         dev.set_timeout_ms(timeout_ms);
         let keys = dev.read_keys();
         if keys.is_err() {
             return Probe {
+                interface,
                 keys,
                 reservation: None,
                 capabilities: None,
             };
         }
+        let capabilities = match dev.interface() {
+            Interface::SgIo => Some(dev.report_capabilities()),
+            Interface::Block => None,
+        };
         Probe {
+            interface,
             keys,
             reservation: Some(dev.read_reservation()),
-            capabilities: Some(dev.report_capabilities()),
+            capabilities,
         }
     }
 }
@@ -327,6 +668,9 @@ pub struct PreemptOutcome {
 /// The result of [`PrDevice::probe`].
 #[derive(Debug)]
 pub struct Probe {
+    /// The interface chosen for the device (None when it could not be opened or neither
+    /// interface reaches it).
+    pub interface: Option<Interface>,
     /// READ KEYS: an error here means no PR on this device (or no way to ask).
     pub keys: Result<Keys, PrError>,
     pub reservation: Option<Result<ReservationState, PrError>>,
@@ -356,7 +700,8 @@ impl Probe {
             Ok(k) => k,
         };
         let mut s = format!(
-            "persistent reservations supported: {} key(s) registered, generation {}",
+            "persistent reservations supported (via {}): {} key(s) registered, generation {}",
+            self.interface.map_or("?", Interface::name),
             keys.keys.len(),
             keys.generation
         );

@@ -22,6 +22,10 @@ pub enum PrError {
     NeedsRawIo { path: PathBuf, source: io::Error },
     #[error("SG_IO failed: {0}")]
     Io(io::Error),
+    /// A block PR ioctl failed in the kernel before the device answered (EAGAIN: no path
+    /// to an NVMe namespace while its controller reconnects; ENODEV, EIO, …).
+    #[error("block PR ioctl failed: {0}")]
+    BlockIo(io::Error),
     /// SCSI status RESERVATION CONFLICT: another registrant holds a reservation this
     /// nexus may not pass, or this nexus's key is not (or no longer) registered.
     #[error(
@@ -63,6 +67,43 @@ pub enum PrError {
     },
     #[error("{what}: malformed answer: {detail}")]
     Malformed { what: &'static str, detail: String },
+    /// Neither SG_IO nor the block layer's PR ioctls are taken by this file.
+    #[error(
+        "{path}: does not take SCSI commands (SG_IO: {sg_io}) nor the block PR ioctls \
+         ({block}); persistent reservations need a SCSI disk (sd), an NVMe namespace or a \
+         device-mapper multipath map (the last two through the block PR ioctls, Linux \
+         6.19 or later)"
+    )]
+    NoPrInterface {
+        path: PathBuf,
+        block: io::Error,
+        sg_io: io::Error,
+    },
+    /// The kernel has the block PR ioctls but not IOC_PR_READ_KEYS (before Linux 6.19),
+    /// and the device does not take SG_IO (NVMe, a multipath map): a fence could not be
+    /// confirmed, so lockd does not fence it.
+    #[error(
+        "{path}: the kernel cannot read this device's reservation keys (IOC_PR_READ_KEYS \
+         needs Linux 6.19 or later: {source}) and the device does not take SG_IO; lockd \
+         cannot confirm a fence on it"
+    )]
+    NoReadKeys { path: PathBuf, source: io::Error },
+    /// A block PR ioctl the device answered with an error other than a reservation
+    /// conflict (`PR_STS_IOERR`: the kernel's log has the device's sense data or status).
+    #[error("{what}: the device refused the command ({name}, pr_status 0x{status:x}; the kernel log has its sense data)")]
+    BlockStatus {
+        what: &'static str,
+        status: u32,
+        name: &'static str,
+    },
+    /// A block PR ioctl failed on the path: the device was not reached (dm-multipath and
+    /// NVMe report these; a multipath map tries every path first).
+    #[error("{what}: path failure ({name}, pr_status 0x{status:x})")]
+    BlockPath {
+        what: &'static str,
+        status: u32,
+        name: &'static str,
+    },
     /// A preempt was acknowledged but the victim's key is still registered.
     #[error("PREEMPT of key 0x{victim:x} not confirmed: the key is still registered")]
     PreemptNotConfirmed { victim: u64 },
@@ -76,6 +117,12 @@ impl PrError {
 
     /// Whether the device or path cannot do persistent reservations at all.
     pub fn is_not_supported(&self) -> bool {
-        matches!(self, PrError::NotSupported { .. } | PrError::NotScsi { .. })
+        matches!(
+            self,
+            PrError::NotSupported { .. }
+                | PrError::NotScsi { .. }
+                | PrError::NoPrInterface { .. }
+                | PrError::NoReadKeys { .. }
+        )
     }
 }

@@ -1,5 +1,6 @@
-//! SCSI-3 persistent reservations (SPC-4 §5.13, PERSISTENT RESERVE IN and OUT), sent with
-//! the Linux SG_IO ioctl: the primitive of storage fencing. A host registers a key on a
+//! SCSI-3 persistent reservations (SPC-4 §5.13, PERSISTENT RESERVE IN and OUT) and NVMe
+//! reservations, sent with the Linux SG_IO ioctl or the block layer's PR ioctls (chosen
+//! per device, see [`device`]): the primitive of storage fencing. A host registers a key on a
 //! logical unit, one registrant holds a reservation (lockd uses Write Exclusive –
 //! Registrants Only), and a survivor removes a failed host's key with PREEMPT, after which
 //! the target refuses that host's writes with RESERVATION CONFLICT (EBADE in the kernel).
@@ -16,7 +17,7 @@
 //! * [`key`]: lvmlockd's key format `0x100000YYYYYYXXXX` (generation, host_id);
 //! * [`device`]: a device opened for SG_IO, the commands, a read-only probe, and a
 //!   preempt that is confirmed by reading the keys back;
-//! * `sys`: the only unsafe code, the SG_IO ioctl itself.
+//! * `sys`: the only unsafe code, the SG_IO ioctl and the block PR ioctls themselves.
 //!
 //! Invariants: nothing here writes a key or a reservation unless a caller asked for that
 //! exact command; the probe sends only PERSISTENT RESERVE IN; every command has a bounded
@@ -31,7 +32,7 @@ pub mod sense;
 mod sys;
 
 pub use cdb::{OutAction, OutParams, PrType};
-pub use device::{PrDevice, PreemptOutcome, Probe};
+pub use device::{Interface, InterfaceChoice, PrDevice, PreemptOutcome, Probe};
 pub use error::PrError;
 pub use key::{lvm_key, lvm_key_parts, KeyError};
 pub use parse::{Capabilities, Keys, Reservation, ReservationState};

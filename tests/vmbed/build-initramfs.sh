@@ -5,17 +5,34 @@
 # release binaries (lockd, lockd-daemon, wdmd, lockd-witness) and Debian's sanlock 3.8.5,
 # sg_persist and dmsetup, each with its shared libraries, and the guest's /init and agent.
 #
-# usage: build-initramfs.sh OUT_DIR BIN_DIR
-#   OUT_DIR gets vmlinuz and initrd.gz; BIN_DIR holds the release binaries.
+# usage: build-initramfs.sh OUT_DIR BIN_DIR [sid]
+#   OUT_DIR gets vmlinuz and initrd.gz; BIN_DIR holds the release binaries. With `sid`, the
+#   kernel is Debian unstable's (7.2: the block PR read ioctls, nvmet reservations, LIO),
+#   unpacked under /var/tmp/lockd-vmbed/kernel-sid, and the image also holds the NVMe/TCP
+#   initiator, the kernel targets (nvmet-tcp, LIO's iSCSI target with its block backend),
+#   virtio-blk (the storage guest's disk) and dm-multipath; its modules, xz-compressed in
+#   the package, are unpacked (busybox's modprobe loads plain .ko files).
 # Nothing is downloaded here: the kernel comes from /var/tmp/lockd-vmbed/kernel (made by
 # scripts/vmbed-setup.sh from Debian's package), everything else from this machine.
 set -euo pipefail
 out=${1:?OUT_DIR}
 bins=${2:?BIN_DIR}
+flavour=${3:-}
 here=$(cd "$(dirname "$0")" && pwd)
-kroot=/var/tmp/lockd-vmbed/kernel/root
-kver=$(ls "$kroot/lib/modules" | head -1)
-[ -n "$kver" ] && [ -f "$kroot/boot/vmlinuz-$kver" ] || {
+mods="virtio_pci virtio_scsi sd_mod sg i6300esb nfsv4 virtio_net dm-mod"
+if [ "$flavour" = sid ]; then
+    kroot=/var/tmp/lockd-vmbed/kernel-sid/root
+    kver=$(ls "$kroot/usr/lib/modules" 2>/dev/null | head -1)
+    kmods=$kroot/usr/lib/modules
+    vmlinuz=$kmods/$kver/vmlinuz
+    mods="$mods virtio_blk nvme-tcp nvmet-tcp target_core_iblock iscsi_target_mod dm-multipath dm-round-robin"
+else
+    kroot=/var/tmp/lockd-vmbed/kernel/root
+    kver=$(ls "$kroot/lib/modules" | head -1)
+    kmods=$kroot/lib/modules
+    vmlinuz=$kroot/boot/vmlinuz-$kver
+fi
+[ -n "$kver" ] && [ -f "$vmlinuz" ] || {
     echo "build-initramfs: no kernel under $kroot; run scripts/vmbed-setup.sh" >&2
     exit 1
 }
@@ -31,17 +48,26 @@ for applet in $("$root/bin/busybox" --list); do
     [ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
 done
 
-# Kernel modules with everything they depend on (modprobe in the guest reads modules.dep).
-mods="virtio_pci virtio_scsi sd_mod sg i6300esb nfsv4 virtio_net dm-mod"
-mdir=$kroot/lib/modules/$kver
+# Kernel modules with everything they depend on (modprobe in the guest reads modules.dep);
+# a module built into this kernel is not in modules.dep and is skipped.
+mdir=$kmods/$kver
 mkdir -p "$root/lib/modules/$kver"
 for m in $mods; do
-    line=$(grep -E "(^|/)$m\.ko:" "$mdir/modules.dep") || { echo "module $m not found" >&2; exit 1; }
+    line=$(grep -E "(^|/)$m\.ko(\.xz)?:" "$mdir/modules.dep") || {
+        if grep -qE "(^|/)$m\.ko" "$mdir/modules.builtin" 2>/dev/null || [ "$flavour" = sid ]; then
+            echo "build-initramfs: $m is not a module of $kver (built in)"
+            continue
+        fi
+        echo "module $m not found" >&2; exit 1; }
     for f in ${line%%:*} ${line#*:}; do
         mkdir -p "$root/lib/modules/$kver/$(dirname "$f")"
-        cp -n "$mdir/$f" "$root/lib/modules/$kver/$f"
+        case $f in
+            *.xz) [ -e "$root/lib/modules/$kver/${f%.xz}" ] || xz -dc "$mdir/$f" >"$root/lib/modules/$kver/${f%.xz}" ;;
+            *) cp -n "$mdir/$f" "$root/lib/modules/$kver/$f" ;;
+        esac
     done
 done
+echo "$mods" >"$root/etc/bed-modules"
 cp "$mdir"/modules.{order,builtin,builtin.modinfo} "$root/lib/modules/$kver/" 2>/dev/null || true
 depmod -b "$root" "$kver"
 
@@ -79,7 +105,7 @@ install -m 0755 "$here/guest-init.sh" "$root/init"
 install -m 0755 "$here/guest-agent.sh" "$root/bin/guest-agent"
 
 mkdir -p "$out"
-cp "$kroot/boot/vmlinuz-$kver" "$out/vmlinuz"
+cp "$vmlinuz" "$out/vmlinuz"
 (cd "$root" && find . | busybox cpio -o -H newc 2>/dev/null | gzip -1) >"$out/initrd.gz.tmp"
 mv "$out/initrd.gz.tmp" "$out/initrd.gz"
 echo "build-initramfs: $out/initrd.gz ($(du -h "$out/initrd.gz" | cut -f1)), kernel $kver"

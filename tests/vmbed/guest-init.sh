@@ -1,6 +1,7 @@
 #!/bin/sh
 # PID 1 of a bed guest (tests/vmbed): mounts the pseudo filesystems, loads the modules for
-# the shared SCSI disk, the watchdog, the network and NFS, brings up the user-mode network
+# the shared SCSI disk, the watchdog, the network and NFS (the list the image names in
+# /etc/bed-modules), brings up the user-mode network
 # (the host is 10.0.2.2), names the host from the kernel command line (bed.host=NAME) and
 # then runs the command agent on the second serial port, for ever.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
@@ -12,7 +13,9 @@ mount -t tmpfs tmpfs /run
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs tmpfs /var/tmp
-for m in virtio_pci virtio_scsi sd_mod sg i6300esb virtio_net dm_mod nfsv4; do
+mods="virtio_pci virtio_scsi sd_mod sg i6300esb virtio_net dm_mod nfsv4"
+[ -f /etc/bed-modules ] && mods=$(cat /etc/bed-modules)
+for m in $mods; do
     modprobe "$m" || echo "init: modprobe $m failed"
 done
 host=guest

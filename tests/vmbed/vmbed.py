@@ -69,7 +69,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 VMBED_ROOT = Path("/var/tmp/lockd-vmbed")
 IMAGE_DIR = Path(os.environ.get("LOCKD_VMBED_IMAGE", VMBED_ROOT / "image"))
+# Debian unstable's kernel (7.2), for the kernel targets and the guests that reach them
+# (build-initramfs.sh ... sid).
+SID_IMAGE_DIR = Path(os.environ.get("LOCKD_VMBED_SID_IMAGE", VMBED_ROOT / "image-sid"))
 IQN = "iqn.2026-11.io.lockd:bed"
+NQN = "nqn.2026-11.io.lockd:bed"
+# The storage kinds of `--storage` (the pr-* scenarios that name them in SAN_SCENARIOS):
+# tgt (userspace iSCSI target on the host, Debian 12's 6.1 kernel in the guests, SG_IO);
+# lio (the kernel's iSCSI target in a storage guest on Debian unstable's 7.2 kernel, the
+# guests on 7.2 too, reaching it through QEMU's iSCSI initiator as a SCSI disk: the block
+# PR ioctls through sd); nvme-tcp (nvmet over TCP with reservations in the storage guest,
+# the guests' kernel NVMe/TCP initiator: the block PR ioctls through NVMe).
+SANS = ("tgt", "lio", "nvme-tcp")
+SAN_SCENARIOS = ("pr-kill-daemon", "pr-freeze-guest", "pr-cut-storage", "pr-slow-storage")
+NVMET_PORT = 4420
+ISCSI_PORT = 3260
 LUN_BYTES = 64 << 20
 LOCKSPACE = "vb"
 RESOURCE = "r1"
@@ -539,8 +553,9 @@ class Guest:
         self.lock = threading.Lock()
         self.exit_t: float | None = None
         self.watchdog_t: list[float] = []
-        # The initramfs it boots (the lvmlockd scenarios give initrd-lvm.gz: vmbed_lvm.py).
-        self.initrd = IMAGE_DIR / "initrd.gz"
+        # The image it boots (the lvmlockd scenarios give initrd-lvm.gz: vmbed_lvm.py).
+        self.image_dir = IMAGE_DIR if bed.san == "tgt" else SID_IMAGE_DIR
+        self.initrd = self.image_dir / "initrd.gz"
 
     # --- life cycle
 
@@ -549,9 +564,22 @@ class Guest:
         self.boots += 1
         for sock in ("agent.sock", "events.sock", "qmp.sock"):
             (self.dir / sock).unlink(missing_ok=True)
+        cmd = self.qemu_cmd()
+        self.exit_t = None
+        self.proc = subprocess.Popen(cmd, stdout=open(self.dir / f"qemu.{self.boots}.log", "w"),
+                                     stderr=subprocess.STDOUT)
+        self.connect_after_boot()
+
+    def storage_args(self) -> list[str]:
+        """The guest's path to the shared storage: an iSCSI disk through its relay (tgt on
+        the host, or LIO in the storage guest), or nothing (NVMe/TCP is connected from
+        inside the guest, `Bed.guest_setup`)."""
+        b = self.bed
+        if b.san == "nvme-tcp":
+            return []
         drive = (
             f"driver=iscsi,transport=tcp,portal=127.0.0.1:{b.relays[self.index].port},"
-            f"target={IQN},lun=1,initiator-name={IQN}:{self.name},if=none,id=d0,cache.direct=on"
+            f"target={IQN},lun={b.iscsi_lun},initiator-name={IQN}:{self.name},if=none,id=d0,cache.direct=on"
         )
         path2 = []
         if self.index in b.second_path:
@@ -559,23 +587,29 @@ class Guest:
                 f"driver=iscsi,transport=tcp,portal=127.0.0.1:{b.tgt.port},target={IQN},lun=1,"
                 f"initiator-name={IQN}:{self.name}-path2,if=none,id=d1,cache.direct=on"),
                 "-device", "scsi-block,drive=d1,bus=scsi0.0"]
-        cmd = [
+        return ["-device", "virtio-scsi-pci,id=scsi0", "-drive", drive,
+                "-device", "scsi-block,drive=d0,bus=scsi0.0", *path2]
+
+    def net_args(self) -> list[str]:
+        return ["-netdev", "user,id=n0", "-device", f"virtio-net-pci,netdev=n0,mac=52:54:00:12:34:{self.index:02x}"]
+
+    def qemu_cmd(self) -> list[str]:
+        return [
             "qemu-system-x86_64", "-accel", "tcg", "-m", "256", "-smp", "1",
             "-nographic", "-no-reboot", "-monitor", "none",
-            "-kernel", str(IMAGE_DIR / "vmlinuz"), "-initrd", str(self.initrd),
+            "-kernel", str(self.image_dir / "vmlinuz"), "-initrd", str(self.initrd),
             "-append", f"console=ttyS0 panic=-1 quiet bed.host={self.name} nfs.nfs4_unique_id=lockd-vmbed-{self.name}",
             "-chardev", f"file,id=con,path={self.dir}/console.{self.boots}.log", "-serial", "chardev:con",
             "-chardev", f"socket,id=ag,path={self.dir}/agent.sock,server=on,wait=off", "-serial", "chardev:ag",
             "-chardev", f"socket,id=ev,path={self.dir}/events.sock,server=on,wait=off", "-serial", "chardev:ev",
             "-qmp", f"unix:{self.dir}/qmp.sock,server=on,wait=off",
             "-device", "i6300esb", "-action", "watchdog=reset",
-            "-device", "virtio-scsi-pci,id=scsi0", "-drive", drive, "-device", "scsi-block,drive=d0,bus=scsi0.0",
-            *path2,
-            "-netdev", "user,id=n0", "-device", f"virtio-net-pci,netdev=n0,mac=52:54:00:12:34:{self.index:02x}",
+            *self.storage_args(),
+            *self.net_args(),
         ]
-        self.exit_t = None
-        self.proc = subprocess.Popen(cmd, stdout=open(self.dir / f"qemu.{self.boots}.log", "w"),
-                                     stderr=subprocess.STDOUT)
+
+    def connect_after_boot(self) -> None:
+        b = self.bed
         b.timeline.mark(self.name, f"boot {self.boots} (qemu pid {self.proc.pid})")
         qmp = self._connect("qmp.sock")
         agent = self._connect("agent.sock")
@@ -622,13 +656,15 @@ class Guest:
                 # drains its block requests before it exits, so a write held in a stalled
                 # path would be sent after the "reset": drop the guest's storage
                 # connections now and end QEMU if it does not exit by itself.
-                self.bed.relays[self.index].drop_connections()
+                if self.index in self.bed.relays:
+                    self.bed.relays[self.index].drop_connections()
                 threading.Thread(target=self._reap_after_reset, args=(proc,), daemon=True).start()
             elif ev in ("STOP", "RESUME", "SHUTDOWN", "RESET"):
                 self.bed.timeline.mark(self.name, f"qmp {ev}")
         proc.wait()
         self.exit_t = self.bed.timeline.mark(self.name, f"qemu exited ({proc.returncode})")
-        self.bed.relays[self.index].drop_connections()
+        if self.index in self.bed.relays:
+            self.bed.relays[self.index].drop_connections()
 
     def _reap_after_reset(self, proc: subprocess.Popen) -> None:
         try:
@@ -729,6 +765,80 @@ class Guest:
         self.bed.timeline.mark(self.name, "qemu SIGCONT (resumed)")
 
 
+class StorageGuest(Guest):
+    """The storage server of `--storage lio|nvme-tcp`: a guest on Debian unstable's kernel
+    whose virtio disk is the bed's LUN file (cache.direct: what its target writes is in the
+    file, where the witness reads it), exporting it with the kernel's own target, set up
+    through configfs: nvmet over TCP with reservations on (`resv_enable`), or LIO's iSCSI
+    target (iblock backend; PR state under a tmpfs dbroot). Its port is forwarded to
+    127.0.0.1:`port` on the host, where each guest's relay connects. No watchdog, no lease
+    daemon: it only serves."""
+
+    def __init__(self, bed: "Bed") -> None:
+        super().__init__(bed, 0, kind="storage")
+        self.name = "st"
+        self.dir = bed.workdir / self.name
+        self.dir.mkdir(exist_ok=True)
+        self.image_dir = SID_IMAGE_DIR
+        self.initrd = self.image_dir / "initrd.gz"
+        self.port = free_port()
+
+    def storage_args(self) -> list[str]:
+        return ["-drive", f"file={self.bed.lun},format=raw,if=none,id=lun,cache.direct=on,aio=threads",
+                "-device", "virtio-blk-pci,drive=lun"]
+
+    def net_args(self) -> list[str]:
+        guest_port = NVMET_PORT if self.bed.san == "nvme-tcp" else ISCSI_PORT
+        return ["-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{self.port}-{GUEST_IP}:{guest_port}",
+                "-device", "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:fe"]
+
+    def qemu_cmd(self) -> list[str]:
+        cmd = super().qemu_cmd()
+        i = cmd.index("-device", cmd.index("-qmp"))
+        assert cmd[i + 1] == "i6300esb"
+        del cmd[i:i + 4]  # no watchdog
+        return cmd
+
+    def serve(self) -> None:
+        """Configures the target through configfs and checks it listens."""
+        setup = ["mount -t configfs none /sys/kernel/config 2>/dev/null; true"]
+        if self.bed.san == "nvme-tcp":
+            sub = f"/sys/kernel/config/nvmet/subsystems/{NQN}"
+            setup += [
+                f"mkdir {sub}",
+                f"echo 1 >{sub}/attr_allow_any_host",
+                f"mkdir {sub}/namespaces/1",
+                f"echo -n /dev/vda >{sub}/namespaces/1/device_path",
+                f"echo 1 >{sub}/namespaces/1/resv_enable",
+                f"echo 1 >{sub}/namespaces/1/enable",
+                "p=/sys/kernel/config/nvmet/ports/1; mkdir $p",
+                "echo tcp >$p/addr_trtype; echo ipv4 >$p/addr_adrfam",
+                f"echo 0.0.0.0 >$p/addr_traddr; echo {NVMET_PORT} >$p/addr_trsvcid",
+                f"ln -s {sub} $p/subsystems/{NQN}",
+                f"echo nvmet: $(cat {sub}/namespaces/1/resv_enable) $(cat {sub}/namespaces/1/enable)",
+            ]
+        else:
+            t = "/sys/kernel/config/target"
+            tpg = f"{t}/iscsi/{IQN}/tpgt_1"
+            setup += [
+                "mkdir -p /run/target/pr",
+                f"echo /run/target >{t}/dbroot",
+                f"mkdir -p {t}/core/iblock_0/lun0",
+                f"echo udev_path=/dev/vda >{t}/core/iblock_0/lun0/control",
+                f"echo 1 >{t}/core/iblock_0/lun0/enable",
+                f"mkdir -p {tpg}/lun/lun_0",
+                f"ln -s {t}/core/iblock_0/lun0 {tpg}/lun/lun_0/lun0",
+                f"mkdir {tpg}/np/0.0.0.0:{ISCSI_PORT}",
+                f"echo 1 >{tpg}/attrib/generate_node_acls",
+                f"echo 0 >{tpg}/attrib/demo_mode_write_protect",
+                f"echo 0 >{tpg}/attrib/authentication",
+                f"echo 1 >{tpg}/enable",
+                f"echo lio: $(cat {t}/dbroot) $(cat {t}/core/iblock_0/lun0/attrib/emulate_pr 2>/dev/null)",
+            ]
+        _, out = self.sh("set -e\n" + "\n".join(setup), timeout=60)
+        self.bed.timeline.mark(self.name, f"{self.bed.san} target serving /dev/vda ({out.strip()}) on host port {self.port}")
+
+
 # ---------------------------------------------------------------------------------------
 # Witness: storage stamps and event lines, stamped on the host.
 
@@ -749,6 +859,8 @@ class Witness:
         self.tenures: dict[tuple[str, int, str], Tenure] = {}
         self.writes: list[tuple[float, str, int, int]] = []
         self.notes: list[tuple[float, str, str]] = []
+        # Each "key preempted" line: (t, guest, action, interface) as the daemon logged it.
+        self.preempts: list[tuple[float, str, str, str]] = []
         self.renewals: dict[int, list[float]] = {}
         self.current_lver: dict[str, int] = {}
         self.stop_flag = False
@@ -771,7 +883,11 @@ class Witness:
         if ev in ("start", "alive") and guest in self.current_lver:
             self._tenure(guest, self.current_lver[guest], t, "life")
         if ev != "alive":
-            extra = " ".join(f"{k}={v}" for k, v in kv.items() if k in ("lver", "errno", "holder", "victim"))
+            extra = " ".join(f"{k}={v}" for k, v in kv.items()
+                             if k in ("lver", "errno", "holder", "victim", "action", "interface"))
+            if ev == "fence-preempt":
+                with self.lock:
+                    self.preempts.append((t, guest, kv.get("action", "?"), kv.get("interface", "?")))
             self.bed.timeline.mark(guest, f"holder {ev} {extra}".strip(), t)
             with self.lock:
                 self.notes.append((t, guest, ev))
@@ -847,9 +963,16 @@ class Witness:
 
 
 class Bed:
-    def __init__(self, scenario: str, io_timeout_s: int, fire_timeout_s: int, keep: bool) -> None:
+    def __init__(self, scenario: str, io_timeout_s: int, fire_timeout_s: int, keep: bool,
+                 san: str = "tgt") -> None:
         self.scenario = scenario
         self.storage, _ = SCENARIOS[scenario]
+        # The shared disk's target (SANS); the guests' whole-disk path to it; the LUN
+        # number QEMU's initiator asks for (tgt's LUN 0 is its controller).
+        self.san = san
+        self.disk = "/dev/nvme0n1" if san == "nvme-tcp" else "/dev/sda"
+        self.iscsi_lun = 1 if san == "tgt" else 0
+        self.storage_guest: StorageGuest | None = None
         self.io_timeout_s = io_timeout_s
         self.fire_timeout_s = fire_timeout_s
         self.workdir = Path(tempfile.mkdtemp(prefix=f"vmbed-{scenario}-", dir="/var/tmp"))
@@ -902,9 +1025,16 @@ class Bed:
 
     def start_storage(self, n: int) -> None:
         self.init_area(self.lun)
-        self.tgt = Tgt(self.workdir, self.lun)
+        if self.san == "tgt":
+            self.tgt = Tgt(self.workdir, self.lun)
+            target_port = self.tgt.port
+        else:
+            self.storage_guest = StorageGuest(self)
+            self.storage_guest.start()
+            self.storage_guest.serve()
+            target_port = self.storage_guest.port
         for i in range(1, n + 1):
-            self.relays[i] = Relay(f"relay{i}", self.tgt.port, self.timeline)
+            self.relays[i] = Relay(f"relay{i}", target_port, self.timeline)
         self.export.mkdir()
         if self.storage == "nfs":
             self.init_area(self.export / "leases")
@@ -925,7 +1055,7 @@ class Bed:
         return ("cat >>/run/lockd.toml <<'EOT'\n"
                 f'fence = "{method}"\n'
                 f'fence_lockspaces = ["{LOCKSPACE}"]\n'
-                f'fence_devices = ["{LOCKSPACE}:/dev/sda"]\n'
+                f'fence_devices = ["{LOCKSPACE}:{self.disk}"]\n'
                 f"fence_preempt_s = {self.preempt_s}\n"
                 "EOT\n")
 
@@ -944,9 +1074,21 @@ class Bed:
     def guest_setup(self, g: Guest) -> None:
         """Storage path, wdmd on the real watchdog, the daemon; then joins the lockspace."""
         d, w = self.io_timeout_s, self.fire_timeout_s
+        if self.san == "nvme-tcp":
+            # The kernel's NVMe/TCP initiator, through this guest's relay; its host NQN
+            # and host ID are its own (nvmet tells registrants apart by host ID). I/O
+            # fails 2 s after the connection is lost (fast_io_fail_tmo), while the
+            # controller keeps trying to reconnect for a minute.
+            hostid = f"5a1e0000-0000-4000-8000-{g.index:012d}"
+            opts = (f"transport=tcp,traddr={HOST_IP},trsvcid={self.relays[g.index].port},nqn={NQN},"
+                    f"hostnqn={NQN}:{g.name},hostid={hostid},nr_io_queues=1,keep_alive_tmo=5,"
+                    "reconnect_delay=1,ctrl_loss_tmo=60,fast_io_fail_tmo=2")
+            g.sh(f"echo '{opts}' >/dev/nvme-fabrics && "
+                 f"for i in $(seq 100); do [ -b {self.disk} ] && break; sleep 0.1; done; [ -b {self.disk} ]",
+                 timeout=60)
         if self.storage == "iscsi":
             # A linear device-mapper map over the LUN: the eio scenario swaps its table.
-            g.sh("n=$(blockdev --getsz /dev/sda); echo \"0 $n linear /dev/sda 0\" | dmsetup create lease && dmsetup mknodes lease && [ -b /dev/mapper/lease ]")
+            g.sh(f"n=$(blockdev --getsz {self.disk}); echo \"0 $n linear {self.disk} 0\" | dmsetup create lease && dmsetup mknodes lease && [ -b /dev/mapper/lease ]")
         else:
             g.sh(
                 f"mount -t nfs4 -o vers=4.1,port={self.ganesha.port},addr={HOST_IP},"
@@ -990,13 +1132,15 @@ class Bed:
             start = (
                 f"(sh -c 'echo $$ >/run/daemon.pid; exec {daemon}' 2>&1 | "
                 "while IFS= read -r l; do printf '%s\\n' \"$l\" >>/var/tmp/daemon.log; case \"$l\" in "
-                "*'key preempted'*) h=${l##*host_id=}; echo \"event=fence-preempt victim=${h%%[!0-9]*}\" >/dev/ttyS2;; "
+                "*'key preempted'*) h=${l##*host_id=}; a=${l##*action=}; i=${l##*interface=}; "
+                "echo \"event=fence-preempt victim=${h%%[!0-9]*} action=${a%% *} interface=${i%% *}\" >/dev/ttyS2;; "
                 "*'already preempted'*) echo event=fence-already >/dev/ttyS2;; "
                 "*'preempt was refused'*) echo event=fence-refused >/dev/ttyS2;; "
                 "*'marked fenced'*) echo event=fence-marked >/dev/ttyS2;; "
                 "*'has been fenced'*) echo event=fenced-self >/dev/ttyS2;; "
                 "*'lockspace failed: our delta lease'*) echo event=lockspace-failed >/dev/ttyS2;; "
                 "*'key registered'*) echo event=fence-registered >/dev/ttyS2;; "
+                "*'killing lease holder'*'sig=9'*) echo event=holder-sigkill >/dev/ttyS2;; "
                 "esac; done) </dev/null >/dev/null 2>&1 &\n"
             )
         else:
@@ -1020,7 +1164,7 @@ class Bed:
     def holder_cmd(self, g: Guest, ignore_term: bool = False, killpath: bool = True,
                    data_dev: str | None = None) -> str:
         res = f"{LOCKSPACE}:{RESOURCE}:{self.lease_path()}:{RES_OFFSET}"
-        data = data_dev or ("/dev/sda" if self.storage == "iscsi" else "/mnt/nfs/leases")
+        data = data_dev or (self.disk if self.storage == "iscsi" else "/mnt/nfs/leases")
         hold = (f"lockd-witness hold --log /dev/ttyS2 --host {g.name} --res {RESOURCE} "
                 f"--disk {data} --disk-offset {SLOT_BASE + g.index * SLOT_BYTES}")
         if ignore_term:
@@ -1072,6 +1216,8 @@ class Bed:
             self.ganesha.stop()
         if self.tgt:
             self.tgt.stop()
+        if self.storage_guest:
+            self.storage_guest.kill()
         if not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -1133,6 +1279,10 @@ class Result:
     # pr-* scenarios: healthy hosts fenced, reset, or whose lockspace failed although
     # nothing was wrong with them (count_false_fences), and the evidence.
     false_fences: list[str] = field(default_factory=list)
+    # The first preempt's action (Preempt or PreemptAndAbort) and the PR interface the
+    # survivor used (sg-io or block-pr), from its daemon's "key preempted" line.
+    preempt_action: str | None = None
+    pr_interface: str | None = None
 
     def line(self) -> str:
         f = lambda v: "none" if v is None else f"{v:.2f}"
@@ -1142,11 +1292,12 @@ class Result:
                 f"takeover_s={f(self.takeover)} rejoin_s={f(self.rejoin)} overlaps={len(self.overlaps)}"
                 + (f" false_fences={len(self.false_fences)}" if self.scenario.startswith("pr-") else "")
                 + (f" fence={self.fence} preempt_s={self.preempt_s} preempt_at_s={f(self.preempt)} "
-                   f"fenced_at_s={f(self.fenced_mark)} fenced_write_errors={self.fenced_write_errors}"
+                   f"fenced_at_s={f(self.fenced_mark)} fenced_write_errors={self.fenced_write_errors} "
+                   f"preempt_action={self.preempt_action or 'none'} pr_interface={self.pr_interface or 'none'}"
                    if self.fence else ""))
 
 
-def run_scenario(name: str, io_timeout_s: int, fire_timeout_s: int, keep: bool) -> Result:
+def run_scenario(name: str, io_timeout_s: int, fire_timeout_s: int, keep: bool, san: str = "tgt") -> Result:
     if name in PR_FENCE_SCENARIOS:
         io_timeout_s = 1  # issue 24: fencing scenarios run at io_timeout 1
     if name == "pr-target-restart":
@@ -1172,14 +1323,16 @@ def run_scenario(name: str, io_timeout_s: int, fire_timeout_s: int, keep: bool) 
     if name in PLANTED_SCENARIOS:
         IMAGE_DIR = PLANTED_IMAGE_DIR
     try:
-        return run_scenario_on_image(name, io_timeout_s, fire_timeout_s, keep)
+        return run_scenario_on_image(name, io_timeout_s, fire_timeout_s, keep, san)
     finally:
         IMAGE_DIR = default_image
 
 
-def run_scenario_on_image(name: str, io_timeout_s: int, fire_timeout_s: int, keep: bool) -> Result:
-    bed = Bed(name, io_timeout_s, fire_timeout_s, keep or bool(os.environ.get("LOCKD_VMBED_KEEP")))
-    res = Result(name, bed.storage, fence="scsi-pr" if name in PR_FENCE_SCENARIOS else None)
+def run_scenario_on_image(name: str, io_timeout_s: int, fire_timeout_s: int, keep: bool,
+                          san: str = "tgt") -> Result:
+    bed = Bed(name, io_timeout_s, fire_timeout_s, keep or bool(os.environ.get("LOCKD_VMBED_KEEP")), san)
+    label = san if bed.storage == "iscsi" else bed.storage
+    res = Result(name, label, fence="scsi-pr" if name in PR_FENCE_SCENARIOS else None)
     if name in OLD_RULE_BUG and name != "pr-rejoin-race-old-rule":
         # Every lockd guest's daemon runs the old rule from boot (pr-rejoin-race plants it
         # in the restarted daemon only).
@@ -1523,14 +1676,22 @@ def judge_fenced(bed: Bed, res: Result, g1: Guest, kind: str, fault: float, kind
     marks = [t for t, h, e in notes if h != "g1" and e == "fence-marked"]
     res.preempt = min(pre) if pre else None
     res.fenced_mark = min(marks) if marks else None
+    with bed.witness.lock:
+        first = next((p for p in bed.witness.preempts if p[0] >= fault and p[1] != "g1"), None)
+    if first is not None:
+        res.preempt_action, res.pr_interface = first[2], first[3]
     if res.preempt is not None and res.fenced_mark is not None \
+            and res.preempt_action != "PreemptAndAbort" \
             and res.fenced_mark - res.preempt < FENCE_DRAIN_S - 0.1:
         # tgt refuses PREEMPT AND ABORT: a fence by plain PREEMPT counts only after
         # fence_drain_ms (the victim's commands the target had accepted may still land).
         res.violations.append(f"fence counted {res.fenced_mark - res.preempt:.2f}s after the preempt, "
                               f"within fence_drain_ms ({FENCE_DRAIN_S} s) of a plain PREEMPT")
     res.fenced_write_errors = sum(1 for _t, h, e in notes if h == "g1" and e == "write_error")
-    rec = [t for t, h, e in notes if h == "g1" and e in ("killpath", "sigterm")]
+    # The notice: the holder's killpath or SIGTERM, or its daemon's SIGKILL when the lease
+    # was already past its kill time when the daemon saw it (a guest frozen past 8·D
+    # whose storage connection was dropped meanwhile, as nvmet's keep-alive does).
+    rec = [t for t, h, e in notes if h == "g1" and e in ("killpath", "sigterm", "holder-sigkill")]
     res.recovery = min(rec) if rec else None
     res.watchdog = g1.watchdog_t[0] if g1.watchdog_t else None
     res.last_renewal = bed.witness.last_renewal_before(1, take or bed.clock.now())
@@ -1550,7 +1711,7 @@ def judge_fenced(bed: Bed, res: Result, g1: Guest, kind: str, fault: float, kind
     if late:
         v.append(f"{len(late)} write(s) of g1 reached the LUN after the takeover (first {late[0]:.2f}s)")
     if kind != "kill-daemon" and res.recovery is None and res.watchdog is None:
-        v.append("g1's daemon lives but its holder got no lost-lease notice (killpath/SIGTERM)")
+        v.append("g1's daemon lives but its holder got no lost-lease notice (killpath/SIGTERM/SIGKILL)")
     bed.timeline.mark("bed", f"fenced: preempt {res.preempt}, mark {res.fenced_mark}, takeover {take}, "
                              f"g1 write errors {res.fenced_write_errors}, notice {res.recovery}")
     # The fault ends; g1 (rebooted after a reset, or its daemon having left the failed
@@ -1571,7 +1732,7 @@ def judge_fenced(bed: Bed, res: Result, g1: Guest, kind: str, fault: float, kind
                  lambda: f"{LOCKSPACE}:" not in g1.sh("lockd gets 2>&1", check=False, timeout=30)[1], 60)
     rejoin(bed, g1, res)
     if res.rejoin is not None:
-        rc, out = g1.sh("lockd direct pr read-keys --json /dev/sda 2>&1", check=False)
+        rc, out = g1.sh(f"lockd direct pr read-keys --json {bed.disk} 2>&1", check=False)
         bed.timeline.mark("g1", "keys after the rejoin: " + " ".join(out.split())[:200])
         try:
             ours = [k for k in json.loads(out)["keys"] if k["host_id"] == 1]
@@ -1792,7 +1953,7 @@ FALSE_FENCE_SIGNS = ("has been fenced", "our preempt was refused", "lockspace fa
 def pr_generations(g: Guest) -> dict[int, int]:
     """host_id -> generation of every key in lvmlockd's format on the LUN, as `lockd
     direct pr read-keys --json` in guest `g` reads them ({} when the read fails)."""
-    _, out = g.sh(f"lockd direct pr read-keys --json {PR_DEV} 2>&1", check=False, timeout=30)
+    _, out = g.sh(f"lockd direct pr read-keys --json {g.bed.disk} 2>&1", check=False, timeout=30)
     try:
         return {k["host_id"]: k["host_generation"] for k in json.loads(out)["keys"] if k["host_id"]}
     except (ValueError, KeyError, TypeError):
@@ -1803,7 +1964,7 @@ def pr_reservation(g: Guest) -> str:
     """The LUN's reservation as `lockd direct pr read-reservation --json` in guest `g`
     shows it: "TYPE/KEY/HOLDER" (the host_id the key names, or "all-registrants" for the
     zero key of an all-registrants type), "none", or "unreadable(…)"."""
-    _, out = g.sh(f"lockd direct pr read-reservation --json {PR_DEV} 2>&1", check=False, timeout=30)
+    _, out = g.sh(f"lockd direct pr read-reservation --json {g.bed.disk} 2>&1", check=False, timeout=30)
     try:
         r = json.loads(out)["reservation"]
         if not r:
@@ -2527,6 +2688,10 @@ def main() -> int:
     ap.add_argument("--io-timeout", type=int, default=2)
     ap.add_argument("--fire-timeout", type=int, default=10)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--storage", choices=SANS, default="tgt",
+                    help="the shared disk's target for the SCSI scenarios: tgt on the host (Debian 12's "
+                         "kernel in the guests), or, on Debian unstable's kernel, LIO (iSCSI) or nvmet "
+                         f"(NVMe/TCP) in a storage guest; lio and nvme-tcp run {' '.join(SAN_SCENARIOS)}")
     a = ap.parse_args()
     if a.list:
         for n, (st, desc) in SCENARIOS.items():
@@ -2537,13 +2702,20 @@ def main() -> int:
         if n not in SCENARIOS:
             print(f"vmbed: unknown scenario {n}; --list lists them", file=sys.stderr)
             return 2
+    if a.storage != "tgt":
+        other = [n for n in names if n not in SAN_SCENARIOS]
+        if other:
+            print(f"vmbed: --storage {a.storage} runs {' '.join(SAN_SCENARIOS)} only, not {' '.join(other)}",
+                  file=sys.stderr)
+            return 2
+    image = IMAGE_DIR if a.storage == "tgt" else SID_IMAGE_DIR
     for p in ("vmlinuz", "initrd.gz"):
-        if not (IMAGE_DIR / p).exists():
-            print(f"vmbed: {IMAGE_DIR / p} missing: run scripts/vmbed.sh (it builds the image)", file=sys.stderr)
+        if not (image / p).exists():
+            print(f"vmbed: {image / p} missing: run scripts/vmbed.sh (it builds the image)", file=sys.stderr)
             return 2
     results = []
     for n in names:
-        r = run_scenario(n, a.io_timeout, a.fire_timeout, a.keep)
+        r = run_scenario(n, a.io_timeout, a.fire_timeout, a.keep, a.storage)
         print(r.line(), flush=True)
         for v in r.violations:
             print(f"  VIOLATION {v}", flush=True)

@@ -124,10 +124,11 @@ enum DirectCommand {
     Update(direct::rindex::DirectUpdateArgs),
     /// Rebuild a resource index from the leases on disk, without the index lease.
     Rebuild(direct::rindex::DirectRebuildArgs),
-    /// SCSI-3 persistent reservations on a device: probe, read-keys, read-reservation,
-    /// register, reserve, release, preempt, clear; `key` prints lvmlockd's key format.
-    #[command(subcommand)]
-    Pr(direct::pr::PrCommand),
+    /// Persistent reservations on a device (SCSI through SG_IO or the block PR ioctls,
+    /// NVMe and dm-multipath through the block PR ioctls): probe, read-keys,
+    /// read-reservation, register, reserve, release, preempt, clear; `key` prints
+    /// lvmlockd's key format.
+    Pr(direct::pr::PrArgs),
 }
 
 /// `lockd daemon`: the same entry point as the `lockd-daemon` binary.

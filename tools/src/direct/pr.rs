@@ -10,8 +10,20 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
-use lockd_scsi_pr::{lvm_key, lvm_key_parts, Keys, PrDevice, PrError, PrType, ReservationState};
+use lockd_scsi_pr::{
+    lvm_key, lvm_key_parts, InterfaceChoice, Keys, PrDevice, PrError, PrType, ReservationState,
+};
 use serde_json::json;
+
+#[derive(Debug, Args)]
+pub struct PrArgs {
+    /// How commands reach the device: auto (the block PR ioctls when the kernel can read
+    /// keys through them, Linux 6.19+; else SG_IO), block-pr or sg-io.
+    #[arg(long, global = true, default_value = "auto")]
+    pub interface: InterfaceChoice,
+    #[command(subcommand)]
+    pub command: PrCommand,
+}
 
 #[derive(Debug, Subcommand)]
 pub enum PrCommand {
@@ -190,8 +202,8 @@ fn print_reservation(r: &ReservationState) {
     }
 }
 
-fn open(device: &Path) -> Result<PrDevice> {
-    Ok(PrDevice::open(device)?)
+fn open(device: &Path, choice: InterfaceChoice) -> Result<PrDevice> {
+    Ok(PrDevice::open_with(device, choice)?)
 }
 
 /// The error of a command on `device`, with the device named once.
@@ -205,11 +217,14 @@ fn on(device: &Path, e: PrError) -> anyhow::Error {
     }
 }
 
-pub fn run(c: &PrCommand) -> Result<()> {
-    match c {
-        PrCommand::Probe(a) => probe(a),
+pub fn run(args: &PrArgs) -> Result<()> {
+    let choice = args.interface;
+    match &args.command {
+        PrCommand::Probe(a) => probe(a, choice),
         PrCommand::ReadKeys(a) => {
-            let k = open(&a.device)?.read_keys().map_err(|e| on(&a.device, e))?;
+            let k = open(&a.device, choice)?
+                .read_keys()
+                .map_err(|e| on(&a.device, e))?;
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&keys_json(&k))?);
             } else {
@@ -218,7 +233,7 @@ pub fn run(c: &PrCommand) -> Result<()> {
             Ok(())
         }
         PrCommand::ReadReservation(a) => {
-            let r = open(&a.device)?
+            let r = open(&a.device, choice)?
                 .read_reservation()
                 .map_err(|e| on(&a.device, e))?;
             if a.json {
@@ -232,7 +247,7 @@ pub fn run(c: &PrCommand) -> Result<()> {
             if a.key == 0 && (a.old_key == 0 || a.ignore_existing) {
                 bail!("--key 0 unregisters: it needs --old-key KEY (the key to remove)");
             }
-            let d = open(&a.device)?;
+            let d = open(&a.device, choice)?;
             if a.ignore_existing {
                 d.register_ignore_existing(a.key)
             } else {
@@ -248,7 +263,7 @@ pub fn run(c: &PrCommand) -> Result<()> {
         }
         PrCommand::Reserve(a) => {
             nonzero(a.key)?;
-            open(&a.device)?
+            open(&a.device, choice)?
                 .reserve(a.key, a.pr_type)
                 .map_err(|e| on(&a.device, e))?;
             println!("reserved {} by {}", a.pr_type.short(), describe_key(a.key));
@@ -256,7 +271,7 @@ pub fn run(c: &PrCommand) -> Result<()> {
         }
         PrCommand::Release(a) => {
             nonzero(a.key)?;
-            open(&a.device)?
+            open(&a.device, choice)?
                 .release(a.key, a.pr_type)
                 .map_err(|e| on(&a.device, e))?;
             println!(
@@ -274,7 +289,7 @@ pub fn run(c: &PrCommand) -> Result<()> {
             if a.victim == a.key {
                 bail!("--victim is this host's own --key: to drop it, use register --key 0 --old-key KEY");
             }
-            let out = open(&a.device)?
+            let out = open(&a.device, choice)?
                 .preempt_confirmed(a.key, a.victim, a.pr_type, a.abort)
                 .map_err(|e| on(&a.device, e))?;
             if let Some(why) = &out.abort_refused {
@@ -291,7 +306,7 @@ pub fn run(c: &PrCommand) -> Result<()> {
         }
         PrCommand::Clear(a) => {
             nonzero(a.key)?;
-            open(&a.device)?
+            open(&a.device, choice)?
                 .clear(a.key)
                 .map_err(|e| on(&a.device, e))?;
             println!("cleared every registration and the reservation");
@@ -311,13 +326,14 @@ fn nonzero(key: u64) -> Result<()> {
     Ok(())
 }
 
-fn probe(a: &ReadArgs) -> Result<()> {
-    let p = PrDevice::probe(&a.device);
+fn probe(a: &ReadArgs, choice: InterfaceChoice) -> Result<()> {
+    let p = PrDevice::probe_with(&a.device, lockd_scsi_pr::device::DEFAULT_TIMEOUT_MS, choice);
     if a.json {
         let err = |e: &PrError| e.to_string();
         let v = json!({
             "device": a.device.display().to_string(),
             "supported": p.supported(),
+            "interface": p.interface.map(|i| i.name()),
             "error": p.keys.as_ref().err().map(err),
             "keys": p.keys.as_ref().ok().map(keys_json),
             "reservation": p.reservation.as_ref().and_then(|r| r.as_ref().ok()).map(reservation_json),
