@@ -16,6 +16,9 @@ sim=target/release/lockd-sim
 # The model of storage fencing by persistent reservations (issues 24 and 38): fence,
 # confirm, take; racing survivors, clean leaves, target restarts that lose every key.
 "$sim" --model fence --seeds "$seeds" --hosts 4
+# The same on a target that takes PREEMPT AND ABORT (LIO, nvmet; issue 41): a fence by
+# our own abort takes without the drain.
+"$sim" --model fence-abort --seeds "$seeds" --hosts 4
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # A planted bug's run must end with violations counted, not die otherwise (a panic also
@@ -53,6 +56,9 @@ for bug in take-before-preempt-confirmed preempt-conflict-means-fenced \
     key-lost-at-join-reregisters; do
     expect_caught "$bug" "$sim" --model fence --seeds 2000 --hosts 4 --plant-bug "$bug"
 done
+# A key found gone taken for our own abort (no drain): rare, first caught on seed 409.
+expect_caught found-gone-skips-drain "$sim" --model fence-abort --seeds 3000 --hosts 4 \
+    --plant-bug found-gone-skips-drain
 
 # The whole daemon (issue 23): 4 hosts' lockd-core cores, their simulated clients,
 # renewal failures, removals, daemon restarts, requests from other hosts (examined by

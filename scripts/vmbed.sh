@@ -7,8 +7,8 @@
 # the cached Debian 13 chroot (scripts/debian-chroot.sh; made here if missing).
 #
 #   scripts/vmbed.sh [--ci | --list | SCENARIO…] [--io-timeout D] [--fire-timeout W] [--keep]
-#                    [--storage tgt|lio|nvme-tcp]
-# --storage lio|nvme-tcp boots Debian unstable's kernel (a storage guest running the
+#                    [--storage tgt|lio|nvme-tcp|multipath]
+# --storage lio|nvme-tcp|multipath boots Debian unstable's kernel (a storage guest running the
 # kernel's target, and the lease guests), from an image built here (image-sid).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ want_sid=0
 prev=
 for a in "$@"; do
     case "$prev:$a" in
-        --storage:lio|--storage:nvme-tcp|*:--storage=lio|*:--storage=nvme-tcp) want_sid=1 ;;
+        --storage:lio|--storage:nvme-tcp|--storage:multipath|*:--storage=lio|*:--storage=nvme-tcp|*:--storage=multipath) want_sid=1 ;;
     esac
     prev=$a
 done

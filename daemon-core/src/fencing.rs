@@ -692,7 +692,9 @@ pub fn device_plan(keys: &[FenceKey], host_id: u64, generation: u64) -> DevicePl
     for k in keys {
         match k.owner {
             Some((h, g)) if h == host_id && g > generation => return DevicePlan::Rejoined,
-            Some((h, _)) if h == host_id => doomed.push(k.raw),
+            // One PREEMPT per key: on a multipath map each path's I_T nexus lists the
+            // same key, and a PREEMPT removes every registration holding it.
+            Some((h, _)) if h == host_id && !doomed.contains(&k.raw) => doomed.push(k.raw),
             _ => {}
         }
     }
@@ -849,6 +851,11 @@ mod tests {
         assert_eq!(
             device_plan(&[key(2, 5), key(2, 6)], 2, 5),
             DevicePlan::Rejoined
+        );
+        // Multipath: each path's nexus lists the key; one PREEMPT removes them all.
+        assert_eq!(
+            device_plan(&[key(2, 5), key(1, 4), key(2, 5), key(2, 3), key(2, 3)], 2, 5),
+            DevicePlan::Preempt(vec![key(2, 5).raw, key(2, 3).raw])
         );
         assert!(device_confirms(&[key(1, 4)], false, true, 2));
         // A key of another scheme may be the victim's through another path.

@@ -357,6 +357,13 @@ impl PrDevice {
             let (st, generation, key, block_type) = blk_pr_read_reservation(self.file.as_fd())
                 .map_err(|e| self.block_ioctl_error(e))?;
             block_status("READ RESERVATION", st)?;
+            // With no reservation sd leaves the generation 0 (it reads it only with a
+            // reservation): the generation is then READ KEYS', asked right after.
+            let generation = if block_type == 0 && generation == 0 {
+                self.block_read_keys()?.generation
+            } else {
+                generation
+            };
             let reservation = (block_type != 0).then(|| {
                 let pr_type = PrType::from_block_code(block_type);
                 Reservation {

@@ -79,8 +79,11 @@ NQN = "nqn.2026-11.io.lockd:bed"
 # lio (the kernel's iSCSI target in a storage guest on Debian unstable's 7.2 kernel, the
 # guests on 7.2 too, reaching it through QEMU's iSCSI initiator as a SCSI disk: the block
 # PR ioctls through sd); nvme-tcp (nvmet over TCP with reservations in the storage guest,
-# the guests' kernel NVMe/TCP initiator: the block PR ioctls through NVMe).
-SANS = ("tgt", "lio", "nvme-tcp")
+# the guests' kernel NVMe/TCP initiator: the block PR ioctls through NVMe); multipath
+# (LIO as for lio, each guest with two paths, two I_T nexuses, under a dm-multipath map:
+# the block PR ioctls register on every path; at each fault a survivor, g2, also loses
+# one of its paths, so its fence and its renewals go through the other).
+SANS = ("tgt", "lio", "nvme-tcp", "multipath")
 SAN_SCENARIOS = ("pr-kill-daemon", "pr-freeze-guest", "pr-cut-storage", "pr-slow-storage")
 NVMET_PORT = 4420
 ISCSI_PORT = 3260
@@ -392,6 +395,32 @@ class Relay:
         self.listener.close()
 
 
+class PathPair:
+    """A guest's two paths to the LUN (`--storage multipath`), each its own relay and so
+    its own I_T nexus at the target. A fault of the guest's storage (`set_mode`) hits both
+    paths, as a host losing its SAN does; `paths[k]` is one path."""
+
+    def __init__(self, name: str, target_port: int, timeline: Timeline) -> None:
+        self.paths = [Relay(f"{name}a", target_port, timeline), Relay(f"{name}b", target_port, timeline)]
+        self.gate: PreemptGate | None = None
+
+    @property
+    def port(self) -> int:
+        return self.paths[0].port
+
+    def set_mode(self, mode: str) -> None:
+        for p in self.paths:
+            p.set_mode(mode)
+
+    def drop_connections(self) -> None:
+        for p in self.paths:
+            p.drop_connections()
+
+    def close(self) -> None:
+        for p in self.paths:
+            p.close()
+
+
 class IscsiScan:
     """Follows the PDUs an iSCSI initiator sends (48-byte basic header, additional headers,
     data padded to 4 bytes; no digests: QEMU's initiator offers None first and tgt takes
@@ -582,7 +611,13 @@ class Guest:
             f"target={IQN},lun={b.iscsi_lun},initiator-name={IQN}:{self.name},if=none,id=d0,cache.direct=on"
         )
         path2 = []
-        if self.index in b.second_path:
+        if b.san == "multipath":
+            path2 = ["-drive", (
+                f"driver=iscsi,transport=tcp,portal=127.0.0.1:{b.relays[self.index].paths[1].port},"
+                f"target={IQN},lun={b.iscsi_lun},initiator-name={IQN}:{self.name}-b,if=none,id=d1,"
+                "cache.direct=on"),
+                "-device", "scsi-block,drive=d1,bus=scsi0.0"]
+        elif self.index in b.second_path:
             path2 = ["-drive", (
                 f"driver=iscsi,transport=tcp,portal=127.0.0.1:{b.tgt.port},target={IQN},lun=1,"
                 f"initiator-name={IQN}:{self.name}-path2,if=none,id=d1,cache.direct=on"),
@@ -970,7 +1005,7 @@ class Bed:
         # The shared disk's target (SANS); the guests' whole-disk path to it; the LUN
         # number QEMU's initiator asks for (tgt's LUN 0 is its controller).
         self.san = san
-        self.disk = "/dev/nvme0n1" if san == "nvme-tcp" else "/dev/sda"
+        self.disk = {"nvme-tcp": "/dev/nvme0n1", "multipath": "/dev/mapper/mpath"}.get(san, "/dev/sda")
         self.iscsi_lun = 1 if san == "tgt" else 0
         self.storage_guest: StorageGuest | None = None
         self.io_timeout_s = io_timeout_s
@@ -1034,7 +1069,10 @@ class Bed:
             self.storage_guest.serve()
             target_port = self.storage_guest.port
         for i in range(1, n + 1):
-            self.relays[i] = Relay(f"relay{i}", target_port, self.timeline)
+            if self.san == "multipath":
+                self.relays[i] = PathPair(f"relay{i}", target_port, self.timeline)
+            else:
+                self.relays[i] = Relay(f"relay{i}", target_port, self.timeline)
         self.export.mkdir()
         if self.storage == "nfs":
             self.init_area(self.export / "leases")
@@ -1086,6 +1124,12 @@ class Bed:
             g.sh(f"echo '{opts}' >/dev/nvme-fabrics && "
                  f"for i in $(seq 100); do [ -b {self.disk} ] && break; sleep 0.1; done; [ -b {self.disk} ]",
                  timeout=60)
+        if self.san == "multipath":
+            # dm-multipath over the guest's two paths (sda, sdb: two I_T nexuses), round
+            # robin, failing I/O when no path is left (no queue_if_no_path; no multipathd).
+            g.sh("for d in sda sdb; do [ -b /dev/$d ] || exit 1; done; n=$(blockdev --getsz /dev/sda); "
+                 "echo \"0 $n multipath 0 0 1 1 round-robin 0 2 1 /dev/sda 1 /dev/sdb 1\" | "
+                 "dmsetup create mpath && dmsetup mknodes mpath && [ -b /dev/mapper/mpath ]")
         if self.storage == "iscsi":
             # A linear device-mapper map over the LUN: the eio scenario swaps its table.
             g.sh(f"n=$(blockdev --getsz {self.disk}); echo \"0 $n linear {self.disk} 0\" | dmsetup create lease && dmsetup mknodes lease && [ -b /dev/mapper/lease ]")
@@ -1446,6 +1490,11 @@ def scenario_body(bed: Bed, res: Result, name: str | None = None) -> None:
 
     fault = bed.timeline.mark("bed", f"FAULT {name}")
     res.fault = fault
+    if bed.san == "multipath":
+        # A survivor loses one path as the fault begins: its fence, its key reads and its
+        # renewals go through the other (dm-multipath fails the offline path over).
+        g2.sh("echo offline >/sys/block/sda/device/state")
+        bed.timeline.mark("g2", "path a (sda) offline")
     fenced = name in PR_FENCE_SCENARIOS and not foreign
     if fenced:
         name = name[len("pr-"):]  # the same fault as the unfenced scenario
@@ -1738,8 +1787,11 @@ def judge_fenced(bed: Bed, res: Result, g1: Guest, kind: str, fault: float, kind
             ours = [k for k in json.loads(out)["keys"] if k["host_id"] == 1]
         except (ValueError, KeyError, TypeError):
             ours = []
-        if rc != 0 or len(ours) != 1:
-            v.append(f"after its rejoin g1 does not have exactly one key registered: {out.strip()}")
+        # One registration per I_T nexus: two on a multipath map, of one key.
+        nexuses = 2 if bed.san == "multipath" else 1
+        if rc != 0 or len(ours) != nexuses or len({k["key"] for k in ours}) != 1:
+            v.append(f"after its rejoin g1 does not have one key registered on each of its {nexuses} "
+                     f"path(s): {out.strip()}")
 
 
 def rejoin(bed: Bed, g1: Guest, res: Result) -> None:

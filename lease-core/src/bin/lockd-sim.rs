@@ -1,24 +1,26 @@
 //! `lockd-sim`: runs seeded multi-host simulations of lease-core and checks its invariants.
 //!
 //! Usage: `lockd-sim --seeds N [--first-seed S] [--hosts H] [--duration SECONDS]
-//! [--model lease|head-reads|fence]
+//! [--model lease|head-reads|fence|fence-abort]
 //! [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|own-name-short-delay|no-shared-hold|
 //! take-before-preempt-confirmed|preempt-conflict-means-fenced|holder-unregisters-at-leave|
-//! empty-target-means-fenced] [--verbose] [--trace]`
+//! empty-target-means-fenced|take-without-drain|key-lost-at-join-reregisters|
+//! found-gone-skips-drain] [--verbose] [--trace]`
 //!
 //! `--model head-reads` runs the lease model with lockd hosts' renewals reading the head of
 //! the area (`lease_core::reads`, experimental). `--model fence` runs the model of storage fencing by persistent reservations
 //! (`lease_core::sim::fence`) instead of the lease algorithms; its planted bugs
 //! (`take-before-preempt-confirmed`, `preempt-conflict-means-fenced`,
 //! `holder-unregisters-at-leave`, `empty-target-means-fenced`) select that model by
-//! themselves.
+//! themselves. `--model fence-abort` runs it on a target that takes PREEMPT AND ABORT (as
+//! LIO and nvmet; `found-gone-skips-drain` needs it).
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 use std::time::Instant;
 
 use lease_core::sim::cli::SimCli;
-use lease_core::sim::fence::{parse_fence_bug, run_fence_seed};
+use lease_core::sim::fence::{parse_fence_bug, run_fence_seed_on, FenceTarget};
 use lease_core::sim::{parse_planted_bug, run_seed, SimConfig};
 
 /// What was asked, with the model chosen: `--model`, or the planted bug's own.
@@ -31,14 +33,16 @@ struct Args {
     verbose: bool,
     trace: bool,
     fence_model: bool,
+    fence_target: FenceTarget,
     head_reads: bool,
 }
 
 const USAGE: &str =
     "usage: lockd-sim --seeds N [--first-seed S] [--hosts H (2-16)] [--duration SECONDS] \
-     [--model lease|head-reads|fence] [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|\
-     own-name-short-delay|no-shared-hold|take-before-preempt-confirmed|preempt-conflict-means-fenced|\
-     holder-unregisters-at-leave|empty-target-means-fenced|take-without-drain] [--verbose] [--trace]";
+     [--model lease|head-reads|fence|fence-abort] [--plant-bug skip-phase2|no-host-dead-wait|\
+     stale-known-hosts|own-name-short-delay|no-shared-hold|take-before-preempt-confirmed|\
+     preempt-conflict-means-fenced|holder-unregisters-at-leave|empty-target-means-fenced|\
+     take-without-drain|key-lost-at-join-reregisters|found-gone-skips-drain] [--verbose] [--trace]";
 
 fn parse_args() -> Result<Args, String> {
     let known = |n: &str| parse_fence_bug(n).is_some() || parse_planted_bug(n).is_some();
@@ -48,12 +52,19 @@ fn parse_args() -> Result<Args, String> {
         default_hosts: 4,
         default_duration_s: SimConfig::default().duration_s,
         known_bug: &known,
-        models: &["lease", "head-reads", "fence"],
+        models: &["lease", "head-reads", "fence", "fence-abort"],
     }
     .parse(std::env::args().skip(1))?;
     let fence_model = match a.model.as_deref() {
-        Some(m) => m == "fence",
+        Some(m) => m.starts_with("fence"),
         None => a.bug_name.as_deref().and_then(parse_fence_bug).is_some(),
+    };
+    let fence_target = if a.model.as_deref() == Some("fence-abort")
+        || (a.model.is_none() && a.bug_name.as_deref() == Some("found-gone-skips-drain"))
+    {
+        FenceTarget::PreemptAndAbort
+    } else {
+        FenceTarget::PlainPreempt
     };
     Ok(Args {
         seeds: a.seeds,
@@ -64,6 +75,7 @@ fn parse_args() -> Result<Args, String> {
         verbose: a.verbose,
         trace: a.trace,
         fence_model,
+        fence_target,
         head_reads: a.model.as_deref() == Some("head-reads"),
     })
 }
@@ -146,13 +158,24 @@ fn main() -> ExitCode {
 /// `--model fence`: the same report lines, with takes for acquisitions.
 fn run_fence(args: &Args) -> ExitCode {
     let bug = args.bug_name.as_deref().and_then(parse_fence_bug);
+    let model = match args.fence_target {
+        FenceTarget::PlainPreempt => "fence",
+        FenceTarget::PreemptAndAbort => "fence-abort",
+    };
     let start = Instant::now();
     let (mut takes, mut fences, mut refused, mut faults, mut violations) =
         (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut lockouts = 0u64;
     for i in 0..args.seeds {
         let seed = args.first_seed.wrapping_add(i);
-        let r = run_fence_seed(seed, args.hosts, args.duration_s, bug, args.trace);
+        let r = run_fence_seed_on(
+            args.fence_target,
+            seed,
+            args.hosts,
+            args.duration_s,
+            bug,
+            args.trace,
+        );
         takes += r.stats.takes;
         fences += r.stats.fences;
         refused += r.stats.writes_refused;
@@ -172,7 +195,7 @@ fn run_fence(args: &Args) -> ExitCode {
                 .map(|b| format!(" --plant-bug {b}"))
                 .unwrap_or_default();
             println!(
-                "FAIL seed={seed} violations={} first: {} | replay: lockd-sim --model fence --seeds 1 --first-seed {seed} --hosts {} --duration {}{b} --trace",
+                "FAIL seed={seed} violations={} first: {} | replay: lockd-sim --model {model} --seeds 1 --first-seed {seed} --hosts {} --duration {}{b} --trace",
                 r.violations.len(),
                 r.violations[0],
                 args.hosts,
@@ -181,7 +204,7 @@ fn run_fence(args: &Args) -> ExitCode {
         }
     }
     println!(
-        "model=fence seeds={} acquisitions={takes} fences={fences} refused_writes={refused} faults={faults} join_lockouts={lockouts} violations={violations} wall_s={:.1}",
+        "model={model} seeds={} acquisitions={takes} fences={fences} refused_writes={refused} faults={faults} join_lockouts={lockouts} violations={violations} wall_s={:.1}",
         args.seeds,
         start.elapsed().as_secs_f64()
     );

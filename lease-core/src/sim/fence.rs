@@ -26,9 +26,13 @@
 //! - A write (data, membership renewal or release, lease take or release) from a sender
 //!   without a registration is refused with RESERVATION CONFLICT while a reservation
 //!   stands; with no reservation every write lands.
-//! - A data write the target accepted reaches its storage up to `DRAIN_MS` later, and
-//!   PREEMPT does not abort it: the target takes plain PREEMPT only, as tgt does (PREEMPT
-//!   AND ABORT is answered once the aborted commands are done, and needs no wait).
+//! - A data write the target accepted reaches its storage up to `DRAIN_MS` later. On the
+//!   default target ([`FenceTarget::PlainPreempt`], as tgt) PREEMPT does not abort it:
+//!   the target takes plain PREEMPT only. On [`FenceTarget::PreemptAndAbort`] (as LIO and
+//!   nvmet) survivors send PREEMPT AND ABORT: the victim's registration goes at once (a
+//!   key read meanwhile no longer lists it) and the answer comes once every write of the
+//!   victim the target had accepted has reached the storage (aborted commands already at
+//!   the backend complete first).
 //! - READ KEYS and READ RESERVATION (one message here) are never refused.
 //! - A restart (no APTPL) loses every key and the reservation. Sessions stay; the lease
 //!   and the membership records are data on the LUN and stay too.
@@ -73,7 +77,10 @@
 //!   reservation stands. A key seen since we joined or last found the target's state
 //!   lost, and now gone while a reservation stands, is fenced already: the lease is
 //!   taken. Either way the take waits `DRAIN_MS` first (the daemon's `fence_drain_ms`):
-//!   the victim's writes the target accepted before the preempt land meanwhile.
+//!   the victim's writes the target accepted before the preempt land meanwhile — except
+//!   after our own PREEMPT AND ABORT was answered, which came after they landed. A key
+//!   found gone (another survivor's preempt, of either kind) waits the drain: that
+//!   survivor's abort may still be under way.
 //!
 //! Every survivor fences, so two of them often preempt the same key at once and the
 //! slower PREEMPT meets a RESERVATION CONFLICT. That survivor reads the keys again: its
@@ -120,6 +127,10 @@
 //!   has registered, with its key alone, and a survivor makes one before a preempt where
 //!   none stands (the pass makes none). After a target restart every host resets. Caught
 //!   as false fences.
+//! - `found-gone-skips-drain` (with `FenceTarget::PreemptAndAbort`): a key found gone
+//!   counts as aborted, as if our own PREEMPT AND ABORT had removed it, and the lease is
+//!   taken at once. Caught as an overlap: another survivor's abort was still waiting for
+//!   the victim's accepted writes.
 //! - `key-lost-at-join-reregisters`: our key missing while a reservation stands is
 //!   registered again when our own clock says our renewals never stood still and our key
 //!   was last seen within `PR_LAG_MS` of our join (what would spare a host joining during a
@@ -155,10 +166,25 @@ pub enum FenceBug {
     /// key was last seen within `PR_LAG_MS` of our join: the rule that would spare a
     /// host joining during a target restart its false fence.
     KeyLostAtJoinReregisters,
+    /// On a target with PREEMPT AND ABORT, a victim key found gone (another survivor's
+    /// preempt) is taken without the drain, as if our own abort had removed it.
+    FoundGoneSkipsDrain,
+}
+
+/// What the target does with a preempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FenceTarget {
+    /// Plain PREEMPT only (PREEMPT AND ABORT refused), as tgt: the victim's accepted
+    /// writes may land after the answer.
+    #[default]
+    PlainPreempt,
+    /// PREEMPT AND ABORT, as LIO and nvmet: answered once the victim's accepted writes
+    /// are done.
+    PreemptAndAbort,
 }
 
 /// Every planted bug of the fence model, by its `--plant-bug` name.
-pub const FENCE_BUGS: [(&str, FenceBug); 6] = [
+pub const FENCE_BUGS: [(&str, FenceBug); 7] = [
     (
         "take-before-preempt-confirmed",
         FenceBug::TakeBeforePreemptConfirmed,
@@ -180,6 +206,7 @@ pub const FENCE_BUGS: [(&str, FenceBug); 6] = [
         "key-lost-at-join-reregisters",
         FenceBug::KeyLostAtJoinReregisters,
     ),
+    ("found-gone-skips-drain", FenceBug::FoundGoneSkipsDrain),
 ];
 
 pub fn parse_fence_bug(name: &str) -> Option<FenceBug> {
@@ -297,6 +324,8 @@ enum Msg {
     Preempt {
         victim: u64,
         kind: ResvType,
+        /// PREEMPT AND ABORT.
+        abort: bool,
     },
     ReadKeys {
         why: Read,
@@ -404,6 +433,8 @@ struct Target {
     /// The generation each host last left with (its later renewals are stale).
     left_gen: BTreeMap<usize, u64>,
     max_landed_epoch: u64,
+    /// Per host, when the last of its writes the target accepted reaches the storage.
+    accepted_land_until: BTreeMap<usize, u64>,
 }
 
 impl Target {
@@ -430,6 +461,8 @@ impl Target {
 struct Fencing {
     victim: u64,
     expect: u64,
+    /// Our PREEMPT AND ABORT of the victim was answered: its accepted writes are done.
+    aborted: bool,
 }
 
 #[derive(Default, Clone)]
@@ -564,6 +597,8 @@ pub struct FenceStats {
     /// Writes accepted before their sender's key was preempted that reached the storage
     /// after it (what the drain waits for).
     pub late_landings: u64,
+    /// PREEMPT AND ABORTs of ours answered (a target that aborts): taken without the drain.
+    pub aborts: u64,
 }
 
 /// The result of one seed.
@@ -588,10 +623,24 @@ struct Model {
     violations: Vec<String>,
     trace: Option<Vec<String>>,
     last_restart: Option<u64>,
+    target_kind: FenceTarget,
 }
 
-/// Runs one seed of the fence model with `hosts` hosts for `duration_s` virtual seconds.
+/// Runs one seed of the fence model with `hosts` hosts for `duration_s` virtual seconds,
+/// on a target that takes plain PREEMPT only.
 pub fn run_fence_seed(
+    seed: u64,
+    hosts: usize,
+    duration_s: u64,
+    bug: Option<FenceBug>,
+    trace: bool,
+) -> FenceReport {
+    run_fence_seed_on(FenceTarget::PlainPreempt, seed, hosts, duration_s, bug, trace)
+}
+
+/// [`run_fence_seed`] on a target of the given kind.
+pub fn run_fence_seed_on(
+    target_kind: FenceTarget,
     seed: u64,
     hosts: usize,
     duration_s: u64,
@@ -600,6 +649,7 @@ pub fn run_fence_seed(
 ) -> FenceReport {
     let hosts = hosts.clamp(2, MAX_HOSTS);
     let mut m = Model::new(seed, hosts, bug, trace);
+    m.target_kind = target_kind;
     let end = duration_s * 1000;
     for h in 0..hosts {
         let at = m.rng.range(0, 2_000);
@@ -662,6 +712,7 @@ impl Model {
             violations: Vec::new(),
             trace: trace.then(Vec::new),
             last_restart: None,
+            target_kind: FenceTarget::PlainPreempt,
         }
     }
 
@@ -1071,10 +1122,18 @@ impl Model {
 
     fn preempt(&mut self, host: usize, victim_host: usize, victim: u64, expect: u64) {
         self.stats.fences += 1;
-        self.hosts[host].fencing = Some(Fencing { victim, expect });
-        self.log(|| format!("host{host} PREEMPT host{victim_host} key 0x{victim:x}"));
+        self.hosts[host].fencing = Some(Fencing {
+            victim,
+            expect,
+            aborted: false,
+        });
+        let abort = self.target_kind == FenceTarget::PreemptAndAbort;
+        self.log(|| {
+            let what = if abort { "PREEMPT AND ABORT" } else { "PREEMPT" };
+            format!("host{host} {what} host{victim_host} key 0x{victim:x}")
+        });
         let kind = self.resv_type();
-        self.send(host, Msg::Preempt { victim, kind });
+        self.send(host, Msg::Preempt { victim, kind, abort });
         if self.has_bug(FenceBug::TakeBeforePreemptConfirmed) {
             self.hosts[host].fencing = None;
             self.take(host, expect);
@@ -1116,7 +1175,22 @@ impl Model {
                     Reply::Conflict(msg)
                 }
             }
-            Msg::Preempt { victim, kind } => self.preempt_at_target(host, victim, kind, msg),
+            Msg::Preempt {
+                victim,
+                kind,
+                abort,
+            } => {
+                let (reply, victim_host) = self.preempt_at_target(host, victim, kind, msg);
+                if let (Reply::Ok(_), true, Some(v)) = (reply, abort, victim_host) {
+                    // Answered once the victim's accepted writes are done.
+                    let done = self.target.accepted_land_until.get(&v).copied().unwrap_or(0);
+                    let inc = self.hosts[host].inc;
+                    let at = self.now.max(done) + self.rng.range(1, 20);
+                    self.at(at, Item::Back { host, inc, reply });
+                    return;
+                }
+                reply
+            }
             Msg::ReadKeys { why } => {
                 let mut keys = [0; MAX_HOSTS];
                 for (&h, &k) in &self.target.keys {
@@ -1144,6 +1218,8 @@ impl Model {
                 // Accepted: it reaches the storage later, whatever comes meanwhile.
                 let inc = self.hosts[host].inc;
                 let at = self.now + self.backend_ms();
+                let until = self.target.accepted_land_until.entry(host).or_insert(0);
+                *until = (*until).max(at);
                 self.at(at, Item::Land { host, inc, epoch });
                 return;
             }
@@ -1215,7 +1291,14 @@ impl Model {
     /// PREEMPT at the target: RESERVATION CONFLICT from an unregistered sender or for a
     /// key no registration holds; otherwise that registration goes, and a WE-RO
     /// reservation its nexus held passes to the sender.
-    fn preempt_at_target(&mut self, host: usize, victim: u64, kind: ResvType, msg: Msg) -> Reply {
+    /// The answer, and the victim's host when its registration went.
+    fn preempt_at_target(
+        &mut self,
+        host: usize,
+        victim: u64,
+        kind: ResvType,
+        msg: Msg,
+    ) -> (Reply, Option<usize>) {
         let t = &mut self.target;
         let registered = t.registered(host);
         let owner = t.keys.iter().find(|&(_, &k)| k == victim).map(|(&h, _)| h);
@@ -1223,7 +1306,7 @@ impl Model {
             if registered && t.preempted.contains(&victim) {
                 self.stats.double_preempts += 1;
             }
-            return Reply::Conflict(msg);
+            return (Reply::Conflict(msg), None);
         };
         t.keys.remove(&v);
         t.preempted.insert(victim);
@@ -1239,7 +1322,7 @@ impl Model {
                 });
             }
         }
-        Reply::Ok(msg)
+        (Reply::Ok(msg), Some(v))
     }
 
     fn back(&mut self, host: usize, inc: u64, reply: Reply) {
@@ -1312,8 +1395,10 @@ impl Model {
                 let h = &mut self.hosts[host];
                 h.writes_in_flight = h.writes_in_flight.saturating_sub(1);
             }
-            Reply::Ok(Msg::Preempt { victim, .. }) => {
-                if self.hosts[host].fencing.is_some_and(|f| f.victim == victim) {
+            Reply::Ok(Msg::Preempt { victim, abort, .. }) => {
+                if let Some(f) = self.hosts[host].fencing.as_mut().filter(|f| f.victim == victim) {
+                    f.aborted = abort;
+                    self.stats.aborts += u64::from(abort);
                     self.send(host, Msg::ReadKeys { why: Read::Confirm });
                 }
             }
@@ -1448,7 +1533,13 @@ impl Model {
             if let Some(f) = self.hosts[host].fencing.take() {
                 if !view.has(f.victim) && view.resv {
                     self.log(|| format!("host{host} fence of 0x{:x} confirmed", f.victim));
-                    self.take_after_drain(host, f.expect);
+                    let found_gone_taken_for_ours = self.has_bug(FenceBug::FoundGoneSkipsDrain)
+                        && self.target_kind == FenceTarget::PreemptAndAbort;
+                    if f.aborted || found_gone_taken_for_ours {
+                        self.take(host, f.expect);
+                    } else {
+                        self.take_after_drain(host, f.expect);
+                    }
                 } else {
                     self.log(|| format!("host{host} fence of 0x{:x} NOT confirmed", f.victim));
                 }
@@ -1504,7 +1595,13 @@ impl Model {
         } else if view.resv && self.hosts[host].known.contains(&victim) {
             // Seen registered before, gone now while a reservation stands.
             self.log(|| format!("host{host} key 0x{victim:x} of host{x} already gone"));
-            self.take_after_drain(host, epoch);
+            if self.has_bug(FenceBug::FoundGoneSkipsDrain)
+                && self.target_kind == FenceTarget::PreemptAndAbort
+            {
+                self.take(host, epoch);
+            } else {
+                self.take_after_drain(host, epoch);
+            }
         }
     }
 }
@@ -1642,6 +1739,79 @@ mod tests {
     }
 
     #[test]
+    fn on_a_target_that_aborts_clean_runs_have_no_violation_and_take_after_the_abort() {
+        let mut total = FenceStats::default();
+        for seed in 1..=60 {
+            let r = run_fence_seed_on(FenceTarget::PreemptAndAbort, seed, 4, 600, None, false);
+            assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+            add(&mut total, &r.stats);
+            total.aborts += r.stats.aborts;
+        }
+        assert!(total.aborts > 0, "no PREEMPT AND ABORT answered: {total:?}");
+        assert!(total.double_preempts > 0, "no preempt met another's: {total:?}");
+        assert!(total.late_landings > 0, "no accepted write landed after its preempt: {total:?}");
+        assert_eq!(total.false_fences, 0);
+    }
+
+    #[test]
+    fn a_key_found_gone_taken_without_the_drain_is_caught_on_a_target_that_aborts() {
+        let seed = (1..=3_000).find(|&seed| {
+            run_fence_seed_on(
+                FenceTarget::PreemptAndAbort,
+                seed,
+                4,
+                600,
+                Some(FenceBug::FoundGoneSkipsDrain),
+                false,
+            )
+            .violations
+            .iter()
+            .any(|v| v.starts_with("overlap:"))
+        });
+        assert!(seed.is_some());
+    }
+
+    #[test]
+    fn preempt_and_abort_is_answered_once_the_victims_accepted_writes_landed() {
+        let mut m = target_with(2);
+        m.target_kind = FenceTarget::PreemptAndAbort;
+        let (k0, k1) = (key_of(0, 1), key_of(1, 1));
+        assert_eq!(run(&mut m, 0, Msg::Register { key: k0 }), Reply::Ok(Msg::Register { key: k0 }));
+        assert_eq!(run(&mut m, 1, Msg::Register { key: k1 }), Reply::Ok(Msg::Register { key: k1 }));
+        let reserve = Msg::Reserve {
+            kind: ResvType::WeRo,
+            not_live: 0,
+        };
+        assert_eq!(run(&mut m, 0, reserve), Reply::Ok(reserve));
+        // Host 1's write is accepted now and lands later.
+        let session = m.target.session[&1];
+        m.arrive(1, session, Msg::Write { epoch: 1 });
+        let lands_at = m.target.accepted_land_until[&1];
+        let preempt = Msg::Preempt {
+            victim: k1,
+            kind: ResvType::WeRo,
+            abort: true,
+        };
+        let session = m.target.session[&0];
+        m.arrive(0, session, preempt);
+        assert!(!m.target.keys.values().any(|&k| k == k1), "the key goes at once");
+        let answered_at = m
+            .queue
+            .iter()
+            .filter_map(|Reverse((t, _, i))| match m.items[*i] {
+                Item::Back {
+                    host: 0,
+                    reply: Reply::Ok(Msg::Preempt { .. }),
+                    ..
+                } => Some(*t),
+                _ => None,
+            })
+            .max()
+            .expect("an answer to the preempt");
+        assert!(answered_at > lands_at, "answered at {answered_at}, the write lands at {lands_at}");
+    }
+
+    #[test]
     fn every_planted_bug_has_its_name() {
         for (name, bug) in FENCE_BUGS {
             assert_eq!(parse_fence_bug(name), Some(bug));
@@ -1668,6 +1838,7 @@ mod tests {
                 "key-lost-at-join-reregisters",
                 FenceBug::KeyLostAtJoinReregisters,
             ),
+            ("found-gone-skips-drain", FenceBug::FoundGoneSkipsDrain),
         ] {
             assert_eq!(parse_fence_bug(name), Some(bug), "{name}");
         }
@@ -1717,6 +1888,7 @@ mod tests {
         let preempt = Msg::Preempt {
             victim: k2,
             kind: wear,
+            abort: false,
         };
         assert_eq!(run(&mut m, 0, preempt), Reply::Ok(preempt));
         assert_eq!(run(&mut m, 1, preempt), Reply::Conflict(preempt));
@@ -1753,6 +1925,7 @@ mod tests {
         let preempt = Msg::Preempt {
             victim: k0,
             kind: wero,
+            abort: false,
         };
         assert_eq!(run(&mut m, 1, preempt), Reply::Ok(preempt));
         assert_eq!(
@@ -1767,6 +1940,7 @@ mod tests {
         let preempt = Msg::Preempt {
             victim: k1,
             kind: wero,
+            abort: false,
         };
         assert_eq!(run(&mut m, 2, preempt), Reply::Conflict(preempt));
         assert_eq!(run(&mut m, 2, reserve), Reply::Conflict(reserve));
