@@ -854,7 +854,11 @@ mod tests {
         );
         // Multipath: each path's nexus lists the key; one PREEMPT removes them all.
         assert_eq!(
-            device_plan(&[key(2, 5), key(1, 4), key(2, 5), key(2, 3), key(2, 3)], 2, 5),
+            device_plan(
+                &[key(2, 5), key(1, 4), key(2, 5), key(2, 3), key(2, 3)],
+                2,
+                5
+            ),
             DevicePlan::Preempt(vec![key(2, 5).raw, key(2, 3).raw])
         );
         assert!(device_confirms(&[key(1, 4)], false, true, 2));

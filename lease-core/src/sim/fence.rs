@@ -635,7 +635,14 @@ pub fn run_fence_seed(
     bug: Option<FenceBug>,
     trace: bool,
 ) -> FenceReport {
-    run_fence_seed_on(FenceTarget::PlainPreempt, seed, hosts, duration_s, bug, trace)
+    run_fence_seed_on(
+        FenceTarget::PlainPreempt,
+        seed,
+        hosts,
+        duration_s,
+        bug,
+        trace,
+    )
 }
 
 /// [`run_fence_seed`] on a target of the given kind.
@@ -1129,11 +1136,22 @@ impl Model {
         });
         let abort = self.target_kind == FenceTarget::PreemptAndAbort;
         self.log(|| {
-            let what = if abort { "PREEMPT AND ABORT" } else { "PREEMPT" };
+            let what = if abort {
+                "PREEMPT AND ABORT"
+            } else {
+                "PREEMPT"
+            };
             format!("host{host} {what} host{victim_host} key 0x{victim:x}")
         });
         let kind = self.resv_type();
-        self.send(host, Msg::Preempt { victim, kind, abort });
+        self.send(
+            host,
+            Msg::Preempt {
+                victim,
+                kind,
+                abort,
+            },
+        );
         if self.has_bug(FenceBug::TakeBeforePreemptConfirmed) {
             self.hosts[host].fencing = None;
             self.take(host, expect);
@@ -1183,7 +1201,12 @@ impl Model {
                 let (reply, victim_host) = self.preempt_at_target(host, victim, kind, msg);
                 if let (Reply::Ok(_), true, Some(v)) = (reply, abort, victim_host) {
                     // Answered once the victim's accepted writes are done.
-                    let done = self.target.accepted_land_until.get(&v).copied().unwrap_or(0);
+                    let done = self
+                        .target
+                        .accepted_land_until
+                        .get(&v)
+                        .copied()
+                        .unwrap_or(0);
                     let inc = self.hosts[host].inc;
                     let at = self.now.max(done) + self.rng.range(1, 20);
                     self.at(at, Item::Back { host, inc, reply });
@@ -1396,7 +1419,11 @@ impl Model {
                 h.writes_in_flight = h.writes_in_flight.saturating_sub(1);
             }
             Reply::Ok(Msg::Preempt { victim, abort, .. }) => {
-                if let Some(f) = self.hosts[host].fencing.as_mut().filter(|f| f.victim == victim) {
+                if let Some(f) = self.hosts[host]
+                    .fencing
+                    .as_mut()
+                    .filter(|f| f.victim == victim)
+                {
                     f.aborted = abort;
                     self.stats.aborts += u64::from(abort);
                     self.send(host, Msg::ReadKeys { why: Read::Confirm });
@@ -1748,8 +1775,14 @@ mod tests {
             total.aborts += r.stats.aborts;
         }
         assert!(total.aborts > 0, "no PREEMPT AND ABORT answered: {total:?}");
-        assert!(total.double_preempts > 0, "no preempt met another's: {total:?}");
-        assert!(total.late_landings > 0, "no accepted write landed after its preempt: {total:?}");
+        assert!(
+            total.double_preempts > 0,
+            "no preempt met another's: {total:?}"
+        );
+        assert!(
+            total.late_landings > 0,
+            "no accepted write landed after its preempt: {total:?}"
+        );
         assert_eq!(total.false_fences, 0);
     }
 
@@ -1776,8 +1809,14 @@ mod tests {
         let mut m = target_with(2);
         m.target_kind = FenceTarget::PreemptAndAbort;
         let (k0, k1) = (key_of(0, 1), key_of(1, 1));
-        assert_eq!(run(&mut m, 0, Msg::Register { key: k0 }), Reply::Ok(Msg::Register { key: k0 }));
-        assert_eq!(run(&mut m, 1, Msg::Register { key: k1 }), Reply::Ok(Msg::Register { key: k1 }));
+        assert_eq!(
+            run(&mut m, 0, Msg::Register { key: k0 }),
+            Reply::Ok(Msg::Register { key: k0 })
+        );
+        assert_eq!(
+            run(&mut m, 1, Msg::Register { key: k1 }),
+            Reply::Ok(Msg::Register { key: k1 })
+        );
         let reserve = Msg::Reserve {
             kind: ResvType::WeRo,
             not_live: 0,
@@ -1794,7 +1833,10 @@ mod tests {
         };
         let session = m.target.session[&0];
         m.arrive(0, session, preempt);
-        assert!(!m.target.keys.values().any(|&k| k == k1), "the key goes at once");
+        assert!(
+            !m.target.keys.values().any(|&k| k == k1),
+            "the key goes at once"
+        );
         let answered_at = m
             .queue
             .iter()
@@ -1808,7 +1850,10 @@ mod tests {
             })
             .max()
             .expect("an answer to the preempt");
-        assert!(answered_at > lands_at, "answered at {answered_at}, the write lands at {lands_at}");
+        assert!(
+            answered_at > lands_at,
+            "answered at {answered_at}, the write lands at {lands_at}"
+        );
     }
 
     #[test]
