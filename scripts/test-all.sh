@@ -105,6 +105,8 @@ step "fencing scenarios on the multi-host test bed"
 bash scripts/testbed.sh
 step "virtual-machine bed, CI subset (QEMU guests, tgt iSCSI, ganesha NFS, i6300esb watchdog)"
 bash scripts/vmbed.sh --ci
+step "virtual-machine bed on Debian unstable's kernel: pr-kill-daemon on NVMe/TCP (nvmet with reservations in a storage guest, the block PR ioctls)"
+bash scripts/vmbed.sh pr-kill-daemon --storage nvme-tcp
 
 step "chaos bed, CI run (tests/vmbed/chaos.py: 5 minutes, seed 1, storage fencing on)"
 bash scripts/chaos.sh --seed 1 --minutes 5 --fence scsi-pr
@@ -112,6 +114,10 @@ bash scripts/chaos.sh --seed 1 --minutes 5 --fence scsi-pr
 if [ "$long" = 1 ]; then
     step "long: every virtual-machine bed scenario"
     bash scripts/vmbed.sh
+    for storage in lio nvme-tcp multipath; do
+        step "long: the fencing scenarios on $storage (Debian unstable's kernel)"
+        bash scripts/vmbed.sh pr-kill-daemon pr-freeze-guest pr-cut-storage pr-slow-storage --storage "$storage"
+    done
     step "long: chaos runs in each mode, and each planted bug caught"
     bash scripts/chaos-long.sh
 fi
