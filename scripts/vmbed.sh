@@ -9,7 +9,8 @@
 #   scripts/vmbed.sh [--ci | --list | SCENARIO…] [--io-timeout D] [--fire-timeout W] [--keep]
 #                    [--storage tgt|lio|nvme-tcp|multipath]
 # --storage lio|nvme-tcp|multipath boots Debian unstable's kernel (a storage guest running the
-# kernel's target, and the lease guests), from an image built here (image-sid).
+# kernel's target, and the lease guests), from an image built here (image-sid);
+# LOCKD_VMBED_GUEST_KERNEL=sid boots tgt's guests on that kernel too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -24,6 +25,7 @@ for a in "$@"; do
     esac
     prev=$a
 done
+[ "${LOCKD_VMBED_GUEST_KERNEL:-}" = sid ] && want_sid=1
 if [ "$want_sid" = 1 ]; then bash scripts/vmbed-setup.sh --sid; else bash scripts/vmbed-setup.sh; fi
 cargo build -q --release -p lockd-tools -p lockd-daemon -p wdmd -p lockd-system-tests \
     --bin lockd --bin lockd-daemon --bin wdmd --bin lockd-witness

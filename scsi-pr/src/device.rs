@@ -15,10 +15,10 @@
 //! * the block interface is used only when IOC_PR_READ_KEYS works on the device: a fence
 //!   is confirmed by reading the keys back, on the interface that sent it;
 //! * Linux sets APTPL in every REGISTER it sends for a SCSI disk, and some targets (tgt)
-//!   refuse it: on a SCSI disk that is not a device-mapper map and takes SG_IO, a REGISTER
-//!   the device refuses through the block interface (not a reservation conflict, not a
-//!   path failure) is sent again through SG_IO, and the device stays on SG_IO from then
-//!   on ([`PrDevice::interface`] says which is in use);
+//!   refuse it: on a SCSI disk (or a device-mapper map over one disk) that takes SG_IO,
+//!   a REGISTER the device refuses through the block interface (not a reservation
+//!   conflict, not a path failure) is sent again through SG_IO, and the device stays on
+//!   SG_IO from then on ([`PrDevice::interface`] says which is in use);
 //! * a block command's time is bounded by the kernel's own timeouts (sd's, NVMe's
 //!   io_timeout and a fabric's ctrl_loss_tmo), not by [`PrDevice::set_timeout_ms`], which
 //!   bounds SG_IO commands only;
@@ -142,15 +142,34 @@ fn block_status(what: &'static str, status: BlkPrStatus) -> Result<(), PrError> 
     }
 }
 
+/// `file`'s node in sysfs (`/sys/dev/block/MAJOR:MINOR`); None for what is not a block
+/// device.
+fn sysfs_node(file: &File) -> Option<PathBuf> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = file.metadata().ok()?;
+    if !meta.file_type().is_block_device() {
+        return None;
+    }
+    let (major, minor) = (libc::major(meta.rdev()), libc::minor(meta.rdev()));
+    Some(PathBuf::from(format!("/sys/dev/block/{major}:{minor}"))).filter(|n| n.exists())
+}
+
 /// Whether `file` is a device-mapper map (its sysfs node has a `dm` directory).
 fn is_device_mapper(file: &File) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = file.metadata() else {
+    sysfs_node(file).is_some_and(|n| n.join("dm").exists())
+}
+
+/// Whether SG_IO on `file` reaches every path the block PR ioctls would: not a
+/// device-mapper map, or a map over one device (a linear map over a disk; SG_IO passes
+/// through it), not over several (a multipath map's SG_IO reaches one path).
+fn sg_io_reaches_every_path(file: &File) -> bool {
+    let Some(node) = sysfs_node(file) else {
         return false;
     };
-    let rdev = meta.rdev();
-    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
-    Path::new(&format!("/sys/dev/block/{major}:{minor}/dm")).exists()
+    if !node.join("dm").exists() {
+        return true;
+    }
+    std::fs::read_dir(node.join("slaves")).is_ok_and(|d| d.count() == 1)
 }
 
 fn is_block_device(file: &File) -> bool {
@@ -198,7 +217,7 @@ impl PrDevice {
         match (choice, block_err) {
             (_, None) => {
                 dev.block.store(true, Ordering::SeqCst);
-                if !is_device_mapper(&dev.file) {
+                if sg_io_reaches_every_path(&dev.file) {
                     dev.register_falls_back = dev.sg_io_read_keys().is_ok();
                 }
                 Ok(dev)
@@ -780,6 +799,81 @@ mod tests {
         });
         assert!(r.unwrap_err().is_reservation_conflict());
         assert_eq!(calls, 1, "a reservation conflict is not retried");
+    }
+
+    /// Loop devices and device-mapper maps made for a test, removed when it ends.
+    struct Devices {
+        loops: Vec<String>,
+        maps: Vec<String>,
+        files: Vec<PathBuf>,
+    }
+
+    impl Drop for Devices {
+        fn drop(&mut self) {
+            for m in &self.maps {
+                let _ = std::process::Command::new("dmsetup")
+                    .args(["remove", m])
+                    .status();
+            }
+            for l in &self.loops {
+                let _ = std::process::Command::new("losetup")
+                    .args(["-d", l])
+                    .status();
+            }
+            for f in &self.files {
+                let _ = std::fs::remove_file(f);
+            }
+        }
+    }
+
+    fn run(cmd: &str, args: &[&str]) -> String {
+        let out = std::process::Command::new(cmd)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{cmd} (needs root, util-linux and dmsetup): {e}"));
+        assert!(
+            out.status.success(),
+            "{cmd} {args:?} (this test needs root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// (The host kernel of this project's machines has no device-mapper: maps are tried
+    /// in the VM bed's guests, where every lockspace lives on one.)
+    #[test]
+    fn sg_io_reaches_every_path_of_a_disk_and_neither_interface_takes_a_loop_device() {
+        let mut d = Devices {
+            loops: vec![],
+            maps: vec![],
+            files: vec![],
+        };
+        let f = std::env::temp_dir().join(format!("lockd-scsi-pr-{}.img", std::process::id()));
+        std::fs::File::create(&f).unwrap().set_len(1 << 20).unwrap();
+        d.files.push(f.clone());
+        d.loops
+            .push(run("losetup", &["-f", "--show", f.to_str().unwrap()]));
+        let disk = d.loops[0].clone();
+        let file = File::open(&disk).unwrap();
+        assert!(sg_io_reaches_every_path(&file), "a disk");
+        assert!(!is_device_mapper(&file));
+        assert!(is_block_device(&file));
+        let status = File::open("/proc/self/status").unwrap();
+        assert!(!sg_io_reaches_every_path(&status), "not a block device");
+        assert!(!is_block_device(&status));
+        let e = PrDevice::open(Path::new(&disk))
+            .err()
+            .expect("no PR on a loop device");
+        assert!(e.is_not_supported(), "{e}");
+        assert!(e.to_string().contains("nor the block PR ioctls"), "{e}");
+        let e = PrDevice::open_with(Path::new(&disk), InterfaceChoice::Block)
+            .err()
+            .expect("no block PR on a loop device");
+        assert!(e.is_not_supported(), "{e}");
+        // Forced to SG_IO, the device opens and its first command says why.
+        let dev = PrDevice::open_with(Path::new(&disk), InterfaceChoice::SgIo).unwrap();
+        assert_eq!(dev.interface(), Interface::SgIo);
+        assert!(dev.read_keys().unwrap_err().is_not_supported());
     }
 
     #[test]

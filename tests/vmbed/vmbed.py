@@ -85,6 +85,9 @@ NQN = "nqn.2026-11.io.lockd:bed"
 # one of its paths, so its fence and its renewals go through the other).
 SANS = ("tgt", "lio", "nvme-tcp", "multipath")
 SAN_SCENARIOS = ("pr-kill-daemon", "pr-freeze-guest", "pr-cut-storage", "pr-slow-storage")
+# LOCKD_VMBED_GUEST_KERNEL=sid: tgt's guests boot Debian unstable's kernel too (its block PR
+# ioctls set APTPL in REGISTER, which tgt refuses: the devices fall back to SG_IO).
+TGT_ON_SID = os.environ.get("LOCKD_VMBED_GUEST_KERNEL") == "sid"
 NVMET_PORT = 4420
 ISCSI_PORT = 3260
 LUN_BYTES = 64 << 20
@@ -583,7 +586,7 @@ class Guest:
         self.exit_t: float | None = None
         self.watchdog_t: list[float] = []
         # The image it boots (the lvmlockd scenarios give initrd-lvm.gz: vmbed_lvm.py).
-        self.image_dir = IMAGE_DIR if bed.san == "tgt" else SID_IMAGE_DIR
+        self.image_dir = IMAGE_DIR if bed.san == "tgt" and not TGT_ON_SID else SID_IMAGE_DIR
         self.initrd = self.image_dir / "initrd.gz"
 
     # --- life cycle
@@ -2760,7 +2763,7 @@ def main() -> int:
             print(f"vmbed: --storage {a.storage} runs {' '.join(SAN_SCENARIOS)} only, not {' '.join(other)}",
                   file=sys.stderr)
             return 2
-    image = IMAGE_DIR if a.storage == "tgt" else SID_IMAGE_DIR
+    image = IMAGE_DIR if a.storage == "tgt" and not TGT_ON_SID else SID_IMAGE_DIR
     for p in ("vmlinuz", "initrd.gz"):
         if not (image / p).exists():
             print(f"vmbed: {image / p} missing: run scripts/vmbed.sh (it builds the image)", file=sys.stderr)
