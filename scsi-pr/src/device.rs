@@ -111,35 +111,26 @@ const PR_STS_RETRY_PATH_FAILURE: BlkPrStatus = 0xe0000;
 const PR_STS_PATH_FAST_FAILED: BlkPrStatus = 0xf0000;
 
 fn block_status(what: &'static str, status: BlkPrStatus) -> Result<(), PrError> {
-    match status {
-        0 => Ok(()),
-        PR_STS_RESERVATION_CONFLICT => Err(PrError::ReservationConflict { what }),
-        PR_STS_PATH_FAILED => Err(PrError::BlockPath {
+    let path_failure = match status {
+        0 => return Ok(()),
+        PR_STS_RESERVATION_CONFLICT => return Err(PrError::ReservationConflict { what }),
+        PR_STS_PATH_FAILED => Some("path failed"),
+        PR_STS_RETRY_PATH_FAILURE => Some("path failure, retriable"),
+        PR_STS_PATH_FAST_FAILED => Some("path fast-failed"),
+        _ => None,
+    };
+    Err(match path_failure {
+        Some(name) => PrError::BlockPath { what, status, name },
+        None => PrError::BlockStatus {
             what,
             status,
-            name: "path failed",
-        }),
-        PR_STS_RETRY_PATH_FAILURE => Err(PrError::BlockPath {
-            what,
-            status,
-            name: "path failure, retriable",
-        }),
-        PR_STS_PATH_FAST_FAILED => Err(PrError::BlockPath {
-            what,
-            status,
-            name: "path fast-failed",
-        }),
-        PR_STS_IOERR => Err(PrError::BlockStatus {
-            what,
-            status,
-            name: "device error",
-        }),
-        _ => Err(PrError::BlockStatus {
-            what,
-            status,
-            name: "unknown status",
-        }),
-    }
+            name: if status == PR_STS_IOERR {
+                "device error"
+            } else {
+                "unknown status"
+            },
+        },
+    })
 }
 
 /// `file`'s node in sysfs (`/sys/dev/block/MAJOR:MINOR`); None for what is not a block
@@ -874,6 +865,34 @@ mod tests {
         let dev = PrDevice::open_with(Path::new(&disk), InterfaceChoice::SgIo).unwrap();
         assert_eq!(dev.interface(), Interface::SgIo);
         assert!(dev.read_keys().unwrap_err().is_not_supported());
+    }
+
+    #[test]
+    fn block_statuses_are_told_apart() {
+        assert!(block_status("X", 0).is_ok());
+        assert!(block_status("X", 0x18)
+            .unwrap_err()
+            .is_reservation_conflict());
+        for st in [0x10000, 0xe0000, 0xf0000] {
+            assert!(
+                matches!(block_status("X", st), Err(PrError::BlockPath { .. })),
+                "{st:#x}"
+            );
+        }
+        assert!(matches!(
+            block_status("X", 2),
+            Err(PrError::BlockStatus {
+                name: "device error",
+                ..
+            })
+        ));
+        assert!(matches!(
+            block_status("X", 7),
+            Err(PrError::BlockStatus {
+                name: "unknown status",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -258,21 +258,18 @@ pub fn blk_pr_out(fd: BorrowedFd<'_>, cmd: BlkPrOut) -> io::Result<BlkPrStatus> 
             };
             write_ioctl(fd, blk_pr_register_raw, &arg)
         }
-        BlkPrOut::Reserve { key, pr_type } => {
+        BlkPrOut::Reserve { key, pr_type } | BlkPrOut::Release { key, pr_type } => {
+            let ioctl: WriteIoctl<BlkPrReservation> = if matches!(cmd, BlkPrOut::Reserve { .. }) {
+                blk_pr_reserve_raw
+            } else {
+                blk_pr_release_raw
+            };
             let arg = BlkPrReservation {
                 key,
                 pr_type,
                 flags: 0,
             };
-            write_ioctl(fd, blk_pr_reserve_raw, &arg)
-        }
-        BlkPrOut::Release { key, pr_type } => {
-            let arg = BlkPrReservation {
-                key,
-                pr_type,
-                flags: 0,
-            };
-            write_ioctl(fd, blk_pr_release_raw, &arg)
+            write_ioctl(fd, ioctl, &arg)
         }
         BlkPrOut::Preempt {
             key,
