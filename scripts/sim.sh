@@ -19,6 +19,9 @@ sim=target/release/lockd-sim
 # The same on a target that takes PREEMPT AND ABORT (LIO, nvmet; issue 41): a fence by
 # our own abort takes without the drain.
 "$sim" --model fence-abort --seeds "$seeds" --hosts 4
+# And with two I_T nexuses per host (dm-multipath), one host's path b sometimes holding a
+# key of another scheme.
+"$sim" --model fence-multipath --seeds "$seeds" --hosts 4
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # A planted bug's run must end with violations counted, not die otherwise (a panic also
@@ -59,6 +62,9 @@ done
 # A key found gone taken for our own abort (no drain): rare, first caught on seed 409.
 expect_caught found-gone-skips-drain "$sim" --model fence-abort --seeds 3000 --hosts 4 \
     --plant-bug found-gone-skips-drain
+# A fence confirmed beside a key of another scheme: first caught on seed 57.
+expect_caught foreign-keys-ignored "$sim" --model fence-multipath --seeds 2000 --hosts 4 \
+    --plant-bug foreign-keys-ignored
 
 # The whole daemon (issue 23): 4 hosts' lockd-core cores, their simulated clients,
 # renewal failures, removals, daemon restarts, requests from other hosts (examined by

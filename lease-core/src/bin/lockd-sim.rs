@@ -1,11 +1,11 @@
 //! `lockd-sim`: runs seeded multi-host simulations of lease-core and checks its invariants.
 //!
 //! Usage: `lockd-sim --seeds N [--first-seed S] [--hosts H] [--duration SECONDS]
-//! [--model lease|head-reads|fence|fence-abort]
+//! [--model lease|head-reads|fence|fence-abort|fence-multipath]
 //! [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|own-name-short-delay|no-shared-hold|
 //! take-before-preempt-confirmed|preempt-conflict-means-fenced|holder-unregisters-at-leave|
 //! empty-target-means-fenced|take-without-drain|key-lost-at-join-reregisters|
-//! found-gone-skips-drain] [--verbose] [--trace]`
+//! found-gone-skips-drain|foreign-keys-ignored] [--verbose] [--trace]`
 //!
 //! `--model head-reads` runs the lease model with lockd hosts' renewals reading the head of
 //! the area (`lease_core::reads`, experimental). `--model fence` runs the model of storage fencing by persistent reservations
@@ -13,7 +13,8 @@
 //! (`take-before-preempt-confirmed`, `preempt-conflict-means-fenced`,
 //! `holder-unregisters-at-leave`, `empty-target-means-fenced`) select that model by
 //! themselves. `--model fence-abort` runs it on a target that takes PREEMPT AND ABORT (as
-//! LIO and nvmet; `found-gone-skips-drain` needs it).
+//! LIO and nvmet; `found-gone-skips-drain` needs it), `--model fence-multipath` on one
+//! with two I_T nexuses per host (`foreign-keys-ignored` needs it).
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
@@ -39,10 +40,11 @@ struct Args {
 
 const USAGE: &str =
     "usage: lockd-sim --seeds N [--first-seed S] [--hosts H (2-16)] [--duration SECONDS] \
-     [--model lease|head-reads|fence|fence-abort] [--plant-bug skip-phase2|no-host-dead-wait|\
+     [--model lease|head-reads|fence|fence-abort|fence-multipath] [--plant-bug skip-phase2|no-host-dead-wait|\
      stale-known-hosts|own-name-short-delay|no-shared-hold|take-before-preempt-confirmed|\
      preempt-conflict-means-fenced|holder-unregisters-at-leave|empty-target-means-fenced|\
-     take-without-drain|key-lost-at-join-reregisters|found-gone-skips-drain] [--verbose] [--trace]";
+     take-without-drain|key-lost-at-join-reregisters|found-gone-skips-drain|foreign-keys-ignored] \
+     [--verbose] [--trace]";
 
 fn parse_args() -> Result<Args, String> {
     let known = |n: &str| parse_fence_bug(n).is_some() || parse_planted_bug(n).is_some();
@@ -52,19 +54,27 @@ fn parse_args() -> Result<Args, String> {
         default_hosts: 4,
         default_duration_s: SimConfig::default().duration_s,
         known_bug: &known,
-        models: &["lease", "head-reads", "fence", "fence-abort"],
+        models: &[
+            "lease",
+            "head-reads",
+            "fence",
+            "fence-abort",
+            "fence-multipath",
+        ],
     }
     .parse(std::env::args().skip(1))?;
     let fence_model = match a.model.as_deref() {
         Some(m) => m.starts_with("fence"),
         None => a.bug_name.as_deref().and_then(parse_fence_bug).is_some(),
     };
-    let fence_target = if a.model.as_deref() == Some("fence-abort")
-        || (a.model.is_none() && a.bug_name.as_deref() == Some("found-gone-skips-drain"))
-    {
-        FenceTarget::PreemptAndAbort
-    } else {
-        FenceTarget::PlainPreempt
+    let fence_target = match (a.model.as_deref(), a.bug_name.as_deref()) {
+        (Some("fence-abort"), _) | (None, Some("found-gone-skips-drain")) => {
+            FenceTarget::PreemptAndAbort
+        }
+        (Some("fence-multipath"), _) | (None, Some("foreign-keys-ignored")) => {
+            FenceTarget::Multipath
+        }
+        _ => FenceTarget::PlainPreempt,
     };
     Ok(Args {
         seeds: a.seeds,
@@ -161,6 +171,7 @@ fn run_fence(args: &Args) -> ExitCode {
     let model = match args.fence_target {
         FenceTarget::PlainPreempt => "fence",
         FenceTarget::PreemptAndAbort => "fence-abort",
+        FenceTarget::Multipath => "fence-multipath",
     };
     let start = Instant::now();
     let (mut takes, mut fences, mut refused, mut faults, mut violations) =

@@ -34,6 +34,14 @@
 //!   victim the target had accepted has reached the storage (aborted commands already at
 //!   the backend complete first).
 //! - READ KEYS and READ RESERVATION (one message here) are never refused.
+//! - Multipath ([`FenceTarget::Multipath`], with PREEMPT AND ABORT as LIO): every host has
+//!   a second I_T nexus, path b. Its REGISTER registers the key on both nexuses at once
+//!   (the kernel's dm-multipath registers on every path or on none), a PREEMPT removes the
+//!   key from every nexus that holds it, and each data write goes down path a or b. On a
+//!   third of the seeds one host's path b holds a key of another scheme instead (as a
+//!   multipath `reservation_key` or fence_scsi would register), which no fence of lockd's
+//!   removes: while such a key is on the target, no fence is confirmed (the daemon's
+//!   `device_confirms`), for it may be the victim's own path.
 //! - A restart (no APTPL) loses every key and the reservation. Sessions stay; the lease
 //!   and the membership records are data on the LUN and stay too.
 //! - A host that boots logs in again: its old session ends and whatever still arrives
@@ -131,6 +139,9 @@
 //!   counts as aborted, as if our own PREEMPT AND ABORT had removed it, and the lease is
 //!   taken at once. Caught as an overlap: another survivor's abort was still waiting for
 //!   the victim's accepted writes.
+//! - `foreign-keys-ignored` (with `FenceTarget::Multipath`): a fence is confirmed though a
+//!   key of another scheme is registered. Caught as an overlap: the victim's writes
+//!   through its path b, registered with that key, land after the take.
 //! - `key-lost-at-join-reregisters`: our key missing while a reservation stands is
 //!   registered again when our own clock says our renewals never stood still and our key
 //!   was last seen within `PR_LAG_MS` of our join (what would spare a host joining during a
@@ -169,6 +180,8 @@ pub enum FenceBug {
     /// On a target with PREEMPT AND ABORT, a victim key found gone (another survivor's
     /// preempt) is taken without the drain, as if our own abort had removed it.
     FoundGoneSkipsDrain,
+    /// Keys of other schemes do not stop a fence's confirmation.
+    ForeignKeysIgnored,
 }
 
 /// What the target does with a preempt.
@@ -181,10 +194,18 @@ pub enum FenceTarget {
     /// PREEMPT AND ABORT, as LIO and nvmet: answered once the victim's accepted writes
     /// are done.
     PreemptAndAbort,
+    /// PREEMPT AND ABORT, and two I_T nexuses per host (dm-multipath over LIO).
+    Multipath,
+}
+
+impl FenceTarget {
+    fn aborts(self) -> bool {
+        self != FenceTarget::PlainPreempt
+    }
 }
 
 /// Every planted bug of the fence model, by its `--plant-bug` name.
-pub const FENCE_BUGS: [(&str, FenceBug); 7] = [
+pub const FENCE_BUGS: [(&str, FenceBug); 8] = [
     (
         "take-before-preempt-confirmed",
         FenceBug::TakeBeforePreemptConfirmed,
@@ -207,6 +228,7 @@ pub const FENCE_BUGS: [(&str, FenceBug); 7] = [
         FenceBug::KeyLostAtJoinReregisters,
     ),
     ("found-gone-skips-drain", FenceBug::FoundGoneSkipsDrain),
+    ("foreign-keys-ignored", FenceBug::ForeignKeysIgnored),
 ];
 
 pub fn parse_fence_bug(name: &str) -> Option<FenceBug> {
@@ -250,6 +272,20 @@ fn key_of(host: usize, generation: u64) -> u64 {
     0x1000_0000_0000_0000 | (generation << 16) | (host as u64 + 1)
 }
 
+/// A key of another scheme on a host's path b (not lvmlockd's format: no host_id in it).
+fn foreign_key_of(host: usize) -> u64 {
+    0xabc0_0000_0000_0000 | (host as u64 + 1)
+}
+
+fn is_lvm_key(key: u64) -> bool {
+    key >> 60 == 1
+}
+
+/// A host's path b nexus (path a's is the host's index).
+fn path_b(host: usize) -> usize {
+    host + MAX_HOSTS
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ResvType {
     /// Write Exclusive – Registrants Only.
@@ -272,7 +308,8 @@ struct Resv {
 /// whether a reservation stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct View {
-    keys: [u64; MAX_HOSTS],
+    /// Per I_T nexus: path a's at the host's index, path b's at [`path_b`].
+    keys: [u64; 2 * MAX_HOSTS],
     resv: bool,
     /// The WE-RO reservation is held by the reader's registration.
     resv_ours: bool,
@@ -294,12 +331,19 @@ impl View {
     fn has(&self, key: u64) -> bool {
         self.keys.contains(&key)
     }
+
+    /// A key of another scheme is registered.
+    fn has_foreign(&self) -> bool {
+        self.keys.iter().any(|&k| k != 0 && !is_lvm_key(k))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Msg {
     Write {
         epoch: u64,
+        /// Sent down path b (multipath only).
+        via_b: bool,
     },
     /// The membership (delta lease) renewal, sent at `sent` (`sent_local` by the host's
     /// own clock).
@@ -349,6 +393,9 @@ impl Msg {
     }
 }
 
+// A key read's answer carries every nexus's key (2 × 16): a model's event, copied
+// freely; its size does not matter here.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Reply {
     Ok(Msg),
@@ -390,6 +437,7 @@ enum Ev {
     },
 }
 
+#[allow(clippy::large_enum_variant)] // it holds a `Reply` (above)
 #[derive(Debug, Clone, Copy)]
 enum Item {
     Ev(Ev),
@@ -624,6 +672,8 @@ struct Model {
     trace: Option<Vec<String>>,
     last_restart: Option<u64>,
     target_kind: FenceTarget,
+    /// Multipath: the host whose path b holds a key of another scheme, if any.
+    foreign_host: Option<usize>,
 }
 
 /// Runs one seed of the fence model with `hosts` hosts for `duration_s` virtual seconds,
@@ -657,6 +707,9 @@ pub fn run_fence_seed_on(
     let hosts = hosts.clamp(2, MAX_HOSTS);
     let mut m = Model::new(seed, hosts, bug, trace);
     m.target_kind = target_kind;
+    if target_kind == FenceTarget::Multipath && m.rng.below(3) == 0 {
+        m.foreign_host = Some(m.rng.below(hosts as u64) as usize);
+    }
     let end = duration_s * 1000;
     for h in 0..hosts {
         let at = m.rng.range(0, 2_000);
@@ -720,6 +773,7 @@ impl Model {
             trace: trace.then(Vec::new),
             last_restart: None,
             target_kind: FenceTarget::PlainPreempt,
+            foreign_host: None,
         }
     }
 
@@ -738,6 +792,12 @@ impl Model {
 
     fn has_bug(&self, bug: FenceBug) -> bool {
         self.bug == Some(bug)
+    }
+
+    /// No key of another scheme is registered (it may be the victim's through another
+    /// path): a fence may be confirmed. Ignored under the planted bug.
+    fn no_foreign_key(&self, view: &View) -> bool {
+        !view.has_foreign() || self.has_bug(FenceBug::ForeignKeysIgnored)
     }
 
     /// The daemon reserves WE-RO (tgt keeps one holder even for WE-AR, and a preempt of
@@ -795,6 +855,10 @@ impl Model {
                 let (key, session, inc) = (h.key, h.session, h.inc);
                 // Logging in again ends the old session at the target.
                 self.target.session.insert(host, session);
+                if self.foreign_host == Some(host) {
+                    // Another scheme's key on our path b (a multipath reservation_key).
+                    self.target.keys.insert(path_b(host), foreign_key_of(host));
+                }
                 self.log(|| format!("host{host} BOOT key 0x{key:x}"));
                 self.register(host);
                 let at = self.now + TICK_MS;
@@ -887,7 +951,10 @@ impl Model {
         }
         self.target.max_landed_epoch = max.max(epoch);
         let at = self.now + self.rng.range(1, 20);
-        let reply = Reply::Ok(Msg::Write { epoch });
+        let reply = Reply::Ok(Msg::Write {
+            epoch,
+            via_b: false,
+        });
         self.at(at, Item::Back { host, inc, reply });
     }
 
@@ -1112,7 +1179,8 @@ impl Model {
                 self.send(host, Msg::Release { epoch });
             } else {
                 self.hosts[host].writes_in_flight += 1;
-                self.send(host, Msg::Write { epoch });
+                let via_b = self.target_kind == FenceTarget::Multipath && self.rng.below(2) == 0;
+                self.send(host, Msg::Write { epoch, via_b });
             }
         }
         if !self.hosts[host].reading {
@@ -1134,7 +1202,7 @@ impl Model {
             expect,
             aborted: false,
         });
-        let abort = self.target_kind == FenceTarget::PreemptAndAbort;
+        let abort = self.target_kind.aborts();
         self.log(|| {
             let what = if abort {
                 "PREEMPT AND ABORT"
@@ -1170,6 +1238,18 @@ impl Model {
             }
             Msg::Register { key } => {
                 self.target.keys.insert(host, key);
+                if self.target_kind == FenceTarget::Multipath {
+                    if self.foreign_host == Some(host) {
+                        // The other scheme registers its key on path b again once it
+                        // is gone (multipathd, at the path's next check).
+                        self.target
+                            .keys
+                            .entry(path_b(host))
+                            .or_insert(foreign_key_of(host));
+                    } else {
+                        self.target.keys.insert(path_b(host), key);
+                    }
+                }
                 self.target.keyless.remove(&host);
                 Reply::Ok(msg)
             }
@@ -1215,7 +1295,7 @@ impl Model {
                 reply
             }
             Msg::ReadKeys { why } => {
-                let mut keys = [0; MAX_HOSTS];
+                let mut keys = [0; 2 * MAX_HOSTS];
                 for (&h, &k) in &self.target.keys {
                     keys[h] = k;
                 }
@@ -1231,13 +1311,25 @@ impl Model {
                     why,
                 })
             }
-            _ if !self.target.may_write(host) => {
+            Msg::Write { via_b: true, .. }
+                if self.target.resv.is_some() && !self.target.keys.contains_key(&path_b(host)) =>
+            {
+                self.stats.writes_refused += 1;
+                Reply::Conflict(msg)
+            }
+            Msg::Write { via_b: false, .. }
+            | Msg::Renew { .. }
+            | Msg::Leave { .. }
+            | Msg::Take { .. }
+            | Msg::Release { .. }
+                if !self.target.may_write(host) =>
+            {
                 if matches!(msg, Msg::Write { .. }) {
                     self.stats.writes_refused += 1;
                 }
                 Reply::Conflict(msg)
             }
-            Msg::Write { epoch } => {
+            Msg::Write { epoch, .. } => {
                 // Accepted: it reaches the storage later, whatever comes meanwhile.
                 let inc = self.hosts[host].inc;
                 let at = self.now + self.backend_ms();
@@ -1292,8 +1384,11 @@ impl Model {
     /// reservation its nexus holds, or a WE-AR one when no registrant is left.
     fn unregister(&mut self, host: usize) {
         let t = &mut self.target;
-        if t.keys.remove(&host).is_none() {
+        let Some(key) = t.keys.remove(&host) else {
             return;
+        };
+        if t.keys.get(&path_b(host)) == Some(&key) {
+            t.keys.remove(&path_b(host));
         }
         let Some(r) = t.resv else {
             return;
@@ -1324,14 +1419,19 @@ impl Model {
     ) -> (Reply, Option<usize>) {
         let t = &mut self.target;
         let registered = t.registered(host);
-        let owner = t.keys.iter().find(|&(_, &k)| k == victim).map(|(&h, _)| h);
+        let owner = t
+            .keys
+            .iter()
+            .find(|&(_, &k)| k == victim)
+            .map(|(&nexus, _)| nexus % MAX_HOSTS);
         let Some(v) = owner.filter(|_| registered) else {
             if registered && t.preempted.contains(&victim) {
                 self.stats.double_preempts += 1;
             }
             return (Reply::Conflict(msg), None);
         };
-        t.keys.remove(&v);
+        // Every nexus holding the key (both paths of a multipath host).
+        t.keys.retain(|_, k| *k != victim);
         t.preempted.insert(victim);
         if let Some(&s) = t.session.get(&v) {
             t.keyless.insert(v, s);
@@ -1558,10 +1658,10 @@ impl Model {
             .extend(view.keys.iter().copied().filter(|&k| k != 0));
         if view.why == Read::Confirm {
             if let Some(f) = self.hosts[host].fencing.take() {
-                if !view.has(f.victim) && view.resv {
+                if !view.has(f.victim) && view.resv && self.no_foreign_key(&view) {
                     self.log(|| format!("host{host} fence of 0x{:x} confirmed", f.victim));
-                    let found_gone_taken_for_ours = self.has_bug(FenceBug::FoundGoneSkipsDrain)
-                        && self.target_kind == FenceTarget::PreemptAndAbort;
+                    let found_gone_taken_for_ours =
+                        self.has_bug(FenceBug::FoundGoneSkipsDrain) && self.target_kind.aborts();
                     if f.aborted || found_gone_taken_for_ours {
                         self.take(host, f.expect);
                     } else {
@@ -1619,12 +1719,13 @@ impl Model {
                 self.send(host, Msg::Reserve { kind, not_live: 0 });
                 self.preempt(host, x, victim, epoch);
             }
-        } else if view.resv && self.hosts[host].known.contains(&victim) {
+        } else if view.resv
+            && self.hosts[host].known.contains(&victim)
+            && self.no_foreign_key(&view)
+        {
             // Seen registered before, gone now while a reservation stands.
             self.log(|| format!("host{host} key 0x{victim:x} of host{x} already gone"));
-            if self.has_bug(FenceBug::FoundGoneSkipsDrain)
-                && self.target_kind == FenceTarget::PreemptAndAbort
-            {
+            if self.has_bug(FenceBug::FoundGoneSkipsDrain) && self.target_kind.aborts() {
                 self.take(host, epoch);
             } else {
                 self.take_after_drain(host, epoch);
@@ -1824,7 +1925,14 @@ mod tests {
         assert_eq!(run(&mut m, 0, reserve), Reply::Ok(reserve));
         // Host 1's write is accepted now and lands later.
         let session = m.target.session[&1];
-        m.arrive(1, session, Msg::Write { epoch: 1 });
+        m.arrive(
+            1,
+            session,
+            Msg::Write {
+                epoch: 1,
+                via_b: false,
+            },
+        );
         let lands_at = m.target.accepted_land_until[&1];
         let preempt = Msg::Preempt {
             victim: k1,
@@ -1857,6 +1965,106 @@ mod tests {
     }
 
     #[test]
+    fn on_multipath_clean_runs_have_no_violation_and_fence_through_both_nexuses() {
+        let mut total = FenceStats::default();
+        for seed in 1..=60 {
+            let r = run_fence_seed_on(FenceTarget::Multipath, seed, 4, 600, None, false);
+            assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+            add(&mut total, &r.stats);
+            total.aborts += r.stats.aborts;
+        }
+        assert!(total.aborts > 0, "no fence: {total:?}");
+        assert!(
+            total.late_landings > 0,
+            "no accepted write landed after its preempt: {total:?}"
+        );
+        assert_eq!(total.false_fences, 0);
+    }
+
+    #[test]
+    fn a_fence_confirmed_beside_a_key_of_another_scheme_is_caught_on_multipath() {
+        let seed = (1..=2_000).find(|&seed| {
+            run_fence_seed_on(
+                FenceTarget::Multipath,
+                seed,
+                4,
+                600,
+                Some(FenceBug::ForeignKeysIgnored),
+                false,
+            )
+            .violations
+            .iter()
+            .any(|v| v.starts_with("overlap:"))
+        });
+        assert!(seed.is_some());
+    }
+
+    #[test]
+    fn a_multipath_register_and_preempt_cover_both_nexuses_and_leave_a_foreign_key() {
+        let mut m = target_with(3);
+        m.target_kind = FenceTarget::Multipath;
+        m.foreign_host = Some(2);
+        let (k0, k1, k2) = (key_of(0, 1), key_of(1, 1), key_of(2, 1));
+        m.target.keys.insert(path_b(2), foreign_key_of(2));
+        for (h, k) in [(0, k0), (1, k1), (2, k2)] {
+            assert_eq!(
+                run(&mut m, h, Msg::Register { key: k }),
+                Reply::Ok(Msg::Register { key: k })
+            );
+        }
+        assert_eq!(
+            m.target.keys[&path_b(1)],
+            k1,
+            "path b registered with path a"
+        );
+        assert_eq!(
+            m.target.keys[&path_b(2)],
+            foreign_key_of(2),
+            "the other scheme's key stays"
+        );
+        let reserve = Msg::Reserve {
+            kind: ResvType::WeRo,
+            not_live: 0,
+        };
+        assert_eq!(run(&mut m, 0, reserve), Reply::Ok(reserve));
+        for victim_host in [1, 2] {
+            let victim = key_of(victim_host, 1);
+            let preempt = Msg::Preempt {
+                victim,
+                kind: ResvType::WeRo,
+                abort: true,
+            };
+            let session = m.target.session[&0];
+            m.arrive(0, session, preempt);
+            assert!(
+                !m.target.keys.values().any(|&k| k == victim),
+                "gone from every nexus"
+            );
+        }
+        // Host 1's writes are refused down both paths; host 2's path b still writes.
+        for (h, via_b, refused) in [
+            (1, false, true),
+            (1, true, true),
+            (2, false, true),
+            (2, true, false),
+        ] {
+            let write = Msg::Write { epoch: 1, via_b };
+            let session = m.target.session[&h];
+            m.arrive(h, session, write);
+            let conflict = m
+                .queue
+                .iter()
+                .any(|Reverse((_, _, i))| matches!(m.items[*i], Item::Back { host, reply: Reply::Conflict(Msg::Write { via_b: b, .. }), .. } if host == h && b == via_b));
+            assert_eq!(conflict, refused, "host{h} via_b={via_b}");
+        }
+        let view = match run(&mut m, 0, Msg::ReadKeys { why: Read::Confirm }) {
+            Reply::Keys(v) => v,
+            other => panic!("{other:?}"),
+        };
+        assert!(view.has_foreign() && !m.no_foreign_key(&view));
+    }
+
+    #[test]
     fn every_planted_bug_has_its_name() {
         for (name, bug) in FENCE_BUGS {
             assert_eq!(parse_fence_bug(name), Some(bug));
@@ -1884,6 +2092,7 @@ mod tests {
                 FenceBug::KeyLostAtJoinReregisters,
             ),
             ("found-gone-skips-drain", FenceBug::FoundGoneSkipsDrain),
+            ("foreign-keys-ignored", FenceBug::ForeignKeysIgnored),
         ] {
             assert_eq!(parse_fence_bug(name), Some(bug), "{name}");
         }
@@ -1916,7 +2125,10 @@ mod tests {
     #[test]
     fn the_target_keeps_the_rules_of_spc() {
         let (k0, k1, k2) = (key_of(0, 1), key_of(1, 1), key_of(2, 1));
-        let write = Msg::Write { epoch: 1 };
+        let write = Msg::Write {
+            epoch: 1,
+            via_b: false,
+        };
         let wear = ResvType::WeAr;
         let mut m = target_with(3);
         // No reservation: every write lands, registered or not.
