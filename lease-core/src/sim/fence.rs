@@ -1868,41 +1868,46 @@ mod tests {
 
     #[test]
     fn on_a_target_that_aborts_clean_runs_have_no_violation_and_take_after_the_abort() {
+        let total = clean_runs_on(FenceTarget::PreemptAndAbort);
+        assert!(
+            total.double_preempts > 0,
+            "no preempt met another's: {total:?}"
+        );
+    }
+
+    #[test]
+    fn a_key_found_gone_taken_without_the_drain_is_caught_on_a_target_that_aborts() {
+        let bug = FenceBug::FoundGoneSkipsDrain;
+        assert!(first_overlap_on(FenceTarget::PreemptAndAbort, bug, 3_000).is_some());
+    }
+
+    /// 60 clean seeds with 4 hosts on `target`: no violation, fences by PREEMPT AND ABORT,
+    /// writes landing after their preempt; the summed stats.
+    fn clean_runs_on(target: FenceTarget) -> FenceStats {
         let mut total = FenceStats::default();
         for seed in 1..=60 {
-            let r = run_fence_seed_on(FenceTarget::PreemptAndAbort, seed, 4, 600, None, false);
+            let r = run_fence_seed_on(target, seed, 4, 600, None, false);
             assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
             add(&mut total, &r.stats);
             total.aborts += r.stats.aborts;
         }
         assert!(total.aborts > 0, "no PREEMPT AND ABORT answered: {total:?}");
         assert!(
-            total.double_preempts > 0,
-            "no preempt met another's: {total:?}"
-        );
-        assert!(
             total.late_landings > 0,
             "no accepted write landed after its preempt: {total:?}"
         );
         assert_eq!(total.false_fences, 0);
+        total
     }
 
-    #[test]
-    fn a_key_found_gone_taken_without_the_drain_is_caught_on_a_target_that_aborts() {
-        let seed = (1..=3_000).find(|&seed| {
-            run_fence_seed_on(
-                FenceTarget::PreemptAndAbort,
-                seed,
-                4,
-                600,
-                Some(FenceBug::FoundGoneSkipsDrain),
-                false,
-            )
-            .violations
-            .iter()
-            .any(|v| v.starts_with("overlap:"))
-        });
-        assert!(seed.is_some());
+    /// The first seed up to `seeds` where `bug` on `target` gives an overlap.
+    fn first_overlap_on(target: FenceTarget, bug: FenceBug, seeds: u64) -> Option<u64> {
+        (1..=seeds).find(|&seed| {
+            run_fence_seed_on(target, seed, 4, 600, Some(bug), false)
+                .violations
+                .iter()
+                .any(|v| v.starts_with("overlap:"))
+        })
     }
 
     #[test]
@@ -1966,37 +1971,13 @@ mod tests {
 
     #[test]
     fn on_multipath_clean_runs_have_no_violation_and_fence_through_both_nexuses() {
-        let mut total = FenceStats::default();
-        for seed in 1..=60 {
-            let r = run_fence_seed_on(FenceTarget::Multipath, seed, 4, 600, None, false);
-            assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
-            add(&mut total, &r.stats);
-            total.aborts += r.stats.aborts;
-        }
-        assert!(total.aborts > 0, "no fence: {total:?}");
-        assert!(
-            total.late_landings > 0,
-            "no accepted write landed after its preempt: {total:?}"
-        );
-        assert_eq!(total.false_fences, 0);
+        clean_runs_on(FenceTarget::Multipath);
     }
 
     #[test]
     fn a_fence_confirmed_beside_a_key_of_another_scheme_is_caught_on_multipath() {
-        let seed = (1..=2_000).find(|&seed| {
-            run_fence_seed_on(
-                FenceTarget::Multipath,
-                seed,
-                4,
-                600,
-                Some(FenceBug::ForeignKeysIgnored),
-                false,
-            )
-            .violations
-            .iter()
-            .any(|v| v.starts_with("overlap:"))
-        });
-        assert!(seed.is_some());
+        let bug = FenceBug::ForeignKeysIgnored;
+        assert!(first_overlap_on(FenceTarget::Multipath, bug, 2_000).is_some());
     }
 
     #[test]
