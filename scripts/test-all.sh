@@ -118,6 +118,8 @@ if [ "$long" = 1 ]; then
         step "long: the fencing scenarios on $storage (Debian unstable's kernel)"
         bash scripts/vmbed.sh pr-kill-daemon pr-freeze-guest pr-cut-storage pr-slow-storage --storage "$storage"
     done
+    step "long: tgt with guests on Debian unstable's kernel (the block PR REGISTER's APTPL refused: SG_IO fallback)"
+    LOCKD_VMBED_GUEST_KERNEL=sid bash scripts/vmbed.sh pr-kill-daemon
     step "long: chaos runs in each mode, and each planted bug caught"
     bash scripts/chaos-long.sh
 fi

@@ -16,9 +16,10 @@
 //!   is confirmed by reading the keys back, on the interface that sent it;
 //! * Linux sets APTPL in every REGISTER it sends for a SCSI disk, and some targets (tgt)
 //!   refuse it: on a SCSI disk (or a device-mapper map over one disk) that takes SG_IO,
-//!   a REGISTER the device refuses through the block interface (not a reservation
-//!   conflict, not a path failure) is sent again through SG_IO, and the device stays on
-//!   SG_IO from then on ([`PrDevice::interface`] says which is in use);
+//!   a REGISTER the device refuses through the block interface (ILLEGAL REQUEST, which
+//!   sd reports as EINVAL, or another device error; not a reservation conflict, not a
+//!   path failure) is sent again through SG_IO, and the device stays on SG_IO from then
+//!   on ([`PrDevice::interface`] says which is in use);
 //! * a block command's time is bounded by the kernel's own timeouts (sd's, NVMe's
 //!   io_timeout and a fabric's ctrl_loss_tmo), not by [`PrDevice::set_timeout_ms`], which
 //!   bounds SG_IO commands only;
@@ -444,7 +445,9 @@ impl PrDevice {
                 OutAction::Register | OutAction::RegisterAndIgnoreExistingKey
             );
             if registering && self.register_falls_back {
-                if let Err(PrError::BlockStatus { .. }) = &r {
+                // sd reports ILLEGAL REQUEST (INVALID FIELD IN CDB or PARAMETER LIST) as
+                // EINVAL, any other check condition as PR_STS_IOERR.
+                if let Err(PrError::BlockStatus { .. } | PrError::NotSupported { .. }) = &r {
                     // Linux set APTPL in that REGISTER; a target that refuses APTPL takes
                     // the same command from SG_IO, which leaves it clear.
                     let again = self.sg_io_out(action, pr_type, params);
