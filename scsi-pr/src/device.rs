@@ -100,7 +100,8 @@ pub struct PrDevice {
     /// Set when the device uses the block interface (cleared once, by the APTPL fallback).
     block: AtomicBool,
     /// Whether a REGISTER the device refuses through the block interface is sent again
-    /// through SG_IO (a SCSI disk that is not a device-mapper map, answering SG_IO).
+    /// through SG_IO (a device answering SG_IO whose SG_IO reaches every path: a SCSI disk,
+    /// or a device-mapper map over one).
     register_falls_back: bool,
 }
 
@@ -134,6 +135,32 @@ fn block_status(what: &'static str, status: BlkPrStatus) -> Result<(), PrError> 
     })
 }
 
+/// The block PR ioctl for a PR OUT command (a Reserve, Release or Preempt without a type
+/// gets WE-RO: the block ioctls always carry one).
+fn block_command(action: OutAction, pr_type: Option<PrType>, params: OutParams) -> BlkPrOut {
+    let t = pr_type
+        .unwrap_or(PrType::WriteExclusiveRegistrantsOnly)
+        .block_code();
+    let key = params.reservation_key;
+    let other = params.service_action_key;
+    match action {
+        OutAction::Register | OutAction::RegisterAndIgnoreExistingKey => BlkPrOut::Register {
+            old_key: key,
+            new_key: other,
+            ignore_existing: action == OutAction::RegisterAndIgnoreExistingKey,
+        },
+        OutAction::Reserve => BlkPrOut::Reserve { key, pr_type: t },
+        OutAction::Release => BlkPrOut::Release { key, pr_type: t },
+        OutAction::Clear => BlkPrOut::Clear { key },
+        OutAction::Preempt | OutAction::PreemptAndAbort => BlkPrOut::Preempt {
+            key,
+            victim: other,
+            pr_type: t,
+            abort: action == OutAction::PreemptAndAbort,
+        },
+    }
+}
+
 /// `file`'s node in sysfs (`/sys/dev/block/MAJOR:MINOR`); None for what is not a block
 /// device.
 fn sysfs_node(file: &File) -> Option<PathBuf> {
@@ -164,10 +191,9 @@ fn sg_io_reaches_every_path(file: &File) -> bool {
     std::fs::read_dir(node.join("slaves")).is_ok_and(|d| d.count() == 1)
 }
 
-fn is_block_device(file: &File) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    file.metadata()
-        .is_ok_and(|m| m.file_type().is_block_device())
+/// Whether `file` is an NVMe namespace (its sysfs node has the namespace's `nsid`).
+fn is_nvme_namespace(file: &File) -> bool {
+    sysfs_node(file).is_some_and(|n| n.join("nsid").exists())
 }
 
 impl PrDevice {
@@ -214,16 +240,14 @@ impl PrDevice {
                 }
                 Ok(dev)
             }
-            (InterfaceChoice::Block, Some(e)) => Err(dev.block_ioctl_error(e)),
+            (InterfaceChoice::Block, Some(e)) => Err(dev.block_ioctl_error("READ KEYS", e)),
             (_, Some(block)) => match dev.sg_io_read_keys() {
                 Ok(_) => Ok(dev),
                 Err(PrError::NotScsi { source: sg_io, .. }) => {
                     // A block device with PR ioctls but no IOC_PR_READ_KEYS (ENOTTY from
                     // the read, on a kernel before 6.19) that SG_IO cannot reach.
-                    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                    if is_block_device(&dev.file)
-                        && block.raw_os_error() == Some(libc::ENOTTY)
-                        && (name.starts_with("nvme") || is_device_mapper(&dev.file))
+                    if block.raw_os_error() == Some(libc::ENOTTY)
+                        && (is_nvme_namespace(&dev.file) || is_device_mapper(&dev.file))
                     {
                         Err(PrError::NoReadKeys {
                             path: dev.path.clone(),
@@ -257,24 +281,33 @@ impl PrDevice {
         parse::read_keys(&self.pr_in(InAction::ReadKeys, 8)?)
     }
 
-    fn block_ioctl_error(&self, e: io::Error) -> PrError {
+    /// The error of block PR ioctl `what` that failed with `e` (an errno).
+    fn block_ioctl_error(&self, what: &'static str, e: io::Error) -> PrError {
+        let path = self.path.display();
         match e.raw_os_error() {
             Some(libc::EPERM) | Some(libc::EACCES) => PrError::NeedsRawIo {
                 path: self.path.clone(),
                 source: e,
             },
-            Some(libc::ENOTTY) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) | Some(515) => {
-                PrError::NotSupported {
-                    what: "the block PR ioctls",
-                    reason: format!("{}: {e}", self.path.display()),
-                }
-            }
+            Some(libc::ENOTTY) | Some(libc::EOPNOTSUPP) | Some(515) => PrError::NotSupported {
+                what,
+                reason: format!("{path} has no block PR ioctl for it: {e}"),
+            },
+            // A driver without the ioctl (loop), or sd's answer to ILLEGAL REQUEST
+            // (INVALID FIELD IN CDB or PARAMETER LIST): the errno cannot tell which.
+            Some(libc::EINVAL) => PrError::NotSupported {
+                what,
+                reason: format!(
+                    "{path} rejected it as invalid: {e}; no block PR ioctl there, or the \
+                     target refused the command (see the kernel log)"
+                ),
+            },
             _ => PrError::BlockIo(e),
         }
     }
 
     fn block_out(&self, what: &'static str, cmd: BlkPrOut) -> Result<(), PrError> {
-        let st = blk_pr_out(self.file.as_fd(), cmd).map_err(|e| self.block_ioctl_error(e))?;
+        let st = blk_pr_out(self.file.as_fd(), cmd).map_err(|e| self.block_ioctl_error(what, e))?;
         block_status(what, st)
     }
 
@@ -366,7 +399,7 @@ impl PrDevice {
     pub fn read_reservation(&self) -> Result<ReservationState, PrError> {
         if self.interface() == Interface::Block {
             let (st, generation, key, block_type) = blk_pr_read_reservation(self.file.as_fd())
-                .map_err(|e| self.block_ioctl_error(e))?;
+                .map_err(|e| self.block_ioctl_error("READ RESERVATION", e))?;
             block_status("READ RESERVATION", st)?;
             // With no reservation sd leaves the generation 0 (it reads it only with a
             // reservation): the generation is then READ KEYS', asked right after.
@@ -413,32 +446,7 @@ impl PrDevice {
         params: OutParams,
     ) -> Result<(), PrError> {
         if self.interface() == Interface::Block {
-            let t = pr_type
-                .unwrap_or(PrType::WriteExclusiveRegistrantsOnly)
-                .block_code();
-            let key = params.reservation_key;
-            let other = params.service_action_key;
-            let cmd = match action {
-                OutAction::Register => BlkPrOut::Register {
-                    old_key: key,
-                    new_key: other,
-                    ignore_existing: false,
-                },
-                OutAction::RegisterAndIgnoreExistingKey => BlkPrOut::Register {
-                    old_key: key,
-                    new_key: other,
-                    ignore_existing: true,
-                },
-                OutAction::Reserve => BlkPrOut::Reserve { key, pr_type: t },
-                OutAction::Release => BlkPrOut::Release { key, pr_type: t },
-                OutAction::Clear => BlkPrOut::Clear { key },
-                OutAction::Preempt | OutAction::PreemptAndAbort => BlkPrOut::Preempt {
-                    key,
-                    victim: other,
-                    pr_type: t,
-                    abort: action == OutAction::PreemptAndAbort,
-                },
-            };
+            let cmd = block_command(action, pr_type, params);
             let r = self.block_out(action.name(), cmd);
             let registering = matches!(
                 action,
@@ -449,7 +457,11 @@ impl PrDevice {
                 // EINVAL, any other check condition as PR_STS_IOERR.
                 if let Err(PrError::BlockStatus { .. } | PrError::NotSupported { .. }) = &r {
                     // Linux set APTPL in that REGISTER; a target that refuses APTPL takes
-                    // the same command from SG_IO, which leaves it clear.
+                    // the same command from SG_IO, which leaves it clear. Sending it twice
+                    // is safe: had the first landed, a plain REGISTER naming the old key
+                    // now meets RESERVATION CONFLICT (the join decides again from a fresh
+                    // key list), and REGISTER AND IGNORE EXISTING KEY sets the same key.
+                    // Tried on the VM bed: LOCKD_VMBED_GUEST_KERNEL=sid pr-kill-daemon.
                     let again = self.sg_io_out(action, pr_type, params);
                     if again.is_ok() {
                         self.block.store(false, Ordering::SeqCst);
@@ -583,7 +595,7 @@ impl PrDevice {
         loop {
             let mut keys = vec![0u64; want as usize];
             let (st, generation, held) = blk_pr_read_keys(self.file.as_fd(), &mut keys)
-                .map_err(|e| self.block_ioctl_error(e))?;
+                .map_err(|e| self.block_ioctl_error("READ KEYS", e))?;
             block_status("READ KEYS", st)?;
             if held <= want {
                 keys.truncate(held as usize);
@@ -795,66 +807,25 @@ mod tests {
         assert_eq!(calls, 1, "a reservation conflict is not retried");
     }
 
-    /// Loop devices and device-mapper maps made for a test, removed when it ends.
-    struct Devices {
-        loops: Vec<String>,
-        maps: Vec<String>,
-        files: Vec<PathBuf>,
-    }
-
-    impl Drop for Devices {
-        fn drop(&mut self) {
-            for m in &self.maps {
-                let _ = std::process::Command::new("dmsetup")
-                    .args(["remove", m])
-                    .status();
-            }
-            for l in &self.loops {
-                let _ = std::process::Command::new("losetup")
-                    .args(["-d", l])
-                    .status();
-            }
-            for f in &self.files {
-                let _ = std::fs::remove_file(f);
-            }
-        }
-    }
-
-    fn run(cmd: &str, args: &[&str]) -> String {
-        let out = std::process::Command::new(cmd)
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("{cmd} (needs root, util-linux and dmsetup): {e}"));
-        assert!(
-            out.status.success(),
-            "{cmd} {args:?} (this test needs root): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
     /// (The host kernel of this project's machines has no device-mapper: maps are tried
     /// in the VM bed's guests, where every lockspace lives on one.)
     #[test]
     fn sg_io_reaches_every_path_of_a_disk_and_neither_interface_takes_a_loop_device() {
-        let mut d = Devices {
-            loops: vec![],
-            maps: vec![],
-            files: vec![],
-        };
-        let f = std::env::temp_dir().join(format!("lockd-scsi-pr-{}.img", std::process::id()));
-        std::fs::File::create(&f).unwrap().set_len(1 << 20).unwrap();
-        d.files.push(f.clone());
-        d.loops
-            .push(run("losetup", &["-f", "--show", f.to_str().unwrap()]));
-        let disk = d.loops[0].clone();
+        let dir = lockd_system_tests::scratch_dir();
+        let backing = dir.path().join("disk.img");
+        std::fs::File::create(&backing)
+            .unwrap()
+            .set_len(1 << 20)
+            .unwrap();
+        let lo = lockd_system_tests::LoopDevice::attach(&backing, 512);
+        let disk = lo.device.to_str().unwrap().to_string();
         let file = File::open(&disk).unwrap();
         assert!(sg_io_reaches_every_path(&file), "a disk");
         assert!(!is_device_mapper(&file));
-        assert!(is_block_device(&file));
+        assert!(!is_nvme_namespace(&file));
         let status = File::open("/proc/self/status").unwrap();
         assert!(!sg_io_reaches_every_path(&status), "not a block device");
-        assert!(!is_block_device(&status));
+        assert!(sysfs_node(&status).is_none());
         let e = PrDevice::open(Path::new(&disk))
             .err()
             .expect("no PR on a loop device");
@@ -868,6 +839,59 @@ mod tests {
         let dev = PrDevice::open_with(Path::new(&disk), InterfaceChoice::SgIo).unwrap();
         assert_eq!(dev.interface(), Interface::SgIo);
         assert!(dev.read_keys().unwrap_err().is_not_supported());
+    }
+
+    #[test]
+    fn pr_out_commands_map_to_the_block_ioctls() {
+        let params = OutParams {
+            reservation_key: 0x11,
+            service_action_key: 0x22,
+        };
+        assert_eq!(
+            block_command(OutAction::RegisterAndIgnoreExistingKey, None, params),
+            BlkPrOut::Register {
+                old_key: 0x11,
+                new_key: 0x22,
+                ignore_existing: true
+            }
+        );
+        assert_eq!(
+            block_command(OutAction::Register, None, params),
+            BlkPrOut::Register {
+                old_key: 0x11,
+                new_key: 0x22,
+                ignore_existing: false
+            }
+        );
+        // The block layer numbers WE-RO 3 (SCSI's code is 5); no type given means WE-RO.
+        assert_eq!(
+            block_command(OutAction::Reserve, None, params),
+            BlkPrOut::Reserve {
+                key: 0x11,
+                pr_type: 3
+            }
+        );
+        assert_eq!(
+            block_command(
+                OutAction::PreemptAndAbort,
+                Some(PrType::ExclusiveAccessAllRegistrants),
+                params
+            ),
+            BlkPrOut::Preempt {
+                key: 0x11,
+                victim: 0x22,
+                pr_type: 6,
+                abort: true
+            }
+        );
+        assert_eq!(
+            block_command(OutAction::Clear, None, params),
+            BlkPrOut::Clear { key: 0x11 }
+        );
+        for t in PrType::ALL {
+            assert_eq!(PrType::from_block_code(t.block_code()), Some(t));
+        }
+        assert_eq!(PrType::from_block_code(0), None);
     }
 
     #[test]

@@ -201,6 +201,7 @@ fn status(rv: nix::Result<libc::c_int>) -> io::Result<BlkPrStatus> {
 }
 
 /// A PR OUT through the block layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BlkPrOut {
     Register {
         old_key: u64,

@@ -67,7 +67,36 @@ fn a_loop_device_has_no_persistent_reservations() {
     let json = lockd(&["direct", "pr", "probe", "--json", &dev]);
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("probe --json");
     assert_eq!(v["supported"], false);
+    assert!(v["interface"].is_null(), "{v}");
     assert!(v["error"].as_str().unwrap().contains(why), "{v}");
+    // Each interface by hand: the error names the one asked for.
+    assert_refused(
+        &lockd(&["direct", "pr", "--interface", "block-pr", "read-keys", &dev]),
+        &[&dev, "READ KEYS is not supported", "rejected it as invalid"],
+    );
+    assert_refused(
+        &lockd(&["direct", "pr", "read-keys", "--interface", "sg-io", &dev]),
+        &[&dev, why],
+    );
+    let json = lockd(&[
+        "direct",
+        "pr",
+        "--interface",
+        "sg-io",
+        "probe",
+        "--json",
+        &dev,
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("probe --json");
+    assert_eq!(v["interface"], "sg-io", "{v}");
+    assert_eq!(v["supported"], false, "{v}");
+    let out = lockd(&["direct", "pr", "--interface", "nvme", "probe", &dev]);
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("auto, block-pr or sg-io"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     drop(lo);
     assert!(
         std::fs::read(&img).unwrap().iter().all(|&b| b == 0xa5),
