@@ -29,6 +29,7 @@
 //! * a preempt counts as done only when READ KEYS, read after it, no longer lists the
 //!   victim's key ([`PrDevice::preempt_confirmed`]).
 
+use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsFd;
@@ -191,6 +192,45 @@ fn sg_io_reaches_every_path(file: &File) -> bool {
     std::fs::read_dir(node.join("slaves")).is_ok_and(|d| d.count() == 1)
 }
 
+/// [`PrDevice::logical_units`] of the sysfs node `dir`, into `out`.
+fn units_of_sysfs_dir(dir: &Path, out: &mut BTreeSet<String>, depth: usize) {
+    const MAX_DEPTH: usize = 8;
+    if depth > MAX_DEPTH {
+        return;
+    }
+    if let Ok(slaves) = std::fs::read_dir(dir.join("slaves")) {
+        let mut any = false;
+        for slave in slaves.flatten() {
+            any = true;
+            if let Ok(d) = std::fs::canonicalize(slave.path()) {
+                units_of_sysfs_dir(&d, out, depth + 1);
+            }
+        }
+        if any {
+            return;
+        }
+    }
+    let disk = match dir.parent() {
+        Some(parent) if dir.join("partition").exists() => parent,
+        _ => dir,
+    };
+    let wwid = ["wwid", "device/wwid"]
+        .iter()
+        .find_map(|f| std::fs::read_to_string(disk.join(f)).ok())
+        .map(|w| w.trim().to_string())
+        .filter(|w| !w.is_empty());
+    match wwid {
+        Some(w) => {
+            out.insert(format!("wwid:{w}"));
+        }
+        None => {
+            if let Ok(dev) = std::fs::read_to_string(disk.join("dev")) {
+                out.insert(format!("dev:{}", dev.trim()));
+            }
+        }
+    }
+}
+
 /// Whether `file` is an NVMe namespace (its sysfs node has the namespace's `nsid`).
 fn is_nvme_namespace(file: &File) -> bool {
     sysfs_node(file).is_some_and(|n| n.join("nsid").exists())
@@ -275,6 +315,19 @@ impl PrDevice {
         } else {
             Interface::SgIo
         }
+    }
+
+    /// The logical units the device is made of, from sysfs: device-mapper maps are
+    /// followed down their `slaves`, a partition to its disk, and each whole disk is named
+    /// by its `wwid` (an NVMe namespace's, or a SCSI disk's from VPD page 0x83, both
+    /// unique per logical unit), or by its device number where sysfs has none (two paths
+    /// to one LU then look different). Empty when the file is not a block device.
+    pub fn logical_units(&self) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        if let Some(node) = sysfs_node(&self.file).and_then(|n| std::fs::canonicalize(n).ok()) {
+            units_of_sysfs_dir(&node, &mut out, 0);
+        }
+        out
     }
 
     fn sg_io_read_keys(&self) -> Result<Keys, PrError> {
@@ -823,9 +876,23 @@ mod tests {
         assert!(sg_io_reaches_every_path(&file), "a disk");
         assert!(!is_device_mapper(&file));
         assert!(!is_nvme_namespace(&file));
+        // A loop device has no wwid: its unit is its device number.
+        let dev = PrDevice::open_with(Path::new(&disk), InterfaceChoice::SgIo).unwrap();
+        let numbers = std::fs::read_to_string(format!(
+            "/sys/class/block/{}/dev",
+            disk.trim_start_matches("/dev/")
+        ))
+        .unwrap();
+        assert_eq!(
+            dev.logical_units(),
+            BTreeSet::from([format!("dev:{}", numbers.trim())])
+        );
         let status = File::open("/proc/self/status").unwrap();
         assert!(!sg_io_reaches_every_path(&status), "not a block device");
         assert!(sysfs_node(&status).is_none());
+        let file_dev =
+            PrDevice::open_with(Path::new("/proc/self/status"), InterfaceChoice::SgIo).unwrap();
+        assert!(file_dev.logical_units().is_empty());
         let e = PrDevice::open(Path::new(&disk))
             .err()
             .expect("no PR on a loop device");

@@ -1910,57 +1910,67 @@ mod tests {
         })
     }
 
-    #[test]
-    fn preempt_and_abort_is_answered_once_the_victims_accepted_writes_landed() {
-        let mut m = target_with(2);
-        m.target_kind = FenceTarget::PreemptAndAbort;
-        let (k0, k1) = (key_of(0, 1), key_of(1, 1));
-        assert_eq!(
-            run(&mut m, 0, Msg::Register { key: k0 }),
-            Reply::Ok(Msg::Register { key: k0 })
-        );
-        assert_eq!(
-            run(&mut m, 1, Msg::Register { key: k1 }),
-            Reply::Ok(Msg::Register { key: k1 })
-        );
+    /// A target of `kind` where `hosts` hosts registered generation 1's keys (on
+    /// multipath `foreign`'s path b holds another scheme's key) and host 0 holds the WE-RO
+    /// reservation.
+    fn reserved_target(kind: FenceTarget, hosts: usize, foreign: Option<usize>) -> Model {
+        let mut m = target_with(hosts);
+        m.target_kind = kind;
+        m.foreign_host = foreign;
+        for h in 0..hosts {
+            let register = Msg::Register { key: key_of(h, 1) };
+            assert_eq!(run(&mut m, h, register), Reply::Ok(register));
+        }
         let reserve = Msg::Reserve {
             kind: ResvType::WeRo,
             not_live: 0,
         };
         assert_eq!(run(&mut m, 0, reserve), Reply::Ok(reserve));
-        // Host 1's write is accepted now and lands later.
-        let session = m.target.session[&1];
-        m.arrive(
-            1,
-            session,
-            Msg::Write {
-                epoch: 1,
-                via_b: false,
+        m
+    }
+
+    /// Host 0's PREEMPT AND ABORT of `victim_host`'s key reaches the target now; the key
+    /// is gone from every nexus at once.
+    fn abort_preempt(m: &mut Model, victim_host: usize) {
+        let victim = key_of(victim_host, 1);
+        arrive_now(
+            m,
+            0,
+            Msg::Preempt {
+                victim,
+                kind: ResvType::WeRo,
+                abort: true,
             },
         );
-        let lands_at = m.target.accepted_land_until[&1];
-        let preempt = Msg::Preempt {
-            victim: k1,
-            kind: ResvType::WeRo,
-            abort: true,
-        };
-        let session = m.target.session[&0];
-        m.arrive(0, session, preempt);
-        assert!(
-            !m.target.keys.values().any(|&k| k == k1),
-            "the key goes at once"
-        );
-        let answered_at = m
-            .queue
+        assert!(!m.target.keys.values().any(|&k| k == victim));
+    }
+
+    /// The answers queued for host `to`, with their times.
+    fn queued_answers(m: &Model, to: usize) -> Vec<(u64, Reply)> {
+        m.queue
             .iter()
             .filter_map(|Reverse((t, _, i))| match m.items[*i] {
-                Item::Back {
-                    host: 0,
-                    reply: Reply::Ok(Msg::Preempt { .. }),
-                    ..
-                } => Some(*t),
+                Item::Back { host, reply, .. } if host == to => Some((*t, reply)),
                 _ => None,
             })
+            .collect()
+    }
+
+    #[test]
+    fn preempt_and_abort_is_answered_once_the_victims_accepted_writes_landed() {
+        let mut m = reserved_target(FenceTarget::PreemptAndAbort, 2, None);
+        // Host 1's write is accepted now and lands later.
+        let write = Msg::Write {
+            epoch: 1,
+            via_b: false,
+        };
+        arrive_now(&mut m, 1, write);
+        let lands_at = m.target.accepted_land_until[&1];
+        abort_preempt(&mut m, 1);
+        let answered_at = queued_answers(&m, 0)
+            .into_iter()
+            .filter(|(_, r)| matches!(r, Reply::Ok(Msg::Preempt { .. })))
+            .map(|(t, _)| t)
             .max()
             .expect("an answer to the preempt");
         assert!(
@@ -1982,46 +1992,24 @@ mod tests {
 
     #[test]
     fn a_multipath_register_and_preempt_cover_both_nexuses_and_leave_a_foreign_key() {
-        let mut m = target_with(3);
-        m.target_kind = FenceTarget::Multipath;
-        m.foreign_host = Some(2);
-        let (k0, k1, k2) = (key_of(0, 1), key_of(1, 1), key_of(2, 1));
-        m.target.keys.insert(path_b(2), foreign_key_of(2));
-        for (h, k) in [(0, k0), (1, k1), (2, k2)] {
-            assert_eq!(
-                run(&mut m, h, Msg::Register { key: k }),
-                Reply::Ok(Msg::Register { key: k })
-            );
-        }
+        let mut m = reserved_target(FenceTarget::Multipath, 3, Some(2));
         assert_eq!(
             m.target.keys[&path_b(1)],
-            k1,
-            "path b registered with path a"
+            key_of(1, 1),
+            "path b registered with a"
         );
         assert_eq!(
             m.target.keys[&path_b(2)],
             foreign_key_of(2),
-            "the other scheme's key stays"
+            "another scheme's key"
         );
-        let reserve = Msg::Reserve {
-            kind: ResvType::WeRo,
-            not_live: 0,
-        };
-        assert_eq!(run(&mut m, 0, reserve), Reply::Ok(reserve));
-        for victim_host in [1, 2] {
-            let victim = key_of(victim_host, 1);
-            let preempt = Msg::Preempt {
-                victim,
-                kind: ResvType::WeRo,
-                abort: true,
-            };
-            let session = m.target.session[&0];
-            m.arrive(0, session, preempt);
-            assert!(
-                !m.target.keys.values().any(|&k| k == victim),
-                "gone from every nexus"
-            );
-        }
+        abort_preempt(&mut m, 1);
+        abort_preempt(&mut m, 2);
+        assert_eq!(
+            m.target.keys[&path_b(2)],
+            foreign_key_of(2),
+            "no preempt of ours removes it"
+        );
         // Host 1's writes are refused down both paths; host 2's path b still writes.
         for (h, via_b, refused) in [
             (1, false, true),
@@ -2029,13 +2017,10 @@ mod tests {
             (2, false, true),
             (2, true, false),
         ] {
-            let write = Msg::Write { epoch: 1, via_b };
-            let session = m.target.session[&h];
-            m.arrive(h, session, write);
-            let conflict = m
-                .queue
-                .iter()
-                .any(|Reverse((_, _, i))| matches!(m.items[*i], Item::Back { host, reply: Reply::Conflict(Msg::Write { via_b: b, .. }), .. } if host == h && b == via_b));
+            arrive_now(&mut m, h, Msg::Write { epoch: 1, via_b });
+            let conflict = queued_answers(&m, h).iter().any(
+                |(_, r)| matches!(r, Reply::Conflict(Msg::Write { via_b: b, .. }) if *b == via_b),
+            );
             assert_eq!(conflict, refused, "host{h} via_b={via_b}");
         }
         let view = match run(&mut m, 0, Msg::ReadKeys { why: Read::Confirm }) {
@@ -2082,9 +2067,14 @@ mod tests {
     }
 
     /// Runs `msg` from `host` at the target now; its answer.
-    fn run(m: &mut Model, host: usize, msg: Msg) -> Reply {
+    /// Runs `msg` from `host` at the target now, leaving what it schedules queued.
+    fn arrive_now(m: &mut Model, host: usize, msg: Msg) {
         let session = m.target.session[&host];
         m.arrive(host, session, msg);
+    }
+
+    fn run(m: &mut Model, host: usize, msg: Msg) -> Reply {
+        arrive_now(m, host, msg);
         if let Some(&Item::Land { host, inc, epoch }) = m.items.last() {
             m.items.pop();
             m.land(host, inc, epoch);
