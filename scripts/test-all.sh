@@ -120,6 +120,8 @@ if [ "$long" = 1 ]; then
     done
     step "long: tgt with guests on Debian unstable's kernel (the block PR REGISTER's APTPL refused: SG_IO fallback)"
     LOCKD_VMBED_GUEST_KERNEL=sid bash scripts/vmbed.sh pr-kill-daemon
+    step "long: tgt with guests on Debian 13's kernel (no block PR read ioctls: SG_IO)"
+    LOCKD_VMBED_GUEST_KERNEL=trixie bash scripts/vmbed.sh pr-kill-daemon pr-cut-storage
     step "long: chaos runs in each mode, and each planted bug caught"
     bash scripts/chaos-long.sh
 fi

@@ -7,6 +7,9 @@
 # packages), downloaded inside the cached sid chroot (scripts/debian-chroot.sh; made if
 # missing) and unpacked under /var/tmp/lockd-vmbed/kernel-sid: the kernel targets, the
 # NVMe/TCP initiator and the block PR read ioctls of `vmbed.sh --storage lio|nvme-tcp`.
+# With --trixie also Debian 13's kernel (6.12: block PR ioctls without the read ioctls, so
+# lockd fences through SG_IO), under /var/tmp/lockd-vmbed/kernel-trixie, for
+# LOCKD_VMBED_GUEST_KERNEL=trixie.
 # Idempotent; needs root.
 set -euo pipefail
 pkgs=()
@@ -36,25 +39,35 @@ if ! ls "$kdir"/root/boot/vmlinuz-* >/dev/null 2>&1; then
 fi
 echo "vmbed-setup: kernel $(ls "$kdir/root/lib/modules")"
 
-if [ "${1:-}" = --sid ]; then
-    sdir=/var/tmp/lockd-vmbed/kernel-sid
-    if ! ls "$sdir"/root/usr/lib/modules/*/vmlinuz >/dev/null 2>&1; then
+# Debian unstable's kernel (--sid; linux-image-V depends on linux-binary-V and
+# linux-modules-V) or Debian 13's (--trixie; one linux-image-V package), downloaded inside
+# that suite's cached chroot and unpacked under /var/tmp/lockd-vmbed/kernel-SUITE.
+unpack_suite_kernel() {
+    local suite=$1 sdir=/var/tmp/lockd-vmbed/kernel-$1 here ver pkgs d
+    if ! { ls "$sdir"/root/boot/vmlinuz-* || ls "$sdir"/root/usr/lib/modules/*/vmlinuz; } >/dev/null 2>&1; then
         here=$(cd "$(dirname "$0")" && pwd)
-        bash "$here/debian-chroot.sh" ensure sid >/dev/null
-        # linux-image-amd64 -> linux-image-V -> linux-binary-V and linux-modules-V.
-        ver=$(bash "$here/debian-chroot.sh" run sid -- apt-cache depends linux-image-amd64 |
+        bash "$here/debian-chroot.sh" ensure "$suite" >/dev/null
+        ver=$(bash "$here/debian-chroot.sh" run "$suite" -- apt-cache depends linux-image-amd64 |
             sed -n 's/.*Depends: linux-image-\(.*\)$/\1/p' | head -1)
-        [ -n "$ver" ] || { echo "vmbed-setup: no linux-image in the sid chroot" >&2; exit 1; }
-        echo "vmbed-setup: unpacking Debian unstable's kernel $ver"
+        [ -n "$ver" ] || { echo "vmbed-setup: no linux-image in the $suite chroot" >&2; exit 1; }
+        if [ "$suite" = sid ]; then pkgs="linux-binary-$ver linux-modules-$ver"; else pkgs="linux-image-$ver"; fi
+        echo "vmbed-setup: unpacking Debian $suite's kernel $ver"
         rm -rf "$sdir" && mkdir -p "$sdir"
-        bash "$here/debian-chroot.sh" run sid --bind "$sdir" -- sh -c \
-            "cd '$sdir' && apt-get download -qq linux-binary-$ver linux-modules-$ver 2>&1 | grep -v unsandboxed || true"
-        for d in "$sdir"/linux-binary-*.deb "$sdir"/linux-modules-*.deb; do
-            [ -f "$d" ] || { echo "vmbed-setup: $d was not downloaded" >&2; exit 1; }
-            dpkg-deb -x "$d" "$sdir/root"
+        bash "$here/debian-chroot.sh" run "$suite" --bind "$sdir" -- sh -c \
+            "cd '$sdir' && apt-get download -qq $pkgs 2>&1 | grep -v unsandboxed || true"
+        for d in $pkgs; do
+            ls "$sdir/${d}"_*.deb >/dev/null 2>&1 || { echo "vmbed-setup: $d was not downloaded" >&2; exit 1; }
+            dpkg-deb -x "$sdir/${d}"_*.deb "$sdir/root"
         done
         rm -f "$sdir"/*.deb
         depmod -b "$sdir/root/usr" "$ver" 2>/dev/null
     fi
-    echo "vmbed-setup: sid kernel $(ls "$sdir/root/usr/lib/modules")"
-fi
+    echo "vmbed-setup: $suite kernel $(ls "$sdir/root/usr/lib/modules")"
+}
+for a in "$@"; do
+    case $a in
+        --sid) unpack_suite_kernel sid ;;
+        --trixie) unpack_suite_kernel trixie ;;
+        *) echo "vmbed-setup: unknown option $a (--sid, --trixie)" >&2; exit 2 ;;
+    esac
+done

@@ -10,7 +10,8 @@
 #                    [--storage tgt|lio|nvme-tcp|multipath]
 # --storage lio|nvme-tcp|multipath boots Debian unstable's kernel (a storage guest running the
 # kernel's target, and the lease guests), from an image built here (image-sid);
-# LOCKD_VMBED_GUEST_KERNEL=sid boots tgt's guests on that kernel too.
+# LOCKD_VMBED_GUEST_KERNEL=sid boots tgt's guests on that kernel too, =trixie on Debian
+# 13's 6.12 (image-trixie).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -25,8 +26,15 @@ for a in "$@"; do
     esac
     prev=$a
 done
-[ "${LOCKD_VMBED_GUEST_KERNEL:-}" = sid ] && want_sid=1
-if [ "$want_sid" = 1 ]; then bash scripts/vmbed-setup.sh --sid; else bash scripts/vmbed-setup.sh; fi
+setup_args=()
+case ${LOCKD_VMBED_GUEST_KERNEL:-} in
+    ''|bookworm) ;;
+    sid) want_sid=1 ;;
+    trixie) setup_args+=(--trixie) ;;
+    *) echo "vmbed: LOCKD_VMBED_GUEST_KERNEL=${LOCKD_VMBED_GUEST_KERNEL} (sid, trixie or unset)" >&2; exit 2 ;;
+esac
+[ "$want_sid" = 1 ] && setup_args+=(--sid)
+bash scripts/vmbed-setup.sh "${setup_args[@]}"
 cargo build -q --release -p lockd-tools -p lockd-daemon -p wdmd -p lockd-system-tests \
     --bin lockd --bin lockd-daemon --bin wdmd --bin lockd-witness
 # LOCKD_VMBED_IMAGE: where the guest image goes (default /var/tmp/lockd-vmbed/image); a
@@ -36,6 +44,10 @@ bash tests/vmbed/build-initramfs.sh "$LOCKD_VMBED_IMAGE" target/release
 if [ "$want_sid" = 1 ]; then
     export LOCKD_VMBED_SID_IMAGE="${LOCKD_VMBED_SID_IMAGE:-/var/tmp/lockd-vmbed/image-sid}"
     bash tests/vmbed/build-initramfs.sh "$LOCKD_VMBED_SID_IMAGE" target/release sid
+fi
+if [ "${LOCKD_VMBED_GUEST_KERNEL:-}" = trixie ]; then
+    export LOCKD_VMBED_TRIXIE_IMAGE="${LOCKD_VMBED_TRIXIE_IMAGE:-/var/tmp/lockd-vmbed/image-trixie}"
+    bash tests/vmbed/build-initramfs.sh "$LOCKD_VMBED_TRIXIE_IMAGE" target/release trixie
 fi
 # The lvmlockd scenarios boot that image plus Debian 13's lvm2/lvm2-lockd 2.03.31 and sanlock
 # 3.9.5 (tests/vmbed/build-trixie-lvm.sh, from the cached trixie chroot): built when the full

@@ -5,13 +5,15 @@
 # release binaries (lockd, lockd-daemon, wdmd, lockd-witness) and Debian's sanlock 3.8.5,
 # sg_persist and dmsetup, each with its shared libraries, and the guest's /init and agent.
 #
-# usage: build-initramfs.sh OUT_DIR BIN_DIR [sid]
+# usage: build-initramfs.sh OUT_DIR BIN_DIR [sid|trixie]
 #   OUT_DIR gets vmlinuz and initrd.gz; BIN_DIR holds the release binaries. With `sid`, the
 #   kernel is Debian unstable's (7.2: the block PR read ioctls, nvmet reservations, LIO),
 #   unpacked under /var/tmp/lockd-vmbed/kernel-sid, and the image also holds the NVMe/TCP
 #   initiator, the kernel targets (nvmet-tcp, LIO's iSCSI target with its block backend),
 #   virtio-blk (the storage guest's disk) and dm-multipath; its modules, xz-compressed in
-#   the package, are unpacked (busybox's modprobe loads plain .ko files).
+#   the package, are unpacked (busybox's modprobe loads plain .ko files). With `trixie`, the
+#   kernel is Debian 13's (6.12: block PR ioctls but not the read ones), unpacked under
+#   /var/tmp/lockd-vmbed/kernel-trixie, with the modules of the default image.
 # Nothing is downloaded here: the kernel comes from /var/tmp/lockd-vmbed/kernel (made by
 # scripts/vmbed-setup.sh from Debian's package), everything else from this machine.
 set -euo pipefail
@@ -26,6 +28,11 @@ if [ "$flavour" = sid ]; then
     kmods=$kroot/usr/lib/modules
     vmlinuz=$kmods/$kver/vmlinuz
     mods="$mods virtio_blk nvme-tcp nvmet-tcp target_core_iblock iscsi_target_mod dm-multipath dm-round-robin"
+elif [ "$flavour" = trixie ]; then
+    kroot=/var/tmp/lockd-vmbed/kernel-trixie/root
+    kver=$(ls "$kroot/usr/lib/modules" 2>/dev/null | head -1)
+    kmods=$kroot/usr/lib/modules
+    vmlinuz=$kroot/boot/vmlinuz-$kver
 else
     kroot=/var/tmp/lockd-vmbed/kernel/root
     kver=$(ls "$kroot/lib/modules" | head -1)

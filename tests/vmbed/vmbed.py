@@ -86,8 +86,18 @@ NQN = "nqn.2026-11.io.lockd:bed"
 SANS = ("tgt", "lio", "nvme-tcp", "multipath")
 SAN_SCENARIOS = ("pr-kill-daemon", "pr-freeze-guest", "pr-cut-storage", "pr-slow-storage")
 # LOCKD_VMBED_GUEST_KERNEL=sid: tgt's guests boot Debian unstable's kernel too (its block PR
-# ioctls set APTPL in REGISTER, which tgt refuses: the devices fall back to SG_IO).
-TGT_ON_SID = os.environ.get("LOCKD_VMBED_GUEST_KERNEL") == "sid"
+# ioctls set APTPL in REGISTER, which tgt refuses: the devices fall back to SG_IO);
+# =trixie: Debian 13's 6.12 (block PR ioctls without the read ones: SG_IO from the start).
+GUEST_KERNEL = os.environ.get("LOCKD_VMBED_GUEST_KERNEL") or "bookworm"
+TRIXIE_IMAGE_DIR = Path(os.environ.get("LOCKD_VMBED_TRIXIE_IMAGE", VMBED_ROOT / "image-trixie"))
+
+
+def guest_image(san: str) -> Path:
+    """The image lease guests boot: tgt's on LOCKD_VMBED_GUEST_KERNEL's kernel (Debian 12's
+    by default), the kernel targets' on Debian unstable's."""
+    if san != "tgt" or GUEST_KERNEL == "sid":
+        return SID_IMAGE_DIR
+    return TRIXIE_IMAGE_DIR if GUEST_KERNEL == "trixie" else IMAGE_DIR
 NVMET_PORT = 4420
 ISCSI_PORT = 3260
 LUN_BYTES = 64 << 20
@@ -586,7 +596,7 @@ class Guest:
         self.exit_t: float | None = None
         self.watchdog_t: list[float] = []
         # The image it boots (the lvmlockd scenarios give initrd-lvm.gz: vmbed_lvm.py).
-        self.image_dir = IMAGE_DIR if bed.san == "tgt" and not TGT_ON_SID else SID_IMAGE_DIR
+        self.image_dir = guest_image(bed.san)
         self.initrd = self.image_dir / "initrd.gz"
 
     # --- life cycle
@@ -1330,6 +1340,10 @@ class Result:
     # survivor used (sg-io or block-pr), from its daemon's "key preempted" line.
     preempt_action: str | None = None
     pr_interface: str | None = None
+    # The guests' kernel (`uname -r` in a survivor) and, after the fenced guest's rejoin,
+    # its generation before the fault and after ("gen 3->4": a new key).
+    guest_kernel: str | None = None
+    rejoin_key: str | None = None
 
     def line(self) -> str:
         f = lambda v: "none" if v is None else f"{v:.2f}"
@@ -1340,7 +1354,8 @@ class Result:
                 + (f" false_fences={len(self.false_fences)}" if self.scenario.startswith("pr-") else "")
                 + (f" fence={self.fence} preempt_s={self.preempt_s} preempt_at_s={f(self.preempt)} "
                    f"fenced_at_s={f(self.fenced_mark)} fenced_write_errors={self.fenced_write_errors} "
-                   f"preempt_action={self.preempt_action or 'none'} pr_interface={self.pr_interface or 'none'}"
+                   f"preempt_action={self.preempt_action or 'none'} pr_interface={self.pr_interface or 'none'} "
+                   f"guest_kernel={self.guest_kernel or 'none'} rejoin_key={(self.rejoin_key or 'none').replace(' ', '_')}"
                    if self.fence else ""))
 
 
@@ -1490,6 +1505,7 @@ def scenario_body(bed: Bed, res: Result, name: str | None = None) -> None:
     time.sleep(2 * 2 * d + 1)  # two renewals seen by the poller
     if name in PR_FENCE_SCENARIOS:
         bed.keys_at_fault = pr_generations(g2)
+        res.guest_kernel = g2.sh("uname -r", check=False, timeout=30)[1].strip() or None
 
     fault = bed.timeline.mark("bed", f"FAULT {name}")
     res.fault = fault
@@ -1795,6 +1811,12 @@ def judge_fenced(bed: Bed, res: Result, g1: Guest, kind: str, fault: float, kind
         if rc != 0 or len(ours) != nexuses or len({k["key"] for k in ours}) != 1:
             v.append(f"after its rejoin g1 does not have one key registered on each of its {nexuses} "
                      f"path(s): {out.strip()}")
+        elif 1 in bed.keys_at_fault:
+            # A new key: the generation of the rejoin, above the one that was preempted.
+            before, after = bed.keys_at_fault[1], ours[0].get("host_generation", -1)
+            res.rejoin_key = f"gen {before}->{after}"
+            if after <= before:
+                v.append(f"g1 rejoined under generation {after}, not above its preempted {before}")
 
 
 def rejoin(bed: Bed, g1: Guest, res: Result) -> None:
@@ -2763,7 +2785,7 @@ def main() -> int:
             print(f"vmbed: --storage {a.storage} runs {' '.join(SAN_SCENARIOS)} only, not {' '.join(other)}",
                   file=sys.stderr)
             return 2
-    image = IMAGE_DIR if a.storage == "tgt" and not TGT_ON_SID else SID_IMAGE_DIR
+    image = guest_image(a.storage)
     for p in ("vmlinuz", "initrd.gz"):
         if not (image / p).exists():
             print(f"vmbed: {image / p} missing: run scripts/vmbed.sh (it builds the image)", file=sys.stderr)
