@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod delta;
+pub mod disks;
 pub mod error;
 pub mod exec;
 pub mod io;
@@ -30,6 +31,8 @@ pub mod timeouts;
 
 #[cfg(test)]
 mod tests_delta;
+#[cfg(test)]
+mod tests_multidisk;
 #[cfg(test)]
 mod tests_paxos;
 #[cfg(test)]

@@ -35,6 +35,8 @@
 //! Seen by clients: a corrupt dblock of a host_id that never joined is not read, so it
 //! does not fail an acquire with `SANLK_DBLOCK_CHECKSUM` as it does in sanlock.
 
+use std::cell::RefCell;
+
 use disk_format::area::{ballot_read_sectors, lvb_inside_area, lvb_offset, REQUEST_SECTOR};
 use disk_format::dblock::{
     decode_dblock_sector, encode_dblock_sector, DBLOCK_FL_RELEASED, MBLOCK_SHARED,
@@ -45,6 +47,10 @@ use disk_format::{
 };
 
 use crate::delta::{read_host_record, LockspaceParams};
+use crate::disks::{
+    agreeing, count_ok, gather, majority, step_error, write_each, Answer, LeaseDisks,
+    LEADER_COMPARE_BYTES,
+};
 use crate::error::{IoOp, LeaseError};
 use crate::io::{Clock, Disk};
 use crate::monitor::{HostMonitor, HostObserver};
@@ -241,8 +247,9 @@ pub enum RequestLver {
 }
 
 // ----------------------------------------------------------------------------------------
-// Reading
+// Reading and writing, on one disk and on all the disks of a lease
 
+#[derive(Clone)]
 struct Area {
     leader: LeaderRecord,
     geometry: Geometry,
@@ -261,13 +268,56 @@ fn expect<'a>(res: &'a ResourceParams) -> LeaderExpect<'a> {
     }
 }
 
-async fn read_leader_at<D: Disk>(
+/// Whether two leaders read from two disks of one lease are the same leader (sanlock's
+/// `leaders_match`: the bytes before the timestamp).
+fn leaders_agree(a: &LeaderRecord, b: &LeaderRecord) -> bool {
+    a.encode()[..LEADER_COMPARE_BYTES] == b.encode()[..LEADER_COMPARE_BYTES]
+}
+
+/// The answer whose leader a majority of the lease's disks agree on; when a majority was
+/// read but disagrees, [`LeaseError::LeaderDiff`]; otherwise the step's error. On one
+/// disk: that disk's answer, or its error.
+fn agreed<T>(
+    answers: &[Answer<T>],
+    leader: impl Fn(&T) -> &LeaderRecord,
+) -> Result<&T, LeaseError> {
+    if let Some(i) = agreeing(answers, |a, b| leaders_agree(leader(a), leader(b))) {
+        if let Some(v) = answers[i].ok() {
+            return Ok(v);
+        }
+    }
+    if majority(answers.len(), count_ok(answers)) {
+        return Err(LeaseError::LeaderDiff);
+    }
+    Err(step_error(
+        answers,
+        LeaseError::Io {
+            op: IoOp::LeaderRead,
+            timed_out: false,
+        },
+    ))
+}
+
+/// Whether the answers so far decide a leader read: a majority agree.
+fn leader_decided<T>(answers: &[Answer<T>], leader: impl Fn(&T) -> &LeaderRecord) -> bool {
+    agreeing(answers, |a, b| leaders_agree(leader(a), leader(b))).is_some()
+}
+
+fn missing(op: IoOp) -> LeaseError {
+    LeaseError::Io {
+        op,
+        timed_out: false,
+    }
+}
+
+async fn read_leader_one<D: Disk>(
     disk: &D,
+    offset: u64,
     res: &ResourceParams,
     g: Geometry,
 ) -> Result<LeaderRecord, LeaseError> {
     let buf = disk
-        .read(res.disk_offset, g.sector_bytes() as usize, res.io_ms())
+        .read(offset, g.sector_bytes() as usize, res.io_ms())
         .await
         .map_err(|e| LeaseError::io(IoOp::LeaderRead, e))?;
     let leader = LeaderRecord::decode(&buf)?;
@@ -275,9 +325,27 @@ async fn read_leader_at<D: Disk>(
     Ok(leader)
 }
 
+/// The leader of a lease: on several disks, the one a majority of them agree on.
+async fn read_leader_at<S: LeaseDisks>(
+    disks: &S,
+    res: &ResourceParams,
+    g: Geometry,
+) -> Result<LeaderRecord, LeaseError> {
+    let answers = gather(
+        disks,
+        |i| {
+            let (d, off) = disks.replica(i, res.disk_offset);
+            read_leader_one(d, off, res, g)
+        },
+        |a| leader_decided(a, |l| l),
+    )
+    .await;
+    agreed(&answers, |l| l).copied()
+}
+
 /// Reads and verifies the leader record of a resource.
-pub async fn read_leader<D: Disk>(
-    disk: &D,
+pub async fn read_leader<S: LeaseDisks>(
+    disk: &S,
     res: &ResourceParams,
 ) -> Result<LeaderRecord, LeaseError> {
     read_leader_at(disk, res, res.geometry).await
@@ -330,10 +398,11 @@ fn ballot_bytes(g: Geometry, num_hosts: u64) -> usize {
     (sectors * g.sector_bytes()) as usize
 }
 
-/// Step A: the whole lease (leader + every dblock), restarting with the leader's geometry
-/// if it differs from the expected one.
-async fn read_area<D: Disk>(
+/// Step A on one disk: the whole lease (leader + every dblock), restarting with the
+/// leader's geometry if it differs from the expected one.
+async fn read_area_one<D: Disk>(
     disk: &D,
+    offset: u64,
     res: &ResourceParams,
     host_id: u64,
     known_hosts: Option<u64>,
@@ -346,7 +415,7 @@ async fn read_area<D: Disk>(
             None => res.num_hosts_hint,
         };
         let mut buf = disk
-            .read(res.disk_offset, ballot_bytes(g, hint), res.io_ms())
+            .read(offset, ballot_bytes(g, hint), res.io_ms())
             .await
             .map_err(|e| LeaseError::io(IoOp::LeaderRead, e))?;
         let leader = LeaderRecord::decode(&buf)?;
@@ -364,7 +433,7 @@ async fn read_area<D: Disk>(
         let need = ballot_bytes(g, read_hosts);
         if buf.len() < need {
             buf = disk
-                .read(res.disk_offset, need, res.io_ms())
+                .read(offset, need, res.io_ms())
                 .await
                 .map_err(|e| LeaseError::io(IoOp::DblockRead, e))?;
         }
@@ -401,12 +470,57 @@ async fn read_area<D: Disk>(
     .into())
 }
 
-fn slot_offset(res: &ResourceParams, g: Geometry, host_id: u64) -> u64 {
-    res.disk_offset + disk_format::area::dblock_sector(host_id) * g.sector_bytes()
+/// Step A: [`read_area_one`] on every disk of the lease. The leader is the one a majority
+/// of the disks agree on; the largest mbal and lver are over every disk read, and our own
+/// dblock is the one with the largest mbal among them (sanlock takes it from the disk
+/// with the largest mbal of any host).
+async fn read_area<S: LeaseDisks>(
+    disks: &S,
+    res: &ResourceParams,
+    host_id: u64,
+    known_hosts: Option<u64>,
+) -> Result<Area, LeaseError> {
+    let answers = gather(
+        disks,
+        |i| {
+            let (d, off) = disks.replica(i, res.disk_offset);
+            read_area_one(d, off, res, host_id, known_hosts)
+        },
+        |a| leader_decided(a, |x: &Area| &x.leader),
+    )
+    .await;
+    let mut area = agreed(&answers, |x: &Area| &x.leader)?.clone();
+    for a in answers.iter().filter_map(Answer::ok) {
+        area.max_mbal = area.max_mbal.max(a.max_mbal);
+        area.max_lver = area.max_lver.max(a.max_lver);
+        if a.own.mbal > area.own.mbal {
+            area.own = a.own;
+        }
+    }
+    Ok(area)
 }
 
-async fn write_slot<D: Disk>(
+fn slot_offset(offset: u64, g: Geometry, host_id: u64) -> u64 {
+    offset + disk_format::area::dblock_sector(host_id) * g.sector_bytes()
+}
+
+async fn write_sector<D: Disk>(
     disk: &D,
+    at: u64,
+    buf: &[u8],
+    res: &ResourceParams,
+    op: IoOp,
+) -> Result<(), LeaseError> {
+    disk.write(at, buf, res.io_ms())
+        .await
+        .map_err(|e| LeaseError::io(op, e))
+}
+
+/// Writes our slot (dblock and mode block) on the lease's disks: a majority must take it;
+/// every disk when it carries a SHARED mode block, as sanlock requires of a mode block
+/// (its exclusive acquirers judge a shared holder alive from disk 0's copy alone).
+async fn write_slot<S: LeaseDisks>(
+    disks: &S,
     res: &ResourceParams,
     g: Geometry,
     host_id: u64,
@@ -415,22 +529,39 @@ async fn write_slot<D: Disk>(
 ) -> Result<(), LeaseError> {
     let mut buf = vec![0u8; g.sector_bytes() as usize];
     encode_dblock_sector(dblock, mode, &mut buf);
-    disk.write(slot_offset(res, g, host_id), &buf, res.io_ms())
-        .await
-        .map_err(|e| LeaseError::io(IoOp::DblockWrite, e))
+    let buf = &buf;
+    write_each(
+        disks,
+        mode.is_shared(),
+        |i| {
+            let (d, off) = disks.replica(i, res.disk_offset);
+            write_sector(d, slot_offset(off, g, host_id), buf, res, IoOp::DblockWrite)
+        },
+        missing(IoOp::DblockWrite),
+    )
+    .await
 }
 
-async fn write_leader<D: Disk>(
-    disk: &D,
+/// Writes the leader on the lease's disks; a majority must take it.
+async fn write_leader<S: LeaseDisks>(
+    disks: &S,
     res: &ResourceParams,
     g: Geometry,
     leader: &LeaderRecord,
 ) -> Result<(), LeaseError> {
     let mut buf = vec![0u8; g.sector_bytes() as usize];
     leader.encode_into(&mut buf);
-    disk.write(res.disk_offset, &buf, res.io_ms())
-        .await
-        .map_err(|e| LeaseError::io(IoOp::LeaderWrite, e))
+    let buf = &buf;
+    write_each(
+        disks,
+        false,
+        |i| {
+            let (d, off) = disks.replica(i, res.disk_offset);
+            write_sector(d, off, buf, res, IoOp::LeaderWrite)
+        },
+        missing(IoOp::LeaderWrite),
+    )
+    .await
 }
 
 // ----------------------------------------------------------------------------------------
@@ -472,25 +603,25 @@ enum BallotError {
     Fail { err: LeaseError, phase2: bool },
 }
 
-/// Reads all dblocks and applies the abort rules; returns the accepted dblock with the
-/// largest bal (phase 1) and the shared holders.
-async fn ballot_read<D: Disk>(
+/// What one disk's ballot read gave: the accepted dblock with the largest bal.
+type BallotSeen = Option<PaxosDblock>;
+
+/// Reads the dblocks on one disk and applies the abort rules ([`LeaseError::DblockLver`],
+/// [`LeaseError::DblockMbal`]). Hosts (other than us) whose slot carries a SHARED mode
+/// block are added to `shared` as they are read, also those read before an abort.
+async fn ballot_read_one<D: Disk>(
     disk: &D,
+    offset: u64,
     c: &BallotCtx<'_>,
     ours: &PaxosDblock,
-    shared: Option<&mut Vec<u64>>,
-) -> Result<Option<PaxosDblock>, LeaseError> {
+    shared: &RefCell<Vec<u64>>,
+) -> Result<BallotSeen, LeaseError> {
     let buf = disk
-        .read(
-            c.res.disk_offset,
-            ballot_bytes(c.g, c.read_hosts),
-            c.res.io_ms(),
-        )
+        .read(offset, ballot_bytes(c.g, c.read_hosts), c.res.io_ms())
         .await
         .map_err(|e| LeaseError::io(IoOp::DblockRead, e))?;
     let sector = c.g.sector_bytes() as usize;
     let mut bk_max: Option<PaxosDblock> = None;
-    let mut shared = shared;
     for q in 0..c.read_hosts as usize {
         let at = (2 + q) * sector;
         if at + sector > buf.len() {
@@ -502,9 +633,10 @@ async fn ballot_read<D: Disk>(
         if bk.verify().is_err() {
             continue;
         }
-        if let Some(list) = shared.as_deref_mut() {
-            let h = q as u64 + 1;
-            if mb.is_shared() && h != c.host_id && !list.contains(&h) {
+        let h = q as u64 + 1;
+        if mb.is_shared() && h != c.host_id {
+            let mut list = shared.borrow_mut();
+            if !list.contains(&h) {
                 list.push(h);
             }
         }
@@ -527,42 +659,153 @@ async fn ballot_read<D: Disk>(
     Ok(bk_max)
 }
 
-/// Adds to `shared` every host (other than us) whose dblock carries a SHARED mode block,
-/// reading the dblocks of all `num_hosts` hosts.
-async fn read_shared_holders<D: Disk>(
+/// One ballot phase on one disk: our dblock written, then the dblocks read, in that order
+/// on this disk (the read counts only after our write landed here).
+async fn phase_one_disk<D: Disk>(
     disk: &D,
+    offset: u64,
+    c: &BallotCtx<'_>,
+    ours: &PaxosDblock,
+    (buf, shared): (&[u8], &RefCell<Vec<u64>>),
+) -> Result<BallotSeen, LeaseError> {
+    let at = slot_offset(offset, c.g, c.host_id);
+    write_sector(disk, at, buf, c.res, IoOp::DblockWrite).await?;
+    ballot_read_one(disk, offset, c, ours, shared).await
+}
+
+fn is_abort(a: &Answer<BallotSeen>) -> bool {
+    matches!(
+        a,
+        Answer::Done(Err(LeaseError::DblockLver | LeaseError::DblockMbal))
+    )
+}
+
+/// A ballot phase on every disk of the lease: it completes when a majority of the disks
+/// took our dblock and were read after it without a reason to abort; any disk read with
+/// a larger mbal or a newer lver aborts it at once. Returns the accepted dblock with the
+/// largest bal over the disks read, and adds the shared holders seen to `shared`.
+async fn ballot_phase<S: LeaseDisks>(
+    disks: &S,
+    c: &BallotCtx<'_>,
+    ours: &PaxosDblock,
+    shared: &mut Vec<u64>,
+) -> Result<Option<PaxosDblock>, LeaseError> {
+    let mut buf = vec![0u8; c.g.sector_bytes() as usize];
+    encode_dblock_sector(ours, &c.our_mode, &mut buf);
+    let seen = RefCell::new(std::mem::take(shared));
+    let with = (buf.as_slice(), &seen);
+    let n = disks.count();
+    let answers = gather(
+        disks,
+        |i| {
+            let (d, off) = disks.replica(i, c.res.disk_offset);
+            phase_one_disk(d, off, c, ours, with)
+        },
+        |a| a.iter().any(is_abort) || majority(n, count_ok(a)),
+    )
+    .await;
+    *shared = seen.into_inner();
+    if let Some(Answer::Done(Err(e))) = answers.iter().find(|a| is_abort(a)) {
+        return Err(e.clone());
+    }
+    if !majority(n, count_ok(&answers)) {
+        return Err(step_error(&answers, missing(IoOp::DblockRead)));
+    }
+    let mut bk_max: Option<PaxosDblock> = None;
+    for bk in answers.iter().filter_map(Answer::ok).flatten() {
+        if bk_max.is_none_or(|m| bk.bal > m.bal) {
+            bk_max = Some(*bk);
+        }
+    }
+    Ok(bk_max)
+}
+
+/// Adds to `shared` every host (other than us) whose dblock carries a SHARED mode block,
+/// reading the dblocks of all `num_hosts` hosts on every disk (a majority must be read).
+async fn read_shared_holders<S: LeaseDisks>(
+    disks: &S,
     c: &BallotCtx<'_>,
     num_hosts: u64,
     shared: &mut Vec<u64>,
 ) -> Result<(), LeaseError> {
-    let buf = disk
-        .read(
-            c.res.disk_offset,
-            ballot_bytes(c.g, num_hosts),
-            c.res.io_ms(),
-        )
-        .await
-        .map_err(|e| LeaseError::io(IoOp::DblockRead, e))?;
-    let sector = c.g.sector_bytes() as usize;
-    for q in 0..num_hosts as usize {
-        let at = (2 + q) * sector;
-        if at + sector > buf.len() {
-            break;
-        }
-        let Ok((bk, mb)) = decode_dblock_sector(&buf[at..at + sector]) else {
-            continue;
-        };
-        let h = q as u64 + 1;
-        if bk.verify().is_ok() && mb.is_shared() && h != c.host_id && !shared.contains(&h) {
-            shared.push(h);
+    let answers = read_slots_each(disks, c.res, c.g, (num_hosts, SlotCheck::Verified)).await;
+    if !majority(disks.count(), count_ok(&answers)) {
+        return Err(step_error(&answers, missing(IoOp::DblockRead)));
+    }
+    for holders in answers.iter().filter_map(Answer::ok) {
+        for &(h, _gen) in holders {
+            if h != c.host_id && !shared.contains(&h) {
+                shared.push(h);
+            }
         }
     }
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run_ballot<D: Disk, C: Clock, L: Disk, O: HostObserver>(
+/// Which slots [`shared_slots_one`] reports.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SlotCheck {
+    /// Only slots whose dblock decodes and verifies (a ballot's view).
+    Verified,
+    /// Every slot's mode block, failing on a sector that does not decode
+    /// (`read_owners`, as sanlock's `read_resource_owners`).
+    ModeBlocks,
+}
+
+/// The (host_id, generation) of every slot with a SHARED mode block among the first
+/// `num_hosts`, on one disk.
+async fn shared_slots_one<D: Disk>(
     disk: &D,
+    offset: u64,
+    res: &ResourceParams,
+    g: Geometry,
+    (num_hosts, check): (u64, SlotCheck),
+) -> Result<Vec<(u64, u64)>, LeaseError> {
+    let buf = disk
+        .read(offset, ballot_bytes(g, num_hosts), res.io_ms())
+        .await
+        .map_err(|e| LeaseError::io(IoOp::DblockRead, e))?;
+    let sector = g.sector_bytes() as usize;
+    let mut out = Vec::new();
+    for q in 0..num_hosts as usize {
+        let at = (2 + q) * sector;
+        if at + sector > buf.len() {
+            break;
+        }
+        let (bk, mb) = match decode_dblock_sector(&buf[at..at + sector]) {
+            Ok(d) => d,
+            Err(_) if check == SlotCheck::Verified => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if mb.is_shared() && (check == SlotCheck::ModeBlocks || bk.verify().is_ok()) {
+            out.push((q as u64 + 1, mb.generation));
+        }
+    }
+    Ok(out)
+}
+
+/// [`shared_slots_one`] on every disk, until a majority answered.
+async fn read_slots_each<S: LeaseDisks>(
+    disks: &S,
+    res: &ResourceParams,
+    g: Geometry,
+    which: (u64, SlotCheck),
+) -> Vec<Answer<Vec<(u64, u64)>>> {
+    let n = disks.count();
+    gather(
+        disks,
+        |i| {
+            let (d, off) = disks.replica(i, res.disk_offset);
+            shared_slots_one(d, off, res, g, which)
+        },
+        |a| majority(n, count_ok(a)),
+    )
+    .await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_ballot<S: LeaseDisks, C: Clock, L: Disk, O: HostObserver>(
+    disk: &S,
     clock: &C,
     c: &BallotCtx<'_>,
     (host, num_hosts, opts): (&HostContext<'_, L, O>, u64, &AcquireOptions),
@@ -611,11 +854,9 @@ async fn run_ballot<D: Disk, C: Clock, L: Disk, O: HostObserver>(
         dblock.lver, next_lver,
         "paxos phase 1: our dblock is for another lease version"
     );
-    // Phase 1.
-    let w = write_slot(disk, c.res, c.g, c.host_id, &dblock, &c.our_mode).await;
+    // Phase 1 (our slot may hold this dblock from here on, whatever the outcome).
     slot.last = dblock;
-    w.map_err(|e| fail(e, false))?;
-    let bk_max = match ballot_read(disk, c, &dblock, Some(shared)).await {
+    let bk_max = match ballot_phase(disk, c, &dblock, shared).await {
         Ok(b) => b,
         Err(LeaseError::DblockLver | LeaseError::DblockMbal) => return Err(BallotError::Abort),
         Err(e) => return Err(fail(e, false)),
@@ -652,11 +893,9 @@ async fn run_ballot<D: Disk, C: Clock, L: Disk, O: HostObserver>(
     if c.bug == Some(PlantedBug::SkipPhase2) {
         return Ok(BallotResult { dblock });
     }
-    // Phase 2.
-    let w = write_slot(disk, c.res, c.g, c.host_id, &dblock, &c.our_mode).await;
+    // Phase 2 (shared holders are counted from phase 1 only, as in sanlock).
     slot.last = dblock;
-    w.map_err(|e| fail(e, true))?;
-    match ballot_read(disk, c, &dblock, None).await {
+    match ballot_phase(disk, c, &dblock, &mut Vec::new()).await {
         Ok(_) => Ok(BallotResult { dblock }),
         Err(LeaseError::DblockLver | LeaseError::DblockMbal) => Err(BallotError::Abort),
         Err(e) => Err(fail(e, true)),
@@ -690,11 +929,56 @@ enum OwnerVerdict {
     Restart,
 }
 
+/// Whether the owner of `cur` marked its dblock RELEASED: on one disk, its slot as read;
+/// on several, any disk read whose slot of the owner is RELEASED for `cur`'s lease version
+/// or a newer one (only the owner writes its slot, and a disk that missed its later
+/// writes may still show a RELEASED dblock of an older version). Read errors count as not
+/// released.
+async fn owner_released<S: LeaseDisks>(
+    disks: &S,
+    res: &ResourceParams,
+    g: Geometry,
+    cur: &LeaderRecord,
+) -> bool {
+    let one = disks.count() == 1;
+    let answers = gather(
+        disks,
+        |i| {
+            let (d, off) = disks.replica(i, res.disk_offset);
+            read_slot_one(d, slot_offset(off, g, cur.owner_id), res, g)
+        },
+        |a| {
+            a.iter()
+                .filter_map(Answer::ok)
+                .any(|(d, _)| d.is_released() && (one || d.lver >= cur.lver))
+        },
+    )
+    .await;
+    answers
+        .iter()
+        .filter_map(Answer::ok)
+        .any(|(d, _)| d.is_released() && (one || d.lver >= cur.lver))
+}
+
+/// One slot (dblock and mode block) on one disk, decoded but not verified.
+async fn read_slot_one<D: Disk>(
+    disk: &D,
+    at: u64,
+    res: &ResourceParams,
+    g: Geometry,
+) -> Result<(PaxosDblock, ModeBlock), LeaseError> {
+    let buf = disk
+        .read(at, g.sector_bytes() as usize, res.io_ms())
+        .await
+        .map_err(|e| LeaseError::io(IoOp::DblockRead, e))?;
+    Ok(decode_dblock_sector(&buf)?)
+}
+
 /// Step B for a lease owned by another host: wait until its owner is shown alive
 /// (IDLIVE), dead (host_dead_seconds without change, from our own observations), gone
 /// (delta lease free or re-acquired), or the leader changes (restart).
-async fn wait_for_owner<D: Disk, C: Clock, L: Disk, O: HostObserver>(
-    disk: &D,
+async fn wait_for_owner<S: LeaseDisks, C: Clock, L: Disk, O: HostObserver>(
+    disk: &S,
     clock: &C,
     host: &HostContext<'_, L, O>,
     res: &ResourceParams,
@@ -763,15 +1047,8 @@ async fn wait_for_owner<D: Disk, C: Clock, L: Disk, O: HostObserver>(
                 .is_some_and(|h| h.changed_at_last_check());
             let alive = owner_delta.timestamp != last_timestamp || seen_change;
             if alive {
-                if cur.write_id != cur.owner_id {
-                    let off = slot_offset(res, g, cur.owner_id);
-                    if let Ok(buf) = disk.read(off, g.sector_bytes() as usize, res.io_ms()).await {
-                        if let Ok((d, _)) = decode_dblock_sector(&buf) {
-                            if d.is_released() {
-                                return Ok(OwnerVerdict::Run);
-                            }
-                        }
-                    }
+                if cur.write_id != cur.owner_id && owner_released(disk, res, g, cur).await {
+                    return Ok(OwnerVerdict::Run);
                 }
                 return Err(AcquireFail {
                     err: LeaseError::IdLive {
@@ -813,8 +1090,8 @@ async fn wait_for_owner<D: Disk, C: Clock, L: Disk, O: HostObserver>(
 
 /// Best-effort undo after a failure that may have left us chosen: mark our dblock released
 /// and clear the leader if it names us and we wrote it.
-async fn retract<D: Disk, C: Clock>(
-    disk: &D,
+async fn retract<S: LeaseDisks, C: Clock>(
+    disk: &S,
     clock: &C,
     c: &BallotCtx<'_>,
     dblock: &PaxosDblock,
@@ -868,8 +1145,8 @@ async fn confirm_known_hosts<L: Disk, O: HostObserver>(
 
 /// [`confirm_known_hosts`]; when the confirmation cannot be read, our possibly chosen
 /// ballot is retracted before the error is returned.
-async fn confirm_or_retract<D: Disk, C: Clock, L: Disk, O: HostObserver>(
-    disk: &D,
+async fn confirm_or_retract<S: LeaseDisks, C: Clock, L: Disk, O: HostObserver>(
+    disk: &S,
     clock: &C,
     host: &HostContext<'_, L, O>,
     (ctx, num_hosts, opts): (&BallotCtx<'_>, u64, &AcquireOptions),
@@ -887,8 +1164,8 @@ async fn confirm_or_retract<D: Disk, C: Clock, L: Disk, O: HostObserver>(
 
 /// sanlock `paxos_lease_acquire`: steps A–E, returning the committed leader.
 #[allow(clippy::too_many_arguments)]
-async fn paxos_acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
-    disk: &D,
+async fn paxos_acquire<S: LeaseDisks, C: Clock, L: Disk, O: HostObserver>(
+    disk: &S,
     clock: &C,
     host: &HostContext<'_, L, O>,
     res: &ResourceParams,
@@ -1168,29 +1445,41 @@ async fn wait_shared_hold<C: Clock, L, O: HostObserver>(
     Ok(())
 }
 
-/// Clears the slots of dead shared holders; returns how many are alive.
-async fn clear_dead_shared<D: Disk, C: Clock, L: Disk, O: HostObserver>(
-    disk: &D,
+/// Clears the slots of dead shared holders; returns how many are alive. On several
+/// disks a holder's mode block is read on every disk (a majority must answer) and the
+/// holder is judged by the SHARED mode block of the newest generation any of them shows.
+async fn clear_dead_shared<S: LeaseDisks, C: Clock, L: Disk, O: HostObserver>(
+    disk: &S,
     clock: &C,
     host: &HostContext<'_, L, O>,
     res: &ResourceParams,
     g: Geometry,
     holders: &[u64],
 ) -> Result<usize, LeaseError> {
+    let n = disk.count();
     let mut live = 0;
     for &h in holders {
-        let buf = disk
-            .read(
-                slot_offset(res, g, h),
-                g.sector_bytes() as usize,
-                res.io_ms(),
-            )
-            .await
-            .map_err(|e| LeaseError::io(IoOp::DblockRead, e))?;
-        let (_, mb) = decode_dblock_sector(&buf)?;
-        if !mb.is_shared() || mb.generation == 0 {
-            continue;
+        let answers = gather(
+            disk,
+            |i| {
+                let (d, off) = disk.replica(i, res.disk_offset);
+                read_slot_one(d, slot_offset(off, g, h), res, g)
+            },
+            |a| majority(n, count_ok(a)),
+        )
+        .await;
+        if !majority(n, count_ok(&answers)) {
+            return Err(step_error(&answers, missing(IoOp::DblockRead)));
         }
+        let Some(mb) = answers
+            .iter()
+            .filter_map(Answer::ok)
+            .map(|(_, mb)| *mb)
+            .filter(|mb| mb.is_shared() && mb.generation != 0)
+            .max_by_key(|mb| mb.generation)
+        else {
+            continue;
+        };
         #[cfg(feature = "sim")]
         let from_cache = host.observer.judges_shared_from_cache();
         #[cfg(not(feature = "sim"))]
@@ -1217,9 +1506,17 @@ async fn clear_dead_shared<D: Disk, C: Clock, L: Disk, O: HostObserver>(
             continue;
         }
         let zero = vec![0u8; g.sector_bytes() as usize];
-        disk.write(slot_offset(res, g, h), &zero, res.io_ms())
-            .await
-            .map_err(|e| LeaseError::io(IoOp::DblockWrite, e))?;
+        let zero = &zero;
+        write_each(
+            disk,
+            false,
+            |i| {
+                let (d, off) = disk.replica(i, res.disk_offset);
+                write_sector(d, slot_offset(off, g, h), zero, res, IoOp::DblockWrite)
+            },
+            missing(IoOp::DblockWrite),
+        )
+        .await?;
     }
     Ok(live)
 }
@@ -1228,8 +1525,8 @@ async fn clear_dead_shared<D: Disk, C: Clock, L: Disk, O: HostObserver>(
 /// `paxos_lease_release`). Returns the leader written, or `None` when another host was the
 /// writer (then our RELEASED dblock flag is what frees the lease).
 #[allow(clippy::too_many_arguments)]
-async fn release_leader<D: Disk, C: Clock>(
-    disk: &D,
+async fn release_leader<S: LeaseDisks, C: Clock>(
+    disk: &S,
     clock: &C,
     res: &ResourceParams,
     g: Geometry,
@@ -1275,8 +1572,8 @@ async fn release_leader<D: Disk, C: Clock>(
 /// flag after the leader write completed closes that window; the on-disk states are the
 /// same ones sanlock produces.
 #[allow(clippy::too_many_arguments)]
-async fn release_then_flag<D: Disk, C: Clock>(
-    disk: &D,
+async fn release_then_flag<S: LeaseDisks, C: Clock>(
+    disk: &S,
     clock: &C,
     res: &ResourceParams,
     g: Geometry,
@@ -1296,13 +1593,15 @@ async fn release_then_flag<D: Disk, C: Clock>(
     Ok(cleared)
 }
 
-async fn read_lvb<D: Disk>(
-    disk: &D,
+/// The LVB sector, on the lease's first disk only (as sanlock keeps it).
+async fn read_lvb<S: LeaseDisks>(
+    disks: &S,
     res: &ResourceParams,
     g: Geometry,
 ) -> Result<Vec<u8>, LeaseError> {
+    let (disk, offset) = disks.replica(0, res.disk_offset);
     disk.read(
-        res.disk_offset + lvb_offset(g),
+        offset + lvb_offset(g),
         g.sector_bytes() as usize,
         res.io_ms(),
     )
@@ -1311,16 +1610,13 @@ async fn read_lvb<D: Disk>(
     .map_err(|e| LeaseError::io(IoOp::Other, e))
 }
 
-async fn write_lvb<D: Disk>(disk: &D, token: &Token) -> Result<(), LeaseError> {
+async fn write_lvb<S: LeaseDisks>(disks: &S, token: &Token) -> Result<(), LeaseError> {
     let Some(lvb) = &token.lvb else { return Ok(()) };
     let g = token.resource.geometry;
-    disk.write(
-        token.resource.disk_offset + lvb_offset(g),
-        lvb,
-        token.resource.io_ms(),
-    )
-    .await
-    .map_err(|e| LeaseError::io(IoOp::Other, e))
+    let (disk, offset) = disks.replica(0, token.resource.disk_offset);
+    disk.write(offset + lvb_offset(g), lvb, token.resource.io_ms())
+        .await
+        .map_err(|e| LeaseError::io(IoOp::Other, e))
 }
 
 /// Acquires a resource lease (sanlock `acquire_token` disk path).
@@ -1341,8 +1637,8 @@ async fn write_lvb<D: Disk>(disk: &D, token: &Token) -> Result<(), LeaseError> {
 /// `owner_nowait`), [`LeaseError::Owned`] / [`LeaseError::Other`] (someone else won),
 /// [`LeaseError::AcquireLver`], [`LeaseError::LvbUnsupported`] (LVB on a geometry whose LVB
 /// sector is outside the area), I/O and format errors.
-pub async fn acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
-    disk: &D,
+pub async fn acquire<S: LeaseDisks, C: Clock, L: Disk, O: HostObserver>(
+    disk: &S,
     clock: &C,
     host: &HostContext<'_, L, O>,
     res: &ResourceParams,
@@ -1478,8 +1774,8 @@ pub async fn acquire<D: Disk, C: Clock, L: Disk, O: HostObserver>(
 ///
 /// Errors: [`LeaseError::ReleaseLver`] / [`LeaseError::ReleaseOwner`] when the leader
 /// changed under us (the slot is still marked released), I/O errors (retry later).
-pub async fn release<D: Disk, C: Clock>(
-    disk: &D,
+pub async fn release<S: LeaseDisks, C: Clock>(
+    disk: &S,
     clock: &C,
     token: &Token,
 ) -> Result<(), LeaseError> {
@@ -1490,8 +1786,8 @@ pub async fn release<D: Disk, C: Clock>(
 /// it is written with resource name `rename` (sanlock `SANLK_REL_RENAME`; lvmlockd renames
 /// a freed lease at vgremove). A shared release, or a leader last written by another host,
 /// keeps its name, exactly as sanlock does.
-pub async fn release_renamed<D: Disk, C: Clock>(
-    disk: &D,
+pub async fn release_renamed<S: LeaseDisks, C: Clock>(
+    disk: &S,
     clock: &C,
     token: &Token,
     rename: Option<&Name>,
@@ -1529,8 +1825,8 @@ pub async fn release_renamed<D: Disk, C: Clock>(
 /// stays `Shared` with `erase_all` set, so that its release clears owner and mode block. sh→ex: a ballot that keeps our SHARED mode block, then live shared holders
 /// make it release the leader and return [`LeaseError::Again`] (we stay shared); otherwise
 /// our mode block is cleared. [`LeaseError::Already`] when already in `to`.
-pub async fn convert<D: Disk, C: Clock, L: Disk, O: HostObserver>(
-    disk: &D,
+pub async fn convert<S: LeaseDisks, C: Clock, L: Disk, O: HostObserver>(
+    disk: &S,
     clock: &C,
     host: &HostContext<'_, L, O>,
     token: &mut Token,
@@ -1677,14 +1973,16 @@ pub async fn convert<D: Disk, C: Clock, L: Disk, O: HostObserver>(
     }
 }
 
-async fn read_request<D: Disk>(
-    disk: &D,
+/// The request record, on the lease's first disk only (as sanlock keeps it).
+async fn read_request<S: LeaseDisks>(
+    disks: &S,
     res: &ResourceParams,
     g: Geometry,
 ) -> Result<RequestRecord, LeaseError> {
+    let (disk, offset) = disks.replica(0, res.disk_offset);
     let buf = disk
         .read(
-            res.disk_offset + REQUEST_SECTOR * g.sector_bytes(),
+            offset + REQUEST_SECTOR * g.sector_bytes(),
             g.sector_bytes() as usize,
             res.io_ms(),
         )
@@ -1698,8 +1996,8 @@ async fn read_request<D: Disk>(
 /// Writes a request for the lease (sanlock `request_token`): the requested lver must be
 /// above the held one ([`LeaseError::RequestOld`]) and not below a recorded request
 /// ([`LeaseError::RequestLver`]). `Exact(0)` with force mode 0 clears the record.
-pub async fn request<D: Disk>(
-    disk: &D,
+pub async fn request<S: LeaseDisks>(
+    disk: &S,
     res: &ResourceParams,
     lver: RequestLver,
     force_mode: u32,
@@ -1710,11 +2008,13 @@ pub async fn request<D: Disk>(
     // no plain write to its request sector either.
     leader.check_writable(LeaderKind::Paxos)?;
     let owner_id = (leader.timestamp != 0).then_some(leader.owner_id);
-    let off = res.disk_offset + REQUEST_SECTOR * g.sector_bytes();
+    let (first, offset) = disk.replica(0, res.disk_offset);
+    let off = offset + REQUEST_SECTOR * g.sector_bytes();
     let write = |rr: RequestRecord| async move {
         let mut buf = vec![0u8; g.sector_bytes() as usize];
         rr.encode_into(&mut buf);
-        disk.write(off, &buf, res.io_ms())
+        first
+            .write(off, &buf, res.io_ms())
             .await
             .map_err(|e| LeaseError::io(IoOp::Other, e))
     };
@@ -1750,7 +2050,7 @@ pub async fn request<D: Disk>(
 
 /// Examines a held lease for a request against it: returns the force mode
 /// (`REQ_FORCE`/`REQ_GRACEFUL`) when the request record asks for an lver above ours.
-pub async fn examine<D: Disk>(disk: &D, token: &Token) -> Result<Option<u32>, LeaseError> {
+pub async fn examine<S: LeaseDisks>(disk: &S, token: &Token) -> Result<Option<u32>, LeaseError> {
     let rr = read_request(disk, &token.resource, token.resource.geometry).await?;
     if rr.force_mode != 0 && rr.lver > token.lver() {
         return Ok(Some(rr.force_mode));
@@ -1759,21 +2059,18 @@ pub async fn examine<D: Disk>(disk: &D, token: &Token) -> Result<Option<u32>, Le
 }
 
 /// The current holders of a lease (sanlock `read_resource_owners`): the leader owner when
-/// held, plus every slot with a SHARED mode block.
-pub async fn read_owners<D: Disk>(
-    disk: &D,
+/// held, plus every slot with a SHARED mode block (on several disks: on any disk read; a
+/// majority must be read).
+pub async fn read_owners<S: LeaseDisks>(
+    disk: &S,
     res: &ResourceParams,
 ) -> Result<(LeaderRecord, Vec<Owner>), LeaseError> {
     let leader = read_leader_at(disk, res, res.geometry).await?;
     let g = leader_geometry(&leader, res)?;
-    let buf = disk
-        .read(
-            res.disk_offset,
-            ballot_bytes(g, leader.num_hosts),
-            res.io_ms(),
-        )
-        .await
-        .map_err(|e| LeaseError::io(IoOp::DblockRead, e))?;
+    let answers = read_slots_each(disk, res, g, (leader.num_hosts, SlotCheck::ModeBlocks)).await;
+    if !majority(disk.count(), count_ok(&answers)) {
+        return Err(step_error(&answers, missing(IoOp::DblockRead)));
+    }
     let mut owners = Vec::new();
     if leader.timestamp != 0 {
         owners.push(Owner {
@@ -1782,20 +2079,18 @@ pub async fn read_owners<D: Disk>(
             mode: Mode::Exclusive,
         });
     }
-    let sector = g.sector_bytes() as usize;
-    for q in 0..leader.num_hosts as usize {
-        let at = (2 + q) * sector;
-        if at + sector > buf.len() {
-            break;
-        }
-        let (_, mb) = decode_dblock_sector(&buf[at..at + sector])?;
-        if mb.is_shared() {
-            owners.push(Owner {
-                host_id: q as u64 + 1,
-                generation: mb.generation,
-                mode: Mode::Shared,
-            });
+    let mut shared: Vec<(u64, u64)> = Vec::new();
+    for (h, gen) in answers.iter().filter_map(Answer::ok).flatten() {
+        match shared.iter_mut().find(|(x, _)| x == h) {
+            Some(seen) => seen.1 = seen.1.max(*gen),
+            None => shared.push((*h, *gen)),
         }
     }
+    shared.sort_unstable();
+    owners.extend(shared.into_iter().map(|(host_id, generation)| Owner {
+        host_id,
+        generation,
+        mode: Mode::Shared,
+    }));
     Ok((leader, owners))
 }

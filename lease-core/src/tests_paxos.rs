@@ -22,14 +22,14 @@ use crate::paxos::{self, AcquireOptions, HostContext, Mode, RequestLver, Resourc
 use crate::testutil::{ls_params, res_params, MemDisk, TestClock, RES_OFFSET};
 
 /// One simulated host: its lockspace membership and monitor.
-struct Host {
+pub(crate) struct Host {
     p: LockspaceParams,
     st: DeltaState,
     mon: RefCell<HostMonitor>,
 }
 
 impl Host {
-    fn join(d: &MemDisk, c: &TestClock, id: u64) -> Host {
+    pub(crate) fn join(d: &MemDisk, c: &TestClock, id: u64) -> Host {
         let p = ls_params(id, &format!("host{id}"));
         let st = block_on(delta::acquire(d, c, &p)).unwrap();
         Host {
@@ -40,7 +40,7 @@ impl Host {
     }
 
     /// Renews and feeds the monitor, as the lockspace thread does.
-    fn renew(&mut self, d: &MemDisk, c: &TestClock) {
+    pub(crate) fn renew(&mut self, d: &MemDisk, c: &TestClock) {
         let snap = block_on(delta::renew(
             d,
             c,
@@ -52,7 +52,10 @@ impl Host {
         self.mon.borrow_mut().observe(snap.read_at_s, &snap.sectors);
     }
 
-    fn ctx<'a>(&'a self, d: &'a MemDisk) -> HostContext<'a, MemDisk, RefCell<HostMonitor>> {
+    pub(crate) fn ctx<'a>(
+        &'a self,
+        d: &'a MemDisk,
+    ) -> HostContext<'a, MemDisk, RefCell<HostMonitor>> {
         HostContext {
             lockspace_disk: d,
             lockspace: &self.p,
@@ -71,31 +74,31 @@ impl Host {
     }
 }
 
-fn ex() -> AcquireOptions {
+pub(crate) fn ex() -> AcquireOptions {
     AcquireOptions::default()
 }
 
-fn sh() -> AcquireOptions {
+pub(crate) fn sh() -> AcquireOptions {
     AcquireOptions {
         mode: Mode::Shared,
         ..AcquireOptions::default()
     }
 }
 
-fn leader(d: &MemDisk) -> LeaderRecord {
+pub(crate) fn leader(d: &MemDisk) -> LeaderRecord {
     LeaderRecord::decode(&d.get(RES_OFFSET, 512)).unwrap()
 }
 
-fn slot(d: &MemDisk, host_id: u64) -> (PaxosDblock, ModeBlock) {
+pub(crate) fn slot(d: &MemDisk, host_id: u64) -> (PaxosDblock, ModeBlock) {
     decode_dblock_sector(&d.get(RES_OFFSET + dblock_sector(host_id) * 512, 512)).unwrap()
 }
 
-fn advance(c: &TestClock, s: u64) {
+pub(crate) fn advance(c: &TestClock, s: u64) {
     c.now_ms.set(c.now_ms.get() + s * 1000);
 }
 
 /// Host A (1) and B (2) in the lockspace, each having watched the other renew once.
-fn two_hosts() -> (MemDisk, TestClock, Host, Host) {
+pub(crate) fn two_hosts() -> (MemDisk, TestClock, Host, Host) {
     let d = MemDisk::formatted();
     let c = TestClock::at_s(1000);
     let mut a = Host::join(&d, &c, 1);

@@ -23,6 +23,8 @@ pub struct MemDisk {
     injections: RefCell<Vec<(u64, u64, Vec<u8>)>>,
     /// Fail every write at these byte offsets.
     pub fail_writes_at: RefCell<Vec<u64>>,
+    /// Every operation fails with this (a dead or stalled disk) while set.
+    pub fail_all: Cell<Option<IoError>>,
 }
 
 impl MemDisk {
@@ -33,6 +35,7 @@ impl MemDisk {
             bytes_read: Cell::new(0),
             injections: RefCell::new(Vec::new()),
             fail_writes_at: RefCell::new(Vec::new()),
+            fail_all: Cell::new(None),
         }
     }
 
@@ -100,12 +103,15 @@ impl Disk for MemDisk {
         _timeout_ms: u64,
     ) -> impl Future<Output = Result<Vec<u8>, IoError>> {
         let o = offset as usize;
-        let r = self
-            .bytes
-            .borrow()
-            .get(o..o + len)
-            .map(<[u8]>::to_vec)
-            .ok_or(IoError::Failed);
+        let r = match self.fail_all.get() {
+            Some(e) => Err(e),
+            None => self
+                .bytes
+                .borrow()
+                .get(o..o + len)
+                .map(<[u8]>::to_vec)
+                .ok_or(IoError::Failed),
+        };
         self.bytes_read.set(self.bytes_read.get() + len as u64);
         self.tick();
         ready(r)
@@ -117,7 +123,9 @@ impl Disk for MemDisk {
         data: &[u8],
         _timeout_ms: u64,
     ) -> impl Future<Output = Result<(), IoError>> {
-        let r = if self.fail_writes_at.borrow().contains(&offset) {
+        let r = if let Some(e) = self.fail_all.get() {
+            Err(e)
+        } else if self.fail_writes_at.borrow().contains(&offset) {
             Err(IoError::Failed)
         } else {
             self.put(offset, data);

@@ -1,0 +1,376 @@
+//! The disks of one resource lease: one (the normal case) or up to [`MAX_DISKS`], as
+//! sanlock's `num_disks`, and the majority rule of Disk Paxos over them.
+//!
+//! [`LeaseDisks`] is implemented by every [`Disk`] (one disk, the lease area at
+//! `ResourceParams::disk_offset`) and by [`Replicas`] (several disks, each with the
+//! area's offset on it). [`gather`] runs one future per disk at once and stops as soon as
+//! the caller's rule is met, so a slow or dead minority does not hold a step up.
+//!
+//! Invariants:
+//! - A step counts a disk only for work that completed on that disk, in order: a
+//!   ballot phase is one future per disk that writes our dblock and then reads the
+//!   dblocks, so a read counted for disk `d` always follows our write to `d` (what the
+//!   Disk Paxos proof needs of each disk in the majority).
+//! - A disk whose future was still running when a step stopped waiting, or whose I/O
+//!   timed out, is *dropped* for the rest of the operation ([`LeaseDisks::dropped`]): an
+//!   I/O of ours may still be in flight on it, and a later write of ours must never race
+//!   an earlier one on the same disk. A dropped disk counts as a failure in every later
+//!   majority. The mark lives in the [`Replicas`] value, which a caller makes for one
+//!   operation (one acquire, one release).
+//! - [`majority`] is sanlock's `majority_disks`: more than half (2 of 3, 3 of 4, 2 of 2).
+//!
+//! Hand-written rather than taken from a futures crate: lease-core depends on no
+//! executor, and the one combinator needed (poll every disk's future, stop on a
+//! caller's rule, report which were left running) is a few lines over `poll_fn`.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
+use crate::error::LeaseError;
+use crate::io::Disk;
+
+/// sanlock's `SANLK_MAX_DISKS`.
+pub const MAX_DISKS: usize = 4;
+
+/// Bytes of a leader that the disks of a lease must agree on (sanlock
+/// `LEADER_COMPARE_LEN`: everything before the timestamp).
+pub const LEADER_COMPARE_BYTES: usize = 152;
+
+/// Whether `count` of `num_disks` disks is a majority (more than half).
+pub fn majority(num_disks: usize, count: usize) -> bool {
+    count * 2 > num_disks
+}
+
+/// The disks a resource lease lives on.
+pub trait LeaseDisks {
+    /// The disk type.
+    type Disk: Disk;
+
+    /// How many disks: 1..=[`MAX_DISKS`].
+    fn count(&self) -> usize;
+
+    /// Disk `i` and the lease area's byte offset on it. `base` is the resource's
+    /// `disk_offset`, the offset of a lease on one disk.
+    fn replica(&self, i: usize, base: u64) -> (&Self::Disk, u64);
+
+    /// Whether disk `i` was given up for the rest of this operation (see the module
+    /// header).
+    fn dropped(&self, _i: usize) -> bool {
+        false
+    }
+
+    /// Gives disk `i` up for the rest of this operation.
+    fn drop_disk(&self, _i: usize) {}
+}
+
+/// One disk: the lease area is at the resource's `disk_offset`. Never dropped: a single
+/// disk's step waits for its I/O as it always has.
+impl<D: Disk> LeaseDisks for D {
+    type Disk = D;
+
+    fn count(&self) -> usize {
+        1
+    }
+
+    fn replica(&self, _i: usize, base: u64) -> (&D, u64) {
+        (self, base)
+    }
+}
+
+/// Several disks of one lease, for one operation.
+pub struct Replicas<'a, D> {
+    list: Vec<(&'a D, u64)>,
+    dropped: Cell<u8>,
+}
+
+impl<'a, D: Disk> Replicas<'a, D> {
+    /// The lease's disks with the area's offset on each, in the order the lease names them
+    /// (disk 0 holds the request record and the LVB, as in sanlock).
+    pub fn new(list: Vec<(&'a D, u64)>) -> Result<Self, LeaseError> {
+        if list.is_empty() || list.len() > MAX_DISKS {
+            return Err(LeaseError::Invalid("a lease has 1 to 4 disks"));
+        }
+        Ok(Replicas {
+            list,
+            dropped: Cell::new(0),
+        })
+    }
+
+    /// How many disks were dropped so far in this operation.
+    pub fn dropped_count(&self) -> u32 {
+        self.dropped.get().count_ones()
+    }
+}
+
+impl<D: Disk> LeaseDisks for Replicas<'_, D> {
+    type Disk = D;
+
+    fn count(&self) -> usize {
+        self.list.len()
+    }
+
+    fn replica(&self, i: usize, _base: u64) -> (&D, u64) {
+        self.list[i]
+    }
+
+    fn dropped(&self, i: usize) -> bool {
+        self.dropped.get() & (1 << i) != 0
+    }
+
+    fn drop_disk(&self, i: usize) {
+        self.dropped.set(self.dropped.get() | (1 << i));
+    }
+}
+
+/// What one disk gave in a [`gather`].
+#[derive(Debug)]
+pub enum Answer<T> {
+    /// The disk was dropped before the step: nothing was issued on it.
+    Skipped,
+    /// The step stopped waiting before this disk's future finished (the disk is now
+    /// dropped).
+    Left,
+    /// The disk's future finished.
+    Done(Result<T, LeaseError>),
+}
+
+impl<T> Answer<T> {
+    /// The value, when the disk's future finished well.
+    pub fn ok(&self) -> Option<&T> {
+        match self {
+            Answer::Done(Ok(v)) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+fn timed_out(e: &LeaseError) -> bool {
+    matches!(
+        e,
+        LeaseError::Io {
+            timed_out: true,
+            ..
+        }
+    )
+}
+
+/// Runs `start(i)` for every disk `i` not dropped, all at once, until every one has
+/// finished or `enough` (called with the answers so far) says the step is decided. Disks
+/// left running, or whose I/O timed out, are dropped.
+pub async fn gather<S, T, F>(
+    disks: &S,
+    mut start: impl FnMut(usize) -> F,
+    mut enough: impl FnMut(&[Answer<T>]) -> bool,
+) -> Vec<Answer<T>>
+where
+    S: LeaseDisks + ?Sized,
+    F: Future<Output = Result<T, LeaseError>>,
+{
+    let n = disks.count();
+    let mut futs: Vec<Option<Pin<Box<F>>>> = (0..n)
+        .map(|i| (!disks.dropped(i)).then(|| Box::pin(start(i))))
+        .collect();
+    let mut out: Vec<Answer<T>> = futs
+        .iter()
+        .map(|f| {
+            if f.is_some() {
+                Answer::Left
+            } else {
+                Answer::Skipped
+            }
+        })
+        .collect();
+    std::future::poll_fn(|cx| {
+        for (i, slot) in futs.iter_mut().enumerate() {
+            let Some(f) = slot.as_mut() else { continue };
+            if let Poll::Ready(r) = f.as_mut().poll(cx) {
+                *slot = None;
+                if matches!(&r, Err(e) if timed_out(e)) {
+                    disks.drop_disk(i);
+                }
+                out[i] = Answer::Done(r);
+            }
+        }
+        if futs.iter().all(Option::is_none) || enough(&out) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    for (i, f) in futs.iter().enumerate() {
+        if f.is_some() {
+            disks.drop_disk(i);
+        }
+    }
+    out
+}
+
+/// How many answers finished well.
+pub fn count_ok<T>(answers: &[Answer<T>]) -> usize {
+    answers.iter().filter(|a| a.ok().is_some()).count()
+}
+
+/// The error a step that missed its majority reports: a reservation conflict on any
+/// disk (this host is fenced there), else the first disk's error in the lease's order,
+/// else `missing` (every failing disk was dropped or left running). On one disk this is
+/// that disk's own error.
+pub fn step_error<T>(answers: &[Answer<T>], missing: LeaseError) -> LeaseError {
+    let errors = || {
+        answers.iter().filter_map(|a| match a {
+            Answer::Done(Err(e)) => Some(e),
+            _ => None,
+        })
+    };
+    if let Some(e) = errors().find(|e| e.is_fenced()) {
+        return e.clone();
+    }
+    errors().next().cloned().unwrap_or(missing)
+}
+
+/// Runs `write(i)` on every disk and succeeds when a majority of the disks (all of them
+/// with `all`) wrote; otherwise [`step_error`] with `missing`.
+pub async fn write_each<S, F>(
+    disks: &S,
+    all: bool,
+    write: impl FnMut(usize) -> F,
+    missing: LeaseError,
+) -> Result<(), LeaseError>
+where
+    S: LeaseDisks + ?Sized,
+    F: Future<Output = Result<(), LeaseError>>,
+{
+    let n = disks.count();
+    let need = |ok: usize| if all { ok == n } else { majority(n, ok) };
+    let answers = gather(disks, write, |a| need(count_ok(a))).await;
+    if need(count_ok(&answers)) {
+        Ok(())
+    } else {
+        Err(step_error(&answers, missing))
+    }
+}
+
+/// The index of the first answer whose value agrees (by `same`) with the values of a
+/// majority of the `n` disks.
+pub fn agreeing<T>(answers: &[Answer<T>], same: impl Fn(&T, &T) -> bool) -> Option<usize> {
+    let n = answers.len();
+    (0..n).find(|&i| {
+        answers[i].ok().is_some_and(|v| {
+            let votes = answers
+                .iter()
+                .filter(|a| a.ok().is_some_and(|w| same(v, w)))
+                .count();
+            majority(n, votes)
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::IoOp;
+    use crate::exec::block_on;
+    use crate::io::IoError;
+
+    #[test]
+    fn majority_is_more_than_half() {
+        assert!(majority(1, 1));
+        assert!(!majority(1, 0));
+        assert!(majority(2, 2));
+        assert!(!majority(2, 1), "half of an even count is not enough");
+        assert!(majority(3, 2));
+        assert!(!majority(3, 1));
+        assert!(majority(4, 3));
+        assert!(!majority(4, 2));
+    }
+
+    fn io(timed_out: bool) -> LeaseError {
+        LeaseError::Io {
+            op: IoOp::DblockWrite,
+            timed_out,
+        }
+    }
+
+    struct Nothing;
+    impl Disk for Nothing {
+        type Buf = Vec<u8>;
+        async fn read(&self, _: u64, _: usize, _: u64) -> Result<Vec<u8>, IoError> {
+            Err(IoError::Failed)
+        }
+        async fn write(&self, _: u64, _: &[u8], _: u64) -> Result<(), IoError> {
+            Err(IoError::Failed)
+        }
+    }
+
+    #[test]
+    fn a_timed_out_disk_is_dropped_and_skipped_next_time() {
+        let d = Nothing;
+        let r = Replicas::new(vec![(&d, 0), (&d, 4096), (&d, 8192)]).unwrap();
+        let answers = block_on(gather(
+            &r,
+            |i| async move {
+                if i == 1 {
+                    Err(io(true))
+                } else {
+                    Ok(i)
+                }
+            },
+            |_| false,
+        ));
+        assert_eq!(count_ok(&answers), 2);
+        assert!(r.dropped(1) && !r.dropped(0) && !r.dropped(2));
+        let again = block_on(gather(&r, |i| async move { Ok(i) }, |_| false));
+        assert!(matches!(again[1], Answer::Skipped));
+        assert_eq!(count_ok(&again), 2);
+    }
+
+    #[test]
+    fn a_step_error_prefers_a_reservation_conflict_then_the_first_disk() {
+        let fenced = LeaseError::Fenced {
+            op: IoOp::DblockWrite,
+        };
+        let a: Vec<Answer<()>> = vec![
+            Answer::Done(Err(io(false))),
+            Answer::Done(Err(fenced.clone())),
+            Answer::Left,
+        ];
+        assert_eq!(step_error(&a, LeaseError::Again), fenced);
+        let b: Vec<Answer<()>> = vec![Answer::Skipped, Answer::Done(Err(io(true)))];
+        assert_eq!(step_error(&b, LeaseError::Again), io(true));
+        let c: Vec<Answer<()>> = vec![Answer::Skipped, Answer::Left];
+        assert_eq!(step_error(&c, LeaseError::Again), LeaseError::Again);
+    }
+
+    #[test]
+    fn agreement_needs_a_majority_of_all_disks_not_of_those_read() {
+        let a: Vec<Answer<u8>> = vec![
+            Answer::Done(Ok(7)),
+            Answer::Done(Err(io(false))),
+            Answer::Left,
+        ];
+        assert_eq!(agreeing(&a, |x, y| x == y), None);
+        let b: Vec<Answer<u8>> = vec![
+            Answer::Done(Ok(6)),
+            Answer::Done(Ok(7)),
+            Answer::Done(Ok(7)),
+        ];
+        assert_eq!(agreeing(&b, |x, y| x == y), Some(1));
+        let c: Vec<Answer<u8>> = vec![
+            Answer::Done(Ok(5)),
+            Answer::Done(Ok(5)),
+            Answer::Done(Ok(7)),
+            Answer::Done(Ok(7)),
+        ];
+        assert_eq!(agreeing(&c, |x, y| x == y), None, "2 of 4 is no majority");
+    }
+
+    #[test]
+    fn replicas_take_one_to_four_disks() {
+        let d = Nothing;
+        assert!(Replicas::<Nothing>::new(vec![]).is_err());
+        assert!(Replicas::new(vec![(&d, 0); 5]).is_err());
+        assert_eq!(Replicas::new(vec![(&d, 0); 4]).unwrap().count(), 4);
+    }
+}

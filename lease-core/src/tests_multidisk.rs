@@ -1,0 +1,262 @@
+//! Disk Paxos on a lease with several disks (sanlock's `num_disks`): the majority rule for
+//! every step, a failing or stalled minority, a failing majority, disagreeing leaders,
+//! shared mode blocks on every disk, and the request record and LVB on the first disk.
+//! The lockspace lives on its own disk; the lease's disks are three (or four) others.
+
+use disk_format::rv;
+use disk_format::LeaderRecord;
+
+use crate::disks::{LeaseDisks, Replicas, LEADER_COMPARE_BYTES};
+use crate::error::LeaseError;
+use crate::exec::block_on;
+use crate::io::IoError;
+use crate::paxos::{self, AcquireOptions, Mode, RequestLver, Token};
+use crate::tests_paxos::{advance, ex, leader, sh, slot, two_hosts, Host};
+use crate::testutil::{res_params, MemDisk, TestClock, RES_OFFSET};
+
+fn disks(n: usize) -> Vec<MemDisk> {
+    (0..n).map(|_| MemDisk::formatted()).collect()
+}
+
+fn replicas(r: &[MemDisk]) -> Replicas<'_, MemDisk> {
+    Replicas::new(r.iter().map(|d| (d, RES_OFFSET)).collect()).unwrap()
+}
+
+fn acquire(
+    h: &Host,
+    ls: &MemDisk,
+    r: &[MemDisk],
+    c: &TestClock,
+    opts: &AcquireOptions,
+) -> Result<Token, LeaseError> {
+    block_on(paxos::acquire(
+        &replicas(r),
+        c,
+        &h.ctx(ls),
+        &res_params(),
+        opts,
+    ))
+}
+
+fn release(r: &[MemDisk], c: &TestClock, t: &Token) -> Result<(), LeaseError> {
+    block_on(paxos::release(&replicas(r), c, t))
+}
+
+fn same(a: &LeaderRecord, b: &LeaderRecord) -> bool {
+    a.encode()[..LEADER_COMPARE_BYTES] == b.encode()[..LEADER_COMPARE_BYTES]
+}
+
+#[test]
+fn three_healthy_disks_hold_the_same_leader_and_dblocks() {
+    let (ls, c, a, b) = two_hosts();
+    let r = disks(3);
+    let t = acquire(&a, &ls, &r, &c, &ex()).unwrap();
+    assert_eq!(t.lver(), 1);
+    for d in &r {
+        let l = leader(d);
+        assert_eq!((l.lver, l.owner_id, l.owner_generation), (1, 1, 1));
+        assert!(same(&l, &leader(&r[0])));
+        let (db, _) = slot(d, 1);
+        assert_eq!((db.mbal, db.bal, db.inp, db.lver), (1, 1, 1, 1));
+    }
+    // B sees A's lease as held by a live host.
+    let e = acquire(&b, &ls, &r, &c, &ex()).unwrap_err();
+    assert!(matches!(e, LeaseError::IdLive { owner_id: 1, .. }), "{e:?}");
+    release(&r, &c, &t).unwrap();
+    for d in &r {
+        assert_eq!(leader(d).timestamp, 0);
+        assert!(slot(d, 1).0.is_released());
+    }
+    let t2 = acquire(&b, &ls, &r, &c, &ex()).unwrap();
+    assert_eq!(t2.lver(), 2);
+}
+
+#[test]
+fn a_failing_minority_is_survived_through_acquire_release_and_a_takeover() {
+    let (ls, c, a, b) = two_hosts();
+    let r = disks(3);
+    r[2].fail_all.set(Some(IoError::Failed));
+    let t = acquire(&a, &ls, &r, &c, &ex()).unwrap();
+    assert_eq!(t.lver(), 1);
+    assert_eq!(leader(&r[0]).owner_id, 1);
+    assert_eq!(leader(&r[1]).owner_id, 1);
+    assert_eq!(
+        leader(&r[2]).timestamp,
+        0,
+        "the failed disk was never written"
+    );
+    // While A holds it, B (reading the same two disks) sees a live owner.
+    assert!(matches!(
+        acquire(&b, &ls, &r, &c, &ex()),
+        Err(LeaseError::IdLive { .. })
+    ));
+    release(&r, &c, &t).unwrap();
+    // The failed disk comes back (stale) and another fails: a majority still agrees.
+    r[2].fail_all.set(None);
+    r[1].fail_all.set(Some(IoError::Failed));
+    let t2 = acquire(&b, &ls, &r, &c, &ex());
+    // {0, 2} disagree (lver 1 released on 0, the format's lver 0 on 2): no majority.
+    assert_eq!(t2.unwrap_err(), LeaseError::LeaderDiff);
+    r[1].fail_all.set(None);
+    let t3 = acquire(&b, &ls, &r, &c, &ex()).unwrap();
+    assert_eq!(t3.lver(), 2);
+    for d in &r {
+        assert_eq!(leader(d).owner_id, 2, "the commit rewrote every disk");
+    }
+}
+
+#[test]
+fn a_failing_majority_refuses_and_nothing_is_held() {
+    let (ls, c, a, _b) = two_hosts();
+    let r = disks(3);
+    r[0].fail_all.set(Some(IoError::Failed));
+    r[2].fail_all.set(Some(IoError::Failed));
+    let e = acquire(&a, &ls, &r, &c, &ex()).unwrap_err();
+    assert_eq!(e.sanlk_code(), rv::SANLK_LEADER_READ, "{e:?}");
+    assert_eq!(leader(&r[1]).timestamp, 0);
+    assert_eq!(slot(&r[1], 1).0.mbal, 0, "no ballot was written");
+}
+
+#[test]
+fn dblock_writes_failing_on_a_majority_fail_the_ballot() {
+    let (ls, c, a, _b) = two_hosts();
+    let r = disks(3);
+    let at = RES_OFFSET + disk_format::area::dblock_sector(1) * 512;
+    r[0].fail_writes_at.borrow_mut().push(at);
+    r[1].fail_writes_at.borrow_mut().push(at);
+    let e = acquire(&a, &ls, &r, &c, &ex()).unwrap_err();
+    assert_eq!(e.sanlk_code(), rv::SANLK_DBLOCK_WRITE, "{e:?}");
+    for d in &r {
+        assert_eq!(leader(d).timestamp, 0, "no leader was committed");
+    }
+}
+
+#[test]
+fn a_stalled_disk_is_dropped_once_and_not_waited_for_again() {
+    let (ls, c, a, _b) = two_hosts();
+    let r = disks(3);
+    r[1].fail_all.set(Some(IoError::TimedOut));
+    let reps = replicas(&r);
+    let t = block_on(paxos::acquire(&reps, &c, &a.ctx(&ls), &res_params(), &ex())).unwrap();
+    assert_eq!(reps.dropped_count(), 1);
+    assert!(reps.dropped(1));
+    // Dropped at the first read: nothing later was issued on it.
+    assert_eq!(
+        r[1].ops(),
+        1,
+        "one read issued on the stalled disk, then no more"
+    );
+    assert_eq!(t.lver(), 1);
+    assert_eq!(leader(&r[0]).owner_id, 1);
+    assert_eq!(leader(&r[2]).owner_id, 1);
+}
+
+#[test]
+fn leaders_that_no_majority_shares_are_leader_diff() {
+    let (ls, c, a, _b) = two_hosts();
+    let r = disks(3);
+    // Three different leaders: lver 0 (the format), 5 and 6.
+    for (d, lver) in [(&r[1], 5u64), (&r[2], 6)] {
+        let mut l = leader(d);
+        l.lver = lver;
+        l.seal();
+        d.put(RES_OFFSET, &l.encode());
+    }
+    let e = acquire(&a, &ls, &r, &c, &ex()).unwrap_err();
+    assert_eq!(e, LeaseError::LeaderDiff);
+    assert_eq!(e.sanlk_code(), rv::SANLK_LEADER_DIFF);
+    // One stale disk among three: the majority's leader is used.
+    r[2].put(RES_OFFSET, &leader(&r[1]).encode());
+    let t = acquire(&a, &ls, &r, &c, &ex()).unwrap();
+    assert_eq!(t.lver(), 6);
+}
+
+#[test]
+fn two_of_four_disks_are_no_majority() {
+    let (ls, c, a, _b) = two_hosts();
+    let r = disks(4);
+    r[0].fail_all.set(Some(IoError::Failed));
+    r[3].fail_all.set(Some(IoError::Failed));
+    assert!(acquire(&a, &ls, &r, &c, &ex()).is_err());
+    r[3].fail_all.set(None);
+    let t = acquire(&a, &ls, &r, &c, &ex()).unwrap();
+    assert_eq!(t.lver(), 1, "3 of 4 is a majority");
+}
+
+#[test]
+fn a_shared_mode_block_goes_to_every_disk_or_the_shared_acquire_fails() {
+    let (ls, c, a, b) = two_hosts();
+    let r = disks(3);
+    let t = acquire(&a, &ls, &r, &c, &sh()).unwrap();
+    assert_eq!(t.mode, Mode::Shared);
+    for d in &r {
+        assert!(slot(d, 1).1.is_shared(), "SHARED on every disk");
+        assert_eq!(
+            leader(d).timestamp,
+            0,
+            "the leader is released after a shared grant"
+        );
+    }
+    // B cannot take it exclusive while A holds it shared.
+    assert_eq!(
+        acquire(&b, &ls, &r, &c, &ex()).unwrap_err(),
+        LeaseError::Again
+    );
+    release(&r, &c, &t).unwrap();
+    // With one disk failing, a shared grant cannot put its mode block everywhere.
+    r[0].fail_all.set(Some(IoError::Failed));
+    let e = acquire(&b, &ls, &r, &c, &sh()).unwrap_err();
+    assert!(matches!(e, LeaseError::Io { .. }), "{e:?}");
+    for d in &r[1..] {
+        assert!(
+            !slot(d, 2).1.is_shared(),
+            "the failed grant left no SHARED block"
+        );
+        assert_eq!(leader(d).timestamp, 0, "and no owner");
+    }
+}
+
+#[test]
+fn the_request_record_and_the_lvb_live_on_the_first_disk() {
+    let (ls, c, a, b) = two_hosts();
+    let r = disks(3);
+    let opts = AcquireOptions { lvb: true, ..ex() };
+    let mut t = acquire(&a, &ls, &r, &c, &opts).unwrap();
+    t.set_lvb(b"value").unwrap();
+    let out = block_on(paxos::request(
+        &replicas(&r),
+        &res_params(),
+        RequestLver::Next,
+        disk_format::request::REQ_FORCE,
+    ))
+    .unwrap();
+    assert_eq!((out.lver, out.owner_id), (2, Some(1)));
+    assert_eq!(
+        block_on(paxos::examine(&replicas(&r), &t)).unwrap(),
+        Some(disk_format::request::REQ_FORCE)
+    );
+    release(&r, &c, &t).unwrap();
+    let lvb_at = RES_OFFSET + disk_format::area::LVB_SECTOR * 512;
+    assert_eq!(&r[0].get(lvb_at, 5), b"value");
+    assert_eq!(
+        r[1].get(lvb_at, 5),
+        vec![0; 5],
+        "sanlock keeps the LVB on disk 0 only"
+    );
+    advance(&c, 1);
+    let t2 = acquire(&b, &ls, &r, &c, &opts).unwrap();
+    assert_eq!(&t2.lvb().unwrap()[..5], b"value");
+}
+
+#[test]
+fn read_owners_unions_the_shared_holders_of_every_disk() {
+    let (ls, c, a, b) = two_hosts();
+    let r = disks(3);
+    let ta = acquire(&a, &ls, &r, &c, &sh()).unwrap();
+    let tb = acquire(&b, &ls, &r, &c, &sh()).unwrap();
+    let (_, owners) = block_on(paxos::read_owners(&replicas(&r), &res_params())).unwrap();
+    let ids: Vec<u64> = owners.iter().map(|o| o.host_id).collect();
+    assert_eq!(ids, vec![1, 2]);
+    release(&r, &c, &ta).unwrap();
+    release(&r, &c, &tb).unwrap();
+}
