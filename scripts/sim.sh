@@ -22,6 +22,9 @@ sim=target/release/lockd-sim
 # And with two I_T nexuses per host (dm-multipath), one host's path b sometimes holding a
 # key of another scheme.
 "$sim" --model fence-multipath --seeds "$seeds" --hosts 4
+# Resource leases on 2-4 disks (issue 43) that fail, stall and slow on their own and on
+# single hosts' paths.
+"$sim" --model multi-disk --seeds "$seeds" --hosts 4
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # A planted bug's run must end with violations counted, not die otherwise (a panic also
@@ -51,6 +54,9 @@ done
 # Renewals reading the head of the lockspace area (experimental, `read_whole_lockspace =
 # false`): the same clean run.
 "$sim" --model head-reads --seeds "$seeds" --hosts 4
+# A minority of a lease's disks taken for a majority.
+expect_caught accept-minority "$sim" --model multi-disk --seeds 500 --hosts 4 \
+    --plant-bug accept-minority
 # The fence model's planted bugs, each on 2000 seeds whatever LEASE_SEEDS is (a few
 # seconds each; the rarest, holder-unregisters-at-leave and take-without-drain, are
 # caught on a few seeds in a thousand).

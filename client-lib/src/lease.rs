@@ -93,18 +93,23 @@ pub fn is_busy_code(rv: i32) -> bool {
         || rv == -17 // EEXIST: another local client holds it
 }
 
-/// Where a lease lives: `LOCKSPACE:NAME:PATH:OFFSET`.
+/// Where a lease lives: `LOCKSPACE:NAME:PATH:OFFSET`, or on several disks (up to 4,
+/// sanlock's num_disks) `LOCKSPACE:NAME:PATH:OFFSET:PATH2:OFFSET2…`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseSpec {
     pub lockspace: Name,
     pub name: Name,
+    /// The first disk (the one holding the request record and the LVB).
     pub path: String,
     pub offset: u64,
+    /// The lease's other disks, in order: empty for a lease on one disk.
+    pub more_disks: Vec<(String, u64)>,
 }
 
 impl LeaseSpec {
-    /// Parses `LOCKSPACE:NAME:PATH:OFFSET`; OFFSET takes a K/M/G suffix (powers of 1024).
-    /// PATH may contain `:` (the last field is the offset).
+    /// Parses `LOCKSPACE:NAME:PATH:OFFSET[:PATH:OFFSET]…` (1 to 4 disks); OFFSET takes a
+    /// K/M/G suffix (powers of 1024). With one disk PATH may contain `:` (the last field is
+    /// the offset); fields that read as 2 to 4 PATH:OFFSET pairs are several disks.
     pub fn parse(text: &str) -> Result<LeaseSpec, ClientLeaseError> {
         let bad = |why: &str| ClientLeaseError::BadSpec {
             spec: text.to_string(),
@@ -114,20 +119,52 @@ impl LeaseSpec {
         let ls = head.next().unwrap_or_default();
         let name = head.next().ok_or_else(|| bad("no resource name"))?;
         let rest = head.next().ok_or_else(|| bad("no path"))?;
-        let (path, off) = rest.rsplit_once(':').ok_or_else(|| bad("no offset"))?;
-        if path.is_empty() {
-            return Err(bad("empty path"));
+        let fields: Vec<&str> = rest.split(':').collect();
+        let pairs: Option<Vec<(&str, u64)>> = (fields.len() >= 4 && fields.len().is_multiple_of(2))
+            .then(|| {
+                fields
+                    .chunks(2)
+                    .map(|p| parse_size(p[1]).map(|o| (p[0], o)))
+                    .collect()
+            })
+            .flatten();
+        let disks = match pairs {
+            Some(p) => p,
+            None => {
+                let (path, off) = rest.rsplit_once(':').ok_or_else(|| bad("no offset"))?;
+                vec![(
+                    path,
+                    parse_size(off).ok_or_else(|| bad("offset is not a number"))?,
+                )]
+            }
+        };
+        if disks.len() > 4 {
+            return Err(bad("more than 4 disks"));
         }
-        if path.len() >= crate::proto::SANLK_PATH_LEN {
-            return Err(bad("path too long"));
+        for (path, _) in &disks {
+            if path.is_empty() {
+                return Err(bad("empty path"));
+            }
+            if path.len() >= crate::proto::SANLK_PATH_LEN {
+                return Err(bad("path too long"));
+            }
         }
-        let offset = parse_size(off).ok_or_else(|| bad("offset is not a number"))?;
         Ok(LeaseSpec {
             lockspace: Name::new(ls).map_err(|e| bad(&format!("lockspace name: {e}")))?,
             name: Name::new(name).map_err(|e| bad(&format!("resource name: {e}")))?,
-            path: path.to_string(),
-            offset,
+            path: disks[0].0.to_string(),
+            offset: disks[0].1,
+            more_disks: disks[1..]
+                .iter()
+                .map(|(p, o)| (p.to_string(), *o))
+                .collect(),
         })
+    }
+
+    /// Every disk of the lease, the first one first.
+    pub fn disks(&self) -> impl Iterator<Item = (&str, u64)> {
+        std::iter::once((self.path.as_str(), self.offset))
+            .chain(self.more_disks.iter().map(|(p, o)| (p.as_str(), *o)))
     }
 
     /// `LOCKSPACE:NAME`, as `LOCKD_LEASE` carries it.
@@ -135,8 +172,17 @@ impl LeaseSpec {
         format!("{}:{}", self.lockspace, self.name)
     }
 
-    /// The lease as the wire's resource (one disk), exclusive or shared.
+    /// The lease as the wire's resource (all its disks), exclusive or shared.
     pub fn resource(&self, shared: bool) -> Result<Resource, ClientLeaseError> {
+        let disks = self
+            .disks()
+            .map(|(path, offset)| {
+                DiskLocation::new(path, offset).map_err(|e| ClientLeaseError::BadSpec {
+                    spec: self.to_string(),
+                    why: e.to_string(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Resource {
             head: ResourceHead {
                 lockspace_name: self.lockspace,
@@ -146,25 +192,20 @@ impl LeaseSpec {
                 data32: 0,
                 unused: 0,
                 flags: if shared { SANLK_RES_SHARED } else { 0 },
-                num_disks: 1,
+                num_disks: disks.len() as u32,
             },
-            disks: vec![DiskLocation::new(&self.path, self.offset).map_err(|e| {
-                ClientLeaseError::BadSpec {
-                    spec: self.to_string(),
-                    why: e.to_string(),
-                }
-            })?],
+            disks,
         })
     }
 }
 
 impl std::fmt::Display for LeaseSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}:{}:{}:{}",
-            self.lockspace, self.name, self.path, self.offset
-        )
+        write!(f, "{}:{}", self.lockspace, self.name)?;
+        for (path, offset) in self.disks() {
+            write!(f, ":{path}:{offset}")?;
+        }
+        Ok(())
     }
 }
 
@@ -783,6 +824,29 @@ mod tests {
         ] {
             assert!(LeaseSpec::parse(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn spec_on_several_disks() {
+        let s = LeaseSpec::parse("ls:r:/a:0:/b:1M:/c:4096").unwrap();
+        assert_eq!((s.path.as_str(), s.offset), ("/a", 0));
+        assert_eq!(
+            s.more_disks,
+            vec![("/b".to_string(), 1 << 20), ("/c".to_string(), 4096)]
+        );
+        assert_eq!(s.to_string(), "ls:r:/a:0:/b:1048576:/c:4096");
+        let r = s.resource(false).unwrap();
+        assert_eq!(r.head.num_disks, 3);
+        assert_eq!(r.disks.len(), 3);
+        assert_eq!(r.disks[2].offset, 4096);
+        // A path with a colon on one disk still parses as before.
+        assert_eq!(
+            LeaseSpec::parse("ls:r:/a:b/c:4096").unwrap().more_disks,
+            vec![]
+        );
+        assert!(LeaseSpec::parse("ls:r:/a:0:/b:0:/c:0:/d:0:/e:0").is_err());
+        assert!(LeaseSpec::parse("ls:r:/a:0::0").is_err());
+        assert_eq!(LeaseSpec::parse(&s.to_string()).unwrap(), s);
     }
 
     #[test]

@@ -422,7 +422,8 @@ fn read_lockspace_record(d: &Daemon, ls: &mut wire::Lockspace) -> Result<LeaderR
     Ok(rec)
 }
 
-/// WRITE_RESOURCE: format a resource area. `num_hosts` comes from header.data (quirk).
+/// WRITE_RESOURCE: format a resource area, on each of its disks (1 to 4; every one must
+/// be checked and written, as sanlock's init). `num_hosts` comes from header.data (quirk).
 /// Empty lockspace and resource names are written as given, as sanlock does (vdsm clears
 /// a lease with `write_resource(b"", b"", disks, clear=True)`).
 pub fn write_resource(
@@ -431,40 +432,52 @@ pub fn write_resource(
     num_hosts: u32,
     clear: bool,
 ) -> Result<(), AdminError> {
-    if res.disks.len() != 1 {
-        return Err(AdminError::Invalid(
-            "a resource area is written on one disk",
-        ));
+    if res.disks.is_empty() || res.disks.len() > lease_core::disks::MAX_DISKS {
+        return Err(AdminError::Invalid("a resource area is on 1 to 4 disks"));
     }
-    let disk = open(&res.disks[0], Need::Write)?;
-    let g = format_geometry(&disk, res.head.flags)?;
-    let off = res.disks[0].offset;
-    // The area is written in one I/O of align bytes, so only the offset must suit the
-    // storage (sanlock formats 512/1M areas on 4K storage the same way).
-    if !off.is_multiple_of(g.sector_bytes()) || !off.is_multiple_of(u64::from(disk.io_block())) {
-        return Err(AdminError::Invalid(
-            "the offset does not suit the sector size or the storage",
-        ));
+    // Every disk checked before any is written.
+    let mut planned = Vec::with_capacity(res.disks.len());
+    for wd in &res.disks {
+        let disk = open(wd, Need::Write)?;
+        let g = format_geometry(&disk, res.head.flags)?;
+        let off = wd.offset;
+        // The area is written in one I/O of align bytes, so only the offset must suit the
+        // storage (sanlock formats 512/1M areas on 4K storage the same way).
+        if !off.is_multiple_of(g.sector_bytes()) || !off.is_multiple_of(u64::from(disk.io_block()))
+        {
+            return Err(AdminError::Invalid(
+                "the offset does not suit the sector size or the storage",
+            ));
+        }
+        // lvmlockd probes the end of the device: a write past it must fail with -ENOSPC.
+        if disk.size() != 0 && off + g.align_bytes() > disk.size() {
+            return Err(AdminError::PastEnd {
+                end_bytes: off + g.align_bytes(),
+                size_bytes: disk.size(),
+            });
+        }
+        // Never over a lockspace we joined or a lease we hold (no client can force it).
+        let path = wd.path.to_text();
+        crate::inuse::refuse_if_in_use(d, "write_resource", &path, off, g.align_bytes())?;
+        if planned.first().is_some_and(|(_, g0, _)| *g0 != g) {
+            return Err(AdminError::Invalid(
+                "the disks of a resource have different sector or align sizes",
+            ));
+        }
+        planned.push((disk, g, off));
     }
-    // lvmlockd probes the end of the device: a write past it must fail with -ENOSPC.
-    if disk.size() != 0 && off + g.align_bytes() > disk.size() {
-        return Err(AdminError::PastEnd {
-            end_bytes: off + g.align_bytes(),
-            size_bytes: disk.size(),
+    for (disk, g, off) in planned {
+        let area = format_resource_area(&ResourceInit {
+            geometry: g,
+            space_name: res.head.lockspace_name,
+            resource_name: res.head.name,
+            num_hosts: u64::from(num_hosts),
+            clear_at_monotime_s: clear.then(crate::clock::now_s),
         });
+        disk.write(off, &area, WRITE_INIT_TIMEOUT)
+            .map_err(AdminError::Io)?;
     }
-    // Never over a lockspace we joined or a lease we hold (no client can force it).
-    let path = res.disks[0].path.to_text();
-    crate::inuse::refuse_if_in_use(d, "write_resource", &path, off, g.align_bytes())?;
-    let area = format_resource_area(&ResourceInit {
-        geometry: g,
-        space_name: res.head.lockspace_name,
-        resource_name: res.head.name,
-        num_hosts: u64::from(num_hosts),
-        clear_at_monotime_s: clear.then(crate::clock::now_s),
-    });
-    disk.write(off, &area, WRITE_INIT_TIMEOUT)
-        .map_err(AdminError::Io)
+    Ok(())
 }
 
 /// READ_RESOURCE: fills names, lver and geometry flags from the leader.

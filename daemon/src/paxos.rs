@@ -11,6 +11,7 @@ use std::sync::Arc;
 use client_lib::proto::*;
 use client_lib::wire;
 use disk_format::Name;
+use lease_core::disks::{LeaseOn, MAX_DISKS};
 use lease_core::exec::block_on;
 use lease_core::paxos::{self, AcquireOptions, HostContext, Mode, ResourceParams};
 use tracing::{info, info_span, warn};
@@ -36,27 +37,51 @@ fn open(path: &str, need: Need) -> Result<BlockingDisk, LeaseCmdError> {
     )?))
 }
 
-/// Opens a held lease's disk with the rights of the client that acquired it.
-fn open_held(lr: &HeldRes, need: Need) -> Result<BlockingDisk, LeaseCmdError> {
+/// Opens a held lease's disks with the rights of the client that acquired it.
+fn open_held(lr: &HeldRes, need: Need) -> Result<Vec<BlockingDisk>, LeaseCmdError> {
     open_lease(&lr.held, &lr.disks, need)
 }
 
-/// Opens the disk of a lease held as `held` on `disks`, with the rights of the client
+/// Opens the disks of a lease held as `held` on `disks`, with the rights of the client
 /// that acquired it.
 fn open_lease(
     held: &Held,
     disks: &[wire::DiskLocation],
     need: Need,
-) -> Result<BlockingDisk, LeaseCmdError> {
-    let disk = disks
-        .first()
-        .ok_or(LeaseCmdError::Invalid("a lease with no disk"))?;
-    Ok(BlockingDisk::new(access::open_disk_as(
-        held.opened_by.as_ref(),
-        Path::new(&disk.path.to_text()),
-        need,
-        EngineKind::SharedRing,
-    )?))
+) -> Result<Vec<BlockingDisk>, LeaseCmdError> {
+    open_each(disks, |path| {
+        Ok(BlockingDisk::new(access::open_disk_as(
+            held.opened_by.as_ref(),
+            Path::new(path),
+            need,
+            EngineKind::SharedRing,
+        )?))
+    })
+}
+
+/// Opens every disk of a lease (1 to 4, sanlock's `SANLK_MAX_DISKS`) with `open_one`.
+fn open_each(
+    disks: &[wire::DiskLocation],
+    open_one: impl Fn(&str) -> Result<BlockingDisk, LeaseCmdError>,
+) -> Result<Vec<BlockingDisk>, LeaseCmdError> {
+    if disks.is_empty() || disks.len() > MAX_DISKS {
+        return Err(LeaseCmdError::Invalid("a lease has 1 to 4 disks"));
+    }
+    disks.iter().map(|d| open_one(&d.path.to_text())).collect()
+}
+
+/// The opened disks of a lease, each with the area's offset on it, for one operation
+/// (lease-core's majority rule over several; a single disk as itself).
+fn lease_on<'a>(
+    opened: &'a [BlockingDisk],
+    disks: &[wire::DiskLocation],
+) -> LeaseOn<'a, BlockingDisk> {
+    let list = opened
+        .iter()
+        .zip(disks)
+        .map(|(o, d)| (o, d.offset))
+        .collect();
+    LeaseOn::new(list).expect("open_each opened 1 to 4 disks")
 }
 
 /// Runs `f` with our lockspace context (disk, params, generation, host monitor);
@@ -134,9 +159,6 @@ pub fn acquire_lease(
     new_num_hosts: Option<u64>,
     cmd_flags: u32,
 ) -> Result<Held, LeaseCmdError> {
-    let [disk_loc] = disks else {
-        return Err(LeaseCmdError::Unsupported("a lease on several disks"));
-    };
     // From the join, read with no lock: the acquire path takes the core lock only for
     // its steps.
     let geometry = space
@@ -144,11 +166,12 @@ pub fn acquire_lease(
         .get()
         .map(|j| j.params.geometry)
         .ok_or(SpaceError::NotJoined)?;
-    let disk = open(&disk_loc.path.to_text(), Need::Write)?;
+    let opened = open_each(disks, |path| open(path, Need::Write))?;
+    let disk = lease_on(&opened, disks);
     let res = ResourceParams {
         space_name: key.0,
         resource_name: key.1,
-        disk_offset: disk_loc.offset,
+        disk_offset: disks[0].offset,
         geometry,
         io_timeout: space.io_timeout as u16,
         num_hosts_hint: 0,
@@ -205,9 +228,9 @@ pub fn release(
     }
     // With the acquiring client's rights, whoever releases (the client, root by pid,
     // the daemon when the client died).
-    let disk = open_lease(held, disks, Need::Write)?;
+    let opened = open_lease(held, disks, Need::Write)?;
     block_on(paxos::release_renamed(
-        &disk,
+        &lease_on(&opened, disks),
         &crate::clock::lease_clock_unstopped(),
         token,
         rename,
@@ -233,7 +256,8 @@ pub fn convert(
         .token
         .clone()
         .ok_or((LeaseCmdError::NotHeld("the lease has no token"), None))?;
-    let disk = open_lease(held, disks, Need::Write).map_err(|e| (e, None))?;
+    let opened = open_lease(held, disks, Need::Write).map_err(|e| (e, None))?;
+    let disk = lease_on(&opened, disks);
     let to = if to_shared {
         Mode::Shared
     } else {
@@ -259,14 +283,14 @@ pub fn convert(
 /// newer lver with a non-zero force mode.
 pub fn examine(lr: &HeldRes) -> Option<u32> {
     let token = lr.held.token.as_ref()?;
-    let disk = match open_held(lr, Need::Read) {
+    let opened = match open_held(lr, Need::Read) {
         Ok(disk) => disk,
         Err(e) => {
             warn!(error = %e, "examine: cannot open the lease's disk");
             return None;
         }
     };
-    match block_on(paxos::examine(&disk, token)) {
+    match block_on(paxos::examine(&lease_on(&opened, &lr.disks), token)) {
         Ok(m) => m,
         Err(e) => {
             warn!(error = %e, "examine failed");
@@ -282,14 +306,12 @@ pub fn request(
     force_mode: u32,
     next_lver: bool,
 ) -> Result<Option<u64>, LeaseCmdError> {
-    if r.disks.len() != 1 {
-        return Err(LeaseCmdError::Unsupported("a lease on several disks"));
-    }
     let geometry = match space.and_then(Space::geometry) {
         Some(g) => g,
         None => disk_format::Geometry::default_for(disk_format::SectorSize::B512),
     };
-    let disk = open(&r.disks[0].path.to_text(), Need::Write)?;
+    let opened = open_each(&r.disks, |path| open(path, Need::Write))?;
+    let disk = lease_on(&opened, &r.disks);
     let res = ResourceParams {
         space_name: r.head.lockspace_name,
         resource_name: r.head.name,

@@ -23,9 +23,11 @@ use std::io;
 use std::thread::{Builder, JoinHandle};
 
 /// Stack of a worker of the client pool (`pool.rs`, at most `reactor::MAX_WORKERS` = 64):
-/// 64 KiB (128 KiB in debug builds), so a full pool locks 4 MiB of stacks.
+/// 64 KiB (256 KiB in debug builds, whose unoptimised frames a multi-disk acquire with a
+/// failing disk and its logged error overflowed at 128 KiB), so a full pool locks 4 MiB of
+/// stacks.
 pub const CLIENT_STACK_BYTES: usize = if cfg!(debug_assertions) {
-    128 * 1024
+    256 * 1024
 } else {
     64 * 1024
 };

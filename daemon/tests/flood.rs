@@ -169,17 +169,6 @@ impl Flooder {
     }
 }
 
-/// The `lockd` CLI, built next to the daemon by `cargo build --workspace --bins`.
-fn lockd_cli() -> PathBuf {
-    let p = Path::new(DAEMON).with_file_name("lockd");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build -p lockd-tools --bin lockd` first",
-        p.display()
-    );
-    p
-}
-
 /// `lockd status` and `sanlock client status`, as root, both answered.
 fn root_status_works(d: &LockdDaemon, when: &str) {
     let out = run(Command::new(lockd_cli())

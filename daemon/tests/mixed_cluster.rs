@@ -4,73 +4,11 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use common::*;
 
 const RES_OFF: u64 = 1 << 20;
-
-/// A real `sanlock daemon -D -w 0` with a private run dir, stopped by PID on drop.
-struct SanlockDaemon {
-    child: Child,
-    run_dir: std::path::PathBuf,
-}
-
-impl SanlockDaemon {
-    fn start(s: &Scratch, host_name: &str) -> SanlockDaemon {
-        require_tool("sanlock", "sanlock");
-        let run_dir = s.dir.join("run-sanlock");
-        std::fs::create_dir_all(&run_dir).expect("sanlock run dir");
-        let log = std::fs::File::create(s.dir.join("sanlock.log")).expect("sanlock log");
-        let child = Command::new("sanlock")
-            .args(["daemon", "-D", "-w", "0", "-e", host_name])
-            .env("SANLOCK_RUN_DIR", &run_dir)
-            .env("SANLOCK_PRIVILEGED", "0")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("dup"))
-            .stderr(log)
-            .spawn()
-            .expect("start sanlock daemon");
-        let sock = run_dir.join("sanlock.sock");
-        assert!(
-            wait_for(10, || std::os::unix::net::UnixStream::connect(&sock)
-                .is_ok()),
-            "sanlock daemon socket never appeared"
-        );
-        SanlockDaemon { child, run_dir }
-    }
-
-    fn python(&self, script: &str) -> String {
-        let out = run(Command::new(PYTHON)
-            .args(["-c", script])
-            .env("SANLOCK_RUN_DIR", &self.run_dir));
-        assert!(
-            out.status.success(),
-            "python client (sanlock side) failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn client(&self, args: &[&str]) -> String {
-        stdout(&run(Command::new("sanlock")
-            .arg("client")
-            .args(args)
-            .env("SANLOCK_RUN_DIR", &self.run_dir)))
-    }
-}
-
-impl Drop for SanlockDaemon {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        if !wait_for(10, || matches!(self.child.try_wait(), Ok(Some(_)))) {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
 
 fn acquire_script(dev: &str) -> String {
     // Acquire r1 (exclusive), print the outcome, release, exit.
@@ -97,25 +35,6 @@ fn hold_script(dev: &str) -> String {
     )
 }
 
-/// Both daemons join lockspace `ls` on `dev` (sanlock host 1, lockd host 2) in parallel.
-fn join_both(sl: &SanlockDaemon, lk: &LockdDaemon, dev: &str) {
-    let add = |host: u64| {
-        format!("import sanlock\nsanlock.add_lockspace(b'ls', {host}, b'{dev}', 0, iotimeout=1)\nprint('joined')\n")
-    };
-    let t = {
-        let script = add(1);
-        let run_dir = sl.run_dir.clone();
-        std::thread::spawn(move || {
-            run(Command::new(PYTHON)
-                .args(["-c", &script])
-                .env("SANLOCK_RUN_DIR", run_dir))
-        })
-    };
-    assert_eq!(lk.python(&add(2)).trim(), "joined");
-    let out = t.join().expect("join thread");
-    assert!(out.status.success(), "sanlock add_lockspace: {out:?}");
-}
-
 #[test]
 fn sanlock_and_lockd_share_a_lockspace() {
     require_python_sanlock();
@@ -128,7 +47,7 @@ fn sanlock_and_lockd_share_a_lockspace() {
 
     let sl = SanlockDaemon::start(&s, "hostB");
     let lk = LockdDaemon::start(&s, "hostA", &[]);
-    join_both(&sl, &lk, &dev);
+    join_sanlock_and_lockd(&sl, &lk, &dev);
 
     // Each sees the other LIVE (after two renewals of the other host).
     let sanlock_sees_lockd = wait_for(30, || {
@@ -243,7 +162,7 @@ fn dead_host_lease_is_taken_after_host_dead_seconds() {
     init_resource("ls", "r1", &lo.dev, RES_OFF);
     let mut sl = SanlockDaemon::start(&s, "hostB");
     let mut lk = LockdDaemon::start(&s, "hostA", &[]);
-    join_both(&sl, &lk, &dev);
+    join_sanlock_and_lockd(&sl, &lk, &dev);
     assert!(
         wait_for(30, || sl
             .client(&["gets", "-h", "1"])
@@ -367,7 +286,7 @@ fn forced_requests_cross_between_sanlock_and_lockd() {
     init_resource("ls", "r1", &lo.dev, RES_OFF);
     let sl = SanlockDaemon::start(&s, "hostB");
     let lk = LockdDaemon::start(&s, "hostA", &[]);
-    join_both(&sl, &lk, &dev);
+    join_sanlock_and_lockd(&sl, &lk, &dev);
 
     // lockd's client holds r1; sanlock's side asks with REQ_FORCE: lockd sees its bit in
     // sanlock's delta lease, reads the request record and SIGKILLs the holder.
@@ -462,7 +381,7 @@ fn host_events_cross_between_sanlock_and_lockd() {
     init_lockspace("ls", &lo.dev, 0);
     let sl = SanlockDaemon::start(&s, "hostB");
     let lk = LockdDaemon::start(&s, "hostA", &[]);
-    join_both(&sl, &lk, &dev);
+    join_sanlock_and_lockd(&sl, &lk, &dev);
     assert!(
         wait_for(30, || sl
             .client(&["gets", "-h", "1"])
@@ -534,7 +453,7 @@ fn an_area_recorded_at_io_timeout_10_is_joined_at_1_by_sanlock_and_lockd() {
     let sl = SanlockDaemon::start(&s, "hostB");
     let lk = LockdDaemon::start(&s, "hostA", &[]);
     let t0 = std::time::Instant::now();
-    join_both(&sl, &lk, &dev);
+    join_sanlock_and_lockd(&sl, &lk, &dev);
     let joined_s = t0.elapsed().as_secs_f64();
     eprintln!("both joined after {joined_s:.1} s");
     assert!(

@@ -5,105 +5,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
 
 const RES_OFF: u64 = 1 << 20;
-
-/// The fault injector built from this workspace (tests crate), built on demand.
-fn faultfs_binary() -> PathBuf {
-    let bin = Path::new(DAEMON).with_file_name("lockd-faultfs");
-    if !bin.exists() {
-        let st = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-p",
-                "lockd-system-tests",
-                "--bin",
-                "lockd-faultfs",
-            ])
-            .status()
-            .expect("run cargo to build lockd-faultfs");
-        assert!(st.success(), "building lockd-faultfs failed");
-    }
-    assert!(bin.exists(), "lockd-faultfs not found at {}", bin.display());
-    bin
-}
-
-/// A FUSE view of a backing image whose I/O can be stalled; unmounted on drop.
-struct FaultFs {
-    child: Child,
-    mount: PathBuf,
-    control: PathBuf,
-}
-
-impl FaultFs {
-    fn start(s: &Scratch, backing: &Path) -> FaultFs {
-        require_tool("fusermount", "fuse3");
-        assert!(
-            Path::new("/dev/fuse").exists(),
-            "/dev/fuse is missing (FUSE support needed)"
-        );
-        let mount = s.dir.join("view");
-        let control = s.dir.join("faultfs.sock");
-        std::fs::create_dir_all(&mount).unwrap();
-        let child = Command::new(faultfs_binary())
-            .arg("--backing")
-            .arg(backing)
-            .arg("--mount")
-            .arg(&mount)
-            .arg("--control")
-            .arg(&control)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start lockd-faultfs");
-        let f = FaultFs {
-            child,
-            mount,
-            control,
-        };
-        assert!(
-            wait_for(10, || f.disk().exists()
-                && UnixStream::connect(&f.control).is_ok()),
-            "faultfs view never appeared"
-        );
-        f
-    }
-
-    fn disk(&self) -> PathBuf {
-        self.mount.join("disk.img")
-    }
-
-    fn set(&self, mode: &str) {
-        let mut c = UnixStream::connect(&self.control).expect("faultfs control");
-        writeln!(c, "{mode}").unwrap();
-        let mut line = String::new();
-        BufReader::new(c).read_line(&mut line).unwrap();
-        assert!(line.starts_with("ok"), "faultfs {mode}: {line}");
-    }
-}
-
-impl Drop for FaultFs {
-    fn drop(&mut self) {
-        let _ = Command::new("fusermount")
-            .arg("-u")
-            .arg(&self.mount)
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = Command::new("fusermount")
-            .args(["-u", "-z"])
-            .arg(&self.mount)
-            .status();
-    }
-}
 
 #[test]
 fn stalled_storage_enters_recovery_on_schedule() {
@@ -113,7 +20,7 @@ fn stalled_storage_enters_recovery_on_schedule() {
     let backing = s.file("backing", 8);
     init_lockspace("ls1", &backing, 0);
     init_resource("ls1", "res1", &backing, RES_OFF);
-    let ffs = FaultFs::start(&s, &backing);
+    let ffs = FaultFs::start(&s, "a", &backing);
     let disk = ffs.disk();
     // Kill grace 3 s: SIGTERM at last_renewal + 8 s, SIGKILL at last_renewal + 11 s.
     let mut d = LockdDaemon::start_args(&s, "hostA", &["-g", "3"], &[]);

@@ -297,6 +297,7 @@ impl DirectDisk {
             let target = Target {
                 file: file.shared_file().clone(),
                 inflight: self.inner.inflight.clone(),
+                force_async: !file.is_block_device(),
             };
             let rx = engine
                 .submit(kind, target, offset, buf, timeout)

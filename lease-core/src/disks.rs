@@ -3,25 +3,32 @@
 //!
 //! [`LeaseDisks`] is implemented by every [`Disk`] (one disk, the lease area at
 //! `ResourceParams::disk_offset`) and by [`Replicas`] (several disks, each with the
-//! area's offset on it). [`gather`] runs one future per disk at once and stops as soon as
-//! the caller's rule is met, so a slow or dead minority does not hold a step up.
+//! area's offset on it). [`gather`] runs one future per disk at once, so a step costs the
+//! slowest disk's time, not the sum of all disks' times as in sanlock's one-after-another
+//! order.
 //!
 //! Invariants:
 //! - A step counts a disk only for work that completed on that disk, in order: a
 //!   ballot phase is one future per disk that writes our dblock and then reads the
 //!   dblocks, so a read counted for disk `d` always follows our write to `d` (what the
 //!   Disk Paxos proof needs of each disk in the majority).
-//! - A disk whose future was still running when a step stopped waiting, or whose I/O
-//!   timed out, is *dropped* for the rest of the operation ([`LeaseDisks::dropped`]): an
-//!   I/O of ours may still be in flight on it, and a later write of ours must never race
-//!   an earlier one on the same disk. A dropped disk counts as a failure in every later
-//!   majority. The mark lives in the [`Replicas`] value, which a caller makes for one
-//!   operation (one acquire, one release).
+//! - A step waits for every disk it started, even once its outcome is decided: a write
+//!   left in flight could land after a later write of ours to the same sector and undo
+//!   it (the multi-disk simulator found exactly that when steps returned at a majority:
+//!   a release's leader write to a slow disk landed after the next acquire's commit and
+//!   took that disk's leader back a version; `lockd-sim --model multi-disk`, seed 586).
+//! - A disk whose I/O timed out is *dropped* for the rest of the operation
+//!   ([`LeaseDisks::dropped`]): that I/O may still be in flight, and no later write of
+//!   ours may race it. A dropped disk counts as a failure in every later majority, so a
+//!   stalled disk costs one io_timeout per operation. The mark lives in the [`Replicas`]
+//!   value, which a caller makes for one operation (one acquire, one release); a caller
+//!   that knows a disk still has an I/O in flight from an earlier operation marks it
+//!   dropped from the start ([`Replicas::drop_disk`]).
 //! - [`majority`] is sanlock's `majority_disks`: more than half (2 of 3, 3 of 4, 2 of 2).
 //!
 //! Hand-written rather than taken from a futures crate: lease-core depends on no
-//! executor, and the one combinator needed (poll every disk's future, stop on a
-//! caller's rule, report which were left running) is a few lines over `poll_fn`.
+//! executor, and the one combinator needed (poll every disk's future, note which timed
+//! out) is a few lines over `poll_fn`.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -33,10 +40,6 @@ use crate::io::Disk;
 
 /// sanlock's `SANLK_MAX_DISKS`.
 pub const MAX_DISKS: usize = 4;
-
-/// Bytes of a leader that the disks of a lease must agree on (sanlock
-/// `LEADER_COMPARE_LEN`: everything before the timestamp).
-pub const LEADER_COMPARE_BYTES: usize = 152;
 
 /// Whether `count` of `num_disks` disks is a majority (more than half).
 pub fn majority(num_disks: usize, count: usize) -> bool {
@@ -63,6 +66,11 @@ pub trait LeaseDisks {
 
     /// Gives disk `i` up for the rest of this operation.
     fn drop_disk(&self, _i: usize) {}
+
+    /// Whether `count` disks decide a step: a [`majority`] of [`LeaseDisks::count`].
+    fn quorum(&self, count: usize) -> bool {
+        majority(self.count(), count)
+    }
 }
 
 /// One disk: the lease area is at the resource's `disk_offset`. Never dropped: a single
@@ -79,10 +87,14 @@ impl<D: Disk> LeaseDisks for D {
     }
 }
 
-/// Several disks of one lease, for one operation.
+/// Several disks of one lease, for one operation. (A lease on one disk passes the
+/// [`Disk`] itself, which is never dropped.)
 pub struct Replicas<'a, D> {
     list: Vec<(&'a D, u64)>,
     dropped: Cell<u8>,
+    /// Simulator only: the planted bug that takes one disk for a majority.
+    #[cfg(feature = "sim")]
+    accept_minority: bool,
 }
 
 impl<'a, D: Disk> Replicas<'a, D> {
@@ -95,7 +107,17 @@ impl<'a, D: Disk> Replicas<'a, D> {
         Ok(Replicas {
             list,
             dropped: Cell::new(0),
+            #[cfg(feature = "sim")]
+            accept_minority: false,
         })
+    }
+
+    /// Simulator only: plants the bug `AcceptMinority` (any one disk decides a step).
+    #[cfg(feature = "sim")]
+    #[doc(hidden)]
+    pub fn plant_accept_minority(mut self) -> Self {
+        self.accept_minority = true;
+        self
     }
 
     /// How many disks were dropped so far in this operation.
@@ -122,6 +144,68 @@ impl<D: Disk> LeaseDisks for Replicas<'_, D> {
     fn drop_disk(&self, i: usize) {
         self.dropped.set(self.dropped.get() | (1 << i));
     }
+
+    fn quorum(&self, count: usize) -> bool {
+        #[cfg(feature = "sim")]
+        if self.accept_minority {
+            return count >= 1;
+        }
+        majority(self.count(), count)
+    }
+}
+
+/// The disks of one lease for one operation, whichever their number: the [`Disk`] itself
+/// for one (never dropped), [`Replicas`] for several.
+pub enum LeaseOn<'a, D> {
+    /// A lease on one disk, at the resource's `disk_offset`.
+    One(&'a D),
+    /// A lease on several disks.
+    Many(Replicas<'a, D>),
+}
+
+impl<'a, D: Disk> LeaseOn<'a, D> {
+    /// One disk as itself; two to four as [`Replicas`]; none or more than four refused.
+    pub fn new(list: Vec<(&'a D, u64)>) -> Result<Self, LeaseError> {
+        match list.as_slice() {
+            [(one, _)] => Ok(LeaseOn::One(one)),
+            _ => Replicas::new(list).map(LeaseOn::Many),
+        }
+    }
+}
+
+impl<D: Disk> LeaseDisks for LeaseOn<'_, D> {
+    type Disk = D;
+
+    fn count(&self) -> usize {
+        match self {
+            LeaseOn::One(_) => 1,
+            LeaseOn::Many(r) => r.count(),
+        }
+    }
+
+    fn replica(&self, i: usize, base: u64) -> (&D, u64) {
+        match self {
+            LeaseOn::One(d) => (d, base),
+            LeaseOn::Many(r) => r.replica(i, base),
+        }
+    }
+
+    fn dropped(&self, i: usize) -> bool {
+        matches!(self, LeaseOn::Many(r) if r.dropped(i))
+    }
+
+    fn drop_disk(&self, i: usize) {
+        if let LeaseOn::Many(r) = self {
+            r.drop_disk(i);
+        }
+    }
+
+    fn quorum(&self, count: usize) -> bool {
+        match self {
+            LeaseOn::One(_) => majority(1, count),
+            LeaseOn::Many(r) => r.quorum(count),
+        }
+    }
 }
 
 /// What one disk gave in a [`gather`].
@@ -129,9 +213,6 @@ impl<D: Disk> LeaseDisks for Replicas<'_, D> {
 pub enum Answer<T> {
     /// The disk was dropped before the step: nothing was issued on it.
     Skipped,
-    /// The step stopped waiting before this disk's future finished (the disk is now
-    /// dropped).
-    Left,
     /// The disk's future finished.
     Done(Result<T, LeaseError>),
 }
@@ -157,13 +238,8 @@ fn timed_out(e: &LeaseError) -> bool {
 }
 
 /// Runs `start(i)` for every disk `i` not dropped, all at once, until every one has
-/// finished or `enough` (called with the answers so far) says the step is decided. Disks
-/// left running, or whose I/O timed out, are dropped.
-pub async fn gather<S, T, F>(
-    disks: &S,
-    mut start: impl FnMut(usize) -> F,
-    mut enough: impl FnMut(&[Answer<T>]) -> bool,
-) -> Vec<Answer<T>>
+/// finished; disks whose I/O timed out are dropped.
+pub async fn gather<S, T, F>(disks: &S, mut start: impl FnMut(usize) -> F) -> Vec<Answer<T>>
 where
     S: LeaseDisks + ?Sized,
     F: Future<Output = Result<T, LeaseError>>,
@@ -172,16 +248,7 @@ where
     let mut futs: Vec<Option<Pin<Box<F>>>> = (0..n)
         .map(|i| (!disks.dropped(i)).then(|| Box::pin(start(i))))
         .collect();
-    let mut out: Vec<Answer<T>> = futs
-        .iter()
-        .map(|f| {
-            if f.is_some() {
-                Answer::Left
-            } else {
-                Answer::Skipped
-            }
-        })
-        .collect();
+    let mut out: Vec<Answer<T>> = (0..n).map(|_| Answer::Skipped).collect();
     std::future::poll_fn(|cx| {
         for (i, slot) in futs.iter_mut().enumerate() {
             let Some(f) = slot.as_mut() else { continue };
@@ -193,18 +260,13 @@ where
                 out[i] = Answer::Done(r);
             }
         }
-        if futs.iter().all(Option::is_none) || enough(&out) {
+        if futs.iter().all(Option::is_none) {
             Poll::Ready(())
         } else {
             Poll::Pending
         }
     })
     .await;
-    for (i, f) in futs.iter().enumerate() {
-        if f.is_some() {
-            disks.drop_disk(i);
-        }
-    }
     out
 }
 
@@ -215,8 +277,8 @@ pub fn count_ok<T>(answers: &[Answer<T>]) -> usize {
 
 /// The error a step that missed its majority reports: a reservation conflict on any
 /// disk (this host is fenced there), else the first disk's error in the lease's order,
-/// else `missing` (every failing disk was dropped or left running). On one disk this is
-/// that disk's own error.
+/// else `missing` (every failing disk had been dropped). On one disk this is that disk's
+/// own error.
 pub fn step_error<T>(answers: &[Answer<T>], missing: LeaseError) -> LeaseError {
     let errors = || {
         answers.iter().filter_map(|a| match a {
@@ -243,28 +305,13 @@ where
     F: Future<Output = Result<(), LeaseError>>,
 {
     let n = disks.count();
-    let need = |ok: usize| if all { ok == n } else { majority(n, ok) };
-    let answers = gather(disks, write, |a| need(count_ok(a))).await;
+    let need = |ok: usize| if all { ok == n } else { disks.quorum(ok) };
+    let answers = gather(disks, write).await;
     if need(count_ok(&answers)) {
         Ok(())
     } else {
         Err(step_error(&answers, missing))
     }
-}
-
-/// The index of the first answer whose value agrees (by `same`) with the values of a
-/// majority of the `n` disks.
-pub fn agreeing<T>(answers: &[Answer<T>], same: impl Fn(&T, &T) -> bool) -> Option<usize> {
-    let n = answers.len();
-    (0..n).find(|&i| {
-        answers[i].ok().is_some_and(|v| {
-            let votes = answers
-                .iter()
-                .filter(|a| a.ok().is_some_and(|w| same(v, w)))
-                .count();
-            majority(n, votes)
-        })
-    })
 }
 
 #[cfg(test)]
@@ -308,20 +355,16 @@ mod tests {
     fn a_timed_out_disk_is_dropped_and_skipped_next_time() {
         let d = Nothing;
         let r = Replicas::new(vec![(&d, 0), (&d, 4096), (&d, 8192)]).unwrap();
-        let answers = block_on(gather(
-            &r,
-            |i| async move {
-                if i == 1 {
-                    Err(io(true))
-                } else {
-                    Ok(i)
-                }
-            },
-            |_| false,
-        ));
+        let answers = block_on(gather(&r, |i| async move {
+            if i == 1 {
+                Err(io(true))
+            } else {
+                Ok(i)
+            }
+        }));
         assert_eq!(count_ok(&answers), 2);
         assert!(r.dropped(1) && !r.dropped(0) && !r.dropped(2));
-        let again = block_on(gather(&r, |i| async move { Ok(i) }, |_| false));
+        let again = block_on(gather(&r, |i| async move { Ok(i) }));
         assert!(matches!(again[1], Answer::Skipped));
         assert_eq!(count_ok(&again), 2);
     }
@@ -334,36 +377,13 @@ mod tests {
         let a: Vec<Answer<()>> = vec![
             Answer::Done(Err(io(false))),
             Answer::Done(Err(fenced.clone())),
-            Answer::Left,
+            Answer::Skipped,
         ];
         assert_eq!(step_error(&a, LeaseError::Again), fenced);
         let b: Vec<Answer<()>> = vec![Answer::Skipped, Answer::Done(Err(io(true)))];
         assert_eq!(step_error(&b, LeaseError::Again), io(true));
-        let c: Vec<Answer<()>> = vec![Answer::Skipped, Answer::Left];
+        let c: Vec<Answer<()>> = vec![Answer::Skipped, Answer::Skipped];
         assert_eq!(step_error(&c, LeaseError::Again), LeaseError::Again);
-    }
-
-    #[test]
-    fn agreement_needs_a_majority_of_all_disks_not_of_those_read() {
-        let a: Vec<Answer<u8>> = vec![
-            Answer::Done(Ok(7)),
-            Answer::Done(Err(io(false))),
-            Answer::Left,
-        ];
-        assert_eq!(agreeing(&a, |x, y| x == y), None);
-        let b: Vec<Answer<u8>> = vec![
-            Answer::Done(Ok(6)),
-            Answer::Done(Ok(7)),
-            Answer::Done(Ok(7)),
-        ];
-        assert_eq!(agreeing(&b, |x, y| x == y), Some(1));
-        let c: Vec<Answer<u8>> = vec![
-            Answer::Done(Ok(5)),
-            Answer::Done(Ok(5)),
-            Answer::Done(Ok(7)),
-            Answer::Done(Ok(7)),
-        ];
-        assert_eq!(agreeing(&c, |x, y| x == y), None, "2 of 4 is no majority");
     }
 
     #[test]

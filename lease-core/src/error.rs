@@ -77,10 +77,6 @@ pub enum LeaseError {
         /// Generation asked for.
         requested: u64,
     },
-    /// A lease on several disks: a majority of its disks were read but no majority of
-    /// them hold the same leader (the first 152 bytes, up to the timestamp).
-    #[error("the leaders on the lease's disks differ: no majority agrees")]
-    LeaderDiff,
     /// A ballot saw a dblock for a newer lease version.
     #[error("ballot aborted: newer lver in a dblock")]
     DblockLver,
@@ -214,7 +210,6 @@ impl LeaseError {
             LeaseError::VersionIncompat => rv::SANLK_VERSION_INCOMPAT,
             LeaseError::WrongGeneration { .. } => rv::SANLK_WRONG_GENERATION,
             LeaseError::OwnedNoTimeout { .. } => rv::SANLK_ACQUIRE_OWNED_NO_TIMEOUT,
-            LeaseError::LeaderDiff => rv::SANLK_LEADER_DIFF,
             LeaseError::DblockLver => rv::SANLK_DBLOCK_LVER,
             LeaseError::DblockMbal => rv::SANLK_DBLOCK_MBAL,
             LeaseError::AcquireLver { .. } => rv::SANLK_ACQUIRE_LVER,

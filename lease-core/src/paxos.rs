@@ -47,10 +47,7 @@ use disk_format::{
 };
 
 use crate::delta::{read_host_record, LockspaceParams};
-use crate::disks::{
-    agreeing, count_ok, gather, majority, step_error, write_each, Answer, LeaseDisks,
-    LEADER_COMPARE_BYTES,
-};
+use crate::disks::{count_ok, gather, step_error, write_each, Answer, LeaseDisks};
 use crate::error::{IoOp, LeaseError};
 use crate::io::{Clock, Disk};
 use crate::monitor::{HostMonitor, HostObserver};
@@ -113,6 +110,9 @@ pub enum PlantedBug {
     /// Renewals read only the head of the lockspace area, never the whole of it
     /// ([`crate::reads`]): a host that joins beyond the head is never seen.
     SkipFullRead,
+    /// A lease on several disks: any one disk decides a step, not a majority
+    /// ([`crate::disks::Replicas::plant_accept_minority`]).
+    AcceptMinority,
 }
 
 /// Options of an acquire (the sanlock acquire flags that reach the disk algorithm).
@@ -268,39 +268,35 @@ fn expect<'a>(res: &'a ResourceParams) -> LeaderExpect<'a> {
     }
 }
 
-/// Whether two leaders read from two disks of one lease are the same leader (sanlock's
-/// `leaders_match`: the bytes before the timestamp).
-fn leaders_agree(a: &LeaderRecord, b: &LeaderRecord) -> bool {
-    a.encode()[..LEADER_COMPARE_BYTES] == b.encode()[..LEADER_COMPARE_BYTES]
-}
-
-/// The answer whose leader a majority of the lease's disks agree on; when a majority was
-/// read but disagrees, [`LeaseError::LeaderDiff`]; otherwise the step's error. On one
-/// disk: that disk's answer, or its error.
-fn agreed<T>(
-    answers: &[Answer<T>],
+/// The answer whose leader stands for the lease: on one disk, that disk's (or its
+/// error); on several, once a majority of the disks was read, the leader of the newest
+/// lease version among them, a released one (timestamp 0) first. Otherwise the step's
+/// error.
+///
+/// sanlock requires a majority of the disks to hold the same leader (the 152 bytes
+/// before the timestamp) and fails with `SANLK_LEADER_DIFF` otherwise, which leaves a
+/// lease unusable after two single-disk failures at different times (each leaves one
+/// disk a version behind: found by `multi_disk.rs`). The newest version read is as safe:
+/// every commit that succeeded wrote its leader to a majority, so a majority read sees
+/// it or a newer one; the ballot that follows decides the next version whatever the
+/// leader says (a stale leader only costs a restart or an `Other`); and a leader at that
+/// version with timestamp 0 was written only by that version's owner, releasing it (or
+/// retracting a ballot it did not keep).
+fn chosen_leader<'a, S: LeaseDisks, T>(
+    disks: &S,
+    answers: &'a [Answer<T>],
     leader: impl Fn(&T) -> &LeaderRecord,
-) -> Result<&T, LeaseError> {
-    if let Some(i) = agreeing(answers, |a, b| leaders_agree(leader(a), leader(b))) {
-        if let Some(v) = answers[i].ok() {
-            return Ok(v);
-        }
+) -> Result<&'a T, LeaseError> {
+    if !disks.quorum(count_ok(answers)) {
+        return Err(step_error(answers, missing(IoOp::LeaderRead)));
     }
-    if majority(answers.len(), count_ok(answers)) {
-        return Err(LeaseError::LeaderDiff);
-    }
-    Err(step_error(
-        answers,
-        LeaseError::Io {
-            op: IoOp::LeaderRead,
-            timed_out: false,
-        },
-    ))
-}
-
-/// Whether the answers so far decide a leader read: a majority agree.
-fn leader_decided<T>(answers: &[Answer<T>], leader: impl Fn(&T) -> &LeaderRecord) -> bool {
-    agreeing(answers, |a, b| leaders_agree(leader(a), leader(b))).is_some()
+    let read = || answers.iter().filter_map(Answer::ok);
+    let newest = read().map(|v| leader(v).lver).max();
+    let at_newest = || read().filter(|v| Some(leader(v).lver) == newest);
+    at_newest()
+        .find(|v| leader(v).timestamp == 0)
+        .or_else(|| at_newest().next())
+        .ok_or_else(|| step_error(answers, missing(IoOp::LeaderRead)))
 }
 
 fn missing(op: IoOp) -> LeaseError {
@@ -325,22 +321,18 @@ async fn read_leader_one<D: Disk>(
     Ok(leader)
 }
 
-/// The leader of a lease: on several disks, the one a majority of them agree on.
+/// The leader of a lease: on several disks, [`chosen_leader`]'s.
 async fn read_leader_at<S: LeaseDisks>(
     disks: &S,
     res: &ResourceParams,
     g: Geometry,
 ) -> Result<LeaderRecord, LeaseError> {
-    let answers = gather(
-        disks,
-        |i| {
-            let (d, off) = disks.replica(i, res.disk_offset);
-            read_leader_one(d, off, res, g)
-        },
-        |a| leader_decided(a, |l| l),
-    )
+    let answers = gather(disks, |i| {
+        let (d, off) = disks.replica(i, res.disk_offset);
+        read_leader_one(d, off, res, g)
+    })
     .await;
-    agreed(&answers, |l| l).copied()
+    chosen_leader(disks, &answers, |l| l).copied()
 }
 
 /// Reads and verifies the leader record of a resource.
@@ -470,8 +462,8 @@ async fn read_area_one<D: Disk>(
     .into())
 }
 
-/// Step A: [`read_area_one`] on every disk of the lease. The leader is the one a majority
-/// of the disks agree on; the largest mbal and lver are over every disk read, and our own
+/// Step A: [`read_area_one`] on every disk of the lease. The leader is
+/// [`chosen_leader`]'s; the largest mbal and lver are over every disk read, and our own
 /// dblock is the one with the largest mbal among them (sanlock takes it from the disk
 /// with the largest mbal of any host).
 async fn read_area<S: LeaseDisks>(
@@ -480,16 +472,12 @@ async fn read_area<S: LeaseDisks>(
     host_id: u64,
     known_hosts: Option<u64>,
 ) -> Result<Area, LeaseError> {
-    let answers = gather(
-        disks,
-        |i| {
-            let (d, off) = disks.replica(i, res.disk_offset);
-            read_area_one(d, off, res, host_id, known_hosts)
-        },
-        |a| leader_decided(a, |x: &Area| &x.leader),
-    )
+    let answers = gather(disks, |i| {
+        let (d, off) = disks.replica(i, res.disk_offset);
+        read_area_one(d, off, res, host_id, known_hosts)
+    })
     .await;
-    let mut area = agreed(&answers, |x: &Area| &x.leader)?.clone();
+    let mut area = chosen_leader(disks, &answers, |x: &Area| &x.leader)?.clone();
     for a in answers.iter().filter_map(Answer::ok) {
         area.max_mbal = area.max_mbal.max(a.max_mbal);
         area.max_lver = area.max_lver.max(a.max_lver);
@@ -694,21 +682,16 @@ async fn ballot_phase<S: LeaseDisks>(
     encode_dblock_sector(ours, &c.our_mode, &mut buf);
     let seen = RefCell::new(std::mem::take(shared));
     let with = (buf.as_slice(), &seen);
-    let n = disks.count();
-    let answers = gather(
-        disks,
-        |i| {
-            let (d, off) = disks.replica(i, c.res.disk_offset);
-            phase_one_disk(d, off, c, ours, with)
-        },
-        |a| a.iter().any(is_abort) || majority(n, count_ok(a)),
-    )
+    let answers = gather(disks, |i| {
+        let (d, off) = disks.replica(i, c.res.disk_offset);
+        phase_one_disk(d, off, c, ours, with)
+    })
     .await;
     *shared = seen.into_inner();
     if let Some(Answer::Done(Err(e))) = answers.iter().find(|a| is_abort(a)) {
         return Err(e.clone());
     }
-    if !majority(n, count_ok(&answers)) {
+    if !disks.quorum(count_ok(&answers)) {
         return Err(step_error(&answers, missing(IoOp::DblockRead)));
     }
     let mut bk_max: Option<PaxosDblock> = None;
@@ -729,7 +712,7 @@ async fn read_shared_holders<S: LeaseDisks>(
     shared: &mut Vec<u64>,
 ) -> Result<(), LeaseError> {
     let answers = read_slots_each(disks, c.res, c.g, (num_hosts, SlotCheck::Verified)).await;
-    if !majority(disks.count(), count_ok(&answers)) {
+    if !disks.quorum(count_ok(&answers)) {
         return Err(step_error(&answers, missing(IoOp::DblockRead)));
     }
     for holders in answers.iter().filter_map(Answer::ok) {
@@ -791,15 +774,10 @@ async fn read_slots_each<S: LeaseDisks>(
     g: Geometry,
     which: (u64, SlotCheck),
 ) -> Vec<Answer<Vec<(u64, u64)>>> {
-    let n = disks.count();
-    gather(
-        disks,
-        |i| {
-            let (d, off) = disks.replica(i, res.disk_offset);
-            shared_slots_one(d, off, res, g, which)
-        },
-        |a| majority(n, count_ok(a)),
-    )
+    gather(disks, |i| {
+        let (d, off) = disks.replica(i, res.disk_offset);
+        shared_slots_one(d, off, res, g, which)
+    })
     .await
 }
 
@@ -930,34 +908,35 @@ enum OwnerVerdict {
 }
 
 /// Whether the owner of `cur` marked its dblock RELEASED: on one disk, its slot as read;
-/// on several, any disk read whose slot of the owner is RELEASED for `cur`'s lease version
-/// or a newer one (only the owner writes its slot, and a disk that missed its later
-/// writes may still show a RELEASED dblock of an older version). Read errors count as not
-/// released.
+/// on several, its newest dblock among the disks read (the largest lease version, then
+/// the largest mbal), which must be for `cur`'s version or a newer one. A disk that missed
+/// the owner's later writes may still show an older dblock of the same version with the
+/// flag, from an attempt the owner retracted before the one that won (found by `lockd-sim
+/// --model multi-disk`, seed 118766 with 4 hosts: taken from a live owner). The flag on
+/// any copy of the newest dblock counts: it is written only when that very attempt is
+/// released or retracted. Read errors count as not released.
 async fn owner_released<S: LeaseDisks>(
     disks: &S,
     res: &ResourceParams,
     g: Geometry,
     cur: &LeaderRecord,
 ) -> bool {
-    let one = disks.count() == 1;
-    let answers = gather(
-        disks,
-        |i| {
-            let (d, off) = disks.replica(i, res.disk_offset);
-            read_slot_one(d, slot_offset(off, g, cur.owner_id), res, g)
-        },
-        |a| {
-            a.iter()
-                .filter_map(Answer::ok)
-                .any(|(d, _)| d.is_released() && (one || d.lver >= cur.lver))
-        },
-    )
+    let answers = gather(disks, |i| {
+        let (d, off) = disks.replica(i, res.disk_offset);
+        read_slot_one(d, slot_offset(off, g, cur.owner_id), res, g)
+    })
     .await;
-    answers
-        .iter()
-        .filter_map(Answer::ok)
-        .any(|(d, _)| d.is_released() && (one || d.lver >= cur.lver))
+    let read = || answers.iter().filter_map(Answer::ok).map(|(d, _)| d);
+    if disks.count() == 1 {
+        return read().any(PaxosDblock::is_released);
+    }
+    let Some(newest) = read().map(|d| (d.lver, d.mbal)).max() else {
+        return false;
+    };
+    newest.0 >= cur.lver
+        && read()
+            .filter(|d| (d.lver, d.mbal) == newest)
+            .any(PaxosDblock::is_released)
 }
 
 /// One slot (dblock and mode block) on one disk, decoded but not verified.
@@ -1456,19 +1435,14 @@ async fn clear_dead_shared<S: LeaseDisks, C: Clock, L: Disk, O: HostObserver>(
     g: Geometry,
     holders: &[u64],
 ) -> Result<usize, LeaseError> {
-    let n = disk.count();
     let mut live = 0;
     for &h in holders {
-        let answers = gather(
-            disk,
-            |i| {
-                let (d, off) = disk.replica(i, res.disk_offset);
-                read_slot_one(d, slot_offset(off, g, h), res, g)
-            },
-            |a| majority(n, count_ok(a)),
-        )
+        let answers = gather(disk, |i| {
+            let (d, off) = disk.replica(i, res.disk_offset);
+            read_slot_one(d, slot_offset(off, g, h), res, g)
+        })
         .await;
-        if !majority(n, count_ok(&answers)) {
+        if !disk.quorum(count_ok(&answers)) {
             return Err(step_error(&answers, missing(IoOp::DblockRead)));
         }
         let Some(mb) = answers
@@ -2068,7 +2042,7 @@ pub async fn read_owners<S: LeaseDisks>(
     let leader = read_leader_at(disk, res, res.geometry).await?;
     let g = leader_geometry(&leader, res)?;
     let answers = read_slots_each(disk, res, g, (leader.num_hosts, SlotCheck::ModeBlocks)).await;
-    if !majority(disk.count(), count_ok(&answers)) {
+    if !disk.quorum(count_ok(&answers)) {
         return Err(step_error(&answers, missing(IoOp::DblockRead)));
     }
     let mut owners = Vec::new();

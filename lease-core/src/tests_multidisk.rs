@@ -1,12 +1,12 @@
 //! Disk Paxos on a lease with several disks (sanlock's `num_disks`): the majority rule for
-//! every step, a failing or stalled minority, a failing majority, disagreeing leaders,
+//! every step, a failing or stalled minority, a failing majority, leaders a version apart,
 //! shared mode blocks on every disk, and the request record and LVB on the first disk.
 //! The lockspace lives on its own disk; the lease's disks are three (or four) others.
 
 use disk_format::rv;
 use disk_format::LeaderRecord;
 
-use crate::disks::{LeaseDisks, Replicas, LEADER_COMPARE_BYTES};
+use crate::disks::{LeaseDisks, Replicas};
 use crate::error::LeaseError;
 use crate::exec::block_on;
 use crate::io::IoError;
@@ -42,8 +42,9 @@ fn release(r: &[MemDisk], c: &TestClock, t: &Token) -> Result<(), LeaseError> {
     block_on(paxos::release(&replicas(r), c, t))
 }
 
+/// The same leader (sanlock's comparison: the 152 bytes before the timestamp).
 fn same(a: &LeaderRecord, b: &LeaderRecord) -> bool {
-    a.encode()[..LEADER_COMPARE_BYTES] == b.encode()[..LEADER_COMPARE_BYTES]
+    a.encode()[..152] == b.encode()[..152]
 }
 
 #[test]
@@ -91,17 +92,20 @@ fn a_failing_minority_is_survived_through_acquire_release_and_a_takeover() {
         Err(LeaseError::IdLive { .. })
     ));
     release(&r, &c, &t).unwrap();
-    // The failed disk comes back (stale) and another fails: a majority still agrees.
+    // The failed disk comes back a version behind and another fails: the two readable
+    // disks disagree (lver 1 released on 0, the format's lver 0 on 2), and the newer one
+    // stands for the lease (sanlock would fail with SANLK_LEADER_DIFF here).
     r[2].fail_all.set(None);
     r[1].fail_all.set(Some(IoError::Failed));
-    let t2 = acquire(&b, &ls, &r, &c, &ex());
-    // {0, 2} disagree (lver 1 released on 0, the format's lver 0 on 2): no majority.
-    assert_eq!(t2.unwrap_err(), LeaseError::LeaderDiff);
+    let t2 = acquire(&b, &ls, &r, &c, &ex()).unwrap();
+    assert_eq!(t2.lver(), 2);
+    release(&r, &c, &t2).unwrap();
     r[1].fail_all.set(None);
     let t3 = acquire(&b, &ls, &r, &c, &ex()).unwrap();
-    assert_eq!(t3.lver(), 2);
+    assert_eq!(t3.lver(), 3);
     for d in &r {
         assert_eq!(leader(d).owner_id, 2, "the commit rewrote every disk");
+        assert!(same(&leader(d), &leader(&r[0])));
     }
 }
 
@@ -152,23 +156,38 @@ fn a_stalled_disk_is_dropped_once_and_not_waited_for_again() {
 }
 
 #[test]
-fn leaders_that_no_majority_shares_are_leader_diff() {
-    let (ls, c, a, _b) = two_hosts();
+fn the_newest_leader_read_stands_and_a_released_one_first() {
+    let (ls, c, a, b) = two_hosts();
     let r = disks(3);
-    // Three different leaders: lver 0 (the format), 5 and 6.
+    // Three different leaders: lver 0 (the format), 5 and 6: version 6 stands.
     for (d, lver) in [(&r[1], 5u64), (&r[2], 6)] {
         let mut l = leader(d);
         l.lver = lver;
         l.seal();
         d.put(RES_OFFSET, &l.encode());
     }
-    let e = acquire(&a, &ls, &r, &c, &ex()).unwrap_err();
-    assert_eq!(e, LeaseError::LeaderDiff);
-    assert_eq!(e.sanlk_code(), rv::SANLK_LEADER_DIFF);
-    // One stale disk among three: the majority's leader is used.
-    r[2].put(RES_OFFSET, &leader(&r[1]).encode());
     let t = acquire(&a, &ls, &r, &c, &ex()).unwrap();
-    assert_eq!(t.lver(), 6);
+    assert_eq!(t.lver(), 7);
+    // Version 7 held on disk 0, released on disk 1 (its owner's release reached only
+    // that one), disk 2 failing: the released copy stands and B takes version 8.
+    let mut released = leader(&r[0]);
+    released.timestamp = 0;
+    released.seal();
+    r[1].put(RES_OFFSET, &released.encode());
+    r[2].fail_all.set(Some(IoError::Failed));
+    let tb = acquire(&b, &ls, &r, &c, &ex()).unwrap();
+    assert_eq!(tb.lver(), 8);
+    // Without the released copy, A's held version 7 stands: B sees a live owner.
+    release(&r, &c, &tb).unwrap();
+    r[2].fail_all.set(None);
+    let ta = acquire(&a, &ls, &r, &c, &ex()).unwrap();
+    assert_eq!(ta.lver(), 9);
+    r[1].put(RES_OFFSET, &leader(&r[0]).encode());
+    r[2].fail_all.set(Some(IoError::Failed));
+    assert!(matches!(
+        acquire(&b, &ls, &r, &c, &ex()),
+        Err(LeaseError::IdLive { owner_id: 1, .. })
+    ));
 }
 
 #[test]
@@ -259,4 +278,55 @@ fn read_owners_unions_the_shared_holders_of_every_disk() {
     assert_eq!(ids, vec![1, 2]);
     release(&r, &c, &ta).unwrap();
     release(&r, &c, &tb).unwrap();
+}
+
+/// `lockd-sim --model multi-disk` seed 118766 (4 hosts), step by step: the owner's
+/// first attempt at a version was retracted (its dblock RELEASED) on one disk that then
+/// missed the winning attempt's writes; another host committed the owner's value, so the
+/// leader's write_id is not the owner. A third host must judge the owner by its newest
+/// dblock, not by the stale RELEASED one, and find it alive.
+#[test]
+fn a_stale_released_dblock_of_a_retracted_attempt_does_not_free_a_held_lease() {
+    let (ls, c, mut a, mut b) = two_hosts();
+    let r = disks(3);
+    let t = acquire(&a, &ls, &r, &c, &ex()).unwrap();
+    let (won, mode) = slot(&r[0], 1);
+    // Disk 1 shows the retracted first attempt: same version, lower mbal, RELEASED.
+    let mut old = won;
+    old.mbal = won.mbal - 1;
+    old.bal = old.mbal;
+    old.flags |= disk_format::dblock::DBLOCK_FL_RELEASED;
+    old.seal();
+    let mut sector = vec![0u8; 512];
+    disk_format::dblock::encode_dblock_sector(&old, &mode, &mut sector);
+    r[1].put(
+        RES_OFFSET + disk_format::area::dblock_sector(1) * 512,
+        &sector,
+    );
+    // Another host (write_id 3) committed A's value.
+    for d in &r {
+        let mut l = leader(d);
+        l.write_id = 3;
+        l.seal();
+        d.put(RES_OFFSET, &l.encode());
+    }
+    advance(&c, 2);
+    a.renew(&ls, &c);
+    b.renew(&ls, &c);
+    let e = acquire(&b, &ls, &r, &c, &ex()).unwrap_err();
+    assert!(matches!(e, LeaseError::IdLive { owner_id: 1, .. }), "{e:?}");
+    // Once A releases (its newest dblock RELEASED on a majority), B may take it.
+    let t_lver = t.lver();
+    for d in &r[..2] {
+        let mut rel = won;
+        rel.flags |= disk_format::dblock::DBLOCK_FL_RELEASED;
+        rel.seal();
+        disk_format::dblock::encode_dblock_sector(&rel, &mode, &mut sector);
+        d.put(
+            RES_OFFSET + disk_format::area::dblock_sector(1) * 512,
+            &sector,
+        );
+    }
+    let tb = acquire(&b, &ls, &r, &c, &ex()).unwrap();
+    assert_eq!(tb.lver(), t_lver + 1);
 }

@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Union, overload
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union, overload
 
 from . import _conn
 from . import _wire as w
@@ -63,27 +63,42 @@ class _Unset:
 _UNSET = _Unset()
 
 
+def _size(text: str) -> Optional[int]:
+    """A byte count with an optional K/M/G suffix (powers of 1024), or None."""
+    m = _SIZE.match(text)
+    if not m:
+        return None
+    return int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+
+
 class LeaseSpec:
     """Where a lease lives: ``LOCKSPACE:NAME:PATH:OFFSET`` (OFFSET takes a K/M/G suffix,
-    powers of 1024; PATH may contain ``:``, the last field is the offset)."""
+    powers of 1024; PATH may contain ``:``, the last field is the offset), or on several
+    disks (up to 4, sanlock's num_disks) ``LOCKSPACE:NAME:PATH:OFFSET:PATH2:OFFSET2...``:
+    ``path``/``offset`` are the first disk, ``more_disks`` the others."""
 
-    __slots__ = ("lockspace", "name", "path", "offset")
+    __slots__ = ("lockspace", "name", "path", "offset", "more_disks")
 
-    def __init__(self, lockspace: str, name: str, path: str, offset: int) -> None:
+    def __init__(self, lockspace: str, name: str, path: str, offset: int,
+                 more_disks: Sequence[Tuple[str, int]] = ()) -> None:
         _conn.check_name(lockspace, "lockspace name")
         _conn.check_name(name, "resource name")
-        if not path:
-            raise BadSpec("empty path")
-        if len(path.encode()) >= w.PATH_LEN or "\0" in path:
-            raise BadSpec("path too long or contains NUL")
-        if not isinstance(offset, int) or offset < 0 or offset >= 2**64:
-            raise BadSpec(f"offset {offset!r} is not a byte offset")
+        if len(more_disks) > 3:
+            raise BadSpec("a lease has at most 4 disks")
+        for p, o in [(path, offset), *more_disks]:
+            if not p:
+                raise BadSpec("empty path")
+            if len(p.encode()) >= w.PATH_LEN or "\0" in p:
+                raise BadSpec("path too long or contains NUL")
+            if not isinstance(o, int) or o < 0 or o >= 2**64:
+                raise BadSpec(f"offset {o!r} is not a byte offset")
         self.lockspace, self.name, self.path, self.offset = lockspace, name, path, offset
+        self.more_disks: Tuple[Tuple[str, int], ...] = tuple(more_disks)
 
     @classmethod
     def parse(cls, text: Union[str, LeaseSpec]) -> LeaseSpec:
-        """A ``LeaseSpec`` from ``LOCKSPACE:NAME:PATH:OFFSET`` (a ``LeaseSpec`` is
-        returned as it is); ``BadSpec`` when it is not one."""
+        """A ``LeaseSpec`` from ``LOCKSPACE:NAME:PATH:OFFSET[:PATH:OFFSET]...`` (a
+        ``LeaseSpec`` is returned as it is); ``BadSpec`` when it is not one."""
         if isinstance(text, LeaseSpec):
             return text
         if not isinstance(text, str):
@@ -92,28 +107,40 @@ class LeaseSpec:
         if len(parts) < 3:
             raise BadSpec(f"invalid lease {text!r}: want LOCKSPACE:NAME:PATH:OFFSET")
         ls, name, rest = parts
-        path, sep, off = rest.rpartition(":")
-        if not sep:
-            raise BadSpec(f"invalid lease {text!r}: no offset (want LOCKSPACE:NAME:PATH:OFFSET)")
-        m = _SIZE.match(off)
-        if not m:
-            raise BadSpec(f"invalid lease {text!r}: offset {off!r} is not a number")
-        mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+        fields = rest.split(":")
+        pairs: Optional[List[Tuple[str, int]]] = None
+        if len(fields) >= 4 and len(fields) % 2 == 0:
+            sizes = [_size(f) for f in fields[1::2]]
+            if all(x is not None for x in sizes):
+                pairs = [(p, x) for p, x in zip(fields[0::2], sizes) if x is not None]
+        if pairs is None:
+            path, sep, off = rest.rpartition(":")
+            if not sep:
+                raise BadSpec(f"invalid lease {text!r}: no offset (want LOCKSPACE:NAME:PATH:OFFSET)")
+            size = _size(off)
+            if size is None:
+                raise BadSpec(f"invalid lease {text!r}: offset {off!r} is not a number")
+            pairs = [(path, size)]
         try:
-            return cls(ls, name, path, int(m.group(1)) * mult)
+            return cls(ls, name, pairs[0][0], pairs[0][1], pairs[1:])
         except BadSpec as e:
             raise BadSpec(f"invalid lease {text!r}: {e.args[0].split(' (')[0]}") from None
+
+    def disks(self) -> List[Tuple[str, int]]:
+        """Every disk of the lease, the first one first."""
+        return [(self.path, self.offset), *self.more_disks]
 
     def short(self) -> str:
         """``LOCKSPACE:NAME``, as ``LOCKD_LEASE`` carries it."""
         return f"{self.lockspace}:{self.name}"
 
     def resource(self, flags: int = 0) -> bytes:
-        """The lease as a ``sanlk_resource`` with its one disk."""
-        return w.resource(self.lockspace, self.name, [(self.path, self.offset)], flags=flags)
+        """The lease as a ``sanlk_resource`` with its disks."""
+        return w.resource(self.lockspace, self.name, self.disks(), flags=flags)
 
     def __str__(self) -> str:
-        return f"{self.lockspace}:{self.name}:{self.path}:{self.offset}"
+        disks = "".join(f":{p}:{o}" for p, o in self.disks())
+        return f"{self.lockspace}:{self.name}{disks}"
 
     def __repr__(self) -> str:
         return f"LeaseSpec({str(self)!r})"

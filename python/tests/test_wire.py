@@ -82,6 +82,20 @@ def test_spec_parsing() -> None:
         assert e.value.code == -22
 
 
+def test_spec_on_several_disks() -> None:
+    s = lockd.LeaseSpec.parse("ls:r:/a:0:/b:1M:/c:4096")
+    assert (s.path, s.offset) == ("/a", 0)
+    assert s.more_disks == (("/b", 1 << 20), ("/c", 4096))
+    assert str(s) == "ls:r:/a:0:/b:1048576:/c:4096"
+    assert lockd.LeaseSpec.parse(str(s)).disks() == s.disks()
+    head = w.decode_resource_head(s.resource()[:128])
+    assert head.num_disks == 3
+    assert lockd.LeaseSpec.parse("ls:r:/a:b/c:4096").more_disks == ()
+    for bad in ["ls:r:/a:0:/b:0:/c:0:/d:0:/e:0", "ls:r:/a:0::0"]:
+        with pytest.raises(lockd.BadSpec):
+            lockd.LeaseSpec.parse(bad)
+
+
 def test_decoded_replies_are_frozen_dataclasses() -> None:
     h = w.decode_header(w.header(w.SM_CMD_ACQUIRE, 0, 0, (-243) & 0xFFFFFFFF, 5))
     assert (h.cmd, h.result, h.data2, h.payload_len) == (w.SM_CMD_ACQUIRE, -243, 5, 0)

@@ -22,8 +22,9 @@ pub struct LockspaceSpec {
 pub struct ResourceSpec {
     pub lockspace: Name,
     pub name: Name,
-    pub path: PathBuf,
-    pub offset: u64,
+    /// The lease's disks, each a path and the area's offset on it: one, or up to 4
+    /// (sanlock's num_disks; disk Paxos then needs a majority of them).
+    pub disks: Vec<(PathBuf, u64)>,
     pub lver: Option<u64>,
     pub shared: bool,
 }
@@ -162,18 +163,36 @@ impl LockspaceSpec {
 }
 
 impl ResourceSpec {
+    /// `LOCKSPACE:NAME:PATH:OFFSET[:PATH:OFFSET]…[:LVER|:SH]`, with 1 to 4 PATH:OFFSET
+    /// pairs (sanlock's form).
     pub fn parse(text: &str) -> Result<ResourceSpec> {
         let f = split_fields(text);
-        if f.len() != 4 && f.len() != 5 {
+        let form = "LOCKSPACE:NAME:PATH:OFFSET[:PATH:OFFSET]...[:LVER|:SH]";
+        if f.len() < 4 {
+            bail!("resource {} must be {form}", quoted(text));
+        }
+        let rest = &f[2..];
+        let (pairs, suffix) = if rest.len() % 2 == 1 {
+            (&rest[..rest.len() - 1], rest.last().map(String::as_str))
+        } else {
+            (rest, None)
+        };
+        if pairs.len() / 2 > lease_core::disks::MAX_DISKS {
             bail!(
-                "resource {} must be LOCKSPACE:NAME:PATH:OFFSET[:LVER|:SH]",
-                quoted(text)
+                "resource {} names {} disks; a lease has at most {}",
+                quoted(text),
+                pairs.len() / 2,
+                lease_core::disks::MAX_DISKS
             );
         }
-        if f[2].is_empty() {
-            bail!("resource {} has an empty path", quoted(text));
+        let mut disks = Vec::with_capacity(pairs.len() / 2);
+        for pair in pairs.chunks(2) {
+            if pair[0].is_empty() {
+                bail!("resource {} has an empty path", quoted(text));
+            }
+            disks.push((PathBuf::from(&pair[0]), parse_offset(&pair[1])?));
         }
-        let (lver, shared) = match f.get(4).map(String::as_str) {
+        let (lver, shared) = match suffix {
             None | Some("") => (None, false),
             Some("SH") => (None, true),
             Some(v) => (
@@ -187,8 +206,7 @@ impl ResourceSpec {
         Ok(ResourceSpec {
             lockspace: name(&f[0], "lockspace")?,
             name: name(&f[1], "resource")?,
-            path: PathBuf::from(&f[2]),
-            offset: parse_offset(&f[3])?,
+            disks,
             lver,
             shared,
         })
@@ -296,6 +314,36 @@ mod tests {
         assert_eq!(r.lver, Some(7));
         assert!(ResourceSpec::parse("ls:res:/f:0:x").is_err());
         assert!(ResourceSpec::parse("ls:res::0").is_err());
+        assert_eq!(r.disks, vec![(PathBuf::from("/f"), 0)]);
+    }
+
+    #[test]
+    fn resource_on_several_disks() {
+        let r = ResourceSpec::parse("ls:res:/a:0:/b:1M:/c:2048").unwrap();
+        assert_eq!(
+            r.disks,
+            vec![
+                (PathBuf::from("/a"), 0),
+                (PathBuf::from("/b"), 1 << 20),
+                (PathBuf::from("/c"), 2048)
+            ]
+        );
+        assert_eq!((r.lver, r.shared), (None, false));
+        let r = ResourceSpec::parse("ls:res:/a:0:/b:0:SH").unwrap();
+        assert!(r.shared);
+        assert_eq!(r.disks.len(), 2);
+        let r = ResourceSpec::parse("ls:res:/a:0:/b:0:/c:0:/d:0:9").unwrap();
+        assert_eq!((r.disks.len(), r.lver), (4, Some(9)));
+        let five = ResourceSpec::parse("ls:res:/a:0:/b:0:/c:0:/d:0:/e:0").unwrap_err();
+        assert!(five.to_string().contains("at most 4"), "{five}");
+        assert!(
+            ResourceSpec::parse("ls:res:/a:0::0").is_err(),
+            "empty second path"
+        );
+        assert!(
+            ResourceSpec::parse("ls:res:/a:0:/b:x").is_err(),
+            "bad second offset"
+        );
     }
 
     #[test]

@@ -338,6 +338,7 @@ impl Sim {
         SimDisk {
             world: self.world.clone(),
             host: h,
+            index: 0,
         }
     }
 

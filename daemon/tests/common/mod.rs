@@ -8,7 +8,7 @@
 
 pub mod sid;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -378,4 +378,195 @@ pub fn rem_lockspace_when_unused(c: &mut client_lib::Client, ls: &client_lib::Lo
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A real `sanlock daemon -D -w 0` with a private run dir, stopped by PID on drop.
+pub struct SanlockDaemon {
+    pub child: Child,
+    pub run_dir: std::path::PathBuf,
+}
+
+impl SanlockDaemon {
+    pub fn start(s: &Scratch, host_name: &str) -> SanlockDaemon {
+        require_tool("sanlock", "sanlock");
+        let run_dir = s.dir.join("run-sanlock");
+        std::fs::create_dir_all(&run_dir).expect("sanlock run dir");
+        let log = std::fs::File::create(s.dir.join("sanlock.log")).expect("sanlock log");
+        let child = Command::new("sanlock")
+            .args(["daemon", "-D", "-w", "0", "-e", host_name])
+            .env("SANLOCK_RUN_DIR", &run_dir)
+            .env("SANLOCK_PRIVILEGED", "0")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup"))
+            .stderr(log)
+            .spawn()
+            .expect("start sanlock daemon");
+        let sock = run_dir.join("sanlock.sock");
+        assert!(
+            wait_for(10, || std::os::unix::net::UnixStream::connect(&sock)
+                .is_ok()),
+            "sanlock daemon socket never appeared"
+        );
+        SanlockDaemon { child, run_dir }
+    }
+
+    pub fn python(&self, script: &str) -> String {
+        let out = run(Command::new(PYTHON)
+            .args(["-c", script])
+            .env("SANLOCK_RUN_DIR", &self.run_dir));
+        assert!(
+            out.status.success(),
+            "python client (sanlock side) failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn client(&self, args: &[&str]) -> String {
+        stdout(&run(Command::new("sanlock")
+            .arg("client")
+            .args(args)
+            .env("SANLOCK_RUN_DIR", &self.run_dir)))
+    }
+}
+
+impl Drop for SanlockDaemon {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        if !wait_for(10, || matches!(self.child.try_wait(), Ok(Some(_)))) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// The fault injector built from this workspace (tests crate), built on demand.
+pub fn faultfs_binary() -> PathBuf {
+    let bin = Path::new(DAEMON).with_file_name("lockd-faultfs");
+    if !bin.exists() {
+        let st = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "-p",
+                "lockd-system-tests",
+                "--bin",
+                "lockd-faultfs",
+            ])
+            .status()
+            .expect("run cargo to build lockd-faultfs");
+        assert!(st.success(), "building lockd-faultfs failed");
+    }
+    assert!(bin.exists(), "lockd-faultfs not found at {}", bin.display());
+    bin
+}
+
+/// A FUSE view of a backing image whose I/O can be stalled; unmounted on drop.
+pub struct FaultFs {
+    child: Child,
+    mount: PathBuf,
+    control: PathBuf,
+}
+
+impl FaultFs {
+    /// A view of `backing` mounted at `s.dir/view-NAME`.
+    pub fn start(s: &Scratch, name: &str, backing: &Path) -> FaultFs {
+        require_tool("fusermount", "fuse3");
+        assert!(
+            Path::new("/dev/fuse").exists(),
+            "/dev/fuse is missing (FUSE support needed)"
+        );
+        let mount = s.dir.join(format!("view-{name}"));
+        let control = s.dir.join(format!("faultfs-{name}.sock"));
+        std::fs::create_dir_all(&mount).unwrap();
+        let child = Command::new(faultfs_binary())
+            .arg("--backing")
+            .arg(backing)
+            .arg("--mount")
+            .arg(&mount)
+            .arg("--control")
+            .arg(&control)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start lockd-faultfs");
+        let f = FaultFs {
+            child,
+            mount,
+            control,
+        };
+        assert!(
+            wait_for(10, || f.disk().exists()
+                && UnixStream::connect(&f.control).is_ok()),
+            "faultfs view never appeared"
+        );
+        f
+    }
+
+    pub fn disk(&self) -> PathBuf {
+        self.mount.join("disk.img")
+    }
+
+    /// Sets the mode: `pass`, `delay MS`, `stall` or `eio`.
+    pub fn set(&self, mode: &str) {
+        let mut c = UnixStream::connect(&self.control).expect("faultfs control");
+        writeln!(c, "{mode}").unwrap();
+        let mut line = String::new();
+        BufReader::new(c).read_line(&mut line).unwrap();
+        assert!(line.starts_with("ok"), "faultfs {mode}: {line}");
+    }
+}
+
+impl Drop for FaultFs {
+    fn drop(&mut self) {
+        // Release any I/O a stall holds (a process blocked in it cannot exit), then
+        // unmount.
+        if let Ok(mut c) = UnixStream::connect(&self.control) {
+            let _ = writeln!(c, "pass");
+            let mut line = String::new();
+            let _ = BufReader::new(c).read_line(&mut line);
+        }
+        let _ = Command::new("fusermount")
+            .arg("-u")
+            .arg(&self.mount)
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = Command::new("fusermount")
+            .args(["-u", "-z"])
+            .arg(&self.mount)
+            .status();
+    }
+}
+
+/// Both daemons join lockspace `ls` on `dev` (sanlock host 1, lockd host 2) in parallel, at
+/// io_timeout 1.
+pub fn join_sanlock_and_lockd(sl: &SanlockDaemon, lk: &LockdDaemon, dev: &str) {
+    let add = |host: u64| {
+        format!("import sanlock\nsanlock.add_lockspace(b'ls', {host}, b'{dev}', 0, iotimeout=1)\nprint('joined')\n")
+    };
+    let t = {
+        let script = add(1);
+        let run_dir = sl.run_dir.clone();
+        std::thread::spawn(move || {
+            run(Command::new(PYTHON)
+                .args(["-c", &script])
+                .env("SANLOCK_RUN_DIR", run_dir))
+        })
+    };
+    assert_eq!(lk.python(&add(2)).trim(), "joined");
+    let out = t.join().expect("join thread");
+    assert!(out.status.success(), "sanlock add_lockspace: {out:?}");
+}
+
+/// The `lockd` CLI, built next to the daemon by `cargo build --workspace --bins`.
+pub fn lockd_cli() -> PathBuf {
+    let p = Path::new(DAEMON).with_file_name("lockd");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build -p lockd-tools --bin lockd` first",
+        p.display()
+    );
+    p
 }

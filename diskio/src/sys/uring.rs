@@ -50,6 +50,12 @@ pub(crate) struct Target {
     /// The disk's in-flight counter, incremented by the caller, decremented here at the
     /// I/O's completion.
     pub(crate) inflight: Arc<AtomicUsize>,
+    /// Issue the I/O from io_uring's worker pool (IOSQE_ASYNC), never inline in this
+    /// ring's submission: set for storage that is not a block device (a FUSE or NFS
+    /// file), whose direct I/O may block the submitting thread while its server hangs —
+    /// seen with a stalled lockd-faultfs view, which then made every other disk's I/O on
+    /// the shared ring time out as well (`daemon/tests/multi_disk.rs`).
+    pub(crate) force_async: bool,
 }
 
 struct Req {
@@ -156,7 +162,11 @@ fn push(
             .build(),
     }
     .user_data(id)
-    .flags(squeue::Flags::IO_LINK);
+    .flags(if req.target.force_async {
+        squeue::Flags::IO_LINK | squeue::Flags::ASYNC
+    } else {
+        squeue::Flags::IO_LINK
+    });
     let to = opcode::LinkTimeout::new(ts)
         .build()
         .user_data(id | TIMEOUT_BIT);
@@ -324,6 +334,7 @@ mod tests {
         let target = Target {
             file: Arc::new(File::from(std::os::fd::OwnedFd::from(reader))),
             inflight: inflight.clone(),
+            force_async: false,
         };
         let t0 = std::time::Instant::now();
         let rx = engine
@@ -355,6 +366,7 @@ mod tests {
         let target = Target {
             file: Arc::new(File::from(std::os::fd::OwnedFd::from(reader))),
             inflight: Arc::new(AtomicUsize::new(1)),
+            force_async: false,
         };
         let rx = engine
             .submit(
@@ -380,6 +392,7 @@ mod tests {
             let target = Target {
                 file: Arc::new(File::from(std::os::fd::OwnedFd::from(reader))),
                 inflight: Arc::new(AtomicUsize::new(1)),
+                force_async: false,
             };
             let buf = AlignedBuf::zeroed(512);
             engine

@@ -1,14 +1,17 @@
 //! `lockd-sim`: runs seeded multi-host simulations of lease-core and checks its invariants.
 //!
 //! Usage: `lockd-sim --seeds N [--first-seed S] [--hosts H] [--duration SECONDS]
-//! [--model lease|head-reads|fence|fence-abort|fence-multipath]
+//! [--model lease|head-reads|multi-disk|fence|fence-abort|fence-multipath]
 //! [--plant-bug skip-phase2|no-host-dead-wait|stale-known-hosts|own-name-short-delay|no-shared-hold|
+//! accept-minority|
 //! take-before-preempt-confirmed|preempt-conflict-means-fenced|holder-unregisters-at-leave|
 //! empty-target-means-fenced|take-without-drain|key-lost-at-join-reregisters|
 //! found-gone-skips-drain|foreign-keys-ignored] [--verbose] [--trace]`
 //!
 //! `--model head-reads` runs the lease model with lockd hosts' renewals reading the head of
-//! the area (`lease_core::reads`, experimental). `--model fence` runs the model of storage fencing by persistent reservations
+//! the area (`lease_core::reads`, experimental). `--model multi-disk` runs it with every
+//! resource lease on 2–4 disks that fail and stall on their own (`accept-minority` needs
+//! it). `--model fence` runs the model of storage fencing by persistent reservations
 //! (`lease_core::sim::fence`) instead of the lease algorithms; its planted bugs
 //! (`take-before-preempt-confirmed`, `preempt-conflict-means-fenced`,
 //! `holder-unregisters-at-leave`, `empty-target-means-fenced`) select that model by
@@ -36,12 +39,14 @@ struct Args {
     fence_model: bool,
     fence_target: FenceTarget,
     head_reads: bool,
+    multi_disk: bool,
 }
 
 const USAGE: &str =
     "usage: lockd-sim --seeds N [--first-seed S] [--hosts H (2-16)] [--duration SECONDS] \
-     [--model lease|head-reads|fence|fence-abort|fence-multipath] [--plant-bug skip-phase2|no-host-dead-wait|\
-     stale-known-hosts|own-name-short-delay|no-shared-hold|take-before-preempt-confirmed|\
+     [--model lease|head-reads|multi-disk|fence|fence-abort|fence-multipath] [--plant-bug skip-phase2|\
+     no-host-dead-wait|stale-known-hosts|own-name-short-delay|no-shared-hold|accept-minority|\
+     take-before-preempt-confirmed|\
      preempt-conflict-means-fenced|holder-unregisters-at-leave|empty-target-means-fenced|\
      take-without-drain|key-lost-at-join-reregisters|found-gone-skips-drain|foreign-keys-ignored] \
      [--verbose] [--trace]";
@@ -57,6 +62,7 @@ fn parse_args() -> Result<Args, String> {
         models: &[
             "lease",
             "head-reads",
+            "multi-disk",
             "fence",
             "fence-abort",
             "fence-multipath",
@@ -76,6 +82,8 @@ fn parse_args() -> Result<Args, String> {
         }
         _ => FenceTarget::PlainPreempt,
     };
+    let multi_disk = a.model.as_deref() == Some("multi-disk")
+        || (a.model.is_none() && a.bug_name.as_deref() == Some("accept-minority"));
     Ok(Args {
         seeds: a.seeds,
         first_seed: a.first_seed,
@@ -87,6 +95,7 @@ fn parse_args() -> Result<Args, String> {
         fence_model,
         fence_target,
         head_reads: a.model.as_deref() == Some("head-reads"),
+        multi_disk,
     })
 }
 
@@ -113,6 +122,7 @@ fn main() -> ExitCode {
         planted_bug: args.bug_name.as_deref().and_then(parse_planted_bug),
         trace: args.trace,
         head_reads: args.head_reads,
+        multi_disk: args.multi_disk,
     };
     let start = Instant::now();
     let (mut acquisitions, mut faults, mut violations) = (0u64, 0u64, 0u64);
@@ -143,7 +153,13 @@ fn main() -> ExitCode {
                 "FAIL seed={seed} violations={} first: {} | replay: lockd-sim{} --seeds 1 --first-seed {seed} --hosts {}{dur}{bug} --verbose",
                 report.violations.len(),
                 report.violations[0],
-                if args.head_reads { " --model head-reads" } else { "" },
+                if args.head_reads {
+                    " --model head-reads"
+                } else if args.multi_disk {
+                    " --model multi-disk"
+                } else {
+                    ""
+                },
                 args.hosts
             );
             if args.verbose {

@@ -9,6 +9,7 @@ use disk_format::Geometry;
 use super::checker::Holder;
 use super::world::{SimClock, SimDisk, World};
 use crate::delta::{self, LockspaceParams, RenewInput};
+use crate::disks::{LeaseOn, Replicas};
 use crate::io::Clock;
 use crate::monitor::HostMonitor;
 use crate::paxos::{self, AcquireOptions, HostContext, Mode, PlantedBug, ResourceParams};
@@ -21,7 +22,11 @@ pub(crate) struct HostCtx {
     pub world: Rc<World>,
     pub holder: Holder,
     pub params: LockspaceParams,
+    /// The lockspace's disk (and a single-disk lease's).
     pub disk: SimDisk,
+    /// The multi-disk model's lease disks (empty otherwise), `region_bytes` apart.
+    pub lease_disks: Vec<SimDisk>,
+    pub region_bytes: u64,
     pub clock: SimClock,
     pub monitor: RefCell<HostMonitor>,
     pub generation: Cell<u64>,
@@ -43,6 +48,26 @@ pub(crate) struct HostCtx {
 }
 
 impl HostCtx {
+    /// The disks of lease `res` for one operation.
+    fn lease(&self, res: &ResourceParams) -> LeaseOn<'_, SimDisk> {
+        if self.lease_disks.is_empty() {
+            return LeaseOn::One(&self.disk);
+        }
+        let list = self
+            .lease_disks
+            .iter()
+            .enumerate()
+            .map(|(k, d)| (d, res.disk_offset + k as u64 * self.region_bytes))
+            .collect();
+        match Replicas::new(list) {
+            Ok(r) if self.bug == Some(PlantedBug::AcceptMinority) => {
+                LeaseOn::Many(r.plant_accept_minority())
+            }
+            Ok(r) => LeaseOn::Many(r),
+            Err(_) => LeaseOn::One(&self.disk),
+        }
+    }
+
     fn io(&self) -> u64 {
         u64::from(self.params.io_timeout)
     }
@@ -256,7 +281,7 @@ async fn one_cycle(ctx: &Rc<HostCtx>, r: usize) {
         generation: ctx.generation.get(),
         observer: &ctx.monitor,
     };
-    let mut token = match paxos::acquire(&ctx.disk, &ctx.clock, &host, res, &opts).await {
+    let mut token = match paxos::acquire(&ctx.lease(res), &ctx.clock, &host, res, &opts).await {
         Ok(t) => t,
         Err(e) => {
             w.log(|| format!("host{} acquire res{r} {mode:?} -> {e}", ctx.holder.host));
@@ -303,7 +328,8 @@ async fn one_cycle(ctx: &Rc<HostCtx>, r: usize) {
                 .borrow_mut()
                 .converted(w.now(), ctx.holder, r, to, token.lver());
         }
-        let r_conv = paxos::convert(&ctx.disk, &ctx.clock, &host, &mut token, to, true).await;
+        let on = ctx.lease(&token.resource);
+        let r_conv = paxos::convert(&on, &ctx.clock, &host, &mut token, to, true).await;
         w.log(|| {
             format!(
                 "host{} convert res{r} -> {to:?}: {r_conv:?}",
@@ -323,7 +349,7 @@ async fn one_cycle(ctx: &Rc<HostCtx>, r: usize) {
     w.checker.borrow_mut().released(ctx.holder, r);
     w.log(|| format!("host{} RELEASE res{r} {:?}", ctx.holder.host, token.mode));
     for _ in 0..3 {
-        match paxos::release(&ctx.disk, &ctx.clock, &token).await {
+        match paxos::release(&ctx.lease(&token.resource), &ctx.clock, &token).await {
             Ok(()) => break,
             Err(crate::LeaseError::Io { .. }) => {
                 ctx.clock.sleep_ms(ctx.io() * 1000).await;
@@ -337,7 +363,7 @@ async fn one_cycle(ctx: &Rc<HostCtx>, r: usize) {
 /// owner for set_bitmap_seconds.
 async fn request_lease(ctx: &Rc<HostCtx>, res: &ResourceParams) {
     let w = &ctx.world;
-    let out = paxos::request(&ctx.disk, res, paxos::RequestLver::Next, REQ_FORCE).await;
+    let out = paxos::request(&ctx.lease(res), res, paxos::RequestLver::Next, REQ_FORCE).await;
     w.log(|| {
         format!(
             "host{} request {:?}: {out:?}",
@@ -365,7 +391,7 @@ async fn hold_lease(ctx: &Rc<HostCtx>, token: &paxos::Token, ms: u64) {
         ctx.clock.sleep_ms(500).await;
         if ctx.examine_seq.get() != seen {
             seen = ctx.examine_seq.get();
-            if let Ok(Some(_)) = paxos::examine(&ctx.disk, token).await {
+            if let Ok(Some(_)) = paxos::examine(&ctx.lease(&token.resource), token).await {
                 ctx.world.stats.borrow_mut().forced_releases += 1;
                 ctx.world
                     .log(|| format!("host{} examine: forced release", ctx.holder.host));

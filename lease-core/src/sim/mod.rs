@@ -26,7 +26,7 @@ use self::checker::Holder;
 use self::host::{lockspace_task, resource_params, worker_task, HostCtx};
 use self::rng::Rng;
 pub use self::world::Stats;
-use self::world::{Ev, SimClock, SimDisk, World};
+use self::world::{DiskFault, DiskFaultKind, Ev, SimClock, SimDisk, World};
 use crate::delta::LockspaceParams;
 use crate::monitor::HostMonitor;
 use crate::paxos::PlantedBug;
@@ -54,6 +54,10 @@ pub struct SimConfig {
     /// lockd hosts' renewals read the head of the area (`crate::reads::ReadMode::Head`,
     /// experimental) instead of the whole of it; sanlock peers always read the whole.
     pub head_reads: bool,
+    /// Resource leases on several disks (sanlock's num_disks): 2–4 disks drawn per seed,
+    /// each failing (EIO) and stalling (past the I/O timeout) on its own and on single
+    /// hosts' paths; the lockspace keeps a disk of its own.
+    pub multi_disk: bool,
 }
 
 impl Default for SimConfig {
@@ -64,6 +68,7 @@ impl Default for SimConfig {
             planted_bug: None,
             trace: false,
             head_reads: false,
+            multi_disk: false,
         }
     }
 }
@@ -90,6 +95,7 @@ pub fn parse_planted_bug(name: &str) -> Option<PlantedBug> {
         "own-name-short-delay" => Some(PlantedBug::OwnNameShortDelay),
         "no-shared-hold" => Some(PlantedBug::NoSharedHold),
         "skip-full-read" => Some(PlantedBug::SkipFullRead),
+        "accept-minority" => Some(PlantedBug::AcceptMinority),
         _ => None,
     }
 }
@@ -127,6 +133,10 @@ struct Runner {
     plans: Vec<HostPlan>,
     resources: usize,
     num_hosts: u64,
+    /// Disks of each resource lease (1, or 2–4 with `multi_disk`) and the bytes between
+    /// one disk's image and the next's in the world's image.
+    lease_disks: usize,
+    region_bytes: u64,
     tasks: Vec<Slot>,
     ctxs: Vec<Option<Rc<HostCtx>>>,
     /// Hosts whose lockspace failed: tasks stopped, waiting for their watchdog.
@@ -200,7 +210,18 @@ pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
         plans[last].clone_of = Some(0);
     }
     let disk_bytes = (resources + 1) * geometry.align_bytes() as usize;
-    let world = Rc::new(World::new(rng.next_u64(), disk_bytes, hosts));
+    // The multi-disk model's draws come from a generator of their own (recorded seeds of
+    // the other models replay).
+    let mut disk_rng = Rng::new(seed ^ 0x5A4E_4C4F_434B_0003);
+    let lease_disks = if cfg.multi_disk {
+        [2, 3, 3, 4][disk_rng.below(4) as usize]
+    } else {
+        1
+    };
+    // Region 0 holds the lockspace (and a single-disk model's leases); lease disk k of the
+    // multi-disk model is region k, formatted the same way.
+    let regions = if cfg.multi_disk { 1 + lease_disks } else { 1 };
+    let world = Rc::new(World::new(rng.next_u64(), disk_bytes * regions, hosts));
     if cfg.trace {
         *world.trace.borrow_mut() = Some(Vec::new());
     }
@@ -220,17 +241,22 @@ pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
         let f = format_lockspace_area(geometry, &space, plans[0].io_timeout);
         disk[..f.area.len()].copy_from_slice(&f.area);
         disk[..f.first_sector.len()].copy_from_slice(&f.first_sector);
-        for r in 0..resources {
-            let area = format_resource_area(&ResourceInit {
-                geometry,
-                space_name: space,
-                resource_name: Name::new(&format!("res{r}")).unwrap_or(Name::EMPTY),
-                num_hosts,
-                clear_at_monotime_s: None,
-            });
-            let off = (r + 1) * geometry.align_bytes() as usize;
-            disk[off..off + area.len()].copy_from_slice(&area);
+        for region in 0..regions {
+            for r in 0..resources {
+                let area = format_resource_area(&ResourceInit {
+                    geometry,
+                    space_name: space,
+                    resource_name: Name::new(&format!("res{r}")).unwrap_or(Name::EMPTY),
+                    num_hosts,
+                    clear_at_monotime_s: None,
+                });
+                let off = region * disk_bytes + (r + 1) * geometry.align_bytes() as usize;
+                disk[off..off + area.len()].copy_from_slice(&area);
+            }
         }
+    }
+    if cfg.multi_disk {
+        schedule_disk_faults(&world, &mut disk_rng, lease_disks, hosts, cfg.duration_s);
     }
     let mut runner = Runner {
         world: world.clone(),
@@ -241,6 +267,8 @@ pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
         plans,
         resources,
         num_hosts,
+        lease_disks,
+        region_bytes: disk_bytes as u64,
         tasks: Vec::new(),
         ctxs: (0..hosts).map(|_| None).collect(),
         doomed: vec![false; hosts],
@@ -270,6 +298,55 @@ pub fn run_seed(seed: u64, cfg: &SimConfig) -> SimReport {
         stats,
         violations,
         trace,
+    }
+}
+
+/// The multi-disk model's faults: each lease disk down (EIO), stalled (past the I/O
+/// timeout) or slow for a while, for every host, and single hosts' paths to a disk the
+/// same way, overlapping freely (so hosts sometimes see different minorities, or no
+/// majority at all).
+fn schedule_disk_faults(world: &World, rng: &mut Rng, disks: usize, hosts: usize, duration_s: u64) {
+    let end = duration_s * 1000;
+    let mut faults = world.disk_faults.borrow_mut();
+    let mut add = |host: Option<usize>, rng: &mut Rng| {
+        let from = rng.range(5_000, end);
+        let dur = rng.log_range(2_000, 90_000);
+        let kind = match rng.below(3) {
+            0 => DiskFaultKind::Down,
+            1 => DiskFaultKind::Stall,
+            _ => DiskFaultKind::Slow,
+        };
+        faults.push(DiskFault {
+            host,
+            disk: 1 + rng.below(disks as u64) as usize,
+            from,
+            until: from + dur,
+            kind,
+        });
+    };
+    for _ in 0..rng.range(1, 2 * disks as u64) {
+        add(None, rng);
+    }
+    for h in 0..hosts {
+        for _ in 0..rng.range(0, 4) {
+            add(Some(h), rng);
+        }
+    }
+    let n = faults.len() as u64;
+    drop(faults);
+    world.stats.borrow_mut().faults += n;
+    for f in world.disk_faults.borrow().iter() {
+        world.log(|| {
+            format!(
+                "lease disk {} {:?} for {} from {} ms to {} ms",
+                f.disk,
+                f.kind,
+                f.host
+                    .map_or("every host".to_string(), |h| format!("host{h}")),
+                f.from,
+                f.until
+            )
+        });
     }
 }
 
@@ -520,13 +597,18 @@ impl Runner {
         };
         let resources = (0..self.resources)
             .map(|r| {
-                resource_params(
+                let mut p = resource_params(
                     self.geometry,
                     &self.space,
                     r,
                     plan.io_timeout,
                     self.num_hosts,
-                )
+                );
+                if self.cfg.multi_disk {
+                    // Disk 0 of the lease is region 1.
+                    p.disk_offset += self.region_bytes;
+                }
+                p
             })
             .collect();
         let ctx = Rc::new(HostCtx {
@@ -539,6 +621,18 @@ impl Runner {
             disk: SimDisk {
                 world: w.clone(),
                 host: h,
+                index: 0,
+            },
+            lease_disks: if self.cfg.multi_disk {
+                (1..=self.lease_disks)
+                    .map(|index| SimDisk {
+                        world: w.clone(),
+                        host: h,
+                        index,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
             },
             clock: SimClock {
                 world: w.clone(),
@@ -554,6 +648,7 @@ impl Runner {
             active_workers: Cell::new(0),
             busy: RefCell::new(vec![false; self.resources]),
             resources,
+            region_bytes: self.region_bytes,
             bug: self.cfg.planted_bug,
             requests: RefCell::new(Vec::new()),
             examine_seq: Cell::new(0),
@@ -678,6 +773,25 @@ mod tests {
             let r = run_seed(seed, &cfg);
             assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
         }
+    }
+
+    #[test]
+    fn multi_disk_seeds_pass_and_accepting_a_minority_is_caught() {
+        let cfg = SimConfig {
+            multi_disk: true,
+            ..short()
+        };
+        for seed in 1..=10 {
+            let r = run_seed(seed, &cfg);
+            assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+            assert!(r.stats.acquisitions > 0, "seed {seed} acquired nothing");
+        }
+        let bad = SimConfig {
+            planted_bug: parse_planted_bug("accept-minority"),
+            ..cfg
+        };
+        let caught = (1..=100).any(|seed| !run_seed(seed, &bad).violations.is_empty());
+        assert!(caught, "accept-minority was not caught");
     }
 
     #[test]

@@ -122,6 +122,31 @@ pub struct World {
     pub checker: RefCell<Checker>,
     pub stats: RefCell<Stats>,
     pub trace: RefCell<Option<Vec<String>>>,
+    /// Faults of the lease disks of the multi-disk model (`SimConfig::lease_disks`).
+    pub disk_faults: RefCell<Vec<DiskFault>>,
+}
+
+/// What a lease disk (or one host's path to it) does during a [`DiskFault`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskFaultKind {
+    /// Every I/O fails at once (EIO).
+    Down,
+    /// Every I/O outlasts its timeout (a write may still land before the timeout).
+    Stall,
+    /// Every I/O is slow: from a quarter of its timeout to twice it.
+    Slow,
+}
+
+/// A fault of one lease disk, for every host or for one host's path to it.
+#[derive(Debug, Clone, Copy)]
+pub struct DiskFault {
+    /// The host whose path fails; `None`: the disk itself, for every host.
+    pub host: Option<usize>,
+    /// The disk ([`SimDisk::index`]).
+    pub disk: usize,
+    pub from: u64,
+    pub until: u64,
+    pub kind: DiskFaultKind,
 }
 
 impl World {
@@ -145,7 +170,24 @@ impl World {
             checker: RefCell::new(Checker::new()),
             stats: RefCell::new(Stats::default()),
             trace: RefCell::new(None),
+            disk_faults: RefCell::new(Vec::new()),
         }
+    }
+
+    /// The fault host `host`'s I/O to disk `disk` meets now, if any.
+    fn disk_fault(&self, host: usize, disk: usize) -> Option<DiskFaultKind> {
+        let now = self.now();
+        self.disk_faults
+            .borrow()
+            .iter()
+            .filter(|f| f.disk == disk && f.host.is_none_or(|h| h == host))
+            .filter(|f| f.from <= now && now < f.until)
+            .map(|f| f.kind)
+            .max_by_key(|k| match k {
+                DiskFaultKind::Down => 2,
+                DiskFaultKind::Stall => 1,
+                DiskFaultKind::Slow => 0,
+            })
     }
 
     pub fn now(&self) -> u64 {
@@ -269,12 +311,52 @@ struct IoPlan {
 pub struct SimDisk {
     pub world: Rc<World>,
     pub host: usize,
+    /// Which disk: 0 for the lockspace's (and a single-disk lease's); 1.. for the lease
+    /// disks of the multi-disk model, which have faults of their own.
+    pub index: usize,
 }
 
 impl SimDisk {
     fn plan(&self, write: bool, timeout_ms: u64) -> IoPlan {
         let w = &self.world;
         let now = w.now();
+        if self.index > 0 {
+            match w.disk_fault(self.host, self.index) {
+                Some(DiskFaultKind::Down) => {
+                    let t = now + w.rand(5) + 1;
+                    return IoPlan {
+                        done_at: t,
+                        result: Err(IoError::Failed),
+                        land_at: None,
+                    };
+                }
+                Some(DiskFaultKind::Stall) => {
+                    let land_at = (write && w.rand(2) == 0).then(|| now + w.rand(timeout_ms + 1));
+                    return IoPlan {
+                        done_at: now + timeout_ms,
+                        result: Err(IoError::TimedOut),
+                        land_at,
+                    };
+                }
+                Some(DiskFaultKind::Slow) => {
+                    let latency = w.range(timeout_ms / 4, timeout_ms * 2);
+                    if latency <= timeout_ms {
+                        return IoPlan {
+                            done_at: now + latency,
+                            result: Ok(()),
+                            land_at: write.then_some(now + latency),
+                        };
+                    }
+                    let land_at = (write && w.rand(2) == 0).then(|| now + w.rand(timeout_ms + 1));
+                    return IoPlan {
+                        done_at: now + timeout_ms,
+                        result: Err(IoError::TimedOut),
+                        land_at,
+                    };
+                }
+                None => {}
+            }
+        }
         let storm = w.hosts.borrow()[self.host].storm_until > now;
         let mut rng = w.rng.borrow_mut();
         // Latency: mostly fast, sometimes slow, rarely beyond a few io_timeouts.

@@ -90,7 +90,7 @@ pub fn lockspace_by_name(text: &str) -> Result<Lockspace> {
     Ok(Lockspace::new(Name::new(text)?, 0, "", 0)?)
 }
 
-/// A wire resource from `LS:RES:PATH:OFFSET[:LVER|:SH]`.
+/// A wire resource from `LS:RES:PATH:OFFSET[:PATH:OFFSET]…[:LVER|:SH]`.
 pub fn wire_resource(text: &str) -> Result<Resource> {
     let r = ResourceSpec::parse(text)?;
     let mut flags = 0;
@@ -109,9 +109,13 @@ pub fn wire_resource(text: &str) -> Result<Resource> {
             data32: 0,
             unused: 0,
             flags,
-            num_disks: 1,
+            num_disks: r.disks.len() as u32,
         },
-        disks: vec![DiskLocation::new(&r.path.to_string_lossy(), r.offset)?],
+        disks: r
+            .disks
+            .iter()
+            .map(|(path, offset)| DiskLocation::new(&path.to_string_lossy(), *offset))
+            .collect::<Result<_, _>>()?,
     })
 }
 

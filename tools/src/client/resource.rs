@@ -286,6 +286,10 @@ fn holders(conn: &ConnArgs, resources: &[Resource]) -> String {
                 name: r.head.name,
                 path: disk.path.to_text(),
                 offset: disk.offset,
+                more_disks: r.disks[1..]
+                    .iter()
+                    .map(|d| (d.path.to_text(), d.offset))
+                    .collect(),
             };
             let what = match client_lib::lease::leader(&run_dir, &spec) {
                 Ok(info) if info.host_id == 0 => "held by no host now".to_string(),

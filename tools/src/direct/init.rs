@@ -138,29 +138,50 @@ fn init_resource(args: &InitArgs, spec: &ResourceSpec) -> Result<()> {
     if spec.lver.is_some() || spec.shared {
         bail!("a resource to format takes no :LVER or :SH suffix");
     }
-    let (disk, geometry) = open_checked(&spec.path, spec.offset, |d| {
-        resolve_geometry(d, args.sector_size, args.align.as_deref())
-    })?;
-    refuse_local_daemon_use(&disk, spec.offset, geometry.align_bytes())?;
-    refuse_overwrite(&disk, spec.offset, geometry.align_bytes(), args.force)?;
-    let init = ResourceInit {
-        geometry,
-        space_name: spec.lockspace,
-        resource_name: spec.name,
-        num_hosts: args.num_hosts.unwrap_or(0),
-        clear_at_monotime_s: args.clear.then(lockd_diskio::monotime),
-    };
-    let area = format_resource_area(&init);
-    disk.write(spec.offset, &area, geometry.sector_size.bytes())?;
-    println!(
-        "initialized {}resource {:?} in lockspace {:?} at {}:{} ({}, max_hosts {})",
-        if args.clear { "cleared " } else { "" },
-        spec.name.to_text(),
-        spec.lockspace.to_text(),
-        spec.path.display(),
-        spec.offset,
-        geometry.label(),
-        geometry.max_hosts()
-    );
+    // Every disk of the lease checked before any is written (sanlock writes each and
+    // fails on the first error); one geometry for all of them.
+    let mut planned: Vec<(CheckedDisk, Geometry, u64, String)> =
+        Vec::with_capacity(spec.disks.len());
+    for (path, offset) in &spec.disks {
+        let (disk, geometry) = open_checked(path, *offset, |d| {
+            resolve_geometry(d, args.sector_size, args.align.as_deref())
+        })?;
+        refuse_local_daemon_use(&disk, *offset, geometry.align_bytes())?;
+        refuse_overwrite(&disk, *offset, geometry.align_bytes(), args.force)?;
+        if let Some((_, g0, _, first)) = planned.first() {
+            if *g0 != geometry {
+                bail!(
+                    "{} is {} but {} is {}: the disks of a lease need one geometry",
+                    path.display(),
+                    geometry.label(),
+                    first,
+                    g0.label()
+                );
+            }
+        }
+        planned.push((disk, geometry, *offset, path.display().to_string()));
+    }
+    let clear_at = args.clear.then(lockd_diskio::monotime);
+    for (disk, geometry, offset, path) in &planned {
+        let init = ResourceInit {
+            geometry: *geometry,
+            space_name: spec.lockspace,
+            resource_name: spec.name,
+            num_hosts: args.num_hosts.unwrap_or(0),
+            clear_at_monotime_s: clear_at,
+        };
+        let area = format_resource_area(&init);
+        disk.write(*offset, &area, geometry.sector_size.bytes())?;
+        println!(
+            "initialized {}resource {:?} in lockspace {:?} at {}:{} ({}, max_hosts {})",
+            if args.clear { "cleared " } else { "" },
+            spec.name.to_text(),
+            spec.lockspace.to_text(),
+            path,
+            offset,
+            geometry.label(),
+            geometry.max_hosts()
+        );
+    }
     Ok(())
 }

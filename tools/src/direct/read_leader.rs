@@ -21,7 +21,7 @@ pub struct ReadLeaderArgs {
         required_unless_present = "resource"
     )]
     pub lockspace: Option<String>,
-    /// Resource LOCKSPACE:NAME:PATH:OFFSET.
+    /// Resource LOCKSPACE:NAME:PATH:OFFSET[:PATH:OFFSET]... (each disk's leader).
     #[arg(short = 'r', long = "resource")]
     pub resource: Option<String>,
     /// Print JSON.
@@ -30,11 +30,10 @@ pub struct ReadLeaderArgs {
 }
 
 pub fn run(args: &ReadLeaderArgs) -> Result<()> {
-    let (path, offset, kind, space, resource, host_id) = if let Some(t) = &args.lockspace {
+    let (disks, kind, space, resource, host_id) = if let Some(t) = &args.lockspace {
         let s = LockspaceSpec::parse(t)?;
         (
-            s.path,
-            s.offset,
+            vec![(s.path, s.offset)],
             LeaderKind::Delta,
             s.name,
             None,
@@ -42,18 +41,53 @@ pub fn run(args: &ReadLeaderArgs) -> Result<()> {
         )
     } else if let Some(t) = &args.resource {
         let r = ResourceSpec::parse(t)?;
-        (
-            r.path,
-            r.offset,
-            LeaderKind::Paxos,
-            r.lockspace,
-            Some(r.name),
-            0,
-        )
+        (r.disks, LeaderKind::Paxos, r.lockspace, Some(r.name), 0)
     } else {
         bail!("give -s LOCKSPACE or -r RESOURCE");
     };
-    let disk = CheckedDisk::open(&path, false)?;
+    // A lease on several disks: each disk's leader, one after another, each under a
+    // "disk N PATH:OFFSET" line (JSON: one object per disk with "disk", "path" and
+    // "offset"); the first failure is reported after all were printed.
+    let several = disks.len() > 1;
+    let mut first_error = None;
+    for (i, (path, offset)) in disks.iter().enumerate() {
+        let at = several.then(|| (i, path.display().to_string(), *offset));
+        if !args.json {
+            if let Some((i, p, o)) = &at {
+                println!("disk {i} {p}:{o}");
+            }
+        }
+        let one = Target {
+            path,
+            offset: *offset,
+            kind,
+            space: &space,
+            resource: resource.as_ref(),
+            host_id,
+        };
+        if let Err(e) = read_one(&one, args.json, at.as_ref()) {
+            first_error.get_or_insert(e);
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// One leader to read and check.
+struct Target<'a> {
+    path: &'a std::path::Path,
+    offset: u64,
+    kind: LeaderKind,
+    space: &'a disk_format::Name,
+    resource: Option<&'a disk_format::Name>,
+    host_id: u64,
+}
+
+fn read_one(t: &Target<'_>, json: bool, which: Option<&(usize, String, u64)>) -> Result<()> {
+    let (path, offset, kind, host_id) = (t.path, t.offset, t.kind, t.host_id);
+    let disk = CheckedDisk::open(path, false)?;
     let unit = disk.io_block();
     let first = disk.read(offset, unit.max(512) as usize)?;
     let first_leader = LeaderRecord::decode(first.as_slice())?;
@@ -77,11 +111,11 @@ pub fn run(args: &ReadLeaderArgs) -> Result<()> {
     };
     let expect = LeaderExpect {
         sector_size: geometry.map(|g| g.sector_size.bytes()),
-        space_name: Some(&space),
-        resource_name: resource.as_ref(),
+        space_name: Some(t.space),
+        resource_name: t.resource,
     };
     let verdict = leader.verify(kind, &expect);
-    print(&leader, args.json, &verdict);
+    print(&leader, json, &verdict, which);
     if let Err(e) = verdict {
         bail!("{} ({}): {e}", code_name(&e), e.sanlk_code());
     }
@@ -92,9 +126,14 @@ fn code_name(e: &FormatError) -> &'static str {
     rv::name(e.sanlk_code()).unwrap_or("EINVAL")
 }
 
-fn print(l: &LeaderRecord, as_json: bool, verdict: &Result<(), FormatError>) {
+fn print(
+    l: &LeaderRecord,
+    as_json: bool,
+    verdict: &Result<(), FormatError>,
+    disk: Option<&(usize, String, u64)>,
+) {
     if as_json {
-        let v = json!({
+        let mut v = json!({
             "magic": format!("0x{:08x}", l.magic),
             "version": format!("0x{:08x}", l.version),
             "flags": l.flags,
@@ -115,6 +154,11 @@ fn print(l: &LeaderRecord, as_json: bool, verdict: &Result<(), FormatError>) {
             "valid": verdict.is_ok(),
             "error": verdict.as_ref().err().map(|e| e.to_string()),
         });
+        if let Some((i, path, offset)) = disk {
+            v["disk"] = json!(i);
+            v["path"] = json!(path);
+            v["offset"] = json!(offset);
+        }
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return;
     }

@@ -1,0 +1,290 @@
+//! Resource leases on three disks (sanlock's num_disks, issue 43), on loop devices and
+//! through lockd-faultfs:
+//! - a real sanlock 3.8.5 daemon (host 1) and lockd (host 2) pass a 3-disk lease both
+//!   ways, on an area formatted by lockd and on one formatted by sanlock, and agree on
+//!   every disk's leader;
+//! - one of the three disks failing (EIO) or stalled, on lockd alone: acquire, release and
+//!   a held lease carry on; two of three failing: refused, nothing held.
+//!
+//! Clients are python3-sanlock's, unmodified: `sanlock.acquire(ls, res, [(path, off)…])`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use common::*;
+
+/// `[(b'PATH', OFF), …]` for python3-sanlock.
+fn py_disks(disks: &[(PathBuf, u64)]) -> String {
+    let each: Vec<String> = disks
+        .iter()
+        .map(|(p, o)| format!("(b'{}', {o})", p.display()))
+        .collect();
+    format!("[{}]", each.join(", "))
+}
+
+/// `LS:RES:P1:O1:P2:O2:…` for the `lockd` CLI and `sanlock direct`.
+fn spec(res: &str, disks: &[(PathBuf, u64)]) -> String {
+    let each: Vec<String> = disks
+        .iter()
+        .map(|(p, o)| format!("{}:{o}", p.display()))
+        .collect();
+    format!("ls:{res}:{}", each.join(":"))
+}
+
+/// Acquires and releases `res` once through the daemon at `run_dir`: `ok`, or `err N`.
+fn try_once(run_dir: &Path, res: &str, disks: &[(PathBuf, u64)]) -> String {
+    let d = py_disks(disks);
+    python_in(
+        run_dir,
+        &format!(
+            "import sanlock\nfd = sanlock.register()\ntry:\n    \
+             sanlock.acquire(b'ls', b'{res}', {d}, slkfd=fd)\n    print('ok')\n    \
+             sanlock.release(b'ls', b'{res}', {d}, slkfd=fd)\n\
+             except sanlock.SanlockException as e:\n    print('err', e.errno)\n"
+        ),
+    )
+    .trim()
+    .to_string()
+}
+
+/// A client that holds `res` until it is killed.
+fn holder(run_dir: &Path, res: &str, disks: &[(PathBuf, u64)]) -> PyChild {
+    let mut c = PyChild::spawn(
+        &format!(
+            "import sanlock, time\nfd = sanlock.register()\n\
+             sanlock.acquire(b'ls', b'{res}', {}, slkfd=fd)\nprint('held', flush=True)\n\
+             time.sleep(600)\n",
+            py_disks(disks)
+        ),
+        run_dir,
+    );
+    assert_eq!(c.line(), "held", "the holder of {res} did not get it");
+    c
+}
+
+/// Each disk's leader as `lockd direct read-leader --json` prints it: (lver, owner_id,
+/// timestamp).
+fn leaders(res: &str, disks: &[(PathBuf, u64)]) -> Vec<(u64, u64, u64)> {
+    let out = run(Command::new(lockd_cli()).args([
+        "direct",
+        "read-leader",
+        "--json",
+        "-r",
+        &spec(res, disks),
+    ]));
+    let text = stdout(&out);
+    assert!(out.status.success(), "read-leader failed: {text} {out:?}");
+    let values: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&text)
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .expect("read-leader JSON");
+    assert_eq!(values.len(), disks.len(), "one leader per disk: {text}");
+    values
+        .iter()
+        .map(|v| {
+            (
+                v["lver"].as_u64().unwrap_or(u64::MAX),
+                v["owner_id"].as_u64().unwrap_or(u64::MAX),
+                v["timestamp"].as_u64().unwrap_or(u64::MAX),
+            )
+        })
+        .collect()
+}
+
+fn loops(s: &Scratch, n: usize) -> Vec<Loop> {
+    (0..n)
+        .map(|i| Loop::attach(&s.file(&format!("disk{i}"), 8)))
+        .collect()
+}
+
+#[test]
+fn a_three_disk_lease_passes_between_sanlock_and_lockd_both_ways() {
+    require_python_sanlock();
+    let s = Scratch::new("multidisk-mixed");
+    let ls_lo = Loop::attach(&s.file("lockspace", 8));
+    let disks = loops(&s, 3);
+    let ls_dev = ls_lo.dev.display().to_string();
+    init_lockspace("ls", &ls_lo.dev, 0);
+    // r3 formatted by lockd, r4 by sanlock, each on the same three disks.
+    let r3: Vec<(PathBuf, u64)> = disks.iter().map(|l| (l.dev.clone(), 0)).collect();
+    let r4: Vec<(PathBuf, u64)> = disks.iter().map(|l| (l.dev.clone(), 1 << 20)).collect();
+    let out = run(Command::new(lockd_cli()).args(["direct", "init", "-r", &spec("r3", &r3)]));
+    assert!(out.status.success(), "lockd direct init: {out:?}");
+    let out = run(Command::new("sanlock").args(["direct", "init", "-r", &spec("r4", &r4)]));
+    assert!(out.status.success(), "sanlock direct init: {out:?}");
+    for (res, d) in [("r3", &r3), ("r4", &r4)] {
+        let l = leaders(res, d);
+        assert!(l.iter().all(|x| *x == (0, 0, 0)), "{res} formatted: {l:?}");
+    }
+
+    let sl = SanlockDaemon::start(&s, "hostB");
+    let lk = LockdDaemon::start(&s, "hostA", &[]);
+    join_sanlock_and_lockd(&sl, &lk, &ls_dev);
+    // lockd's peer view of sanlock's host must be LIVE before a takeover can be judged.
+    assert!(
+        wait_for(30, || {
+            lk
+            .python("import sanlock\nprint([(h['host_id'], h['flags']) for h in sanlock.get_hosts(b'ls')])")
+            .contains("(1, 3)")
+        }),
+        "lockd never saw sanlock LIVE"
+    );
+    for (res, d) in [("r3", &r3), ("r4", &r4)] {
+        // sanlock's client holds it: lockd's client is refused with IDLIVE.
+        let mut sh = holder(&sl.run_dir, res, d);
+        let lk_run = lk.run_dir.clone();
+        assert_eq!(
+            try_once(&lk_run, res, d),
+            "err -243",
+            "{res} held by sanlock"
+        );
+        let l = leaders(res, d);
+        assert!(
+            l.iter().all(|x| x.0 == l[0].0 && x.1 == 1 && x.2 != 0),
+            "sanlock wrote {res}'s leader to every disk: {l:?}"
+        );
+        sh.kill9();
+        // Its daemon releases the dead client's lease; then lockd's client takes it.
+        assert!(
+            wait_for(10, || try_once(&lk_run, res, d) == "ok"),
+            "lockd could not take {res} after sanlock's holder died"
+        );
+        let mut lh = holder(&lk_run, res, d);
+        assert_eq!(
+            try_once(&sl.run_dir, res, d),
+            "err -243",
+            "{res} held by lockd"
+        );
+        let owners = sl.python(&format!(
+            "import sanlock\nprint([o['host_id'] for o in sanlock.read_resource_owners(b'ls', b'{res}', {})])",
+            py_disks(d)
+        ));
+        assert_eq!(owners.trim(), "[2]", "sanlock sees lockd's host own {res}");
+        let l = leaders(res, d);
+        assert!(
+            l.iter().all(|x| x.0 == l[0].0 && x.1 == 2 && x.2 != 0),
+            "lockd wrote {res}'s leader to every disk: {l:?}"
+        );
+        lh.kill9();
+        assert!(
+            wait_for(10, || try_once(&sl.run_dir, res, d) == "ok"),
+            "sanlock could not take {res} after lockd's holder died"
+        );
+        let l = leaders(res, d);
+        assert!(
+            l.iter().all(|x| x == &l[0] && x.2 == 0),
+            "{res} released on every disk: {l:?}"
+        );
+    }
+    lk.python(&format!(
+        "import sanlock\nsanlock.rem_lockspace(b'ls', 2, b'{ls_dev}', 0)"
+    ));
+    sl.python(&format!(
+        "import sanlock\nsanlock.rem_lockspace(b'ls', 1, b'{ls_dev}', 0)"
+    ));
+}
+
+/// Seconds one acquire+release through `run_dir` took, and its outcome.
+fn timed(run_dir: &Path, res: &str, disks: &[(PathBuf, u64)]) -> (String, f64) {
+    let t = Instant::now();
+    let out = try_once(run_dir, res, disks);
+    (out, t.elapsed().as_secs_f64())
+}
+
+#[test]
+fn one_failing_or_stalled_disk_of_three_is_survived_and_two_are_refused() {
+    require_python_sanlock();
+    let s = Scratch::new("multidisk-faults");
+    let ls_file = s.file("lockspace", 8);
+    init_lockspace("ls", &ls_file, 0);
+    let backings: Vec<PathBuf> = (0..3).map(|i| s.file(&format!("b{i}"), 8)).collect();
+    let views: Vec<FaultFs> = backings
+        .iter()
+        .enumerate()
+        .map(|(i, b)| FaultFs::start(&s, &format!("d{i}"), b))
+        .collect();
+    let d: Vec<(PathBuf, u64)> = views.iter().map(|v| (v.disk(), 0)).collect();
+    let out = run(Command::new(lockd_cli()).args(["direct", "init", "-r", &spec("r1", &d)]));
+    assert!(out.status.success(), "lockd direct init: {out:?}");
+    let lk = LockdDaemon::start(&s, "hostA", &[]);
+    lk.python(&format!(
+        "import sanlock\nsanlock.add_lockspace(b'ls', 1, b'{}', 0, iotimeout=1)",
+        ls_file.display()
+    ));
+    let run_dir = lk.run_dir.clone();
+
+    let (out, healthy_s) = timed(&run_dir, "r1", &d);
+    assert_eq!(out, "ok");
+    eprintln!("healthy: acquire+release {healthy_s:.3} s");
+
+    // One disk failing with EIO: acquire and release go on over the other two.
+    views[1].set("eio");
+    let (out, t) = timed(&run_dir, "r1", &d);
+    assert_eq!(out, "ok", "one disk of three failing (EIO)");
+    eprintln!("disk 1 EIO: acquire+release {t:.3} s");
+    // A holder keeps its lease while a disk fails (a held lease needs no I/O), and
+    // another host's client is refused: the majority's leader names a live owner.
+    views[1].set("pass");
+    let other = LockdDaemon::start(&s, "hostB", &[]);
+    other.python(&format!(
+        "import sanlock\nsanlock.add_lockspace(b'ls', 2, b'{}', 0, iotimeout=1)",
+        ls_file.display()
+    ));
+    let mut h = holder(&run_dir, "r1", &d);
+    views[2].set("eio");
+    assert!(
+        wait_for(10, || try_once(&other.run_dir, "r1", &d) == "err -243"),
+        "host 2 was not refused (IDLIVE) while host 1 holds and disk 2 fails"
+    );
+    h.kill9();
+    assert!(
+        wait_for(10, || try_once(&other.run_dir, "r1", &d) == "ok"),
+        "the dead holder's lease was not released over the two good disks"
+    );
+    views[2].set("pass");
+    drop(other);
+
+    // One disk stalled (a hung path): each operation opens it (the block-size probe of a
+    // file gives up after 2 s), its first I/O times out at io_timeout (1 s, 1.2 s with the
+    // engine's grace) and the disk is dropped for the rest of that acquire or release:
+    // about 3.2 s per operation, 6.4 s for the pair.
+    views[0].set("stall");
+    let (out, t) = timed(&run_dir, "r1", &d);
+    assert_eq!(out, "ok", "one disk of three stalled");
+    eprintln!("disk 0 stalled: acquire+release {t:.3} s");
+    assert!(
+        t < 8.0,
+        "a stalled disk cost {t:.1} s (one probe and one io_timeout per operation)"
+    );
+    views[0].set("pass");
+
+    // Two of three failing: refused, and nothing held on the good disk.
+    let before = leaders("r1", &[(backings[2].clone(), 0)]);
+    views[0].set("eio");
+    views[1].set("eio");
+    let out = try_once(&run_dir, "r1", &d);
+    assert!(out.starts_with("err "), "two disks of three failing: {out}");
+    let after = leaders("r1", &[(backings[2].clone(), 0)]);
+    assert_eq!(
+        after, before,
+        "a refused acquire changed the good disk's leader"
+    );
+    assert_eq!(after[0].2, 0, "nothing is held");
+    views[0].set("pass");
+    views[1].set("pass");
+    assert!(
+        wait_for(5, || try_once(&run_dir, "r1", &d) == "ok"),
+        "the lease is usable again once the disks are back"
+    );
+    // Every disk's leader agrees again after a commit and release over all three.
+    let l = leaders(
+        "r1",
+        &backings.iter().map(|b| (b.clone(), 0)).collect::<Vec<_>>(),
+    );
+    assert!(l.iter().all(|x| x == &l[0]), "{l:?}");
+    drop(lk);
+    drop(views);
+}
