@@ -464,7 +464,7 @@ async fn read_area_one<D: Disk>(
 
 /// Step A: [`read_area_one`] on every disk of the lease. The leader is
 /// [`chosen_leader`]'s; the largest mbal and lver are over every disk read, and our own
-/// dblock is the one with the largest mbal among them (sanlock takes it from the disk
+/// dblock is our newest among them, by mbal then bal (sanlock takes it from the disk
 /// with the largest mbal of any host).
 async fn read_area<S: LeaseDisks>(
     disks: &S,
@@ -481,7 +481,10 @@ async fn read_area<S: LeaseDisks>(
     for a in answers.iter().filter_map(Answer::ok) {
         area.max_mbal = area.max_mbal.max(a.max_mbal);
         area.max_lver = area.max_lver.max(a.max_lver);
-        if a.own.mbal > area.own.mbal {
+        // Our newest slot: the largest mbal, and at one mbal phase 2's copy (bal = mbal)
+        // over phase 1's, so that a value we accepted is kept, not forgotten because the
+        // disk read first missed our phase-2 write.
+        if (a.own.mbal, a.own.bal) > (area.own.mbal, area.own.bal) {
             area.own = a.own;
         }
     }

@@ -330,3 +330,47 @@ fn a_stale_released_dblock_of_a_retracted_attempt_does_not_free_a_held_lease() {
     let tb = acquire(&b, &ls, &r, &c, &ex()).unwrap();
     assert_eq!(tb.lver(), t_lver + 1);
 }
+
+/// Our value accepted in phase 2 of an attempt that never committed is on two disks; the
+/// third has only that attempt's phase-1 copy (same mbal, no value). The next acquire
+/// must keep the accepted value (phase 2's copy is our newest slot), commit it for that
+/// version and take a fresh one; taking the phase-1 copy would erase the value from
+/// every disk in the next phase 1.
+#[test]
+fn an_accepted_value_on_a_majority_is_kept_though_the_first_disk_missed_it() {
+    let (ls, c, a, _b) = two_hosts();
+    let r = disks(3);
+    let (_, mode) = slot(&r[0], 1);
+    let at = RES_OFFSET + disk_format::area::dblock_sector(1) * 512;
+    let put = |d: &MemDisk, db: &disk_format::PaxosDblock| {
+        let mut sector = vec![0u8; 512];
+        disk_format::dblock::encode_dblock_sector(db, &mode, &mut sector);
+        d.put(at, &sector);
+    };
+    let mut phase1 = disk_format::PaxosDblock {
+        mbal: 1,
+        lver: 1,
+        ..Default::default()
+    };
+    phase1.seal();
+    let mut phase2 = disk_format::PaxosDblock {
+        mbal: 1,
+        bal: 1,
+        inp: 1,
+        inp2: a.ctx(&ls).generation,
+        inp3: 777,
+        lver: 1,
+        ..Default::default()
+    };
+    phase2.seal();
+    put(&r[0], &phase1);
+    put(&r[1], &phase2);
+    put(&r[2], &phase2);
+    let t = acquire(&a, &ls, &r, &c, &ex()).unwrap();
+    assert_eq!(
+        t.lver(),
+        2,
+        "version 1 went to the accepted value (an earlier attempt's), a fresh one to us"
+    );
+    assert_ne!(t.leader.timestamp, 777);
+}
