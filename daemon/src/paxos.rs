@@ -67,6 +67,15 @@ fn open_each(
     if disks.is_empty() || disks.len() > MAX_DISKS {
         return Err(LeaseCmdError::Invalid("a lease has 1 to 4 disks"));
     }
+    // The same area named twice would count one disk twice towards a majority.
+    for (i, d) in disks.iter().enumerate() {
+        if disks[..i]
+            .iter()
+            .any(|e| e.offset == d.offset && e.path.to_text() == d.path.to_text())
+        {
+            return Err(LeaseCmdError::Invalid("a lease names one disk area twice"));
+        }
+    }
     disks.iter().map(|d| open_one(&d.path.to_text())).collect()
 }
 

@@ -219,6 +219,13 @@ fn one_failing_or_stalled_disk_of_three_is_survived_and_two_are_refused() {
     let (out, healthy_s) = timed(&run_dir, "r1", &d);
     assert_eq!(out, "ok");
     eprintln!("healthy: acquire+release {healthy_s:.3} s");
+    // One area named twice would count one disk twice towards a majority: refused.
+    let twice = [d[0].clone(), d[0].clone(), d[1].clone()];
+    assert_eq!(
+        try_once(&run_dir, "r1", &twice),
+        "err 22",
+        "one disk named twice (-EINVAL)"
+    );
 
     // One disk failing with EIO: acquire and release go on over the other two.
     views[1].set("eio");

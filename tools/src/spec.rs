@@ -185,12 +185,21 @@ impl ResourceSpec {
                 lease_core::disks::MAX_DISKS
             );
         }
-        let mut disks = Vec::with_capacity(pairs.len() / 2);
+        let mut disks: Vec<(PathBuf, u64)> = Vec::with_capacity(pairs.len() / 2);
         for pair in pairs.chunks(2) {
             if pair[0].is_empty() {
                 bail!("resource {} has an empty path", quoted(text));
             }
-            disks.push((PathBuf::from(&pair[0]), parse_offset(&pair[1])?));
+            let disk = (PathBuf::from(&pair[0]), parse_offset(&pair[1])?);
+            if disks.contains(&disk) {
+                bail!(
+                    "resource {} names {}:{} twice (it would count twice towards a majority)",
+                    quoted(text),
+                    disk.0.display(),
+                    disk.1
+                );
+            }
+            disks.push(disk);
         }
         let (lver, shared) = match suffix {
             None | Some("") => (None, false),
