@@ -70,6 +70,10 @@ fn split_fields(text: &str) -> Vec<String> {
     fields
 }
 
+/// The most disks a resource lease has (sanlock's `SANLK_MAX_DISKS`, lease-core's
+/// `disks::MAX_DISKS`; this module is also compiled alone into the spec fuzzer).
+pub const MAX_DISKS: usize = 4;
+
 /// The largest byte offset a file or device can have (`off_t` is a signed 64-bit count).
 pub const MAX_OFFSET: u64 = i64::MAX as u64;
 
@@ -177,12 +181,11 @@ impl ResourceSpec {
         } else {
             (rest, None)
         };
-        if pairs.len() / 2 > lease_core::disks::MAX_DISKS {
+        if pairs.len() / 2 > MAX_DISKS {
             bail!(
-                "resource {} names {} disks; a lease has at most {}",
+                "resource {} names {} disks; a lease has at most {MAX_DISKS}",
                 quoted(text),
-                pairs.len() / 2,
-                lease_core::disks::MAX_DISKS
+                pairs.len() / 2
             );
         }
         let mut disks: Vec<(PathBuf, u64)> = Vec::with_capacity(pairs.len() / 2);
@@ -328,6 +331,7 @@ mod tests {
 
     #[test]
     fn resource_on_several_disks() {
+        assert_eq!(MAX_DISKS, lease_core::disks::MAX_DISKS);
         let r = ResourceSpec::parse("ls:res:/a:0:/b:1M:/c:2048").unwrap();
         assert_eq!(
             r.disks,
