@@ -204,7 +204,7 @@ fn one_failing_or_stalled_disk_of_three_is_survived_and_two_are_refused() {
     let views: Vec<FaultFs> = backings
         .iter()
         .enumerate()
-        .map(|(i, b)| FaultFs::start(&s, &format!("d{i}"), b))
+        .map(|(i, b)| faultfs(&s, &format!("d{i}"), b))
         .collect();
     let d: Vec<(PathBuf, u64)> = views.iter().map(|v| (v.disk(), 0)).collect();
     let out = run(Command::new(lockd_cli()).args(["direct", "init", "-r", &spec("r1", &d)]));

@@ -20,7 +20,7 @@ fn stalled_storage_enters_recovery_on_schedule() {
     let backing = s.file("backing", 8);
     init_lockspace("ls1", &backing, 0);
     init_resource("ls1", "res1", &backing, RES_OFF);
-    let ffs = FaultFs::start(&s, "a", &backing);
+    let ffs = faultfs(&s, "a", &backing);
     let disk = ffs.disk();
     // Kill grace 3 s: SIGTERM at last_renewal + 8 s, SIGKILL at last_renewal + 11 s.
     let mut d = LockdDaemon::start_args(&s, "hostA", &["-g", "3"], &[]);

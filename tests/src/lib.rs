@@ -360,3 +360,105 @@ pub fn join_lockspace(lockd_bin: &str, run_dir: &Path, ls: &str, host_id: u64, d
     );
     assert!(ok, "add-lockspace {ls} as host {host_id}: {out}");
 }
+
+/// The project's FUSE fault injector (`lockd-faultfs`, this crate's binary) over `backing`,
+/// mounted at `dir/view-NAME` with its control socket beside it: one host's path to the
+/// storage whose I/O can be delayed, stalled or failed (`set`). On drop a stall is
+/// released (a process blocked in its I/O could not exit), then the view is unmounted
+/// and the injector stopped by PID.
+pub struct FaultFs {
+    child: Child,
+    mount: PathBuf,
+    control: PathBuf,
+}
+
+impl FaultFs {
+    /// Starts the injector; `bin_dir` is the target directory of the test's binaries,
+    /// where `lockd-faultfs` is (built here with cargo when missing).
+    pub fn start(dir: &Path, name: &str, backing: &Path, bin_dir: &Path) -> FaultFs {
+        require_command("fusermount", "fuse3");
+        assert!(
+            Path::new("/dev/fuse").exists(),
+            "/dev/fuse is missing (FUSE support needed)"
+        );
+        let bin = bin_dir.join("lockd-faultfs");
+        if !bin.exists() {
+            let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args([
+                    "build",
+                    "-p",
+                    "lockd-system-tests",
+                    "--bin",
+                    "lockd-faultfs",
+                ])
+                .status()
+                .expect("run cargo to build lockd-faultfs");
+            assert!(st.success(), "building lockd-faultfs failed");
+        }
+        assert!(bin.exists(), "lockd-faultfs not found at {}", bin.display());
+        let mount = dir.join(format!("view-{name}"));
+        let control = dir.join(format!("faultfs-{name}.sock"));
+        fs::create_dir_all(&mount).expect("faultfs mount point");
+        let child = Command::new(&bin)
+            .arg("--backing")
+            .arg(backing)
+            .arg("--mount")
+            .arg(&mount)
+            .arg("--control")
+            .arg(&control)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start lockd-faultfs");
+        let f = FaultFs {
+            child,
+            mount,
+            control,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(f.disk().exists() && std::os::unix::net::UnixStream::connect(&f.control).is_ok()) {
+            assert!(Instant::now() < deadline, "faultfs view never appeared");
+            thread::sleep(Duration::from_millis(50));
+        }
+        f
+    }
+
+    /// The view's file: the disk as this path sees it.
+    pub fn disk(&self) -> PathBuf {
+        self.mount.join("disk.img")
+    }
+
+    /// Sets the mode: `pass`, `delay MS`, `stall` or `eio`.
+    pub fn set(&self, mode: &str) {
+        let answer = self.command(mode).expect("faultfs control");
+        assert!(answer.starts_with("ok"), "faultfs {mode}: {answer}");
+    }
+
+    fn command(&self, line: &str) -> std::io::Result<String> {
+        use std::io::BufRead;
+        let mut c = std::os::unix::net::UnixStream::connect(&self.control)?;
+        writeln!(c, "{line}")?;
+        let mut answer = String::new();
+        std::io::BufReader::new(c).read_line(&mut answer)?;
+        Ok(answer)
+    }
+}
+
+impl Drop for FaultFs {
+    fn drop(&mut self) {
+        let _ = self.command("pass");
+        let _ = Command::new("fusermount")
+            .arg("-u")
+            .arg(&self.mount)
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // Lazily, in case the first unmount failed; it says "Invalid argument" when the
+        // view is already gone, which is the usual case.
+        let _ = Command::new("fusermount")
+            .args(["-u", "-z"])
+            .arg(&self.mount)
+            .stderr(Stdio::null())
+            .status();
+    }
+}

@@ -10,14 +10,12 @@
 //! - `lockd acquire --timeout S` waits for a holder on another host to release, and when
 //!   the time runs out names it: "held by host 1 (hostA), live".
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lockd_system_tests::{
-    lockd_cli, require_command, require_root, scratch_dir, sparse_file, LockdProc, SanlockDaemon,
+    lockd_cli, require_root, scratch_dir, sparse_file, FaultFs, LockdProc, SanlockDaemon,
 };
 
 const LOCKD: &str = env!("CARGO_BIN_EXE_lockd");
@@ -111,89 +109,6 @@ fn twenty_back_to_back_holders_all_get_the_lease() {
     );
 }
 
-/// The project's FUSE fault injector (`lockd-faultfs`, tests crate) over `backing`,
-/// unmounted on drop; built on demand.
-struct FaultFs {
-    child: Child,
-    mount: PathBuf,
-    control: PathBuf,
-}
-
-impl FaultFs {
-    fn start(dir: &Path, backing: &Path) -> FaultFs {
-        require_command("fusermount", "fuse3");
-        assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
-        let bin = Path::new(LOCKD).with_file_name("lockd-faultfs");
-        if !bin.exists() {
-            let st = Command::new(env!("CARGO"))
-                .args([
-                    "build",
-                    "-p",
-                    "lockd-system-tests",
-                    "--bin",
-                    "lockd-faultfs",
-                ])
-                .status()
-                .expect("run cargo to build lockd-faultfs");
-            assert!(st.success(), "building lockd-faultfs failed");
-        }
-        let mount = dir.join("view");
-        let control = dir.join("faultfs.sock");
-        std::fs::create_dir_all(&mount).expect("mount point");
-        let child = Command::new(&bin)
-            .arg("--backing")
-            .arg(backing)
-            .arg("--mount")
-            .arg(&mount)
-            .arg("--control")
-            .arg(&control)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start lockd-faultfs");
-        let f = FaultFs {
-            child,
-            mount,
-            control,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !(f.disk().exists() && UnixStream::connect(&f.control).is_ok()) {
-            assert!(Instant::now() < deadline, "faultfs view never appeared");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        f
-    }
-
-    fn disk(&self) -> PathBuf {
-        self.mount.join("disk.img")
-    }
-
-    fn set(&self, mode: &str) {
-        let mut c = UnixStream::connect(&self.control).expect("faultfs control");
-        writeln!(c, "{mode}").expect("faultfs command");
-        let mut line = String::new();
-        BufReader::new(c)
-            .read_line(&mut line)
-            .expect("faultfs answer");
-        assert!(line.starts_with("ok"), "faultfs {mode}: {line}");
-    }
-}
-
-impl Drop for FaultFs {
-    fn drop(&mut self) {
-        let _ = Command::new("fusermount")
-            .arg("-u")
-            .arg(&self.mount)
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = Command::new("fusermount")
-            .args(["-u", "-z"])
-            .arg(&self.mount)
-            .status();
-    }
-}
-
 /// The lockspace file of [`lease_file`], and resource `r1` on an image of its own seen
 /// through the fault injector: (lockspace image, injector, resource spec).
 fn lease_file_and_faulty_resource(dir: &Path) -> (PathBuf, FaultFs, String) {
@@ -208,7 +123,12 @@ fn lease_file_and_faulty_resource(dir: &Path) -> (PathBuf, FaultFs, String) {
             &format!("ls:r1:{}:0", backing.display()),
         ],
     );
-    let fs = FaultFs::start(dir, &backing);
+    let fs = FaultFs::start(
+        dir,
+        "r1",
+        &backing,
+        Path::new(LOCKD).parent().expect("bin dir"),
+    );
     let res = format!("ls:r1:{}:0", fs.disk().display());
     (img, fs, res)
 }

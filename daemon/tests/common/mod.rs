@@ -8,7 +8,9 @@
 
 pub mod sid;
 
-use std::io::{BufRead, BufReader, Write};
+pub use lockd_system_tests::FaultFs;
+
+use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -442,107 +444,6 @@ impl Drop for SanlockDaemon {
     }
 }
 
-/// The fault injector built from this workspace (tests crate), built on demand.
-pub fn faultfs_binary() -> PathBuf {
-    let bin = Path::new(DAEMON).with_file_name("lockd-faultfs");
-    if !bin.exists() {
-        let st = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-p",
-                "lockd-system-tests",
-                "--bin",
-                "lockd-faultfs",
-            ])
-            .status()
-            .expect("run cargo to build lockd-faultfs");
-        assert!(st.success(), "building lockd-faultfs failed");
-    }
-    assert!(bin.exists(), "lockd-faultfs not found at {}", bin.display());
-    bin
-}
-
-/// A FUSE view of a backing image whose I/O can be stalled; unmounted on drop.
-pub struct FaultFs {
-    child: Child,
-    mount: PathBuf,
-    control: PathBuf,
-}
-
-impl FaultFs {
-    /// A view of `backing` mounted at `s.dir/view-NAME`.
-    pub fn start(s: &Scratch, name: &str, backing: &Path) -> FaultFs {
-        require_tool("fusermount", "fuse3");
-        assert!(
-            Path::new("/dev/fuse").exists(),
-            "/dev/fuse is missing (FUSE support needed)"
-        );
-        let mount = s.dir.join(format!("view-{name}"));
-        let control = s.dir.join(format!("faultfs-{name}.sock"));
-        std::fs::create_dir_all(&mount).unwrap();
-        let child = Command::new(faultfs_binary())
-            .arg("--backing")
-            .arg(backing)
-            .arg("--mount")
-            .arg(&mount)
-            .arg("--control")
-            .arg(&control)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start lockd-faultfs");
-        let f = FaultFs {
-            child,
-            mount,
-            control,
-        };
-        assert!(
-            wait_for(10, || f.disk().exists()
-                && UnixStream::connect(&f.control).is_ok()),
-            "faultfs view never appeared"
-        );
-        f
-    }
-
-    pub fn disk(&self) -> PathBuf {
-        self.mount.join("disk.img")
-    }
-
-    /// Sets the mode: `pass`, `delay MS`, `stall` or `eio`.
-    pub fn set(&self, mode: &str) {
-        let mut c = UnixStream::connect(&self.control).expect("faultfs control");
-        writeln!(c, "{mode}").unwrap();
-        let mut line = String::new();
-        BufReader::new(c).read_line(&mut line).unwrap();
-        assert!(line.starts_with("ok"), "faultfs {mode}: {line}");
-    }
-}
-
-impl Drop for FaultFs {
-    fn drop(&mut self) {
-        // Release any I/O a stall holds (a process blocked in it cannot exit), then
-        // unmount.
-        if let Ok(mut c) = UnixStream::connect(&self.control) {
-            let _ = writeln!(c, "pass");
-            let mut line = String::new();
-            let _ = BufReader::new(c).read_line(&mut line);
-        }
-        let _ = Command::new("fusermount")
-            .arg("-u")
-            .arg(&self.mount)
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        // Lazily, in case the first unmount failed; it says "Invalid argument" when the
-        // view is already gone, which is the usual case.
-        let _ = Command::new("fusermount")
-            .args(["-u", "-z"])
-            .arg(&self.mount)
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
 /// Both daemons join lockspace `ls` on `dev` (sanlock host 1, lockd host 2) in parallel, at
 /// io_timeout 1.
 pub fn join_sanlock_and_lockd(sl: &SanlockDaemon, lk: &LockdDaemon, dev: &str) {
@@ -572,4 +473,14 @@ pub fn lockd_cli() -> PathBuf {
         p.display()
     );
     p
+}
+
+/// lockd-faultfs over `backing` at `s.dir/view-NAME` (the system-tests crate's [`FaultFs`]).
+pub fn faultfs(s: &Scratch, name: &str, backing: &Path) -> FaultFs {
+    FaultFs::start(
+        &s.dir,
+        name,
+        backing,
+        Path::new(DAEMON).parent().expect("bin dir"),
+    )
 }
