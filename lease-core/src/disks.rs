@@ -22,8 +22,9 @@
 //!   ours may race it. A dropped disk counts as a failure in every later majority, so a
 //!   stalled disk costs one io_timeout per operation. The mark lives in the [`Replicas`]
 //!   value, which a caller makes for one operation (one acquire, one release); a caller
-//!   that knows a disk still has an I/O in flight from an earlier operation marks it
-//!   dropped from the start ([`Replicas::drop_disk`]).
+//!   that knows a disk still has an I/O in flight from an earlier operation can mark it
+//!   dropped from the start ([`LeaseDisks::drop_disk`]; the daemon does not track that
+//!   yet, so each operation pays a stalled disk's timeout once).
 //! - [`majority`] is sanlock's `majority_disks`: more than half (2 of 3, 3 of 4, 2 of 2).
 //!
 //! Hand-written rather than taken from a futures crate: lease-core depends on no

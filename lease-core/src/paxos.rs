@@ -483,7 +483,9 @@ async fn read_area<S: LeaseDisks>(
         area.max_lver = area.max_lver.max(a.max_lver);
         // Our newest slot: the largest mbal, and at one mbal phase 2's copy (bal = mbal)
         // over phase 1's, so that a value we accepted is kept, not forgotten because the
-        // disk read first missed our phase-2 write.
+        // disk read first missed our phase-2 write: the next phase 1 would then erase a
+        // value that may have been chosen, and another could be chosen for the same lver
+        // (`tests_multidisk::an_accepted_value_on_a_majority_is_kept_though_the_first_disk_missed_it`).
         if (a.own.mbal, a.own.bal) > (area.own.mbal, area.own.bal) {
             area.own = a.own;
         }
