@@ -11,8 +11,7 @@ use std::sync::Arc;
 use client_lib::proto::*;
 use client_lib::wire;
 use disk_format::Name;
-use lease_core::disks::{LeaseOn, MAX_DISKS};
-use lease_core::exec::block_on;
+use lease_core::disks::{left_out, LeaseDisks, LeaseOn, PathState, MAX_DISKS};
 use lease_core::paxos::{self, AcquireOptions, HostContext, Mode, ResourceParams};
 use tracing::{info, info_span, warn};
 
@@ -25,12 +24,12 @@ use crate::state::Daemon;
 use crate::sync::lock;
 use crate::tables::{Held, HeldRes, Key};
 use lockd_core::{CoreReply, CoreRequest, DiskOp, Effect, Input, ReqKind, ResSpec};
-use lockd_diskio::{BlockingDisk, EngineKind};
+use lockd_diskio::{drive, health, BlockingDisk, EngineKind, ParallelDisk};
 
 /// Opens a resource disk: during a client's command, with that client's rights
 /// (`crate::access`); otherwise (a dead client's release, examine) as the daemon.
-fn open(path: &str, need: Need) -> Result<BlockingDisk, LeaseCmdError> {
-    Ok(BlockingDisk::new(access::open_disk(
+fn open(path: &str, need: Need) -> Result<ParallelDisk, LeaseCmdError> {
+    Ok(ParallelDisk::new(access::open_disk(
         Path::new(path),
         need,
         EngineKind::SharedRing,
@@ -38,7 +37,7 @@ fn open(path: &str, need: Need) -> Result<BlockingDisk, LeaseCmdError> {
 }
 
 /// Opens a held lease's disks with the rights of the client that acquired it.
-fn open_held(lr: &HeldRes, need: Need) -> Result<Vec<BlockingDisk>, LeaseCmdError> {
+fn open_held(lr: &HeldRes, need: Need) -> Result<Vec<ParallelDisk>, LeaseCmdError> {
     open_lease(&lr.held, &lr.disks, need)
 }
 
@@ -48,9 +47,9 @@ fn open_lease(
     held: &Held,
     disks: &[wire::DiskLocation],
     need: Need,
-) -> Result<Vec<BlockingDisk>, LeaseCmdError> {
+) -> Result<Vec<ParallelDisk>, LeaseCmdError> {
     open_each(disks, |path| {
-        Ok(BlockingDisk::new(access::open_disk_as(
+        Ok(ParallelDisk::new(access::open_disk_as(
             held.opened_by.as_ref(),
             Path::new(path),
             need,
@@ -59,11 +58,12 @@ fn open_lease(
     })
 }
 
-/// Opens every disk of a lease (1 to 4, sanlock's `SANLK_MAX_DISKS`) with `open_one`.
+/// Opens every disk of a lease (1 to 4, sanlock's `SANLK_MAX_DISKS`) with `open_one`,
+/// but for the disks [`skipped`] leaves out, which are [`ParallelDisk::absent`].
 fn open_each(
     disks: &[wire::DiskLocation],
-    open_one: impl Fn(&str) -> Result<BlockingDisk, LeaseCmdError>,
-) -> Result<Vec<BlockingDisk>, LeaseCmdError> {
+    open_one: impl Fn(&str) -> Result<ParallelDisk, LeaseCmdError>,
+) -> Result<Vec<ParallelDisk>, LeaseCmdError> {
     if disks.is_empty() || disks.len() > MAX_DISKS {
         return Err(LeaseCmdError::Invalid("a lease has 1 to 4 disks"));
     }
@@ -76,21 +76,66 @@ fn open_each(
             return Err(LeaseCmdError::Invalid("a lease names one disk area twice"));
         }
     }
-    disks.iter().map(|d| open_one(&d.path.to_text())).collect()
+    let paths: Vec<String> = disks.iter().map(|d| d.path.to_text()).collect();
+    let skip = skipped(&paths);
+    let mut opened = paths
+        .iter()
+        .zip(skip)
+        .map(|(path, skip)| {
+            if skip {
+                info!(disk = %path, "lease disk skipped: its last i/o timed out");
+                Ok(ParallelDisk::absent(Path::new(path)))
+            } else {
+                open_one(path)
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // An open whose block-size probe timed out (a hung FUSE or NFS path) made its path
+    // sick just now: leave it out before any I/O is queued on it.
+    for (i, skip) in skipped(&paths).into_iter().enumerate() {
+        if skip && !opened[i].is_absent() {
+            info!(disk = %paths[i], "lease disk skipped: it hung while being opened");
+            opened[i] = ParallelDisk::absent(Path::new(&paths[i]));
+        }
+    }
+    Ok(opened)
+}
+
+/// Which disks of a lease this operation leaves out: lease-core's [`left_out`] over
+/// what this process saw of each path (`lockd_diskio::health`).
+fn skipped(paths: &[String]) -> Vec<bool> {
+    let states: Vec<PathState> = paths
+        .iter()
+        .map(|p| match health::lookup(Path::new(p)) {
+            Some(h) => PathState {
+                overdue: h.overdue() > 0,
+                cooling: h.sick(),
+            },
+            None => PathState::default(),
+        })
+        .collect();
+    left_out(&states)
 }
 
 /// The opened disks of a lease, each with the area's offset on it, for one operation
-/// (lease-core's majority rule over several; a single disk as itself).
+/// (lease-core's majority rule over several; a single disk as itself); a disk left out
+/// is dropped from the start.
 fn lease_on<'a>(
-    opened: &'a [BlockingDisk],
+    opened: &'a [ParallelDisk],
     disks: &[wire::DiskLocation],
-) -> LeaseOn<'a, BlockingDisk> {
+) -> LeaseOn<'a, ParallelDisk> {
     let list = opened
         .iter()
         .zip(disks)
         .map(|(o, d)| (o, d.offset))
         .collect();
-    LeaseOn::new(list).expect("open_each opened 1 to 4 disks")
+    let on = LeaseOn::new(list).expect("open_each opened 1 to 4 disks");
+    for (i, disk) in opened.iter().enumerate() {
+        if disk.is_absent() {
+            on.drop_disk(i);
+        }
+    }
+    on
 }
 
 /// Runs `f` with our lockspace context (disk, params, generation, host monitor);
@@ -206,7 +251,7 @@ pub fn acquire_lease(
     };
     let c = crate::clock::lease_clock_unstopped();
     let out = with_host(space, |host| {
-        block_on(paxos::acquire(&disk, &c, host, &res, &opts))
+        drive(paxos::acquire(&disk, &c, host, &res, &opts))
     })?;
     match out {
         Ok(token) => Ok(Held {
@@ -238,7 +283,7 @@ pub fn release(
     // With the acquiring client's rights, whoever releases (the client, root by pid,
     // the daemon when the client died).
     let opened = open_lease(held, disks, Need::Write)?;
-    block_on(paxos::release_renamed(
+    drive(paxos::release_renamed(
         &lease_on(&opened, disks),
         &crate::clock::lease_clock_unstopped(),
         token,
@@ -275,7 +320,7 @@ pub fn convert(
     let nowait = cmd_flags & SANLK_ACQUIRE_OWNER_NOWAIT != 0;
     let c = crate::clock::lease_clock_unstopped();
     let out = with_host(space, |host| {
-        block_on(paxos::convert(&disk, &c, host, &mut token, to, nowait))
+        drive(paxos::convert(&disk, &c, host, &mut token, to, nowait))
     })
     .map_err(|e| (e.into(), None))?;
     let held = Held {
@@ -299,7 +344,7 @@ pub fn examine(lr: &HeldRes) -> Option<u32> {
             return None;
         }
     };
-    match block_on(paxos::examine(&lease_on(&opened, &lr.disks), token)) {
+    match drive(paxos::examine(&lease_on(&opened, &lr.disks), token)) {
         Ok(m) => m,
         Err(e) => {
             warn!(error = %e, "examine failed");
@@ -334,7 +379,7 @@ pub fn request(
     } else {
         paxos::RequestLver::Exact(r.head.lver)
     };
-    block_on(paxos::request(&disk, &res, lver, force_mode))
+    drive(paxos::request(&disk, &res, lver, force_mode))
         .map(|out| out.owner_id)
         .map_err(LeaseCmdError::paxos)
 }

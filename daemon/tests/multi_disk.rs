@@ -4,7 +4,9 @@
 //!   ways, on an area formatted by lockd and on one formatted by sanlock, and agree on
 //!   every disk's leader;
 //! - one of the three disks failing (EIO) or stalled, on lockd alone: acquire, release and
-//!   a held lease carry on; two of three failing: refused, nothing held.
+//!   a held lease carry on; two of three failing: refused, nothing held;
+//! - the stalled-disk table: acquire+release cycles with one disk of three stalled, on
+//!   lockd and on sanlock 3.8.5 in the same run (lockd at most 1.2× its healthy time).
 //!
 //! Clients are python3-sanlock's, unmodified: `sanlock.acquire(ls, res, [(path, off)…])`.
 
@@ -194,21 +196,46 @@ fn timed(run_dir: &Path, res: &str, disks: &[(PathBuf, u64)]) -> (String, f64) {
     (out, t.elapsed().as_secs_f64())
 }
 
-#[test]
-fn one_failing_or_stalled_disk_of_three_is_survived_and_two_are_refused() {
-    require_python_sanlock();
-    let s = Scratch::new("multidisk-faults");
+/// Lockspace `ls` on a file of `s`, and lease `r1` formatted by lockd on three files,
+/// each seen through a lockd-faultfs view.
+struct ThreeViews {
+    ls_file: PathBuf,
+    backings: Vec<PathBuf>,
+    views: Vec<FaultFs>,
+    /// The lease's disks: the views' files at offset 0.
+    disks: Vec<(PathBuf, u64)>,
+}
+
+fn three_views(s: &Scratch) -> ThreeViews {
     let ls_file = s.file("lockspace", 8);
     init_lockspace("ls", &ls_file, 0);
     let backings: Vec<PathBuf> = (0..3).map(|i| s.file(&format!("b{i}"), 8)).collect();
     let views: Vec<FaultFs> = backings
         .iter()
         .enumerate()
-        .map(|(i, b)| faultfs(&s, &format!("d{i}"), b))
+        .map(|(i, b)| faultfs(s, &format!("d{i}"), b))
         .collect();
     let d: Vec<(PathBuf, u64)> = views.iter().map(|v| (v.disk(), 0)).collect();
     let out = run(Command::new(lockd_cli()).args(["direct", "init", "-r", &spec("r1", &d)]));
     assert!(out.status.success(), "lockd direct init: {out:?}");
+    ThreeViews {
+        ls_file,
+        backings,
+        views,
+        disks: d,
+    }
+}
+
+#[test]
+fn one_failing_or_stalled_disk_of_three_is_survived_and_two_are_refused() {
+    require_python_sanlock();
+    let s = Scratch::new("multidisk-faults");
+    let ThreeViews {
+        ls_file,
+        backings,
+        views,
+        disks: d,
+    } = three_views(&s);
     let lk = LockdDaemon::start(&s, "hostA", &[]);
     lk.python(&format!(
         "import sanlock\nsanlock.add_lockspace(b'ls', 1, b'{}', 0, iotimeout=1)",
@@ -254,17 +281,24 @@ fn one_failing_or_stalled_disk_of_three_is_survived_and_two_are_refused() {
     views[2].set("pass");
     drop(other);
 
-    // One disk stalled (a hung path): each operation opens it (the block-size probe of a
-    // file gives up after 2 s), its first I/O times out at io_timeout (1 s, 1.2 s with the
-    // engine's grace) and the disk is dropped for the rest of that acquire or release:
-    // about 3.2 s per operation, 6.4 s for the pair.
+    // One disk stalled (a hung path): the first acquire's open of it waits for the
+    // block-size probe of a file (2 s), which marks the path sick, and the disk is left
+    // out before any I/O is queued on it; the release and the next cycle leave it out
+    // from the start (the path cools down for 6 timeouts: 12 s).
     views[0].set("stall");
     let (out, t) = timed(&run_dir, "r1", &d);
     assert_eq!(out, "ok", "one disk of three stalled");
     eprintln!("disk 0 stalled: acquire+release {t:.3} s");
     assert!(
-        t < 8.0,
-        "a stalled disk cost {t:.1} s (one probe and one io_timeout per operation)"
+        t < 3.5,
+        "a stalled disk cost {t:.1} s (one 2 s probe, then the disk is left out)"
+    );
+    let (out, t) = timed(&run_dir, "r1", &d);
+    assert_eq!(out, "ok", "one disk of three stalled, second cycle");
+    eprintln!("disk 0 stalled, second cycle: acquire+release {t:.3} s");
+    assert!(
+        t < healthy_s + 1.0,
+        "the second cycle paid for the stalled disk again: {t:.2} s (healthy {healthy_s:.2} s)"
     );
     views[0].set("pass");
 
@@ -286,12 +320,164 @@ fn one_failing_or_stalled_disk_of_three_is_survived_and_two_are_refused() {
         wait_for(5, || try_once(&run_dir, "r1", &d) == "ok"),
         "the lease is usable again once the disks are back"
     );
-    // Every disk's leader agrees again after a commit and release over all three.
-    let l = leaders(
-        "r1",
-        &backings.iter().map(|b| (b.clone(), 0)).collect::<Vec<_>>(),
+    // Every disk's leader agrees again after a commit and release over all three, once
+    // the stalled disk's cool-down (12 s) ended and it is used again.
+    let all: Vec<(PathBuf, u64)> = backings.iter().map(|b| (b.clone(), 0)).collect();
+    let mut l = Vec::new();
+    assert!(
+        wait_for(30, || {
+            assert_eq!(try_once(&run_dir, "r1", &d), "ok");
+            l = leaders("r1", &all);
+            l.iter().all(|x| x == &l[0])
+        }),
+        "the stalled disk was not used again after its cool-down: {l:?}"
     );
-    assert!(l.iter().all(|x| x == &l[0]), "{l:?}");
     drop(lk);
+    drop(views);
+}
+
+/// Per-cycle seconds of `n` acquire+release cycles of `res` by one python3-sanlock client
+/// of the daemon at `run_dir` (timed inside the client, so no process start is counted),
+/// or why the run ended early: an error, or no answer within `cap_s` seconds.
+fn cycle_times(
+    run_dir: &Path,
+    res: &str,
+    disks: &[(PathBuf, u64)],
+    n: usize,
+    cap_s: u64,
+) -> Result<Vec<f64>, String> {
+    let d = py_disks(disks);
+    let script = format!(
+        "import sanlock, time\nfd = sanlock.register()\nfor i in range({n}):\n    \
+         t = time.monotonic()\n    try:\n        \
+         sanlock.acquire(b'ls', b'{res}', {d}, slkfd=fd)\n        \
+         sanlock.release(b'ls', b'{res}', {d}, slkfd=fd)\n    \
+         except sanlock.SanlockException as e:\n        print('err', e.errno, flush=True)\n        break\n    \
+         print('%.6f' % (time.monotonic() - t), flush=True)\n"
+    );
+    let out = run(Command::new("timeout")
+        .args([&cap_s.to_string(), PYTHON, "-c", &script])
+        .env("SANLOCK_RUN_DIR", run_dir));
+    let text = stdout(&out);
+    let mut times = Vec::new();
+    for line in text.lines() {
+        match line.parse::<f64>() {
+            Ok(t) => times.push(t),
+            Err(_) => return Err(format!("{line} after {} cycles", times.len())),
+        }
+    }
+    if times.len() < n {
+        return Err(format!(
+            "{} of {n} cycles in {cap_s} s (exit {:?})",
+            times.len(),
+            out.status.code()
+        ));
+    }
+    Ok(times)
+}
+
+/// `name:wchan` of each thread of process `pid` that is not waiting in the usual places
+/// of an idle daemon (poll, futex, sleep).
+fn thread_waits(pid: u32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return "(process gone)".into();
+    };
+    let mut waits = Vec::new();
+    for t in tasks.flatten() {
+        let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+        let wchan = read("wchan");
+        if ![
+            "do_poll",
+            "do_epoll_wait",
+            "futex_wait_queue",
+            "hrtimer_nanosleep",
+            "do_nanosleep",
+        ]
+        .iter()
+        .any(|idle| wchan.starts_with(idle))
+        {
+            waits.push(format!("{}:{}", read("comm").trim(), wchan.trim()));
+        }
+    }
+    waits.join(" ")
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s[s.len() / 2]
+}
+
+/// The issue's number, measured: with one of three disks stalled (a lockd-faultfs view
+/// that never answers), an acquire+release on lockd takes at most 1.2× the healthy time
+/// once the first cycle found the disk hung; sanlock 3.8.5's times in the same run, on
+/// the same views and lease, beside it. Prints the table docs/performance.md carries.
+#[test]
+fn stalled_disk_table_lockd_beside_sanlock() {
+    require_python_sanlock();
+    let s = Scratch::new("multidisk-stall-bench");
+    let ThreeViews {
+        ls_file,
+        views,
+        disks: d,
+        ..
+    } = three_views(&s);
+    let sl = SanlockDaemon::start(&s, "hostB");
+    let lk = LockdDaemon::start(&s, "hostA", &[]);
+    join_sanlock_and_lockd(&sl, &lk, &ls_file.display().to_string());
+
+    const CYCLES: usize = 30;
+    const SANLOCK_STALLED_CYCLES: usize = 1;
+    let lockd_healthy = cycle_times(&lk.run_dir, "r1", &d, CYCLES, 60).expect("lockd healthy");
+    let sanlock_healthy = cycle_times(&sl.run_dir, "r1", &d, CYCLES, 60).expect("sanlock healthy");
+    views[0].set("stall");
+    let lockd_stalled = cycle_times(&lk.run_dir, "r1", &d, CYCLES, 120).expect("lockd stalled");
+    let sanlock_stalled = cycle_times(&sl.run_dir, "r1", &d, SANLOCK_STALLED_CYCLES, 60);
+    if sanlock_stalled.is_err() {
+        let log = std::fs::read_to_string(s.dir.join("sanlock.log")).unwrap_or_default();
+        eprintln!("sanlock's log, last lines:\n{}", tail(&log, 6));
+        eprintln!(
+            "where sanlock's threads wait: {}",
+            thread_waits(sl.child.id())
+        );
+    }
+    views[0].set("pass");
+
+    let row = |who: &str, healthy: &[f64], stalled: &Result<Vec<f64>, String>| match stalled {
+        Ok(st) => eprintln!(
+            "| {who} | {:.1} | {:.1} | {:.1} | {:.2}x | {} |",
+            median(healthy) * 1e3,
+            st[0] * 1e3,
+            median(&st[1..]) * 1e3,
+            median(&st[1..]) / median(healthy),
+            st.len()
+        ),
+        Err(why) => eprintln!(
+            "| {who} | {:.1} | - | - | - | {why} |",
+            median(healthy) * 1e3
+        ),
+    };
+    eprintln!(
+        "one of three disks stalled (lockd-faultfs), io_timeout 1 s, acquire+release per cycle:"
+    );
+    eprintln!("| daemon | healthy median ms | stalled first ms | stalled median ms (after the first) | ratio | stalled cycles |");
+    eprintln!("|---|---|---|---|---|---|");
+    row("lockd", &lockd_healthy, &Ok(lockd_stalled.clone()));
+    row("sanlock 3.8.5", &sanlock_healthy, &sanlock_stalled);
+
+    let ratio = median(&lockd_stalled[1..]) / median(&lockd_healthy);
+    assert!(
+        ratio <= 1.2,
+        "lockd with one disk of three stalled: {ratio:.2}x the healthy time"
+    );
+    // The first stalled cycle pays for finding the hung disk once: its open's block-size
+    // probe (2 s) and nothing more.
+    assert!(
+        lockd_stalled[0] < 3.0,
+        "the first stalled cycle took {:.2} s",
+        lockd_stalled[0]
+    );
+    drop(lk);
+    drop(sl);
     drop(views);
 }

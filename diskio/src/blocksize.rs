@@ -27,6 +27,12 @@ use crate::sys;
 ///
 /// The result is at least 512 and a power of two.
 pub fn storage_block_size(file: &File) -> io::Result<u32> {
+    block_size_noting(file, None)
+}
+
+/// [`storage_block_size`]; a probe that does not answer in time starts the cool-down of
+/// `path`'s health record (`crate::health`), as a timed-out I/O would.
+pub(crate) fn block_size_noting(file: &File, path: Option<&std::path::Path>) -> io::Result<u32> {
     use std::os::unix::fs::MetadataExt;
     let meta = file.metadata()?;
     if meta.file_type().is_block_device() {
@@ -35,7 +41,7 @@ pub fn storage_block_size(file: &File) -> io::Result<u32> {
     if let Some(n) = sysfs_logical_block_size(meta.dev()) {
         return Ok(n);
     }
-    Ok(probe_block_size(file))
+    Ok(probe_block_size(file, path))
 }
 
 /// glibc's `major()`/`minor()` of a `dev_t`.
@@ -68,7 +74,10 @@ fn sysfs_logical_block_size(dev: u64) -> Option<u32> {
     })
 }
 
-fn probe_block_size(file: &File) -> u32 {
+/// How long a block-size probe may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn probe_block_size(file: &File, path: Option<&std::path::Path>) -> u32 {
     let Ok(f) = file.try_clone() else {
         return 512;
     };
@@ -81,8 +90,14 @@ fn probe_block_size(file: &File) -> u32 {
     if spawned.is_err() {
         return 512;
     }
-    match rx.recv_timeout(Duration::from_secs(2)) {
+    match rx.recv_timeout(PROBE_TIMEOUT) {
         Ok(Err(e)) if e.raw_os_error() == Some(libc::EINVAL) => 4096,
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            if let Some(path) = path {
+                crate::health::of(path).timed_out(PROBE_TIMEOUT);
+            }
+            512
+        }
         _ => 512,
     }
 }

@@ -20,21 +20,27 @@
 //! - every [`DirectDisk::read`] and [`DirectDisk::write`] is reported to the observer
 //!   ([`set_observer`](crate::set_observer)).
 
+use std::future::Future;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use thiserror::Error;
 
 use crate::buf::AlignedBuf;
 use crate::file::{Access, DirectFile};
+use crate::health::{self, IoTicket, PathHealth};
 use crate::memory::{self, MemoryImage};
 use crate::observe::record;
 use crate::sys::uring::{Completion, Op, Target, UringEngine};
+
+/// How much longer than an I/O's timeout its caller waits for the ring's cancellation.
+const CANCEL_GRACE: Duration = Duration::from_millis(200);
 
 /// Outstanding I/Os allowed per open disk.
 pub const MAX_INFLIGHT: usize = 64;
@@ -93,6 +99,8 @@ struct DiskInner {
     backing: Backing,
     inflight: Arc<AtomicUsize>,
     engine: Option<Arc<UringEngine>>,
+    /// This path's record in `crate::health`.
+    health: Arc<PathHealth>,
 }
 
 /// What a disk's I/O reaches: the storage, or an in-memory image in a test process
@@ -130,32 +138,79 @@ fn shared_ring() -> Option<Arc<UringEngine>> {
         .clone()
 }
 
-/// An I/O that did not finish within its timeout; its buffer stays with the worker.
+/// An I/O submitted and not yet taken back: its completion arrives here. Its buffer
+/// stays with the engine until the I/O is done, whatever the caller does.
 pub struct Pending {
-    rx: Receiver<Completion>,
+    rx: oneshot::Receiver<Completion>,
     disk: DirectDisk,
     op: &'static str,
     offset: u64,
+    /// The I/O's own timeout (the engine cancels it then, where it can).
+    timeout: Duration,
+    ticket: Arc<IoTicket>,
 }
 
 impl Pending {
     /// Waits up to `timeout` more for the I/O.
     pub fn wait(self, timeout: Duration) -> Result<Result<AlignedBuf, DirectIoError>, Pending> {
         match self.rx.recv_timeout(timeout) {
-            Ok((Ok(()), buf)) => Ok(Ok(buf)),
-            Ok((Err(source), _buf)) => Ok(Err(DirectIoError::Failed {
+            Ok(done) => Ok(self.completed(done)),
+            Err(oneshot::RecvTimeoutError::Timeout) => Err(self),
+            Err(oneshot::RecvTimeoutError::Disconnected) => Ok(Err(self.vanished())),
+        }
+    }
+
+    /// Polls for the completion, registering `cx`'s waker to be woken by it.
+    pub fn poll_done(&mut self, cx: &mut Context<'_>) -> Poll<Result<AlignedBuf, DirectIoError>> {
+        match Pin::new(&mut self.rx).poll(cx) {
+            Poll::Ready(Ok(done)) => Poll::Ready(self.completed(done)),
+            Poll::Ready(Err(oneshot::RecvError)) => Poll::Ready(Err(self.vanished())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// The caller stops waiting: the I/O's path is overdue until the engine sees the
+    /// I/O complete (`crate::health`).
+    pub fn give_up(self) -> DirectIoError {
+        self.ticket.give_up(self.timeout);
+        self.timeout_error()
+    }
+
+    fn timeout_error(&self) -> DirectIoError {
+        DirectIoError::Timeout {
+            path: self.disk.path().to_path_buf(),
+            op: self.op,
+            offset: self.offset,
+            timeout_ms: self.timeout.as_millis() as u64,
+        }
+    }
+
+    /// When a caller waiting for this I/O gives up: its timeout, and a moment for a ring
+    /// that cancels the I/O itself at the timeout to report that.
+    pub fn give_up_after(&self) -> Duration {
+        self.timeout + CANCEL_GRACE
+    }
+
+    /// The result of a completion: a cancellation at the deadline is a timeout.
+    fn completed(&self, (result, buf): Completion) -> Result<AlignedBuf, DirectIoError> {
+        match result {
+            Ok(()) => Ok(buf),
+            Err(source) if source.kind() == io::ErrorKind::TimedOut => Err(self.timeout_error()),
+            Err(source) => Err(DirectIoError::Failed {
                 path: self.disk.path().to_path_buf(),
                 op: self.op,
                 offset: self.offset,
                 source,
-            })),
-            Err(RecvTimeoutError::Timeout) => Err(self),
-            Err(RecvTimeoutError::Disconnected) => Ok(Err(DirectIoError::Failed {
-                path: self.disk.path().to_path_buf(),
-                op: self.op,
-                offset: self.offset,
-                source: io::Error::other("i/o worker vanished"),
-            })),
+            }),
+        }
+    }
+
+    fn vanished(&self) -> DirectIoError {
+        DirectIoError::Failed {
+            path: self.disk.path().to_path_buf(),
+            op: self.op,
+            offset: self.offset,
+            source: io::Error::other("i/o worker vanished"),
         }
     }
 }
@@ -192,6 +247,7 @@ impl DirectDisk {
                     backing: Backing::Memory(image),
                     inflight: Arc::new(AtomicUsize::new(0)),
                     engine: None,
+                    health: health::of(path),
                 }),
             });
         }
@@ -216,8 +272,29 @@ impl DirectDisk {
                 backing: Backing::File(file),
                 inflight: Arc::new(AtomicUsize::new(0)),
                 engine,
+                health: health::of(path),
             }),
         })
+    }
+
+    /// Tests only: a disk on the shared ring whose reads wait for the pipe's writer
+    /// (forever: the ring's timeout cancels them), named by a path of its own.
+    #[cfg(test)]
+    pub(crate) fn pipe_for_test(reader: std::io::PipeReader) -> DirectDisk {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let path = PathBuf::from(format!(
+            "/test/pipe-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        DirectDisk {
+            inner: Arc::new(DiskInner {
+                backing: Backing::File(DirectFile::pipe_for_test(reader, &path)),
+                inflight: Arc::new(AtomicUsize::new(0)),
+                engine: shared_ring(),
+                health: health::of(&path),
+            }),
+        }
     }
 
     /// True when this disk's I/O goes through an io_uring ring.
@@ -288,9 +365,18 @@ impl DirectDisk {
                 max: MAX_INFLIGHT,
             });
         }
+        let ticket = IoTicket::new(self.inner.health.clone());
         let file = match &self.inner.backing {
             Backing::File(f) => f,
-            Backing::Memory(image) => return Ok(self.memory_io(image, op, offset, buf)),
+            Backing::Memory(image) => {
+                return Ok(self.memory_io(image, op, offset, buf, timeout, ticket))
+            }
+        };
+        let failed = |source| DirectIoError::Failed {
+            path: self.path().to_path_buf(),
+            op,
+            offset,
+            source,
         };
         if let Some(engine) = &self.inner.engine {
             let kind = if op == "read" { Op::Read } else { Op::Write };
@@ -298,20 +384,17 @@ impl DirectDisk {
                 file: file.shared_file().clone(),
                 inflight: self.inner.inflight.clone(),
                 force_async: !file.is_block_device(),
+                ticket: ticket.clone(),
             };
             let rx = engine
                 .submit(kind, target, offset, buf, timeout)
-                .map_err(|source| DirectIoError::Failed {
-                    path: self.path().to_path_buf(),
-                    op,
-                    offset,
-                    source,
-                })?;
-            return Ok(self.pending(rx, op, offset));
+                .map_err(failed)?;
+            return Ok(self.pending(rx, op, offset, timeout, ticket));
         }
-        let (tx, rx) = mpsc::sync_channel::<Completion>(1);
+        let (tx, rx) = oneshot::channel::<Completion>();
         let worker = self.clone();
         let shared_file = file.shared_file().clone();
+        let worker_ticket = ticket.clone();
         let spawned = crate::spawn_thread("lockd-io", move || {
             let mut buf = buf;
             let res = if op == "read" {
@@ -320,29 +403,34 @@ impl DirectDisk {
                 shared_file.write_all_at(buf.as_slice(), offset)
             };
             worker.inner.inflight.fetch_sub(1, Ordering::SeqCst);
+            worker_ticket.finished(false, timeout);
             // If the submitter gave up, the send fails and the buffer is dropped here,
             // after the kernel finished with it.
             let _ = tx.send((res, buf));
         });
         if let Err(source) = spawned {
             self.inner.inflight.fetch_sub(1, Ordering::SeqCst);
-            return Err(DirectIoError::Failed {
-                path: self.path().to_path_buf(),
-                op,
-                offset,
-                source,
-            });
+            return Err(failed(source));
         }
-        Ok(self.pending(rx, op, offset))
+        Ok(self.pending(rx, op, offset, timeout, ticket))
     }
 
     /// The handle of an I/O whose completion will arrive on `rx`.
-    fn pending(&self, rx: Receiver<Completion>, op: &'static str, offset: u64) -> Pending {
+    fn pending(
+        &self,
+        rx: oneshot::Receiver<Completion>,
+        op: &'static str,
+        offset: u64,
+        timeout: Duration,
+        ticket: Arc<IoTicket>,
+    ) -> Pending {
         Pending {
             rx,
             disk: self.clone(),
             op,
             offset,
+            timeout,
+            ticket,
         }
     }
 
@@ -354,6 +442,8 @@ impl DirectDisk {
         op: &'static str,
         offset: u64,
         buf: AlignedBuf,
+        timeout: Duration,
+        ticket: Arc<IoTicket>,
     ) -> Pending {
         let mut buf = buf;
         let res = if op == "read" {
@@ -362,10 +452,11 @@ impl DirectDisk {
             image.write_at(buf.as_slice(), offset)
         };
         self.inner.inflight.fetch_sub(1, Ordering::SeqCst);
-        let (tx, rx) = mpsc::sync_channel::<Completion>(1);
-        // The receiver is alive (it is returned below), and the channel has room for one.
+        ticket.finished(false, timeout);
+        let (tx, rx) = oneshot::channel::<Completion>();
+        // The receiver is alive (it is returned below).
         let _ = tx.send((res, buf));
-        self.pending(rx, op, offset)
+        self.pending(rx, op, offset, timeout, ticket)
     }
 
     /// Starts a read of `len` bytes at `offset`.
@@ -378,31 +469,23 @@ impl DirectDisk {
         self.submit("read", offset, AlignedBuf::zeroed(len), timeout)
     }
 
-    fn finish(pending: Pending, timeout: Duration) -> Result<AlignedBuf, DirectIoError> {
-        let (path, op, offset) = (
-            pending.disk.path().to_path_buf(),
-            pending.op,
-            pending.offset,
-        );
-        // A ring cancels the I/O itself at `timeout`; allow it a moment to report that.
-        match pending.wait(timeout + Duration::from_millis(200)) {
-            Ok(Err(DirectIoError::Failed { source, .. }))
-                if source.kind() == io::ErrorKind::TimedOut =>
-            {
-                Err(DirectIoError::Timeout {
-                    path,
-                    op,
-                    offset,
-                    timeout_ms: timeout.as_millis() as u64,
-                })
-            }
+    /// Starts a write of `data` (whole sectors) at `offset`.
+    pub fn submit_write(
+        &self,
+        offset: u64,
+        data: &[u8],
+        timeout: Duration,
+    ) -> Result<Pending, DirectIoError> {
+        self.submit("write", offset, AlignedBuf::copy_of(data), timeout)
+    }
+
+    /// Waits for `pending` until its timeout (and the ring's grace) passes, then gives it
+    /// up.
+    fn finish(pending: Pending) -> Result<AlignedBuf, DirectIoError> {
+        let wait = pending.give_up_after();
+        match pending.wait(wait) {
             Ok(r) => r,
-            Err(_still_pending) => Err(DirectIoError::Timeout {
-                path,
-                op,
-                offset,
-                timeout_ms: timeout.as_millis() as u64,
-            }),
+            Err(still_pending) => Err(still_pending.give_up()),
         }
     }
 
@@ -416,7 +499,7 @@ impl DirectDisk {
         let t0 = std::time::Instant::now();
         let r = self
             .submit_read(offset, len, timeout)
-            .and_then(|p| DirectDisk::finish(p, timeout));
+            .and_then(DirectDisk::finish);
         record("read", t0, r.as_ref().map(|_| ()));
         r
     }
@@ -425,8 +508,8 @@ impl DirectDisk {
     pub fn write(&self, offset: u64, data: &[u8], timeout: Duration) -> Result<(), DirectIoError> {
         let t0 = std::time::Instant::now();
         let r = self
-            .submit("write", offset, AlignedBuf::copy_of(data), timeout)
-            .and_then(|p| DirectDisk::finish(p, timeout).map(|_| ()));
+            .submit_write(offset, data, timeout)
+            .and_then(|p| DirectDisk::finish(p).map(|_| ()));
         record("write", t0, r.as_ref().map(|_| ()));
         r
     }

@@ -4,7 +4,7 @@
 //! answered from, and no write lingers in, this host's page cache; the sizes are read
 //! once, at open: for a block device BLKSSZGET (both the formatting sector size and the
 //! I/O block) and its size, for a regular file its length and
-//! [`storage_block_size`]. Nothing is cached across opens: a
+//! [`storage_block_size`](crate::storage_block_size). Nothing is cached across opens: a
 //! path may name other storage at the next open, and an fd kept open past a release
 //! would pin the device (an LV in use cannot be removed) or a deleted lease file. `DirectFile` does no checking of
 //! its own: its callers keep every offset and length a multiple of [`DirectFile::io_block`]
@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::blocksize::storage_block_size;
+use crate::blocksize::block_size_noting;
 use crate::sys;
 
 /// How a [`DirectFile`] is opened.
@@ -39,7 +39,7 @@ pub enum OpenStep {
     SectorSize,
     /// The size of a block device (seek to its end).
     Size,
-    /// [`storage_block_size`].
+    /// [`storage_block_size`](crate::storage_block_size).
     BlockSize,
 }
 
@@ -118,7 +118,7 @@ impl DirectFile {
         let io_block = if is_block {
             sector_size
         } else {
-            storage_block_size(&file).map_err(fail(OpenStep::BlockSize))?
+            block_size_noting(&file, Some(path)).map_err(fail(OpenStep::BlockSize))?
         };
         Ok(DirectFile {
             path: path.to_path_buf(),
@@ -142,7 +142,7 @@ impl DirectFile {
     }
 
     /// The unit every I/O must be aligned to (offset, length): the storage's logical
-    /// block size ([`storage_block_size`]).
+    /// block size ([`storage_block_size`](crate::storage_block_size)).
     pub fn io_block(&self) -> u32 {
         self.io_block
     }
@@ -170,6 +170,19 @@ impl DirectFile {
     /// The open file, shared with the engines (which hold it until their I/O completes).
     pub(crate) fn shared_file(&self) -> &Arc<File> {
         &self.file
+    }
+
+    /// Tests only: a "disk" whose reads wait until something is written to the pipe.
+    #[cfg(test)]
+    pub(crate) fn pipe_for_test(reader: std::io::PipeReader, path: &Path) -> DirectFile {
+        DirectFile {
+            path: path.to_path_buf(),
+            file: Arc::new(File::from(std::os::fd::OwnedFd::from(reader))),
+            is_block: false,
+            sector_size: 512,
+            io_block: 512,
+            size: 1 << 20,
+        }
     }
 }
 

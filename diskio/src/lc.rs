@@ -34,14 +34,19 @@ impl BlockingDisk {
     }
 
     fn map(e: &DirectIoError) -> IoError {
-        match e {
-            DirectIoError::Timeout { .. } | DirectIoError::Busy { .. } => IoError::TimedOut,
-            // SCSI RESERVATION CONFLICT: our PR key was preempted (storage fencing).
-            DirectIoError::Failed { source, .. } if source.raw_os_error() == Some(libc::EBADE) => {
-                IoError::ReservationConflict
-            }
-            _ => IoError::Failed,
+        io_error(e)
+    }
+}
+
+/// lease-core's view of an I/O error.
+pub(crate) fn io_error(e: &DirectIoError) -> IoError {
+    match e {
+        DirectIoError::Timeout { .. } | DirectIoError::Busy { .. } => IoError::TimedOut,
+        // SCSI RESERVATION CONFLICT: our PR key was preempted (storage fencing).
+        DirectIoError::Failed { source, .. } if source.raw_os_error() == Some(libc::EBADE) => {
+            IoError::ReservationConflict
         }
+        _ => IoError::Failed,
     }
 }
 

@@ -10,6 +10,9 @@
 //!   direct`'s resource-index commands);
 //! * [`BlockingDisk`] and [`SystemClock`]: lease-core's `Disk` and `Clock` over a [`DirectDisk`]
 //!   and CLOCK_MONOTONIC ([`monotime`], [`monotime_ms`]);
+//! * [`ParallelDisk`] and [`drive`]: lease-core's `Disk` whose I/Os wait concurrently, for
+//!   the disks of a lease on several disks, and the per-path record ([`health`]) of I/Os
+//!   that timed out, by which such a lease skips a hung disk;
 //! * [`memory`]: in-memory images that serve every [`DirectDisk`] open of a test process that
 //!   installs them (the daemon running inside a test);
 //! * [`set_observer`]: one process-wide hook told of every [`DirectDisk`] read and write
@@ -29,9 +32,11 @@ mod blocksize;
 mod buf;
 mod disk;
 mod file;
+pub mod health;
 mod lc;
 pub mod memory;
 mod observe;
+mod parallel;
 #[allow(unsafe_code)]
 mod sys;
 
@@ -41,6 +46,7 @@ pub use disk::{DirectDisk, DirectIoError, EngineKind, Pending, MAX_INFLIGHT};
 pub use file::{open_direct, Access, DirectFile, OpenError, OpenStep};
 pub use lc::{BlockingDisk, SystemClock};
 pub use observe::{set_observer, IoObserver};
+pub use parallel::{drive, IoFuture, ParallelDisk, DEADLINE_POLL};
 
 /// Stack of the threads this crate starts (io_uring rings, per-I/O workers of the thread
 /// engine, block-size probes): 128 KiB (256 KiB in debug builds). The daemon runs under

@@ -47,12 +47,15 @@ mod tests {
     static READS: AtomicUsize = AtomicUsize::new(0);
     static WRITES: AtomicUsize = AtomicUsize::new(0);
     static ERRORS: AtomicUsize = AtomicUsize::new(0);
+    /// Timeouts of other tests of this binary (a stuck pipe's read).
+    static TIMEOUTS: AtomicUsize = AtomicUsize::new(0);
 
     fn count(op: &'static str, _took: Duration, outcome: Result<(), &'static str>) {
         let counter = match (op, outcome) {
             ("read", Ok(())) => &READS,
             ("write", Ok(())) => &WRITES,
             (_, Err("error")) => &ERRORS,
+            (_, Err("timeout")) => &TIMEOUTS,
             other => panic!("unexpected report {other:?}"),
         };
         counter.fetch_add(1, Ordering::SeqCst);

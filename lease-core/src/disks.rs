@@ -19,12 +19,12 @@
 //!   took that disk's leader back a version; `lockd-sim --model multi-disk`, seed 586).
 //! - A disk whose I/O timed out is *dropped* for the rest of the operation
 //!   ([`LeaseDisks::dropped`]): that I/O may still be in flight, and no later write of
-//!   ours may race it. A dropped disk counts as a failure in every later majority, so a
-//!   stalled disk costs one io_timeout per operation. The mark lives in the [`Replicas`]
-//!   value, which a caller makes for one operation (one acquire, one release); a caller
-//!   that knows a disk still has an I/O in flight from an earlier operation can mark it
-//!   dropped from the start ([`LeaseDisks::drop_disk`]; the daemon does not track that
-//!   yet, so each operation pays a stalled disk's timeout once).
+//!   ours may race it. A dropped disk counts as a failure in every later majority. The
+//!   mark lives in the [`Replicas`] value, which a caller makes for one operation (one
+//!   acquire, one release); across operations the caller keeps what it saw of each
+//!   path ([`PathState`]) and drops from the start what [`left_out`] says: a disk with
+//!   an I/O of ours still in flight, and one that timed out recently while the others
+//!   are a majority without it. The daemon and the simulator both do.
 //! - [`majority`] is sanlock's `majority_disks`: more than half (2 of 3, 3 of 4, 2 of 2).
 //!
 //! Hand-written rather than taken from a futures crate: lease-core depends on no
@@ -86,6 +86,40 @@ impl<D: Disk> LeaseDisks for D {
     fn replica(&self, _i: usize, base: u64) -> (&D, u64) {
         (self, base)
     }
+}
+
+/// How long a path whose I/O timed out cools down, in multiples of the timeout that
+/// expired: long enough that a hung path does not cost every operation its timeout,
+/// short enough that a path that came back is used again within a minute at sanlock's
+/// default io_timeout of 10 s.
+pub const COOL_DOWN_TIMEOUTS: u64 = 6;
+
+/// What the caller knows of one disk's path before an operation (the daemon:
+/// `lockd_diskio::health`; the simulator: its own record per host and disk).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PathState {
+    /// An I/O of ours to it timed out and may still land.
+    pub overdue: bool,
+    /// An I/O of ours to it timed out recently.
+    pub cooling: bool,
+}
+
+/// Which disks an operation on a lease of several disks leaves out from the start
+/// (dropped before its first step): an overdue one always — a write of ours must not
+/// race one still in flight, as within one operation; a cooling one when the others
+/// are a majority without it, so a hung path costs one timeout, not one per operation.
+/// The one disk of a lease on one disk is never left out. Leaving a disk out does to the
+/// operation what that disk's failure would, which the majority rule covers.
+pub fn left_out(paths: &[PathState]) -> Vec<bool> {
+    if paths.len() < 2 {
+        return vec![false; paths.len()];
+    }
+    let healthy = paths.iter().filter(|p| !p.overdue && !p.cooling).count();
+    let spare_cooling = majority(paths.len(), healthy);
+    paths
+        .iter()
+        .map(|p| p.overdue || (spare_cooling && p.cooling))
+        .collect()
 }
 
 /// Several disks of one lease, for one operation. (A lease on one disk passes the
@@ -321,6 +355,29 @@ mod tests {
     use crate::error::IoOp;
     use crate::exec::block_on;
     use crate::io::IoError;
+
+    #[test]
+    fn an_overdue_disk_is_always_left_out_and_a_cooling_one_only_with_a_majority_left() {
+        let ok = PathState::default();
+        let overdue = PathState {
+            overdue: true,
+            cooling: true,
+        };
+        let cooling = PathState {
+            overdue: false,
+            cooling: true,
+        };
+        assert_eq!(left_out(&[overdue]), [false], "the one disk of a lease");
+        assert_eq!(left_out(&[cooling, ok, ok]), [true, false, false]);
+        assert_eq!(left_out(&[cooling, cooling, ok]), [false, false, false]);
+        assert_eq!(left_out(&[overdue, cooling, ok]), [true, false, false]);
+        assert_eq!(left_out(&[cooling, ok]), [false, false], "2 of 2 needed");
+        assert_eq!(left_out(&[overdue, ok]), [true, false]);
+        assert_eq!(
+            left_out(&[cooling, ok, ok, ok]),
+            [true, false, false, false]
+        );
+    }
 
     #[test]
     fn majority_is_more_than_half() {

@@ -18,7 +18,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +26,7 @@ use io_uring::{opcode, squeue, types, IoUring};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::buf::AlignedBuf;
+use crate::health::IoTicket;
 
 const RING_ENTRIES: u32 = 256;
 const TIMEOUT_BIT: u64 = 1 << 63;
@@ -56,6 +57,8 @@ pub(crate) struct Target {
     /// seen with a stalled lockd-faultfs view, which then made every other disk's I/O on
     /// the shared ring time out as well (`daemon/tests/multi_disk.rs`).
     pub(crate) force_async: bool,
+    /// The I/O's part in its path's health record, finished at the completion.
+    pub(crate) ticket: Arc<IoTicket>,
 }
 
 struct Req {
@@ -64,13 +67,14 @@ struct Req {
     offset: u64,
     buf: AlignedBuf,
     timeout: Duration,
-    reply: SyncSender<Completion>,
+    reply: oneshot::Sender<Completion>,
 }
 
 struct Slot {
     buf: AlignedBuf,
     len: usize,
-    reply: SyncSender<Completion>,
+    timeout: Duration,
+    reply: oneshot::Sender<Completion>,
     target: Target,
     // Kept alive until the SQEs are submitted (the kernel copies it at prep time).
     _ts: Box<types::Timespec>,
@@ -117,8 +121,8 @@ impl UringEngine {
         offset: u64,
         buf: AlignedBuf,
         timeout: Duration,
-    ) -> io::Result<Receiver<Completion>> {
-        let (reply, rx) = mpsc::sync_channel(1);
+    ) -> io::Result<oneshot::Receiver<Completion>> {
+        let (reply, rx) = oneshot::channel();
         // A poisoned lock only means another submitter panicked; the sender is intact.
         let tx = self
             .tx
@@ -244,6 +248,7 @@ fn ring_loop(mut ring: IoUring, rx: Receiver<Req>, wake: &EventFd, wakeups: &Ato
                         Slot {
                             buf,
                             len,
+                            timeout: req.timeout,
                             reply: req.reply,
                             target: req.target,
                             _ts: ts,
@@ -252,6 +257,7 @@ fn ring_loop(mut ring: IoUring, rx: Receiver<Req>, wake: &EventFd, wakeups: &Ato
                 }
                 Err(e) => {
                     req.target.inflight.fetch_sub(1, Ordering::SeqCst);
+                    req.target.ticket.finished(false, req.timeout);
                     let _ = req.reply.send((Err(e), buf));
                 }
             }
@@ -314,6 +320,8 @@ fn ring_loop(mut ring: IoUring, rx: Receiver<Req>, wake: &EventFd, wakeups: &Ato
             // The caller may have given up; then the buffer is dropped here, after the
             // kernel is done with it (and only now may the file be closed).
             slot.target.inflight.fetch_sub(1, Ordering::SeqCst);
+            let cancelled = matches!(&result, Err(e) if e.kind() == io::ErrorKind::TimedOut);
+            slot.target.ticket.finished(cancelled, slot.timeout);
             let _ = slot.reply.send((result, slot.buf));
             drop(slot.target);
         }
@@ -331,10 +339,12 @@ mod tests {
         let (reader, _writer) = std::io::pipe().unwrap();
         let engine = UringEngine::new("test").unwrap();
         let inflight = Arc::new(AtomicUsize::new(1));
+        let health = Arc::new(crate::health::PathHealth::default());
         let target = Target {
             file: Arc::new(File::from(std::os::fd::OwnedFd::from(reader))),
             inflight: inflight.clone(),
             force_async: false,
+            ticket: IoTicket::new(health.clone()),
         };
         let t0 = std::time::Instant::now();
         let rx = engine
@@ -355,6 +365,8 @@ mod tests {
             took >= Duration::from_millis(190) && took < Duration::from_secs(2),
             "{took:?}"
         );
+        assert!(health.sick(), "a cancelled i/o starts its path's cool-down");
+        assert_eq!(health.overdue(), 0, "nobody gave the i/o up");
     }
 
     #[test]
@@ -367,6 +379,7 @@ mod tests {
             file: Arc::new(File::from(std::os::fd::OwnedFd::from(reader))),
             inflight: Arc::new(AtomicUsize::new(1)),
             force_async: false,
+            ticket: IoTicket::new(Default::default()),
         };
         let rx = engine
             .submit(
@@ -393,6 +406,7 @@ mod tests {
                 file: Arc::new(File::from(std::os::fd::OwnedFd::from(reader))),
                 inflight: Arc::new(AtomicUsize::new(1)),
                 force_async: false,
+                ticket: IoTicket::new(Default::default()),
             };
             let buf = AlignedBuf::zeroed(512);
             engine

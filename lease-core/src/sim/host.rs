@@ -9,7 +9,7 @@ use disk_format::Geometry;
 use super::checker::Holder;
 use super::world::{SimClock, SimDisk, World};
 use crate::delta::{self, LockspaceParams, RenewInput};
-use crate::disks::{LeaseOn, Replicas};
+use crate::disks::{left_out, LeaseDisks, LeaseOn, PathState, Replicas};
 use crate::io::Clock;
 use crate::monitor::HostMonitor;
 use crate::paxos::{self, AcquireOptions, HostContext, Mode, PlantedBug, ResourceParams};
@@ -59,13 +59,36 @@ impl HostCtx {
             .enumerate()
             .map(|(k, d)| (d, res.disk_offset + k as u64 * self.region_bytes))
             .collect();
-        match Replicas::new(list) {
+        let on = match Replicas::new(list) {
             Ok(r) if self.bug == Some(PlantedBug::AcceptMinority) => {
                 LeaseOn::Many(r.plant_accept_minority())
             }
             Ok(r) => LeaseOn::Many(r),
-            Err(_) => LeaseOn::One(&self.disk),
+            Err(_) => return LeaseOn::One(&self.disk),
+        };
+        // The daemon's rule across operations: leave out what this host's path records
+        // say (`lockd_diskio::health`, `disks::left_out`).
+        let now = self.world.now();
+        let states: Vec<PathState> = self
+            .lease_disks
+            .iter()
+            .map(|d| {
+                let hosts = self.world.hosts.borrow();
+                hosts[self.holder.host]
+                    .lease_paths
+                    .get(d.index)
+                    .map(|p| p.state(now))
+                    .unwrap_or_default()
+            })
+            .collect();
+        for (i, out) in left_out(&states).into_iter().enumerate() {
+            if out {
+                self.world
+                    .log(|| format!("h{} leaves lease disk {} out", self.holder.host, i));
+                on.drop_disk(i);
+            }
         }
+        on
     }
 
     fn io(&self) -> u64 {

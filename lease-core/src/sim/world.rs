@@ -14,6 +14,7 @@ use std::task::{Context, Poll};
 
 use super::checker::Checker;
 use super::rng::Rng;
+use crate::disks::{PathState, COOL_DOWN_TIMEOUTS};
 use crate::io::{Clock, Disk, IoError};
 
 /// Something that happens at a virtual time.
@@ -88,6 +89,32 @@ pub struct HostRt {
     /// host name, so hosts cloned from one image get different names.
     pub boot_id: u64,
     pub wd_pet_seq: u64,
+    /// What this host saw of its path to each lease disk of the multi-disk model (index
+    /// 1..): the daemon's `lockd_diskio::health`.
+    pub lease_paths: Vec<SimPath>,
+}
+
+/// One host's record of its path to one lease disk, as the daemon keeps it: windows
+/// (world ms) in which a write it gave up on may still land, and the cool-down after
+/// its last timeout (cleared by an I/O that completed in time).
+#[derive(Debug, Clone, Default)]
+pub struct SimPath {
+    pub overdue: Vec<(u64, u64)>,
+    pub cool_until: u64,
+}
+
+impl SimPath {
+    /// The path as [`crate::disks::left_out`] sees it at `now`.
+    pub fn state(&self, now: u64) -> PathState {
+        let overdue = self
+            .overdue
+            .iter()
+            .any(|&(from, until)| from <= now && now < until);
+        PathState {
+            overdue,
+            cooling: overdue || now < self.cool_until,
+        }
+    }
 }
 
 /// Counters for the summary line.
@@ -131,7 +158,8 @@ pub struct World {
 pub enum DiskFaultKind {
     /// Every I/O fails at once (EIO).
     Down,
-    /// Every I/O outlasts its timeout (a write may still land before the timeout).
+    /// Every I/O outlasts its timeout (a write may still land, before the timeout or up
+    /// to two timeouts after it).
     Stall,
     /// Every I/O is slow: from a quarter of its timeout to twice it.
     Slow,
@@ -317,6 +345,36 @@ pub struct SimDisk {
 }
 
 impl SimDisk {
+    /// At an I/O's completion (`plan.done_at`, now) on a lease disk of the multi-disk
+    /// model, notes it in this host's path record as the daemon's engine and waiter do: a
+    /// timeout starts the cool-down and, for a write that has not landed, an overdue
+    /// window until it lands; an I/O in time ends the cool-down.
+    fn note_path(&self, plan: &IoPlan, timeout_ms: u64) {
+        if self.index == 0 {
+            return;
+        }
+        let now = self.world.now();
+        let mut hosts = self.world.hosts.borrow_mut();
+        let paths = &mut hosts[self.host].lease_paths;
+        if paths.len() <= self.index {
+            paths.resize(self.index + 1, SimPath::default());
+        }
+        let path = &mut paths[self.index];
+        path.overdue.retain(|&(_, until)| until > now);
+        match plan.result {
+            Err(IoError::TimedOut) => {
+                path.cool_until = path
+                    .cool_until
+                    .max(now + timeout_ms.max(1) * COOL_DOWN_TIMEOUTS);
+                if let Some(land) = plan.land_at.filter(|&at| at > now) {
+                    path.overdue.push((now, land));
+                }
+            }
+            Ok(()) => path.cool_until = 0,
+            Err(_) => {}
+        }
+    }
+
     fn plan(&self, write: bool, timeout_ms: u64) -> IoPlan {
         let w = &self.world;
         let now = w.now();
@@ -331,7 +389,9 @@ impl SimDisk {
                     };
                 }
                 Some(DiskFaultKind::Stall) => {
-                    let land_at = (write && w.rand(2) == 0).then(|| now + w.rand(timeout_ms + 1));
+                    // A write given up on may land after its timeout: the device had it.
+                    let land_at =
+                        (write && w.rand(2) == 0).then(|| now + w.rand(3 * timeout_ms + 1));
                     return IoPlan {
                         done_at: now + timeout_ms,
                         result: Err(IoError::TimedOut),
@@ -347,7 +407,7 @@ impl SimDisk {
                             land_at: write.then_some(now + latency),
                         };
                     }
-                    let land_at = (write && w.rand(2) == 0).then(|| now + w.rand(timeout_ms + 1));
+                    let land_at = (write && w.rand(2) == 0).then(|| now + latency);
                     return IoPlan {
                         done_at: now + timeout_ms,
                         result: Err(IoError::TimedOut),
@@ -418,6 +478,7 @@ impl Disk for SimDisk {
         async move {
             let plan = this.plan(false, timeout_ms);
             until(&this.world, plan.done_at).await;
+            this.note_path(&plan, timeout_ms);
             plan.result?;
             let disk = this.world.disk.borrow();
             let start = usize::try_from(offset).map_err(|_| IoError::Failed)?;
@@ -449,6 +510,7 @@ impl Disk for SimDisk {
                 this.world.schedule(at, Ev::Land { offset, data });
             }
             until(&this.world, plan.done_at).await;
+            this.note_path(&plan, timeout_ms);
             plan.result
         }
     }
