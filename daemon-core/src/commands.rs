@@ -26,94 +26,13 @@ use lease_core::monitor::HostMonitor;
 
 use crate::clients::{ClientToken, LeaseHold};
 use crate::errno::*;
-use crate::space_state::{Phase, RenewalRec, SpaceSt};
-use crate::step::{
-    release_wait_s, Core, CorePlantedBug, CoreReply, CoreRequest, CoreSpace, DiskOp, Effect,
-    HeldLease, JoinedLease, OpId, ReqKind, ResSpec,
+use crate::io::{
+    CoreReply, CoreRequest, DiskOp, Effect, HeldLease, JoinedLease, OpId, ReqKind, ResSpec,
 };
-use crate::tables::{AcquireStart, CommandTarget, Key, ReleaseStart};
-
-/// A client's command in progress.
-#[derive(Debug)]
-pub(crate) enum Cmd {
-    Acquire(AcquireCmd),
-    /// Disk releases still running, and the result so far.
-    Release {
-        pending: usize,
-        rv: i32,
-    },
-    Convert {
-        key: Key,
-    },
-}
-
-#[derive(Debug)]
-pub(crate) struct AcquireCmd {
-    specs: Vec<ResSpec>,
-    cmd_flags: u32,
-    /// The next spec to acquire.
-    next: usize,
-    /// The leases taken so far (holders in the table, not yet the client's tokens).
-    got: Vec<ClientToken>,
-    /// Waiting for the disk release of this lease to end (-EAGAIN).
-    waiting: Option<Key>,
-    /// The spec whose wait for a release began, and when that wait ends
-    /// ([`crate::release_wait_s`]): the first wait of a spec sets it, a later wait of the
-    /// same spec keeps it, the tick past it answers -EAGAIN.
-    wait_until_s: Option<(usize, u64)>,
-}
-
-/// A REQUEST whose record write runs in the shell ([`Effect::WriteRequest`]).
-#[derive(Debug)]
-pub(crate) struct PendingRequest {
-    /// The client that asked (answered at the write's end).
-    pub ci: u32,
-    pub ls: Name,
-    /// The request asks for something (an lver, a force mode, the next lver): the
-    /// owner's bit is set.
-    pub asks: bool,
-}
-
-/// A lockspace addition or removal, or an orphan release, waiting for its end, and the
-/// connection to answer.
-#[derive(Debug)]
-pub(crate) struct AdminCmd {
-    pub ci: u32,
-    pub ls: Name,
-    pub kind: ReqKind,
-    /// The disk releases an orphan release waits for.
-    pub ops: Vec<OpId>,
-}
-
-/// What a disk operation in flight is for.
-#[derive(Debug)]
-pub(crate) enum OpFor {
-    Acquire {
-        ci: u32,
-        key: Key,
-    },
-    /// A release; `reply_to` the client whose RELEASE waits for it (none for a dead
-    /// holder's, a failed acquire's or a planted early reply's).
-    Release {
-        reply_to: Option<u32>,
-        key: Key,
-    },
-    Convert {
-        ci: u32,
-        key: Key,
-        to_shared: bool,
-    },
-}
-
-impl OpFor {
-    pub(crate) fn key(&self) -> Key {
-        match self {
-            OpFor::Acquire { key, .. }
-            | OpFor::Release { key, .. }
-            | OpFor::Convert { key, .. } => *key,
-        }
-    }
-}
+use crate::pending::{AcquireCmd, AdminCmd, Cmd, OpFor, PendingRequest};
+use crate::space_state::{Phase, RenewalRec, SpaceSt};
+use crate::step::{release_wait_s, Core, CorePlantedBug, CoreSpace};
+use crate::tables::{AcquireStart, CommandTarget, ReleaseStart};
 
 fn reply<H>(fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, rv: i32, leases: Vec<HeldLease>) {
     fx.push(Effect::Reply {
@@ -1156,8 +1075,9 @@ mod tests {
     //! The request path driven through `Core::step` alone: the disk completions are
     //! chosen by the test, in the order it wants.
     use super::*;
+    use crate::io::Input;
     use crate::kill::KillOrder;
-    use crate::step::Input;
+    use crate::tables::Key;
     use crate::watches::{WatchBeat, WatchTo};
     use client_lib::ext::WatchKind;
     use lease_core::timeouts;
@@ -2128,7 +2048,7 @@ mod tests {
             pids: pids.to_vec(),
             to: Vec::new(),
             // Every test lockspace here was joined at 100.
-            lease: Some(crate::step::LeaseTimes {
+            lease: Some(crate::io::LeaseTimes {
                 last_success_s: 100,
                 expires_at_s: 100 + timeouts::id_renewal_fail_seconds(IO_S),
             }),

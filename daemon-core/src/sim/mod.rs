@@ -47,11 +47,10 @@ use lease_core::{timeouts, HostMonitor};
 
 use self::checker::{ClientId, DaemonSimChecker};
 use crate::clients::LeaseHold;
+use crate::io::{CoreReply, CoreRequest, DiskOp, Effect, Input, OpId, ReqKind, ResSpec};
 use crate::kill::KillOrder;
 use crate::space_state::RenewalRec;
-use crate::step::{
-    Core, CorePlantedBug, CoreReply, CoreRequest, DiskOp, Effect, Input, ReqKind, ResSpec,
-};
+use crate::step::{Core, CorePlantedBug};
 
 /// What one run looks like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1278,7 +1277,7 @@ impl lease_core::HostObserver for CoreObserver<'_> {
 /// The shell's side of [`Effect::Disk`]: lease-core's paxos operation on the simulated
 /// disk, then, after a random delay (completions come back in random order), its
 /// completion.
-async fn disk_task(sim: Rc<Sim>, h: usize, op: crate::step::OpId, what: DiskOp<SimHeld>) {
+async fn disk_task(sim: Rc<Sim>, h: usize, op: OpId, what: DiskOp<SimHeld>) {
     let host = &sim.hosts[h];
     let Some(params) = host.params.borrow().clone() else {
         return;
