@@ -106,18 +106,29 @@ pub fn imports(src: &str) -> BTreeSet<String> {
     found
 }
 
-/// Each module of `src_dir` by name: `x.rs`, or all the `.rs` files of folder `x/`
-/// together.
+/// Each module of `src_dir` by name: `x.rs` and the `.rs` files of folder `x/` (its
+/// submodules) together, except a folder's `tests.rs` (a test module, declared under
+/// `#[cfg(test)]` by its parent).
 pub fn module_sources(src_dir: &Path) -> BTreeMap<String, String> {
-    let mut modules = BTreeMap::new();
-    for entry in std::fs::read_dir(src_dir).expect("read the source folder") {
-        let path = entry.expect("dir entry").path();
+    let mut modules: BTreeMap<String, String> = BTreeMap::new();
+    let mut entries: Vec<_> = std::fs::read_dir(src_dir)
+        .expect("read the source folder")
+        .map(|e| e.expect("dir entry").path())
+        .collect();
+    entries.sort();
+    for path in entries {
         let name = path.file_stem().unwrap().to_string_lossy().to_string();
         let mut text = String::new();
         if path.is_dir() {
-            for f in std::fs::read_dir(&path).expect("read module dir") {
-                let f = f.expect("dir entry").path();
-                if f.extension().is_some_and(|e| e == "rs") {
+            let mut files: Vec<_> = std::fs::read_dir(&path)
+                .expect("read module dir")
+                .map(|f| f.expect("dir entry").path())
+                .collect();
+            files.sort();
+            for f in files {
+                if f.extension().is_some_and(|e| e == "rs")
+                    && f.file_name().is_some_and(|n| n != "tests.rs")
+                {
                     text.push_str(&std::fs::read_to_string(&f).expect("read source"));
                 }
             }
@@ -126,7 +137,7 @@ pub fn module_sources(src_dir: &Path) -> BTreeMap<String, String> {
         } else {
             continue;
         }
-        modules.insert(name, text);
+        modules.entry(name).or_default().push_str(&text);
     }
     modules
 }
