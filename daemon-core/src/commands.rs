@@ -1157,10 +1157,17 @@ mod tests {
         c
     }
 
+    /// The time of the tests' connections and REGISTERs, which do not depend on it: t=100,
+    /// or the last step's when later (a step's time never goes back).
+    fn now_or_100(c: &TestCore) -> u64 {
+        c.last_now_s.max(100)
+    }
+
     fn connect(c: &mut TestCore, pid: i32) -> u32 {
+        let now = now_or_100(c);
         let fx = step(
             c,
-            100,
+            now,
             Input::Connected {
                 fd: -1,
                 pid,
@@ -1177,9 +1184,10 @@ mod tests {
 
     fn client(c: &mut TestCore, pid: i32) -> u32 {
         let ci = connect(c, pid);
+        let now = now_or_100(c);
         let fx = step(
             c,
-            100,
+            now,
             Input::Request {
                 ci,
                 req: CoreRequest::Register,

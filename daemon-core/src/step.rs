@@ -28,7 +28,10 @@
 //! - every disk operation the core asks for is answered by exactly one [`Input::DiskDone`]
 //!   (the core keeps it in `ops` until then);
 //! - [`Core::check`] holds after every step (checked in debug builds; the cheap part,
-//!   [`Core::check_cheap`], in every build).
+//!   [`Core::check_cheap`], in every build);
+//! - the time a step is given never goes back: `now_s` is at least the last step's
+//!   (asserted in every build; the shell reads its monotonic clock under the core's
+//!   lock, so the order of its steps is the order of their times).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -218,6 +221,8 @@ pub struct Core<S, H> {
     pub watches: Watches,
     /// Steps since the last [`Core::check_cheap`] ([`CHEAP_CHECK_RESOURCES`]).
     steps_since_cheap_check: u64,
+    /// The time the last step was given ([`Core::step`] asserts it never goes back).
+    pub(crate) last_now_s: u64,
     /// The watchdog fire timeout the host monitors of the core's own lockspaces count
     /// host_dead with (the shell builds the monitors of those it lists itself).
     pub watchdog_fire_s: u64,
@@ -260,6 +265,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             last_status: None,
             watches: Watches::default(),
             steps_since_cheap_check: 0,
+            last_now_s: 0,
             watchdog_fire_s: 60,
             #[cfg(feature = "sim")]
             bug: None,
@@ -436,7 +442,17 @@ impl<S, H: LeaseHold> Core<S, H> {
     /// Each input goes to its path: the monitor's tick, a lockspace thread's report or
     /// fencing's (`lockspace_inputs`), a client's connection, request or end and the
     /// disk operations' completions (`commands`), an examined request, the watches.
+    ///
+    /// Panics when `now_s` is earlier than the last step's: every decision here (expiry,
+    /// kill grace, release waits, examine periods) assumes time only goes forward.
     pub fn step(&mut self, now_s: u64, input: Input<S, H>) -> Vec<Effect<H>> {
+        assert!(
+            now_s >= self.last_now_s,
+            "Core::step: time went back, from {} s to {now_s} s (the shell must read its \
+             monotonic clock under the core's lock)",
+            self.last_now_s
+        );
+        self.last_now_s = now_s;
         let mut fx = Vec::new();
         match input {
             Input::Tick => self.tick(now_s, &mut fx),

@@ -888,3 +888,19 @@ fn check_finds_a_notice_for_a_live_lease() {
     c.space_mut(&name("ls")).expect("ls").st.loss_notified = true;
     assert!(c.check().unwrap_err().contains("not lost"));
 }
+
+#[test]
+fn the_same_time_twice_is_accepted() {
+    let mut c = core(&["ls"], 100, &[]);
+    c.step(105, Input::Tick);
+    c.step(105, Input::Tick);
+    c.step(106, Input::WatchTick);
+}
+
+#[test]
+#[should_panic(expected = "time went back, from 105 s to 104 s")]
+fn a_step_given_an_earlier_time_panics() {
+    let mut c = core(&["ls"], 100, &[]);
+    c.step(105, Input::Tick);
+    c.step(104, Input::Tick);
+}
