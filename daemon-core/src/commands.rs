@@ -26,12 +26,14 @@ use lease_core::monitor::HostMonitor;
 
 use crate::clients::{ClientToken, LeaseHold};
 use crate::errno::*;
+use crate::events::HostEvent;
 use crate::io::{
     CoreReply, CoreRequest, DiskOp, Effect, HeldLease, JoinedLease, OpId, ReqKind, ResSpec,
 };
 use crate::pending::{AcquireCmd, AdminCmd, Cmd, OpFor, PendingRequest};
 use crate::space_state::{Phase, RenewalRec, SpaceSt};
 use crate::step::{release_wait_s, Core, CorePlantedBug, CoreSpace};
+use crate::tables::Key;
 use crate::tables::{AcquireStart, CommandTarget, ReleaseStart};
 
 fn reply<H>(fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, rv: i32, leases: Vec<HeldLease>) {
@@ -111,22 +113,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 return;
             }
             CoreRequest::SetEvent { ls, he, flags } => {
-                let Some(s) = self.space_mut(ls) else {
-                    refuse(fx, ci, kind, -ENOENT, "no such lockspace");
-                    return;
-                };
-                let period_s = lease_core::timeouts::set_bitmap_seconds(s.io_timeout_s);
-                let max_hosts =
-                    s.st.geometry
-                        .map_or(crate::events::MAX_EVENT_HOST_ID, |g| g.max_hosts());
-                match s
-                    .st
-                    .outgoing
-                    .set_event(now_s, period_s, max_hosts, *he, *flags)
-                {
-                    Ok(()) => reply(fx, ci, kind, 0, Vec::new()),
-                    Err(refused) => refuse(fx, ci, kind, refused.code(), refused.why()),
-                }
+                self.set_event(now_s, ci, ls, *he, *flags, fx);
                 return;
             }
             CoreRequest::RequestLease {
@@ -136,32 +123,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 next_lver,
                 force_mode,
             } => {
-                let joined = self
-                    .space(ls)
-                    .is_some_and(|s| s.st.phase == Phase::Joined && !s.st.space_dead);
-                if !joined {
-                    refuse(fx, ci, kind, -ENOSPC, "the lockspace is not joined");
-                    return;
-                }
-                let op = self.next_op;
-                self.next_op += 1;
-                self.requests.insert(
-                    op,
-                    PendingRequest {
-                        ci,
-                        ls: *ls,
-                        asks: *lver != 0 || *force_mode != 0 || *next_lver,
-                    },
-                );
-                fx.push(Effect::WriteRequest {
-                    op,
-                    ci,
-                    ls: *ls,
-                    name: *name,
-                    lver: *lver,
-                    next_lver: *next_lver,
-                    force_mode: *force_mode,
-                });
+                self.request_lease(ci, (*ls, *name), *lver, *next_lver, *force_mode, fx);
                 return;
             }
             _ => {}
@@ -189,33 +151,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 host_id,
                 io_timeout_s,
             } => {
-                if self.space(ls).is_some() {
-                    reply(fx, ci, kind, -EEXIST, Vec::new());
-                    return;
-                }
-                let id = self.next_space_id;
-                self.next_space_id += 1;
-                self.spaces.push(CoreSpace {
-                    id,
-                    name: *ls,
-                    st: SpaceSt::default(),
-                    io_timeout_s: *io_timeout_s,
-                    listed_by_shell: false,
-                    place: None,
-                    monitor: HostMonitor::new(*host_id, self.watchdog_fire_s),
-                    fence: None,
-                    last_examine: std::collections::BTreeMap::new(),
-                });
-                self.admin.push(AdminCmd {
-                    ci,
-                    ls: *ls,
-                    kind,
-                    ops: Vec::new(),
-                });
-                fx.push(Effect::JoinLockspace {
-                    ls: *ls,
-                    io_timeout_s: *io_timeout_s,
-                });
+                self.add_lockspace(ci, ls, *host_id, *io_timeout_s, fx);
                 return;
             }
             CoreRequest::RemLockspace {
@@ -228,17 +164,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 return;
             }
             CoreRequest::ReleaseOrphans { ls, name } => {
-                let ops = self.release_orphans(ls, name, fx);
-                if ops.is_empty() {
-                    reply(fx, ci, kind, 0, Vec::new());
-                } else {
-                    self.admin.push(AdminCmd {
-                        ci,
-                        ls: *ls,
-                        kind,
-                        ops,
-                    });
-                }
+                self.release_orphans_request(ci, ls, name, fx);
                 return;
             }
             CoreRequest::Acquire { .. } => SM_CMD_ACQUIRE,
@@ -261,6 +187,143 @@ impl<S, H: LeaseHold> Core<S, H> {
             }
         };
         self.command(now_s, ci, req, fx);
+    }
+
+    /// SET_EVENT in lockspace `ls` ([`CoreRequest::SetEvent`]), answered at once.
+    fn set_event(
+        &mut self,
+        now_s: u64,
+        ci: u32,
+        ls: &Name,
+        he: HostEvent,
+        flags: u32,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        let kind = ReqKind::SetEvent;
+        let Some(s) = self.space_mut(ls) else {
+            refuse(fx, ci, kind, -ENOENT, "no such lockspace");
+            return;
+        };
+        let period_s = lease_core::timeouts::set_bitmap_seconds(s.io_timeout_s);
+        let max_hosts =
+            s.st.geometry
+                .map_or(crate::events::MAX_EVENT_HOST_ID, |g| g.max_hosts());
+        match s
+            .st
+            .outgoing
+            .set_event(now_s, period_s, max_hosts, he, flags)
+        {
+            Ok(()) => reply(fx, ci, kind, 0, Vec::new()),
+            Err(refused) => refuse(fx, ci, kind, refused.code(), refused.why()),
+        }
+    }
+
+    /// REQUEST of lease `key` ([`CoreRequest::RequestLease`]): refused unless its
+    /// lockspace is joined and not lost, else the shell writes the request record.
+    fn request_lease(
+        &mut self,
+        ci: u32,
+        (ls, name): Key,
+        lver: u64,
+        next_lver: bool,
+        force_mode: u32,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        let joined = self
+            .space(&ls)
+            .is_some_and(|s| s.st.phase == Phase::Joined && !s.st.space_dead);
+        if !joined {
+            refuse(
+                fx,
+                ci,
+                ReqKind::RequestLease,
+                -ENOSPC,
+                "the lockspace is not joined",
+            );
+            return;
+        }
+        let op = self.next_op;
+        self.next_op += 1;
+        self.requests.insert(
+            op,
+            PendingRequest {
+                ci,
+                ls,
+                asks: lver != 0 || force_mode != 0 || next_lver,
+            },
+        );
+        fx.push(Effect::WriteRequest {
+            op,
+            ci,
+            ls,
+            name,
+            lver,
+            next_lver,
+            force_mode,
+        });
+    }
+
+    /// RELEASE of orphans ([`CoreRequest::ReleaseOrphans`]): answered at once when none
+    /// needs a disk release, else when the last of those ends.
+    fn release_orphans_request(
+        &mut self,
+        ci: u32,
+        ls: &Name,
+        name: &Name,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        let kind = ReqKind::ReleaseOrphans;
+        let ops = self.release_orphans(ls, name, fx);
+        if ops.is_empty() {
+            reply(fx, ci, kind, 0, Vec::new());
+        } else {
+            self.admin.push(AdminCmd {
+                ci,
+                ls: *ls,
+                kind,
+                ops,
+            });
+        }
+    }
+
+    /// The core's own ADD_LOCKSPACE ([`CoreRequest::AddLockspace`]): -EEXIST when a
+    /// lockspace of that name is here, else listed and joined by the shell
+    /// ([`Effect::JoinLockspace`]), answered when the join ends.
+    fn add_lockspace(
+        &mut self,
+        ci: u32,
+        ls: &Name,
+        host_id: u64,
+        io_timeout_s: u64,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        if self.space(ls).is_some() {
+            reply(fx, ci, ReqKind::AddLockspace, -EEXIST, Vec::new());
+            return;
+        }
+        let id = self.next_space_id;
+        self.next_space_id += 1;
+        self.spaces.push(CoreSpace {
+            id,
+            name: *ls,
+            st: SpaceSt::default(),
+            io_timeout_s,
+            listed_by_shell: false,
+            place: None,
+            monitor: HostMonitor::new(host_id, self.watchdog_fire_s),
+            fence: None,
+            last_examine: std::collections::BTreeMap::new(),
+        });
+        self.admin.push(AdminCmd {
+            ci,
+            ls: *ls,
+            kind: ReqKind::AddLockspace,
+            ops: Vec::new(),
+        });
+        fx.push(Effect::JoinLockspace {
+            ls: *ls,
+            io_timeout_s,
+        });
     }
 
     /// [`crate::Input::Command`]: a lease command the shell began on client `target`
@@ -625,108 +688,149 @@ impl<S, H: LeaseHold> Core<S, H> {
             return;
         };
         match what {
-            OpFor::Acquire { ci, key } => {
-                let spec = match self.cmds.get(&ci) {
-                    Some(Cmd::Acquire(a)) => a.specs.get(a.next).cloned(),
-                    _ => None,
-                };
-                let lost = !self.space_usable(&key.0)
-                    && !self.planted(CorePlantedBug::GrantInLostLockspace);
-                match (self.tables.finish_acquire(key, ci, result), spec) {
-                    (Ok(lver), Some(spec)) if !lost => {
-                        let t = self.token(&spec, lver, now_s);
-                        if let Some(Cmd::Acquire(a)) = self.cmds.get_mut(&ci) {
-                            a.got.push(t);
-                            a.next += 1;
-                        }
-                        self.advance_acquire(now_s, ci, fx);
-                    }
-                    (Ok(lver), spec) => {
-                        // Held on disk, but its lockspace was lost meanwhile (or the
-                        // command is gone): give it back.
-                        let spec = spec.unwrap_or(ResSpec {
-                            ls: key.0,
-                            name: key.1,
-                            shared: false,
-                            persistent: false,
-                            disks: Vec::new(),
-                            lver: None,
-                            new_num_hosts: None,
-                        });
-                        let t = self.token(&spec, lver, now_s);
-                        self.release_token(ci, &t, false, None, None, fx);
-                        self.acquire_failed(now_s, ci, -ENOSPC, fx);
-                    }
-                    (Err(rv), _) => self.acquire_failed(now_s, ci, rv, fx),
-                }
-            }
+            OpFor::Acquire { ci, key } => self.disk_acquire_done(now_s, ci, key, result, fx),
             OpFor::Release { reply_to, key } => {
-                if !self.planted(CorePlantedBug::ReleaseBeforeDisk) {
-                    self.tables.finish_release(&key);
-                }
-                let rv_disk = result.err().unwrap_or(0);
-                if let Some(ci) = reply_to {
-                    if let Some(Cmd::Release { pending, rv }) = self.cmds.get_mut(&ci) {
-                        *pending -= 1;
-                        // A disk release's failure is the answer (the last one's).
-                        if rv_disk != 0 {
-                            *rv = rv_disk;
-                        }
-                        if *pending == 0 {
-                            let rv = *rv;
-                            self.answer(fx, ci, ReqKind::Release, rv, Vec::new());
-                            self.end_command(ci, fx);
-                        }
-                    }
-                }
-                // An orphan release waiting for this one may be done.
-                let mut done = Vec::new();
-                for a in &mut self.admin {
-                    if a.kind == ReqKind::ReleaseOrphans {
-                        a.ops.retain(|o| *o != op);
-                        if a.ops.is_empty() {
-                            done.push(a.ci);
-                        }
-                    }
-                }
-                self.admin
-                    .retain(|a| !(a.kind == ReqKind::ReleaseOrphans && a.ops.is_empty()));
-                for ci in done {
-                    self.answer(fx, ci, ReqKind::ReleaseOrphans, 0, Vec::new());
-                }
-                // Acquires waiting for this release go on.
-                let mut waiting: Vec<u32> = self
-                    .cmds
-                    .iter()
-                    .filter(|(_, c)| matches!(c, Cmd::Acquire(a) if a.waiting == Some(key)))
-                    .map(|(ci, _)| *ci)
-                    .collect();
-                waiting.sort_unstable();
-                for ci in waiting {
-                    if let Some(Cmd::Acquire(a)) = self.cmds.get_mut(&ci) {
-                        a.waiting = None;
-                    }
-                    self.advance_acquire(now_s, ci, fx);
-                }
-                self.finish_removals(fx);
+                self.release_done(now_s, op, reply_to, key, result.err(), fx);
             }
             OpFor::Convert { ci, key, to_shared } => {
-                if let (Err(_), Some(state)) = (&result, failed_state) {
-                    self.tables.convert_failed_state(key, state, to_shared);
+                self.convert_done(ci, key, to_shared, result, failed_state, fx);
+            }
+        }
+    }
+
+    /// A disk acquire of `key` for client `ci` ended: the command goes on to its next
+    /// lease, or the lease is given back (its lockspace was lost meanwhile, or the
+    /// command is gone) and the acquire fails.
+    fn disk_acquire_done(
+        &mut self,
+        now_s: u64,
+        ci: u32,
+        key: Key,
+        result: Result<H, i32>,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        let spec = match self.cmds.get(&ci) {
+            Some(Cmd::Acquire(a)) => a.specs.get(a.next).cloned(),
+            _ => None,
+        };
+        let lost =
+            !self.space_usable(&key.0) && !self.planted(CorePlantedBug::GrantInLostLockspace);
+        match (self.tables.finish_acquire(key, ci, result), spec) {
+            (Ok(lver), Some(spec)) if !lost => {
+                let t = self.token(&spec, lver, now_s);
+                if let Some(Cmd::Acquire(a)) = self.cmds.get_mut(&ci) {
+                    a.got.push(t);
+                    a.next += 1;
                 }
-                let rv = self.tables.finish_convert(ci, key, to_shared, result);
-                let leases = self.tables.clients.slots.get(&ci).map(|c| {
-                    c.tokens
-                        .iter()
-                        .filter(|t| t.key() == key)
-                        .map(held_lease)
-                        .collect()
+                self.advance_acquire(now_s, ci, fx);
+            }
+            (Ok(lver), spec) => {
+                // Held on disk, but its lockspace was lost meanwhile (or the
+                // command is gone): give it back.
+                let spec = spec.unwrap_or(ResSpec {
+                    ls: key.0,
+                    name: key.1,
+                    shared: false,
+                    persistent: false,
+                    disks: Vec::new(),
+                    lver: None,
+                    new_num_hosts: None,
                 });
-                self.answer(fx, ci, ReqKind::Convert, rv, leases.unwrap_or_default());
-                if matches!(self.cmds.get(&ci), Some(Cmd::Convert { key: k }) if *k == key) {
+                let t = self.token(&spec, lver, now_s);
+                self.release_token(ci, &t, false, None, None, fx);
+                self.acquire_failed(now_s, ci, -ENOSPC, fx);
+            }
+            (Err(rv), _) => self.acquire_failed(now_s, ci, rv, fx),
+        }
+    }
+
+    /// A disk release of `key` ended (`failed`: its error code): the RELEASE waiting for
+    /// it is answered once its last one ended, an orphan release waiting for it too, and
+    /// the acquires waiting for it go on.
+    fn release_done(
+        &mut self,
+        now_s: u64,
+        op: OpId,
+        reply_to: Option<u32>,
+        key: Key,
+        failed: Option<i32>,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        if !self.planted(CorePlantedBug::ReleaseBeforeDisk) {
+            self.tables.finish_release(&key);
+        }
+        let rv_disk = failed.unwrap_or(0);
+        if let Some(ci) = reply_to {
+            if let Some(Cmd::Release { pending, rv }) = self.cmds.get_mut(&ci) {
+                *pending -= 1;
+                // A disk release's failure is the answer (the last one's).
+                if rv_disk != 0 {
+                    *rv = rv_disk;
+                }
+                if *pending == 0 {
+                    let rv = *rv;
+                    self.answer(fx, ci, ReqKind::Release, rv, Vec::new());
                     self.end_command(ci, fx);
                 }
             }
+        }
+        // An orphan release waiting for this one may be done.
+        let mut done = Vec::new();
+        for a in &mut self.admin {
+            if a.kind == ReqKind::ReleaseOrphans {
+                a.ops.retain(|o| *o != op);
+                if a.ops.is_empty() {
+                    done.push(a.ci);
+                }
+            }
+        }
+        self.admin
+            .retain(|a| !(a.kind == ReqKind::ReleaseOrphans && a.ops.is_empty()));
+        for ci in done {
+            self.answer(fx, ci, ReqKind::ReleaseOrphans, 0, Vec::new());
+        }
+        // Acquires waiting for this release go on.
+        let mut waiting: Vec<u32> = self
+            .cmds
+            .iter()
+            .filter(|(_, c)| matches!(c, Cmd::Acquire(a) if a.waiting == Some(key)))
+            .map(|(ci, _)| *ci)
+            .collect();
+        waiting.sort_unstable();
+        for ci in waiting {
+            if let Some(Cmd::Acquire(a)) = self.cmds.get_mut(&ci) {
+                a.waiting = None;
+            }
+            self.advance_acquire(now_s, ci, fx);
+        }
+        self.finish_removals(fx);
+    }
+
+    /// A disk convert of `key` for client `ci` ended: the table takes its outcome (the
+    /// lease's state a failure left, too) and the CONVERT is answered.
+    fn convert_done(
+        &mut self,
+        ci: u32,
+        key: Key,
+        to_shared: bool,
+        result: Result<H, i32>,
+        failed_state: Option<H>,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        if let (Err(_), Some(state)) = (&result, failed_state) {
+            self.tables.convert_failed_state(key, state, to_shared);
+        }
+        let rv = self.tables.finish_convert(ci, key, to_shared, result);
+        let leases = self.tables.clients.slots.get(&ci).map(|c| {
+            c.tokens
+                .iter()
+                .filter(|t| t.key() == key)
+                .map(held_lease)
+                .collect()
+        });
+        self.answer(fx, ci, ReqKind::Convert, rv, leases.unwrap_or_default());
+        if matches!(self.cmds.get(&ci), Some(Cmd::Convert { key: k }) if *k == key) {
+            self.end_command(ci, fx);
         }
     }
 

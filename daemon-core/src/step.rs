@@ -446,13 +446,7 @@ impl<S, H: LeaseHold> Core<S, H> {
     /// Panics when `now_s` is earlier than the last step's: every decision here (expiry,
     /// kill grace, release waits, examine periods) assumes time only goes forward.
     pub fn step(&mut self, now_s: u64, input: Input<S, H>) -> Vec<Effect<H>> {
-        assert!(
-            now_s >= self.last_now_s,
-            "Core::step: time went back, from {} s to {now_s} s (the shell must read its \
-             monotonic clock under the core's lock)",
-            self.last_now_s
-        );
-        self.last_now_s = now_s;
+        self.advance_time(now_s);
         let mut fx = Vec::new();
         match input {
             Input::Tick => self.tick(now_s, &mut fx),
@@ -548,6 +542,17 @@ impl<S, H: LeaseHold> Core<S, H> {
         }
         self.after_step(&mut fx);
         fx
+    }
+
+    /// Takes `now_s` as the step's time; panics when it is earlier than the last step's.
+    fn advance_time(&mut self, now_s: u64) {
+        assert!(
+            now_s >= self.last_now_s,
+            "Core::step: time went back, from {} s to {now_s} s (the shell must read its \
+             monotonic clock under the core's lock)",
+            self.last_now_s
+        );
+        self.last_now_s = now_s;
     }
 
     /// What every step ends with: its notices addressed to the watches their pids have
