@@ -31,6 +31,7 @@ use crate::io::{
     CoreReply, CoreRequest, DiskOp, Effect, HeldLease, JoinedLease, OpId, ReqKind, ResSpec,
 };
 use crate::pending::{AcquireCmd, AdminCmd, Cmd, OpFor, PendingRequest};
+use crate::refusal::Refusal;
 use crate::space_state::{Phase, RenewalRec, SpaceSt};
 use crate::step::{release_wait_s, Core, CorePlantedBug, CoreSpace};
 use crate::tables::Key;
@@ -48,15 +49,15 @@ fn reply<H>(fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, rv: i32, leases: Ve
     });
 }
 
-/// A refusal with its reason, for the shell's log.
-fn refuse<H>(fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, rv: i32, why: &'static str) {
+/// A refusal: its code on the wire, with its reason for the shell's log.
+fn refuse<H>(fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, refusal: Refusal) {
     fx.push(Effect::Reply {
         ci,
         reply: CoreReply {
             kind,
-            rv,
+            rv: refusal.errno(),
             leases: Vec::new(),
-            why: Some(why),
+            why: Some(refusal.why()),
         },
     });
 }
@@ -108,7 +109,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             CoreRequest::Watch { pid } => {
                 match self.watches.register(&self.tables.clients, ci, *pid) {
                     Ok(_) => reply(fx, ci, kind, 0, Vec::new()),
-                    Err(refused) => refuse(fx, ci, kind, refused.code(), refused.why()),
+                    Err(refused) => refuse(fx, ci, kind, Refusal::Watch(refused)),
                 }
                 return;
             }
@@ -201,7 +202,7 @@ impl<S, H: LeaseHold> Core<S, H> {
     ) {
         let kind = ReqKind::SetEvent;
         let Some(s) = self.space_mut(ls) else {
-            refuse(fx, ci, kind, -ENOENT, "no such lockspace");
+            refuse(fx, ci, kind, Refusal::NoSuchLockspace);
             return;
         };
         let period_s = lease_core::timeouts::set_bitmap_seconds(s.io_timeout_s);
@@ -214,7 +215,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             .set_event(now_s, period_s, max_hosts, he, flags)
         {
             Ok(()) => reply(fx, ci, kind, 0, Vec::new()),
-            Err(refused) => refuse(fx, ci, kind, refused.code(), refused.why()),
+            Err(refused) => refuse(fx, ci, kind, Refusal::Event(refused)),
         }
     }
 
@@ -233,13 +234,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             .space(&ls)
             .is_some_and(|s| s.st.phase == Phase::Joined && !s.st.space_dead);
         if !joined {
-            refuse(
-                fx,
-                ci,
-                ReqKind::RequestLease,
-                -ENOSPC,
-                "the lockspace is not joined",
-            );
+            refuse(fx, ci, ReqKind::RequestLease, Refusal::NotJoined);
             return;
         }
         let op = self.next_op;
@@ -901,7 +896,7 @@ impl<S, H: LeaseHold> Core<S, H> {
         let (id, shells, phase) = (s.id, s.listed_by_shell, s.st.phase);
         let kept_orphans = s.st.used_by_orphans;
         if unused_only && self.tables.space_in_use(ls) {
-            refuse(fx, ci, kind, -EBUSY, "leases are held in it (REM_UNUSED)");
+            refuse(fx, ci, kind, Refusal::LeasesHeld);
             return;
         }
         let has_orphans = self
@@ -910,22 +905,16 @@ impl<S, H: LeaseHold> Core<S, H> {
             .values()
             .any(|r| r.orphan && r.ls.same_as(ls));
         if has_orphans && kept_orphans {
-            refuse(
-                fx,
-                ci,
-                kind,
-                -EBUSY,
-                "its orphan leases are in use (SET_CONFIG)",
-            );
+            refuse(fx, ci, kind, Refusal::OrphansKept);
             return;
         }
         if phase == Phase::Removing {
-            refuse(fx, ci, kind, -EINPROGRESS, "a removal is in progress");
+            refuse(fx, ci, kind, Refusal::RemovalInProgress);
             return;
         }
         if phase == Phase::Adding && !shells {
             // The shell stops a join it runs; the core's own joins are waited for.
-            refuse(fx, ci, kind, -EBUSY, "it is being added");
+            refuse(fx, ci, kind, Refusal::BeingAdded);
             return;
         }
         // Orphans have no process to kill: their releases start now, and the lockspace

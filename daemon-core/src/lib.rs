@@ -21,6 +21,8 @@
 //!   [`CoreRequest`] and its [`CoreReply`], the [`DiskOp`]s), data only, low in the
 //!   import graph so that every module below the step can name it; `pending`: the work
 //!   the core keeps in flight for its clients between steps;
+//! - [`refusal`]: the core's own refusals of a request ([`Refusal`]), each with its
+//!   sanlock code (`errno()`) and reason;
 //! - [`step`]: [`step::Core::step`], the input → effects form, for three paths: a
 //!   lockspace's lease growing old and lost (its holders' loss notices, then the kills),
 //!   another host's request for a lease we hold (its notice, then its kill orders), and
@@ -49,6 +51,7 @@ pub mod fencing;
 pub mod io;
 pub mod kill;
 mod pending;
+pub mod refusal;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod space_state;
@@ -65,6 +68,7 @@ pub use io::{
     ReqKind, ResSpec, StatusSummary,
 };
 pub use kill::examined_lease;
+pub use refusal::Refusal;
 pub use step::{
     release_wait_s, Core, CorePlantedBug, ListRefused, SpacePlace, CHEAP_CHECK_RESOURCES,
     MAX_GONE_SPACES,
