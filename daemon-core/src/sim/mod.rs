@@ -206,23 +206,7 @@ pub fn run_seed(seed: u64, cfg: &DaemonSimConfig) -> DaemonSimReport {
     let space = Name::new("dsimls").unwrap_or(Name::EMPTY);
     let num_hosts = 16;
     let io0 = rng.range(1, 2) as u16;
-    {
-        let mut disk = world.disk.borrow_mut();
-        let f = format_lockspace_area(geometry, &space, io0);
-        disk[..f.area.len()].copy_from_slice(&f.area);
-        disk[..f.first_sector.len()].copy_from_slice(&f.first_sector);
-        for r in 0..resources {
-            let area = format_resource_area(&ResourceInit {
-                geometry,
-                space_name: space,
-                resource_name: res_name(r),
-                num_hosts,
-                clear_at_monotime_s: None,
-            });
-            let off = (r + 1) * geometry.align_bytes() as usize;
-            disk[off..off + area.len()].copy_from_slice(&area);
-        }
-    }
+    format_disk(&world, geometry, &space, io0, resources, num_hosts);
     let sim = Rc::new(Sim {
         world: world.clone(),
         cfg: DaemonSimConfig { hosts, ..*cfg },
@@ -294,6 +278,34 @@ pub fn run_seed(seed: u64, cfg: &DaemonSimConfig) -> DaemonSimReport {
         stats,
         violations,
         trace,
+    }
+}
+
+/// The simulated disk as `mkfs`-like tools leave it: lockspace `space`'s area (io
+/// timeout `io0`), then `resources` resource areas of `num_hosts` hosts, one per align
+/// unit.
+fn format_disk(
+    world: &World,
+    geometry: Geometry,
+    space: &Name,
+    io0: u16,
+    resources: usize,
+    num_hosts: u64,
+) {
+    let mut disk = world.disk.borrow_mut();
+    let f = format_lockspace_area(geometry, space, io0);
+    disk[..f.area.len()].copy_from_slice(&f.area);
+    disk[..f.first_sector.len()].copy_from_slice(&f.first_sector);
+    for r in 0..resources {
+        let area = format_resource_area(&ResourceInit {
+            geometry,
+            space_name: *space,
+            resource_name: res_name(r),
+            num_hosts,
+            clear_at_monotime_s: None,
+        });
+        let off = (r + 1) * geometry.align_bytes() as usize;
+        disk[off..off + area.len()].copy_from_slice(&area);
     }
 }
 
@@ -504,26 +516,7 @@ impl Sim {
 
     fn effect(self: &Rc<Self>, h: usize, e: Effect<SimHeld>) {
         let now = self.now_ms();
-        match &e {
-            Effect::Reply { ci, reply } => self
-                .world
-                .log(|| format!("host{h} > reply to {ci}: {reply:?}")),
-            Effect::Disk { op, what, .. } => self.world.log(|| {
-                let what = match what {
-                    DiskOp::Acquire { key, shared, .. } => {
-                        format!("acquire {:?} shared={shared}", key.1)
-                    }
-                    DiskOp::Release { key, held, .. } => {
-                        format!("release {:?} lver {}", key.1, held.lver())
-                    }
-                    DiskOp::Convert { key, to_shared, .. } => {
-                        format!("convert {:?} to_shared={to_shared}", key.1)
-                    }
-                };
-                format!("host{h} > disk op {op}: {what}")
-            }),
-            _ => {}
-        }
+        self.log_effect(h, &e);
         match e {
             Effect::LossNotice { kind, pids, to, .. } => {
                 // LockspaceFailed or LockspaceRemoved (RenewalFailing warns, it is no
@@ -563,42 +556,7 @@ impl Sim {
                     .borrow_mut()
                     .request_noticed(h, res_index(&name), &pids, &to);
             }
-            Effect::Kill { order, .. } => {
-                let (pid, sig) = match order {
-                    KillOrder::Signal { pid, sig, .. } => (pid, sig),
-                    KillOrder::RunKillpath { pid, .. } => (pid, crate::kill::SIGTERM),
-                    KillOrder::Exhausted { .. } => return,
-                };
-                self.stats.borrow_mut().kills += 1;
-                let client = self.client_by_pid(h, pid);
-                self.world
-                    .log(|| format!("host{h} KILL pid {pid} sig {sig}"));
-                let who = client.as_ref().map(|c| c.id);
-                if let Some(res) = self.examining.get() {
-                    self.stats.borrow_mut().examine_kills += 1;
-                    self.checker
-                        .borrow_mut()
-                        .examine_killed(now, h, pid, who, res);
-                } else {
-                    self.checker.borrow_mut().killed(now, h, pid, who);
-                }
-                if let Some(c) = client.filter(|c| sig == crate::kill::SIGKILL || !c.stubborn) {
-                    // It dies a little later (SIGTERM handlers take their time).
-                    let ms = if sig == crate::kill::SIGKILL {
-                        self.world.range(0, 100)
-                    } else {
-                        self.world.range(0, 1_500)
-                    };
-                    let sim = self.clone();
-                    self.spawn(
-                        h,
-                        Box::pin(async move {
-                            sim.sleep(h, ms).await;
-                            sim.client_dies(h, &c);
-                        }),
-                    );
-                }
-            }
+            Effect::Kill { order, .. } => self.kill_order(h, now, order),
             // A status line is the shell's to send (`step`'s unit tests check it).
             Effect::Accepted { .. }
             | Effect::Refused { .. }
@@ -651,6 +609,69 @@ impl Sim {
                 // The simulator lists no lockspace as a shell does (`Core::add_space`).
                 panic!("host{h}: a shell's lockspace {ls:?} stopped, but none is listed")
             }
+        }
+    }
+
+    /// The trace lines of a reply or a disk operation.
+    fn log_effect(&self, h: usize, e: &Effect<SimHeld>) {
+        match e {
+            Effect::Reply { ci, reply } => self
+                .world
+                .log(|| format!("host{h} > reply to {ci}: {reply:?}")),
+            Effect::Disk { op, what, .. } => self.world.log(|| {
+                let what = match what {
+                    DiskOp::Acquire { key, shared, .. } => {
+                        format!("acquire {:?} shared={shared}", key.1)
+                    }
+                    DiskOp::Release { key, held, .. } => {
+                        format!("release {:?} lver {}", key.1, held.lver())
+                    }
+                    DiskOp::Convert { key, to_shared, .. } => {
+                        format!("convert {:?} to_shared={to_shared}", key.1)
+                    }
+                };
+                format!("host{h} > disk op {op}: {what}")
+            }),
+            _ => {}
+        }
+    }
+
+    /// A kill order, carried out as the daemon's helper would: the checker hears of it,
+    /// and the client dies a little later (a stubborn one ignores SIGTERM).
+    fn kill_order(self: &Rc<Self>, h: usize, now: u64, order: KillOrder) {
+        let (pid, sig) = match order {
+            KillOrder::Signal { pid, sig, .. } => (pid, sig),
+            KillOrder::RunKillpath { pid, .. } => (pid, crate::kill::SIGTERM),
+            KillOrder::Exhausted { .. } => return,
+        };
+        self.stats.borrow_mut().kills += 1;
+        let client = self.client_by_pid(h, pid);
+        self.world
+            .log(|| format!("host{h} KILL pid {pid} sig {sig}"));
+        let who = client.as_ref().map(|c| c.id);
+        if let Some(res) = self.examining.get() {
+            self.stats.borrow_mut().examine_kills += 1;
+            self.checker
+                .borrow_mut()
+                .examine_killed(now, h, pid, who, res);
+        } else {
+            self.checker.borrow_mut().killed(now, h, pid, who);
+        }
+        if let Some(c) = client.filter(|c| sig == crate::kill::SIGKILL || !c.stubborn) {
+            // It dies a little later (SIGTERM handlers take their time).
+            let ms = if sig == crate::kill::SIGKILL {
+                self.world.range(0, 100)
+            } else {
+                self.world.range(0, 1_500)
+            };
+            let sim = self.clone();
+            self.spawn(
+                h,
+                Box::pin(async move {
+                    sim.sleep(h, ms).await;
+                    sim.client_dies(h, &c);
+                }),
+            );
         }
     }
 
