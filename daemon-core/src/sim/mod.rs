@@ -1137,15 +1137,16 @@ async fn tick_task(sim: Rc<Sim>, h: usize) {
 /// The shell's side of [`Effect::JoinLockspace`]: the delta-lease join, then renewals
 /// every id_renewal_seconds until the lockspace leaves the core (released when it went
 /// cleanly) or the core finds its lease lost.
-async fn lockspace_task(sim: Rc<Sim>, h: usize) {
-    let host = &sim.hosts[h];
-    let Some(params) = host.params.borrow().clone() else {
-        return;
-    };
-    let (disk, clock) = (sim.disk(h), sim.clock(h));
-    let seq = host.join_seq.get();
-    let mut st = loop {
-        match delta::acquire(&disk, &clock, &params).await {
+/// Host `h`'s join of the lockspace, tried again after a pause until it succeeds.
+async fn join(
+    sim: &Sim,
+    h: usize,
+    disk: &SimDisk,
+    clock: &SimClock,
+    params: &LockspaceParams,
+) -> delta::DeltaState {
+    loop {
+        match delta::acquire(disk, clock, params).await {
             Ok(st) => break st,
             Err(e) => {
                 sim.world.log(|| format!("host{h} join: {e}"));
@@ -1153,7 +1154,85 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
                 clock.sleep_ms(ms).await;
             }
         }
+    }
+}
+
+impl Sim {
+    /// Client `c` watches its own leases on a second connection.
+    fn watch_own(self: &Rc<Self>, h: usize, c: &Client) {
+        if let Some(wci) = self.connect(h, c.pid) {
+            c.watch_ci.set(Some(wci));
+            self.input(
+                h,
+                Input::Request {
+                    ci: wci,
+                    req: CoreRequest::Watch { pid: 0 },
+                },
+            );
+        }
+    }
+
+    /// A renewal's outcome into host `h`'s core, as the daemon's renewal thread reports
+    /// it: the sectors read and the new lease time, or the failure. Whether it renewed.
+    fn report_renewal(
+        self: &Rc<Self>,
+        h: usize,
+        id: u32,
+        renewed: Result<delta::LockspaceSnapshot, lease_core::LeaseError>,
+        st: &delta::DeltaState,
+        clock: &SimClock,
+        started: u64,
+    ) -> bool {
+        match renewed {
+            Ok(snap) => {
+                self.input(
+                    h,
+                    Input::HostsRead {
+                        id,
+                        read_at_s: snap.read_at_s,
+                        sectors: snap.sectors,
+                        whole_area: snap.whole_area,
+                    },
+                );
+                self.input(
+                    h,
+                    Input::RenewalOk {
+                        id,
+                        last_success_s: st.last_success_ms / 1000,
+                        rec: RenewalRec {
+                            timestamp: st.leader.timestamp,
+                            read_ms: clock.now_ms().saturating_sub(started),
+                            write_ms: 0,
+                            write_sent_ms: st.last_success_ms,
+                            ended_ms: clock.now_ms(),
+                        },
+                    },
+                );
+                true
+            }
+            Err(e) => {
+                self.input(
+                    h,
+                    Input::RenewalFailed {
+                        id,
+                        code: e.sanlk_code(),
+                        corrupt: e.is_corrupt(),
+                    },
+                );
+                false
+            }
+        }
+    }
+}
+
+async fn lockspace_task(sim: Rc<Sim>, h: usize) {
+    let host = &sim.hosts[h];
+    let Some(params) = host.params.borrow().clone() else {
+        return;
     };
+    let (disk, clock) = (sim.disk(h), sim.clock(h));
+    let seq = host.join_seq.get();
+    let mut st = join(&sim, h, &disk, &clock, &params).await;
     host.generation.set(st.generation());
     sim.world
         .log(|| format!("host{h} JOINED gen {}", st.generation()));
@@ -1223,43 +1302,9 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
             .map_or_else(RenewInput::default, |st| {
                 st.outgoing.renew_input(clock.now_ms() / 1000)
             });
-        match delta::renew(&disk, &clock, &params, &mut st, &input).await {
-            Ok(snap) => {
-                sim.input(
-                    h,
-                    Input::HostsRead {
-                        id,
-                        read_at_s: snap.read_at_s,
-                        sectors: snap.sectors,
-                        whole_area: snap.whole_area,
-                    },
-                );
-                sim.input(
-                    h,
-                    Input::RenewalOk {
-                        id,
-                        last_success_s: st.last_success_ms / 1000,
-                        rec: RenewalRec {
-                            timestamp: st.leader.timestamp,
-                            read_ms: clock.now_ms().saturating_sub(started),
-                            write_ms: 0,
-                            write_sent_ms: st.last_success_ms,
-                            ended_ms: clock.now_ms(),
-                        },
-                    },
-                );
-            }
-            Err(e) => {
-                sim.input(
-                    h,
-                    Input::RenewalFailed {
-                        id,
-                        code: e.sanlk_code(),
-                        corrupt: e.is_corrupt(),
-                    },
-                );
-                clock.sleep_ms(500).await;
-            }
+        let renewed = delta::renew(&disk, &clock, &params, &mut st, &input).await;
+        if !sim.report_renewal(h, id, renewed, &st, &clock, started) {
+            clock.sleep_ms(500).await;
         }
     }
 }
@@ -1390,6 +1435,81 @@ async fn disk_task(sim: Rc<Sim>, h: usize, op: OpId, what: DiskOp<SimHeld>) {
 
 /// A client process: connect, register, then acquire (one or two leases, shared or
 /// exclusive), hold, maybe convert, release — or die mid-acquire, or exit holding.
+/// The next ACQUIRE of client `c`: one lease or (one time in five) two, each shared or
+/// exclusive, persistent or not; sometimes ready to adopt an orphan; sometimes the client
+/// dies while it runs. The leases' indexes, their specs and the command's flags.
+fn next_acquire(sim: &Rc<Sim>, h: usize, c: &Rc<Client>) -> (Vec<usize>, Vec<ResSpec>, u32) {
+    let w = &sim.world;
+    let first = w.rand(sim.resources as u64) as usize;
+    let mut res = vec![first];
+    if w.rand(100) < 20 {
+        let second = (first + 1 + w.rand(sim.resources as u64 - 1) as usize) % sim.resources;
+        res.push(second);
+    }
+    let specs: Vec<ResSpec> = res
+        .iter()
+        .map(|&r| ResSpec {
+            ls: sim.space,
+            name: res_name(r),
+            shared: w.rand(100) < 50,
+            persistent: w.rand(100) < 15,
+            disks: Vec::new(),
+            lver: None,
+            new_num_hosts: None,
+        })
+        .collect();
+    // Sometimes ready to adopt an orphan (a persistent lease whose holder died).
+    let cmd_flags = if w.rand(100) < 30 {
+        client_lib::proto::SANLK_ACQUIRE_ORPHAN
+    } else {
+        0
+    };
+    if w.rand(100) < 4 {
+        // Dies while its acquire runs.
+        let ms = w.range(0, 500);
+        let (sim2, c2) = (sim.clone(), c.clone());
+        sim.spawn(
+            h,
+            Box::pin(async move {
+                sim2.sleep(h, ms).await;
+                sim2.client_dies(h, &c2);
+            }),
+        );
+    }
+    (res, specs, cmd_flags)
+}
+
+/// Client `c` converts its first lease (`(r, shared)`) to the other mode and holds it a
+/// while; false when the client is gone (no reply, or dead after).
+async fn convert_first(
+    sim: &Rc<Sim>,
+    h: usize,
+    c: &Rc<Client>,
+    (r, shared): (usize, bool),
+) -> bool {
+    let w = &sim.world;
+    if !shared {
+        // A downgrade counts from the request.
+        sim.checker.borrow_mut().downgraded(c.id, r);
+    }
+    // As the daemon does it (begun by the dispatcher) or as a plain request.
+    sim.send_cmd(
+        h,
+        c,
+        CoreRequest::Convert {
+            key: (sim.space, res_name(r)),
+            to_shared: !shared,
+            cmd_flags: 0,
+        },
+        w.rand(2) == 0,
+    );
+    if sim.await_reply(c).await.is_none() {
+        return false;
+    }
+    sim.sleep(h, w.range(100, 3_000)).await;
+    !c.dead.get()
+}
+
 async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
     let w = sim.world.clone();
     let Some(ci) = sim.connect(h, c.pid) else {
@@ -1405,16 +1525,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
     // Every other client watches its own leases on a second connection (counted, not
     // drawn: the random stream stays as it was).
     if c.id.is_multiple_of(2) {
-        if let Some(wci) = sim.connect(h, c.pid) {
-            c.watch_ci.set(Some(wci));
-            sim.input(
-                h,
-                Input::Request {
-                    ci: wci,
-                    req: CoreRequest::Watch { pid: 0 },
-                },
-            );
-        }
+        sim.watch_own(h, &c);
     }
     // Every other ACQUIRE goes as the daemon sends it (begun by its dispatcher, then
     // `Input::Command`), the others as plain requests; counted, not drawn, so the
@@ -1426,42 +1537,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
         if c.dead.get() {
             return;
         }
-        let first = w.rand(sim.resources as u64) as usize;
-        let mut res = vec![first];
-        if w.rand(100) < 20 {
-            let second = (first + 1 + w.rand(sim.resources as u64 - 1) as usize) % sim.resources;
-            res.push(second);
-        }
-        let specs: Vec<ResSpec> = res
-            .iter()
-            .map(|&r| ResSpec {
-                ls: sim.space,
-                name: res_name(r),
-                shared: w.rand(100) < 50,
-                persistent: w.rand(100) < 15,
-                disks: Vec::new(),
-                lver: None,
-                new_num_hosts: None,
-            })
-            .collect();
-        // Sometimes ready to adopt an orphan (a persistent lease whose holder died).
-        let cmd_flags = if w.rand(100) < 30 {
-            client_lib::proto::SANLK_ACQUIRE_ORPHAN
-        } else {
-            0
-        };
-        if w.rand(100) < 4 {
-            // Dies while its acquire runs.
-            let ms = w.range(0, 500);
-            let (sim2, c2) = (sim.clone(), c.clone());
-            sim.spawn(
-                h,
-                Box::pin(async move {
-                    sim2.sleep(h, ms).await;
-                    sim2.client_dies(h, &c2);
-                }),
-            );
-        }
+        let (res, specs, cmd_flags) = next_acquire(&sim, h, &c);
         sim.checker.borrow_mut().acquire_sent(c.id, &res);
         acquires += 1;
         sim.send_cmd(
@@ -1494,30 +1570,8 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
             sim.client_dies(h, &c);
             return;
         }
-        if w.rand(100) < 40 {
-            let (r, shared) = held[0];
-            if !shared {
-                // A downgrade counts from the request.
-                sim.checker.borrow_mut().downgraded(c.id, r);
-            }
-            // As the daemon does it (begun by the dispatcher) or as a plain request.
-            sim.send_cmd(
-                h,
-                &c,
-                CoreRequest::Convert {
-                    key: (sim.space, res_name(r)),
-                    to_shared: !shared,
-                    cmd_flags: 0,
-                },
-                w.rand(2) == 0,
-            );
-            if sim.await_reply(&c).await.is_none() {
-                return;
-            }
-            sim.sleep(h, w.range(100, 3_000)).await;
-            if c.dead.get() {
-                return;
-            }
+        if w.rand(100) < 40 && !convert_first(&sim, h, &c, held[0]).await {
+            return;
         }
         for &(r, _) in &held {
             sim.checker.borrow_mut().released(c.id, r);
