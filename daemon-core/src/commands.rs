@@ -26,94 +26,16 @@ use lease_core::monitor::HostMonitor;
 
 use crate::clients::{ClientToken, LeaseHold};
 use crate::errno::*;
-use crate::space_state::{Phase, RenewalRec, SpaceSt};
-use crate::step::{
-    release_wait_s, Core, CorePlantedBug, CoreReply, CoreRequest, CoreSpace, DiskOp, Effect,
-    HeldLease, JoinedLease, OpId, ReqKind, ResSpec,
+use crate::events::HostEvent;
+use crate::io::{
+    CoreReply, CoreRequest, DiskOp, Effect, HeldLease, JoinedLease, OpId, ReqKind, ResSpec,
 };
-use crate::tables::{AcquireStart, CommandTarget, Key, ReleaseStart};
-
-/// A client's command in progress.
-#[derive(Debug)]
-pub(crate) enum Cmd {
-    Acquire(AcquireCmd),
-    /// Disk releases still running, and the result so far.
-    Release {
-        pending: usize,
-        rv: i32,
-    },
-    Convert {
-        key: Key,
-    },
-}
-
-#[derive(Debug)]
-pub(crate) struct AcquireCmd {
-    specs: Vec<ResSpec>,
-    cmd_flags: u32,
-    /// The next spec to acquire.
-    next: usize,
-    /// The leases taken so far (holders in the table, not yet the client's tokens).
-    got: Vec<ClientToken>,
-    /// Waiting for the disk release of this lease to end (-EAGAIN).
-    waiting: Option<Key>,
-    /// The spec whose wait for a release began, and when that wait ends
-    /// ([`crate::release_wait_s`]): the first wait of a spec sets it, a later wait of the
-    /// same spec keeps it, the tick past it answers -EAGAIN.
-    wait_until_s: Option<(usize, u64)>,
-}
-
-/// A REQUEST whose record write runs in the shell ([`Effect::WriteRequest`]).
-#[derive(Debug)]
-pub(crate) struct PendingRequest {
-    /// The client that asked (answered at the write's end).
-    pub ci: u32,
-    pub ls: Name,
-    /// The request asks for something (an lver, a force mode, the next lver): the
-    /// owner's bit is set.
-    pub asks: bool,
-}
-
-/// A lockspace addition or removal, or an orphan release, waiting for its end, and the
-/// connection to answer.
-#[derive(Debug)]
-pub(crate) struct AdminCmd {
-    pub ci: u32,
-    pub ls: Name,
-    pub kind: ReqKind,
-    /// The disk releases an orphan release waits for.
-    pub ops: Vec<OpId>,
-}
-
-/// What a disk operation in flight is for.
-#[derive(Debug)]
-pub(crate) enum OpFor {
-    Acquire {
-        ci: u32,
-        key: Key,
-    },
-    /// A release; `reply_to` the client whose RELEASE waits for it (none for a dead
-    /// holder's, a failed acquire's or a planted early reply's).
-    Release {
-        reply_to: Option<u32>,
-        key: Key,
-    },
-    Convert {
-        ci: u32,
-        key: Key,
-        to_shared: bool,
-    },
-}
-
-impl OpFor {
-    pub(crate) fn key(&self) -> Key {
-        match self {
-            OpFor::Acquire { key, .. }
-            | OpFor::Release { key, .. }
-            | OpFor::Convert { key, .. } => *key,
-        }
-    }
-}
+use crate::pending::{AcquireCmd, AdminCmd, Cmd, OpFor, PendingRequest};
+use crate::refusal::Refusal;
+use crate::space_state::{Phase, RenewalRec, SpaceSt};
+use crate::step::{release_wait_s, Core, CorePlantedBug, CoreSpace};
+use crate::tables::Key;
+use crate::tables::{AcquireStart, CommandTarget, ReleaseStart};
 
 fn reply<H>(fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, rv: i32, leases: Vec<HeldLease>) {
     fx.push(Effect::Reply {
@@ -127,15 +49,15 @@ fn reply<H>(fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, rv: i32, leases: Ve
     });
 }
 
-/// A refusal with its reason, for the shell's log.
-fn refuse<H>(fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, rv: i32, why: &'static str) {
+/// A refusal: its code on the wire, with its reason for the shell's log.
+fn refuse<H>(fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, refusal: Refusal) {
     fx.push(Effect::Reply {
         ci,
         reply: CoreReply {
             kind,
-            rv,
+            rv: refusal.errno(),
             leases: Vec::new(),
-            why: Some(why),
+            why: Some(refusal.why()),
         },
     });
 }
@@ -187,27 +109,12 @@ impl<S, H: LeaseHold> Core<S, H> {
             CoreRequest::Watch { pid } => {
                 match self.watches.register(&self.tables.clients, ci, *pid) {
                     Ok(_) => reply(fx, ci, kind, 0, Vec::new()),
-                    Err(refused) => refuse(fx, ci, kind, refused.code(), refused.why()),
+                    Err(refused) => refuse(fx, ci, kind, Refusal::Watch(refused)),
                 }
                 return;
             }
             CoreRequest::SetEvent { ls, he, flags } => {
-                let Some(s) = self.space_mut(ls) else {
-                    refuse(fx, ci, kind, -ENOENT, "no such lockspace");
-                    return;
-                };
-                let period_s = lease_core::timeouts::set_bitmap_seconds(s.io_timeout_s);
-                let max_hosts =
-                    s.st.geometry
-                        .map_or(crate::events::MAX_EVENT_HOST_ID, |g| g.max_hosts());
-                match s
-                    .st
-                    .outgoing
-                    .set_event(now_s, period_s, max_hosts, *he, *flags)
-                {
-                    Ok(()) => reply(fx, ci, kind, 0, Vec::new()),
-                    Err(refused) => refuse(fx, ci, kind, refused.code(), refused.why()),
-                }
+                self.set_event(now_s, ci, ls, *he, *flags, fx);
                 return;
             }
             CoreRequest::RequestLease {
@@ -217,32 +124,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 next_lver,
                 force_mode,
             } => {
-                let joined = self
-                    .space(ls)
-                    .is_some_and(|s| s.st.phase == Phase::Joined && !s.st.space_dead);
-                if !joined {
-                    refuse(fx, ci, kind, -ENOSPC, "the lockspace is not joined");
-                    return;
-                }
-                let op = self.next_op;
-                self.next_op += 1;
-                self.requests.insert(
-                    op,
-                    PendingRequest {
-                        ci,
-                        ls: *ls,
-                        asks: *lver != 0 || *force_mode != 0 || *next_lver,
-                    },
-                );
-                fx.push(Effect::WriteRequest {
-                    op,
-                    ci,
-                    ls: *ls,
-                    name: *name,
-                    lver: *lver,
-                    next_lver: *next_lver,
-                    force_mode: *force_mode,
-                });
+                self.request_lease(ci, (*ls, *name), *lver, *next_lver, *force_mode, fx);
                 return;
             }
             _ => {}
@@ -270,33 +152,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 host_id,
                 io_timeout_s,
             } => {
-                if self.space(ls).is_some() {
-                    reply(fx, ci, kind, -EEXIST, Vec::new());
-                    return;
-                }
-                let id = self.next_space_id;
-                self.next_space_id += 1;
-                self.spaces.push(CoreSpace {
-                    id,
-                    name: *ls,
-                    st: SpaceSt::default(),
-                    io_timeout_s: *io_timeout_s,
-                    listed_by_shell: false,
-                    place: None,
-                    monitor: HostMonitor::new(*host_id, self.watchdog_fire_s),
-                    fence: None,
-                    last_examine: std::collections::BTreeMap::new(),
-                });
-                self.admin.push(AdminCmd {
-                    ci,
-                    ls: *ls,
-                    kind,
-                    ops: Vec::new(),
-                });
-                fx.push(Effect::JoinLockspace {
-                    ls: *ls,
-                    io_timeout_s: *io_timeout_s,
-                });
+                self.add_lockspace(ci, ls, *host_id, *io_timeout_s, fx);
                 return;
             }
             CoreRequest::RemLockspace {
@@ -309,17 +165,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 return;
             }
             CoreRequest::ReleaseOrphans { ls, name } => {
-                let ops = self.release_orphans(ls, name, fx);
-                if ops.is_empty() {
-                    reply(fx, ci, kind, 0, Vec::new());
-                } else {
-                    self.admin.push(AdminCmd {
-                        ci,
-                        ls: *ls,
-                        kind,
-                        ops,
-                    });
-                }
+                self.release_orphans_request(ci, ls, name, fx);
                 return;
             }
             CoreRequest::Acquire { .. } => SM_CMD_ACQUIRE,
@@ -342,6 +188,137 @@ impl<S, H: LeaseHold> Core<S, H> {
             }
         };
         self.command(now_s, ci, req, fx);
+    }
+
+    /// SET_EVENT in lockspace `ls` ([`CoreRequest::SetEvent`]), answered at once.
+    fn set_event(
+        &mut self,
+        now_s: u64,
+        ci: u32,
+        ls: &Name,
+        he: HostEvent,
+        flags: u32,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        let kind = ReqKind::SetEvent;
+        let Some(s) = self.space_mut(ls) else {
+            refuse(fx, ci, kind, Refusal::NoSuchLockspace);
+            return;
+        };
+        let period_s = lease_core::timeouts::set_bitmap_seconds(s.io_timeout_s);
+        let max_hosts =
+            s.st.geometry
+                .map_or(crate::events::MAX_EVENT_HOST_ID, |g| g.max_hosts());
+        match s
+            .st
+            .outgoing
+            .set_event(now_s, period_s, max_hosts, he, flags)
+        {
+            Ok(()) => reply(fx, ci, kind, 0, Vec::new()),
+            Err(refused) => refuse(fx, ci, kind, Refusal::Event(refused)),
+        }
+    }
+
+    /// REQUEST of lease `key` ([`CoreRequest::RequestLease`]): refused unless its
+    /// lockspace is joined and not lost, else the shell writes the request record.
+    fn request_lease(
+        &mut self,
+        ci: u32,
+        (ls, name): Key,
+        lver: u64,
+        next_lver: bool,
+        force_mode: u32,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        let joined = self
+            .space(&ls)
+            .is_some_and(|s| s.st.phase == Phase::Joined && !s.st.space_dead);
+        if !joined {
+            refuse(fx, ci, ReqKind::RequestLease, Refusal::NotJoined);
+            return;
+        }
+        let op = self.next_op;
+        self.next_op += 1;
+        self.requests.insert(
+            op,
+            PendingRequest {
+                ci,
+                ls,
+                asks: lver != 0 || force_mode != 0 || next_lver,
+            },
+        );
+        fx.push(Effect::WriteRequest {
+            op,
+            ci,
+            ls,
+            name,
+            lver,
+            next_lver,
+            force_mode,
+        });
+    }
+
+    /// RELEASE of orphans ([`CoreRequest::ReleaseOrphans`]): answered at once when none
+    /// needs a disk release, else when the last of those ends.
+    fn release_orphans_request(
+        &mut self,
+        ci: u32,
+        ls: &Name,
+        name: &Name,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        let kind = ReqKind::ReleaseOrphans;
+        let ops = self.release_orphans(ls, name, fx);
+        if ops.is_empty() {
+            reply(fx, ci, kind, 0, Vec::new());
+        } else {
+            self.admin.push(AdminCmd {
+                ci,
+                ls: *ls,
+                kind,
+                ops,
+            });
+        }
+    }
+
+    /// The core's own ADD_LOCKSPACE ([`CoreRequest::AddLockspace`]): -EEXIST when a
+    /// lockspace of that name is here, else listed and joined by the shell
+    /// ([`Effect::JoinLockspace`]), answered when the join ends.
+    fn add_lockspace(
+        &mut self,
+        ci: u32,
+        ls: &Name,
+        host_id: u64,
+        io_timeout_s: u64,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        if self.space(ls).is_some() {
+            reply(fx, ci, ReqKind::AddLockspace, -EEXIST, Vec::new());
+            return;
+        }
+        let id = self.next_space_id;
+        self.next_space_id += 1;
+        self.spaces.push(CoreSpace {
+            id,
+            name: *ls,
+            st: SpaceSt::default(),
+            io_timeout_s,
+            listed_by_shell: false,
+            place: None,
+            monitor: HostMonitor::new(host_id, self.watchdog_fire_s),
+            fence: None,
+            last_examine: std::collections::BTreeMap::new(),
+        });
+        self.admin.push(AdminCmd {
+            ci,
+            ls: *ls,
+            kind: ReqKind::AddLockspace,
+            ops: Vec::new(),
+        });
+        fx.push(Effect::JoinLockspace {
+            ls: *ls,
+            io_timeout_s,
+        });
     }
 
     /// [`crate::Input::Command`]: a lease command the shell began on client `target`
@@ -706,108 +683,149 @@ impl<S, H: LeaseHold> Core<S, H> {
             return;
         };
         match what {
-            OpFor::Acquire { ci, key } => {
-                let spec = match self.cmds.get(&ci) {
-                    Some(Cmd::Acquire(a)) => a.specs.get(a.next).cloned(),
-                    _ => None,
-                };
-                let lost = !self.space_usable(&key.0)
-                    && !self.planted(CorePlantedBug::GrantInLostLockspace);
-                match (self.tables.finish_acquire(key, ci, result), spec) {
-                    (Ok(lver), Some(spec)) if !lost => {
-                        let t = self.token(&spec, lver, now_s);
-                        if let Some(Cmd::Acquire(a)) = self.cmds.get_mut(&ci) {
-                            a.got.push(t);
-                            a.next += 1;
-                        }
-                        self.advance_acquire(now_s, ci, fx);
-                    }
-                    (Ok(lver), spec) => {
-                        // Held on disk, but its lockspace was lost meanwhile (or the
-                        // command is gone): give it back.
-                        let spec = spec.unwrap_or(ResSpec {
-                            ls: key.0,
-                            name: key.1,
-                            shared: false,
-                            persistent: false,
-                            disks: Vec::new(),
-                            lver: None,
-                            new_num_hosts: None,
-                        });
-                        let t = self.token(&spec, lver, now_s);
-                        self.release_token(ci, &t, false, None, None, fx);
-                        self.acquire_failed(now_s, ci, -ENOSPC, fx);
-                    }
-                    (Err(rv), _) => self.acquire_failed(now_s, ci, rv, fx),
-                }
-            }
+            OpFor::Acquire { ci, key } => self.disk_acquire_done(now_s, ci, key, result, fx),
             OpFor::Release { reply_to, key } => {
-                if !self.planted(CorePlantedBug::ReleaseBeforeDisk) {
-                    self.tables.finish_release(&key);
-                }
-                let rv_disk = result.err().unwrap_or(0);
-                if let Some(ci) = reply_to {
-                    if let Some(Cmd::Release { pending, rv }) = self.cmds.get_mut(&ci) {
-                        *pending -= 1;
-                        // A disk release's failure is the answer (the last one's).
-                        if rv_disk != 0 {
-                            *rv = rv_disk;
-                        }
-                        if *pending == 0 {
-                            let rv = *rv;
-                            self.answer(fx, ci, ReqKind::Release, rv, Vec::new());
-                            self.end_command(ci, fx);
-                        }
-                    }
-                }
-                // An orphan release waiting for this one may be done.
-                let mut done = Vec::new();
-                for a in &mut self.admin {
-                    if a.kind == ReqKind::ReleaseOrphans {
-                        a.ops.retain(|o| *o != op);
-                        if a.ops.is_empty() {
-                            done.push(a.ci);
-                        }
-                    }
-                }
-                self.admin
-                    .retain(|a| !(a.kind == ReqKind::ReleaseOrphans && a.ops.is_empty()));
-                for ci in done {
-                    self.answer(fx, ci, ReqKind::ReleaseOrphans, 0, Vec::new());
-                }
-                // Acquires waiting for this release go on.
-                let mut waiting: Vec<u32> = self
-                    .cmds
-                    .iter()
-                    .filter(|(_, c)| matches!(c, Cmd::Acquire(a) if a.waiting == Some(key)))
-                    .map(|(ci, _)| *ci)
-                    .collect();
-                waiting.sort_unstable();
-                for ci in waiting {
-                    if let Some(Cmd::Acquire(a)) = self.cmds.get_mut(&ci) {
-                        a.waiting = None;
-                    }
-                    self.advance_acquire(now_s, ci, fx);
-                }
-                self.finish_removals(fx);
+                self.release_done(now_s, op, reply_to, key, result.err(), fx);
             }
             OpFor::Convert { ci, key, to_shared } => {
-                if let (Err(_), Some(state)) = (&result, failed_state) {
-                    self.tables.convert_failed_state(key, state, to_shared);
+                self.convert_done(ci, key, to_shared, result, failed_state, fx);
+            }
+        }
+    }
+
+    /// A disk acquire of `key` for client `ci` ended: the command goes on to its next
+    /// lease, or the lease is given back (its lockspace was lost meanwhile, or the
+    /// command is gone) and the acquire fails.
+    fn disk_acquire_done(
+        &mut self,
+        now_s: u64,
+        ci: u32,
+        key: Key,
+        result: Result<H, i32>,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        let spec = match self.cmds.get(&ci) {
+            Some(Cmd::Acquire(a)) => a.specs.get(a.next).cloned(),
+            _ => None,
+        };
+        let lost =
+            !self.space_usable(&key.0) && !self.planted(CorePlantedBug::GrantInLostLockspace);
+        match (self.tables.finish_acquire(key, ci, result), spec) {
+            (Ok(lver), Some(spec)) if !lost => {
+                let t = self.token(&spec, lver, now_s);
+                if let Some(Cmd::Acquire(a)) = self.cmds.get_mut(&ci) {
+                    a.got.push(t);
+                    a.next += 1;
                 }
-                let rv = self.tables.finish_convert(ci, key, to_shared, result);
-                let leases = self.tables.clients.slots.get(&ci).map(|c| {
-                    c.tokens
-                        .iter()
-                        .filter(|t| t.key() == key)
-                        .map(held_lease)
-                        .collect()
+                self.advance_acquire(now_s, ci, fx);
+            }
+            (Ok(lver), spec) => {
+                // Held on disk, but its lockspace was lost meanwhile (or the
+                // command is gone): give it back.
+                let spec = spec.unwrap_or(ResSpec {
+                    ls: key.0,
+                    name: key.1,
+                    shared: false,
+                    persistent: false,
+                    disks: Vec::new(),
+                    lver: None,
+                    new_num_hosts: None,
                 });
-                self.answer(fx, ci, ReqKind::Convert, rv, leases.unwrap_or_default());
-                if matches!(self.cmds.get(&ci), Some(Cmd::Convert { key: k }) if *k == key) {
+                let t = self.token(&spec, lver, now_s);
+                self.release_token(ci, &t, false, None, None, fx);
+                self.acquire_failed(now_s, ci, -ENOSPC, fx);
+            }
+            (Err(rv), _) => self.acquire_failed(now_s, ci, rv, fx),
+        }
+    }
+
+    /// A disk release of `key` ended (`failed`: its error code): the RELEASE waiting for
+    /// it is answered once its last one ended, an orphan release waiting for it too, and
+    /// the acquires waiting for it go on.
+    fn release_done(
+        &mut self,
+        now_s: u64,
+        op: OpId,
+        reply_to: Option<u32>,
+        key: Key,
+        failed: Option<i32>,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        if !self.planted(CorePlantedBug::ReleaseBeforeDisk) {
+            self.tables.finish_release(&key);
+        }
+        let rv_disk = failed.unwrap_or(0);
+        if let Some(ci) = reply_to {
+            if let Some(Cmd::Release { pending, rv }) = self.cmds.get_mut(&ci) {
+                *pending -= 1;
+                // A disk release's failure is the answer (the last one's).
+                if rv_disk != 0 {
+                    *rv = rv_disk;
+                }
+                if *pending == 0 {
+                    let rv = *rv;
+                    self.answer(fx, ci, ReqKind::Release, rv, Vec::new());
                     self.end_command(ci, fx);
                 }
             }
+        }
+        // An orphan release waiting for this one may be done.
+        let mut done = Vec::new();
+        for a in &mut self.admin {
+            if a.kind == ReqKind::ReleaseOrphans {
+                a.ops.retain(|o| *o != op);
+                if a.ops.is_empty() {
+                    done.push(a.ci);
+                }
+            }
+        }
+        self.admin
+            .retain(|a| !(a.kind == ReqKind::ReleaseOrphans && a.ops.is_empty()));
+        for ci in done {
+            self.answer(fx, ci, ReqKind::ReleaseOrphans, 0, Vec::new());
+        }
+        // Acquires waiting for this release go on.
+        let mut waiting: Vec<u32> = self
+            .cmds
+            .iter()
+            .filter(|(_, c)| matches!(c, Cmd::Acquire(a) if a.waiting == Some(key)))
+            .map(|(ci, _)| *ci)
+            .collect();
+        waiting.sort_unstable();
+        for ci in waiting {
+            if let Some(Cmd::Acquire(a)) = self.cmds.get_mut(&ci) {
+                a.waiting = None;
+            }
+            self.advance_acquire(now_s, ci, fx);
+        }
+        self.finish_removals(fx);
+    }
+
+    /// A disk convert of `key` for client `ci` ended: the table takes its outcome (the
+    /// lease's state a failure left, too) and the CONVERT is answered.
+    fn convert_done(
+        &mut self,
+        ci: u32,
+        key: Key,
+        to_shared: bool,
+        result: Result<H, i32>,
+        failed_state: Option<H>,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        if let (Err(_), Some(state)) = (&result, failed_state) {
+            self.tables.convert_failed_state(key, state, to_shared);
+        }
+        let rv = self.tables.finish_convert(ci, key, to_shared, result);
+        let leases = self.tables.clients.slots.get(&ci).map(|c| {
+            c.tokens
+                .iter()
+                .filter(|t| t.key() == key)
+                .map(held_lease)
+                .collect()
+        });
+        self.answer(fx, ci, ReqKind::Convert, rv, leases.unwrap_or_default());
+        if matches!(self.cmds.get(&ci), Some(Cmd::Convert { key: k }) if *k == key) {
+            self.end_command(ci, fx);
         }
     }
 
@@ -878,7 +896,7 @@ impl<S, H: LeaseHold> Core<S, H> {
         let (id, shells, phase) = (s.id, s.listed_by_shell, s.st.phase);
         let kept_orphans = s.st.used_by_orphans;
         if unused_only && self.tables.space_in_use(ls) {
-            refuse(fx, ci, kind, -EBUSY, "leases are held in it (REM_UNUSED)");
+            refuse(fx, ci, kind, Refusal::LeasesHeld);
             return;
         }
         let has_orphans = self
@@ -887,22 +905,16 @@ impl<S, H: LeaseHold> Core<S, H> {
             .values()
             .any(|r| r.orphan && r.ls.same_as(ls));
         if has_orphans && kept_orphans {
-            refuse(
-                fx,
-                ci,
-                kind,
-                -EBUSY,
-                "its orphan leases are in use (SET_CONFIG)",
-            );
+            refuse(fx, ci, kind, Refusal::OrphansKept);
             return;
         }
         if phase == Phase::Removing {
-            refuse(fx, ci, kind, -EINPROGRESS, "a removal is in progress");
+            refuse(fx, ci, kind, Refusal::RemovalInProgress);
             return;
         }
         if phase == Phase::Adding && !shells {
             // The shell stops a join it runs; the core's own joins are waited for.
-            refuse(fx, ci, kind, -EBUSY, "it is being added");
+            refuse(fx, ci, kind, Refusal::BeingAdded);
             return;
         }
         // Orphans have no process to kill: their releases start now, and the lockspace
@@ -1156,8 +1168,9 @@ mod tests {
     //! The request path driven through `Core::step` alone: the disk completions are
     //! chosen by the test, in the order it wants.
     use super::*;
+    use crate::io::Input;
     use crate::kill::KillOrder;
-    use crate::step::Input;
+    use crate::tables::Key;
     use crate::watches::{WatchBeat, WatchTo};
     use client_lib::ext::WatchKind;
     use lease_core::timeouts;
@@ -1237,10 +1250,17 @@ mod tests {
         c
     }
 
+    /// The time of the tests' connections and REGISTERs, which do not depend on it: t=100,
+    /// or the last step's when later (a step's time never goes back).
+    fn now_or_100(c: &TestCore) -> u64 {
+        c.last_now_s.max(100)
+    }
+
     fn connect(c: &mut TestCore, pid: i32) -> u32 {
+        let now = now_or_100(c);
         let fx = step(
             c,
-            100,
+            now,
             Input::Connected {
                 fd: -1,
                 pid,
@@ -1257,9 +1277,10 @@ mod tests {
 
     fn client(c: &mut TestCore, pid: i32) -> u32 {
         let ci = connect(c, pid);
+        let now = now_or_100(c);
         let fx = step(
             c,
-            100,
+            now,
             Input::Request {
                 ci,
                 req: CoreRequest::Register,
@@ -2128,7 +2149,7 @@ mod tests {
             pids: pids.to_vec(),
             to: Vec::new(),
             // Every test lockspace here was joined at 100.
-            lease: Some(crate::step::LeaseTimes {
+            lease: Some(crate::io::LeaseTimes {
                 last_success_s: 100,
                 expires_at_s: 100 + timeouts::id_renewal_fail_seconds(IO_S),
             }),

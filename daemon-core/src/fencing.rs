@@ -454,6 +454,39 @@ impl FenceSt {
         self.preempting.keys().any(|&(h, _)| h == host_id)
     }
 
+    /// [`FenceSt::keys_read`] found no key of ours: the storage lost its keys (no
+    /// reservation, and our renewals never stalled long enough for a preempt) → register
+    /// again, once per loss; else we are fenced.
+    fn our_key_missing(
+        &mut self,
+        reservation: bool,
+        our_renewal_gap_ms: u64,
+        actions: &mut Vec<FenceAction>,
+    ) -> Option<FenceVerdict> {
+        if !reservation && gap_rules_out_preempt(our_renewal_gap_ms, self.io_timeout_s) {
+            // Once per loss: a REGISTER sent again and again could land late, after a
+            // real preempt, and bring our key back. The keys seen before are
+            // forgotten: a peer's key missing now may only wait to be registered
+            // again, and must not count as fenced (`peer_done`).
+            if std::mem::replace(&mut self.cleared, true) {
+                return None;
+            }
+            self.seen.clear();
+            actions.push(FenceAction::Reregister { our_key: self.key });
+            return Some(FenceVerdict::StorageCleared {
+                renewal_gap_ms: our_renewal_gap_ms,
+            });
+        }
+        self.fenced_here = true;
+        Some(FenceVerdict::WeAreFenced(if reservation {
+            FencedBecause::OurKeyGone
+        } else {
+            FencedBecause::OurKeyGoneAfterAStall {
+                renewal_gap_ms: our_renewal_gap_ms,
+            }
+        }))
+    }
+
     /// The key list of the pass's read, in this order (`our_renewal_gap_ms`: the longest
     /// time our record may have stood still on the storage since a read last showed our
     /// key, up to this read):
@@ -488,28 +521,7 @@ impl FenceSt {
         self.seen_now.keys = keys.len() as u64;
         self.seen_now.reservation = reservation;
         if !keys.iter().any(|k| k.raw == self.key) {
-            if !reservation && gap_rules_out_preempt(our_renewal_gap_ms, self.io_timeout_s) {
-                // Once per loss: a REGISTER sent again and again could land late, after a
-                // real preempt, and bring our key back. The keys seen before are
-                // forgotten: a peer's key missing now may only wait to be registered
-                // again, and must not count as fenced (`peer_done`).
-                if std::mem::replace(&mut self.cleared, true) {
-                    return None;
-                }
-                self.seen.clear();
-                actions.push(FenceAction::Reregister { our_key: self.key });
-                return Some(FenceVerdict::StorageCleared {
-                    renewal_gap_ms: our_renewal_gap_ms,
-                });
-            }
-            self.fenced_here = true;
-            return Some(FenceVerdict::WeAreFenced(if reservation {
-                FencedBecause::OurKeyGone
-            } else {
-                FencedBecause::OurKeyGoneAfterAStall {
-                    renewal_gap_ms: our_renewal_gap_ms,
-                }
-            }));
+            return self.our_key_missing(reservation, our_renewal_gap_ms, actions);
         }
         self.key_seen_at_s = now_s;
         self.cleared = false;

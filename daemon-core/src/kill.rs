@@ -33,8 +33,9 @@ use client_lib::proto::{
 };
 use disk_format::Name;
 
-use crate::clients::{KillPath, LeaseHold};
-use crate::step::Effect;
+use crate::clients::LeaseHold;
+use crate::io::Effect;
+pub use crate::io::KillOrder;
 use crate::tables::Tables;
 
 /// sanlock's kill_count_max.
@@ -108,21 +109,6 @@ pub struct SpaceKill {
     pub last_success: u64,
     pub fail_s: u64,
     pub grace_s: u64,
-}
-
-/// One order of a kill pass, for the shell to carry out.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KillOrder {
-    /// Run this killpath for the client with this pid.
-    RunKillpath {
-        ci: u32,
-        pid: i32,
-        killpath: KillPath,
-    },
-    /// Send `sig` to the client's pid.
-    Signal { ci: u32, pid: i32, sig: i32 },
-    /// The client used up its [`KILL_COUNT_MAX`] orders (said once).
-    Exhausted { ci: u32, pid: i32 },
 }
 
 /// One pass of escalation over the holders of lockspace `ls`: the orders due now, with
@@ -281,7 +267,7 @@ pub fn examined_lease<S, H: LeaseHold>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clients::ClientToken;
+    use crate::clients::{ClientToken, KillPath};
     use crate::AcquireStart;
 
     /// A held lease's on-disk state in these tests: just its lver.

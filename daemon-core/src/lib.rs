@@ -17,6 +17,12 @@
 //!   expiry check that decides notice, loss and kill);
 //! - [`kill`]: kill escalation as decisions ([`kill::plan_kills`]), and what a request
 //!   from another host does to one lease's holders ([`kill::examined_lease`]);
+//! - [`io`]: what goes in and comes out of the step ([`Input`], [`Effect`], a client's
+//!   [`CoreRequest`] and its [`CoreReply`], the [`DiskOp`]s), data only, low in the
+//!   import graph so that every module below the step can name it; `pending`: the work
+//!   the core keeps in flight for its clients between steps;
+//! - [`refusal`]: the core's own refusals of a request ([`Refusal`]), each with its
+//!   sanlock code (`errno()`) and reason;
 //! - [`step`]: [`step::Core::step`], the input → effects form, for three paths: a
 //!   lockspace's lease growing old and lost (its holders' loss notices, then the kills),
 //!   another host's request for a lease we hold (its notice, then its kill orders), and
@@ -42,7 +48,10 @@ mod commands;
 pub mod errno;
 pub mod events;
 pub mod fencing;
+pub mod io;
 pub mod kill;
+mod pending;
+pub mod refusal;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod space_state;
@@ -54,11 +63,15 @@ pub use clients::{
     ClientSlot, ClientToken, Clients, FsCreds, KillPath, LeaseHold, LocalRes, Refused, Waiting,
     MAX_CLIENTS, MAX_CLIENTS_PER_UID, ROOT_RESERVED_SLOTS,
 };
+pub use io::{
+    CoreReply, CoreRequest, DiskOp, Effect, HeldLease, Input, JoinedLease, LeaseTimes, OpId,
+    ReqKind, ResSpec, StatusSummary,
+};
 pub use kill::examined_lease;
+pub use refusal::Refusal;
 pub use step::{
-    release_wait_s, Core, CorePlantedBug, CoreReply, CoreRequest, DiskOp, Effect, HeldLease, Input,
-    JoinedLease, LeaseTimes, ListRefused, OpId, ReqKind, ResSpec, SpacePlace, StatusSummary,
-    CHEAP_CHECK_RESOURCES, MAX_GONE_SPACES,
+    release_wait_s, Core, CorePlantedBug, ListRefused, SpacePlace, CHEAP_CHECK_RESOURCES,
+    MAX_GONE_SPACES,
 };
 pub use tables::{AcquireStart, CommandTarget, Key, ReleaseStart, Tables};
 pub use watches::{WatchBeat, WatchRefused, WatchTo, Watches, MAX_WATCHES};

@@ -28,24 +28,30 @@
 //! - every disk operation the core asks for is answered by exactly one [`Input::DiskDone`]
 //!   (the core keeps it in `ops` until then);
 //! - [`Core::check`] holds after every step (checked in debug builds; the cheap part,
-//!   [`Core::check_cheap`], in every build).
+//!   [`Core::check_cheap`], in every build);
+//! - the time a step is given never goes back: `now_s` is at least the last step's
+//!   (asserted in every build; the shell reads its monotonic clock under the core's
+//!   lock, so the order of its steps is the order of their times).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use client_lib::ext::WatchKind;
-use client_lib::wire;
 use disk_format::Name;
-use lease_core::monitor::{HostMonitor, Notification};
+use lease_core::monitor::HostMonitor;
 use lease_core::timeouts;
 
-use crate::clients::{ClientToken, LeaseHold, Refused};
-use crate::commands::{AdminCmd, Cmd, OpFor, PendingRequest};
-use crate::events::HostEvent;
-use crate::fencing::{FenceAction, FenceSt, FenceVerdict, KeysRead, PeerFenceOutcome};
-use crate::kill::{examined_lease, plan_kills, KillOrder, SpaceKill};
-use crate::space_state::{Phase, RenewalRec, SpaceSt};
-use crate::tables::{Key, Tables};
-use crate::watches::{WatchBeat, WatchTo, Watches};
+use crate::clients::LeaseHold;
+use crate::fencing::FenceSt;
+use crate::io::{Effect, Input, LeaseTimes, OpId, StatusSummary};
+use crate::kill::examined_lease;
+use crate::pending::{AdminCmd, Cmd, OpFor, PendingRequest};
+use crate::space_state::{Phase, SpaceSt};
+use crate::tables::Tables;
+use crate::watches::Watches;
+
+mod expiry;
+mod lockspace_inputs;
+
+use expiry::{expiry_pass, plant_examine_kills_lockspace, SpaceView};
 
 /// One lockspace as the core keeps it: its id, name, status and io_timeout. A gone
 /// lockspace (`st.gone`, in the daemon) keeps its entry for readers that still hold its
@@ -106,10 +112,6 @@ pub enum ListRefused {
     /// Another lockspace keeps its delta leases on that disk area (-EINVAL).
     DiskAreaTaken,
 }
-
-/// The id of one disk operation the core asked for ([`Effect::Disk`]); its completion
-/// comes back as [`Input::DiskDone`] with the same id.
-pub type OpId = u64;
 
 /// A bug planted on purpose, to prove that the whole-daemon simulator catches it. The
 /// core consults it only with the `sim` feature (its `bug` field exists only then), so a
@@ -219,44 +221,13 @@ pub struct Core<S, H> {
     pub watches: Watches,
     /// Steps since the last [`Core::check_cheap`] ([`CHEAP_CHECK_RESOURCES`]).
     steps_since_cheap_check: u64,
+    /// The time the last step was given ([`Core::step`] asserts it never goes back).
+    pub(crate) last_now_s: u64,
     /// The watchdog fire timeout the host monitors of the core's own lockspaces count
     /// host_dead with (the shell builds the monitors of those it lists itself).
     pub watchdog_fire_s: u64,
     #[cfg(feature = "sim")]
     pub bug: Option<CorePlantedBug>,
-}
-
-/// A lockspace's lease as a notice gives it to its watchers (their deadlines): its last
-/// renewal, and when it expires if not renewed — the tick that finds it that old orders
-/// the kills (`id_renewal_fail_seconds` after the renewal), and the watchdog fires its
-/// fire timeout later.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseTimes {
-    pub last_success_s: u64,
-    pub expires_at_s: u64,
-}
-
-/// The delta lease a join of the shell took ([`Input::JoinEnded`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct JoinedLease {
-    pub generation: u64,
-    /// When the lease was acquired (its first renewal), monotime s.
-    pub last_success_s: u64,
-    /// Monotime ms taken just before the join's last write (the record the lease is
-    /// timed from) was sent: that record landed no earlier.
-    pub write_sent_ms: u64,
-    /// Monotime ms when the join had ended: that record landed no later.
-    pub ended_ms: u64,
-}
-
-/// What the daemon is doing, for sd_notify's `STATUS=` line: lockspaces joined (not
-/// being removed), leases in the table (orphans included), registered clients. The
-/// shell adds what only it knows (the watchdog).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StatusSummary {
-    pub lockspaces: usize,
-    pub leases: usize,
-    pub clients: usize,
 }
 
 /// The resources a step's release-build check covers on average: with more in the
@@ -277,501 +248,6 @@ pub fn cheap_check_every(resources: usize) -> u64 {
 /// threads that still hold their id); [`Core::add_space`] prunes the oldest beyond it.
 pub const MAX_GONE_SPACES: usize = 16;
 
-/// One lease to acquire: `sanlk_resource` as the core needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResSpec {
-    pub ls: Name,
-    pub name: Name,
-    pub shared: bool,
-    pub persistent: bool,
-    pub disks: Vec<wire::DiskLocation>,
-    /// `SANLK_RES_LVER`: the lease version the client requires (the disk acquire fails
-    /// with `SANLK_ACQUIRE_LVER` when the lease is at another).
-    pub lver: Option<u64>,
-    /// `SANLK_RES_NUM_HOSTS`: the number of hosts a disk acquire writes into the leader
-    /// (the request's `data32`).
-    pub new_num_hosts: Option<u64>,
-}
-
-impl ResSpec {
-    pub fn key(&self) -> Key {
-        (self.ls, self.name)
-    }
-}
-
-/// A client's request, decoded by the shell.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CoreRequest {
-    /// REGISTER: the connection's process becomes a client that can hold leases. No
-    /// reply (sanlock's REGISTER has none).
-    Register,
-    /// ADD_LOCKSPACE: the shell joins it ([`Effect::JoinLockspace`]) and reports the end
-    /// with [`Input::JoinDone`].
-    AddLockspace {
-        ls: Name,
-        host_id: u64,
-        io_timeout_s: u64,
-    },
-    /// REM_LOCKSPACE of `ls` (the one listed under `id`, when the shell matched it by its
-    /// disk, as sanlock's `_search_space`): refused while leases are held in it and
-    /// `unused_only` (`SANLK_REM_UNUSED`), while its orphans are kept (`used_by_orphans`),
-    /// or while a removal is in progress. Otherwise its orphans are released, its
-    /// holders' watchers told ([`Effect::LossNotice`], `LockspaceRemoved`), and the
-    /// holders killed with SIGKILL from the next tick on. A lockspace the shell listed
-    /// is stopped ([`Effect::StopLockspace`]) and goes when the shell reports its thread
-    /// ended ([`Input::LockspaceEnded`]); the core's own goes when no lease of it is
-    /// left ([`Effect::LockspaceGone`]). Answered then, or at once when not `wait`
-    /// (`SANLK_REM_ASYNC`).
-    RemLockspace {
-        ls: Name,
-        id: Option<u32>,
-        unused_only: bool,
-        wait: bool,
-    },
-    /// ACQUIRE of one or more leases, in order; all or none. `owner_name`: the options'
-    /// name, which every ACQUIRE gives the client anew (empty included), as sanlock's. A
-    /// lease being released here is waited for, up to [`release_wait_s`] (then -EAGAIN).
-    Acquire {
-        res: Vec<ResSpec>,
-        cmd_flags: u32,
-        owner_name: Name,
-    },
-    /// RELEASE of the named leases, or of all the client's (`all`: `SANLK_REL_ALL`; none
-    /// named and not `all` is a successful no-op, as sanlock's); answered after the disk
-    /// releases ended. `rename`: `SANLK_REL_RENAME`'s new name for the leaders this host
-    /// clears ([`DiskOp::Release`]).
-    Release {
-        keys: Vec<Key>,
-        all: bool,
-        rename: Option<Name>,
-    },
-    /// CONVERT one lease to shared or exclusive; `cmd_flags` are the request's
-    /// (`SANLK_ACQUIRE_OWNER_NOWAIT`), for the disk convert.
-    Convert {
-        key: Key,
-        to_shared: bool,
-        cmd_flags: u32,
-    },
-    /// INQUIRE: the client's leases.
-    Inquire,
-    /// SET_EVENT in lockspace `ls` (not gone): the event our renewals carry to its
-    /// target, and the bits they set (`SANLK_SETEV_*` flags; `he.generation` already
-    /// the target's current one when `SETEV_CUR_GENERATION` asked for it). Answered at
-    /// once: 0, -ENOENT, -EINVAL (a host_id beyond the lockspace's hosts), -EBUSY
-    /// (another event is being sent: [`crate::events::Outgoing::set_event`]).
-    SetEvent { ls: Name, he: HostEvent, flags: u32 },
-    /// REQUEST of lease `ls:name` (`lver`, or the next one with `SANLK_REQUEST_NEXT_LVER`)
-    /// with `force_mode`: -ENOSPC unless the lockspace is joined and not lost (as
-    /// sanlock), else the shell writes the request record ([`Effect::WriteRequest`]).
-    /// When the lease has an owner and the request asks for something (an lver, a force
-    /// mode, or the next lver), our renewals set the owner host's bit for
-    /// `set_bitmap_seconds`, so that it examines its leases. Answered after the write.
-    RequestLease {
-        ls: Name,
-        name: Name,
-        lver: u64,
-        next_lver: bool,
-        force_mode: u32,
-    },
-    /// `LOCKD_CMD_WATCH` (lockd extension): the connection becomes a lease-loss watch of
-    /// process `pid` (0: its own), answered at once: 0, or -EINVAL (no pid), -EPERM (a
-    /// non-root caller and another uid's process), -EMFILE
-    /// ([`MAX_WATCHES`](crate::watches::MAX_WATCHES) open). From the reply on, the
-    /// notices for that pid name the connection ([`WatchTo`]).
-    Watch { pid: i32 },
-    /// RELEASE with `SANLK_REL_ORPHAN`: release the orphans of `ls` (the one named
-    /// `name`, or all when it is empty) on disk; answered when those releases ended.
-    ReleaseOrphans { ls: Name, name: Name },
-}
-
-impl CoreRequest {
-    pub fn kind(&self) -> ReqKind {
-        match self {
-            CoreRequest::Register => ReqKind::Register,
-            CoreRequest::AddLockspace { .. } => ReqKind::AddLockspace,
-            CoreRequest::RemLockspace { .. } => ReqKind::RemLockspace,
-            CoreRequest::Acquire { .. } => ReqKind::Acquire,
-            CoreRequest::Release { .. } => ReqKind::Release,
-            CoreRequest::Convert { .. } => ReqKind::Convert,
-            CoreRequest::Inquire => ReqKind::Inquire,
-            CoreRequest::ReleaseOrphans { .. } => ReqKind::ReleaseOrphans,
-            CoreRequest::Watch { .. } => ReqKind::Watch,
-            CoreRequest::SetEvent { .. } => ReqKind::SetEvent,
-            CoreRequest::RequestLease { .. } => ReqKind::RequestLease,
-        }
-    }
-}
-
-/// Which request a [`CoreReply`] answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReqKind {
-    Register,
-    AddLockspace,
-    RemLockspace,
-    Acquire,
-    Release,
-    Convert,
-    Inquire,
-    ReleaseOrphans,
-    Watch,
-    SetEvent,
-    RequestLease,
-}
-
-/// A lease as a reply names it (INQUIRE's state string is made from it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeldLease {
-    pub ls: Name,
-    pub name: Name,
-    pub disks: Vec<wire::DiskLocation>,
-    pub shared: bool,
-    pub lver: u64,
-}
-
-impl From<&ClientToken> for HeldLease {
-    fn from(t: &ClientToken) -> HeldLease {
-        HeldLease {
-            ls: t.ls,
-            name: t.name,
-            disks: t.disks.clone(),
-            shared: t.shared,
-            lver: t.lver,
-        }
-    }
-}
-
-/// The answer to one request: sanlock's result code (0 or -errno) and, for ACQUIRE,
-/// CONVERT and INQUIRE, the leases concerned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CoreReply {
-    pub kind: ReqKind,
-    pub rv: i32,
-    pub leases: Vec<HeldLease>,
-    /// Why a request was refused, for the shell's log (`None` for most codes, whose
-    /// meaning is the code's).
-    pub why: Option<&'static str>,
-}
-
-/// A paxos-lease operation for the shell to run on disk (with lease-core), answered by
-/// [`Input::DiskDone`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DiskOp<H> {
-    /// Acquire `key`, with the request's `cmd_flags` and the lease version it requires
-    /// (`want_lver`); the completion carries the held lease's state.
-    Acquire {
-        key: Key,
-        shared: bool,
-        disks: Vec<wire::DiskLocation>,
-        want_lver: Option<u64>,
-        new_num_hosts: Option<u64>,
-        cmd_flags: u32,
-    },
-    /// Release `key`, held as `held` on `disks`; when `rename` is given, a leader this
-    /// host clears is written with that name (`SANLK_REL_RENAME`). The completion's
-    /// value is not used.
-    Release {
-        key: Key,
-        held: H,
-        disks: Vec<wire::DiskLocation>,
-        rename: Option<Name>,
-    },
-    /// Convert `key`, held as `held` on `disks`, with the request's `cmd_flags`; the
-    /// completion carries the new state.
-    Convert {
-        key: Key,
-        held: H,
-        disks: Vec<wire::DiskLocation>,
-        to_shared: bool,
-        cmd_flags: u32,
-    },
-}
-
-/// What happened, for [`Core::step`]. `S` is the shell's connection handle, `H` the
-/// on-disk state of a held lease.
-#[derive(Debug, Clone)]
-pub enum Input<S, H> {
-    /// The monitor's periodic look at every lockspace's lease (once a second).
-    Tick,
-    /// A renewal of lockspace `id` read the delta sectors of host_ids 1..=`sectors.len()`
-    /// at `read_at_s` (`sectors[i]`: host_id i+1's, `None` when it did not decode): the
-    /// whole area (`whole_area`) or its head (lease-core's `reads`). The host monitor
-    /// records it; the notifications addressed to us come back as
-    /// [`Effect::HostNotifications`].
-    HostsRead {
-        id: u32,
-        read_at_s: u64,
-        sectors: Vec<Option<disk_format::DeltaSector>>,
-        whole_area: bool,
-    },
-    /// The join of fenced lockspace `id` registered our storage key `key` (again, when
-    /// the acquire wrote another generation than expected); `preempt_cfg_s` is
-    /// `fence_preempt_s`; `acts`: this host reserves and preempts (`fence = "scsi-pr"`),
-    /// not only registers (`"register-only"`).
-    FenceRegistered {
-        id: u32,
-        key: u64,
-        preempt_cfg_s: u64,
-        acts: bool,
-    },
-    /// Our key of lockspace `id` was removed (a clean leave).
-    FenceUnregistered { id: u32 },
-    /// The fence thread's look at lockspace `id` (once a second): [`Effect::Fence`]
-    /// `ReadKeys` when a peer has missed renewals.
-    FenceLook { id: u32 },
-    /// The key list the last `ReadKeys` asked for, and when the read had ended
-    /// (monotime ms): our record's stillness is measured up to then.
-    FenceKeysRead {
-        id: u32,
-        read: KeysRead,
-        read_at_ms: u64,
-    },
-    /// A `Preempt` the core asked for ended.
-    PeerFenceDone {
-        id: u32,
-        host_id: u64,
-        generation: u64,
-        outcome: PeerFenceOutcome,
-    },
-    /// A renewal of lockspace `id` succeeded; `last_success_s` is the lease's new time
-    /// (when the renewal began: the lease is as old as that, not as the step). Safety:
-    /// a later time would make the expiry check count our lease younger than the other
-    /// hosts see it, so our holders could be killed after those hosts already take
-    /// their leases (host_dead counts from the timestamp on disk). Keyed by
-    /// id, not name: a report can come after its lockspace went (the fence thread's
-    /// verdict reads the device while our key is being unregistered) and a new one of
-    /// the same name was added, which it must not touch. A gone lockspace's is ignored.
-    RenewalOk {
-        id: u32,
-        last_success_s: u64,
-        rec: RenewalRec,
-    },
-    /// A renewal of lockspace `id` failed with sanlock code `code`; `corrupt` when our
-    /// delta sector was found damaged or taken, or our storage key is gone (fenced).
-    RenewalFailed { id: u32, code: i32, corrupt: bool },
-    /// The join of lockspace `id` begins its delta acquire, on a disk of `geometry`.
-    JoinStarted {
-        id: u32,
-        geometry: disk_format::Geometry,
-    },
-    /// A renewal of lockspace `id` begins (RENEWAL's and STATUS's last attempt).
-    RenewalStarted { id: u32 },
-    /// Lockspace `id`'s thread is releasing our delta lease (the removal's second step:
-    /// INQ_LOCKSPACE answers "in progress" from now on).
-    DeltaReleasing { id: u32 },
-    /// A connection (`fd`) was accepted from process `pid` of `uid`. `replacing_own`:
-    /// the shell just closed an idle connection of the same uid to make room for it (the
-    /// reactor's eviction, after a [`Refused`]): the slot takes its place, the total and
-    /// the uid's bounds are not checked again (`Clients::add_in_place_of_own`).
-    Connected {
-        fd: i32,
-        pid: i32,
-        uid: u32,
-        stream: Option<S>,
-        replacing_own: bool,
-    },
-    /// A request arrived on connection `ci`.
-    Request { ci: u32, req: CoreRequest },
-    /// A lease command (RELEASE, CONVERT, INQUIRE, ACQUIRE) for client `target`, whose
-    /// command the shell has begun itself (`Tables::start_command` with the header's
-    /// target rules — another client by pid, a connection-less slot — before reading the
-    /// payload, as sanlock does). The core runs it as a `Request`'s, ends the command
-    /// (`finish_command`) when it answers, and releases then the leases of a client
-    /// that died meanwhile.
-    Command { target: u32, req: CoreRequest },
-    /// The disk operation `op` ended: the lease's new state, or sanlock's error code.
-    /// `failed_state`: after a failure, the lease's state when the operation changed it
-    /// on the way (a convert that failed half-way: lease-core's token then holds our
-    /// newer dblock and how to release it). It must be kept: a release with the token of
-    /// before would write an older dblock over the ballot's, and an accepted value could
-    /// be forgotten — two exclusive holders (found by `lockd-daemon-sim`).
-    DiskDone {
-        op: OpId,
-        result: Result<H, i32>,
-        failed_state: Option<H>,
-    },
-    /// The join that [`Effect::JoinLockspace`] asked for ended.
-    JoinDone { ls: Name, result: Result<(), i32> },
-    /// Connection `ci` closed (its process is gone or let go of it).
-    Closed { ci: u32 },
-    /// Process `pid` exited (seen by its pidfd).
-    PidExit { pid: i32 },
-    /// The shell read the request record of lease `ls:name`, held at `lver`, and found
-    /// another host asking for a newer lver with `force_mode` (`SANLK_REQ_FORCE`,
-    /// `SANLK_REQ_GRACEFUL`): the holders' notice, then their kill orders
-    /// ([`crate::kill::examined_lease`]).
-    Examined {
-        ls: Name,
-        name: Name,
-        lver: u64,
-        force_mode: u32,
-    },
-    /// The shell took these tokens from client `ci` (the leases a failed acquire had
-    /// taken, a client that died during a command the shell ran): each is
-    /// released ([`Tables::start_release`](crate::Tables::start_release)); the last
-    /// holder's needs a disk release ([`Effect::Disk`], answered by `DiskDone`).
-    /// `dying`: the holder is dead, so a persistent lease becomes an orphan instead.
-    /// Nobody is answered: the shell that asked waits for the completions of the
-    /// operations it was given.
-    ReleaseTokens {
-        ci: u32,
-        tokens: Vec<ClientToken>,
-        dying: bool,
-    },
-    /// Release the idle orphans of `ls` on disk (the one named `name`, or all when it is
-    /// empty) for the shell: a lockspace being removed or retired, or a RELEASE of
-    /// orphans the shell has permitted. One [`Effect::Disk`] per orphan; nobody is
-    /// answered.
-    ReleaseOrphans { ls: Name, name: Name },
-    /// The helper reported how a killpath run for process `pid` ended (`exit:N`,
-    /// `signal:N`, `noexec:ERRNO`): kept on the process's clients for STATUS
-    /// ([`Tables::killpath_ended`](crate::Tables::killpath_ended), the transition the
-    /// daemon's helper status thread runs).
-    KillpathEnded { pid: i32, status: String },
-    /// The join of lockspace `id`, listed by the shell, ended: our delta lease with its
-    /// generation and the time of its acquire (monotime s), or sanlock's code. A join
-    /// that ends while the lockspace is being removed (REM_LOCKSPACE or a forced
-    /// shutdown came during it) is answered -1, as sanlock's `add_lockspace_wait` undoes
-    /// such an add; the shell then releases the lease it just took.
-    JoinEnded {
-        id: u32,
-        result: Result<JoinedLease, i32>,
-    },
-    /// SET_CONFIG on lockspace `id`, listed by the shell: whether orphans of it are kept
-    /// (`used_by_orphans`: REM_LOCKSPACE refused, a lost lockspace's orphans kept) and
-    /// whether it is in use outside (`external_used`, reported only).
-    SetConfig {
-        id: u32,
-        used_by_orphans: Option<bool>,
-        external_used: Option<bool>,
-    },
-    /// The thread of lockspace `id`, listed by the shell, has ended (its join failed,
-    /// or it stopped and released or left its delta lease): the lockspace is gone, and
-    /// the REM_LOCKSPACE waiting for it is answered.
-    LockspaceEnded { id: u32 },
-    /// A forced shutdown: every lockspace not being removed yet is removed as by
-    /// REM_LOCKSPACE (its holders' notice, then SIGKILL from the next tick on), with
-    /// nobody to answer.
-    Shutdown,
-    /// The request record write [`Effect::WriteRequest`] asked for ended: the host_id
-    /// that owns the lease (`None`: nobody), or sanlock's code.
-    RequestWritten {
-        op: OpId,
-        result: Result<Option<u64>, i32>,
-    },
-    /// Time for a heartbeat on every watch connection ([`Effect::WatchBeats`]; none
-    /// when no watch is open).
-    WatchTick,
-    /// The shell could not write to watch connection `ci` (within its write timeout):
-    /// the watch ends; the connection itself stays until it closes.
-    WatchDropped { ci: u32 },
-}
-
-/// What the shell is to do, in the order given.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Effect<H> {
-    /// Host events and examine requests addressed to us in lockspace `id`, found by its
-    /// renewal's read ([`Input::HostsRead`]): the shell delivers the events to REG_EVENT
-    /// connections, and examines our leases' request records when `examine` (a host's
-    /// bit not examined for within `set_bitmap_seconds`).
-    HostNotifications {
-        id: u32,
-        notes: Vec<Notification>,
-        examine: bool,
-    },
-    /// The next PR command(s) of lockspace `id`'s fence pass ([`crate::fencing`]).
-    Fence { id: u32, action: FenceAction },
-    /// A fencing decision on lockspace `id` (`ls`), already applied by the step: for the
-    /// log (and, for `WeAreFenced`, the lease is lost from this step on).
-    FenceVerdict {
-        id: u32,
-        ls: Name,
-        verdict: FenceVerdict,
-    },
-    /// Tell the watchers of these holder pids that their leases in `ls` are going.
-    LossNotice {
-        ls: Name,
-        kind: WatchKind,
-        pids: Vec<i32>,
-        /// The watch connections of those pids, which the shell writes the notice to
-        /// (filled in by the step that gives it: [`Watches::address`]).
-        to: Vec<WatchTo>,
-        /// The lockspace's lease times, for the notice's deadlines (filled in by the
-        /// step that gives it; `None` when the lockspace is not here).
-        lease: Option<LeaseTimes>,
-    },
-    /// Log: our lease in `ls` was found lost, `age_s` after the last renewal.
-    LockspaceFailed { ls: Name, age_s: u64, corrupt: i32 },
-    /// Log: renewals of `ls` have failed for `age_s`.
-    RenewalsFailing { ls: Name, age_s: u64 },
-    /// Tell the watchers of these holder pids that another host requested lease
-    /// `ls:name`, held at `lver`, with `force_mode` (before any kill order for it).
-    RequestNotice {
-        ls: Name,
-        name: Name,
-        lver: u64,
-        force_mode: u32,
-        pids: Vec<i32>,
-        /// The watch connections of those pids ([`Watches::address`]).
-        to: Vec<WatchTo>,
-        /// The lockspace's lease times, for the notice's deadlines.
-        lease: Option<LeaseTimes>,
-    },
-    /// One heartbeat to each watch connection, with its process's lease count
-    /// ([`Input::WatchTick`]).
-    WatchBeats { beats: Vec<WatchBeat> },
-    /// A kill order for a holder of leases in `ls` (a lost or removed lockspace's, or a
-    /// request's for one lease of it).
-    Kill { ls: Name, order: KillOrder },
-    /// The connection is client slot `ci` from now on.
-    Accepted { ci: u32 },
-    /// The connection got no slot: close it.
-    Refused { why: Refused },
-    /// Write this reply on connection `ci`.
-    Reply { ci: u32, reply: CoreReply },
-    /// Run this paxos operation on a lease of lockspace `ls`; answer with
-    /// [`Input::DiskDone`] `op`. `client`: the client whose command waits for it or whose
-    /// lease it releases (none for an orphan's release). A shell that runs each
-    /// client's command on its own thread runs the operation there (an acquire with that
-    /// client's rights), whichever step gave it.
-    Disk {
-        op: OpId,
-        ls: Name,
-        client: Option<u32>,
-        what: DiskOp<H>,
-    },
-    /// Join `ls` (acquire our delta lease), start renewing it, then [`Input::JoinDone`].
-    JoinLockspace { ls: Name, io_timeout_s: u64 },
-    /// `ls` left the core: stop renewing it; release our delta lease unless it is `lost`.
-    LockspaceGone { ls: Name, lost: bool },
-    /// A lockspace the shell listed (under `id`, [`Core::add_space`]) lost its lease and
-    /// no lease of it is left in the table: it is being removed now (phase `Removing`).
-    /// The shell stops renewing it and leaves its delta lease on disk to expire (sanlock
-    /// frees a failed lockspace so); it marks the lockspace gone when its thread ends.
-    RetireLockspace { ls: Name, id: u32 },
-    /// Lockspace `id`, listed by the shell, is being removed (REM_LOCKSPACE, a forced
-    /// shutdown; phase `Removing`): the shell stops its join or its renewals; its thread
-    /// releases the delta lease once no lease of it is left in the table and reports
-    /// [`Input::LockspaceEnded`].
-    StopLockspace { ls: Name, id: u32 },
-    /// Write the request record of lease `ls:name` (lease-core's `paxos::request`: a
-    /// newer lver asked for, `lver` exactly or the next one, with `force_mode`) for client
-    /// `ci`'s REQUEST, answered by [`Input::RequestWritten`] with the same `op`.
-    WriteRequest {
-        op: OpId,
-        ci: u32,
-        ls: Name,
-        name: Name,
-        lver: u64,
-        next_lver: bool,
-        force_mode: u32,
-    },
-    /// Close connection `ci`.
-    Close { ci: u32 },
-    /// What the daemon is doing changed since the last tick that gave one (the first
-    /// tick always gives one): the shell's sd_notify `STATUS=` line.
-    Status(StatusSummary),
-}
-
 impl<S, H: LeaseHold> Core<S, H> {
     /// A core with empty tables and no lockspace.
     pub fn new(kill_grace_s: u64) -> Core<S, H> {
@@ -789,6 +265,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             last_status: None,
             watches: Watches::default(),
             steps_since_cheap_check: 0,
+            last_now_s: 0,
             watchdog_fire_s: 60,
             #[cfg(feature = "sim")]
             bug: None,
@@ -893,38 +370,6 @@ impl<S, H: LeaseHold> Core<S, H> {
         self.spaces.iter_mut().find(|s| s.id == id && !s.st.gone)
     }
 
-    /// Carries out a fencing verdict on lockspace `sp`: we are fenced → its lease is lost
-    /// as a corrupt one (-EBADE, what the storage answers a fenced host), so our holders
-    /// get the notice and are killed from the next tick on; a peer fenced → marked in the
-    /// monitor (given only when the monitor did not have it yet). Why no two holders: a
-    /// mark frees that peer generation's leases to our ballots at once, and
-    /// `FenceSt::peer_done` gives `PeerFenced` only for a preempt the shell confirmed on
-    /// every device (no key of the host left while a reservation stands), so the peer's
-    /// processes can no longer write any lease sector.
-    fn apply_fence_verdict(sp: &mut CoreSpace, v: FenceVerdict, fx: &mut Vec<Effect<H>>) {
-        match v {
-            FenceVerdict::WeAreFenced(_) => sp.st.renewal_failed(-crate::errno::EBADE, true),
-            FenceVerdict::PeerFenced {
-                host_id,
-                generation,
-                ..
-            } => {
-                if !sp.monitor.mark_fenced(host_id, generation) {
-                    return;
-                }
-            }
-            FenceVerdict::PeerNeverKeyed { .. }
-            | FenceVerdict::PeerUnkeyed { .. }
-            | FenceVerdict::FencedPeerRenews { .. }
-            | FenceVerdict::StorageCleared { .. } => {}
-        }
-        fx.push(Effect::FenceVerdict {
-            id: sp.id,
-            ls: sp.name,
-            verdict: v,
-        });
-    }
-
     /// The status of lockspace `id` (a gone one's until pruned; `None` after).
     pub fn space_st(&self, id: u32) -> Option<&SpaceSt> {
         self.spaces.iter().find(|s| s.id == id).map(|s| &s.st)
@@ -994,7 +439,14 @@ impl<S, H: LeaseHold> Core<S, H> {
     }
 
     /// Applies `input` at `now_s` (monotonic seconds) and returns the effects, in order.
+    /// Each input goes to its path: the monitor's tick, a lockspace thread's report or
+    /// fencing's (`lockspace_inputs`), a client's connection, request or end and the
+    /// disk operations' completions (`commands`), an examined request, the watches.
+    ///
+    /// Panics when `now_s` is earlier than the last step's: every decision here (expiry,
+    /// kill grace, release waits, examine periods) assumes time only goes forward.
     pub fn step(&mut self, now_s: u64, input: Input<S, H>) -> Vec<Effect<H>> {
+        self.advance_time(now_s);
         let mut fx = Vec::new();
         match input {
             Input::Tick => self.tick(now_s, &mut fx),
@@ -1002,178 +454,43 @@ impl<S, H: LeaseHold> Core<S, H> {
                 id,
                 last_success_s,
                 rec,
-            } => {
-                if let Some(st) = self.live_space_st_mut(id) {
-                    st.renewal_ok(last_success_s, rec);
-                }
-            }
-            Input::RenewalFailed { id, code, corrupt } => {
-                if let Some(st) = self.live_space_st_mut(id) {
-                    st.renewal_failed(code, corrupt);
-                }
-            }
+            } => self.renewal_ok(id, last_success_s, rec),
+            Input::RenewalFailed { id, code, corrupt } => self.renewal_failed(id, code, corrupt),
             Input::HostsRead {
                 id,
                 read_at_s,
                 sectors,
                 whole_area,
-            } => {
-                if let Some(sp) = self.live_space_mut(id) {
-                    let notes = sp.monitor.observe_read(read_at_s, &sectors, whole_area);
-                    if let Some(f) = sp.fence.as_mut() {
-                        for (host_id, h, _) in sp.monitor.hosts(now_s) {
-                            let renewing = h.fenced(h.owner_generation)
-                                && h.owner_id == host_id
-                                && h.changed_at_last_check();
-                            if renewing && f.alarm_fenced_renewing(host_id, h.owner_generation) {
-                                fx.push(Effect::FenceVerdict {
-                                    id,
-                                    ls: sp.name,
-                                    verdict: FenceVerdict::FencedPeerRenews {
-                                        host_id,
-                                        generation: h.owner_generation,
-                                    },
-                                });
-                            }
-                        }
-                    }
-                    if !notes.is_empty() {
-                        let period = timeouts::set_bitmap_seconds(sp.io_timeout_s);
-                        let mut examine = false;
-                        for n in &notes {
-                            if n.from_host_id == 0
-                                || n.from_host_id > crate::events::MAX_EVENT_HOST_ID
-                            {
-                                continue;
-                            }
-                            let due = sp
-                                .last_examine
-                                .get(&n.from_host_id)
-                                .is_none_or(|&t| now_s >= t + period);
-                            if due {
-                                sp.last_examine.insert(n.from_host_id, now_s);
-                                examine = true;
-                            }
-                        }
-                        fx.push(Effect::HostNotifications { id, notes, examine });
-                    }
-                }
-            }
+            } => self.hosts_read(now_s, id, read_at_s, &sectors, whole_area, &mut fx),
             Input::FenceRegistered {
                 id,
                 key,
                 preempt_cfg_s,
                 acts,
-            } => {
-                let old_floor = self.planted(CorePlantedBug::PreemptFloorFourIoTimeouts);
-                if let Some(sp) = self.live_space_mut(id) {
-                    let io_timeout_s = sp.io_timeout_s;
-                    let f = sp
-                        .fence
-                        .get_or_insert_with(|| FenceSt::new(preempt_cfg_s, io_timeout_s));
-                    f.acts = acts;
-                    if old_floor {
-                        f.preempt_floor_io_timeouts = 4;
-                    }
-                    f.registered(key);
-                }
-            }
-            Input::FenceUnregistered { id } => {
-                if let Some(f) = self.live_space_mut(id).and_then(|sp| sp.fence.as_mut()) {
-                    f.unregistered();
-                }
-            }
-            Input::FenceLook { id } => {
-                if let Some(sp) = self.live_space_mut(id) {
-                    let lost = sp.st.space_dead || sp.st.releasing;
-                    if let Some(f) = sp.fence.as_mut().filter(|_| !lost) {
-                        if let Some(action) = f.look(&sp.monitor, now_s) {
-                            fx.push(Effect::Fence { id, action });
-                        }
-                    }
-                }
-            }
+            } => self.fence_registered(id, key, preempt_cfg_s, acts),
+            Input::FenceUnregistered { id } => self.fence_unregistered(id),
+            Input::FenceLook { id } => self.fence_look(now_s, id, &mut fx),
             Input::FenceKeysRead {
                 id,
                 read,
                 read_at_ms,
-            } => {
-                if let Some(sp) = self.live_space_mut(id) {
-                    if let Some(f) = sp.fence.as_mut() {
-                        let max_peer_io_s = sp
-                            .monitor
-                            .hosts(now_s)
-                            .iter()
-                            .map(|(_, h, _)| u64::from(h.io_timeout))
-                            .max()
-                            .unwrap_or(0);
-                        let gap_ms = sp
-                            .st
-                            .longest_renewal_gap_ms(f.stillness_since_s(max_peer_io_s), read_at_ms);
-                        let mut actions = Vec::new();
-                        let verdict = f.keys_read(&read, now_s, gap_ms, &mut actions);
-                        fx.extend(
-                            actions
-                                .into_iter()
-                                .map(|action| Effect::Fence { id, action }),
-                        );
-                        if let Some(v) = verdict {
-                            Self::apply_fence_verdict(sp, v, &mut fx);
-                        }
-                    }
-                }
-            }
+            } => self.fence_keys_read(now_s, id, &read, read_at_ms, &mut fx),
             Input::PeerFenceDone {
                 id,
                 host_id,
                 generation,
                 outcome,
-            } => {
-                if let Some(sp) = self.live_space_mut(id) {
-                    let verdict = sp
-                        .fence
-                        .as_mut()
-                        .and_then(|f| f.peer_done(host_id, generation, outcome));
-                    if let Some(v) = verdict {
-                        Self::apply_fence_verdict(sp, v, &mut fx);
-                    }
-                }
-            }
-            Input::JoinStarted { id, geometry } => {
-                if let Some(st) = self.live_space_st_mut(id) {
-                    st.geometry = Some(geometry);
-                    st.acquire_last_attempt = now_s;
-                }
-            }
-            Input::RenewalStarted { id } => {
-                if let Some(st) = self.live_space_st_mut(id) {
-                    st.renewal_last_attempt = now_s;
-                }
-            }
-            Input::DeltaReleasing { id } => {
-                if let Some(st) = self.live_space_st_mut(id) {
-                    st.releasing = true;
-                }
-            }
+            } => self.peer_fence_done(id, host_id, generation, outcome, &mut fx),
+            Input::JoinStarted { id, geometry } => self.join_started(now_s, id, geometry),
+            Input::RenewalStarted { id } => self.renewal_started(now_s, id),
+            Input::DeltaReleasing { id } => self.delta_releasing(id),
             Input::Connected {
                 fd,
                 pid,
                 uid,
                 stream,
                 replacing_own,
-            } => {
-                let added = if replacing_own {
-                    self.tables
-                        .clients
-                        .add_in_place_of_own(fd, pid, uid, stream)
-                } else {
-                    self.tables.clients.add(fd, pid, uid, stream)
-                };
-                match added {
-                    Ok(ci) => fx.push(Effect::Accepted { ci }),
-                    Err(why) => fx.push(Effect::Refused { why }),
-                }
-            }
+            } => fx.push(self.connected(fd, pid, uid, stream, replacing_own)),
             Input::Request { ci, req } => self.request(now_s, ci, req, &mut fx),
             Input::Command { target, req } => self.begun_command(now_s, target, req, &mut fx),
             Input::DiskDone {
@@ -1183,12 +500,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             } => self.disk_done(now_s, op, result, failed_state, &mut fx),
             Input::JoinDone { ls, result } => self.join_done(now_s, ls, result, &mut fx),
             Input::Closed { ci } => self.client_gone(ci, &mut fx),
-            Input::PidExit { pid } => {
-                if let Some(ci) = self.tables.clients.by_pid(pid) {
-                    self.client_gone(ci, &mut fx);
-                    fx.push(Effect::Close { ci });
-                }
-            }
+            Input::PidExit { pid } => self.pid_exit(pid, &mut fx),
             Input::Examined {
                 ls,
                 name,
@@ -1211,12 +523,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 id,
                 used_by_orphans,
                 external_used,
-            } => {
-                if let Some(st) = self.space_st_mut(id).filter(|st| !st.gone) {
-                    st.used_by_orphans = used_by_orphans.unwrap_or(st.used_by_orphans);
-                    st.external_used = external_used.unwrap_or(st.external_used);
-                }
-            }
+            } => self.set_config(id, used_by_orphans, external_used),
             Input::LockspaceEnded { id } => self.lockspace_ended(id, &mut fx),
             Input::Shutdown => self.remove_all(&mut fx),
             Input::WatchTick => {
@@ -1233,12 +540,32 @@ impl<S, H: LeaseHold> Core<S, H> {
                 self.request_written(now_s, op, result, &mut fx);
             }
         }
+        self.after_step(&mut fx);
+        fx
+    }
+
+    /// Takes `now_s` as the step's time; panics when it is earlier than the last step's.
+    fn advance_time(&mut self, now_s: u64) {
+        assert!(
+            now_s >= self.last_now_s,
+            "Core::step: time went back, from {} s to {now_s} s (the shell must read its \
+             monotonic clock under the core's lock)",
+            self.last_now_s
+        );
+        self.last_now_s = now_s;
+    }
+
+    /// What every step ends with: its notices addressed to the watches their pids have
+    /// now, its lockspaces' lease times stamped on them, and the invariant checks
+    /// (skipped while a planted bug is active: then a broken invariant is the
+    /// simulator's to report).
+    fn after_step(&mut self, fx: &mut [Effect<H>]) {
         if self.active_bug() != Some(CorePlantedBug::NoticeMissesWatch) {
             // Every notice goes to the watches its pids have now, decided in the step
             // that gives it.
-            self.watches.address(&mut fx);
+            self.watches.address(fx);
         }
-        self.stamp_lease_times(&mut fx);
+        self.stamp_lease_times(fx);
         if !self.any_planted() {
             // Release builds: the cheap check, one pass over the resources, after every
             // step while the table is small, after every k-th step once it is large, so
@@ -1257,7 +584,38 @@ impl<S, H: LeaseHold> Core<S, H> {
                 }
             }
         }
-        fx
+    }
+
+    /// [`Input::Connected`]: a slot for the connection ([`Effect::Accepted`]), or the
+    /// reason there is none ([`Effect::Refused`]).
+    fn connected(
+        &mut self,
+        fd: i32,
+        pid: i32,
+        uid: u32,
+        stream: Option<S>,
+        replacing_own: bool,
+    ) -> Effect<H> {
+        let added = if replacing_own {
+            self.tables
+                .clients
+                .add_in_place_of_own(fd, pid, uid, stream)
+        } else {
+            self.tables.clients.add(fd, pid, uid, stream)
+        };
+        match added {
+            Ok(ci) => Effect::Accepted { ci },
+            Err(why) => Effect::Refused { why },
+        }
+    }
+
+    /// [`Input::PidExit`]: the process's client ends as if its connection closed, and
+    /// the connection is closed.
+    fn pid_exit(&mut self, pid: i32, fx: &mut Vec<Effect<H>>) {
+        if let Some(ci) = self.tables.clients.by_pid(pid) {
+            self.client_gone(ci, fx);
+            fx.push(Effect::Close { ci });
+        }
     }
 
     /// The lockspace named `ls` that is not gone.
@@ -1414,14 +772,6 @@ impl<S, H: LeaseHold> Core<S, H> {
     }
 }
 
-/// One lockspace's status, as the expiry pass of a tick takes it.
-#[derive(Debug)]
-pub(crate) struct SpaceView<'a> {
-    pub name: Name,
-    pub st: &'a mut SpaceSt,
-    pub io_timeout_s: u64,
-}
-
 /// How long an acquire waits for a release here of the same lease to end before it is
 /// answered -EAGAIN: a release is a few sector I/Os, each bounded by the lockspace's io
 /// timeout. The same wait for the core's ACQUIRE and the shell's.
@@ -1429,1013 +779,5 @@ pub fn release_wait_s(io_timeout_s: u64) -> u64 {
     4 * io_timeout_s.max(1)
 }
 
-fn expiry_pass<S, H: LeaseHold>(
-    tables: &mut Tables<S, H>,
-    spaces: &mut [SpaceView<'_>],
-    now_s: u64,
-    kill_grace_s: u64,
-    bug: Option<CorePlantedBug>,
-) -> Vec<Effect<H>> {
-    let mut dead = Vec::new();
-    let mut notices = Vec::new();
-    for s in spaces.iter_mut() {
-        let ls = &s.name;
-        let e = s.st.check_expiry(now_s, s.io_timeout_s);
-        if let Some(kind) = e.notice {
-            let pids = tables.holder_pids(ls, None);
-            if !pids.is_empty() {
-                notices.push(Effect::LossNotice {
-                    ls: *ls,
-                    kind,
-                    pids,
-                    to: Vec::new(),
-                    lease: None,
-                });
-            }
-        }
-        if let Some(age_s) = e.failed_after_s {
-            // Whether processes of this host held leases of it when it failed: their
-            // writes may outlive them on a network filesystem (the shell keeps the
-            // watchdog armed then).
-            s.st.failed_with_holders = tables
-                .resources
-                .values()
-                .any(|r| r.ls.same_as(ls) && !r.orphan);
-            notices.push(Effect::LockspaceFailed {
-                ls: *ls,
-                age_s,
-                corrupt: s.st.corrupt_result,
-            });
-        } else if let Some(age_s) = e.failing_for_s {
-            notices.push(Effect::RenewalsFailing { ls: *ls, age_s });
-        }
-        if e.kill {
-            dead.push((
-                *ls,
-                SpaceKill {
-                    kill_now: s.st.kill_now,
-                    now: now_s,
-                    last_success: s.st.last_success_s,
-                    fail_s: timeouts::id_renewal_fail_seconds(s.io_timeout_s),
-                    grace_s: kill_grace_s,
-                },
-            ));
-        }
-    }
-    let mut kills = Vec::new();
-    for (ls, space) in dead {
-        for order in plan_kills(tables, &ls, space) {
-            kills.push(Effect::Kill { ls, order });
-        }
-        if bug == Some(CorePlantedBug::KillNonHolders) {
-            plant_kill_non_holders(tables, &ls, &mut kills);
-        }
-    }
-    let mut effects = Vec::new();
-    if bug == Some(CorePlantedBug::KillBeforeNotice) {
-        effects.append(&mut kills);
-    }
-    effects.append(&mut notices);
-    effects.append(&mut kills);
-    effects
-}
-
-fn plant_kill_non_holders<S, H: LeaseHold>(
-    tables: &Tables<S, H>,
-    ls: &Name,
-    kills: &mut Vec<Effect<H>>,
-) {
-    let mut cis: Vec<u32> = tables.clients.slots.keys().copied().collect();
-    cis.sort_unstable();
-    for ci in cis {
-        let c = &tables.clients.slots[&ci];
-        if c.registered && c.pid > 0 && !c.pid_dead && c.kill_count == 0 && c.tokens.is_empty() {
-            kills.push(Effect::Kill {
-                ls: *ls,
-                order: KillOrder::Signal {
-                    ci,
-                    pid: c.pid,
-                    sig: crate::kill::SIGTERM,
-                },
-            });
-        }
-    }
-}
-
-/// The planted bug `examine-kills-lockspace`: after a request's orders, one more for
-/// every other live client holding any lease of `ls` (what a decision that looked at the
-/// lockspace rather than the lease would do).
-fn plant_examine_kills_lockspace<S, H: LeaseHold>(
-    tables: &Tables<S, H>,
-    ls: &Name,
-    fx: &mut Vec<Effect<H>>,
-) {
-    let mut cis: Vec<u32> = tables.clients.slots.keys().copied().collect();
-    cis.sort_unstable();
-    for ci in cis {
-        let c = &tables.clients.slots[&ci];
-        let ordered = fx.iter().any(|e| {
-            matches!(e, Effect::Kill { order: KillOrder::Signal { ci: o, .. } | KillOrder::RunKillpath { ci: o, .. }, .. } if *o == ci)
-        });
-        if c.pid > 0 && !c.pid_dead && !ordered && c.tokens.iter().any(|t| t.ls.same_as(ls)) {
-            fx.push(Effect::Kill {
-                ls: *ls,
-                order: KillOrder::Signal {
-                    ci,
-                    pid: c.pid,
-                    sig: crate::kill::SIGKILL,
-                },
-            });
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::clients::{ClientToken, KillPath};
-    use crate::kill::{SIGKILL, SIGTERM};
-    use crate::space_state::Phase;
-
-    #[derive(Debug, Clone, Default, PartialEq, Eq)]
-    struct Held;
-
-    impl LeaseHold for Held {
-        fn lver(&self) -> u64 {
-            1
-        }
-    }
-
-    const IO_S: u64 = 10;
-
-    fn name(s: &str) -> Name {
-        Name::new(s).expect("name")
-    }
-
-    /// A core with lockspace `ls` joined at `t` and, for each `(pid, ls, res)`, a
-    /// registered client holding that lease.
-    fn core(spaces: &[&str], t: u64, holders: &[(i32, &str, &str)]) -> Core<(), Held> {
-        let mut c = Core::new(40);
-        for ls in spaces {
-            let mut s = CoreSpace {
-                id: c.spaces.len() as u32 + 1,
-                name: name(ls),
-                st: SpaceSt::default(),
-                io_timeout_s: IO_S,
-                listed_by_shell: false,
-                place: None,
-                monitor: HostMonitor::new(1, 60),
-                fence: None,
-                last_examine: BTreeMap::new(),
-            };
-            s.st.phase = Phase::Joined;
-            s.st.add_result = Some(0);
-            s.st.renewal_ok(t, rec(t));
-            c.spaces.push(s);
-        }
-        for &(pid, ls, res) in holders {
-            let ci = c.tables.clients.add(-1, pid, 1000, None).expect("slot");
-            c.tables
-                .clients
-                .slots
-                .get_mut(&ci)
-                .expect("slot")
-                .registered = true;
-            let key = (name(ls), name(res));
-            assert_eq!(
-                c.tables.start_acquire(ci, key, false, 0, &[]),
-                Ok(crate::AcquireStart::Disk)
-            );
-            c.tables.finish_acquire(key, ci, Ok(Held)).expect("held");
-            c.tables
-                .record_tokens(
-                    ci,
-                    vec![ClientToken {
-                        token_id: 1,
-                        ls: key.0,
-                        name: key.1,
-                        disks: Vec::new(),
-                        shared: false,
-                        persistent: false,
-                        lver: 1,
-                        acquired: t,
-                    }],
-                )
-                .expect("recorded");
-        }
-        c.check().expect("a consistent start");
-        // The status as it is now went out already: a tick's `Status` says a change.
-        c.last_status = Some(c.status_summary());
-        c
-    }
-
-    fn rec(t: u64) -> RenewalRec {
-        RenewalRec {
-            timestamp: t,
-            read_ms: 1,
-            write_ms: 0,
-            write_sent_ms: t * 1000,
-            ended_ms: t * 1000 + 1,
-        }
-    }
-
-    fn first(effects: &[Effect<Held>], f: impl Fn(&Effect<Held>) -> bool) -> Option<usize> {
-        effects.iter().position(f)
-    }
-
-    #[test]
-    fn a_lost_lease_gives_the_notice_before_the_kill() {
-        let fail = timeouts::id_renewal_fail_seconds(IO_S);
-        let mut c = core(&["ls"], 100, &[(4242, "ls", "r1")]);
-        // Young lease: nothing.
-        assert_eq!(c.step(101, Input::Tick), Vec::new());
-        // Renewals fail; at id_renewal_fail the lease is lost.
-        c.step(
-            110,
-            Input::RenewalFailed {
-                id: 1,
-                code: -5,
-                corrupt: false,
-            },
-        );
-        let effects = c.step(100 + fail, Input::Tick);
-        let notice = first(&effects, |e| {
-            matches!(e, Effect::LossNotice { kind: WatchKind::LockspaceFailed, pids, .. } if pids == &[4242])
-        })
-        .expect("a LockspaceFailed notice");
-        let kill = first(&effects, |e| {
-            matches!(
-                e,
-                Effect::Kill {
-                    order: KillOrder::Signal {
-                        pid: 4242,
-                        sig: SIGTERM,
-                        ..
-                    },
-                    ..
-                }
-            )
-        })
-        .expect("a SIGTERM to the holder");
-        assert!(notice < kill, "notice after kill: {effects:?}");
-        assert!(effects
-            .iter()
-            .any(|e| matches!(e, Effect::LockspaceFailed { age_s, .. } if *age_s == fail)));
-        // The notice is given once; escalation goes on once a second, SIGKILL after grace.
-        let later = c.step(100 + fail + 1, Input::Tick);
-        assert!(!later.iter().any(|e| matches!(e, Effect::LossNotice { .. })));
-        let after_grace = c.step(100 + fail + 40, Input::Tick);
-        assert!(after_grace.iter().any(|e| matches!(
-            e,
-            Effect::Kill {
-                order: KillOrder::Signal {
-                    pid: 4242,
-                    sig: SIGKILL,
-                    ..
-                },
-                ..
-            }
-        )));
-    }
-
-    #[test]
-    fn every_notice_of_a_tick_comes_before_its_first_kill_and_only_holders_are_killed() {
-        let fail = timeouts::id_renewal_fail_seconds(IO_S);
-        // Two lockspaces failing at once, a holder in each, and a client of a third,
-        // healthy lockspace that must not be touched.
-        let mut c = core(
-            &["a", "b", "ok"],
-            100,
-            &[(11, "a", "r"), (12, "b", "r"), (13, "ok", "r")],
-        );
-        c.step(
-            100 + fail - 1,
-            Input::RenewalOk {
-                id: 3,
-                last_success_s: 100 + fail - 1,
-                rec: rec(100 + fail - 1),
-            },
-        );
-        let effects = c.step(100 + fail, Input::Tick);
-        let last_notice = effects
-            .iter()
-            .rposition(|e| matches!(e, Effect::LossNotice { .. }))
-            .expect("notices");
-        let first_kill = first(&effects, |e| matches!(e, Effect::Kill { .. })).expect("kills");
-        assert!(last_notice < first_kill, "{effects:?}");
-        let killed: Vec<i32> = effects
-            .iter()
-            .filter_map(|e| match e {
-                Effect::Kill {
-                    order: KillOrder::Signal { pid, .. },
-                    ..
-                } => Some(*pid),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(killed, vec![11, 12]);
-    }
-
-    #[test]
-    fn a_killpath_runs_first_within_the_grace_time() {
-        let fail = timeouts::id_renewal_fail_seconds(IO_S);
-        let mut c = core(&["ls"], 100, &[(77, "ls", "r")]);
-        let kp = KillPath {
-            path: "/usr/bin/true".into(),
-            args: String::new(),
-            with_pid: false,
-            run_as: None,
-        };
-        for cl in c.tables.clients.slots.values_mut() {
-            cl.killpath = Some(kp.clone());
-        }
-        let effects = c.step(100 + fail, Input::Tick);
-        assert!(effects.iter().any(|e| matches!(
-            e,
-            Effect::Kill { order: KillOrder::RunKillpath { pid: 77, killpath, .. }, .. } if *killpath == kp
-        )));
-        // Nothing more until the grace time is over.
-        assert!(!c
-            .step(100 + fail + 1, Input::Tick)
-            .iter()
-            .any(|e| matches!(e, Effect::Kill { .. })));
-    }
-
-    /// A renewal's failure gives no effect (the loss is the next tick's decision), and
-    /// the tick skips a gone lockspace (the daemon's, kept for late readers).
-    #[test]
-    fn a_renewal_failure_waits_for_the_tick_which_skips_a_gone_lockspace() {
-        let fail = timeouts::id_renewal_fail_seconds(IO_S);
-        let mut b = core(&["a", "b"], 100, &[(11, "a", "r"), (12, "b", "r")]);
-        let fx = b.step(
-            100 + fail - 5,
-            Input::RenewalFailed {
-                id: 1,
-                code: -5,
-                corrupt: true,
-            },
-        );
-        assert!(fx.is_empty());
-        assert_eq!(b.spaces[0].st.corrupt_result, -5);
-        let mut c = core(&["a"], 100, &[]);
-        c.spaces[0].st.gone = true;
-        assert_eq!(
-            c.step(100 + fail + 1, Input::Tick),
-            vec![Effect::Status(StatusSummary::default())],
-            "no lockspace joined any more, and nothing else"
-        );
-        assert!(
-            c.space_st(1).is_some_and(|st| !st.space_dead),
-            "a gone one is not checked"
-        );
-    }
-
-    /// Fencing through the step: the renewal's read feeds the core's host monitor; a pass
-    /// asks for the key list, then a preempt of the stalled peer; the confirmed preempt
-    /// marks the peer's generation fenced in the monitor (what the ballots read), and
-    /// the next pass leaves it alone. A key list without our key fails the lockspace:
-    /// its holder's notice, then the kill, at the next tick.
-    #[test]
-    fn fencing_decides_in_the_step_and_marks_the_monitor_or_loses_our_lease() {
-        use crate::fencing::{FenceAction, FenceKey, FenceVerdict, FencedBecause, KeysRead};
-        use disk_format::{DeltaSector, LeaderRecord};
-        let peer = DeltaSector::from_leader(LeaderRecord {
-            owner_id: 2,
-            owner_generation: 3,
-            timestamp: 90,
-            io_timeout: IO_S as u16,
-            ..LeaderRecord::ZERO
-        });
-        let ours = FenceKey {
-            raw: 0x1001,
-            owner: Some((1, 1)),
-        };
-        let theirs = FenceKey {
-            raw: 0x2003,
-            owner: Some((2, 3)),
-        };
-        let setup = |c: &mut Core<(), Held>| {
-            let fx = c.step(
-                100,
-                Input::HostsRead {
-                    id: 1,
-                    read_at_s: 100,
-                    sectors: vec![None, Some(peer)],
-                    whole_area: true,
-                },
-            );
-            assert!(fx.is_empty(), "no bit of ours is set: {fx:?}");
-            let fx = c.step(
-                100,
-                Input::FenceRegistered {
-                    id: 1,
-                    key: ours.raw,
-                    preempt_cfg_s: 0,
-                    acts: true,
-                },
-            );
-            assert!(fx.is_empty());
-        };
-        let read_keys = Effect::Fence {
-            id: 1,
-            action: FenceAction::ReadKeys,
-        };
-        let t = 100 + timeouts::id_renewal_fail_seconds(IO_S);
-        // Our own read at `t` finds host 2 still (a pass judges from a fresh read only).
-        let reread = |c: &mut Core<(), Held>| {
-            c.step(
-                t,
-                Input::HostsRead {
-                    id: 1,
-                    read_at_s: t,
-                    sectors: vec![None, Some(peer)],
-                    whole_area: true,
-                },
-            );
-        };
-
-        let mut c = core(&["ls"], 100, &[]);
-        setup(&mut c);
-        reread(&mut c);
-        assert_eq!(
-            c.step(t, Input::FenceLook { id: 1 }),
-            vec![read_keys.clone()]
-        );
-        let fx = c.step(
-            t,
-            Input::FenceKeysRead {
-                id: 1,
-                read: KeysRead::Keys {
-                    keys: vec![ours, theirs],
-                    reservation: true,
-                },
-                read_at_ms: t * 1000,
-            },
-        );
-        assert_eq!(
-            fx,
-            vec![Effect::Fence {
-                id: 1,
-                action: FenceAction::Preempt {
-                    host_id: 2,
-                    generation: 3,
-                    our_key: ours.raw
-                }
-            }]
-        );
-        let fx = c.step(
-            t,
-            Input::PeerFenceDone {
-                id: 1,
-                host_id: 2,
-                generation: 3,
-                outcome: PeerFenceOutcome::Confirmed { preempted: true },
-            },
-        );
-        assert!(matches!(
-            fx.as_slice(),
-            [Effect::FenceVerdict {
-                verdict: FenceVerdict::PeerFenced {
-                    host_id: 2,
-                    generation: 3,
-                    ..
-                },
-                ..
-            }]
-        ));
-        let obs = lease_core::HostObserver::observation(c.space_monitor(1).unwrap(), 2).unwrap();
-        assert!(obs.fenced(3), "the ballots see the generation fenced");
-        // The next pass reads the keys and preempts nobody: a fenced generation is neither
-        // a suspect nor a live peer.
-        assert_eq!(
-            c.step(t + 1, Input::FenceLook { id: 1 }),
-            vec![read_keys.clone()]
-        );
-        let fx = c.step(
-            t + 1,
-            Input::FenceKeysRead {
-                id: 1,
-                read: KeysRead::Keys {
-                    keys: vec![ours],
-                    reservation: true,
-                },
-                read_at_ms: t * 1000,
-            },
-        );
-        assert!(fx.is_empty(), "{fx:?}");
-        // The fenced generation renews all the same (the storage still takes its writes):
-        // the alarm, once.
-        let read = |t: u64, timestamp: u64| {
-            let mut renewed = peer;
-            renewed.leader.timestamp = timestamp;
-            Input::HostsRead {
-                id: 1,
-                read_at_s: t,
-                sectors: vec![None, Some(renewed)],
-                whole_area: true,
-            }
-        };
-        let fx = c.step(t + 2, read(t + 2, 95));
-        assert!(matches!(
-            fx.as_slice(),
-            [Effect::FenceVerdict {
-                verdict: FenceVerdict::FencedPeerRenews {
-                    host_id: 2,
-                    generation: 3
-                },
-                ..
-            }]
-        ));
-        assert!(c.step(t + 3, read(t + 3, 97)).is_empty());
-        c.check().unwrap();
-
-        let mut c = core(&["ls"], t - 1, &[(4242, "ls", "r")]);
-        setup(&mut c);
-        reread(&mut c);
-        assert_eq!(c.step(t, Input::FenceLook { id: 1 }), vec![read_keys]);
-        let fx = c.step(
-            t,
-            Input::FenceKeysRead {
-                id: 1,
-                read: KeysRead::Keys {
-                    keys: vec![theirs],
-                    reservation: true,
-                },
-                read_at_ms: t * 1000,
-            },
-        );
-        assert!(matches!(
-            fx.as_slice(),
-            [Effect::FenceVerdict {
-                verdict: FenceVerdict::WeAreFenced(FencedBecause::OurKeyGone),
-                ..
-            }]
-        ));
-        assert!(
-            c.step(t, Input::FenceLook { id: 1 }).is_empty(),
-            "no pass once fenced"
-        );
-        let fx = c.step(t + 1, Input::Tick);
-        let notice = first(&fx, |e| {
-            matches!(e, Effect::LossNotice { kind: WatchKind::LockspaceFailed, pids, .. } if pids == &[4242])
-        })
-        .expect("the holder's notice");
-        let kill = first(&fx, |e| matches!(e, Effect::Kill { .. })).expect("the holder's kill");
-        assert!(notice < kill, "{fx:?}");
-        c.check().unwrap();
-    }
-
-    /// A host's bit in its renewal: the notification comes each time, the examine of our
-    /// leases at most once per `set_bitmap_seconds` for that host.
-    #[test]
-    fn a_hosts_bit_asks_for_an_examine_at_most_once_per_bitmap_period() {
-        use disk_format::{DeltaSector, LeaderRecord};
-        let mut c = core(&["ls"], 100, &[]);
-        let mut peer = DeltaSector::from_leader(LeaderRecord {
-            owner_id: 2,
-            owner_generation: 3,
-            timestamp: 90,
-            io_timeout: IO_S as u16,
-            ..LeaderRecord::ZERO
-        });
-        peer.set_host_bit(1, true);
-        let mut read = |t: u64| {
-            let fx = c.step(
-                t,
-                Input::HostsRead {
-                    id: 1,
-                    read_at_s: t,
-                    sectors: vec![None, Some(peer)],
-                    whole_area: true,
-                },
-            );
-            match fx.as_slice() {
-                [Effect::HostNotifications {
-                    id: 1,
-                    notes,
-                    examine,
-                }] => {
-                    assert_eq!(notes.len(), 1);
-                    assert_eq!(notes[0].from_host_id, 2);
-                    *examine
-                }
-                other => panic!("{other:?}"),
-            }
-        };
-        let period = timeouts::set_bitmap_seconds(IO_S);
-        assert!(read(100));
-        assert!(!read(100 + period - 1));
-        assert!(read(100 + period));
-    }
-
-    /// A lockspace the shell listed is the shell's to remove: a tick while it is being
-    /// removed, with no lease left in it, gives no `LockspaceGone` and keeps it.
-    #[test]
-    fn a_lockspace_the_shell_listed_is_not_removed_by_the_core() {
-        let mut c: Core<(), Held> = Core::new(40);
-        c.add_space(7, name("ls"), IO_S);
-        let st = c.space_st_mut(7).expect("listed");
-        st.phase = Phase::Removing;
-        st.kill_now = true;
-        let fx = c.step(100, Input::Tick);
-        assert!(
-            !fx.iter().any(|e| matches!(e, Effect::LockspaceGone { .. })),
-            "{fx:?}"
-        );
-        assert!(c.space_st(7).is_some_and(|st| !st.gone));
-    }
-
-    /// The disk operations among `fx`: (op, client, the lease's name).
-    fn disk_ops(fx: &[Effect<Held>]) -> Vec<(OpId, Option<u32>, Name)> {
-        fx.iter()
-            .filter_map(|e| match e {
-                Effect::Disk {
-                    op,
-                    client,
-                    what: DiskOp::Release { key, .. },
-                    ..
-                } => Some((*op, *client, key.1)),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn disk_done(c: &mut Core<(), Held>, t: u64, op: OpId) -> Vec<Effect<Held>> {
-        c.step(
-            t,
-            Input::DiskDone {
-                op,
-                result: Ok(Held),
-                failed_state: None,
-            },
-        )
-    }
-
-    /// A lost lockspace the shell listed is retired by the core once no lease of it is
-    /// left: its orphans are released only after its last live holder went, then the
-    /// tick retires it (phase Removing, `RetireLockspace` with the shell's id, once) and
-    /// keeps its entry for the shell to unlist. SET_CONFIG's `used_by_orphans` keeps the
-    /// orphans, and so the lockspace.
-    #[test]
-    fn a_lost_lockspace_of_the_shell_is_retired_after_its_holders_and_orphans() {
-        for keep_orphans in [false, true] {
-            let fail = timeouts::id_renewal_fail_seconds(IO_S);
-            let mut c = core(&["a"], 100, &[(11, "a", "r"), (12, "a", "o")]);
-            c.spaces[0].listed_by_shell = true;
-            c.spaces[0].st.used_by_orphans = keep_orphans;
-            let ci = |c: &Core<(), Held>, pid| c.tables.clients.by_pid(pid).expect("slot");
-            // Pid 12's lease is persistent: its end leaves an orphan.
-            let c12 = ci(&c, 12);
-            c.tables.clients.slots.get_mut(&c12).expect("slot").tokens[0].persistent = true;
-            assert!(disk_ops(&c.step(101, Input::Closed { ci: c12 })).is_empty());
-            assert!(c.tables.resources[&(name("a"), name("o"))].orphan);
-            // Lost: pid 11 is told and killed; the orphan stays while it lives.
-            let fx = c.step(100 + fail, Input::Tick);
-            assert!(
-                fx.iter().any(|e| matches!(e, Effect::Kill { .. })),
-                "{fx:?}"
-            );
-            assert!(disk_ops(&fx).is_empty(), "no orphan released yet: {fx:?}");
-            // Pid 11 ends: its lease is released (its own client), nothing retired yet.
-            let c11 = ci(&c, 11);
-            let fx = c.step(100 + fail + 1, Input::Closed { ci: c11 });
-            let [(op, Some(client), res)] = disk_ops(&fx)[..] else {
-                panic!("one release of pid 11's lease: {fx:?}")
-            };
-            assert_eq!((client, res), (c11, name("r")));
-            // That release's end lets the orphan go (no client), unless SET_CONFIG
-            // keeps it.
-            let fx = disk_done(&mut c, 100 + fail + 1, op);
-            let retired = |fx: &[Effect<Held>]| {
-                fx.iter()
-                    .filter(
-                        |e| matches!(e, Effect::RetireLockspace { ls, id: 1 } if *ls == name("a")),
-                    )
-                    .count()
-            };
-            if keep_orphans {
-                assert!(disk_ops(&fx).is_empty() && retired(&fx) == 0, "{fx:?}");
-                let fx = c.step(100 + fail + 30, Input::Tick);
-                assert!(disk_ops(&fx).is_empty() && retired(&fx) == 0, "{fx:?}");
-                assert_eq!(c.space_st(1).map(|st| st.phase), Some(Phase::Joined));
-                continue;
-            }
-            let [(op, None, res)] = disk_ops(&fx)[..] else {
-                panic!("one release of the orphan: {fx:?}")
-            };
-            assert_eq!(res, name("o"));
-            assert_eq!(
-                retired(&fx),
-                0,
-                "not while the orphan is on its way: {fx:?}"
-            );
-            // Nothing of it left once the orphan's release ended: retired then, once,
-            // and kept listed for the shell.
-            assert_eq!(retired(&disk_done(&mut c, 100 + fail + 2, op)), 1);
-            assert_eq!(retired(&c.step(100 + fail + 3, Input::Tick)), 0);
-            assert_eq!(
-                c.space_st(1).map(|st| (st.phase, st.gone)),
-                Some((Phase::Removing, false))
-            );
-            assert_eq!(retired(&c.step(100 + fail + 4, Input::Tick)), 0);
-        }
-    }
-
-    /// The shell lists its lockspaces by id; a gone one's entry stays for late readers
-    /// until [`MAX_GONE_SPACES`] newer gone ones push it out, and never counts as the
-    /// lockspace of its name.
-    #[test]
-    fn the_shells_lockspaces_are_kept_by_id_and_gone_ones_pruned() {
-        let mut c: Core<(), Held> = Core::new(40);
-        let n = MAX_GONE_SPACES as u32 + 3;
-        for id in 1..=n {
-            c.add_space(id, name("ls"), IO_S);
-            assert!(c.space(&name("ls")).is_some_and(|s| s.id == id));
-            c.space_st_mut(id).expect("listed").gone = true;
-            assert!(c.space(&name("ls")).is_none());
-            c.check().expect("invariants");
-        }
-        c.add_space(n + 1, name("ls"), IO_S);
-        let gone = c.spaces.iter().filter(|s| s.st.gone).count();
-        assert_eq!(gone, MAX_GONE_SPACES - 1);
-        assert!(c.space_st(1).is_none(), "the oldest gone one was pruned");
-        assert!(c.space_st(n).is_some_and(|st| st.gone));
-        assert!(c.space_st(n + 1).is_some_and(|st| !st.gone));
-    }
-
-    /// The shell's lockspace thread reports by id: a report for a gone lockspace (its
-    /// fence thread's late verdict) touches neither it nor its successor of the same
-    /// name; a renewal's time is the lease's, not the step's.
-    #[test]
-    fn lockspace_reports_go_by_id_and_a_gone_ones_are_ignored() {
-        let mut c: Core<(), Held> = Core::new(40);
-        c.add_space(1, name("ls"), IO_S);
-        let g = disk_format::Geometry::ALL[0];
-        assert!(c
-            .step(100, Input::JoinStarted { id: 1, geometry: g })
-            .is_empty());
-        let st = c.space_st(1).expect("listed");
-        assert_eq!((st.geometry, st.acquire_last_attempt), (Some(g), 100));
-        c.step(130, Input::RenewalStarted { id: 1 });
-        c.step(
-            131,
-            Input::RenewalOk {
-                id: 1,
-                last_success_s: 127,
-                rec: rec(127),
-            },
-        );
-        let st = c.space_st(1).expect("listed");
-        assert_eq!((st.renewal_last_attempt, st.last_success_s), (130, 127));
-        c.step(132, Input::DeltaReleasing { id: 1 });
-        assert!(c.space_st(1).is_some_and(|st| st.releasing));
-        c.space_st_mut(1).expect("listed").gone = true;
-        c.add_space(2, name("ls"), IO_S);
-        c.step(
-            133,
-            Input::RenewalFailed {
-                id: 1,
-                code: -EBADE_FOR_TEST,
-                corrupt: true,
-            },
-        );
-        c.step(133, Input::DeltaReleasing { id: 1 });
-        assert!(c.space_st(1).is_some_and(|st| st.corrupt_result == 0));
-        let successor = c.space_st(2).expect("listed");
-        assert!(successor.corrupt_result == 0 && !successor.renew_fail && !successor.releasing);
-    }
-    const EBADE_FOR_TEST: i32 = 52;
-
-    /// SET_EVENT and a REQUEST's host bit are the core's: what the next renewal writes
-    /// follows them; an unknown lockspace or a bad host_id is refused with its reason.
-    #[test]
-    fn set_event_and_a_requests_bit_decide_what_the_renewals_write() {
-        use crate::events::{HostEvent, SETEV_REPLACE_EVENT};
-        let mut c: Core<(), Held> = Core::new(40);
-        c.add_space(1, name("ls"), IO_S);
-        let Effect::Accepted { ci } = c.step(
-            100,
-            Input::Connected {
-                fd: -1,
-                pid: 5,
-                uid: 0,
-                stream: None,
-                replacing_own: false,
-            },
-        )[0] else {
-            panic!("not accepted")
-        };
-        let he = |host_id, event| HostEvent {
-            host_id,
-            generation: 0,
-            event,
-            data: 9,
-        };
-        let set = |c: &mut Core<(), Held>, ls: &str, ev: HostEvent, flags| {
-            let fx = c.step(
-                100,
-                Input::Request {
-                    ci,
-                    req: CoreRequest::SetEvent {
-                        ls: name(ls),
-                        he: ev,
-                        flags,
-                    },
-                },
-            );
-            match &fx[..] {
-                [Effect::Reply { reply, .. }] => (reply.rv, reply.why),
-                other => panic!("{other:?}"),
-            }
-        };
-        assert_eq!(set(&mut c, "ls", he(4, 1), 0), (0, None));
-        assert_eq!(set(&mut c, "ls", he(4, 2), 0).0, -crate::errno::EBUSY);
-        assert_eq!(set(&mut c, "ls", he(4, 2), SETEV_REPLACE_EVENT).0, 0);
-        assert_eq!(set(&mut c, "nope", he(4, 2), 0).0, -crate::errno::ENOENT);
-        assert_eq!(set(&mut c, "ls", he(2001, 2), 0).0, -crate::errno::EINVAL);
-        // A REQUEST: refused until the lockspace is joined; then the shell writes the
-        // record, and the owner it found gets its bit when the request asks for
-        // something.
-        let request = |c: &mut Core<(), Held>, force_mode| {
-            c.step(
-                100,
-                Input::Request {
-                    ci,
-                    req: CoreRequest::RequestLease {
-                        ls: name("ls"),
-                        name: name("r"),
-                        lver: 0,
-                        next_lver: false,
-                        force_mode,
-                    },
-                },
-            )
-        };
-        let written = |c: &mut Core<(), Held>, fx: Vec<Effect<Held>>, result| {
-            let [Effect::WriteRequest { op, ci: who, .. }] = fx[..] else {
-                panic!("{fx:?}")
-            };
-            assert_eq!(who, ci);
-            match &c.step(100, Input::RequestWritten { op, result })[..] {
-                [Effect::Reply { reply, .. }] => reply.rv,
-                other => panic!("{other:?}"),
-            }
-        };
-        let refused = request(&mut c, 1);
-        assert!(
-            matches!(&refused[..], [Effect::Reply { reply, .. }] if reply.rv == -crate::errno::ENOSPC),
-            "{refused:?}"
-        );
-        let st = c.space_st_mut(1).expect("listed");
-        st.phase = Phase::Joined;
-        st.add_result = Some(0);
-        // Asks for nothing (lver 0, no force mode): no bit; a failed write: its code.
-        let fx = request(&mut c, 0);
-        assert_eq!(written(&mut c, fx, Ok(Some(7))), 0);
-        let fx = request(&mut c, 1);
-        assert_eq!(written(&mut c, fx, Err(-5)), -5);
-        let fx = request(&mut c, 1);
-        assert_eq!(written(&mut c, fx, Ok(Some(9))), 0);
-        assert!(c.requests.is_empty());
-        let input = c.space_st(1).expect("listed").outgoing.renew_input(100);
-        assert_eq!((input.event.event, input.event.data), (2, 9));
-        // Bits of host 4 (byte 0, bit 3) and host 9 (byte 1, bit 0).
-        assert_eq!((input.bitmap[0], input.bitmap[1]), (1 << 3, 1));
-    }
-
-    /// ADD_LOCKSPACE's admission: a name here already (by phase and place), or a disk
-    /// area taken by another name, refuses the listing and leaves nothing listed; a gone
-    /// lockspace refuses nothing.
-    #[test]
-    fn a_lockspace_is_listed_only_where_no_other_is_by_name_or_disk_area() {
-        let mut c: Core<(), Held> = Core::new(40);
-        let at = |host_id: u64, path: &str, offset: u64| SpacePlace {
-            host_id,
-            path: path.into(),
-            offset,
-        };
-        let list = |c: &mut Core<(), Held>, id, n, place| {
-            c.list_space(id, n, place, IO_S, HostMonitor::new(1, 60))
-        };
-        assert_eq!(list(&mut c, 1, name("a"), at(1, "/dev/x", 0)), Ok(()));
-        let refusals = [
-            (name("a"), at(1, "/dev/x", 0), ListRefused::BeingAdded),
-            (name("a"), at(2, "/dev/x", 0), ListRefused::OtherPlace),
-            (name("a"), at(1, "/dev/y", 0), ListRefused::OtherPlace),
-            (name("b"), at(1, "/dev/x", 0), ListRefused::DiskAreaTaken),
-        ];
-        for (n, place, why) in refusals.clone() {
-            assert_eq!(list(&mut c, 9, n, place), Err(why));
-        }
-        c.space_st_mut(1).expect("listed").phase = Phase::Joined;
-        assert_eq!(
-            list(&mut c, 9, name("a"), at(1, "/dev/x", 0)),
-            Err(ListRefused::Joined)
-        );
-        c.space_st_mut(1).expect("listed").phase = Phase::Removing;
-        assert_eq!(
-            list(&mut c, 9, name("a"), at(1, "/dev/x", 0)),
-            Err(ListRefused::BeingRemoved)
-        );
-        assert_eq!(c.spaces.len(), 1, "a refusal lists nothing");
-        // Another offset of the same disk is another area.
-        assert_eq!(list(&mut c, 2, name("b"), at(1, "/dev/x", 1 << 20)), Ok(()));
-        c.check().expect("invariants");
-        // Once gone, its name and area are free again.
-        c.space_st_mut(1).expect("listed").gone = true;
-        assert_eq!(list(&mut c, 3, name("a"), at(1, "/dev/x", 0)), Ok(()));
-        assert_eq!(c.space(&name("a")).map(|s| s.id), Some(3));
-    }
-
-    /// [`Input::Examined`] gives what [`examined_lease`] gives for the same tables (the
-    /// daemon's form): the notice, then the kill order of the requested lease's holder
-    /// only; and nothing once the lease is held at another lver.
-    #[test]
-    fn an_examined_request_steps_as_the_daemon_decides() {
-        use client_lib::proto::SANLK_REQ_FORCE;
-        let mut c = core(&["ls"], 100, &[(21, "ls", "r1"), (22, "ls", "r2")]);
-        let input = |lver| Input::Examined {
-            ls: name("ls"),
-            name: name("r1"),
-            lver,
-            force_mode: SANLK_REQ_FORCE,
-        };
-        let mut direct = examined_lease(&c.tables, &name("ls"), &name("r1"), 1, SANLK_REQ_FORCE);
-        // The step adds the lockspace's lease times (joined at 100).
-        if let Some(Effect::RequestNotice { lease, .. }) = direct.first_mut() {
-            *lease = Some(LeaseTimes {
-                last_success_s: 100,
-                expires_at_s: 100 + timeouts::id_renewal_fail_seconds(IO_S),
-            });
-        }
-        let fx = c.step(101, input(1));
-        assert_eq!(fx, direct);
-        assert!(matches!(&fx[0], Effect::RequestNotice { pids, lver: 1, .. } if pids == &[21]));
-        assert!(matches!(
-            &fx[1..],
-            [Effect::Kill {
-                order: KillOrder::Signal {
-                    pid: 21,
-                    sig: SIGKILL,
-                    ..
-                },
-                ..
-            }]
-        ));
-        assert_eq!(c.step(102, input(2)), Vec::new());
-    }
-
-    /// sd_notify's STATUS= line: the first tick gives the summary, a tick gives it again
-    /// only when it changed (a client registered, a lease taken, a lockspace joined).
-    #[test]
-    fn a_tick_gives_the_status_summary_when_it_changed() {
-        let mut c = core(&["a"], 100, &[(11, "a", "r")]);
-        c.last_status = None;
-        let one = StatusSummary {
-            lockspaces: 1,
-            leases: 1,
-            clients: 1,
-        };
-        assert_eq!(c.step(101, Input::Tick), vec![Effect::Status(one)]);
-        assert_eq!(c.step(102, Input::Tick), Vec::new(), "unchanged");
-        c.add_space(2, name("b"), IO_S);
-        assert_eq!(
-            c.step(103, Input::Tick),
-            Vec::new(),
-            "b is still being added"
-        );
-        c.space_st_mut(2).expect("listed").phase = Phase::Joined;
-        c.space_st_mut(2).expect("listed").add_result = Some(0);
-        c.space_st_mut(2).expect("listed").renewal_ok(103, rec(103));
-        let two = StatusSummary {
-            lockspaces: 2,
-            ..one
-        };
-        assert_eq!(c.step(104, Input::Tick), vec![Effect::Status(two)]);
-        assert_eq!(c.status_summary(), two);
-    }
-
-    /// The release-build check's schedule: every step while the table is small, every
-    /// k-th step once it is large, so its cost per step stays about 256 resources' worth.
-    #[test]
-    fn the_cheap_check_runs_every_step_for_small_tables_and_every_kth_for_large() {
-        assert_eq!(cheap_check_every(0), 1);
-        assert_eq!(cheap_check_every(2 * CHEAP_CHECK_RESOURCES - 1), 1);
-        assert_eq!(cheap_check_every(2 * CHEAP_CHECK_RESOURCES), 2);
-        assert_eq!(cheap_check_every(10_000), 39);
-        for n in [300, 1_000, 10_000, 100_000] {
-            let per_step = n as u64 / cheap_check_every(n);
-            assert!(
-                per_step < 2 * CHEAP_CHECK_RESOURCES as u64,
-                "{n} resources: {per_step} checked per step on average"
-            );
-        }
-    }
-
-    #[test]
-    fn check_finds_a_notice_for_a_live_lease() {
-        let mut c = core(&["ls"], 100, &[]);
-        c.space_mut(&name("ls")).expect("ls").st.loss_notified = true;
-        assert!(c.check().unwrap_err().contains("not lost"));
-    }
-}
+mod tests;

@@ -18,27 +18,11 @@
 use std::collections::BTreeMap;
 
 use crate::clients::Clients;
-use crate::step::Effect;
+use crate::io::Effect;
+pub use crate::io::{WatchBeat, WatchTo};
 
 /// Most watch connections at once (each is also a client slot).
 pub const MAX_WATCHES: usize = 256;
-
-/// One recipient of a notice: the watch connection `ci`, watching process `pid`. The
-/// shell writes to `ci` only while it is still the watch of `pid` it registered (a
-/// slot number can be reused by a later connection).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct WatchTo {
-    pub ci: u32,
-    pub pid: i32,
-}
-
-/// One heartbeat: to watch connection `ci` of `pid`, which holds `leases` leases now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WatchBeat {
-    pub ci: u32,
-    pub pid: i32,
-    pub leases: u32,
-}
 
 /// Why a WATCH was refused (the code is sanlock-style: -EINVAL, -EPERM, -EMFILE).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

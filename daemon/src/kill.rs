@@ -40,19 +40,23 @@ use lockd_core::{Effect, Input};
 /// the core's summary changed).
 pub fn monitor_pass(d: &Arc<Daemon>) {
     let spaces: Vec<Arc<Space>> = lock(&d.spaces).clone();
-    for effect in lost_lease_step(d, crate::clock::now_s()) {
+    for effect in lost_lease_step(d, crate::clock::now_s) {
         run_effect(d, &spaces, effect);
     }
 }
 
-/// The core's step for the monitor's tick at `now_s` (`Input::Tick`: the expiry check
-/// of the lockspaces not gone, the kill pass of the lost and removed ones, the ACQUIREs
-/// that waited for a release too long answered): the effects for the monitor, in the
-/// core's order; those of client commands went to their workers
-/// (`paxos::hand_off_from_monitor`). The core lock is let go before this returns: no
-/// effect runs under it.
-fn lost_lease_step(d: &Arc<Daemon>, now_s: u64) -> Vec<Effect<Held>> {
-    let fx = lock(&d.core).step(now_s, Input::Tick);
+/// The core's step for the monitor's tick at the time `now_s` gives (`Input::Tick`: the
+/// expiry check of the lockspaces not gone, the kill pass of the lost and removed ones,
+/// the ACQUIREs that waited for a release too long answered): the effects for the
+/// monitor, in the core's order; those of client commands went to their workers
+/// (`paxos::hand_off_from_monitor`). The time is read under the core's lock, as for
+/// every step (a step's time never goes back: `Core::step` asserts it). The core lock is
+/// let go before this returns: no effect runs under it.
+fn lost_lease_step(d: &Arc<Daemon>, now_s: impl FnOnce() -> u64) -> Vec<Effect<Held>> {
+    let fx = {
+        let mut core = lock(&d.core);
+        core.step(now_s(), Input::Tick)
+    };
     crate::paxos::hand_off_from_monitor(d, fx)
 }
 
@@ -364,23 +368,31 @@ mod tests {
     fn the_monitor_writes_the_loss_notice_before_it_reaches_the_first_kill() {
         const PID: i32 = 4242;
         let d = daemon();
-        let space = joined_with_holder(&d, 100, PID);
+        // Lease time from the daemon's clock: the watch's registration steps the core at
+        // the clock's time, and a step's time never goes back.
+        let t = crate::clock::now_s();
+        let space = joined_with_holder(&d, t, PID);
         let mut peer = watch(&d, PID);
         let spaces = vec![space.clone()];
         let fail_s = timeouts::id_renewal_fail_seconds(1);
 
         // A young lease: no effect but the first status line.
-        let first = lost_lease_step(&d, 101);
+        let young = crate::clock::now_s().max(t + 1);
+        assert!(young < t + fail_s, "the test took {} s", young - t);
+        let first = lost_lease_step(&d, || young);
         assert!(
             matches!(first.as_slice(), [Effect::Status(s)] if s.leases == 1),
             "{first:?}"
         );
-        assert!(lost_lease_step(&d, 101).is_empty(), "no change, no status");
+        assert!(
+            lost_lease_step(&d, || young).is_empty(),
+            "no change, no status"
+        );
 
         // At id_renewal_fail the lease is lost: the step gives the notice, the log and
         // the SIGTERM (grace time) in that order; when the daemon reaches the kill, the
         // notice is already on the watcher's socket.
-        let effects = lost_lease_step(&d, 100 + fail_s);
+        let effects = lost_lease_step(&d, || t + fail_s);
         assert!(
             matches!(effects.first(), Some(Effect::LossNotice { kind: WatchKind::LockspaceFailed, pids, .. }) if pids == &[PID]),
             "{effects:?}"
@@ -412,7 +424,7 @@ mod tests {
         assert!(space.st(|st| st.failed_with_holders));
 
         // A second later: escalation goes on, the notice is not repeated.
-        let effects = lost_lease_step(&d, 100 + fail_s + 1);
+        let effects = lost_lease_step(&d, || t + fail_s + 1);
         assert!(!effects
             .iter()
             .any(|e| matches!(e, Effect::LossNotice { .. })));

@@ -36,7 +36,8 @@ fn daemon(host_name: &str) -> Arc<Daemon> {
 }
 
 /// An administrator's connection slot in `d`'s core, with no socket: REM_LOCKSPACE is
-/// a request of a connection, answered to its slot.
+/// a request of a connection, answered to its slot. Stepped at the daemon's clock, read
+/// under the core's lock as the daemon reads it (a step's time never goes back).
 fn admin_slot(d: &Daemon) -> u32 {
     let input = Input::Connected {
         fd: -1,
@@ -45,7 +46,10 @@ fn admin_slot(d: &Daemon) -> u32 {
         stream: None,
         replacing_own: false,
     };
-    match lock(&d.core).step(0, input).as_slice() {
+    match lock(&d.core)
+        .step(lockd_daemon::clock::now_s(), input)
+        .as_slice()
+    {
         [Effect::Accepted { ci }] => *ci,
         other => panic!("no slot for the administrator: {other:?}"),
     }

@@ -1,202 +1,30 @@
 //! The daemon crate's modules import each other without a cycle (issue 23: "a newcomer can
 //! read one file"): every module can be read knowing only the modules below it.
 //!
-//! The graph is read from the source: an edge `a → b` for each `crate::b` (also inside
-//! `use crate::{…}` groups) in `src/a.rs` (or `src/a/…`), outside comments and outside
-//! `#[cfg(test)]` modules (tests may reach anywhere). The test prints the modules in
-//! layers (each imports only from layers below it) and fails naming every cycle.
+//! The graph is read from the source (`lockd_system_tests::module_graph`): an edge
+//! `a → b` for each `crate::b` in `src/a.rs` (or `src/a/…`), outside comments and
+//! `#[cfg(test)]` items (tests may reach anywhere). The test prints the modules in layers
+//! (each imports only from layers below it) and fails naming every cycle.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// The source without `//` comments.
-fn strip_comments(src: &str) -> String {
-    src.lines()
-        .map(|line| match line.find("//") {
-            Some(i) => &line[..i],
-            None => line,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// The source without its `#[cfg(test)]` items (a module or function body in braces).
-fn strip_test_items(src: &str) -> String {
-    let mut out = String::new();
-    let mut rest = src;
-    while let Some(i) = rest.find("#[cfg(test)]") {
-        out.push_str(&rest[..i]);
-        let after = &rest[i..];
-        let Some(open) = after.find('{') else {
-            rest = "";
-            break;
-        };
-        // A `#[cfg(test)] use …;` ends at its semicolon before any brace.
-        if let Some(semi) = after.find(';') {
-            if semi < open {
-                rest = &after[semi + 1..];
-                continue;
-            }
-        }
-        let mut depth = 0usize;
-        let mut end = after.len();
-        for (j, c) in after[open..].char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        end = open + j + 1;
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
-        rest = &after[end..];
-    }
-    out.push_str(rest);
-    out
-}
-
-fn ident_at(s: &str) -> &str {
-    let end = s
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .unwrap_or(s.len());
-    &s[..end]
-}
-
-/// The modules named after `crate::` in `src`.
-fn imports(src: &str) -> BTreeSet<String> {
-    let mut found = BTreeSet::new();
-    let mut rest = src;
-    while let Some(i) = rest.find("crate::") {
-        let after = &rest[i + "crate::".len()..];
-        if let Some(group) = after.strip_prefix('{') {
-            // `crate::{a, b::c, d::{e, f}}`: the top-level names of the group.
-            let mut depth = 1usize;
-            let mut start = 0usize;
-            let mut end = group.len();
-            for (j, c) in group.char_indices() {
-                match c {
-                    '{' => depth += 1,
-                    '}' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            end = j;
-                            break;
-                        }
-                    }
-                    ',' if depth == 1 => {
-                        found.insert(ident_at(group[start..j].trim()).to_string());
-                        start = j + 1;
-                    }
-                    _ => {}
-                }
-            }
-            found.insert(ident_at(group[start..end].trim()).to_string());
-            rest = &group[end..];
-        } else {
-            found.insert(ident_at(after).to_string());
-            rest = after;
-        }
-    }
-    found.remove("");
-    found
-}
-
-fn module_sources(src_dir: &Path) -> BTreeMap<String, String> {
-    let mut modules = BTreeMap::new();
-    for entry in std::fs::read_dir(src_dir).expect("read daemon/src") {
-        let path = entry.expect("dir entry").path();
-        let name = path.file_stem().unwrap().to_string_lossy().to_string();
-        let mut text = String::new();
-        if path.is_dir() {
-            for f in std::fs::read_dir(&path).expect("read module dir") {
-                let f = f.expect("dir entry").path();
-                if f.extension().is_some_and(|e| e == "rs") {
-                    text.push_str(&std::fs::read_to_string(&f).expect("read source"));
-                }
-            }
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            text = std::fs::read_to_string(&path).expect("read source");
-        } else {
-            continue;
-        }
-        modules.insert(name, text);
-    }
-    modules
-}
+use lockd_system_tests::module_graph::{
+    import_edges, layers, module_sources, strip_comments, strip_test_items,
+};
 
 #[test]
 fn daemon_modules_import_each_other_without_a_cycle() {
     let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let sources = module_sources(&src_dir);
     // lib.rs is the crate root that declares every module, main.rs the binary: neither is
     // a module others import.
-    let names: BTreeSet<String> = sources
-        .keys()
-        .filter(|n| *n != "lib" && *n != "main")
-        .cloned()
-        .collect();
-    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for name in &names {
-        let code = strip_test_items(&strip_comments(&sources[name]));
-        let deps = imports(&code)
-            .into_iter()
-            .filter(|d| d != name && names.contains(d))
-            .collect();
-        edges.insert(name.clone(), deps);
-    }
-
-    // Layers: peel off the modules whose imports are all in lower layers.
-    let mut placed: BTreeSet<String> = BTreeSet::new();
-    let mut layers: Vec<Vec<String>> = Vec::new();
-    loop {
-        let layer: Vec<String> = names
-            .iter()
-            .filter(|n| !placed.contains(*n) && edges[*n].iter().all(|d| placed.contains(d)))
-            .cloned()
-            .collect();
-        if layer.is_empty() {
-            break;
-        }
-        placed.extend(layer.iter().cloned());
-        layers.push(layer);
-    }
-    for (i, layer) in layers.iter().enumerate() {
-        println!("layer {i}: {}", layer.join(" "));
-    }
-
-    let left: Vec<&String> = names.iter().filter(|n| !placed.contains(*n)).collect();
-    if !left.is_empty() {
-        let mut report = String::new();
-        for n in &left {
-            let in_cycle: Vec<&String> =
-                edges[*n].iter().filter(|d| !placed.contains(*d)).collect();
-            report.push_str(&format!("  {n} → {in_cycle:?}\n"));
-        }
-        panic!(
-            "{} modules are in or above an import cycle (each with its imports not yet \
-             placed):\n{report}",
-            left.len()
-        );
-    }
+    let edges = import_edges(&src_dir, &["lib", "main"]);
+    let layers = layers(&edges);
     assert!(layers.len() > 2, "the graph was read: {layers:?}");
     assert!(
         edges["state"].len() >= 3,
         "state.rs imports the tables, lockspaces and helper: {:?}",
         edges["state"]
     );
-}
-
-#[test]
-fn the_reader_finds_imports_and_skips_comments_and_tests() {
-    let src = "use crate::{a, b::{c, d}, e::f};\n// crate::g\nfn x() { crate::h::y(); }\n\
-               #[cfg(test)]\nmod tests { use crate::i; }\n";
-    let code = strip_test_items(&strip_comments(src));
-    let got: Vec<String> = imports(&code).into_iter().collect();
-    assert_eq!(got, ["a", "b", "e", "h"]);
 }
 
 /// Writes to the client and resource tables that bypass `lockd_core::Tables`'s

@@ -7,6 +7,7 @@
 //! by device name or PID.
 
 pub mod chaos_client;
+pub mod module_graph;
 pub mod testbed;
 pub mod witness;
 

@@ -47,11 +47,10 @@ use lease_core::{timeouts, HostMonitor};
 
 use self::checker::{ClientId, DaemonSimChecker};
 use crate::clients::LeaseHold;
+use crate::io::{CoreReply, CoreRequest, DiskOp, Effect, Input, OpId, ReqKind, ResSpec};
 use crate::kill::KillOrder;
 use crate::space_state::RenewalRec;
-use crate::step::{
-    Core, CorePlantedBug, CoreReply, CoreRequest, DiskOp, Effect, Input, ReqKind, ResSpec,
-};
+use crate::step::{Core, CorePlantedBug};
 
 /// What one run looks like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,23 +206,7 @@ pub fn run_seed(seed: u64, cfg: &DaemonSimConfig) -> DaemonSimReport {
     let space = Name::new("dsimls").unwrap_or(Name::EMPTY);
     let num_hosts = 16;
     let io0 = rng.range(1, 2) as u16;
-    {
-        let mut disk = world.disk.borrow_mut();
-        let f = format_lockspace_area(geometry, &space, io0);
-        disk[..f.area.len()].copy_from_slice(&f.area);
-        disk[..f.first_sector.len()].copy_from_slice(&f.first_sector);
-        for r in 0..resources {
-            let area = format_resource_area(&ResourceInit {
-                geometry,
-                space_name: space,
-                resource_name: res_name(r),
-                num_hosts,
-                clear_at_monotime_s: None,
-            });
-            let off = (r + 1) * geometry.align_bytes() as usize;
-            disk[off..off + area.len()].copy_from_slice(&area);
-        }
-    }
+    format_disk(&world, geometry, &space, io0, resources, num_hosts);
     let sim = Rc::new(Sim {
         world: world.clone(),
         cfg: DaemonSimConfig { hosts, ..*cfg },
@@ -295,6 +278,34 @@ pub fn run_seed(seed: u64, cfg: &DaemonSimConfig) -> DaemonSimReport {
         stats,
         violations,
         trace,
+    }
+}
+
+/// The simulated disk as `mkfs`-like tools leave it: lockspace `space`'s area (io
+/// timeout `io0`), then `resources` resource areas of `num_hosts` hosts, one per align
+/// unit.
+fn format_disk(
+    world: &World,
+    geometry: Geometry,
+    space: &Name,
+    io0: u16,
+    resources: usize,
+    num_hosts: u64,
+) {
+    let mut disk = world.disk.borrow_mut();
+    let f = format_lockspace_area(geometry, space, io0);
+    disk[..f.area.len()].copy_from_slice(&f.area);
+    disk[..f.first_sector.len()].copy_from_slice(&f.first_sector);
+    for r in 0..resources {
+        let area = format_resource_area(&ResourceInit {
+            geometry,
+            space_name: *space,
+            resource_name: res_name(r),
+            num_hosts,
+            clear_at_monotime_s: None,
+        });
+        let off = (r + 1) * geometry.align_bytes() as usize;
+        disk[off..off + area.len()].copy_from_slice(&area);
     }
 }
 
@@ -505,26 +516,7 @@ impl Sim {
 
     fn effect(self: &Rc<Self>, h: usize, e: Effect<SimHeld>) {
         let now = self.now_ms();
-        match &e {
-            Effect::Reply { ci, reply } => self
-                .world
-                .log(|| format!("host{h} > reply to {ci}: {reply:?}")),
-            Effect::Disk { op, what, .. } => self.world.log(|| {
-                let what = match what {
-                    DiskOp::Acquire { key, shared, .. } => {
-                        format!("acquire {:?} shared={shared}", key.1)
-                    }
-                    DiskOp::Release { key, held, .. } => {
-                        format!("release {:?} lver {}", key.1, held.lver())
-                    }
-                    DiskOp::Convert { key, to_shared, .. } => {
-                        format!("convert {:?} to_shared={to_shared}", key.1)
-                    }
-                };
-                format!("host{h} > disk op {op}: {what}")
-            }),
-            _ => {}
-        }
+        self.log_effect(h, &e);
         match e {
             Effect::LossNotice { kind, pids, to, .. } => {
                 // LockspaceFailed or LockspaceRemoved (RenewalFailing warns, it is no
@@ -564,42 +556,7 @@ impl Sim {
                     .borrow_mut()
                     .request_noticed(h, res_index(&name), &pids, &to);
             }
-            Effect::Kill { order, .. } => {
-                let (pid, sig) = match order {
-                    KillOrder::Signal { pid, sig, .. } => (pid, sig),
-                    KillOrder::RunKillpath { pid, .. } => (pid, crate::kill::SIGTERM),
-                    KillOrder::Exhausted { .. } => return,
-                };
-                self.stats.borrow_mut().kills += 1;
-                let client = self.client_by_pid(h, pid);
-                self.world
-                    .log(|| format!("host{h} KILL pid {pid} sig {sig}"));
-                let who = client.as_ref().map(|c| c.id);
-                if let Some(res) = self.examining.get() {
-                    self.stats.borrow_mut().examine_kills += 1;
-                    self.checker
-                        .borrow_mut()
-                        .examine_killed(now, h, pid, who, res);
-                } else {
-                    self.checker.borrow_mut().killed(now, h, pid, who);
-                }
-                if let Some(c) = client.filter(|c| sig == crate::kill::SIGKILL || !c.stubborn) {
-                    // It dies a little later (SIGTERM handlers take their time).
-                    let ms = if sig == crate::kill::SIGKILL {
-                        self.world.range(0, 100)
-                    } else {
-                        self.world.range(0, 1_500)
-                    };
-                    let sim = self.clone();
-                    self.spawn(
-                        h,
-                        Box::pin(async move {
-                            sim.sleep(h, ms).await;
-                            sim.client_dies(h, &c);
-                        }),
-                    );
-                }
-            }
+            Effect::Kill { order, .. } => self.kill_order(h, now, order),
             // A status line is the shell's to send (`step`'s unit tests check it).
             Effect::Accepted { .. }
             | Effect::Refused { .. }
@@ -652,6 +609,69 @@ impl Sim {
                 // The simulator lists no lockspace as a shell does (`Core::add_space`).
                 panic!("host{h}: a shell's lockspace {ls:?} stopped, but none is listed")
             }
+        }
+    }
+
+    /// The trace lines of a reply or a disk operation.
+    fn log_effect(&self, h: usize, e: &Effect<SimHeld>) {
+        match e {
+            Effect::Reply { ci, reply } => self
+                .world
+                .log(|| format!("host{h} > reply to {ci}: {reply:?}")),
+            Effect::Disk { op, what, .. } => self.world.log(|| {
+                let what = match what {
+                    DiskOp::Acquire { key, shared, .. } => {
+                        format!("acquire {:?} shared={shared}", key.1)
+                    }
+                    DiskOp::Release { key, held, .. } => {
+                        format!("release {:?} lver {}", key.1, held.lver())
+                    }
+                    DiskOp::Convert { key, to_shared, .. } => {
+                        format!("convert {:?} to_shared={to_shared}", key.1)
+                    }
+                };
+                format!("host{h} > disk op {op}: {what}")
+            }),
+            _ => {}
+        }
+    }
+
+    /// A kill order, carried out as the daemon's helper would: the checker hears of it,
+    /// and the client dies a little later (a stubborn one ignores SIGTERM).
+    fn kill_order(self: &Rc<Self>, h: usize, now: u64, order: KillOrder) {
+        let (pid, sig) = match order {
+            KillOrder::Signal { pid, sig, .. } => (pid, sig),
+            KillOrder::RunKillpath { pid, .. } => (pid, crate::kill::SIGTERM),
+            KillOrder::Exhausted { .. } => return,
+        };
+        self.stats.borrow_mut().kills += 1;
+        let client = self.client_by_pid(h, pid);
+        self.world
+            .log(|| format!("host{h} KILL pid {pid} sig {sig}"));
+        let who = client.as_ref().map(|c| c.id);
+        if let Some(res) = self.examining.get() {
+            self.stats.borrow_mut().examine_kills += 1;
+            self.checker
+                .borrow_mut()
+                .examine_killed(now, h, pid, who, res);
+        } else {
+            self.checker.borrow_mut().killed(now, h, pid, who);
+        }
+        if let Some(c) = client.filter(|c| sig == crate::kill::SIGKILL || !c.stubborn) {
+            // It dies a little later (SIGTERM handlers take their time).
+            let ms = if sig == crate::kill::SIGKILL {
+                self.world.range(0, 100)
+            } else {
+                self.world.range(0, 1_500)
+            };
+            let sim = self.clone();
+            self.spawn(
+                h,
+                Box::pin(async move {
+                    sim.sleep(h, ms).await;
+                    sim.client_dies(h, &c);
+                }),
+            );
         }
     }
 
@@ -1117,15 +1137,16 @@ async fn tick_task(sim: Rc<Sim>, h: usize) {
 /// The shell's side of [`Effect::JoinLockspace`]: the delta-lease join, then renewals
 /// every id_renewal_seconds until the lockspace leaves the core (released when it went
 /// cleanly) or the core finds its lease lost.
-async fn lockspace_task(sim: Rc<Sim>, h: usize) {
-    let host = &sim.hosts[h];
-    let Some(params) = host.params.borrow().clone() else {
-        return;
-    };
-    let (disk, clock) = (sim.disk(h), sim.clock(h));
-    let seq = host.join_seq.get();
-    let mut st = loop {
-        match delta::acquire(&disk, &clock, &params).await {
+/// Host `h`'s join of the lockspace, tried again after a pause until it succeeds.
+async fn join(
+    sim: &Sim,
+    h: usize,
+    disk: &SimDisk,
+    clock: &SimClock,
+    params: &LockspaceParams,
+) -> delta::DeltaState {
+    loop {
+        match delta::acquire(disk, clock, params).await {
             Ok(st) => break st,
             Err(e) => {
                 sim.world.log(|| format!("host{h} join: {e}"));
@@ -1133,7 +1154,85 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
                 clock.sleep_ms(ms).await;
             }
         }
+    }
+}
+
+impl Sim {
+    /// Client `c` watches its own leases on a second connection.
+    fn watch_own(self: &Rc<Self>, h: usize, c: &Client) {
+        if let Some(wci) = self.connect(h, c.pid) {
+            c.watch_ci.set(Some(wci));
+            self.input(
+                h,
+                Input::Request {
+                    ci: wci,
+                    req: CoreRequest::Watch { pid: 0 },
+                },
+            );
+        }
+    }
+
+    /// A renewal's outcome into host `h`'s core, as the daemon's renewal thread reports
+    /// it: the sectors read and the new lease time, or the failure. Whether it renewed.
+    fn report_renewal(
+        self: &Rc<Self>,
+        h: usize,
+        id: u32,
+        renewed: Result<delta::LockspaceSnapshot, lease_core::LeaseError>,
+        st: &delta::DeltaState,
+        clock: &SimClock,
+        started: u64,
+    ) -> bool {
+        match renewed {
+            Ok(snap) => {
+                self.input(
+                    h,
+                    Input::HostsRead {
+                        id,
+                        read_at_s: snap.read_at_s,
+                        sectors: snap.sectors,
+                        whole_area: snap.whole_area,
+                    },
+                );
+                self.input(
+                    h,
+                    Input::RenewalOk {
+                        id,
+                        last_success_s: st.last_success_ms / 1000,
+                        rec: RenewalRec {
+                            timestamp: st.leader.timestamp,
+                            read_ms: clock.now_ms().saturating_sub(started),
+                            write_ms: 0,
+                            write_sent_ms: st.last_success_ms,
+                            ended_ms: clock.now_ms(),
+                        },
+                    },
+                );
+                true
+            }
+            Err(e) => {
+                self.input(
+                    h,
+                    Input::RenewalFailed {
+                        id,
+                        code: e.sanlk_code(),
+                        corrupt: e.is_corrupt(),
+                    },
+                );
+                false
+            }
+        }
+    }
+}
+
+async fn lockspace_task(sim: Rc<Sim>, h: usize) {
+    let host = &sim.hosts[h];
+    let Some(params) = host.params.borrow().clone() else {
+        return;
     };
+    let (disk, clock) = (sim.disk(h), sim.clock(h));
+    let seq = host.join_seq.get();
+    let mut st = join(&sim, h, &disk, &clock, &params).await;
     host.generation.set(st.generation());
     sim.world
         .log(|| format!("host{h} JOINED gen {}", st.generation()));
@@ -1203,43 +1302,9 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
             .map_or_else(RenewInput::default, |st| {
                 st.outgoing.renew_input(clock.now_ms() / 1000)
             });
-        match delta::renew(&disk, &clock, &params, &mut st, &input).await {
-            Ok(snap) => {
-                sim.input(
-                    h,
-                    Input::HostsRead {
-                        id,
-                        read_at_s: snap.read_at_s,
-                        sectors: snap.sectors,
-                        whole_area: snap.whole_area,
-                    },
-                );
-                sim.input(
-                    h,
-                    Input::RenewalOk {
-                        id,
-                        last_success_s: st.last_success_ms / 1000,
-                        rec: RenewalRec {
-                            timestamp: st.leader.timestamp,
-                            read_ms: clock.now_ms().saturating_sub(started),
-                            write_ms: 0,
-                            write_sent_ms: st.last_success_ms,
-                            ended_ms: clock.now_ms(),
-                        },
-                    },
-                );
-            }
-            Err(e) => {
-                sim.input(
-                    h,
-                    Input::RenewalFailed {
-                        id,
-                        code: e.sanlk_code(),
-                        corrupt: e.is_corrupt(),
-                    },
-                );
-                clock.sleep_ms(500).await;
-            }
+        let renewed = delta::renew(&disk, &clock, &params, &mut st, &input).await;
+        if !sim.report_renewal(h, id, renewed, &st, &clock, started) {
+            clock.sleep_ms(500).await;
         }
     }
 }
@@ -1278,7 +1343,7 @@ impl lease_core::HostObserver for CoreObserver<'_> {
 /// The shell's side of [`Effect::Disk`]: lease-core's paxos operation on the simulated
 /// disk, then, after a random delay (completions come back in random order), its
 /// completion.
-async fn disk_task(sim: Rc<Sim>, h: usize, op: crate::step::OpId, what: DiskOp<SimHeld>) {
+async fn disk_task(sim: Rc<Sim>, h: usize, op: OpId, what: DiskOp<SimHeld>) {
     let host = &sim.hosts[h];
     let Some(params) = host.params.borrow().clone() else {
         return;
@@ -1370,6 +1435,81 @@ async fn disk_task(sim: Rc<Sim>, h: usize, op: crate::step::OpId, what: DiskOp<S
 
 /// A client process: connect, register, then acquire (one or two leases, shared or
 /// exclusive), hold, maybe convert, release — or die mid-acquire, or exit holding.
+/// The next ACQUIRE of client `c`: one lease or (one time in five) two, each shared or
+/// exclusive, persistent or not; sometimes ready to adopt an orphan; sometimes the client
+/// dies while it runs. The leases' indexes, their specs and the command's flags.
+fn next_acquire(sim: &Rc<Sim>, h: usize, c: &Rc<Client>) -> (Vec<usize>, Vec<ResSpec>, u32) {
+    let w = &sim.world;
+    let first = w.rand(sim.resources as u64) as usize;
+    let mut res = vec![first];
+    if w.rand(100) < 20 {
+        let second = (first + 1 + w.rand(sim.resources as u64 - 1) as usize) % sim.resources;
+        res.push(second);
+    }
+    let specs: Vec<ResSpec> = res
+        .iter()
+        .map(|&r| ResSpec {
+            ls: sim.space,
+            name: res_name(r),
+            shared: w.rand(100) < 50,
+            persistent: w.rand(100) < 15,
+            disks: Vec::new(),
+            lver: None,
+            new_num_hosts: None,
+        })
+        .collect();
+    // Sometimes ready to adopt an orphan (a persistent lease whose holder died).
+    let cmd_flags = if w.rand(100) < 30 {
+        client_lib::proto::SANLK_ACQUIRE_ORPHAN
+    } else {
+        0
+    };
+    if w.rand(100) < 4 {
+        // Dies while its acquire runs.
+        let ms = w.range(0, 500);
+        let (sim2, c2) = (sim.clone(), c.clone());
+        sim.spawn(
+            h,
+            Box::pin(async move {
+                sim2.sleep(h, ms).await;
+                sim2.client_dies(h, &c2);
+            }),
+        );
+    }
+    (res, specs, cmd_flags)
+}
+
+/// Client `c` converts its first lease (`(r, shared)`) to the other mode and holds it a
+/// while; false when the client is gone (no reply, or dead after).
+async fn convert_first(
+    sim: &Rc<Sim>,
+    h: usize,
+    c: &Rc<Client>,
+    (r, shared): (usize, bool),
+) -> bool {
+    let w = &sim.world;
+    if !shared {
+        // A downgrade counts from the request.
+        sim.checker.borrow_mut().downgraded(c.id, r);
+    }
+    // As the daemon does it (begun by the dispatcher) or as a plain request.
+    sim.send_cmd(
+        h,
+        c,
+        CoreRequest::Convert {
+            key: (sim.space, res_name(r)),
+            to_shared: !shared,
+            cmd_flags: 0,
+        },
+        w.rand(2) == 0,
+    );
+    if sim.await_reply(c).await.is_none() {
+        return false;
+    }
+    sim.sleep(h, w.range(100, 3_000)).await;
+    !c.dead.get()
+}
+
 async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
     let w = sim.world.clone();
     let Some(ci) = sim.connect(h, c.pid) else {
@@ -1385,16 +1525,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
     // Every other client watches its own leases on a second connection (counted, not
     // drawn: the random stream stays as it was).
     if c.id.is_multiple_of(2) {
-        if let Some(wci) = sim.connect(h, c.pid) {
-            c.watch_ci.set(Some(wci));
-            sim.input(
-                h,
-                Input::Request {
-                    ci: wci,
-                    req: CoreRequest::Watch { pid: 0 },
-                },
-            );
-        }
+        sim.watch_own(h, &c);
     }
     // Every other ACQUIRE goes as the daemon sends it (begun by its dispatcher, then
     // `Input::Command`), the others as plain requests; counted, not drawn, so the
@@ -1406,42 +1537,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
         if c.dead.get() {
             return;
         }
-        let first = w.rand(sim.resources as u64) as usize;
-        let mut res = vec![first];
-        if w.rand(100) < 20 {
-            let second = (first + 1 + w.rand(sim.resources as u64 - 1) as usize) % sim.resources;
-            res.push(second);
-        }
-        let specs: Vec<ResSpec> = res
-            .iter()
-            .map(|&r| ResSpec {
-                ls: sim.space,
-                name: res_name(r),
-                shared: w.rand(100) < 50,
-                persistent: w.rand(100) < 15,
-                disks: Vec::new(),
-                lver: None,
-                new_num_hosts: None,
-            })
-            .collect();
-        // Sometimes ready to adopt an orphan (a persistent lease whose holder died).
-        let cmd_flags = if w.rand(100) < 30 {
-            client_lib::proto::SANLK_ACQUIRE_ORPHAN
-        } else {
-            0
-        };
-        if w.rand(100) < 4 {
-            // Dies while its acquire runs.
-            let ms = w.range(0, 500);
-            let (sim2, c2) = (sim.clone(), c.clone());
-            sim.spawn(
-                h,
-                Box::pin(async move {
-                    sim2.sleep(h, ms).await;
-                    sim2.client_dies(h, &c2);
-                }),
-            );
-        }
+        let (res, specs, cmd_flags) = next_acquire(&sim, h, &c);
         sim.checker.borrow_mut().acquire_sent(c.id, &res);
         acquires += 1;
         sim.send_cmd(
@@ -1474,30 +1570,8 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
             sim.client_dies(h, &c);
             return;
         }
-        if w.rand(100) < 40 {
-            let (r, shared) = held[0];
-            if !shared {
-                // A downgrade counts from the request.
-                sim.checker.borrow_mut().downgraded(c.id, r);
-            }
-            // As the daemon does it (begun by the dispatcher) or as a plain request.
-            sim.send_cmd(
-                h,
-                &c,
-                CoreRequest::Convert {
-                    key: (sim.space, res_name(r)),
-                    to_shared: !shared,
-                    cmd_flags: 0,
-                },
-                w.rand(2) == 0,
-            );
-            if sim.await_reply(&c).await.is_none() {
-                return;
-            }
-            sim.sleep(h, w.range(100, 3_000)).await;
-            if c.dead.get() {
-                return;
-            }
+        if w.rand(100) < 40 && !convert_first(&sim, h, &c, held[0]).await {
+            return;
         }
         for &(r, _) in &held {
             sim.checker.borrow_mut().released(c.id, r);
