@@ -432,7 +432,7 @@ fn stalled_disk_table_lockd_beside_sanlock() {
     let sanlock_healthy = cycle_times(&sl.run_dir, "r1", &d, CYCLES, 60).expect("sanlock healthy");
     views[0].set("stall");
     let lockd_stalled = cycle_times(&lk.run_dir, "r1", &d, CYCLES, 120).expect("lockd stalled");
-    let sanlock_stalled = cycle_times(&sl.run_dir, "r1", &d, SANLOCK_STALLED_CYCLES, 60);
+    let sanlock_stalled = cycle_times(&sl.run_dir, "r1", &d, SANLOCK_STALLED_CYCLES, 20);
     if sanlock_stalled.is_err() {
         let log = std::fs::read_to_string(s.dir.join("sanlock.log")).unwrap_or_default();
         eprintln!("sanlock's log, last lines:\n{}", tail(&log, 6));
