@@ -11,7 +11,7 @@ use std::sync::Arc;
 use client_lib::proto::*;
 use client_lib::wire;
 use disk_format::Name;
-use lease_core::disks::{left_out, LeaseDisks, LeaseOn, PathState, MAX_DISKS};
+use lease_core::disks::{left_out, majority, LeaseDisks, LeaseOn, PathState, MAX_DISKS};
 use lease_core::paxos::{self, AcquireOptions, HostContext, Mode, ResourceParams};
 use tracing::{info, info_span, warn};
 
@@ -59,7 +59,8 @@ fn open_lease(
 }
 
 /// Opens every disk of a lease (1 to 4, sanlock's `SANLK_MAX_DISKS`) with `open_one`,
-/// but for the disks [`skipped`] leaves out, which are [`ParallelDisk::absent`].
+/// but for the disks [`skipped`] leaves out, which are [`ParallelDisk::absent`], as is a
+/// disk of several that cannot be opened while a majority can.
 fn open_each(
     disks: &[wire::DiskLocation],
     open_one: impl Fn(&str) -> Result<ParallelDisk, LeaseCmdError>,
@@ -78,18 +79,33 @@ fn open_each(
     }
     let paths: Vec<String> = disks.iter().map(|d| d.path.to_text()).collect();
     let skip = skipped(&paths);
-    let mut opened = paths
+    let mut open_error = None;
+    let mut opened: Vec<ParallelDisk> = paths
         .iter()
         .zip(skip)
         .map(|(path, skip)| {
             if skip {
                 info!(disk = %path, "lease disk skipped: its last i/o timed out");
-                Ok(ParallelDisk::absent(Path::new(path)))
-            } else {
-                open_one(path)
+                return ParallelDisk::absent(Path::new(path));
+            }
+            match open_one(path) {
+                Ok(disk) => disk,
+                Err(e) => {
+                    warn!(disk = %path, error = %e, "lease disk cannot be opened");
+                    open_error = Some(e);
+                    ParallelDisk::absent(Path::new(path))
+                }
             }
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect();
+    // As sanlock's open_disks: a minority of disks that cannot be opened fail like any
+    // other disk failure; without a majority opened, the last open error.
+    let count = opened.iter().filter(|d| !d.is_absent()).count();
+    if let Some(e) = open_error {
+        if !majority(paths.len(), count) {
+            return Err(e);
+        }
+    }
     // An open whose block-size probe timed out (a hung FUSE or NFS path) made its path
     // sick just now: leave it out before any I/O is queued on it.
     for (i, skip) in skipped(&paths).into_iter().enumerate() {

@@ -3,8 +3,9 @@
 //! - a real sanlock 3.8.5 daemon (host 1) and lockd (host 2) pass a 3-disk lease both
 //!   ways, on an area formatted by lockd and on one formatted by sanlock, and agree on
 //!   every disk's leader;
-//! - one of the three disks failing (EIO) or stalled, on lockd alone: acquire, release and
-//!   a held lease carry on; two of three failing: refused, nothing held;
+//! - one of the three disks gone (cannot be opened), failing (EIO) or stalled, on lockd
+//!   alone: acquire, release and a held lease carry on; two of three gone or failing:
+//!   refused, nothing held;
 //! - the stalled-disk table: acquire+release cycles with one disk of three stalled, on
 //!   lockd and on sanlock 3.8.5 in the same run (lockd at most 1.2× its healthy time).
 //!
@@ -253,6 +254,19 @@ fn one_failing_or_stalled_disk_of_three_is_survived_and_two_are_refused() {
         "err 22",
         "one disk named twice (-EINVAL)"
     );
+
+    // One disk gone (a path that cannot be opened): as sanlock's open_disks, the other
+    // two are a majority and the lease is used over them; two gone are refused.
+    let gone = |p: &str| (PathBuf::from(format!("/nonexistent/lockd-gone-{p}")), 0);
+    let one_gone = [d[0].clone(), d[1].clone(), gone("a")];
+    assert_eq!(
+        try_once(&run_dir, "r1", &one_gone),
+        "ok",
+        "one disk of three gone"
+    );
+    let two_gone = [d[0].clone(), gone("b"), gone("c")];
+    let out = try_once(&run_dir, "r1", &two_gone);
+    assert!(out.starts_with("err "), "two disks of three gone: {out}");
 
     // One disk failing with EIO: acquire and release go on over the other two.
     views[1].set("eio");
