@@ -728,6 +728,32 @@ impl Lease {
         rx
     }
 
+    /// Converts the held lease to shared (`shared`) or exclusive (CONVERT). The fencing
+    /// token is read again: a convert to exclusive commits a new lease version. On an
+    /// error the lease is held as before.
+    pub fn convert(&mut self, shared: bool) -> Result<(), ClientLeaseError> {
+        let head = self.spec.resource(shared)?.head;
+        let Some(client) = self.client.as_mut() else {
+            // Only a released lease has no connection, and release consumes the Lease.
+            return Err(ClientLeaseError::Refused {
+                op: "convert",
+                lease: self.spec.to_string(),
+                rv: -2, // ENOENT: nothing held
+            });
+        };
+        let rv = client.convert(-1, 0, &head)?;
+        if rv < 0 {
+            return Err(ClientLeaseError::Refused {
+                op: "convert",
+                lease: self.spec.to_string(),
+                rv,
+            });
+        }
+        self.shared = shared;
+        self.token = token_of(client, &self.run_dir, &self.spec)?;
+        Ok(())
+    }
+
     /// Releases the lease (also done on drop).
     pub fn release(mut self) -> Result<(), ClientLeaseError> {
         self.release_inner()

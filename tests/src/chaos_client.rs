@@ -16,6 +16,14 @@
 //! `lockd-chaos host=H pid=P res=R lver=L mode=ex|sh seq=N` then zeros. The host side
 //! reads it from the storage's backing store, so what it judges is what reached the disk.
 //!
+//! Beyond plain holds (not with `--plain`): a hold may convert half-way to the other mode
+//! (`--convert-percent`; logged as `convert` with its result, and on success as a `grant`
+//! with `convert=1` and the lver and mode it now holds, which its later stamps carry), and
+//! a client refused because another holds the lease may ask for it with REQUEST and
+//! SANLK_REQUEST_NEXT_LVER, graceful or forced (`--request-percent`; logged as `request`
+//! with its mode and result). The holder asked gets a loss notice `requested1|2` and, as
+//! sanlock does, is killed (forced) or asked to go with SIGTERM (graceful).
+//!
 //! Randomness is a splitmix64 stream seeded from `--seed` and `--client` (deterministic
 //! choices for a seed; the interleaving with the other hosts is not).
 
@@ -65,6 +73,10 @@ pub struct ClientArgs {
     pub data_base: u64,
     pub shared_percent: u64,
     pub beat_ms: u64,
+    /// Percent of holds that convert half-way (lease mode only).
+    pub convert_percent: u64,
+    /// Percent of refusals (held elsewhere) followed by a REQUEST (lease mode only).
+    pub request_percent: u64,
     /// Only sanlock's own protocol (REGISTER, ACQUIRE, INQUIRE, RELEASE): for a sanlock
     /// daemon, which has no loss-notice watch. The log then has no `notice` lines.
     pub plain: bool,
@@ -130,6 +142,21 @@ pub fn run(a: &ClientArgs) -> Result<()> {
                     .downcast_ref::<client_lib::lease::ClientLeaseError>()
                     .and_then(|e| e.code())
                     .is_some_and(client_lib::lease::is_busy_code);
+                if busy && !a.plain && rng.percent(a.request_percent) {
+                    let force = if rng.percent(50) {
+                        client_lib::proto::SANLK_REQ_FORCE
+                    } else {
+                        client_lib::proto::SANLK_REQ_GRACEFUL
+                    };
+                    let rv = request(spec, force);
+                    note(
+                        &a.log,
+                        &a.host,
+                        &res,
+                        "request",
+                        &format!("force_mode={force} rv={}", rv.unwrap_or(i32::MIN)),
+                    );
+                }
                 if !busy {
                     note(
                         &a.log,
@@ -144,8 +171,10 @@ pub fn run(a: &ClientArgs) -> Result<()> {
                 continue;
             }
         };
-        let mode = if shared { "sh" } else { "ex" };
-        let lver = held.token();
+        let mut held = held;
+        let mut shared = shared;
+        let mut mode = if shared { "sh" } else { "ex" };
+        let mut lver = held.token();
         note(
             &a.log,
             &a.host,
@@ -170,10 +199,42 @@ pub fn run(a: &ClientArgs) -> Result<()> {
             });
         }
         let hold = Duration::from_millis(rng.range(500, 4000));
+        let mut convert_at = (!a.plain && rng.percent(a.convert_percent)).then(|| hold / 2);
         let start = Instant::now();
         let offset = a.data_base + index as u64 * 4096;
         let mut seq = 0u64;
         while start.elapsed() < hold {
+            if convert_at.is_some_and(|at| start.elapsed() >= at) {
+                convert_at = None;
+                if let Holding::Lease(lease) = &mut held {
+                    let to = !shared;
+                    let result = lease.convert(to);
+                    let rv = match &result {
+                        Ok(()) => 0,
+                        Err(e) => e.code().unwrap_or(i32::MIN),
+                    };
+                    let to_mode = if to { "sh" } else { "ex" };
+                    note(
+                        &a.log,
+                        &a.host,
+                        &res,
+                        "convert",
+                        &format!("lver={lver} mode={to_mode} rv={rv}"),
+                    );
+                    if result.is_ok() {
+                        shared = to;
+                        mode = to_mode;
+                        lver = lease.token();
+                        note(
+                            &a.log,
+                            &a.host,
+                            &res,
+                            "grant",
+                            &format!("lver={lver} mode={mode} convert=1"),
+                        );
+                    }
+                }
+            }
             seq += 1;
             let text = format!(
                 "lockd-chaos host={} pid={} res={res} lver={lver} mode={mode} seq={seq}\n",
@@ -261,6 +322,23 @@ impl Holding {
             }
         }
     }
+}
+
+/// REQUEST for `spec` at the next lease version with force mode `force`: the daemon's
+/// answer (0, or a negative errno), or None when it could not be asked.
+fn request(spec: &LeaseSpec, force: u32) -> Option<i32> {
+    let r = spec.resource(false).ok()?;
+    let mut c = client_lib::Client::connect(&client_lib::default_run_dir()).ok()?;
+    let (h, _) = c
+        .call(
+            client_lib::proto::SM_CMD_REQUEST,
+            client_lib::proto::SANLK_REQUEST_NEXT_LVER,
+            force,
+            0,
+            &r.encode(),
+        )
+        .ok()?;
+    Some(h.result())
 }
 
 /// sanlock's own protocol: a registered connection acquires (retried on a busy lease

@@ -5,9 +5,11 @@ from what the storage saw.
 Built on vmbed.py (its guests, tgt relays, ganesha, watchdog events and timeline). Three
 guests join one lockspace; on each, `--clients` workload processes (`lockd-witness
 client`, tests/src/chaos_client.rs) take the lockspace's `--resources` resource leases
-exclusive or shared, with and without a timeout, and while they hold one write a stamp
-`host pid res lver mode seq` to that resource's own 4 KiB data block with O_DIRECT. They
-are not cooperative: after a loss notice they keep writing until killed.
+exclusive or shared, with and without a timeout, some converting to the other mode half-way
+and some asking a busy lease's holder for it with REQUEST (graceful or forced), and while
+they hold one write a stamp `host pid res lver mode seq` to that resource's own 4 KiB data
+block with O_DIRECT. They are not cooperative: after a loss notice they keep writing until
+killed.
 
 The nemesis draws its whole schedule from the seed before it starts (same seed, same
 schedule): at random moments a random fault on a random guest — holder, waiter or
@@ -24,10 +26,12 @@ fault start and end, guest reset — is kept as JSON lines with host-clock times
 since the bed started). The checker judges it alone, never what lockd says of itself:
 
 1. exclusion as the storage saw it: no write under a lower lver seen after a write or a
-   grant under a higher one of the same resource, when either of the two is exclusive;
+   grant under a higher one of the same resource, when either of the two is exclusive
+   (a holder's own writes are not judged against its own convert);
 2. tokens: no two exclusive grants of a resource with the same lver;
 3. every holder killed (SIGTERM) for a lease got a loss notice first;
-4. no healthy host fenced, reset, its lockspace failed or its holders killed: a guest none
+4. no healthy host fenced, reset, its lockspace failed or its holders killed (but for a
+   holder whose lease another client asked for with REQUEST): a guest none
    of whose faults (nor a global one) was running, or had just ended (grace: host_dead +
    20 s after the heal, for consequences that come late);
 5. liveness: after the last fault heals, every guest rejoins and every resource is
@@ -114,7 +118,8 @@ class ChaosWitness(vb.Witness):
         kv = dict(p.split("=", 1) for p in line.split() if "=" in p)
         ev = kv.get("event", "?")
         rec = {"guest": guest, "event": ev}
-        for k in ("pid", "res", "lver", "mode", "reason", "victim", "why", "errno", "trusted"):
+        for k in ("pid", "res", "lver", "mode", "reason", "victim", "why", "errno", "trusted",
+                  "force_mode", "rv", "convert"):
             if k in kv:
                 rec[k] = int(kv[k]) if k in ("pid", "lver", "victim") and kv[k].isdigit() else kv[k]
         self.history.add("event", t, **rec)
@@ -579,8 +584,10 @@ def check(bed: ChaosBed, faults: list[Fault], healed_at: float, probe_end: float
         return cur is None or r["lver"] > cur["lver"] or (r["lver"] == cur["lver"] and r["mode"] == "ex")
 
     def stale(r: dict, cur: dict | None, margin: float) -> bool:
-        return (cur is not None and r["lver"] < cur["lver"] and "ex" in (r["mode"], cur["mode"])
-                and r["t"] > cur["t"] + margin)
+        # One holder's own writes after its convert are not judged against its own grant.
+        same_holder = cur is not None and (cur["guest"], cur.get("pid")) == (r["guest"], r["pid"])
+        return (cur is not None and not same_holder and r["lver"] < cur["lver"]
+                and "ex" in (r["mode"], cur["mode"]) and r["t"] > cur["t"] + margin)
 
     reported: set[tuple[str, int, int]] = set()
     for what, r in seq:
@@ -618,17 +625,19 @@ def check(bed: ChaosBed, faults: list[Fault], healed_at: float, probe_end: float
                                 f"{other.get('pid')} ({other['mode']}) and {r['guest']} pid {r.get('pid')} ({r['mode']})")
         seen.setdefault(key, r)
 
-    # 3. and 4. Kills: a notice first; and only on a faulty host.
-    noticed: set[tuple[str, int]] = set()
+    # 3. and 4. Kills: a notice first; and only on a faulty host, or of a holder another
+    # client asked for the lease with REQUEST (its notice says `requested`).
+    noticed: dict[tuple[str, int], str] = {}
     for r in events:
         key = (r["guest"], r.get("pid", -1))
         if r["event"] == "notice":
-            noticed.add(key)
+            noticed[key] = str(r.get("reason", ""))
         elif r["event"] == "sigterm" and "lver" in r and r["t"] < stop_t:
             if key not in noticed and bed.guests[idx(r["guest"])].kind != "sanlock":
                 v.violations.append(f"kill before notice: {r['guest']} pid {r.get('pid')} got SIGTERM holding "
                                     f"{r['res']} lver {r['lver']} at {r['t']:.2f}s with no loss notice before")
-            if not bed.faulty(idx(r["guest"]), r["t"]):
+            requested = noticed.get(key, "").startswith("requested")
+            if not requested and not bed.faulty(idx(r["guest"]), r["t"]):
                 v.false_fences.append(f"{r['guest']}: holder pid {r.get('pid')} killed at {r['t']:.2f}s "
                                       "with no fault of its own")
         elif r["event"] in ("fenced-self", "lockspace-failed") and not bed.faulty(idx(r["guest"]), r["t"]):

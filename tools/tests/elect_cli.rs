@@ -457,6 +457,24 @@ fn rust_lease_api_tokens_loss_and_release() {
         }
     };
     assert!(second.token() > t1, "{} then {}", t1, second.token());
+    // Convert to shared and back: the exclusive convert commits a newer version, and the
+    // token follows it; a shared holder beside us would make the way back refused.
+    let mut second = second;
+    let t2 = second.token();
+    second.convert(true).expect("convert to shared");
+    assert!(second.is_shared());
+    let t_shared = second.token();
+    assert!(
+        t_shared >= t2,
+        "shared at {t_shared} after exclusive at {t2}"
+    );
+    second.convert(false).expect("convert back to exclusive");
+    assert!(!second.is_shared());
+    assert!(
+        second.token() > t_shared,
+        "exclusive again at {} after {t_shared}",
+        second.token()
+    );
     // Loss notices of the Rust API are exercised through `lockd elect` (which is built
     // on it) here and in elect_bed.rs: a lease held by this test process would have the
     // daemon's kill escalation aimed at the test runner itself.

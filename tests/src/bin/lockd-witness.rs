@@ -7,7 +7,7 @@
 //! lockd-witness check --log L
 //! lockd-witness client --log L --host H --client N --seed S --resources SPEC,SPEC…
 //!                      --data PATH --data-base BYTES [--shared-percent 20] [--beat-ms 100]
-//!                      [--plain]
+//!                      [--convert-percent 10] [--request-percent 10] [--plain]
 //! ```
 //! `hold` runs as the registered holder (`lockd acquire -r R -- lockd-witness hold …`):
 //! it asks the daemon which lver it holds (INQUIRE of its own pid), logs `start`, then a
@@ -177,6 +177,8 @@ fn main() -> Result<()> {
                 data_base: num("--data-base", None)?,
                 shared_percent: num("--shared-percent", Some(20))?,
                 beat_ms: num("--beat-ms", Some(100))?,
+                convert_percent: num("--convert-percent", Some(10))?,
+                request_percent: num("--request-percent", Some(10))?,
                 plain: args.iter().any(|a| a == "--plain"),
             })
         }
