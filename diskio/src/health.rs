@@ -8,8 +8,9 @@
 //! - a path's `overdue` count is the number of its I/Os whose caller gave up and whose
 //!   completion has not arrived; each [`IoTicket`] adds at most one and takes it back at
 //!   its completion, whichever of the two comes first (a three-state atomic decides);
-//! - an I/O that completed without a timeout ends the path's cool-down; an overdue I/O
-//!   still in the kernel keeps the path [`sick`](PathHealth::sick) whatever else happens;
+//! - an I/O that completed before its caller gave up ends the path's cool-down; an
+//!   overdue I/O still in the kernel keeps the path [`sick`](PathHealth::sick) whatever
+//!   else happens;
 //! - entries are keyed by the path as the caller named it: two names of one device are
 //!   two entries, which can only make a skip rarer, never wrongly skip a path that has
 //!   not timed out.
@@ -121,14 +122,16 @@ impl IoTicket {
     }
 
     /// The engine saw the I/O's completion; `timed_out` when the kernel cancelled it at
-    /// its deadline.
+    /// its deadline. Only an I/O that completed before its caller gave up ends the
+    /// path's cool-down: one that came back late says the path is slow.
     pub fn finished(&self, timed_out: bool, timeout: Duration) {
-        if self.state.swap(DONE, Ordering::SeqCst) == GIVEN_UP {
+        let given_up = self.state.swap(DONE, Ordering::SeqCst) == GIVEN_UP;
+        if given_up {
             self.path.overdue.fetch_sub(1, Ordering::SeqCst);
         }
         if timed_out {
             self.path.timed_out(timeout);
-        } else {
+        } else if !given_up {
             self.path.answered();
         }
     }
@@ -148,6 +151,15 @@ mod tests {
         assert!(h.sick());
         t.finished(false, Duration::from_millis(1));
         assert_eq!(h.overdue(), 0);
+        std::thread::sleep(Duration::from_millis(COOL_DOWN_TIMEOUTS + 5));
+        assert!(!h.sick(), "overdue no more, and cooled down");
+        // A late completion does not end a cool-down; one in time does.
+        let late = IoTicket::new(h.clone());
+        late.give_up(Duration::from_secs(1));
+        late.finished(false, Duration::from_secs(1));
+        assert_eq!(h.overdue(), 0);
+        assert!(h.sick(), "a late completion keeps the cool-down");
+        IoTicket::new(h.clone()).finished(false, Duration::from_secs(1));
         assert!(!h.sick(), "an in-time completion ends the cool-down");
     }
 
