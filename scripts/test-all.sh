@@ -101,8 +101,8 @@ bash scripts/test-trixie.sh
 step "deterministic simulation (lease-core, and the whole daemon: lockd-core)"
 bash scripts/sim.sh
 
-step "fencing scenarios on the multi-host test bed"
-bash scripts/testbed.sh
+step "fencing scenarios on the multi-host test bed (lockd hosts; --long adds the sanlock-host one)"
+bash scripts/testbed.sh --part lockd
 step "virtual-machine bed, CI subset (QEMU guests, tgt iSCSI, ganesha NFS, i6300esb watchdog)"
 bash scripts/vmbed.sh --ci
 step "virtual-machine bed on Debian unstable's kernel: pr-kill-daemon on NVMe/TCP (nvmet with reservations in a storage guest, the block PR ioctls)"
@@ -122,6 +122,8 @@ if [ "$long" = 1 ]; then
     LOCKD_VMBED_GUEST_KERNEL=sid bash scripts/vmbed.sh pr-kill-daemon
     step "long: tgt with guests on Debian 13's kernel (no block PR read ioctls: SG_IO)"
     LOCKD_VMBED_GUEST_KERNEL=trixie bash scripts/vmbed.sh pr-kill-daemon pr-cut-storage
+    step "long: the multi-host test bed on sanlock 3.8 hosts armed through lockd's wdmd"
+    bash scripts/testbed.sh --part sanlock
     step "long: chaos runs in each mode, and each planted bug caught"
     bash scripts/chaos-long.sh
 fi
