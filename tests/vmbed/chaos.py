@@ -607,13 +607,22 @@ def check(bed: ChaosBed, faults: list[Fault], healed_at: float, probe_end: float
         elif higher(r, top_g.get(res)):
             top_g[res] = r
 
-    # 2. Tokens: an exclusive grant's lver is its own.
+    # 2. Tokens: an exclusive grant's lver is its own — until its holder converts it to
+    # shared, after which other shared holders join it at that lver (a convert to
+    # exclusive commits a new one).
     seen: dict[tuple[str, int], dict] = {}
+    to_shared: dict[tuple[str, int], float] = {}
     for r in events:
         if r["event"] != "grant" or "lver" not in r:
             continue
         key = (r["res"], r["lver"])
         other = seen.get(key)
+        if r.get("convert") and r["mode"] == "sh" and other is not None and other["mode"] == "ex" and \
+                (other["guest"], other.get("pid")) == (r["guest"], r.get("pid")):
+            to_shared.setdefault(key, r["t"])
+            continue
+        if other is not None and other["mode"] == "ex" and r["mode"] == "sh" and to_shared.get(key, r["t"] + 1) <= r["t"]:
+            continue
         # Two grants on one sanlock guest are not compared: sanlock 3.8.5's INQUIRE has
         # shown the same lver for two successive exclusive acquires by its host (its
         # released leader taken back; docs/testing.md).
