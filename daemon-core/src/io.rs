@@ -69,6 +69,17 @@ pub struct SpacePlace {
     pub offset: u64,
 }
 
+/// A lockspace the shell is adding ([`Input::ListSpace`]): listed under `id`, with its
+/// delta leases at `place` and its host monitor.
+#[derive(Debug, Clone)]
+pub struct SpaceListing {
+    pub id: u32,
+    pub name: Name,
+    pub place: SpacePlace,
+    pub io_timeout_s: u64,
+    pub monitor: HostMonitor,
+}
+
 /// Why the core refused to list a lockspace the shell is adding (ADD_LOCKSPACE's
 /// admission, [`Input::ListSpace`]); the shell maps each to sanlock's code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -513,17 +524,10 @@ pub enum Input<S, H> {
     /// A `--for-pid` slot whose ACQUIRE failed goes (the core gave back what it took).
     /// Answered [`Answer::PidClientDropped`].
     DropFailedPidClient { ci: u32 },
-    /// ADD_LOCKSPACE's admission, then the listing of lockspace `name` under `id`, with
-    /// its delta leases at `place` and its host monitor (sanlock's `add_lockspace_start`
-    /// checks; listed as by [`Core::add_space`](crate::Core::add_space)).
-    /// Answered [`Answer::Listed`].
-    ListSpace {
-        id: u32,
-        name: Name,
-        place: SpacePlace,
-        io_timeout_s: u64,
-        monitor: HostMonitor,
-    },
+    /// ADD_LOCKSPACE's admission, then the listing (sanlock's `add_lockspace_start`
+    /// checks; listed as by [`Core::add_space`](crate::Core::add_space)). Answered
+    /// [`Answer::Listed`].
+    ListSpace(SpaceListing),
     /// SET_LVB: the value block of held lease `key` ([`LeaseHold::set_lvb`](crate::LeaseHold::set_lvb)).
     /// Answered [`Answer::LvbSet`].
     SetLvb { key: Key, lvb: Vec<u8> },

@@ -65,7 +65,7 @@ pub use clients::{
 };
 pub use io::{
     Answer, CoreReply, CoreRequest, DiskOp, Effect, HeldLease, Input, JoinedLease, LeaseTimes,
-    ListRefused, OpId, ReqKind, ResSpec, SpacePlace, StatusSummary,
+    ListRefused, OpId, ReqKind, ResSpec, SpaceListing, SpacePlace, StatusSummary,
 };
 pub use kill::examined_lease;
 pub use refusal::Refusal;

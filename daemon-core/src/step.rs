@@ -403,13 +403,9 @@ impl<S, H: LeaseHold> Core<S, H> {
                 lver,
                 force_mode,
             } => fx = self.examined(&ls, &name, lver, force_mode),
-            Input::KillpathEnded { pid, status } => {
-                self.tables.killpath_ended(pid, &status);
-            }
+            Input::KillpathEnded { pid, status } => self.tables.killpath_ended(pid, &status),
             Input::ReleaseTokens { ci, tokens, dying } => {
-                for t in &tokens {
-                    self.release_token(ci, t, dying, None, None, &mut fx);
-                }
+                self.release_tokens(ci, &tokens, dying, &mut fx);
             }
             Input::ReleaseOrphans { ls, name } => {
                 self.release_orphans(&ls, &name, &mut fx);
@@ -422,13 +418,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             } => self.set_config(id, used_by_orphans, external_used),
             Input::LockspaceEnded { id } => self.lockspace_ended(id, &mut fx),
             Input::Shutdown => self.remove_all(&mut fx),
-            Input::WatchTick => {
-                if !self.watches.is_empty() {
-                    fx.push(Effect::WatchBeats {
-                        beats: self.watches.beats(&self.tables.clients),
-                    });
-                }
-            }
+            Input::WatchTick => self.watch_tick(&mut fx),
             Input::WatchDropped { ci } => {
                 self.watches.end(ci);
             }
@@ -441,23 +431,24 @@ impl<S, H: LeaseHold> Core<S, H> {
             Input::StartCommand(target) => fx.push(self.start_command(target)),
             Input::FinishCommand { target } => fx.push(self.finish_command(target)),
             Input::AddPidClient { pid, uid, killpath } => {
-                fx.push(self.add_pid_client(pid, uid, killpath));
+                fx.push(self.pid_slot(pid, uid, killpath))
             }
             Input::DropFailedPidClient { ci } => fx.push(self.drop_failed_pid_client(ci)),
-            Input::ListSpace {
-                id,
-                name,
-                place,
-                io_timeout_s,
-                monitor,
-            } => {
-                let listed = self.list_space(id, name, place, io_timeout_s, monitor);
-                fx.push(Effect::Answer(crate::io::Answer::Listed(listed)));
-            }
+            Input::ListSpace(listing) => fx.push(self.list_space(listing)),
             Input::SetLvb { key, lvb } => fx.push(self.set_lvb(&key, &lvb)),
         }
         self.after_step(&mut fx);
         fx
+    }
+
+    /// [`Input::WatchTick`]: a heartbeat for every watch connection (none when no watch
+    /// is open).
+    fn watch_tick(&self, fx: &mut Vec<Effect<H>>) {
+        if !self.watches.is_empty() {
+            fx.push(Effect::WatchBeats {
+                beats: self.watches.beats(&self.tables.clients),
+            });
+        }
     }
 
     /// Takes `now_s` as the step's time; panics when it is earlier than the last step's.

@@ -275,16 +275,13 @@ impl<S, H: LeaseHold> Tables<S, H> {
 
     /// The helper reported how a killpath run for process `pid` ended (`exit:N`,
     /// `signal:N`, `noexec:ERRNO`): kept on each of its clients that set a killpath, for
-    /// STATUS. Returns how many slots took it.
-    pub(crate) fn killpath_ended(&mut self, pid: i32, status: &str) -> usize {
-        let mut noted = 0;
+    /// STATUS.
+    pub(crate) fn killpath_ended(&mut self, pid: i32, status: &str) {
         for c in self.clients.slots.values_mut() {
             if c.pid == pid && c.killpath.is_some() {
                 c.killpath_status = Some(status.to_string());
-                noted += 1;
             }
         }
-        noted
     }
 
     /// How client `ci`'s acquire of `key` ended, for STATUS's `waiting=`: a registered

@@ -166,7 +166,7 @@ impl Daemon {
         let mut monitor =
             HostMonitor::new(space.host_id, u64::from(self.cfg.watchdog_fire_timeout_s));
         monitor.set_read_known_hosts(!self.cfg.read_all_dblocks);
-        let input = lockd_core::Input::ListSpace {
+        let input = lockd_core::Input::ListSpace(lockd_core::SpaceListing {
             id: space.space_id,
             name: space.name,
             place: lockd_core::SpacePlace {
@@ -176,7 +176,7 @@ impl Daemon {
             },
             io_timeout_s: u64::from(space.io_timeout),
             monitor,
-        };
+        });
         let lockd_core::Answer::Listed(listed) = core.answer(input) else {
             unreachable!("ListSpace is answered Listed")
         };

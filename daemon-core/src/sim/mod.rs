@@ -542,11 +542,7 @@ impl Sim {
                 now,
                 format!("host{h}: a fence pass in a lockspace not fenced"),
             ),
-            // The shell's own inputs are stepped where their answer is read (`send_cmd`).
-            Effect::Answer(a) => self.checker.borrow_mut().violate(
-                now,
-                format!("host{h}: an answer {a:?} to an input that has none"),
-            ),
+            Effect::Answer(a) => panic!("host{h}: {a:?} answers no input of `Sim::input`"),
             Effect::RequestNotice {
                 name,
                 force_mode,

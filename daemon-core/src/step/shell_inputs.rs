@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 use disk_format::Name;
 use lease_core::monitor::HostMonitor;
 
-use crate::clients::{KillPath, LeaseHold};
-use crate::io::{Answer, Effect, ListRefused, SpacePlace};
+use crate::clients::{ClientToken, KillPath, LeaseHold};
+use crate::io::{Answer, Effect, ListRefused, SpaceListing, SpacePlace};
 use crate::space_state::{Phase, SpaceSt};
 use crate::tables::{CommandTarget, Key};
 
@@ -38,20 +38,23 @@ impl<S, H: LeaseHold> Core<S, H> {
     /// at the same place, or at another place — or another name on the same disk area
     /// (path and offset), in the order they were added (sanlock's `add_lockspace_start`
     /// checks). Otherwise listed as by [`Core::add_space`].
-    pub(super) fn list_space(
-        &mut self,
-        id: u32,
-        name: Name,
-        place: SpacePlace,
-        io_timeout_s: u64,
-        monitor: HostMonitor,
-    ) -> Result<(), ListRefused> {
+    pub(super) fn list_space(&mut self, l: SpaceListing) -> Effect<H> {
+        let admitted = self.admission(&l.name, &l.place);
+        if admitted.is_ok() {
+            self.insert_listed(l.id, l.name, Some(l.place), l.io_timeout_s, l.monitor);
+        }
+        Effect::Answer(Answer::Listed(admitted))
+    }
+
+    /// Whether lockspace `name` may be listed with its delta leases at `place`
+    /// ([`Core::list_space`]).
+    fn admission(&self, name: &Name, place: &SpacePlace) -> Result<(), ListRefused> {
         for s in self.spaces.iter().filter(|s| !s.st.gone) {
             let same_disk = s
                 .place
                 .as_ref()
                 .is_some_and(|p| p.path == place.path && p.offset == place.offset);
-            if s.name.same_as(&name) {
+            if s.name.same_as(name) {
                 let identical =
                     same_disk && s.place.as_ref().map(|p| p.host_id) == Some(place.host_id);
                 return Err(match s.st.phase {
@@ -65,7 +68,6 @@ impl<S, H: LeaseHold> Core<S, H> {
                 return Err(ListRefused::DiskAreaTaken);
             }
         }
-        self.insert_listed(id, name, Some(place), io_timeout_s, monitor);
         Ok(())
     }
 
@@ -117,14 +119,24 @@ impl<S, H: LeaseHold> Core<S, H> {
     }
 
     /// [`crate::Input::AddPidClient`].
-    pub(super) fn add_pid_client(
-        &mut self,
-        pid: i32,
-        uid: u32,
-        killpath: Option<KillPath>,
-    ) -> Effect<H> {
+    pub(super) fn pid_slot(&mut self, pid: i32, uid: u32, killpath: Option<KillPath>) -> Effect<H> {
         let added = self.tables.add_pid_client(pid, uid, killpath);
         Effect::Answer(Answer::PidClientAdded(added))
+    }
+
+    /// [`crate::Input::ReleaseTokens`]: each token the shell took from client `ci` is
+    /// released (a disk release for the last holder's; an orphan when `dying` and
+    /// persistent).
+    pub(super) fn release_tokens(
+        &mut self,
+        ci: u32,
+        tokens: &[ClientToken],
+        dying: bool,
+        fx: &mut Vec<Effect<H>>,
+    ) {
+        for t in tokens {
+            self.release_token(ci, t, dying, None, None, fx);
+        }
     }
 
     /// [`crate::Input::DropFailedPidClient`].
