@@ -296,7 +296,8 @@ mod tests {
         space
     }
 
-    /// A registered client `pid` holding lease `key` exclusive, acquired at `t`.
+    /// A registered client `pid` holding lease `key` exclusive, acquired through the
+    /// core's steps at `t` (or the clock's time, when later).
     fn hold(d: &Daemon, pid: i32, key: (Name, Name), t: u64) {
         let now = || crate::clock::now_s().max(t);
         let mut core = lock(&d.core);
