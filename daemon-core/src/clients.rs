@@ -42,7 +42,7 @@ pub struct FsCreds {
 }
 
 /// One resource held by one client.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientToken {
     pub token_id: u32,
     pub ls: Name,
@@ -252,6 +252,12 @@ pub struct LocalRes<H> {
 pub trait LeaseHold: Clone + Default + std::fmt::Debug {
     /// The lease version held (0 before the disk acquire ends).
     fn lver(&self) -> u64;
+    /// SET_LVB: replaces the start of the lease's value block with `data`; `None` when
+    /// this state has no lease to set it in (the daemon's: no lease-core token; a hold
+    /// type with no value block, as the tests' and the simulator's, by default).
+    fn set_lvb(&mut self, _data: &[u8]) -> Option<Result<(), lease_core::LeaseError>> {
+        None
+    }
 }
 
 #[cfg(test)]

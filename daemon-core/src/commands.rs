@@ -722,15 +722,7 @@ impl<S, H: LeaseHold> Core<S, H> {
             (Ok(lver), spec) => {
                 // Held on disk, but its lockspace was lost meanwhile (or the
                 // command is gone): give it back.
-                let spec = spec.unwrap_or(ResSpec {
-                    ls: key.0,
-                    name: key.1,
-                    shared: false,
-                    persistent: false,
-                    disks: Vec::new(),
-                    lver: None,
-                    new_num_hosts: None,
-                });
+                let spec = spec.unwrap_or(ResSpec::exclusive(key));
                 let t = self.token(&spec, lver, now_s);
                 self.release_token(ci, &t, false, None, None, fx);
                 self.acquire_failed(now_s, ci, -ENOSPC, fx);

@@ -19,7 +19,9 @@ use crate::clients::{ClientToken, KillPath, Refused};
 use crate::events::HostEvent;
 use crate::fencing::{FenceAction, FenceVerdict, KeysRead, PeerFenceOutcome};
 use crate::space_state::RenewalRec;
-use crate::tables::Key;
+use crate::tables::{CommandTarget, Key};
+use lease_core::monitor::HostMonitor;
+use lease_core::LeaseError;
 
 /// The id of one disk operation the core asked for ([`Effect::Disk`]); its completion
 /// comes back as [`Input::DiskDone`] with the same id.
@@ -58,6 +60,42 @@ pub struct StatusSummary {
     pub clients: usize,
 }
 
+/// Where a lockspace the shell lists keeps its delta leases: our host_id and the disk
+/// area (path and offset) ADD_LOCKSPACE named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpacePlace {
+    pub host_id: u64,
+    pub path: String,
+    pub offset: u64,
+}
+
+/// A lockspace the shell is adding ([`Input::ListSpace`]): listed under `id`, with its
+/// delta leases at `place` and its host monitor.
+#[derive(Debug, Clone)]
+pub struct SpaceListing {
+    pub id: u32,
+    pub name: Name,
+    pub place: SpacePlace,
+    pub io_timeout_s: u64,
+    pub monitor: HostMonitor,
+}
+
+/// Why the core refused to list a lockspace the shell is adding (ADD_LOCKSPACE's
+/// admission, [`Input::ListSpace`]); the shell maps each to sanlock's code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListRefused {
+    /// A lockspace of that name is being removed (-EAGAIN: it may be added once gone).
+    BeingRemoved,
+    /// The same lockspace (name, host_id, disk) is being added (-EINPROGRESS).
+    BeingAdded,
+    /// The same lockspace is joined already (-EEXIST).
+    Joined,
+    /// A lockspace of that name is here with another host_id or disk (-EINVAL).
+    OtherPlace,
+    /// Another lockspace keeps its delta leases on that disk area (-EINVAL).
+    DiskAreaTaken,
+}
+
 /// One lease to acquire: `sanlk_resource` as the core needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResSpec {
@@ -77,6 +115,20 @@ pub struct ResSpec {
 impl ResSpec {
     pub fn key(&self) -> Key {
         (self.ls, self.name)
+    }
+
+    /// Lease `key`, exclusive and not persistent, with no disks named and nothing
+    /// required of its version or host count.
+    pub fn exclusive(key: Key) -> ResSpec {
+        ResSpec {
+            ls: key.0,
+            name: key.1,
+            shared: false,
+            persistent: false,
+            disks: Vec::new(),
+            lver: None,
+            new_num_hosts: None,
+        }
     }
 }
 
@@ -353,7 +405,7 @@ pub enum Input<S, H> {
     /// A request arrived on connection `ci`.
     Request { ci: u32, req: CoreRequest },
     /// A lease command (RELEASE, CONVERT, INQUIRE, ACQUIRE) for client `target`, whose
-    /// command the shell has begun itself (`Tables::start_command` with the header's
+    /// command the shell has begun itself ([`Input::StartCommand`], with the header's
     /// target rules — another client by pid, a connection-less slot — before reading the
     /// payload, as sanlock does). The core runs it as a `Request`'s, ends the command
     /// (`finish_command`) when it answers, and releases then the leases of a client
@@ -445,6 +497,40 @@ pub enum Input<S, H> {
     /// The shell could not write to watch connection `ci` (within its write timeout):
     /// the watch ends; the connection itself stays until it closes.
     WatchDropped { ci: u32 },
+    /// A command `cmd` arrived on connection `ci` (STATUS shows it as `cmd_last`). No
+    /// effect.
+    NoteCommand { ci: u32, cmd: u32 },
+    /// RESTRICT: connection `ci`'s restriction flags. No effect.
+    SetRestrict { ci: u32, flags: u32 },
+    /// KILLPATH: the program run for client `ci` before it is signalled. Answered
+    /// [`Answer::KillpathSet`].
+    SetKillpath { ci: u32, killpath: KillPath },
+    /// The shell begins a registered-client command on the client its header names
+    /// (before reading the payload, as sanlock does; the tables' `start_command`).
+    /// Answered [`Answer::CommandStarted`]; the command then goes to the core as
+    /// [`Input::Command`], or the shell ends it with [`Input::FinishCommand`].
+    StartCommand(CommandTarget),
+    /// The shell ends the command it began on client `target` and did not hand to the
+    /// core. Answered [`Answer::CommandFinished`]: the tokens of a client that died
+    /// meanwhile, for the shell to release as a dead holder's ([`Input::ReleaseTokens`]).
+    FinishCommand { target: u32 },
+    /// `lockd acquire --for-pid`: a connection-less client slot for process `pid` of
+    /// `uid`, registered and with an ACQUIRE running. Answered [`Answer::PidClientAdded`].
+    AddPidClient {
+        pid: i32,
+        uid: u32,
+        killpath: Option<KillPath>,
+    },
+    /// A `--for-pid` slot whose ACQUIRE failed goes (the core gave back what it took).
+    /// Answered [`Answer::PidClientDropped`].
+    DropFailedPidClient { ci: u32 },
+    /// ADD_LOCKSPACE's admission, then the listing (sanlock's `add_lockspace_start`
+    /// checks; listed as by [`Core::add_space`](crate::Core::add_space)). Answered
+    /// [`Answer::Listed`].
+    ListSpace(SpaceListing),
+    /// SET_LVB: the value block of held lease `key` ([`LeaseHold::set_lvb`](crate::LeaseHold::set_lvb)).
+    /// Answered [`Answer::LvbSet`].
+    SetLvb { key: Key, lvb: Vec<u8> },
 }
 
 /// What the shell is to do, in the order given.
@@ -548,9 +634,45 @@ pub enum Effect<H> {
     },
     /// Close connection `ci`.
     Close { ci: u32 },
+    /// The value of one of the shell's own inputs (the step's only effect), for the
+    /// shell that stepped it.
+    Answer(Answer),
     /// What the daemon is doing changed since the last tick that gave one (the first
     /// tick always gives one): the shell's sd_notify `STATUS=` line.
     Status(StatusSummary),
+}
+
+/// What the core answers the shell's own inputs that have a value ([`Effect::Answer`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// [`Input::StartCommand`]: the client the command runs on, or sanlock's code
+    /// (-ESRCH, -EBUSY, -EPERM).
+    CommandStarted(Result<u32, i32>),
+    /// [`Input::FinishCommand`]: the tokens of a client that died during the command.
+    CommandFinished(Option<Vec<ClientToken>>),
+    /// [`Input::SetKillpath`]: the client's pid, or `None` when its slot is gone.
+    KillpathSet(Option<i32>),
+    /// [`Input::AddPidClient`]: the new slot, or -EEXIST, -EMFILE.
+    PidClientAdded(Result<u32, i32>),
+    /// [`Input::DropFailedPidClient`]: -EBUSY (the slot kept) while it holds a token.
+    PidClientDropped(Result<(), i32>),
+    /// [`Input::ListSpace`]: listed, or why not (nothing listed).
+    Listed(Result<(), ListRefused>),
+    /// [`Input::SetLvb`]: `None` when the lease is not held here (or holds no value
+    /// block state), else lease-core's result.
+    LvbSet(Option<Result<(), LeaseError>>),
+}
+
+impl Answer {
+    /// The value of a step of one of the shell's own inputs: its one effect, an
+    /// [`Effect::Answer`]. Panics on anything else (those inputs give nothing else).
+    pub fn of<H: std::fmt::Debug>(fx: Vec<Effect<H>>) -> Answer {
+        match <[Effect<H>; 1]>::try_from(fx) {
+            Ok([Effect::Answer(a)]) => a,
+            Ok([other]) => panic!("a shell input was answered with {other:?}"),
+            Err(fx) => panic!("a shell input gave {} effects: {fx:?}", fx.len()),
+        }
+    }
 }
 
 /// One order of a kill pass, for the shell to carry out.

@@ -64,14 +64,11 @@ pub use clients::{
     MAX_CLIENTS, MAX_CLIENTS_PER_UID, ROOT_RESERVED_SLOTS,
 };
 pub use io::{
-    CoreReply, CoreRequest, DiskOp, Effect, HeldLease, Input, JoinedLease, LeaseTimes, OpId,
-    ReqKind, ResSpec, StatusSummary,
+    Answer, CoreReply, CoreRequest, DiskOp, Effect, HeldLease, Input, JoinedLease, LeaseTimes,
+    ListRefused, OpId, ReqKind, ResSpec, SpaceListing, SpacePlace, StatusSummary,
 };
 pub use kill::examined_lease;
 pub use refusal::Refusal;
-pub use step::{
-    release_wait_s, Core, CorePlantedBug, ListRefused, SpacePlace, CHEAP_CHECK_RESOURCES,
-    MAX_GONE_SPACES,
-};
+pub use step::{release_wait_s, Core, CorePlantedBug, CHEAP_CHECK_RESOURCES, MAX_GONE_SPACES};
 pub use tables::{AcquireStart, CommandTarget, Key, ReleaseStart, Tables};
 pub use watches::{WatchBeat, WatchRefused, WatchTo, Watches, MAX_WATCHES};

@@ -41,7 +41,7 @@ use lease_core::timeouts;
 
 use crate::clients::LeaseHold;
 use crate::fencing::FenceSt;
-use crate::io::{Effect, Input, LeaseTimes, OpId, StatusSummary};
+use crate::io::{Effect, Input, LeaseTimes, OpId, SpacePlace, StatusSummary};
 use crate::kill::examined_lease;
 use crate::pending::{AdminCmd, Cmd, OpFor, PendingRequest};
 use crate::space_state::{Phase, SpaceSt};
@@ -50,6 +50,7 @@ use crate::watches::Watches;
 
 mod expiry;
 mod lockspace_inputs;
+mod shell_inputs;
 
 use expiry::{expiry_pass, plant_examine_kills_lockspace, SpaceView};
 
@@ -70,7 +71,7 @@ pub struct CoreSpace {
     /// it alone.
     pub listed_by_shell: bool,
     /// Where its delta leases are (ADD_LOCKSPACE's host_id and disk), for the admission
-    /// of the next ([`Core::list_space`]); `None` for the core's own and in tests.
+    /// of the next ([`Input::ListSpace`]); `None` for the core's own and in tests.
     pub place: Option<SpacePlace>,
     /// What our renewals observed of the other hosts' delta leases (lease-core's
     /// monitor: owner liveness for the ballots, GET_HOSTS, fencing's suspects); changed
@@ -86,31 +87,6 @@ pub struct CoreSpace {
     /// host_id, at most [`crate::events::MAX_EVENT_HOST_ID`]): at most once per
     /// `set_bitmap_seconds` per requesting host.
     pub last_examine: BTreeMap<u64, u64>,
-}
-
-/// Where a lockspace the shell lists keeps its delta leases: our host_id and the disk
-/// area (path and offset) ADD_LOCKSPACE named.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpacePlace {
-    pub host_id: u64,
-    pub path: String,
-    pub offset: u64,
-}
-
-/// Why the core refused to list a lockspace the shell is adding (ADD_LOCKSPACE's
-/// admission, [`Core::list_space`]); the shell maps each to sanlock's code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListRefused {
-    /// A lockspace of that name is being removed (-EAGAIN: it may be added once gone).
-    BeingRemoved,
-    /// The same lockspace (name, host_id, disk) is being added (-EINPROGRESS).
-    BeingAdded,
-    /// The same lockspace is joined already (-EEXIST).
-    Joined,
-    /// A lockspace of that name is here with another host_id or disk (-EINVAL).
-    OtherPlace,
-    /// Another lockspace keeps its delta leases on that disk area (-EINVAL).
-    DiskAreaTaken,
 }
 
 /// A bug planted on purpose, to prove that the whole-daemon simulator catches it. The
@@ -272,86 +248,6 @@ impl<S, H: LeaseHold> Core<S, H> {
         }
     }
 
-    /// The shell lists a lockspace it is adding (its join runs in the shell): the core
-    /// keeps its status from now on, under `id`. The shell lists at most one lockspace of
-    /// a name that is not gone, and never an id twice (asserted: a broken invariant, not
-    /// input — the daemon checks ADD_LOCKSPACE's name under the same lock first). Before
-    /// the new entry, the oldest gone entries are pruned down to `MAX_GONE_SPACES - 1`,
-    /// so at most [`MAX_GONE_SPACES`] exist once this one has gone too.
-    pub fn add_space(&mut self, id: u32, name: Name, io_timeout_s: u64) {
-        let monitor = HostMonitor::new(0, self.watchdog_fire_s);
-        self.insert_listed(id, name, None, io_timeout_s, monitor);
-    }
-
-    /// ADD_LOCKSPACE's admission, then the listing: the shell is adding lockspace `name`
-    /// under `id`, with its delta leases at `place`. Refused, with nothing listed, when a
-    /// lockspace here (not gone) has that name — being removed, being added or joined
-    /// at the same place, or at another place — or another name on the same disk area
-    /// (path and offset), in the order they were added (sanlock's `add_lockspace_start`
-    /// checks). Otherwise listed as by [`Core::add_space`].
-    pub fn list_space(
-        &mut self,
-        id: u32,
-        name: Name,
-        place: SpacePlace,
-        io_timeout_s: u64,
-        monitor: HostMonitor,
-    ) -> Result<(), ListRefused> {
-        for s in self.spaces.iter().filter(|s| !s.st.gone) {
-            let same_disk = s
-                .place
-                .as_ref()
-                .is_some_and(|p| p.path == place.path && p.offset == place.offset);
-            if s.name.same_as(&name) {
-                let identical =
-                    same_disk && s.place.as_ref().map(|p| p.host_id) == Some(place.host_id);
-                return Err(match s.st.phase {
-                    Phase::Removing => ListRefused::BeingRemoved,
-                    Phase::Adding if identical => ListRefused::BeingAdded,
-                    Phase::Joined if identical => ListRefused::Joined,
-                    _ => ListRefused::OtherPlace,
-                });
-            }
-            if same_disk {
-                return Err(ListRefused::DiskAreaTaken);
-            }
-        }
-        self.insert_listed(id, name, Some(place), io_timeout_s, monitor);
-        Ok(())
-    }
-
-    fn insert_listed(
-        &mut self,
-        id: u32,
-        name: Name,
-        place: Option<SpacePlace>,
-        io_timeout_s: u64,
-        monitor: HostMonitor,
-    ) {
-        assert!(
-            self.space(&name).is_none() && self.spaces.iter().all(|s| s.id != id),
-            "lockspace {name:?} (id {id}) listed twice"
-        );
-        let gone = self.spaces.iter().filter(|s| s.st.gone).count();
-        let mut prune = gone.saturating_sub(MAX_GONE_SPACES - 1);
-        self.spaces.retain(|s| {
-            let drop_it = prune > 0 && s.st.gone;
-            prune -= usize::from(drop_it);
-            !drop_it
-        });
-        self.spaces.push(CoreSpace {
-            id,
-            name,
-            st: SpaceSt::default(),
-            io_timeout_s,
-            listed_by_shell: true,
-            place,
-            monitor,
-            fence: None,
-            last_examine: BTreeMap::new(),
-        });
-    }
-
     /// The host monitor of lockspace `id` (`None` once the core no longer keeps it), to
     /// read: the shell's ballots, GET_HOSTS and metrics read it under the core's lock.
     pub fn space_monitor(&self, id: u32) -> Option<&HostMonitor> {
@@ -507,13 +403,9 @@ impl<S, H: LeaseHold> Core<S, H> {
                 lver,
                 force_mode,
             } => fx = self.examined(&ls, &name, lver, force_mode),
-            Input::KillpathEnded { pid, status } => {
-                self.tables.killpath_ended(pid, &status);
-            }
+            Input::KillpathEnded { pid, status } => self.tables.killpath_ended(pid, &status),
             Input::ReleaseTokens { ci, tokens, dying } => {
-                for t in &tokens {
-                    self.release_token(ci, t, dying, None, None, &mut fx);
-                }
+                self.release_tokens(ci, &tokens, dying, &mut fx);
             }
             Input::ReleaseOrphans { ls, name } => {
                 self.release_orphans(&ls, &name, &mut fx);
@@ -526,22 +418,37 @@ impl<S, H: LeaseHold> Core<S, H> {
             } => self.set_config(id, used_by_orphans, external_used),
             Input::LockspaceEnded { id } => self.lockspace_ended(id, &mut fx),
             Input::Shutdown => self.remove_all(&mut fx),
-            Input::WatchTick => {
-                if !self.watches.is_empty() {
-                    fx.push(Effect::WatchBeats {
-                        beats: self.watches.beats(&self.tables.clients),
-                    });
-                }
-            }
+            Input::WatchTick => self.watch_tick(&mut fx),
             Input::WatchDropped { ci } => {
                 self.watches.end(ci);
             }
             Input::RequestWritten { op, result } => {
                 self.request_written(now_s, op, result, &mut fx);
             }
+            Input::NoteCommand { ci, cmd } => self.tables.note_command(ci, cmd),
+            Input::SetRestrict { ci, flags } => self.tables.set_restrict(ci, flags),
+            Input::SetKillpath { ci, killpath } => fx.push(self.set_killpath(ci, killpath)),
+            Input::StartCommand(target) => fx.push(self.start_command(target)),
+            Input::FinishCommand { target } => fx.push(self.finish_command(target)),
+            Input::AddPidClient { pid, uid, killpath } => {
+                fx.push(self.pid_slot(pid, uid, killpath))
+            }
+            Input::DropFailedPidClient { ci } => fx.push(self.drop_failed_pid_client(ci)),
+            Input::ListSpace(listing) => fx.push(self.list_space(listing)),
+            Input::SetLvb { key, lvb } => fx.push(self.set_lvb(&key, &lvb)),
         }
         self.after_step(&mut fx);
         fx
+    }
+
+    /// [`Input::WatchTick`]: a heartbeat for every watch connection (none when no watch
+    /// is open).
+    fn watch_tick(&self, fx: &mut Vec<Effect<H>>) {
+        if !self.watches.is_empty() {
+            fx.push(Effect::WatchBeats {
+                beats: self.watches.beats(&self.tables.clients),
+            });
+        }
     }
 
     /// Takes `now_s` as the step's time; panics when it is earlier than the last step's.

@@ -12,9 +12,10 @@
 //! matching `finish_*` transition; the unit tests below drive the same transitions with no
 //! daemon at all. Every change of a slot's fields is a transition too (`note_command`,
 //! `register_client`, `set_restrict`, `set_owner_name`, `set_killpath`, `killpath_ended`,
-//! `note_acquire_result`, `clear_waiting`, `change_held`); kill escalation's counters are changed by
-//! the core's kill decision (`crate::kill`). The daemon reads the tables but writes them
-//! only through these (`daemon/tests/module_graph.rs` fails on a direct write).
+//! `note_acquire_result`, `change_held`); kill escalation's counters are changed by
+//! the core's kill decision (`crate::kill`). The transitions are `pub(crate)`: only the
+//! core's step calls them, and the daemon, which reads the tables, changes them by
+//! stepping the core (`daemon/tests/module_graph.rs` fails on a direct write).
 //!
 //! Invariants, which [`Tables::check`] checks (the unit tests after every transition;
 //! the daemon, in debug builds, whenever it lets go of the tables lock):
@@ -106,7 +107,7 @@ impl<S, H: LeaseHold> Tables<S, H> {
     /// Resolves the client a registered-client command acts on and marks it active; a
     /// second command on the same client is refused with -EBUSY until
     /// [`Tables::finish_command`] (sanlock's `cmd_active`).
-    pub fn start_command(&mut self, t: CommandTarget) -> Result<u32, i32> {
+    pub(crate) fn start_command(&mut self, t: CommandTarget) -> Result<u32, i32> {
         let by_id = t.cmd_flags & SANLK_FOR_CLIENT_ID != 0 && t.cmd != SM_CMD_KILLPATH;
         let pid = i32::from_ne_bytes(t.data2.to_ne_bytes());
         let ci = if by_id {
@@ -144,7 +145,7 @@ impl<S, H: LeaseHold> Tables<S, H> {
     /// Ends the command [`Tables::start_command`] started on `target`. If the client died
     /// meanwhile, its slot goes and its tokens are returned, to be released as a dead
     /// holder's.
-    pub fn finish_command(&mut self, target: u32) -> Option<Vec<ClientToken>> {
+    pub(crate) fn finish_command(&mut self, target: u32) -> Option<Vec<ClientToken>> {
         let c = self.clients.slots.get_mut(&target)?;
         c.cmd_active = 0;
         if !c.pid_dead {
@@ -159,7 +160,7 @@ impl<S, H: LeaseHold> Tables<S, H> {
     /// goes. A registered client's slot goes and its tokens are returned (pid, tokens) to
     /// be released as a dead holder's — unless a command from another connection is
     /// running on it, which then ends it ([`Tables::finish_command`]).
-    pub fn client_ended(&mut self, ci: u32) -> Option<(i32, Vec<ClientToken>)> {
+    pub(crate) fn client_ended(&mut self, ci: u32) -> Option<(i32, Vec<ClientToken>)> {
         let c = self.clients.slots.get_mut(&ci)?;
         if !c.registered {
             self.clients.slots.remove(&ci);
@@ -179,7 +180,7 @@ impl<S, H: LeaseHold> Tables<S, H> {
     /// registered and with an ACQUIRE running until [`Tables::finish_command`]; -EEXIST
     /// when a registered client of that pid holds its own leases (two owners of one pid
     /// would confuse release and escalation), -EMFILE when no slot is free.
-    pub fn add_pid_client(
+    pub(crate) fn add_pid_client(
         &mut self,
         pid: i32,
         uid: u32,
@@ -201,7 +202,7 @@ impl<S, H: LeaseHold> Tables<S, H> {
     /// A `--for-pid` slot ([`Tables::add_pid_client`]) whose ACQUIRE failed goes, once the
     /// tokens it got were released; -EBUSY (and the slot kept, its command still active)
     /// if it still holds a token, which would otherwise be lost with the slot.
-    pub fn drop_failed_pid_client(&mut self, ci: u32) -> Result<(), i32> {
+    pub(crate) fn drop_failed_pid_client(&mut self, ci: u32) -> Result<(), i32> {
         match self.clients.slots.get(&ci) {
             None => Ok(()),
             Some(c) if !c.tokens.is_empty() => Err(-EBUSY),
@@ -214,19 +215,23 @@ impl<S, H: LeaseHold> Tables<S, H> {
 
     /// Changes the on-disk state kept for held lease `key` (SET_LVB writes the value
     /// block into lease-core's token) with `change`; None when the lease is not held here.
-    pub fn change_held<R>(&mut self, key: &Key, change: impl FnOnce(&mut H) -> R) -> Option<R> {
+    pub(crate) fn change_held<R>(
+        &mut self,
+        key: &Key,
+        change: impl FnOnce(&mut H) -> R,
+    ) -> Option<R> {
         self.resources.get_mut(key).map(|lr| change(&mut lr.held))
     }
 
     /// The id of a new token (STATUS and the logs name a client's leases by it): 1, 2, …,
     /// never 0, wrapping after `u32::MAX`.
-    pub fn new_token_id(&mut self) -> u32 {
+    pub(crate) fn new_token_id(&mut self) -> u32 {
         self.last_token_id = self.last_token_id.wrapping_add(1).max(1);
         self.last_token_id
     }
 
     /// A command arrived on connection `ci` (STATUS shows it as `cmd_last`).
-    pub fn note_command(&mut self, ci: u32, cmd: u32) {
+    pub(crate) fn note_command(&mut self, ci: u32, cmd: u32) {
         if let Some(c) = self.clients.slots.get_mut(&ci) {
             c.cmd_last = cmd;
         }
@@ -235,7 +240,7 @@ impl<S, H: LeaseHold> Tables<S, H> {
     /// REGISTER on connection `ci` from process `pid` of `uid`: the slot becomes a
     /// registered client named after its pid (as sanlock names it until an ACQUIRE
     /// names it). False when the slot is gone.
-    pub fn register_client(&mut self, ci: u32, pid: i32, uid: u32) -> bool {
+    pub(crate) fn register_client(&mut self, ci: u32, pid: i32, uid: u32) -> bool {
         let Some(c) = self.clients.slots.get_mut(&ci) else {
             return false;
         };
@@ -247,14 +252,14 @@ impl<S, H: LeaseHold> Tables<S, H> {
     }
 
     /// RESTRICT: connection `ci`'s restriction flags.
-    pub fn set_restrict(&mut self, ci: u32, flags: u32) {
+    pub(crate) fn set_restrict(&mut self, ci: u32, flags: u32) {
         if let Some(c) = self.clients.slots.get_mut(&ci) {
             c.restricted = flags;
         }
     }
 
     /// An ACQUIRE names its client anew from its options (an empty name included).
-    pub fn set_owner_name(&mut self, ci: u32, owner_name: Name) {
+    pub(crate) fn set_owner_name(&mut self, ci: u32, owner_name: Name) {
         if let Some(c) = self.clients.slots.get_mut(&ci) {
             c.owner_name = owner_name;
         }
@@ -262,7 +267,7 @@ impl<S, H: LeaseHold> Tables<S, H> {
 
     /// KILLPATH: the program run for client `ci` before it is signalled. Returns the
     /// client's pid, or None when the slot is gone.
-    pub fn set_killpath(&mut self, ci: u32, killpath: KillPath) -> Option<i32> {
+    pub(crate) fn set_killpath(&mut self, ci: u32, killpath: KillPath) -> Option<i32> {
         let c = self.clients.slots.get_mut(&ci)?;
         c.killpath = Some(killpath);
         Some(c.pid)
@@ -270,23 +275,27 @@ impl<S, H: LeaseHold> Tables<S, H> {
 
     /// The helper reported how a killpath run for process `pid` ended (`exit:N`,
     /// `signal:N`, `noexec:ERRNO`): kept on each of its clients that set a killpath, for
-    /// STATUS. Returns how many slots took it.
-    pub fn killpath_ended(&mut self, pid: i32, status: &str) -> usize {
-        let mut noted = 0;
+    /// STATUS.
+    pub(crate) fn killpath_ended(&mut self, pid: i32, status: &str) {
         for c in self.clients.slots.values_mut() {
             if c.pid == pid && c.killpath.is_some() {
                 c.killpath_status = Some(status.to_string());
-                noted += 1;
             }
         }
-        noted
     }
 
     /// How client `ci`'s acquire of `key` ended, for STATUS's `waiting=`: a registered
     /// client refused as `busy` (another holder has the lease) is a candidate waiting
     /// since its first such refusal of that lease (`now_s` then); anything else ends the
     /// wait.
-    pub fn note_acquire_result(&mut self, ci: u32, key: Key, rv: i32, busy: bool, now_s: u64) {
+    pub(crate) fn note_acquire_result(
+        &mut self,
+        ci: u32,
+        key: Key,
+        rv: i32,
+        busy: bool,
+        now_s: u64,
+    ) {
         let Some(c) = self.clients.slots.get_mut(&ci) else {
             return;
         };
@@ -307,13 +316,6 @@ impl<S, H: LeaseHold> Tables<S, H> {
         });
     }
 
-    /// Client `ci`'s acquire succeeded: it waits for nothing any more.
-    pub fn clear_waiting(&mut self, ci: u32) {
-        if let Some(c) = self.clients.slots.get_mut(&ci) {
-            c.waiting = None;
-        }
-    }
-
     /// The first step of acquiring `key` for client `ci`: refused if the client holds it
     /// already (-EEXIST), if it is being released on disk (-EAGAIN: the caller may wait
     /// for the release to end and try again), if another local request is acquiring or
@@ -321,7 +323,7 @@ impl<S, H: LeaseHold> Tables<S, H> {
     /// (-EUCLEAN), if it is held exclusive here (-EEXIST), or if only an orphan was wanted
     /// (-ENOENT). As sanlock: -EAGAIN for a resource being released, -EBUSY for one being
     /// added.
-    pub fn start_acquire(
+    pub(crate) fn start_acquire(
         &mut self,
         ci: u32,
         key: Key,
@@ -384,7 +386,7 @@ impl<S, H: LeaseHold> Tables<S, H> {
 
     /// The disk acquire [`AcquireStart::Disk`] asked for ended: on success `ci` holds the
     /// lease and its lver is returned; on failure the resource leaves the table.
-    pub fn finish_acquire(
+    pub(crate) fn finish_acquire(
         &mut self,
         key: Key,
         ci: u32,
@@ -409,7 +411,7 @@ impl<S, H: LeaseHold> Tables<S, H> {
 
     /// Records an acquire request's tokens on its client; if the client's slot went
     /// meanwhile, the tokens come back to be released.
-    pub fn record_tokens(
+    pub(crate) fn record_tokens(
         &mut self,
         ci: u32,
         tokens: Vec<ClientToken>,
@@ -426,7 +428,12 @@ impl<S, H: LeaseHold> Tables<S, H> {
     /// Drops client `ci` as a holder of `token`'s resource; when this was its last
     /// holder, the lease is to be released on disk, or, if the holder died (`dying`) with
     /// a persistent lease, kept as an orphan (sanlock §2.9).
-    pub fn start_release(&mut self, ci: u32, token: &ClientToken, dying: bool) -> ReleaseStart<H> {
+    pub(crate) fn start_release(
+        &mut self,
+        ci: u32,
+        token: &ClientToken,
+        dying: bool,
+    ) -> ReleaseStart<H> {
         let Some(lr) = self.resources.get_mut(&token.key()) else {
             return ReleaseStart::NotHeld;
         };
@@ -444,13 +451,13 @@ impl<S, H: LeaseHold> Tables<S, H> {
     }
 
     /// The disk release of `key` ended (whatever its result): the lease leaves the table.
-    pub fn finish_release(&mut self, key: &Key) {
+    pub(crate) fn finish_release(&mut self, key: &Key) {
         self.resources.remove(key);
     }
 
     /// Orphans of lockspace `ls` to release: the one named `name`, or all when `name` is
     /// empty; each is marked `busy` and ends with [`Tables::finish_release`].
-    pub fn start_orphan_release(&mut self, ls: &Name, name: &Name) -> Vec<LocalRes<H>> {
+    pub(crate) fn start_orphan_release(&mut self, ls: &Name, name: &Name) -> Vec<LocalRes<H>> {
         let mut picked = Vec::new();
         for lr in self.resources.values_mut() {
             if lr.orphan
@@ -467,7 +474,7 @@ impl<S, H: LeaseHold> Tables<S, H> {
     }
 
     /// Takes every token of client `ci` (RELEASE of all).
-    pub fn take_all_tokens(&mut self, ci: u32) -> Vec<ClientToken> {
+    pub(crate) fn take_all_tokens(&mut self, ci: u32) -> Vec<ClientToken> {
         self.clients
             .slots
             .get_mut(&ci)
@@ -477,7 +484,11 @@ impl<S, H: LeaseHold> Tables<S, H> {
 
     /// Takes the tokens of client `ci` named in `keys`; the flag tells whether one of them
     /// was not held. -ESRCH without the client.
-    pub fn take_tokens(&mut self, ci: u32, keys: &[Key]) -> Result<(Vec<ClientToken>, bool), i32> {
+    pub(crate) fn take_tokens(
+        &mut self,
+        ci: u32,
+        keys: &[Key],
+    ) -> Result<(Vec<ClientToken>, bool), i32> {
         let c = self.clients.slots.get_mut(&ci).ok_or(-ESRCH)?;
         let mut picked = Vec::new();
         let mut missing = false;
@@ -511,7 +522,7 @@ impl<S, H: LeaseHold> Tables<S, H> {
     /// [`Tables::convert_token`]'s checks, then the resource, marked `busy`. Refused when
     /// another local request is on its disk I/O (-EAGAIN), or when other local holders
     /// share it and it should become exclusive (-EAGAIN: they would lose their lease).
-    pub fn start_convert(
+    pub(crate) fn start_convert(
         &mut self,
         ci: u32,
         key: Key,
@@ -531,7 +542,7 @@ impl<S, H: LeaseHold> Tables<S, H> {
 
     /// The disk convert [`Tables::start_convert`] asked for ended: on success the
     /// resource and client `ci`'s token take the new mode and lver.
-    pub fn finish_convert(
+    pub(crate) fn finish_convert(
         &mut self,
         ci: u32,
         key: Key,
@@ -576,7 +587,7 @@ impl<S, H: LeaseHold> Tables<S, H> {
     /// its holder dies, and adopting that orphan (no disk I/O) would make an exclusive
     /// holder beside their shared ones (`lockd-daemon-sim` found this with request
     /// traffic). Shared, it can only be adopted, or joined here, shared.
-    pub fn convert_failed_state(&mut self, key: Key, held: H, to_shared: bool) {
+    pub(crate) fn convert_failed_state(&mut self, key: Key, held: H, to_shared: bool) {
         let holders = match self.resources.get_mut(&key) {
             Some(lr) if lr.busy && !lr.releasing => {
                 lr.held = held;
@@ -843,7 +854,8 @@ mod tests {
         t.note_acquire_result(a, k2, -5, false, 150);
         assert_eq!(waiting(&t), None);
         t.note_acquire_result(a, k1, -243, true, 160);
-        t.clear_waiting(a);
+        // A success ends it.
+        t.note_acquire_result(a, k1, 0, false, 165);
         assert_eq!(waiting(&t), None);
         // Unregistered slots are never candidates.
         let u = t.clients.add(-1, 12, 0, None).unwrap();

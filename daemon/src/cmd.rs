@@ -24,11 +24,14 @@ use crate::sync::lock;
 use crate::tables::Key;
 use crate::tables::{ClientToken, KillPath};
 use crate::{admin, lockspace, paxos, permit, sys};
-use lockd_core::{CoreReply, CoreRequest, HeldLease, Input};
+use lockd_core::{Answer, CoreReply, CoreRequest, HeldLease, Input};
 
 /// RESTRICT: the connection's restriction flags (from `cmd_flags`).
 pub(crate) fn restrict(d: &Arc<Daemon>, conn: &Conn, h: &Header) {
-    lock(&d.core).set_restrict(conn.ci, h.cmd_flags);
+    lock(&d.core).change(Input::SetRestrict {
+        ci: conn.ci,
+        flags: h.cmd_flags,
+    });
     info!(
         ci = conn.ci,
         pid = conn.cred.pid,
@@ -192,10 +195,14 @@ pub(crate) fn set_lvb(
     data: &[u8],
 ) -> Result<(), LeaseCmdError> {
     let not_held = LeaseCmdError::NotHeld("SET_LVB of a lease not held here");
-    let set = lock(&d.core).change_held(&(r.lockspace_name, r.name), |held| {
-        held.token.as_mut().map(|token| token.set_lvb(data))
-    });
-    match set.flatten() {
+    let input = Input::SetLvb {
+        key: (r.lockspace_name, r.name),
+        lvb: data.to_vec(),
+    };
+    let Answer::LvbSet(set) = lock(&d.core).answer(input) else {
+        unreachable!("SetLvb is answered LvbSet")
+    };
+    match set {
         None => Err(not_held),
         Some(result) => result.map_err(LeaseCmdError::paxos),
     }
@@ -352,7 +359,10 @@ pub(crate) fn registered_cmd(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, calle
                 active,
                 "client {target}: the dispatcher would end a command that is not active"
             );
-            core.finish_command(target)
+            let Answer::CommandFinished(dead) = core.answer(Input::FinishCommand { target }) else {
+                unreachable!("FinishCommand is answered CommandFinished")
+            };
+            dead
         };
         if let Some(tokens) = dead_tokens {
             // A dead client's releases answer nobody; failures are logged where they
@@ -507,15 +517,17 @@ fn acquire2_owner(d: &Arc<Daemon>, r: &wire::Resource) -> Option<Vec<u8>> {
 }
 
 fn resolve_target(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> Result<u32, LeaseCmdError> {
-    lock(&d.core)
-        .start_command(crate::tables::CommandTarget {
-            conn_ci: conn.ci,
-            conn_uid: conn.cred.uid,
-            cmd: h.cmd,
-            cmd_flags: h.cmd_flags,
-            data2: h.data2,
-        })
-        .map_err(LeaseCmdError::Tables)
+    let target = crate::tables::CommandTarget {
+        conn_ci: conn.ci,
+        conn_uid: conn.cred.uid,
+        cmd: h.cmd,
+        cmd_flags: h.cmd_flags,
+        data2: h.data2,
+    };
+    let Answer::CommandStarted(began) = lock(&d.core).answer(Input::StartCommand(target)) else {
+        unreachable!("StartCommand is answered CommandStarted")
+    };
+    began.map_err(LeaseCmdError::Tables)
 }
 
 /// ACQUIRE and ACQUIRE2 as the core runs them ([`core_command`], after
@@ -698,7 +710,14 @@ fn killpath(
         with_pid: h.cmd_flags & SANLK_KILLPATH_PID != 0,
         run_as,
     };
-    if let Some(pid) = lock(&d.core).set_killpath(target, killpath) {
+    let input = Input::SetKillpath {
+        ci: target,
+        killpath,
+    };
+    let Answer::KillpathSet(pid) = lock(&d.core).answer(input) else {
+        unreachable!("SetKillpath is answered KillpathSet")
+    };
+    if let Some(pid) = pid {
         info!(pid, path = ?path, args = ?args, run_as_uid, "killpath set");
     }
     Ok(())
@@ -1029,14 +1048,13 @@ mod tests {
     #[test]
     fn status_and_version_replies_are_made_without_a_socket() {
         let d = Daemon::for_tests("status-host");
-        let ci = {
-            let mut tables = lock(&d.core);
-            let ci = tables.clients.add(-1, 4242, 0, None).expect("a slot");
+        let mut ci = 0;
+        crate::tables::change_outside_step(lock(&d.core), |tables| {
+            ci = tables.clients.add(-1, 4242, 0, None).expect("a slot");
             let c = tables.clients.slots.get_mut(&ci).expect("the slot");
             c.registered = true;
             c.owner_name = Name::new("holder").unwrap();
-            ci
-        };
+        });
         let Reply(bytes) = status(&d, &request(SM_CMD_STATUS, 0));
         let head = Header::decode(bytes[..wire::HEADER_LEN].try_into().unwrap()).unwrap();
         assert_eq!((head.cmd, head.seq, head.data), (SM_CMD_STATUS, 7, 0));

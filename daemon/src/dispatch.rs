@@ -87,7 +87,10 @@ pub(crate) fn run_command(d: &Arc<Daemon>, conn: &mut Conn, hb: &[u8; HEADER_LEN
         );
         return After::Keep;
     }
-    lock(&d.core).note_command(conn.ci, h.cmd);
+    lock(&d.core).change(lockd_core::Input::NoteCommand {
+        ci: conn.ci,
+        cmd: h.cmd,
+    });
     dispatch(d, conn, &h)
 }
 

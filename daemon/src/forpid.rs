@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use client_lib::wire::{self, Header};
 use disk_format::Name;
-use lockd_core::CoreRequest;
+use lockd_core::{Answer, CoreRequest, Input};
 use tracing::{info, warn};
 
 use crate::cmd_error::LeaseCmdError;
@@ -91,7 +91,14 @@ pub(crate) fn acquire_for_pid(
     crate::cmd::check_rights_to_hold(d, wanted)?;
     // The slot is made with its command active: the acquire runs on it as a command the
     // shell began.
-    let added = lock(&d.core).add_pid_client(pid, conn.cred.uid, killpath);
+    let input = Input::AddPidClient {
+        pid,
+        uid: conn.cred.uid,
+        killpath,
+    };
+    let Answer::PidClientAdded(added) = lock(&d.core).answer(input) else {
+        unreachable!("AddPidClient is answered PidClientAdded")
+    };
     let ci = added.map_err(LeaseCmdError::Tables)?;
     let req = CoreRequest::Acquire {
         res: wanted.iter().map(crate::paxos::res_spec).collect(),
@@ -102,7 +109,11 @@ pub(crate) fn acquire_for_pid(
         Ok(reply) => reply.leases,
         Err(e) => {
             // The core gave back the leases the acquire had taken, and ended its command.
-            if let Err(busy) = lock(&d.core).drop_failed_pid_client(ci) {
+            let dropped = lock(&d.core).answer(Input::DropFailedPidClient { ci });
+            let Answer::PidClientDropped(dropped) = dropped else {
+                unreachable!("DropFailedPidClient is answered PidClientDropped")
+            };
+            if let Err(busy) = dropped {
                 panic!("a failed --for-pid slot still holds a token ({busy}); stopping");
             }
             return Err(e);

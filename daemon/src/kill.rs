@@ -257,7 +257,6 @@ mod tests {
     use lockd_core::kill::SIGTERM;
 
     use crate::space::{Phase, RenewalRec};
-    use crate::tables::ClientToken;
 
     fn daemon() -> Arc<Daemon> {
         Daemon::for_tests("kill-unit")
@@ -297,31 +296,46 @@ mod tests {
         space
     }
 
-    /// A registered client `pid` holding lease `key` exclusive, acquired at `t`.
+    /// A registered client `pid` holding lease `key` exclusive, acquired through the
+    /// core's steps at `t` (or the clock's time, when later).
     fn hold(d: &Daemon, pid: i32, key: (Name, Name), t: u64) {
-        let mut tables = lock(&d.core);
-        let ci = tables.clients.add(-1, pid, 0, None).expect("a slot");
-        tables.clients.slots.get_mut(&ci).expect("slot").registered = true;
-        assert_eq!(
-            tables.start_acquire(ci, key, false, 0, &[]),
-            Ok(lockd_core::AcquireStart::Disk)
+        let now = || crate::clock::now_s().max(t);
+        let mut core = lock(&d.core);
+        let connected = lockd_core::Input::Connected {
+            fd: -1,
+            pid,
+            uid: 0,
+            stream: None,
+            replacing_own: false,
+        };
+        let [Effect::Accepted { ci }] = core.step(now(), connected)[..] else {
+            panic!("no slot")
+        };
+        let register = lockd_core::CoreRequest::Register;
+        let req = |req| lockd_core::Input::Request { ci, req };
+        assert!(core.step(now(), req(register)).is_empty());
+        let acquire = lockd_core::CoreRequest::Acquire {
+            res: vec![lockd_core::ResSpec::exclusive(key)],
+            cmd_flags: 0,
+            owner_name: Name::from_field(b""),
+        };
+        let fx = core.step(now(), req(acquire));
+        let [Effect::Disk { op, .. }] = fx[..] else {
+            panic!("{fx:?}")
+        };
+        let done = lockd_core::Input::DiskDone {
+            op,
+            result: Ok(Held {
+                token: None,
+                opened_by: None,
+            }),
+            failed_state: None,
+        };
+        let fx = core.step(now(), done);
+        assert!(
+            matches!(&fx[..], [Effect::Reply { reply, .. }] if reply.rv == 0),
+            "{fx:?}"
         );
-        let held = Held {
-            token: None,
-            opened_by: None,
-        };
-        let lver = tables.finish_acquire(key, ci, Ok(held)).expect("held");
-        let token = ClientToken {
-            token_id: ci,
-            ls: key.0,
-            name: key.1,
-            disks: Vec::new(),
-            shared: false,
-            persistent: false,
-            lver,
-            acquired: t,
-        };
-        tables.record_tokens(ci, vec![token]).expect("recorded");
     }
 
     /// A watch connection for `pid`, registered as the daemon registers one (a root

@@ -456,7 +456,7 @@ pub(crate) fn step_and_run(
     run
 }
 
-/// Runs lease command `req`, begun on client `target` (`Tables::start_command`, or a
+/// Runs lease command `req`, begun on client `target` (`Input::StartCommand`, or a
 /// `--for-pid` slot made with its command active), through the core to its answer, on
 /// this worker: the effects of the command's own steps, and those other threads' steps
 /// gave it (a release it waited for ended; the monitor's tick answered it), which come

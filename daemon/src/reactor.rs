@@ -595,20 +595,20 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
                     // A resource held by nobody, neither busy nor an orphan: the guard's
                     // debug check panics as it lets go of the lock.
                     let name = disk_format::Name::new("broken").expect("a valid name");
-                    crate::sync::lock(&d.core).resources.insert(
-                        (name, name),
-                        crate::tables::HeldRes {
-                            ls: name,
-                            name,
-                            disks: Vec::new(),
-                            shared: false,
-                            holders: Vec::new(),
-                            busy: false,
-                            releasing: false,
-                            orphan: false,
-                            held: crate::tables::Held::default(),
-                        },
-                    );
+                    let broken = crate::tables::HeldRes {
+                        ls: name,
+                        name,
+                        disks: Vec::new(),
+                        shared: false,
+                        holders: Vec::new(),
+                        busy: false,
+                        releasing: false,
+                        orphan: false,
+                        held: crate::tables::Held::default(),
+                    };
+                    crate::tables::change_outside_step(crate::sync::lock(&d.core), |t| {
+                        t.resources.insert((name, name), broken);
+                    });
                 }
                 Some(_) => {
                     let _tables = crate::sync::lock(&d.core);

@@ -158,27 +158,29 @@ impl Daemon {
 
     /// Lists `space` (new, from [`Daemon::new_space`]) in `spaces` and in the core, with
     /// a host monitor of this daemon's watchdog fire timeout and dblock reading, under
-    /// both locks, if the core admits it (`lockd_core::Core::list_space`: no lockspace
+    /// both locks, if the core admits it (`lockd_core::Input::ListSpace`: no lockspace
     /// of that name, none on that disk area); a refusal leaves nothing listed.
     pub(crate) fn list_space(&self, space: &Arc<Space>) -> Result<(), lockd_core::ListRefused> {
         let mut core = lock(&self.core);
         let mut spaces = lock(&self.spaces);
-        core.list_space(
-            space.space_id,
-            space.name,
-            lockd_core::SpacePlace {
+        let mut monitor =
+            HostMonitor::new(space.host_id, u64::from(self.cfg.watchdog_fire_timeout_s));
+        monitor.set_read_known_hosts(!self.cfg.read_all_dblocks);
+        let input = lockd_core::Input::ListSpace(lockd_core::SpaceListing {
+            id: space.space_id,
+            name: space.name,
+            place: lockd_core::SpacePlace {
                 host_id: space.host_id,
                 path: space.path.clone(),
                 offset: space.offset,
             },
-            u64::from(space.io_timeout),
-            {
-                let mut m =
-                    HostMonitor::new(space.host_id, u64::from(self.cfg.watchdog_fire_timeout_s));
-                m.set_read_known_hosts(!self.cfg.read_all_dblocks);
-                m
-            },
-        )?;
+            io_timeout_s: u64::from(space.io_timeout),
+            monitor,
+        });
+        let lockd_core::Answer::Listed(listed) = core.answer(input) else {
+            unreachable!("ListSpace is answered Listed")
+        };
+        listed?;
         spaces.push(space.clone());
         Ok(())
     }

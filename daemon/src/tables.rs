@@ -3,7 +3,7 @@
 //! of the client's socket, shut down at exit) and on-disk lease state
 //! ([`Held`]: lease-core's token and who opened the disk).
 
-use std::ops::{Deref, DerefMut};
+use std::ops::Deref;
 use std::os::unix::net::UnixStream;
 use std::sync::{Mutex, MutexGuard};
 
@@ -36,6 +36,9 @@ impl lockd_core::LeaseHold for Held {
     fn lver(&self) -> u64 {
         Held::lver(self)
     }
+    fn set_lvb(&mut self, data: &[u8]) -> Option<Result<(), lease_core::LeaseError>> {
+        self.token.as_mut().map(|token| token.set_lvb(data))
+    }
 }
 
 impl Held {
@@ -60,10 +63,10 @@ impl Held {
 /// of its connection, shut down at exit).
 pub type LeaseTables = lockd_core::Tables<UnixStream, Held>;
 
-/// The daemon's core (`lockd_core::Core`): the client and resource tables, and the disk
-/// operations it asked for and that have not completed yet. Fed by `step` for the
-/// inputs the daemon routes through it (a client's end, every release on disk; see
-/// docs/architecture.md), and by the tables' transitions for the rest.
+/// The daemon's core (`lockd_core::Core`): the client and resource tables, the
+/// lockspaces, and the disk operations it asked for and that have not completed yet.
+/// Changed only by `step` (docs/architecture.md): the tables' transitions are the core's
+/// own (`pub(crate)` in lockd-core).
 pub type DaemonCore = lockd_core::Core<UnixStream, Held>;
 
 /// The core behind its one lock (`crate::sync::lock(&d.core)`). In debug builds (the
@@ -98,9 +101,9 @@ impl Default for CoreLock {
     }
 }
 
-/// The core, locked (see [`CoreLock`]). It reads as the tables (`Deref`), whose
-/// transitions most handlers still call themselves; [`CoreGuard::step`] runs an input
-/// through the core.
+/// The core, locked (see [`CoreLock`]). It reads as the tables (`Deref`, no
+/// `DerefMut`): [`CoreGuard::step`] runs an input through the core, and
+/// [`CoreGuard::answer`] / [`CoreGuard::change`] step the shell's own inputs.
 pub struct CoreGuard<'a>(Option<MutexGuard<'a, DaemonCore>>);
 
 impl Lock for CoreLock {
@@ -116,10 +119,9 @@ impl CoreGuard<'_> {
             return;
         }
         if !cfg!(debug_assertions) {
-            // Release builds: `Core::step` runs the cheap check itself; the few
-            // transitions the shell still calls directly (module_graph lists them) are
-            // checked in debug builds here, and a second pass over the resources at
-            // each unlock of a release build would only double its cost.
+            // Release builds: `Core::step`, the one place the core changes, runs the
+            // cheap check itself; a second pass over the resources at each unlock of a
+            // release build would only double its cost.
             return;
         }
         if let Err(broken) = core.check() {
@@ -182,20 +184,6 @@ impl CoreGuard<'_> {
         self.core().space_st_mut(space_id)
     }
 
-    /// [`lockd_core::Core::list_space`]: ADD_LOCKSPACE's admission; the core keeps the
-    /// status of a lockspace the daemon lists (`Daemon::spaces`) from now on.
-    pub fn list_space(
-        &mut self,
-        space_id: u32,
-        name: disk_format::Name,
-        place: lockd_core::SpacePlace,
-        io_timeout_s: u64,
-        monitor: lease_core::monitor::HostMonitor,
-    ) -> Result<(), lockd_core::ListRefused> {
-        self.core()
-            .list_space(space_id, name, place, io_timeout_s, monitor)
-    }
-
     /// [`lockd_core::Core::step`] at lease time `now_s`: the effects, in order, for the
     /// caller to carry out after letting go of the lock.
     pub fn step(
@@ -204,6 +192,22 @@ impl CoreGuard<'_> {
         input: lockd_core::Input<UnixStream, Held>,
     ) -> Vec<lockd_core::Effect<Held>> {
         self.core().step(now_s, input)
+    }
+
+    /// Steps one of the shell's own inputs that has a value (`Input::StartCommand`, …)
+    /// at the clock's time, read under the lock: its answer.
+    pub fn answer(&mut self, input: lockd_core::Input<UnixStream, Held>) -> lockd_core::Answer {
+        lockd_core::Answer::of(self.step(crate::clock::now_s(), input))
+    }
+
+    /// Steps one of the shell's own inputs that has no value (`Input::NoteCommand`,
+    /// `Input::SetRestrict`) at the clock's time, read under the lock.
+    pub fn change(&mut self, input: lockd_core::Input<UnixStream, Held>) {
+        let fx = self.step(crate::clock::now_s(), input);
+        assert!(
+            fx.is_empty(),
+            "a change of the shell's gave effects: {fx:?}"
+        );
     }
 }
 
@@ -214,12 +218,6 @@ impl Deref for CoreGuard<'_> {
             Some(g) => &g.tables,
             None => unreachable!("a CoreGuard is emptied only as it is consumed"),
         }
-    }
-}
-
-impl DerefMut for CoreGuard<'_> {
-    fn deref_mut(&mut self) -> &mut LeaseTables {
-        &mut self.core().tables
     }
 }
 
@@ -245,6 +243,15 @@ impl<'a> WaitGuard<'a, DaemonCore> for CoreGuard<'a> {
     }
 }
 
+/// Test hooks only (`LOCKD_DEBUG_PANIC_IN_JOB=break-tables`, this module's tests): the
+/// tables changed outside any step, as a buggy transition would, then let go of through
+/// guard `g`, whose check (debug builds) must catch a broken invariant.
+pub(crate) fn change_outside_step(g: CoreGuard<'_>, change: impl FnOnce(&mut LeaseTables)) {
+    let mut core = g.into_mutex_guard();
+    change(&mut core.tables);
+    drop(CoreGuard::from_mutex_guard(core));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,25 +261,25 @@ mod tests {
     #[should_panic(expected = "broke an invariant")]
     fn the_guard_checks_the_tables_as_it_lets_go() {
         let tables = CoreLock::default();
-        let mut g = crate::sync::lock(&tables);
-        let ci = g.clients.add(-1, 10, 1000, None).expect("a slot");
         let name = disk_format::Name::new("r").expect("name");
-        g.clients
-            .slots
-            .get_mut(&ci)
-            .expect("slot")
-            .tokens
-            .push(lockd_core::ClientToken {
-                token_id: 1,
-                ls: name,
-                name,
-                disks: Vec::new(),
-                shared: false,
-                persistent: false,
-                lver: 1,
-                acquired: 0,
-            });
-        drop(g);
+        change_outside_step(crate::sync::lock(&tables), |t| {
+            let ci = t.clients.add(-1, 10, 1000, None).expect("a slot");
+            t.clients
+                .slots
+                .get_mut(&ci)
+                .expect("slot")
+                .tokens
+                .push(lockd_core::ClientToken {
+                    token_id: 1,
+                    ls: name,
+                    name,
+                    disks: Vec::new(),
+                    shared: false,
+                    persistent: false,
+                    lver: 1,
+                    acquired: 0,
+                });
+        });
     }
 
     /// A consistent table passes the check, also across a condvar wait.
@@ -281,7 +288,17 @@ mod tests {
         let tables = CoreLock::default();
         let cond = std::sync::Condvar::new();
         let mut g = crate::sync::lock(&tables);
-        g.clients.add(-1, 10, 1000, None).expect("a slot");
+        let connected = lockd_core::Input::Connected {
+            fd: -1,
+            pid: 10,
+            uid: 1000,
+            stream: None,
+            replacing_own: false,
+        };
+        assert!(matches!(
+            g.step(0, connected).as_slice(),
+            [lockd_core::Effect::Accepted { .. }]
+        ));
         let (g, _) = crate::sync::wait_timeout(&cond, g, std::time::Duration::from_millis(1));
         assert_eq!(g.clients.slots.len(), 1);
     }

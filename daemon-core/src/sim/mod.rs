@@ -47,7 +47,7 @@ use lease_core::{timeouts, HostMonitor};
 
 use self::checker::{ClientId, DaemonSimChecker};
 use crate::clients::LeaseHold;
-use crate::io::{CoreReply, CoreRequest, DiskOp, Effect, Input, OpId, ReqKind, ResSpec};
+use crate::io::{Answer, CoreReply, CoreRequest, DiskOp, Effect, Input, OpId, ReqKind, ResSpec};
 use crate::kill::KillOrder;
 use crate::space_state::RenewalRec;
 use crate::step::{Core, CorePlantedBug};
@@ -542,6 +542,7 @@ impl Sim {
                 now,
                 format!("host{h}: a fence pass in a lockspace not fenced"),
             ),
+            Effect::Answer(a) => panic!("host{h}: {a:?} answers no input of `Sim::input`"),
             Effect::RequestNotice {
                 name,
                 force_mode,
@@ -886,7 +887,7 @@ impl Sim {
     }
 
     /// Sends a lease command as the daemon's dispatcher does when `begun`: it begins the
-    /// command itself (`Tables::start_command`, before the payload; a refusal is the
+    /// command itself (`Input::StartCommand`, before the payload; a refusal is the
     /// answer), then hands it to the core as `Input::Command`. Otherwise as [`Sim::send`].
     fn send_cmd(self: &Rc<Self>, h: usize, c: &Client, req: CoreRequest, begun: bool) {
         let Some(ci) = c.ci.get() else {
@@ -915,7 +916,13 @@ impl Sim {
             let Some(core) = core.as_mut() else {
                 return;
             };
-            core.tables.start_command(target)
+            // Stepped here, not through `Sim::input`: the dispatcher's begin is no
+            // request of the client's (no trace line, not counted as a step).
+            let now_s = self.world.local_now(h) / 1000;
+            match Answer::of(core.step(now_s, Input::StartCommand(target))) {
+                Answer::CommandStarted(began) => began,
+                other => panic!("StartCommand answered {other:?}"),
+            }
         };
         match began {
             Ok(target) => self.input(h, Input::Command { target, req }),

@@ -4,7 +4,7 @@
 use super::*;
 use crate::clients::{ClientToken, KillPath};
 use crate::fencing::PeerFenceOutcome;
-use crate::io::{CoreRequest, DiskOp, KillOrder};
+use crate::io::{Answer, CoreRequest, DiskOp, KillOrder, ListRefused, SpaceListing};
 use crate::kill::{SIGKILL, SIGTERM};
 use crate::space_state::{Phase, RenewalRec};
 use client_lib::ext::WatchKind;
@@ -764,8 +764,18 @@ fn a_lockspace_is_listed_only_where_no_other_is_by_name_or_disk_area() {
         path: path.into(),
         offset,
     };
-    let list = |c: &mut Core<(), Held>, id, n, place| {
-        c.list_space(id, n, place, IO_S, HostMonitor::new(1, 60))
+    let list = |c: &mut Core<(), Held>, id, name, place| {
+        let input = Input::ListSpace(SpaceListing {
+            id,
+            name,
+            place,
+            io_timeout_s: IO_S,
+            monitor: HostMonitor::new(1, 60),
+        });
+        match Answer::of(c.step(0, input)) {
+            Answer::Listed(listed) => listed,
+            other => panic!("ListSpace answered {other:?}"),
+        }
     };
     assert_eq!(list(&mut c, 1, name("a"), at(1, "/dev/x", 0)), Ok(()));
     let refusals = [
