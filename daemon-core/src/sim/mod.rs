@@ -29,6 +29,9 @@
 //! pure function of its seed and configuration.
 
 pub mod checker;
+mod inputs;
+
+pub use self::inputs::{kinds_missing, INPUT_KINDS};
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
@@ -100,6 +103,8 @@ pub struct DaemonSimStats {
     pub requests: u64,
     /// Kill orders of requests (part of `kills`).
     pub examine_kills: u64,
+    /// The kinds of input stepped, one bit each in the order of [`INPUT_KINDS`].
+    pub inputs: u64,
 }
 
 /// The result of one seed.
@@ -463,7 +468,7 @@ impl Sim {
                 Input::Examined { name, .. } => Some(res_index(name)),
                 _ => None,
             };
-            let fx = core.step(now_s, input);
+            let fx = self.step(core, now_s, input);
             self.stats.borrow_mut().steps += 1;
             if let Err(broken) = core.check() {
                 self.checker
@@ -481,6 +486,17 @@ impl Sim {
             self.effect(h, e);
         }
         self.examining.set(before);
+    }
+
+    /// Every step of a core: its input's kind counted.
+    fn step(
+        &self,
+        core: &mut SimCore,
+        now_s: u64,
+        input: Input<(), SimHeld>,
+    ) -> Vec<Effect<SimHeld>> {
+        self.stats.borrow_mut().inputs |= inputs::input_bit(&input);
+        core.step(now_s, input)
     }
 
     /// After a REQUEST of host `h` found `owner` holding the lease: our renewals carry
@@ -815,7 +831,8 @@ impl Sim {
             let core = core.as_mut()?;
             let now_s = self.world.local_now(h) / 1000;
             self.stats.borrow_mut().steps += 1;
-            let fx = core.step(
+            let fx = self.step(
+                core,
                 now_s,
                 Input::Connected {
                     fd: -1,
@@ -916,10 +933,10 @@ impl Sim {
             let Some(core) = core.as_mut() else {
                 return;
             };
-            // Stepped here, not through `Sim::input`: the dispatcher's begin is no
-            // request of the client's (no trace line, not counted as a step).
+            // Not through `Sim::input`: the dispatcher's begin is no request of the
+            // client's (no trace line, not counted in `steps`).
             let now_s = self.world.local_now(h) / 1000;
-            match Answer::of(core.step(now_s, Input::StartCommand(target))) {
+            match Answer::of(self.step(core, now_s, Input::StartCommand(target))) {
                 Answer::CommandStarted(began) => began,
                 other => panic!("StartCommand answered {other:?}"),
             }
