@@ -124,6 +124,10 @@ impl LeaseHold for SimHeld {
     fn lver(&self) -> u64 {
         self.0.as_ref().map_or(0, paxos::Token::lver)
     }
+
+    fn set_lvb(&mut self, data: &[u8]) -> Option<Result<(), lease_core::LeaseError>> {
+        self.0.as_mut().map(|token| token.set_lvb(data))
+    }
 }
 
 type SimCore = Core<(), SimHeld>;
@@ -314,6 +318,23 @@ fn format_disk(
     }
 }
 
+/// The command code a request of `kind` arrives with.
+fn sm_cmd(kind: ReqKind) -> u32 {
+    use client_lib::proto::*;
+    match kind {
+        ReqKind::Register => SM_CMD_REGISTER,
+        ReqKind::AddLockspace => SM_CMD_ADD_LOCKSPACE,
+        ReqKind::RemLockspace => SM_CMD_REM_LOCKSPACE,
+        ReqKind::Acquire => SM_CMD_ACQUIRE,
+        ReqKind::Release | ReqKind::ReleaseOrphans => SM_CMD_RELEASE,
+        ReqKind::Convert => SM_CMD_CONVERT,
+        ReqKind::Inquire => SM_CMD_INQUIRE,
+        ReqKind::Watch => client_lib::ext::LOCKD_CMD_WATCH,
+        ReqKind::SetEvent => SM_CMD_SET_EVENT,
+        ReqKind::RequestLease => SM_CMD_REQUEST,
+    }
+}
+
 fn res_name(r: usize) -> Name {
     Name::new(&format!("res{r}")).unwrap_or(Name::EMPTY)
 }
@@ -444,7 +465,11 @@ impl Sim {
             };
             let now_s = self.world.local_now(h) / 1000;
             match &input {
-                Input::Tick | Input::RenewalOk { .. } | Input::HostsRead { .. } => {}
+                Input::Tick
+                | Input::WatchTick
+                | Input::RenewalStarted { .. }
+                | Input::RenewalOk { .. }
+                | Input::HostsRead { .. } => {}
                 Input::DiskDone { op, result, .. } => self.world.log(|| {
                     format!(
                         "host{h} < disk op {op} done: {:?}",
@@ -497,6 +522,43 @@ impl Sim {
     ) -> Vec<Effect<SimHeld>> {
         self.stats.borrow_mut().inputs |= inputs::input_bit(&input);
         core.step(now_s, input)
+    }
+
+    /// Steps one of the shell's inputs answered by [`Effect::Answer`] (checked and
+    /// counted as a step, as [`Sim::input`]'s): the answer, or None with no daemon.
+    fn answer(self: &Rc<Self>, h: usize, input: Input<(), SimHeld>) -> Option<Answer> {
+        let mut core = self.hosts[h].core.borrow_mut();
+        let core = core.as_mut()?;
+        self.world.log(|| format!("host{h} < {input:?}"));
+        let now_s = self.world.local_now(h) / 1000;
+        let answer = Answer::of(self.step(core, now_s, input));
+        self.stats.borrow_mut().steps += 1;
+        if let Err(broken) = core.check() {
+            self.checker
+                .borrow_mut()
+                .violate(self.now_ms(), format!("host{h}: Core::check: {broken}"));
+        }
+        self.world.log(|| format!("host{h} > {answer:?}"));
+        Some(answer)
+    }
+
+    /// A command `cmd` arrives on connection `ci`: the dispatcher notes it (STATUS's
+    /// `cmd_last`) before it runs it, as the daemon's does for every command. Like
+    /// `StartCommand`'s, no trace line and not counted in `steps`; and not checked (it
+    /// sets `cmd_last` only): a step per command would cost the runs a third more time.
+    fn note(&self, h: usize, ci: u32, cmd: u32) {
+        let mut core = self.hosts[h].core.borrow_mut();
+        if let Some(core) = core.as_mut() {
+            let now_s = self.world.local_now(h) / 1000;
+            let fx = self.step(core, now_s, Input::NoteCommand { ci, cmd });
+            assert!(fx.is_empty(), "host{h}: NoteCommand gave {fx:?}");
+        }
+    }
+
+    /// A request on connection `ci`, noted first ([`Sim::note`]).
+    fn request(self: &Rc<Self>, h: usize, ci: u32, req: CoreRequest) {
+        self.note(h, ci, sm_cmd(req.kind()));
+        self.input(h, Input::Request { ci, req });
     }
 
     /// After a REQUEST of host `h` found `owner` holding the lease: our renewals carry
@@ -658,7 +720,19 @@ impl Sim {
     fn kill_order(self: &Rc<Self>, h: usize, now: u64, order: KillOrder) {
         let (pid, sig) = match order {
             KillOrder::Signal { pid, sig, .. } => (pid, sig),
-            KillOrder::RunKillpath { pid, .. } => (pid, crate::kill::SIGTERM),
+            KillOrder::RunKillpath { pid, .. } => {
+                // The helper reports the program's end a little later (no draw).
+                let sim = self.clone();
+                self.spawn(
+                    h,
+                    Box::pin(async move {
+                        sim.sleep(h, 20).await;
+                        let status = "exit:0".to_string();
+                        sim.input(h, Input::KillpathEnded { pid, status });
+                    }),
+                );
+                (pid, crate::kill::SIGTERM)
+            }
             KillOrder::Exhausted { .. } => return,
         };
         self.stats.borrow_mut().kills += 1;
@@ -811,15 +885,13 @@ impl Sim {
             return;
         };
         let io = u64::from(self.hosts[h].io_timeout);
-        self.input(
+        self.request(
             h,
-            Input::Request {
-                ci,
-                req: CoreRequest::AddLockspace {
-                    ls: self.space,
-                    host_id: self.hosts[h].host_id,
-                    io_timeout_s: io,
-                },
+            ci,
+            CoreRequest::AddLockspace {
+                ls: self.space,
+                host_id: self.hosts[h].host_id,
+                io_timeout_s: io,
             },
         );
     }
@@ -899,7 +971,7 @@ impl Sim {
 
     fn send(self: &Rc<Self>, h: usize, c: &Client, req: CoreRequest) {
         if let Some(ci) = c.ci.get() {
-            self.input(h, Input::Request { ci, req });
+            self.request(h, ci, req);
         }
     }
 
@@ -911,35 +983,12 @@ impl Sim {
             return;
         };
         if !begun {
-            self.input(h, Input::Request { ci, req });
+            self.request(h, ci, req);
             return;
         }
         let kind = req.kind();
-        let cmd = match kind {
-            ReqKind::Release => client_lib::proto::SM_CMD_RELEASE,
-            ReqKind::Convert => client_lib::proto::SM_CMD_CONVERT,
-            ReqKind::Inquire => client_lib::proto::SM_CMD_INQUIRE,
-            _ => client_lib::proto::SM_CMD_ACQUIRE,
-        };
-        let target = crate::tables::CommandTarget {
-            conn_ci: ci,
-            conn_uid: 0,
-            cmd,
-            cmd_flags: 0,
-            data2: u32::MAX,
-        };
-        let began = {
-            let mut core = self.hosts[h].core.borrow_mut();
-            let Some(core) = core.as_mut() else {
-                return;
-            };
-            // Not through `Sim::input`: the dispatcher's begin is no request of the
-            // client's (no trace line, not counted in `steps`).
-            let now_s = self.world.local_now(h) / 1000;
-            match Answer::of(self.step(core, now_s, Input::StartCommand(target))) {
-                Answer::CommandStarted(began) => began,
-                other => panic!("StartCommand answered {other:?}"),
-            }
+        let Some(began) = self.begin(h, ci, sm_cmd(kind)) else {
+            return;
         };
         match began {
             Ok(target) => self.input(h, Input::Command { target, req }),
@@ -953,6 +1002,68 @@ impl Sim {
                     why: None,
                 },
             ),
+        }
+    }
+
+    /// The dispatcher notes command `cmd` of connection `ci` and begins it on the
+    /// connection's own client (`Input::StartCommand`): the client's slot, or the
+    /// refusal; None with no daemon.
+    fn begin(&self, h: usize, ci: u32, cmd: u32) -> Option<Result<u32, i32>> {
+        self.note(h, ci, cmd);
+        let target = crate::tables::CommandTarget {
+            conn_ci: ci,
+            conn_uid: 0,
+            cmd,
+            cmd_flags: 0,
+            data2: u32::MAX,
+        };
+        let mut core = self.hosts[h].core.borrow_mut();
+        let core = core.as_mut()?;
+        // Not through `Sim::input`: the dispatcher's begin is no request of the
+        // client's (no trace line, not counted in `steps`).
+        let now_s = self.world.local_now(h) / 1000;
+        match Answer::of(self.step(core, now_s, Input::StartCommand(target))) {
+            Answer::CommandStarted(began) => Some(began),
+            other => panic!("StartCommand answered {other:?}"),
+        }
+    }
+
+    /// After REGISTER, one client in three restricts SIGTERM (RESTRICT: a kill order's
+    /// SIGTERM becomes SIGKILL) and another sets a killpath (KILLPATH, a registered
+    /// command the dispatcher begins and ends itself: its run is carried out as a
+    /// SIGTERM, and the helper reports its end). By client id, not drawn.
+    fn client_options(self: &Rc<Self>, h: usize, c: &Client) {
+        let Some(ci) = c.ci.get() else {
+            return;
+        };
+        match c.id % 3 {
+            0 => {
+                self.note(h, ci, client_lib::proto::SM_CMD_RESTRICT);
+                let flags = client_lib::proto::SANLK_RESTRICT_SIGTERM;
+                self.input(h, Input::SetRestrict { ci, flags });
+            }
+            1 => {
+                let Some(Ok(target)) = self.begin(h, ci, client_lib::proto::SM_CMD_KILLPATH) else {
+                    return;
+                };
+                let killpath = crate::clients::KillPath {
+                    path: "/usr/sbin/dsim-killpath".into(),
+                    args: String::new(),
+                    with_pid: true,
+                    run_as: None,
+                };
+                let set = self.answer(h, Input::SetKillpath { ci, killpath });
+                assert!(
+                    matches!(set, Some(Answer::KillpathSet(Some(pid))) if pid == c.pid),
+                    "host{h}: KILLPATH answered {set:?}"
+                );
+                let ended = self.answer(h, Input::FinishCommand { target });
+                assert!(
+                    matches!(ended, Some(Answer::CommandFinished(None))),
+                    "host{h}: a live client's KILLPATH ended {ended:?}"
+                );
+            }
+            _ => {}
         }
     }
 
@@ -1008,16 +1119,14 @@ async fn remove_at(sim: Rc<Sim>, h: usize, at: u64) {
         return;
     }
     sim.world.log(|| format!("host{h} REM_LOCKSPACE"));
-    sim.input(
+    sim.request(
         h,
-        Input::Request {
-            ci,
-            req: CoreRequest::RemLockspace {
-                ls: sim.space,
-                id: None,
-                unused_only: false,
-                wait: true,
-            },
+        ci,
+        CoreRequest::RemLockspace {
+            ls: sim.space,
+            id: None,
+            unused_only: false,
+            wait: true,
         },
     );
 }
@@ -1028,14 +1137,12 @@ async fn orphan_task(sim: Rc<Sim>, h: usize) {
         let ms = sim.world.range(20_000, 60_000);
         sim.sleep(h, ms).await;
         if let Some(ci) = sim.hosts[h].admin_ci.get() {
-            sim.input(
+            sim.request(
                 h,
-                Input::Request {
-                    ci,
-                    req: CoreRequest::ReleaseOrphans {
-                        ls: sim.space,
-                        name: Name::EMPTY,
-                    },
+                ci,
+                CoreRequest::ReleaseOrphans {
+                    ls: sim.space,
+                    name: Name::EMPTY,
                 },
             );
         }
@@ -1067,17 +1174,15 @@ async fn request_task(sim: Rc<Sim>) {
         let host = &sim.hosts[from];
         let inc = host.inc.get();
         let asked = host.admin_ci.get().and_then(|ci| {
-            sim.input(
+            sim.request(
                 from,
-                Input::Request {
-                    ci,
-                    req: CoreRequest::RequestLease {
-                        ls: sim.space,
-                        name: res_name(r),
-                        lver: 0,
-                        next_lver: true,
-                        force_mode,
-                    },
+                ci,
+                CoreRequest::RequestLease {
+                    ls: sim.space,
+                    name: res_name(r),
+                    lver: 0,
+                    next_lver: true,
+                    force_mode,
                 },
             );
             sim.write_request.take()
@@ -1151,10 +1256,15 @@ async fn examine_task(sim: Rc<Sim>, h: usize, r: usize, delay_ms: u64) {
 }
 
 /// The monitor's tick: once a second of the host's clock.
+/// The monitor's tick every second; the watch heartbeat every 5 s (the daemon's is every
+/// 0.5 s while a watch is open: its beats carry nothing the simulator checks).
 async fn tick_task(sim: Rc<Sim>, h: usize) {
-    loop {
+    for n in 1u64.. {
         sim.sleep(h, 1_000).await;
         sim.input(h, Input::Tick);
+        if n.is_multiple_of(5) {
+            sim.input(h, Input::WatchTick);
+        }
     }
 }
 
@@ -1182,17 +1292,32 @@ async fn join(
 }
 
 impl Sim {
+    /// Client `c` sets the value block of resource `r`, which it holds (SET_LVB; its
+    /// ACQUIRE asked for none, so the token refuses it, as the daemon's would).
+    fn set_lvb(self: &Rc<Self>, h: usize, c: &Client, r: usize) {
+        let Some(ci) = c.ci.get() else {
+            return;
+        };
+        self.note(h, ci, client_lib::proto::SM_CMD_SET_LVB);
+        let lvb = c.id.to_le_bytes().to_vec();
+        let set = self.answer(
+            h,
+            Input::SetLvb {
+                key: (self.space, res_name(r)),
+                lvb,
+            },
+        );
+        assert!(
+            matches!(set, None | Some(Answer::LvbSet(Some(Err(_))))),
+            "host{h}: SET_LVB without an LVB answered {set:?}"
+        );
+    }
+
     /// Client `c` watches its own leases on a second connection.
     fn watch_own(self: &Rc<Self>, h: usize, c: &Client) {
         if let Some(wci) = self.connect(h, c.pid) {
             c.watch_ci.set(Some(wci));
-            self.input(
-                h,
-                Input::Request {
-                    ci: wci,
-                    req: CoreRequest::Watch { pid: 0 },
-                },
-            );
+            self.request(h, wci, CoreRequest::Watch { pid: 0 });
         }
     }
 
@@ -1256,6 +1381,22 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
     };
     let (disk, clock) = (sim.disk(h), sim.clock(h));
     let seq = host.join_seq.get();
+    // The lockspace's id in the core: the join and the renewals report by it.
+    let Some(id) = host
+        .core
+        .borrow()
+        .as_ref()
+        .and_then(|c| c.space(&sim.space).map(|s| s.id))
+    else {
+        return;
+    };
+    sim.input(
+        h,
+        Input::JoinStarted {
+            id,
+            geometry: params.geometry,
+        },
+    );
     let mut st = join(&sim, h, &disk, &clock, &params).await;
     host.generation.set(st.generation());
     sim.world
@@ -1267,15 +1408,18 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
             result: Ok(()),
         },
     );
-    // The lockspace's id in the core: renewals report by it.
-    let Some(id) = host
-        .core
-        .borrow()
-        .as_ref()
-        .and_then(|c| c.space(&sim.space).map(|s| s.id))
-    else {
-        return;
-    };
+    // An administrator's SET_CONFIG: the lockspace is in use outside (reported only).
+    if let Some(ci) = host.admin_ci.get() {
+        sim.note(h, ci, client_lib::proto::SM_CMD_SET_CONFIG);
+        sim.input(
+            h,
+            Input::SetConfig {
+                id,
+                used_by_orphans: None,
+                external_used: Some(true),
+            },
+        );
+    }
     let io = u64::from(params.io_timeout);
     let renew_ms = timeouts::id_renewal_seconds(io) * 1000;
     loop {
@@ -1304,6 +1448,7 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
             // Other hosts must see it expire: no more renewals.
             return;
         }
+        sim.input(h, Input::RenewalStarted { id });
         if sim.now_ms() < host.renew_fail_until.get() {
             sim.input(
                 h,
@@ -1546,6 +1691,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
     if c.dead.get() {
         return;
     }
+    sim.client_options(h, &c);
     // Every other client watches its own leases on a second connection (counted, not
     // drawn: the random stream stays as it was).
     if c.id.is_multiple_of(2) {
@@ -1585,6 +1731,9 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
             .iter()
             .map(|l| (res_index(&l.name), l.shared))
             .collect();
+        if c.id % 3 == 2 {
+            sim.set_lvb(h, &c, held[0].0);
+        }
         sim.sleep(h, w.range(100, 5_000)).await;
         if c.dead.get() {
             return;
