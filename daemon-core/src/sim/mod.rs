@@ -155,6 +155,9 @@ struct Client {
     dead: Cell<bool>,
     /// Ignores SIGTERM: only the SIGKILL after the kill grace time ends it.
     stubborn: bool,
+    /// Holds its leases through `lockd acquire --for-pid` (a connection-less slot,
+    /// [`pid_client_task`]); one client in seven, by id.
+    for_pid: bool,
 }
 
 /// One host: its daemon (core) and what its shell keeps.
@@ -828,7 +831,12 @@ impl Sim {
             self.checker.borrow_mut().watch_closed(h, wci);
             self.input(h, Input::Closed { ci: wci });
         }
-        self.input(h, Input::PidExit { pid: c.pid });
+        match c.ci.get() {
+            // The daemon's reactor sees a `--for-pid` process exit by its pidfd and
+            // ends its slot as a closed connection's.
+            Some(ci) if c.for_pid => self.input(h, Input::Closed { ci }),
+            _ => self.input(h, Input::PidExit { pid: c.pid }),
+        }
         // Another process takes its place a little later.
         let sim = self.clone();
         let ms = self.world.range(1_000, 10_000);
@@ -939,8 +947,14 @@ impl Sim {
             task: Cell::new(usize::MAX),
             dead: Cell::new(false),
             stubborn: self.world.rand(100) < 20,
+            for_pid: id % 7 == 6,
         });
-        let t = self.spawn(h, Box::pin(client_task(self.clone(), h, c.clone())));
+        let task = if c.for_pid {
+            Box::pin(pid_client_task(self.clone(), h, c.clone())) as Task
+        } else {
+            Box::pin(client_task(self.clone(), h, c.clone()))
+        };
+        let t = self.spawn(h, task);
         c.task.set(t);
     }
 
@@ -1131,20 +1145,23 @@ async fn remove_at(sim: Rc<Sim>, h: usize, at: u64) {
     );
 }
 
-/// An administrator releases the host's orphans now and then (REL_ORPHAN).
+/// An administrator releases the host's orphans now and then (REL_ORPHAN): every other
+/// time as the daemon's shell does, once it has checked the caller's rights
+/// (`Input::ReleaseOrphans`, which answers nobody), else as the core's request
+/// (`CoreRequest::ReleaseOrphans`). Counted, not drawn.
 async fn orphan_task(sim: Rc<Sim>, h: usize) {
-    loop {
+    for n in 0u64.. {
         let ms = sim.world.range(20_000, 60_000);
         sim.sleep(h, ms).await;
-        if let Some(ci) = sim.hosts[h].admin_ci.get() {
-            sim.request(
-                h,
-                ci,
-                CoreRequest::ReleaseOrphans {
-                    ls: sim.space,
-                    name: Name::EMPTY,
-                },
-            );
+        let Some(ci) = sim.hosts[h].admin_ci.get() else {
+            continue;
+        };
+        let (ls, name) = (sim.space, Name::EMPTY);
+        if n.is_multiple_of(2) {
+            sim.request(h, ci, CoreRequest::ReleaseOrphans { ls, name });
+        } else {
+            sim.note(h, ci, client_lib::proto::SM_CMD_RELEASE);
+            sim.input(h, Input::ReleaseOrphans { ls, name });
         }
     }
 }
@@ -1677,6 +1694,57 @@ async fn convert_first(
     }
     sim.sleep(h, w.range(100, 3_000)).await;
     !c.dead.get()
+}
+
+/// A process that holds leases through an administrator's `lockd acquire --for-pid`:
+/// the daemon makes it a connection-less slot with its ACQUIRE begun
+/// (`Input::AddPidClient`), runs the acquire on it (`Input::Command`) and drops the slot
+/// when the acquire failed (`Input::DropFailedPidClient`); the process holds what it got
+/// until it exits or is killed.
+async fn pid_client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
+    let w = sim.world.clone();
+    sim.sleep(h, w.range(100, 3_000)).await;
+    let Some(admin) = sim.hosts[h].admin_ci.get() else {
+        return;
+    };
+    if c.dead.get() {
+        return;
+    }
+    sim.note(h, admin, client_lib::ext::LOCKD_CMD_ACQUIRE_FOR_PID);
+    let input = Input::AddPidClient {
+        pid: c.pid,
+        uid: 0,
+        killpath: None,
+    };
+    let Some(Answer::PidClientAdded(Ok(ci))) = sim.answer(h, input) else {
+        return;
+    };
+    c.ci.set(Some(ci));
+    sim.hosts[h].clients.borrow_mut().insert(ci, c.clone());
+    let (res, specs, cmd_flags) = next_acquire(&sim, h, &c);
+    sim.checker.borrow_mut().acquire_sent(c.id, &res);
+    let req = CoreRequest::Acquire {
+        res: specs,
+        cmd_flags,
+        owner_name: Name::new(&format!("pid{}", c.pid)).expect("a short name"),
+    };
+    sim.input(h, Input::Command { target: ci, req });
+    let Some(reply) = sim.await_reply(&c).await else {
+        return;
+    };
+    if reply.rv != 0 {
+        let dropped = sim.answer(h, Input::DropFailedPidClient { ci });
+        assert!(
+            matches!(dropped, None | Some(Answer::PidClientDropped(Ok(())))),
+            "host{h}: a failed --for-pid slot dropped: {dropped:?}"
+        );
+        sim.hosts[h].clients.borrow_mut().remove(&ci);
+        c.ci.set(None);
+        sim.client_dies(h, &c);
+        return;
+    }
+    sim.sleep(h, w.range(1_000, 30_000)).await;
+    sim.client_dies(h, &c);
 }
 
 async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
