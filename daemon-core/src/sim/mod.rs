@@ -639,11 +639,11 @@ impl Sim {
                     .request_noticed(h, res_index(&name), &pids, &to);
             }
             Effect::Kill { order, .. } => self.kill_order(h, now, order),
+            Effect::WatchBeats { beats } => self.watch_beats(h, &beats),
             // A status line is the shell's to send (`step`'s unit tests check it).
             Effect::Accepted { .. }
             | Effect::Refused { .. }
             | Effect::Close { .. }
-            | Effect::WatchBeats { .. }
             | Effect::Status(_) => {}
             // The request traffic's REQUEST (`request_task`) writes the record itself.
             Effect::WriteRequest { op, .. } => {
@@ -1328,6 +1328,26 @@ impl Sim {
             matches!(set, None | Some(Answer::LvbSet(Some(Err(_))))),
             "host{h}: SET_LVB without an LVB answered {set:?}"
         );
+    }
+
+    /// The heartbeats of host `h`'s watches are written: a watcher that stopped reading
+    /// (one in four, by client id) fails the write, and its watch ends
+    /// (`Input::WatchDropped`, as the daemon's `watch::send`); its connection stays
+    /// until the process closes it.
+    fn watch_beats(self: &Rc<Self>, h: usize, beats: &[crate::io::WatchBeat]) {
+        for b in beats {
+            let deaf = self.hosts[h]
+                .clients
+                .borrow()
+                .values()
+                .any(|c| c.watch_ci.get() == Some(b.ci) && c.id % 8 == 0);
+            if deaf {
+                self.world
+                    .log(|| format!("host{h} watch connection {} dropped", b.ci));
+                self.checker.borrow_mut().watch_closed(h, b.ci);
+                self.input(h, Input::WatchDropped { ci: b.ci });
+            }
+        }
     }
 
     /// Client `c` watches its own leases on a second connection.
