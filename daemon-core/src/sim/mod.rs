@@ -18,7 +18,12 @@
 //! failing for a while (a lockspace failing mid-acquire, up to the lease's loss: notices,
 //! kills, and a rejoin later), clients dying mid-acquire or exiting while they hold
 //! leases, and daemon restarts (a host's core is dropped with its clients and rebuilt; its
-//! leases on disk stay and age out).
+//! leases on disk stay and age out; on every other host a forced shutdown first). The
+//! shell's own inputs come as the daemon's shell sends them: every command noted, a
+//! registered command begun and ended by the dispatcher, RESTRICT, KILLPATH and the
+//! helper's report of its run, SET_LVB, `--for-pid` slots, SET_CONFIG, the watch
+//! heartbeat and a dropped watch, a join's and a renewal's start ([`inputs`] counts the
+//! kinds reached).
 //!
 //! After every step the simulator runs [`Core::check`] and the checks of [`checker`],
 //! from the clients' point of view: never two exclusive holders of one resource (nor
@@ -29,7 +34,7 @@
 //! pure function of its seed and configuration.
 
 pub mod checker;
-mod inputs;
+pub mod inputs;
 
 pub use self::inputs::{kinds_missing, INPUT_KINDS};
 
@@ -1116,8 +1121,24 @@ async fn renew_fault(sim: Rc<Sim>, h: usize, at: u64, dur: u64) {
         .set(host.renew_fail_until.get().max(until));
 }
 
+/// A daemon restart at `at` (global ms). On every other host (by index,
+/// not drawn) it follows a forced shutdown (`Input::Shutdown`, as the daemon's
+/// `lockspace::stop_all`): the lockspace is removed, its holders noticed, then killed,
+/// and the daemon stops once the lockspace has gone (or after 60 s, as if killed).
 async fn restart_at(sim: Rc<Sim>, h: usize, at: u64) {
     sim.sleep(h, at.saturating_sub(sim.now_ms())).await;
+    let host = &sim.hosts[h];
+    if h.is_multiple_of(2) && host.core.borrow().is_some() {
+        sim.world
+            .log(|| format!("host{h} daemon SHUTDOWN (forced)"));
+        sim.input(h, Input::Shutdown);
+        for _ in 0..120 {
+            if !host.in_core.get() {
+                break;
+            }
+            sim.sleep(h, 500).await;
+        }
+    }
     sim.restart(h);
 }
 
