@@ -20,7 +20,8 @@
 //! leases, and daemon restarts (a host's core is dropped with its clients and rebuilt; its
 //! leases on disk stay and age out; on every other host a forced shutdown first). The
 //! shell's own inputs come as the daemon's shell sends them: every command noted, a
-//! registered command begun and ended by the dispatcher, RESTRICT, KILLPATH and the
+//! registered command begun and ended by the dispatcher, RESTRICT, KILLPATH (a client
+//! dying during it leaves its leases to the dispatcher's `ReleaseTokens`) and the
 //! helper's report of its run, SET_LVB, `--for-pid` slots, SET_CONFIG, the watch
 //! heartbeat and a dropped watch, a join's and a renewal's start ([`inputs`] counts the
 //! kinds reached).
@@ -1048,44 +1049,66 @@ impl Sim {
     }
 
     /// After REGISTER, one client in three restricts SIGTERM (RESTRICT: a kill order's
-    /// SIGTERM becomes SIGKILL) and another sets a killpath (KILLPATH, a registered
-    /// command the dispatcher begins and ends itself: its run is carried out as a
-    /// SIGTERM, and the helper reports its end). By client id, not drawn.
+    /// SIGTERM becomes SIGKILL). By client id, not drawn.
     fn client_options(self: &Rc<Self>, h: usize, c: &Client) {
-        let Some(ci) = c.ci.get() else {
-            return;
-        };
-        match c.id % 3 {
-            0 => {
-                self.note(h, ci, client_lib::proto::SM_CMD_RESTRICT);
-                let flags = client_lib::proto::SANLK_RESTRICT_SIGTERM;
-                self.input(h, Input::SetRestrict { ci, flags });
-            }
-            1 => {
-                let Some(Ok(target)) = self.begin(h, ci, client_lib::proto::SM_CMD_KILLPATH) else {
-                    return;
-                };
-                let killpath = crate::clients::KillPath {
-                    path: "/usr/sbin/dsim-killpath".into(),
-                    args: String::new(),
-                    with_pid: true,
-                    run_as: None,
-                };
-                let set = self.answer(h, Input::SetKillpath { ci, killpath });
-                assert!(
-                    matches!(set, Some(Answer::KillpathSet(Some(pid))) if pid == c.pid),
-                    "host{h}: KILLPATH answered {set:?}"
-                );
-                let ended = self.answer(h, Input::FinishCommand { target });
-                assert!(
-                    matches!(ended, Some(Answer::CommandFinished(None))),
-                    "host{h}: a live client's KILLPATH ended {ended:?}"
-                );
-            }
-            _ => {}
+        if let Some(ci) = c.ci.get().filter(|_| c.id.is_multiple_of(3)) {
+            self.note(h, ci, client_lib::proto::SM_CMD_RESTRICT);
+            let flags = client_lib::proto::SANLK_RESTRICT_SIGTERM;
+            self.input(h, Input::SetRestrict { ci, flags });
         }
     }
+}
 
+/// Client `c` sets its killpath (KILLPATH, a registered command the dispatcher begins and
+/// ends itself; a killpath's run is carried out as a SIGTERM, and the helper reports its
+/// end). The dispatcher reads the payload for 200 ms: a client that died meanwhile, with
+/// leases, leaves them to the dispatcher, which ends the command (`FinishCommand`) and
+/// releases them as a dead holder's (`Input::ReleaseTokens`), as the daemon's
+/// `registered_cmd`. False when the client died.
+async fn set_killpath(sim: &Rc<Sim>, h: usize, c: &Rc<Client>) -> bool {
+    let Some(ci) = c.ci.get() else {
+        return false;
+    };
+    let Some(Ok(target)) = sim.begin(h, ci, client_lib::proto::SM_CMD_KILLPATH) else {
+        return !c.dead.get();
+    };
+    sim.sleep(h, 200).await;
+    if !c.dead.get() {
+        let killpath = crate::clients::KillPath {
+            path: "/usr/sbin/dsim-killpath".into(),
+            args: String::new(),
+            with_pid: true,
+            run_as: None,
+        };
+        let set = sim.answer(h, Input::SetKillpath { ci, killpath });
+        assert!(
+            set.as_ref()
+                .is_none_or(|a| *a == Answer::KillpathSet(Some(c.pid))),
+            "host{h}: KILLPATH answered {set:?}"
+        );
+    }
+    match sim.answer(h, Input::FinishCommand { target }) {
+        None | Some(Answer::CommandFinished(None)) => {}
+        Some(Answer::CommandFinished(Some(tokens))) => {
+            sim.world
+                .log(|| format!("host{h} pid {} died during KILLPATH", c.pid));
+            if !tokens.is_empty() {
+                sim.input(
+                    h,
+                    Input::ReleaseTokens {
+                        ci: target,
+                        tokens,
+                        dying: true,
+                    },
+                );
+            }
+        }
+        other => panic!("host{h}: FinishCommand answered {other:?}"),
+    }
+    !c.dead.get()
+}
+
+impl Sim {
     /// The next reply to client `c`, or None when it died first.
     async fn await_reply(&self, c: &Rc<Client>) -> Option<CoreReply> {
         let c2 = c.clone();
@@ -1810,6 +1833,8 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
     // `Input::Command`), the others as plain requests; counted, not drawn, so the
     // random stream (and every seed kept from before) is as it was.
     let mut acquires: u64 = c.id % 2;
+    // One client in three sets its killpath while it holds its first leases.
+    let mut killpath_set = false;
     loop {
         let pause = w.range(100, 3_000);
         sim.sleep(h, pause).await;
@@ -1842,6 +1867,12 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
             .collect();
         if c.id % 3 == 2 {
             sim.set_lvb(h, &c, held[0].0);
+        }
+        if c.id % 3 == 1 && !killpath_set {
+            killpath_set = true;
+            if !set_killpath(&sim, h, &c).await {
+                return;
+            }
         }
         sim.sleep(h, w.range(100, 5_000)).await;
         if c.dead.get() {
