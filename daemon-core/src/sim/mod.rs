@@ -1049,12 +1049,16 @@ impl Sim {
     }
 
     /// After REGISTER, one client in three restricts SIGTERM (RESTRICT: a kill order's
-    /// SIGTERM becomes SIGKILL). By client id, not drawn.
+    /// SIGTERM becomes SIGKILL), and every other client watches its own leases on a
+    /// second connection. By client id, not drawn.
     fn client_options(self: &Rc<Self>, h: usize, c: &Client) {
         if let Some(ci) = c.ci.get().filter(|_| c.id.is_multiple_of(3)) {
             self.note(h, ci, client_lib::proto::SM_CMD_RESTRICT);
             let flags = client_lib::proto::SANLK_RESTRICT_SIGTERM;
             self.input(h, Input::SetRestrict { ci, flags });
+        }
+        if c.id.is_multiple_of(2) {
+            self.watch_own(h, c);
         }
     }
 }
@@ -1394,6 +1398,23 @@ impl Sim {
         }
     }
 
+    /// An administrator's SET_CONFIG on lockspace `id` of host `h`: it is in use outside
+    /// (reported only).
+    fn set_config(self: &Rc<Self>, h: usize, id: u32) {
+        if let Some(ci) = self.hosts[h].admin_ci.get() {
+            self.note(h, ci, client_lib::proto::SM_CMD_SET_CONFIG);
+            let (used_by_orphans, external_used) = (None, Some(true));
+            self.input(
+                h,
+                Input::SetConfig {
+                    id,
+                    used_by_orphans,
+                    external_used,
+                },
+            );
+        }
+    }
+
     /// Client `c` watches its own leases on a second connection.
     fn watch_own(self: &Rc<Self>, h: usize, c: &Client) {
         if let Some(wci) = self.connect(h, c.pid) {
@@ -1489,18 +1510,7 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
             result: Ok(()),
         },
     );
-    // An administrator's SET_CONFIG: the lockspace is in use outside (reported only).
-    if let Some(ci) = host.admin_ci.get() {
-        sim.note(h, ci, client_lib::proto::SM_CMD_SET_CONFIG);
-        sim.input(
-            h,
-            Input::SetConfig {
-                id,
-                used_by_orphans: None,
-                external_used: Some(true),
-            },
-        );
-    }
+    sim.set_config(h, id);
     let io = u64::from(params.io_timeout);
     let renew_ms = timeouts::id_renewal_seconds(io) * 1000;
     loop {
@@ -1811,6 +1821,27 @@ async fn pid_client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
     sim.client_dies(h, &c);
 }
 
+/// What client `c` does once it holds leases, `r` among them, by id: one in three sets
+/// the LVB of `r`, another one in three its killpath (once, while it holds its first
+/// leases). False when it died.
+async fn holding(
+    sim: &Rc<Sim>,
+    h: usize,
+    c: &Rc<Client>,
+    r: usize,
+    killpath_set: &mut bool,
+) -> bool {
+    match c.id % 3 {
+        2 => sim.set_lvb(h, c, r),
+        1 if !*killpath_set => {
+            *killpath_set = true;
+            return set_killpath(sim, h, c).await;
+        }
+        _ => {}
+    }
+    true
+}
+
 async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
     let w = sim.world.clone();
     let Some(ci) = sim.connect(h, c.pid) else {
@@ -1824,16 +1855,10 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
         return;
     }
     sim.client_options(h, &c);
-    // Every other client watches its own leases on a second connection (counted, not
-    // drawn: the random stream stays as it was).
-    if c.id.is_multiple_of(2) {
-        sim.watch_own(h, &c);
-    }
     // Every other ACQUIRE goes as the daemon sends it (begun by its dispatcher, then
     // `Input::Command`), the others as plain requests; counted, not drawn, so the
     // random stream (and every seed kept from before) is as it was.
     let mut acquires: u64 = c.id % 2;
-    // One client in three sets its killpath while it holds its first leases.
     let mut killpath_set = false;
     loop {
         let pause = w.range(100, 3_000);
@@ -1865,14 +1890,8 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
             .iter()
             .map(|l| (res_index(&l.name), l.shared))
             .collect();
-        if c.id % 3 == 2 {
-            sim.set_lvb(h, &c, held[0].0);
-        }
-        if c.id % 3 == 1 && !killpath_set {
-            killpath_set = true;
-            if !set_killpath(&sim, h, &c).await {
-                return;
-            }
+        if !holding(&sim, h, &c, held[0].0, &mut killpath_set).await {
+            return;
         }
         sim.sleep(h, w.range(100, 5_000)).await;
         if c.dead.get() {
