@@ -6,8 +6,10 @@
 //! examine-kills-lockspace|examine-kill-before-notice|removal-without-notice]
 //! [--verbose] [--trace]`
 //!
-//! The last line is `seeds=… steps=… … violations=…` (`kills` counts every kill order,
-//! `examine_kills` those of requests from other hosts); the exit status is non-zero when a
+//! The last line is `seeds=… steps=… … inputs=K/N violations=…` (`kills` counts every kill
+//! order, `examine_kills` those of requests from other hosts, `inputs` the kinds of
+//! `Input` the seeds' cores were stepped with, of all N; `--verbose` lists the kinds not
+//! reached on the line before); the exit status is non-zero when a
 //! violation was found. With `--plant-bug`, a line says whether the bug was caught.
 #![forbid(unsafe_code)]
 
@@ -15,7 +17,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use lease_core::sim::cli::{SimArgs, SimCli};
-use lockd_core::sim::{run_seed, DaemonSimConfig};
+use lockd_core::sim::{kinds_missing, run_seed, DaemonSimConfig, INPUT_KINDS};
 use lockd_core::CorePlantedBug;
 
 fn usage() -> String {
@@ -57,7 +59,7 @@ fn main() -> ExitCode {
     let start = Instant::now();
     let (mut steps, mut acquisitions, mut losses, mut kills, mut restarts) = (0, 0, 0, 0, 0);
     let (mut requests, mut examine_kills) = (0, 0);
-    let (mut violations, mut failed_seeds) = (0u64, 0u64);
+    let (mut violations, mut failed_seeds, mut inputs) = (0u64, 0u64, 0u64);
     for i in 0..args.seeds {
         let seed = args.first_seed.wrapping_add(i);
         let r = run_seed(seed, &cfg);
@@ -68,6 +70,7 @@ fn main() -> ExitCode {
         restarts += r.stats.restarts;
         requests += r.stats.requests;
         examine_kills += r.stats.examine_kills;
+        inputs |= r.stats.inputs;
         if args.verbose {
             eprintln!("seed={seed} {:?}", r.stats);
         }
@@ -110,9 +113,15 @@ fn main() -> ExitCode {
             println!("planted bug {bug}: NOT caught in {} seeds", args.seeds);
         }
     }
+    let missing = kinds_missing(inputs);
+    if args.verbose && !missing.is_empty() {
+        println!("inputs not reached: {}", missing.join(" "));
+    }
     println!(
-        "seeds={} steps={steps} acquisitions={acquisitions} losses={losses} kills={kills} restarts={restarts} requests={requests} examine_kills={examine_kills} violations={violations} wall_s={:.1}",
+        "seeds={} steps={steps} acquisitions={acquisitions} losses={losses} kills={kills} restarts={restarts} requests={requests} examine_kills={examine_kills} inputs={}/{} violations={violations} wall_s={:.1}",
         args.seeds,
+        INPUT_KINDS.len() - missing.len(),
+        INPUT_KINDS.len(),
         start.elapsed().as_secs_f64()
     );
     if violations == 0 {

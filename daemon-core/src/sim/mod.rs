@@ -18,7 +18,13 @@
 //! failing for a while (a lockspace failing mid-acquire, up to the lease's loss: notices,
 //! kills, and a rejoin later), clients dying mid-acquire or exiting while they hold
 //! leases, and daemon restarts (a host's core is dropped with its clients and rebuilt; its
-//! leases on disk stay and age out).
+//! leases on disk stay and age out; on every other host a forced shutdown first). The
+//! shell's own inputs come as the daemon's shell sends them: every command noted, a
+//! registered command begun and ended by the dispatcher, RESTRICT, KILLPATH (a client
+//! dying during it leaves its leases to the dispatcher's `ReleaseTokens`) and the
+//! helper's report of its run, SET_LVB, `--for-pid` slots, SET_CONFIG, the watch
+//! heartbeat and a dropped watch, a join's and a renewal's start ([`inputs`] counts the
+//! kinds reached).
 //!
 //! After every step the simulator runs [`Core::check`] and the checks of [`checker`],
 //! from the clients' point of view: never two exclusive holders of one resource (nor
@@ -29,6 +35,9 @@
 //! pure function of its seed and configuration.
 
 pub mod checker;
+pub mod inputs;
+
+pub use self::inputs::{kinds_missing, INPUT_KINDS};
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
@@ -100,6 +109,8 @@ pub struct DaemonSimStats {
     pub requests: u64,
     /// Kill orders of requests (part of `kills`).
     pub examine_kills: u64,
+    /// The kinds of input stepped, one bit each in the order of [`INPUT_KINDS`].
+    pub inputs: u64,
 }
 
 /// The result of one seed.
@@ -118,6 +129,10 @@ pub struct SimHeld(Option<paxos::Token>);
 impl LeaseHold for SimHeld {
     fn lver(&self) -> u64 {
         self.0.as_ref().map_or(0, paxos::Token::lver)
+    }
+
+    fn set_lvb(&mut self, data: &[u8]) -> Option<Result<(), lease_core::LeaseError>> {
+        self.0.as_mut().map(|token| token.set_lvb(data))
     }
 }
 
@@ -146,6 +161,9 @@ struct Client {
     dead: Cell<bool>,
     /// Ignores SIGTERM: only the SIGKILL after the kill grace time ends it.
     stubborn: bool,
+    /// Holds its leases through `lockd acquire --for-pid` (a connection-less slot,
+    /// [`pid_client_task`]); one client in seven, by id.
+    for_pid: bool,
 }
 
 /// One host: its daemon (core) and what its shell keeps.
@@ -309,6 +327,23 @@ fn format_disk(
     }
 }
 
+/// The command code a request of `kind` arrives with.
+fn sm_cmd(kind: ReqKind) -> u32 {
+    use client_lib::proto::*;
+    match kind {
+        ReqKind::Register => SM_CMD_REGISTER,
+        ReqKind::AddLockspace => SM_CMD_ADD_LOCKSPACE,
+        ReqKind::RemLockspace => SM_CMD_REM_LOCKSPACE,
+        ReqKind::Acquire => SM_CMD_ACQUIRE,
+        ReqKind::Release | ReqKind::ReleaseOrphans => SM_CMD_RELEASE,
+        ReqKind::Convert => SM_CMD_CONVERT,
+        ReqKind::Inquire => SM_CMD_INQUIRE,
+        ReqKind::Watch => client_lib::ext::LOCKD_CMD_WATCH,
+        ReqKind::SetEvent => SM_CMD_SET_EVENT,
+        ReqKind::RequestLease => SM_CMD_REQUEST,
+    }
+}
+
 fn res_name(r: usize) -> Name {
     Name::new(&format!("res{r}")).unwrap_or(Name::EMPTY)
 }
@@ -439,7 +474,11 @@ impl Sim {
             };
             let now_s = self.world.local_now(h) / 1000;
             match &input {
-                Input::Tick | Input::RenewalOk { .. } | Input::HostsRead { .. } => {}
+                Input::Tick
+                | Input::WatchTick
+                | Input::RenewalStarted { .. }
+                | Input::RenewalOk { .. }
+                | Input::HostsRead { .. } => {}
                 Input::DiskDone { op, result, .. } => self.world.log(|| {
                     format!(
                         "host{h} < disk op {op} done: {:?}",
@@ -463,7 +502,7 @@ impl Sim {
                 Input::Examined { name, .. } => Some(res_index(name)),
                 _ => None,
             };
-            let fx = core.step(now_s, input);
+            let fx = self.step(core, now_s, input);
             self.stats.borrow_mut().steps += 1;
             if let Err(broken) = core.check() {
                 self.checker
@@ -481,6 +520,54 @@ impl Sim {
             self.effect(h, e);
         }
         self.examining.set(before);
+    }
+
+    /// Every step of a core: its input's kind counted.
+    fn step(
+        &self,
+        core: &mut SimCore,
+        now_s: u64,
+        input: Input<(), SimHeld>,
+    ) -> Vec<Effect<SimHeld>> {
+        self.stats.borrow_mut().inputs |= inputs::input_bit(&input);
+        core.step(now_s, input)
+    }
+
+    /// Steps one of the shell's inputs answered by [`Effect::Answer`] (checked and
+    /// counted as a step, as [`Sim::input`]'s): the answer, or None with no daemon.
+    fn answer(self: &Rc<Self>, h: usize, input: Input<(), SimHeld>) -> Option<Answer> {
+        let mut core = self.hosts[h].core.borrow_mut();
+        let core = core.as_mut()?;
+        self.world.log(|| format!("host{h} < {input:?}"));
+        let now_s = self.world.local_now(h) / 1000;
+        let answer = Answer::of(self.step(core, now_s, input));
+        self.stats.borrow_mut().steps += 1;
+        if let Err(broken) = core.check() {
+            self.checker
+                .borrow_mut()
+                .violate(self.now_ms(), format!("host{h}: Core::check: {broken}"));
+        }
+        self.world.log(|| format!("host{h} > {answer:?}"));
+        Some(answer)
+    }
+
+    /// A command `cmd` arrives on connection `ci`: the dispatcher notes it (STATUS's
+    /// `cmd_last`) before it runs it, as the daemon's does for every command. Like
+    /// `StartCommand`'s, no trace line and not counted in `steps`; and not checked (it
+    /// sets `cmd_last` only): a step per command would cost the runs a third more time.
+    fn note(&self, h: usize, ci: u32, cmd: u32) {
+        let mut core = self.hosts[h].core.borrow_mut();
+        if let Some(core) = core.as_mut() {
+            let now_s = self.world.local_now(h) / 1000;
+            let fx = self.step(core, now_s, Input::NoteCommand { ci, cmd });
+            assert!(fx.is_empty(), "host{h}: NoteCommand gave {fx:?}");
+        }
+    }
+
+    /// A request on connection `ci`, noted first ([`Sim::note`]).
+    fn request(self: &Rc<Self>, h: usize, ci: u32, req: CoreRequest) {
+        self.note(h, ci, sm_cmd(req.kind()));
+        self.input(h, Input::Request { ci, req });
     }
 
     /// After a REQUEST of host `h` found `owner` holding the lease: our renewals carry
@@ -558,11 +645,11 @@ impl Sim {
                     .request_noticed(h, res_index(&name), &pids, &to);
             }
             Effect::Kill { order, .. } => self.kill_order(h, now, order),
+            Effect::WatchBeats { beats } => self.watch_beats(h, &beats),
             // A status line is the shell's to send (`step`'s unit tests check it).
             Effect::Accepted { .. }
             | Effect::Refused { .. }
             | Effect::Close { .. }
-            | Effect::WatchBeats { .. }
             | Effect::Status(_) => {}
             // The request traffic's REQUEST (`request_task`) writes the record itself.
             Effect::WriteRequest { op, .. } => {
@@ -642,7 +729,19 @@ impl Sim {
     fn kill_order(self: &Rc<Self>, h: usize, now: u64, order: KillOrder) {
         let (pid, sig) = match order {
             KillOrder::Signal { pid, sig, .. } => (pid, sig),
-            KillOrder::RunKillpath { pid, .. } => (pid, crate::kill::SIGTERM),
+            KillOrder::RunKillpath { pid, .. } => {
+                // The helper reports the program's end a little later (no draw).
+                let sim = self.clone();
+                self.spawn(
+                    h,
+                    Box::pin(async move {
+                        sim.sleep(h, 20).await;
+                        let status = "exit:0".to_string();
+                        sim.input(h, Input::KillpathEnded { pid, status });
+                    }),
+                );
+                (pid, crate::kill::SIGTERM)
+            }
             KillOrder::Exhausted { .. } => return,
         };
         self.stats.borrow_mut().kills += 1;
@@ -738,7 +837,12 @@ impl Sim {
             self.checker.borrow_mut().watch_closed(h, wci);
             self.input(h, Input::Closed { ci: wci });
         }
-        self.input(h, Input::PidExit { pid: c.pid });
+        match c.ci.get() {
+            // The daemon's reactor sees a `--for-pid` process exit by its pidfd and
+            // ends its slot as a closed connection's.
+            Some(ci) if c.for_pid => self.input(h, Input::Closed { ci }),
+            _ => self.input(h, Input::PidExit { pid: c.pid }),
+        }
         // Another process takes its place a little later.
         let sim = self.clone();
         let ms = self.world.range(1_000, 10_000);
@@ -795,15 +899,13 @@ impl Sim {
             return;
         };
         let io = u64::from(self.hosts[h].io_timeout);
-        self.input(
+        self.request(
             h,
-            Input::Request {
-                ci,
-                req: CoreRequest::AddLockspace {
-                    ls: self.space,
-                    host_id: self.hosts[h].host_id,
-                    io_timeout_s: io,
-                },
+            ci,
+            CoreRequest::AddLockspace {
+                ls: self.space,
+                host_id: self.hosts[h].host_id,
+                io_timeout_s: io,
             },
         );
     }
@@ -815,7 +917,8 @@ impl Sim {
             let core = core.as_mut()?;
             let now_s = self.world.local_now(h) / 1000;
             self.stats.borrow_mut().steps += 1;
-            let fx = core.step(
+            let fx = self.step(
+                core,
                 now_s,
                 Input::Connected {
                     fd: -1,
@@ -850,8 +953,14 @@ impl Sim {
             task: Cell::new(usize::MAX),
             dead: Cell::new(false),
             stubborn: self.world.rand(100) < 20,
+            for_pid: id % 7 == 6,
         });
-        let t = self.spawn(h, Box::pin(client_task(self.clone(), h, c.clone())));
+        let task = if c.for_pid {
+            Box::pin(pid_client_task(self.clone(), h, c.clone())) as Task
+        } else {
+            Box::pin(client_task(self.clone(), h, c.clone()))
+        };
+        let t = self.spawn(h, task);
         c.task.set(t);
     }
 
@@ -882,7 +991,7 @@ impl Sim {
 
     fn send(self: &Rc<Self>, h: usize, c: &Client, req: CoreRequest) {
         if let Some(ci) = c.ci.get() {
-            self.input(h, Input::Request { ci, req });
+            self.request(h, ci, req);
         }
     }
 
@@ -894,35 +1003,12 @@ impl Sim {
             return;
         };
         if !begun {
-            self.input(h, Input::Request { ci, req });
+            self.request(h, ci, req);
             return;
         }
         let kind = req.kind();
-        let cmd = match kind {
-            ReqKind::Release => client_lib::proto::SM_CMD_RELEASE,
-            ReqKind::Convert => client_lib::proto::SM_CMD_CONVERT,
-            ReqKind::Inquire => client_lib::proto::SM_CMD_INQUIRE,
-            _ => client_lib::proto::SM_CMD_ACQUIRE,
-        };
-        let target = crate::tables::CommandTarget {
-            conn_ci: ci,
-            conn_uid: 0,
-            cmd,
-            cmd_flags: 0,
-            data2: u32::MAX,
-        };
-        let began = {
-            let mut core = self.hosts[h].core.borrow_mut();
-            let Some(core) = core.as_mut() else {
-                return;
-            };
-            // Stepped here, not through `Sim::input`: the dispatcher's begin is no
-            // request of the client's (no trace line, not counted as a step).
-            let now_s = self.world.local_now(h) / 1000;
-            match Answer::of(core.step(now_s, Input::StartCommand(target))) {
-                Answer::CommandStarted(began) => began,
-                other => panic!("StartCommand answered {other:?}"),
-            }
+        let Some(began) = self.begin(h, ci, sm_cmd(kind)) else {
+            return;
         };
         match began {
             Ok(target) => self.input(h, Input::Command { target, req }),
@@ -939,6 +1025,94 @@ impl Sim {
         }
     }
 
+    /// The dispatcher notes command `cmd` of connection `ci` and begins it on the
+    /// connection's own client (`Input::StartCommand`): the client's slot, or the
+    /// refusal; None with no daemon.
+    fn begin(&self, h: usize, ci: u32, cmd: u32) -> Option<Result<u32, i32>> {
+        self.note(h, ci, cmd);
+        let target = crate::tables::CommandTarget {
+            conn_ci: ci,
+            conn_uid: 0,
+            cmd,
+            cmd_flags: 0,
+            data2: u32::MAX,
+        };
+        let mut core = self.hosts[h].core.borrow_mut();
+        let core = core.as_mut()?;
+        // Not through `Sim::input`: the dispatcher's begin is no request of the
+        // client's (no trace line, not counted in `steps`).
+        let now_s = self.world.local_now(h) / 1000;
+        match Answer::of(self.step(core, now_s, Input::StartCommand(target))) {
+            Answer::CommandStarted(began) => Some(began),
+            other => panic!("StartCommand answered {other:?}"),
+        }
+    }
+
+    /// After REGISTER, one client in three restricts SIGTERM (RESTRICT: a kill order's
+    /// SIGTERM becomes SIGKILL), and every other client watches its own leases on a
+    /// second connection. By client id, not drawn.
+    fn client_options(self: &Rc<Self>, h: usize, c: &Client) {
+        if let Some(ci) = c.ci.get().filter(|_| c.id.is_multiple_of(3)) {
+            self.note(h, ci, client_lib::proto::SM_CMD_RESTRICT);
+            let flags = client_lib::proto::SANLK_RESTRICT_SIGTERM;
+            self.input(h, Input::SetRestrict { ci, flags });
+        }
+        if c.id.is_multiple_of(2) {
+            self.watch_own(h, c);
+        }
+    }
+}
+
+/// Client `c` sets its killpath (KILLPATH, a registered command the dispatcher begins and
+/// ends itself; a killpath's run is carried out as a SIGTERM, and the helper reports its
+/// end). The dispatcher reads the payload for 200 ms: a client that died meanwhile, with
+/// leases, leaves them to the dispatcher, which ends the command (`FinishCommand`) and
+/// releases them as a dead holder's (`Input::ReleaseTokens`), as the daemon's
+/// `registered_cmd`. False when the client died.
+async fn set_killpath(sim: &Rc<Sim>, h: usize, c: &Rc<Client>) -> bool {
+    let Some(ci) = c.ci.get() else {
+        return false;
+    };
+    let Some(Ok(target)) = sim.begin(h, ci, client_lib::proto::SM_CMD_KILLPATH) else {
+        return !c.dead.get();
+    };
+    sim.sleep(h, 200).await;
+    if !c.dead.get() {
+        let killpath = crate::clients::KillPath {
+            path: "/usr/sbin/dsim-killpath".into(),
+            args: String::new(),
+            with_pid: true,
+            run_as: None,
+        };
+        let set = sim.answer(h, Input::SetKillpath { ci, killpath });
+        assert!(
+            set.as_ref()
+                .is_none_or(|a| *a == Answer::KillpathSet(Some(c.pid))),
+            "host{h}: KILLPATH answered {set:?}"
+        );
+    }
+    match sim.answer(h, Input::FinishCommand { target }) {
+        None | Some(Answer::CommandFinished(None)) => {}
+        Some(Answer::CommandFinished(Some(tokens))) => {
+            sim.world
+                .log(|| format!("host{h} pid {} died during KILLPATH", c.pid));
+            if !tokens.is_empty() {
+                sim.input(
+                    h,
+                    Input::ReleaseTokens {
+                        ci: target,
+                        tokens,
+                        dying: true,
+                    },
+                );
+            }
+        }
+        other => panic!("host{h}: FinishCommand answered {other:?}"),
+    }
+    !c.dead.get()
+}
+
+impl Sim {
     /// The next reply to client `c`, or None when it died first.
     async fn await_reply(&self, c: &Rc<Client>) -> Option<CoreReply> {
         let c2 = c.clone();
@@ -974,8 +1148,24 @@ async fn renew_fault(sim: Rc<Sim>, h: usize, at: u64, dur: u64) {
         .set(host.renew_fail_until.get().max(until));
 }
 
+/// A daemon restart at `at` (global ms). On every other host (by index,
+/// not drawn) it follows a forced shutdown (`Input::Shutdown`, as the daemon's
+/// `lockspace::stop_all`): the lockspace is removed, its holders noticed, then killed,
+/// and the daemon stops once the lockspace has gone (or after 60 s, as if killed).
 async fn restart_at(sim: Rc<Sim>, h: usize, at: u64) {
     sim.sleep(h, at.saturating_sub(sim.now_ms())).await;
+    let host = &sim.hosts[h];
+    if h.is_multiple_of(2) && host.core.borrow().is_some() {
+        sim.world
+            .log(|| format!("host{h} daemon SHUTDOWN (forced)"));
+        sim.input(h, Input::Shutdown);
+        for _ in 0..120 {
+            if !host.in_core.get() {
+                break;
+            }
+            sim.sleep(h, 500).await;
+        }
+    }
     sim.restart(h);
 }
 
@@ -991,36 +1181,35 @@ async fn remove_at(sim: Rc<Sim>, h: usize, at: u64) {
         return;
     }
     sim.world.log(|| format!("host{h} REM_LOCKSPACE"));
-    sim.input(
+    sim.request(
         h,
-        Input::Request {
-            ci,
-            req: CoreRequest::RemLockspace {
-                ls: sim.space,
-                id: None,
-                unused_only: false,
-                wait: true,
-            },
+        ci,
+        CoreRequest::RemLockspace {
+            ls: sim.space,
+            id: None,
+            unused_only: false,
+            wait: true,
         },
     );
 }
 
-/// An administrator releases the host's orphans now and then (REL_ORPHAN).
+/// An administrator releases the host's orphans now and then (REL_ORPHAN): every other
+/// time as the daemon's shell does, once it has checked the caller's rights
+/// (`Input::ReleaseOrphans`, which answers nobody), else as the core's request
+/// (`CoreRequest::ReleaseOrphans`). Counted, not drawn.
 async fn orphan_task(sim: Rc<Sim>, h: usize) {
-    loop {
+    for n in 0u64.. {
         let ms = sim.world.range(20_000, 60_000);
         sim.sleep(h, ms).await;
-        if let Some(ci) = sim.hosts[h].admin_ci.get() {
-            sim.input(
-                h,
-                Input::Request {
-                    ci,
-                    req: CoreRequest::ReleaseOrphans {
-                        ls: sim.space,
-                        name: Name::EMPTY,
-                    },
-                },
-            );
+        let Some(ci) = sim.hosts[h].admin_ci.get() else {
+            continue;
+        };
+        let (ls, name) = (sim.space, Name::EMPTY);
+        if n.is_multiple_of(2) {
+            sim.request(h, ci, CoreRequest::ReleaseOrphans { ls, name });
+        } else {
+            sim.note(h, ci, client_lib::proto::SM_CMD_RELEASE);
+            sim.input(h, Input::ReleaseOrphans { ls, name });
         }
     }
 }
@@ -1050,17 +1239,15 @@ async fn request_task(sim: Rc<Sim>) {
         let host = &sim.hosts[from];
         let inc = host.inc.get();
         let asked = host.admin_ci.get().and_then(|ci| {
-            sim.input(
+            sim.request(
                 from,
-                Input::Request {
-                    ci,
-                    req: CoreRequest::RequestLease {
-                        ls: sim.space,
-                        name: res_name(r),
-                        lver: 0,
-                        next_lver: true,
-                        force_mode,
-                    },
+                ci,
+                CoreRequest::RequestLease {
+                    ls: sim.space,
+                    name: res_name(r),
+                    lver: 0,
+                    next_lver: true,
+                    force_mode,
                 },
             );
             sim.write_request.take()
@@ -1134,10 +1321,15 @@ async fn examine_task(sim: Rc<Sim>, h: usize, r: usize, delay_ms: u64) {
 }
 
 /// The monitor's tick: once a second of the host's clock.
+/// The monitor's tick every second; the watch heartbeat every 5 s (the daemon's is every
+/// 0.5 s while a watch is open: its beats carry nothing the simulator checks).
 async fn tick_task(sim: Rc<Sim>, h: usize) {
-    loop {
+    for n in 1u64.. {
         sim.sleep(h, 1_000).await;
         sim.input(h, Input::Tick);
+        if n.is_multiple_of(5) {
+            sim.input(h, Input::WatchTick);
+        }
     }
 }
 
@@ -1165,17 +1357,69 @@ async fn join(
 }
 
 impl Sim {
+    /// Client `c` sets the value block of resource `r`, which it holds (SET_LVB; its
+    /// ACQUIRE asked for none, so the token refuses it, as the daemon's would).
+    fn set_lvb(self: &Rc<Self>, h: usize, c: &Client, r: usize) {
+        let Some(ci) = c.ci.get() else {
+            return;
+        };
+        self.note(h, ci, client_lib::proto::SM_CMD_SET_LVB);
+        let lvb = c.id.to_le_bytes().to_vec();
+        let set = self.answer(
+            h,
+            Input::SetLvb {
+                key: (self.space, res_name(r)),
+                lvb,
+            },
+        );
+        assert!(
+            matches!(set, None | Some(Answer::LvbSet(Some(Err(_))))),
+            "host{h}: SET_LVB without an LVB answered {set:?}"
+        );
+    }
+
+    /// The heartbeats of host `h`'s watches are written: a watcher that stopped reading
+    /// (one in four, by client id) fails the write, and its watch ends
+    /// (`Input::WatchDropped`, as the daemon's `watch::send`); its connection stays
+    /// until the process closes it.
+    fn watch_beats(self: &Rc<Self>, h: usize, beats: &[crate::io::WatchBeat]) {
+        for b in beats {
+            let deaf = self.hosts[h]
+                .clients
+                .borrow()
+                .values()
+                .any(|c| c.watch_ci.get() == Some(b.ci) && c.id % 8 == 0);
+            if deaf {
+                self.world
+                    .log(|| format!("host{h} watch connection {} dropped", b.ci));
+                self.checker.borrow_mut().watch_closed(h, b.ci);
+                self.input(h, Input::WatchDropped { ci: b.ci });
+            }
+        }
+    }
+
+    /// An administrator's SET_CONFIG on lockspace `id` of host `h`: it is in use outside
+    /// (reported only).
+    fn set_config(self: &Rc<Self>, h: usize, id: u32) {
+        if let Some(ci) = self.hosts[h].admin_ci.get() {
+            self.note(h, ci, client_lib::proto::SM_CMD_SET_CONFIG);
+            let (used_by_orphans, external_used) = (None, Some(true));
+            self.input(
+                h,
+                Input::SetConfig {
+                    id,
+                    used_by_orphans,
+                    external_used,
+                },
+            );
+        }
+    }
+
     /// Client `c` watches its own leases on a second connection.
     fn watch_own(self: &Rc<Self>, h: usize, c: &Client) {
         if let Some(wci) = self.connect(h, c.pid) {
             c.watch_ci.set(Some(wci));
-            self.input(
-                h,
-                Input::Request {
-                    ci: wci,
-                    req: CoreRequest::Watch { pid: 0 },
-                },
-            );
+            self.request(h, wci, CoreRequest::Watch { pid: 0 });
         }
     }
 
@@ -1239,6 +1483,22 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
     };
     let (disk, clock) = (sim.disk(h), sim.clock(h));
     let seq = host.join_seq.get();
+    // The lockspace's id in the core: the join and the renewals report by it.
+    let Some(id) = host
+        .core
+        .borrow()
+        .as_ref()
+        .and_then(|c| c.space(&sim.space).map(|s| s.id))
+    else {
+        return;
+    };
+    sim.input(
+        h,
+        Input::JoinStarted {
+            id,
+            geometry: params.geometry,
+        },
+    );
     let mut st = join(&sim, h, &disk, &clock, &params).await;
     host.generation.set(st.generation());
     sim.world
@@ -1250,15 +1510,7 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
             result: Ok(()),
         },
     );
-    // The lockspace's id in the core: renewals report by it.
-    let Some(id) = host
-        .core
-        .borrow()
-        .as_ref()
-        .and_then(|c| c.space(&sim.space).map(|s| s.id))
-    else {
-        return;
-    };
+    sim.set_config(h, id);
     let io = u64::from(params.io_timeout);
     let renew_ms = timeouts::id_renewal_seconds(io) * 1000;
     loop {
@@ -1287,6 +1539,7 @@ async fn lockspace_task(sim: Rc<Sim>, h: usize) {
             // Other hosts must see it expire: no more renewals.
             return;
         }
+        sim.input(h, Input::RenewalStarted { id });
         if sim.now_ms() < host.renew_fail_until.get() {
             sim.input(
                 h,
@@ -1517,6 +1770,78 @@ async fn convert_first(
     !c.dead.get()
 }
 
+/// A process that holds leases through an administrator's `lockd acquire --for-pid`:
+/// the daemon makes it a connection-less slot with its ACQUIRE begun
+/// (`Input::AddPidClient`), runs the acquire on it (`Input::Command`) and drops the slot
+/// when the acquire failed (`Input::DropFailedPidClient`); the process holds what it got
+/// until it exits or is killed.
+async fn pid_client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
+    let w = sim.world.clone();
+    sim.sleep(h, w.range(100, 3_000)).await;
+    let Some(admin) = sim.hosts[h].admin_ci.get() else {
+        return;
+    };
+    if c.dead.get() {
+        return;
+    }
+    sim.note(h, admin, client_lib::ext::LOCKD_CMD_ACQUIRE_FOR_PID);
+    let input = Input::AddPidClient {
+        pid: c.pid,
+        uid: 0,
+        killpath: None,
+    };
+    let Some(Answer::PidClientAdded(Ok(ci))) = sim.answer(h, input) else {
+        return;
+    };
+    c.ci.set(Some(ci));
+    sim.hosts[h].clients.borrow_mut().insert(ci, c.clone());
+    let (res, specs, cmd_flags) = next_acquire(&sim, h, &c);
+    sim.checker.borrow_mut().acquire_sent(c.id, &res);
+    let req = CoreRequest::Acquire {
+        res: specs,
+        cmd_flags,
+        owner_name: Name::new(&format!("pid{}", c.pid)).expect("a short name"),
+    };
+    sim.input(h, Input::Command { target: ci, req });
+    let Some(reply) = sim.await_reply(&c).await else {
+        return;
+    };
+    if reply.rv != 0 {
+        let dropped = sim.answer(h, Input::DropFailedPidClient { ci });
+        assert!(
+            matches!(dropped, None | Some(Answer::PidClientDropped(Ok(())))),
+            "host{h}: a failed --for-pid slot dropped: {dropped:?}"
+        );
+        sim.hosts[h].clients.borrow_mut().remove(&ci);
+        c.ci.set(None);
+        sim.client_dies(h, &c);
+        return;
+    }
+    sim.sleep(h, w.range(1_000, 30_000)).await;
+    sim.client_dies(h, &c);
+}
+
+/// What client `c` does once it holds leases, `r` among them, by id: one in three sets
+/// the LVB of `r`, another one in three its killpath (once, while it holds its first
+/// leases). False when it died.
+async fn holding(
+    sim: &Rc<Sim>,
+    h: usize,
+    c: &Rc<Client>,
+    r: usize,
+    killpath_set: &mut bool,
+) -> bool {
+    match c.id % 3 {
+        2 => sim.set_lvb(h, c, r),
+        1 if !*killpath_set => {
+            *killpath_set = true;
+            return set_killpath(sim, h, c).await;
+        }
+        _ => {}
+    }
+    true
+}
+
 async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
     let w = sim.world.clone();
     let Some(ci) = sim.connect(h, c.pid) else {
@@ -1529,15 +1854,12 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
     if c.dead.get() {
         return;
     }
-    // Every other client watches its own leases on a second connection (counted, not
-    // drawn: the random stream stays as it was).
-    if c.id.is_multiple_of(2) {
-        sim.watch_own(h, &c);
-    }
+    sim.client_options(h, &c);
     // Every other ACQUIRE goes as the daemon sends it (begun by its dispatcher, then
     // `Input::Command`), the others as plain requests; counted, not drawn, so the
     // random stream (and every seed kept from before) is as it was.
     let mut acquires: u64 = c.id % 2;
+    let mut killpath_set = false;
     loop {
         let pause = w.range(100, 3_000);
         sim.sleep(h, pause).await;
@@ -1568,6 +1890,9 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
             .iter()
             .map(|l| (res_index(&l.name), l.shared))
             .collect();
+        if !holding(&sim, h, &c, held[0].0, &mut killpath_set).await {
+            return;
+        }
         sim.sleep(h, w.range(100, 5_000)).await;
         if c.dead.get() {
             return;
