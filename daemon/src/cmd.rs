@@ -546,7 +546,7 @@ fn acquire_request(h: &Header, wanted: &[wire::Resource], opt: &wire::Options) -
 }
 
 /// A lease held here already is shared or adopted without disk I/O: a non-root sender
-/// gets one only if it could open the disk for writing itself (`crate::access`; a disk
+/// gets one only if it could open each of its disks for writing itself (`crate::access`; a disk
 /// acquire opens it so anyway). Checked for every lease before the acquire starts; a
 /// lockspace that is not joined answers first.
 pub(crate) fn check_rights_to_hold(
@@ -558,18 +558,19 @@ pub(crate) fn check_rights_to_hold(
     };
     for r in wanted {
         lockspace::joined(d, &r.head.lockspace_name)?;
-        let path = r
-            .disks
-            .first()
-            .ok_or(LeaseCmdError::Invalid("a lease with no disk"))?
-            .path
-            .to_text();
-        access::open_disk_as(
-            Some(&caller),
-            std::path::Path::new(&path),
-            access::Need::Write,
-            lockd_diskio::EngineKind::SharedRing,
-        )?;
+        if r.disks.is_empty() {
+            return Err(LeaseCmdError::Invalid("a lease with no disk"));
+        }
+        // Every disk of a lease on several (client_privileges.rs, "acquire own and
+        // victim"): a disk it may not open is not one it may hold a lease on.
+        for disk in &r.disks {
+            access::open_disk_as(
+                Some(&caller),
+                std::path::Path::new(&disk.path.to_text()),
+                access::Need::Write,
+                lockd_diskio::EngineKind::SharedRing,
+            )?;
+        }
     }
     Ok(())
 }

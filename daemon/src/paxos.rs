@@ -80,24 +80,28 @@ fn open_each(
     let paths: Vec<String> = disks.iter().map(|d| d.path.to_text()).collect();
     let skip = skipped(&paths);
     let mut open_error = None;
-    let mut opened: Vec<ParallelDisk> = paths
+    let mut opened = paths
         .iter()
         .zip(skip)
         .map(|(path, skip)| {
             if skip {
                 info!(disk = %path, "lease disk skipped: its last i/o timed out");
-                return ParallelDisk::absent(Path::new(path));
+                return Ok(ParallelDisk::absent(Path::new(path)));
             }
             match open_one(path) {
-                Ok(disk) => disk,
+                Ok(disk) => Ok(disk),
+                // A client that may not open one of its lease's disks is refused outright
+                // rather than served over the others: it gets no more right than its own
+                // open(2) gives it (client_privileges.rs, "acquire own and victim").
+                Err(e) if matches!(-e.code(), libc::EACCES | libc::EPERM) => Err(e),
                 Err(e) => {
                     warn!(disk = %path, error = %e, "lease disk cannot be opened");
                     open_error = Some(e);
-                    ParallelDisk::absent(Path::new(path))
+                    Ok(ParallelDisk::absent(Path::new(path)))
                 }
             }
         })
-        .collect();
+        .collect::<Result<Vec<_>, _>>()?;
     // As sanlock's open_disks: a minority of disks that cannot be opened fail like any
     // other disk failure; without a majority opened, the last open error.
     let count = opened.iter().filter(|d| !d.is_absent()).count();

@@ -226,8 +226,10 @@ fn a_member_cannot_write_what_it_cannot_write_itself() {
              t('read_resource own', lambda: sanlock.read_resource(b'{disk}', {own}))\n\
              t('acquire own', lambda: sanlock.acquire(b'ls1', b'mine', [(b'{disk}', {own})], slkfd=fd))\n\
              t('release own', lambda: sanlock.release(b'ls1', b'mine', [(b'{disk}', {own})], slkfd=fd))\n\
+             t('acquire own and victim', lambda: sanlock.acquire(b'ls1', b'mine', [(b'{disk}', {own}), (b'{disk}', {two}), (b'{v}', 0)], slkfd=fd))\n\
              t('read_resource victim', lambda: sanlock.read_resource(b'{v}'))\n",
             own = 3u64 << 20,
+            two = 2u64 << 20,
         ),
     );
     println!("{out}");
@@ -253,6 +255,9 @@ fn a_member_cannot_write_what_it_cannot_write_itself() {
     assert_eq!(result_of(&out, "read_resource own"), "ok");
     assert_eq!(result_of(&out, "acquire own"), "ok");
     assert_eq!(result_of(&out, "release own"), "ok");
+    // A lease on three disks, one of which it may not write: refused as its own open(2)
+    // is, not served over the two it may (which sanlock, opening as itself, would do).
+    assert_eq!(result_of(&out, "acquire own and victim"), "errno 13");
     // Reading needs read permission only (it could read the file itself): the victim
     // holds no leader, so the read gets as far as the magic check.
     assert_ne!(result_of(&out, "read_resource victim"), "errno 13");

@@ -109,7 +109,12 @@ pub struct PathState {
 /// race one still in flight, as within one operation; a cooling one when the others
 /// are a majority without it, so a hung path costs one timeout, not one per operation.
 /// The one disk of a lease on one disk is never left out. Leaving a disk out does to the
-/// operation what that disk's failure would, which the majority rule covers.
+/// operation what that disk's failure would, which the majority rule covers: no second
+/// holder can come of it (`lockd-sim --model multi-disk`, whose hosts apply this rule
+/// over writes that land up to two timeouts late: 0 violations on the seeds that
+/// docs/algorithms.md lists; the overdue case is seed 586's race carried across
+/// operations). Tested in `tests::an_overdue_disk_is_always_left_out…` and, on real
+/// storage, `daemon/tests/multi_disk.rs` (a stalled view left out after one probe).
 pub fn left_out(paths: &[PathState]) -> Vec<bool> {
     if paths.len() < 2 {
         return vec![false; paths.len()];
