@@ -108,8 +108,8 @@ bash scripts/vmbed.sh --ci
 step "virtual-machine bed on Debian unstable's kernel: pr-kill-daemon on NVMe/TCP (nvmet with reservations in a storage guest, the block PR ioctls)"
 bash scripts/vmbed.sh pr-kill-daemon --storage nvme-tcp
 
-step "chaos bed, CI run (tests/vmbed/chaos.py: 5 minutes, seed 1, storage fencing on)"
-bash scripts/chaos.sh --seed 1 --minutes 5 --fence scsi-pr
+step "chaos bed, CI run (tests/vmbed/chaos.py: 4 minutes, seed 1, storage fencing on)"
+bash scripts/chaos.sh --seed 1 --minutes 4 --fence scsi-pr
 
 if [ "$long" = 1 ]; then
     step "long: every virtual-machine bed scenario"
@@ -126,10 +126,12 @@ if [ "$long" = 1 ]; then
     bash scripts/testbed.sh --part sanlock
     step "long: chaos runs in each mode, and each planted bug caught"
     bash scripts/chaos-long.sh
+    step "long: every fuzz target for a minute"
+    bash scripts/fuzz-smoke.sh 60
 fi
 
 step "fuzz smoke run"
-bash scripts/fuzz-smoke.sh 10
+bash scripts/fuzz-smoke.sh 5
 
 step "leftovers"
 bash scripts/leftovers.sh check "$baseline"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the virtual-machine test bed (tests/vmbed) needs, from Debian's packages
 # only: QEMU (TCG) with its iSCSI block driver, tgt (the iSCSI target), nfs-ganesha with its
-# VFS backend, busybox-static, sg3-utils and dmsetup for the guests, and Debian's 6.1 kernel
-# package, unpacked (not installed) under /var/tmp/lockd-vmbed/kernel with its modules.dep.
+# VFS backend, busybox-static, sg3-utils and dmsetup for the guests, kmod (depmod), and
+# Debian's 6.1 kernel package, unpacked (not installed) under /var/tmp/lockd-vmbed/kernel
+# with its modules.dep.
 # With --sid also Debian unstable's kernel (7.2, split into linux-binary and linux-modules
 # packages), downloaded inside the cached sid chroot (scripts/debian-chroot.sh; made if
 # missing) and unpacked under /var/tmp/lockd-vmbed/kernel-sid: the kernel targets, the
@@ -14,7 +15,7 @@
 set -euo pipefail
 pkgs=()
 for p in qemu-system-x86 qemu-block-extra tgt nfs-ganesha nfs-ganesha-vfs busybox-static \
-    sg3-utils dmsetup sanlock; do
+    sg3-utils dmsetup sanlock kmod; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
 done
 if [ ${#pkgs[@]} -gt 0 ]; then
@@ -24,7 +25,8 @@ if [ ${#pkgs[@]} -gt 0 ]; then
     apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
 fi
 kdir=/var/tmp/lockd-vmbed/kernel
-if ! ls "$kdir"/root/boot/vmlinuz-* >/dev/null 2>&1; then
+# Both the kernel and its modules.dep: a run cut short between them starts over.
+if ! ls "$kdir"/root/boot/vmlinuz-* "$kdir"/root/lib/modules/*/modules.dep >/dev/null 2>&1; then
     pkg=$(apt-cache search --names-only '^linux-image-6\.1\.0-[0-9]+-amd64$' | awk '{print $1}' | sort -V | tail -1)
     if [ -z "$pkg" ]; then
         apt-get update -qq

@@ -104,6 +104,9 @@ pub struct Suspect {
     pub generation: u64,
     /// Seconds since we last saw its lease renewed (or first saw it).
     pub age_s: u64,
+    /// The same age in ms, from the completion times of our reads
+    /// ([`FenceSt::sighted`]); what the preempt rule compares.
+    pub age_ms: u64,
     /// Its io_timeout, from its delta sector.
     pub io_timeout_s: u64,
     /// Our monitor has it DEAD (host_dead passed without a renewal).
@@ -281,6 +284,17 @@ pub struct FenceSt {
     /// [`PREEMPT_FLOOR_IO_TIMEOUTS`]; lower only under a planted bug (the simulator's
     /// and the bed's `preempt-floor-4d`).
     pub preempt_floor_io_timeouts: u64,
+    /// Each peer's record as our reads last showed it, timed in ms ([`FenceSt::sighted`]).
+    sightings: BTreeMap<u64, Sighting>,
+}
+
+/// One peer's delta record as our reads showed it: which record, the completion time
+/// (monotime ms) of the first read that showed it, and of the latest read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Sighting {
+    record: (u64, u64, u64),
+    since_ms: u64,
+    last_ms: u64,
 }
 
 impl FenceSt {
@@ -304,6 +318,68 @@ impl FenceSt {
             seen_now: FenceObserved::default(),
             preempting: BTreeMap::new(),
             preempt_floor_io_timeouts: PREEMPT_FLOOR_IO_TIMEOUTS,
+            sightings: BTreeMap::new(),
+        }
+    }
+
+    /// A read of ours that completed at `read_at_ms` showed `host_id`'s record
+    /// `(owner_id, owner_generation, timestamp)`. The stillness a preempt waits for is
+    /// measured from these, in ms: from the first read that showed the record to the
+    /// latest, as the monitor measures it in whole seconds (whose rounding could add or
+    /// take up to a second). The first read completed after the record landed, so the
+    /// age never exceeds how long the record stood still at the latest read's start,
+    /// plus that read's time (at most the peer's io_timeout: the bound
+    /// [`gap_rules_out_preempt`] allows for).
+    pub fn sighted(&mut self, host_id: u64, record: (u64, u64, u64), read_at_ms: u64) {
+        if host_id == 0 || host_id > MAX_EVENT_HOST_ID {
+            return;
+        }
+        let s = self.sightings.entry(host_id).or_insert(Sighting {
+            record,
+            since_ms: read_at_ms,
+            last_ms: read_at_ms,
+        });
+        if s.record != record {
+            *s = Sighting {
+                record,
+                since_ms: read_at_ms,
+                last_ms: read_at_ms,
+            };
+        }
+        s.last_ms = s.last_ms.max(read_at_ms);
+    }
+
+    /// Sightings, for the records the monitor read before this state existed (or
+    /// before a new key was registered), from the monitor's whole seconds: the first
+    /// read that showed each (or first read it) to the latest.
+    pub fn seed_sightings(&mut self, monitor: &HostMonitor, now_s: u64) {
+        for (host_id, h, _) in monitor.hosts(now_s) {
+            if host_id == 0 || host_id > MAX_EVENT_HOST_ID || self.sightings.contains_key(&host_id)
+            {
+                continue;
+            }
+            let since_s = if h.last_live_s != 0 {
+                h.last_live_s
+            } else {
+                h.first_check_s
+            };
+            self.sightings.insert(
+                host_id,
+                Sighting {
+                    record: (h.owner_id, h.owner_generation, h.timestamp),
+                    since_ms: since_s * 1000,
+                    last_ms: h.last_check_s.max(since_s) * 1000,
+                },
+            );
+        }
+    }
+
+    /// How long `host_id`'s record `record` has stood still by our ms sightings, or
+    /// `fallback_s` in ms when we have no sighting of that record.
+    fn still_ms(&self, host_id: u64, record: (u64, u64, u64), fallback_s: u64) -> u64 {
+        match self.sightings.get(&host_id) {
+            Some(s) if s.record == record => s.last_ms - s.since_ms,
+            _ => fallback_s * 1000,
         }
     }
 
@@ -402,12 +478,15 @@ impl FenceSt {
                 h.first_check_s
             };
             let age_s = h.last_check_s.saturating_sub(last);
+            let record = (h.owner_id, h.owner_generation, h.timestamp);
+            let age_ms = self.still_ms(host_id, record, age_s);
             let io_timeout_s = u64::from(h.io_timeout).max(1);
             if age_s >= 3 * io_timeout_s.max(self.io_timeout_s) {
                 self.pass.push(Suspect {
                     host_id,
                     generation: h.owner_generation,
                     age_s,
+                    age_ms,
                     io_timeout_s,
                     dead: state == lease_core::monitor::HostState::Dead,
                 });
@@ -568,7 +647,7 @@ impl FenceSt {
             return None;
         }
         for s in suspects {
-            if s.age_s < self.preempt_after_s(s.io_timeout_s) {
+            if s.age_ms < self.preempt_after_s(s.io_timeout_s) * 1000 {
                 continue;
             }
             if self
@@ -844,6 +923,49 @@ mod tests {
         reread(&mut m, 131);
         assert_eq!(f.look(&m, 131), Some(FenceAction::ReadKeys));
         assert_eq!(f.pass[0].age_s, 31);
+    }
+
+    #[test]
+    fn the_preempt_waits_the_floor_in_ms_of_our_reads_not_in_whole_seconds() {
+        // D = 1, floor 6 s. Our first read showing host 2's record completed at 100.9 s;
+        // a read at 106.1 s shows it unchanged: 6 whole seconds apart, 5.2 s real.
+        let rec = (2, 3, 100);
+        let sectors = |at_s: u64| {
+            let mut m = HostMonitor::new(1, 60);
+            m.observe(
+                100,
+                &[None, Some(DeltaSector::from_leader(peer_record(100)))],
+            );
+            reread(&mut m, at_s);
+            m
+        };
+        let mut f = FenceSt::new(5, 1);
+        f.registered(key(1, 1).raw);
+        f.sighted(2, rec, 100_900);
+        f.sighted(2, rec, 106_100);
+        let m = sectors(106);
+        assert_eq!(f.look(&m, 106), Some(FenceAction::ReadKeys));
+        assert_eq!((f.pass[0].age_s, f.pass[0].age_ms), (6, 5_200));
+        let mut actions = Vec::new();
+        f.keys_read(&reserved(vec![key(1, 1), key(2, 3)]), 106, 0, &mut actions);
+        assert!(actions.is_empty(), "preempted at 5.2 s still: {actions:?}");
+        // 6.05 s real at the read of 106.95 s: preempted.
+        f.sighted(2, rec, 106_950);
+        assert_eq!(f.look(&m, 106), Some(FenceAction::ReadKeys));
+        f.keys_read(&reserved(vec![key(1, 1), key(2, 3)]), 106, 0, &mut actions);
+        assert_eq!(
+            actions,
+            vec![FenceAction::Preempt {
+                host_id: 2,
+                generation: 3,
+                our_key: key(1, 1).raw
+            }]
+        );
+        // A renewal seen restarts the age; a record never sighted in ms (read before
+        // this state existed) is aged from the monitor's seconds.
+        f.sighted(2, (2, 3, 107), 107_900);
+        assert_eq!(f.still_ms(2, (2, 3, 107), 9), 0);
+        assert_eq!(f.still_ms(4, (4, 1, 50), 9), 9_000);
     }
 
     #[test]

@@ -325,14 +325,16 @@ pub enum DiskOp<H> {
 pub enum Input<S, H> {
     /// The monitor's periodic look at every lockspace's lease (once a second).
     Tick,
-    /// A renewal of lockspace `id` read the delta sectors of host_ids 1..=`sectors.len()`
-    /// at `read_at_s` (`sectors[i]`: host_id i+1's, `None` when it did not decode): the
-    /// whole area (`whole_area`) or its head (lease-core's `reads`). The host monitor
-    /// records it; the notifications addressed to us come back as
+    /// A renewal of lockspace `id`, or a read between renewals (a fenced lockspace's:
+    /// lease-core `delta::observe_reading`), read the delta sectors of host_ids
+    /// 1..=`sectors.len()`, completing at `read_at_ms` (monotime; `sectors[i]`: host_id
+    /// i+1's, `None` when it did not decode): the whole area (`whole_area`) or its head
+    /// (lease-core's `reads`). The host monitor records it (in whole seconds, fencing's
+    /// ages in ms); the notifications addressed to us come back as
     /// [`Effect::HostNotifications`].
     HostsRead {
         id: u32,
-        read_at_s: u64,
+        read_at_ms: u64,
         sectors: Vec<Option<disk_format::DeltaSector>>,
         whole_area: bool,
     },

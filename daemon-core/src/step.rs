@@ -354,16 +354,16 @@ impl<S, H: LeaseHold> Core<S, H> {
             Input::RenewalFailed { id, code, corrupt } => self.renewal_failed(id, code, corrupt),
             Input::HostsRead {
                 id,
-                read_at_s,
+                read_at_ms,
                 sectors,
                 whole_area,
-            } => self.hosts_read(now_s, id, read_at_s, &sectors, whole_area, &mut fx),
+            } => self.hosts_read(now_s, id, read_at_ms, &sectors, whole_area, &mut fx),
             Input::FenceRegistered {
                 id,
                 key,
                 preempt_cfg_s,
                 acts,
-            } => self.fence_registered(id, key, preempt_cfg_s, acts),
+            } => self.fence_registered(now_s, id, key, preempt_cfg_s, acts),
             Input::FenceUnregistered { id } => self.fence_unregistered(id),
             Input::FenceLook { id } => self.fence_look(now_s, id, &mut fx),
             Input::FenceKeysRead {

@@ -639,8 +639,8 @@ fn fence_unregister(space: &Space, fence: &crate::fence::SpaceFence) {
     report(space, Input::FenceUnregistered { id: space.space_id });
 }
 
-/// The fence thread of a fenced lockspace: once a second until the lockspace is being
-/// released or lost, a pass (`lockd_core::fencing`): the core's look at its host
+/// The fence thread of a fenced lockspace: after each read of the lockspace, and at
+/// least once a second, until the lockspace is being released or lost, a pass (`lockd_core::fencing`): the core's look at its host
 /// monitor, then the PR commands it asks for, each answered with what they found, in
 /// the order the steps give them. The core's verdicts are logged here; finding
 /// ourselves fenced has failed the lockspace in the core already (its holders get the
@@ -774,7 +774,15 @@ fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
         if fenced_here {
             return;
         }
-        std::thread::sleep(Duration::from_millis(1000));
+        // The next pass: when a read of the lockspace (a renewal's or one between
+        // renewals) has been taken into the core (`take_hosts_read` notifies), or a
+        // second from now, or at a stop.
+        let core = lock(&space.core);
+        drop(crate::sync::wait_timeout(
+            &space.cond,
+            core,
+            Duration::from_millis(1000),
+        ));
     }
 }
 
@@ -1046,6 +1054,11 @@ fn renew_loop(
     let mut next_attempt_ms = state.last_success_ms;
     // When a stop was first seen: the loop ends no sooner than REMOVAL_CHECK_MS after it.
     let mut stop_seen_ms: Option<u64> = None;
+    // A lockspace this host fences from (`fence = "scsi-pr"`) is also read half-way
+    // between renewals, for the fence's view of its peers only (`observe_between`).
+    let observes = space.fence.get().is_some() && d.cfg.fence.acts_for(&space.name);
+    let mut observe_at_ms = u64::MAX;
+    let mut last_read_sectors = area_sectors;
     loop {
         if space.stop.load(Ordering::SeqCst) {
             let now_ms = crate::clock::now_ms();
@@ -1057,6 +1070,11 @@ fn renew_loop(
         // A lost lease is not renewed again: other hosts must see it expire.
         let lost = space.st(SpaceSt::lease_lost);
         let now_ms = crate::clock::now_ms();
+        if observes && !lost && now_ms >= observe_at_ms && now_ms < next_attempt_ms {
+            observe_at_ms = u64::MAX;
+            observe_between(d, space, disk, clock, params, last_read_sectors);
+            continue;
+        }
         if lost || now_ms < next_attempt_ms {
             // Sleep until the renewal is due (at most 1 s; 100 ms once lost), woken early
             // by a stop: rem_lockspace, stop_all and the failed-lockspace removal notify
@@ -1066,7 +1084,7 @@ fn renew_loop(
             let wait_ms = if lost || space.stop.load(Ordering::SeqCst) {
                 100
             } else {
-                (next_attempt_ms - now_ms).min(1000)
+                (next_attempt_ms.min(observe_at_ms) - now_ms).min(1000)
             };
             let core = lock(&space.core);
             drop(crate::sync::wait_timeout(
@@ -1097,6 +1115,7 @@ fn renew_loop(
         match result {
             Ok(snap) => {
                 reads.read_done(snap.sectors.len() as u64, area_sectors);
+                last_read_sectors = snap.sectors.len() as u64;
                 space.renewal_read_bytes.fetch_add(
                     snap.sectors.len() as u64 * params.geometry.sector_bytes(),
                     Ordering::Relaxed,
@@ -1110,63 +1129,7 @@ fn renew_loop(
                         error!(error = %e, "cannot extend the watchdog expiry");
                     }
                 }
-                let snap_whole = snap.whole_area;
-                let fx = lock(&space.core).step(
-                    crate::clock::now_s(),
-                    Input::HostsRead {
-                        id: space.space_id,
-                        read_at_s: snap.read_at_s,
-                        sectors: snap.sectors,
-                        whole_area: snap.whole_area,
-                    },
-                );
-                // A whole read that found a host beyond the head we have been reading
-                // (lease-core `reads`): it joined since our last whole read, and a
-                // forced request it made of us meanwhile may have outlived the bit in
-                // its delta lease (set for 6·D only). Its request record is on the
-                // resource itself: examine our leases once. (Reading the whole area on
-                // every renewal, every bit is seen while it is set: nothing to catch up.)
-                if !d.cfg.read_whole_lockspace
-                    && snap_whole
-                    && space.renewal_read_view().0
-                        > lease_core::reads::head_sectors(
-                            params.geometry,
-                            params.host_id,
-                            highest_used,
-                            area_sectors,
-                        )
-                {
-                    info!("a host joined beyond the head of the area: examining our leases");
-                    examine_in_background(d, space);
-                }
-                for effect in fx {
-                    match effect {
-                        Effect::HostNotifications { notes, examine, .. } => {
-                            if examine {
-                                examine_in_background(d, space);
-                            }
-                            deliver_events(space, &notes);
-                        }
-                        Effect::FenceVerdict {
-                            verdict:
-                                lockd_core::fencing::FenceVerdict::FencedPeerRenews {
-                                    host_id,
-                                    generation,
-                                },
-                            ..
-                        } => error!(
-                            host_id,
-                            generation,
-                            "storage fencing: a host generation this host fenced renews its \
-                             lease: the storage still takes its writes (a path or device \
-                             outside the fence, or a target that lost its reservations); its \
-                             leases were taken and it may be writing beside their new holders"
-                        ),
-                        other => {
-                            panic!("a lockspace read gave an effect it does not give: {other:?}")
-                        }
-                    }
-                }
+                take_hosts_read(d, space, params, highest_used, snap);
                 // read_ms covers the whole renewal (read and write), as RENEWAL reports it.
                 let rec = RenewalRec {
                     timestamp: state.leader.timestamp,
@@ -1186,6 +1149,7 @@ fn renew_loop(
                 );
                 space.renewal_hist.observe_ms(t1.saturating_sub(t0));
                 next_attempt_ms = state.last_success_ms + renewal_ms;
+                observe_at_ms = state.last_success_ms + renewal_ms / 2;
             }
             Err(e) => {
                 let code = e.sanlk_code();
@@ -1211,9 +1175,115 @@ fn renew_loop(
                         corrupt,
                     },
                 );
-                // sanlock retries a failed renewal after 500 ms.
+                // sanlock retries a failed renewal after 500 ms; no read between renewals
+                // delays the retry.
                 next_attempt_ms = crate::clock::now_ms() + 500;
+                observe_at_ms = u64::MAX;
             }
+        }
+    }
+}
+
+/// A read between renewals of a lockspace this host fences from, fed to the host monitor
+/// as a renewal's read is (`Input::HostsRead`), and the fence thread woken for a pass. A
+/// peer's renewal is then seen within io_timeout of landing, not 2·io_timeout, and a
+/// dead peer is preempted that much sooner after the fault (the fence's stillness rule
+/// is unchanged: measured from our reads, it is never longer than the peer's real
+/// stillness plus one read's time). The read is bounded to half an io_timeout, so it
+/// ends before the next renewal is due; a failed or timed-out one is only logged
+/// (renewals decide the lease; a missed read leaves the view as it was).
+fn observe_between(
+    d: &Arc<Daemon>,
+    space: &Space,
+    disk: &BlockingDisk,
+    clock: &SystemClock,
+    params: &LockspaceParams,
+    read_sectors: u64,
+) {
+    let timeout_ms = (u64::from(space.io_timeout) * 1000 / 2).max(100);
+    let highest_used = space.renewal_read_view().0;
+    match block_on(delta::observe_reading(
+        disk,
+        clock,
+        params,
+        read_sectors,
+        timeout_ms,
+    )) {
+        Ok(snap) => {
+            space.renewal_read_bytes.fetch_add(
+                snap.sectors.len() as u64 * params.geometry.sector_bytes(),
+                Ordering::Relaxed,
+            );
+            take_hosts_read(d, space, params, highest_used, snap);
+        }
+        Err(e) => tracing::debug!(error = %e, "read between renewals failed"),
+    }
+}
+
+/// A read of the lockspace (a renewal's, or one between renewals) into the core: the
+/// host monitor, host events, the fence's alarm; then the fence thread is woken, its
+/// pass judging from this read. `highest_used` is what the core held before the read.
+fn take_hosts_read(
+    d: &Arc<Daemon>,
+    space: &Space,
+    params: &LockspaceParams,
+    highest_used: u64,
+    snap: delta::LockspaceSnapshot,
+) {
+    let snap_whole = snap.whole_area;
+    let fx = lock(&space.core).step(
+        crate::clock::now_s(),
+        Input::HostsRead {
+            id: space.space_id,
+            read_at_ms: snap.read_at_ms,
+            sectors: snap.sectors,
+            whole_area: snap.whole_area,
+        },
+    );
+    space.cond.notify_all();
+    // A whole read that found a host beyond the head we have been reading (lease-core
+    // `reads`): it joined since our last whole read, and a forced request it made of us
+    // meanwhile may have outlived the bit in its delta lease (set for 6·D only). Its
+    // request record is on the resource itself: examine our leases once. (Reading the
+    // whole area on every renewal, every bit is seen while it is set: nothing to catch
+    // up.)
+    if !d.cfg.read_whole_lockspace
+        && snap_whole
+        && space.renewal_read_view().0
+            > lease_core::reads::head_sectors(
+                params.geometry,
+                params.host_id,
+                highest_used,
+                params.monitored_sectors(),
+            )
+    {
+        info!("a host joined beyond the head of the area: examining our leases");
+        examine_in_background(d, space);
+    }
+    for effect in fx {
+        match effect {
+            Effect::HostNotifications { notes, examine, .. } => {
+                if examine {
+                    examine_in_background(d, space);
+                }
+                deliver_events(space, &notes);
+            }
+            Effect::FenceVerdict {
+                verdict:
+                    lockd_core::fencing::FenceVerdict::FencedPeerRenews {
+                        host_id,
+                        generation,
+                    },
+                ..
+            } => error!(
+                host_id,
+                generation,
+                "storage fencing: a host generation this host fenced renews its lease: the \
+                 storage still takes its writes (a path or device outside the fence, or a \
+                 target that lost its reservations); its leases were taken and it may be \
+                 writing beside their new holders"
+            ),
+            other => panic!("a lockspace read gave an effect it does not give: {other:?}"),
         }
     }
 }

@@ -164,6 +164,8 @@ impl Default for RenewInput {
 pub struct LockspaceSnapshot {
     /// Our clock (s) when the read completed.
     pub read_at_s: u64,
+    /// The same instant in ms (`read_at_s` is it in whole seconds).
+    pub read_at_ms: u64,
     /// One entry per host_id read, from host_id 1.
     pub sectors: Vec<Option<DeltaSector>>,
     /// The read covered the whole monitored area ([`LockspaceParams::monitored_sectors`]),
@@ -507,7 +509,7 @@ pub async fn renew_reading<D: Disk, C: Clock>(
             return Err(LeaseError::io(IoOp::LeaderRead, e));
         }
     };
-    let read_at_s = clock.now_s();
+    let read_at_ms = clock.now_ms();
     if buf.len() < count * sector {
         state.last_renewal_ok = false;
         return Err(LeaseError::io(IoOp::LeaderRead, crate::io::IoError::Failed));
@@ -571,23 +573,57 @@ pub async fn renew_reading<D: Disk, C: Clock>(
     state.leader = new;
     state.last_success_ms = now_ms;
     state.last_renewal_ok = true;
+    Ok(snapshot_of(p, &buf[..count * sector], read_at_ms))
+}
+
+/// A read of the lockspace between renewals, for the host monitor only: the first
+/// `read_sectors` host sectors (clamped as [`renew_reading`] clamps them), within
+/// `timeout_ms`. Nothing is written and our delta state is untouched, so a failed or
+/// timed-out read changes nothing but the monitor's freshness.
+pub async fn observe_reading<D: Disk, C: Clock>(
+    disk: &D,
+    clock: &C,
+    p: &LockspaceParams,
+    read_sectors: u64,
+    timeout_ms: u64,
+) -> Result<LockspaceSnapshot, LeaseError> {
+    p.check()?;
+    let sector = p.geometry.sector_bytes() as usize;
+    let count = read_sectors.clamp(p.host_id, p.monitored_sectors()) as usize;
+    let buf = disk
+        .read(p.disk_offset, count * sector, timeout_ms)
+        .await
+        .map_err(|e| LeaseError::io(IoOp::LeaderRead, e))?;
+    let read_at_ms = clock.now_ms();
+    if buf.len() < count * sector {
+        return Err(LeaseError::io(IoOp::LeaderRead, crate::io::IoError::Failed));
+    }
+    Ok(snapshot_of(p, &buf[..count * sector], read_at_ms))
+}
+
+/// The monitor's view of `buf` (whole host sectors from host_id 1), read by a read that
+/// completed at `read_at_ms`. Monitoring checks only magic and lockspace name, not the
+/// checksum: a sector that is not a delta lease of this lockspace is `None`.
+fn snapshot_of(p: &LockspaceParams, buf: &[u8], read_at_ms: u64) -> LockspaceSnapshot {
+    let sector = p.geometry.sector_bytes() as usize;
     let expect = p.expect();
-    let sectors = (0..count)
-        .map(|i| {
-            let s = DeltaSector::decode(&buf[i * sector..(i + 1) * sector]).ok()?;
+    let sectors: Vec<_> = buf
+        .chunks_exact(sector)
+        .map(|chunk| {
+            let s = DeltaSector::decode(chunk).ok()?;
             let l = &s.leader;
-            // Monitoring checks only magic and lockspace name, not the checksum.
             if l.magic != DELTA_DISK_MAGIC || !l.space_name.same_as(expect.space_name?) {
                 return None;
             }
             Some(s)
         })
         .collect();
-    Ok(LockspaceSnapshot {
-        read_at_s,
+    LockspaceSnapshot {
+        read_at_s: read_at_ms / 1000,
+        read_at_ms,
+        whole_area: sectors.len() as u64 >= p.monitored_sectors(),
         sectors,
-        whole_area: count as u64 >= monitored,
-    })
+    }
 }
 
 /// Releases our delta lease: rewrites our last record with timestamp 0 (bitmap cleared).

@@ -1440,7 +1440,7 @@ impl Sim {
                     h,
                     Input::HostsRead {
                         id,
-                        read_at_s: snap.read_at_s,
+                        read_at_ms: snap.read_at_ms,
                         sectors: snap.sectors,
                         whole_area: snap.whole_area,
                     },

@@ -43,7 +43,7 @@ impl<S, H: LeaseHold> Core<S, H> {
         &mut self,
         now_s: u64,
         id: u32,
-        read_at_s: u64,
+        read_at_ms: u64,
         sectors: &[Option<DeltaSector>],
         whole_area: bool,
         fx: &mut Vec<Effect<H>>,
@@ -51,8 +51,17 @@ impl<S, H: LeaseHold> Core<S, H> {
         let Some(sp) = self.live_space_mut(id) else {
             return;
         };
-        let notes = sp.monitor.observe_read(read_at_s, sectors, whole_area);
+        let notes = sp
+            .monitor
+            .observe_read(read_at_ms / 1000, sectors, whole_area);
         if let Some(f) = sp.fence.as_mut() {
+            // Our own record is sighted too; no pass judges it.
+            for (i, sector) in sectors.iter().enumerate() {
+                if let Some(l) = sector.as_ref().map(|s| &s.leader) {
+                    let record = (l.owner_id, l.owner_generation, l.timestamp);
+                    f.sighted(i as u64 + 1, record, read_at_ms);
+                }
+            }
             for (host_id, h, _) in sp.monitor.hosts(now_s) {
                 let renewing = h.fenced(h.owner_generation)
                     && h.owner_id == host_id
@@ -90,13 +99,21 @@ impl<S, H: LeaseHold> Core<S, H> {
     }
 
     /// [`crate::Input::FenceRegistered`].
-    pub(super) fn fence_registered(&mut self, id: u32, key: u64, preempt_cfg_s: u64, acts: bool) {
+    pub(super) fn fence_registered(
+        &mut self,
+        now_s: u64,
+        id: u32,
+        key: u64,
+        preempt_cfg_s: u64,
+        acts: bool,
+    ) {
         let old_floor = self.planted(CorePlantedBug::PreemptFloorFourIoTimeouts);
         if let Some(sp) = self.live_space_mut(id) {
             let io_timeout_s = sp.io_timeout_s;
             let f = sp
                 .fence
                 .get_or_insert_with(|| FenceSt::new(preempt_cfg_s, io_timeout_s));
+            f.seed_sightings(&sp.monitor, now_s);
             f.acts = acts;
             if old_floor {
                 f.preempt_floor_io_timeouts = 4;

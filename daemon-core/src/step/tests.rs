@@ -271,7 +271,7 @@ fn fencing_decides_in_the_step_and_marks_the_monitor_or_loses_our_lease() {
             100,
             Input::HostsRead {
                 id: 1,
-                read_at_s: 100,
+                read_at_ms: 100_000,
                 sectors: vec![None, Some(peer)],
                 whole_area: true,
             },
@@ -299,7 +299,7 @@ fn fencing_decides_in_the_step_and_marks_the_monitor_or_loses_our_lease() {
             t,
             Input::HostsRead {
                 id: 1,
-                read_at_s: t,
+                read_at_ms: t * 1000,
                 sectors: vec![None, Some(peer)],
                 whole_area: true,
             },
@@ -382,7 +382,7 @@ fn fencing_decides_in_the_step_and_marks_the_monitor_or_loses_our_lease() {
         renewed.leader.timestamp = timestamp;
         Input::HostsRead {
             id: 1,
-            read_at_s: t,
+            read_at_ms: t * 1000,
             sectors: vec![None, Some(renewed)],
             whole_area: true,
         }
@@ -456,7 +456,7 @@ fn a_hosts_bit_asks_for_an_examine_at_most_once_per_bitmap_period() {
             t,
             Input::HostsRead {
                 id: 1,
-                read_at_s: t,
+                read_at_ms: t * 1000,
                 sectors: vec![None, Some(peer)],
                 whole_area: true,
             },
