@@ -37,6 +37,7 @@ if [ "$planted" = 1 ]; then
     run --seed 3 --minutes 4 --fence none --plant-bug no-host-dead-wait
     run --seed 3 --minutes 4 --fence scsi-pr --plant-bug take-before-confirm
     run --seed 3 --minutes 4 --fence none --plant-bug kill-before-notice
+    run --seed 3 --minutes 4 --fence none --plant-bug lvb-not-written
 fi
 for ((s = first; s < first + seeds; s++)); do
     run --seed "$s" --minutes "$minutes" --fence scsi-pr

@@ -7,7 +7,7 @@
 #
 #   scripts/chaos.sh [--seed S] [--minutes M] [--fence scsi-pr|none] [--nfs] [--mixed-sanlock]
 #                    [--head-reads]
-#                    [--plant-bug no-host-dead-wait|take-before-confirm|kill-before-notice]
+#                    [--plant-bug no-host-dead-wait|take-before-confirm|kill-before-notice|lvb-not-written]
 #                    [--resources N] [--clients N] [--schedule] [--keep]
 #
 # --plant-bug builds lockd-daemon with the `planted-bugs` feature into target/planted and

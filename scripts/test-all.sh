@@ -108,8 +108,8 @@ bash scripts/vmbed.sh --ci
 step "virtual-machine bed on Debian unstable's kernel: pr-kill-daemon on NVMe/TCP (nvmet with reservations in a storage guest, the block PR ioctls)"
 bash scripts/vmbed.sh pr-kill-daemon --storage nvme-tcp
 
-step "chaos bed, CI run (tests/vmbed/chaos.py: 4 minutes, seed 1, storage fencing on)"
-bash scripts/chaos.sh --seed 1 --minutes 4 --fence scsi-pr
+step "chaos bed, CI run (tests/vmbed/chaos.py: 5 minutes, seed 1, storage fencing on)"
+bash scripts/chaos.sh --seed 1 --minutes 5 --fence scsi-pr
 
 if [ "$long" = 1 ]; then
     step "long: every virtual-machine bed scenario"

@@ -551,6 +551,19 @@ impl Client {
         Ok((h.result(), self.recv_exact(n)?))
     }
 
+    /// SET_LVB of a lease held on this host with the LVB flag: replaces the first
+    /// `value.len()` bytes of its LVB (the rest is kept), written to disk at the holder's
+    /// release or convert to shared. The daemon's result.
+    pub fn set_lvb(&mut self, res: &ResourceHead, value: &[u8]) -> Result<i32, ClientError> {
+        let mut head = res.clone();
+        head.num_disks = 0;
+        let mut p = Vec::with_capacity(RESOURCE_LEN + value.len());
+        head.encode_into(&mut p);
+        p.extend_from_slice(value);
+        let (h, _) = self.call(SM_CMD_SET_LVB, 0, 0, 0, &p)?;
+        Ok(h.result())
+    }
+
     /// FORMAT_RINDEX (geometry from `rx.flags`, else the device default).
     pub fn format_rindex(&mut self, rx: &Rindex, flags: u32) -> Result<i32, ClientError> {
         let mut p = Vec::with_capacity(RINDEX_LEN);

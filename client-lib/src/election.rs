@@ -107,6 +107,7 @@ impl LeaderElection {
             },
             owner_name: self.owner_name.clone(),
             restrict: self.restrict,
+            lvb: false,
         };
         Ok(Leadership {
             lease: Lease::acquire(&self.spec, &opts)?,

@@ -34,7 +34,7 @@ use crate::ext::{
     LeaderInfo, WatchEvent, WatchKind, LEADER_INFO_LEN, LOCKD_CMD_LEADER, LOCKD_CMD_METRICS,
     LOCKD_CMD_WATCH, LOCKD_MSG_WATCH_EVENT, NO_DEADLINE, WATCH_EVENT_LEN,
 };
-use crate::proto::{SANLK_ACQUIRE_OWNER_NOWAIT, SANLK_RES_SHARED};
+use crate::proto::{SANLK_ACQUIRE_LVB, SANLK_ACQUIRE_OWNER_NOWAIT, SANLK_RES_SHARED};
 use crate::wire::{DiskLocation, Resource, ResourceHead, HEADER_LEN};
 
 /// With no heartbeat for this long, the daemon is taken for stopped and the lease lost.
@@ -244,6 +244,9 @@ pub struct LeaseAcquireOptions {
     /// daemon then sends SIGTERM where it would send SIGKILL, so a holder that handles
     /// SIGTERM can stop what it runs first).
     pub restrict: u32,
+    /// Acquire with the lease value block (`SANLK_ACQUIRE_LVB`): [`Lease::lvb`] reads the
+    /// value the previous holder left, [`Lease::set_lvb`] the one this holder leaves.
+    pub lvb: bool,
 }
 
 impl Default for LeaseAcquireOptions {
@@ -254,6 +257,7 @@ impl Default for LeaseAcquireOptions {
             wait: Wait::Forever,
             owner_name: None,
             restrict: 0,
+            lvb: false,
         }
     }
 }
@@ -603,11 +607,14 @@ impl Lease {
             }
         }
         let mut client = loop {
-            let flags = if opts.wait == Wait::NoWait {
+            let mut flags = if opts.wait == Wait::NoWait {
                 SANLK_ACQUIRE_OWNER_NOWAIT
             } else {
                 0
             };
+            if opts.lvb {
+                flags |= SANLK_ACQUIRE_LVB;
+            }
             let rv = c.acquire(-1, flags, std::slice::from_ref(&res), owner)?;
             if rv == 0 {
                 break c;
@@ -652,6 +659,40 @@ impl Lease {
     /// The fencing token: the lease version at which we acquired.
     pub fn token(&self) -> u64 {
         self.token
+    }
+
+    /// The lease value block (its first `size` bytes; 0: the whole sector) as the
+    /// previous holder left it, or as [`Lease::set_lvb`] replaced it since. Needs
+    /// [`LeaseAcquireOptions::lvb`].
+    pub fn lvb(&self, size: u32) -> Result<Vec<u8>, ClientLeaseError> {
+        let mut c = Client::connect(&self.run_dir)?;
+        let head = self.spec.resource(self.shared)?.head;
+        let (rv, data) = c.get_lvb(&head, size)?;
+        if rv < 0 {
+            return Err(ClientLeaseError::Refused {
+                op: "get_lvb",
+                lease: self.spec.to_string(),
+                rv,
+            });
+        }
+        Ok(data)
+    }
+
+    /// Replaces the start of the lease value block with `value`; it reaches the disk
+    /// when this holder releases the lease (or converts it to shared), never before. Needs
+    /// [`LeaseAcquireOptions::lvb`].
+    pub fn set_lvb(&self, value: &[u8]) -> Result<(), ClientLeaseError> {
+        let mut c = Client::connect(&self.run_dir)?;
+        let head = self.spec.resource(self.shared)?.head;
+        let rv = c.set_lvb(&head, value)?;
+        if rv < 0 {
+            return Err(ClientLeaseError::Refused {
+                op: "set_lvb",
+                lease: self.spec.to_string(),
+                rv,
+            });
+        }
+        Ok(())
     }
 
     pub fn spec(&self) -> &LeaseSpec {

@@ -1084,7 +1084,12 @@ fn renew_loop(
             let wait_ms = if lost || space.stop.load(Ordering::SeqCst) {
                 100
             } else {
-                (next_attempt_ms.min(observe_at_ms) - now_ms).min(1000)
+                let until_ms = if observes {
+                    next_attempt_ms.min(observe_at_ms)
+                } else {
+                    next_attempt_ms
+                };
+                until_ms.saturating_sub(now_ms).clamp(1, 1000)
             };
             let core = lock(&space.core);
             drop(crate::sync::wait_timeout(
@@ -1149,7 +1154,9 @@ fn renew_loop(
                 );
                 space.renewal_hist.observe_ms(t1.saturating_sub(t0));
                 next_attempt_ms = state.last_success_ms + renewal_ms;
-                observe_at_ms = state.last_success_ms + renewal_ms / 2;
+                if observes {
+                    observe_at_ms = state.last_success_ms + renewal_ms / 2;
+                }
             }
             Err(e) => {
                 let code = e.sanlk_code();

@@ -300,6 +300,16 @@ pub fn release(
             return Ok(());
         }
     }
+    let lvb_dropped;
+    let token = if crate::planted::active(crate::planted::Bug::LvbNotWritten) && token.lvb_dirty {
+        lvb_dropped = paxos::Token {
+            lvb_dirty: false,
+            ..token.clone()
+        };
+        &lvb_dropped
+    } else {
+        token
+    };
     // With the acquiring client's rights, whoever releases (the client, root by pid,
     // the daemon when the client died).
     let opened = open_lease(held, disks, Need::Write)?;

@@ -39,10 +39,13 @@ pub enum Bug {
     /// Storage fencing preempts a peer standing still for 4·D (the floor before issue
     /// 38's item 8): the core's `CorePlantedBug::PreemptFloorFourIoTimeouts`.
     PreemptFloorFourIoTimeouts,
+    /// An exclusive release does not write the LVB its holder set: the value is lost
+    /// while the release reports success (the chaos checker's LVB rule must see it).
+    LvbNotWritten,
 }
 
 /// Every bug with its name on the command line and in `LOCKD_PLANTED_BUG`.
-pub const ALL: [(&str, Bug); 8] = [
+pub const ALL: [(&str, Bug); 9] = [
     ("no-host-dead-wait", Bug::NoHostDeadWait),
     ("take-before-confirm", Bug::TakeBeforeConfirm),
     ("kill-before-notice", Bug::KillBeforeNotice),
@@ -54,6 +57,7 @@ pub const ALL: [(&str, Bug); 8] = [
     ("removal-disarms", Bug::RemovalDisarms),
     ("foreign-keys-ignored", Bug::ForeignKeysIgnored),
     ("preempt-floor-4d", Bug::PreemptFloorFourIoTimeouts),
+    ("lvb-not-written", Bug::LvbNotWritten),
 ];
 
 /// A point where a bed can have the daemon stop itself (SIGSTOP), to widen a race window

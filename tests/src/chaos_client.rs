@@ -24,6 +24,13 @@
 //! with its mode and result). The holder asked gets a loss notice `requested1|2` and, as
 //! sanlock does, is killed (forced) or asked to go with SIGTERM (graceful).
 //!
+//! An exclusive hold may also take the lease value block (`--lvb-percent`; such a hold
+//! does not convert): right after the grant it reads the LVB and logs `lvb_read` with
+//! `prev=` the lver the value names (0: never set), and before its release it sets the LVB
+//! to `lockd-chaos-lvb lver=L` and logs `lvb_set`. The checker requires every value read
+//! to come from an earlier lver, and the value a clean release left to be the one the
+//! next grant reads.
+//!
 //! Randomness is a splitmix64 stream seeded from `--seed` and `--client` (deterministic
 //! choices for a seed; the interleaving with the other hosts is not).
 
@@ -77,6 +84,8 @@ pub struct ClientArgs {
     pub convert_percent: u64,
     /// Percent of refusals (held elsewhere) followed by a REQUEST (lease mode only).
     pub request_percent: u64,
+    /// Percent of exclusive holds taken with the LVB (lease mode only).
+    pub lvb_percent: u64,
     /// Only sanlock's own protocol (REGISTER, ACQUIRE, INQUIRE, RELEASE): for a sanlock
     /// daemon, which has no loss-notice watch. The log then has no `notice` lines.
     pub plain: bool,
@@ -118,6 +127,7 @@ pub fn run(a: &ClientArgs) -> Result<()> {
         let spec = &a.resources[index];
         let res = spec.name.to_string();
         let shared = rng.percent(a.shared_percent);
+        let with_lvb = !a.plain && !shared && rng.percent(a.lvb_percent);
         let wait = match rng.range(0, 3) {
             0 => Wait::NoWait,
             _ => Wait::Timeout(Duration::from_secs(rng.range(1, 10))),
@@ -126,6 +136,7 @@ pub fn run(a: &ClientArgs) -> Result<()> {
             shared,
             wait,
             owner_name: Some(format!("c{}", a.client)),
+            lvb: with_lvb,
             ..LeaseAcquireOptions::default()
         };
         let acquired = if a.plain {
@@ -198,8 +209,16 @@ pub fn run(a: &ClientArgs) -> Result<()> {
                 );
             });
         }
+        if let (true, Holding::Lease(lease)) = (with_lvb, &held) {
+            let extra = match lease.lvb(64) {
+                Ok(v) => format!("lver={lver} prev={}", lvb_lver(&v)),
+                Err(e) => format!("lver={lver} rv={}", e.code().unwrap_or(i32::MIN)),
+            };
+            note(&a.log, &a.host, &res, "lvb_read", &extra);
+        }
         let hold = Duration::from_millis(rng.range(500, 4000));
-        let mut convert_at = (!a.plain && rng.percent(a.convert_percent)).then(|| hold / 2);
+        let mut convert_at =
+            (!a.plain && !with_lvb && rng.percent(a.convert_percent)).then(|| hold / 2);
         let start = Instant::now();
         let offset = a.data_base + index as u64 * 4096;
         let mut seq = 0u64;
@@ -261,6 +280,19 @@ pub fn run(a: &ClientArgs) -> Result<()> {
             thread::sleep(beat);
         }
         let trusted = held.is_trusted();
+        if let (true, Holding::Lease(lease)) = (with_lvb, &held) {
+            let rv = match lease.set_lvb(format!("lockd-chaos-lvb lver={lver}").as_bytes()) {
+                Ok(()) => 0,
+                Err(e) => e.code().unwrap_or(i32::MIN),
+            };
+            note(
+                &a.log,
+                &a.host,
+                &res,
+                "lvb_set",
+                &format!("lver={lver} rv={rv}"),
+            );
+        }
         match held.release() {
             Ok(()) => note(
                 &a.log,
@@ -397,6 +429,17 @@ fn stop_if_asked(term: &AtomicBool, a: &ClientArgs, res: &str) -> Result<()> {
     Ok(())
 }
 
+/// The lver an LVB written by [`run`] names: `lockd-chaos-lvb lver=L`, then zeros; 0 for
+/// an LVB never set (all zeros) or one this workload did not write.
+fn lvb_lver(value: &[u8]) -> u64 {
+    let text = value.split(|b| *b == 0).next().unwrap_or(&[]);
+    std::str::from_utf8(text)
+        .ok()
+        .and_then(|t| t.strip_prefix("lockd-chaos-lvb lver="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// The error text as one token for the event line (spaces become `_`).
 fn one_word(s: &str) -> String {
     s.chars()
@@ -415,4 +458,19 @@ fn hash(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lvb_lver;
+
+    #[test]
+    fn an_lvb_names_the_lver_it_was_set_under_or_none() {
+        let mut v = b"lockd-chaos-lvb lver=42".to_vec();
+        v.resize(64, 0);
+        assert_eq!(lvb_lver(&v), 42);
+        assert_eq!(lvb_lver(&[0; 64]), 0);
+        assert_eq!(lvb_lver(b"someone else's value"), 0);
+        assert_eq!(lvb_lver(b"lockd-chaos-lvb lver=x"), 0);
+    }
 }

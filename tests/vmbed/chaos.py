@@ -5,9 +5,9 @@ from what the storage saw.
 Built on vmbed.py (its guests, tgt relays, ganesha, watchdog events and timeline). Three
 guests join one lockspace; on each, `--clients` workload processes (`lockd-witness
 client`, tests/src/chaos_client.rs) take the lockspace's `--resources` resource leases
-exclusive or shared, with and without a timeout, some converting to the other mode half-way
-and some asking a busy lease's holder for it with REQUEST (graceful or forced), and while
-they hold one write a stamp `host pid res lver mode seq` to that resource's own 4 KiB data
+exclusive or shared, with and without a timeout, some converting to the other mode half-way,
+some asking a busy lease's holder for it with REQUEST (graceful or forced), some passing
+the lease value block from holder to holder (LVB), and while they hold one write a stamp `host pid res lver mode seq` to that resource's own 4 KiB data
 block with O_DIRECT. They are not cooperative: after a loss notice they keep writing until
 killed.
 
@@ -35,7 +35,9 @@ since the bed started). The checker judges it alone, never what lockd says of it
    of whose faults (nor a global one) was running, or had just ended (grace: host_dead +
    20 s after the heal, for consequences that come late);
 5. liveness: after the last fault heals, every guest rejoins and every resource is
-   granted within host_dead + 30 s.
+   granted within host_dead + 30 s;
+6. lease value blocks: a value read at a grant was set under an earlier lver, and the one
+   an exclusive holder set and released cleanly is what the next grant reads.
 
 Last line: `chaos seed=S minutes=M fence=… faults=N grants=N writes=N violations=N
 false_fences=N liveness=ok|fail max_takeover_s=X`.
@@ -119,11 +121,11 @@ class ChaosWitness(vb.Witness):
         ev = kv.get("event", "?")
         rec = {"guest": guest, "event": ev}
         for k in ("pid", "res", "lver", "mode", "reason", "victim", "why", "errno", "trusted",
-                  "force_mode", "rv", "convert"):
+                  "force_mode", "rv", "convert", "prev"):
             if k in kv:
-                rec[k] = int(kv[k]) if k in ("pid", "lver", "victim") and kv[k].isdigit() else kv[k]
+                rec[k] = int(kv[k]) if k in ("pid", "lver", "victim", "prev") and kv[k].isdigit() else kv[k]
         self.history.add("event", t, **rec)
-        if ev not in ("grant", "release"):
+        if ev not in ("grant", "release", "lvb_read", "lvb_set"):
             extra = " ".join(f"{k}={v}" for k, v in rec.items() if k not in ("guest", "event"))
             self.bed.timeline.mark(guest, f"{ev} {extra}".strip(), t)
 
@@ -633,6 +635,44 @@ def check(bed: ChaosBed, faults: list[Fault], healed_at: float, probe_end: float
             v.violations.append(f"token: {r['res']} lver {r['lver']} granted to {other['guest']} pid "
                                 f"{other.get('pid')} ({other['mode']}) and {r['guest']} pid {r.get('pid')} ({r['mode']})")
         seen.setdefault(key, r)
+
+    # 6. Lease value blocks, passed from holder to holder: a value read at a grant names
+    # an earlier lver; and when the grant just before it (the highest lver below its own,
+    # any mode) was an exclusive hold that set the LVB and then released cleanly, on a
+    # healthy host, before this read, the value read is that one (a lost update otherwise). A hold taken over
+    # from a dead or fenced holder is not such a case: that holder's release, if any,
+    # comes after the new grant.
+    grants_by_res: dict[str, list[dict]] = {}
+    for r in events:
+        if r["event"] == "grant" and isinstance(r.get("lver"), int) and not r.get("convert"):
+            grants_by_res.setdefault(r["res"], []).append(r)
+    lvb_set = {(r["guest"], r.get("pid"), r.get("lver")) for r in events
+               if r["event"] == "lvb_set" and r.get("rv") == "0"}
+    released = {(r["guest"], r.get("pid"), r.get("lver")): r["t"] for r in events
+                if r["event"] == "release" and r.get("trusted") == "true"}
+    for r in events:
+        if r["event"] != "lvb_read" or not isinstance(r.get("prev"), int) or not isinstance(r.get("lver"), int):
+            continue
+        lver, prev = r["lver"], r["prev"]
+        if prev >= lver:
+            v.violations.append(f"lvb: {r['res']}: {r['guest']} pid {r.get('pid')} granted lver {lver} read "
+                                f"an LVB set under lver {prev} at {r['t']:.2f}s")
+            continue
+        before = [g for g in grants_by_res.get(r["res"], []) if g["lver"] < lver]
+        if not before:
+            continue
+        last = max(before, key=lambda g: g["lver"])
+        key = (last["guest"], last.get("pid"), last["lver"])
+        # A release on a host in a fault (or its grace after) is not judged: once its
+        # lockspace is lost the daemon answers a release without writing (the lease is left
+        # to expire), and the loss notice may reach the holder only after it released.
+        t_rel = released.get(key, float("inf"))
+        if last["mode"] == "ex" and key in lvb_set and t_rel < r["t"] and prev != last["lver"] \
+                and not bed.faulty(idx(last["guest"]), t_rel):
+            v.violations.append(f"lvb: {r['res']}: {r['guest']} pid {r.get('pid')} granted lver {lver} read "
+                                f"the LVB of lver {prev} at {r['t']:.2f}s, but {last['guest']} pid "
+                                f"{last.get('pid')} set it under lver {last['lver']} and released at "
+                                f"{released[key]:.2f}s (lost update)")
 
     # 3. and 4. Kills: a notice first; and only on a faulty host, or of a holder another
     # client asked for the lease with REQUEST (its notice says `requested`).

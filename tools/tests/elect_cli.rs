@@ -439,10 +439,10 @@ fn rust_lease_api_tokens_loss_and_release() {
         wait: Wait::Timeout(Duration::from_millis(700)),
         ..opts.clone()
     };
-    assert!(matches!(
-        Lease::acquire(&spec, &t_opts),
-        Err(ClientLeaseError::Timeout { .. })
-    ));
+    match Lease::acquire(&spec, &t_opts) {
+        Err(ClientLeaseError::Timeout { .. }) => {}
+        other => panic!("acquire with a timeout while held: {other:?}"),
+    }
     drop(first); // releases
     let second = {
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -475,10 +475,43 @@ fn rust_lease_api_tokens_loss_and_release() {
         "exclusive again at {} after {t_shared}",
         second.token()
     );
+    // Not acquired with the LVB: no value block to read or set.
+    assert!(
+        second.lvb(64).is_err(),
+        "an LVB of a lease taken without it"
+    );
+    assert!(
+        second.set_lvb(b"no").is_err(),
+        "an LVB set on a lease taken without it"
+    );
     // Loss notices of the Rust API are exercised through `lockd elect` (which is built
     // on it) here and in elect_bed.rs: a lease held by this test process would have the
     // daemon's kill escalation aimed at the test runner itself.
     second.release().expect("release");
+
+    // The lease value block passes from holder to holder, written at the release.
+    let lvb_opts = LeaseAcquireOptions {
+        lvb: true,
+        ..opts.clone()
+    };
+    let third = Lease::acquire(&spec, &lvb_opts).expect("acquire with the LVB");
+    let before = third.lvb(64).expect("read the LVB");
+    assert_eq!(before.len(), 64);
+    assert!(
+        before.iter().all(|b| *b == 0),
+        "a new lease's LVB: {before:?}"
+    );
+    third
+        .set_lvb(b"from the third holder")
+        .expect("set the LVB");
+    let seen = third.lvb(21).expect("read it back");
+    assert_eq!(seen, b"from the third holder");
+    third.release().expect("release");
+    let fourth = Lease::acquire(&spec, &lvb_opts).expect("acquire with the LVB again");
+    let passed = fourth.lvb(32).expect("read the LVB");
+    assert_eq!(&passed[..21], b"from the third holder");
+    assert!(passed[21..].iter().all(|b| *b == 0), "{passed:?}");
+    fourth.release().expect("release");
 }
 
 #[test]

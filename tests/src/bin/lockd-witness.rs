@@ -7,7 +7,8 @@
 //! lockd-witness check --log L
 //! lockd-witness client --log L --host H --client N --seed S --resources SPEC,SPEC…
 //!                      --data PATH --data-base BYTES [--shared-percent 20] [--beat-ms 100]
-//!                      [--convert-percent 10] [--request-percent 10] [--plain]
+//!                      [--convert-percent 10] [--request-percent 10] [--lvb-percent 20]
+//!                      [--plain]
 //! ```
 //! `hold` runs as the registered holder (`lockd acquire -r R -- lockd-witness hold …`):
 //! it asks the daemon which lver it holds (INQUIRE of its own pid), logs `start`, then a
@@ -179,6 +180,7 @@ fn main() -> Result<()> {
                 beat_ms: num("--beat-ms", Some(100))?,
                 convert_percent: num("--convert-percent", Some(10))?,
                 request_percent: num("--request-percent", Some(10))?,
+                lvb_percent: num("--lvb-percent", Some(20))?,
                 plain: args.iter().any(|a| a == "--plain"),
             })
         }
