@@ -668,13 +668,7 @@ impl Lease {
         let mut c = Client::connect(&self.run_dir)?;
         let head = self.spec.resource(self.shared)?.head;
         let (rv, data) = c.get_lvb(&head, size)?;
-        if rv < 0 {
-            return Err(ClientLeaseError::Refused {
-                op: "get_lvb",
-                lease: self.spec.to_string(),
-                rv,
-            });
-        }
+        self.answered("get_lvb", rv)?;
         Ok(data)
     }
 
@@ -685,9 +679,14 @@ impl Lease {
         let mut c = Client::connect(&self.run_dir)?;
         let head = self.spec.resource(self.shared)?.head;
         let rv = c.set_lvb(&head, value)?;
+        self.answered("set_lvb", rv)
+    }
+
+    /// The daemon's answer `rv` to `op` on this lease: a negative one is a refusal.
+    fn answered(&self, op: &'static str, rv: i32) -> Result<(), ClientLeaseError> {
         if rv < 0 {
             return Err(ClientLeaseError::Refused {
-                op: "set_lvb",
+                op,
                 lease: self.spec.to_string(),
                 rv,
             });
@@ -813,14 +812,7 @@ impl Lease {
         };
         let head = self.spec.resource(self.shared)?.head;
         let rv = c.release(-1, 0, &[head])?;
-        if rv < 0 {
-            return Err(ClientLeaseError::Refused {
-                op: "release",
-                lease: self.spec.to_string(),
-                rv,
-            });
-        }
-        Ok(())
+        self.answered("release", rv)
     }
 }
 

@@ -1784,8 +1784,8 @@ mod tests {
         let [(op, key, "acquire")] = disk_ops(&fx)[..] else {
             panic!("{fx:?}")
         };
-        let fx = step(&mut c, 101, Input::PidExit { pid: 10 });
-        assert_eq!(fx, vec![Effect::Close { ci: a }]);
+        let fx = step(&mut c, 101, Input::Closed { ci: a });
+        assert!(fx.is_empty(), "{fx:?}");
         assert!(
             c.tables.clients.slots[&a].pid_dead,
             "kept until the command ends"
@@ -1996,7 +1996,7 @@ mod tests {
         };
         done(&mut c, 101, op, Ok(Held { lver: 2 }));
         // Its holder dies: no disk release, an orphan.
-        let fx = step(&mut c, 102, Input::PidExit { pid: 10 });
+        let fx = step(&mut c, 102, Input::Closed { ci: a });
         assert!(disk_ops(&fx).is_empty(), "{fx:?}");
         assert!(c.tables.resources[&key].orphan);
         // Adopted only when asked to, at once and with no disk I/O.
@@ -2017,7 +2017,7 @@ mod tests {
         assert!(disk_ops(&fx).is_empty());
         assert_eq!(replies(&fx), vec![(b, ReqKind::Acquire, 0)]);
         // Orphaned again, then released by REL_ORPHAN, answered after the disk.
-        step(&mut c, 104, Input::PidExit { pid: 11 });
+        step(&mut c, 104, Input::Closed { ci: b });
         let fx = step(
             &mut c,
             105,
@@ -2050,7 +2050,7 @@ mod tests {
             panic!("{fx:?}")
         };
         done(&mut c, 101, op, Ok(Held { lver: 2 }));
-        step(&mut c, 102, Input::PidExit { pid: 10 });
+        step(&mut c, 102, Input::Closed { ci: a });
         let fx = step(
             &mut c,
             103,
@@ -2167,7 +2167,7 @@ mod tests {
         let fx = step(&mut c, 104, Input::Tick);
         assert!(!fx.iter().any(|e| matches!(e, Effect::LossNotice { .. })));
         assert!(sigkill_of(&fx, 10), "{fx:?}");
-        let fx = step(&mut c, 104, Input::PidExit { pid: 10 });
+        let fx = step(&mut c, 104, Input::Closed { ci: a });
         let [(rel, _, "release")] = disk_ops(&fx)[..] else {
             panic!("{fx:?}")
         };
@@ -2348,7 +2348,7 @@ mod tests {
 
     #[test]
     fn the_shells_lockspace_is_removed_notice_first_and_answered_when_its_thread_ended() {
-        let (mut c, admin, _) = shells_joined_with_holder();
+        let (mut c, admin, a) = shells_joined_with_holder();
         let request = |req| Input::Request { ci: admin, req };
         let fx = step(&mut c, 103, request(rem(false, true)));
         assert_eq!(
@@ -2372,7 +2372,7 @@ mod tests {
         );
         let fx = step(&mut c, 104, Input::Tick);
         assert!(sigkill_of(&fx, 10), "{fx:?}");
-        let fx = step(&mut c, 104, Input::PidExit { pid: 10 });
+        let fx = step(&mut c, 104, Input::Closed { ci: a });
         let [(rel, _, "release")] = disk_ops(&fx)[..] else {
             panic!("{fx:?}")
         };
@@ -2430,7 +2430,7 @@ mod tests {
             panic!("{fx:?}")
         };
         done(&mut c, 104, op, Ok(Held { lver: 1 }));
-        step(&mut c, 105, Input::PidExit { pid: 11 });
+        step(&mut c, 105, Input::Closed { ci: b });
         c.space_st_mut(7).expect("listed").used_by_orphans = true;
         let fx = step(&mut c, 106, request(rem(false, true)));
         assert_eq!(
@@ -2579,7 +2579,7 @@ mod tests {
             data2: u32::MAX,
         };
         assert_eq!(c.tables.start_command(target), Ok(a));
-        step(&mut c, 101, Input::PidExit { pid: 10 });
+        step(&mut c, 101, Input::Closed { ci: a });
         assert!(c.tables.clients.slots[&a].pid_dead, "kept for its command");
         let fx = step(
             &mut c,

@@ -426,10 +426,10 @@ pub enum Input<S, H> {
     },
     /// The join that [`Effect::JoinLockspace`] asked for ended.
     JoinDone { ls: Name, result: Result<(), i32> },
-    /// Connection `ci` closed (its process is gone or let go of it).
+    /// Connection `ci` closed: its process is gone (a registered client's socket closes
+    /// with it; a `--for-pid` slot's process is seen to exit by its pidfd) or let go of
+    /// it.
     Closed { ci: u32 },
-    /// Process `pid` exited (seen by its pidfd).
-    PidExit { pid: i32 },
     /// The shell read the request record of lease `ls:name`, held at `lver`, and found
     /// another host asking for a newer lver with `force_mode` (`SANLK_REQ_FORCE`,
     /// `SANLK_REQ_GRACEFUL`): the holders' notice, then their kill orders

@@ -396,7 +396,6 @@ impl<S, H: LeaseHold> Core<S, H> {
             } => self.disk_done(now_s, op, result, failed_state, &mut fx),
             Input::JoinDone { ls, result } => self.join_done(now_s, ls, result, &mut fx),
             Input::Closed { ci } => self.client_gone(ci, &mut fx),
-            Input::PidExit { pid } => self.pid_exit(pid, &mut fx),
             Input::Examined {
                 ls,
                 name,
@@ -513,15 +512,6 @@ impl<S, H: LeaseHold> Core<S, H> {
         match added {
             Ok(ci) => Effect::Accepted { ci },
             Err(why) => Effect::Refused { why },
-        }
-    }
-
-    /// [`Input::PidExit`]: the process's client ends as if its connection closed, and
-    /// the connection is closed.
-    fn pid_exit(&mut self, pid: i32, fx: &mut Vec<Effect<H>>) {
-        if let Some(ci) = self.tables.clients.by_pid(pid) {
-            self.client_gone(ci, fx);
-            fx.push(Effect::Close { ci });
         }
     }
 

@@ -45,7 +45,6 @@ input_kinds!(
     DiskDone,
     JoinDone,
     Closed,
-    PidExit,
     Examined,
     ReleaseTokens,
     ReleaseOrphans,

@@ -837,11 +837,11 @@ impl Sim {
             self.checker.borrow_mut().watch_closed(h, wci);
             self.input(h, Input::Closed { ci: wci });
         }
-        match c.ci.get() {
-            // The daemon's reactor sees a `--for-pid` process exit by its pidfd and
-            // ends its slot as a closed connection's.
-            Some(ci) if c.for_pid => self.input(h, Input::Closed { ci }),
-            _ => self.input(h, Input::PidExit { pid: c.pid }),
+        // As in the daemon: a registered client's socket closes with its process, and the
+        // reactor sees a `--for-pid` process exit by its pidfd and ends its slot the same
+        // way.
+        if let Some(ci) = c.ci.get() {
+            self.input(h, Input::Closed { ci });
         }
         // Another process takes its place a little later.
         let sim = self.clone();
