@@ -1134,7 +1134,7 @@ fn renew_loop(
                         error!(error = %e, "cannot extend the watchdog expiry");
                     }
                 }
-                take_hosts_read(d, space, params, highest_used, snap);
+                take_hosts_read(d, space, params, highest_used, snap, true);
                 // read_ms covers the whole renewal (read and write), as RENEWAL reports it.
                 let rec = RenewalRec {
                     timestamp: state.leader.timestamp,
@@ -1196,8 +1196,8 @@ fn renew_loop(
 /// peer's renewal is then seen within io_timeout of landing, not 2·io_timeout, and a
 /// dead peer is preempted that much sooner after the fault (the fence's stillness rule
 /// is unchanged: measured from our reads, it is never longer than the peer's real
-/// stillness plus one read's time). The read is bounded to half an io_timeout, so it
-/// ends before the next renewal is due; a failed or timed-out one is only logged
+/// stillness plus one read's time). The read is bounded to 0.8 io_timeout: it starts
+/// one io_timeout after our renewal, so it ends before the next renewal is due; a failed or timed-out one is only logged
 /// (renewals decide the lease; a missed read leaves the view as it was).
 fn observe_between(
     d: &Arc<Daemon>,
@@ -1207,7 +1207,7 @@ fn observe_between(
     params: &LockspaceParams,
     read_sectors: u64,
 ) {
-    let timeout_ms = (u64::from(space.io_timeout) * 1000 / 2).max(100);
+    let timeout_ms = (u64::from(space.io_timeout) * 800).max(100);
     let highest_used = space.renewal_read_view().0;
     match block_on(delta::observe_reading(
         disk,
@@ -1221,7 +1221,7 @@ fn observe_between(
                 snap.sectors.len() as u64 * params.geometry.sector_bytes(),
                 Ordering::Relaxed,
             );
-            take_hosts_read(d, space, params, highest_used, snap);
+            take_hosts_read(d, space, params, highest_used, snap, false);
         }
         Err(e) => tracing::debug!(error = %e, "read between renewals failed"),
     }
@@ -1230,12 +1230,17 @@ fn observe_between(
 /// A read of the lockspace (a renewal's, or one between renewals) into the core: the
 /// host monitor, host events, the fence's alarm; then the fence thread is woken, its
 /// pass judging from this read. `highest_used` is what the core held before the read.
+/// Host events go to REG_EVENT fds only from a renewal's read (`deliver_events`), so a
+/// client sees them once per renewal while the sender's bit stays set, as from sanlock,
+/// whether or not the lockspace is also read between renewals; the examine a bit asks
+/// for is started from either read.
 fn take_hosts_read(
     d: &Arc<Daemon>,
     space: &Space,
     params: &LockspaceParams,
     highest_used: u64,
     snap: delta::LockspaceSnapshot,
+    deliver_events_now: bool,
 ) {
     let snap_whole = snap.whole_area;
     let fx = lock(&space.core).step(
@@ -1273,7 +1278,9 @@ fn take_hosts_read(
                 if examine {
                     examine_in_background(d, space);
                 }
-                deliver_events(space, &notes);
+                if deliver_events_now {
+                    deliver_events(space, &notes);
+                }
             }
             Effect::FenceVerdict {
                 verdict:

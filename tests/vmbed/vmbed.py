@@ -177,13 +177,16 @@ FENCE_DRAIN_S = 2.0
 # pr-foreign-key: the key registered on the holder's second path (not lvmlockd's format,
 # as a multipath `reservation_key` or fence_scsi's would be).
 FOREIGN_KEY = "0xabc0000000000001"
-# Another guest holds within 10 s of the fault, on every target. The timing contract
-# behind it, from the victim's last renewal R: a survivor reads the lockspace every D (its
-# renewals and the reads between them), so it sees R within D; its fence pass, run after
-# each read, preempts once R stood still max(6·D, fence_preempt_s) between its reads; a
-# plain PREEMPT (tgt) then waits fence_drain_ms; and the contender's next try takes the
-# lease (1 s of slack: its retry and the acquire). pr_takeover_bound_s(D, action) below:
-# 8 s at D = 1 with an abort, 10 s with a drain; R is never after the fault.
+# Another guest holds within 10 s of the fault, on every target (at D = 1). The timing
+# contract behind it, from the victim's last renewal R: a survivor reads the lockspace
+# every D (its renewals and the reads between them, each of those bounded to 0.8·D), so it
+# sees R within D, or 2·D when a read between renewals timed out on a slow path; its fence
+# pass, run after each read, preempts once R stood still max(6·D, fence_preempt_s)
+# between the completions of its reads (up to D more for the reads' own time); a plain
+# PREEMPT (tgt) then waits fence_drain_ms; a waiting acquire looks for the fence mark
+# every 100 ms and the contender retries every 0.1 s (1.5 s of slack for both and the
+# acquire). pr_takeover_bound_s(D, action) below: 10.5 s at D = 1 with an abort, 12.5 s
+# with a drain; the 10 s after the fault is checked beside it.
 PR_TAKEOVER_LIMIT_S = 10.0
 
 
@@ -191,7 +194,7 @@ def pr_takeover_bound_s(io_timeout_s: int, preempt_action: str | None) -> float:
     """Seconds after the victim's last renewal within which another guest must hold."""
     d = io_timeout_s
     drain = 0.0 if preempt_action == "PreemptAndAbort" else FENCE_DRAIN_S
-    return d + max(6 * d, PR_PREEMPT_S) + drain + 1.0
+    return 2 * d + max(6 * d, PR_PREEMPT_S) + d + drain + 1.5
 # pr-double-preempt: the longest the first survivor's PREEMPT is held in its storage path
 # (below lockd's 5 s bound on a PR command, and short enough that the held survivor's
 # renewals, queued behind it, stay well inside 8·D).
