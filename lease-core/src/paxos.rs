@@ -1005,12 +1005,14 @@ async fn wait_for_owner<S: LeaseDisks, C: Clock, L: Disk, O: HostObserver>(
         }
         // Storage fencing on this host removed exactly this owner generation's key from
         // the storage (preempt confirmed): it can no longer write, its leases are free.
-        if host
-            .observer
-            .observation(cur.owner_id)
-            .is_some_and(|h| h.owner_id == cur.owner_id && h.fenced(cur.owner_generation))
-            && owner_delta.owner_generation == cur.owner_generation
-        {
+        let fenced_by_us = || {
+            owner_delta.owner_generation == cur.owner_generation
+                && host
+                    .observer
+                    .observation(cur.owner_id)
+                    .is_some_and(|h| h.owner_id == cur.owner_id && h.fenced(cur.owner_generation))
+        };
+        if fenced_by_us() {
             return Ok(OwnerVerdict::Run);
         }
         if owner_delta.flags & disk_format::leader::LFL_NO_TIMEOUT != 0 {
@@ -1070,12 +1072,7 @@ async fn wait_for_owner<S: LeaseDisks, C: Clock, L: Disk, O: HostObserver>(
         // the mark is made rather than up to a second later.
         for _ in 0..OWNER_WAIT_SLICES {
             clock.sleep_ms(1000 / OWNER_WAIT_SLICES).await;
-            if host
-                .observer
-                .observation(cur.owner_id)
-                .is_some_and(|h| h.owner_id == cur.owner_id && h.fenced(cur.owner_generation))
-                && owner_delta.owner_generation == cur.owner_generation
-            {
+            if fenced_by_us() {
                 return Ok(OwnerVerdict::Run);
             }
         }
