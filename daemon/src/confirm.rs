@@ -142,6 +142,10 @@ impl HostObserver for SpaceObserver<'_> {
         self.monitor.ballot_hosts_hint()
     }
 
+    fn fence_marks_possible(&self) -> bool {
+        true
+    }
+
     fn shared_grant_hold(&self) -> Option<u16> {
         self.monitor.shared_grant_hold()
     }

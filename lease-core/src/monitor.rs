@@ -108,6 +108,14 @@ pub trait HostObserver {
         None
     }
 
+    /// Whether a fence mark may appear on an observation while an acquire waits on an
+    /// owner (storage fencing runs beside this observer): the owner wait then looks for
+    /// one ten times a second, in memory. The simulators' observers say no, so their
+    /// owner waits sleep one second in one piece, as sanlock's.
+    fn fence_marks_possible(&self) -> bool {
+        false
+    }
+
     /// Whether shared grants are held back after our join ([`SharedHold`]): `Some(the
     /// largest io_timeout of the peers still awaited)`, or `None` when they may be made.
     fn shared_grant_hold(&self) -> Option<u16> {
@@ -669,6 +677,10 @@ impl<T: HostObserver + ?Sized> HostObserver for &T {
         (**self).ballot_hosts_hint()
     }
 
+    fn fence_marks_possible(&self) -> bool {
+        (**self).fence_marks_possible()
+    }
+
     fn shared_grant_hold(&self) -> Option<u16> {
         (**self).shared_grant_hold()
     }
@@ -696,6 +708,10 @@ impl<T: HostObserver + ?Sized> HostObserver for std::rc::Rc<T> {
 
     fn ballot_hosts_hint(&self) -> Option<u64> {
         (**self).ballot_hosts_hint()
+    }
+
+    fn fence_marks_possible(&self) -> bool {
+        (**self).fence_marks_possible()
     }
 
     fn shared_grant_hold(&self) -> Option<u16> {
@@ -727,6 +743,10 @@ impl<T: HostObserver + ?Sized> HostObserver for std::sync::Arc<T> {
         (**self).ballot_hosts_hint()
     }
 
+    fn fence_marks_possible(&self) -> bool {
+        (**self).fence_marks_possible()
+    }
+
     fn shared_grant_hold(&self) -> Option<u16> {
         (**self).shared_grant_hold()
     }
@@ -756,6 +776,10 @@ impl<T: HostObserver> HostObserver for std::cell::RefCell<T> {
         self.borrow().ballot_hosts_hint()
     }
 
+    fn fence_marks_possible(&self) -> bool {
+        self.borrow().fence_marks_possible()
+    }
+
     fn shared_grant_hold(&self) -> Option<u16> {
         self.borrow().shared_grant_hold()
     }
@@ -780,6 +804,13 @@ impl<T: HostObserver> HostObserver for std::sync::Mutex<T> {
     fn ballot_hosts_hint(&self) -> Option<u64> {
         match self.lock() {
             Ok(g) => g.ballot_hosts_hint(),
+            Err(_) => panic!("the host observer's lock is poisoned: a thread panicked holding it"),
+        }
+    }
+
+    fn fence_marks_possible(&self) -> bool {
+        match self.lock() {
+            Ok(g) => g.fence_marks_possible(),
             Err(_) => panic!("the host observer's lock is poisoned: a thread panicked holding it"),
         }
     }
