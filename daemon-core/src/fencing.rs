@@ -329,7 +329,9 @@ impl FenceSt {
     /// take up to a second). The first read completed after the record landed, so the
     /// age never exceeds how long the record stood still at the latest read's start,
     /// plus that read's time (at most the peer's io_timeout: the bound
-    /// [`gap_rules_out_preempt`] allows for).
+    /// [`gap_rules_out_preempt`] allows for), so a live peer is never aged past the floor
+    /// (test `the_preempt_waits_the_floor_in_ms_of_our_reads_not_in_whole_seconds`; VM bed
+    /// `pr-delay-bursts`).
     pub fn sighted(&mut self, host_id: u64, record: (u64, u64, u64), read_at_ms: u64) {
         if host_id == 0 || host_id > MAX_EVENT_HOST_ID {
             return;

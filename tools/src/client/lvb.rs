@@ -8,7 +8,6 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use client_lib::proto::SM_CMD_SET_LVB;
 use disk_format::Name;
 use serde_json::json;
 
@@ -122,11 +121,7 @@ pub fn run(cmd: &LvbCommand) -> Result<()> {
                     value.len()
                 );
             }
-            let mut p = Vec::new();
-            h.encode_into(&mut p);
-            p.extend_from_slice(&value);
-            let (reply, _) = a.conn.connect()?.call(SM_CMD_SET_LVB, 0, 0, 0, &p)?;
-            let rv = reply.result();
+            let rv = a.conn.connect()?.set_lvb(&h, &value)?;
             let op = format!("lvb set {}:{}", h.lockspace_name, h.name);
             if a.conn.json {
                 print_json(&json!({ "result": rv, "bytes": value.len() }));
