@@ -15,7 +15,9 @@ root=$(pwd)
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 case "$target_dir" in /*) ;; *) target_dir=$root/$target_dir ;; esac
 if [ "${1:-}" != "--no-build" ]; then
-    cargo build --release -q -j"${CARGO_BUILD_JOBS:-1}" -p lockd-tools -p lockd-daemon -p wdmd
+    # The same packages as scripts/vmbed.sh and chaos.sh build (lockd-system-tests for
+    # their witness): one feature resolution, so whichever runs first builds for all.
+    cargo build --release -q -p lockd-tools -p lockd-daemon -p wdmd -p lockd-system-tests
 fi
 rel=$target_dir/release
 for bin in lockd lockd-daemon wdmd lockd-ctdb-mutex lockd-killpath; do

@@ -103,7 +103,7 @@ bash scripts/sim.sh
 
 step "fencing scenarios on the multi-host test bed (lockd hosts; --long adds the sanlock-host one)"
 bash scripts/testbed.sh --part lockd
-step "virtual-machine bed, CI subset (QEMU guests, tgt iSCSI, ganesha NFS, i6300esb watchdog)"
+step "virtual-machine bed, CI subset (QEMU guests, tgt iSCSI, i6300esb watchdog; NFS in --long)"
 bash scripts/vmbed.sh --ci
 step "virtual-machine bed on Debian unstable's kernel: pr-kill-daemon on NVMe/TCP (nvmet with reservations in a storage guest, the block PR ioctls)"
 bash scripts/vmbed.sh pr-kill-daemon --storage nvme-tcp

@@ -33,7 +33,8 @@ fi
 (cd python && "$mypy_venv/bin/mypy" --cache-dir "$mypy_venv/cache" --python-executable "$PY")
 export LOCKD_MYPY="$mypy_venv/bin/mypy"
 
-cargo build -p lockd-tools -p lockd-daemon -p lockd-system-tests --bins
+# The same packages as scripts/test-all.sh's build (same features: nothing rebuilt).
+cargo build --workspace --bins
 wheel=$(bash scripts/build-python.sh | tail -n 1)
 echo "wheel: $wheel"
 export LOCKD_BIN_DIR="$PWD/target/debug" LOCKD_WHEEL="$wheel"

@@ -21,10 +21,13 @@ use common::*;
 use disk_format::Name;
 
 /// The `lockd` CLI from this workspace, built if needed (it lives in the tools crate).
+/// Built as `cargo build --workspace --bins`, as scripts/test-all.sh does before the
+/// tests: the same packages give the same features, so in CI this builds nothing (a
+/// `-p lockd-tools` build resolves other features and rebuilds every dependency).
 fn lockd_binary() -> PathBuf {
     let bin = Path::new(DAEMON).with_file_name("lockd");
     let st = Command::new(env!("CARGO"))
-        .args(["build", "-j1", "-p", "lockd-tools", "--bin", "lockd"])
+        .args(["build", "--workspace", "--bins"])
         .status()
         .expect("run cargo to build lockd");
     assert!(st.success(), "building lockd failed");

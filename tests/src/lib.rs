@@ -385,13 +385,7 @@ impl FaultFs {
         let bin = bin_dir.join("lockd-faultfs");
         if !bin.exists() {
             let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .args([
-                    "build",
-                    "-p",
-                    "lockd-system-tests",
-                    "--bin",
-                    "lockd-faultfs",
-                ])
+                .args(["build", "--workspace", "--bins"])
                 .status()
                 .expect("run cargo to build lockd-faultfs");
             assert!(st.success(), "building lockd-faultfs failed");

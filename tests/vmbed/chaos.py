@@ -646,9 +646,11 @@ def check(bed: ChaosBed, faults: list[Fault], healed_at: float, probe_end: float
     for r in events:
         if r["event"] == "grant" and isinstance(r.get("lver"), int) and not r.get("convert"):
             grants_by_res.setdefault(r["res"], []).append(r)
-    lvb_set = {(r["guest"], r.get("pid"), r.get("lver")) for r in events
+    # Keyed by resource too: a workload process holds several resources, often at equal
+    # lvers, and guests reuse pids.
+    lvb_set = {(r["res"], r["guest"], r.get("pid"), r.get("lver")) for r in events
                if r["event"] == "lvb_set" and r.get("rv") == "0"}
-    released = {(r["guest"], r.get("pid"), r.get("lver")): r["t"] for r in events
+    released = {(r["res"], r["guest"], r.get("pid"), r.get("lver")): r["t"] for r in events
                 if r["event"] == "release" and r.get("trusted") == "true"}
     for r in events:
         if r["event"] != "lvb_read" or not isinstance(r.get("prev"), int) or not isinstance(r.get("lver"), int):
@@ -662,7 +664,7 @@ def check(bed: ChaosBed, faults: list[Fault], healed_at: float, probe_end: float
         if not before:
             continue
         last = max(before, key=lambda g: g["lver"])
-        key = (last["guest"], last.get("pid"), last["lver"])
+        key = (r["res"], last["guest"], last.get("pid"), last["lver"])
         # A release on a host in a fault (or its grace after) is not judged: once its
         # lockspace is lost the daemon answers a release without writing (the lease is left
         # to expire), and the loss notice may reach the holder only after it released.

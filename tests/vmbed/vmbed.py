@@ -217,7 +217,7 @@ SLOW_DELAY_S = 3.0
 BURSTS_S = 60.0
 BURST_S = 3.0
 BURST_DELAY_S = 1.2
-CI_SUBSET = ["kill-daemon", "pr-kill-daemon", "nfs-cut"]
+CI_SUBSET = ["kill-daemon", "pr-kill-daemon"]
 
 
 class BedError(Exception):

@@ -85,10 +85,11 @@ fn wait_path(p: &Path) {
     }
 }
 
-/// The workspace's wdmd and wdmd-emulator, built if needed.
+/// The workspace's wdmd and wdmd-emulator, built if needed (`--workspace --bins`, as
+/// scripts/test-all.sh builds before the tests: the same features, so nothing is rebuilt).
 fn wdmd_binaries() -> (PathBuf, PathBuf) {
     let st = Command::new(env!("CARGO"))
-        .args(["build", "-j1", "-p", "wdmd", "--bins"])
+        .args(["build", "--workspace", "--bins"])
         .status()
         .expect("run cargo to build wdmd");
     assert!(st.success(), "building wdmd failed");
