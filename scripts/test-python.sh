@@ -33,8 +33,8 @@ fi
 (cd python && "$mypy_venv/bin/mypy" --cache-dir "$mypy_venv/cache" --python-executable "$PY")
 export LOCKD_MYPY="$mypy_venv/bin/mypy"
 
-# The same packages as scripts/test-all.sh's build (same features: nothing rebuilt).
-cargo build --workspace --bins
+# As scripts/test-all.sh builds (the same features: nothing rebuilt there).
+cargo build --workspace --bins --examples
 wheel=$(bash scripts/build-python.sh | tail -n 1)
 echo "wheel: $wheel"
 export LOCKD_BIN_DIR="$PWD/target/debug" LOCKD_WHEEL="$wheel"

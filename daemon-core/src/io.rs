@@ -335,7 +335,7 @@ pub enum Input<S, H> {
     HostsRead {
         id: u32,
         read_at_ms: u64,
-        sectors: Vec<Option<disk_format::DeltaSector>>,
+        sectors: lease_core::sectors::HostSectors,
         whole_area: bool,
     },
     /// The join of fenced lockspace `id` registered our storage key `key` (again, when

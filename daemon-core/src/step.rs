@@ -652,16 +652,16 @@ impl<S, H: LeaseHold> Core<S, H> {
     /// tables' [`Tables::check_cheap`], and at most one lockspace of each name.
     pub fn check_cheap(&self) -> Result<(), String> {
         self.tables.check_cheap()?;
-        for (i, s) in self.spaces.iter().enumerate() {
-            let earlier = &self.spaces[..i];
-            if !s.st.gone
-                && earlier
-                    .iter()
-                    .any(|o| !o.st.gone && o.name.same_as(&s.name))
-            {
+        // Linear, not pairwise: this runs after every step, and a renewal of each of 100
+        // lockspaces makes three steps.
+        let mut live_names = HashSet::with_capacity(self.spaces.len());
+        let mut ids = HashSet::with_capacity(self.spaces.len());
+        for s in &self.spaces {
+            // Names as sanlock compares them (`Name::same_as`: the bytes before the NUL).
+            if !s.st.gone && !live_names.insert(s.name.as_bytes()) {
                 return Err(format!("{:?}: listed twice", s.name));
             }
-            if earlier.iter().any(|o| o.id == s.id) {
+            if !ids.insert(s.id) {
                 return Err(format!("{:?}: id {} listed twice", s.name, s.id));
             }
         }

@@ -21,13 +21,13 @@ use common::*;
 use disk_format::Name;
 
 /// The `lockd` CLI from this workspace, built if needed (it lives in the tools crate).
-/// Built as `cargo build --workspace --bins`, as scripts/test-all.sh does before the
-/// tests: the same packages give the same features, so in CI this builds nothing (a
-/// `-p lockd-tools` build resolves other features and rebuilds every dependency).
+/// Built as scripts/test-all.sh builds before the tests (`--workspace --bins --examples`,
+/// whose features are those of `cargo test`: examples unify the dev-dependencies'), so in
+/// CI this builds nothing; another package set resolves other features and rebuilds.
 fn lockd_binary() -> PathBuf {
     let bin = Path::new(DAEMON).with_file_name("lockd");
     let st = Command::new(env!("CARGO"))
-        .args(["build", "--workspace", "--bins"])
+        .args(["build", "--workspace", "--bins", "--examples"])
         .status()
         .expect("run cargo to build lockd");
     assert!(st.success(), "building lockd failed");

@@ -5,10 +5,13 @@
 //! move while it lives (the backing `Vec` is never grown), so an engine may hand its
 //! address to the kernel for as long as it owns the buffer.
 //!
-//! Large buffers (at least [`POOL_MIN_BYTES`]) are recycled through a small global pool
-//! (at most [`POOL_MAX`] of them): a lockspace renewal or a confirmation read needs 1 MiB
-//! every time, and a fresh allocation of that size is a new mapping whose pages are each
-//! faulted in, zeroed, locked (the daemon runs under mlockall) and unmapped again on free.
+//! Large buffers (at least [`POOL_MIN_BYTES`]) are recycled through a global pool holding
+//! at most [`POOL_MAX_BYTES`]: a lockspace renewal or a confirmation read needs 1 MiB
+//! every time (8 MiB on a 4K lockspace read whole), and a fresh allocation of that size is
+//! a new mapping whose pages are each faulted in, zeroed, locked (the daemon runs under
+//! mlockall) and unmapped again on free. Lockspaces joined together renew together, so
+//! many renewal reads are in flight at once: the pool is sized by bytes, not by a handful
+//! of buffers (it only ever holds what was in use at once, up to the cap).
 //! A recycled buffer is zeroed before reuse, so no bytes of an earlier I/O are ever seen;
 //! a buffer returns to the pool only when dropped, i.e. after the kernel is done with it.
 
@@ -17,8 +20,8 @@ pub(crate) const PAGE: usize = 4096;
 
 /// Buffers at least this large are recycled.
 pub(crate) const POOL_MIN_BYTES: usize = 128 * 1024;
-/// At most this many recycled buffers are kept (about 4 MiB with 1 MiB lease areas).
-pub(crate) const POOL_MAX: usize = 4;
+/// At most this many bytes of recycled buffers are kept (32 lockspace areas of 1 MiB).
+pub(crate) const POOL_MAX_BYTES: usize = 32 << 20;
 
 static POOL: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
 
@@ -41,7 +44,8 @@ impl Drop for AlignedBuf {
             return;
         }
         let mut p = pool();
-        if p.len() < POOL_MAX {
+        let pooled: usize = p.iter().map(Vec::len).sum();
+        if pooled + self.storage.len() <= POOL_MAX_BYTES {
             p.push(std::mem::take(&mut self.storage));
         }
     }
@@ -128,7 +132,7 @@ mod tests {
     }
 
     /// A recycled large buffer comes back aligned, of the asked length and zeroed, and the
-    /// pool never keeps more than POOL_MAX buffers.
+    /// pool never keeps more than POOL_MAX_BYTES.
     #[test]
     fn large_buffers_are_recycled_zeroed() {
         let len = 1 << 20;
@@ -146,8 +150,10 @@ mod tests {
                 "stale bytes in a reused buffer"
             );
         }
-        let many: Vec<_> = (0..POOL_MAX + 3).map(|_| AlignedBuf::zeroed(len)).collect();
+        let many: Vec<_> = (0..POOL_MAX_BYTES / len + 3)
+            .map(|_| AlignedBuf::zeroed(len))
+            .collect();
         drop(many);
-        assert!(pool().len() <= POOL_MAX);
+        assert!(pool().iter().map(Vec::len).sum::<usize>() <= POOL_MAX_BYTES);
     }
 }

@@ -10,6 +10,7 @@ use disk_format::{DeltaSector, FormatError, Geometry, LeaderKind, LeaderRecord, 
 
 use crate::error::{IoOp, LeaseError};
 use crate::io::{Clock, Disk};
+use crate::sectors::HostSectors;
 use crate::timeouts::{
     delta_acquire_held_wait, delta_short_delay, host_dead_seconds, id_renewal_fail_seconds,
     renewal_write_timeout,
@@ -167,7 +168,7 @@ pub struct LockspaceSnapshot {
     /// The same instant in ms (`read_at_s` is it in whole seconds).
     pub read_at_ms: u64,
     /// One entry per host_id read, from host_id 1.
-    pub sectors: Vec<Option<DeltaSector>>,
+    pub sectors: HostSectors,
     /// The read covered the whole monitored area ([`LockspaceParams::monitored_sectors`]),
     /// not only its head ([`crate::reads`]).
     pub whole_area: bool,
@@ -607,23 +608,28 @@ pub async fn observe_reading<D: Disk, C: Clock>(
 fn snapshot_of(p: &LockspaceParams, buf: &[u8], read_at_ms: u64) -> LockspaceSnapshot {
     let sector = p.geometry.sector_bytes() as usize;
     let expect = p.expect();
-    let sectors: Vec<_> = buf
-        .chunks_exact(sector)
-        .map(|chunk| {
-            let s = DeltaSector::decode(chunk).ok()?;
-            let l = &s.leader;
-            if l.magic != DELTA_DISK_MAGIC || !l.space_name.same_as(expect.space_name?) {
-                return None;
-            }
-            Some(s)
-        })
-        .collect();
+    let mut sectors = HostSectors::with_capacity(buf.len() / sector);
+    for chunk in buf.chunks_exact(sector) {
+        sectors.push(
+            expect
+                .space_name
+                .and_then(|name| monitored_sector(chunk, name)),
+        );
+    }
     LockspaceSnapshot {
         read_at_s: read_at_ms / 1000,
         read_at_ms,
         whole_area: sectors.len() as u64 >= p.monitored_sectors(),
         sectors,
     }
+}
+
+/// One sector as the monitor sees it: a delta lease of the lockspace `space_name`, or
+/// `None`.
+fn monitored_sector(chunk: &[u8], space_name: &Name) -> Option<DeltaSector> {
+    let s = DeltaSector::decode(chunk).ok()?;
+    let l = &s.leader;
+    (l.magic == DELTA_DISK_MAGIC && l.space_name.same_as(space_name)).then_some(s)
 }
 
 /// Releases our delta lease: rewrites our last record with timestamp 0 (bitmap cleared).

@@ -25,6 +25,7 @@ pub mod monitor;
 pub mod paxos;
 pub mod reads;
 pub mod rindex;
+pub mod sectors;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod timeouts;

@@ -145,12 +145,52 @@ pub trait HostObserver {
     }
 }
 
+/// The observations by host_id. Dense, not a map: host_ids run from 1 to at most 2,000
+/// (sanlock's max_hosts; a read never shows more sectors than its area has), and every
+/// renewal read visits every sector of the area, so a lookup is one index.
+#[derive(Debug, Clone, Default)]
+struct HostTable {
+    /// `by_id[i]` is host_id i+1.
+    by_id: Vec<Option<HostObservation>>,
+}
+
+impl HostTable {
+    fn slot(host_id: u64) -> Option<usize> {
+        usize::try_from(host_id).ok()?.checked_sub(1)
+    }
+
+    fn get(&self, host_id: u64) -> Option<&HostObservation> {
+        self.by_id.get(Self::slot(host_id)?)?.as_ref()
+    }
+
+    fn get_mut(&mut self, host_id: u64) -> Option<&mut HostObservation> {
+        self.by_id.get_mut(Self::slot(host_id)?)?.as_mut()
+    }
+
+    /// Adds or replaces host_id's observation (host_id 1 or more: a sector's position).
+    fn insert(&mut self, host_id: u64, h: HostObservation) {
+        let i = Self::slot(host_id).expect("host_id 0 is never observed");
+        if i >= self.by_id.len() {
+            self.by_id.resize(i + 1, None);
+        }
+        self.by_id[i] = Some(h);
+    }
+
+    /// Every observation, ordered by host_id.
+    fn iter(&self) -> impl DoubleEndedIterator<Item = (u64, &HostObservation)> {
+        self.by_id
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| Some((i as u64 + 1, h.as_ref()?)))
+    }
+}
+
 /// Per-lockspace record of every other host's delta lease.
 #[derive(Debug, Clone)]
 pub struct HostMonitor {
     our_host_id: u64,
     watchdog_fire: u64,
-    hosts: BTreeMap<u64, HostObservation>,
+    hosts: HostTable,
     checks: u64,
     /// Our time (s) of the latest read observed (meaningful once `checks` > 0).
     last_read_s: u64,
@@ -220,7 +260,7 @@ impl HostMonitor {
         HostMonitor {
             our_host_id,
             watchdog_fire,
-            hosts: BTreeMap::new(),
+            hosts: HostTable::default(),
             checks: 0,
             last_read_s: 0,
             last_full_read_s: None,
@@ -279,7 +319,7 @@ impl HostMonitor {
         match hold.awaited.as_mut() {
             None => {
                 let mut awaited = BTreeMap::new();
-                for (&id, h) in &self.hosts {
+                for (id, h) in self.hosts.iter() {
                     if h.timestamp == 0 || state_is_dead(self.watchdog_fire, h, now_s) {
                         continue;
                     }
@@ -299,7 +339,7 @@ impl HostMonitor {
                 let hosts = &self.hosts;
                 let w = self.watchdog_fire;
                 awaited.retain(|id, p| {
-                    let Some(h) = hosts.get(id) else { return true };
+                    let Some(h) = hosts.get(*id) else { return true };
                     if h.timestamp == 0
                         || h.owner_generation != p.generation
                         || state_is_dead(w, h, now_s)
@@ -398,7 +438,7 @@ impl HostMonitor {
             .rev()
             // Not `delta::record_unused`: an observation keeps only these three fields.
             .find(|(_, h)| h.owner_id != 0 || h.owner_generation != 0 || h.timestamp != 0)
-            .map_or(0, |(&id, _)| id)
+            .map_or(0, |(id, _)| id)
             .max(self.our_host_id)
     }
 
@@ -457,7 +497,7 @@ impl HostMonitor {
                 continue;
             }
             let l = &sector.leader;
-            match self.hosts.get_mut(&host_id) {
+            match self.hosts.get_mut(host_id) {
                 None => {
                     self.hosts.insert(
                         host_id,
@@ -520,7 +560,7 @@ impl HostMonitor {
         if host_id == self.our_host_id {
             return Some(HostState::Live);
         }
-        let h = self.hosts.get(&host_id)?;
+        let h = self.hosts.get(host_id)?;
         Some(self.state_of(h, now_s))
     }
 
@@ -532,7 +572,7 @@ impl HostMonitor {
     /// and confirmed gone from the storage). Only a host we have observed holding exactly
     /// that generation is marked; returns whether it was.
     pub fn mark_fenced(&mut self, host_id: u64, generation: u64) -> bool {
-        match self.hosts.get_mut(&host_id) {
+        match self.hosts.get_mut(host_id) {
             Some(h) if generation != 0 && h.owner_generation == generation => {
                 h.fenced_generation = generation;
                 true
@@ -566,7 +606,7 @@ impl HostMonitor {
     pub fn hosts(&self, now_s: u64) -> Vec<(u64, HostObservation, HostState)> {
         self.hosts
             .iter()
-            .map(|(&id, h)| (id, *h, self.state_of(h, now_s)))
+            .map(|(id, h)| (id, *h, self.state_of(h, now_s)))
             .collect()
     }
 
@@ -651,7 +691,7 @@ fn state_is_dead(watchdog_fire: u64, h: &HostObservation, now_s: u64) -> bool {
 
 impl HostObserver for HostMonitor {
     fn observation(&self, host_id: u64) -> Option<HostObservation> {
-        self.hosts.get(&host_id).copied()
+        self.hosts.get(host_id).copied()
     }
 
     fn ballot_hosts_hint(&self) -> Option<u64> {

@@ -385,7 +385,7 @@ impl FaultFs {
         let bin = bin_dir.join("lockd-faultfs");
         if !bin.exists() {
             let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .args(["build", "--workspace", "--bins"])
+                .args(["build", "--workspace", "--bins", "--examples"])
                 .status()
                 .expect("run cargo to build lockd-faultfs");
             assert!(st.success(), "building lockd-faultfs failed");

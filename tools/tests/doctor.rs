@@ -85,11 +85,11 @@ fn wait_path(p: &Path) {
     }
 }
 
-/// The workspace's wdmd and wdmd-emulator, built if needed (`--workspace --bins`, as
-/// scripts/test-all.sh builds before the tests: the same features, so nothing is rebuilt).
+/// The workspace's wdmd and wdmd-emulator, built if needed (as scripts/test-all.sh builds
+/// before the tests, `--workspace --bins --examples`: the same features, nothing rebuilt).
 fn wdmd_binaries() -> (PathBuf, PathBuf) {
     let st = Command::new(env!("CARGO"))
-        .args(["build", "--workspace", "--bins"])
+        .args(["build", "--workspace", "--bins", "--examples"])
         .status()
         .expect("run cargo to build wdmd");
     assert!(st.success(), "building wdmd failed");

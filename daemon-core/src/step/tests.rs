@@ -272,7 +272,7 @@ fn fencing_decides_in_the_step_and_marks_the_monitor_or_loses_our_lease() {
             Input::HostsRead {
                 id: 1,
                 read_at_ms: 100_000,
-                sectors: vec![None, Some(peer)],
+                sectors: vec![None, Some(peer)].into(),
                 whole_area: true,
             },
         );
@@ -300,7 +300,7 @@ fn fencing_decides_in_the_step_and_marks_the_monitor_or_loses_our_lease() {
             Input::HostsRead {
                 id: 1,
                 read_at_ms: t * 1000,
-                sectors: vec![None, Some(peer)],
+                sectors: vec![None, Some(peer)].into(),
                 whole_area: true,
             },
         );
@@ -383,7 +383,7 @@ fn fencing_decides_in_the_step_and_marks_the_monitor_or_loses_our_lease() {
         Input::HostsRead {
             id: 1,
             read_at_ms: t * 1000,
-            sectors: vec![None, Some(renewed)],
+            sectors: vec![None, Some(renewed)].into(),
             whole_area: true,
         }
     };
@@ -457,7 +457,7 @@ fn a_hosts_bit_asks_for_an_examine_at_most_once_per_bitmap_period() {
             Input::HostsRead {
                 id: 1,
                 read_at_ms: t * 1000,
-                sectors: vec![None, Some(peer)],
+                sectors: vec![None, Some(peer)].into(),
                 whole_area: true,
             },
         );
