@@ -109,6 +109,8 @@ step "virtual-machine bed on Debian unstable's kernel: pr-kill-daemon on NVMe/TC
 bash scripts/vmbed.sh pr-kill-daemon --storage nvme-tcp
 
 step "chaos bed, CI run (tests/vmbed/chaos.py: 5 minutes, seed 1, storage fencing on)"
+# First the checker's pure rules on hand-made histories (tests/vmbed/test_chaos_checker.py).
+python3 -m unittest discover -s tests/vmbed -p 'test_*.py'
 bash scripts/chaos.sh --seed 1 --minutes 5 --fence scsi-pr
 
 if [ "$long" = 1 ]; then

@@ -561,6 +561,51 @@ class Verdict:
     max_takeover_s: float | None = None
 
 
+def lvb_violations(events: list[dict], faulty) -> list[str]:
+    """Rule 6, lease value blocks passed from holder to holder: a value read at a grant
+    names an earlier lver; and when the grant just before it (the highest lver below its
+    own, any mode) was an exclusive hold that set the LVB and then released cleanly, on a
+    healthy host (`faulty(guest, t)` false), before this read, the value read is that one
+    (a lost update otherwise). A hold taken over from a dead or fenced holder is not such
+    a case: that holder's release, if any, comes after the new grant. Pure: from the
+    history's events alone (tests/vmbed/test_chaos_checker.py)."""
+    out: list[str] = []
+    grants_by_res: dict[str, list[dict]] = {}
+    for r in events:
+        if r["event"] == "grant" and isinstance(r.get("lver"), int) and not r.get("convert"):
+            grants_by_res.setdefault(r["res"], []).append(r)
+    # Keyed by resource too: a workload process holds several resources, often at equal
+    # lvers, and guests reuse pids.
+    lvb_set = {(r["res"], r["guest"], r.get("pid"), r.get("lver")) for r in events
+               if r["event"] == "lvb_set" and r.get("rv") == "0"}
+    released = {(r["res"], r["guest"], r.get("pid"), r.get("lver")): r["t"] for r in events
+                if r["event"] == "release" and r.get("trusted") == "true"}
+    for r in events:
+        if r["event"] != "lvb_read" or not isinstance(r.get("prev"), int) or not isinstance(r.get("lver"), int):
+            continue
+        lver, prev = r["lver"], r["prev"]
+        if prev >= lver:
+            out.append(f"lvb: {r['res']}: {r['guest']} pid {r.get('pid')} granted lver {lver} read "
+                       f"an LVB set under lver {prev} at {r['t']:.2f}s")
+            continue
+        before = [g for g in grants_by_res.get(r["res"], []) if g["lver"] < lver]
+        if not before:
+            continue
+        last = max(before, key=lambda g: g["lver"])
+        key = (r["res"], last["guest"], last.get("pid"), last["lver"])
+        # A release on a host in a fault (or its grace after) is not judged: once its
+        # lockspace is lost the daemon answers a release without writing (the lease is left
+        # to expire), and the loss notice may reach the holder only after it released.
+        t_rel = released.get(key, float("inf"))
+        if last["mode"] == "ex" and key in lvb_set and t_rel < r["t"] and prev != last["lver"] \
+                and not faulty(last["guest"], t_rel):
+            out.append(f"lvb: {r['res']}: {r['guest']} pid {r.get('pid')} granted lver {lver} read "
+                       f"the LVB of lver {prev} at {r['t']:.2f}s, but {last['guest']} pid "
+                       f"{last.get('pid')} set it under lver {last['lver']} and released at "
+                       f"{released[key]:.2f}s (lost update)")
+    return out
+
+
 def check(bed: ChaosBed, faults: list[Fault], healed_at: float, probe_end: float) -> Verdict:
     v = Verdict()
     h = bed.history
@@ -636,45 +681,8 @@ def check(bed: ChaosBed, faults: list[Fault], healed_at: float, probe_end: float
                                 f"{other.get('pid')} ({other['mode']}) and {r['guest']} pid {r.get('pid')} ({r['mode']})")
         seen.setdefault(key, r)
 
-    # 6. Lease value blocks, passed from holder to holder: a value read at a grant names
-    # an earlier lver; and when the grant just before it (the highest lver below its own,
-    # any mode) was an exclusive hold that set the LVB and then released cleanly, on a
-    # healthy host, before this read, the value read is that one (a lost update otherwise). A hold taken over
-    # from a dead or fenced holder is not such a case: that holder's release, if any,
-    # comes after the new grant.
-    grants_by_res: dict[str, list[dict]] = {}
-    for r in events:
-        if r["event"] == "grant" and isinstance(r.get("lver"), int) and not r.get("convert"):
-            grants_by_res.setdefault(r["res"], []).append(r)
-    # Keyed by resource too: a workload process holds several resources, often at equal
-    # lvers, and guests reuse pids.
-    lvb_set = {(r["res"], r["guest"], r.get("pid"), r.get("lver")) for r in events
-               if r["event"] == "lvb_set" and r.get("rv") == "0"}
-    released = {(r["res"], r["guest"], r.get("pid"), r.get("lver")): r["t"] for r in events
-                if r["event"] == "release" and r.get("trusted") == "true"}
-    for r in events:
-        if r["event"] != "lvb_read" or not isinstance(r.get("prev"), int) or not isinstance(r.get("lver"), int):
-            continue
-        lver, prev = r["lver"], r["prev"]
-        if prev >= lver:
-            v.violations.append(f"lvb: {r['res']}: {r['guest']} pid {r.get('pid')} granted lver {lver} read "
-                                f"an LVB set under lver {prev} at {r['t']:.2f}s")
-            continue
-        before = [g for g in grants_by_res.get(r["res"], []) if g["lver"] < lver]
-        if not before:
-            continue
-        last = max(before, key=lambda g: g["lver"])
-        key = (r["res"], last["guest"], last.get("pid"), last["lver"])
-        # A release on a host in a fault (or its grace after) is not judged: once its
-        # lockspace is lost the daemon answers a release without writing (the lease is left
-        # to expire), and the loss notice may reach the holder only after it released.
-        t_rel = released.get(key, float("inf"))
-        if last["mode"] == "ex" and key in lvb_set and t_rel < r["t"] and prev != last["lver"] \
-                and not bed.faulty(idx(last["guest"]), t_rel):
-            v.violations.append(f"lvb: {r['res']}: {r['guest']} pid {r.get('pid')} granted lver {lver} read "
-                                f"the LVB of lver {prev} at {r['t']:.2f}s, but {last['guest']} pid "
-                                f"{last.get('pid')} set it under lver {last['lver']} and released at "
-                                f"{released[key]:.2f}s (lost update)")
+    # 6. Lease value blocks (`lvb_violations`).
+    v.violations += lvb_violations(events, lambda guest, t: bed.faulty(idx(guest), t))
 
     # 3. and 4. Kills: a notice first; and only on a faulty host, or of a holder another
     # client asked for the lease with REQUEST (its notice says `requested`).
