@@ -18,15 +18,39 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use disk_format::DeltaSector;
 
-/// Lists at least this long are recycled (128 KiB and more of entries).
+/// Lists at least this long are recycled (about 110 KiB of entries and more).
 pub const POOL_MIN_LEN: usize = 256;
 /// At most this many lists are kept.
 pub const POOL_MAX: usize = 8;
 
-static POOL: Mutex<Vec<Vec<Option<DeltaSector>>>> = Mutex::new(Vec::new());
+type Lists = Vec<Vec<Option<DeltaSector>>>;
 
-fn pool() -> MutexGuard<'static, Vec<Vec<Option<DeltaSector>>>> {
+static POOL: Mutex<Lists> = Mutex::new(Vec::new());
+
+fn pool() -> MutexGuard<'static, Lists> {
     POOL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// An empty list with room for `len` entries from `pool` when it has one (a long
+/// list's storage, its old entries cleared when it was put back).
+fn take(pool: &mut Lists, len: usize) -> Option<Vec<Option<DeltaSector>>> {
+    if len < POOL_MIN_LEN {
+        return None;
+    }
+    let v = pool
+        .iter()
+        .position(|v| v.capacity() >= len)
+        .map(|i| pool.swap_remove(i))?;
+    assert!(v.is_empty(), "a pooled sector list was not emptied");
+    Some(v)
+}
+
+/// Puts `list`'s storage back into `pool`, emptied, if it is long and the pool not full.
+fn put(pool: &mut Lists, mut list: Vec<Option<DeltaSector>>) {
+    if list.capacity() >= POOL_MIN_LEN && pool.len() < POOL_MAX {
+        list.clear();
+        pool.push(list);
+    }
 }
 
 /// One read's host sectors, from host_id 1 (see the module header).
@@ -39,21 +63,13 @@ impl HostSectors {
     /// An empty list with room for `len` entries, recycled when one is pooled.
     pub fn with_capacity(len: usize) -> HostSectors {
         let recycled = if len >= POOL_MIN_LEN {
-            let mut p = pool();
-            p.iter()
-                .position(|v| v.capacity() >= len)
-                .map(|i| p.swap_remove(i))
+            take(&mut pool(), len)
         } else {
             None
         };
-        let list = match recycled {
-            Some(v) => {
-                assert!(v.is_empty(), "a pooled sector list was not emptied");
-                v
-            }
-            None => Vec::with_capacity(len),
-        };
-        HostSectors { list }
+        HostSectors {
+            list: recycled.unwrap_or_else(|| Vec::with_capacity(len)),
+        }
     }
 
     /// Appends the next host_id's sector.
@@ -78,14 +94,8 @@ impl std::ops::Deref for HostSectors {
 
 impl Drop for HostSectors {
     fn drop(&mut self) {
-        if self.list.capacity() < POOL_MIN_LEN {
-            return;
-        }
-        let mut list = std::mem::take(&mut self.list);
-        list.clear();
-        let mut p = pool();
-        if p.len() < POOL_MAX {
-            p.push(list);
+        if self.list.capacity() >= POOL_MIN_LEN {
+            put(&mut pool(), std::mem::take(&mut self.list));
         }
     }
 }
@@ -94,20 +104,50 @@ impl Drop for HostSectors {
 mod tests {
     use super::*;
 
+    fn full_list(len: usize) -> Vec<Option<DeltaSector>> {
+        vec![Some(DeltaSector::decode(&[0u8; 512]).unwrap()); len]
+    }
+
+    // On a pool of the test's own: the process-wide one is shared with every other test.
     #[test]
-    fn a_dropped_long_list_is_reused_empty_and_a_short_one_is_not_pooled() {
-        let mut a = HostSectors::with_capacity(2000);
-        for _ in 0..2000 {
-            a.push(Some(DeltaSector::decode(&[0u8; 512]).unwrap()));
+    fn a_long_list_is_put_back_emptied_and_taken_again_a_short_one_is_not_kept() {
+        let mut pool = Lists::new();
+        let long = full_list(3000);
+        let ptr = long.as_ptr();
+        put(&mut pool, long);
+        assert_eq!(pool.len(), 1);
+        assert!(
+            take(&mut pool, 3001).is_none(),
+            "a list too short for the read was taken"
+        );
+        assert!(
+            take(&mut pool, 10).is_none(),
+            "a short read took a pooled list"
+        );
+        let again = take(&mut pool, 2000).expect("the pooled list");
+        assert!(again.is_empty(), "a recycled list kept its entries");
+        assert_eq!(again.as_ptr(), ptr, "another storage came back");
+        assert!(pool.is_empty());
+
+        put(&mut pool, full_list(3));
+        assert!(pool.is_empty(), "a 3-entry list was kept");
+    }
+
+    #[test]
+    fn the_pool_keeps_at_most_pool_max_lists() {
+        let mut pool = Lists::new();
+        for _ in 0..POOL_MAX + 3 {
+            put(&mut pool, full_list(POOL_MIN_LEN));
         }
-        assert_eq!(a.len(), 2000);
-        drop(a);
-        // Another test may take it first (the pool is process-wide): only the contents
-        // are checked, whatever list comes back.
-        let b = HostSectors::with_capacity(2000);
-        assert!(b.is_empty());
-        assert!(b.list.capacity() >= 2000);
-        let short = HostSectors::with_capacity(3);
-        assert!(short.list.capacity() < POOL_MIN_LEN);
+        assert_eq!(pool.len(), POOL_MAX);
+    }
+
+    #[test]
+    fn host_sectors_read_as_their_entries() {
+        let mut s = HostSectors::with_capacity(2);
+        s.push(None);
+        s.push(Some(DeltaSector::decode(&[0u8; 512]).unwrap()));
+        assert_eq!(s.len(), 2);
+        assert!(s[0].is_none() && s[1].is_some());
     }
 }

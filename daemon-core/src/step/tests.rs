@@ -893,6 +893,21 @@ fn the_cheap_check_runs_every_step_for_small_tables_and_every_kth_for_large() {
 }
 
 #[test]
+fn the_cheap_check_finds_a_name_or_an_id_listed_twice() {
+    let mut c = core(&["a", "b", "c"], 100, &[]);
+    assert_eq!(c.check_cheap(), Ok(()));
+    // The same visible name (bytes after the NUL differ): listed twice while both live.
+    c.spaces[2].name = name("a");
+    c.spaces[2].name.0[10] = b'x';
+    assert!(c.check_cheap().unwrap_err().contains("listed twice"));
+    // A gone lockspace may share a live one's name, never its id.
+    c.spaces[0].st.gone = true;
+    assert_eq!(c.check_cheap(), Ok(()));
+    c.spaces[1].id = c.spaces[0].id;
+    assert!(c.check_cheap().unwrap_err().contains("id 1 listed twice"));
+}
+
+#[test]
 fn check_finds_a_notice_for_a_live_lease() {
     let mut c = core(&["ls"], 100, &[]);
     c.space_mut(&name("ls")).expect("ls").st.loss_notified = true;
