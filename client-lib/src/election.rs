@@ -108,6 +108,7 @@ impl LeaderElection {
             owner_name: self.owner_name.clone(),
             restrict: self.restrict,
             lvb: false,
+            ..LeaseAcquireOptions::default()
         };
         Ok(Leadership {
             lease: Lease::acquire(&self.spec, &opts)?,

@@ -34,7 +34,10 @@ use crate::ext::{
     LeaderInfo, WatchEvent, WatchKind, LEADER_INFO_LEN, LOCKD_CMD_LEADER, LOCKD_CMD_METRICS,
     LOCKD_CMD_WATCH, LOCKD_MSG_WATCH_EVENT, NO_DEADLINE, WATCH_EVENT_LEN,
 };
-use crate::proto::{SANLK_ACQUIRE_LVB, SANLK_ACQUIRE_OWNER_NOWAIT, SANLK_RES_SHARED};
+use crate::proto::{
+    SANLK_ACQUIRE_LVB, SANLK_ACQUIRE_ORPHAN, SANLK_ACQUIRE_ORPHAN_ONLY, SANLK_ACQUIRE_OWNER_NOWAIT,
+    SANLK_REL_ORPHAN, SANLK_RES_PERSISTENT, SANLK_RES_SHARED,
+};
 use crate::wire::{DiskLocation, Resource, ResourceHead, HEADER_LEN};
 
 /// With no heartbeat for this long, the daemon is taken for stopped and the lease lost.
@@ -247,6 +250,15 @@ pub struct LeaseAcquireOptions {
     /// Acquire with the lease value block (`SANLK_ACQUIRE_LVB`): [`Lease::lvb`] reads the
     /// value the previous holder left, [`Lease::set_lvb`] the one this holder leaves.
     pub lvb: bool,
+    /// A persistent lease (`SANLK_RES_PERSISTENT`): when this process ends, or calls
+    /// [`Lease::leave_as_orphan`], without releasing it, the daemon keeps the lease held
+    /// by this host as an *orphan* (no disk I/O) until a process here adopts it
+    /// ([`LeaseAcquireOptions::adopt_orphan`]) or it is released ([`release_orphans`]).
+    pub persistent: bool,
+    /// Take only an orphan of this host (`SANLK_ACQUIRE_ORPHAN_ONLY`), in its own mode,
+    /// at its lease version, with no disk I/O: refused with -ENOENT (-2) when there is
+    /// none. Without it, an orphan here refuses the acquire with -EUCLEAN (-117).
+    pub adopt_orphan: bool,
 }
 
 impl Default for LeaseAcquireOptions {
@@ -258,6 +270,8 @@ impl Default for LeaseAcquireOptions {
             owner_name: None,
             restrict: 0,
             lvb: false,
+            persistent: false,
+            adopt_orphan: false,
         }
     }
 }
@@ -405,6 +419,22 @@ fn open_watch(run_dir: &Path) -> Result<(UnixStream, Duration), ClientLeaseError
     let interval = Duration::from_millis(u64::from(h.data2.clamp(50, 1000)));
     let stream = c.stream().try_clone().map_err(ClientError::from)?;
     Ok((stream, interval))
+}
+
+/// Releases this host's orphan of `spec` (`SANLK_REL_ORPHAN`: the lease a persistent
+/// holder left, [`Lease::leave_as_orphan`]), as root or the orphan's user: the daemon's
+/// answer, the number of orphans released (0: none).
+pub fn release_orphans(run_dir: &Path, spec: &LeaseSpec) -> Result<u32, ClientLeaseError> {
+    let mut c = Client::connect(run_dir)?;
+    // As sanlock, a RELEASE (of orphans too) is a registered client's command.
+    c.register()?;
+    let head = spec.resource(false)?.head;
+    let rv = c.release(-1, SANLK_REL_ORPHAN, &[head])?;
+    u32::try_from(rv).map_err(|_| ClientLeaseError::Refused {
+        op: "release orphans of",
+        lease: spec.to_string(),
+        rv,
+    })
 }
 
 /// Asks the daemon in `run_dir` who holds `spec` (lockd extension).
@@ -561,7 +591,10 @@ impl Lease {
         spec: &LeaseSpec,
         opts: &LeaseAcquireOptions,
     ) -> Result<Lease, ClientLeaseError> {
-        let res = spec.resource(opts.shared)?;
+        let mut res = spec.resource(opts.shared)?;
+        if opts.persistent {
+            res.head.flags |= SANLK_RES_PERSISTENT;
+        }
         let owner = match &opts.owner_name {
             Some(n) => Some(Name::new(n).map_err(|e| ClientLeaseError::BadSpec {
                 spec: n.clone(),
@@ -614,6 +647,9 @@ impl Lease {
             };
             if opts.lvb {
                 flags |= SANLK_ACQUIRE_LVB;
+            }
+            if opts.adopt_orphan {
+                flags |= SANLK_ACQUIRE_ORPHAN | SANLK_ACQUIRE_ORPHAN_ONLY;
             }
             let rv = c.acquire(-1, flags, std::slice::from_ref(&res), owner)?;
             if rv == 0 {
@@ -799,7 +835,16 @@ impl Lease {
         self.release_inner()
     }
 
-    fn release_inner(&mut self) -> Result<(), ClientLeaseError> {
+    /// Lets go of the lease without releasing it: the watch ends and the registered
+    /// connection closes, as at this process's exit. A persistent lease
+    /// ([`LeaseAcquireOptions::persistent`]) stays held by this host as an orphan, at the
+    /// same token, for a process here to adopt; any other lease the daemon releases.
+    pub fn leave_as_orphan(mut self) {
+        self.stop_watch();
+        drop(self.client.take());
+    }
+
+    fn stop_watch(&mut self) {
         self.loss
             .closing
             .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -807,6 +852,10 @@ impl Lease {
         if let Some(t) = self.watch_thread.take() {
             let _ = t.join();
         }
+    }
+
+    fn release_inner(&mut self) -> Result<(), ClientLeaseError> {
+        self.stop_watch();
         let Some(mut c) = self.client.take() else {
             return Ok(());
         };
@@ -822,9 +871,10 @@ impl Drop for Lease {
     }
 }
 
-/// The lver this registration holds `spec` at: from INQUIRE for an exclusive lease, from
-/// the leader record for a shared one (INQUIRE shows `:SH` there).
-fn token_of(
+/// The fencing token at which the registered connection `client` holds `spec`: the lver,
+/// from INQUIRE for an exclusive lease, from the leader record for a shared one (INQUIRE
+/// shows `:SH` there; that takes lockd's LEADER extension of the daemon in `run_dir`).
+pub fn token_of(
     client: &mut Client,
     run_dir: &Path,
     spec: &LeaseSpec,

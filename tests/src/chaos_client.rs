@@ -31,6 +31,23 @@
 //! to come from an earlier lver, and the value a clean release left to be the one the
 //! next grant reads.
 //!
+//! Persistent leases and orphans (`--persistent-percent`, `--adopt-percent`): some
+//! exclusive holds without the LVB are taken persistent; at its end such a hold is left,
+//! half the time, as an orphan of this host instead of released (`orphaned`, with its
+//! lver). A pick first tries, `--adopt-percent` of the time, to adopt an orphan of the
+//! resource here (SANLK_ACQUIRE_ORPHAN_ONLY; logged as a `grant` with `adopt=1` at the
+//! orphan's own lver, held persistent again). A plain acquire refused by an orphan here
+//! (-EUCLEAN) adopts it half the time, and otherwise releases the orphans of that
+//! resource half the time (`orphans_released`, with the count). The checker lets an adopter share an lver only with an orphan left
+//! earlier on its own guest.
+//!
+//! Some holds go through the CLI (`--cli-percent`): `lockd acquire [--timeout S] -r
+//! SPEC[:SH] -- lockd-witness cli-hold …` runs [`cli_hold_run`] as the registered holder,
+//! which takes its fencing token from `LOCKD_FENCING_TOKEN`, logs its `grant` with
+//! `cli=1`, writes its stamps, logs `release` and exits (the daemon releases the lease as
+//! the connection closes). Such a holder has no loss watch: the checker does not ask it
+//! for a notice before a kill.
+//!
 //! Randomness is a splitmix64 stream seeded from `--seed` and `--client` (deterministic
 //! choices for a seed; the interleaving with the other hosts is not).
 
@@ -86,6 +103,13 @@ pub struct ClientArgs {
     pub request_percent: u64,
     /// Percent of exclusive holds taken with the LVB (lease mode only).
     pub lvb_percent: u64,
+    /// Percent of exclusive holds without the LVB taken persistent (lease mode only).
+    pub persistent_percent: u64,
+    /// Percent of picks that first try to adopt an orphan here (lease mode only).
+    pub adopt_percent: u64,
+    /// Percent of holds taken through the CLI, `lockd acquire [--timeout S] -r SPEC --
+    /// lockd-witness cli-hold …` (lease mode only).
+    pub cli_percent: u64,
     /// Only sanlock's own protocol (REGISTER, ACQUIRE, INQUIRE, RELEASE): for a sanlock
     /// daemon, which has no loss-notice watch. The log then has no `notice` lines.
     pub plain: bool,
@@ -126,72 +150,37 @@ pub fn run(a: &ClientArgs) -> Result<()> {
         let index = rng.range(0, a.resources.len() as u64 - 1) as usize;
         let spec = &a.resources[index];
         let res = spec.name.to_string();
-        let shared = rng.percent(a.shared_percent);
-        let with_lvb = !a.plain && !shared && rng.percent(a.lvb_percent);
-        let wait = match rng.range(0, 3) {
-            0 => Wait::NoWait,
-            _ => Wait::Timeout(Duration::from_secs(rng.range(1, 10))),
-        };
-        let opts = LeaseAcquireOptions {
-            shared,
-            wait,
-            owner_name: Some(format!("c{}", a.client)),
-            lvb: with_lvb,
-            ..LeaseAcquireOptions::default()
-        };
-        let acquired = if a.plain {
-            plain_acquire(spec, shared, &opts.wait)
-        } else {
-            Lease::acquire(spec, &opts)
-                .map(Holding::Lease)
-                .map_err(anyhow::Error::from)
-        };
-        let held = match acquired {
-            Ok(h) => h,
+        if !a.plain && rng.percent(a.cli_percent) {
+            cli_hold(a, &mut rng, spec, index);
+            stop_if_asked(&term, a, &res)?;
+            thread::sleep(Duration::from_millis(rng.range(0, 1000)));
+            continue;
+        }
+        let taken = match take(a, &mut rng, spec) {
+            Ok(t) => t,
             Err(e) => {
-                let busy = e
-                    .downcast_ref::<client_lib::lease::ClientLeaseError>()
-                    .and_then(|e| e.code())
-                    .is_some_and(client_lib::lease::is_busy_code);
-                if busy && !a.plain && rng.percent(a.request_percent) {
-                    let force = if rng.percent(50) {
-                        client_lib::proto::SANLK_REQ_FORCE
-                    } else {
-                        client_lib::proto::SANLK_REQ_GRACEFUL
-                    };
-                    let rv = request(spec, force);
-                    note(
-                        &a.log,
-                        &a.host,
-                        &res,
-                        "request",
-                        &format!("force_mode={force} rv={}", rv.unwrap_or(i32::MIN)),
-                    );
-                }
-                if !busy {
-                    note(
-                        &a.log,
-                        &a.host,
-                        &res,
-                        "acquire_error",
-                        &format!("why={}", one_word(&e.to_string())),
-                    );
-                }
+                refused(a, &mut rng, spec, &res, &e);
                 stop_if_asked(&term, a, &res)?;
                 thread::sleep(Duration::from_millis(rng.range(500, 3000)));
                 continue;
             }
         };
-        let mut held = held;
-        let mut shared = shared;
+        let Taken {
+            mut held,
+            mut shared,
+            with_lvb,
+            persistent,
+            adopted,
+        } = taken;
         let mut mode = if shared { "sh" } else { "ex" };
         let mut lver = held.token();
+        let adopted = if adopted { " adopt=1" } else { "" };
         note(
             &a.log,
             &a.host,
             &res,
             "grant",
-            &format!("lver={lver} mode={mode}"),
+            &format!("lver={lver} mode={mode}{adopted}"),
         );
         if let Holding::Lease(lease) = &held {
             let (log, host, res) = (a.log.clone(), a.host.clone(), res.clone());
@@ -218,7 +207,8 @@ pub fn run(a: &ClientArgs) -> Result<()> {
         }
         let hold = Duration::from_millis(rng.range(500, 4000));
         let mut convert_at =
-            (!a.plain && !with_lvb && rng.percent(a.convert_percent)).then(|| hold / 2);
+            (!a.plain && !with_lvb && !persistent && rng.percent(a.convert_percent))
+                .then(|| hold / 2);
         let start = Instant::now();
         let offset = a.data_base + index as u64 * 4096;
         let mut seq = 0u64;
@@ -293,6 +283,13 @@ pub fn run(a: &ClientArgs) -> Result<()> {
                 &format!("lver={lver} rv={rv}"),
             );
         }
+        if persistent && rng.percent(50) {
+            held.leave_as_orphan();
+            note(&a.log, &a.host, &res, "orphaned", &format!("lver={lver}"));
+            stop_if_asked(&term, a, &res)?;
+            thread::sleep(Duration::from_millis(rng.range(0, 1000)));
+            continue;
+        }
         match held.release() {
             Ok(()) => note(
                 &a.log,
@@ -311,6 +308,267 @@ pub fn run(a: &ClientArgs) -> Result<()> {
         }
         stop_if_asked(&term, a, &res)?;
         thread::sleep(Duration::from_millis(rng.range(0, 1000)));
+    }
+}
+
+/// One hold through the CLI: `lockd acquire` with a random `--timeout` (or none) and mode
+/// runs `lockd-witness cli-hold` ([`cli_hold_run`]) as the holder; waits for it. A refusal
+/// (held elsewhere) is the CLI's failure, not logged; one for another reason is logged as
+/// `acquire_error`.
+fn cli_hold(a: &ClientArgs, rng: &mut Rng, spec: &LeaseSpec, index: usize) {
+    let res = spec.name.to_string();
+    let shared = rng.percent(a.shared_percent);
+    let timeout = rng.range(0, 10);
+    let hold_ms = rng.range(500, 4000);
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            note(
+                &a.log,
+                &a.host,
+                &res,
+                "acquire_error",
+                &format!("why=current_exe:{e}"),
+            );
+            return;
+        }
+    };
+    let mut cmd = std::process::Command::new("lockd");
+    cmd.arg("acquire");
+    if timeout > 0 {
+        cmd.args(["--timeout", &timeout.to_string()]);
+    }
+    let suffix = if shared { ":SH" } else { "" };
+    cmd.args(["-r", &format!("{spec}{suffix}"), "--"])
+        .arg(exe)
+        .args(["cli-hold", "--log"])
+        .arg(&a.log)
+        .args(["--host", &a.host, "--res", &res])
+        .args(["--index", &index.to_string(), "--data", &a.data])
+        .args(["--data-base", &a.data_base.to_string()])
+        .args(["--hold-ms", &hold_ms.to_string()])
+        .args(["--beat-ms", &a.beat_ms.to_string()])
+        .args(["--mode", if shared { "sh" } else { "ex" }])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let out = match cmd.output() {
+        Ok(o) => o,
+        Err(e) => {
+            note(
+                &a.log,
+                &a.host,
+                &res,
+                "acquire_error",
+                &format!("why=spawn_lockd:{e}"),
+            );
+            return;
+        }
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    // The holder logs its own end; a CLI that failed before it ran says why on stderr.
+    let refused_busy = err.contains("held by") || err.contains("not acquired within");
+    if !out.status.success() && !err.contains("lockd: holding") && !refused_busy {
+        note(
+            &a.log,
+            &a.host,
+            &res,
+            "acquire_error",
+            &format!("why=cli:{}", one_word(err.trim())),
+        );
+    }
+}
+
+/// What `lockd-witness cli-hold` was told.
+pub struct CliHoldArgs {
+    pub log: PathBuf,
+    pub host: String,
+    pub res: String,
+    pub index: u64,
+    pub data: String,
+    pub data_base: u64,
+    pub hold_ms: u64,
+    pub beat_ms: u64,
+    pub mode: String,
+}
+
+/// `lockd-witness cli-hold`, run by `lockd acquire … --` as the registered holder: the
+/// fencing token from `LOCKD_FENCING_TOKEN` (`lockd acquire` sets it for one lease), a
+/// `grant` with `cli=1`, stamps every `--beat-ms` for `--hold-ms`, `release`, exit (the
+/// daemon releases the lease as the registered connection closes). SIGTERM (the
+/// daemon's kill, or the bed's stop) logs `sigterm` and exits.
+pub fn cli_hold_run(a: &CliHoldArgs) -> Result<()> {
+    let term = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, term.clone())?;
+    let lver: u64 = std::env::var("LOCKD_FENCING_TOKEN")
+        .context("LOCKD_FENCING_TOKEN not set by lockd acquire")?
+        .parse()
+        .context("LOCKD_FENCING_TOKEN")?;
+    let data = open_data(&a.data)?;
+    let mut block = Box::new(Block([0; 4096]));
+    let (log, host, res, mode) = (&a.log, &a.host, &a.res, &a.mode);
+    note(
+        log,
+        host,
+        res,
+        "grant",
+        &format!("lver={lver} mode={mode} cli=1"),
+    );
+    let start = Instant::now();
+    let offset = a.data_base + a.index * 4096;
+    let mut seq = 0u64;
+    while start.elapsed() < Duration::from_millis(a.hold_ms) {
+        seq += 1;
+        let text = format!(
+            "lockd-chaos host={host} pid={} res={res} lver={lver} mode={mode} seq={seq}\n",
+            std::process::id()
+        );
+        block.0.fill(0);
+        block.0[..text.len()].copy_from_slice(text.as_bytes());
+        if let Err(e) = data.write_all_at(&block.0, offset) {
+            let errno = e.raw_os_error().unwrap_or(0);
+            note(
+                log,
+                host,
+                res,
+                "write_error",
+                &format!("lver={lver} errno={errno}"),
+            );
+        }
+        if term.load(Ordering::SeqCst) {
+            note(log, host, res, "sigterm", &format!("lver={lver}"));
+            return Ok(());
+        }
+        thread::sleep(Duration::from_millis(a.beat_ms));
+    }
+    note(
+        log,
+        host,
+        res,
+        "release",
+        &format!("lver={lver} trusted=true"),
+    );
+    Ok(())
+}
+
+/// A hold just taken, and how.
+struct Taken {
+    held: Holding,
+    shared: bool,
+    with_lvb: bool,
+    /// Taken persistent: may be left as an orphan at its end.
+    persistent: bool,
+    /// An orphan of this host adopted (at the orphan's lver).
+    adopted: bool,
+}
+
+/// Takes `spec` as the draw says: first, some of the time, an orphan of it here; else
+/// exclusive or shared, with the LVB or persistent (exclusive only), waiting or not.
+fn take(a: &ClientArgs, rng: &mut Rng, spec: &LeaseSpec) -> Result<Taken> {
+    let owner_name = Some(format!("c{}", a.client));
+    if !a.plain && rng.percent(a.adopt_percent) {
+        // None here (-ENOENT), or one held by a local process now: a plain pick instead.
+        if let Some(taken) = adopt(spec, &owner_name) {
+            return Ok(taken);
+        }
+    }
+    let shared = rng.percent(a.shared_percent);
+    let with_lvb = !a.plain && !shared && rng.percent(a.lvb_percent);
+    let persistent = !a.plain && !shared && !with_lvb && rng.percent(a.persistent_percent);
+    let wait = match rng.range(0, 3) {
+        0 => Wait::NoWait,
+        _ => Wait::Timeout(Duration::from_secs(rng.range(1, 10))),
+    };
+    let held = if a.plain {
+        plain_acquire(spec, shared, &wait)?
+    } else {
+        let opts = LeaseAcquireOptions {
+            shared,
+            wait,
+            owner_name,
+            lvb: with_lvb,
+            persistent,
+            ..LeaseAcquireOptions::default()
+        };
+        match Lease::acquire(spec, &opts) {
+            Ok(lease) => Holding::Lease(lease),
+            // An orphan of this host holds it: adopt it half the time (else `refused`
+            // may release it).
+            Err(e) if e.code() == Some(-libc::EUCLEAN) && rng.percent(50) => {
+                return adopt(spec, &opts.owner_name).ok_or_else(|| e.into());
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    Ok(Taken {
+        held,
+        shared,
+        with_lvb,
+        persistent,
+        adopted: false,
+    })
+}
+
+/// Adopts this host's orphan of `spec`, if there is one and no local process holds it.
+fn adopt(spec: &LeaseSpec, owner_name: &Option<String>) -> Option<Taken> {
+    let opts = LeaseAcquireOptions {
+        wait: Wait::NoWait,
+        owner_name: owner_name.clone(),
+        persistent: true,
+        adopt_orphan: true,
+        ..LeaseAcquireOptions::default()
+    };
+    let lease = Lease::acquire(spec, &opts).ok()?;
+    Some(Taken {
+        held: Holding::Lease(lease),
+        shared: false,
+        with_lvb: false,
+        persistent: true,
+        adopted: true,
+    })
+}
+
+/// After a refused acquire of `spec`: held elsewhere, a REQUEST some of the time; held
+/// by an orphan here (-EUCLEAN), a release of its orphans half the time; any other
+/// failure logged as `acquire_error`.
+fn refused(a: &ClientArgs, rng: &mut Rng, spec: &LeaseSpec, res: &str, e: &anyhow::Error) {
+    let code = e
+        .downcast_ref::<client_lib::lease::ClientLeaseError>()
+        .and_then(|e| e.code());
+    if code == Some(-libc::EUCLEAN) {
+        if rng.percent(50) {
+            let n = match client_lib::lease::release_orphans(&client_lib::default_run_dir(), spec) {
+                Ok(n) => format!("n={n}"),
+                Err(e) => format!("rv={}", e.code().unwrap_or(i32::MIN)),
+            };
+            note(&a.log, &a.host, res, "orphans_released", &n);
+        }
+        return;
+    }
+    let busy = code.is_some_and(client_lib::lease::is_busy_code);
+    if busy && !a.plain && rng.percent(a.request_percent) {
+        let force = if rng.percent(50) {
+            client_lib::proto::SANLK_REQ_FORCE
+        } else {
+            client_lib::proto::SANLK_REQ_GRACEFUL
+        };
+        let rv = request(spec, force);
+        note(
+            &a.log,
+            &a.host,
+            res,
+            "request",
+            &format!("force_mode={force} rv={}", rv.unwrap_or(i32::MIN)),
+        );
+    }
+    if !busy {
+        note(
+            &a.log,
+            &a.host,
+            res,
+            "acquire_error",
+            &format!("why={}", one_word(&e.to_string())),
+        );
     }
 }
 
@@ -337,6 +595,14 @@ impl Holding {
         match self {
             Holding::Lease(l) => l.is_trusted(),
             Holding::Plain { .. } => true,
+        }
+    }
+
+    /// Leaves a persistent lease as an orphan of this host ([`Lease::leave_as_orphan`]).
+    fn leave_as_orphan(self) {
+        match self {
+            Holding::Lease(l) => l.leave_as_orphan(),
+            Holding::Plain { .. } => unreachable!("plain holds are never persistent"),
         }
     }
 

@@ -3,7 +3,9 @@
 # package by scripts/vmbed-setup.sh) and an initramfs holding busybox, the kernel modules a
 # guest needs (virtio SCSI/net, sd, sg, i6300esb, NFS v4, device-mapper), the project's
 # release binaries (lockd, lockd-daemon, wdmd, lockd-witness) and Debian's sanlock 3.8.5,
-# sg_persist and dmsetup, each with its shared libraries, and the guest's /init and agent.
+# sg_persist and dmsetup, each with its shared libraries, Python 3.11 with a trimmed standard
+# library and the project's Python package (the chaos bed's election client), and the
+# guest's /init and agent.
 #
 # usage: build-initramfs.sh OUT_DIR BIN_DIR [sid|trixie]
 #   OUT_DIR gets vmlinuz and initrd.gz; BIN_DIR holds the release binaries. With `sid`, the
@@ -97,6 +99,40 @@ copy_with_libs /usr/sbin/wdmd /usr/sbin/wdmd.sanlock
 copy_with_libs /usr/bin/sg_persist /usr/bin/sg_persist
 copy_with_libs /usr/sbin/dmsetup /usr/sbin/dmsetup
 cp -nL /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
+
+# Python for the chaos bed's election client (tests/vmbed/chaos_election.py, through the
+# project's pure-Python package): Debian's python3.11, which has most of its C modules
+# built in, its standard library as compiled modules in /usr/lib/python311.zip (on its
+# default path; no tests, GUI or packaging tools), the few C modules the package needs
+# from lib-dynload, and the package itself.
+py=/usr/bin/python3.11
+[ -x "$py" ] || { echo "build-initramfs: $py missing (apt-get install python3)" >&2; exit 1; }
+copy_with_libs "$py" /usr/bin/python3
+mkdir -p "$root/usr/lib/python3.11/lib-dynload" "$root/usr/lib/python3/dist-packages"
+for m in mmap _asyncio _contextvars _typing _json _queue; do
+    cp /usr/lib/python3.11/lib-dynload/$m.cpython-311-x86_64-linux-gnu.so "$root/usr/lib/python3.11/lib-dynload/"
+done
+"$py" - "$root/usr/lib/python311.zip" <<'PYZIP'
+import os, sys, zipfile
+skip = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "pydoc_data",
+        "distutils", "site-packages", "dist-packages", "lib-dynload", "__pycache__",
+        "sqlite3", "venv", "unittest", "xmlrpc", "curses", "dbm", "email", "http", "xml",
+        "ctypes", "multiprocessing", "wsgiref", "html", "urllib", "msilib", "ssl.py",
+        "pydoc.py", "doctest.py", "mailbox.py", "imaplib.py", "smtplib.py", "tarfile.py"}
+src = "/usr/lib/python3.11"
+with zipfile.PyZipFile(sys.argv[1], "w", optimize=1) as z:
+    for name in sorted(os.listdir(src)):
+        path = os.path.join(src, name)
+        if name in skip or name.startswith("config-"):
+            continue
+        if name.endswith(".py") or (os.path.isdir(path) and os.path.exists(os.path.join(path, "__init__.py"))):
+            z.writepy(path)
+PYZIP
+# getpath's landmark for the standard library: with it found, the zip on the path is used.
+cp /usr/lib/python3.11/os.py "$root/usr/lib/python3.11/os.py"
+cp -r "$here/../../python/lockd" "$root/usr/lib/python3/dist-packages/lockd"
+rm -rf "$root/usr/lib/python3/dist-packages/lockd/__pycache__"
+install -D -m 0644 "$here/chaos_election.py" "$root/usr/lib/lockd-chaos/chaos_election.py"
 
 cat >"$root/etc/passwd" <<'P'
 root:x:0:0:root:/root:/bin/sh

@@ -7,8 +7,13 @@ guests join one lockspace; on each, `--clients` workload processes (`lockd-witne
 client`, tests/src/chaos_client.rs) take the lockspace's `--resources` resource leases
 exclusive or shared, with and without a timeout, some converting to the other mode half-way,
 some asking a busy lease's holder for it with REQUEST (graceful or forced), some passing
-the lease value block from holder to holder (LVB), and while they hold one write a stamp `host pid res lver mode seq` to that resource's own 4 KiB data
-block with O_DIRECT. They are not cooperative: after a loss notice they keep writing until
+the lease value block from holder to holder (LVB), some persistent and left as orphans of
+their host, which later holders there adopt (at the orphan's lver) or release, and while they hold one write a stamp `host pid res lver mode seq` to that resource's own 4 KiB data
+block with O_DIRECT. Beside them, `--elections` Python processes per lockd guest
+(tests/vmbed/chaos_election.py) campaign with `lockd.LeaderElection` for resources r0..,
+and while leading write the same stamps under their fencing token; and some holds go
+through the CLI, `lockd acquire [--timeout S] -r SPEC -- lockd-witness cli-hold`, whose
+holder takes its token from LOCKD_FENCING_TOKEN. They are not cooperative: after a loss notice they keep writing until
 killed.
 
 The nemesis draws its whole schedule from the seed before it starts (same seed, same
@@ -28,8 +33,10 @@ since the bed started). The checker judges it alone, never what lockd says of it
 1. exclusion as the storage saw it: no write under a lower lver seen after a write or a
    grant under a higher one of the same resource, when either of the two is exclusive
    (a holder's own writes are not judged against its own convert);
-2. tokens: no two exclusive grants of a resource with the same lver;
-3. every holder killed (SIGTERM) for a lease got a loss notice first;
+2. tokens: no two exclusive grants of a resource with the same lver (but for an orphan's
+   adoption on the guest where its holder left it, after it was left);
+3. every holder killed (SIGTERM) for a lease got a loss notice first (but for a holder
+   run by `lockd acquire -- CMD`, which has no loss watch);
 4. no healthy host fenced, reset, its lockspace failed or its holders killed (but for a
    holder whose lease another client asked for with REQUEST): a guest none
    of whose faults (nor a global one) was running, or had just ended (grace: host_dead +
@@ -121,7 +128,7 @@ class ChaosWitness(vb.Witness):
         ev = kv.get("event", "?")
         rec = {"guest": guest, "event": ev}
         for k in ("pid", "res", "lver", "mode", "reason", "victim", "why", "errno", "trusted",
-                  "force_mode", "rv", "convert", "prev"):
+                  "force_mode", "rv", "convert", "prev", "adopt", "n", "cli", "election"):
             if k in kv:
                 rec[k] = int(kv[k]) if k in ("pid", "lver", "victim", "prev") and kv[k].isdigit() else kv[k]
         self.history.add("event", t, **rec)
@@ -171,7 +178,8 @@ class ChaosWitness(vb.Witness):
 
 class ChaosBed(vb.Bed):
     def __init__(self, scenario: str, io_timeout_s: int, seed: int, fence: str, n_res: int,
-                 clients: int, planted: str | None, keep: bool, mixed_sanlock: bool = False) -> None:
+                 clients: int, planted: str | None, keep: bool, mixed_sanlock: bool = False,
+                 py_clients: int = 2) -> None:
         super().__init__(scenario, io_timeout_s, SANLOCK_FIRE_TIMEOUT_S if mixed_sanlock else FIRE_TIMEOUT_S, keep)
         # --mixed-sanlock: a fourth guest runs sanlock 3.8.5 (its daemon and wdmd), whose
         # clients speak only sanlock's protocol.
@@ -181,6 +189,7 @@ class ChaosBed(vb.Bed):
         self.fence = fence
         self.n_res = n_res
         self.clients = clients
+        self.py_clients = py_clients
         self.history = History(self.clock)
         self.witness = ChaosWitness(self)
         if planted:
@@ -216,8 +225,21 @@ class ChaosBed(vb.Bed):
             lines.append(f"setsid sh -c 'n=0; while [ ! -e /run/chaos.stop ]; do n=$((n + 1)); "
                          f"{client} >>/var/tmp/client{c}.log 2>&1; sleep 1; done' </dev/null >/dev/null 2>&1 &\n"
                          "echo $! >>/run/chaos.clients\n")
+        # Python leader elections (`lockd.LeaderElection`, tests/vmbed/chaos_election.py):
+        # election k campaigns for resource r{k} on every lockd guest, against the other
+        # guests' candidates and this guest's Rust clients. A sanlock daemon has no loss
+        # watch, which the package's leases need.
+        py = self.py_clients if g.kind == "lockd" else 0
+        for k in range(py):
+            spec = f"{vb.LOCKSPACE}:r{k}:{self.lease_path()}:{RES_BASE + k * RES_STRIDE}"
+            client = (f"{self.env(g)}python3 /usr/lib/lockd-chaos/chaos_election.py --log /dev/ttyS2 "
+                      f"--host {g.name} --client $((n * 100 + {50 + k})) --seed {self.seed} --resource {spec} "
+                      f"--index {k} --data {self.data_path()} --data-base {DATA_BASE}")
+            lines.append(f"setsid sh -c 'n=0; while [ ! -e /run/chaos.stop ]; do n=$((n + 1)); "
+                         f"{client} >>/var/tmp/election{k}.log 2>&1; sleep 1; done' </dev/null >/dev/null 2>&1 &\n"
+                         "echo $! >>/run/chaos.clients\n")
         g.sh("rm -f /run/chaos.stop /run/chaos.clients\n" + "".join(lines))
-        self.timeline.mark(g.name, f"workload started ({self.clients} clients)")
+        self.timeline.mark(g.name, f"workload started ({self.clients} clients, {py} elections)")
 
     def stop_workload(self) -> None:
         self.workload_stopped_at = self.clock.now()
@@ -606,6 +628,44 @@ def lvb_violations(events: list[dict], faulty) -> list[str]:
     return out
 
 
+def token_violations(events: list[dict], is_sanlock) -> list[str]:
+    """Rule 2, tokens: an exclusive grant's lver is its own — until its holder converts it
+    to shared, after which other shared holders join it at that lver (a convert to
+    exclusive commits a new one); and but for an orphan's adopter, which takes the lease at
+    the orphan's lver on the guest where a holder left it (`orphaned`) before the adoption.
+    `is_sanlock(guest)`: the guest runs sanlock. Pure: from the history's events alone
+    (tests/vmbed/test_chaos_checker.py)."""
+    out: list[str] = []
+    seen: dict[tuple[str, int], dict] = {}
+    to_shared: dict[tuple[str, int], float] = {}
+    orphaned: dict[tuple[str, int, str], float] = {}
+    for r in events:
+        if r["event"] == "orphaned" and isinstance(r.get("lver"), int):
+            orphaned.setdefault((r["res"], r["lver"], r["guest"]), r["t"])
+        if r["event"] != "grant" or "lver" not in r:
+            continue
+        key = (r["res"], r["lver"])
+        other = seen.get(key)
+        if r.get("convert") and r["mode"] == "sh" and other is not None and other["mode"] == "ex" and \
+                (other["guest"], other.get("pid")) == (r["guest"], r.get("pid")):
+            to_shared.setdefault(key, r["t"])
+            continue
+        if other is not None and other["mode"] == "ex" and r["mode"] == "sh" and to_shared.get(key, r["t"] + 1) <= r["t"]:
+            continue
+        if r.get("adopt") and orphaned.get((r["res"], r["lver"], r["guest"]), r["t"] + 1) <= r["t"]:
+            continue
+        # Two grants on one sanlock guest are not compared: sanlock 3.8.5's INQUIRE has
+        # shown the same lver for two successive exclusive acquires by its host (its
+        # released leader taken back; docs/testing.md).
+        same_sanlock = other is not None and other["guest"] == r["guest"] and is_sanlock(r["guest"])
+        if other and not same_sanlock and (other["guest"], other.get("pid")) != (r["guest"], r.get("pid")) and \
+                "ex" in (other["mode"], r["mode"]):
+            out.append(f"token: {r['res']} lver {r['lver']} granted to {other['guest']} pid "
+                       f"{other.get('pid')} ({other['mode']}) and {r['guest']} pid {r.get('pid')} ({r['mode']})")
+        seen.setdefault(key, r)
+    return out
+
+
 def check(bed: ChaosBed, faults: list[Fault], healed_at: float, probe_end: float) -> Verdict:
     v = Verdict()
     h = bed.history
@@ -654,32 +714,8 @@ def check(bed: ChaosBed, faults: list[Fault], healed_at: float, probe_end: float
         elif higher(r, top_g.get(res)):
             top_g[res] = r
 
-    # 2. Tokens: an exclusive grant's lver is its own — until its holder converts it to
-    # shared, after which other shared holders join it at that lver (a convert to
-    # exclusive commits a new one).
-    seen: dict[tuple[str, int], dict] = {}
-    to_shared: dict[tuple[str, int], float] = {}
-    for r in events:
-        if r["event"] != "grant" or "lver" not in r:
-            continue
-        key = (r["res"], r["lver"])
-        other = seen.get(key)
-        if r.get("convert") and r["mode"] == "sh" and other is not None and other["mode"] == "ex" and \
-                (other["guest"], other.get("pid")) == (r["guest"], r.get("pid")):
-            to_shared.setdefault(key, r["t"])
-            continue
-        if other is not None and other["mode"] == "ex" and r["mode"] == "sh" and to_shared.get(key, r["t"] + 1) <= r["t"]:
-            continue
-        # Two grants on one sanlock guest are not compared: sanlock 3.8.5's INQUIRE has
-        # shown the same lver for two successive exclusive acquires by its host (its
-        # released leader taken back; docs/testing.md).
-        same_sanlock = other is not None and other["guest"] == r["guest"] and \
-            bed.guests[idx(r["guest"])].kind == "sanlock"
-        if other and not same_sanlock and (other["guest"], other.get("pid")) != (r["guest"], r.get("pid")) and \
-                "ex" in (other["mode"], r["mode"]):
-            v.violations.append(f"token: {r['res']} lver {r['lver']} granted to {other['guest']} pid "
-                                f"{other.get('pid')} ({other['mode']}) and {r['guest']} pid {r.get('pid')} ({r['mode']})")
-        seen.setdefault(key, r)
+    # 2. Tokens (`token_violations`).
+    v.violations += token_violations(events, lambda guest: bed.guests[idx(guest)].kind == "sanlock")
 
     # 6. Lease value blocks (`lvb_violations`).
     v.violations += lvb_violations(events, lambda guest, t: bed.faulty(idx(guest), t))
@@ -687,12 +723,14 @@ def check(bed: ChaosBed, faults: list[Fault], healed_at: float, probe_end: float
     # 3. and 4. Kills: a notice first; and only on a faulty host, or of a holder another
     # client asked for the lease with REQUEST (its notice says `requested`).
     noticed: dict[tuple[str, int], str] = {}
+    # Holders run by `lockd acquire -- CMD` have no loss watch to be told through.
+    unwatched = {(r["guest"], r.get("pid", -1)) for r in events if r["event"] == "grant" and r.get("cli")}
     for r in events:
         key = (r["guest"], r.get("pid", -1))
         if r["event"] == "notice":
             noticed[key] = str(r.get("reason", ""))
         elif r["event"] == "sigterm" and "lver" in r and r["t"] < stop_t:
-            if key not in noticed and bed.guests[idx(r["guest"])].kind != "sanlock":
+            if key not in noticed and key not in unwatched and bed.guests[idx(r["guest"])].kind != "sanlock":
                 v.violations.append(f"kill before notice: {r['guest']} pid {r.get('pid')} got SIGTERM holding "
                                     f"{r['res']} lver {r['lver']} at {r['t']:.2f}s with no loss notice before")
             requested = noticed.get(key, "").startswith("requested")
@@ -776,6 +814,8 @@ def main() -> int:
     ap.add_argument("--plant-bug")
     ap.add_argument("--resources", type=int, default=16)
     ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--elections", type=int, default=2,
+                    help="Python LeaderElection clients per lockd guest (on resources r0..)")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--schedule", action="store_true", help="print the seed's fault schedule and exit")
     a = ap.parse_args()
@@ -797,7 +837,7 @@ def main() -> int:
     # fall within wdmd's 10 s test interval), so 2.
     io_timeout_s = 5 if a.nfs else 2 if a.mixed_sanlock else 1
     bed = ChaosBed(scenario, io_timeout_s, a.seed, a.fence, a.resources, a.clients, a.plant_bug, a.keep,
-                   a.mixed_sanlock)
+                   a.mixed_sanlock, min(a.elections, a.resources))
     if a.head_reads:
         bed.toml_extra = "read_whole_lockspace = false\\n"
     print(f"chaos: seed {a.seed}, {a.minutes} min, fence {a.fence}, {storage}, io_timeout {io_timeout_s}, "
@@ -861,6 +901,16 @@ def main() -> int:
     grants = sum(1 for r in bed.history.of("event") if r["event"] == "grant")
     writes = len(bed.history.of("write"))
     mt = "none" if verdict.max_takeover_s is None else f"{verdict.max_takeover_s:.2f}"
+    evs = bed.history.of("event")
+    count = lambda pred: sum(1 for r in evs if pred(r))
+    print(f"chaos: workload converts={count(lambda r: r['event'] == 'convert')} "
+          f"requests={count(lambda r: r['event'] == 'request')} "
+          f"lvb_reads={count(lambda r: r['event'] == 'lvb_read')} "
+          f"orphaned={count(lambda r: r['event'] == 'orphaned')} "
+          f"adopted={count(lambda r: r['event'] == 'grant' and r.get('adopt'))} "
+          f"orphan_releases={count(lambda r: r['event'] == 'orphans_released')} "
+          f"cli_grants={count(lambda r: r['event'] == 'grant' and r.get('cli'))} "
+          f"election_grants={count(lambda r: r['event'] == 'grant' and r.get('election'))}", flush=True)
     print(f"chaos: history in {kept}/history.jsonl, timeline in {kept}/timeline.txt"
           + (f", work dir kept at {bed.workdir}" if bed.keep else ""), flush=True)
     print(f"chaos seed={a.seed} minutes={a.minutes:g} fence={a.fence}{' storage=nfs' if a.nfs else ''}"

@@ -71,5 +71,41 @@ class LvbRule(unittest.TestCase):
         self.assertEqual(chaos.lvb_violations(events, lambda guest, t: guest == "g1"), [])
 
 
+def orphaned(t: float, guest: str, pid: int, res: str, lver: int) -> dict:
+    return {"event": "orphaned", "t": t, "guest": guest, "pid": pid, "res": res, "lver": lver}
+
+
+def adopt(t: float, guest: str, pid: int, res: str, lver: int) -> dict:
+    return dict(grant(t, guest, pid, res, lver), adopt="1")
+
+
+def no_sanlock(_guest: str) -> bool:
+    return False
+
+
+class TokenRule(unittest.TestCase):
+    def test_two_exclusive_holders_at_one_lver_are_reported(self) -> None:
+        events = [grant(1.0, "g1", 100, "r1", 5), grant(2.0, "g2", 200, "r1", 5)]
+        self.assertEqual(len(chaos.token_violations(events, no_sanlock)), 1)
+
+    def test_an_orphan_adopted_on_its_own_guest_keeps_its_lver(self) -> None:
+        events = [
+            grant(1.0, "g1", 100, "r1", 5), orphaned(2.0, "g1", 100, "r1", 5),
+            adopt(3.0, "g1", 101, "r1", 5), orphaned(4.0, "g1", 101, "r1", 5),
+            adopt(5.0, "g1", 102, "r1", 5),
+        ]
+        self.assertEqual(chaos.token_violations(events, no_sanlock), [])
+
+    def test_an_adoption_before_the_orphan_or_on_another_guest_is_reported(self) -> None:
+        # Adopted while its holder still held it (no orphan yet).
+        early = [grant(1.0, "g1", 100, "r1", 5), adopt(1.5, "g1", 101, "r1", 5),
+                 orphaned(2.0, "g1", 100, "r1", 5)]
+        self.assertEqual(len(chaos.token_violations(early, no_sanlock)), 1)
+        # An orphan is its own host's: another guest claiming it at that lver is two holders.
+        elsewhere = [grant(1.0, "g1", 100, "r1", 5), orphaned(2.0, "g1", 100, "r1", 5),
+                     adopt(3.0, "g2", 200, "r1", 5)]
+        self.assertEqual(len(chaos.token_violations(elsewhere, no_sanlock)), 1)
+
+
 if __name__ == "__main__":
     unittest.main()

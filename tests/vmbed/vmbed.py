@@ -797,7 +797,11 @@ class Guest:
             self.seq += 1
             sid = self.seq
             assert self.agent is not None
-            self.agent.sendall(f"{sid} {base64.b64encode(script.encode()).decode()}\n".encode())
+            try:
+                self.agent.sendall(f"{sid} {base64.b64encode(script.encode()).decode()}\n".encode())
+            except OSError as e:
+                # The guest went away (reset, powered off) under the command.
+                raise BedError(f"{self.name}: agent link lost ({e}) sending: {script[:200]}") from e
             deadline = time.monotonic() + timeout
             while True:
                 left = deadline - time.monotonic()

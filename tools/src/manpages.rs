@@ -197,7 +197,9 @@ fn sub_extra(name: &str) -> String {
                     "",
                     "With a command after --: lockd acquire runs it in its own place (exec) \
                      once the leases are held, so the exit status is the command's; the \
-                     leases are released when it exits. Without a command:",
+                     leases are released when it exits. With one lease the command finds \
+                     it in LOCKD_LEASE (LS:NAME) and its fencing token in \
+                     LOCKD_FENCING_TOKEN. Without a command:",
                 ),
                 EXIT_OK,
                 EXIT_ERROR,

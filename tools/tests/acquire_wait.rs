@@ -267,16 +267,40 @@ fn acquire_timeout_waits_for_the_holder_on_another_host_to_release() {
     // Without --timeout: refused at once.
     let (ok_now, out) = lockd(&b.run_dir, &["acquire", "-r", &res, "--", "true"]);
     assert!(!ok_now, "held by host A: {out}");
+    let first: serde_json::Value =
+        serde_json::from_str(&ok(&a.run_dir, &["leader", "-r", &res, "--json"])).expect("json");
+    let first_token = first["token"].as_u64().expect("the holder's token");
     let t0 = Instant::now();
+    // The command learns its lease and fencing token, as under `lockd elect`.
     let (got, out) = lockd(
         &b.run_dir,
-        &["acquire", "--timeout", "30", "-r", &res, "--", "true"],
+        &[
+            "acquire",
+            "--timeout",
+            "30",
+            "-r",
+            &res,
+            "--",
+            "sh",
+            "-c",
+            "echo \"lease=$LOCKD_LEASE token=$LOCKD_FENCING_TOKEN\"",
+        ],
     );
     assert!(got, "--timeout 30 must wait out the 3 s holder: {out}");
     assert!(
         t0.elapsed() < Duration::from_secs(25),
         "took {:?}",
         t0.elapsed()
+    );
+    let token: u64 = out
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("token="))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no fencing token for the command: {out}"));
+    assert!(out.contains("lease=ls:r1 "), "{out}");
+    assert!(
+        token > first_token,
+        "the token ({token}) follows the first holder's ({first_token})"
     );
 }
 

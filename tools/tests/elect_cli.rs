@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use client_lib::lease::release_orphans;
 use client_lib::{ClientLeaseError, LeaderElection, Lease, LeaseAcquireOptions, LeaseSpec, Wait};
 use lockd_system_tests::{
     join_lockspace, lease_device, lockd_cli, scratch_dir, LockdProc, LoopDevice,
@@ -512,6 +513,59 @@ fn rust_lease_api_tokens_loss_and_release() {
     assert_eq!(&passed[..21], b"from the third holder");
     assert!(passed[21..].iter().all(|b| *b == 0), "{passed:?}");
     fourth.release().expect("release");
+
+    // A persistent lease left without a release stays this host's, as an orphan at the
+    // same token: refused to a plain acquire, adopted on request, released on request.
+    let persistent = LeaseAcquireOptions {
+        persistent: true,
+        ..opts.clone()
+    };
+    let adopt = LeaseAcquireOptions {
+        adopt_orphan: true,
+        ..persistent.clone()
+    };
+    let fifth = Lease::acquire(&spec, &persistent).expect("acquire persistent");
+    let orphan_token = fifth.token();
+    fifth.leave_as_orphan();
+    let code = |r: Result<Lease, ClientLeaseError>| match r {
+        Err(e) => e.code(),
+        Ok(l) => panic!("acquired {l:?}"),
+    };
+    // The daemon orphans the lease when it sees the connection close; until then a plain
+    // acquire finds it held here (-EEXIST). Once orphaned, it refuses one (-EUCLEAN).
+    let wait_orphaned = || {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match code(Lease::acquire(&spec, &opts)) {
+                Some(-17) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                rv => break rv,
+            }
+        }
+    };
+    assert_eq!(
+        wait_orphaned(),
+        Some(-117),
+        "an orphan refuses a plain acquire"
+    );
+    let adopted = Lease::acquire(&spec, &adopt).expect("adopt the orphan");
+    assert_eq!(adopted.token(), orphan_token, "an orphan keeps its token");
+    adopted.leave_as_orphan();
+    assert_eq!(wait_orphaned(), Some(-117), "orphaned again");
+    assert_eq!(
+        release_orphans(&s.run_dir, &spec).expect("release orphans"),
+        1
+    );
+    assert_eq!(release_orphans(&s.run_dir, &spec).expect("none left"), 0);
+    assert_eq!(
+        code(Lease::acquire(&spec, &adopt)),
+        Some(-2),
+        "no orphan to adopt (ENOENT)"
+    );
+    let sixth = Lease::acquire(&spec, &opts).expect("acquire after the orphan's release");
+    assert!(sixth.token() > orphan_token);
+    sixth.release().expect("release");
 }
 
 #[test]

@@ -5,9 +5,12 @@
 //!                     [--disk PATH --disk-offset BYTES]
 //! lockd-witness note  LOG HOST RES EVENT [PID]   (positional: a killpath gets at most 8 args)
 //! lockd-witness check --log L
+//! lockd-witness cli-hold --log L --host H --res R --index I --data PATH --data-base BYTES
+//!                        --hold-ms MS --beat-ms MS --mode ex|sh   (under `lockd acquire --`)
 //! lockd-witness client --log L --host H --client N --seed S --resources SPEC,SPEC…
 //!                      --data PATH --data-base BYTES [--shared-percent 20] [--beat-ms 100]
 //!                      [--convert-percent 10] [--request-percent 10] [--lvb-percent 20]
+//!                      [--persistent-percent 15] [--adopt-percent 30] [--cli-percent 10]
 //!                      [--plain]
 //! ```
 //! `hold` runs as the registered holder (`lockd acquire -r R -- lockd-witness hold …`):
@@ -181,8 +184,30 @@ fn main() -> Result<()> {
                 convert_percent: num("--convert-percent", Some(10))?,
                 request_percent: num("--request-percent", Some(10))?,
                 lvb_percent: num("--lvb-percent", Some(20))?,
+                persistent_percent: num("--persistent-percent", Some(15))?,
+                adopt_percent: num("--adopt-percent", Some(30))?,
+                cli_percent: num("--cli-percent", Some(10))?,
                 plain: args.iter().any(|a| a == "--plain"),
             })
+        }
+        Some("cli-hold") => {
+            let num = |flag: &str| -> Result<u64> {
+                let v = req(&args, flag)?;
+                v.parse().with_context(|| format!("{flag} {v}"))
+            };
+            lockd_system_tests::chaos_client::cli_hold_run(
+                &lockd_system_tests::chaos_client::CliHoldArgs {
+                    log: PathBuf::from(req(&args, "--log")?),
+                    host: req(&args, "--host")?,
+                    res: req(&args, "--res")?,
+                    index: num("--index")?,
+                    data: req(&args, "--data")?,
+                    data_base: num("--data-base")?,
+                    hold_ms: num("--hold-ms")?,
+                    beat_ms: num("--beat-ms")?,
+                    mode: req(&args, "--mode")?,
+                },
+            )
         }
         Some("note") => {
             // Positional, because sanlock's killpath passes at most 8 arguments (and

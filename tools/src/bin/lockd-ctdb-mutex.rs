@@ -143,7 +143,7 @@ fn take(spec: &LeaseSpec, run_dir: &std::path::Path) -> Result<Lease, TakeError>
         wait: Wait::NoWait,
         owner_name: Some(format!("ctdb-mutex-{}", std::process::id())),
         restrict: SANLK_RESTRICT_SIGKILL,
-        lvb: false,
+        ..LeaseAcquireOptions::default()
     };
     match Lease::acquire(spec, &opts) {
         Ok(l) => Ok(l),

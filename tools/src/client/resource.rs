@@ -4,7 +4,9 @@
 //! `lockd acquire -r RES … -- COMMAND ARGS` registers with the daemon, takes the leases
 //! on that registration, then execs COMMAND in the same process: the registered pid *is*
 //! the command, so the daemon's kill escalation reaches it, and the leases are released
-//! when it exits (its registered connection closes).
+//! when it exits (its registered connection closes). With one lease, COMMAND finds it in
+//! `LOCKD_LEASE` (`LS:NAME`) and its fencing token (the lver) in `LOCKD_FENCING_TOKEN`,
+//! as under `lockd elect`.
 //!
 //! `--timeout S` retries an acquire refused because someone else holds (or is taking)
 //! the lease, until S seconds have passed; the error then names the holder as `lockd
@@ -70,7 +72,8 @@ pub struct AcquireArgs {
     /// SIGTERM), `sigterm` (it then uses SIGKILL). Only with a command.
     #[arg(long, value_parser = ["sigkill", "sigterm"])]
     pub restrict: Option<String>,
-    /// Command to run while holding the leases (after `--`).
+    /// Command to run while holding the leases (after `--`). With one lease it finds the
+    /// lease in LOCKD_LEASE (LS:NAME) and its fencing token in LOCKD_FENCING_TOKEN.
     #[arg(last = true)]
     pub command: Vec<String>,
     #[command(flatten)]
@@ -225,11 +228,37 @@ pub fn acquire(a: &AcquireArgs) -> Result<()> {
             std::process::id()
         );
     }
+    let mut command = Command::new(program);
+    command.args(args);
+    // One lease: the command learns it and its fencing token, as under `lockd elect`.
+    if let [r] = resources.as_slice() {
+        let spec = lease_spec(r);
+        command.env("LOCKD_LEASE", spec.short());
+        match client_lib::lease::token_of(&mut client, &a.conn.run_dir(), &spec) {
+            Ok(token) => {
+                command.env("LOCKD_FENCING_TOKEN", token.to_string());
+            }
+            Err(e) => eprintln!("lockd: no fencing token for {}: {e}", spec.short()),
+        }
+    }
     // The registered connection must survive exec: the daemon releases the leases when
     // it closes, i.e. when the command exits.
     sys::clear_cloexec(client.stream().as_raw_fd())?;
-    let err = Command::new(program).args(args).exec();
+    let err = command.exec();
     bail!("cannot run {program}: {err}")
+}
+
+/// The lease `r` names, as the Rust client's [`LeaseSpec`] (its first disk, then the rest).
+fn lease_spec(r: &Resource) -> LeaseSpec {
+    let mut disks = r.disks.iter().map(|d| (d.path.to_text(), d.offset));
+    let (path, offset) = disks.next().unwrap_or_default();
+    LeaseSpec {
+        lockspace: r.head.lockspace_name,
+        name: r.head.name,
+        path,
+        offset,
+        more_disks: disks.collect(),
+    }
 }
 
 /// Runs `attempt` (one ACQUIRE) and, with `--timeout S`, runs it again while the answer
