@@ -52,7 +52,7 @@ const EXT_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum ClientLeaseError {
     #[error(transparent)]
     Client(#[from] ClientError),
-    #[error("{op} {lease}: {} ({rv})", describe_rv(*rv))]
+    #[error("{op} {lease}: {} ({rv})", describe_lease_rv(op, *rv))]
     Refused {
         op: &'static str,
         lease: String,
@@ -76,6 +76,22 @@ impl ClientLeaseError {
             ClientLeaseError::Client(e) => Some(e.code()),
             _ => None,
         }
+    }
+}
+
+/// What result `rv` of lease command `op` means: the codes whose errno name would
+/// mislead (sanlock answers a lease command in a lockspace this host has not joined with
+/// -ENOSPC), else [`describe_rv`].
+fn describe_lease_rv(op: &str, rv: i32) -> String {
+    match (op, rv) {
+        (_, -28) => "the lockspace is not joined on this host".to_string(),
+        ("acquire", -117) => {
+            "an orphan of this lease is held here: adopt it (adopt_orphan) or release it \
+             (release_orphans)"
+                .to_string()
+        }
+        ("acquire", -2) => "no such lease, or no orphan of it here to adopt".to_string(),
+        _ => describe_rv(rv),
     }
 }
 
@@ -910,6 +926,24 @@ pub fn token_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusals_say_what_the_code_means_for_a_lease() {
+        let refused = |op, rv| {
+            ClientLeaseError::Refused {
+                op,
+                lease: "ls:r".into(),
+                rv,
+            }
+            .to_string()
+        };
+        assert_eq!(
+            refused("acquire", -28),
+            "acquire ls:r: the lockspace is not joined on this host (-28)"
+        );
+        assert!(refused("acquire", -117).contains("an orphan of this lease is held here"));
+        assert!(refused("release", -2).contains("No such file"));
+    }
 
     #[test]
     fn spec_parsing() {

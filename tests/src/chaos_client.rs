@@ -367,7 +367,16 @@ fn cli_hold(a: &ClientArgs, rng: &mut Rng, spec: &LeaseSpec, index: usize) {
     };
     let err = String::from_utf8_lossy(&out.stderr);
     // The holder logs its own end; a CLI that failed before it ran says why on stderr.
-    let refused_busy = err.contains("held by") || err.contains("not acquired within");
+    // Held elsewhere: `--timeout` ran out (naming the holder), or, without it, the busy
+    // code in parentheses at the end of the CLI's error.
+    let code = err
+        .rsplit_once("(-")
+        .and_then(|(_, rest)| rest.split(')').next())
+        .and_then(|n| n.parse::<i32>().ok())
+        .map(|n| -n);
+    let refused_busy = err.contains("held by")
+        || err.contains("not acquired within")
+        || code.is_some_and(client_lib::lease::is_busy_code);
     if !out.status.success() && !err.contains("lockd: holding") && !refused_busy {
         note(
             &a.log,

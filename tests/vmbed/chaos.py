@@ -22,7 +22,8 @@ survivor alike — healed after a random while, several at once. Faults: SIGKILL
 SIGSTOP/SIGCONT of lockd-daemon or wdmd; freezing the whole guest (QMP stop/cont); a
 hard reset; the guest's storage path cut, stalled or slowed (iSCSI relay) or its lease
 device failing with EIO (device-mapper `error`); the guest's network link down (NFS);
-leaving the lockspace and joining again; the guest's clock stepped an hour forward and
+leaving the lockspace and joining again; leaving it and joining at a host_id nobody used
+before (a new host), then back; the guest's clock stepped an hour forward and
 back; tgtd or ganesha restarted (every guest at once). A guest that dies (watchdog reset
 or hard reset) is booted again and rejoins, and its workload restarts.
 
@@ -201,6 +202,16 @@ class ChaosBed(vb.Bed):
         # was running or had just ended; end None while it runs.
         self.windows: dict[int, list[list[float | None]]] = {i: [] for i in range(1, self.n_guests + 1)}
         self.window_lock = threading.Lock()
+        # host_id -> guest index: each guest's own (its index) and the fresh ones the
+        # `new-host-id` fault gave it, never reused.
+        self.host_owner: dict[int, int] = {i: i for i in range(1, self.n_guests + 1)}
+
+    def new_host_id(self, index: int) -> int:
+        """A host_id no guest has used, for guest `index` (`new-host-id`)."""
+        with self.window_lock:
+            hid = max(max(self.host_owner) + 1, 10)
+            self.host_owner[hid] = index
+            return hid
 
     def init_area(self, path: Path) -> None:
         with open(path, "wb") as f:
@@ -359,6 +370,7 @@ def faults_for(storage: str) -> list[tuple[str, float, float, float]]:
         ("freeze-guest", 2.0, 1, 15),
         ("reset-guest", 0.5, 0, 0),
         ("leave-rejoin", 1.5, 2, 10),
+        ("new-host-id", 1.0, 5, 20),
         ("clock-step", 1.0, 5, 20),
     ]
     if storage == "iscsi":
@@ -481,6 +493,20 @@ class Nemesis:
         if n == "leave-rejoin":
             g.sh(f"{bed.env(g)}lockd rem-lockspace -s {vb.LOCKSPACE}:{g.index}:{bed.lease_path()}:0", timeout=60, check=False)
             return lambda: self.rejoin(g)
+        if n == "new-host-id":
+            # A new host taking a free host_id, under load: the guest leaves and joins at a
+            # host_id nobody used before (its workload goes on there), then goes back.
+            hid = bed.new_host_id(g.index)
+            path = bed.lease_path()
+            g.sh(f"{bed.env(g)}lockd rem-lockspace -s {vb.LOCKSPACE}:{g.index}:{path}:0", timeout=60, check=False)
+            rc, out = g.sh(f"{bed.env(g)}lockd add-lockspace -o {bed.io_timeout_s} -s {vb.LOCKSPACE}:{hid}:{path}:0 2>&1",
+                           timeout=120, check=False)
+            bed.timeline.mark(g.name, f"joined as host_id {hid}" if rc == 0 else f"join as host_id {hid} failed: {out.strip()[-80:]}")
+
+            def back() -> None:
+                self.quiet(g, f"{bed.env(g)}lockd rem-lockspace -s {vb.LOCKSPACE}:{hid}:{path}:0")
+                self.rejoin(g)
+            return back
         if n == "clock-step":
             g.sh("date -s @$(( $(date +%s) + 3600 )) >/dev/null", timeout=20)
             return lambda: self.quiet(g, "date -s @$(( $(date +%s) - 3600 )) >/dev/null")
@@ -740,8 +766,10 @@ def check(bed: ChaosBed, faults: list[Fault], healed_at: float, probe_end: float
         elif r["event"] in ("fenced-self", "lockspace-failed") and not bed.faulty(idx(r["guest"]), r["t"]):
             v.false_fences.append(f"{r['guest']}: {r['event']} at {r['t']:.2f}s with no fault of its own")
         elif r["event"] == "fence-preempt" and isinstance(r.get("victim"), int) and \
-                not bed.faulty(r["victim"], r["t"]):
-            v.false_fences.append(f"g{r['victim']}: preempted by {r['guest']} at {r['t']:.2f}s with no fault of its own")
+                not bed.faulty(bed.host_owner.get(r["victim"], r["victim"]), r["t"]):
+            victim = bed.host_owner.get(r["victim"], r["victim"])
+            v.false_fences.append(f"g{victim}: preempted (host_id {r['victim']}) by {r['guest']} at {r['t']:.2f}s "
+                                  "with no fault of its own")
     for r in h.of("guest_down"):
         if not bed.faulty(idx(r["guest"]), r["t"]):
             v.false_fences.append(f"{r['guest']}: {'reset by its watchdog' if r['watchdog'] else 'went down'} "

@@ -3,7 +3,8 @@
 # the shared SCSI disk, the watchdog, the network and NFS (the list the image names in
 # /etc/bed-modules), brings up the user-mode network
 # (the host is 10.0.2.2), names the host from the kernel command line (bed.host=NAME) and
-# then runs the command agent on the second serial port, for ever.
+# then runs the command agent on the second serial port, for ever; a background loop
+# reports MemAvailable under 64 MiB on the event port.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
@@ -27,6 +28,12 @@ ip link set lo up
 ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 && ip route add default via 10.0.2.2
 mkdir -p /run/lockd /run/sanlock /run/wdmd /mnt/nfs
 echo "init: $host up $(cat /proc/uptime)"
+# Memory running short shows on the bed's timeline (a guest stalled in reclaim looks hung).
+(while true; do
+    sleep 10
+    kb=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+    [ "${kb:-0}" -lt 65536 ] && echo "event=memory-low avail_kb=$kb" >/dev/ttyS2
+done) &
 while true; do
     /bin/guest-agent
     sleep 1

@@ -102,6 +102,9 @@ NVMET_PORT = 4420
 ISCSI_PORT = 3260
 LUN_BYTES = 64 << 20
 LOCKSPACE = "vb"
+# Guest memory: the image (about 50 MB unpacked, in RAM), the daemons (mlocked), the chaos
+# bed's workload (8 Rust clients and 2 Python elections of about 20 MB each) with room.
+GUEST_MEM_MB = 512
 RESOURCE = "r1"
 RES_OFFSET = 1 << 20
 SLOT_BASE = 4 << 20
@@ -660,7 +663,7 @@ class Guest:
 
     def qemu_cmd(self) -> list[str]:
         return [
-            "qemu-system-x86_64", "-accel", "tcg", "-m", "256", "-smp", "1",
+            "qemu-system-x86_64", "-accel", "tcg", "-m", str(GUEST_MEM_MB), "-smp", "1",
             "-nographic", "-no-reboot", "-monitor", "none",
             "-kernel", str(self.image_dir / "vmlinuz"), "-initrd", str(self.initrd),
             "-append", f"console=ttyS0 panic=-1 quiet bed.host={self.name} nfs.nfs4_unique_id=lockd-vmbed-{self.name}",
