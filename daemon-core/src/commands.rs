@@ -1102,6 +1102,11 @@ impl<S, H: LeaseHold> Core<S, H> {
     /// (joined, `space_dead`, not a removal's `kill_now`). The orphans of one being
     /// removed are released at once; those of a lost one once no live holder is left
     /// (its holders are being killed), unless SET_CONFIG keeps them (`used_by_orphans`).
+    /// So are the orphans of one the shell removes (its REM, a forced shutdown): its
+    /// start released those it found, and a persistent holder that dies during the
+    /// removal leaves one more, which no one else would release — the lockspace's thread
+    /// ends only once no lease of it is left (as sanlock's, whose orphans hold a removal
+    /// up only under USED_BY_ORPHANS, which refuses it at its start).
     /// With no lease of its own left in the table and no acquire of one on the way, a
     /// lockspace of the core's goes ([`Effect::LockspaceGone`], its REM answered); a lost
     /// one the shell listed is retired ([`Effect::RetireLockspace`], phase `Removing`),
@@ -1113,11 +1118,15 @@ impl<S, H: LeaseHold> Core<S, H> {
         };
         let removing_own =
             |s: &CoreSpace| !s.st.gone && !s.listed_by_shell && s.st.phase == Phase::Removing;
+        let shell_removing = |s: &CoreSpace| {
+            !s.st.gone && s.listed_by_shell && s.st.phase == Phase::Removing && s.st.kill_now
+        };
         let free_orphans: Vec<Name> = self
             .spaces
             .iter()
             .filter(|s| {
                 removing_own(s)
+                    || shell_removing(s)
                     || (lost(s)
                         && !s.st.used_by_orphans
                         && !self.tables.space_has_live_holders(&s.name))
@@ -2344,6 +2353,49 @@ mod tests {
             [Effect::Reply { reply, .. }] => Some((reply.rv, reply.why)),
             _ => None,
         }
+    }
+
+    /// A holder of a persistent lease that dies while the shell removes its lockspace
+    /// (seen in the chaos bed: a lease left as an orphan 0.2 s after REM_LOCKSPACE
+    /// began) leaves an orphan the removal's start did not see; the next tick releases
+    /// it, so the lease leaves the table and the lockspace can end. Kept, it held the
+    /// removal (and the renewals) up for good.
+    #[test]
+    fn an_orphan_left_during_the_shells_removal_is_released_and_the_lockspace_can_end() {
+        let mut c = shells_joined();
+        let admin = connect(&mut c, 1);
+        let a = client(&mut c, 10);
+        let mut persistent = spec("r1", false);
+        persistent.persistent = true;
+        let fx = acquire(&mut c, 101, a, vec![persistent]);
+        let [(op, _, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        done(&mut c, 101, op, Ok(Held { lver: 2 }));
+        let fx = step(
+            &mut c,
+            103,
+            Input::Request {
+                ci: admin,
+                req: rem(false, true),
+            },
+        );
+        assert!(disk_ops(&fx).is_empty(), "no orphan yet: {fx:?}");
+        // The holder dies during the removal: its lease becomes an orphan.
+        let fx = step(&mut c, 104, Input::Closed { ci: a });
+        assert!(disk_ops(&fx).is_empty(), "{fx:?}");
+        assert!(c.tables.space_in_use(&name("ls")));
+        let fx = step(&mut c, 105, Input::Tick);
+        let [(rel, _, "release")] = disk_ops(&fx)[..] else {
+            panic!("the orphan is released: {fx:?}")
+        };
+        done(&mut c, 106, rel, Ok(Held::default()));
+        assert!(
+            !c.tables.space_in_use(&name("ls")),
+            "no lease of the lockspace is left: its thread can end"
+        );
+        let fx = step(&mut c, 107, Input::LockspaceEnded { id: 7 });
+        assert_eq!(replies(&fx), vec![(admin, ReqKind::RemLockspace, 0)]);
     }
 
     #[test]

@@ -38,8 +38,8 @@
 //! resource here (SANLK_ACQUIRE_ORPHAN_ONLY; logged as a `grant` with `adopt=1` at the
 //! orphan's own lver, held persistent again). A plain acquire refused by an orphan here
 //! (-EUCLEAN) adopts it half the time, and otherwise releases the orphans of that
-//! resource half the time (`orphans_released`, with the count). The checker lets an adopter share an lver only with an orphan left
-//! earlier on its own guest.
+//! resource half the time (`orphans_released`, with the count). The checker lets an
+//! adopter share an lver only with an orphan left earlier on its own guest.
 //!
 //! Some holds go through the CLI (`--cli-percent`): `lockd acquire [--timeout S] -r
 //! SPEC[:SH] -- lockd-witness cli-hold …` runs [`cli_hold_run`] as the registered holder,
@@ -284,8 +284,10 @@ pub fn run(a: &ClientArgs) -> Result<()> {
             );
         }
         if persistent && rng.percent(50) {
-            held.leave_as_orphan();
+            // Logged first: an adopter here may take the orphan as soon as the connection
+            // closes, and its grant must not come before this line.
             note(&a.log, &a.host, &res, "orphaned", &format!("lver={lver}"));
+            held.leave_as_orphan();
             stop_if_asked(&term, a, &res)?;
             thread::sleep(Duration::from_millis(rng.range(0, 1000)));
             continue;

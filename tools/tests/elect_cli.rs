@@ -737,3 +737,31 @@ sanlock.release(b"el", b"lead", disks, slkfd=fd)
     assert!(py.wait().unwrap().success());
     assert_eq!(s.leader_json("lead", "1M")["state"], "none");
 }
+
+/// A lockspace left while an orphan of it is held here: the removal releases the orphan
+/// and ends (the chaos bed's leave faults met orphans left a moment before).
+#[test]
+fn rem_lockspace_with_an_orphan_releases_it_and_returns() {
+    let s = setup("elorph");
+    let spec = LeaseSpec::parse(&s.spec("other", "2M")).unwrap();
+    let opts = LeaseAcquireOptions {
+        run_dir: s.run_dir.clone(),
+        persistent: true,
+        ..LeaseAcquireOptions::default()
+    };
+    let lease = Lease::acquire(&spec, &opts).expect("acquire persistent");
+    lease.leave_as_orphan();
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    let (ok, out) = lockd(
+        &s.run_dir,
+        &["rem-lockspace", "-s", &format!("el:1:{}:0", s.dev)],
+    );
+    let log = std::fs::read_to_string(s.dir.join("elorph.log")).unwrap_or_default();
+    assert!(ok, "rem-lockspace: {out}\n{log}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "rem-lockspace took {:?}\n{log}",
+        t0.elapsed()
+    );
+}
