@@ -74,13 +74,34 @@ expect_caught foreign-keys-ignored "$sim" --model fence-multipath --seeds 2000 -
 
 # The whole daemon (issue 23): 4 hosts' lockd-core cores, their simulated clients,
 # renewal failures, removals, daemon restarts, requests from other hosts (examined by
-# the holders: notice, then kill orders); lockd-core's `sim` feature, off in production.
+# the holders: notice, then kill orders), the daemon's lockspace lifecycle and storage
+# fencing on odd seeds (issue 40: every kind of `Input` reached, `inputs=38/38`);
+# lockd-core's `sim` feature, off in production.
 cargo build --release -q -p lockd-core --features sim --bin lockd-daemon-sim
 dsim=target/release/lockd-daemon-sim
-"$dsim" --seeds "$daemon_seeds" --hosts 4
-# Each planted core bug on 200 seeds (each is caught on 10-100% of seeds).
+# A clean run of the daemon simulator: its last line (in $last), or the first failing
+# seeds and an exit.
+dsim_clean() {
+    local out
+    if ! out=$("$dsim" "$@"); then
+        echo "$out" | grep '^FAIL' | head -n 5
+        echo "$out" | tail -n 1
+        exit 1
+    fi
+    last=$(echo "$out" | tail -n 1)
+    echo "$last"
+}
+dsim_clean --seeds "$daemon_seeds" --hosts 4
+if ! echo "$last" | grep -Eq 'inputs=([0-9]+)/\1 '; then
+    echo "sim: the daemon simulator's seeds did not reach every kind of input"
+    exit 1
+fi
+# Storage fencing on every seed.
+dsim_clean --model fence --seeds "$daemon_seeds" --hosts 4
+# Each planted bug on 200 seeds (each is caught on 10-100% of seeds): the core's, then
+# the simulated shell's (`take-before-confirm`, the daemon's planted bug of that name).
 for bug in kill-before-notice release-before-disk grant-in-lost-lockspace kill-non-holders \
     examine-kills-lockspace examine-kill-before-notice removal-without-notice \
-    notice-misses-watch request-without-bit; do
+    notice-misses-watch request-without-bit preempt-floor-4d take-before-confirm; do
     expect_caught "$bug" "$dsim" --seeds 200 --hosts 3 --plant-bug "$bug"
 done

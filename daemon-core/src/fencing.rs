@@ -25,7 +25,11 @@
 //!   fenced (its leases wait host_dead);
 //! - the reservation is asked for only while every live peer has a key, and a preempt only
 //!   while one stands: a host that does not fence (sanlock, lockd without `scsi-pr`) is
-//!   never locked out by us;
+//!   not locked out by us — except that a reservation is not released, even for a live
+//!   peer without a key, while a held record without a key that is not live (a peer
+//!   fenced, or standing still) is not yet past host_dead: the reservation may be all
+//!   that keeps its processes' writes out, and our ballots may have taken its leases
+//!   (the fence mark stays in the monitor);
 //! - a peer is judged only from a fresh read of ours ([`FRESH_READ_IO_TIMEOUTS`]), by its
 //!   age at that read, and no reservation is made without a fresh read of the whole
 //!   area (an empty monitor, as between the join and the first renewal, proves nothing);
@@ -248,6 +252,10 @@ pub struct FenceSt {
     /// The live peers of the pass (renewing: not suspects, not fenced), by host_id and
     /// generation.
     live: Vec<(u64, u64)>,
+    /// The peers of the pass whose record is held and not live (fenced, standing still,
+    /// or not judged) and not yet past host_dead, by host_id: one without a key may be
+    /// running still, kept out only by the reservation, which is then not released.
+    may_be_kept_out: Vec<u64>,
     /// A held record of the pass could not be judged: our own latest read of it, or of
     /// the whole area, is too old or missing (our reads stalled; no renewal has read the
     /// area since the join), or we have not yet seen it change nor stand still 3·D (we
@@ -308,6 +316,7 @@ impl FenceSt {
             unkeyed: BTreeSet::new(),
             pass: Vec::new(),
             live: Vec::new(),
+            may_be_kept_out: Vec::new(),
             unjudged_peer: false,
             unkeyed_live: BTreeSet::new(),
             fenced_renewing: BTreeSet::new(),
@@ -408,17 +417,22 @@ impl FenceSt {
         self.key = key;
         self.key_seen_at_s = 0;
         self.fenced_here = false;
-        self.pass.clear();
-        self.live.clear();
+        self.clear_pass();
         self.preempting.clear();
     }
 
     /// Our key was removed (a clean leave).
     pub fn unregistered(&mut self) {
         self.key = 0;
+        self.clear_pass();
+        self.preempting.clear();
+    }
+
+    /// Forgets what the last look noted for its key read.
+    fn clear_pass(&mut self) {
         self.pass.clear();
         self.live.clear();
-        self.preempting.clear();
+        self.may_be_kept_out.clear();
     }
 
     /// Whether a pass decides anything now.
@@ -441,8 +455,7 @@ impl FenceSt {
     /// and a peer whose latest read is older than [`FRESH_READ_IO_TIMEOUTS`] of our
     /// io_timeouts is not judged: after our own pause or stalled reads our view is stale.
     pub fn look(&mut self, monitor: &HostMonitor, now_s: u64) -> Option<FenceAction> {
-        self.pass.clear();
-        self.live.clear();
+        self.clear_pass();
         self.unjudged_peer = false;
         if !self.active() {
             return None;
@@ -463,11 +476,13 @@ impl FenceSt {
             self.unjudged_peer = true;
         }
         for (host_id, h, state) in monitor.hosts(now_s) {
-            if h.timestamp == 0
-                || h.owner_id != host_id
-                || h.owner_generation == 0
-                || h.fenced(h.owner_generation)
-            {
+            if h.timestamp == 0 || h.owner_id != host_id || h.owner_generation == 0 {
+                continue;
+            }
+            if !monitor.past_host_dead(&h, now_s) {
+                self.may_be_kept_out.push(host_id);
+            }
+            if h.fenced(h.owner_generation) {
                 continue;
             }
             if now_s.saturating_sub(h.last_check_s) > fresh_s {
@@ -503,6 +518,8 @@ impl FenceSt {
                 self.unjudged_peer = true;
             }
         }
+        self.may_be_kept_out
+            .retain(|id| !self.live.iter().any(|&(l, _)| l == *id));
         Some(FenceAction::ReadKeys)
     }
 
@@ -579,7 +596,9 @@ impl FenceSt {
     ///    registered again ([`FenceVerdict::StorageCleared`]) and nothing else is done;
     /// 2. our key missing otherwise → we are fenced;
     /// 3. the keys are remembered; a live peer without a key of its host_id → the
-    ///    reservation is released, or not made ([`FenceVerdict::PeerUnkeyed`]); every live
+    ///    reservation is not made ([`FenceVerdict::PeerUnkeyed`]), and released unless a
+    ///    held record without a key, not live and not past host_dead, may be a peer it
+    ///    keeps out that runs still (its leases may be ours by now); every live
     ///    peer keyed, and every standing-still peer not DEAD keyed too, our view of every
     ///    peer fresh, and no reservation → it is made;
     /// 4. with a reservation standing, every suspect old enough is to be preempted.
@@ -592,6 +611,7 @@ impl FenceSt {
     ) -> Option<FenceVerdict> {
         let suspects = std::mem::take(&mut self.pass);
         let live = std::mem::take(&mut self.live);
+        let may_be_kept_out = std::mem::take(&mut self.may_be_kept_out);
         if !self.active() {
             return None;
         }
@@ -621,7 +641,10 @@ impl FenceSt {
             return None;
         }
         if let Some((host_id, generation)) = unkeyed {
-            if reservation {
+            // Not while a peer without a key may run still, kept out by the reservation
+            // alone (see the module's invariants).
+            let keeps_one_out = may_be_kept_out.iter().any(|&h| !keyed(h));
+            if reservation && !keeps_one_out {
                 actions.push(FenceAction::Release { our_key: self.key });
             }
             let bounded = self.unkeyed_live.len() < MAX_EVENT_HOST_ID as usize * SEEN_GENERATIONS;
@@ -737,7 +760,10 @@ impl FenceSt {
             return Err("fencing remembers more keys than its bound".into());
         }
         if self.key == 0
-            && !(self.pass.is_empty() && self.live.is_empty() && self.preempting.is_empty())
+            && !(self.pass.is_empty()
+                && self.live.is_empty()
+                && self.may_be_kept_out.is_empty()
+                && self.preempting.is_empty())
         {
             return Err("a fence pass without our key".into());
         }
@@ -1417,6 +1443,88 @@ mod tests {
         f.look(&m, 169);
         f.keys_read(&free(vec![ours]), 169, 1, &mut actions);
         assert_eq!(actions, vec![FenceAction::Reserve { our_key: ours.raw }]);
+    }
+
+    /// Our read at `now_s`: host 2 at generation 3 unchanged since 100 (fenced, or
+    /// standing still), host 3 at generation 1 renewed at `now_s` (live).
+    fn reread_with_live_host3(m: &mut HostMonitor, now_s: u64) {
+        let host3 = LeaderRecord {
+            owner_id: 3,
+            owner_generation: 1,
+            timestamp: now_s,
+            io_timeout: 1,
+            ..LeaderRecord::ZERO
+        };
+        m.observe(
+            now_s,
+            &[
+                None,
+                Some(DeltaSector::from_leader(peer_record(100))),
+                Some(DeltaSector::from_leader(host3)),
+            ],
+        );
+    }
+
+    /// A live peer without a key does not make us release the reservation while a peer
+    /// it keeps out may still run: host 2, fenced (its key preempted and confirmed gone)
+    /// or standing still without a key, not yet past host_dead. Released, the
+    /// reservation would let host 2's processes write again while our ballots take its
+    /// leases (the fence mark stays in our monitor): two writers. Found by
+    /// `lockd-daemon-sim --model fence --hosts 6`, seed 100868: a peer that had just
+    /// left cleanly (its record free on disk, our read of it older, its key removed)
+    /// looked live and unkeyed, and the release let a fenced host's shared holder write
+    /// beside the exclusive holder our ballot then made. Once host 2 is past host_dead
+    /// (its watchdog has fired), the reservation is released.
+    #[test]
+    fn no_release_while_a_peer_the_reservation_keeps_out_may_still_run() {
+        let ours = key(1, 1);
+        let mut f = FenceSt::new(0, 1);
+        f.registered(ours.raw);
+        let mut m = HostMonitor::new(1, 60);
+        reread_with_live_host3(&mut m, 99);
+        let mut actions = Vec::new();
+        // Host 2 stood still 10 s: preempted, confirmed, marked fenced.
+        reread_with_live_host3(&mut m, 110);
+        f.look(&m, 110);
+        f.keys_read(
+            &reserved(vec![ours, key(2, 3), key(3, 1)]),
+            110,
+            0,
+            &mut actions,
+        );
+        assert_eq!(actions.len(), 1, "{actions:?}");
+        let done = f.peer_done(2, 3, PeerFenceOutcome::Confirmed { preempted: true });
+        assert!(matches!(done, Some(FenceVerdict::PeerFenced { .. })));
+        assert!(m.mark_fenced(2, 3));
+        // Host 3 renews without a key now: warned, but the reservation stays.
+        actions.clear();
+        reread_with_live_host3(&mut m, 120);
+        f.look(&m, 120);
+        assert_eq!(
+            f.keys_read(&reserved(vec![ours]), 120, 0, &mut actions),
+            Some(FenceVerdict::PeerUnkeyed {
+                host_id: 3,
+                generation: 1
+            })
+        );
+        assert!(actions.is_empty(), "released: {actions:?}");
+        // Past host_dead (8 + 60 s after 100): released.
+        reread_with_live_host3(&mut m, 169);
+        f.look(&m, 169);
+        f.keys_read(&reserved(vec![ours]), 169, 0, &mut actions);
+        assert_eq!(actions, vec![FenceAction::Release { our_key: ours.raw }]);
+        // The same for a peer standing still without a key that nobody marked here
+        // (another survivor may have fenced it).
+        let mut f = FenceSt::new(0, 1);
+        f.registered(ours.raw);
+        let mut m = HostMonitor::new(1, 60);
+        reread_with_live_host3(&mut m, 99);
+        reread_with_live_host3(&mut m, 120);
+        actions.clear();
+        f.look(&m, 120);
+        f.keys_read(&reserved(vec![ours]), 120, 0, &mut actions);
+        assert!(actions.is_empty(), "released: {actions:?}");
+        f.check().unwrap();
     }
 
     /// Right after our join a held record we have read only once is neither live nor a

@@ -14,7 +14,14 @@
 //! - every such notice reached each watch connection open on the pid (`LOCKD_CMD_WATCH`)
 //!   before its kill: the notice names it ([`WatchTo`]);
 //! - a RELEASE is answered only after the disk release of each lease it gave up ended
-//!   (no disk release of that lease on that host is still in flight).
+//!   (no disk release of that lease on that host is still in flight);
+//! - no ACQUIRE is granted on a host whose lockspace is not usable: from the step that
+//!   stopped it (REM_LOCKSPACE or a forced shutdown of a listed one, a lost one retired)
+//!   or ended it until a join of it is answered 0;
+//! - with storage fencing, a holder on a host the storage refuses writes from (no key of
+//!   it registered while a reservation stands) cannot write, so a conflict with it does
+//!   not count while that lasts: once the host can write again (its key registered anew,
+//!   or the reservation gone), every conflict it has is one.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -45,6 +52,12 @@ pub struct DaemonSimChecker {
     /// (host, resource index) → watch connections given the request notice in the
     /// host's examine step being carried out.
     request_watch_noticed: BTreeMap<(usize, usize), BTreeSet<WatchTo>>,
+    /// The host of each client.
+    client_host: BTreeMap<ClientId, usize>,
+    /// Hosts whose writes the storage refuses now (storage fencing).
+    cut_off: BTreeSet<usize>,
+    /// Hosts whose lockspace is usable (joined, not stopped or ended).
+    space_up: BTreeSet<usize>,
     violations: Vec<String>,
 }
 
@@ -58,15 +71,37 @@ impl DaemonSimChecker {
             .push(format!("t={}.{:03}s {msg}", now_ms / 1000, now_ms % 1000));
     }
 
+    /// Client `who` runs on `host`.
+    pub fn client_started(&mut self, who: ClientId, host: usize) {
+        self.client_host.insert(who, host);
+    }
+
+    /// Whether `who` runs on a host the storage refuses writes from now.
+    fn cut_off_client(&self, who: ClientId) -> bool {
+        self.client_host
+            .get(&who)
+            .is_some_and(|h| self.cut_off.contains(h))
+    }
+
+    /// The holders of `res` that conflict with `who` holding it (shared or not), both
+    /// able to write.
+    fn conflicts(&self, who: ClientId, res: usize, shared: bool) -> Vec<(ClientId, bool)> {
+        if self.cut_off_client(who) {
+            return Vec::new();
+        }
+        self.holds.get(&res).map_or_else(Vec::new, |holders| {
+            holders
+                .iter()
+                .filter(|(h, s)| **h != who && (!shared || !**s) && !self.cut_off_client(**h))
+                .map(|(h, s)| (*h, *s))
+                .collect()
+        })
+    }
+
     /// `who` was granted `res` (shared or not) by a reply.
     pub fn granted(&mut self, now_ms: u64, who: ClientId, res: usize, shared: bool) {
-        let holders = self.holds.entry(res).or_default();
-        let conflicts: Vec<(ClientId, bool)> = holders
-            .iter()
-            .filter(|(h, s)| **h != who && (!shared || !**s))
-            .map(|(h, s)| (*h, *s))
-            .collect();
-        holders.insert(who, shared);
+        let conflicts = self.conflicts(who, res, shared);
+        self.holds.entry(res).or_default().insert(who, shared);
         for (h, s) in conflicts {
             self.violate(
                 now_ms,
@@ -261,6 +296,61 @@ impl DaemonSimChecker {
     pub fn host_restarted(&mut self, host: usize) {
         self.releasing.retain(|(h, _), _| *h != host);
         self.watches.retain(|(h, _), _| *h != host);
+        self.space_down(host);
+    }
+
+    /// The lockspace of `host` is usable from now on (a join answered 0).
+    pub fn space_up(&mut self, host: usize) {
+        self.space_up.insert(host);
+    }
+
+    /// The lockspace of `host` is stopped, retired or gone.
+    pub fn space_down(&mut self, host: usize) {
+        self.space_up.remove(&host);
+    }
+
+    /// An ACQUIRE was granted on `host`: its lockspace must be usable.
+    pub fn acquire_granted(&mut self, now_ms: u64, host: usize) {
+        if !self.space_up.contains(&host) {
+            self.violate(
+                now_ms,
+                format!("host{host}: an ACQUIRE granted while its lockspace is stopped or gone"),
+            );
+        }
+    }
+
+    /// The storage refuses writes from the hosts `cut_off` from now on. A host that
+    /// can write again must have no holder in conflict with another host's.
+    pub fn storage_cut_off(&mut self, now_ms: u64, cut_off: BTreeSet<usize>) {
+        let back: Vec<usize> = self.cut_off.difference(&cut_off).copied().collect();
+        self.cut_off = cut_off;
+        for host in back {
+            let holds: Vec<(usize, ClientId, bool)> = self
+                .holds
+                .iter()
+                .flat_map(|(&r, hs)| hs.iter().map(move |(&c, &s)| (r, c, s)))
+                .filter(|&(_, c, _)| self.client_host.get(&c) == Some(&host))
+                .collect();
+            for (r, who, shared) in holds {
+                // A pair of this host's own holders is told once.
+                let conflicts: Vec<(ClientId, bool)> = self
+                    .conflicts(who, r, shared)
+                    .into_iter()
+                    .filter(|&(o, _)| !(o < who && self.client_host.get(&o) == Some(&host)))
+                    .collect();
+                for (other, s) in conflicts {
+                    self.violate(
+                        now_ms,
+                        format!(
+                            "host{host} can write again while its client {who} holds res{r} {} \
+                             beside client {other}'s {}",
+                            mode(shared),
+                            mode(s)
+                        ),
+                    );
+                }
+            }
+        }
     }
 }
 
@@ -367,6 +457,47 @@ mod tests {
         c.request_noticed(0, 0, &[100], &[]);
         c.examine_killed(5, 0, 100, Some(1), 0);
         assert_eq!(c.violations().len(), 2);
+    }
+
+    #[test]
+    fn a_holder_cut_off_by_the_storage_conflicts_with_nobody_until_it_can_write_again() {
+        let mut c = DaemonSimChecker::default();
+        c.client_started(1, 0);
+        c.client_started(2, 1);
+        c.client_started(3, 0);
+        c.granted(0, 1, 0, false);
+        c.storage_cut_off(1, BTreeSet::from([0]));
+        c.granted(2, 2, 0, false);
+        // A grant on the cut-off host conflicts with nobody either.
+        c.granted(3, 3, 0, true);
+        assert!(c.violations().is_empty(), "{:?}", c.violations());
+        // Host 0 can write again while clients 1 and 3 still hold res0 beside client 2
+        // (and beside each other: told once).
+        c.storage_cut_off(4, BTreeSet::new());
+        assert_eq!(c.violations().len(), 3, "{:?}", c.violations());
+        // Gone, they conflict no more.
+        c.gone(1);
+        c.gone(3);
+        c.storage_cut_off(5, BTreeSet::from([0]));
+        c.storage_cut_off(6, BTreeSet::new());
+        assert_eq!(c.violations().len(), 3);
+    }
+
+    #[test]
+    fn finds_an_acquire_granted_while_the_lockspace_is_not_usable() {
+        let mut c = DaemonSimChecker::default();
+        c.acquire_granted(0, 0);
+        assert_eq!(c.violations().len(), 1, "before the join");
+        c.space_up(0);
+        c.acquire_granted(1, 0);
+        assert_eq!(c.violations().len(), 1);
+        c.space_down(0);
+        c.acquire_granted(2, 0);
+        assert_eq!(c.violations().len(), 2, "stopped");
+        c.space_up(1);
+        c.host_restarted(1);
+        c.acquire_granted(3, 1);
+        assert_eq!(c.violations().len(), 3, "after a restart");
     }
 
     #[test]

@@ -6,8 +6,15 @@
 //! the core its inputs (requests of simulated clients, ticks, renewal outcomes, pid exits)
 //! and carries out the effects — each [`Effect::Disk`] runs lease-core's real paxos code
 //! against the simulated disk, with random latencies, errors and an extra random delay
-//! before its completion comes back, so completions arrive in random order; each
-//! [`Effect::JoinLockspace`] runs the real delta-lease join and renewals. Request
+//! before its completion comes back, so completions arrive in random order. The
+//! lockspace's life is the daemon's (`lockspaces`: `ListSpace`, the lockspace thread's
+//! `JoinStarted`, `JoinEnded`, renewals, `DeltaReleasing`, `LockspaceEnded`, with the
+//! real delta-lease join, renewals and release), or at some daemon starts the core's own
+//! (`AddLockspace` → [`Effect::JoinLockspace`] → `JoinDone`); on fenced runs every join
+//! registers a storage key with a model of the lockspace device's persistent
+//! reservations, a fence thread per lockspace runs the daemon's passes, and the disk
+//! refuses the writes of a host without a key while a reservation stands (`fence`;
+//! [`SpaceModel`] says which runs do what). Request
 //! traffic: now and then a host writes a request (FORCE or GRACEFUL, for the next lver)
 //! into a lease's request record with lease-core's `paxos::request` (through its core's
 //! REQUEST when its lockspace is joined: the owner host's bit is then checked in its
@@ -16,26 +23,34 @@
 //! of each lease it holds with `paxos::examine` and gives its core
 //! [`Input::Examined`], whose notice and kill orders the simulator carries out. Faults: renewals
 //! failing for a while (a lockspace failing mid-acquire, up to the lease's loss: notices,
-//! kills, and a rejoin later), clients dying mid-acquire or exiting while they hold
+//! kills, and a rejoin later; with fencing, its peers preempt it), clients dying
+//! mid-acquire or exiting while they hold
 //! leases, and daemon restarts (a host's core is dropped with its clients and rebuilt; its
 //! leases on disk stay and age out; on every other host a forced shutdown first). The
 //! shell's own inputs come as the daemon's shell sends them: every command noted, a
 //! registered command begun and ended by the dispatcher, RESTRICT, KILLPATH (a client
 //! dying during it leaves its leases to the dispatcher's `ReleaseTokens`) and the
 //! helper's report of its run, SET_LVB, `--for-pid` slots, SET_CONFIG, the watch
-//! heartbeat and a dropped watch, a join's and a renewal's start ([`inputs`] counts the
-//! kinds reached).
+//! heartbeat and a dropped watch, ADD_LOCKSPACE sent twice ([`inputs`] counts the kinds
+//! reached: every one on the default seeds).
 //!
 //! After every step the simulator runs [`Core::check`] and the checks of [`checker`],
 //! from the clients' point of view: never two exclusive holders of one resource (nor
-//! exclusive beside shared); a lost lease's holders get the notice before any kill; no
-//! kill of a pid that holds no lease of the failed lockspace; a request's kill orders
-//! go only to holders of the requested lease, each named by the request notice before
-//! (in the same step); a RELEASE answered only after its disk release ended. A run is a
-//! pure function of its seed and configuration.
+//! exclusive beside shared) that can both write; a lost lease's holders get the notice
+//! before any kill; no kill of a pid that holds no lease of the failed lockspace; a
+//! request's kill orders go only to holders of the requested lease, each named by the
+//! request notice before (in the same step); a RELEASE answered only after its disk
+//! release ended; no ACQUIRE granted while the host's lockspace is stopped or gone. With
+//! fencing (`fence`): a peer is marked fenced only while the device shows no key of
+//! its generation and a reservation stands; a preempt only after the victim's record
+//! stood still on the disk for the floor; a host the storage cut off regains its writes
+//! only with no holder in conflict. A run is a pure function of its seed and
+//! configuration.
 
 pub mod checker;
+mod fence;
 pub mod inputs;
+mod lockspaces;
 
 pub use self::inputs::{kinds_missing, INPUT_KINDS};
 
@@ -48,17 +63,18 @@ use std::task::{Context, Poll, Waker};
 
 use disk_format::area::{format_lockspace_area, format_resource_area, ResourceInit};
 use disk_format::{Geometry, Name};
-use lease_core::delta::{self, LockspaceParams, RenewInput};
+use lease_core::delta::LockspaceParams;
 use lease_core::io::Clock;
 use lease_core::paxos::{self, AcquireOptions, HostContext, Mode, ResourceParams};
 use lease_core::sim::world::{Ev, SimClock, SimDisk, World};
-use lease_core::{timeouts, HostMonitor};
+use lease_core::HostMonitor;
 
 use self::checker::{ClientId, DaemonSimChecker};
+use self::fence::{FencedDisk, PrTarget, RecordChanges};
+use self::lockspaces::{core_lockspace_task, remove_at, Listed};
 use crate::clients::LeaseHold;
 use crate::io::{Answer, CoreReply, CoreRequest, DiskOp, Effect, Input, OpId, ReqKind, ResSpec};
 use crate::kill::KillOrder;
-use crate::space_state::RenewalRec;
 use crate::step::{Core, CorePlantedBug};
 
 /// What one run looks like.
@@ -70,12 +86,79 @@ pub struct DaemonSimConfig {
     pub duration_s: u64,
     /// A bug planted in every host's core.
     pub planted_bug: Option<CorePlantedBug>,
+    /// A bug planted in every host's shell (the simulator's side of the daemon).
+    pub shell_bug: Option<ShellPlantedBug>,
     /// Record a trace.
     pub trace: bool,
     /// Request traffic (requests written by other hosts, examined by the holders). Off,
     /// a seed runs as it did before request traffic existed (the seeds kept in the tests
     /// replay so).
     pub requests: bool,
+    /// Which lockspace lifecycle the daemons run, and when they fence.
+    pub spaces: SpaceModel,
+}
+
+/// A bug planted on purpose in the simulator's shell — the daemon's side of storage
+/// fencing, as the daemon plants it (`daemon/src/planted.rs`) — to prove the checks
+/// catch it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShellPlantedBug {
+    /// A preempt is reported confirmed at once, with no PR command, drain or read-back
+    /// (the daemon's `take-before-confirm`).
+    TakeBeforeConfirm,
+}
+
+impl ShellPlantedBug {
+    /// Every shell bug with its command-line name.
+    pub const ALL: [(&'static str, ShellPlantedBug); 1] =
+        [("take-before-confirm", ShellPlantedBug::TakeBeforeConfirm)];
+
+    /// The bug named `name` on the command line.
+    pub fn parse(name: &str) -> Option<ShellPlantedBug> {
+        by_name(&Self::ALL, name)
+    }
+}
+
+/// The value named `name` in a table of command-line names.
+fn by_name<T: Copy>(table: &[(&str, T)], name: &str) -> Option<T> {
+    table.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+}
+
+/// The lockspace lifecycle and storage fencing of a run (`--model`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpaceModel {
+    /// The daemon's own lifecycle (`Input::ListSpace`, the lockspace thread's reports,
+    /// `Input::LockspaceEnded`), with storage fencing on odd seeds; on even seeds one
+    /// daemon start in four runs the core's own lifecycle (`CoreRequest::AddLockspace`,
+    /// `Input::JoinDone`) instead.
+    Mixed,
+    /// The daemon's lifecycle and storage fencing on every seed (`--model fence`).
+    Fence,
+    /// The core's own lifecycle only and no fencing (`--model core-lockspaces`): the
+    /// simulator before it drove the daemon's; seeds kept from then replay.
+    CoreOwn,
+}
+
+impl SpaceModel {
+    /// Every model with its `--model` name (`Mixed`, the default, has none).
+    pub const NAMED: [(&'static str, SpaceModel); 2] = [
+        ("fence", SpaceModel::Fence),
+        ("core-lockspaces", SpaceModel::CoreOwn),
+    ];
+
+    /// The model named `name` on the command line.
+    pub fn parse(name: &str) -> Option<SpaceModel> {
+        by_name(&Self::NAMED, name)
+    }
+
+    /// Whether seed `seed` fences.
+    fn fences(self, seed: u64) -> bool {
+        match self {
+            SpaceModel::Mixed => seed % 2 == 1,
+            SpaceModel::Fence => true,
+            SpaceModel::CoreOwn => false,
+        }
+    }
 }
 
 impl Default for DaemonSimConfig {
@@ -84,8 +167,10 @@ impl Default for DaemonSimConfig {
             hosts: 3,
             duration_s: 300,
             planted_bug: None,
+            shell_bug: None,
             trace: false,
             requests: true,
+            spaces: SpaceModel::Mixed,
         }
     }
 }
@@ -109,6 +194,8 @@ pub struct DaemonSimStats {
     pub requests: u64,
     /// Kill orders of requests (part of `kills`).
     pub examine_kills: u64,
+    /// Peer generations marked fenced (storage fencing's confirmed preempts).
+    pub fences: u64,
     /// The kinds of input stepped, one bit each in the order of [`INPUT_KINDS`].
     pub inputs: u64,
 }
@@ -186,6 +273,19 @@ struct Host {
     renew_fail_until: Cell<u64>,
     clients: RefCell<BTreeMap<u32, Rc<Client>>>,
     admin_ci: Cell<Option<u32>>,
+    /// This daemon start runs the daemon's lockspace lifecycle (else the core's own).
+    shell: Cell<bool>,
+    /// The lockspace the shell lists now, if any.
+    listed: RefCell<Option<Listed>>,
+    /// The id the shell lists its next lockspace under.
+    next_space_id: Cell<u32>,
+    /// Lockspaces the shell listed (every third add is sent twice).
+    adds: Cell<u64>,
+    /// With fencing: this host reserves and preempts (`scsi-pr`); false: it only keeps
+    /// its key (`register-only`).
+    fence_acts: bool,
+    /// With fencing: `fence_preempt_s` (0: the fail time, 8·D; below 6·D: raised to it).
+    fence_preempt_s: u64,
 }
 
 struct Sim {
@@ -208,6 +308,13 @@ struct Sim {
     /// The request record write the last step asked for ([`Effect::WriteRequest`]),
     /// taken by the request traffic that stepped the REQUEST.
     write_request: Cell<Option<u64>>,
+    /// This run fences: every join registers a storage key.
+    fencing: bool,
+    /// The lockspace device's persistent reservations (no reservation ever stands
+    /// without fencing, so every write lands).
+    pr: Rc<RefCell<PrTarget>>,
+    /// When each host_id's delta record changed on the disk.
+    record_changes: RefCell<BTreeMap<u64, RecordChanges>>,
 }
 
 /// Runs one seed.
@@ -225,6 +332,7 @@ pub fn run_seed(seed: u64, cfg: &DaemonSimConfig) -> DaemonSimReport {
     let num_hosts = 16;
     let io0 = rng.range(1, 2) as u16;
     format_disk(&world, geometry, &space, io0, resources, num_hosts);
+    let fencing = cfg.spaces.fences(seed);
     let sim = Rc::new(Sim {
         world: world.clone(),
         cfg: DaemonSimConfig { hosts, ..*cfg },
@@ -234,20 +342,7 @@ pub fn run_seed(seed: u64, cfg: &DaemonSimConfig) -> DaemonSimReport {
         num_hosts,
         tasks: RefCell::new(Vec::new()),
         hosts: (0..hosts)
-            .map(|i| Host {
-                host_id: i as u64 + 1,
-                io_timeout: rng.range(1, 2) as u16,
-                inc: Cell::new(0),
-                core: RefCell::new(None),
-                params: RefCell::new(None),
-                generation: Cell::new(0),
-                in_core: Cell::new(false),
-                join_seq: Cell::new(0),
-                gone_lost: Cell::new(false),
-                renew_fail_until: Cell::new(0),
-                clients: RefCell::new(BTreeMap::new()),
-                admin_ci: Cell::new(None),
-            })
+            .map(|i| Host::new(i, rng.range(1, 2) as u16, seed, hosts))
             .collect(),
         checker: RefCell::new(DaemonSimChecker::default()),
         stats: RefCell::new(DaemonSimStats::default()),
@@ -255,6 +350,9 @@ pub fn run_seed(seed: u64, cfg: &DaemonSimConfig) -> DaemonSimReport {
         releasing_ci: Cell::new(None),
         examining: Cell::new(None),
         write_request: Cell::new(None),
+        fencing,
+        pr: Rc::new(RefCell::new(PrTarget::default())),
+        record_changes: RefCell::new(BTreeMap::new()),
     });
     {
         let mut hr = world.hosts.borrow_mut();
@@ -267,20 +365,7 @@ pub fn run_seed(seed: u64, cfg: &DaemonSimConfig) -> DaemonSimReport {
     let end = cfg.duration_s * 1000;
     for h in 0..hosts {
         sim.start_daemon(h, rng.range(0, 2_000));
-        // Renewal faults: some shorter than the lease's fail time, some longer.
-        for _ in 0..rng.range(0, 2) {
-            let at = rng.range(20_000, end.max(20_001));
-            let dur = rng.log_range(2_000, 60_000);
-            sim.spawn_global(Box::pin(renew_fault(sim.clone(), h, at, dur)));
-        }
-        for _ in 0..rng.range(0, 1) {
-            let at = rng.range(20_000, end.max(20_001));
-            sim.spawn_global(Box::pin(restart_at(sim.clone(), h, at)));
-        }
-        if rng.below(4) == 0 {
-            let at = rng.range(20_000, end.max(20_001));
-            sim.spawn_global(Box::pin(remove_at(sim.clone(), h, at)));
-        }
+        schedule_faults(&sim, &mut rng, h, end);
     }
     if cfg.requests {
         sim.spawn_global(Box::pin(request_task(sim.clone())));
@@ -296,6 +381,54 @@ pub fn run_seed(seed: u64, cfg: &DaemonSimConfig) -> DaemonSimReport {
         stats,
         violations,
         trace,
+    }
+}
+
+/// Host `h`'s renewal faults, daemon restart and lockspace removal, drawn from
+/// `rng` (at 20 s into the run or later, before `end` ms).
+fn schedule_faults(sim: &Rc<Sim>, rng: &mut lease_core::sim::rng::Rng, h: usize, end: u64) {
+    // Renewal faults: some shorter than the lease's fail time, some longer.
+    for _ in 0..rng.range(0, 2) {
+        let at = rng.range(20_000, end.max(20_001));
+        let dur = rng.log_range(2_000, 60_000);
+        sim.spawn_global(Box::pin(renew_fault(sim.clone(), h, at, dur)));
+    }
+    for _ in 0..rng.range(0, 1) {
+        let at = rng.range(20_000, end.max(20_001));
+        sim.spawn_global(Box::pin(restart_at(sim.clone(), h, at)));
+    }
+    if rng.below(4) == 0 {
+        let at = rng.range(20_000, end.max(20_001));
+        sim.spawn_global(Box::pin(remove_at(sim.clone(), h, at)));
+    }
+}
+
+impl Host {
+    /// Host index `i` of `hosts` in seed `seed`'s run, with its io_timeout, before its
+    /// daemon starts.
+    fn new(i: usize, io_timeout: u16, seed: u64, hosts: usize) -> Host {
+        Host {
+            host_id: i as u64 + 1,
+            io_timeout,
+            inc: Cell::new(0),
+            core: RefCell::new(None),
+            params: RefCell::new(None),
+            generation: Cell::new(0),
+            in_core: Cell::new(false),
+            join_seq: Cell::new(0),
+            gone_lost: Cell::new(false),
+            renew_fail_until: Cell::new(0),
+            clients: RefCell::new(BTreeMap::new()),
+            admin_ci: Cell::new(None),
+            shell: Cell::new(false),
+            listed: RefCell::new(None),
+            next_space_id: Cell::new(1),
+            adds: Cell::new(0),
+            // On seeds 3, 7, 11, … the last host only registers.
+            fence_acts: !(seed % 4 == 3 && i == hosts - 1),
+            // On seeds 3, 6, 9, … the hosts preempt at the floor (6·D).
+            fence_preempt_s: if seed.is_multiple_of(3) { 1 } else { 0 },
+        }
     }
 }
 
@@ -380,11 +513,15 @@ impl Sim {
         }
     }
 
-    fn disk(&self, h: usize) -> SimDisk {
-        SimDisk {
-            world: self.world.clone(),
-            host: h,
-            index: 0,
+    /// Host `h`'s path to the shared disk, through the PR target.
+    fn disk(&self, h: usize) -> FencedDisk {
+        FencedDisk {
+            inner: SimDisk {
+                world: self.world.clone(),
+                host: h,
+                index: 0,
+            },
+            target: self.pr.clone(),
         }
     }
 
@@ -396,6 +533,19 @@ impl Sim {
     fn spawn(&self, h: usize, fut: Task) -> usize {
         let inc = self.hosts[h].inc.get();
         self.spawn_tagged(h, inc, fut)
+    }
+
+    /// Runs `then` on host `h`'s current daemon `ms` from now (dropped with the daemon if
+    /// it restarts meanwhile).
+    fn after(self: &Rc<Self>, h: usize, ms: u64, then: impl FnOnce(&Rc<Sim>) + 'static) {
+        let sim = self.clone();
+        self.spawn(
+            h,
+            Box::pin(async move {
+                sim.sleep(h, ms).await;
+                then(&sim);
+            }),
+        );
     }
 
     /// A task outside every daemon (fault schedules): never dropped.
@@ -427,9 +577,9 @@ impl Sim {
             match ev {
                 Ev::Wake(t) => self.poll(t),
                 Ev::Land { offset, data } => {
-                    let mut disk = self.world.disk.borrow_mut();
                     let o = offset as usize;
-                    disk[o..o + data.len()].copy_from_slice(&data);
+                    self.world.disk.borrow_mut()[o..o + data.len()].copy_from_slice(&data);
+                    self.note_landing(offset, &data);
                 }
                 _ => {}
             }
@@ -536,19 +686,30 @@ impl Sim {
     /// Steps one of the shell's inputs answered by [`Effect::Answer`] (checked and
     /// counted as a step, as [`Sim::input`]'s): the answer, or None with no daemon.
     fn answer(self: &Rc<Self>, h: usize, input: Input<(), SimHeld>) -> Option<Answer> {
+        self.hosts[h].core.borrow().as_ref()?;
+        let answer = Answer::of(self.step_effects(h, input));
+        self.world.log(|| format!("host{h} > {answer:?}"));
+        Some(answer)
+    }
+
+    /// Steps host `h`'s core with `input` (checked and counted as a step, as
+    /// [`Sim::input`]'s) and hands back its effects for the caller to carry out, as a
+    /// thread of the daemon's shell that steps the core itself does (none with no daemon).
+    fn step_effects(&self, h: usize, input: Input<(), SimHeld>) -> Vec<Effect<SimHeld>> {
         let mut core = self.hosts[h].core.borrow_mut();
-        let core = core.as_mut()?;
+        let Some(core) = core.as_mut() else {
+            return Vec::new();
+        };
         self.world.log(|| format!("host{h} < {input:?}"));
         let now_s = self.world.local_now(h) / 1000;
-        let answer = Answer::of(self.step(core, now_s, input));
+        let fx = self.step(core, now_s, input);
         self.stats.borrow_mut().steps += 1;
         if let Err(broken) = core.check() {
             self.checker
                 .borrow_mut()
                 .violate(self.now_ms(), format!("host{h}: Core::check: {broken}"));
         }
-        self.world.log(|| format!("host{h} > {answer:?}"));
-        Some(answer)
+        fx
     }
 
     /// A command `cmd` arrives on connection `ci`: the dispatcher notes it (STATUS's
@@ -622,12 +783,13 @@ impl Sim {
                     .log(|| format!("host{h} lockspace FAILED after {age_s} s"));
             }
             // The notifications' examine is the request traffic's (`request_task`).
-            Effect::RenewalsFailing { .. }
-            | Effect::HostNotifications { .. }
-            | Effect::FenceVerdict { .. } => {}
+            Effect::RenewalsFailing { .. } | Effect::HostNotifications { .. } => {}
+            // A renewal read's alarm (a fenced peer renews); a pass's verdicts come to
+            // the fence thread.
+            Effect::FenceVerdict { verdict, .. } => self.fence_verdict(h, verdict),
             Effect::Fence { .. } => self.checker.borrow_mut().violate(
                 now,
-                format!("host{h}: a fence pass in a lockspace not fenced"),
+                format!("host{h}: a fence action from a step outside a fence pass"),
             ),
             Effect::Answer(a) => panic!("host{h}: {a:?} answers no input of `Sim::input`"),
             Effect::RequestNotice {
@@ -674,28 +836,19 @@ impl Sim {
                 host.in_core.set(true);
                 host.join_seq.set(host.join_seq.get() + 1);
                 let sim = self.clone();
-                self.spawn(h, Box::pin(lockspace_task(sim, h)));
+                self.spawn(h, Box::pin(core_lockspace_task(sim, h)));
             }
             Effect::LockspaceGone { lost, .. } => {
                 let host = &self.hosts[h];
                 host.in_core.set(false);
                 host.gone_lost.set(lost);
+                self.checker.borrow_mut().space_down(h);
                 self.world
                     .log(|| format!("host{h} lockspace gone (lost: {lost})"));
-                // Rejoin a while later, as an administrator would.
-                let sim = self.clone();
-                let ms = self.world.range(5_000, 20_000);
-                self.spawn(
-                    h,
-                    Box::pin(async move {
-                        sim.sleep(h, ms).await;
-                        sim.add_lockspace(h);
-                    }),
-                );
+                self.add_later(h);
             }
-            Effect::RetireLockspace { ls, .. } | Effect::StopLockspace { ls, .. } => {
-                // The simulator lists no lockspace as a shell does (`Core::add_space`).
-                panic!("host{h}: a shell's lockspace {ls:?} stopped, but none is listed")
+            Effect::RetireLockspace { id, .. } | Effect::StopLockspace { id, .. } => {
+                self.stop_listed(h, id);
             }
         }
     }
@@ -731,15 +884,10 @@ impl Sim {
             KillOrder::Signal { pid, sig, .. } => (pid, sig),
             KillOrder::RunKillpath { pid, .. } => {
                 // The helper reports the program's end a little later (no draw).
-                let sim = self.clone();
-                self.spawn(
-                    h,
-                    Box::pin(async move {
-                        sim.sleep(h, 20).await;
-                        let status = "exit:0".to_string();
-                        sim.input(h, Input::KillpathEnded { pid, status });
-                    }),
-                );
+                self.after(h, 20, move |sim| {
+                    let status = "exit:0".to_string();
+                    sim.input(h, Input::KillpathEnded { pid, status });
+                });
                 (pid, crate::kill::SIGTERM)
             }
             KillOrder::Exhausted { .. } => return,
@@ -764,14 +912,7 @@ impl Sim {
             } else {
                 self.world.range(0, 1_500)
             };
-            let sim = self.clone();
-            self.spawn(
-                h,
-                Box::pin(async move {
-                    sim.sleep(h, ms).await;
-                    sim.client_dies(h, &c);
-                }),
-            );
+            self.after(h, ms, move |sim| sim.client_dies(h, &c));
         }
     }
 
@@ -806,6 +947,7 @@ impl Sim {
             }
             match reply.kind {
                 ReqKind::Acquire if reply.rv == 0 => {
+                    ck.acquire_granted(now, h);
                     for l in &reply.leases {
                         ck.granted(now, client.id, res_index(&l.name), l.shared);
                     }
@@ -844,15 +986,8 @@ impl Sim {
             self.input(h, Input::Closed { ci });
         }
         // Another process takes its place a little later.
-        let sim = self.clone();
         let ms = self.world.range(1_000, 10_000);
-        self.spawn(
-            h,
-            Box::pin(async move {
-                sim.sleep(h, ms).await;
-                sim.new_client(h);
-            }),
-        );
+        self.after(h, ms, move |sim| sim.new_client(h));
     }
 
     /// A new daemon on host `h`, `delay_ms` from now: a new core, the lockspace added,
@@ -881,6 +1016,7 @@ impl Sim {
                     watchdog_fire: WATCHDOG_FIRE_S,
                     monitor_hosts: Some(sim.cfg.hosts as u64),
                 });
+                host.shell.set(sim.shell_lifecycle(h, inc));
                 sim.world.log(|| format!("host{h} daemon START {inc}"));
                 let admin = sim.connect(h, 1);
                 host.admin_ci.set(admin);
@@ -894,20 +1030,14 @@ impl Sim {
         );
     }
 
-    fn add_lockspace(self: &Rc<Self>, h: usize) {
-        let Some(ci) = self.hosts[h].admin_ci.get() else {
-            return;
-        };
-        let io = u64::from(self.hosts[h].io_timeout);
-        self.request(
-            h,
-            ci,
-            CoreRequest::AddLockspace {
-                ls: self.space,
-                host_id: self.hosts[h].host_id,
-                io_timeout_s: io,
-            },
-        );
+    /// Whether start `inc` of host `h`'s daemon runs the daemon's lockspace lifecycle
+    /// ([`SpaceModel`]; by index and start, not drawn).
+    fn shell_lifecycle(&self, h: usize, inc: u64) -> bool {
+        match self.cfg.spaces {
+            SpaceModel::CoreOwn => false,
+            SpaceModel::Fence => true,
+            SpaceModel::Mixed => self.fencing || !(h as u64 + inc).is_multiple_of(4),
+        }
     }
 
     /// Connects process `pid` to host `h`'s daemon.
@@ -955,6 +1085,7 @@ impl Sim {
             stubborn: self.world.rand(100) < 20,
             for_pid: id % 7 == 6,
         });
+        self.checker.borrow_mut().client_started(id, h);
         let task = if c.for_pid {
             Box::pin(pid_client_task(self.clone(), h, c.clone())) as Task
         } else {
@@ -975,6 +1106,7 @@ impl Sim {
         self.world.log(|| format!("host{h} daemon RESTART"));
         *host.core.borrow_mut() = None;
         host.in_core.set(false);
+        host.listed.borrow_mut().take();
         host.admin_ci.set(None);
         let clients: Vec<Rc<Client>> = std::mem::take(&mut *host.clients.borrow_mut())
             .into_values()
@@ -1169,30 +1301,6 @@ async fn restart_at(sim: Rc<Sim>, h: usize, at: u64) {
     sim.restart(h);
 }
 
-/// An administrator removes the lockspace of host `h` at `at` (global ms); it is added
-/// again a while after it went.
-async fn remove_at(sim: Rc<Sim>, h: usize, at: u64) {
-    sim.sleep(h, at.saturating_sub(sim.now_ms())).await;
-    let host = &sim.hosts[h];
-    let Some(ci) = host.admin_ci.get() else {
-        return;
-    };
-    if !host.in_core.get() {
-        return;
-    }
-    sim.world.log(|| format!("host{h} REM_LOCKSPACE"));
-    sim.request(
-        h,
-        ci,
-        CoreRequest::RemLockspace {
-            ls: sim.space,
-            id: None,
-            unused_only: false,
-            wait: true,
-        },
-    );
-}
-
 /// An administrator releases the host's orphans now and then (REL_ORPHAN): every other
 /// time as the daemon's shell does, once it has checked the caller's rights
 /// (`Input::ReleaseOrphans`, which answers nobody), else as the core's request
@@ -1333,29 +1441,6 @@ async fn tick_task(sim: Rc<Sim>, h: usize) {
     }
 }
 
-/// The shell's side of [`Effect::JoinLockspace`]: the delta-lease join, then renewals
-/// every id_renewal_seconds until the lockspace leaves the core (released when it went
-/// cleanly) or the core finds its lease lost.
-/// Host `h`'s join of the lockspace, tried again after a pause until it succeeds.
-async fn join(
-    sim: &Sim,
-    h: usize,
-    disk: &SimDisk,
-    clock: &SimClock,
-    params: &LockspaceParams,
-) -> delta::DeltaState {
-    loop {
-        match delta::acquire(disk, clock, params).await {
-            Ok(st) => break st,
-            Err(e) => {
-                sim.world.log(|| format!("host{h} join: {e}"));
-                let ms = sim.world.range(500, 3_000);
-                clock.sleep_ms(ms).await;
-            }
-        }
-    }
-}
-
 impl Sim {
     /// Client `c` sets the value block of resource `r`, which it holds (SET_LVB; its
     /// ACQUIRE asked for none, so the token refuses it, as the daemon's would).
@@ -1420,151 +1505,6 @@ impl Sim {
         if let Some(wci) = self.connect(h, c.pid) {
             c.watch_ci.set(Some(wci));
             self.request(h, wci, CoreRequest::Watch { pid: 0 });
-        }
-    }
-
-    /// A renewal's outcome into host `h`'s core, as the daemon's renewal thread reports
-    /// it: the sectors read and the new lease time, or the failure. Whether it renewed.
-    fn report_renewal(
-        self: &Rc<Self>,
-        h: usize,
-        id: u32,
-        renewed: Result<delta::LockspaceSnapshot, lease_core::LeaseError>,
-        st: &delta::DeltaState,
-        clock: &SimClock,
-        started: u64,
-    ) -> bool {
-        match renewed {
-            Ok(snap) => {
-                self.input(
-                    h,
-                    Input::HostsRead {
-                        id,
-                        read_at_ms: snap.read_at_ms,
-                        sectors: snap.sectors,
-                        whole_area: snap.whole_area,
-                    },
-                );
-                self.input(
-                    h,
-                    Input::RenewalOk {
-                        id,
-                        last_success_s: st.last_success_ms / 1000,
-                        rec: RenewalRec {
-                            timestamp: st.leader.timestamp,
-                            read_ms: clock.now_ms().saturating_sub(started),
-                            write_ms: 0,
-                            write_sent_ms: st.last_success_ms,
-                            ended_ms: clock.now_ms(),
-                        },
-                    },
-                );
-                true
-            }
-            Err(e) => {
-                self.input(
-                    h,
-                    Input::RenewalFailed {
-                        id,
-                        code: e.sanlk_code(),
-                        corrupt: e.is_corrupt(),
-                    },
-                );
-                false
-            }
-        }
-    }
-}
-
-async fn lockspace_task(sim: Rc<Sim>, h: usize) {
-    let host = &sim.hosts[h];
-    let Some(params) = host.params.borrow().clone() else {
-        return;
-    };
-    let (disk, clock) = (sim.disk(h), sim.clock(h));
-    let seq = host.join_seq.get();
-    // The lockspace's id in the core: the join and the renewals report by it.
-    let Some(id) = host
-        .core
-        .borrow()
-        .as_ref()
-        .and_then(|c| c.space(&sim.space).map(|s| s.id))
-    else {
-        return;
-    };
-    sim.input(
-        h,
-        Input::JoinStarted {
-            id,
-            geometry: params.geometry,
-        },
-    );
-    let mut st = join(&sim, h, &disk, &clock, &params).await;
-    host.generation.set(st.generation());
-    sim.world
-        .log(|| format!("host{h} JOINED gen {}", st.generation()));
-    sim.input(
-        h,
-        Input::JoinDone {
-            ls: sim.space,
-            result: Ok(()),
-        },
-    );
-    sim.set_config(h, id);
-    let io = u64::from(params.io_timeout);
-    let renew_ms = timeouts::id_renewal_seconds(io) * 1000;
-    loop {
-        let now = clock.now_ms();
-        let due = st.last_success_ms + renew_ms;
-        if now < due {
-            clock.sleep_ms(due - now).await;
-        }
-        if host.join_seq.get() != seq {
-            return;
-        }
-        if !host.in_core.get() {
-            if !host.gone_lost.get() {
-                // Removed: our delta lease is released, as the daemon does.
-                let _ = delta::release(&disk, &params, &st).await;
-                sim.world.log(|| format!("host{h} delta lease released"));
-            }
-            return;
-        }
-        let lost = host
-            .core
-            .borrow()
-            .as_ref()
-            .is_none_or(|c| c.space(&sim.space).is_none_or(|s| s.st.lease_lost()));
-        if lost {
-            // Other hosts must see it expire: no more renewals.
-            return;
-        }
-        sim.input(h, Input::RenewalStarted { id });
-        if sim.now_ms() < host.renew_fail_until.get() {
-            sim.input(
-                h,
-                Input::RenewalFailed {
-                    id,
-                    code: -crate::errno::EIO,
-                    corrupt: false,
-                },
-            );
-            clock.sleep_ms(1_000).await;
-            continue;
-        }
-        let started = clock.now_ms();
-        // What the core's events and REQUEST bits put in our delta sector.
-        let input = host
-            .core
-            .borrow()
-            .as_ref()
-            .and_then(|c| c.space_st(id))
-            .map_or_else(RenewInput::default, |st| {
-                st.outgoing.renew_input(clock.now_ms() / 1000)
-            });
-        let renewed = delta::renew(&disk, &clock, &params, &mut st, &input).await;
-        if !sim.report_renewal(h, id, renewed, &st, &clock, started) {
-            clock.sleep_ms(500).await;
         }
     }
 }
@@ -1727,14 +1667,8 @@ fn next_acquire(sim: &Rc<Sim>, h: usize, c: &Rc<Client>) -> (Vec<usize>, Vec<Res
     if w.rand(100) < 4 {
         // Dies while its acquire runs.
         let ms = w.range(0, 500);
-        let (sim2, c2) = (sim.clone(), c.clone());
-        sim.spawn(
-            h,
-            Box::pin(async move {
-                sim2.sleep(h, ms).await;
-                sim2.client_dies(h, &c2);
-            }),
-        );
+        let c = c.clone();
+        sim.after(h, ms, move |sim| sim.client_dies(h, &c));
     }
     (res, specs, cmd_flags)
 }
@@ -1990,16 +1924,33 @@ mod tests {
     ///   another host's exclusive acquire then won beside ours ([`Input::DiskDone`]'s
     ///   `failed_state`, `Tables::convert_failed_state`). Both fail without that fix.
     /// * 5666 (2 hosts) and 5072 (6 hosts), with request traffic: see the test.
+    ///
+    /// Each replays as it ran then (the core's own lockspace lifecycle, no fencing:
+    /// [`SpaceModel::CoreOwn`]) and runs in today's default too.
+    /// * 100868 (6 hosts, `--model fence`): a peer that had just left cleanly looked live
+    ///   and unkeyed, and the reservation was released while a fenced host's shared
+    ///   holder still ran; our ballot then took the lease exclusive beside it
+    ///   (`FenceSt::keys_read` now keeps the reservation while a peer it keeps out may
+    ///   run: `fencing::tests::no_release_while_a_peer_the_reservation_keeps_out_may_still_run`).
     #[test]
     fn seeds_that_found_bugs_stay_clean() {
+        let run_both = |seed: u64, cfg: DaemonSimConfig| {
+            for spaces in [SpaceModel::CoreOwn, SpaceModel::Mixed] {
+                let r = run_seed(seed, &DaemonSimConfig { spaces, ..cfg });
+                assert!(
+                    r.violations.is_empty(),
+                    "seed {seed} {spaces:?}: {:?}",
+                    r.violations
+                );
+            }
+        };
         let cfg = DaemonSimConfig {
             hosts: 4,
             requests: false,
             ..DaemonSimConfig::default()
         };
         for seed in [100_049, 102_307] {
-            let r = run_seed(seed, &cfg);
-            assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+            run_both(seed, cfg);
         }
         // With request traffic: a convert to shared failed half-way (I/O timeout) after
         // other hosts could take the lease shared; the tables kept it exclusive, its
@@ -2010,30 +1961,57 @@ mod tests {
                 hosts,
                 ..DaemonSimConfig::default()
             };
-            let r = run_seed(seed, &cfg);
-            assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+            run_both(seed, cfg);
         }
+        let fenced = DaemonSimConfig {
+            hosts: 6,
+            spaces: SpaceModel::Fence,
+            ..DaemonSimConfig::default()
+        };
+        let r = run_seed(100_868, &fenced);
+        assert!(r.violations.is_empty(), "seed 100868: {:?}", r.violations);
+        assert!(r.stats.fences > 0, "{:?}", r.stats);
     }
 
+    /// Twenty short seeds are clean, reach every kind of input (the daemon's lockspace
+    /// lifecycle, storage fencing, the core's own lifecycle) and confirm fences; each
+    /// planted bug is caught within 100.
     #[test]
     fn clean_seeds_pass_and_every_planted_bug_is_caught() {
+        let (mut inputs, mut fences) = (0, 0);
         for seed in 1..=20 {
             let r = run_seed(seed, &short());
             assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+            inputs |= r.stats.inputs;
+            fences += r.stats.fences;
         }
-        for (name, bug) in CorePlantedBug::ALL {
-            if bug == CorePlantedBug::PreemptFloorFourIoTimeouts {
-                // This simulator runs no storage fencing; the VM bed's
-                // pr-delay-bursts-old-rule shows this bug on real guests.
-                continue;
-            }
-            let cfg = DaemonSimConfig {
-                planted_bug: Some(bug),
-                ..short()
-            };
+        assert_eq!(kinds_missing(inputs), Vec::<&str>::new());
+        assert!(fences > 0, "no peer was fenced in 20 seeds");
+        let core = CorePlantedBug::ALL.map(|(name, bug)| {
+            let planted_bug = Some(bug);
+            (
+                name,
+                DaemonSimConfig {
+                    planted_bug,
+                    ..short()
+                },
+            )
+        });
+        let shell = ShellPlantedBug::ALL.map(|(name, bug)| {
+            let shell_bug = Some(bug);
+            (
+                name,
+                DaemonSimConfig {
+                    shell_bug,
+                    ..short()
+                },
+            )
+        });
+        for (name, cfg) in core.into_iter().chain(shell) {
             let caught = (1..=100).any(|seed| !run_seed(seed, &cfg).violations.is_empty());
             assert!(caught, "{name} was not caught in 100 seeds");
         }
         assert_eq!(CorePlantedBug::parse("nope"), None);
+        assert_eq!(ShellPlantedBug::parse("nope"), None);
     }
 }
