@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the virtual-machine test bed (tests/vmbed) needs, from Debian's packages
 # only: QEMU (TCG) with its iSCSI block driver, tgt (the iSCSI target), nfs-ganesha with its
-# VFS backend, busybox-static, sg3-utils and dmsetup for the guests, kmod (depmod), and
+# VFS backend, busybox-static, sg3-utils, dmsetup and python3.11 (the chaos bed's election client) for
+# the guests, kmod (depmod), and
 # Debian's 6.1 kernel package, unpacked (not installed) under /var/tmp/lockd-vmbed/kernel
 # with its modules.dep.
 # With --sid also Debian unstable's kernel (7.2, split into linux-binary and linux-modules
@@ -15,7 +16,7 @@
 set -euo pipefail
 pkgs=()
 for p in qemu-system-x86 qemu-block-extra tgt nfs-ganesha nfs-ganesha-vfs busybox-static \
-    sg3-utils dmsetup sanlock kmod; do
+    sg3-utils dmsetup sanlock kmod python3.11; do
     dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p")
 done
 if [ ${#pkgs[@]} -gt 0 ]; then

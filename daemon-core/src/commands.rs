@@ -1106,7 +1106,11 @@ impl<S, H: LeaseHold> Core<S, H> {
     /// start released those it found, and a persistent holder that dies during the
     /// removal leaves one more, which no one else would release — the lockspace's thread
     /// ends only once no lease of it is left (as sanlock's, whose orphans hold a removal
-    /// up only under USED_BY_ORPHANS, which refuses it at its start).
+    /// up only under USED_BY_ORPHANS, which refuses it at its start). Releasing them is
+    /// safe: an orphan has no process to write under it, its release is the disk release
+    /// every lease of a removed lockspace gets, and it is `busy` until that ends, so no
+    /// local acquire takes it meanwhile (chaos seed 43 met the case; test
+    /// `an_orphan_left_during_the_shells_removal_is_released_and_the_lockspace_can_end`).
     /// With no lease of its own left in the table and no acquire of one on the way, a
     /// lockspace of the core's goes ([`Effect::LockspaceGone`], its REM answered); a lost
     /// one the shell listed is retired ([`Effect::RetireLockspace`], phase `Removing`),
@@ -1350,6 +1354,17 @@ mod tests {
         };
         let fx = done(c, 101, op, Ok(Held { lver }));
         assert_eq!(replies(&fx), vec![(ci, ReqKind::Acquire, 0)]);
+    }
+
+    /// Client `ci` takes "r1" persistent (on disk at lver 2).
+    fn hold_persistent(c: &mut TestCore, ci: u32) {
+        let mut persistent = spec("r1", false);
+        persistent.persistent = true;
+        let fx = acquire(c, 101, ci, vec![persistent]);
+        let [(op, _, "acquire")] = disk_ops(&fx)[..] else {
+            panic!("{fx:?}")
+        };
+        done(c, 101, op, Ok(Held { lver: 2 }));
     }
 
     /// The one effect of `fx`, a disk release: its op, lease and new name.
@@ -2052,13 +2067,7 @@ mod tests {
         let mut c = joined();
         let admin = connect(&mut c, 1);
         let a = client(&mut c, 10);
-        let mut persistent = spec("r1", false);
-        persistent.persistent = true;
-        let fx = acquire(&mut c, 101, a, vec![persistent]);
-        let [(op, _, "acquire")] = disk_ops(&fx)[..] else {
-            panic!("{fx:?}")
-        };
-        done(&mut c, 101, op, Ok(Held { lver: 2 }));
+        hold_persistent(&mut c, a);
         step(&mut c, 102, Input::Closed { ci: a });
         let fx = step(
             &mut c,
@@ -2365,13 +2374,7 @@ mod tests {
         let mut c = shells_joined();
         let admin = connect(&mut c, 1);
         let a = client(&mut c, 10);
-        let mut persistent = spec("r1", false);
-        persistent.persistent = true;
-        let fx = acquire(&mut c, 101, a, vec![persistent]);
-        let [(op, _, "acquire")] = disk_ops(&fx)[..] else {
-            panic!("{fx:?}")
-        };
-        done(&mut c, 101, op, Ok(Held { lver: 2 }));
+        hold_persistent(&mut c, a);
         let fx = step(
             &mut c,
             103,

@@ -322,18 +322,10 @@ fn cli_hold(a: &ClientArgs, rng: &mut Rng, spec: &LeaseSpec, index: usize) {
     let shared = rng.percent(a.shared_percent);
     let timeout = rng.range(0, 10);
     let hold_ms = rng.range(500, 4000);
+    let failed = |why: String| note(&a.log, &a.host, &res, "acquire_error", &why);
     let exe = match std::env::current_exe() {
         Ok(e) => e,
-        Err(e) => {
-            note(
-                &a.log,
-                &a.host,
-                &res,
-                "acquire_error",
-                &format!("why=current_exe:{e}"),
-            );
-            return;
-        }
+        Err(e) => return failed(format!("why=current_exe:{e}")),
     };
     let mut cmd = std::process::Command::new("lockd");
     cmd.arg("acquire");
@@ -356,16 +348,7 @@ fn cli_hold(a: &ClientArgs, rng: &mut Rng, spec: &LeaseSpec, index: usize) {
         .stderr(std::process::Stdio::piped());
     let out = match cmd.output() {
         Ok(o) => o,
-        Err(e) => {
-            note(
-                &a.log,
-                &a.host,
-                &res,
-                "acquire_error",
-                &format!("why=spawn_lockd:{e}"),
-            );
-            return;
-        }
+        Err(e) => return failed(format!("why=spawn_lockd:{e}")),
     };
     let err = String::from_utf8_lossy(&out.stderr);
     // The holder logs its own end; a CLI that failed before it ran says why on stderr.
@@ -380,13 +363,7 @@ fn cli_hold(a: &ClientArgs, rng: &mut Rng, spec: &LeaseSpec, index: usize) {
         || err.contains("not acquired within")
         || code.is_some_and(client_lib::lease::is_busy_code);
     if !out.status.success() && !err.contains("lockd: holding") && !refused_busy {
-        note(
-            &a.log,
-            &a.host,
-            &res,
-            "acquire_error",
-            &format!("why=cli:{}", one_word(err.trim())),
-        );
+        failed(format!("why=cli:{}", one_word(err.trim())));
     }
 }
 
