@@ -940,7 +940,7 @@ mod tests {
         assert!(f.pass.is_empty() && f.live.is_empty());
         // Our first read after the pause shows host 2 renewed: live, not a suspect.
         let mut renewed = m.clone();
-        renewed.observe(
+        renewed.observe_decoded(
             131,
             &[None, Some(DeltaSector::from_leader(peer_record(131)))],
         );
@@ -960,7 +960,7 @@ mod tests {
         let rec = (2, 3, 100);
         let sectors = |at_s: u64| {
             let mut m = HostMonitor::new(1, 60);
-            m.observe(
+            m.observe_decoded(
                 100,
                 &[None, Some(DeltaSector::from_leader(peer_record(100)))],
             );
@@ -1054,7 +1054,7 @@ mod tests {
     /// A monitor (we are host 1) that saw host 2 at generation 3 renewed at time 100.
     fn monitor_with_peer() -> HostMonitor {
         let mut m = HostMonitor::new(1, 60);
-        m.observe(
+        m.observe_decoded(
             100,
             &[None, Some(DeltaSector::from_leader(peer_record(100)))],
         );
@@ -1063,7 +1063,7 @@ mod tests {
 
     /// Our read at `now_s` finds host 2's record unchanged since 100.
     fn reread(m: &mut HostMonitor, now_s: u64) {
-        m.observe(
+        m.observe_decoded(
             now_s,
             &[None, Some(DeltaSector::from_leader(peer_record(100)))],
         );
@@ -1191,7 +1191,7 @@ mod tests {
     /// A pass at `now_s` after our read at `now_s` found host 2 renewed just then (live).
     fn live_peer_pass(f: &mut FenceSt, now_s: u64) {
         let mut m = monitor_with_peer();
-        m.observe(
+        m.observe_decoded(
             now_s,
             &[None, Some(DeltaSector::from_leader(peer_record(now_s)))],
         );
@@ -1455,7 +1455,7 @@ mod tests {
             io_timeout: 1,
             ..LeaderRecord::ZERO
         };
-        m.observe(
+        m.observe_decoded(
             now_s,
             &[
                 None,
@@ -1546,7 +1546,7 @@ mod tests {
         );
         // It renews (its record changed at our read of 102) and has no key: still none.
         let mut m = monitor_with_peer();
-        m.observe(
+        m.observe_decoded(
             102,
             &[None, Some(DeltaSector::from_leader(peer_record(102)))],
         );
@@ -1577,7 +1577,7 @@ mod tests {
         f.keys_read(&free(vec![ours]), 100, 1, &mut actions);
         assert!(actions.is_empty(), "reserved before any read: {actions:?}");
         // A read shows no other host: the reservation may be made.
-        m.observe(101, &[None, None]);
+        m.observe_decoded(101, &[None, None]);
         f.look(&m, 101);
         f.keys_read(&free(vec![ours]), 101, 1, &mut actions);
         assert_eq!(actions, vec![FenceAction::Reserve { our_key: ours.raw }]);
@@ -1589,14 +1589,22 @@ mod tests {
         // Fresh head reads (lease-core `reads`) do not do: a host may have joined beyond
         // the head. While no reservation stands the renewals are asked for whole reads.
         assert!(f.wants_whole_reads());
-        m.observe_read(106, &[None, None], false);
+        m.observe_read(
+            106,
+            &lease_core::sectors::HostSectors::from_sectors(&[None, None]),
+            false,
+        );
         f.look(&m, 106);
         f.keys_read(&free(vec![ours]), 106, 1, &mut actions);
         assert!(
             actions.is_empty(),
             "reserved after a head read: {actions:?}"
         );
-        m.observe_read(107, &[None, None], true);
+        m.observe_read(
+            107,
+            &lease_core::sectors::HostSectors::from_sectors(&[None, None]),
+            true,
+        );
         f.look(&m, 107);
         f.keys_read(&free(vec![ours]), 107, 1, &mut actions);
         assert_eq!(actions, vec![FenceAction::Reserve { our_key: ours.raw }]);

@@ -27,7 +27,7 @@ use serde::Serialize;
 
 use crate::checksum::sanlock_crc32c;
 use crate::codec::{get_u16, get_u32, get_u64, need, put_u16, put_u32, put_u64};
-use crate::name::Name;
+use crate::name::{Name, NAME_LEN};
 use crate::FormatError;
 
 /// Encoded size of a leader record.
@@ -135,6 +135,22 @@ pub struct LeaderRecord {
     pub write_timestamp: u64,
 }
 
+/// Byte offsets of the leader fields read in place as well as decoded
+/// ([`crate::delta::DeltaSectorView`] reads them without decoding the record).
+pub(crate) mod at {
+    pub const MAGIC: usize = 0;
+    pub const FLAGS: usize = 8;
+    pub const OWNER_ID: usize = 32;
+    pub const OWNER_GENERATION: usize = 40;
+    pub const SPACE_NAME: usize = 56;
+    pub const RESOURCE_NAME: usize = 104;
+    pub const TIMESTAMP: usize = 152;
+    pub const IO_TIMEOUT: usize = 174;
+    pub const WRITE_ID: usize = 176;
+    pub const WRITE_GENERATION: usize = 184;
+    pub const WRITE_TIMESTAMP: usize = 192;
+}
+
 impl LeaderRecord {
     /// An all-zero record.
     pub const ZERO: LeaderRecord = LeaderRecord {
@@ -164,25 +180,27 @@ impl LeaderRecord {
     pub fn decode(bytes: &[u8]) -> Result<LeaderRecord, FormatError> {
         need(bytes, LEADER_RECORD_LEN, "leader record")?;
         Ok(LeaderRecord {
-            magic: get_u32(bytes, 0),
+            magic: get_u32(bytes, at::MAGIC),
             version: get_u32(bytes, 4),
-            flags: get_u32(bytes, 8),
+            flags: get_u32(bytes, at::FLAGS),
             sector_size: get_u32(bytes, 12),
             num_hosts: get_u64(bytes, 16),
             max_hosts: get_u64(bytes, 24),
-            owner_id: get_u64(bytes, 32),
-            owner_generation: get_u64(bytes, 40),
+            owner_id: get_u64(bytes, at::OWNER_ID),
+            owner_generation: get_u64(bytes, at::OWNER_GENERATION),
             lver: get_u64(bytes, 48),
-            space_name: Name::from_field(&bytes[56..104]),
-            resource_name: Name::from_field(&bytes[104..152]),
-            timestamp: get_u64(bytes, 152),
+            space_name: Name::from_field(&bytes[at::SPACE_NAME..at::SPACE_NAME + NAME_LEN]),
+            resource_name: Name::from_field(
+                &bytes[at::RESOURCE_NAME..at::RESOURCE_NAME + NAME_LEN],
+            ),
+            timestamp: get_u64(bytes, at::TIMESTAMP),
             unused1: get_u64(bytes, 160),
             checksum: get_u32(bytes, 168),
             unused2: get_u16(bytes, 172),
-            io_timeout: get_u16(bytes, 174),
-            write_id: get_u64(bytes, 176),
-            write_generation: get_u64(bytes, 184),
-            write_timestamp: get_u64(bytes, 192),
+            io_timeout: get_u16(bytes, at::IO_TIMEOUT),
+            write_id: get_u64(bytes, at::WRITE_ID),
+            write_generation: get_u64(bytes, at::WRITE_GENERATION),
+            write_timestamp: get_u64(bytes, at::WRITE_TIMESTAMP),
         })
     }
 

@@ -25,7 +25,7 @@ pub mod scan;
 pub use area::{format_lockspace_area, format_resource_area, ResourceInit};
 pub use checksum::sanlock_crc32c;
 pub use dblock::{ModeBlock, PaxosDblock};
-pub use delta::DeltaSector;
+pub use delta::{DeltaSector, DeltaSectorView};
 pub use error::FormatError;
 pub use geometry::{AlignSize, Geometry, SectorSize};
 pub use leader::{LeaderKind, LeaderRecord};

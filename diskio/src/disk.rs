@@ -466,7 +466,7 @@ impl DirectDisk {
         len: usize,
         timeout: Duration,
     ) -> Result<Pending, DirectIoError> {
-        self.submit("read", offset, AlignedBuf::zeroed(len), timeout)
+        self.submit("read", offset, AlignedBuf::for_read(len), timeout)
     }
 
     /// Starts a write of `data` (whole sectors) at `offset`.

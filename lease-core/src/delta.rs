@@ -574,7 +574,7 @@ pub async fn renew_reading<D: Disk, C: Clock>(
     state.leader = new;
     state.last_success_ms = now_ms;
     state.last_renewal_ok = true;
-    Ok(snapshot_of(p, &buf[..count * sector], read_at_ms))
+    Ok(snapshot_of(p, buf, count, read_at_ms))
 }
 
 /// A read of the lockspace between renewals, for the host monitor only: the first
@@ -599,37 +599,25 @@ pub async fn observe_reading<D: Disk, C: Clock>(
     if buf.len() < count * sector {
         return Err(LeaseError::io(IoOp::LeaderRead, crate::io::IoError::Failed));
     }
-    Ok(snapshot_of(p, &buf[..count * sector], read_at_ms))
+    Ok(snapshot_of(p, buf, count, read_at_ms))
 }
 
-/// The monitor's view of `buf` (whole host sectors from host_id 1), read by a read that
-/// completed at `read_at_ms`. Monitoring checks only magic and lockspace name, not the
-/// checksum: a sector that is not a delta lease of this lockspace is `None`.
-fn snapshot_of(p: &LockspaceParams, buf: &[u8], read_at_ms: u64) -> LockspaceSnapshot {
-    let sector = p.geometry.sector_bytes() as usize;
-    let expect = p.expect();
-    let mut sectors = HostSectors::with_capacity(buf.len() / sector);
-    for chunk in buf.chunks_exact(sector) {
-        sectors.push(
-            expect
-                .space_name
-                .and_then(|name| monitored_sector(chunk, name)),
-        );
-    }
+/// The monitor's view of the first `count` host sectors of `buf` (from host_id 1), read
+/// by a read that completed at `read_at_ms`. Monitoring checks only magic and lockspace
+/// name, not the checksum: a sector that is not a delta lease of this lockspace is
+/// `None` ([`HostSectors::get`]). The buffer is kept, not copied.
+fn snapshot_of<B>(p: &LockspaceParams, buf: B, count: usize, read_at_ms: u64) -> LockspaceSnapshot
+where
+    B: std::ops::Deref<Target = [u8]> + Send + Sync + 'static,
+{
+    let sectors =
+        HostSectors::of_read(buf, p.geometry.sector_bytes() as usize, count, p.space_name);
     LockspaceSnapshot {
         read_at_s: read_at_ms / 1000,
         read_at_ms,
         whole_area: sectors.len() as u64 >= p.monitored_sectors(),
         sectors,
     }
-}
-
-/// One sector as the monitor sees it: a delta lease of the lockspace `space_name`, or
-/// `None`.
-fn monitored_sector(chunk: &[u8], space_name: &Name) -> Option<DeltaSector> {
-    let s = DeltaSector::decode(chunk).ok()?;
-    let l = &s.leader;
-    (l.magic == DELTA_DISK_MAGIC && l.space_name.same_as(space_name)).then_some(s)
 }
 
 /// Releases our delta lease: rewrites our last record with timestamp 0 (bitmap cleared).

@@ -32,8 +32,10 @@ pub enum IoError {
 /// entirely or not at all.
 pub trait Disk {
     /// The buffer a read returns: the daemon's page-aligned I/O buffer, or a `Vec` in
-    /// memory, so that a read needs no copy of its (up to 1 MiB of) data.
-    type Buf: std::ops::Deref<Target = [u8]>;
+    /// memory, so that a read needs no copy of its (up to 1 MiB of) data. A renewal's
+    /// read is kept as it is until the host monitor has looked at it
+    /// ([`crate::sectors::HostSectors`]), possibly on another thread.
+    type Buf: std::ops::Deref<Target = [u8]> + Send + Sync + 'static;
 
     /// Reads `len` bytes at `offset`, giving up after `timeout_ms` milliseconds.
     fn read(

@@ -19,6 +19,7 @@ use disk_format::{DeltaSector, Name};
 use crate::delta::{hosts_unused_above, LockspaceParams};
 use crate::error::LeaseError;
 use crate::io::Disk;
+use crate::sectors::HostSectors;
 use crate::timeouts::{host_dead_seconds, id_renewal_fail_seconds};
 
 /// sanlock's host states (`SANLK_HOST_*`), with their numeric values.
@@ -200,6 +201,8 @@ pub struct HostMonitor {
     read_known_hosts: bool,
     /// Highest host_id whose sector looked used in the latest read (at least ours).
     highest_used: u64,
+    /// Highest host_id whose sector any read showed used (0: none).
+    highest_ever_used: u64,
     /// Simulator only: keep `highest_used` from the first read (a planted bug).
     #[cfg(feature = "sim")]
     freeze_known_hosts: bool,
@@ -266,6 +269,7 @@ impl HostMonitor {
             last_full_read_s: None,
             read_known_hosts: true,
             highest_used: our_host_id,
+            highest_ever_used: 0,
             #[cfg(feature = "sim")]
             freeze_known_hosts: false,
             #[cfg(feature = "sim")]
@@ -433,20 +437,23 @@ impl HostMonitor {
     /// when a later read of it did not decode, so a host is never left out of the head
     /// by one bad read.
     pub fn highest_ever_used(&self) -> u64 {
-        self.hosts
-            .iter()
-            .rev()
-            // Not `delta::record_unused`: an observation keeps only these three fields.
-            .find(|(_, h)| h.owner_id != 0 || h.owner_generation != 0 || h.timestamp != 0)
-            .map_or(0, |(id, _)| id)
-            .max(self.our_host_id)
+        self.highest_ever_used.max(self.our_host_id)
     }
 
-    /// Records one read of the whole lockspace made at our time `now_s`: `sectors[i]` is
-    /// host_id i+1's sector, `None` when it did not decode. Returns the notifications
-    /// addressed to us.
-    pub fn observe(&mut self, now_s: u64, sectors: &[Option<DeltaSector>]) -> Vec<Notification> {
+    /// Records one read of the whole lockspace made at our time `now_s`
+    /// ([`HostMonitor::observe_read`]). Returns the notifications addressed to us.
+    pub fn observe(&mut self, now_s: u64, sectors: &HostSectors) -> Vec<Notification> {
         self.observe_read(now_s, sectors, true)
+    }
+
+    /// [`HostMonitor::observe`] of a read that showed `sectors` (`sectors[i]`: host_id
+    /// i+1, `None` when not a delta lease of the lockspace); for tests and simulators.
+    pub fn observe_decoded(
+        &mut self,
+        now_s: u64,
+        sectors: &[Option<DeltaSector>],
+    ) -> Vec<Notification> {
+        self.observe(now_s, &HostSectors::from_sectors(sectors))
     }
 
     /// Records one renewal read made at our time `now_s` of the area's first
@@ -456,7 +463,7 @@ impl HostMonitor {
     pub fn observe_read(
         &mut self,
         now_s: u64,
-        sectors: &[Option<DeltaSector>],
+        sectors: &HostSectors,
         whole_area: bool,
     ) -> Vec<Notification> {
         self.checks += 1;
@@ -472,13 +479,66 @@ impl HostMonitor {
         // Only a hint (the confirmation read decides), so a sector that is not a delta
         // lease of this lockspace (None: such as the sectors past max_hosts at the end of
         // the area) does not count: counting it would make every ballot read everything.
-        let highest_in_read = sectors
-            .iter()
-            .rposition(|s| {
-                s.as_ref()
-                    .is_some_and(|s| !crate::delta::record_unused(&s.leader))
-            })
-            .map_or(0, |i| i as u64 + 1);
+        let mut highest_in_read = 0;
+        for (i, sector) in sectors.iter().enumerate() {
+            let host_id = i as u64 + 1;
+            let Some(v) = sector else { continue };
+            let (owner_id, generation, timestamp) =
+                (v.owner_id(), v.owner_generation(), v.timestamp());
+            let unused = owner_id == 0 && generation == 0 && timestamp == 0;
+            if !unused {
+                highest_in_read = host_id;
+                self.highest_ever_used = self.highest_ever_used.max(host_id);
+            }
+            if host_id == self.our_host_id {
+                continue;
+            }
+            match self.hosts.get_mut(host_id) {
+                None => {
+                    self.hosts.insert(
+                        host_id,
+                        HostObservation {
+                            owner_id,
+                            owner_generation: generation,
+                            timestamp,
+                            // As sanlock: a record still as formatted (no owner, no
+                            // generation, no timestamp) reports io_timeout 0.
+                            io_timeout: if unused { 0 } else { v.io_timeout() },
+                            host_name: v.resource_name(),
+                            first_check_s: now_s,
+                            last_check_s: now_s,
+                            last_live_s: 0,
+                            dead_ext: v.dead_ext(),
+                            fenced_generation: 0,
+                        },
+                    );
+                }
+                Some(h) => {
+                    if h.owner_id != owner_id
+                        || h.owner_generation != generation
+                        || h.timestamp != timestamp
+                    {
+                        h.owner_id = owner_id;
+                        h.owner_generation = generation;
+                        h.timestamp = timestamp;
+                        h.io_timeout = v.io_timeout();
+                        h.host_name = v.resource_name();
+                        h.last_live_s = now_s;
+                    }
+                    h.last_check_s = now_s;
+                    h.dead_ext = v.dead_ext();
+                }
+            }
+            if timestamp != 0 && v.host_bit(self.our_host_id) {
+                notes.push(Notification {
+                    from_host_id: host_id,
+                    from_generation: generation,
+                    target_generation: v.write_id(),
+                    event: v.write_generation(),
+                    data: v.write_timestamp(),
+                });
+            }
+        }
         // A head read that covers every sector held as used decides alone; a shorter one
         // (never planned: `reads::head_sectors` covers them) only adds.
         let highest_used = if whole_area || sectors.len() as u64 >= self.highest_used {
@@ -489,63 +549,6 @@ impl HostMonitor {
         .max(self.our_host_id);
         if !frozen {
             self.highest_used = highest_used;
-        }
-        for (i, sector) in sectors.iter().enumerate() {
-            let host_id = i as u64 + 1;
-            let Some(sector) = sector else { continue };
-            if host_id == self.our_host_id {
-                continue;
-            }
-            let l = &sector.leader;
-            match self.hosts.get_mut(host_id) {
-                None => {
-                    self.hosts.insert(
-                        host_id,
-                        HostObservation {
-                            owner_id: l.owner_id,
-                            owner_generation: l.owner_generation,
-                            timestamp: l.timestamp,
-                            // As sanlock: a record still as formatted (no owner, no
-                            // generation, no timestamp) reports io_timeout 0.
-                            io_timeout: if crate::delta::record_unused(l) {
-                                0
-                            } else {
-                                l.io_timeout
-                            },
-                            host_name: l.resource_name,
-                            first_check_s: now_s,
-                            last_check_s: now_s,
-                            last_live_s: 0,
-                            dead_ext: l.dead_ext(),
-                            fenced_generation: 0,
-                        },
-                    );
-                }
-                Some(h) => {
-                    if h.owner_id != l.owner_id
-                        || h.owner_generation != l.owner_generation
-                        || h.timestamp != l.timestamp
-                    {
-                        h.owner_id = l.owner_id;
-                        h.owner_generation = l.owner_generation;
-                        h.timestamp = l.timestamp;
-                        h.io_timeout = l.io_timeout;
-                        h.host_name = l.resource_name;
-                        h.last_live_s = now_s;
-                    }
-                    h.last_check_s = now_s;
-                    h.dead_ext = l.dead_ext();
-                }
-            }
-            if l.timestamp != 0 && sector.host_bit(self.our_host_id) {
-                notes.push(Notification {
-                    from_host_id: host_id,
-                    from_generation: l.owner_generation,
-                    target_generation: l.write_id,
-                    event: l.write_generation,
-                    data: l.write_timestamp,
-                });
-            }
         }
         self.advance_shared_hold(now_s);
         notes
@@ -901,19 +904,23 @@ mod tests {
         let mut whole = vec![sector(0, 0, 0, 0); 64];
         whole[0] = sector(1, 1, 5, 1);
         whole[2] = sector(3, 1, 40, 1);
-        m.observe_read(100, &whole, true);
+        m.observe_read(100, &HostSectors::from_sectors(&whole), true);
         assert_eq!(m.last_full_read_s(), Some(100));
         assert_eq!(m.highest_ever_used(), 3);
         // Host 3's sector does not decode in the next head read: it still counts.
-        m.observe_read(102, &[sector(1, 1, 7, 1), None, None], false);
+        m.observe_read(
+            102,
+            &HostSectors::from_sectors(&[sector(1, 1, 7, 1), None, None]),
+            false,
+        );
         assert_eq!(m.highest_ever_used(), 3);
         assert_eq!(m.last_full_read_s(), Some(100));
         assert_eq!(m.last_read_s(), Some(102));
         // Host 50 joined beyond the head: unseen until a whole read, and never judged.
-        m.observe_read(104, &whole[..32], false);
+        m.observe_read(104, &HostSectors::from_sectors(&whole[..32]), false);
         assert_eq!(m.state(50, 104), Some(HostState::Free));
         whole[49] = sector(50, 1, 9, 1);
-        m.observe_read(120, &whole, true);
+        m.observe_read(120, &HostSectors::from_sectors(&whole), true);
         assert_eq!(m.highest_ever_used(), 50);
         assert_eq!(m.state(50, 120), Some(HostState::Live));
         assert_eq!(m.last_full_read_s(), Some(120));
@@ -924,7 +931,7 @@ mod tests {
         // D = 1 → fail 8, dead 8 + 10 = 18 with W = 10.
         let mut m = HostMonitor::new(1, 10);
         assert_eq!(m.state(2, 100), None);
-        m.observe(
+        m.observe_decoded(
             100,
             &[sector(1, 1, 5, 1), sector(2, 3, 50, 1), sector(0, 0, 0, 1)],
         );
@@ -933,13 +940,13 @@ mod tests {
         assert_eq!(m.state(3, 100), Some(HostState::Free));
         assert_eq!(m.state(2, 109), Some(HostState::Fail));
         assert_eq!(m.state(2, 119), Some(HostState::Dead));
-        m.observe(102, &[sector(1, 1, 7, 1), sector(2, 3, 52, 1)]);
+        m.observe_decoded(102, &[sector(1, 1, 7, 1), sector(2, 3, 52, 1)]);
         let o = m.observation(2).unwrap();
         assert!(o.changed_at_last_check());
         assert_eq!(m.state(2, 110), Some(HostState::Live));
         assert_eq!(m.state(2, 111), Some(HostState::Fail));
         assert_eq!(m.state(2, 121), Some(HostState::Dead));
-        m.observe(104, &[sector(1, 1, 9, 1), sector(2, 3, 52, 1)]);
+        m.observe_decoded(104, &[sector(1, 1, 9, 1), sector(2, 3, 52, 1)]);
         assert!(!m.observation(2).unwrap().changed_at_last_check());
         assert_eq!(m.observation(2).unwrap().last_live_s, 102);
     }
@@ -961,29 +968,29 @@ mod tests {
                 sector(6, 1, t6, 1),
             ]
         };
-        m.observe(99, &all(10, 1, 10, 10));
+        m.observe_decoded(99, &all(10, 1, 10, 10));
         m.hold_shared_after_join(100);
         assert_eq!(m.shared_grant_hold(), Some(0));
         assert_eq!(m.shared_hold_since_s(), Some(100));
         assert_eq!(m.shared_hold_awaiting(), vec![], "no baseline yet");
-        m.observe(101, &all(12, 1, 10, 10));
+        m.observe_decoded(101, &all(12, 1, 10, 10));
         let ids: Vec<u64> = m.shared_hold_awaiting().iter().map(|p| p.0).collect();
         assert_eq!(ids, vec![2, 3, 4, 6]);
         assert_eq!(m.shared_grant_hold(), Some(1));
         // 2 renews; 3 restarts; 4 leaves.
-        m.observe(103, &all(13, 2, 0, 10));
+        m.observe_decoded(103, &all(13, 2, 0, 10));
         assert_eq!(m.shared_hold_awaiting(), vec![(2, 1), (6, 0)]);
-        m.observe(105, &all(14, 2, 0, 10));
-        m.observe(107, &all(15, 2, 0, 10));
+        m.observe_decoded(105, &all(14, 2, 0, 10));
+        m.observe_decoded(107, &all(15, 2, 0, 10));
         assert_eq!(
             m.shared_hold_awaiting(),
             vec![(6, 0)],
             "2 renewed three times"
         );
         // 6 silent past host_dead (8 + 10 s after our first read of it at 99).
-        m.observe(117, &all(16, 2, 0, 10));
+        m.observe_decoded(117, &all(16, 2, 0, 10));
         assert!(m.shared_grant_hold().is_some());
-        m.observe(118, &all(17, 2, 0, 10));
+        m.observe_decoded(118, &all(17, 2, 0, 10));
         assert_eq!(m.shared_grant_hold(), None, "6 is dead: nothing awaited");
         assert_eq!(m.shared_hold_awaiting(), vec![]);
     }
@@ -993,7 +1000,7 @@ mod tests {
     fn shared_hold_with_no_peer_ends_at_the_baseline() {
         let mut m = HostMonitor::new(1, 10);
         m.hold_shared_after_join(50);
-        m.observe(51, &[sector(1, 1, 50, 1), sector(0, 0, 0, 0)]);
+        m.observe_decoded(51, &[sector(1, 1, 50, 1), sector(0, 0, 0, 0)]);
         assert_eq!(m.shared_grant_hold(), None);
     }
 
@@ -1001,12 +1008,12 @@ mod tests {
     fn past_host_dead_follows_the_last_change() {
         // D = 1, W = 10 → dead 18 s after the last change.
         let mut m = HostMonitor::new(1, 10);
-        m.observe(100, &[sector(1, 1, 5, 1), sector(2, 3, 50, 1)]);
-        m.observe(102, &[sector(1, 1, 7, 1), sector(2, 3, 52, 1)]);
+        m.observe_decoded(100, &[sector(1, 1, 5, 1), sector(2, 3, 50, 1)]);
+        m.observe_decoded(102, &[sector(1, 1, 7, 1), sector(2, 3, 52, 1)]);
         let o = m.observation(2).unwrap();
         assert!(!m.past_host_dead(&o, 120));
         assert!(m.past_host_dead(&o, 121));
-        m.observe(130, &[sector(1, 1, 9, 1), sector(2, 0, 0, 1)]);
+        m.observe_decoded(130, &[sector(1, 1, 9, 1), sector(2, 0, 0, 1)]);
         let free = m.observation(2).unwrap();
         assert!(
             !m.past_host_dead(&free, 200),
@@ -1021,9 +1028,9 @@ mod tests {
         s.leader.write_id = 9;
         s.leader.write_generation = 0x55;
         s.leader.write_timestamp = 0x66;
-        assert!(m.observe(1, &[None, None, Some(s)]).is_empty());
+        assert!(m.observe_decoded(1, &[None, None, Some(s)]).is_empty());
         s.set_host_bit(2, true);
-        let n = m.observe(2, &[None, None, Some(s)]);
+        let n = m.observe_decoded(2, &[None, None, Some(s)]);
         assert_eq!(
             n,
             vec![Notification {
@@ -1056,7 +1063,7 @@ mod tests {
             0,
             10
         ));
-        m.observe(100, &[None, sector(2, 3, 50, 1)]);
+        m.observe_decoded(100, &[None, sector(2, 3, 50, 1)]);
         let o = m.observation(2);
         // Never seen changing: dead only after host_dead (8 + 10) since the first check.
         assert!(HostMonitor::shared_holder_live(o, &rec(3, 50), 3, 118, 10));
@@ -1064,7 +1071,7 @@ mod tests {
         // The disk moved on since our monitor looked: alive.
         assert!(HostMonitor::shared_holder_live(o, &rec(3, 52), 3, 119, 10));
         // Monitor saw it free, disk shows it re-joined: alive (stale monitor).
-        m.observe(101, &[None, sector(2, 3, 0, 1)]);
+        m.observe_decoded(101, &[None, sector(2, 3, 0, 1)]);
         assert!(HostMonitor::shared_holder_live(
             m.observation(2),
             &rec(3, 60),

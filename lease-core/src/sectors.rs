@@ -1,153 +1,221 @@
-//! The host sectors of one lockspace read ([`HostSectors`]): `list[i]` is host_id i+1's
-//! delta lease as decoded, `None` when the sector is not a delta lease of the lockspace.
+//! The host sectors of one lockspace read ([`HostSectors`]): host_id i+1's delta lease
+//! is [`HostSectors::get`]`(i)`, read in place in the read's own buffer
+//! ([`DeltaSectorView`]), `None` when that sector is not a delta lease of the lockspace
+//! (another magic or another lockspace name).
 //!
-//! Why a type of its own rather than a `Vec`: a renewal of a 1 MiB area decodes 2,000
-//! sectors into about 900 KiB, every 2·io_timeout, on every lockspace. Allocated fresh,
-//! that is a new mapping each time (glibc maps buffers that large), whose pages are each
-//! faulted in, zeroed, locked (the daemon runs under mlockall) and unmapped again: with
-//! 100 lockspaces about a third of the daemon's CPU. The list's storage goes back to a
-//! small process-wide pool when dropped, wherever that is (the daemon's core consumes
-//! the read), and the next read takes it from there.
+//! Why in place: a renewal of a 1 MiB area reads 2,000 sectors every 2·io_timeout, on
+//! every lockspace, and the host monitor looks at a handful of fields of each. Decoding
+//! each into a record of 456 bytes and copying those into a list of about 900 KiB was
+//! most of a renewal's CPU with 100 lockspaces (decode, copy, zeroing: the profile in
+//! docs/performance.md "Scale"). The read's buffer is shared, not copied, until the
+//! daemon's core has observed it, then it goes back to the I/O engine's pool.
 //!
-//! Invariants: a list taken from the pool is empty (its storage's contents are never
-//! seen again); the pool keeps at most [`POOL_MAX`] lists, and only lists of at least
-//! [`POOL_MIN_LEN`] entries (small reads allocate little). What the pool holds has no
-//! effect on any decision: it is memory only, so the simulators stay deterministic.
+//! Invariants (asserted at construction): every one of the `len()` sectors lies whole
+//! in the buffer, and a sector is at least [`DELTA_SECTOR_MIN`] bytes, so every view
+//! handed out is a whole delta sector. What a view shows is exactly what
+//! [`DeltaSector::decode`] of the same bytes holds (`disk_format::delta` tests and its
+//! fuzz target), so nothing judged from a read depends on which way it was read.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::ops::Deref;
+use std::sync::Arc;
 
-use disk_format::DeltaSector;
+use disk_format::delta::DELTA_SECTOR_MIN;
+use disk_format::leader::DELTA_DISK_MAGIC;
+use disk_format::{DeltaSector, DeltaSectorView, Name};
 
-/// Lists at least this long are recycled (about 110 KiB of entries and more).
-pub const POOL_MIN_LEN: usize = 256;
-/// At most this many lists are kept.
-pub const POOL_MAX: usize = 8;
+/// A read's bytes, owned by whatever the disk returned (the daemon's aligned I/O buffer,
+/// a `Vec` in memory).
+type Bytes = Arc<dyn Deref<Target = [u8]> + Send + Sync>;
 
-type Lists = Vec<Vec<Option<DeltaSector>>>;
-
-static POOL: Mutex<Lists> = Mutex::new(Vec::new());
-
-fn pool() -> MutexGuard<'static, Lists> {
-    POOL.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// An empty list with room for `len` entries from `pool` when it has one (a long
-/// list's storage, its old entries cleared when it was put back).
-fn take(pool: &mut Lists, len: usize) -> Option<Vec<Option<DeltaSector>>> {
-    if len < POOL_MIN_LEN {
-        return None;
-    }
-    let v = pool
-        .iter()
-        .position(|v| v.capacity() >= len)
-        .map(|i| pool.swap_remove(i))?;
-    assert!(v.is_empty(), "a pooled sector list was not emptied");
-    Some(v)
-}
-
-/// Puts `list`'s storage back into `pool`, emptied, if it is long and the pool not full.
-fn put(pool: &mut Lists, mut list: Vec<Option<DeltaSector>>) {
-    if list.capacity() >= POOL_MIN_LEN && pool.len() < POOL_MAX {
-        list.clear();
-        pool.push(list);
-    }
+/// Which sectors are delta leases of the lockspace.
+#[derive(Clone)]
+enum Valid {
+    /// Those with the delta magic and this lockspace name (a read of the disk).
+    Space(Name),
+    /// Those listed (built from decoded records, by tests and simulators).
+    Listed(Vec<bool>),
 }
 
 /// One read's host sectors, from host_id 1 (see the module header).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct HostSectors {
-    list: Vec<Option<DeltaSector>>,
+    bytes: Bytes,
+    sector_bytes: usize,
+    count: usize,
+    valid: Valid,
 }
 
 impl HostSectors {
-    /// An empty list with room for `len` entries, recycled when one is pooled.
-    pub fn with_capacity(len: usize) -> HostSectors {
-        let recycled = if len >= POOL_MIN_LEN {
-            take(&mut pool(), len)
-        } else {
-            None
-        };
+    /// The first `count` sectors of `buf`, each `sector_bytes` long, as read from the
+    /// lockspace `space_name`.
+    ///
+    /// # Panics
+    /// If `buf` is shorter than `count` sectors or a sector shorter than a delta sector:
+    /// callers read whole sectors of a geometry, so either is a caller bug.
+    pub fn of_read<B>(buf: B, sector_bytes: usize, count: usize, space_name: Name) -> HostSectors
+    where
+        B: Deref<Target = [u8]> + Send + Sync + 'static,
+    {
+        assert!(
+            sector_bytes >= DELTA_SECTOR_MIN,
+            "host sectors: a sector of {sector_bytes} bytes cannot hold a delta lease"
+        );
+        assert!(
+            buf.len() / sector_bytes >= count,
+            "host sectors: {count} sectors of {sector_bytes} bytes do not fit in {} bytes",
+            buf.len()
+        );
         HostSectors {
-            list: recycled.unwrap_or_else(|| Vec::with_capacity(len)),
+            bytes: Arc::new(buf),
+            sector_bytes,
+            count,
+            valid: Valid::Space(space_name),
         }
     }
 
-    /// Appends the next host_id's sector.
-    pub fn push(&mut self, sector: Option<DeltaSector>) {
-        self.list.push(sector);
+    /// A read that showed `list` (`None`: a sector that is not a delta lease of the
+    /// lockspace), for tests and simulators that build reads from records.
+    pub fn from_sectors(list: &[Option<DeltaSector>]) -> HostSectors {
+        let mut bytes = vec![0u8; list.len() * DELTA_SECTOR_MIN];
+        for (s, out) in list.iter().zip(bytes.chunks_exact_mut(DELTA_SECTOR_MIN)) {
+            if let Some(s) = s {
+                s.encode_into(out);
+            }
+        }
+        HostSectors {
+            bytes: Arc::new(bytes),
+            sector_bytes: DELTA_SECTOR_MIN,
+            count: list.len(),
+            valid: Valid::Listed(list.iter().map(Option::is_some).collect()),
+        }
+    }
+
+    /// Sectors read (host_ids 1..=len).
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// True for a read of no sector.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Host_id `i + 1`'s sector, if it is a delta lease of the lockspace.
+    pub fn get(&self, i: usize) -> Option<DeltaSectorView<'_>> {
+        if i >= self.count {
+            return None;
+        }
+        let at = i * self.sector_bytes;
+        let view = DeltaSectorView::new(&self.bytes[at..at + self.sector_bytes])
+            .expect("host sectors hold whole delta sectors");
+        let ours = match &self.valid {
+            Valid::Space(name) => view.magic() == DELTA_DISK_MAGIC && view.space_name_is(name),
+            Valid::Listed(listed) => listed[i],
+        };
+        ours.then_some(view)
+    }
+
+    /// Every sector in host_id order ([`HostSectors::get`]).
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = Option<DeltaSectorView<'_>>> + '_ {
+        (0..self.count).map(|i| self.get(i))
+    }
+
+    /// Host_id `i + 1`'s sector decoded, if it is a delta lease of the lockspace.
+    pub fn decoded(&self, i: usize) -> Option<DeltaSector> {
+        self.get(i).map(|v| v.decode())
+    }
+}
+
+impl Default for HostSectors {
+    fn default() -> HostSectors {
+        HostSectors::from_sectors(&[])
     }
 }
 
 impl From<Vec<Option<DeltaSector>>> for HostSectors {
     fn from(list: Vec<Option<DeltaSector>>) -> HostSectors {
-        HostSectors { list }
+        HostSectors::from_sectors(&list)
     }
 }
 
-impl std::ops::Deref for HostSectors {
-    type Target = [Option<DeltaSector>];
-
-    fn deref(&self) -> &[Option<DeltaSector>] {
-        &self.list
+impl std::fmt::Debug for HostSectors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let used = self
+            .iter()
+            .filter(|s| s.is_some_and(|v| v.owner_id() != 0 || v.timestamp() != 0))
+            .count();
+        f.debug_struct("HostSectors")
+            .field("sectors", &self.count)
+            .field("sector_bytes", &self.sector_bytes)
+            .field("used", &used)
+            .finish()
     }
 }
 
-impl Drop for HostSectors {
-    fn drop(&mut self) {
-        if self.list.capacity() >= POOL_MIN_LEN {
-            put(&mut pool(), std::mem::take(&mut self.list));
-        }
+impl PartialEq for HostSectors {
+    /// The same sectors: equal counts, and each sector either not a delta lease of the
+    /// lockspace in both, or the same record and bitmap in both.
+    fn eq(&self, other: &HostSectors) -> bool {
+        self.count == other.count && (0..self.count).all(|i| self.decoded(i) == other.decoded(i))
     }
 }
+
+impl Eq for HostSectors {}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use disk_format::LeaderRecord;
 
-    fn full_list(len: usize) -> Vec<Option<DeltaSector>> {
-        vec![Some(DeltaSector::decode(&[0u8; 512]).unwrap()); len]
-    }
-
-    // On a pool of the test's own: the process-wide one is shared with every other test.
-    #[test]
-    fn a_long_list_is_put_back_emptied_and_taken_again_a_short_one_is_not_kept() {
-        let mut pool = Lists::new();
-        let long = full_list(3000);
-        let ptr = long.as_ptr();
-        put(&mut pool, long);
-        assert_eq!(pool.len(), 1);
-        assert!(
-            take(&mut pool, 3001).is_none(),
-            "a list too short for the read was taken"
-        );
-        assert!(
-            take(&mut pool, 10).is_none(),
-            "a short read took a pooled list"
-        );
-        let again = take(&mut pool, 2000).expect("the pooled list");
-        assert!(again.is_empty(), "a recycled list kept its entries");
-        assert_eq!(again.as_ptr(), ptr, "another storage came back");
-        assert!(pool.is_empty());
-
-        put(&mut pool, full_list(3));
-        assert!(pool.is_empty(), "a 3-entry list was kept");
+    fn record(owner: u64, ts: u64) -> DeltaSector {
+        DeltaSector::from_leader(LeaderRecord {
+            magic: DELTA_DISK_MAGIC,
+            owner_id: owner,
+            owner_generation: 1,
+            timestamp: ts,
+            space_name: Name::new("ls").unwrap(),
+            ..LeaderRecord::ZERO
+        })
     }
 
     #[test]
-    fn the_pool_keeps_at_most_pool_max_lists() {
-        let mut pool = Lists::new();
-        for _ in 0..POOL_MAX + 3 {
-            put(&mut pool, full_list(POOL_MIN_LEN));
-        }
-        assert_eq!(pool.len(), POOL_MAX);
+    fn a_read_shows_only_delta_leases_of_its_lockspace() {
+        let sector = 4096;
+        let mut buf = vec![0u8; 4 * sector];
+        record(1, 10).encode_into(&mut buf[..sector]);
+        let mut other = record(2, 20);
+        other.leader.space_name = Name::new("other").unwrap();
+        other.encode_into(&mut buf[sector..2 * sector]);
+        let mut no_magic = record(3, 30);
+        no_magic.leader.magic = 0;
+        no_magic.encode_into(&mut buf[2 * sector..3 * sector]);
+        record(4, 40).encode_into(&mut buf[3 * sector..]);
+        let s = HostSectors::of_read(buf, sector, 4, Name::new("ls").unwrap());
+        assert_eq!(s.len(), 4);
+        let seen: Vec<Option<u64>> = s.iter().map(|v| v.map(|v| v.timestamp())).collect();
+        assert_eq!(seen, vec![Some(10), None, None, Some(40)]);
+        assert_eq!(s.decoded(3), Some(record(4, 40)));
+        assert!(s.get(4).is_none());
     }
 
     #[test]
-    fn host_sectors_read_as_their_entries() {
-        let mut s = HostSectors::with_capacity(2);
-        s.push(None);
-        s.push(Some(DeltaSector::decode(&[0u8; 512]).unwrap()));
-        assert_eq!(s.len(), 2);
-        assert!(s[0].is_none() && s[1].is_some());
+    fn sectors_built_from_records_read_back_as_those_records() {
+        let list = vec![
+            None,
+            Some(record(2, 5)),
+            Some(DeltaSector::decode(&[0u8; 512]).unwrap()),
+        ];
+        let s = HostSectors::from(list.clone());
+        assert_eq!(s.len(), 3);
+        let back: Vec<Option<DeltaSector>> = (0..3).map(|i| s.decoded(i)).collect();
+        assert_eq!(back, list);
+        assert_eq!(s, HostSectors::from_sectors(&list));
+        assert!(HostSectors::default().is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "do not fit")]
+    fn a_buffer_shorter_than_its_sectors_is_refused() {
+        let _ = HostSectors::of_read(vec![0u8; 1000], 512, 2, Name::EMPTY);
     }
 }

@@ -133,10 +133,10 @@ fn renew_writes_timestamp_event_bitmap_and_sees_others() {
     );
     assert_eq!(d.get(256, 1), vec![0x02]);
     assert_eq!(snap.sectors.len(), 8);
-    let b = snap.sectors[1].unwrap();
+    let b = snap.sectors.decoded(1).unwrap();
     assert_eq!(b.leader.owner_id, 2);
     assert!(
-        snap.sectors[2].is_some(),
+        snap.sectors.get(2).is_some(),
         "free sectors of the lockspace decode"
     );
     assert!(a.last_renewal_ok);

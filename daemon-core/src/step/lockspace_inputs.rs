@@ -11,7 +11,8 @@
 //!   we are fenced → our lease is lost as a corrupt one; a peer fenced → marked in the
 //!   host monitor, only after a preempt the shell confirmed.
 
-use disk_format::{DeltaSector, Geometry};
+use disk_format::Geometry;
+use lease_core::sectors::HostSectors;
 use lease_core::timeouts;
 
 use crate::clients::LeaseHold;
@@ -44,7 +45,7 @@ impl<S, H: LeaseHold> Core<S, H> {
         now_s: u64,
         id: u32,
         read_at_ms: u64,
-        sectors: &[Option<DeltaSector>],
+        sectors: &HostSectors,
         whole_area: bool,
         fx: &mut Vec<Effect<H>>,
     ) {
@@ -57,8 +58,8 @@ impl<S, H: LeaseHold> Core<S, H> {
         if let Some(f) = sp.fence.as_mut() {
             // Our own record is sighted too; no pass judges it.
             for (i, sector) in sectors.iter().enumerate() {
-                if let Some(l) = sector.as_ref().map(|s| &s.leader) {
-                    let record = (l.owner_id, l.owner_generation, l.timestamp);
+                if let Some(v) = sector {
+                    let record = (v.owner_id(), v.owner_generation(), v.timestamp());
                     f.sighted(i as u64 + 1, record, read_at_ms);
                 }
             }
