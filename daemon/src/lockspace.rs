@@ -476,7 +476,8 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, JoinError> {
     } else {
         None
     };
-    // A ring of its own: client-driven I/O never queues in front of renewals.
+    // A ring of its own, driven by this thread (diskio `EngineKind::Inline`): client-driven
+    // I/O never queues in front of renewals, and a renewal's I/O needs no other thread.
     // With the rights of the client that added it (`crate::access`). A disk that cannot
     // be opened is -ENODEV, whatever the reason, as sanlock answers (so a missing path
     // and one the client may not open look the same); the log says why.
@@ -484,7 +485,7 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, JoinError> {
         space.added_by.as_ref(),
         std::path::Path::new(&space.path),
         crate::access::Need::Write,
-        EngineKind::OwnRing,
+        EngineKind::Inline,
     )?;
     // Read now, while the storage answered the open: on an unreachable hard-mounted NFS
     // server statfs would block.
@@ -848,8 +849,11 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
     let first = space
         .joined
         .set(JoinedDisk {
+            // Other threads' reads of the lockspace (an acquire's owner checks and
+            // confirmations, set_host) go through the shared ring: the inline ring is
+            // this thread's.
             disk: BlockingDisk {
-                disk: bdisk.disk.clone(),
+                disk: bdisk.disk.on_engine(EngineKind::SharedRing),
                 abort: Arc::new(AtomicBool::new(false)),
             },
             params: params.clone(),

@@ -2,9 +2,11 @@
 //! (O_DIRECT | O_SYNC) driven by an engine.
 //!
 //! Engines: io_uring (default where available): each I/O is a READ/WRITE linked to a
-//! LINK_TIMEOUT on a ring driven by one thread (see `sys::uring`); the daemon gives each
-//! lockspace a ring of its own ([`EngineKind::OwnRing`]) so client I/O never queues in
-//! front of renewals, resource I/O shares one. Fallback (or `LOCKD_IO_ENGINE=threads`):
+//! LINK_TIMEOUT on a ring (see `sys::uring`). Resource I/O shares one ring driven by a
+//! thread of its own; each lockspace's renewals run on a ring of their own driven by the
+//! renewal thread itself ([`EngineKind::Inline`]), so client I/O never queues in front of
+//! renewals and a renewal's I/O needs no hand-off to another thread. Fallback (or
+//! `LOCKD_IO_ENGINE=threads`):
 //! each I/O runs on its own short-lived worker thread doing one positioned
 //! `pread`/`pwrite`. Either way the caller waits on a channel with a deadline.
 //! Invariants:
@@ -37,7 +39,7 @@ use crate::file::{Access, DirectFile};
 use crate::health::{self, IoTicket, PathHealth};
 use crate::memory::{self, MemoryImage};
 use crate::observe::record;
-use crate::sys::uring::{Completion, Op, Target, UringEngine};
+use crate::sys::uring::{Completion, InlineRing, Op, Target, UringEngine};
 
 /// How much longer than an I/O's timeout its caller waits for the ring's cancellation.
 const CANCEL_GRACE: Duration = Duration::from_millis(200);
@@ -98,7 +100,7 @@ pub struct DirectDisk {
 struct DiskInner {
     backing: Backing,
     inflight: Arc<AtomicUsize>,
-    engine: Option<Arc<UringEngine>>,
+    engine: Option<Engine>,
     /// This path's record in `crate::health`.
     health: Arc<PathHealth>,
 }
@@ -117,8 +119,18 @@ pub enum EngineKind {
     Threads,
     /// The shared io_uring ring (resource I/O).
     SharedRing,
-    /// A ring of its own (a lockspace's renewals).
-    OwnRing,
+    /// A ring of its own, driven by the thread that submits (a lockspace's renewals):
+    /// for a disk one thread does its I/O with; other threads' I/O on it waits for the
+    /// I/O in progress.
+    Inline,
+}
+
+/// A disk's io_uring engine.
+enum Engine {
+    /// A ring driven by a thread of its own (the shared ring).
+    Thread(Arc<UringEngine>),
+    /// A ring driven by the submitting thread ([`EngineKind::Inline`]).
+    Inline(Box<std::sync::Mutex<InlineRing>>),
 }
 
 fn threads_forced() -> bool {
@@ -256,11 +268,10 @@ impl DirectDisk {
         } else {
             match kind {
                 EngineKind::Threads => None,
-                EngineKind::SharedRing => shared_ring(),
-                EngineKind::OwnRing => match UringEngine::new("ls") {
-                    Ok(e) => Some(Arc::new(e)),
-                    Err(_) => None,
-                },
+                EngineKind::SharedRing => shared_ring().map(Engine::Thread),
+                EngineKind::Inline => InlineRing::new()
+                    .ok()
+                    .map(|r| Engine::Inline(Box::new(std::sync::Mutex::new(r)))),
             }
         };
         let file = DirectFile::open_via(path, access, opener).map_err(|e| DirectIoError::Open {
@@ -291,8 +302,33 @@ impl DirectDisk {
             inner: Arc::new(DiskInner {
                 backing: Backing::File(DirectFile::pipe_for_test(reader, &path)),
                 inflight: Arc::new(AtomicUsize::new(0)),
-                engine: shared_ring(),
+                engine: shared_ring().map(Engine::Thread),
                 health: health::of(&path),
+            }),
+        }
+    }
+
+    /// The same open file on another engine, with an in-flight count of its own: a
+    /// lockspace's disk, opened for its renewal thread ([`EngineKind::Inline`]), handed
+    /// to the other threads that read it on the shared ring.
+    pub fn on_engine(&self, kind: EngineKind) -> DirectDisk {
+        let backing = match &self.inner.backing {
+            Backing::File(f) => Backing::File(f.clone()),
+            Backing::Memory(m) => Backing::Memory(m.clone()),
+        };
+        let engine = match (&backing, threads_forced(), kind) {
+            (Backing::Memory(_), _, _) | (_, true, _) | (_, _, EngineKind::Threads) => None,
+            (_, _, EngineKind::SharedRing) => shared_ring().map(Engine::Thread),
+            (_, _, EngineKind::Inline) => InlineRing::new()
+                .ok()
+                .map(|r| Engine::Inline(Box::new(std::sync::Mutex::new(r)))),
+        };
+        DirectDisk {
+            inner: Arc::new(DiskInner {
+                backing,
+                inflight: Arc::new(AtomicUsize::new(0)),
+                engine,
+                health: self.inner.health.clone(),
             }),
         }
     }
@@ -386,9 +422,23 @@ impl DirectDisk {
                 force_async: !file.is_block_device(),
                 ticket: ticket.clone(),
             };
-            let rx = engine
-                .submit(kind, target, offset, buf, timeout)
-                .map_err(failed)?;
+            let rx = match engine {
+                Engine::Thread(engine) => engine
+                    .submit(kind, target, offset, buf, timeout)
+                    .map_err(failed)?,
+                Engine::Inline(ring) => {
+                    // Run to its end (or its deadline) here; the completion waits in
+                    // the returned Pending, as an in-memory image's does.
+                    let done = ring
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .run((kind, target, offset), buf, timeout, timeout + CANCEL_GRACE);
+                    let (tx, rx) = oneshot::channel::<Completion>();
+                    // The receiver is alive (it is returned below).
+                    let _ = tx.send(done);
+                    rx
+                }
+            };
             return Ok(self.pending(rx, op, offset, timeout, ticket));
         }
         let (tx, rx) = oneshot::channel::<Completion>();
@@ -529,18 +579,18 @@ mod tests {
     #[test]
     fn direct_read_write_round_trip_uring() {
         let (_d, path) = scratch(1 << 20);
-        let disk = DirectDisk::open_with(&path, EngineKind::OwnRing).unwrap();
+        let disk = DirectDisk::open_with(&path, EngineKind::Inline).unwrap();
         assert!(
             disk.uses_io_uring(),
             "io_uring must be available on the test machine (kernel.io_uring_disabled = 0)"
         );
-        round_trip(EngineKind::OwnRing);
+        round_trip(EngineKind::Inline);
     }
 
     #[test]
     fn uring_many_concurrent_ios() {
         let (_d, path) = scratch(1 << 20);
-        let disk = DirectDisk::open_with(&path, EngineKind::OwnRing).unwrap();
+        let disk = DirectDisk::open_with(&path, EngineKind::Inline).unwrap();
         let handles: Vec<_> = (0..32u64)
             .map(|i| {
                 let disk = disk.clone();
@@ -597,7 +647,7 @@ mod tests {
 
     #[test]
     fn read_past_end_fails() {
-        for kind in [EngineKind::Threads, EngineKind::OwnRing] {
+        for kind in [EngineKind::Threads, EngineKind::Inline] {
             let (_d, path) = scratch(1 << 20);
             let disk = DirectDisk::open_with(&path, kind).unwrap();
             let e = disk.read(1 << 20, 512, Duration::from_secs(5)).unwrap_err();

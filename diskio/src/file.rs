@@ -53,7 +53,7 @@ pub struct OpenError {
 }
 
 /// A device or file opened with O_DIRECT, and its sizes.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct DirectFile {
     path: PathBuf,
     file: Arc<File>,

@@ -17,7 +17,7 @@ fn installed_memory_disks_serve_every_open() {
     for kind in [
         EngineKind::Threads,
         EngineKind::SharedRing,
-        EngineKind::OwnRing,
+        EngineKind::Inline,
     ] {
         let disk = DirectDisk::open_with(Path::new("/lockd-mem/a"), kind).unwrap();
         assert!(!disk.uses_io_uring());

@@ -29,6 +29,9 @@ use crate::buf::AlignedBuf;
 use crate::health::IoTicket;
 
 const RING_ENTRIES: u32 = 256;
+/// An inline ring has one caller: its I/O, and those given up before it, with their
+/// linked timeouts.
+const INLINE_RING_ENTRIES: u32 = 32;
 const TIMEOUT_BIT: u64 = 1 << 63;
 /// user_data of the eventfd poll; I/O ids stay below it.
 const WAKE_ID: u64 = TIMEOUT_BIT - 1;
@@ -150,23 +153,23 @@ impl UringEngine {
 fn push(
     ring: &mut IoUring,
     id: u64,
-    req: &Req,
+    (op, target, offset): (Op, &Target, u64),
     slot_buf: &mut AlignedBuf,
     ts: &types::Timespec,
 ) -> io::Result<()> {
     let len =
         u32::try_from(slot_buf.len()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let fd = types::Fd(req.target.file.as_raw_fd());
-    let io = match req.op {
+    let fd = types::Fd(target.file.as_raw_fd());
+    let io = match op {
         Op::Read => opcode::Read::new(fd, slot_buf.as_mut_slice().as_mut_ptr(), len)
-            .offset(req.offset)
+            .offset(offset)
             .build(),
         Op::Write => opcode::Write::new(fd, slot_buf.as_slice().as_ptr(), len)
-            .offset(req.offset)
+            .offset(offset)
             .build(),
     }
     .user_data(id)
-    .flags(if req.target.force_async {
+    .flags(if target.force_async {
         squeue::Flags::IO_LINK | squeue::Flags::ASYNC
     } else {
         squeue::Flags::IO_LINK
@@ -188,6 +191,28 @@ fn push(
             .map_err(|_| io::Error::from_raw_os_error(libc::EBUSY))?;
     }
     Ok(())
+}
+
+/// Submits what is queued and waits up to `wait` for a completion. A wait that ends
+/// without one, or is interrupted, is no error; another failure is logged (and followed
+/// by a millisecond's pause, so a broken ring cannot spin).
+fn submit_and_wait_up_to(ring: &mut IoUring, wait: Duration) {
+    let ts = types::Timespec::new()
+        .sec(wait.as_secs())
+        .nsec(wait.subsec_nanos());
+    let args = types::SubmitArgs::new().timespec(&ts);
+    match ring.submitter().submit_with_args(1, &args) {
+        Ok(_) => {}
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+            ) => {}
+        Err(e) => {
+            tracing::error!(error = %e, "io_uring submit failed");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }
 
 /// Arms the multishot poll on the wake eventfd.
@@ -240,7 +265,13 @@ fn ring_loop(mut ring: IoUring, rx: Receiver<Req>, wake: &EventFd, wakeups: &Ato
             );
             let mut req = req;
             let mut buf = std::mem::replace(&mut req.buf, AlignedBuf::zeroed(0));
-            match push(&mut ring, id, &req, &mut buf, &ts) {
+            match push(
+                &mut ring,
+                id,
+                (req.op, &req.target, req.offset),
+                &mut buf,
+                &ts,
+            ) {
                 Ok(()) => {
                     let len = buf.len();
                     slots.insert(
@@ -268,20 +299,7 @@ fn ring_loop(mut ring: IoUring, rx: Receiver<Req>, wake: &EventFd, wakeups: &Ato
         if closed && slots.is_empty() {
             return;
         }
-        let wait = types::Timespec::new().nsec(1_000_000);
-        let args = types::SubmitArgs::new().timespec(&wait);
-        match ring.submitter().submit_with_args(1, &args) {
-            Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
-                ) => {}
-            Err(e) => {
-                tracing::error!(error = %e, "io_uring submit failed");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
+        submit_and_wait_up_to(&mut ring, Duration::from_millis(1));
         let done: Vec<(u64, i32, u32)> = ring
             .completion()
             .map(|c| (c.user_data(), c.result(), c.flags()))
@@ -302,21 +320,7 @@ fn ring_loop(mut ring: IoUring, rx: Receiver<Req>, wake: &EventFd, wakeups: &Ato
             let Some(slot) = slots.remove(&ud) else {
                 continue;
             };
-            let result = if res < 0 {
-                let errno = -res;
-                if errno == libc::ECANCELED || errno == libc::ETIME {
-                    Err(io::Error::from(io::ErrorKind::TimedOut))
-                } else {
-                    Err(io::Error::from_raw_os_error(errno))
-                }
-            } else if res as usize != slot.len {
-                Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!("short i/o: {res} of {} bytes", slot.len),
-                ))
-            } else {
-                Ok(())
-            };
+            let result = io_result(res, slot.len);
             // The caller may have given up; then the buffer is dropped here, after the
             // kernel is done with it (and only now may the file be closed).
             slot.target.inflight.fetch_sub(1, Ordering::SeqCst);
@@ -324,6 +328,211 @@ fn ring_loop(mut ring: IoUring, rx: Receiver<Req>, wake: &EventFd, wakeups: &Ato
             slot.target.ticket.finished(cancelled, slot.timeout);
             let _ = slot.reply.send((result, slot.buf));
             drop(slot.target);
+        }
+    }
+}
+
+/// The result of an I/O of `len` bytes whose CQE carried `res`: a cancellation by its
+/// linked timeout is `TimedOut`, a short transfer an error.
+fn io_result(res: i32, len: usize) -> io::Result<()> {
+    if res < 0 {
+        let errno = -res;
+        if errno == libc::ECANCELED || errno == libc::ETIME {
+            Err(io::Error::from(io::ErrorKind::TimedOut))
+        } else {
+            Err(io::Error::from_raw_os_error(errno))
+        }
+    } else if res as usize != len {
+        Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("short i/o: {res} of {} bytes", len),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// An I/O submitted on an [`InlineRing`] whose CQE has not been reaped.
+struct InlineSlot {
+    buf: AlignedBuf,
+    len: usize,
+    timeout: Duration,
+    target: Target,
+    // Kept alive until the SQEs are submitted (the kernel copies it at prep time).
+    _ts: Box<types::Timespec>,
+}
+
+/// A ring driven by the thread that submits to it, with no thread of its own: for a disk
+/// one thread does all the I/O of (a lockspace's renewal thread). [`InlineRing::run`]
+/// submits one I/O with its linked timeout and waits in the ring for its completion;
+/// the caller's own thread does what the engine thread does for [`UringEngine`], without
+/// the two hand-offs per I/O.
+///
+/// Buffer invariant, as [`UringEngine`]'s: an I/O's buffer stays in the slot table from
+/// submission until its own CQE is reaped. An I/O still not complete when its caller
+/// gives up (a device that ignores the cancellation) is given up by the caller, which gets
+/// a timeout; its slot stays, and is reaped by a later `run` or, when the ring is dropped
+/// first, by a thread that waits for it ([`InlineRing`]'s `Drop`).
+pub(crate) struct InlineRing {
+    /// Always `Some` until dropped.
+    state: Option<InlineState>,
+}
+
+struct InlineState {
+    ring: IoUring,
+    slots: HashMap<u64, InlineSlot>,
+    next_id: u64,
+}
+
+impl InlineRing {
+    /// A ring of its own (fails where io_uring is unavailable).
+    pub(crate) fn new() -> io::Result<InlineRing> {
+        Ok(InlineRing {
+            state: Some(InlineState {
+                ring: IoUring::new(INLINE_RING_ENTRIES)?,
+                slots: HashMap::new(),
+                next_id: 1,
+            }),
+        })
+    }
+
+    /// Runs one I/O, which the kernel cancels after `timeout`: its completion, or a
+    /// timeout when it did not complete within `give_up_after` (its buffer then stays
+    /// with the ring; the completion carries an empty one, and the I/O's ticket is given
+    /// up).
+    pub(crate) fn run(
+        &mut self,
+        io: (Op, Target, u64),
+        buf: AlignedBuf,
+        timeout: Duration,
+        give_up_after: Duration,
+    ) -> Completion {
+        self.state
+            .as_mut()
+            .expect("an inline ring is used only while it lives")
+            .run(io, buf, timeout, give_up_after)
+    }
+
+    /// I/Os submitted and not yet reaped (tests).
+    #[cfg(test)]
+    fn in_flight(&self) -> usize {
+        self.state.as_ref().map_or(0, |s| s.slots.len())
+    }
+}
+
+impl InlineState {
+    fn run(
+        &mut self,
+        (op, target, offset): (Op, Target, u64),
+        buf: AlignedBuf,
+        timeout: Duration,
+        give_up_after: Duration,
+    ) -> Completion {
+        let id = self.next_id;
+        // 1..TIMEOUT_BIT-1, then 1 again: never 0 or a TIMEOUT_BIT id.
+        self.next_id = self.next_id % (TIMEOUT_BIT - 1) + 1;
+        let ts = Box::new(
+            types::Timespec::new()
+                .sec(timeout.as_secs())
+                .nsec(timeout.subsec_nanos()),
+        );
+        let mut buf = buf;
+        if let Err(e) = push(&mut self.ring, id, (op, &target, offset), &mut buf, &ts) {
+            target.inflight.fetch_sub(1, Ordering::SeqCst);
+            target.ticket.finished(false, timeout);
+            return (Err(e), buf);
+        }
+        let ticket = target.ticket.clone();
+        let len = buf.len();
+        self.slots.insert(
+            id,
+            InlineSlot {
+                buf,
+                len,
+                timeout,
+                target,
+                _ts: ts,
+            },
+        );
+        let deadline = std::time::Instant::now() + give_up_after;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                ticket.give_up(timeout);
+                let gone = io::Error::from(io::ErrorKind::TimedOut);
+                return (Err(gone), AlignedBuf::zeroed(0));
+            }
+            submit_and_wait_up_to(&mut self.ring, left);
+            if let Some(done) = self.reap(id) {
+                return done;
+            }
+        }
+    }
+
+    /// Takes every CQE there is; returns I/O `want`'s completion if it was among them.
+    /// Others are I/Os given up earlier: their buffers are dropped now that the kernel is
+    /// done with them.
+    fn reap(&mut self, want: u64) -> Option<Completion> {
+        let done: Vec<(u64, i32)> = self
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        let mut found = None;
+        for (ud, res) in done {
+            if ud & TIMEOUT_BIT != 0 {
+                continue;
+            }
+            let Some(slot) = self.slots.remove(&ud) else {
+                continue;
+            };
+            let result = io_result(res, slot.len);
+            slot.target.inflight.fetch_sub(1, Ordering::SeqCst);
+            let cancelled = matches!(&result, Err(e) if e.kind() == io::ErrorKind::TimedOut);
+            slot.target.ticket.finished(cancelled, slot.timeout);
+            if ud == want {
+                found = Some((result, slot.buf));
+            }
+        }
+        found
+    }
+}
+
+impl Drop for InlineRing {
+    /// I/Os still in the kernel keep their buffers until they complete: a thread takes
+    /// the ring and waits for them; if no thread can be started, ring and buffers are
+    /// leaked rather than freed under the kernel.
+    fn drop(&mut self) {
+        let Some(state) = self.state.take() else {
+            return;
+        };
+        if state.slots.is_empty() {
+            return;
+        }
+        let handed = Arc::new(std::sync::Mutex::new(Some(state)));
+        let theirs = handed.clone();
+        let spawned = crate::spawn_thread("lockd-uring-reap", move || {
+            let taken = theirs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some(mut st) = taken {
+                while !st.slots.is_empty() {
+                    let _ = st.ring.submit_and_wait(1);
+                    let _ = st.reap(0);
+                }
+            }
+        });
+        if spawned.is_err() {
+            tracing::error!(
+                "cannot start a thread to wait for i/o in flight on a closed ring; its \
+                 buffers are leaked"
+            );
+            let left = handed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            std::mem::forget(left);
         }
     }
 }
@@ -435,5 +644,122 @@ mod tests {
             stuck.try_recv().is_err(),
             "the stuck read completed by itself"
         );
+    }
+
+    fn pipe_target(reader: std::io::PipeReader, inflight: &Arc<AtomicUsize>) -> Target {
+        inflight.fetch_add(1, Ordering::SeqCst);
+        Target {
+            file: Arc::new(File::from(std::os::fd::OwnedFd::from(reader))),
+            inflight: inflight.clone(),
+            force_async: false,
+            ticket: IoTicket::new(Default::default()),
+        }
+    }
+
+    /// On an inline ring the caller's own thread sees a read complete, and a stuck read
+    /// cancelled by its linked timeout, with its buffer back.
+    #[test]
+    fn an_inline_ring_completes_and_cancels_on_the_callers_thread() {
+        use std::io::Write;
+        let mut ring = InlineRing::new().unwrap();
+        let inflight = Arc::new(AtomicUsize::new(0));
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        writer.write_all(&[5u8; 512]).unwrap();
+        let t = pipe_target(reader, &inflight);
+        let (res, buf) = ring.run(
+            (Op::Read, t, 0),
+            AlignedBuf::zeroed(512),
+            Duration::from_secs(5),
+            Duration::from_secs(6),
+        );
+        res.expect("read");
+        assert!(buf.as_slice().iter().all(|&b| b == 5));
+        let (stuck, _w) = std::io::pipe().unwrap();
+        let t0 = std::time::Instant::now();
+        let (res, buf) = ring.run(
+            (Op::Read, pipe_target(stuck, &inflight), 0),
+            AlignedBuf::zeroed(512),
+            Duration::from_millis(200),
+            Duration::from_secs(5),
+        );
+        let e = res.expect_err("a stuck read times out");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(buf.len(), 512, "the cancelled read's buffer comes back");
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        assert_eq!(inflight.load(Ordering::SeqCst), 0);
+        assert_eq!(ring.in_flight(), 0);
+    }
+
+    /// A read its caller gives up on before the kernel is done keeps its buffer in the
+    /// ring; a later I/O reaps it when it completes, and a ring dropped with one in
+    /// flight hands it to a thread that waits for it.
+    #[test]
+    fn an_inline_ring_keeps_a_given_up_read_until_it_completes() {
+        use std::io::Write;
+        let mut ring = InlineRing::new().unwrap();
+        let inflight = Arc::new(AtomicUsize::new(0));
+        let (slow, mut slow_w) = std::io::pipe().unwrap();
+        let health = Arc::new(crate::health::PathHealth::default());
+        let mut t = pipe_target(slow, &inflight);
+        t.ticket = IoTicket::new(health.clone());
+        let (res, buf) = ring.run(
+            (Op::Read, t, 0),
+            AlignedBuf::zeroed(512),
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+        );
+        assert_eq!(res.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        assert_eq!(
+            buf.len(),
+            0,
+            "the given-up read's buffer stays with the ring"
+        );
+        assert_eq!(ring.in_flight(), 1);
+        assert_eq!(health.overdue(), 1, "the given-up read is overdue");
+        // It completes; the next I/O reaps it.
+        slow_w.write_all(&[1u8; 512]).unwrap();
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        writer.write_all(&[2u8; 512]).unwrap();
+        let (res, _) = ring.run(
+            (Op::Read, pipe_target(reader, &inflight), 0),
+            AlignedBuf::zeroed(512),
+            Duration::from_secs(5),
+            Duration::from_secs(6),
+        );
+        res.expect("read");
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while ring.in_flight() > 0 && std::time::Instant::now() < deadline {
+            let (r, mut w) = std::io::pipe().unwrap();
+            w.write_all(&[3u8; 512]).unwrap();
+            let (res, _) = ring.run(
+                (Op::Read, pipe_target(r, &inflight), 0),
+                AlignedBuf::zeroed(512),
+                Duration::from_secs(5),
+                Duration::from_secs(6),
+            );
+            res.expect("read");
+        }
+        assert_eq!(ring.in_flight(), 0, "the completed read was reaped");
+        assert_eq!(health.overdue(), 0);
+        // Dropped with a read in flight: a thread waits for it.
+        let (late, mut late_w) = std::io::pipe().unwrap();
+        let (res, _) = ring.run(
+            (Op::Read, pipe_target(late, &inflight), 0),
+            AlignedBuf::zeroed(512),
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+        );
+        assert!(res.is_err());
+        drop(ring);
+        assert_eq!(inflight.load(Ordering::SeqCst), 1);
+        late_w.write_all(&[4u8; 512]).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while inflight.load(Ordering::SeqCst) > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the dropped ring's read was never reaped"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
