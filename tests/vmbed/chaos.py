@@ -658,15 +658,16 @@ def token_violations(events: list[dict], is_sanlock) -> list[str]:
     """Rule 2, tokens: an exclusive grant's lver is its own — until its holder converts it
     to shared, after which other shared holders join it at that lver (a convert to
     exclusive commits a new one); and but for an orphan's adopter, which takes the lease at
-    the orphan's lver on the guest where a holder left it (`orphaned`) before the adoption.
-    `is_sanlock(guest)`: the guest runs sanlock. Pure: from the history's events alone
-    (tests/vmbed/test_chaos_checker.py)."""
+    the orphan's lver on the guest where a holder left it (`orphaned`) before the adoption,
+    or was killed holding it (`sigterm`: a persistent lease outlives its killed holder as
+    an orphan; an adoption succeeds only if there is one). `is_sanlock(guest)`: the guest
+    runs sanlock. Pure: from the history's events alone (tests/vmbed/test_chaos_checker.py)."""
     out: list[str] = []
     seen: dict[tuple[str, int], dict] = {}
     to_shared: dict[tuple[str, int], float] = {}
     orphaned: dict[tuple[str, int, str], float] = {}
     for r in events:
-        if r["event"] == "orphaned" and isinstance(r.get("lver"), int):
+        if r["event"] in ("orphaned", "sigterm") and isinstance(r.get("lver"), int):
             orphaned.setdefault((r["res"], r["lver"], r["guest"]), r["t"])
         if r["event"] != "grant" or "lver" not in r:
             continue
@@ -749,8 +750,11 @@ def check(bed: ChaosBed, faults: list[Fault], healed_at: float, probe_end: float
     # 3. and 4. Kills: a notice first; and only on a faulty host, or of a holder another
     # client asked for the lease with REQUEST (its notice says `requested`).
     noticed: dict[tuple[str, int], str] = {}
-    # Holders run by `lockd acquire -- CMD` have no loss watch to be told through.
-    unwatched = {(r["guest"], r.get("pid", -1)) for r in events if r["event"] == "grant" and r.get("cli")}
+    # Holders run by `lockd acquire -- CMD` have no loss watch to be told through: a
+    # successful REQUEST of their lease by another client since their grant stands for
+    # the `requested` notice.
+    unwatched = {(r["guest"], r.get("pid", -1)): r for r in events if r["event"] == "grant" and r.get("cli")}
+    requests = [r for r in events if r["event"] == "request" and str(r.get("rv")) == "0"]
     for r in events:
         key = (r["guest"], r.get("pid", -1))
         if r["event"] == "notice":
@@ -760,6 +764,11 @@ def check(bed: ChaosBed, faults: list[Fault], healed_at: float, probe_end: float
                 v.violations.append(f"kill before notice: {r['guest']} pid {r.get('pid')} got SIGTERM holding "
                                     f"{r['res']} lver {r['lver']} at {r['t']:.2f}s with no loss notice before")
             requested = noticed.get(key, "").startswith("requested")
+            cli = unwatched.get(key)
+            if cli is not None and cli.get("res") == r.get("res"):
+                requested = requested or any(
+                    q["res"] == r["res"] and cli["t"] <= q["t"] <= r["t"] and
+                    (q["guest"], q.get("pid")) != key for q in requests)
             if not requested and not bed.faulty(idx(r["guest"]), r["t"]):
                 v.false_fences.append(f"{r['guest']}: holder pid {r.get('pid')} killed at {r['t']:.2f}s "
                                       "with no fault of its own")

@@ -106,6 +106,18 @@ class TokenRule(unittest.TestCase):
                      adopt(3.0, "g2", 200, "r1", 5)]
         self.assertEqual(len(chaos.token_violations(elsewhere, no_sanlock)), 1)
 
+    def test_a_persistent_holder_killed_leaves_an_orphan_of_its_own_guest(self) -> None:
+        # Chaos seed 49: a forced REQUEST killed a persistent holder; its lease stayed an
+        # orphan of that guest, adopted there at its lver.
+        def sigterm(t: float, guest: str, pid: int, res: str, lver: int) -> dict:
+            return {"event": "sigterm", "t": t, "guest": guest, "pid": pid, "res": res, "lver": lver}
+        here = [grant(94.1, "g3", 183, "r15", 13), sigterm(97.4, "g3", 183, "r15", 13),
+                adopt(102.8, "g3", 189, "r15", 13)]
+        self.assertEqual(chaos.token_violations(here, no_sanlock), [])
+        there = [grant(94.1, "g3", 183, "r15", 13), sigterm(97.4, "g3", 183, "r15", 13),
+                 adopt(102.8, "g1", 189, "r15", 13)]
+        self.assertEqual(len(chaos.token_violations(there, no_sanlock)), 1)
+
 
 if __name__ == "__main__":
     unittest.main()
