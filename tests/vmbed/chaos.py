@@ -767,8 +767,8 @@ def check(bed: ChaosBed, faults: list[Fault], healed_at: float, probe_end: float
             cli = unwatched.get(key)
             if cli is not None and cli.get("res") == r.get("res"):
                 requested = requested or any(
-                    q["res"] == r["res"] and cli["t"] <= q["t"] <= r["t"] and
-                    (q["guest"], q.get("pid")) != key for q in requests)
+                    q.get("res") == r.get("res") and cli.get("t", r["t"]) <= q.get("t", -1.0) <= r["t"] and
+                    (q.get("guest"), q.get("pid")) != key for q in requests)
             if not requested and not bed.faulty(idx(r["guest"]), r["t"]):
                 v.false_fences.append(f"{r['guest']}: holder pid {r.get('pid')} killed at {r['t']:.2f}s "
                                       "with no fault of its own")
