@@ -14,7 +14,11 @@
 //! in the buffer, and a sector is at least [`DELTA_SECTOR_MIN`] bytes, so every view
 //! handed out is a whole delta sector. What a view shows is exactly what
 //! [`DeltaSector::decode`] of the same bytes holds (`disk_format::delta` tests and its
-//! fuzz target), so nothing judged from a read depends on which way it was read.
+//! fuzz target), so nothing judged from a read depends on which way it was read: no
+//! host looks alive or dead, and no lease free, that did not before. Tried by
+//! `scripts/sim.sh` (every lease-core model and the daemon simulator observe their reads
+//! through this type; their planted bugs, `skip-full-read` among them, are still caught)
+//! and by the chaos bed (docs/testing.md, seeds 48 and 49).
 
 use std::ops::Deref;
 use std::sync::Arc;

@@ -372,7 +372,11 @@ struct InlineSlot {
 /// submission until its own CQE is reaped. An I/O still not complete when its caller
 /// gives up (a device that ignores the cancellation) is given up by the caller, which gets
 /// a timeout; its slot stays, and is reaped by a later `run` or, when the ring is dropped
-/// first, by a thread that waits for it ([`InlineRing`]'s `Drop`).
+/// first, by a thread that waits for it ([`InlineRing`]'s `Drop`). The caller's deadline
+/// is what it was with a ring thread (the I/O's timeout plus the grace), so a stalled
+/// device fails a renewal exactly as soon as before and no later: tried by the PID test
+/// bed's `stall-io` scenario (a FUSE view that stops answering), `daemon/tests/
+/// storage_stall.rs` and the VM bed's pr-kill-daemon, and by the tests below.
 pub(crate) struct InlineRing {
     /// Always `Some` until dropped.
     state: Option<InlineState>,
