@@ -102,6 +102,7 @@ fn acquire(ci: u32, res: &str) -> Input<(), Held> {
             res: vec![spec(res)],
             cmd_flags: 0,
             owner_name: Name::EMPTY,
+            opener: None,
         },
     }
 }

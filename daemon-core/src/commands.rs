@@ -354,6 +354,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 res,
                 cmd_flags,
                 owner_name,
+                opener,
             } => {
                 self.tables.set_owner_name(ci, owner_name);
                 self.cmds.insert(
@@ -361,6 +362,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                     Cmd::Acquire(AcquireCmd {
                         specs: res,
                         cmd_flags,
+                        opener,
                         next: 0,
                         got: Vec::new(),
                         waiting: None,
@@ -545,6 +547,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                 return;
             };
             let flags = a.cmd_flags;
+            let opener = a.opener.clone();
             if !self.space_usable(&spec.ls) {
                 self.acquire_failed(now_s, ci, -ENOSPC, fx);
                 return;
@@ -575,6 +578,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                             want_lver: spec.lver,
                             new_num_hosts: spec.new_num_hosts,
                             cmd_flags: flags,
+                            opener,
                         },
                     });
                     return;
@@ -1329,6 +1333,7 @@ mod tests {
                     res,
                     cmd_flags: 0,
                     owner_name: Name::EMPTY,
+                    opener: None,
                 },
             },
         )
@@ -1689,7 +1694,12 @@ mod tests {
     /// The request's flags and the lease version it requires go to the disk acquire; the
     /// options' name names the client; a busy refusal is noted, a success clears it.
     #[test]
-    fn an_acquire_carries_its_flags_and_lver_to_the_disk_and_names_its_client() {
+    fn an_acquire_carries_its_flags_lver_and_sender_to_the_disk_and_names_its_client() {
+        let sender = || crate::FsCreds {
+            uid: 1000,
+            gid: 1001,
+            groups: vec![6, 1002],
+        };
         let mut c = joined();
         let a = client(&mut c, 10);
         let flags = client_lib::proto::SANLK_ACQUIRE_OWNER_NOWAIT;
@@ -1707,6 +1717,7 @@ mod tests {
                         }],
                         cmd_flags: flags,
                         owner_name: name("vm-7"),
+                        opener: Some(sender()),
                     },
                 },
             )
@@ -1721,12 +1732,14 @@ mod tests {
                         want_lver: Some(7),
                         new_num_hosts: Some(4),
                         cmd_flags,
+                        opener: Some(opener),
                         ..
                     },
                 ..
-            }] if *cmd_flags == flags && *ci == a => *op,
+            }] if *cmd_flags == flags && *ci == a && *opener == sender() => *op,
             other => panic!(
-                "one disk acquire for the client with lver 7, 4 hosts and the flags: {other:?}"
+                "one disk acquire for the client with lver 7, 4 hosts, the flags and the \
+                 sender's credentials: {other:?}"
             ),
         };
         assert_eq!(c.tables.clients.slots[&a].owner_name, name("vm-7"));
@@ -2035,6 +2048,7 @@ mod tests {
                     res: vec![persistent.clone()],
                     cmd_flags: client_lib::proto::SANLK_ACQUIRE_ORPHAN,
                     owner_name: Name::EMPTY,
+                    opener: None,
                 },
             },
         );

@@ -15,7 +15,7 @@ use client_lib::wire;
 use disk_format::Name;
 use lease_core::monitor::Notification;
 
-use crate::clients::{ClientToken, KillPath, Refused};
+use crate::clients::{ClientToken, FsCreds, KillPath, Refused};
 use crate::events::HostEvent;
 use crate::fencing::{FenceAction, FenceVerdict, KeysRead, PeerFenceOutcome};
 use crate::space_state::RenewalRec;
@@ -164,10 +164,13 @@ pub enum CoreRequest {
     /// ACQUIRE of one or more leases, in order; all or none. `owner_name`: the options'
     /// name, which every ACQUIRE gives the client anew (empty included), as sanlock's. A
     /// lease being released here is waited for, up to [`release_wait_s`](crate::release_wait_s) (then -EAGAIN).
+    /// `opener`: the sender's credentials, with which each disk acquire opens the
+    /// lease's disks ([`DiskOp::Acquire`]); None opens with the daemon's own rights.
     Acquire {
         res: Vec<ResSpec>,
         cmd_flags: u32,
         owner_name: Name,
+        opener: Option<FsCreds>,
     },
     /// RELEASE of the named leases, or of all the client's (`all`: `SANLK_REL_ALL`; none
     /// named and not `all` is a successful no-op, as sanlock's); answered after the disk
@@ -290,7 +293,8 @@ pub struct CoreReply {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DiskOp<H> {
     /// Acquire `key`, with the request's `cmd_flags` and the lease version it requires
-    /// (`want_lver`); the completion carries the held lease's state.
+    /// (`want_lver`); the completion carries the held lease's state. The disks are
+    /// opened with `opener`'s rights, the ACQUIRE's sender's (None: the daemon's own).
     Acquire {
         key: Key,
         shared: bool,
@@ -298,6 +302,7 @@ pub enum DiskOp<H> {
         want_lver: Option<u64>,
         new_num_hosts: Option<u64>,
         cmd_flags: u32,
+        opener: Option<FsCreds>,
     },
     /// Release `key`, held as `held` on `disks`; when `rename` is given, a leader this
     /// host clears is written with that name (`SANLK_REL_RENAME`). The completion's

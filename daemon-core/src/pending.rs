@@ -10,7 +10,7 @@
 
 use disk_format::Name;
 
-use crate::clients::ClientToken;
+use crate::clients::{ClientToken, FsCreds};
 use crate::io::{OpId, ReqKind, ResSpec};
 use crate::tables::Key;
 
@@ -32,6 +32,8 @@ pub(crate) enum Cmd {
 pub(crate) struct AcquireCmd {
     pub specs: Vec<ResSpec>,
     pub cmd_flags: u32,
+    /// The sender's credentials, for each disk acquire's opens.
+    pub opener: Option<FsCreds>,
     /// The next spec to acquire.
     pub next: usize,
     /// The leases taken so far (holders in the table, not yet the client's tokens).

@@ -1,5 +1,5 @@
-//! Storage opened with the client's own rights: who sent the command being run
-//! ([`Caller`], [`current`]) and [`open_disk`].
+//! Storage opened with the client's own rights: who sent a command ([`Caller`]) and
+//! [`open_disk`].
 //!
 //! The daemon runs as root; its socket is open to group `sanlock`. A path a client names
 //! (WRITE/READ_LOCKSPACE, WRITE/READ_RESOURCE, READ_RESOURCE_OWNERS, ALIGN, the rindex
@@ -9,11 +9,17 @@
 //! daemon then does its I/O through the fd that open returned. The credentials are the
 //! ones the kernel recorded when the client connected (`SO_PEERCRED`, `SO_PEERGROUPS`).
 //!
+//! The caller is data, never the thread's: every open names whose rights it uses. A
+//! handler gets the sender's [`Caller`] from `crate::dispatch`; a disk acquire gets it from
+//! the core (`DiskOp::Acquire::opener`, the ACQUIRE's sender, on whichever thread runs
+//! it); a release, convert or examine from the held lease (`Held::opened_by`); a
+//! lockspace's thread from the lockspace (`Space::added_by`).
+//!
 //! Invariants:
-//! - while a command of a non-root client runs, every lease-storage open on that worker
-//!   thread goes through [`open_disk`] and is checked by the kernel as that client's
-//!   open(2) would be: no more right than the client has, and the same errors (a path
-//!   under a directory it cannot search is EACCES whether or not the file exists, so
+//! - every lease-storage open for a command of a non-root client goes through
+//!   [`open_disk`] with that client as the caller and is checked by the kernel as that
+//!   client's open(2) would be: no more right than the client has, and the same errors (a
+//!   path under a directory it cannot search is EACCES whether or not the file exists, so
 //!   nothing about the directory's contents leaks);
 //! - a command that only reads opens read-only (read permission suffices); one that may
 //!   write opens read-write (write permission needed);
@@ -26,7 +32,6 @@
 //! The uid rules of the commands (who may remove a lockspace, signal holders, shut down)
 //! are in `crate::permit`.
 
-use std::cell::RefCell;
 use std::path::Path;
 
 use lockd_diskio::{Access, DirectDisk, DirectIoError, EngineKind};
@@ -72,34 +77,23 @@ impl Caller {
     pub fn is_root(&self) -> bool {
         self.creds.uid == 0
     }
-}
 
-thread_local! {
-    /// The caller of the command this worker thread is running, if any.
-    static CURRENT: RefCell<Option<Caller>> = const { RefCell::new(None) };
-}
-
-/// While alive, storage opens on this thread are made as the caller it was made for.
-pub(crate) struct Scope {
-    previous: Option<Caller>,
-}
-
-/// Runs the rest of a command as `caller` (until the returned guard is dropped).
-pub(crate) fn enter(caller: Caller) -> Scope {
-    let previous = CURRENT.with(|c| c.borrow_mut().replace(caller));
-    Scope { previous }
-}
-
-impl Drop for Scope {
-    fn drop(&mut self) {
-        let previous = self.previous.take();
-        CURRENT.with(|c| *c.borrow_mut() = previous);
+    /// Root: opens with the daemon's own rights (the daemon's tests, which call the
+    /// handlers directly).
+    pub fn root() -> Caller {
+        Caller {
+            creds: FsCreds {
+                uid: 0,
+                gid: 0,
+                groups: Vec::new(),
+            },
+        }
     }
-}
 
-/// The caller of the command running on this thread (None outside commands).
-pub(crate) fn current() -> Option<Caller> {
-    CURRENT.with(|c| c.borrow().clone())
+    /// The caller whose credentials the core carried (`DiskOp::Acquire::opener`).
+    pub fn from_creds(creds: FsCreds) -> Caller {
+        Caller { creds }
+    }
 }
 
 /// What a command does with a disk it opens.
@@ -111,18 +105,8 @@ pub enum Need {
     Write,
 }
 
-/// Opens lease storage named by the caller of the command running on this thread, with
-/// that caller's rights (see the module header).
-pub(crate) fn open_disk(
-    path: &Path,
-    need: Need,
-    kind: EngineKind,
-) -> Result<DirectDisk, DirectIoError> {
-    open_disk_as(current().as_ref(), path, need, kind)
-}
-
 /// Opens lease storage as `caller` (the daemon's own rights for None or root).
-pub(crate) fn open_disk_as(
+pub(crate) fn open_disk(
     caller: Option<&Caller>,
     path: &Path,
     need: Need,
@@ -141,31 +125,4 @@ pub(crate) fn open_disk_as(
     DirectDisk::open_via(path, access, kind, |p, a| {
         sys::with_fs_creds(creds, || lockd_diskio::open_direct(p, a))?
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn scope_sets_and_restores_the_caller() {
-        let who = |uid| Caller {
-            creds: FsCreds {
-                uid,
-                gid: uid,
-                groups: vec![],
-            },
-        };
-        assert_eq!(current(), None);
-        {
-            let _a = enter(who(1000));
-            assert_eq!(current().map(|c| c.uid()), Some(1000));
-            {
-                let _b = enter(who(0));
-                assert_eq!(current().map(|c| c.uid()), Some(0));
-            }
-            assert_eq!(current().map(|c| c.uid()), Some(1000));
-        }
-        assert_eq!(current(), None);
-    }
 }

@@ -26,7 +26,7 @@ use lease_core::paxos::{self, Mode, ResourceParams};
 use lease_core::LeaseError;
 use tracing::info;
 
-use crate::access::{self, Need};
+use crate::access::{self, Caller, Need};
 use crate::inuse::InUse;
 use crate::state::Daemon;
 use lockd_diskio::{BlockingDisk, DirectDisk, DirectIoError, EngineKind};
@@ -121,18 +121,27 @@ impl AdminError {
 
 /// Opens a disk a client named, with that client's rights (`crate::access`): read-only
 /// for a non-root client when `need` is [`Need::Read`].
-pub(crate) fn open(disk: &wire::DiskLocation, need: Need) -> Result<DirectDisk, AdminError> {
+pub(crate) fn open(
+    caller: &Caller,
+    disk: &wire::DiskLocation,
+    need: Need,
+) -> Result<DirectDisk, AdminError> {
     let path = disk.path.to_text();
     if path.is_empty() {
         return Err(AdminError::Invalid("the disk path is empty"));
     }
-    access::open_disk(Path::new(&path), need, EngineKind::SharedRing).map_err(AdminError::Open)
+    access::open_disk(Some(caller), Path::new(&path), need, EngineKind::SharedRing)
+        .map_err(AdminError::Open)
 }
 
 /// Opens a lockspace's disk: an empty path or a disk that cannot be opened is -ENODEV,
 /// as sanlock's WRITE_LOCKSPACE and READ_LOCKSPACE answer.
-fn open_lockspace_disk(disk: &wire::DiskLocation, need: Need) -> Result<DirectDisk, AdminError> {
-    open(disk, need).map_err(|e| AdminError::LockspaceDisk(Box::new(e)))
+fn open_lockspace_disk(
+    caller: &Caller,
+    disk: &wire::DiskLocation,
+    need: Need,
+) -> Result<DirectDisk, AdminError> {
+    open(caller, disk, need).map_err(|e| AdminError::LockspaceDisk(Box::new(e)))
 }
 
 /// Sector size and align size asked for in API flags, each `None` when not given (as
@@ -210,14 +219,15 @@ fn format_geometry(disk: &DirectDisk, flags: u32) -> Result<Geometry, AdminError
 
 /// ALIGN: the default area size for the disk (1 MiB for 512-byte sectors, 8 MiB for 4K),
 /// which is the reply's result.
-pub fn align(disk: &wire::DiskLocation) -> Result<i32, AdminError> {
-    let d = open(disk, Need::Read)?;
+pub fn align(caller: &Caller, disk: &wire::DiskLocation) -> Result<i32, AdminError> {
+    let d = open(caller, disk, Need::Read)?;
     Ok(Geometry::default_for(device_sector_size(&d)?).align_bytes() as i32)
 }
 
 /// WRITE_LOCKSPACE: format a lockspace area (two-step, as sanlock).
 pub fn write_lockspace(
     d: &Daemon,
+    caller: &Caller,
     ls: &wire::Lockspace,
     io_timeout: u32,
 ) -> Result<(), AdminError> {
@@ -228,7 +238,7 @@ pub fn write_lockspace(
         return Err(AdminError::NotSupported("NO_TIMEOUT lockspaces"));
     }
     // An empty name is formatted as sanlock does (it is a name like any other on disk).
-    let disk = open_lockspace_disk(&ls.host_id_disk, Need::Write)?;
+    let disk = open_lockspace_disk(caller, &ls.host_id_disk, Need::Write)?;
     let g = format_geometry(&disk, ls.flags)?;
     let io = if io_timeout == 0 {
         d.cfg.io_timeout_s
@@ -271,8 +281,12 @@ fn read_leader_sector(
 /// the record's io_timeout. As sanlock: the record is read in units of the requested sector
 /// size (the storage's block size when none is given), so a sector size the storage
 /// cannot do is -EINVAL; the leader's own sizes are not compared with the request.
-pub fn read_lockspace(d: &Daemon, ls: &mut wire::Lockspace) -> Result<u32, AdminError> {
-    read_lockspace_record(d, ls).map(|rec| u32::from(rec.io_timeout))
+pub fn read_lockspace(
+    d: &Daemon,
+    caller: &Caller,
+    ls: &mut wire::Lockspace,
+) -> Result<u32, AdminError> {
+    read_lockspace_record(d, caller, ls).map(|rec| u32::from(rec.io_timeout))
 }
 
 /// READ_LOCKSPACE_HOST (5.x): as READ_LOCKSPACE (the io_timeout), plus the host's delta
@@ -280,9 +294,10 @@ pub fn read_lockspace(d: &Daemon, ls: &mut wire::Lockspace) -> Result<u32, Admin
 /// flags 0, as sanlock 5.1.1 answers).
 pub fn read_lockspace_host(
     d: &Daemon,
+    caller: &Caller,
     ls: &mut wire::Lockspace,
 ) -> Result<(u32, wire::Host), AdminError> {
-    let rec = read_lockspace_record(d, ls)?;
+    let rec = read_lockspace_record(d, caller, ls)?;
     let host = wire::Host {
         host_id: rec.owner_id,
         generation: rec.owner_generation,
@@ -309,6 +324,7 @@ pub fn read_lockspace_host(
 /// with SANLK_WRONG_CAW.
 pub fn init_lockspace_host(
     d: &Daemon,
+    caller: &Caller,
     ls: &wire::Lockspace,
     req: &LeaderRecord,
     io_timeout: u32,
@@ -321,7 +337,7 @@ pub fn init_lockspace_host(
         return Err(AdminError::Invalid("host_id 0"));
     }
     let mut probe = ls.clone();
-    let old = read_lockspace_record(d, &mut probe)?;
+    let old = read_lockspace_record(d, caller, &mut probe)?;
     old.check_writable(LeaderKind::Delta)
         .map_err(AdminError::Record)?;
     let g = Geometry::from_leader(old.sector_size, old.flags).map_err(AdminError::Record)?;
@@ -349,7 +365,7 @@ pub fn init_lockspace_host(
     if !allowed {
         return Err(AdminError::Busy("the host's delta lease may be in use"));
     }
-    let disk = open_lockspace_disk(&ls.host_id_disk, Need::Write)?;
+    let disk = open_lockspace_disk(caller, &ls.host_id_disk, Need::Write)?;
     let io = if io_timeout == 0 {
         d.cfg.io_timeout_s
     } else {
@@ -383,8 +399,12 @@ pub fn init_lockspace_host(
 /// Reads and verifies the delta lease of `ls.host_id` (1 when 0) at `ls`'s disk, and
 /// fills in `ls`'s name and flags (geometry, and 5.x's NO_TIMEOUT / USING_CAW from the
 /// record, as sanlock 5.1.1 reports them).
-fn read_lockspace_record(d: &Daemon, ls: &mut wire::Lockspace) -> Result<LeaderRecord, AdminError> {
-    let disk = open_lockspace_disk(&ls.host_id_disk, Need::Read)?;
+fn read_lockspace_record(
+    d: &Daemon,
+    caller: &Caller,
+    ls: &mut wire::Lockspace,
+) -> Result<LeaderRecord, AdminError> {
+    let disk = open_lockspace_disk(caller, &ls.host_id_disk, Need::Read)?;
     let (req_sector, _) = requested_sizes(ls.flags)?;
     let unit = req_sector.unwrap_or(disk.io_block());
     let timeout = Duration::from_secs(u64::from(d.cfg.io_timeout_s));
@@ -428,6 +448,7 @@ fn read_lockspace_record(d: &Daemon, ls: &mut wire::Lockspace) -> Result<LeaderR
 /// a lease with `write_resource(b"", b"", disks, clear=True)`).
 pub fn write_resource(
     d: &Daemon,
+    caller: &Caller,
     res: &wire::Resource,
     num_hosts: u32,
     clear: bool,
@@ -438,7 +459,7 @@ pub fn write_resource(
     // Every disk checked before any is written.
     let mut planned = Vec::with_capacity(res.disks.len());
     for wd in &res.disks {
-        let disk = open(wd, Need::Write)?;
+        let disk = open(caller, wd, Need::Write)?;
         let g = format_geometry(&disk, res.head.flags)?;
         let off = wd.offset;
         // The area is written in one I/O of align bytes, so only the offset must suit the
@@ -481,9 +502,13 @@ pub fn write_resource(
 }
 
 /// READ_RESOURCE: fills names, lver and geometry flags from the leader.
-pub fn read_resource(d: &Daemon, res: &mut wire::Resource) -> Result<(), AdminError> {
+pub fn read_resource(
+    d: &Daemon,
+    caller: &Caller,
+    res: &mut wire::Resource,
+) -> Result<(), AdminError> {
     let wd = first_disk(res)?;
-    let disk = open(wd, Need::Read)?;
+    let disk = open(caller, wd, Need::Read)?;
     // As sanlock: the requested sector size, else 4 KiB (enough for either size).
     let unit = requested_sizes(res.head.flags)?.0.unwrap_or(4096);
     let timeout = Duration::from_secs(u64::from(d.cfg.io_timeout_s));
@@ -512,10 +537,11 @@ fn first_disk(res: &wire::Resource) -> Result<&wire::DiskLocation, AdminError> {
 /// READ_RESOURCE_OWNERS: the resource (names, lver, SHARED flag) and its holders.
 pub fn read_resource_owners(
     d: &Daemon,
+    caller: &Caller,
     res: &wire::Resource,
 ) -> Result<(wire::ResourceHead, Vec<wire::Host>), AdminError> {
     let wd = first_disk(res)?;
-    let disk = open(wd, Need::Read)?;
+    let disk = open(caller, wd, Need::Read)?;
     let timeout = Duration::from_secs(u64::from(d.cfg.io_timeout_s));
     // As sanlock's read_resource_owners: read the area with the requested sizes (512 and
     // the old-rule align when not given); a requested size the leader does not have is

@@ -94,15 +94,25 @@ pub(crate) fn get_lockspaces(d: &Arc<Daemon>, h: &Header) -> Reply {
     Reply::with(h, 0, list.len() as u32, &p)
 }
 
-pub(crate) fn read_resource(d: &Arc<Daemon>, h: &Header, mut res: wire::Resource) -> Reply {
-    let rv = admin::read_resource(d, &mut res).map_or_else(|e| e.refused(h.cmd), |()| 0);
+pub(crate) fn read_resource(
+    d: &Arc<Daemon>,
+    caller: &Caller,
+    h: &Header,
+    mut res: wire::Resource,
+) -> Reply {
+    let rv = admin::read_resource(d, caller, &mut res).map_or_else(|e| e.refused(h.cmd), |()| 0);
     let mut p = Vec::new();
     res.head.encode_into(&mut p);
     Reply::with(h, rv, 0, &p)
 }
 
-pub(crate) fn read_resource_owners(d: &Arc<Daemon>, h: &Header, res: &wire::Resource) -> Reply {
-    match admin::read_resource_owners(d, res) {
+pub(crate) fn read_resource_owners(
+    d: &Arc<Daemon>,
+    caller: &Caller,
+    h: &Header,
+    res: &wire::Resource,
+) -> Reply {
+    match admin::read_resource_owners(d, caller, res) {
         Ok((head, hosts)) => {
             let mut p = Vec::new();
             head.encode_into(&mut p);
@@ -141,6 +151,7 @@ pub(crate) fn metrics(d: &Arc<Daemon>, h: &Header) -> Reply {
 /// its end (`Input::RequestWritten`).
 pub(crate) fn request(
     d: &Arc<Daemon>,
+    caller: &Caller,
     ci: u32,
     r: &wire::Resource,
     h: &Header,
@@ -170,7 +181,7 @@ pub(crate) fn request(
         other => panic!("REQUEST gave effects other than its write or refusal: {other:?}"),
     };
     let space = d.find_space(&r.head.lockspace_name);
-    let written = paxos::request(space.as_deref(), r, force_mode, next);
+    let written = paxos::request(caller, space.as_deref(), r, force_mode, next);
     let result = match &written {
         Ok(owner) => Ok(*owner),
         Err(e) => Err(e.code()),
@@ -437,9 +448,9 @@ fn client_cmd(
     // ACQUIRE: the shell's check of the sender's rights, then the core (which ends the
     // command whatever it answers); a refused check is ended by `registered_cmd`.
     let acquire = |resources: &[wire::Resource], options: &wire::Options| match check_rights_to_hold(
-        d, resources,
+        d, caller, resources,
     ) {
-        Ok(()) => in_core(acquire_request(h, resources, options)).0,
+        Ok(()) => in_core(acquire_request(caller, h, resources, options)).0,
         Err(e) => CmdOutcome::answer(code(Err(e))),
     };
     match req {
@@ -452,14 +463,14 @@ fn client_cmd(
             let mut out = acquire(&resources, &options);
             let rv = out.rv;
             if let (true, Some(r)) = (rv < 0, resources.first()) {
-                if let Some(payload) = acquire2_owner(d, r) {
+                if let Some(payload) = acquire2_owner(d, caller, r) {
                     out.data2 = h.data2;
                     out.payload = payload;
                 }
             }
             out
         }
-        Request::Release(what) => match release_request(d, what) {
+        Request::Release(what) => match release_request(d, caller, what) {
             Ok(ReleasePlan::Core(req)) => in_core(req).0,
             // As sanlock: a release of orphans answers how many it released.
             Ok(ReleasePlan::OrphansReleased(n)) => {
@@ -491,15 +502,15 @@ fn client_cmd(
 /// host holds the lease): a `sanlk_host` (owner host_id, generation, the leader's
 /// timestamp, io_timeout 0, the owner's state in our view) and its 48-byte host name.
 /// `None` when nobody else holds it (then the reply is the bare result).
-fn acquire2_owner(d: &Arc<Daemon>, r: &wire::Resource) -> Option<Vec<u8>> {
-    let info = crate::watch::leader(d, r).ok()?;
+fn acquire2_owner(d: &Arc<Daemon>, caller: &Caller, r: &wire::Resource) -> Option<Vec<u8>> {
+    let info = crate::watch::leader(d, caller, r).ok()?;
     let ours = d
         .find_space(&r.head.lockspace_name)
         .is_some_and(|s| s.host_id == info.host_id);
     if info.host_id == 0 || ours {
         return None;
     }
-    let timestamp = crate::admin::read_resource_owners(d, r)
+    let timestamp = crate::admin::read_resource_owners(d, caller, r)
         .ok()
         .and_then(|(_, owners)| owners.first().map(|o| o.timestamp))
         .unwrap_or(0);
@@ -537,11 +548,17 @@ fn resolve_target(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> Result<u32, Lease
 /// client anew from its options, an empty name included, as sanlock does (`sanlock
 /// client command` leaves its client with no name in STATUS); the core sets or clears
 /// its waiting mark (STATUS `waiting=`).
-fn acquire_request(h: &Header, wanted: &[wire::Resource], opt: &wire::Options) -> CoreRequest {
+fn acquire_request(
+    caller: &Caller,
+    h: &Header,
+    wanted: &[wire::Resource],
+    opt: &wire::Options,
+) -> CoreRequest {
     CoreRequest::Acquire {
         res: wanted.iter().map(paxos::res_spec).collect(),
         cmd_flags: h.cmd_flags,
         owner_name: opt.owner_name,
+        opener: Some(caller.creds.clone()),
     }
 }
 
@@ -551,11 +568,12 @@ fn acquire_request(h: &Header, wanted: &[wire::Resource], opt: &wire::Options) -
 /// lockspace that is not joined answers first.
 pub(crate) fn check_rights_to_hold(
     d: &Arc<Daemon>,
+    caller: &Caller,
     wanted: &[wire::Resource],
 ) -> Result<(), LeaseCmdError> {
-    let Some(caller) = access::current().filter(|c| !c.is_root()) else {
+    if caller.is_root() {
         return Ok(());
-    };
+    }
     for r in wanted {
         lockspace::joined(d, &r.head.lockspace_name)?;
         if r.disks.is_empty() {
@@ -564,8 +582,8 @@ pub(crate) fn check_rights_to_hold(
         // Every disk of a lease on several (client_privileges.rs, "acquire own and
         // victim"): a disk it may not open is not one it may hold a lease on.
         for disk in &r.disks {
-            access::open_disk_as(
-                Some(&caller),
+            access::open_disk(
+                Some(caller),
                 std::path::Path::new(&disk.path.to_text()),
                 access::Need::Write,
                 lockd_diskio::EngineKind::SharedRing,
@@ -587,16 +605,19 @@ enum ReleasePlan {
 /// RELEASE: the shell's checks, then the release the core runs (it takes the client's
 /// tokens, asks for the disk releases of the leases' last holders and answers when they
 /// ended) — or, for `SANLK_REL_ORPHAN`, the orphans released, after the uid check.
-fn release_request(d: &Arc<Daemon>, what: ReleaseWhat) -> Result<ReleasePlan, LeaseCmdError> {
+fn release_request(
+    d: &Arc<Daemon>,
+    caller: &Caller,
+    what: ReleaseWhat,
+) -> Result<ReleasePlan, LeaseCmdError> {
     let (keys, all, rename) = match what {
         ReleaseWhat::All => (Vec::new(), true, None),
         ReleaseWhat::Orphans(r) => {
             // Orphans have no client left to own them: releasing them is for whoever may
             // manage their lockspace (the uid rules of `crate::access`).
-            let refused = access::current().is_some_and(|caller| {
-                d.find_space(&r.lockspace_name)
-                    .is_some_and(|s| !permit::may_manage_space(d, &caller, &s, false))
-            });
+            let refused = d
+                .find_space(&r.lockspace_name)
+                .is_some_and(|s| !permit::may_manage_space(d, caller, &s, false));
             if refused {
                 return Err(LeaseCmdError::NotPermitted(
                     "release of orphans: not allowed for this uid (client_privileges = \"uid\")",

@@ -31,7 +31,7 @@ use client_lib::wire::{self, Header, Rentry, HEADER_LEN};
 use disk_format::Name;
 use tracing::{debug, info, warn};
 
-use crate::access::{self, Caller};
+use crate::access::Caller;
 use crate::admin::AdminError;
 use crate::cmd_error::LeaseCmdError;
 use crate::rindex::RindexCmdError;
@@ -104,9 +104,9 @@ pub(crate) fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
         data2 = h.data2,
         "command"
     );
-    // Every storage open until the reply is made with the sender's rights.
+    // Every storage open for the command is made with the sender's rights: its handler
+    // is given `caller`.
     let caller = Caller::of(conn);
-    let _as_caller = access::enter(caller.clone());
     if request::is_client_cmd(h.cmd) {
         cmd::registered_cmd(d, conn, h, &caller);
         return After::Keep;
@@ -122,7 +122,7 @@ pub(crate) fn dispatch(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> After {
                 );
                 refuse_uid(conn, h, rv)
             }
-            None => handle(d, conn, h, req),
+            None => handle(d, conn, &caller, h, req),
         },
         Err(e) => refuse(conn, h, &e),
     }
@@ -246,7 +246,7 @@ fn send(conn: &mut Conn, reply: Reply, after: After) -> After {
     after
 }
 
-fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
+fn handle(d: &Arc<Daemon>, conn: &mut Conn, caller: &Caller, h: &Header, req: Request) -> After {
     use crate::{admin, lockspace, rindex, watch};
     let rv = match req {
         Request::Register => {
@@ -275,13 +275,17 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
         Request::SetEvent(ls, he) => {
             space_code(h, lockspace::set_event(d, conn.ci, &ls, &he, h.cmd_flags))
         }
-        Request::AddLockspace(ls) => space_code(h, lockspace::add(d, &ls, h.data, h.cmd_flags)),
+        Request::AddLockspace(ls) => {
+            space_code(h, lockspace::add(d, caller, &ls, h.data, h.cmd_flags))
+        }
         Request::InqLockspace(ls) => space_code(h, lockspace::inq(d, &ls, h.cmd_flags)),
         Request::RemLockspace(ls) => space_code(h, lockspace::rem(d, conn.ci, &ls, h.cmd_flags)),
-        Request::Align(disk) => admin::align(&disk).unwrap_or_else(|e| e.refused(h.cmd)),
-        Request::WriteLockspace(ls) => admin_code(h, admin::write_lockspace(d, &ls, h.data2)),
+        Request::Align(disk) => admin::align(caller, &disk).unwrap_or_else(|e| e.refused(h.cmd)),
+        Request::WriteLockspace(ls) => {
+            admin_code(h, admin::write_lockspace(d, caller, &ls, h.data2))
+        }
         Request::ReadLockspace(mut ls) => {
-            let (rv, io_timeout) = match admin::read_lockspace(d, &mut ls) {
+            let (rv, io_timeout) = match admin::read_lockspace(d, caller, &mut ls) {
                 Ok(io_timeout) => (0, io_timeout),
                 Err(e) => (e.refused(h.cmd), 0),
             };
@@ -292,7 +296,7 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
             );
         }
         Request::ReadLockspaceHost(mut ls) => {
-            let (rv, io_timeout, host) = match admin::read_lockspace_host(d, &mut ls) {
+            let (rv, io_timeout, host) = match admin::read_lockspace_host(d, caller, &mut ls) {
                 Ok((io_timeout, host)) => (0, io_timeout, host),
                 Err(e) => (e.refused(h.cmd), 0, wire::Host::default()),
             };
@@ -302,17 +306,27 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
         }
         Request::SetHost(ls, host) => space_code(h, lockspace::set_host(d, &ls, &host, h.data)),
         Request::InitLockspaceHost(ls, rec) => {
-            admin_code(h, admin::init_lockspace_host(d, &ls, &rec, h.data2))
+            admin_code(h, admin::init_lockspace_host(d, caller, &ls, &rec, h.data2))
         }
         Request::WriteResource(res) => admin_code(
             h,
-            admin::write_resource(d, &res, h.data, h.cmd_flags & SANLK_WRITE_CLEAR != 0),
+            admin::write_resource(
+                d,
+                caller,
+                &res,
+                h.data,
+                h.cmd_flags & SANLK_WRITE_CLEAR != 0,
+            ),
         ),
         Request::ReadResource(res) => {
-            return send(conn, cmd::read_resource(d, h, res), After::Keep);
+            return send(conn, cmd::read_resource(d, caller, h, res), After::Keep);
         }
         Request::ReadResourceOwners(res) => {
-            return send(conn, cmd::read_resource_owners(d, h, &res), After::Keep);
+            return send(
+                conn,
+                cmd::read_resource_owners(d, caller, h, &res),
+                After::Keep,
+            );
         }
         Request::SetLvb { resource, lvb } => lease_code(h, cmd::set_lvb(d, &resource, &lvb)),
         Request::GetLvb(head) => {
@@ -322,16 +336,16 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
             };
             return send(conn, reply, After::Keep);
         }
-        Request::RequestLease(res) => lease_code(h, cmd::request(d, conn.ci, &res, h)),
+        Request::RequestLease(res) => lease_code(h, cmd::request(d, caller, conn.ci, &res, h)),
         Request::ExamineLockspace(ls) => space_code(h, cmd::examine(d, &ls.name)),
         Request::ExamineResource(head) => space_code(h, cmd::examine(d, &head.lockspace_name)),
-        Request::FormatRindex(ri) => rindex_code(h, rindex::format(d, &ri)),
-        Request::RebuildRindex(ri) => rindex_code(h, rindex::rebuild(d, &ri, h.cmd_flags)),
+        Request::FormatRindex(ri) => rindex_code(h, rindex::format(d, caller, &ri)),
+        Request::RebuildRindex(ri) => rindex_code(h, rindex::rebuild(d, caller, &ri, h.cmd_flags)),
         Request::LookupRindex(ri, re)
         | Request::UpdateRindex(ri, re)
         | Request::CreateResource(ri, re)
         | Request::DeleteResource(ri, re) => {
-            let (rv, out) = match rindex::entry(d, h, &ri, &re) {
+            let (rv, out) = match rindex::entry(d, caller, h, &ri, &re) {
                 Ok(out) => (0, out),
                 Err(e) => (e.refused(h.cmd), e.rentry()),
             };
@@ -347,10 +361,18 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, h: &Header, req: Request) -> After {
             resources,
         } => lease_code(
             h,
-            crate::forpid::acquire_for_pid(d, conn, h, killpath_path, killpath_args, &resources),
+            crate::forpid::acquire_for_pid(
+                d,
+                conn,
+                caller,
+                h,
+                killpath_path,
+                killpath_args,
+                &resources,
+            ),
         ),
         Request::Leader(res) => {
-            let reply = match watch::leader(d, &res) {
+            let reply = match watch::leader(d, caller, &res) {
                 Ok(info) => Reply::with(h, 0, 0, &info.encode()),
                 Err(e) => Reply::result(h, e.refused(h.cmd)),
             };

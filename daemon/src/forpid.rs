@@ -50,6 +50,7 @@ fn proc_uid_state(pid: i32) -> Option<(u32, char)> {
 pub(crate) fn acquire_for_pid(
     d: &Arc<Daemon>,
     conn: &Conn,
+    caller: &crate::access::Caller,
     h: &Header,
     killpath_path: String,
     killpath_args: String,
@@ -81,14 +82,14 @@ pub(crate) fn acquire_for_pid(
         Some(_) => {}
     }
     // The killpath runs with the rights of the client that asked (`crate::access`).
-    let run_as = crate::permit::killpath_creds(d, &crate::access::Caller::of(conn));
+    let run_as = crate::permit::killpath_creds(d, caller);
     let killpath = (!killpath_path.is_empty()).then(|| KillPath {
         path: killpath_path.clone(),
         args: killpath_args.clone(),
         with_pid: true,
         run_as,
     });
-    crate::cmd::check_rights_to_hold(d, wanted)?;
+    crate::cmd::check_rights_to_hold(d, caller, wanted)?;
     // The slot is made with its command active: the acquire runs on it as a command the
     // shell began.
     let input = Input::AddPidClient {
@@ -104,6 +105,7 @@ pub(crate) fn acquire_for_pid(
         res: wanted.iter().map(crate::paxos::res_spec).collect(),
         cmd_flags: h.cmd_flags,
         owner_name: Name::from_field(format!("pid{pid}").as_bytes()),
+        opener: Some(caller.creds.clone()),
     };
     let acquired = match crate::cmd::core_command(d, ci, req) {
         Ok(reply) => reply.leases,

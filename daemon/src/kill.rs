@@ -318,6 +318,7 @@ mod tests {
             res: vec![lockd_core::ResSpec::exclusive(key)],
             cmd_flags: 0,
             owner_name: Name::from_field(b""),
+            opener: None,
         };
         let fx = core.step(now(), req(acquire));
         let [Effect::Disk { op, .. }] = fx[..] else {

@@ -43,6 +43,7 @@ use crate::space::{
 /// ADD_LOCKSPACE.
 pub fn add(
     d: &Arc<Daemon>,
+    caller: &crate::access::Caller,
     ls: &wire::Lockspace,
     io_timeout: u32,
     flags: u32,
@@ -60,7 +61,7 @@ pub fn add(
     } else {
         io_timeout.min(255)
     };
-    let space = Arc::new(d.new_space(ls, io_timeout, crate::access::current()));
+    let space = Arc::new(d.new_space(ls, io_timeout, Some(caller.clone())));
     d.list_space(&space).map_err(|refused| match refused {
         ListRefused::BeingRemoved => SpaceError::Again("a lockspace of that name is being removed"),
         ListRefused::BeingAdded => SpaceError::InProgress,
@@ -481,7 +482,7 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, JoinError> {
     // With the rights of the client that added it (`crate::access`). A disk that cannot
     // be opened is -ENODEV, whatever the reason, as sanlock answers (so a missing path
     // and one the client may not open look the same); the log says why.
-    let disk = crate::access::open_disk_as(
+    let disk = crate::access::open_disk(
         space.added_by.as_ref(),
         std::path::Path::new(&space.path),
         crate::access::Need::Write,

@@ -15,7 +15,7 @@ use lease_core::disks::{left_out, majority, LeaseDisks, LeaseOn, PathState, MAX_
 use lease_core::paxos::{self, AcquireOptions, HostContext, Mode, ResourceParams};
 use tracing::{info, info_span, warn};
 
-use crate::access::{self, Need};
+use crate::access::{self, Caller, Need};
 use crate::cmd_error::LeaseCmdError;
 use crate::confirm::SpaceObserver;
 use crate::mailbox::MailboxId;
@@ -26,10 +26,10 @@ use crate::tables::{Held, HeldRes, Key};
 use lockd_core::{CoreReply, CoreRequest, DiskOp, Effect, Input, ReqKind, ResSpec};
 use lockd_diskio::{drive, health, BlockingDisk, EngineKind, ParallelDisk};
 
-/// Opens a resource disk: during a client's command, with that client's rights
-/// (`crate::access`); otherwise (a dead client's release, examine) as the daemon.
-fn open(path: &str, need: Need) -> Result<ParallelDisk, LeaseCmdError> {
+/// Opens a resource disk with `caller`'s rights (`crate::access`; None: the daemon's).
+fn open(caller: Option<&Caller>, path: &str, need: Need) -> Result<ParallelDisk, LeaseCmdError> {
     Ok(ParallelDisk::new(access::open_disk(
+        caller,
         Path::new(path),
         need,
         EngineKind::SharedRing,
@@ -49,7 +49,7 @@ fn open_lease(
     need: Need,
 ) -> Result<Vec<ParallelDisk>, LeaseCmdError> {
     open_each(disks, |path| {
-        Ok(ParallelDisk::new(access::open_disk_as(
+        Ok(ParallelDisk::new(access::open_disk(
             held.opened_by.as_ref(),
             Path::new(path),
             need,
@@ -180,7 +180,8 @@ pub(crate) fn with_host<T>(
 
 /// Acquires resource `r` (a client's `sanlk_resource`) for this host in joined lockspace
 /// `space` on the disk alone, with no table: [`acquire_lease`] with the resource's
-/// `SANLK_RES_NUM_HOSTS` count. (The handler tests drive lease-core through it.)
+/// `SANLK_RES_NUM_HOSTS` count, with the daemon's own rights. (The handler tests drive
+/// lease-core through it.)
 pub fn acquire(
     d: &Daemon,
     space: &Space,
@@ -200,6 +201,7 @@ pub fn acquire(
         want_lver,
         spec.new_num_hosts,
         cmd_flags,
+        None,
     )
 }
 
@@ -232,6 +234,7 @@ pub fn acquire_lease(
     want_lver: Option<u64>,
     new_num_hosts: Option<u64>,
     cmd_flags: u32,
+    opener: Option<&Caller>,
 ) -> Result<Held, LeaseCmdError> {
     // From the join, read with no lock: the acquire path takes the core lock only for
     // its steps.
@@ -240,7 +243,7 @@ pub fn acquire_lease(
         .get()
         .map(|j| j.params.geometry)
         .ok_or(SpaceError::NotJoined)?;
-    let opened = open_each(disks, |path| open(path, Need::Write))?;
+    let opened = open_each(disks, |path| open(opener, path, Need::Write))?;
     let disk = lease_on(&opened, disks);
     let res = ResourceParams {
         space_name: key.0,
@@ -276,7 +279,7 @@ pub fn acquire_lease(
     match out {
         Ok(token) => Ok(Held {
             token: Some(token),
-            opened_by: access::current().filter(|c| !c.is_root()),
+            opened_by: opener.filter(|c| !c.is_root()).cloned(),
         }),
         Err(e) => Err(LeaseCmdError::paxos(e)),
     }
@@ -385,6 +388,7 @@ pub fn examine(lr: &HeldRes) -> Option<u32> {
 
 /// REQUEST: writes the request record and returns the owner to notify (if any).
 pub fn request(
+    caller: &Caller,
     space: Option<&Space>,
     r: &wire::Resource,
     force_mode: u32,
@@ -394,7 +398,7 @@ pub fn request(
         Some(g) => g,
         None => disk_format::Geometry::default_for(disk_format::SectorSize::B512),
     };
-    let opened = open_each(&r.disks, |path| open(path, Need::Write))?;
+    let opened = open_each(&r.disks, |path| open(Some(caller), path, Need::Write))?;
     let disk = lease_on(&opened, &r.disks);
     let res = ResourceParams {
         space_name: r.head.lockspace_name,
@@ -656,12 +660,15 @@ fn run_disk_op(
             want_lver,
             new_num_hosts,
             cmd_flags,
+            opener,
             ..
         } => {
             let space = d.find_space(&key.0).ok_or_else(not_joined);
+            let opener = opener.map(Caller::from_creds);
             let result = space.and_then(|space| {
                 let (lver, hosts) = (want_lver, new_num_hosts);
-                acquire_lease(d, &space, &key, &disks, shared, lver, hosts, cmd_flags)
+                let by = opener.as_ref();
+                acquire_lease(d, &space, &key, &disks, shared, lver, hosts, cmd_flags, by)
             });
             ("acquire", "acquired", result.map_err(|e| (e, None)))
         }
@@ -809,6 +816,7 @@ mod route_tests {
                 want_lver: None,
                 new_num_hosts: None,
                 cmd_flags: 0,
+                opener: None,
             },
         )
     }

@@ -35,6 +35,7 @@ use lease_core::exec::block_on;
 use lease_core::rindex::{self, RindexError, RindexParams, UpdateOp};
 use tracing::info;
 
+use crate::access::Caller;
 use crate::access::Need;
 use crate::admin::{self, AdminError};
 use crate::inuse::InUse;
@@ -174,8 +175,12 @@ impl Drop for OpGuard {
 }
 
 /// Opens the rindex disk with the rights of the client that named it (`crate::access`).
-fn open_disk(ri: &wire::Rindex, need: Need) -> Result<BlockingDisk, RindexCmdError> {
-    Ok(BlockingDisk::new(admin::open(&ri.disk, need)?))
+fn open_disk(
+    caller: &Caller,
+    ri: &wire::Rindex,
+    need: Need,
+) -> Result<BlockingDisk, RindexCmdError> {
+    Ok(BlockingDisk::new(admin::open(caller, &ri.disk, need)?))
 }
 
 fn params(ri: &wire::Rindex, space: Option<&Space>) -> RindexParams {
@@ -190,11 +195,11 @@ fn params(ri: &wire::Rindex, space: Option<&Space>) -> RindexParams {
 
 /// FORMAT_RINDEX: no lockspace needed (as sanlock). Refused (-EBUSY) when its two areas
 /// overlap a lockspace we joined or a lease we hold.
-pub(crate) fn format(d: &Daemon, ri: &wire::Rindex) -> Result<(), RindexCmdError> {
+pub(crate) fn format(d: &Daemon, caller: &Caller, ri: &wire::Rindex) -> Result<(), RindexCmdError> {
     if ri.lockspace_name.is_empty() {
         return Err(RindexCmdError::Invalid("the lockspace name is empty"));
     }
-    let disk = open_disk(ri, Need::Write)?;
+    let disk = open_disk(caller, ri, Need::Write)?;
     let geometry = admin::geometry_for(&disk.disk, ri.flags)?;
     crate::inuse::refuse_if_in_use(
         d,
@@ -213,8 +218,13 @@ pub(crate) fn format(d: &Daemon, ri: &wire::Rindex) -> Result<(), RindexCmdError
 
 /// REBUILD_RINDEX: under the rindex_lease, or without lockspace and lease with
 /// `SANLK_RX_NO_LOCKSPACE`.
-pub(crate) fn rebuild(d: &Daemon, ri: &wire::Rindex, cmd_flags: u32) -> Result<(), RindexCmdError> {
-    let disk = open_disk(ri, Need::Write)?;
+pub(crate) fn rebuild(
+    d: &Daemon,
+    caller: &Caller,
+    ri: &wire::Rindex,
+    cmd_flags: u32,
+) -> Result<(), RindexCmdError> {
+    let disk = open_disk(caller, ri, Need::Write)?;
     let device_len = disk.disk.size();
     let out = if cmd_flags & SANLK_RX_NO_LOCKSPACE != 0 {
         block_on(rindex::rebuild_unlocked(
@@ -248,6 +258,7 @@ enum EntryOp {
 /// Runs an entry operation; returns the `sanlk_rentry` it replies on success.
 fn entry_op(
     d: &Daemon,
+    caller: &Caller,
     op: EntryOp,
     ri: &wire::Rindex,
     re: &Rentry,
@@ -258,7 +269,7 @@ fn entry_op(
     } else {
         Need::Write
     };
-    let disk = open_disk(ri, need)?;
+    let disk = open_disk(caller, ri, need)?;
     let nolock =
         cmd_flags & SANLK_RX_NO_LOCKSPACE != 0 && matches!(op, EntryOp::Lookup | EntryOp::Update);
     let guard = if nolock {
@@ -354,6 +365,7 @@ fn entry_op(
 /// the `sanlk_rentry` it replies on success (on failure, [`RindexCmdError::rentry`]).
 pub(crate) fn entry(
     d: &Daemon,
+    caller: &Caller,
     h: &Header,
     ri: &wire::Rindex,
     re: &Rentry,
@@ -364,7 +376,7 @@ pub(crate) fn entry(
         SM_CMD_CREATE_RESOURCE => EntryOp::Create { num_hosts: h.data2 },
         _ => EntryOp::Delete,
     };
-    entry_op(d, op, ri, re, h.cmd_flags)
+    entry_op(d, caller, op, ri, re, h.cmd_flags)
 }
 
 #[cfg(test)]

@@ -292,8 +292,12 @@ pub fn heartbeat_loop(d: &Arc<Daemon>) {
 
 /// `LOCKD_CMD_LEADER`: reads the resource's leader record and answers who holds it, with
 /// the holder's host name and state from our view of the lockspace.
-pub fn leader(d: &Daemon, res: &wire::Resource) -> Result<LeaderInfo, crate::admin::AdminError> {
-    let (head, owners) = crate::admin::read_resource_owners(d, res)?;
+pub fn leader(
+    d: &Daemon,
+    caller: &crate::access::Caller,
+    res: &wire::Resource,
+) -> Result<LeaderInfo, crate::admin::AdminError> {
+    let (head, owners) = crate::admin::read_resource_owners(d, caller, res)?;
     let shared = u32::from(head.flags & client_lib::proto::SANLK_RES_SHARED != 0);
     let Some(owner) = owners.first() else {
         return Ok(LeaderInfo {

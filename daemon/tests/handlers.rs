@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use client_lib::wire::{Lockspace, Resource};
 use disk_format::{rv, Name};
 use lockd_core::{Effect, Input};
+use lockd_daemon::access::Caller;
 use lockd_daemon::observability::LogRing;
 use lockd_daemon::space::SpaceError;
 use lockd_daemon::state::Daemon;
@@ -77,8 +78,9 @@ fn resource(path: &str, name: &str, offset: u64) -> Resource {
 
 /// Formats lockspace HS at 0 and resource `r1` at 1 MiB.
 fn format(d: &Daemon, path: &str) {
-    admin::write_lockspace(d, &space(path, 1), 1).expect("write_lockspace");
-    admin::write_resource(d, &resource(path, "r1", 1 << 20), 0, false).expect("write_resource");
+    admin::write_lockspace(d, &Caller::root(), &space(path, 1), 1).expect("write_lockspace");
+    admin::write_resource(d, &Caller::root(), &resource(path, "r1", 1 << 20), 0, false)
+        .expect("write_resource");
 }
 
 #[test]
@@ -89,14 +91,17 @@ fn format_join_acquire_and_remove_without_a_socket() {
     format(&d, path);
     let mut read_back = space(path, 0);
     assert_eq!(
-        admin::read_lockspace(&d, &mut read_back).map_err(|e| e.code()),
+        admin::read_lockspace(&d, &Caller::root(), &mut read_back).map_err(|e| e.code()),
         Ok(1)
     );
     assert_eq!(read_back.name, Name::new("HS").unwrap());
 
-    assert_eq!(lockspace::add(&d, &space(path, 1), 1, 0), Ok(()));
     assert_eq!(
-        lockspace::add(&d, &space(path, 1), 1, 0).map_err(SpaceError::code),
+        lockspace::add(&d, &Caller::root(), &space(path, 1), 1, 0),
+        Ok(())
+    );
+    assert_eq!(
+        lockspace::add(&d, &Caller::root(), &space(path, 1), 1, 0).map_err(SpaceError::code),
         Err(-libc::EEXIST)
     );
     // GET_HOSTS answers -EAGAIN until the first renewal has read the delta area.
@@ -117,8 +122,9 @@ fn format_join_acquire_and_remove_without_a_socket() {
     let held = paxos::acquire(&d, &sp, &resource(path, "r1", 1 << 20), false, None, 0)
         .expect("acquire a free lease");
     assert_eq!(held.lver(), 1);
-    let (head, owners) = admin::read_resource_owners(&d, &resource(path, "r1", 1 << 20))
-        .expect("read_resource_owners");
+    let (head, owners) =
+        admin::read_resource_owners(&d, &Caller::root(), &resource(path, "r1", 1 << 20))
+            .expect("read_resource_owners");
     assert_eq!(head.lver, 1);
     assert_eq!(
         owners.iter().map(|h| h.host_id).collect::<Vec<_>>(),
@@ -144,7 +150,7 @@ fn a_failing_or_missing_disk_is_an_error_and_changes_nothing() {
     let d = daemon("hostF");
     img.set_failing(true);
     assert_eq!(
-        admin::write_lockspace(&d, &space(path, 1), 1).map_err(|e| e.code()),
+        admin::write_lockspace(&d, &Caller::root(), &space(path, 1), 1).map_err(|e| e.code()),
         Err(-libc::EIO)
     );
     img.set_failing(false);
@@ -153,15 +159,23 @@ fn a_failing_or_missing_disk_is_an_error_and_changes_nothing() {
     // Joining an unformatted area fails; so does a path with no image behind it.
     // (sanlock's code for a delta lease record without its magic number.)
     assert_eq!(
-        lockspace::add(&d, &space(path, 1), 1, 0),
+        lockspace::add(&d, &Caller::root(), &space(path, 1), 1, 0),
         Err(SpaceError::Failed(rv::SANLK_LEADER_MAGIC))
     );
     assert!(img.snapshot(0, 2 << 20).unwrap().iter().all(|&b| b == 0));
     // (WRITE_LOCKSPACE answers -ENODEV for a disk it cannot open, as sanlock.)
-    let e = admin::write_lockspace(&d, &space("/lockd-mem/none", 1), 1).unwrap_err();
+    let e =
+        admin::write_lockspace(&d, &Caller::root(), &space("/lockd-mem/none", 1), 1).unwrap_err();
     assert_eq!(e.code(), -libc::ENODEV, "{e}");
     assert!(matches!(e, admin::AdminError::LockspaceDisk(_)), "{e:?}");
-    let e = admin::write_resource(&d, &resource("/lockd-mem/none", "r1", 0), 0, false).unwrap_err();
+    let e = admin::write_resource(
+        &d,
+        &Caller::root(),
+        &resource("/lockd-mem/none", "r1", 0),
+        0,
+        false,
+    )
+    .unwrap_err();
     assert_eq!(e.code(), -libc::ENOENT, "{e}");
     assert!(matches!(e, admin::AdminError::Open(_)), "{e:?}");
 }
@@ -172,8 +186,14 @@ fn two_hosts_share_one_image() {
     image(path, 4);
     let (a, b) = (daemon("hostA"), daemon("hostB"));
     format(&a, path);
-    assert_eq!(lockspace::add(&a, &space(path, 1), 1, 0), Ok(()));
-    assert_eq!(lockspace::add(&b, &space(path, 2), 1, 0), Ok(()));
+    assert_eq!(
+        lockspace::add(&a, &Caller::root(), &space(path, 1), 1, 0),
+        Ok(())
+    );
+    assert_eq!(
+        lockspace::add(&b, &Caller::root(), &space(path, 2), 1, 0),
+        Ok(())
+    );
     let ls = Name::new("HS").unwrap();
     let (sa, sb) = (
         lockspace::joined(&a, &ls).unwrap(),

@@ -1735,6 +1735,7 @@ async fn pid_client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
         res: specs,
         cmd_flags,
         owner_name: Name::new(&format!("pid{}", c.pid)).expect("a short name"),
+        opener: None,
     };
     sim.input(h, Input::Command { target: ci, req });
     let Some(reply) = sim.await_reply(&c).await else {
@@ -1810,6 +1811,7 @@ async fn client_task(sim: Rc<Sim>, h: usize, c: Rc<Client>) {
                 res: specs,
                 cmd_flags,
                 owner_name: Name::new(&format!("c{}", c.id)).expect("a short name"),
+                opener: None,
             },
             acquires.is_multiple_of(2),
         );
