@@ -13,7 +13,12 @@
 #     `systemd-analyze verify` of both units with that release's systemd, conffiles listed;
 #  4. the installed lockd-daemon serves that release's python3-sanlock (get_lockspaces,
 #     a write_lockspace/add_lockspace/rem_lockspace on a file);
-#  5. `dpkg --purge lockd`: no packaged path, /etc/lockd or /var/lib/lockd is left, and no
+#  5. an upgrade in place (docs/operations.md, "Upgrading lockd", as written): a newer
+#     version of the package (this one with its version raised) installed while the daemon
+#     runs, joined and holding a lease, leaves that daemon, its lockspace and its lease
+#     alone; then the runbook's restart (holder stopped, lockspace left, `lockd shutdown
+#     --wait`, the new daemon started, lockspace joined, lease acquired again);
+#  6. `dpkg --purge lockd`: no packaged path, /etc/lockd or /var/lib/lockd is left, and no
 #     file appeared outside dpkg/apt bookkeeping since before the install.
 #
 # Usage: packaging/test-deb-chroot.sh LOCKD.deb [SUITE]   (as root)
@@ -46,7 +51,8 @@ suite=$2
 work=$(dirname "$deb")
 export DEBIAN_FRONTEND=noninteractive
 pid=
-trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; true' EXIT
+holder=
+trap '[ -n "$holder" ] && kill -9 "$holder" 2>/dev/null; [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; true' EXIT
 echo "release: Debian $(cat /etc/debian_version) ($suite), sanlock $(dpkg-query -W -f='${Version}' sanlock)"
 
 # 1. lintian of this release.
@@ -114,7 +120,60 @@ pid=
 rm -rf "$rd" /tmp/debtest.disk
 ok "python3-sanlock $(dpkg-query -W -f='${Version}' python3-sanlock) reached the installed lockd-daemon"
 
-# 5. Purge.
+# 5. Upgrade in place, while the daemon runs with a lease held.
+rd=/run/lockd-debtest
+mkdir -p "$rd"
+export LOCKD_RUN_DIR=$rd
+start_daemon() {
+    lockd-daemon -D -w 0 -c /dev/null -e debtest -o 1 --run-dir "$rd" >> /tmp/daemon.log 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do [ -S "$rd/sanlock.sock" ] && break; sleep 0.1; done
+    [ -S "$rd/sanlock.sock" ] || { cat /tmp/daemon.log; fail "no socket"; }
+}
+join_and_hold() {
+    lockd add-lockspace -s up:1:/tmp/up.disk:0 >/dev/null || { cat /tmp/daemon.log; fail "add-lockspace"; }
+    lockd acquire -r up:r1:/tmp/up.disk:1048576 -- sleep 600 &
+    holder=$!
+    for _ in $(seq 100); do lockd status 2>/dev/null | grep -q r1 && break; sleep 0.1; done
+    lockd status | grep -q r1 || { cat /tmp/daemon.log; fail "the lease is not held"; }
+}
+truncate -s 8M /tmp/up.disk
+lockd direct init -s up:0:/tmp/up.disk:0 -o 1 >/dev/null
+lockd direct init -r up:r1:/tmp/up.disk:1048576 >/dev/null
+start_daemon
+join_and_hold
+old_pid=$pid
+old_version=$(dpkg-query -W -f='${Version}' lockd)
+rm -rf /tmp/upgrade && dpkg-deb -R "$deb" /tmp/upgrade
+sed -i "s/^Version: .*/Version: ${old_version}+upgrade1/" /tmp/upgrade/DEBIAN/control
+dpkg-deb -b /tmp/upgrade /tmp/lockd-upgrade.deb >/dev/null
+apt-get install -y -q /tmp/lockd-upgrade.deb > /tmp/upgrade.log 2>&1 ||
+    { cat /tmp/upgrade.log; fail "apt-get install of the newer version"; }
+[ "$(dpkg-query -W -f='${Version}' lockd)" = "${old_version}+upgrade1" ] || fail "the newer version is not installed"
+kill -0 "$old_pid" 2>/dev/null || fail "the upgrade stopped the running daemon"
+lockd status | grep -q r1 || { lockd status; fail "the lease is gone after the upgrade"; }
+lockd inq-lockspace -s up:1:/tmp/up.disk:0 >/dev/null || fail "the lockspace is gone after the upgrade"
+ok "upgrade ${old_version} -> ${old_version}+upgrade1: the running daemon (pid $old_pid), its lockspace and lease untouched"
+# The runbook's restart, once the host's lease users are gone.
+kill "$holder"
+wait "$holder" 2>/dev/null || true
+for _ in $(seq 100); do lockd status | grep -q r1 || break; sleep 0.1; done
+lockd rem-lockspace -s up:1:/tmp/up.disk:0 >/dev/null
+lockd shutdown --wait >/dev/null || { cat /tmp/daemon.log; fail "lockd shutdown --wait"; }
+wait "$pid" 2>/dev/null || true
+start_daemon
+join_and_hold
+kill "$holder"
+wait "$holder" 2>/dev/null || true
+holder=
+lockd shutdown -f >/dev/null 2>&1 || true
+wait "$pid" 2>/dev/null || true
+pid=
+unset LOCKD_RUN_DIR
+rm -rf "$rd" /tmp/up.disk /tmp/upgrade /tmp/lockd-upgrade.deb
+ok "restarted on the new version (pid changed from $old_pid), lockspace joined and the lease acquired again"
+
+# 6. Purge.
 dpkg --purge lockd > /tmp/purge.log 2>&1 || { cat /tmp/purge.log; fail "dpkg --purge"; }
 for p in /usr/sbin/lockd /usr/sbin/lockd-daemon /usr/sbin/wdmd /usr/lib/systemd/system/lockd.service \
     /usr/lib/systemd/system/wdmd.service /etc/lockd /var/lib/lockd /usr/share/doc/lockd \

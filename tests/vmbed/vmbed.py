@@ -1811,6 +1811,8 @@ def judge_fenced(bed: Bed, res: Result, g1: Guest, kind: str, fault: float, kind
         v.append("g1's daemon lives but its holder got no lost-lease notice (killpath/SIGTERM/SIGKILL)")
     bed.timeline.mark("bed", f"fenced: preempt {res.preempt}, mark {res.fenced_mark}, takeover {take}, "
                              f"g1 write errors {res.fenced_write_errors}, notice {res.recovery}")
+    if kind == "kill-daemon":
+        drill_survivor_view(bed, res)
     # The fault ends; g1 (rebooted after a reset, or its daemon having left the failed
     # lockspace) joins again under a new generation and key.
     if kind in ("cut-storage", "slow-storage"):
@@ -1846,6 +1848,44 @@ def judge_fenced(bed: Bed, res: Result, g1: Guest, kind: str, fault: float, kind
             res.rejoin_key = f"gen {before}->{after}"
             if after <= before:
                 v.append(f"g1 rejoined under generation {after}, not above its preempted {before}")
+        if kind == "kill-daemon":
+            drill_back_view(bed, res, g1)
+
+
+def drill_survivor_view(bed: Bed, res: Result) -> None:
+    """The fence drill of docs/operations.md ("Fence drill"), step 4, as its operator sees
+    it from a survivor once the victim (g1, host_id 1) is fenced: `lockd host-status`
+    shows host 1 DEAD and `lockd direct pr read-keys` no longer lists the key it had at
+    the fault."""
+    g2 = bed.guests[2]
+    _, out = g2.sh(f"lockd host-status -s {LOCKSPACE} --json 2>&1", check=False, timeout=30)
+    bed.timeline.mark("g2", "drill: host-status " + " ".join(out.split())[:200])
+    try:
+        state = next((h["state"] for h in json.loads(out) if h["host_id"] == 1), None)
+    except (ValueError, KeyError, TypeError):
+        state = None
+    if state != "DEAD":
+        res.violations.append(f"drill: a survivor's host-status shows host 1 {state}, not DEAD: {out.strip()}")
+    _, out = g2.sh(f"lockd direct pr read-keys --json {bed.disk} 2>&1", check=False, timeout=30)
+    bed.timeline.mark("g2", "drill: read-keys " + " ".join(out.split())[:200])
+    try:
+        left = [k for k in json.loads(out)["keys"] if k["host_id"] == 1
+                and k.get("host_generation") == bed.keys_at_fault.get(1)]
+    except (ValueError, KeyError, TypeError):
+        left = ["unreadable"]
+    if left:
+        res.violations.append(f"drill: host 1's key of the fault is still registered: {out.strip()}")
+
+
+def drill_back_view(bed: Bed, res: Result, g1: Guest) -> None:
+    """"Bringing a fenced host back" in docs/operations.md, its last check: once the host
+    joined again, `lockd doctor` passes `fence_keys` (every live host of the lockspace has
+    its key on every fenced device)."""
+    _, out = g1.sh("lockd doctor -c /run/lockd.toml 2>&1", check=False, timeout=120)
+    line = next((ln for ln in out.splitlines() if "fence_keys" in ln), "")
+    bed.timeline.mark("g1", f"back: doctor: {line.strip()[:200]}")
+    if not line.lstrip().startswith("PASS"):
+        res.violations.append(f"back: `lockd doctor` does not pass fence_keys after the rejoin: {line.strip()!r}")
 
 
 def rejoin(bed: Bed, g1: Guest, res: Result) -> None:

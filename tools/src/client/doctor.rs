@@ -595,15 +595,13 @@ fn fence_keys_check(
         c.set_read_timeout(Some(REPLY_TIMEOUT))?;
         c.get_hosts(ls.name, 0)
     });
-    let live: Vec<u64> = match hosts {
-        Ok(hosts) => hosts
-            .iter()
-            .filter(|h| {
-                h.flags & client_lib::proto::SANLK_HOST_MASK == client_lib::proto::SANLK_HOST_LIVE
-            })
-            .map(|h| h.host_id)
-            .chain(std::iter::once(ls.host_id))
-            .collect(),
+    let (live, unjudged) = match hosts {
+        Ok(hosts) => live_and_unjudged(
+            hosts
+                .iter()
+                .map(|h| (h.host_id, h.flags & client_lib::proto::SANLK_HOST_MASK)),
+            ls.host_id,
+        ),
         Err(e) => {
             checks.push(check(
                 "fence_keys",
@@ -616,6 +614,7 @@ fn fence_keys_check(
     };
     let timeout_ms = u32::try_from(io_timeout.clamp(1, 10) * 1000).unwrap_or(10_000);
     let mut problems = Vec::new();
+    let mut unjudged_missing = Vec::new();
     let mut seen = Vec::new();
     for path in std::iter::once(PathBuf::from(&ls.path)).chain(devices) {
         let probe = lockd_scsi_pr::PrDevice::probe_with_timeout(&path, timeout_ms);
@@ -630,6 +629,13 @@ fn fence_keys_check(
         if !missing.is_empty() {
             problems.push(format!(
                 "{}: no key of live host_id(s) {missing:?}",
+                path.display()
+            ));
+        }
+        let missing = hosts_without_key(&unjudged, &keys.keys);
+        if !missing.is_empty() {
+            unjudged_missing.push(format!(
+                "{}: no key of host_id(s) {missing:?}",
                 path.display()
             ));
         }
@@ -652,12 +658,30 @@ fn fence_keys_check(
             keys.keys.len()
         ));
     }
-    if problems.is_empty() {
+    // Hosts this daemon has not judged yet (it joined less than a few renewals ago) may be
+    // live: a missing key of theirs is not yet a failure, but not a pass either.
+    let not_yet = if unjudged.is_empty() {
+        String::new()
+    } else {
+        format!(" (not judged yet: host_id(s) {unjudged:?})")
+    };
+    if problems.is_empty() && !unjudged_missing.is_empty() {
+        checks.push(check(
+            "fence_keys",
+            Level::Warn,
+            format!(
+                "{who}: hosts whose state is not known yet: {}",
+                unjudged_missing.join("; ")
+            ),
+            "run doctor again after 4·io_timeout: this daemon joined recently and has not \
+             judged those hosts; if they are live they need their key",
+        ));
+    } else if problems.is_empty() {
         checks.push(check(
             "fence_keys",
             Level::Pass,
             format!(
-                "{who}: every live host ({live:?}) has its key on every fenced device; {}",
+                "{who}: every live host ({live:?}) has its key on every fenced device{not_yet}; {}",
                 seen.join("; ")
             ),
             "",
@@ -672,6 +696,25 @@ fn fence_keys_check(
              reservation is held and no host is fenced by the storage (docs/fencing.md)",
         ));
     }
+}
+
+/// From GET_HOSTS' `(host_id, state)` pairs and our own host_id: the hosts to hold to a
+/// key (LIVE ones and ourselves), and those whose state is not known yet (UNKNOWN: seen
+/// renewing too briefly to judge), each sorted, without repeats.
+fn live_and_unjudged(hosts: impl Iterator<Item = (u64, u32)>, own: u64) -> (Vec<u64>, Vec<u64>) {
+    let (mut live, mut unjudged) = (vec![own], Vec::new());
+    for (host_id, state) in hosts {
+        match state {
+            client_lib::proto::SANLK_HOST_LIVE => live.push(host_id),
+            client_lib::proto::SANLK_HOST_UNKNOWN if host_id != own => unjudged.push(host_id),
+            _ => {}
+        }
+    }
+    for list in [&mut live, &mut unjudged] {
+        list.sort_unstable();
+        list.dedup();
+    }
+    (live, unjudged)
 }
 
 /// The host_ids of `live` with no key of theirs (lvmlockd's format) among `keys`.
@@ -1014,6 +1057,32 @@ mod tests {
         );
         // A key of another scheme names nobody.
         assert_eq!(hosts_without_key(&[1, 1], &[0x1234]), vec![1]);
+    }
+
+    /// Ourselves once, LIVE hosts to hold to a key, UNKNOWN ones apart, the rest left out.
+    #[test]
+    fn live_and_unjudged_hosts_for_the_key_check() {
+        use client_lib::proto::{
+            SANLK_HOST_DEAD, SANLK_HOST_FAIL, SANLK_HOST_FREE, SANLK_HOST_LIVE, SANLK_HOST_UNKNOWN,
+        };
+        let hosts = [
+            (1, SANLK_HOST_LIVE),
+            (3, SANLK_HOST_UNKNOWN),
+            (2, SANLK_HOST_UNKNOWN),
+            (4, SANLK_HOST_FAIL),
+            (5, SANLK_HOST_DEAD),
+            (6, SANLK_HOST_FREE),
+            (7, SANLK_HOST_LIVE),
+        ];
+        assert_eq!(
+            live_and_unjudged(hosts.into_iter(), 1),
+            (vec![1, 7], vec![2, 3])
+        );
+        // Our own entry, whatever state it shows, counts as live once.
+        assert_eq!(
+            live_and_unjudged([(2, SANLK_HOST_UNKNOWN)].into_iter(), 2),
+            (vec![2], vec![])
+        );
     }
 
     /// Two locked mappings (one a lock-on-fault arena mostly untouched) and one not
