@@ -171,7 +171,7 @@ wait "$pid" 2>/dev/null || true
 pid=
 unset LOCKD_RUN_DIR
 rm -rf "$rd" /tmp/up.disk /tmp/upgrade /tmp/lockd-upgrade.deb
-ok "restarted on the new version (pid changed from $old_pid), lockspace joined and the lease acquired again"
+ok "restarted on the new version (pid $old_pid, now $pid), lockspace joined and the lease acquired again"
 
 # 6. Purge.
 dpkg --purge lockd > /tmp/purge.log 2>&1 || { cat /tmp/purge.log; fail "dpkg --purge"; }
