@@ -247,7 +247,7 @@ fn send(conn: &mut Conn, reply: Reply, after: After) -> After {
 }
 
 fn handle(d: &Arc<Daemon>, conn: &mut Conn, caller: &Caller, h: &Header, req: Request) -> After {
-    use crate::{admin, lockspace, rindex, watch};
+    use crate::{lockspace, watch};
     let rv = match req {
         Request::Register => {
             cmd::register(d, conn);
@@ -280,54 +280,21 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, caller: &Caller, h: &Header, req: Re
         }
         Request::InqLockspace(ls) => space_code(h, lockspace::inq(d, &ls, h.cmd_flags)),
         Request::RemLockspace(ls) => space_code(h, lockspace::rem(d, conn.ci, &ls, h.cmd_flags)),
-        Request::Align(disk) => admin::align(caller, &disk).unwrap_or_else(|e| e.refused(h.cmd)),
-        Request::WriteLockspace(ls) => {
-            admin_code(h, admin::write_lockspace(d, caller, &ls, h.data2))
-        }
-        Request::ReadLockspace(mut ls) => {
-            let (rv, io_timeout) = match admin::read_lockspace(d, caller, &mut ls) {
-                Ok(io_timeout) => (0, io_timeout),
-                Err(e) => (e.refused(h.cmd), 0),
-            };
-            return send(
-                conn,
-                Reply::with(h, rv, io_timeout, &ls.encode()),
-                After::Keep,
-            );
-        }
-        Request::ReadLockspaceHost(mut ls) => {
-            let (rv, io_timeout, host) = match admin::read_lockspace_host(d, caller, &mut ls) {
-                Ok((io_timeout, host)) => (0, io_timeout, host),
-                Err(e) => (e.refused(h.cmd), 0, wire::Host::default()),
-            };
-            let mut p = ls.encode().to_vec();
-            host.encode_into(&mut p);
-            return send(conn, Reply::with(h, rv, io_timeout, &p), After::Keep);
-        }
+        req @ (Request::Align(_)
+        | Request::WriteLockspace(_)
+        | Request::ReadLockspace(_)
+        | Request::ReadLockspaceHost(_)
+        | Request::InitLockspaceHost(..)
+        | Request::WriteResource(_)
+        | Request::ReadResource(_)
+        | Request::ReadResourceOwners(_)
+        | Request::FormatRindex(_)
+        | Request::RebuildRindex(..)
+        | Request::LookupRindex(..)
+        | Request::UpdateRindex(..)
+        | Request::CreateResource(..)
+        | Request::DeleteResource(..)) => return handle_disk(d, conn, caller, h, req),
         Request::SetHost(ls, host) => space_code(h, lockspace::set_host(d, &ls, &host, h.data)),
-        Request::InitLockspaceHost(ls, rec) => {
-            admin_code(h, admin::init_lockspace_host(d, caller, &ls, &rec, h.data2))
-        }
-        Request::WriteResource(res) => admin_code(
-            h,
-            admin::write_resource(
-                d,
-                caller,
-                &res,
-                h.data,
-                h.cmd_flags & SANLK_WRITE_CLEAR != 0,
-            ),
-        ),
-        Request::ReadResource(res) => {
-            return send(conn, cmd::read_resource(d, caller, h, res), After::Keep);
-        }
-        Request::ReadResourceOwners(res) => {
-            return send(
-                conn,
-                cmd::read_resource_owners(d, caller, h, &res),
-                After::Keep,
-            );
-        }
         Request::SetLvb { resource, lvb } => lease_code(h, cmd::set_lvb(d, &resource, &lvb)),
         Request::GetLvb(head) => {
             let reply = match cmd::get_lvb(d, &head, h.data2 as usize) {
@@ -339,18 +306,6 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, caller: &Caller, h: &Header, req: Re
         Request::RequestLease(res) => lease_code(h, cmd::request(d, caller, conn.ci, &res, h)),
         Request::ExamineLockspace(ls) => space_code(h, cmd::examine(d, &ls.name)),
         Request::ExamineResource(head) => space_code(h, cmd::examine(d, &head.lockspace_name)),
-        Request::FormatRindex(ri) => rindex_code(h, rindex::format(d, caller, &ri)),
-        Request::RebuildRindex(ri) => rindex_code(h, rindex::rebuild(d, caller, &ri, h.cmd_flags)),
-        Request::LookupRindex(ri, re)
-        | Request::UpdateRindex(ri, re)
-        | Request::CreateResource(ri, re)
-        | Request::DeleteResource(ri, re) => {
-            let (rv, out) = match rindex::entry(d, caller, h, &ri, &re) {
-                Ok(out) => (0, out),
-                Err(e) => (e.refused(h.cmd), e.rentry()),
-            };
-            return send(conn, Reply::with(h, rv, 0, &out.encode()), After::Keep);
-        }
         Request::Watch => {
             watch::handle_watch(d, conn, h);
             return After::Keep;
@@ -381,6 +336,83 @@ fn handle(d: &Arc<Daemon>, conn: &mut Conn, caller: &Caller, h: &Header, req: Re
         Request::Metrics => return send(conn, cmd::metrics(d, h), After::Close),
         // The registered-client commands go through `cmd::registered_cmd`; a variant
         // added to the reader without a handler here is refused, never ignored.
+        _ => -libc::EINVAL,
+    };
+    conn.reply(h, rv);
+    after(h.cmd)
+}
+
+/// The disk commands (`crate::admin`, `crate::rindex`): storage named by the request,
+/// opened with the sender's rights.
+fn handle_disk(
+    d: &Arc<Daemon>,
+    conn: &mut Conn,
+    caller: &Caller,
+    h: &Header,
+    req: Request,
+) -> After {
+    use crate::{admin, rindex};
+    let rv = match req {
+        Request::Align(disk) => admin::align(caller, &disk).unwrap_or_else(|e| e.refused(h.cmd)),
+        Request::WriteLockspace(ls) => {
+            admin_code(h, admin::write_lockspace(d, caller, &ls, h.data2))
+        }
+        Request::ReadLockspace(mut ls) => {
+            let (rv, io_timeout) = match admin::read_lockspace(d, caller, &mut ls) {
+                Ok(io_timeout) => (0, io_timeout),
+                Err(e) => (e.refused(h.cmd), 0),
+            };
+            return send(
+                conn,
+                Reply::with(h, rv, io_timeout, &ls.encode()),
+                After::Keep,
+            );
+        }
+        Request::ReadLockspaceHost(mut ls) => {
+            let (rv, io_timeout, host) = match admin::read_lockspace_host(d, caller, &mut ls) {
+                Ok((io_timeout, host)) => (0, io_timeout, host),
+                Err(e) => (e.refused(h.cmd), 0, wire::Host::default()),
+            };
+            let mut p = ls.encode().to_vec();
+            host.encode_into(&mut p);
+            return send(conn, Reply::with(h, rv, io_timeout, &p), After::Keep);
+        }
+        Request::InitLockspaceHost(ls, rec) => {
+            admin_code(h, admin::init_lockspace_host(d, caller, &ls, &rec, h.data2))
+        }
+        Request::WriteResource(res) => admin_code(
+            h,
+            admin::write_resource(
+                d,
+                caller,
+                &res,
+                h.data,
+                h.cmd_flags & SANLK_WRITE_CLEAR != 0,
+            ),
+        ),
+        Request::ReadResource(res) => {
+            return send(conn, cmd::read_resource(d, caller, h, res), After::Keep);
+        }
+        Request::ReadResourceOwners(res) => {
+            return send(
+                conn,
+                cmd::read_resource_owners(d, caller, h, &res),
+                After::Keep,
+            );
+        }
+        Request::FormatRindex(ri) => rindex_code(h, rindex::format(d, caller, &ri)),
+        Request::RebuildRindex(ri) => rindex_code(h, rindex::rebuild(d, caller, &ri, h.cmd_flags)),
+        Request::LookupRindex(ri, re)
+        | Request::UpdateRindex(ri, re)
+        | Request::CreateResource(ri, re)
+        | Request::DeleteResource(ri, re) => {
+            let (rv, out) = match rindex::entry(d, caller, h, &ri, &re) {
+                Ok(out) => (0, out),
+                Err(e) => (e.refused(h.cmd), e.rentry()),
+            };
+            return send(conn, Reply::with(h, rv, 0, &out.encode()), After::Keep);
+        }
+        // Only the disk commands come here (`handle`); anything else is refused.
         _ => -libc::EINVAL,
     };
     conn.reply(h, rv);

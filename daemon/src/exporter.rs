@@ -69,6 +69,17 @@ pub fn render(d: &Daemon) -> String {
         .map(|s| space_view(s, now, &leases_by_space))
         .collect();
 
+    encode_daemon(&mut e, d, now, connected, registered);
+    encode_lockspaces(&mut e, &views);
+    encode_lockspace_timing(&mut e, &views);
+    encode_leases(&mut e, now, &views);
+    encode_results(&mut e, g);
+    encode_kills_and_io(&mut e, g);
+    e.finish()
+}
+
+/// The daemon's own families: build, uptime, clients, the worker pool and pid watches.
+fn encode_daemon(e: &mut Encoder, d: &Daemon, now: u64, connected: u64, registered: u64) {
     e.family("lockd_build_info", "gauge", "lockd version (always 1).");
     e.sample_u64(
         "lockd_build_info",
@@ -135,6 +146,10 @@ pub fn render(d: &Daemon) -> String {
         );
         e.sample_u64("lockd_pid_watches", &[], r.watched_pids() as u64);
     }
+}
+
+/// Per lockspace: how many there are, and each one's state and renewal figures.
+fn encode_lockspaces(e: &mut Encoder, views: &[SpaceView]) {
     e.family(
         "lockd_lockspaces",
         "gauge",
@@ -147,7 +162,7 @@ pub fn render(d: &Daemon) -> String {
         "gauge",
         "1 when the lockspace is joined and alive, 0 while joining, failed or leaving.",
     );
-    for v in &views {
+    for v in views {
         e.sample_u64(
             "lockd_lockspace_joined",
             &[("lockspace", &v.name)],
@@ -159,7 +174,7 @@ pub fn render(d: &Daemon) -> String {
         "gauge",
         "The lockspace's io_timeout.",
     );
-    for v in &views {
+    for v in views {
         e.sample_u64(
             "lockd_lockspace_io_timeout_seconds",
             &[("lockspace", &v.name)],
@@ -171,7 +186,7 @@ pub fn render(d: &Daemon) -> String {
         "gauge",
         "Seconds since the last successful renewal of our delta lease.",
     );
-    for v in &views {
+    for v in views {
         if let Some(age) = v.renewal_age_s {
             e.sample_i64(
                 "lockd_lockspace_renewal_age_seconds",
@@ -180,13 +195,17 @@ pub fn render(d: &Daemon) -> String {
             );
         }
     }
+}
+
+/// Per lockspace: the expiry countdown and the renewal and host figures that follow it.
+fn encode_lockspace_timing(e: &mut Encoder, views: &[SpaceView]) {
     e.family(
         "lockd_lockspace_expiry_seconds",
         "gauge",
         "Seconds until our delta lease counts as failed (last renewal + 8 io_timeout); \
          at 0 the kill escalation starts.",
     );
-    for v in &views {
+    for v in views {
         if let Some(x) = v.expiry_s {
             e.sample_i64(
                 "lockd_lockspace_expiry_seconds",
@@ -200,9 +219,9 @@ pub fn render(d: &Daemon) -> String {
         "histogram",
         "Time one successful renewal took (read and write of the delta lease).",
     );
-    for v in &views {
+    for v in views {
         v.space.renewal_hist.encode(
-            &mut e,
+            e,
             "lockd_lockspace_renewal_duration_seconds",
             &[("lockspace", &v.name)],
         );
@@ -212,7 +231,7 @@ pub fn render(d: &Daemon) -> String {
         "counter",
         "Renewal attempts of our delta lease that failed.",
     );
-    for v in &views {
+    for v in views {
         e.sample_u64(
             "lockd_lockspace_renewal_failures_total",
             &[("lockspace", &v.name)],
@@ -225,7 +244,7 @@ pub fn render(d: &Daemon) -> String {
         "Bytes of the lockspace area read by successful renewals (the head of the area on \
          most, the whole area periodically).",
     );
-    for v in &views {
+    for v in views {
         e.sample_u64(
             "lockd_lockspace_renewal_read_bytes_total",
             &[("lockspace", &v.name)],
@@ -237,7 +256,7 @@ pub fn render(d: &Daemon) -> String {
         "gauge",
         "Hosts of the lockspace by state, as GET_HOSTS reports them (this host included).",
     );
-    for v in &views {
+    for v in views {
         for (i, (_, state)) in HOST_STATES.iter().enumerate() {
             e.sample_u64(
                 "lockd_lockspace_hosts",
@@ -253,7 +272,7 @@ pub fn render(d: &Daemon) -> String {
          be seen renewing three times so that a sanlock peer's cache has read the join; 0 \
          before the first read after the join). Absent when shared grants are not held.",
     );
-    for v in &views {
+    for v in views {
         if let Some(n) = v.shared_hold_hosts {
             e.sample_u64(
                 "lockd_lockspace_shared_hold_hosts",
@@ -262,29 +281,35 @@ pub fn render(d: &Daemon) -> String {
             );
         }
     }
+}
+
+/// Storage fencing per fenced lockspace, then the leases held per lockspace.
+fn encode_leases(e: &mut Encoder, now: u64, views: &[SpaceView]) {
     let fenced: Vec<(&str, FenceView)> = views
         .iter()
         .filter_map(|v| fence_view(&v.space).map(|f| (v.name.as_str(), f)))
         .collect();
-    encode_fencing(&mut e, now, &fenced);
+    encode_fencing(e, now, &fenced);
     e.family(
         "lockd_leases_held",
         "gauge",
         "Resource leases held on this host (orphans included), per lockspace.",
     );
-    for v in &views {
+    for v in views {
         e.sample_u64("lockd_leases_held", &[("lockspace", &v.name)], v.leases);
     }
+}
 
-    encode_results(&mut e, g);
-
+/// Kill escalation steps, and storage I/O durations and errors.
+fn encode_kills_and_io(e: &mut Encoder, g: &Registry) {
     e.family(
         "lockd_kill_escalations_total",
         "counter",
         "Kill escalation steps sent to lease holders (killpath runs, SIGTERM, SIGKILL).",
     );
+    let counts = lock(&g.counts).clone();
     {
-        let kills = lock(&g.kills);
+        let kills = &counts.kills;
         for step in KillStep::ALL {
             let n = kills.get(&step).copied().unwrap_or(0);
             e.sample_u64("lockd_kill_escalations_total", &[("step", step.name())], n);
@@ -296,16 +321,16 @@ pub fn render(d: &Daemon) -> String {
         "Time one successful lease storage I/O took (O_DIRECT), by operation.",
     );
     g.disk_read
-        .encode(&mut e, "lockd_disk_io_duration_seconds", &[("op", "read")]);
+        .encode(e, "lockd_disk_io_duration_seconds", &[("op", "read")]);
     g.disk_write
-        .encode(&mut e, "lockd_disk_io_duration_seconds", &[("op", "write")]);
+        .encode(e, "lockd_disk_io_duration_seconds", &[("op", "write")]);
     e.family(
         "lockd_disk_io_errors_total",
         "counter",
         "Lease storage I/Os that failed or timed out, by operation and kind.",
     );
     {
-        let errs = lock(&g.disk_errors);
+        let errs = &counts.disk_errors;
         for op in ["read", "write"] {
             for kind in ["error", "timeout"] {
                 let n = errs.get(&(op, kind)).copied().unwrap_or(0);
@@ -317,11 +342,10 @@ pub fn render(d: &Daemon) -> String {
             }
         }
     }
-    e.finish()
 }
 
 fn encode_results(e: &mut Encoder, g: &Registry) {
-    let results = lock(&g.results).clone();
+    let results = lock(&g.counts).results.clone();
     for (op, family, help) in [
         (
             Op::Acquire,

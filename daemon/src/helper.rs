@@ -20,7 +20,6 @@
 use std::io::{self, Read, Write};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
 
 use crate::access::FsCreds;
 use crate::sys;
@@ -204,20 +203,28 @@ impl PathStatus {
     }
 }
 
-/// The daemon's end of the helper pipe.
+/// The daemon's end of the helper pipe. Senders on any thread write to it without a
+/// lock: each order is one write of [`HELPER_MSG_LEN`] bytes, at most PIPE_BUF, which
+/// POSIX makes atomic (all or nothing, never interleaved with another writer's).
 pub struct Helper {
     pub pid: i32,
-    writer: Mutex<io::PipeWriter>,
+    writer: io::PipeWriter,
     full_count: AtomicU32,
-    /// Killpath reports; taken by [`status_loop`].
-    status: Mutex<Option<io::PipeReader>>,
 }
+
+const _: () = assert!(
+    HELPER_MSG_LEN <= 4096,
+    "an order must fit PIPE_BUF to be written atomically"
+);
+
+/// The daemon's end of the helper's killpath reports, read by [`status_loop`].
+pub struct StatusPipe(io::PipeReader);
 
 impl Helper {
     /// Forks the helper. Must run before the daemon starts any thread.
     /// Killpath programs get `LOCKD_RUN_DIR=run_dir` in their environment (so a helper
     /// such as `lockd-killpath --release` finds this daemon).
-    pub fn start(run_dir: &std::path::Path) -> io::Result<Helper> {
+    pub fn start(run_dir: &std::path::Path) -> io::Result<(Helper, StatusPipe)> {
         assert_eq!(
             sys::thread_count(),
             1,
@@ -247,12 +254,12 @@ impl Helper {
                 drop(status_writer);
                 use std::os::fd::AsRawFd;
                 sys::set_nonblocking(writer.as_raw_fd())?;
-                Ok(Helper {
+                let helper = Helper {
                     pid: child_pid,
-                    writer: Mutex::new(writer),
+                    writer,
                     full_count: AtomicU32::new(0),
-                    status: Mutex::new(Some(status_reader)),
-                })
+                };
+                Ok((helper, StatusPipe(status_reader)))
             }
         }
     }
@@ -260,9 +267,8 @@ impl Helper {
     /// Queues an order without blocking; returns false if it was dropped.
     pub fn send(&self, msg: &HelperMsg) -> bool {
         let bytes = msg.encode();
-        let mut w = crate::sync::lock(&self.writer);
         // Pipe writes of ≤ PIPE_BUF (4096) bytes are atomic: all or nothing.
-        match w.write(&bytes) {
+        match (&self.writer).write(&bytes) {
             Ok(n) if n == HELPER_MSG_LEN => true,
             _ => {
                 self.full_count.fetch_add(1, Ordering::Relaxed);
@@ -305,11 +311,8 @@ impl Helper {
 /// The daemon's `lockd-helper-status` thread: logs each killpath's end and records it
 /// on the client it was run for, through the core (`Input::KillpathEnded`). Returns when
 /// the helper is gone.
-pub fn status_loop(helper: &Helper, core: &crate::tables::CoreLock) {
-    let reader = crate::sync::lock(&helper.status).take();
-    let Some(mut reader) = reader else {
-        return;
-    };
+pub fn status_loop(status: StatusPipe, core: &crate::tables::CoreLock) {
+    let StatusPipe(mut reader) = status;
     let mut buf = [0u8; PATH_STATUS_LEN];
     while reader.read_exact(&mut buf).is_ok() {
         let Some(st) = PathStatus::decode(&buf) else {
@@ -345,10 +348,12 @@ pub fn status_loop(helper: &Helper, core: &crate::tables::CoreLock) {
 }
 
 fn helper_loop(mut reader: io::PipeReader, status: io::PipeWriter, run_dir: &std::path::Path) {
-    let status = std::sync::Arc::new(Mutex::new(status));
-    let report = |st: PathStatus, status: &Mutex<io::PipeWriter>| {
-        let mut w = crate::sync::lock(status);
-        // 16 bytes ≤ PIPE_BUF: written whole. The daemon reads continuously.
+    let status = std::sync::Arc::new(status);
+    let report = |st: PathStatus, status: &io::PipeWriter| {
+        // 16 bytes ≤ PIPE_BUF: one atomic write, never interleaved with another
+        // waiter's, so the waiters share the pipe without a lock. The daemon reads
+        // continuously.
+        let mut w = status;
         let _ = w.write_all(&st.encode());
     };
     let mut buf = [0u8; HELPER_MSG_LEN];

@@ -234,11 +234,12 @@ pub fn start_in_process(cfg: Config, ring: Arc<LogRing>) -> Result<Running, Daem
 /// Binds the socket and starts the daemon's threads; returns once clients can connect.
 fn start(
     cfg: Config,
-    helper: Option<helper::Helper>,
+    helper: Option<(helper::Helper, helper::StatusPipe)>,
     ring: Arc<LogRing>,
     mlock_level: u8,
     handle_signals: bool,
 ) -> Result<Running, DaemonError> {
+    let (helper, helper_status) = helper.unzip();
     // Remembered so a clean exit can remove a run dir the daemon made (drop-in mode's
     // /run/sanlock must not linger for sanlock clients to find after lockd stops).
     let made_run_dir = !cfg.run_dir.exists();
@@ -318,12 +319,12 @@ fn start(
     let monitor = threads::spawn("lockd-monitor", move || kill::monitor_loop(&d_mon))
         .map_err(DaemonError::Thread)?;
     let d_status = d.clone();
-    threads::spawn("lockd-helper-status", move || {
-        if let Some(helper) = d_status.helper.as_ref() {
-            helper::status_loop(helper, &d_status.core)
-        }
-    })
-    .map_err(DaemonError::Thread)?;
+    if let Some(status) = helper_status {
+        threads::spawn("lockd-helper-status", move || {
+            helper::status_loop(status, &d_status.core)
+        })
+        .map_err(DaemonError::Thread)?;
+    }
     let d_watch = d.clone();
     threads::spawn("lockd-watch", move || watch::heartbeat_loop(&d_watch))
         .map_err(DaemonError::Thread)?;

@@ -154,9 +154,18 @@ impl KillStep {
 pub struct Registry {
     pub disk_read: Histogram,
     pub disk_write: Histogram,
-    pub(crate) disk_errors: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
-    pub(crate) results: Mutex<BTreeMap<(Op, i32), u64>>,
-    pub(crate) kills: Mutex<BTreeMap<KillStep, u64>>,
+    pub(crate) counts: Mutex<Counts>,
+}
+
+/// The registry's counters kept by key, under one lock (each update is one map entry).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Counts {
+    /// Failed or timed-out storage I/Os, by operation ("read", "write") and kind.
+    pub disk_errors: BTreeMap<(&'static str, &'static str), u64>,
+    /// Acquires, converts and releases answered, by result code.
+    pub results: BTreeMap<(Op, i32), u64>,
+    /// Kill escalation steps sent to lease holders.
+    pub kills: BTreeMap<KillStep, u64>,
 }
 
 static GLOBAL: OnceLock<Registry> = OnceLock::new();
@@ -176,12 +185,12 @@ pub fn observe_disk_io() {
 impl Registry {
     /// Counts one acquire/convert/release answered with `rv` (0 = success).
     pub fn result(&self, op: Op, rv: i32) {
-        *lock(&self.results).entry((op, rv)).or_insert(0) += 1;
+        *lock(&self.counts).results.entry((op, rv)).or_insert(0) += 1;
     }
 
     /// Counts one kill escalation step sent to a lease holder.
     pub fn kill(&self, step: KillStep) {
-        *lock(&self.kills).entry(step).or_insert(0) += 1;
+        *lock(&self.counts).kills.entry(step).or_insert(0) += 1;
     }
 
     /// Records one storage I/O (`op` "read" or "write") and how it ended.
@@ -189,7 +198,12 @@ impl Registry {
         match outcome {
             Ok(()) if op == "read" => self.disk_read.observe(took),
             Ok(()) => self.disk_write.observe(took),
-            Err(kind) => *lock(&self.disk_errors).entry((op, kind)).or_insert(0) += 1,
+            Err(kind) => {
+                *lock(&self.counts)
+                    .disk_errors
+                    .entry((op, kind))
+                    .or_insert(0) += 1;
+            }
         }
     }
 }

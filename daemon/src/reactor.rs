@@ -180,7 +180,7 @@ struct Finished<'a> {
 
 impl Drop for Finished<'_> {
     fn drop(&mut self) {
-        let next = lock(&self.r.shares).finish(self.uid);
+        let next = lock(&self.r.tables).shares.finish(self.uid);
         if let (Some(job), Some(pool)) = (next, self.r.pool.get()) {
             pool.submit(job);
         }
@@ -210,13 +210,21 @@ struct PidWatch {
 pub(crate) struct Reactor {
     epoll: Epoll,
     next_token: AtomicU64,
-    parked: Mutex<HashMap<u64, Parked>>,
-    pids: Mutex<HashMap<u64, PidWatch>>,
+    /// A leaf lock: held for map updates (and the epoll_ctl that goes with one), never
+    /// while another lock is taken.
+    tables: Mutex<Tables>,
     /// The worker pool, once the loop runs (its counts are read live for the metrics).
     /// Its workers reach the reactor through a `Weak`, so the two do not keep each other.
     pool: OnceLock<Pool<Job>>,
+}
+
+/// What the reactor's tokens name, and the uids' shares of the workers.
+#[derive(Default)]
+struct Tables {
+    parked: HashMap<u64, Parked>,
+    pids: HashMap<u64, PidWatch>,
     /// Each uid's share of the workers, and the jobs waiting for theirs.
-    shares: Mutex<Shares>,
+    shares: Shares,
 }
 
 /// What a non-blocking read of a parked connection found.
@@ -231,10 +239,8 @@ impl Reactor {
         Ok(Reactor {
             epoll: Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?,
             next_token: AtomicU64::new(LISTENER_TOKEN + 1),
-            parked: Mutex::new(HashMap::new()),
-            pids: Mutex::new(HashMap::new()),
+            tables: Mutex::new(Tables::default()),
             pool: OnceLock::new(),
-            shares: Mutex::new(Shares::default()),
         })
     }
 
@@ -252,10 +258,10 @@ impl Reactor {
     /// Registers a new connection, parked for its first request.
     fn adopt(&self, conn: Conn) -> io::Result<()> {
         let token = self.token();
-        let mut parked = lock(&self.parked);
+        let mut tables = lock(&self.tables);
         self.epoll
             .add(conn.stream.as_fd(), Self::conn_event(token))?;
-        parked.insert(
+        tables.parked.insert(
             token,
             Parked {
                 conn,
@@ -270,16 +276,16 @@ impl Reactor {
     /// Parks `p`'s connection again (keeping any part of a header read); on failure the
     /// connection is closed.
     fn repark(&self, d: &Arc<Daemon>, token: u64, p: Parked) {
-        let mut parked = lock(&self.parked);
+        let mut tables = lock(&self.tables);
         let armed = self
             .epoll
             .modify(p.conn.stream.as_fd(), &mut Self::conn_event(token));
         match armed {
             Ok(()) => {
-                parked.insert(token, p);
+                tables.parked.insert(token, p);
             }
             Err(e) => {
-                drop(parked);
+                drop(tables);
                 warn!(ci = p.conn.ci, error = %e, "cannot re-arm a connection; closing it");
                 self.close(d, p.conn);
             }
@@ -297,10 +303,10 @@ impl Reactor {
     /// Watches `pid` (slot `ci`) through `pidfd`: when it exits, its slot is closed.
     fn watch_pid_now(&self, ci: u32, pid: i32, pidfd: OwnedFd) -> io::Result<()> {
         let token = self.token() | PID_TOKEN_BIT;
-        let mut pids = lock(&self.pids);
+        let mut tables = lock(&self.tables);
         self.epoll
             .add(pidfd.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, token))?;
-        pids.insert(token, PidWatch { ci, pid, pidfd });
+        tables.pids.insert(token, PidWatch { ci, pid, pidfd });
         Ok(())
     }
 
@@ -308,7 +314,8 @@ impl Reactor {
     fn submit(&self, pool: &Pool<Job>, job: Job) {
         let uid = job.uid();
         {
-            let mut shares = lock(&self.shares);
+            let mut tables = lock(&self.tables);
+            let shares = &mut tables.shares;
             if !shares.may_run(uid) {
                 shares.waiting.push_back(job);
                 return;
@@ -320,7 +327,7 @@ impl Reactor {
 
     /// Jobs waiting because their uid has its share of the workers.
     fn jobs_waiting(&self) -> usize {
-        lock(&self.shares).waiting.len()
+        lock(&self.tables).shares.waiting.len()
     }
 
     /// Watches the listener for connections (`on`), or stops watching it for a while.
@@ -338,7 +345,7 @@ impl Reactor {
 
     /// Pid watches alive (tests and status).
     fn pids_watched(&self) -> usize {
-        lock(&self.pids).len()
+        lock(&self.tables).pids.len()
     }
 
     /// The worker pool's counts now (None before the loop starts).
@@ -370,7 +377,8 @@ impl Reactor {
     /// none. Runs on the event loop, which alone moves a never-used connection.
     fn evict_idle(&self, d: &Arc<Daemon>, uid: u32) -> bool {
         let victim = {
-            let mut parked = lock(&self.parked);
+            let mut tables = lock(&self.tables);
+            let parked = &mut tables.parked;
             let now = Instant::now();
             let mut idle: Vec<(Instant, u64)> = parked
                 .iter()
@@ -407,9 +415,10 @@ impl Reactor {
     }
 
     fn forget_released_pids(&self, d: &Daemon) {
-        // Never `pids` and `tables` at once (neither lock is taken under the other): copy
-        // the watches, ask the tables which are still ours, then drop the others.
-        let watched: Vec<(u64, u32, i32)> = lock(&self.pids)
+        // Never our tables and the core at once (neither lock is taken under the other):
+        // copy the watches, ask the core which are still ours, then drop the others.
+        let watched: Vec<(u64, u32, i32)> = lock(&self.tables)
+            .pids
             .iter()
             .map(|(token, w)| (*token, w.ci, w.pid))
             .collect();
@@ -417,13 +426,14 @@ impl Reactor {
             return;
         }
         let gone: Vec<(u64, u32, i32)> = {
-            let tables = lock(&d.core);
+            let core = lock(&d.core);
             watched
                 .into_iter()
-                .filter(|(_, ci, pid)| !crate::forpid::is_pid_slot(&tables, *ci, *pid))
+                .filter(|(_, ci, pid)| !crate::forpid::is_pid_slot(&core, *ci, *pid))
                 .collect()
         };
-        let mut pids = lock(&self.pids);
+        let mut tables = lock(&self.tables);
+        let pids = &mut tables.pids;
         for (token, ci, pid) in gone {
             // The same watch (a token is never reused), unless its pid exited meanwhile.
             if pids.get(&token).is_some_and(|w| w.ci == ci && w.pid == pid) {
@@ -657,7 +667,7 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
                     listener_paused = r.listen(&listener, false).is_ok();
                 }
             } else if token & PID_TOKEN_BIT != 0 {
-                let Some(w) = lock(&r.pids).remove(&token) else {
+                let Some(w) = lock(&r.tables).pids.remove(&token) else {
                     continue;
                 };
                 let _ = r.epoll.delete(w.pidfd.as_fd());
@@ -669,7 +679,7 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
                     },
                 );
             } else {
-                let Some(mut p) = lock(&r.parked).remove(&token) else {
+                let Some(mut p) = lock(&r.tables).parked.remove(&token) else {
                     continue;
                 };
                 match Reactor::read_header(&mut p) {
@@ -698,8 +708,10 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
         }
     }
     pool.stop();
-    lock(&r.parked).clear();
-    lock(&r.shares).waiting.clear();
+    let mut tables = lock(&r.tables);
+    tables.parked.clear();
+    tables.shares.waiting.clear();
+    drop(tables);
     info!("listener stopped");
 }
 
