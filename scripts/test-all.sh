@@ -108,10 +108,10 @@ bash scripts/vmbed.sh --ci
 step "virtual-machine bed on Debian unstable's kernel: pr-kill-daemon on NVMe/TCP (nvmet with reservations in a storage guest, the block PR ioctls)"
 bash scripts/vmbed.sh pr-kill-daemon --storage nvme-tcp
 
-step "chaos bed, CI run (tests/vmbed/chaos.py: 5 minutes, seed 1, storage fencing on)"
+step "chaos bed, CI run (tests/vmbed/chaos.py: 4 minutes, seed 1, storage fencing on)"
 # First the checker's pure rules on hand-made histories (tests/vmbed/test_chaos_checker.py).
 python3 -m unittest discover -s tests/vmbed -p 'test_*.py'
-bash scripts/chaos.sh --seed 1 --minutes 5 --fence scsi-pr
+bash scripts/chaos.sh --seed 1 --minutes 4 --fence scsi-pr
 
 if [ "$long" = 1 ]; then
     step "long: every virtual-machine bed scenario"
@@ -133,7 +133,7 @@ if [ "$long" = 1 ]; then
 fi
 
 step "fuzz smoke run"
-bash scripts/fuzz-smoke.sh 5
+bash scripts/fuzz-smoke.sh 3
 
 step "leftovers"
 bash scripts/leftovers.sh check "$baseline"
