@@ -43,10 +43,10 @@ say() { echo "test-libvirt-migrate: $*"; }
 # One libvirt host's parts (its lock manager libvirt's sanlock plugin, run from the trixie
 # chroot of scripts/debian-chroot.sh):
 #
-# libvirt_write_conf DIR HOST_ID LEASE_DIR LOG_DIR [HOST_UUID SHARED_DIR]
+# libvirt_write_conf DIR HOST_ID LEASE_DIR LOG_DIR HOST_UUID SHARED_DIR
 #   writes DIR/qemu.conf, DIR/qemu-sanlock.conf (auto_disk_leases, require_lease_for_disks,
 #   io_timeout 1, host_id HOST_ID, disk_lease_dir LEASE_DIR) and DIR/libvirtd.conf (a unix
-#   socket with no auth; HOST_UUID as host_uuid when given: two libvirtd on one machine
+#   socket with no auth; HOST_UUID as host_uuid: two libvirtd on one machine
 #   must differ in it, or migration between them is refused as "to the same host"; and
 #   SHARED_DIR as qemu.conf's shared_filesystems: the disks below it are shared between
 #   the hosts, which libvirt cannot see for a local filesystem and otherwise refuses to
@@ -72,7 +72,7 @@ say() { echo "test-libvirt-migrate: $*"; }
 #   or trixie's sanlock 3.9.5 in the chroot (`run --exec`, -U/-G root,
 #   SANLOCK_PRIVILEGED=0, BIND_ROOT bound: it holds RUN_DIR and the lease files); the caller's `$!` is the daemon's PID. Waits for the socket.
 libvirt_write_conf() {
-    local dir=$1 host_id=$2 lease_dir=$3 log_dir=$4 host_uuid=${5:-} shared_dir=${6:-}
+    local dir=$1 host_id=$2 lease_dir=$3 log_dir=$4 host_uuid=$5 shared_dir=$6
     cat >"$dir/qemu-sanlock.conf" <<EOF
 auto_disk_leases = 1
 disk_lease_dir = "$lease_dir"
@@ -101,10 +101,8 @@ auth_unix_rw = "none"
 auth_unix_ro = "none"
 log_outputs = "2:stderr"
 EOF
-    if [ -n "$host_uuid" ]; then
-        echo "host_uuid = \"$host_uuid\"" >>"$dir/libvirtd.conf"
-        echo "shared_filesystems = [ \"$shared_dir\" ]" >>"$dir/qemu.conf"
-    fi
+    echo "host_uuid = \"$host_uuid\"" >>"$dir/libvirtd.conf"
+    echo "shared_filesystems = [ \"$shared_dir\" ]" >>"$dir/qemu.conf"
 }
 
 libvirt_write_qemu_wrap() {

@@ -13,7 +13,13 @@
 //! handler gets the sender's [`Caller`] from `crate::dispatch`; a disk acquire gets it from
 //! the core (`DiskOp::Acquire::opener`, the ACQUIRE's sender, on whichever thread runs
 //! it); a release, convert or examine from the held lease (`Held::opened_by`); a
-//! lockspace's thread from the lockspace (`Space::added_by`).
+//! lockspace's thread from the lockspace (`Space::added_by`). So a disk acquire that waited
+//! for a release and runs later, on whatever thread, still opens as its sender, never as
+//! the daemon: lockd-core's
+//! `an_acquire_carries_its_flags_lver_and_sender_to_the_disk_and_names_its_client` keeps
+//! the sender in `DiskOp::Acquire`, and `daemon/tests/client_privileges.rs` checks the
+//! rights end to end (a member cannot write what it cannot write itself; missing and
+//! unreadable paths in a closed directory look the same).
 //!
 //! Invariants:
 //! - every lease-storage open for a command of a non-root client goes through
