@@ -15,8 +15,7 @@
 #     auto_disk_leases) move a running TCG domain by live migration from a sanlock 3.9.5
 #     host to a lockd host, between lockd hosts and back to sanlock, its disk's lease
 #     following it (scripts/test-libvirt-migrate.sh, docs/migrating-from-sanlock.md's
-#     libvirt runbook as written). scripts/test-libvirt-sanlock.sh (one host, either
-#     daemon) is not run here: every check it makes, this makes on both daemons.
+#     libvirt runbook as written).
 # Run as root from scripts/test-all.sh, after the workspace's binaries are built. Prints
 # each part's time.
 set -euo pipefail
