@@ -66,11 +66,7 @@ pub(crate) fn shutdown_wait(d: &Arc<Daemon>, conn: &mut Conn, h: &Header) -> Aft
     shutdown(d, force);
     // Reply when the daemon exits: `run` closes remaining connections after
     // the last lockspace is gone, and this reply goes first.
-    let mut done = lock(&d.shutdown_mutex);
-    while !*done {
-        done = crate::sync::wait(&d.shutdown_cond, done);
-    }
-    drop(done);
+    d.shutdown.wait();
     crate::wait_spaces_gone(d);
     conn.reply(h, 0);
     After::Close

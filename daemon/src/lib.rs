@@ -42,6 +42,7 @@ pub(crate) mod pool;
 pub(crate) mod reactor;
 pub(crate) mod rindex;
 pub(crate) mod server;
+pub mod shutdown;
 /// One lockspace's status and its transitions: the core's (`lockd_core::space_state`).
 pub use lockd_core::space_state;
 pub mod space;
@@ -106,6 +107,8 @@ pub enum DaemonError {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot make the shutdown's wake (a socket pair): {0}")]
+    ShutdownWake(std::io::Error),
     #[error("log file {path}: {source}")]
     LogFile {
         path: PathBuf,
@@ -295,7 +298,7 @@ fn start(
         helper_pid = helper.as_ref().map(|h| h.pid),
         "lockd daemon started"
     );
-    let d = Arc::new(Daemon::new(cfg, helper, ring));
+    let d = Arc::new(Daemon::new(cfg, helper, ring).map_err(DaemonError::ShutdownWake)?);
     d.mlock_level
         .store(mlock_level, std::sync::atomic::Ordering::Relaxed);
     let d_listen = d.clone();
@@ -393,12 +396,7 @@ impl Running {
         } = self;
         // Wait for shutdown, then for lockspaces to go (their threads release delta
         // leases).
-        {
-            let mut done = lock(&d.shutdown_mutex);
-            while !*done {
-                done = sync::wait(&d.shutdown_cond, done);
-            }
-        }
+        d.shutdown.wait();
         d.notifier.stopping("lockd stopping");
         wait_spaces_gone(&d);
         let _ = monitor.join();

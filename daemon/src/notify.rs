@@ -4,14 +4,17 @@
 //! * `STATUS=` lines saying what the daemon is doing ("2 lockspaces, 3 leases, 1 client;
 //!   watchdog on"), sent again whenever the core's tick says it changed
 //!   (`Effect::Status`, carried out by the monitor with [`Notifier::status_if_changed`]),
-//!   plus one-off lines such as "joined lockspace X";
+//!   plus one-off lines such as "joined lockspace X". The core sends a summary only when
+//!   it changed; READY=1's own line is the one the core may not know was sent, so the
+//!   first summary after READY=1 is dropped when it says the same;
 //! * `WATCHDOG=1` keep-alives from the monitor loop every half of `WATCHDOG_USEC` when the
 //!   service manager asked for them (`WatchdogSec=`, see [`Notifier::watchdog_interval`]);
 //! * `STOPPING=1` at shutdown.
 //!
 //! Nothing is sent when `NOTIFY_SOCKET` is not set; send errors are logged, never fatal.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use sd_notify::NotifyState;
@@ -63,9 +66,11 @@ pub struct Notifier {
     enabled: bool,
     /// `WATCHDOG_USEC` when set for this process (`WATCHDOG_PID` unset or ours).
     watchdog: Option<Duration>,
-    last_status: Mutex<String>,
-    /// READY=1 went out; STATUS= lines are held back until it has.
-    ready_sent: std::sync::atomic::AtomicBool,
+    /// READY=1's status line, set once when it went out; STATUS= lines are held back
+    /// until it has.
+    ready_status: OnceLock<String>,
+    /// The first summary after READY=1 was looked at (dropped if it repeated READY's).
+    first_summary_seen: AtomicBool,
 }
 
 impl Notifier {
@@ -77,8 +82,8 @@ impl Notifier {
         Notifier {
             enabled,
             watchdog: if enabled { watchdog } else { None },
-            last_status: Mutex::new(String::new()),
-            ready_sent: std::sync::atomic::AtomicBool::new(false),
+            ready_status: OnceLock::new(),
+            first_summary_seen: AtomicBool::new(false),
         }
     }
 
@@ -93,15 +98,13 @@ impl Notifier {
 
     /// `READY=1` with a first status line.
     pub fn ready(&self, status: &str) {
-        *crate::sync::lock(&self.last_status) = status.to_string();
         self.send(&[NotifyState::Ready, NotifyState::Status(status)]);
-        self.ready_sent
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.ready_status.set(status.to_string());
     }
 
     /// STATUS= lines wait for READY=1: the service manager's first message is READY.
     fn is_ready(&self) -> bool {
-        self.ready_sent.load(std::sync::atomic::Ordering::SeqCst)
+        self.ready_status.get().is_some()
     }
 
     /// A one-off `STATUS=` line (e.g. a join); the next summary change replaces it.
@@ -112,18 +115,15 @@ impl Notifier {
         self.send(&[NotifyState::Status(status)]);
     }
 
-    /// Sends `STATUS=` with `summary` when its text differs from the last summary sent.
+    /// Sends `STATUS=` with `summary`, a change the core saw (`Effect::Status`), unless it
+    /// is the first after READY=1 and repeats READY's line.
     pub fn status_if_changed(&self, summary: &Summary) {
-        if !self.is_ready() {
+        let Some(ready_status) = self.ready_status.get() else {
             return;
-        }
+        };
         let text = summary.to_string();
-        {
-            let mut last = crate::sync::lock(&self.last_status);
-            if *last == text {
-                return;
-            }
-            last.clone_from(&text);
+        if !self.first_summary_seen.swap(true, Ordering::SeqCst) && *ready_status == text {
+            return;
         }
         self.send(&[NotifyState::Status(&text)]);
     }

@@ -68,9 +68,8 @@ pub struct Daemon {
     /// slot; taken before `core` only when a watch registers (`crate::watch::register`),
     /// else alone.
     pub watchers: Mutex<std::collections::HashMap<u32, Watcher>>,
-    pub shutdown: AtomicBool,
-    pub shutdown_cond: Condvar,
-    pub shutdown_mutex: Mutex<bool>,
+    /// The shutdown flag, and the wake of the threads that wait for it.
+    pub shutdown: crate::shutdown::Shutdown,
     pub next_space_id: AtomicU32,
     pub started_monotime: u64,
     /// STATUS `mlock_level`: [`crate::MLOCK_LEVEL_ALL`] once mlockall succeeded, else 0.
@@ -82,10 +81,11 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn new(cfg: Config, helper: Option<Helper>, log: Arc<LogRing>) -> Daemon {
+    /// Fails only when the shutdown's wake cannot be made (no file descriptor left).
+    pub fn new(cfg: Config, helper: Option<Helper>, log: Arc<LogRing>) -> std::io::Result<Daemon> {
         crate::metrics::observe_disk_io();
         let core = CoreLock::new(u64::from(cfg.kill_grace_s));
-        Daemon {
+        Ok(Daemon {
             cfg,
             helper,
             notifier: Notifier::from_env(),
@@ -94,14 +94,12 @@ impl Daemon {
             mailboxes: Mailboxes::default(),
             spaces: Mutex::new(Vec::new()),
             watchers: Mutex::new(std::collections::HashMap::new()),
-            shutdown: AtomicBool::new(false),
-            shutdown_cond: Condvar::new(),
-            shutdown_mutex: Mutex::new(false),
+            shutdown: crate::shutdown::Shutdown::new()?,
             next_space_id: AtomicU32::new(1),
             started_monotime: crate::clock::now_s(),
             mlock_level: std::sync::atomic::AtomicU8::new(0),
             reactor: OnceLock::new(),
-        }
+        })
     }
 
     /// A new lockspace record (not yet listed in `spaces`), with the next space id.
@@ -153,7 +151,7 @@ impl Daemon {
             ..Default::default()
         };
         let cfg = crate::Config::resolve(&args, None).expect("config");
-        Arc::new(Daemon::new(cfg, None, Arc::new(LogRing::default())))
+        Arc::new(Daemon::new(cfg, None, Arc::new(LogRing::default())).expect("daemon state"))
     }
 
     /// Lists `space` (new, from [`Daemon::new_space`]) in `spaces` and in the core, with
@@ -238,14 +236,11 @@ impl Daemon {
     }
 
     pub fn is_shutting_down(&self) -> bool {
-        self.shutdown.load(Ordering::SeqCst)
+        self.shutdown.is_requested()
     }
 
     /// Asks every thread to stop (`Running::wait_and_stop` says in which order).
     pub fn request_shutdown(&self) {
-        self.shutdown.store(true, Ordering::SeqCst);
-        let mut done = lock(&self.shutdown_mutex);
-        *done = true;
-        self.shutdown_cond.notify_all();
+        self.shutdown.request();
     }
 }

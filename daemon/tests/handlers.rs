@@ -33,7 +33,7 @@ fn daemon(host_name: &str) -> Arc<Daemon> {
         ..Default::default()
     };
     let cfg = Config::resolve(&args, None).expect("config");
-    Arc::new(Daemon::new(cfg, None, Arc::new(LogRing::default())))
+    Arc::new(Daemon::new(cfg, None, Arc::new(LogRing::default())).expect("daemon state"))
 }
 
 /// An administrator's connection slot in `d`'s core, with no socket: REM_LOCKSPACE is

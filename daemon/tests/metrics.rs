@@ -343,7 +343,7 @@ fn exported_names() -> BTreeSet<String> {
     };
     let cfg = lockd_daemon::Config::resolve(&args, None).unwrap();
     let ring = std::sync::Arc::new(lockd_daemon::observability::LogRing::default());
-    let d = lockd_daemon::state::Daemon::new(cfg, None, ring);
+    let d = lockd_daemon::state::Daemon::new(cfg, None, ring).expect("daemon state");
     let text = lockd_daemon::exporter::render(&d);
     let mut names = BTreeSet::new();
     for l in text.lines() {

@@ -183,6 +183,12 @@ fn ready_status_watchdog_stopping() {
         .filter_map(|(_, t)| t.lines().find_map(|l| l.strip_prefix("STATUS=")))
         .collect();
     println!("STATUS lines: {statuses:#?}");
+    // The core sends a summary only when it changed, and READY=1's own line is not
+    // repeated by the first summary after it (`Notifier::status_if_changed`).
+    assert!(
+        statuses.windows(2).all(|w| w[0] != w[1]),
+        "a STATUS line repeated the one before it: {statuses:#?}"
+    );
 
     // STOPPING=1 at a forced shutdown; keep-alives continued meanwhile.
     drop(reg);
