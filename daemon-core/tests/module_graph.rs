@@ -37,3 +37,24 @@ fn core_modules_import_each_other_without_a_cycle() {
         );
     }
 }
+
+/// Issue 40: no function of lockd-core's (its simulator included), outside tests, is over
+/// 100 lines.
+#[test]
+fn no_core_function_is_over_100_lines() {
+    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut long = Vec::new();
+    let mut over_40 = 0;
+    for (module, text) in module_graph::module_sources(&src_dir) {
+        let code = module_graph::strip_test_items(&module_graph::strip_comments(&text));
+        over_40 += module_graph::long_functions(&code, 40).len();
+        for (name, n) in module_graph::long_functions(&code, 100) {
+            long.push(format!("{module}::{name}: {n} lines"));
+        }
+    }
+    assert!(
+        over_40 > 5,
+        "the functions were read ({over_40} over 40 lines)"
+    );
+    assert!(long.is_empty(), "functions over 100 lines: {long:#?}");
+}

@@ -762,8 +762,37 @@ pub(crate) fn get_hosts(d: &Arc<Daemon>, h: &Header, ls: &wire::Lockspace) -> Re
 pub(crate) fn status(d: &Arc<Daemon>, h: &Header) -> Reply {
     let mut out = h.result_reply(0).encode().to_vec();
     let depth = h.data;
+    State::encode_with_text(
+        SANLK_STATE_DAEMON,
+        0,
+        0,
+        d.cfg.host_name,
+        &daemon_state_text(d),
+        &mut out,
+    );
+    // One short look at the tables (a copy of what the records show); the text is
+    // formatted after the lock is let go, so STATUS never holds acquires back.
+    let snap = (depth != SANLK_STATE_DAEMON).then(|| StatusSnapshot::take(d));
+    if let Some(snap) = &snap {
+        encode_client_states(snap, &mut out);
+    }
+    if depth != SANLK_STATE_DAEMON && depth != SANLK_STATE_CLIENT {
+        encode_lockspace_states(d, &mut out);
+    }
+    if depth != SANLK_STATE_DAEMON && depth != SANLK_STATE_CLIENT && depth != SANLK_STATE_LOCKSPACE
+    {
+        let snap = snap
+            .as_ref()
+            .expect("taken for every depth but the daemon's");
+        encode_resource_states(snap, &mut out);
+    }
+    Reply(out)
+}
+
+/// STATUS's daemon record text: sanlock's fields, with lockd's values where it has them.
+fn daemon_state_text(d: &Daemon) -> String {
     let helper_pid = d.helper.as_ref().map_or(0, |x| x.pid);
-    let daemon_text = format!(
+    format!(
         "our_host_name={} use_watchdog={} watchdog={} high_priority=0 mlock_level={} \
          quiet_fail=1 debug_renew=0 debug_clients=0 debug_cmds=0x0 renewal_history_size=180 \
          gid={} uid={} sh_retries={} max_sectors_kb_ignore=1 max_sectors_kb_align=0 \
@@ -787,95 +816,100 @@ pub(crate) fn status(d: &Arc<Daemon>, h: &Header) -> Reply {
         env!("CARGO_PKG_VERSION"),
         SANLOCK_VERSION_COMBINED,
         SM_PROTO,
-    );
-    State::encode_with_text(
-        SANLK_STATE_DAEMON,
-        0,
-        0,
-        d.cfg.host_name,
-        &daemon_text,
-        &mut out,
-    );
-    // One short look at the tables (a copy of what the records show); the text is
-    // formatted after the lock is let go, so STATUS never holds acquires back.
-    let snap = (depth != SANLK_STATE_DAEMON).then(|| StatusSnapshot::take(d));
-    if let Some(snap) = &snap {
-        for c in &snap.clients {
-            let text = format!(
-                "ci={} fd={} pid={} flags={:x} restricted={:x} cmd_active={} cmd_last={} \
-                 pid_dead={} kill_count={} kill_last={} suspend=0 need_free=0 \
-                 killpath_status={}{}",
-                c.ci,
-                c.fd,
-                c.pid,
-                u32::from(c.killpath_with_pid),
-                c.restricted,
-                c.cmd_active,
-                c.cmd_last,
-                u8::from(c.pid_dead),
-                c.kill_count,
-                c.kill_last,
-                c.killpath_status.as_deref().unwrap_or("none"),
-                c.waiting.map_or_else(String::new, |w| format!(
-                    " waiting={}:{} waiting_since={} waiting_rv={}",
-                    w.ls, w.name, w.since, w.last_rv
-                )),
-            );
-            State::encode_with_text(SANLK_STATE_CLIENT, c.pid as u32, 0, c.name, &text, &mut out);
-        }
+    )
+}
+
+/// STATUS's client records, in slot order.
+fn encode_client_states(snap: &StatusSnapshot, out: &mut Vec<u8>) {
+    for c in &snap.clients {
+        let text = format!(
+            "ci={} fd={} pid={} flags={:x} restricted={:x} cmd_active={} cmd_last={} \
+             pid_dead={} kill_count={} kill_last={} suspend=0 need_free=0 \
+             killpath_status={}{}",
+            c.ci,
+            c.fd,
+            c.pid,
+            u32::from(c.killpath_with_pid),
+            c.restricted,
+            c.cmd_active,
+            c.cmd_last,
+            u8::from(c.pid_dead),
+            c.kill_count,
+            c.kill_last,
+            c.killpath_status.as_deref().unwrap_or("none"),
+            c.waiting.map_or_else(String::new, |w| format!(
+                " waiting={}:{} waiting_since={} waiting_rv={}",
+                w.ls, w.name, w.since, w.last_rv
+            )),
+        );
+        State::encode_with_text(SANLK_STATE_CLIENT, c.pid as u32, 0, c.name, &text, out);
     }
-    if depth != SANLK_STATE_DAEMON && depth != SANLK_STATE_CLIENT {
-        for (space, list) in lockspace::status_list(d) {
-            let text = space.status_text(list);
-            State::encode_with_text(
-                SANLK_STATE_LOCKSPACE,
-                0,
-                space.host_id,
-                space.name,
-                &text,
-                &mut out,
-            );
-            space.wire_lockspace(0).encode_into(&mut out);
-        }
+}
+
+/// STATUS's lockspace records, each followed by its `sanlk_lockspace`.
+fn encode_lockspace_states(d: &Arc<Daemon>, out: &mut Vec<u8>) {
+    for (space, list) in lockspace::status_list(d) {
+        let text = space.status_text(list);
+        State::encode_with_text(
+            SANLK_STATE_LOCKSPACE,
+            0,
+            space.host_id,
+            space.name,
+            &text,
+            out,
+        );
+        space.wire_lockspace(0).encode_into(out);
     }
-    if depth != SANLK_STATE_DAEMON && depth != SANLK_STATE_CLIENT && depth != SANLK_STATE_LOCKSPACE
-    {
-        let snap = snap
-            .as_ref()
-            .expect("taken for every depth but the daemon's");
-        for (pid, t, sector_size, align_size) in &snap.held {
-            let text = format!(
-                "list=held flags={:x} sector_size={sector_size} align_size={align_size} lver={} reused=0 res_id=0 token_id={} acquired={}",
-                if t.shared { SANLK_RES_SHARED } else { 0 },
+}
+
+/// STATUS's resource records: the leases held by clients, then the orphans, each followed
+/// by its `sanlk_resource`.
+fn encode_resource_states(snap: &StatusSnapshot, out: &mut Vec<u8>) {
+    for (pid, t, sector_size, align_size) in &snap.held {
+        let text = format!(
+            "{} acquired={}",
+            resource_state_text(
+                "held",
+                t.shared,
+                (*sector_size, *align_size),
                 t.lver,
-                t.token_id,
-                t.acquired,
-            );
-            State::encode_with_text(
-                SANLK_STATE_RESOURCE,
-                *pid as u32,
-                t.lver,
-                t.name,
-                &text,
-                &mut out,
-            );
-            let flags = if t.shared { SANLK_RES_SHARED } else { 0 };
-            encode_resource(&mut out, (t.ls, t.name), t.lver, flags, &t.disks);
-        }
-        for o in &snap.orphans {
-            let text = format!(
-                "list=orphan flags={:x} sector_size={} align_size={} lver={} reused=0 res_id=0 token_id=0",
-                if o.shared { SANLK_RES_SHARED } else { 0 },
-                o.sector_size,
-                o.align_size,
-                o.lver,
-            );
-            State::encode_with_text(SANLK_STATE_RESOURCE, 0, o.lver, o.name, &text, &mut out);
-            let flags = SANLK_RES_PERSISTENT | if o.shared { SANLK_RES_SHARED } else { 0 };
-            encode_resource(&mut out, (o.ls, o.name), o.lver, flags, &o.disks);
-        }
+                t.token_id
+            ),
+            t.acquired,
+        );
+        State::encode_with_text(
+            SANLK_STATE_RESOURCE,
+            *pid as u32,
+            t.lver,
+            t.name,
+            &text,
+            out,
+        );
+        let flags = if t.shared { SANLK_RES_SHARED } else { 0 };
+        encode_resource(out, (t.ls, t.name), t.lver, flags, &t.disks);
     }
-    Reply(out)
+    for o in &snap.orphans {
+        let geometry = (o.sector_size, o.align_size);
+        let text = resource_state_text("orphan", o.shared, geometry, o.lver, 0);
+        State::encode_with_text(SANLK_STATE_RESOURCE, 0, o.lver, o.name, &text, out);
+        let flags = SANLK_RES_PERSISTENT | if o.shared { SANLK_RES_SHARED } else { 0 };
+        encode_resource(out, (o.ls, o.name), o.lver, flags, &o.disks);
+    }
+}
+
+/// A STATUS resource record's text up to `token_id` (a held lease adds `acquired=`).
+fn resource_state_text(
+    list: &str,
+    shared: bool,
+    (sector_size, align_size): (u64, u64),
+    lver: u64,
+    token_id: u32,
+) -> String {
+    format!(
+        "list={list} flags={:x} sector_size={sector_size} align_size={align_size} lver={lver} \
+         reused=0 res_id=0 token_id={token_id}",
+        if shared { SANLK_RES_SHARED } else { 0 },
+    )
 }
 
 /// The `sanlk_resource` (and its disks) after a STATUS resource record.
@@ -1112,6 +1146,22 @@ mod tests {
         assert_eq!(
             lease_state_string(&HeldLease::from(&sh)),
             "ls:res:/var/tmp/a\\ b\\:c:1048576:SH"
+        );
+    }
+
+    /// The resource records' texts, as `sanlock client status -D` prints them after the
+    /// record's name (sanlock 3.8.5's fields, in its order).
+    #[test]
+    fn resource_state_texts_are_sanlocks() {
+        assert_eq!(
+            resource_state_text("held", true, (4096, 8 << 20), 7, 3),
+            "list=held flags=4 sector_size=4096 align_size=8388608 lver=7 reused=0 res_id=0 \
+             token_id=3"
+        );
+        assert_eq!(
+            resource_state_text("orphan", false, (512, 1 << 20), 2, 0),
+            "list=orphan flags=0 sector_size=512 align_size=1048576 lver=2 reused=0 res_id=0 \
+             token_id=0"
         );
     }
 }

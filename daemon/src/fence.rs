@@ -552,6 +552,22 @@ impl SpaceFence {
         }
     }
 
+    /// One attempt at fencing host `host_id`'s `generation`: its keys preempted on every
+    /// device, then the read-back that confirms them gone.
+    ///
+    /// `all_aborted_by_us`: whether every key of the victim was removed by a PREEMPT AND
+    /// ABORT of ours: the target answers it once the victim's queued commands are
+    /// aborted. A key removed by plain PREEMPT, or found gone (another host's preempt,
+    /// which may have been plain), leaves commands the target had accepted free to land
+    /// for a while. A device whose keys were found gone still counts as aborted by us
+    /// when it is made of logical units an earlier device of this pass is made of too, on
+    /// which our PREEMPT AND ABORT removed every doomed key: the abort was the LU's, and
+    /// the target answered it after the victim's queued commands there were done. A key
+    /// another host removed is never counted so (its abort may still be under way): the
+    /// fence model's planted bug `found-gone-skips-drain` shows the overlap that makes
+    /// (`lockd-sim --model fence-abort`, first on seed 409). On the VM bed (`--storage
+    /// lio|nvme-tcp|multipath`, the lockspace's map and the LUN as two devices) fences
+    /// counted 0.1–0.25 s after the preempt with overlaps=0.
     fn try_preempt_peer(
         &self,
         host_id: u64,
@@ -561,19 +577,6 @@ impl SpaceFence {
     ) -> Result<PeerFenceOutcome, FenceError> {
         let victim = lvm_key(host_id, generation)?;
         let mut preempted = false;
-        // Whether every key of the victim was removed by a PREEMPT AND ABORT of ours: the
-        // target answers it once the victim's queued commands are aborted. A key removed
-        // by plain PREEMPT, or found gone (another host's preempt, which may have been
-        // plain), leaves commands the target had accepted free to land for a while.
-        // A device whose keys were found gone still counts as aborted by us when it is
-        // made of logical units an earlier device of this pass is made of too, on which
-        // our PREEMPT AND ABORT removed every doomed key: the abort was the LU's, and the
-        // target answered it after the victim's queued commands there were done. A key
-        // another host removed is never counted so (its abort may still be under way):
-        // the fence model's planted bug `found-gone-skips-drain` shows the overlap that
-        // makes (`lockd-sim --model fence-abort`, first on seed 409). On the VM bed
-        // (`--storage lio|nvme-tcp|multipath`, the lockspace's map and the LUN as two
-        // devices) fences counted 0.1–0.25 s after the preempt with overlaps=0.
         let mut all_aborted_by_us = true;
         let mut aborted_on: Vec<bool> = Vec::with_capacity(self.devices.len());
         for (i, dev) in self.devices.iter().enumerate() {
@@ -606,67 +609,30 @@ impl SpaceFence {
                 let t0 = std::time::Instant::now();
                 let done = match dev.preempt_confirmed(our_key, key, RESERVATION, true) {
                     Ok(done) => done,
-                    Err(e) if e.is_reservation_conflict() => {
-                        let keys = self.cmd(dev, "READ KEYS", dev.read_keys())?;
-                        match preempt_conflict(&keys.keys, keys.truncated, our_key) {
-                            PreemptConflict::VictimAlreadyGone => {
-                                all_aborted_here = false;
-                                if !covered {
-                                    all_aborted_by_us = false;
-                                }
-                                info!(
-                                    device = %dev.path().display(),
-                                    host_id,
-                                    generation,
-                                    key = format_args!("{key:#018x}"),
-                                    "storage fencing: the key was already preempted (by \
-                                     another host); our own key stands"
-                                );
-                                continue;
+                    Err(e) => match self.victim_already_gone(dev, our_key, e)? {
+                        true => {
+                            all_aborted_here = false;
+                            if !covered {
+                                all_aborted_by_us = false;
                             }
-                            PreemptConflict::WeAreFenced => {
-                                return Err(FenceError::Command {
-                                    path: dev.path().to_path_buf(),
-                                    what: "PREEMPT",
-                                    source: e,
-                                })
-                            }
-                            PreemptConflict::Unknown => {
-                                warn!("storage fencing: the key list was truncated; not deciding");
-                                return Ok(PeerFenceOutcome::NotConfirmed);
-                            }
+                            info!(
+                                device = %dev.path().display(),
+                                host_id,
+                                generation,
+                                key = format_args!("{key:#018x}"),
+                                "storage fencing: the key was already preempted (by another \
+                                 host); our own key stands"
+                            );
+                            continue;
                         }
-                    }
-                    Err(source) => {
-                        return Err(FenceError::Command {
-                            path: dev.path().to_path_buf(),
-                            what: "PREEMPT",
-                            source,
-                        })
-                    }
+                        false => return Ok(PeerFenceOutcome::NotConfirmed),
+                    },
                 };
                 if done.action != OutAction::PreemptAndAbort {
                     all_aborted_by_us = false;
                     all_aborted_here = false;
                 }
-                if let Some(why) = &done.abort_refused {
-                    warn!(
-                        device = %dev.path().display(),
-                        why = %why,
-                        "storage fencing: PREEMPT AND ABORT refused, plain PREEMPT used: the \
-                         victim's commands already queued at the target are not aborted"
-                    );
-                }
-                info!(
-                    device = %dev.path().display(),
-                    host_id,
-                    generation,
-                    key = format_args!("{key:#018x}"),
-                    action = ?done.action,
-                    interface = %dev.interface().name(),
-                    ms = t0.elapsed().as_millis() as u64,
-                    "storage fencing: key preempted"
-                );
+                log_preempt(dev, (host_id, generation, key), &done, t0);
                 preempted |= key == victim;
             }
             aborted_on[i] = all_aborted_here;
@@ -688,6 +654,51 @@ impl SpaceFence {
             );
             wait_unless_stopped(self.drain_ms, stop)?;
         }
+        if self.read_back_confirms(host_id, generation, preempted)? {
+            Ok(PeerFenceOutcome::Confirmed { preempted })
+        } else {
+            Ok(PeerFenceOutcome::NotConfirmed)
+        }
+    }
+
+    /// A PREEMPT that failed: Ok(true) when a reservation conflict came from the
+    /// victim's key being gone already (another host's preempt), Ok(false) when the key
+    /// list cannot tell (truncated: not deciding), else the error (our own key gone too:
+    /// we are fenced).
+    fn victim_already_gone(
+        &self,
+        dev: &PrDevice,
+        our_key: u64,
+        e: PrError,
+    ) -> Result<bool, FenceError> {
+        let command_error = |source| FenceError::Command {
+            path: dev.path().to_path_buf(),
+            what: "PREEMPT",
+            source,
+        };
+        if !e.is_reservation_conflict() {
+            return Err(command_error(e));
+        }
+        let keys = self.cmd(dev, "READ KEYS", dev.read_keys())?;
+        match preempt_conflict(&keys.keys, keys.truncated, our_key) {
+            PreemptConflict::VictimAlreadyGone => Ok(true),
+            PreemptConflict::WeAreFenced => Err(command_error(e)),
+            PreemptConflict::Unknown => {
+                warn!("storage fencing: the key list was truncated; not deciding");
+                Ok(false)
+            }
+        }
+    }
+
+    /// The read-back after the preempts: true when every device confirms the victim's
+    /// keys gone under a standing reservation (`device_confirms`). A key of another
+    /// scheme is warned about once per fence (when this pass `preempted`).
+    fn read_back_confirms(
+        &self,
+        host_id: u64,
+        generation: u64,
+        preempted: bool,
+    ) -> Result<bool, FenceError> {
         for dev in &self.devices {
             let after = self.cmd(dev, "READ KEYS", dev.read_keys())?;
             let resv = self.cmd(dev, "READ RESERVATION", dev.read_reservation())?;
@@ -716,11 +727,39 @@ impl SpaceFence {
                 resv.reservation.is_some(),
                 host_id,
             ) {
-                return Ok(PeerFenceOutcome::NotConfirmed);
+                return Ok(false);
             }
         }
-        Ok(PeerFenceOutcome::Confirmed { preempted })
+        Ok(true)
     }
+}
+
+/// A key preempted: logged with the action the device took, and a warning when PREEMPT
+/// AND ABORT was refused (the victim's queued commands are not aborted).
+fn log_preempt(
+    dev: &PrDevice,
+    (host_id, generation, key): (u64, u64, u64),
+    done: &lockd_scsi_pr::PreemptOutcome,
+    t0: std::time::Instant,
+) {
+    if let Some(why) = &done.abort_refused {
+        warn!(
+            device = %dev.path().display(),
+            why = %why,
+            "storage fencing: PREEMPT AND ABORT refused, plain PREEMPT used: the victim's \
+             commands already queued at the target are not aborted"
+        );
+    }
+    info!(
+        device = %dev.path().display(),
+        host_id,
+        generation,
+        key = format_args!("{key:#018x}"),
+        action = ?done.action,
+        interface = %dev.interface().name(),
+        ms = t0.elapsed().as_millis() as u64,
+        "storage fencing: key preempted"
+    );
 }
 
 /// Whether each logical unit device `i` is made of is also a unit of an earlier device on

@@ -234,6 +234,51 @@ pub fn start_in_process(cfg: Config, ring: Arc<LogRing>) -> Result<Running, Daem
     start(cfg, None, ring, 0, false)
 }
 
+/// The pid file in `run_dir`, locked for as long as it stays open and holding this
+/// process's pid: another daemon on the same run dir is refused.
+fn lock_pid_file(run_dir: &std::path::Path) -> Result<(PathBuf, std::fs::File), DaemonError> {
+    let pid_path = run_dir.join(PID_FILE);
+    let mut pid_file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .open(&pid_path)
+        .map_err(|source| DaemonError::PidFile {
+            path: pid_path.clone(),
+            source,
+        })?;
+    if sys::lock_file(&pid_file).is_err() {
+        return Err(DaemonError::AlreadyRunning {
+            path: run_dir.to_path_buf(),
+        });
+    }
+    let _ = pid_file.set_len(0);
+    let _ = writeln!(pid_file, "{}", std::process::id());
+    Ok((pid_path, pid_file))
+}
+
+/// The start's log lines: the watchdog's setting, then the daemon's.
+fn log_start(cfg: &Config, helper_pid: Option<i32>) {
+    if cfg.use_watchdog {
+        info!(
+            wdmd_run_dir = %cfg.wdmd_run_dir.display(),
+            fire_timeout = cfg.watchdog_fire_timeout_s,
+            "watchdog on: every lockspace is armed in wdmd"
+        );
+    } else {
+        warn!("watchdog is OFF (-w 0): lease holders are not fenced by a hardware watchdog");
+    }
+    info!(
+        run_dir = %cfg.run_dir.display(),
+        host_name = %cfg.host_name,
+        io_timeout = cfg.io_timeout_s,
+        helper_pid,
+        "lockd daemon started"
+    );
+}
+
 /// Binds the socket and starts the daemon's threads; returns once clients can connect.
 fn start(
     cfg: Config,
@@ -250,26 +295,15 @@ fn start(
         path: cfg.run_dir.clone(),
         source,
     })?;
-    let pid_path = cfg.run_dir.join(PID_FILE);
-    let mut pid_file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        .open(&pid_path)
-        .map_err(|source| DaemonError::PidFile {
-            path: pid_path.clone(),
-            source,
-        })?;
-    if sys::lock_file(&pid_file).is_err() {
-        if let Some(h) = &helper {
-            let _ = sys::kill(h.pid, libc::SIGKILL);
+    let (pid_path, pid_file) = match lock_pid_file(&cfg.run_dir) {
+        Ok(locked) => locked,
+        Err(e) => {
+            if let Some(h) = &helper {
+                let _ = sys::kill(h.pid, libc::SIGKILL);
+            }
+            return Err(e);
         }
-        return Err(DaemonError::AlreadyRunning { path: cfg.run_dir });
-    }
-    let _ = pid_file.set_len(0);
-    let _ = writeln!(pid_file, "{}", std::process::id());
+    };
     let listener =
         server::bind(&cfg.run_dir, cfg.socket_gid).map_err(|source| DaemonError::Socket {
             path: cfg.run_dir.clone(),
@@ -282,22 +316,7 @@ fn start(
         ),
         None => None,
     };
-    if cfg.use_watchdog {
-        info!(
-            wdmd_run_dir = %cfg.wdmd_run_dir.display(),
-            fire_timeout = cfg.watchdog_fire_timeout_s,
-            "watchdog on: every lockspace is armed in wdmd"
-        );
-    } else {
-        warn!("watchdog is OFF (-w 0): lease holders are not fenced by a hardware watchdog");
-    }
-    info!(
-        run_dir = %cfg.run_dir.display(),
-        host_name = %cfg.host_name,
-        io_timeout = cfg.io_timeout_s,
-        helper_pid = helper.as_ref().map(|h| h.pid),
-        "lockd daemon started"
-    );
+    log_start(&cfg, helper.as_ref().map(|h| h.pid));
     let d = Arc::new(Daemon::new(cfg, helper, ring).map_err(DaemonError::ShutdownWake)?);
     d.mlock_level
         .store(mlock_level, std::sync::atomic::Ordering::Relaxed);

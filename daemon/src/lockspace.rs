@@ -515,21 +515,7 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, JoinError> {
     let io = space.io_timeout as u16;
     let (geometry, _first) = block_on(delta::read_lockspace_geometry(&bdisk, space.offset, io))
         .map_err(|e| aborted(e.into()))?;
-    // A record whose sector size is below the device's logical sector size cannot be
-    // read or written with O_DIRECT at its own spacing: refused as sanlock refuses a
-    // sector size that disagrees with the geometry in use.
-    if geometry.sector_size.bytes() < bdisk.disk.sector_size() {
-        return Err(JoinError::SectorSize {
-            record_bytes: geometry.sector_size.bytes(),
-            device_bytes: bdisk.disk.sector_size(),
-        });
-    }
-    if space.host_id > geometry.max_hosts() {
-        return Err(JoinError::HostIdTooLarge {
-            host_id: space.host_id,
-            max_hosts: geometry.max_hosts(),
-        });
-    }
+    geometry_fits(&geometry, bdisk.disk.sector_size(), space.host_id)?;
     let params = LockspaceParams {
         space_name: space.name,
         disk_offset: space.offset,
@@ -561,23 +547,7 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, JoinError> {
         aborted(e.into())
     })?;
     if let Some(f) = fence {
-        match f.confirm_generation(state.generation(), space.fence_key()) {
-            Ok(None) => {}
-            Ok(Some(key)) => fence_registered(d, space, key),
-            Err(e) => {
-                if let Err(re) = block_on(delta::release(&bdisk, &params, &state)) {
-                    warn!(error = %re, "delta lease release after a fencing failure failed");
-                }
-                fence_unregister(space, &f);
-                return Err(JoinError::FenceGeneration(e));
-            }
-        }
-        let first = space.fence.set(f).is_ok();
-        assert!(
-            first,
-            "lockspace {}: fencing set up twice",
-            space.name.to_text()
-        );
+        confirm_join_fence(d, space, f, (&bdisk, &params, &state))?;
     }
     if let Some(w) = wd.as_mut() {
         let renewal_s = state.last_success_ms / 1000;
@@ -591,6 +561,59 @@ fn join(d: &Daemon, space: &Space) -> Result<JoinResult, JoinError> {
         info!(renewal_s, expire_s, "watchdog armed");
     }
     Ok((bdisk, params, state, wd))
+}
+
+/// A lockspace's geometry (read from its leader) against the device and our host_id. A
+/// record whose sector size is below the device's logical sector size cannot be read or
+/// written with O_DIRECT at its own spacing: refused as sanlock refuses a sector size
+/// that disagrees with the geometry in use.
+fn geometry_fits(
+    geometry: &disk_format::Geometry,
+    device_sector_bytes: u32,
+    host_id: u64,
+) -> Result<(), JoinError> {
+    if geometry.sector_size.bytes() < device_sector_bytes {
+        return Err(JoinError::SectorSize {
+            record_bytes: geometry.sector_size.bytes(),
+            device_bytes: device_sector_bytes,
+        });
+    }
+    if host_id > geometry.max_hosts() {
+        return Err(JoinError::HostIdTooLarge {
+            host_id,
+            max_hosts: geometry.max_hosts(),
+        });
+    }
+    Ok(())
+}
+
+/// After the join's acquire: confirms that our key is registered for the generation it
+/// wrote and keeps the fence in the lockspace; on failure, releases the delta lease just
+/// taken and unregisters, refusing the join.
+fn confirm_join_fence(
+    d: &Daemon,
+    space: &Space,
+    f: Arc<crate::fence::SpaceFence>,
+    (bdisk, params, state): (&BlockingDisk, &LockspaceParams, &DeltaState),
+) -> Result<(), JoinError> {
+    match f.confirm_generation(state.generation(), space.fence_key()) {
+        Ok(None) => {}
+        Ok(Some(key)) => fence_registered(d, space, key),
+        Err(e) => {
+            if let Err(re) = block_on(delta::release(bdisk, params, state)) {
+                warn!(error = %re, "delta lease release after a fencing failure failed");
+            }
+            fence_unregister(space, &f);
+            return Err(JoinError::FenceGeneration(e));
+        }
+    }
+    let first = space.fence.set(f).is_ok();
+    assert!(
+        first,
+        "lockspace {}: fencing set up twice",
+        space.name.to_text()
+    );
+    Ok(())
 }
 
 /// Opens the lockspace's PR devices and registers our key for the coming generation
@@ -648,7 +671,7 @@ fn fence_unregister(space: &Space, fence: &crate::fence::SpaceFence) {
 /// ourselves fenced has failed the lockspace in the core already (its holders get the
 /// loss notice, then kill escalation), and the thread ends.
 fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
-    use lockd_core::fencing::{FenceAction, FenceVerdict};
+    use lockd_core::fencing::FenceAction;
     let id = space.space_id;
     let step = |input| lock(&space.core).step(crate::clock::now_s(), input);
     loop {
@@ -708,68 +731,9 @@ fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
                     action: FenceAction::Reregister { our_key },
                     ..
                 } => fence.reregister(our_key),
-                Effect::FenceVerdict { verdict, .. } => match verdict {
-                    // Given by a renewal's read only (`renew_loop` logs it).
-                    FenceVerdict::FencedPeerRenews { .. } => {}
-                    FenceVerdict::StorageCleared { renewal_gap_ms } => error!(
-                        renewal_gap_ms,
-                        "storage fencing: the device holds no reservation and our key is gone \
-                         while our record cannot have stood still long enough for a peer to \
-                         preempt us: the storage lost its persistent reservation state (a target restart without persisted reservations, \
-                         or a clear), not a preempt; registering our key again. Until a \
-                         reservation stands again no host can be fenced by the storage"
-                    ),
-                    FenceVerdict::PeerUnkeyed {
-                        host_id,
-                        generation,
-                    } if crate::planted::active(crate::planted::Bug::ReserveWithUnkeyedPeers) => {
-                        warn!(
-                            host_id,
-                            generation, "PLANTED BUG: reserving with a live peer unkeyed"
-                        );
-                        fence.reserve(space.fence_key());
-                    }
-                    FenceVerdict::PeerUnkeyed {
-                        host_id,
-                        generation,
-                    } => warn!(
-                        host_id,
-                        generation,
-                        "storage fencing: this host renews its lease but has no key on the \
-                         storage (sanlock, or lockd without fence = \"scsi-pr\"): no reservation \
-                         is held while it does, so fencing is inactive and leases wait \
-                         host_dead"
-                    ),
-                    FenceVerdict::WeAreFenced(why) => {
-                        error!(
-                            ?why,
-                            "storage fencing: this host has been fenced (its key is gone from \
-                             the storage, or the storage refused its preempt); its leases are \
-                             lost"
-                        );
-                        fenced_here = true;
-                    }
-                    FenceVerdict::PeerFenced {
-                        host_id,
-                        generation,
-                        age_s,
-                    } => info!(
-                        host_id,
-                        generation,
-                        age_s,
-                        "storage fencing: host marked fenced (its key's removal confirmed); \
-                         its leases may be taken now"
-                    ),
-                    FenceVerdict::PeerNeverKeyed {
-                        host_id,
-                        generation,
-                    } => warn!(
-                        host_id,
-                        generation,
-                        "storage fencing: this host generation never had a key we saw: it \
-                         is not fenced by the storage; its leases wait host_dead"
-                    ),
-                },
+                Effect::FenceVerdict { verdict, .. } => {
+                    fenced_here |= fence_verdict(space, fence, verdict);
+                }
                 other => panic!("a fence step gave an effect it does not give: {other:?}"),
             }
         }
@@ -786,6 +750,80 @@ fn fence_thread(space: &Arc<Space>, fence: &crate::fence::SpaceFence) {
             Duration::from_millis(1000),
         ));
     }
+}
+
+/// A fence verdict of the core, logged (and, with the planted bug, acted on); true when
+/// it says this host has been fenced.
+fn fence_verdict(
+    space: &Space,
+    fence: &crate::fence::SpaceFence,
+    verdict: lockd_core::fencing::FenceVerdict,
+) -> bool {
+    use lockd_core::fencing::FenceVerdict;
+    let mut fenced_here = false;
+    match verdict {
+        // Given by a renewal's read only (`renew_loop` logs it).
+        FenceVerdict::FencedPeerRenews { .. } => {}
+        FenceVerdict::StorageCleared { renewal_gap_ms } => error!(
+            renewal_gap_ms,
+            "storage fencing: the device holds no reservation and our key is gone \
+             while our record cannot have stood still long enough for a peer to \
+             preempt us: the storage lost its persistent reservation state (a target restart without persisted reservations, \
+             or a clear), not a preempt; registering our key again. Until a \
+             reservation stands again no host can be fenced by the storage"
+        ),
+        FenceVerdict::PeerUnkeyed {
+            host_id,
+            generation,
+        } if crate::planted::active(crate::planted::Bug::ReserveWithUnkeyedPeers) => {
+            warn!(
+                host_id,
+                generation, "PLANTED BUG: reserving with a live peer unkeyed"
+            );
+            fence.reserve(space.fence_key());
+        }
+        FenceVerdict::PeerUnkeyed {
+            host_id,
+            generation,
+        } => warn!(
+            host_id,
+            generation,
+            "storage fencing: this host renews its lease but has no key on the \
+             storage (sanlock, or lockd without fence = \"scsi-pr\"): no reservation \
+             is held while it does, so fencing is inactive and leases wait \
+             host_dead"
+        ),
+        FenceVerdict::WeAreFenced(why) => {
+            error!(
+                ?why,
+                "storage fencing: this host has been fenced (its key is gone from \
+                 the storage, or the storage refused its preempt); its leases are \
+                 lost"
+            );
+            fenced_here = true;
+        }
+        FenceVerdict::PeerFenced {
+            host_id,
+            generation,
+            age_s,
+        } => info!(
+            host_id,
+            generation,
+            age_s,
+            "storage fencing: host marked fenced (its key's removal confirmed); \
+             its leases may be taken now"
+        ),
+        FenceVerdict::PeerNeverKeyed {
+            host_id,
+            generation,
+        } => warn!(
+            host_id,
+            generation,
+            "storage fencing: this host generation never had a key we saw: it \
+             is not fenced by the storage; its leases wait host_dead"
+        ),
+    }
+    fenced_here
 }
 
 /// Refuses (-EINVAL, before anything is opened or written) an io_timeout whose lease
@@ -900,6 +938,25 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
     let clock = crate::clock::lease_clock_unstopped();
     renew_loop(d, space, &run_disk, &clock, &params, &mut state, &mut wd);
     report(space, Input::DeltaReleasing { id: space.space_id });
+    leave_watchdog(space, wd.take());
+    release_at_leave(space, &run_disk, &params, &state);
+    let async_rem_at_ms = space.async_rem_at_ms.load(Ordering::SeqCst);
+    if async_rem_at_ms != 0 {
+        // INQ_LOCKSPACE answers "in progress" meanwhile (`releasing`), as sanlock's does
+        // while its main loop and lockspace thread wind the lockspace down.
+        let until_ms = async_rem_at_ms + ASYNC_REMOVAL_SHOWN_MS;
+        let now_ms = crate::clock::now_ms();
+        if until_ms > now_ms {
+            std::thread::sleep(Duration::from_millis(until_ms - now_ms));
+        }
+    }
+    mark_gone(d, space);
+    info!("lockspace removed");
+}
+
+/// At the lockspace's end (no holder left): disarms its watchdog connection, or keeps it
+/// armed until the reset when the holders' writes may still be on their way.
+fn leave_watchdog(space: &Space, mut wd: Option<LockspaceWatchdog>) {
     // No holder is left (renew_loop returns only then): the lockspace no longer needs
     // the watchdog — unless its holders' writes may still be on their way.
     if let Some(w) = wd.take_if(|_| keep_armed_after_failure(space)) {
@@ -920,9 +977,19 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
             }
         }
     }
+}
+
+/// At the lockspace's end: releases our delta lease if its last renewal succeeded, then
+/// unregisters our storage key unless it must stay.
+fn release_at_leave(
+    space: &Space,
+    run_disk: &BlockingDisk,
+    params: &LockspaceParams,
+    state: &DeltaState,
+) {
     let (dead, ok) = space.st(|st| (st.lease_lost(), st.last_renewal_ok));
     if !dead && ok && state.last_renewal_ok {
-        match block_on(delta::release(&run_disk, &params, &state)) {
+        match block_on(delta::release(run_disk, params, state)) {
             Ok(true) => {
                 info!("delta lease released");
                 if let Some(f) = space.fence.get() {
@@ -947,18 +1014,6 @@ fn space_thread(d: &Arc<Daemon>, space: &Arc<Space>) {
     } else {
         warn!("delta lease not released: last renewal did not succeed");
     }
-    let async_rem_at_ms = space.async_rem_at_ms.load(Ordering::SeqCst);
-    if async_rem_at_ms != 0 {
-        // INQ_LOCKSPACE answers "in progress" meanwhile (`releasing`), as sanlock's does
-        // while its main loop and lockspace thread wind the lockspace down.
-        let until_ms = async_rem_at_ms + ASYNC_REMOVAL_SHOWN_MS;
-        let now_ms = crate::clock::now_ms();
-        if until_ms > now_ms {
-            std::thread::sleep(Duration::from_millis(until_ms - now_ms));
-        }
-    }
-    mark_gone(d, space);
-    info!("lockspace removed");
 }
 
 /// Whether a clean leave keeps our storage key: this host fenced a peer while joined, or
@@ -1045,14 +1100,12 @@ fn renew_loop(
     // What each renewal reads: the area's head, the whole area periodically (the first
     // renewal's read included) or on fencing's demand, or always the whole area.
     let area_sectors = params.monitored_sectors();
-    let mut reads = RenewalReads::new(
-        if d.cfg.read_whole_lockspace {
-            ReadMode::Full
-        } else {
-            ReadMode::Head
-        },
-        params.geometry,
-    );
+    let read_mode = if d.cfg.read_whole_lockspace {
+        ReadMode::Full
+    } else {
+        ReadMode::Head
+    };
+    let mut reads = RenewalReads::new(read_mode, params.geometry);
     // The first renewal comes right after the join: its read is the first one issued
     // after the join, the baseline of the shared hold (lease-core `monitor::SharedHold`),
     // so shared grants on a host with no live peer wait one renewal, not 2D.
@@ -1065,12 +1118,8 @@ fn renew_loop(
     let mut observe_at_ms = u64::MAX;
     let mut last_read_sectors = area_sectors;
     loop {
-        if space.stop.load(Ordering::SeqCst) {
-            let now_ms = crate::clock::now_ms();
-            let seen = *stop_seen_ms.get_or_insert(now_ms);
-            if now_ms >= seen + REMOVAL_CHECK_MS && !space_in_use(d, &space.name) {
-                return;
-            }
+        if stop_is_due(d, space, &mut stop_seen_ms) {
+            return;
         }
         // A lost lease is not renewed again: other hosts must see it expire.
         let lost = space.st(SpaceSt::lease_lost);
@@ -1081,27 +1130,12 @@ fn renew_loop(
             continue;
         }
         if lost || now_ms < next_attempt_ms {
-            // Sleep until the renewal is due (at most 1 s; 100 ms once lost), woken early
-            // by a stop: rem_lockspace, stop_all and the failed-lockspace removal notify
-            // `cond` after setting `stop`. (A stop between the check above and the wait
-            // is seen at the next wake-up, within a second.)
-            // Once stopping (but still in use by holders) poll every 100 ms, as before.
-            let wait_ms = if lost || space.stop.load(Ordering::SeqCst) {
-                100
+            let until_ms = if observes {
+                next_attempt_ms.min(observe_at_ms)
             } else {
-                let until_ms = if observes {
-                    next_attempt_ms.min(observe_at_ms)
-                } else {
-                    next_attempt_ms
-                };
-                until_ms.saturating_sub(now_ms).clamp(1, 1000)
+                next_attempt_ms
             };
-            let core = lock(&space.core);
-            drop(crate::sync::wait_timeout(
-                &space.cond,
-                core,
-                Duration::from_millis(wait_ms),
-            ));
+            wait_until_due(space, lost, now_ms, until_ms);
             continue;
         }
         let t0 = crate::clock::now_ms();
@@ -1131,62 +1165,17 @@ fn renew_loop(
                     Ordering::Relaxed,
                 );
                 if let Some(w) = wd.as_mut() {
-                    let renewal_s = state.last_success_ms / 1000;
-                    let expire_s = delta::fail_deadline_ms(params, state) / 1000;
-                    if let Err(e) = w.renewed(renewal_s, expire_s) {
-                        // wdmd is gone or broken: the device will fire on its own; keep
-                        // renewing so the lease stays valid until then.
-                        error!(error = %e, "cannot extend the watchdog expiry");
-                    }
+                    extend_watchdog(w, params, state);
                 }
                 take_hosts_read(d, space, params, highest_used, snap, true);
-                // read_ms covers the whole renewal (read and write), as RENEWAL reports it.
-                let rec = RenewalRec {
-                    timestamp: state.leader.timestamp,
-                    read_ms: t1.saturating_sub(t0),
-                    write_ms: 0,
-                    // Taken by `delta::renew` just before its write.
-                    write_sent_ms: state.last_success_ms,
-                    ended_ms: t1,
-                };
-                report(
-                    space,
-                    Input::RenewalOk {
-                        id: space.space_id,
-                        last_success_s: state.last_success_ms / 1000,
-                        rec,
-                    },
-                );
-                space.renewal_hist.observe_ms(t1.saturating_sub(t0));
+                renewal_succeeded(space, state, t0, t1);
                 next_attempt_ms = state.last_success_ms + renewal_ms;
                 if observes {
                     observe_at_ms = state.last_success_ms + renewal_ms / 2;
                 }
             }
             Err(e) => {
-                let code = e.sanlk_code();
-                if e.is_fenced() {
-                    error!(
-                        error = %e,
-                        "renewal refused by the storage: this host has been fenced (its \
-                         reservation key was preempted); the lockspace's leases are lost"
-                    );
-                } else {
-                    warn!(error = %e, rv = code, "renewal failed");
-                }
-                space
-                    .renewal_failures
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                // Fenced: lost at once, as a corrupt lease (no retry can succeed).
-                let corrupt = e.is_corrupt() || e.is_fenced();
-                report(
-                    space,
-                    Input::RenewalFailed {
-                        id: space.space_id,
-                        code,
-                        corrupt,
-                    },
-                );
+                renewal_failure(space, &e);
                 // sanlock retries a failed renewal after 500 ms; no read between renewals
                 // delays the retry.
                 next_attempt_ms = crate::clock::now_ms() + 500;
@@ -1194,6 +1183,98 @@ fn renew_loop(
             }
         }
     }
+}
+
+/// Whether the renewal loop ends: a stop was asked for at least REMOVAL_CHECK_MS ago
+/// (`stop_seen_ms` keeps when it was first seen) and no lease of the lockspace is held.
+fn stop_is_due(d: &Daemon, space: &Space, stop_seen_ms: &mut Option<u64>) -> bool {
+    if !space.stop.load(Ordering::SeqCst) {
+        return false;
+    }
+    let now_ms = crate::clock::now_ms();
+    let seen = *stop_seen_ms.get_or_insert(now_ms);
+    now_ms >= seen + REMOVAL_CHECK_MS && !space_in_use(d, &space.name)
+}
+
+/// Sleeps until `until_ms` (the next renewal or read; at most 1 s, 100 ms once the lease
+/// is lost or a stop was asked for, while holders still hold), woken early by a stop:
+/// rem_lockspace, stop_all and the failed-lockspace removal notify `cond` after setting
+/// `stop`. (A stop between the loop's check and the wait is seen at the next wake-up,
+/// within a second.)
+fn wait_until_due(space: &Space, lost: bool, now_ms: u64, until_ms: u64) {
+    let wait_ms = if lost || space.stop.load(Ordering::SeqCst) {
+        100
+    } else {
+        until_ms.saturating_sub(now_ms).clamp(1, 1000)
+    };
+    let core = lock(&space.core);
+    drop(crate::sync::wait_timeout(
+        &space.cond,
+        core,
+        Duration::from_millis(wait_ms),
+    ));
+}
+
+/// After a renewal: the watchdog's expiry moved to the lease's new fail deadline.
+fn extend_watchdog(w: &mut LockspaceWatchdog, params: &LockspaceParams, state: &DeltaState) {
+    let renewal_s = state.last_success_ms / 1000;
+    let expire_s = delta::fail_deadline_ms(params, state) / 1000;
+    if let Err(e) = w.renewed(renewal_s, expire_s) {
+        // wdmd is gone or broken: the device will fire on its own; keep renewing so the
+        // lease stays valid until then.
+        error!(error = %e, "cannot extend the watchdog expiry");
+    }
+}
+
+/// A renewal that began at `t0_ms` and ended at `t1_ms`: reported to the core
+/// (`Input::RenewalOk`, with the record RENEWAL shows) and timed in the histogram.
+fn renewal_succeeded(space: &Space, state: &DeltaState, t0_ms: u64, t1_ms: u64) {
+    // read_ms covers the whole renewal (read and write), as RENEWAL reports it.
+    let rec = RenewalRec {
+        timestamp: state.leader.timestamp,
+        read_ms: t1_ms.saturating_sub(t0_ms),
+        write_ms: 0,
+        // Taken by `delta::renew` just before its write.
+        write_sent_ms: state.last_success_ms,
+        ended_ms: t1_ms,
+    };
+    report(
+        space,
+        Input::RenewalOk {
+            id: space.space_id,
+            last_success_s: state.last_success_ms / 1000,
+            rec,
+        },
+    );
+    space.renewal_hist.observe_ms(t1_ms.saturating_sub(t0_ms));
+}
+
+/// A failed renewal: logged, counted and reported to the core (`Input::RenewalFailed`).
+/// Refused by the storage (our key preempted) is lost at once, as a corrupt lease: no
+/// retry can succeed.
+fn renewal_failure(space: &Space, e: &lease_core::LeaseError) {
+    let code = e.sanlk_code();
+    if e.is_fenced() {
+        error!(
+            error = %e,
+            "renewal refused by the storage: this host has been fenced (its reservation key \
+             was preempted); the lockspace's leases are lost"
+        );
+    } else {
+        warn!(error = %e, rv = code, "renewal failed");
+    }
+    space
+        .renewal_failures
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let corrupt = e.is_corrupt() || e.is_fenced();
+    report(
+        space,
+        Input::RenewalFailed {
+            id: space.space_id,
+            code,
+            corrupt,
+        },
+    );
 }
 
 /// A read between renewals of a lockspace this host fences from, fed to the host monitor

@@ -574,6 +574,82 @@ fn stopped(d: &Daemon) -> bool {
     d.is_shutting_down() && lock(&d.spaces).is_empty()
 }
 
+/// The worker pool that runs the loop's jobs (commands, closes, pid exits).
+fn worker_pool(d: &Arc<Daemon>, r: &Arc<Reactor>) -> Pool<Job> {
+    // Test hook, debug builds only (daemon/tests/panic_stops.rs): every job panics
+    // holding the core lock, as a bug in the middle of a transition would ("panic"), or
+    // leaves the tables with a broken invariant, as a buggy write would ("break-tables").
+    let hook = std::env::var("LOCKD_DEBUG_PANIC_IN_JOB")
+        .ok()
+        .filter(|_| cfg!(debug_assertions));
+    let (d, weak_r) = (d.clone(), Arc::downgrade(r));
+    Pool::new("lockd-worker", MAX_WORKERS, move |job| {
+        match hook.as_deref() {
+            Some("break-tables") => {
+                // A resource held by nobody, neither busy nor an orphan: the guard's
+                // debug check panics as it lets go of the lock.
+                let name = disk_format::Name::new("broken").expect("a valid name");
+                let broken = crate::tables::HeldRes {
+                    ls: name,
+                    name,
+                    disks: Vec::new(),
+                    shared: false,
+                    holders: Vec::new(),
+                    busy: false,
+                    releasing: false,
+                    orphan: false,
+                    held: crate::tables::Held::default(),
+                };
+                crate::tables::change_outside_step(crate::sync::lock(&d.core), |t| {
+                    t.resources.insert((name, name), broken);
+                });
+            }
+            Some(_) => {
+                let _tables = crate::sync::lock(&d.core);
+                panic!("LOCKD_DEBUG_PANIC_IN_JOB: a job panics holding the core lock");
+            }
+            None => {}
+        }
+        if let Some(r) = weak_r.upgrade() {
+            run_job(&d, &r, job);
+        }
+    })
+}
+
+/// A watched pid exited, or a parked connection is readable: its job, or back to park
+/// (a header not yet whole).
+fn on_connection_ready(d: &Arc<Daemon>, r: &Reactor, pool: &Pool<Job>, token: u64) {
+    if token & PID_TOKEN_BIT != 0 {
+        let Some(w) = lock(&r.tables).pids.remove(&token) else {
+            return;
+        };
+        let _ = r.epoll.delete(w.pidfd.as_fd());
+        r.submit(
+            pool,
+            Job::PidExited {
+                ci: w.ci,
+                pid: w.pid,
+            },
+        );
+    } else {
+        let Some(mut p) = lock(&r.tables).parked.remove(&token) else {
+            return;
+        };
+        match Reactor::read_header(&mut p) {
+            HeaderRead::Whole => r.submit(
+                pool,
+                Job::Command {
+                    token,
+                    conn: p.conn,
+                    header: p.header,
+                },
+            ),
+            HeaderRead::Partial => r.repark(d, token, p),
+            HeaderRead::Closed => r.submit(pool, Job::Closed { conn: p.conn }),
+        }
+    }
+}
+
 /// The loop: runs until shutdown and the last lockspace's end (see [`stopped`]; in
 /// between, commands are still answered, see `dispatch::run_command`), then stops the pool
 /// (running commands finish) and drops the parked connections.
@@ -591,47 +667,7 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
         d.request_shutdown();
         return;
     }
-    // Test hook, debug builds only (daemon/tests/panic_stops.rs): every job panics
-    // holding the core lock, as a bug in the middle of a transition would ("panic"), or
-    // leaves the tables with a broken invariant, as a buggy write would ("break-tables").
-    let hook = std::env::var("LOCKD_DEBUG_PANIC_IN_JOB")
-        .ok()
-        .filter(|_| cfg!(debug_assertions));
-    let pool = {
-        let (d, weak_r) = (d.clone(), Arc::downgrade(&r));
-        Pool::new("lockd-worker", MAX_WORKERS, move |job| {
-            match hook.as_deref() {
-                Some("break-tables") => {
-                    // A resource held by nobody, neither busy nor an orphan: the guard's
-                    // debug check panics as it lets go of the lock.
-                    let name = disk_format::Name::new("broken").expect("a valid name");
-                    let broken = crate::tables::HeldRes {
-                        ls: name,
-                        name,
-                        disks: Vec::new(),
-                        shared: false,
-                        holders: Vec::new(),
-                        busy: false,
-                        releasing: false,
-                        orphan: false,
-                        held: crate::tables::Held::default(),
-                    };
-                    crate::tables::change_outside_step(crate::sync::lock(&d.core), |t| {
-                        t.resources.insert((name, name), broken);
-                    });
-                }
-                Some(_) => {
-                    let _tables = crate::sync::lock(&d.core);
-                    panic!("LOCKD_DEBUG_PANIC_IN_JOB: a job panics holding the core lock");
-                }
-                None => {}
-            }
-            if let Some(r) = weak_r.upgrade() {
-                run_job(&d, &r, job);
-            }
-        })
-    };
-    let pool = r.pool.get_or_init(|| pool);
+    let pool = r.pool.get_or_init(|| worker_pool(&d, &r));
     let mut refusals = RateLimit::default();
     let mut accept_errors = RateLimit::default();
     let mut evictions = RateLimit::default();
@@ -666,34 +702,8 @@ pub(crate) fn serve(d: Arc<Daemon>, r: Arc<Reactor>, listener: UnixListener) {
                     // loop would spin on it. The next tick listens again.
                     listener_paused = r.listen(&listener, false).is_ok();
                 }
-            } else if token & PID_TOKEN_BIT != 0 {
-                let Some(w) = lock(&r.tables).pids.remove(&token) else {
-                    continue;
-                };
-                let _ = r.epoll.delete(w.pidfd.as_fd());
-                r.submit(
-                    pool,
-                    Job::PidExited {
-                        ci: w.ci,
-                        pid: w.pid,
-                    },
-                );
             } else {
-                let Some(mut p) = lock(&r.tables).parked.remove(&token) else {
-                    continue;
-                };
-                match Reactor::read_header(&mut p) {
-                    HeaderRead::Whole => r.submit(
-                        pool,
-                        Job::Command {
-                            token,
-                            conn: p.conn,
-                            header: p.header,
-                        },
-                    ),
-                    HeaderRead::Partial => r.repark(&d, token, p),
-                    HeaderRead::Closed => r.submit(pool, Job::Closed { conn: p.conn }),
-                }
+                on_connection_ready(&d, &r, pool, token);
             }
         }
         if last_sweep.elapsed().as_millis() >= u128::from(TICK_MS) {

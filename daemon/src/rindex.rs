@@ -283,33 +283,12 @@ fn entry_op(
     match op {
         EntryOp::Lookup => {
             let name = (!re.name.is_empty()).then_some(&re.name);
-            match block_on(rindex::lookup(&disk, &p, name, re.offset)) {
-                Ok(found) => Ok(Rentry::new(found.name, found.offset)),
-                Err(RindexError::Diff {
-                    found,
-                    expected,
-                    offset,
-                }) => Err(RindexCmdError::Differs {
-                    found,
-                    expected,
-                    offset,
-                }),
-                Err(e) => Err(RindexCmdError::index("lookup")(e)),
-            }
+            block_on(rindex::lookup(&disk, &p, name, re.offset))
+                .map(|found| Rentry::new(found.name, found.offset))
+                .map_err(lookup_error)
         }
         EntryOp::Update => {
-            let up = if cmd_flags & SANLK_RXUP_REM != 0 && re.offset != 0 {
-                UpdateOp::Remove { offset: re.offset }
-            } else if cmd_flags & SANLK_RXUP_ADD != 0 && !re.name.is_empty() && re.offset != 0 {
-                UpdateOp::Add {
-                    name: re.name,
-                    offset: re.offset,
-                }
-            } else {
-                return Err(RindexCmdError::Invalid(
-                    "UPDATE_RINDEX needs RXUP_REM and an offset, or RXUP_ADD, a name and an offset",
-                ));
-            };
+            let up = update_op(re, cmd_flags)?;
             let e =
                 block_on(rindex::update(&disk, &p, up)).map_err(RindexCmdError::index("update"))?;
             Ok(Rentry::new(e.name, e.offset))
@@ -358,6 +337,39 @@ fn entry_op(
             info!(res = %e.name, offset = e.offset, "resource deleted");
             Ok(Rentry::new(Name::EMPTY, 0))
         }
+    }
+}
+
+/// A lookup's error as the command's: a differing entry keeps what was found.
+fn lookup_error(e: RindexError) -> RindexCmdError {
+    match e {
+        RindexError::Diff {
+            found,
+            expected,
+            offset,
+        } => RindexCmdError::Differs {
+            found,
+            expected,
+            offset,
+        },
+        e => RindexCmdError::index("lookup")(e),
+    }
+}
+
+/// UPDATE_RINDEX's change by its flags: RXUP_REM with an offset, or RXUP_ADD with a name
+/// and an offset.
+fn update_op(re: &Rentry, cmd_flags: u32) -> Result<UpdateOp, RindexCmdError> {
+    if cmd_flags & SANLK_RXUP_REM != 0 && re.offset != 0 {
+        Ok(UpdateOp::Remove { offset: re.offset })
+    } else if cmd_flags & SANLK_RXUP_ADD != 0 && !re.name.is_empty() && re.offset != 0 {
+        Ok(UpdateOp::Add {
+            name: re.name,
+            offset: re.offset,
+        })
+    } else {
+        Err(RindexCmdError::Invalid(
+            "UPDATE_RINDEX needs RXUP_REM and an offset, or RXUP_ADD, a name and an offset",
+        ))
     }
 }
 

@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use lockd_system_tests::module_graph::{
-    import_edges, layers, module_sources, strip_comments, strip_test_items,
+    import_edges, layers, long_functions, module_sources, strip_comments, strip_test_items,
 };
 
 #[test]
@@ -180,4 +180,25 @@ fn the_daemon_reads_lease_time_only_in_its_clock_module() {
         "lease time read outside clock.rs (use crate::clock):\n{}",
         found.join("\n")
     );
+}
+
+/// Issue 40: no function of the daemon's, outside tests, is over 100 lines (a function
+/// says one thing; the long ones were split into named steps).
+#[test]
+fn no_daemon_function_is_over_100_lines() {
+    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut long = Vec::new();
+    let mut over_40 = 0;
+    for (module, text) in module_sources(&src_dir) {
+        let code = strip_test_items(&strip_comments(&text));
+        over_40 += long_functions(&code, 40).len();
+        for (name, n) in long_functions(&code, 100) {
+            long.push(format!("{module}::{name}: {n} lines"));
+        }
+    }
+    assert!(
+        over_40 > 5,
+        "the functions were read ({over_40} over 40 lines)"
+    );
+    assert!(long.is_empty(), "functions over 100 lines: {long:#?}");
 }

@@ -203,6 +203,67 @@ pub fn layers(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
     layers
 }
 
+/// The functions of `src` (rustfmt-formatted, comments and `#[cfg(test)]` items already
+/// stripped) longer than `max_lines`, as `(name, lines)`: a function runs from its `fn`
+/// line to the first later line that is its own indentation and `}`. A declaration
+/// without a body (ending in `;`) and a function on one line are not measured.
+pub fn long_functions(src: &str, max_lines: usize) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = src.lines().collect();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let code = line.trim_start();
+        let indent = &line[..line.len() - code.len()];
+        let Some(name) = fn_name(code) else {
+            i += 1;
+            continue;
+        };
+        // Where the signature ends: a line ending in `{` (a body), `;` (none) or `}` (a
+        // body on the same line).
+        let Some(open) = (i..lines.len()).find(|&j| {
+            let t = lines[j].trim_end();
+            t.ends_with('{') || t.ends_with(';') || t.ends_with('}')
+        }) else {
+            break;
+        };
+        if !lines[open].trim_end().ends_with('{') {
+            i = open + 1;
+            continue;
+        }
+        let close = format!("{indent}}}");
+        let end = (open + 1..lines.len())
+            .find(|&j| lines[j].trim_end() == close)
+            .unwrap_or(lines.len() - 1);
+        let n = end - i + 1;
+        if n > max_lines {
+            found.push((name.to_string(), n));
+        }
+        i = end + 1;
+    }
+    found
+}
+
+/// The name after `fn` when `code` (a line without its indentation) starts a function:
+/// `fn`, after any of `pub`, `pub(crate)`, `const`, `async`, `unsafe`.
+fn fn_name(code: &str) -> Option<&str> {
+    let mut rest = code;
+    loop {
+        if let Some(r) = rest.strip_prefix("fn ") {
+            let name = ident_at(r.trim_start());
+            return (!name.is_empty()).then_some(name);
+        }
+        let word = rest.split_whitespace().next()?;
+        let qualifier = word == "pub"
+            || (word.starts_with("pub(") && word.ends_with(')'))
+            || matches!(word, "const" | "async" | "unsafe");
+        if !qualifier {
+            return None;
+        }
+        rest = rest[word.len()..].trim_start();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,6 +275,26 @@ mod tests {
         let code = strip_test_items(&strip_comments(src));
         let got: Vec<String> = imports(&code).into_iter().collect();
         assert_eq!(got, ["a", "b", "e", "h"]);
+    }
+
+    #[test]
+    fn long_functions_are_measured_from_fn_to_their_closing_brace() {
+        let body = |n: usize| "    x();\n".repeat(n);
+        let src = format!(
+            "pub(crate) fn short() {{\n{}}}\n\
+             trait T {{\n    fn declared(&self);\n    fn empty(&self) {{}}\n}}\n\
+             impl S {{\n    pub const unsafe fn long<T>(\n        a: T,\n    ) -> T\n    \
+             where\n        T: Copy,\n    {{\n{}    }}\n}}\n",
+            body(3),
+            body(5)
+        );
+        // `long` spans its signature (6 lines, to its `{`), 5 lines of body and its `}`.
+        assert_eq!(long_functions(&src, 5), [("long".to_string(), 12)]);
+        assert_eq!(long_functions(&src, 12), []);
+        assert_eq!(
+            long_functions(&src, 4),
+            [("short".to_string(), 5), ("long".to_string(), 12)]
+        );
     }
 
     #[test]
