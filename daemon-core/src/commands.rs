@@ -35,7 +35,7 @@ use crate::refusal::Refusal;
 use crate::space_state::{Phase, RenewalRec, SpaceSt};
 use crate::step::{release_wait_s, Core, CorePlantedBug, CoreSpace};
 use crate::tables::Key;
-use crate::tables::{AcquireStart, CommandTarget, ReleaseStart};
+use crate::tables::{AcquireStart, CommandTarget, ReleaseStart, TableRefused};
 
 fn reply<H>(fx: &mut Vec<Effect<H>>, ci: u32, kind: ReqKind, rv: i32, leases: Vec<HeldLease>) {
     fx.push(Effect::Reply {
@@ -182,8 +182,8 @@ impl<S, H: LeaseHold> Core<S, H> {
         };
         let ci = match self.tables.start_command(target) {
             Ok(ci) => ci,
-            Err(rv) => {
-                reply(fx, ci, kind, rv, Vec::new());
+            Err(r) => {
+                refuse(fx, ci, kind, Refusal::Table(r));
                 return;
             }
         };
@@ -416,8 +416,10 @@ impl<S, H: LeaseHold> Core<S, H> {
                         },
                     });
                 }
-                Err(rv) => {
-                    self.answer(fx, ci, kind, rv, Vec::new());
+                Err(r) => {
+                    if self.live(ci) || self.begun.contains(&ci) {
+                        refuse(fx, ci, kind, Refusal::Table(r));
+                    }
                     self.end_command(ci, fx);
                 }
             },
@@ -583,7 +585,7 @@ impl<S, H: LeaseHold> Core<S, H> {
                     });
                     return;
                 }
-                Err(rv) if rv == -EAGAIN => {
+                Err(TableRefused::BeingReleased) => {
                     // Released on disk right now: go on when that ends, or answer -EAGAIN
                     // at the first tick past the wait.
                     let io_timeout_s = self.space(&spec.ls).map_or(1, |s| s.io_timeout_s);
@@ -595,8 +597,8 @@ impl<S, H: LeaseHold> Core<S, H> {
                     }
                     return;
                 }
-                Err(rv) => {
-                    self.acquire_failed(now_s, ci, rv, fx);
+                Err(r) => {
+                    self.acquire_failed(now_s, ci, r.code(), fx);
                     return;
                 }
             }

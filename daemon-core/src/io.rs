@@ -19,7 +19,7 @@ use crate::clients::{ClientToken, FsCreds, KillPath, Refused};
 use crate::events::HostEvent;
 use crate::fencing::{FenceAction, FenceVerdict, KeysRead, PeerFenceOutcome};
 use crate::space_state::RenewalRec;
-use crate::tables::{CommandTarget, Key};
+use crate::tables::{CommandTarget, Key, TableRefused};
 use lease_core::monitor::HostMonitor;
 use lease_core::LeaseError;
 
@@ -652,17 +652,16 @@ pub enum Effect<H> {
 /// What the core answers the shell's own inputs that have a value ([`Effect::Answer`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
-    /// [`Input::StartCommand`]: the client the command runs on, or sanlock's code
-    /// (-ESRCH, -EBUSY, -EPERM).
-    CommandStarted(Result<u32, i32>),
+    /// [`Input::StartCommand`]: the client the command runs on, or why not.
+    CommandStarted(Result<u32, TableRefused>),
     /// [`Input::FinishCommand`]: the tokens of a client that died during the command.
     CommandFinished(Option<Vec<ClientToken>>),
     /// [`Input::SetKillpath`]: the client's pid, or `None` when its slot is gone.
     KillpathSet(Option<i32>),
-    /// [`Input::AddPidClient`]: the new slot, or -EEXIST, -EMFILE.
-    PidClientAdded(Result<u32, i32>),
-    /// [`Input::DropFailedPidClient`]: -EBUSY (the slot kept) while it holds a token.
-    PidClientDropped(Result<(), i32>),
+    /// [`Input::AddPidClient`]: the new slot, or why not.
+    PidClientAdded(Result<u32, TableRefused>),
+    /// [`Input::DropFailedPidClient`]: refused (the slot kept) while it holds a token.
+    PidClientDropped(Result<(), TableRefused>),
     /// [`Input::ListSpace`]: listed, or why not (nothing listed).
     Listed(Result<(), ListRefused>),
     /// [`Input::SetLvb`]: `None` when the lease is not held here (or holds no value

@@ -297,7 +297,7 @@ mod tests {
                 t.finish_acquire(key, ci, Ok(Held(LVER))).expect("held");
             }
             Ok(AcquireStart::Local { .. }) => {}
-            Err(rv) => panic!("acquire of {key:?} refused: {rv}"),
+            Err(r) => panic!("acquire of {key:?} refused: {r:?}"),
         }
         t.record_tokens(
             ci,

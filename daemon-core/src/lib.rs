@@ -70,5 +70,5 @@ pub use io::{
 pub use kill::examined_lease;
 pub use refusal::Refusal;
 pub use step::{release_wait_s, Core, CorePlantedBug, CHEAP_CHECK_RESOURCES, MAX_GONE_SPACES};
-pub use tables::{AcquireStart, CommandTarget, Key, ReleaseStart, Tables};
+pub use tables::{AcquireStart, CommandTarget, Key, ReleaseStart, TableRefused, Tables};
 pub use watches::{WatchBeat, WatchRefused, WatchTo, Watches, MAX_WATCHES};

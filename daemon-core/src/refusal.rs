@@ -9,6 +9,7 @@
 
 use crate::errno::{EBUSY, EINPROGRESS, ENOENT, ENOSPC};
 use crate::events::EventRefused;
+use crate::tables::TableRefused;
 use crate::watches::WatchRefused;
 
 /// Why the core refused a request on its own (not a disk operation's failure, whose code
@@ -31,6 +32,8 @@ pub enum Refusal {
     Event(EventRefused),
     /// WATCH refused by the watch registry.
     Watch(WatchRefused),
+    /// A lease command refused by the client and resource tables.
+    Table(TableRefused),
 }
 
 impl Refusal {
@@ -43,6 +46,7 @@ impl Refusal {
             Refusal::RemovalInProgress => -EINPROGRESS,
             Refusal::Event(e) => e.code(),
             Refusal::Watch(w) => w.code(),
+            Refusal::Table(t) => t.code(),
         }
     }
 
@@ -57,6 +61,7 @@ impl Refusal {
             Refusal::BeingAdded => "it is being added",
             Refusal::Event(e) => e.why(),
             Refusal::Watch(w) => w.why(),
+            Refusal::Table(t) => t.why(),
         }
     }
 }
@@ -80,6 +85,7 @@ mod tests {
             (Refusal::Watch(WatchRefused::NoPid), -EINVAL),
             (Refusal::Watch(WatchRefused::NotYours), -EPERM),
             (Refusal::Watch(WatchRefused::Full), -EMFILE),
+            (Refusal::Table(TableRefused::CommandRunning), -EBUSY),
         ];
         for (r, code) in codes {
             assert_eq!(r.errno(), code, "{r:?}");

@@ -44,6 +44,99 @@ use crate::errno::*;
 /// A lease's key: (lockspace, resource).
 pub type Key = (Name, Name);
 
+/// Why a transition refused: one reason each, with sanlock's code for it
+/// ([`TableRefused::code`]) and its reason for the shell's log ([`TableRefused::why`]).
+/// A refusal changes nothing in the tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableRefused {
+    /// The client a command names (by id or pid) is not here (-ESRCH).
+    NoSuchClient,
+    /// The client is not registered, or its process is gone (-EBUSY).
+    ClientNotReady,
+    /// ACQUIRE on a client being killed (-EBUSY).
+    ClientBeingKilled,
+    /// Another command is running on the client (-EBUSY).
+    CommandRunning,
+    /// A command on another uid's client from a sender that is not root (-EPERM).
+    NotYourClient,
+    /// `--for-pid` for a process whose own registered client is here (-EEXIST).
+    PidHasClient,
+    /// No client slot is free (-EMFILE).
+    NoFreeSlot,
+    /// A `--for-pid` slot still holds a token, so it stays (-EBUSY).
+    SlotHoldsTokens,
+    /// The client holds the lease already (-EEXIST).
+    HeldByClient,
+    /// The lease is being released on disk here (-EAGAIN: try again when that ends).
+    BeingReleased,
+    /// Another local request is acquiring or converting the lease (-EBUSY).
+    BeingAcquired,
+    /// An orphan, and the flags do not adopt it, or not in its mode (-EUCLEAN).
+    OrphanNotAdopted,
+    /// Held here in a mode the request cannot share (-EEXIST).
+    HeldHere,
+    /// ORPHAN_ONLY, and no such orphan is here (-ENOENT).
+    NoOrphan,
+    /// The client does not hold the lease (-ENOENT).
+    NotHeld,
+    /// CONVERT to the mode the lease is in (-EALREADY).
+    AlreadyInMode,
+    /// CONVERT while the lease's disk I/O runs here (-EAGAIN).
+    ConvertBusy,
+    /// CONVERT to exclusive while other local holders share the lease (-EAGAIN: they
+    /// would lose it).
+    SharedByOthers,
+}
+
+impl TableRefused {
+    /// Sanlock's code for the refusal: a negative errno.
+    pub fn code(self) -> i32 {
+        match self {
+            TableRefused::NoSuchClient => -ESRCH,
+            TableRefused::ClientNotReady
+            | TableRefused::ClientBeingKilled
+            | TableRefused::CommandRunning
+            | TableRefused::SlotHoldsTokens
+            | TableRefused::BeingAcquired => -EBUSY,
+            TableRefused::NotYourClient => -EPERM,
+            TableRefused::PidHasClient | TableRefused::HeldByClient | TableRefused::HeldHere => {
+                -EEXIST
+            }
+            TableRefused::NoFreeSlot => -EMFILE,
+            TableRefused::BeingReleased
+            | TableRefused::ConvertBusy
+            | TableRefused::SharedByOthers => -EAGAIN,
+            TableRefused::OrphanNotAdopted => -EUCLEAN,
+            TableRefused::NoOrphan | TableRefused::NotHeld => -ENOENT,
+            TableRefused::AlreadyInMode => -EALREADY,
+        }
+    }
+
+    /// The reason, for the shell's log.
+    pub fn why(self) -> &'static str {
+        match self {
+            TableRefused::NoSuchClient => "no such client",
+            TableRefused::ClientNotReady => "the client is not registered or its process is gone",
+            TableRefused::ClientBeingKilled => "the client is being killed",
+            TableRefused::CommandRunning => "another command is running on the client",
+            TableRefused::NotYourClient => "the client is another user's",
+            TableRefused::PidHasClient => "the process has a registered client of its own",
+            TableRefused::NoFreeSlot => "no client slot is free",
+            TableRefused::SlotHoldsTokens => "the slot still holds a lease",
+            TableRefused::HeldByClient => "the client holds the lease already",
+            TableRefused::BeingReleased => "the lease is being released here",
+            TableRefused::BeingAcquired => "another request here is acquiring or converting it",
+            TableRefused::OrphanNotAdopted => "an orphan, not adopted (flags or mode)",
+            TableRefused::HeldHere => "held here in a mode that cannot be shared",
+            TableRefused::NoOrphan => "no such orphan (ORPHAN_ONLY)",
+            TableRefused::NotHeld => "the client does not hold the lease",
+            TableRefused::AlreadyInMode => "the lease is in that mode already",
+            TableRefused::ConvertBusy => "the lease's disk I/O is running here",
+            TableRefused::SharedByOthers => "other holders here share it",
+        }
+    }
+}
+
 /// The client and resource tables (see the module header). `S` is the shell's handle of
 /// a connection, `H` the on-disk state of a held lease (see [`crate::clients`]).
 #[derive(Debug)]
@@ -107,36 +200,36 @@ impl<S, H: LeaseHold> Tables<S, H> {
     /// Resolves the client a registered-client command acts on and marks it active; a
     /// second command on the same client is refused with -EBUSY until
     /// [`Tables::finish_command`] (sanlock's `cmd_active`).
-    pub(crate) fn start_command(&mut self, t: CommandTarget) -> Result<u32, i32> {
+    pub(crate) fn start_command(&mut self, t: CommandTarget) -> Result<u32, TableRefused> {
         let by_id = t.cmd_flags & SANLK_FOR_CLIENT_ID != 0 && t.cmd != SM_CMD_KILLPATH;
         let pid = i32::from_ne_bytes(t.data2.to_ne_bytes());
         let ci = if by_id {
             if self.clients.slots.contains_key(&t.data2) {
                 t.data2
             } else {
-                return Err(-ESRCH);
+                return Err(TableRefused::NoSuchClient);
             }
         } else if pid == -1 {
             t.conn_ci
         } else {
-            self.clients.by_pid(pid).ok_or(-ESRCH)?
+            self.clients.by_pid(pid).ok_or(TableRefused::NoSuchClient)?
         };
         let Some(c) = self.clients.slots.get_mut(&ci) else {
-            return Err(-ESRCH);
+            return Err(TableRefused::NoSuchClient);
         };
         if !c.registered || c.pid <= 0 || c.pid_dead {
-            return Err(-EBUSY);
+            return Err(TableRefused::ClientNotReady);
         }
         if c.kill_count > 0 && matches!(t.cmd, SM_CMD_ACQUIRE | client_lib::proto::SM_CMD_ACQUIRE2)
         {
-            return Err(-EBUSY);
+            return Err(TableRefused::ClientBeingKilled);
         }
         if c.cmd_active != 0 {
-            return Err(-EBUSY);
+            return Err(TableRefused::CommandRunning);
         }
         // A process may act on another uid's leases only as root.
         if t.conn_uid != 0 && t.conn_uid != c.uid {
-            return Err(-EPERM);
+            return Err(TableRefused::NotYourClient);
         }
         c.cmd_active = t.cmd;
         Ok(ci)
@@ -185,11 +278,14 @@ impl<S, H: LeaseHold> Tables<S, H> {
         pid: i32,
         uid: u32,
         killpath: Option<KillPath>,
-    ) -> Result<u32, i32> {
+    ) -> Result<u32, TableRefused> {
         if self.clients.by_pid(pid).is_some() {
-            return Err(-EEXIST);
+            return Err(TableRefused::PidHasClient);
         }
-        let ci = self.clients.add(-1, pid, uid, None).map_err(|_| -EMFILE)?;
+        let ci = self
+            .clients
+            .add(-1, pid, uid, None)
+            .map_err(|_| TableRefused::NoFreeSlot)?;
         if let Some(c) = self.clients.slots.get_mut(&ci) {
             c.registered = true;
             c.owner_name = Name::from_field(format!("pid{pid}").as_bytes());
@@ -202,10 +298,10 @@ impl<S, H: LeaseHold> Tables<S, H> {
     /// A `--for-pid` slot ([`Tables::add_pid_client`]) whose ACQUIRE failed goes, once the
     /// tokens it got were released; -EBUSY (and the slot kept, its command still active)
     /// if it still holds a token, which would otherwise be lost with the slot.
-    pub(crate) fn drop_failed_pid_client(&mut self, ci: u32) -> Result<(), i32> {
+    pub(crate) fn drop_failed_pid_client(&mut self, ci: u32) -> Result<(), TableRefused> {
         match self.clients.slots.get(&ci) {
             None => Ok(()),
-            Some(c) if !c.tokens.is_empty() => Err(-EBUSY),
+            Some(c) if !c.tokens.is_empty() => Err(TableRefused::SlotHoldsTokens),
             Some(_) => {
                 self.clients.slots.remove(&ci);
                 Ok(())
@@ -330,22 +426,26 @@ impl<S, H: LeaseHold> Tables<S, H> {
         shared: bool,
         cmd_flags: u32,
         disks: &[wire::DiskLocation],
-    ) -> Result<AcquireStart, i32> {
+    ) -> Result<AcquireStart, TableRefused> {
         if let Some(c) = self.clients.slots.get(&ci) {
             if c.tokens.iter().any(|t| t.key() == key) {
-                return Err(-EEXIST);
+                return Err(TableRefused::HeldByClient);
             }
         }
         if let Some(lr) = self.resources.get_mut(&key) {
             if lr.busy {
-                return Err(if lr.releasing { -EAGAIN } else { -EBUSY });
+                return Err(if lr.releasing {
+                    TableRefused::BeingReleased
+                } else {
+                    TableRefused::BeingAcquired
+                });
             }
             if lr.orphan {
                 // Adopt an orphan only when asked to, and only in its mode.
                 if cmd_flags & (SANLK_ACQUIRE_ORPHAN | SANLK_ACQUIRE_ORPHAN_ONLY) == 0
                     || lr.shared != shared
                 {
-                    return Err(-EUCLEAN);
+                    return Err(TableRefused::OrphanNotAdopted);
                 }
                 lr.orphan = false;
                 lr.holders.push(ci);
@@ -362,10 +462,10 @@ impl<S, H: LeaseHold> Tables<S, H> {
                     adopted_orphan: false,
                 });
             }
-            return Err(-EEXIST);
+            return Err(TableRefused::HeldHere);
         }
         if cmd_flags & SANLK_ACQUIRE_ORPHAN_ONLY != 0 {
-            return Err(-ENOENT);
+            return Err(TableRefused::NoOrphan);
         }
         self.resources.insert(
             key,
@@ -483,13 +583,17 @@ impl<S, H: LeaseHold> Tables<S, H> {
     }
 
     /// Takes the tokens of client `ci` named in `keys`; the flag tells whether one of them
-    /// was not held. -ESRCH without the client.
+    /// was not held. Refused without the client.
     pub(crate) fn take_tokens(
         &mut self,
         ci: u32,
         keys: &[Key],
-    ) -> Result<(Vec<ClientToken>, bool), i32> {
-        let c = self.clients.slots.get_mut(&ci).ok_or(-ESRCH)?;
+    ) -> Result<(Vec<ClientToken>, bool), TableRefused> {
+        let c = self
+            .clients
+            .slots
+            .get_mut(&ci)
+            .ok_or(TableRefused::NoSuchClient)?;
         let mut picked = Vec::new();
         let mut missing = false;
         for key in keys {
@@ -504,16 +608,25 @@ impl<S, H: LeaseHold> Tables<S, H> {
     /// Client `ci`'s token for `key`, if converting it to `to_shared` makes sense:
     /// -ESRCH without the client, -ENOENT when it does not hold the lease, -EALREADY when
     /// the lease is in that mode already.
-    pub fn convert_token(&self, ci: u32, key: Key, to_shared: bool) -> Result<ClientToken, i32> {
-        let c = self.clients.slots.get(&ci).ok_or(-ESRCH)?;
+    pub fn convert_token(
+        &self,
+        ci: u32,
+        key: Key,
+        to_shared: bool,
+    ) -> Result<ClientToken, TableRefused> {
+        let c = self
+            .clients
+            .slots
+            .get(&ci)
+            .ok_or(TableRefused::NoSuchClient)?;
         let token = c
             .tokens
             .iter()
             .find(|t| t.key() == key)
             .cloned()
-            .ok_or(-ENOENT)?;
+            .ok_or(TableRefused::NotHeld)?;
         if token.shared == to_shared {
-            return Err(-EALREADY);
+            return Err(TableRefused::AlreadyInMode);
         }
         Ok(token)
     }
@@ -527,14 +640,14 @@ impl<S, H: LeaseHold> Tables<S, H> {
         ci: u32,
         key: Key,
         to_shared: bool,
-    ) -> Result<LocalRes<H>, i32> {
+    ) -> Result<LocalRes<H>, TableRefused> {
         self.convert_token(ci, key, to_shared)?;
-        let lr = self.resources.get_mut(&key).ok_or(-ENOENT)?;
+        let lr = self.resources.get_mut(&key).ok_or(TableRefused::NotHeld)?;
         if lr.busy {
-            return Err(-EAGAIN);
+            return Err(TableRefused::ConvertBusy);
         }
         if !to_shared && lr.holders.len() > 1 {
-            return Err(-EAGAIN);
+            return Err(TableRefused::SharedByOthers);
         }
         lr.busy = true;
         Ok(lr.clone())
@@ -808,6 +921,36 @@ mod tests {
         }
     }
 
+    /// Each refusal's code is sanlock's for that case, and each has a reason.
+    #[test]
+    fn each_table_refusal_has_sanlocks_code() {
+        use TableRefused::*;
+        let codes = [
+            (NoSuchClient, -ESRCH),
+            (ClientNotReady, -EBUSY),
+            (ClientBeingKilled, -EBUSY),
+            (CommandRunning, -EBUSY),
+            (NotYourClient, -EPERM),
+            (PidHasClient, -EEXIST),
+            (NoFreeSlot, -EMFILE),
+            (SlotHoldsTokens, -EBUSY),
+            (HeldByClient, -EEXIST),
+            (BeingReleased, -EAGAIN),
+            (BeingAcquired, -EBUSY),
+            (OrphanNotAdopted, -EUCLEAN),
+            (HeldHere, -EEXIST),
+            (NoOrphan, -ENOENT),
+            (NotHeld, -ENOENT),
+            (AlreadyInMode, -EALREADY),
+            (ConvertBusy, -EAGAIN),
+            (SharedByOthers, -EAGAIN),
+        ];
+        for (r, code) in codes {
+            assert_eq!(r.code(), code, "{r:?}");
+            assert!(!r.why().is_empty(), "{r:?}");
+        }
+    }
+
     #[test]
     fn exclusive_acquire_refuses_everyone_else_until_released() {
         let mut t = Tables::default();
@@ -816,13 +959,19 @@ mod tests {
         assert_eq!(t.start_acquire(a, k, false, 0, &[]), Ok(AcquireStart::Disk));
         // While the disk acquire runs, another local request is refused: -EBUSY, as
         // sanlock answers for a resource being added.
-        assert_eq!(t.start_acquire(b, k, false, 0, &[]), Err(-EBUSY));
-        assert_eq!(t.start_acquire(b, k, true, 0, &[]), Err(-EBUSY));
+        let being_acquired = Err(TableRefused::BeingAcquired);
+        assert_eq!(t.start_acquire(b, k, false, 0, &[]), being_acquired);
+        assert_eq!(t.start_acquire(b, k, true, 0, &[]), being_acquired);
+        assert_eq!(TableRefused::BeingAcquired.code(), -EBUSY);
         t.finish_acquire(k, a, Ok(Held::default())).unwrap();
         t.record_tokens(a, vec![token(k, false, false)]).unwrap();
-        assert_eq!(t.start_acquire(a, k, false, 0, &[]), Err(-EEXIST));
-        assert_eq!(t.start_acquire(b, k, false, 0, &[]), Err(-EEXIST));
-        assert_eq!(t.start_acquire(b, k, true, 0, &[]), Err(-EEXIST));
+        let held_here = Err(TableRefused::HeldHere);
+        assert_eq!(
+            t.start_acquire(a, k, false, 0, &[]),
+            Err(TableRefused::HeldByClient)
+        );
+        assert_eq!(t.start_acquire(b, k, false, 0, &[]), held_here);
+        assert_eq!(t.start_acquire(b, k, true, 0, &[]), held_here);
         let (taken, missing) = t.take_tokens(a, &[k]).unwrap();
         assert!(!missing);
         let step = t.start_release(a, &taken[0], false);
@@ -831,7 +980,9 @@ mod tests {
         );
         t.check().unwrap();
         // While the release runs: -EAGAIN (the daemon waits for the release, then retries).
-        assert_eq!(t.start_acquire(b, k, false, 0, &[]), Err(-EAGAIN));
+        let being_released = Err(TableRefused::BeingReleased);
+        assert_eq!(t.start_acquire(b, k, false, 0, &[]), being_released);
+        assert_eq!(TableRefused::BeingReleased.code(), -EAGAIN);
         t.finish_release(&k);
         assert!(!t.space_in_use(&k.0));
         acquire(&mut t, b, k, false, false);
@@ -903,7 +1054,10 @@ mod tests {
         t.check().unwrap();
         assert_eq!(t.resources[&k].holders, vec![a, b]);
         // Exclusive now would take the lease from b.
-        assert_eq!(t.start_convert(a, k, false).err(), Some(-EAGAIN));
+        assert_eq!(
+            t.start_convert(a, k, false).err(),
+            Some(TableRefused::SharedByOthers)
+        );
         let ta = t.take_all_tokens(a);
         assert!(matches!(
             t.start_release(a, &ta[0], false),
@@ -941,7 +1095,7 @@ mod tests {
         ));
         assert_eq!(
             t.start_acquire(b, k, false, SANLK_ACQUIRE_ORPHAN, &[]),
-            Err(-EUCLEAN)
+            Err(TableRefused::OrphanNotAdopted)
         );
         assert!(matches!(
             t.start_acquire(b, k, true, SANLK_ACQUIRE_ORPHAN, &[]),
@@ -975,10 +1129,11 @@ mod tests {
         ));
         t.check().unwrap();
         assert!(t.space_in_use(&k.0));
-        assert_eq!(t.start_acquire(b, k, false, 0, &[]), Err(-EUCLEAN));
+        let not_adopted = Err(TableRefused::OrphanNotAdopted);
+        assert_eq!(t.start_acquire(b, k, false, 0, &[]), not_adopted);
         assert_eq!(
             t.start_acquire(b, k, true, SANLK_ACQUIRE_ORPHAN, &[]),
-            Err(-EUCLEAN),
+            not_adopted,
             "an orphan is adopted only in its own mode"
         );
         assert_eq!(
@@ -992,7 +1147,7 @@ mod tests {
         assert!(t.start_orphan_release(&k.0, &Name::EMPTY).is_empty());
         assert_eq!(
             t.start_acquire(b, key("r2"), false, SANLK_ACQUIRE_ORPHAN_ONLY, &[]),
-            Err(-ENOENT)
+            Err(TableRefused::NoOrphan)
         );
         assert!(!t.resources.contains_key(&key("r2")));
     }
@@ -1041,7 +1196,7 @@ mod tests {
         assert_eq!(first, a);
         assert_eq!(
             t.start_command(target(a, SM_CMD_ACQUIRE, -1, UID)),
-            Err(-EBUSY)
+            Err(TableRefused::CommandRunning)
         );
         // Its connection closes meanwhile: the running command frees it when done.
         assert!(t.client_ended(a).is_none());
@@ -1058,16 +1213,16 @@ mod tests {
         let unregistered = t.clients.add(-1, 30, UID, None).unwrap();
         assert_eq!(
             t.start_command(target(a, SM_CMD_ACQUIRE, 99, UID)),
-            Err(-ESRCH)
+            Err(TableRefused::NoSuchClient)
         );
         assert_eq!(
             t.start_command(target(unregistered, SM_CMD_ACQUIRE, -1, UID)),
-            Err(-EBUSY)
+            Err(TableRefused::ClientNotReady)
         );
         // Another non-root uid may not act on this client's leases; root may.
         assert_eq!(
             t.start_command(target(a, SM_CMD_ACQUIRE, 10, UID + 1)),
-            Err(-EPERM)
+            Err(TableRefused::NotYourClient)
         );
         assert_eq!(t.start_command(target(a, SM_CMD_ACQUIRE, 10, 0)), Ok(a));
         assert!(t.finish_command(a).is_none());
@@ -1075,7 +1230,7 @@ mod tests {
         t.clients.slots.get_mut(&a).unwrap().kill_count = 1;
         assert_eq!(
             t.start_command(target(a, SM_CMD_ACQUIRE, -1, UID)),
-            Err(-EBUSY)
+            Err(TableRefused::ClientBeingKilled)
         );
         assert_eq!(t.start_command(target(a, SM_CMD_RELEASE, -1, UID)), Ok(a));
     }
@@ -1085,12 +1240,24 @@ mod tests {
         let mut t = Tables::default();
         let a = client(&mut t, 10);
         let k = key("r1");
-        assert_eq!(t.convert_token(a, k, true).err(), Some(-ENOENT));
-        assert_eq!(t.convert_token(99, k, true).err(), Some(-ESRCH));
+        assert_eq!(
+            t.convert_token(a, k, true).err(),
+            Some(TableRefused::NotHeld)
+        );
+        assert_eq!(
+            t.convert_token(99, k, true).err(),
+            Some(TableRefused::NoSuchClient)
+        );
         acquire(&mut t, a, k, false, false);
-        assert_eq!(t.convert_token(a, k, false).err(), Some(-EALREADY));
+        assert_eq!(
+            t.convert_token(a, k, false).err(),
+            Some(TableRefused::AlreadyInMode)
+        );
         t.start_convert(a, k, true).unwrap();
-        assert_eq!(t.start_convert(a, k, true).err(), Some(-EAGAIN));
+        assert_eq!(
+            t.start_convert(a, k, true).err(),
+            Some(TableRefused::ConvertBusy)
+        );
         assert_eq!(t.finish_convert(a, k, true, Err(-EIO)), -EIO);
         assert!(!t.resources[&k].busy && !t.resources[&k].shared);
         assert!(!t.clients.slots[&a].tokens[0].shared);
@@ -1122,10 +1289,13 @@ mod tests {
     fn a_for_pid_slot_is_one_per_pid_and_runs_its_acquire_as_a_command() {
         let mut t = Tables::default();
         let ci = t.add_pid_client(42, UID, None).unwrap();
-        assert_eq!(t.add_pid_client(42, UID, None), Err(-EEXIST));
+        assert_eq!(
+            t.add_pid_client(42, UID, None),
+            Err(TableRefused::PidHasClient)
+        );
         assert_eq!(
             t.start_command(target(ci, SM_CMD_RELEASE, 42, 0)),
-            Err(-EBUSY),
+            Err(TableRefused::CommandRunning),
             "no other command while its acquire runs"
         );
         acquire(&mut t, ci, key("r1"), false, false);
@@ -1140,7 +1310,10 @@ mod tests {
         let ci = t.add_pid_client(42, UID, None).unwrap();
         let held = token(key("r1"), false, false);
         t.clients.slots.get_mut(&ci).unwrap().tokens.push(held);
-        assert_eq!(t.drop_failed_pid_client(ci), Err(-EBUSY));
+        assert_eq!(
+            t.drop_failed_pid_client(ci),
+            Err(TableRefused::SlotHoldsTokens)
+        );
         assert!(
             t.clients.slots.contains_key(&ci),
             "a token is never lost with its slot"

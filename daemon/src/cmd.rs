@@ -534,7 +534,7 @@ fn resolve_target(d: &Arc<Daemon>, conn: &Conn, h: &Header) -> Result<u32, Lease
     let Answer::CommandStarted(began) = lock(&d.core).answer(Input::StartCommand(target)) else {
         unreachable!("StartCommand is answered CommandStarted")
     };
-    began.map_err(LeaseCmdError::Tables)
+    began.map_err(LeaseCmdError::Refused)
 }
 
 /// ACQUIRE and ACQUIRE2 as the core runs them ([`core_command`], after
@@ -695,7 +695,7 @@ fn convert_request(
     let to_shared = head.flags & SANLK_RES_SHARED != 0;
     let key = (head.lockspace_name, head.name);
     let checked = lock(&d.core).convert_token(target, key, to_shared);
-    checked.map_err(LeaseCmdError::Tables)?;
+    checked.map_err(LeaseCmdError::Refused)?;
     lockspace::joined(d, &key.0)?;
     Ok(CoreRequest::Convert {
         key,

@@ -58,9 +58,13 @@ pub enum LeaseCmdError {
     /// were released again (-ESTALE).
     #[error("the client ended during the acquire")]
     ClientGone,
-    /// The lease tables refused the transition, with sanlock's code (`lockd_core`).
+    /// The core refused a command with this sanlock code (`lockd_core::CoreReply::rv`).
     #[error("refused by the lease tables (code {0})")]
     Tables(i32),
+    /// The lease tables refused a transition (`lockd_core::TableRefused`: the reason and
+    /// its code).
+    #[error("{}", .0.why())]
+    Refused(lockd_core::TableRefused),
     /// Disk Paxos (lease-core) failed; `code` is what sanlock answers for it (for a
     /// release, the code of the lease area's version).
     #[error("disk paxos: {error} (code {code})")]
@@ -97,6 +101,7 @@ impl LeaseCmdError {
             LeaseCmdError::StillReleasing => -libc::EAGAIN,
             LeaseCmdError::ClientGone => -libc::ESTALE,
             LeaseCmdError::Tables(code) => *code,
+            LeaseCmdError::Refused(r) => r.code(),
             LeaseCmdError::Paxos { code, .. } => *code,
         }
     }
@@ -140,6 +145,10 @@ mod tests {
             (LeaseCmdError::StillReleasing, -libc::EAGAIN),
             (LeaseCmdError::ClientGone, -libc::ESTALE),
             (LeaseCmdError::Tables(-libc::EEXIST), -libc::EEXIST),
+            (
+                LeaseCmdError::Refused(lockd_core::TableRefused::NotYourClient),
+                -libc::EPERM,
+            ),
             (
                 LeaseCmdError::paxos(LeaseError::HostIdBusy),
                 LeaseError::HostIdBusy.sanlk_code(),

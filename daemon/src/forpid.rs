@@ -100,7 +100,7 @@ pub(crate) fn acquire_for_pid(
     let Answer::PidClientAdded(added) = lock(&d.core).answer(input) else {
         unreachable!("AddPidClient is answered PidClientAdded")
     };
-    let ci = added.map_err(LeaseCmdError::Tables)?;
+    let ci = added.map_err(LeaseCmdError::Refused)?;
     let req = CoreRequest::Acquire {
         res: wanted.iter().map(crate::paxos::res_spec).collect(),
         cmd_flags: h.cmd_flags,
@@ -116,7 +116,7 @@ pub(crate) fn acquire_for_pid(
                 unreachable!("DropFailedPidClient is answered PidClientDropped")
             };
             if let Err(busy) = dropped {
-                panic!("a failed --for-pid slot still holds a token ({busy}); stopping");
+                panic!("a failed --for-pid slot still holds a token ({busy:?}); stopping");
             }
             return Err(e);
         }

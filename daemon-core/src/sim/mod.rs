@@ -1144,14 +1144,14 @@ impl Sim {
         };
         match began {
             Ok(target) => self.input(h, Input::Command { target, req }),
-            Err(rv) => self.reply(
+            Err(refused) => self.reply(
                 h,
                 ci,
                 CoreReply {
                     kind,
-                    rv,
+                    rv: refused.code(),
                     leases: Vec::new(),
-                    why: None,
+                    why: Some(refused.why()),
                 },
             ),
         }
@@ -1160,7 +1160,7 @@ impl Sim {
     /// The dispatcher notes command `cmd` of connection `ci` and begins it on the
     /// connection's own client (`Input::StartCommand`): the client's slot, or the
     /// refusal; None with no daemon.
-    fn begin(&self, h: usize, ci: u32, cmd: u32) -> Option<Result<u32, i32>> {
+    fn begin(&self, h: usize, ci: u32, cmd: u32) -> Option<Result<u32, crate::TableRefused>> {
         self.note(h, ci, cmd);
         let target = crate::tables::CommandTarget {
             conn_ci: ci,
