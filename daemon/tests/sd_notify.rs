@@ -15,6 +15,20 @@ use client_lib::{Client, DiskLocation, Lockspace, Resource, ResourceHead};
 use common::*;
 use disk_format::Name;
 
+/// The daemon started by the test, killed (by pid) if still running when the test ends,
+/// as it does when an assertion fails before the test's own forced shutdown; the helper
+/// goes with it (PDEATHSIG).
+struct DaemonProcess(std::process::Child);
+
+impl Drop for DaemonProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// One datagram from the daemon and when it arrived.
 struct Msg {
     at: Instant,
@@ -67,18 +81,21 @@ fn ready_status_watchdog_stopping() {
     let run_dir = s.dir.join("run");
     let log = s.dir.join("lockd.log");
     let logf = std::fs::File::create(&log).expect("daemon log");
-    let mut child = Command::new(DAEMON)
-        .args(["-D", "-w", "0", "-c", "/dev/null", "-e", "hostA", "-o", "1"])
-        .arg("--run-dir")
-        .arg(&run_dir)
-        .env("NOTIFY_SOCKET", &notify_path)
-        .env("WATCHDOG_USEC", "2000000")
-        .env_remove("WATCHDOG_PID")
-        .stdin(Stdio::null())
-        .stdout(logf.try_clone().expect("dup log"))
-        .stderr(logf)
-        .spawn()
-        .expect("start lockd-daemon");
+    let mut daemon = DaemonProcess(
+        Command::new(DAEMON)
+            .args(["-D", "-w", "0", "-c", "/dev/null", "-e", "hostA", "-o", "1"])
+            .arg("--run-dir")
+            .arg(&run_dir)
+            .env("NOTIFY_SOCKET", &notify_path)
+            .env("WATCHDOG_USEC", "2000000")
+            .env_remove("WATCHDOG_PID")
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone().expect("dup log"))
+            .stderr(logf)
+            .spawn()
+            .expect("start lockd-daemon"),
+    );
+    let child = &mut daemon.0;
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
     let mut all = Vec::new();
 
