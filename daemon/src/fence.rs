@@ -664,7 +664,9 @@ impl SpaceFence {
     /// A PREEMPT that failed: Ok(true) when a reservation conflict came from the
     /// victim's key being gone already (another host's preempt), Ok(false) when the key
     /// list cannot tell (truncated: not deciding), else the error (our own key gone too:
-    /// we are fenced).
+    /// we are fenced). Telling the two conflicts apart matters: taking every conflict for
+    /// our own fence would give up leases a healthy host holds (the fence model's planted
+    /// bug `preempt-conflict-means-fenced`, `lockd-sim --model fence`, `scripts/sim.sh`).
     fn victim_already_gone(
         &self,
         dev: &PrDevice,
@@ -692,7 +694,10 @@ impl SpaceFence {
 
     /// The read-back after the preempts: true when every device confirms the victim's
     /// keys gone under a standing reservation (`device_confirms`). A key of another
-    /// scheme is warned about once per fence (when this pass `preempted`).
+    /// scheme is warned about once per fence (when this pass `preempted`), and keeps the
+    /// fence unconfirmed: it may be the victim's own path, free to write (the planted bug
+    /// `foreign-keys-ignored`, `lockd-sim --model fence-multipath`, first caught on seed
+    /// 57; on guests, `scripts/vmbed.sh … --storage multipath`).
     fn read_back_confirms(
         &self,
         host_id: u64,
